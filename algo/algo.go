@@ -1,0 +1,68 @@
+// Package algo owns the rate-limiting algorithms: pure, deterministic functions of
+// (limit spec, encoded state, time, cost) → (decision, new encoded state).
+//
+// Nothing here reads a clock, the network or the disk: time arrives as int64
+// nanoseconds since the Unix epoch, stamped by the Raft leader, so every replica
+// that applies the same command reaches the same decision. All arithmetic on
+// counts and time is exact integer arithmetic (128-bit where products can
+// overflow); floats appear only in what is printed.
+package algo
+
+import "fmt"
+
+// Algorithm names one of the five limiter algorithms. The numeric values are
+// part of the on-disk and on-log encodings: never renumber.
+type Algorithm uint8
+
+const (
+	FixedWindow   Algorithm = 1
+	SlidingLog    Algorithm = 2
+	SlidingWindow Algorithm = 3
+	TokenBucket   Algorithm = 4
+	LeakyBucket   Algorithm = 5
+)
+
+// Calendar selects calendar-aligned fixed windows (fixed_window only). The
+// numeric values are part of the encodings.
+type Calendar uint8
+
+const (
+	CalendarNone  Calendar = 0
+	CalendarDay   Calendar = 1
+	CalendarWeek  Calendar = 2 // weeks start on Monday 00:00 local time (ISO 8601)
+	CalendarMonth Calendar = 3
+)
+
+// Never is Decision.RetryAfter for a request that can never succeed because its
+// cost exceeds the limit (or the burst for the buckets).
+const Never int64 = -1
+
+// Spec is a limit: which algorithm, how much, over how long.
+type Spec struct {
+	Algorithm    Algorithm
+	Limit        int64 // positive
+	Window       int64 // nanoseconds, positive; ignored (0) for calendar windows
+	Burst        int64 // token_bucket and leaky_bucket only; 0 means "= Limit"
+	CountRefused bool  // sliding_log only: refused requests are logged too (penalty variant)
+	Calendar     Calendar
+	Timezone     string // IANA name for calendar windows; "" means UTC
+}
+
+// Decision is the answer to one check.
+type Decision struct {
+	Allowed    bool
+	Limit      int64
+	Remaining  int64 // what could still be spent right now (after this request)
+	ResetAfter int64 // ns until the state is back to empty/full if nothing more arrives
+	RetryAfter int64 // ns until the same request would be allowed; 0 when allowed; Never when it never can
+	Delay      int64 // ns the caller should wait before proceeding (leaky_bucket only)
+}
+
+// FieldError is a validation error that names the offending field using the
+// JSON field names ("limit", "window", "timezone", ...).
+type FieldError struct {
+	Field   string
+	Message string
+}
+
+func (e *FieldError) Error() string { return fmt.Sprintf("%s: %s", e.Field, e.Message) }

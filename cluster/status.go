@@ -1,0 +1,39 @@
+package cluster
+
+import "errors"
+
+// Errors a caller of Node must tell apart. The HTTP layer maps both to 503.
+var (
+	// ErrNoLeader: no leader could be reached within the wait. Nothing was
+	// proposed, so the request may be retried freely.
+	ErrNoLeader = errors.New("no raft leader available")
+	// ErrOutcomeUnknown: the request reached a leader that lost leadership (or
+	// shut down) before it could confirm the commit. It may or may not have been
+	// applied; retry with the same request_id to find out without double counting.
+	ErrOutcomeUnknown = errors.New("outcome unknown: leadership was lost while the request was in flight")
+)
+
+// Status is this node's view of the cluster, served as GET /v1/cluster.
+type Status struct {
+	NodeID       string   `json:"node_id"`
+	State        string   `json:"state"` // Leader, Follower, Candidate, Shutdown
+	LeaderID     string   `json:"leader_id"`
+	LeaderHTTP   string   `json:"leader_http_addr"`
+	Term         uint64   `json:"term"`
+	CommitIndex  uint64   `json:"commit_index"`
+	AppliedIndex uint64   `json:"applied_index"`
+	Members      []Member `json:"members"`
+}
+
+// Member is one server in the Raft configuration.
+type Member struct {
+	ID       string `json:"id"`
+	RaftAddr string `json:"raft_addr"`
+	HTTPAddr string `json:"http_addr"`
+	Suffrage string `json:"suffrage"` // Voter, Nonvoter
+	Leader   bool   `json:"leader"`
+	// Healthy: for the leader's view, the member answered replication within
+	// the last few heartbeats; on a follower, only the follower's own contact
+	// with the leader is known and the rest report true.
+	Healthy bool `json:"healthy"`
+}
