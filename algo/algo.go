@@ -6,6 +6,16 @@
 // that applies the same command reaches the same decision. All arithmetic on
 // counts and time is exact integer arithmetic (128-bit where products can
 // overflow); floats appear only in what is printed.
+//
+// The five algorithms, their guarantees, memory and burst behaviour are
+// compared in README.md. In short: fixed_window counts per aligned (or
+// calendar) window; sliding_log is exact over every interval of one window;
+// sliding_window approximates it in O(1); token_bucket allows bursts up to
+// burst and refills continuously; leaky_bucket admits like token_bucket but
+// reports the delay that makes admitted requests leave at a steady rate.
+//
+// Entry points: Config.Spec (or Spec.Validate) to get a normalized Spec,
+// Decide to apply a request, AppendSpec/DecodeSpec to store a spec.
 package algo
 
 import "fmt"

@@ -1,6 +1,14 @@
 package cluster
 
-import "errors"
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
 
 // Errors a caller of Node must tell apart. The HTTP layer maps both to 503.
 var (
@@ -36,4 +44,44 @@ type Member struct {
 	// the last few heartbeats; on a follower, only the follower's own contact
 	// with the leader is known and the rest report true.
 	Healthy bool `json:"healthy"`
+}
+
+// Status reports this node's view of the cluster.
+func (n *Node) Status(ctx context.Context) (Status, error) {
+	addr, leader := n.raft.LeaderWithID()
+	_ = addr
+	st := Status{
+		NodeID:       n.cfg.NodeID,
+		State:        n.raft.State().String(),
+		LeaderID:     string(leader),
+		Term:         n.raft.CurrentTerm(),
+		CommitIndex:  n.raft.CommitIndex(),
+		AppliedIndex: n.fsm.AppliedIndex(),
+	}
+	nodes := n.fsm.Nodes()
+	st.LeaderHTTP = nodes[string(leader)]
+	f := n.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return st, fmt.Errorf("read raft configuration: %w", err)
+	}
+	isLeader := n.IsLeader()
+	for _, s := range f.Configuration().Servers {
+		m := Member{
+			ID:       string(s.ID),
+			RaftAddr: string(s.Address),
+			HTTPAddr: nodes[string(s.ID)],
+			Suffrage: s.Suffrage.String(),
+			Leader:   s.ID == leader,
+			Healthy:  true,
+		}
+		if isLeader && s.ID != raft.ServerID(n.cfg.NodeID) {
+			m.Healthy = n.metrics.peerHealthy(string(s.ID))
+		}
+		if !isLeader && s.ID == raft.ServerID(n.cfg.NodeID) {
+			m.Healthy = leader != "" && time.Since(n.raft.LastContact()) < 5*n.cfg.HeartbeatTimeout
+		}
+		st.Members = append(st.Members, m)
+	}
+	sort.Slice(st.Members, func(i, j int) bool { return st.Members[i].ID < st.Members[j].ID })
+	return st, nil
 }

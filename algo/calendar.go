@@ -1,0 +1,89 @@
+package algo
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	// Embedded zone database: a node without system tzdata still knows every
+	// zone. (time.LoadLocation prefers the system database when present, so
+	// nodes should run the same OS tzdata release; see README.)
+	_ "time/tzdata"
+)
+
+// locations caches *time.Location by name: Decide runs for every request and
+// LoadLocation parses a zone file each time. Only successes are cached, so
+// garbage names cannot grow the cache.
+var locations sync.Map // string → *time.Location
+
+func location(name string) (*time.Location, error) {
+	if name == "" || name == "UTC" {
+		return time.UTC, nil
+	}
+	if l, ok := locations.Load(name); ok {
+		return l.(*time.Location), nil
+	}
+	// "Local" depends on the node's configuration: replicas would disagree.
+	if name == "Local" {
+		return nil, fmt.Errorf("%q is not allowed (it differs between nodes); use an IANA name such as Europe/Paris", name)
+	}
+	l, err := time.LoadLocation(name)
+	if err != nil {
+		return nil, fmt.Errorf("unknown time zone %q (want an IANA name such as Europe/Paris)", name)
+	}
+	locations.Store(name, l)
+	return l, nil
+}
+
+// windowAt returns the fixed window [start, end) holding t ≥ 0: a multiple
+// of Window since the epoch, or the local calendar day, week (from Monday) or
+// month.
+func (s *Spec) windowAt(t int64) (start, end int64, err error) {
+	if s.Calendar == CalendarNone {
+		start = t - t%s.Window
+		return start, start + s.Window, nil
+	}
+	loc, err := location(s.Timezone)
+	if err != nil {
+		return 0, 0, fmt.Errorf("algo: %w", err)
+	}
+	y, m, d := time.Unix(0, t).In(loc).Date()
+	// periodStart(k) is the start of the k-th period after the one holding the
+	// local date y-m-d. Periods tile: the end of one is the start of the next.
+	periodStart := func(k int) int64 {
+		switch s.Calendar {
+		case CalendarDay:
+			return dayStart(y, m, d+k, loc)
+		case CalendarWeek:
+			wd := (int(time.Date(y, m, d, 0, 0, 0, 0, time.UTC).Weekday()) + 6) % 7 // Monday = 0
+			return dayStart(y, m, d-wd+7*k, loc)
+		default:
+			return dayStart(y, m+time.Month(k), 1, loc)
+		}
+	}
+	// Guards against a period of length zero (a day a zone skipped).
+	k := 0
+	start, end = periodStart(0), periodStart(1)
+	for t >= end {
+		k++
+		start, end = end, periodStart(k+1)
+	}
+	for t < start {
+		k--
+		start, end = periodStart(k), start
+	}
+	return start, end, nil
+}
+
+// dayStart returns the first instant of the local date y-m-d (normalized as
+// time.Date does): local midnight, or where a DST jump skips midnight, the
+// instant of the jump. time.Date may resolve a skipped midnight with the
+// offset after the jump, an instant that still belongs to the day before.
+func dayStart(y int, m time.Month, d int, loc *time.Location) int64 {
+	t := time.Date(y, m, d, 0, 0, 0, 0, loc)
+	wy, wm, wd := time.Date(y, m, d, 0, 0, 0, 0, time.UTC).Date()
+	if ty, tm, td := t.Date(); ty < wy || ty == wy && (tm < wm || tm == wm && td < wd) {
+		_, t = t.ZoneBounds() // the jump: the end of the offset in force at t
+	}
+	return t.UnixNano()
+}

@@ -1,0 +1,66 @@
+package algo
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Decide applies a request of cost at time now (ns since the epoch, in
+// [0, MaxTime]) to the encoded state (nil or empty = a fresh key) under the
+// validated spec s.
+//
+// It appends the new encoded state to dst and returns it as next; next is nil
+// when the state is equivalent to a fresh key (the caller may delete it).
+// Decide never modifies state (it may be read-only mmap'd memory) and next
+// never aliases it; dst must not overlap state. A state written for another
+// algorithm, or by an unknown encoding version, is treated as fresh; a
+// truncated or garbled state of the right algorithm is an error.
+//
+// cost 0 is a peek: nothing is consumed and next is the (pruned) state; the
+// peek's Allowed, RetryAfter and Delay are those a request of cost 1 would
+// get. A cost above the limit (the burst for the buckets) can never be
+// allowed: it is refused with RetryAfter = Never and consumes nothing, even
+// with count_refused. A negative cost is an error.
+//
+// The state expires (is equivalent to fresh) at now + d.ResetAfter; when next
+// is nil, ResetAfter is 0.
+//
+// Time never runs backwards for a key: if now is earlier than the latest time
+// recorded in the state (a new leader whose clock lags), the decision is made
+// as of that recorded time, and RetryAfter, ResetAfter and Delay still count
+// from now.
+func Decide(dst []byte, s *Spec, state []byte, now, cost int64) (d Decision, next []byte, err error) {
+	if s == nil {
+		return d, nil, errors.New("algo: nil spec")
+	}
+	if cost < 0 {
+		return d, nil, fmt.Errorf("algo: negative cost %d", cost)
+	}
+	if now < 0 || now > MaxTime {
+		return d, nil, fmt.Errorf("algo: time %d outside [0, %d]", now, MaxTime)
+	}
+	if err := s.decidable(); err != nil {
+		return d, nil, err
+	}
+	if len(state) > 0 && state[0] != stateTag(s.Algorithm) {
+		state = nil
+	}
+	switch s.Algorithm {
+	case FixedWindow:
+		return decideFixedWindow(dst, s, state, now, cost)
+	case SlidingLog:
+		return decideSlidingLog(dst, s, state, now, cost)
+	case SlidingWindow:
+		return decideSlidingWindow(dst, s, state, now, cost)
+	default:
+		return decideBucket(dst, s, state, now, cost)
+	}
+}
+
+// effectiveCost is the cost a decision is made for: a peek decides for 1.
+func effectiveCost(cost int64) int64 {
+	if cost == 0 {
+		return 1
+	}
+	return cost
+}

@@ -1,0 +1,104 @@
+package api
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/limitd/limitd/algo"
+)
+
+// TestAuthKeySources: each source finds the key where proxies put it.
+func TestAuthKeySources(t *testing.T) {
+	cases := []struct {
+		name, source, path string
+		header             []string
+		wantKey            string
+	}{
+		{"ip from X-Forwarded-For", "ip", "/v1/auth/api", []string{"X-Forwarded-For: 203.0.113.5, 10.0.0.1"}, "203.0.113.5"},
+		{"ip from the peer", "ip", "/v1/auth/api", nil, "192.0.2.7"},
+		{"header", "header:X-Api-Key", "/v1/auth/api", []string{"X-Api-Key: key-123"}, "key-123"},
+		{"header, any case", "header:x-api-key", "/v1/auth/api", []string{"X-API-KEY: key-123"}, "key-123"},
+		{"query", "query:api_key", "/v1/auth/api?api_key=abc", nil, "abc"},
+		{"query via Traefik", "query:api_key", "/v1/auth/api", []string{"X-Forwarded-Uri: /orders?api_key=from-traefik&x=1"}, "from-traefik"},
+		{"query via nginx", "query:api_key", "/v1/auth/api", []string{"X-Original-URI: /orders?api_key=from-nginx"}, "from-nginx"},
+		{"per-request override", "ip", "/v1/auth/api?key_source=header:X-User", []string{"X-User: alice"}, "alice"},
+		{"Envoy path suffix", "header:X-Api-Key", "/v1/auth/api/orders/17", []string{"X-Api-Key: envoy"}, "envoy"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ts := newTestServer(t, Config{AuthKeySource: c.source})
+			ts.store.putPolicy(t, "api", algo.Config{Algorithm: "fixed_window", Limit: 2, Window: "1m"}, false)
+			r := ts.do("GET", c.path, "", c.header...)
+			if r.code != 200 {
+				t.Fatalf("%d %s", r.code, r.body)
+			}
+			got := ts.store.checkCalls[0][0].Checks[0]
+			if got.Key != c.wantKey || got.Policy != "api" || got.Cost != 1 {
+				t.Fatalf("checked %+v, want key %q under api", got, c.wantKey)
+			}
+		})
+	}
+}
+
+// TestAuthDecisions: 200 while allowed, then 429 (or deny_status) with
+// RateLimit headers and Retry-After; any method.
+func TestAuthDecisions(t *testing.T) {
+	ts := newTestServer(t, Config{AuthKeySource: "header:X-Api-Key"})
+	ts.store.putPolicy(t, "api", algo.Config{Algorithm: "fixed_window", Limit: 2, Window: "1m"}, false)
+	for i, method := range []string{"GET", "POST", "PUT", "DELETE", "PATCH", "HEAD"} {
+		r := ts.do(method, "/v1/auth/api", "", "X-Api-Key: k")
+		want := http.StatusOK
+		if i >= 2 {
+			want = http.StatusTooManyRequests
+		}
+		if r.code != want {
+			t.Fatalf("%s #%d: %d, want %d: %s", method, i, r.code, want, r.body)
+		}
+		if r.header.Get("RateLimit-Policy") != `"api";q=2;w=60` || !strings.HasPrefix(r.header.Get("RateLimit"), `"api";r=`) {
+			t.Fatalf("%s #%d: headers %v", method, i, r.header)
+		}
+		if (r.header.Get("Retry-After") != "") != (want != 200) {
+			t.Fatalf("%s #%d: Retry-After %q", method, i, r.header.Get("Retry-After"))
+		}
+	}
+	r := ts.do("GET", "/v1/auth/api?deny_status=403", "", "X-Api-Key: k")
+	if r.code != http.StatusForbidden || r.header.Get("Retry-After") != "60" {
+		t.Fatalf("deny_status=403: %d %v", r.code, r.header)
+	}
+	if m := r.json(t); m["allowed"] != false {
+		t.Fatalf("body: %s", r.body)
+	}
+	// Another key has its own budget; cost is honoured.
+	if r := ts.do("GET", "/v1/auth/api?cost=2", "", "X-Api-Key: other"); r.code != 200 {
+		t.Fatalf("other key: %d", r.code)
+	}
+	if r := ts.do("GET", "/v1/auth/api", "", "X-Api-Key: other"); r.code != 429 {
+		t.Fatalf("other key after cost 2: %d", r.code)
+	}
+
+	for _, c := range []struct {
+		path   string
+		header []string
+		status int
+		field  string
+	}{
+		{"/v1/auth/api", nil, 400, "header:X-Api-Key"},
+		{"/v1/auth/api", []string{"X-Api-Key: " + strings.Repeat("x", MaxKeyBytes+1)}, 400, "header:X-Api-Key"},
+		{"/v1/auth/api?deny_status=200", []string{"X-Api-Key: k"}, 400, "deny_status"},
+		{"/v1/auth/api?deny_status=abc", []string{"X-Api-Key: k"}, 400, "deny_status"},
+		{"/v1/auth/api?cost=-1", []string{"X-Api-Key: k"}, 400, "cost"},
+		{"/v1/auth/api?colour=red", []string{"X-Api-Key: k"}, 400, "colour"},
+		{"/v1/auth/api?key_source=cookie:x", []string{"X-Api-Key: k"}, 400, "key_source"},
+		{"/v1/auth/a%20b", []string{"X-Api-Key: k"}, 400, "policy"},
+		{"/v1/auth/ghost", []string{"X-Api-Key: k"}, 404, "policy"},
+	} {
+		r := ts.do("GET", c.path, "", c.header...)
+		if r.code != c.status {
+			t.Fatalf("%s: %d %s", c.path, r.code, r.body)
+		}
+		if _, field, _ := r.errorBody(t); field != c.field {
+			t.Errorf("%s: field %q, want %q", c.path, field, c.field)
+		}
+	}
+}

@@ -1,0 +1,236 @@
+package api
+
+import (
+	"net/http"
+	"strconv"
+	"sync"
+	"unicode/utf8"
+
+	"github.com/limitd/limitd/algo"
+	"github.com/limitd/limitd/fsm"
+)
+
+// Responses on the check path are built by appending bytes into pooled buffers:
+// reflection-based json.Marshal would cost more than the rest of the handler.
+
+// Canonical header keys, so headers can be set by map assignment without
+// re-canonicalizing (and allocating) on every response.
+const (
+	hdrContentType     = "Content-Type"
+	hdrRateLimit       = "Ratelimit"        // RateLimit
+	hdrRateLimitPolicy = "Ratelimit-Policy" // RateLimit-Policy
+	hdrRetryAfter      = "Retry-After"
+)
+
+// Header values shared by every response. net/http never mutates them.
+var contentTypeJSON = []string{"application/json"}
+
+type buffer struct{ b []byte }
+
+var bufferPool = sync.Pool{New: func() any { return &buffer{b: make([]byte, 0, 512)} }}
+
+func getBuffer() *buffer { return bufferPool.Get().(*buffer) }
+
+func putBuffer(buf *buffer) {
+	// Keep huge batch responses from pinning memory in the pool.
+	if cap(buf.b) > 1<<16 {
+		return
+	}
+	bufferPool.Put(buf)
+}
+
+func writeJSON(w http.ResponseWriter, status int, body []byte) {
+	h := w.Header()
+	h[hdrContentType] = contentTypeJSON
+	// net/http computes Content-Length itself for bodies that fit its 2 KiB
+	// chunking buffer; larger ones (batches) would otherwise be chunked.
+	if len(body) > 2048 {
+		h["Content-Length"] = []string{strconv.Itoa(len(body))}
+	}
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+// toMillis converts a duration in nanoseconds to whole milliseconds, rounded up
+// so that a client that waits that long is not refused again by rounding.
+// algo.Never stays -1.
+func toMillis(ns int64) int64 {
+	if ns == algo.Never {
+		return -1
+	}
+	if ns <= 0 {
+		return 0
+	}
+	return ceilDiv(ns, 1e6)
+}
+
+// toSeconds is toMillis for whole seconds (HTTP headers).
+func toSeconds(ns int64) int64 {
+	if ns <= 0 {
+		return 0
+	}
+	return ceilDiv(ns, 1e9)
+}
+
+// allowed is what the client is told: a shadow policy's refusal is reported as
+// allowed (with shadow_refused), whatever the state machine put in Allowed.
+func allowed(d *fsm.Decision) bool { return d.Allowed || d.ShadowRefused }
+
+// appendDecision appends one decision object.
+func appendDecision(b []byte, d *fsm.Decision, replayed bool) []byte {
+	b = append(b, `{"allowed":`...)
+	b = strconv.AppendBool(b, allowed(d))
+	b = append(b, `,"limit":`...)
+	b = strconv.AppendInt(b, d.Limit, 10)
+	b = append(b, `,"remaining":`...)
+	b = strconv.AppendInt(b, d.Remaining, 10)
+	b = append(b, `,"reset_after_ms":`...)
+	b = strconv.AppendInt(b, toMillis(d.ResetAfter), 10)
+	b = append(b, `,"retry_after_ms":`...)
+	b = strconv.AppendInt(b, toMillis(d.RetryAfter), 10)
+	b = append(b, `,"delay_ms":`...)
+	b = strconv.AppendInt(b, toMillis(d.Delay), 10)
+	if d.ShadowRefused {
+		b = append(b, `,"shadow_refused":true`...)
+	}
+	if replayed {
+		b = append(b, `,"replayed":true`...)
+	}
+	return append(b, '}')
+}
+
+// appendString appends s as a JSON string. Keys may hold any bytes: invalid
+// UTF-8 becomes U+FFFD, as encoding/json does.
+func appendString(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+			i++
+			start = i
+			continue
+		}
+		// U+2028 and U+2029 break JavaScript string literals.
+		if r == '\u2028' || r == '\u2029' {
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', hex[r&0xf])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}
+
+// limitRef is what the RateLimit headers and metrics need to know about one
+// check's limit.
+type limitRef struct {
+	name  string    // policy name, or "inline"
+	spec  algo.Spec // valid when known
+	known bool      // false when the policy is not (yet) known on this node
+}
+
+// appendPolicyItem appends one RateLimit-Policy list member,
+// `"<name>";q=<limit>;w=<window seconds>` (draft-ietf-httpapi-ratelimit-headers).
+// w is left out for calendar windows, whose length varies.
+func appendPolicyItem(b []byte, ref *limitRef, d *fsm.Decision) []byte {
+	b = appendString(b, ref.name) // names are restricted to token characters: no escapes
+	b = append(b, ";q="...)
+	if ref.known {
+		b = strconv.AppendInt(b, ref.spec.Limit, 10)
+		if ref.spec.Calendar == algo.CalendarNone && ref.spec.Window > 0 {
+			b = append(b, ";w="...)
+			b = strconv.AppendInt(b, toSeconds(ref.spec.Window), 10)
+		}
+		return b
+	}
+	return strconv.AppendInt(b, d.Limit, 10)
+}
+
+// appendRateLimitItem appends one RateLimit list member,
+// `"<name>";r=<remaining>;t=<seconds until reset, rounded up>`.
+func appendRateLimitItem(b []byte, ref *limitRef, d *fsm.Decision) []byte {
+	b = appendString(b, ref.name)
+	b = append(b, ";r="...)
+	rem := d.Remaining
+	if rem < 0 {
+		rem = 0
+	}
+	b = strconv.AppendInt(b, rem, 10)
+	b = append(b, ";t="...)
+	return strconv.AppendInt(b, toSeconds(d.ResetAfter), 10)
+}
+
+// setRateLimitHeaders sets RateLimit-Policy and RateLimit for the checks of one
+// op, and Retry-After when the op was refused: the longest wait among the
+// refusing checks, in whole seconds rounded up, left out when one of them can
+// never succeed (retry_after_ms -1), since no wait would help.
+func setRateLimitHeaders(h http.Header, refs []limitRef, ds []fsm.Decision, opAllowed bool, scratch []byte) []byte {
+	// Both values are built in one buffer and converted with one allocation.
+	b := scratch[:0]
+	for i := range ds {
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		b = appendPolicyItem(b, &refs[i], &ds[i])
+	}
+	split := len(b)
+	for i := range ds {
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		b = appendRateLimitItem(b, &refs[i], &ds[i])
+	}
+	both := string(b)
+	vals := make([]string, 2)
+	vals[0], vals[1] = both[:split], both[split:]
+	h[hdrRateLimitPolicy] = vals[0:1:1]
+	h[hdrRateLimit] = vals[1:2:2]
+	if !opAllowed {
+		var wait int64
+		for i := range ds {
+			d := &ds[i]
+			if allowed(d) {
+				continue
+			}
+			if d.RetryAfter == algo.Never {
+				wait = algo.Never
+				break
+			}
+			wait = max(wait, d.RetryAfter)
+		}
+		if wait > 0 {
+			h[hdrRetryAfter] = []string{strconv.FormatInt(toSeconds(wait), 10)}
+		}
+	}
+	return b
+}

@@ -1,0 +1,223 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"sort"
+	"strings"
+
+	"github.com/julienschmidt/httprouter"
+
+	"github.com/limitd/limitd/algo"
+	"github.com/limitd/limitd/fsm"
+)
+
+// policyJSON is a policy on the wire: the limit's fields, the name (optional
+// in a PUT body, where the path names it) and the shadow flag.
+type policyJSON struct {
+	Name string `json:"name,omitempty"`
+	algo.Config
+	Shadow bool `json:"shadow"`
+}
+
+func policyOut(p fsm.Policy) policyJSON {
+	return policyJSON{Name: p.Name, Config: p.Spec.Config(), Shadow: p.Shadow}
+}
+
+// decodePolicy decodes a policy body for name. Field errors name the JSON
+// field under prefix ("window" in a PUT, "policies.api.window" in a file).
+func decodePolicy(body []byte, name, prefix string) (fsm.Policy, *apiError) {
+	var pj policyJSON
+	if e := decodeStrict(body, &pj, prefix); e != nil {
+		// encoding/json names fields of the embedded Config as "Config.window".
+		if f, ok := strings.CutPrefix(e.field, joinField(prefix, "Config.")); ok {
+			e.field = joinField(prefix, f)
+		}
+		return fsm.Policy{}, e
+	}
+	if pj.Name != "" && pj.Name != name {
+		return fsm.Policy{}, invalid(joinField(prefix, "name"),
+			fmt.Sprintf("%q does not match the policy name %q", pj.Name, name))
+	}
+	spec, e := configSpec(pj.Config, prefix)
+	if e != nil {
+		return fsm.Policy{}, e
+	}
+	return fsm.Policy{Name: name, Spec: spec, Shadow: pj.Shadow}, nil
+}
+
+func (s *Server) handleListPolicies(w http.ResponseWriter, _ *http.Request, _ httprouter.Params) {
+	ps := s.store.Policies()
+	out := struct {
+		Policies []policyJSON `json:"policies"`
+	}{Policies: make([]policyJSON, 0, len(ps))}
+	for _, p := range ps {
+		out.Policies = append(out.Policies, policyOut(p))
+	}
+	writeValue(w, http.StatusOK, out)
+}
+
+func (s *Server) handleGetPolicy(w http.ResponseWriter, _ *http.Request, ps httprouter.Params) {
+	name := ps.ByName("name")
+	if e := validatePolicyName(name, "name"); e != nil {
+		writeError(w, e)
+		return
+	}
+	p, ok := s.store.Policy(name)
+	if !ok {
+		writeError(w, policyNotFound(name))
+		return
+	}
+	writeValue(w, http.StatusOK, policyOut(p))
+}
+
+// handlePutPolicy creates or replaces a policy. Replacing keeps the keys'
+// state; a state written for another algorithm starts fresh.
+func (s *Server) handlePutPolicy(w http.ResponseWriter, req *http.Request, ps httprouter.Params) {
+	name := ps.ByName("name")
+	if e := validatePolicyName(name, "name"); e != nil {
+		writeError(w, e)
+		return
+	}
+	body, e := s.readBody(w, req, nil)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	p, e := decodePolicy(body, name, "")
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	if e := s.applyAdmin(req, fsm.EncodePutPolicy(p)); e != nil {
+		writeError(w, e)
+		return
+	}
+	writeValue(w, http.StatusOK, policyOut(p))
+}
+
+func (s *Server) handleDeletePolicy(w http.ResponseWriter, req *http.Request, ps httprouter.Params) {
+	name := ps.ByName("name")
+	if e := validatePolicyName(name, "name"); e != nil {
+		writeError(w, e)
+		return
+	}
+	if e := s.applyAdmin(req, fsm.EncodeDeletePolicy(name)); e != nil {
+		writeError(w, e)
+		return
+	}
+	writeValue(w, http.StatusOK, struct {
+		Name    string `json:"name"`
+		Deleted bool   `json:"deleted"`
+	}{name, true})
+}
+
+func policyNotFound(name string) *apiError {
+	return &apiError{status: http.StatusNotFound, code: CodeNotFound, field: "name",
+		message: fmt.Sprintf("no policy named %q", name)}
+}
+
+// applyAdmin proposes an admin command and maps the state machine's response.
+func (s *Server) applyAdmin(req *http.Request, cmd []byte) *apiError {
+	ctx, cancel := s.context(req)
+	defer cancel()
+	resp, err := s.store.Apply(ctx, cmd)
+	if err != nil {
+		return s.storeError(err)
+	}
+	if err := responseError(resp); err != nil {
+		return s.storeError(err)
+	}
+	return nil
+}
+
+// responseError extracts the error an admin command's response carries: nil,
+// or an error such as *fsm.Error (a typed nil pointer counts as no error).
+func responseError(resp interface{}) error {
+	switch r := resp.(type) {
+	case *fsm.Error:
+		if r == nil {
+			return nil
+		}
+		return r
+	case error:
+		return r
+	}
+	return nil
+}
+
+// writeValue writes v with encoding/json: for the admin and status endpoints,
+// where clarity beats speed.
+func writeValue(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		writeError(w, internalError("encode response: %v", err))
+		return
+	}
+	writeJSON(w, status, append(b, '\n'))
+}
+
+// LoadPolicies reads a policies file:
+//
+//	{"policies": {"api": {"algorithm": "sliding_window", "limit": 100, "window": "60s"},
+//	              "login": {"algorithm": "sliding_log", "limit": 5, "window": "15m", "shadow": true}}}
+//
+// Each policy has the body of PUT /v1/policies/{name}. The result is sorted by
+// name; errors name the file, the policy and the field.
+func LoadPolicies(path string) ([]fsm.Policy, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read policies file: %w", err)
+	}
+	var file struct {
+		Policies map[string]json.RawMessage `json:"policies"`
+	}
+	if e := decodeStrict(data, &file, ""); e != nil {
+		return nil, fmt.Errorf("policies file %s: %s", path, fieldMessage(e))
+	}
+	if file.Policies == nil {
+		return nil, fmt.Errorf("policies file %s: expected {\"policies\": {\"<name>\": {...}, ...}}", path)
+	}
+	names := make([]string, 0, len(file.Policies))
+	for name := range file.Policies {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	out := make([]fsm.Policy, 0, len(names))
+	for _, name := range names {
+		if e := validatePolicyName(name, ""); e != nil {
+			return nil, fmt.Errorf("policies file %s: policy %q: name %s", path, name, e.message)
+		}
+		p, e := decodePolicy(file.Policies[name], name, "")
+		if e != nil {
+			return nil, fmt.Errorf("policies file %s: policy %q: %s", path, name, fieldMessage(e))
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+func fieldMessage(e *apiError) string {
+	if e.field == "" {
+		return e.message
+	}
+	return e.field + ": " + e.message
+}
+
+// PutPolicies replicates policies (from LoadPolicies) through the store, in
+// order, stopping at the first failure.
+func PutPolicies(ctx context.Context, store Store, policies []fsm.Policy) error {
+	for _, p := range policies {
+		resp, err := store.Apply(ctx, fsm.EncodePutPolicy(p))
+		if err == nil {
+			err = responseError(resp)
+		}
+		if err != nil {
+			return fmt.Errorf("put policy %q: %w", p.Name, err)
+		}
+	}
+	return nil
+}

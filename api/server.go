@@ -1,0 +1,277 @@
+// Package api owns limitd's HTTP API: request decoding and validation, the
+// mapping of decisions and errors to JSON and RateLimit headers, forward-auth
+// for reverse proxies, admin authentication and the Prometheus endpoint.
+//
+// It decides nothing itself: every check goes through a Store (the Raft node),
+// so any node can serve any request. docs/API.md is the reference for clients.
+package api
+
+import (
+	"context"
+	"crypto/subtle"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/julienschmidt/httprouter"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/limitd/limitd/cluster"
+	"github.com/limitd/limitd/fsm"
+)
+
+// Store is what the HTTP layer needs from the node. cluster.Node implements it.
+type Store interface {
+	// Check decides ops through the Raft leader: on the leader they join the
+	// group-commit batcher, on a follower they are forwarded to the leader in
+	// batches. Results are in order. Errors: cluster.ErrNoLeader (nothing
+	// proposed), cluster.ErrOutcomeUnknown (may or may not have been applied),
+	// context errors.
+	Check(ctx context.Context, ops []fsm.Op) ([]fsm.Result, error)
+	// Apply proposes an admin command built with the fsm.Encode* functions
+	// (forwarded to the leader when needed) and returns the state machine's
+	// response: for put/delete policy and reset key an `error` value (nil, or
+	// *fsm.Error such as Code "not_found").
+	Apply(ctx context.Context, cmd []byte) (interface{}, error)
+	Policy(name string) (fsm.Policy, bool)                         // this node's replicated copy
+	Policies() []fsm.Policy                                        // sorted by name
+	Join(ctx context.Context, id, raftAddr, httpAddr string) error // forwarded to the leader as needed
+	Remove(ctx context.Context, id string) error
+	Status(ctx context.Context) (cluster.Status, error)
+	Ready() error                       // nil when there is a leader and this node's applied index caught up
+	Internal() http.Handler             // node-to-node endpoints (forwarding); mounted under /internal/
+	Collectors() []prometheus.Collector // raft/batcher/storage metrics to register on /metrics
+}
+
+// Config tunes the API. The zero value of every field selects its default.
+type Config struct {
+	// AdminToken, when set, is required as "Authorization: Bearer <token>" on
+	// admin endpoints (policy writes, key reset, membership).
+	AdminToken string
+	// AuthKeySource is where /v1/auth/{policy} finds the key to limit:
+	// "ip" (default: first X-Forwarded-For entry, else the peer address),
+	// "header:<Name>" or "query:<name>". See ParseKeySource.
+	AuthKeySource string
+	// MaxBatch bounds the checks in one /v1/check/batch or /v1/check/all
+	// request (default 1000).
+	MaxBatch int
+	// MaxBodyBytes bounds request bodies (default 1 MiB); larger ones get 413.
+	MaxBodyBytes int64
+	// NoLeaderRetryAfter is the Retry-After sent with 503s (default 1s).
+	NoLeaderRetryAfter time.Duration
+	// RequestTimeout bounds how long a request waits for the cluster
+	// (default 5s), so that nothing hangs when there is no quorum.
+	RequestTimeout time.Duration
+	// Logger receives handler panics and misconfiguration; nil means log.Default().
+	Logger *log.Logger
+}
+
+// Defaults.
+const (
+	DefaultMaxBatch           = 1000
+	DefaultMaxBodyBytes       = 1 << 20
+	DefaultNoLeaderRetryAfter = time.Second
+	DefaultRequestTimeout     = 5 * time.Second
+	DefaultAuthKeySource      = "ip"
+)
+
+func (c Config) withDefaults() Config {
+	if c.MaxBatch <= 0 {
+		c.MaxBatch = DefaultMaxBatch
+	}
+	if c.MaxBodyBytes <= 0 {
+		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if c.NoLeaderRetryAfter <= 0 {
+		c.NoLeaderRetryAfter = DefaultNoLeaderRetryAfter
+	}
+	if c.RequestTimeout <= 0 {
+		c.RequestTimeout = DefaultRequestTimeout
+	}
+	if c.AuthKeySource == "" {
+		c.AuthKeySource = DefaultAuthKeySource
+	}
+	if c.Logger == nil {
+		c.Logger = log.Default()
+	}
+	return c
+}
+
+// Validate reports a configuration error (for flags) before New is called.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	if _, err := ParseKeySource(c.AuthKeySource); err != nil {
+		return fmt.Errorf("auth key source: %w", err)
+	}
+	return nil
+}
+
+// Server serves the HTTP API.
+type Server struct {
+	store   Store
+	cfg     Config
+	handler http.Handler
+	metrics *metrics
+	specs   specCache
+
+	keySource    KeySource
+	keySourceErr error // a bad Config.AuthKeySource fails /v1/auth, not the node
+}
+
+// New returns a server for store. Call cfg.Validate first to reject bad flags;
+// an invalid AuthKeySource makes /v1/auth answer 500 rather than panicking.
+func New(store Store, cfg Config) *Server {
+	s := &Server{store: store, cfg: cfg.withDefaults()}
+	s.keySource, s.keySourceErr = ParseKeySource(s.cfg.AuthKeySource)
+	if s.keySourceErr != nil {
+		s.cfg.Logger.Printf("api: auth key source %q: %v; /v1/auth will fail", s.cfg.AuthKeySource, s.keySourceErr)
+	}
+	s.metrics = newMetrics(store.Collectors(), s.cfg.Logger)
+	s.handler = s.routes()
+	return s
+}
+
+// Handler returns the root handler: the API, and the store's node-to-node
+// endpoints under /internal/.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+func (s *Server) routes() http.Handler {
+	r := httprouter.New()
+	r.RedirectFixedPath = false // keys are case-sensitive: never "fix" a path to another key's
+	r.HandleMethodNotAllowed = true
+	r.NotFound = http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		writeError(w, &apiError{status: http.StatusNotFound, code: CodeNotFound,
+			message: "no such endpoint: " + req.Method + " " + req.URL.Path + " (see docs/API.md)"})
+	})
+	r.MethodNotAllowed = http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		writeError(w, &apiError{status: http.StatusMethodNotAllowed, code: CodeMethodNotAllowed,
+			message: req.Method + " is not allowed on " + req.URL.Path + "; allowed: " + w.Header().Get("Allow")})
+	})
+	r.PanicHandler = s.recoverPanic
+
+	r.POST("/v1/check", s.handleCheck)
+	r.POST("/v1/check/all", s.handleCheckAll)
+	r.POST("/v1/check/batch", s.handleBatch)
+	for _, m := range authMethods {
+		r.Handle(m, "/v1/auth/:policy", s.handleAuth)
+		r.Handle(m, "/v1/auth/:policy/*path", s.handleAuth)
+	}
+
+	r.GET("/v1/policies", s.handleListPolicies)
+	r.GET("/v1/policies/:name", s.handleGetPolicy)
+	r.PUT("/v1/policies/:name", s.admin(s.handlePutPolicy))
+	r.DELETE("/v1/policies/:name", s.admin(s.handleDeletePolicy))
+
+	// A catch-all, because keys may contain '/' (percent-encoded or not).
+	r.GET("/v1/keys/*key", s.handlePeekKey)
+	r.DELETE("/v1/keys/*key", s.admin(s.handleResetKey))
+
+	r.GET("/v1/cluster", s.handleClusterStatus)
+	r.POST("/v1/cluster/join", s.admin(s.handleJoin))
+	r.DELETE("/v1/cluster/nodes/:id", s.admin(s.handleRemoveNode))
+
+	r.GET("/healthz", s.handleHealthz)
+	r.GET("/readyz", s.handleReadyz)
+	r.Handler(http.MethodGet, "/metrics", s.metrics.handler())
+
+	internal := s.store.Internal()
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if internal != nil && strings.HasPrefix(req.URL.Path, "/internal/") {
+			internal.ServeHTTP(w, req)
+			return
+		}
+		r.ServeHTTP(w, req)
+	})
+}
+
+// authMethods are the methods /v1/auth accepts: proxies such as Envoy forward
+// the original request's method.
+var authMethods = []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut,
+	http.MethodPatch, http.MethodDelete, http.MethodOptions}
+
+// recoverPanic turns a handler panic into a 500 so that one bad request cannot
+// take the node down, and logs the stack so the bug can be fixed.
+func (s *Server) recoverPanic(w http.ResponseWriter, req *http.Request, v interface{}) {
+	if v == http.ErrAbortHandler {
+		panic(v) // the handler asked net/http to abort the connection
+	}
+	s.cfg.Logger.Printf("api: panic serving %s %s: %v\n%s", req.Method, req.URL.Path, v, debug.Stack())
+	writeError(w, &apiError{status: http.StatusInternalServerError, code: CodeInternal,
+		message: fmt.Sprintf("internal error: %v", v)})
+}
+
+// admin wraps an admin handler with the bearer-token check.
+func (s *Server) admin(h httprouter.Handle) httprouter.Handle {
+	if s.cfg.AdminToken == "" {
+		return h
+	}
+	want := []byte("Bearer " + s.cfg.AdminToken)
+	return func(w http.ResponseWriter, req *http.Request, ps httprouter.Params) {
+		got := req.Header.Get("Authorization")
+		if subtle.ConstantTimeCompare([]byte(got), want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="limitd"`)
+			msg := "this endpoint requires Authorization: Bearer <admin token>"
+			if got != "" {
+				msg = "the admin token is wrong"
+			}
+			writeError(w, &apiError{status: http.StatusUnauthorized, code: CodeUnauthenticated, message: msg})
+			return
+		}
+		h(w, req, ps)
+	}
+}
+
+// readBody reads the whole request body into buf, enforcing MaxBodyBytes.
+func (s *Server) readBody(w http.ResponseWriter, req *http.Request, buf []byte) ([]byte, *apiError) {
+	if req.ContentLength > s.cfg.MaxBodyBytes {
+		return buf, s.tooLarge()
+	}
+	body := http.MaxBytesReader(w, req.Body, s.cfg.MaxBodyBytes)
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := body.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			if _, ok := err.(*http.MaxBytesError); ok {
+				return buf, s.tooLarge()
+			}
+			return buf, invalid("", "reading the request body: "+err.Error())
+		}
+	}
+}
+
+func (s *Server) tooLarge() *apiError {
+	return &apiError{status: http.StatusRequestEntityTooLarge, code: CodePayloadTooLarge,
+		message: fmt.Sprintf("the request body is larger than %d bytes", s.cfg.MaxBodyBytes)}
+}
+
+// context bounds a request's wait for the cluster.
+func (s *Server) context(req *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(req.Context(), s.cfg.RequestTimeout)
+}
+
+func (s *Server) handleHealthz(w http.ResponseWriter, _ *http.Request, _ httprouter.Params) {
+	writeJSON(w, http.StatusOK, []byte(`{"status":"ok"}`+"\n"))
+}
+
+func (s *Server) handleReadyz(w http.ResponseWriter, _ *http.Request, _ httprouter.Params) {
+	if err := s.store.Ready(); err != nil {
+		// The error object, as everywhere, plus "ready" for probes that read bodies.
+		b := append([]byte(`{"ready":false,"error":`), nil...)
+		b = appendError(b, CodeUnavailable, "", "not ready: "+err.Error())
+		w.Header().Set(hdrRetryAfter, strconv.FormatInt(toSeconds(int64(s.cfg.NoLeaderRetryAfter)), 10))
+		writeJSON(w, http.StatusServiceUnavailable, append(b, '}', '\n'))
+		return
+	}
+	writeJSON(w, http.StatusOK, []byte(`{"ready":true}`+"\n"))
+}

@@ -1,0 +1,59 @@
+package bench
+
+import (
+	"fmt"
+	"math/rand/v2"
+)
+
+// Key distributions accepted by NewKeyGen.
+const (
+	DistUniform = "uniform"
+	DistZipf    = "zipf"
+)
+
+// DefaultZipfS is the Zipf exponent used unless told otherwise: a web-like
+// skew where the hottest key gets a few percent of the traffic.
+const DefaultZipfS = 1.1
+
+// KeyGen yields key indexes in [0, keys). It is not safe for concurrent use:
+// every worker owns one, seeded from the run seed and the worker's number, so a
+// run's key sequence is reproducible whatever the target.
+type KeyGen interface {
+	Next() int
+}
+
+// NewKeyGen returns a generator for dist over keys keys. s is the Zipf
+// exponent (must be > 1; ignored for uniform). Generators with the same
+// (seed, stream) produce the same sequence.
+func NewKeyGen(dist string, keys int, s float64, seed, stream uint64) (KeyGen, error) {
+	if keys < 1 {
+		return nil, fmt.Errorf("keys must be at least 1, got %d", keys)
+	}
+	r := rand.New(rand.NewPCG(seed, stream))
+	switch dist {
+	case DistUniform:
+		return &uniformGen{r: r, n: keys}, nil
+	case DistZipf:
+		if !(s > 1) {
+			return nil, fmt.Errorf("zipf exponent must be > 1, got %g", s)
+		}
+		if keys == 1 {
+			return &uniformGen{r: r, n: 1}, nil
+		}
+		// rand.Zipf draws k in [0, imax] with P(k) ∝ (v + k)^-s: key 0 is the
+		// hottest, key 1 the next and so on.
+		return &zipfGen{z: rand.NewZipf(r, s, 1, uint64(keys-1))}, nil
+	}
+	return nil, fmt.Errorf("unknown key distribution %q (want %s or %s)", dist, DistUniform, DistZipf)
+}
+
+type uniformGen struct {
+	r *rand.Rand
+	n int
+}
+
+func (g *uniformGen) Next() int { return g.r.IntN(g.n) }
+
+type zipfGen struct{ z *rand.Zipf }
+
+func (g *zipfGen) Next() int { return int(g.z.Uint64()) }

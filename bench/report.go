@@ -1,0 +1,365 @@
+package bench
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Result is one run's report. Run fills the workload and measured fields; the
+// driver fills what it knows about the system and the limit.
+type Result struct {
+	// Set by the driver.
+	System    string // "limitd", "redis"
+	Label     string // free text naming the run in a comparison table
+	Target    string // addresses
+	Nodes     int    // cluster size, when known
+	Algorithm string // or the policy, as "policy:NAME"
+	Limit     int64
+	Window    string
+	Cost      int64
+
+	// Set by Run.
+	Concurrency int
+	Keys        int
+	Dist        string
+	Batch       int
+
+	Elapsed       time.Duration    // measured interval
+	Requests      int64            // requests counted (a batch is one request)
+	Checks        int64            // Allowed + Refused + Errors
+	Allowed       int64            //
+	Refused       int64            //
+	Errors        int64            // checks that got no decision
+	ErrorsByClass map[string]int64 // by ErrorClass name
+	LastError     string           // one example, to tell what went wrong
+	P50, P90, P99 time.Duration    // per request, answered requests only
+	Max           time.Duration    //
+	Interrupted   bool             // stopped early (Ctrl-C)
+
+	// Set by drivers that started the servers themselves: the largest
+	// node's data directory and resident memory at the end of the run.
+	DiskBytes, RSSBytes int64
+}
+
+func (r *Result) setLatencies(h *Histogram) {
+	r.P50 = h.Quantile(0.50)
+	r.P90 = h.Quantile(0.90)
+	r.P99 = h.Quantile(0.99)
+	r.Max = h.Max()
+}
+
+// ChecksPerSec is decided checks (allowed + refused) per second of the
+// measured interval; errors do not count as throughput.
+func (r Result) ChecksPerSec() float64 {
+	return perSec(r.Allowed+r.Refused, r.Elapsed)
+}
+
+// RequestsPerSec counts HTTP requests (or Redis calls), answered or not.
+func (r Result) RequestsPerSec() float64 { return perSec(r.Requests, r.Elapsed) }
+
+func perSec(n int64, d time.Duration) float64 {
+	if d <= 0 {
+		return 0
+	}
+	return float64(n) / d.Seconds()
+}
+
+// resultJSON is the one-line machine-readable form: flat, rates and latencies
+// as numbers (latencies in milliseconds) so jq and spreadsheets need no parsing.
+type resultJSON struct {
+	System         string           `json:"system"`
+	Label          string           `json:"label,omitempty"`
+	Target         string           `json:"target"`
+	Nodes          int              `json:"nodes,omitempty"`
+	Algorithm      string           `json:"algorithm"`
+	Limit          int64            `json:"limit"`
+	Window         string           `json:"window"`
+	Cost           int64            `json:"cost"`
+	Concurrency    int              `json:"concurrency"`
+	Keys           int              `json:"keys"`
+	Dist           string           `json:"dist"`
+	Batch          int              `json:"batch"`
+	DurationSec    float64          `json:"duration_s"`
+	ChecksPerSec   float64          `json:"checks_per_sec"`
+	RequestsPerSec float64          `json:"requests_per_sec"`
+	Requests       int64            `json:"requests"`
+	Checks         int64            `json:"checks"`
+	Allowed        int64            `json:"allowed"`
+	Refused        int64            `json:"refused"`
+	Errors         int64            `json:"errors"`
+	ErrorsByClass  map[string]int64 `json:"errors_by_class,omitempty"`
+	LastError      string           `json:"last_error,omitempty"`
+	P50ms          float64          `json:"p50_ms"`
+	P90ms          float64          `json:"p90_ms"`
+	P99ms          float64          `json:"p99_ms"`
+	MaxMs          float64          `json:"max_ms"`
+	Interrupted    bool             `json:"interrupted,omitempty"`
+	DiskBytes      int64            `json:"disk_bytes,omitempty"`
+	RSSBytes       int64            `json:"rss_bytes,omitempty"`
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func fromMs(v float64) time.Duration { return time.Duration(math.Round(v * float64(time.Millisecond))) }
+
+// MarshalJSON writes the flat form described by resultJSON.
+func (r Result) MarshalJSON() ([]byte, error) {
+	errs := r.ErrorsByClass
+	if len(errs) == 0 {
+		errs = nil
+	}
+	return json.Marshal(resultJSON{
+		System: r.System, Label: r.Label, Target: r.Target, Nodes: r.Nodes,
+		Algorithm: r.Algorithm, Limit: r.Limit, Window: r.Window, Cost: r.Cost,
+		Concurrency: r.Concurrency, Keys: r.Keys, Dist: r.Dist, Batch: r.Batch,
+		DurationSec:    r.Elapsed.Seconds(),
+		ChecksPerSec:   math.Round(r.ChecksPerSec()*10) / 10,
+		RequestsPerSec: math.Round(r.RequestsPerSec()*10) / 10,
+		Requests:       r.Requests, Checks: r.Checks, Allowed: r.Allowed, Refused: r.Refused,
+		Errors: r.Errors, ErrorsByClass: errs, LastError: r.LastError,
+		P50ms: ms(r.P50), P90ms: ms(r.P90), P99ms: ms(r.P99), MaxMs: ms(r.Max),
+		Interrupted: r.Interrupted, DiskBytes: r.DiskBytes, RSSBytes: r.RSSBytes,
+	})
+}
+
+// UnmarshalJSON reads what MarshalJSON wrote (rates are recomputed).
+func (r *Result) UnmarshalJSON(b []byte) error {
+	var j resultJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	*r = Result{
+		System: j.System, Label: j.Label, Target: j.Target, Nodes: j.Nodes,
+		Algorithm: j.Algorithm, Limit: j.Limit, Window: j.Window, Cost: j.Cost,
+		Concurrency: j.Concurrency, Keys: j.Keys, Dist: j.Dist, Batch: j.Batch,
+		Elapsed:  time.Duration(math.Round(j.DurationSec * float64(time.Second))),
+		Requests: j.Requests, Checks: j.Checks, Allowed: j.Allowed, Refused: j.Refused,
+		Errors: j.Errors, ErrorsByClass: j.ErrorsByClass, LastError: j.LastError,
+		P50: fromMs(j.P50ms), P90: fromMs(j.P90ms), P99: fromMs(j.P99ms), Max: fromMs(j.MaxMs),
+		Interrupted: j.Interrupted, DiskBytes: j.DiskBytes, RSSBytes: j.RSSBytes,
+	}
+	return nil
+}
+
+// WriteJSONLine writes r as one line of JSON.
+func WriteJSONLine(w io.Writer, r Result) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(b, '\n'))
+	return err
+}
+
+// ReadJSONLines reads results written by WriteJSONLine, skipping blank lines.
+func ReadJSONLines(rd io.Reader) ([]Result, error) {
+	var out []Result
+	sc := bufio.NewScanner(rd)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for line := 1; sc.Scan(); line++ {
+		b := strings.TrimSpace(sc.Text())
+		if b == "" {
+			continue
+		}
+		var r Result
+		if err := json.Unmarshal([]byte(b), &r); err != nil {
+			return nil, fmt.Errorf("line %d: %w", line, err)
+		}
+		out = append(out, r)
+	}
+	return out, sc.Err()
+}
+
+// WriteTable prints one run as a two-column table.
+func WriteTable(w io.Writer, r Result) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
+	target := r.System
+	if r.Nodes > 0 {
+		target += fmt.Sprintf(" (%d node%s)", r.Nodes, plural(r.Nodes))
+	}
+	if r.Target != "" {
+		target += " " + r.Target
+	}
+	row("target", target)
+	row("workload", workloadString(r))
+	dur := fmtDuration(r.Elapsed)
+	if r.Interrupted {
+		dur += " (interrupted)"
+	}
+	row("duration", dur)
+	row("checks/s", formatInt(int64(math.Round(r.ChecksPerSec()))))
+	if r.Batch > 1 {
+		row("requests/s", formatInt(int64(math.Round(r.RequestsPerSec()))))
+	}
+	row("checks", formatInt(r.Checks))
+	row("allowed", formatInt(r.Allowed)+percent(r.Allowed, r.Checks))
+	row("refused", formatInt(r.Refused)+percent(r.Refused, r.Checks))
+	row("errors", formatInt(r.Errors)+percent(r.Errors, r.Checks)+errorClasses(r.ErrorsByClass))
+	if r.LastError != "" {
+		row("last error", r.LastError)
+	}
+	per := "latency"
+	if r.Batch > 1 {
+		per = "latency/request"
+	}
+	row(per, fmt.Sprintf("p50 %s  p90 %s  p99 %s  max %s",
+		fmtDuration(r.P50), fmtDuration(r.P90), fmtDuration(r.P99), fmtDuration(r.Max)))
+	if r.DiskBytes > 0 || r.RSSBytes > 0 {
+		row("largest node", fmt.Sprintf("%s on disk (%s bytes per key of --keys), RSS %s",
+			fmtBytes(r.DiskBytes), formatInt(r.DiskBytes/int64(max(r.Keys, 1))), fmtBytes(r.RSSBytes)))
+	}
+	return tw.Flush()
+}
+
+// WriteComparison prints several runs as one table. Every run of another
+// system gets the ratio of its checks/s to the baseline system's single-check
+// run with the same key distribution (the issue's targets are stated that way).
+func WriteComparison(w io.Writer, results []Result, baseline string) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "system\trun\tnodes\tdist\tbatch\tchecks/s\tp50\tp90\tp99\tmax\tallowed\trefused\terrors\tvs %s\t\n", baseline)
+	for _, r := range results {
+		ratio := "-"
+		if r.System != baseline {
+			if b, ok := findBaseline(results, baseline, r.Dist); ok && b.ChecksPerSec() > 0 {
+				ratio = fmt.Sprintf("%.2fx", r.ChecksPerSec()/b.ChecksPerSec())
+			}
+		}
+		nodes := "-"
+		if r.Nodes > 0 {
+			nodes = strconv.Itoa(r.Nodes)
+		}
+		label := r.Label
+		if label == "" {
+			label = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
+			r.System, label, nodes, r.Dist, r.Batch,
+			formatInt(int64(math.Round(r.ChecksPerSec()))),
+			fmtDuration(r.P50), fmtDuration(r.P90), fmtDuration(r.P99), fmtDuration(r.Max),
+			formatInt(r.Allowed), formatInt(r.Refused), formatInt(r.Errors), ratio)
+	}
+	return tw.Flush()
+}
+
+func findBaseline(results []Result, system, dist string) (Result, bool) {
+	for _, r := range results {
+		if r.System == system && r.Dist == dist && r.Batch <= 1 {
+			return r, true
+		}
+	}
+	return Result{}, false
+}
+
+func workloadString(r Result) string {
+	s := fmt.Sprintf("concurrency %d, %s keys %s", r.Concurrency, formatInt(int64(r.Keys)), r.Dist)
+	if r.Batch > 1 {
+		s += fmt.Sprintf(", batches of %d", r.Batch)
+	}
+	if r.Algorithm != "" {
+		s += ", " + r.Algorithm
+		if r.Limit > 0 {
+			s += fmt.Sprintf(" %d per %s", r.Limit, r.Window)
+		}
+	}
+	if r.Cost != 1 {
+		s += fmt.Sprintf(", cost %d", r.Cost)
+	}
+	return s
+}
+
+func errorClasses(m map[string]int64) string {
+	if len(m) == 0 {
+		return ""
+	}
+	names := make([]string, 0, len(m))
+	for k := range m {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	parts := make([]string, len(names))
+	for i, k := range names {
+		parts[i] = k + " " + formatInt(m[k])
+	}
+	return " (" + strings.Join(parts, ", ") + ")"
+}
+
+func percent(n, of int64) string {
+	if of == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (%.1f%%)", 100*float64(n)/float64(of))
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
+}
+
+// formatInt groups thousands: 1234567 → "1,234,567".
+func formatInt(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	neg := strings.HasPrefix(s, "-")
+	if neg {
+		s = s[1:]
+	}
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	if neg {
+		return "-" + b.String()
+	}
+	return b.String()
+}
+
+// fmtBytes prints a size in binary units.
+func fmtBytes(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return sig3(float64(n)/(1<<30)) + " GiB"
+	case n >= 1<<20:
+		return sig3(float64(n)/(1<<20)) + " MiB"
+	case n >= 1<<10:
+		return sig3(float64(n)/(1<<10)) + " KiB"
+	}
+	return strconv.FormatInt(n, 10) + " B"
+}
+
+// fmtDuration prints three significant figures in a unit that suits the value.
+func fmtDuration(d time.Duration) string {
+	switch {
+	case d <= 0:
+		return "0"
+	case d < time.Microsecond:
+		return strconv.FormatInt(int64(d), 10) + "ns"
+	case d < time.Millisecond:
+		return sig3(float64(d)/1e3) + "µs"
+	case d < time.Second:
+		return sig3(float64(d)/1e6) + "ms"
+	}
+	return sig3(d.Seconds()) + "s"
+}
+
+func sig3(v float64) string {
+	switch {
+	case v >= 100:
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	case v >= 10:
+		return strconv.FormatFloat(v, 'f', 1, 64)
+	}
+	return strconv.FormatFloat(v, 'f', 2, 64)
+}

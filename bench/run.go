@@ -1,0 +1,290 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Workload is what the workers do, independent of the system under test.
+type Workload struct {
+	Concurrency int           // closed-loop workers, each with one request in flight
+	Keys        int           // distinct keys
+	Dist        string        // DistUniform or DistZipf
+	ZipfS       float64       // Zipf exponent, > 1
+	Batch       int           // checks per request; > 1 needs a BatchTarget
+	Duration    time.Duration // measured time
+	Warmup      time.Duration // unmeasured time before it
+	Seed        uint64        // key sequence seed
+}
+
+// DefaultWorkload is the reference run: 64 workers, 100,000 uniform
+// keys, single checks, 15 s after a 2 s warm-up.
+func DefaultWorkload() Workload {
+	return Workload{
+		Concurrency: 64,
+		Keys:        100_000,
+		Dist:        DistUniform,
+		ZipfS:       DefaultZipfS,
+		Batch:       1,
+		Duration:    15 * time.Second,
+		Warmup:      2 * time.Second,
+		Seed:        1,
+	}
+}
+
+// AddFlags registers the workload flags on fs with w's values as defaults, so
+// every driver spells them the same way.
+func (w *Workload) AddFlags(fs *flag.FlagSet) {
+	fs.IntVar(&w.Concurrency, "concurrency", w.Concurrency, "closed-loop workers; each sends its next request when the previous one is answered")
+	fs.IntVar(&w.Keys, "keys", w.Keys, "number of distinct keys")
+	fs.StringVar(&w.Dist, "dist", w.Dist, "key distribution: uniform or zipf")
+	fs.Float64Var(&w.ZipfS, "zipf-s", w.ZipfS, "Zipf exponent for --dist zipf (> 1; larger is more skewed)")
+	fs.IntVar(&w.Batch, "batch", w.Batch, "checks per request (> 1 sends batches)")
+	fs.DurationVar(&w.Duration, "duration", w.Duration, "measured duration")
+	fs.DurationVar(&w.Warmup, "warmup", w.Warmup, "unmeasured warm-up before the measured duration")
+	fs.Uint64Var(&w.Seed, "seed", w.Seed, "seed of the key sequence (same seed, same keys)")
+}
+
+// Validate reports the first unusable setting.
+func (w Workload) Validate() error {
+	switch {
+	case w.Concurrency < 1:
+		return fmt.Errorf("concurrency must be at least 1, got %d", w.Concurrency)
+	case w.Batch < 1:
+		return fmt.Errorf("batch must be at least 1, got %d", w.Batch)
+	case w.Duration <= 0:
+		return fmt.Errorf("duration must be positive, got %s", w.Duration)
+	case w.Warmup < 0:
+		return fmt.Errorf("warmup must not be negative, got %s", w.Warmup)
+	}
+	_, err := NewKeyGen(w.Dist, w.Keys, w.ZipfS, w.Seed, 0)
+	return err
+}
+
+// Progress is a live view of a run, delivered a few times a second.
+type Progress struct {
+	Elapsed      time.Duration // since the run started, warm-up included
+	Total        time.Duration // warm-up + duration
+	Warmup       bool          // still warming up: the figures below are zero
+	Checks       int64         // decided (allowed + refused) since measuring started
+	Errors       int64
+	ChecksPerSec float64
+	P99          time.Duration
+}
+
+// ProgressInterval is how often Run reports Progress.
+const ProgressInterval = 250 * time.Millisecond
+
+// workerStats is written by one worker and read by the progress reporter.
+type workerStats struct {
+	requests atomic.Int64
+	allowed  atomic.Int64
+	refused  atomic.Int64
+	errs     [numErrorClasses]atomic.Int64
+	hist     Histogram
+	lastErr  atomic.Pointer[error]
+}
+
+// Run drives t with w until w.Warmup+w.Duration have passed or ctx is done,
+// and returns what was measured. Requests that started during the warm-up are
+// not counted; requests in flight when the time is up are awaited and counted,
+// so every counted request started and finished inside the measured interval
+// and the throughput is exact. If ctx ends early the result covers what was
+// measured so far and has Interrupted set; requests cut off by ctx are not
+// counted as errors. onProgress, if not nil, is called from one goroutine
+// every ProgressInterval.
+func Run(ctx context.Context, w Workload, t Target, onProgress func(Progress)) (Result, error) {
+	if err := w.Validate(); err != nil {
+		return Result{}, err
+	}
+	var bt BatchTarget
+	if w.Batch > 1 {
+		var ok bool
+		if bt, ok = t.(BatchTarget); !ok {
+			return Result{}, errors.New("batch > 1 but the target cannot send batches")
+		}
+	}
+	gens := make([]KeyGen, w.Concurrency)
+	for i := range gens {
+		g, err := NewKeyGen(w.Dist, w.Keys, w.ZipfS, w.Seed, uint64(i))
+		if err != nil {
+			return Result{}, err
+		}
+		gens[i] = g
+	}
+
+	stats := make([]*workerStats, w.Concurrency)
+	for i := range stats {
+		stats[i] = new(workerStats)
+	}
+	start := time.Now()
+	measureFrom := start.Add(w.Warmup)
+	var stop atomic.Bool
+	timer := time.AfterFunc(w.Warmup+w.Duration, func() { stop.Store(true) })
+	defer timer.Stop()
+	// Ctrl-C stops new requests at once; in-flight ones end with ctx.
+	unwatch := context.AfterFunc(ctx, func() { stop.Store(true) })
+	defer unwatch()
+
+	var wg sync.WaitGroup
+	for i := range w.Concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if bt != nil {
+				batchWorker(ctx, bt, gens[i], w.Batch, stats[i], measureFrom, &stop)
+			} else {
+				singleWorker(ctx, t, gens[i], stats[i], measureFrom, &stop)
+			}
+		}()
+	}
+
+	done := make(chan struct{})
+	var progressDone sync.WaitGroup
+	if onProgress != nil {
+		progressDone.Add(1)
+		go func() {
+			defer progressDone.Done()
+			tick := time.NewTicker(ProgressInterval)
+			defer tick.Stop()
+			for {
+				select {
+				case <-done:
+					return
+				case now := <-tick.C:
+					onProgress(snapshot(stats, start, measureFrom, now, w.Warmup+w.Duration))
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	end := time.Now()
+	close(done)
+	progressDone.Wait()
+
+	r := Result{
+		Concurrency: w.Concurrency,
+		Keys:        w.Keys,
+		Dist:        w.Dist,
+		Batch:       w.Batch,
+		Interrupted: ctx.Err() != nil,
+	}
+	if end.After(measureFrom) {
+		r.Elapsed = end.Sub(measureFrom)
+	}
+	var h Histogram
+	r.ErrorsByClass = map[string]int64{}
+	for _, s := range stats {
+		r.Requests += s.requests.Load()
+		r.Allowed += s.allowed.Load()
+		r.Refused += s.refused.Load()
+		for c := range s.errs {
+			if n := s.errs[c].Load(); n != 0 {
+				r.Errors += n
+				r.ErrorsByClass[ErrorClass(c).String()] += n
+			}
+		}
+		if e := s.lastErr.Load(); e != nil {
+			r.LastError = (*e).Error()
+		}
+		h.Merge(&s.hist)
+	}
+	r.Checks = r.Allowed + r.Refused + r.Errors
+	r.setLatencies(&h)
+	return r, nil
+}
+
+func singleWorker(ctx context.Context, t Target, keys KeyGen, st *workerStats, measureFrom time.Time, stop *atomic.Bool) {
+	for !stop.Load() {
+		begin := time.Now()
+		allowed, err := t.Do(ctx, keys.Next())
+		if begin.Before(measureFrom) {
+			continue
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return // cut off by the caller, not a failure of the target
+			}
+			st.requests.Add(1)
+			st.countError(err, 1)
+			continue
+		}
+		st.hist.Record(time.Since(begin))
+		st.requests.Add(1)
+		if allowed {
+			st.allowed.Add(1)
+		} else {
+			st.refused.Add(1)
+		}
+	}
+}
+
+func batchWorker(ctx context.Context, t BatchTarget, keys KeyGen, size int, st *workerStats, measureFrom time.Time, stop *atomic.Bool) {
+	batch := make([]int, size)
+	out := make([]Outcome, size)
+	for !stop.Load() {
+		for i := range batch {
+			batch[i] = keys.Next()
+		}
+		clear(out)
+		begin := time.Now()
+		err := t.DoBatch(ctx, batch, out)
+		if begin.Before(measureFrom) {
+			continue
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			st.requests.Add(1)
+			st.countError(err, int64(size))
+			continue
+		}
+		st.hist.Record(time.Since(begin))
+		st.requests.Add(1)
+		var allowed, refused int64
+		for _, o := range out {
+			switch {
+			case o.Err != nil:
+				st.countError(o.Err, 1)
+			case o.Allowed:
+				allowed++
+			default:
+				refused++
+			}
+		}
+		st.allowed.Add(allowed)
+		st.refused.Add(refused)
+	}
+}
+
+func (st *workerStats) countError(err error, n int64) {
+	st.errs[Classify(err)].Add(n)
+	st.lastErr.Store(&err)
+}
+
+func snapshot(stats []*workerStats, start, measureFrom, now time.Time, total time.Duration) Progress {
+	p := Progress{Elapsed: now.Sub(start), Total: total}
+	if now.Before(measureFrom) {
+		p.Warmup = true
+		return p
+	}
+	var h Histogram
+	for _, s := range stats {
+		p.Checks += s.allowed.Load() + s.refused.Load()
+		for c := range s.errs {
+			p.Errors += s.errs[c].Load()
+		}
+		h.Merge(&s.hist)
+	}
+	if secs := now.Sub(measureFrom).Seconds(); secs > 0 {
+		p.ChecksPerSec = float64(p.Checks) / secs
+	}
+	p.P99 = h.Quantile(0.99)
+	return p
+}

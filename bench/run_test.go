@@ -1,0 +1,247 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// fakeTarget decides by key: k%3 == 0 fails with a 503, 1 is allowed, 2 is
+// refused; it counts what it answered so the report can be checked exactly.
+type fakeTarget struct {
+	delay                    time.Duration
+	keys                     int
+	calls, allowed, refused  atomic.Int64
+	failed, slotErrs, checks atomic.Int64
+	outOfRange               atomic.Int64
+	mu                       sync.Mutex
+	seen                     map[int]bool
+}
+
+func (f *fakeTarget) wait(ctx context.Context) error {
+	if f.delay == 0 {
+		return nil
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(f.delay):
+		return nil
+	}
+}
+
+func (f *fakeTarget) note(k int) {
+	if k < 0 || k >= f.keys {
+		f.outOfRange.Add(1)
+	}
+	f.mu.Lock()
+	if f.seen == nil {
+		f.seen = map[int]bool{}
+	}
+	f.seen[k] = true
+	f.mu.Unlock()
+}
+
+func (f *fakeTarget) Do(ctx context.Context, k int) (bool, error) {
+	if err := f.wait(ctx); err != nil {
+		return false, err
+	}
+	f.note(k)
+	f.calls.Add(1)
+	switch k % 3 {
+	case 0:
+		f.failed.Add(1)
+		return false, &StatusError{Status: 503, Code: "unavailable"}
+	case 1:
+		f.allowed.Add(1)
+		return true, nil
+	}
+	f.refused.Add(1)
+	return false, nil
+}
+
+// DoBatch: every 5th request fails whole with a 503; otherwise k%3 == 0 is
+// a 4xx slot error, 1 allowed, 2 refused.
+func (f *fakeTarget) DoBatch(ctx context.Context, keys []int, out []Outcome) error {
+	if err := f.wait(ctx); err != nil {
+		return err
+	}
+	if f.calls.Add(1)%5 == 0 {
+		f.failed.Add(int64(len(keys)))
+		return &StatusError{Status: 503}
+	}
+	for i, k := range keys {
+		f.note(k)
+		f.checks.Add(1)
+		switch k % 3 {
+		case 0:
+			f.slotErrs.Add(1)
+			out[i] = Outcome{Err: &StatusError{Code: "invalid_argument"}}
+		case 1:
+			f.allowed.Add(1)
+			out[i] = Outcome{Allowed: true}
+		default:
+			f.refused.Add(1)
+			out[i] = Outcome{}
+		}
+	}
+	return nil
+}
+
+func testWorkload() Workload {
+	w := DefaultWorkload()
+	w.Concurrency = 8
+	w.Keys = 50
+	w.Duration = 150 * time.Millisecond
+	w.Warmup = 0
+	return w
+}
+
+func TestRunCountsAddUp(t *testing.T) {
+	f := &fakeTarget{keys: 50, delay: 100 * time.Microsecond}
+	r, err := Run(context.Background(), testWorkload(), f, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Requests == 0 {
+		t.Fatal("no requests")
+	}
+	// With no warm-up every answered request is counted, and in-flight ones
+	// are awaited: the report equals what the target answered.
+	if r.Requests != f.calls.Load() || r.Allowed != f.allowed.Load() || r.Refused != f.refused.Load() || r.Errors != f.failed.Load() {
+		t.Errorf("report %d req / %d allowed / %d refused / %d errors, target answered %d / %d / %d / %d",
+			r.Requests, r.Allowed, r.Refused, r.Errors, f.calls.Load(), f.allowed.Load(), f.refused.Load(), f.failed.Load())
+	}
+	if r.Checks != r.Allowed+r.Refused+r.Errors || r.Checks != r.Requests {
+		t.Errorf("checks %d != allowed+refused+errors %d or requests %d", r.Checks, r.Allowed+r.Refused+r.Errors, r.Requests)
+	}
+	if r.ErrorsByClass["5xx"] != r.Errors || len(r.ErrorsByClass) != 1 {
+		t.Errorf("errors by class %v, want all %d as 5xx", r.ErrorsByClass, r.Errors)
+	}
+	if r.LastError == "" {
+		t.Error("no example error")
+	}
+	if r.Elapsed < 150*time.Millisecond || r.Elapsed > time.Second {
+		t.Errorf("elapsed %v, want about 150ms", r.Elapsed)
+	}
+	// Latency of answered requests: at least the target's delay.
+	if r.P50 < 100*time.Microsecond || r.P99 < r.P50 || r.Max < r.P99 {
+		t.Errorf("latencies p50 %v p99 %v max %v", r.P50, r.P99, r.Max)
+	}
+	if f.outOfRange.Load() != 0 {
+		t.Errorf("%d keys outside [0, 50)", f.outOfRange.Load())
+	}
+	if r.Concurrency != 8 || r.Keys != 50 || r.Dist != DistUniform || r.Batch != 1 || r.Interrupted {
+		t.Errorf("workload not reported: %+v", r)
+	}
+}
+
+func TestRunBatchCountsEveryCheck(t *testing.T) {
+	f := &fakeTarget{keys: 50, delay: 100 * time.Microsecond}
+	w := testWorkload()
+	w.Batch = 10
+	w.Dist = DistZipf
+	r, err := Run(context.Background(), w, f, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	failedRequests := f.calls.Load() / 5
+	if r.Requests != f.calls.Load() || r.Checks != r.Requests*10 {
+		t.Errorf("requests %d (target %d), checks %d, want 10 per request", r.Requests, f.calls.Load(), r.Checks)
+	}
+	if r.Allowed != f.allowed.Load() || r.Refused != f.refused.Load() {
+		t.Errorf("allowed/refused %d/%d, target %d/%d", r.Allowed, r.Refused, f.allowed.Load(), f.refused.Load())
+	}
+	if r.ErrorsByClass["4xx"] != f.slotErrs.Load() || r.ErrorsByClass["5xx"] != failedRequests*10 {
+		t.Errorf("errors by class %v, want 4xx %d (slots) and 5xx %d (whole requests)", r.ErrorsByClass, f.slotErrs.Load(), failedRequests*10)
+	}
+	if r.Checks != r.Allowed+r.Refused+r.Errors {
+		t.Errorf("checks %d != %d + %d + %d", r.Checks, r.Allowed, r.Refused, r.Errors)
+	}
+	if f.seen[0] != true {
+		t.Error("zipf never drew the hottest key")
+	}
+}
+
+func TestRunWarmupNotCounted(t *testing.T) {
+	f := &fakeTarget{keys: 50, delay: time.Millisecond}
+	w := testWorkload()
+	w.Warmup = 300 * time.Millisecond // longer than ProgressInterval: the first tick is in it
+	w.Duration = 300 * time.Millisecond
+	var ticks []Progress
+	var mu sync.Mutex
+	r, err := Run(context.Background(), w, f, func(p Progress) {
+		mu.Lock()
+		ticks = append(ticks, p)
+		mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// About half the calls happened in the warm-up.
+	if r.Requests >= f.calls.Load() || r.Requests < f.calls.Load()/4 {
+		t.Errorf("counted %d of %d requests with a warm-up as long as the run", r.Requests, f.calls.Load())
+	}
+	if r.Elapsed < w.Duration || r.Elapsed > w.Duration+500*time.Millisecond {
+		t.Errorf("elapsed %v, want the measured %v only", r.Elapsed, w.Duration)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(ticks) == 0 || !ticks[0].Warmup || ticks[0].Checks != 0 {
+		t.Fatalf("progress ticks %+v: want a first tick in the warm-up", ticks)
+	}
+	last := ticks[len(ticks)-1]
+	if last.Warmup || last.Checks == 0 || last.ChecksPerSec <= 0 || last.P99 <= 0 || last.Total != 600*time.Millisecond {
+		t.Errorf("last progress tick %+v: want live figures", last)
+	}
+}
+
+func TestRunInterrupted(t *testing.T) {
+	f := &fakeTarget{keys: 50, delay: 20 * time.Millisecond}
+	w := testWorkload()
+	w.Duration = time.Minute
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	begin := time.Now()
+	r, err := Run(ctx, w, f, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if time.Since(begin) > 2*time.Second {
+		t.Errorf("Run took %v after the context ended", time.Since(begin))
+	}
+	if !r.Interrupted || r.Requests == 0 {
+		t.Errorf("interrupted %v requests %d: want a partial report", r.Interrupted, r.Requests)
+	}
+	// Requests cut off by the context are not the target's errors; the
+	// fake's own 503s are.
+	if r.Errors != f.failed.Load() {
+		t.Errorf("errors %d, target failed %d: cancelled requests were counted", r.Errors, f.failed.Load())
+	}
+}
+
+func TestRunRejectsBadWorkloads(t *testing.T) {
+	single := struct{ Target }{&fakeTarget{keys: 50}} // hides DoBatch
+	bad := []func(*Workload){
+		func(w *Workload) { w.Concurrency = 0 },
+		func(w *Workload) { w.Batch = 0 },
+		func(w *Workload) { w.Duration = 0 },
+		func(w *Workload) { w.Warmup = -1 },
+		func(w *Workload) { w.Dist = "pareto" },
+		func(w *Workload) { w.Keys = 0 },
+		func(w *Workload) { w.Batch = 2 }, // single-check target
+	}
+	for i, mutate := range bad {
+		w := testWorkload()
+		mutate(&w)
+		if _, err := Run(context.Background(), w, single, nil); err == nil {
+			t.Errorf("case %d: no error for %+v", i, w)
+		}
+	}
+	if err := (Workload{}).Validate(); err == nil || errors.Is(err, context.Canceled) {
+		t.Errorf("zero workload validated: %v", err)
+	}
+}

@@ -1,0 +1,485 @@
+// Package cluster owns the Raft wiring of a limitd node: the transport, the
+// log, stable and snapshot stores, bootstrap and join, leadership changes, the
+// leader-side group-commit batcher that packs many client checks into one log
+// entry, and forwarding of checks and admin commands from followers to the
+// leader. It is the only package that talks to hashicorp/raft directly.
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+
+	"github.com/limitd/limitd/fsm"
+)
+
+// Config configures a Node. Zero values take the defaults noted.
+type Config struct {
+	NodeID   string // default: RaftAddr
+	RaftAddr string // address other nodes reach this node's Raft transport at
+	RaftBind string // address the Raft transport listens on (default: RaftAddr)
+	HTTPAddr string // address other nodes use to reach this node's HTTP API
+	DataDir  string
+
+	// HTTPScheme is "http" or "https" for node-to-node forwarding (default "http").
+	HTTPScheme string
+	// HTTPClient is used for forwarding and joining (default: a tuned client).
+	HTTPClient *http.Client
+	// AdminToken, when set, authenticates node-to-node requests.
+	AdminToken string
+
+	// Group commit: at most BatchMaxOps ops per log entry (default 2048),
+	// at most BatchInflight entries in flight at once (default 4); a flusher
+	// may linger up to BatchMaxWait for more ops when its batch is not full
+	// (default 0: natural batching — the next batch is whatever arrived while
+	// the previous ones were committing).
+	BatchMaxOps   int
+	BatchInflight int
+	BatchMaxWait  time.Duration
+
+	// RequestIDRetention is how long a request_id's result is remembered
+	// (default 10 minutes). It travels in every check entry, so replicas agree.
+	RequestIDRetention time.Duration
+	// ApplyTimeout bounds one proposal (default 5 s).
+	ApplyTimeout time.Duration
+	// ExpireInterval: how often the leader proposes an expiry sweep when
+	// something is due (default 1 s); ExpireMax bounds one sweep (default 10,000).
+	ExpireInterval time.Duration
+	ExpireMax      int
+
+	// Raft timing (defaults tuned for loopback/LAN).
+	HeartbeatTimeout   time.Duration
+	ElectionTimeout    time.Duration
+	LeaderLeaseTimeout time.Duration
+	CommitTimeout      time.Duration
+	SnapshotThreshold  uint64
+	SnapshotInterval   time.Duration
+	TrailingLogs       uint64
+
+	// Transport overrides the TCP transport (in-process tests use raft.InmemTransport).
+	Transport raft.Transport
+
+	LogOutput io.Writer // default os.Stderr
+	LogLevel  string    // hclog level for raft (default "warn")
+}
+
+func (c *Config) setDefaults() {
+	if c.NodeID == "" {
+		c.NodeID = c.RaftAddr
+	}
+	if c.RaftBind == "" {
+		c.RaftBind = c.RaftAddr
+	}
+	if c.HTTPScheme == "" {
+		c.HTTPScheme = "http"
+	}
+	if c.BatchMaxOps <= 0 {
+		c.BatchMaxOps = 2048
+	}
+	if c.BatchInflight <= 0 {
+		c.BatchInflight = 4
+	}
+	if c.RequestIDRetention <= 0 {
+		c.RequestIDRetention = 10 * time.Minute
+	}
+	if c.ApplyTimeout <= 0 {
+		c.ApplyTimeout = 5 * time.Second
+	}
+	if c.ExpireInterval <= 0 {
+		c.ExpireInterval = time.Second
+	}
+	if c.ExpireMax <= 0 {
+		c.ExpireMax = 10000
+	}
+	if c.HeartbeatTimeout <= 0 {
+		c.HeartbeatTimeout = 500 * time.Millisecond
+	}
+	if c.ElectionTimeout <= 0 {
+		c.ElectionTimeout = 500 * time.Millisecond
+	}
+	if c.LeaderLeaseTimeout <= 0 {
+		c.LeaderLeaseTimeout = 250 * time.Millisecond
+	}
+	if c.CommitTimeout <= 0 {
+		c.CommitTimeout = 10 * time.Millisecond
+	}
+	if c.SnapshotThreshold == 0 {
+		c.SnapshotThreshold = 16384
+	}
+	if c.SnapshotInterval <= 0 {
+		c.SnapshotInterval = 30 * time.Second
+	}
+	if c.TrailingLogs == 0 {
+		c.TrailingLogs = 10240
+	}
+	if c.LogOutput == nil {
+		c.LogOutput = os.Stderr
+	}
+	if c.LogLevel == "" {
+		c.LogLevel = "warn"
+	}
+	if c.HTTPClient == nil {
+		c.HTTPClient = &http.Client{
+			Transport: &http.Transport{
+				Proxy:               nil,
+				DialContext:         (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+				MaxIdleConns:        256,
+				MaxIdleConnsPerHost: 64,
+				IdleConnTimeout:     90 * time.Second,
+				DisableCompression:  true,
+			},
+		}
+	}
+}
+
+// Node is one limitd server: Raft, the state machine and the proposal paths.
+type Node struct {
+	cfg    Config
+	fsm    *fsm.FSM
+	raft   *raft.Raft
+	logs   *raftboltdb.BoltStore
+	trans  raft.Transport
+	logger hclog.Logger
+
+	leaderBatch   *batcher // on the leader: ops → one CmdCheck entry
+	forwardBatch  *batcher // on a follower: ops → one forwarded request
+	stampMu       sync.Mutex
+	lastStamp     int64
+	metrics       *metrics
+	fatal         atomic.Pointer[error]
+	closing       chan struct{}
+	wg            sync.WaitGroup
+	closeOnce     sync.Once
+	closeErr      error
+	bootstrapped  bool
+	recoveredFrom bool
+}
+
+// Open starts a node: opens (or recovers) the state machine, the Raft stores
+// and transport, and bootstraps a single-node cluster when there is no
+// existing state and bootstrap is true (no --join).
+func Open(cfg Config, bootstrap bool) (*Node, error) {
+	cfg.setDefaults()
+	if cfg.DataDir == "" {
+		return nil, errors.New("cluster: data dir is required")
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("create data dir %s: %w", cfg.DataDir, err)
+	}
+	n := &Node{cfg: cfg, closing: make(chan struct{})}
+	n.logger = hclog.New(&hclog.LoggerOptions{
+		Name:   "raft",
+		Level:  hclog.LevelFromString(cfg.LogLevel),
+		Output: cfg.LogOutput,
+	})
+	n.metrics = newMetrics(n)
+
+	f, err := fsm.Open(filepath.Join(cfg.DataDir, "fsm.db"), fsm.Options{NoSync: true, OnFatal: n.onFatal})
+	if err != nil {
+		return nil, err
+	}
+	n.fsm = f
+	n.recoveredFrom = f.Recovered()
+
+	if err := n.openRaft(bootstrap); err != nil {
+		f.Close()
+		return nil, err
+	}
+	n.leaderBatch = newBatcher(cfg.BatchMaxOps, cfg.BatchInflight, cfg.BatchMaxWait, n.proposeChecks, n.metrics.observeBatch)
+	n.forwardBatch = newBatcher(cfg.BatchMaxOps, cfg.BatchInflight, cfg.BatchMaxWait, n.forwardChecks, n.metrics.observeForward)
+
+	n.wg.Add(2)
+	go n.leaderLoop()
+	go func() {
+		defer n.wg.Done()
+		n.metrics.watchHeartbeats(n.raft, n.closing)
+	}()
+	return n, nil
+}
+
+func (n *Node) openRaft(bootstrap bool) error {
+	cfg := n.cfg
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(cfg.NodeID)
+	rc.HeartbeatTimeout = cfg.HeartbeatTimeout
+	rc.ElectionTimeout = cfg.ElectionTimeout
+	rc.LeaderLeaseTimeout = cfg.LeaderLeaseTimeout
+	rc.CommitTimeout = cfg.CommitTimeout
+	rc.SnapshotThreshold = cfg.SnapshotThreshold
+	rc.SnapshotInterval = cfg.SnapshotInterval
+	rc.TrailingLogs = cfg.TrailingLogs
+	rc.MaxAppendEntries = 1024
+	rc.BatchApplyCh = true
+	rc.Logger = n.logger
+	// The state machine keeps its own applied index in the same bbolt
+	// transaction as the state, so a clean restart resumes from its file and
+	// skips what it already applied. After an unclean stop its file was set
+	// aside (NoSync makes it untrustworthy), and Raft must rebuild it from the
+	// latest snapshot plus the retained log.
+	rc.NoSnapshotRestoreOnStart = !n.recoveredFrom
+	if err := raft.ValidateConfig(rc); err != nil {
+		return fmt.Errorf("raft config: %w", err)
+	}
+
+	logPath := filepath.Join(cfg.DataDir, "raft.db")
+	logs, err := raftboltdb.New(raftboltdb.Options{Path: logPath})
+	if err != nil {
+		return fmt.Errorf("open raft log %s: %w", logPath, err)
+	}
+	n.logs = logs
+	cached, err := raft.NewLogCache(4096, logs)
+	if err != nil {
+		logs.Close()
+		return fmt.Errorf("raft log cache: %w", err)
+	}
+	snapDir := filepath.Join(cfg.DataDir, "snapshots")
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, 2, n.logger)
+	if err != nil {
+		logs.Close()
+		return fmt.Errorf("open snapshot store %s: %w", snapDir, err)
+	}
+
+	trans := cfg.Transport
+	if trans == nil {
+		addr, err := net.ResolveTCPAddr("tcp", cfg.RaftAddr)
+		if err != nil {
+			logs.Close()
+			return fmt.Errorf("resolve raft address %s: %w", cfg.RaftAddr, err)
+		}
+		tcp, err := raft.NewTCPTransportWithLogger(cfg.RaftBind, addr, 8, 5*time.Second, n.logger)
+		if err != nil {
+			logs.Close()
+			return fmt.Errorf("listen raft %s: %w", cfg.RaftBind, err)
+		}
+		trans = tcp
+	}
+	n.trans = trans
+
+	existing, err := raft.HasExistingState(cached, logs, snaps)
+	if err != nil {
+		n.closeTransport()
+		logs.Close()
+		return fmt.Errorf("inspect raft state in %s: %w", cfg.DataDir, err)
+	}
+	r, err := raft.NewRaft(rc, n.fsm, cached, logs, snaps, trans)
+	if err != nil {
+		n.closeTransport()
+		logs.Close()
+		return fmt.Errorf("start raft in %s: %w", cfg.DataDir, err)
+	}
+	n.raft = r
+	if !existing && bootstrap {
+		conf := raft.Configuration{Servers: []raft.Server{{
+			ID: rc.LocalID, Address: trans.LocalAddr(), Suffrage: raft.Voter,
+		}}}
+		if err := r.BootstrapCluster(conf).Error(); err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
+			r.Shutdown()
+			n.closeTransport()
+			logs.Close()
+			return fmt.Errorf("bootstrap cluster: %w", err)
+		}
+		n.bootstrapped = true
+	}
+	return nil
+}
+
+func (n *Node) closeTransport() {
+	if n.cfg.Transport != nil {
+		return // the caller owns a transport it passed in
+	}
+	if c, ok := n.trans.(io.Closer); ok {
+		c.Close()
+	}
+}
+
+// FSM returns the node's state machine (read-only uses: policies, digest, stats).
+func (n *Node) FSM() *fsm.FSM { return n.fsm }
+
+// Raft exposes the raft instance to tests and the ops endpoints.
+func (n *Node) Raft() *raft.Raft { return n.raft }
+
+// ID is this node's Raft server ID.
+func (n *Node) ID() string { return n.cfg.NodeID }
+
+// Recovered reports that the previous stop was unclean and the state machine
+// was rebuilt from the latest snapshot and the Raft log.
+func (n *Node) Recovered() bool { return n.recoveredFrom }
+
+// Policy returns this node's replicated copy of a policy.
+func (n *Node) Policy(name string) (fsm.Policy, bool) { return n.fsm.Policy(name) }
+
+// Policies returns this node's replicated policies, sorted by name.
+func (n *Node) Policies() []fsm.Policy { return n.fsm.Policies() }
+
+// IsLeader reports whether this node is the Raft leader right now.
+func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }
+
+func (n *Node) onFatal(err error) {
+	n.fatal.Store(&err)
+	n.logger.Error("state machine stopped applying; restart the node after fixing the cause", "error", err)
+	if n.raft != nil && n.raft.State() == raft.Leader {
+		go n.raft.LeadershipTransfer()
+	}
+}
+
+// Ready is nil when this node can serve: it knows a leader and its state
+// machine has applied (nearly) everything it knows to be committed.
+func (n *Node) Ready() error {
+	if p := n.fatal.Load(); p != nil {
+		return fmt.Errorf("state machine stopped: %w", *p)
+	}
+	if _, id := n.raft.LeaderWithID(); id == "" {
+		return ErrNoLeader
+	}
+	commit, applied := n.raft.CommitIndex(), n.fsm.AppliedIndex()
+	// A busy node always trails its commit index by the entries in flight;
+	// "caught up" means within a few batches, not equal.
+	if commit > applied+64 {
+		return fmt.Errorf("catching up: applied index %d, commit index %d", applied, commit)
+	}
+	if _, ok := n.fsm.Nodes()[n.leaderID()]; !ok {
+		return errors.New("leader has not registered its HTTP address yet")
+	}
+	return nil
+}
+
+func (n *Node) leaderID() string {
+	_, id := n.raft.LeaderWithID()
+	return string(id)
+}
+
+// leaderHTTP returns the leader's id and HTTP address, if known.
+func (n *Node) leaderHTTP() (string, string) {
+	_, id := n.raft.LeaderWithID()
+	if id == "" {
+		return "", ""
+	}
+	return string(id), n.fsm.Nodes()[string(id)]
+}
+
+// WaitLeader blocks until some leader is known and registered, or ctx ends.
+func (n *Node) WaitLeader(ctx context.Context) error {
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if id, addr := n.leaderHTTP(); id != "" && addr != "" {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ErrNoLeader
+		case <-n.closing:
+			return ErrNoLeader
+		case <-t.C:
+		}
+	}
+}
+
+// leaderLoop runs leader-only duties: register this node's HTTP address in
+// the replicated node table, and propose expiry sweeps when something is due.
+func (n *Node) leaderLoop() {
+	defer n.wg.Done()
+	t := time.NewTicker(n.cfg.ExpireInterval)
+	defer t.Stop()
+	register := time.NewTicker(100 * time.Millisecond)
+	defer register.Stop()
+	for {
+		select {
+		case <-n.closing:
+			return
+		case <-register.C:
+			if n.IsLeader() && n.fsm.Nodes()[n.cfg.NodeID] != n.cfg.HTTPAddr {
+				f := n.raft.Apply(fsm.EncodeSetNode(n.cfg.NodeID, n.cfg.HTTPAddr), n.cfg.ApplyTimeout)
+				if err := f.Error(); err != nil {
+					n.logger.Debug("register http address", "error", err)
+				}
+			}
+		case <-t.C:
+			if !n.IsLeader() {
+				continue
+			}
+			next, ok := n.fsm.NextExpiry()
+			if now := n.stamp(); ok && next <= now {
+				f := n.raft.Apply(fsm.EncodeExpire(now, n.cfg.ExpireMax), n.cfg.ApplyTimeout)
+				if err := f.Error(); err != nil {
+					n.logger.Debug("expire sweep", "error", err)
+				}
+			}
+		}
+	}
+}
+
+// stamp returns the leader time for a new entry: wall clock, but never
+// behind a time this node stamped or the state machine has applied, so time
+// in the log never goes backwards (the state machine clamps as well).
+func (n *Node) stamp() int64 {
+	n.stampMu.Lock()
+	defer n.stampMu.Unlock()
+	return n.stampLocked()
+}
+
+func (n *Node) stampLocked() int64 {
+	now := time.Now().UnixNano()
+	if t := n.fsm.LastTime(); t > now {
+		now = t
+	}
+	if n.lastStamp > now {
+		now = n.lastStamp
+	}
+	n.lastStamp = now
+	return now
+}
+
+// Close stops the node: a leader first hands leadership to another voter so
+// the cluster does not wait for an election timeout, then Raft shuts down and
+// the state machine is synced and closed cleanly.
+func (n *Node) Close() error {
+	n.closeOnce.Do(func() {
+		if n.raft.State() == raft.Leader && n.voters() > 1 {
+			if err := n.raft.LeadershipTransfer().Error(); err != nil {
+				n.logger.Warn("leadership transfer before shutdown", "error", err)
+			}
+		}
+		close(n.closing)
+		n.wg.Wait()
+		var errs []error
+		if err := n.raft.Shutdown().Error(); err != nil {
+			errs = append(errs, fmt.Errorf("raft shutdown: %w", err))
+		}
+		n.closeTransport()
+		if err := n.logs.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close raft log: %w", err))
+		}
+		if err := n.fsm.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close state machine: %w", err))
+		}
+		n.closeErr = errors.Join(errs...)
+	})
+	return n.closeErr
+}
+
+func (n *Node) voters() int {
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return 0
+	}
+	c := 0
+	for _, s := range f.Configuration().Servers {
+		if s.Suffrage == raft.Voter {
+			c++
+		}
+	}
+	return c
+}

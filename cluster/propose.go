@@ -1,0 +1,204 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/limitd/limitd/fsm"
+)
+
+// errRetry marks a failure that happened before anything was proposed (this
+// node is not the leader, or the leader's address is not known yet): the
+// caller may try again, with the new leader, without any risk of double counting.
+var errRetry = errors.New("not proposed: retry with the current leader")
+
+var errShortResponse = errors.New("state machine returned the wrong number of results")
+
+// Check decides ops through the Raft leader. On the leader they join the
+// group-commit batcher; on a follower they are forwarded to the leader in
+// batches. It retries internally while no leader is known or leadership moves
+// before anything was proposed, until ctx ends (ErrNoLeader). If a proposal
+// was made but its fate is unknown, it returns ErrOutcomeUnknown.
+func (n *Node) Check(ctx context.Context, ops []fsm.Op) ([]fsm.Result, error) {
+	if len(ops) == 0 {
+		return nil, nil
+	}
+	for {
+		if p := n.fatal.Load(); p != nil {
+			return nil, fmt.Errorf("state machine stopped: %w", *p)
+		}
+		var res []fsm.Result
+		var err error
+		if n.IsLeader() {
+			res, err = n.leaderBatch.do(ops)
+		} else if _, addr := n.leaderHTTP(); addr != "" {
+			res, err = n.forwardBatch.do(ops)
+		} else {
+			err = errRetry
+		}
+		if !errors.Is(err, errRetry) {
+			return res, err
+		}
+		if err := n.pause(ctx); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// pause waits a moment before retrying, or reports why it cannot.
+func (n *Node) pause(ctx context.Context) error {
+	t := time.NewTimer(10 * time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ErrNoLeader
+	case <-n.closing:
+		return ErrNoLeader
+	case <-t.C:
+		return nil
+	}
+}
+
+// proposeChecks is the leader's batcher send: one CmdCheck entry for all ops.
+func (n *Node) proposeChecks(ops []fsm.Op) ([]fsm.Result, error) {
+	// Stamping and enqueueing under one lock keeps leader time monotonic in
+	// log order even with several batches in flight.
+	n.stampMu.Lock()
+	cmd := fsm.EncodeCheck(nil, n.stampLocked(), int64(n.cfg.RequestIDRetention), ops)
+	f := n.raft.Apply(cmd, n.cfg.ApplyTimeout)
+	n.stampMu.Unlock()
+	resp, err := n.await(f)
+	if err != nil {
+		return nil, err
+	}
+	switch r := resp.(type) {
+	case []fsm.Result:
+		return r, nil
+	case error:
+		return nil, r
+	default:
+		return nil, fmt.Errorf("unexpected check response %T", resp)
+	}
+}
+
+// await waits for a proposal and classifies its failure: not proposed
+// (errRetry / ErrNoLeader) versus proposed with unknown fate.
+func (n *Node) await(f raft.ApplyFuture) (interface{}, error) {
+	err := f.Error()
+	switch {
+	case err == nil:
+		return f.Response(), nil
+	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipTransferInProgress):
+		return nil, errRetry
+	case errors.Is(err, raft.ErrEnqueueTimeout):
+		return nil, ErrNoLeader
+	case errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrRaftShutdown), errors.Is(err, raft.ErrAbortedByRestore):
+		return nil, ErrOutcomeUnknown
+	default:
+		return nil, fmt.Errorf("%w: %v", ErrOutcomeUnknown, err)
+	}
+}
+
+// Apply proposes an admin command (built with the fsm.Encode* functions) and
+// returns the state machine's response, forwarding to the leader when needed.
+func (n *Node) Apply(ctx context.Context, cmd []byte) (interface{}, error) {
+	if err := fsm.ValidateCommand(cmd); err != nil {
+		return nil, err
+	}
+	for {
+		var resp interface{}
+		var err error
+		if n.IsLeader() {
+			resp, err = n.await(n.raft.Apply(cmd, n.cfg.ApplyTimeout))
+		} else if _, addr := n.leaderHTTP(); addr != "" {
+			resp, err = n.forwardApply(ctx, addr, cmd)
+		} else {
+			err = errRetry
+		}
+		if !errors.Is(err, errRetry) {
+			return resp, err
+		}
+		if err := n.pause(ctx); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// Join adds a voter (or updates its addresses) through the leader, and
+// records its HTTP address in the replicated node table.
+func (n *Node) Join(ctx context.Context, id, raftAddr, httpAddr string) error {
+	if id == "" || raftAddr == "" || httpAddr == "" {
+		return errors.New("join needs id, raft_addr and http_addr")
+	}
+	for {
+		var err error
+		if n.IsLeader() {
+			err = n.joinLocal(id, raftAddr, httpAddr)
+		} else if _, addr := n.leaderHTTP(); addr != "" {
+			err = n.forwardJSON(ctx, addr, "/internal/v1/join", joinRequest{ID: id, RaftAddr: raftAddr, HTTPAddr: httpAddr})
+		} else {
+			err = errRetry
+		}
+		if !errors.Is(err, errRetry) {
+			return err
+		}
+		if err := n.pause(ctx); err != nil {
+			return err
+		}
+	}
+}
+
+func (n *Node) joinLocal(id, raftAddr, httpAddr string) error {
+	if err := n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, n.cfg.ApplyTimeout).Error(); err != nil {
+		if errors.Is(err, raft.ErrNotLeader) {
+			return errRetry
+		}
+		return fmt.Errorf("add voter %s at %s: %w", id, raftAddr, err)
+	}
+	_, err := n.await(n.raft.Apply(fsm.EncodeSetNode(id, httpAddr), n.cfg.ApplyTimeout))
+	return err
+}
+
+// Remove takes a server out of the Raft configuration through the leader.
+func (n *Node) Remove(ctx context.Context, id string) error {
+	for {
+		var err error
+		if n.IsLeader() {
+			err = n.removeLocal(id)
+		} else if _, addr := n.leaderHTTP(); addr != "" {
+			err = n.forwardJSON(ctx, addr, "/internal/v1/remove", joinRequest{ID: id})
+		} else {
+			err = errRetry
+		}
+		if !errors.Is(err, errRetry) {
+			return err
+		}
+		if err := n.pause(ctx); err != nil {
+			return err
+		}
+	}
+}
+
+func (n *Node) removeLocal(id string) error {
+	found := false
+	if f := n.raft.GetConfiguration(); f.Error() == nil {
+		for _, s := range f.Configuration().Servers {
+			found = found || string(s.ID) == id
+		}
+	}
+	if !found {
+		return &fsm.Error{Code: "not_found", Field: "id", Message: fmt.Sprintf("no member with id %q", id)}
+	}
+	if err := n.raft.RemoveServer(raft.ServerID(id), 0, n.cfg.ApplyTimeout).Error(); err != nil {
+		if errors.Is(err, raft.ErrNotLeader) {
+			return errRetry
+		}
+		return fmt.Errorf("remove server %s: %w", id, err)
+	}
+	_, err := n.await(n.raft.Apply(fsm.EncodeRemoveNode(id), n.cfg.ApplyTimeout))
+	return err
+}

@@ -1,0 +1,640 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/limitd/limitd/bench"
+)
+
+const benchUsage = `Usage: limitd bench [flags]
+
+Closed-loop load against limitd: each of --concurrency workers sends its next
+check as soon as the previous one is answered, for --warmup (not measured) and
+then --duration. Requests go round-robin across --addrs, so checks sent to
+followers exercise forwarding to the leader. With --cluster N it starts N
+nodes itself (this executable, "serve", free loopback ports, temporary data
+directories; node 1 bootstraps, the others join it), benchmarks them and stops
+them at the end or on Ctrl-C.
+
+At the end it prints checks/s (decided checks: allowed + refused), allowed and
+refused counts, p50/p90/p99/max latency per request and errors by class, or
+one JSON line with --json. On a terminal a progress bar shows elapsed time,
+checks/s and p99 so far.
+
+Examples:
+  limitd bench --cluster 3 --duration 15s
+  limitd bench --addrs http://10.0.0.1:8080,http://10.0.0.2:8080 --dist zipf
+  limitd bench --cluster 3 --batch 100 --json
+
+Flags:
+`
+
+type benchFlags struct {
+	work         bench.Workload
+	addrs        string
+	cluster      int
+	serveFlags   string
+	check        bench.CheckSpec
+	window       string
+	createPolicy bool
+	timeout      time.Duration
+	jsonOut      bool
+	adminToken   string
+	label        string
+}
+
+func newBenchFlagSet(out io.Writer) (*flag.FlagSet, *benchFlags) {
+	f := &benchFlags{work: bench.DefaultWorkload()}
+	fs := flag.NewFlagSet("limitd bench", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.StringVar(&f.addrs, "addrs", "", "comma-separated HTTP addresses of running nodes, e.g. http://127.0.0.1:8080,http://127.0.0.1:8081 (default http://127.0.0.1:8080 unless --cluster)")
+	fs.IntVar(&f.cluster, "cluster", 0, "start a cluster of N nodes on loopback in temporary directories and bench it (1 is the single-node default deployment); 0 uses --addrs")
+	fs.StringVar(&f.serveFlags, "serve-flags", "", "extra flags for every node started by --cluster, space-separated (e.g. \"--batch-max-wait=200us\")")
+	f.work.AddFlags(fs)
+	fs.StringVar(&f.check.Algorithm, "algorithm", "sliding_window", "algorithm of the inline limit: fixed_window, sliding_log, sliding_window, token_bucket, leaky_bucket")
+	fs.Int64Var(&f.check.Limit, "limit", 100, "limit of the inline limit (or of the policy created by --create-policy)")
+	fs.StringVar(&f.check.Window, "window", "1s", "window of the inline limit")
+	fs.Int64Var(&f.check.Burst, "burst", 0, "burst for token_bucket and leaky_bucket (0: the server's default, = limit)")
+	fs.StringVar(&f.check.Policy, "policy", "", "check against this named policy instead of an inline limit")
+	fs.BoolVar(&f.createPolicy, "create-policy", false, "create or replace --policy first (PUT /v1/policies/NAME) from --algorithm, --limit, --window, --burst; always done with --cluster")
+	fs.Int64Var(&f.check.Cost, "cost", 1, "cost of every check (0 is a peek)")
+	fs.StringVar(&f.check.KeyPrefix, "key-prefix", "bench:", "keys are this prefix followed by a number below --keys")
+	fs.DurationVar(&f.timeout, "timeout", 10*time.Second, "per-request timeout; a request that takes longer counts as a timeout error")
+	fs.BoolVar(&f.jsonOut, "json", false, "print one JSON line instead of the table, and no progress bar")
+	fs.StringVar(&f.adminToken, "admin-token", os.Getenv("LIMITD_ADMIN_TOKEN"), "bearer token for --create-policy (default $LIMITD_ADMIN_TOKEN)")
+	fs.StringVar(&f.label, "label", "", "name of this run in the JSON line and in comparison tables")
+	fs.Usage = func() {
+		fmt.Fprint(out, benchUsage)
+		fs.PrintDefaults()
+	}
+	return fs, f
+}
+
+// runBench is `limitd bench`. Exit status: 0 when checks were decided, 1 when
+// the run could not be set up or nothing was decided, 2 for bad flags.
+func runBench(args []string, stdout, stderr io.Writer) int {
+	fs, f := newBenchFlagSet(stderr)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if err := f.validate(fs); err != nil {
+		fmt.Fprintf(stderr, "limitd bench: %v\n", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := f.run(ctx, stdout, stderr); err != nil {
+		fmt.Fprintf(stderr, "limitd bench: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func (f *benchFlags) validate(fs *flag.FlagSet) error {
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if err := f.work.Validate(); err != nil {
+		return err
+	}
+	switch {
+	case f.cluster < 0:
+		return fmt.Errorf("--cluster must not be negative, got %d", f.cluster)
+	case f.cluster > 0 && f.addrs != "":
+		return errors.New("--cluster and --addrs exclude each other")
+	case f.check.Cost < 0:
+		return fmt.Errorf("--cost must not be negative, got %d", f.check.Cost)
+	case f.check.Policy == "" && f.createPolicy:
+		return errors.New("--create-policy needs --policy")
+	case f.timeout <= 0:
+		return fmt.Errorf("--timeout must be positive, got %s", f.timeout)
+	}
+	if f.addrs == "" && f.cluster == 0 {
+		f.addrs = "http://127.0.0.1:8080"
+	}
+	return nil
+}
+
+func (f *benchFlags) run(ctx context.Context, stdout, stderr io.Writer) error {
+	addrs := splitAddrs(f.addrs)
+	nodes := len(addrs)
+	var c *benchCluster
+	if f.cluster > 0 {
+		fmt.Fprintf(stderr, "limitd bench: starting a %d-node cluster on loopback\n", f.cluster)
+		began := time.Now()
+		var err error
+		c, err = startBenchCluster(ctx, f.cluster, strings.Fields(f.serveFlags))
+		if err != nil {
+			return err
+		}
+		defer func() {
+			if err := c.stop(); err != nil {
+				fmt.Fprintf(stderr, "limitd bench: %v\n", err)
+			}
+		}()
+		fmt.Fprintf(stderr, "limitd bench: cluster ready in %s\n", time.Since(began).Round(10*time.Millisecond))
+		addrs, nodes = c.addrs(), f.cluster
+	} else if err := waitBenchReady(ctx, addrs, benchReadyWait); err != nil {
+		return err
+	}
+	if f.check.Policy != "" && (f.createPolicy || f.cluster > 0) {
+		if err := putBenchPolicy(ctx, addrs[0], f.adminToken, f.check); err != nil {
+			return err
+		}
+	}
+
+	target, err := bench.NewHTTPTarget(bench.HTTPConfig{
+		Addrs: addrs, Check: f.check, Concurrency: f.work.Concurrency, Timeout: f.timeout,
+	})
+	if err != nil {
+		return err
+	}
+	defer target.Close()
+
+	var onProgress func(bench.Progress)
+	var bar *bench.ProgressBar
+	if !f.jsonOut && bench.IsTerminal(stderr) {
+		bar = bench.NewProgressBar(stderr, f.work.Warmup+f.work.Duration)
+		onProgress = bar.Update
+	}
+	res, err := bench.Run(ctx, f.work, target, onProgress)
+	if bar != nil {
+		bar.Finish()
+	}
+	if err != nil {
+		return err
+	}
+	if c != nil {
+		res.DiskBytes, res.RSSBytes = c.footprint()
+	}
+	res.System = "limitd"
+	res.Label = f.label
+	res.Target = strings.Join(addrs, ",")
+	res.Nodes = nodes
+	res.Cost = f.check.Cost
+	if f.check.Policy != "" {
+		res.Algorithm = "policy:" + f.check.Policy
+		if f.createPolicy || f.cluster > 0 {
+			res.Limit, res.Window = f.check.Limit, f.check.Window
+		}
+	} else {
+		res.Algorithm, res.Limit, res.Window = f.check.Algorithm, f.check.Limit, f.check.Window
+	}
+	if f.jsonOut {
+		err = bench.WriteJSONLine(stdout, res)
+	} else {
+		err = bench.WriteTable(stdout, res)
+	}
+	if err != nil {
+		return err
+	}
+	if res.Allowed+res.Refused == 0 {
+		if res.LastError != "" {
+			return fmt.Errorf("no check was decided; last error: %s", res.LastError)
+		}
+		return errors.New("no check was decided")
+	}
+	return nil
+}
+
+// splitAddrs turns "a:1, http://b:2/" into base URLs.
+func splitAddrs(s string) []string {
+	var out []string
+	for _, a := range strings.Split(s, ",") {
+		a = strings.TrimRight(strings.TrimSpace(a), "/")
+		if a == "" {
+			continue
+		}
+		if !strings.Contains(a, "://") {
+			a = "http://" + a
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+// waitBenchReady checks that every node answers /readyz with 200 within wait,
+// so a misconfigured run fails at once instead of counting errors.
+func waitBenchReady(ctx context.Context, addrs []string, wait time.Duration) error {
+	if len(addrs) == 0 {
+		return errors.New("no addresses in --addrs")
+	}
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	for _, a := range addrs {
+		var last error
+		for {
+			last = getReady(ctx, a)
+			if last == nil {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("%s is not ready: %w", a, last)
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}
+	return nil
+}
+
+func getReady(ctx context.Context, addr string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, addr+"/readyz", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return fmt.Errorf("GET /readyz: %s %s", resp.Status, bytes.TrimSpace(b))
+	}
+	return nil
+}
+
+// putBenchPolicy creates or replaces the policy the checks use.
+func putBenchPolicy(ctx context.Context, addr, token string, c bench.CheckSpec) error {
+	body, err := json.Marshal(struct {
+		Algorithm string `json:"algorithm"`
+		Limit     int64  `json:"limit"`
+		Window    string `json:"window,omitempty"`
+		Burst     int64  `json:"burst,omitempty"`
+	}{c.Algorithm, c.Limit, c.Window, c.Burst})
+	if err != nil {
+		return err
+	}
+	u := addr + "/v1/policies/" + url.PathEscape(c.Policy)
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, u, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("create policy %q: %w", c.Policy, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+		return fmt.Errorf("create policy %q: PUT %s: %s %s", c.Policy, u, resp.Status, bytes.TrimSpace(b))
+	}
+	return nil
+}
+
+// benchServe returns the command that runs a node: this executable's
+// "serve". Tests point it at a fake node.
+var benchServe = func() (string, []string, error) {
+	exe, err := os.Executable()
+	return exe, []string{"serve"}, err
+}
+
+// Timeouts: how long running nodes (--addrs) may take to be ready, and how
+// long a cluster started by --cluster may take to start and to stop.
+var (
+	benchReadyWait    = 5 * time.Second
+	benchStartTimeout = 60 * time.Second
+	benchStopTimeout  = 10 * time.Second
+)
+
+// benchCluster is a cluster started by `limitd bench --cluster N`.
+type benchCluster struct {
+	dir   string
+	nodes []*benchNode
+}
+
+type benchNode struct {
+	id, httpAddr, raftAddr, dataDir, logPath string
+	cmd                                      *exec.Cmd
+	exited                                   chan struct{} // closed when the process has been reaped
+}
+
+// startBenchCluster starts n nodes and waits until every node is ready and the
+// first lists n members. On failure everything started is stopped and the
+// error carries the end of the nodes' logs.
+func startBenchCluster(ctx context.Context, n int, extra []string) (*benchCluster, error) {
+	exe, prefix, err := benchServe()
+	if err != nil {
+		return nil, fmt.Errorf("find the limitd executable: %w", err)
+	}
+	dir, err := os.MkdirTemp("", "limitd-bench-")
+	if err != nil {
+		return nil, fmt.Errorf("create cluster directory: %w", err)
+	}
+	c := &benchCluster{dir: dir}
+	ports, err := freeLoopbackAddrs(2 * n)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	for i := range n {
+		id := fmt.Sprintf("bench%d", i+1)
+		c.nodes = append(c.nodes, &benchNode{
+			id: id, httpAddr: ports[2*i], raftAddr: ports[2*i+1],
+			dataDir: filepath.Join(dir, id), logPath: filepath.Join(dir, id+".log"),
+		})
+	}
+	fail := func(err error) (*benchCluster, error) {
+		err = fmt.Errorf("%w%s", err, c.logTails(20))
+		c.stop()
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, benchStartTimeout)
+	defer cancel()
+	// Node 1 bootstraps alone; the others join once it leads.
+	if err := c.nodes[0].start(exe, prefix, "", extra); err != nil {
+		return fail(err)
+	}
+	if err := c.waitReady(ctx, c.nodes[:1], 1); err != nil {
+		return fail(err)
+	}
+	for _, nd := range c.nodes[1:] {
+		if err := nd.start(exe, prefix, "http://"+c.nodes[0].httpAddr, extra); err != nil {
+			return fail(err)
+		}
+	}
+	if err := c.waitReady(ctx, c.nodes, n); err != nil {
+		return fail(err)
+	}
+	return c, nil
+}
+
+// freeLoopbackAddrs reserves n distinct free ports by holding them all open
+// at once, then releases them for the nodes to bind.
+func freeLoopbackAddrs(n int) ([]string, error) {
+	var lns []net.Listener
+	defer func() {
+		for _, ln := range lns {
+			ln.Close()
+		}
+	}()
+	addrs := make([]string, n)
+	for i := range addrs {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("find a free loopback port: %w", err)
+		}
+		lns = append(lns, ln)
+		addrs[i] = ln.Addr().String()
+	}
+	return addrs, nil
+}
+
+// benchEnvDropped are variables a node must not inherit: the bench sets
+// identity and addresses itself, and a LIMITD_JOIN would make node 1 join
+// some other cluster.
+var benchEnvDropped = []string{
+	"LIMITD_NODE_ID=", "LIMITD_HTTP_ADDR=", "LIMITD_RAFT_ADDR=", "LIMITD_HTTP_ADVERTISE=",
+	"LIMITD_RAFT_ADVERTISE=", "LIMITD_DATA_DIR=", "LIMITD_JOIN=", "LIMITD_TLS_CERT=", "LIMITD_TLS_KEY=",
+}
+
+func (nd *benchNode) start(exe string, prefix []string, join string, extra []string) error {
+	args := append([]string(nil), prefix...)
+	args = append(args, "--node-id", nd.id, "--http-addr", nd.httpAddr, "--raft-addr", nd.raftAddr, "--data-dir", nd.dataDir)
+	if join != "" {
+		args = append(args, "--join", join)
+	}
+	args = append(args, extra...)
+	logf, err := os.Create(nd.logPath)
+	if err != nil {
+		return fmt.Errorf("create log of %s: %w", nd.id, err)
+	}
+	cmd := exec.Command(exe, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	for _, kv := range os.Environ() {
+		drop := false
+		for _, p := range benchEnvDropped {
+			drop = drop || strings.HasPrefix(kv, p)
+		}
+		if !drop {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return fmt.Errorf("start %s: %w", nd.id, err)
+	}
+	nd.cmd = cmd
+	nd.exited = make(chan struct{})
+	go func() {
+		cmd.Wait()
+		logf.Close()
+		close(nd.exited)
+	}()
+	return nil
+}
+
+func (nd *benchNode) running() bool {
+	if nd.cmd == nil {
+		return false
+	}
+	select {
+	case <-nd.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+func (c *benchCluster) addrs() []string {
+	out := make([]string, len(c.nodes))
+	for i, nd := range c.nodes {
+		out[i] = "http://" + nd.httpAddr
+	}
+	return out
+}
+
+// waitReady polls until every node in nodes answers /readyz and the first
+// node's /v1/cluster lists members members.
+func (c *benchCluster) waitReady(ctx context.Context, nodes []*benchNode, members int) error {
+	var last error
+	for {
+		last = nil
+		for _, nd := range nodes {
+			if nd.cmd != nil && !nd.running() {
+				return fmt.Errorf("%s exited during start-up (%s)", nd.id, nd.cmd.ProcessState)
+			}
+			if err := getReady(ctx, "http://"+nd.httpAddr); err != nil {
+				last = fmt.Errorf("%s: %w", nd.id, err)
+				break
+			}
+		}
+		if last == nil {
+			n, err := clusterMembers(ctx, "http://"+nodes[0].httpAddr)
+			if err == nil && n == members {
+				return nil
+			}
+			last = fmt.Errorf("%s lists %d of %d members (%v)", nodes[0].id, n, members, err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("cluster not ready: %w (%v)", last, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func clusterMembers(ctx context.Context, addr string) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, addr+"/v1/cluster", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	var st struct {
+		Members []json.RawMessage `json:"members"`
+	}
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("GET /v1/cluster: %s", resp.Status)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		return 0, fmt.Errorf("GET /v1/cluster: %w", err)
+	}
+	return len(st.Members), nil
+}
+
+// stop sends SIGTERM to every node, kills those still running after
+// benchStopTimeout, and removes the cluster directory.
+func (c *benchCluster) stop() error {
+	// A node that is gone before we stop it crashed: its log says why, and
+	// the directory holding it is about to be removed.
+	var crashed []string
+	for _, nd := range c.nodes {
+		if nd.running() {
+			nd.cmd.Process.Signal(syscall.SIGTERM)
+		} else if nd.cmd != nil {
+			crashed = append(crashed, fmt.Sprintf("%s exited during the run (%s)", nd.id, nd.cmd.ProcessState))
+		}
+	}
+	var tails string
+	if len(crashed) > 0 {
+		tails = c.logTails(20)
+	}
+	deadline := time.After(benchStopTimeout)
+	var killed []string
+	for _, nd := range c.nodes {
+		if nd.cmd == nil {
+			continue
+		}
+		select {
+		case <-nd.exited:
+		case <-deadline:
+			// The deadline fired once; later nodes see it closed only via
+			// the running check below.
+			deadline = closedTimeChan()
+		}
+		if nd.running() {
+			nd.cmd.Process.Kill()
+			<-nd.exited
+			killed = append(killed, nd.id)
+		}
+	}
+	var errs []error
+	if len(crashed) > 0 {
+		errs = append(errs, fmt.Errorf("%s%s", strings.Join(crashed, "; "), tails))
+	}
+	if len(killed) > 0 {
+		errs = append(errs, fmt.Errorf("killed %s: no exit within %s of SIGTERM", strings.Join(killed, ", "), benchStopTimeout))
+	}
+	if err := os.RemoveAll(c.dir); err != nil {
+		errs = append(errs, fmt.Errorf("remove cluster directory: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+func closedTimeChan() <-chan time.Time {
+	ch := make(chan time.Time)
+	close(ch)
+	return ch
+}
+
+// footprint returns the largest node's data directory size and resident
+// memory (0 where the platform does not tell).
+func (c *benchCluster) footprint() (disk, rss int64) {
+	for _, nd := range c.nodes {
+		var size int64
+		filepath.WalkDir(nd.dataDir, func(_ string, d os.DirEntry, err error) error {
+			if err == nil && d.Type().IsRegular() {
+				if info, err := d.Info(); err == nil {
+					size += info.Size()
+				}
+			}
+			return nil
+		})
+		disk = max(disk, size)
+		if nd.running() {
+			rss = max(rss, processRSS(nd.cmd.Process.Pid))
+		}
+	}
+	return disk, rss
+}
+
+// processRSS reads VmRSS from /proc (Linux); 0 elsewhere.
+func processRSS(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			var kb int64
+			fmt.Sscanf(strings.TrimSpace(rest), "%d kB", &kb)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+// logTails returns the last lines of every node's log, for start-up errors.
+func (c *benchCluster) logTails(lines int) string {
+	var b strings.Builder
+	for _, nd := range c.nodes {
+		f, err := os.Open(nd.logPath)
+		if err != nil {
+			continue
+		}
+		var tail []string
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			tail = append(tail, sc.Text())
+			if len(tail) > lines {
+				tail = tail[1:]
+			}
+		}
+		f.Close()
+		if len(tail) > 0 {
+			fmt.Fprintf(&b, "\n--- %s log (last %d lines) ---\n%s", nd.id, len(tail), strings.Join(tail, "\n"))
+		}
+	}
+	return b.String()
+}

@@ -1,0 +1,551 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/limitd/limitd/bench"
+)
+
+// Environment of the fake node: the test binary re-executed as "limitd serve"
+// for the --cluster tests. init runs before TestMain, so the child is a node
+// and nothing else.
+const (
+	fakeNodeEnv       = "LIMITD_BENCH_FAKE_NODE"        // "1": be a fake node
+	fakeNodeDirEnv    = "LIMITD_BENCH_FAKE_DIR"         // where nodes write <id>.pid and <id>.checks
+	fakeNodeIgnoreEnv = "LIMITD_BENCH_FAKE_IGNORE_TERM" // "1": ignore SIGTERM
+	fakeNodeFailEnv   = "LIMITD_BENCH_FAKE_FAIL"        // "1": fail at start
+	fakeNodeCrashEnv  = "LIMITD_BENCH_FAKE_CRASH_AFTER" // N: exit after answering N checks
+)
+
+func init() {
+	if os.Getenv(fakeNodeEnv) == "1" {
+		os.Exit(fakeNode(os.Args[1:]))
+	}
+}
+
+// fakeNode imitates `limitd serve` closely enough for the bench's cluster
+// start-up: /readyz, /v1/cluster, join, policies and checks.
+func fakeNode(args []string) int {
+	if len(args) == 0 || args[0] != "serve" {
+		fmt.Fprintln(os.Stderr, "fake node: want serve, got", args)
+		return 2
+	}
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	id := fs.String("node-id", "", "")
+	httpAddr := fs.String("http-addr", "", "")
+	fs.String("raft-addr", "", "")
+	dataDir := fs.String("data-dir", "", "")
+	join := fs.String("join", "", "")
+	if err := fs.Parse(args[1:]); err != nil {
+		return 2
+	}
+	if os.Getenv(fakeNodeFailEnv) == "1" {
+		fmt.Fprintf(os.Stderr, "boom: %s cannot open %s\n", *id, *dataDir)
+		return 1
+	}
+	if err := os.MkdirAll(*dataDir, 0o755); err != nil {
+		return 1
+	}
+	os.WriteFile(filepath.Join(*dataDir, "state.db"), make([]byte, 12345), 0o644)
+	dir := os.Getenv(fakeNodeDirEnv)
+	os.WriteFile(filepath.Join(dir, *id+".pid"), []byte(strconv.Itoa(os.Getpid())), 0o644)
+
+	var mu sync.Mutex
+	members := []string{*id}
+	var checks atomic.Int64
+	var ready atomic.Bool
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if !ready.Load() {
+			http.Error(w, `{"ready":false}`, 503)
+			return
+		}
+		w.Write([]byte(`{"ready":true}`))
+	})
+	mux.HandleFunc("GET /v1/cluster", func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		var ms []map[string]string
+		for _, m := range members {
+			ms = append(ms, map[string]string{"id": m})
+		}
+		json.NewEncoder(w).Encode(map[string]any{"node_id": *id, "state": "Leader", "members": ms})
+	})
+	mux.HandleFunc("POST /v1/cluster/join", func(w http.ResponseWriter, r *http.Request) {
+		var req struct{ ID string }
+		json.NewDecoder(r.Body).Decode(&req)
+		mu.Lock()
+		members = append(members, req.ID)
+		mu.Unlock()
+	})
+	// Policies are replicated: a file in the shared directory stands for the
+	// log entry every node sees.
+	mux.HandleFunc("PUT /v1/policies/{name}", func(w http.ResponseWriter, r *http.Request) {
+		os.WriteFile(filepath.Join(dir, "policy-"+r.PathValue("name")), nil, 0o644)
+	})
+	mux.HandleFunc("POST /v1/check", func(w http.ResponseWriter, r *http.Request) {
+		var c struct{ Policy string }
+		json.NewDecoder(r.Body).Decode(&c)
+		if _, err := os.Stat(filepath.Join(dir, "policy-"+c.Policy)); c.Policy != "" && err != nil {
+			w.WriteHeader(404)
+			w.Write([]byte(`{"error":{"code":"not_found","field":"policy"}}`))
+			return
+		}
+		n := checks.Add(1)
+		w.Write([]byte(`{"allowed":true,"limit":100,"remaining":99}`))
+		if crash, _ := strconv.ParseInt(os.Getenv(fakeNodeCrashEnv), 10, 64); crash > 0 && n >= crash {
+			w.(http.Flusher).Flush()
+			fmt.Fprintf(os.Stderr, "panic: %s crashing after %d checks\n", *id, n)
+			os.Exit(2)
+		}
+	})
+	srv := &http.Server{Addr: *httpAddr, Handler: mux}
+	go func() {
+		if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			fmt.Fprintln(os.Stderr, "fake node:", err)
+			os.Exit(1)
+		}
+	}()
+	if *join != "" {
+		body, _ := json.Marshal(map[string]string{"id": *id})
+		for {
+			resp, err := http.Post(*join+"/v1/cluster/join", "application/json", bytes.NewReader(body))
+			if err == nil {
+				resp.Body.Close()
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	ready.Store(true)
+
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM)
+	for range sig {
+		if os.Getenv(fakeNodeIgnoreEnv) != "1" {
+			break
+		}
+	}
+	os.WriteFile(filepath.Join(dir, *id+".checks"), []byte(strconv.FormatInt(checks.Load(), 10)), 0o644)
+	return 0
+}
+
+// fakeLimitd is an in-process limitd for the --addrs tests: it validates
+// every body against the API contract, decides by key number (even allowed,
+// odd refused), fails every 10th request with a 503, and counts what it
+// answered so the report can be compared exactly.
+type fakeLimitd struct {
+	notReady   bool
+	alwaysFail bool
+	prefix     string
+
+	requests, allowed, refused, failed, slotErrs, malformed atomic.Int64
+	policyPuts                                              atomic.Int64
+	auth, policyBody, policyName                            atomic.Value
+}
+
+type fakeCheck struct {
+	Key    string `json:"key"`
+	Policy string `json:"policy"`
+	Limit  *struct {
+		Algorithm string `json:"algorithm"`
+		Limit     int64  `json:"limit"`
+		Window    string `json:"window"`
+		Burst     int64  `json:"burst"`
+	} `json:"limit"`
+	Cost *int64 `json:"cost"`
+}
+
+func (f *fakeLimitd) decodeStrict(r io.Reader, v any) bool {
+	dec := json.NewDecoder(r)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		f.malformed.Add(1)
+		return false
+	}
+	return true
+}
+
+// decide returns the decision JSON for one check, or "" for a bad check.
+func (f *fakeLimitd) decide(c fakeCheck) (string, bool) {
+	idx, err := strconv.Atoi(strings.TrimPrefix(c.Key, f.prefix))
+	if err != nil || !strings.HasPrefix(c.Key, f.prefix) || c.Cost == nil || (c.Policy == "") == (c.Limit == nil) {
+		f.malformed.Add(1)
+		return "", false
+	}
+	if idx%2 == 0 {
+		f.allowed.Add(1)
+		return `{"allowed":true,"limit":100,"remaining":5,"reset_after_ms":1000,"retry_after_ms":0,"delay_ms":0}`, true
+	}
+	f.refused.Add(1)
+	return `{"allowed":false,"limit":100,"remaining":0,"reset_after_ms":1000,"retry_after_ms":10,"delay_ms":0}`, true
+}
+
+func (f *fakeLimitd) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch {
+	case r.URL.Path == "/readyz":
+		if f.notReady {
+			w.WriteHeader(503)
+			w.Write([]byte(`{"ready":false,"reason":"no leader"}`))
+		}
+		return
+	case r.Method == http.MethodPut && strings.HasPrefix(r.URL.Path, "/v1/policies/"):
+		f.policyPuts.Add(1)
+		f.auth.Store(r.Header.Get("Authorization"))
+		f.policyName.Store(strings.TrimPrefix(r.URL.EscapedPath(), "/v1/policies/"))
+		b, _ := io.ReadAll(r.Body)
+		f.policyBody.Store(string(b))
+		return
+	}
+	n := f.requests.Add(1)
+	if f.alwaysFail || n%10 == 0 {
+		f.failed.Add(1)
+		w.WriteHeader(503)
+		w.Write([]byte(`{"error":{"code":"unavailable","message":"no leader"}}`))
+		return
+	}
+	switch r.URL.Path {
+	case "/v1/check":
+		var c fakeCheck
+		if !f.decodeStrict(r.Body, &c) {
+			w.WriteHeader(400)
+			return
+		}
+		d, ok := f.decide(c)
+		if !ok {
+			w.WriteHeader(400)
+			return
+		}
+		w.Write([]byte(d))
+	case "/v1/check/batch":
+		var b struct {
+			Checks []fakeCheck `json:"checks"`
+		}
+		if !f.decodeStrict(r.Body, &b) {
+			w.WriteHeader(400)
+			return
+		}
+		var out []string
+		for _, c := range b.Checks {
+			if idx, _ := strconv.Atoi(strings.TrimPrefix(c.Key, f.prefix)); idx%5 == 0 {
+				f.slotErrs.Add(1)
+				out = append(out, `{"error":{"code":"invalid_argument","field":"key","message":"multiple of 5"}}`)
+				continue
+			}
+			d, ok := f.decide(c)
+			if !ok {
+				d = `{"error":{"code":"invalid_argument"}}`
+			}
+			out = append(out, d)
+		}
+		w.Write([]byte(`{"results":[` + strings.Join(out, ",") + `]}`))
+	default:
+		w.WriteHeader(404)
+	}
+}
+
+func newFakeLimitd(t *testing.T, f *fakeLimitd) string {
+	if f.prefix == "" {
+		f.prefix = "bench:"
+	}
+	srv := httptest.NewServer(f)
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+func runBenchJSON(t *testing.T, args ...string) (bench.Result, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	if code := runBench(append(args, "--json"), &out, &errb); code != 0 {
+		t.Fatalf("runBench %v: exit %d\nstdout: %s\nstderr: %s", args, code, out.String(), errb.String())
+	}
+	if strings.Count(out.String(), "\n") != 1 {
+		t.Fatalf("--json printed %q, want one line", out.String())
+	}
+	rs, err := bench.ReadJSONLines(&out)
+	if err != nil || len(rs) != 1 {
+		t.Fatalf("reading the JSON line: %v %v", rs, err)
+	}
+	return rs[0], errb.String()
+}
+
+func TestBenchAgainstFakeServersCountsAddUp(t *testing.T) {
+	f1, f2 := &fakeLimitd{}, &fakeLimitd{}
+	addrs := newFakeLimitd(t, f1) + "," + newFakeLimitd(t, f2)
+	r, _ := runBenchJSON(t, "--addrs", addrs, "--duration", "300ms", "--warmup", "0",
+		"--concurrency", "8", "--keys", "1000", "--dist", "zipf", "--label", "fake")
+
+	if n := f1.malformed.Load() + f2.malformed.Load(); n != 0 {
+		t.Fatalf("%d request bodies broke the API contract", n)
+	}
+	// No warm-up: every request the servers answered is in the report.
+	served := f1.requests.Load() + f2.requests.Load()
+	if r.Requests != served || r.Checks != served {
+		t.Errorf("report: %d requests / %d checks, servers answered %d", r.Requests, r.Checks, served)
+	}
+	if r.Allowed != f1.allowed.Load()+f2.allowed.Load() || r.Refused != f1.refused.Load()+f2.refused.Load() {
+		t.Errorf("report allowed/refused %d/%d, servers %d/%d", r.Allowed, r.Refused,
+			f1.allowed.Load()+f2.allowed.Load(), f1.refused.Load()+f2.refused.Load())
+	}
+	failed := f1.failed.Load() + f2.failed.Load()
+	if r.Errors != failed || r.ErrorsByClass["5xx"] != failed || failed == 0 {
+		t.Errorf("report errors %d %v, servers sent %d 503s", r.Errors, r.ErrorsByClass, failed)
+	}
+	if r.Allowed+r.Refused+r.Errors != r.Checks {
+		t.Errorf("allowed %d + refused %d + errors %d != checks %d", r.Allowed, r.Refused, r.Errors, r.Checks)
+	}
+	// Round robin across the two nodes.
+	if d := f1.requests.Load() - f2.requests.Load(); d < -1 || d > 1 {
+		t.Errorf("node request counts %d and %d: not round-robin", f1.requests.Load(), f2.requests.Load())
+	}
+	if r.System != "limitd" || r.Nodes != 2 || r.Label != "fake" || r.Dist != "zipf" || r.Algorithm != "sliding_window" ||
+		r.Limit != 100 || r.Window != "1s" || r.Concurrency != 8 || r.Keys != 1000 || r.Batch != 1 {
+		t.Errorf("run description wrong: %+v", r)
+	}
+	if r.ChecksPerSec() <= 0 || r.P99 <= 0 || r.Max < r.P99 {
+		t.Errorf("no throughput/latency: %+v", r)
+	}
+}
+
+func TestBenchBatchCountsEveryCheck(t *testing.T) {
+	f := &fakeLimitd{prefix: `odd"key\`}
+	r, _ := runBenchJSON(t, "--addrs", newFakeLimitd(t, f), "--duration", "300ms", "--warmup", "0",
+		"--concurrency", "4", "--keys", "100", "--batch", "20", "--key-prefix", `odd"key\`)
+	if f.malformed.Load() != 0 {
+		t.Fatalf("%d malformed bodies", f.malformed.Load())
+	}
+	if r.Requests != f.requests.Load() || r.Checks != 20*r.Requests {
+		t.Errorf("%d requests (server %d), %d checks: want 20 per request", r.Requests, f.requests.Load(), r.Checks)
+	}
+	if r.Allowed != f.allowed.Load() || r.Refused != f.refused.Load() {
+		t.Errorf("allowed/refused %d/%d, server %d/%d", r.Allowed, r.Refused, f.allowed.Load(), f.refused.Load())
+	}
+	if r.ErrorsByClass["4xx"] != f.slotErrs.Load() || r.ErrorsByClass["5xx"] != 20*f.failed.Load() {
+		t.Errorf("errors %v; server: %d slot errors, %d failed requests of 20", r.ErrorsByClass, f.slotErrs.Load(), f.failed.Load())
+	}
+	if r.Allowed+r.Refused+r.Errors != r.Checks {
+		t.Errorf("counts do not add up: %+v", r)
+	}
+}
+
+func TestBenchCreatesPolicyAndTable(t *testing.T) {
+	f := &fakeLimitd{}
+	var out, errb bytes.Buffer
+	code := runBench([]string{"--addrs", strings.TrimPrefix(newFakeLimitd(t, f), "http://"), "--duration", "200ms", "--warmup", "0",
+		"--concurrency", "2", "--policy", "api/v1", "--create-policy", "--algorithm", "token_bucket", "--limit", "7",
+		"--window", "1m", "--burst", "9", "--admin-token", "s3cret"}, &out, &errb)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	if f.policyPuts.Load() != 1 || f.auth.Load() != "Bearer s3cret" || f.policyName.Load() != "api%2Fv1" {
+		t.Errorf("policy PUT: %d puts, auth %v, name %v", f.policyPuts.Load(), f.auth.Load(), f.policyName.Load())
+	}
+	var pol map[string]any
+	json.Unmarshal([]byte(f.policyBody.Load().(string)), &pol)
+	if pol["algorithm"] != "token_bucket" || pol["limit"] != 7.0 || pol["window"] != "1m" || pol["burst"] != 9.0 {
+		t.Errorf("policy body %v", pol)
+	}
+	if f.malformed.Load() != 0 || f.allowed.Load() == 0 {
+		t.Errorf("checks by policy: %d malformed, %d allowed", f.malformed.Load(), f.allowed.Load())
+	}
+	for _, want := range []string{"checks/s", "allowed", "refused", "errors", "p50", "p90", "p99", "max", "policy:api/v1 7 per 1m"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, out.String())
+		}
+	}
+	if strings.Contains(errb.String(), "\r") {
+		t.Errorf("progress bar drawn on a non-terminal: %q", errb.String())
+	}
+}
+
+func TestBenchFailures(t *testing.T) {
+	old := benchReadyWait
+	benchReadyWait = 300 * time.Millisecond
+	defer func() { benchReadyWait = old }()
+
+	down := newFakeLimitd(t, &fakeLimitd{alwaysFail: true})
+	notReady := newFakeLimitd(t, &fakeLimitd{notReady: true})
+	tests := []struct {
+		name string
+		args []string
+		code int
+		msg  string
+	}{
+		{"every request fails", []string{"--addrs", down, "--duration", "100ms", "--warmup", "0"}, 1, "no check was decided; last error: HTTP 503 unavailable: no leader"},
+		{"node not ready", []string{"--addrs", notReady}, 1, "is not ready: GET /readyz: 503 Service Unavailable"},
+		{"nothing listening", []string{"--addrs", "127.0.0.1:1"}, 1, "127.0.0.1:1 is not ready"},
+		{"negative cluster", []string{"--cluster", "-1"}, 2, "--cluster must not be negative"},
+		{"cluster and addrs", []string{"--cluster", "3", "--addrs", down}, 2, "exclude each other"},
+		{"bad dist", []string{"--dist", "pareto"}, 2, "unknown key distribution"},
+		{"zero batch", []string{"--batch", "0"}, 2, "batch must be at least 1"},
+		{"negative cost", []string{"--cost", "-1"}, 2, "--cost must not be negative"},
+		{"create without policy", []string{"--create-policy"}, 2, "--create-policy needs --policy"},
+		{"stray argument", []string{"now"}, 2, `unexpected argument "now"`},
+		{"unknown flag", []string{"--speed", "max"}, 2, "flag provided but not defined"},
+	}
+	for _, tt := range tests {
+		var out, errb bytes.Buffer
+		code := runBench(tt.args, &out, &errb)
+		if code != tt.code || !strings.Contains(errb.String(), tt.msg) {
+			t.Errorf("%s: exit %d, stderr %q; want exit %d and %q", tt.name, code, errb.String(), tt.code, tt.msg)
+		}
+	}
+}
+
+func TestBenchUsageDocumentsEveryFlag(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := runBench([]string{"--help"}, &out, &errb); code != 0 {
+		t.Fatalf("--help exit %d", code)
+	}
+	fs, _ := newBenchFlagSet(io.Discard)
+	fs.VisitAll(func(f *flag.Flag) {
+		if !strings.Contains(errb.String(), "-"+f.Name+" ") && !strings.Contains(errb.String(), "-"+f.Name+"\n") {
+			t.Errorf("usage does not document --%s", f.Name)
+		}
+		if f.Usage == "" {
+			t.Errorf("--%s has no usage text", f.Name)
+		}
+	})
+}
+
+func TestSplitAddrs(t *testing.T) {
+	got := splitAddrs(" 127.0.0.1:8080, http://a:1/ ,,https://b:2")
+	want := []string{"http://127.0.0.1:8080", "http://a:1", "https://b:2"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("splitAddrs = %q, want %q", got, want)
+	}
+}
+
+// useFakeNodes makes --cluster start this test binary as fake nodes, with the
+// cluster's temporary directory under a fresh TMPDIR. It returns the
+// directory where the nodes report and the TMPDIR.
+func useFakeNodes(t *testing.T) (reports, tmp string) {
+	reports, tmp = t.TempDir(), t.TempDir()
+	t.Setenv(fakeNodeEnv, "1")
+	t.Setenv(fakeNodeDirEnv, reports)
+	t.Setenv("TMPDIR", tmp)
+	old := benchServe
+	benchServe = func() (string, []string, error) { return os.Args[0], []string{"serve"}, nil }
+	t.Cleanup(func() { benchServe = old })
+	return reports, tmp
+}
+
+// assertNodesGone checks that every node that wrote a pid file has exited and
+// been reaped, and that the cluster directory was removed.
+func assertNodesGone(t *testing.T, reports, tmp string, want int) {
+	t.Helper()
+	pids, _ := filepath.Glob(filepath.Join(reports, "*.pid"))
+	if len(pids) != want {
+		t.Errorf("%d nodes started, want %d", len(pids), want)
+	}
+	for _, p := range pids {
+		b, _ := os.ReadFile(p)
+		pid, _ := strconv.Atoi(string(b))
+		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+			t.Errorf("node %s (pid %d) still exists: %v", filepath.Base(p), pid, err)
+		}
+	}
+	if left, _ := os.ReadDir(tmp); len(left) != 0 {
+		t.Errorf("temporary files left behind: %v", left)
+	}
+}
+
+func TestBenchClusterStartsRunsAndStops(t *testing.T) {
+	reports, tmp := useFakeNodes(t)
+	r, stderr := runBenchJSON(t, "--cluster", "3", "--duration", "300ms", "--warmup", "0",
+		"--concurrency", "6", "--keys", "50", "--policy", "api")
+	if r.Errors != 0 {
+		t.Errorf("%d errors (%s): the policy was not created before the checks? stderr: %s", r.Errors, r.LastError, stderr)
+	}
+	if r.Nodes != 3 || strings.Count(r.Target, "http://127.0.0.1:") != 3 {
+		t.Errorf("nodes %d target %q, want 3 loopback nodes", r.Nodes, r.Target)
+	}
+	if r.DiskBytes != 12345 || r.RSSBytes <= 0 {
+		t.Errorf("footprint: disk %d bytes (want the fake's 12345), RSS %d", r.DiskBytes, r.RSSBytes)
+	}
+	if r.Algorithm != "policy:api" || r.Limit != 100 {
+		t.Errorf("algorithm %q limit %d, want the created policy", r.Algorithm, r.Limit)
+	}
+	// Every node got a third of the checks (round-robin), and the nodes
+	// wrote their counts on SIGTERM: they were stopped, not killed.
+	var total int64
+	for i := 1; i <= 3; i++ {
+		b, err := os.ReadFile(filepath.Join(reports, fmt.Sprintf("bench%d.checks", i)))
+		if err != nil {
+			t.Fatalf("bench%d did not stop gracefully: %v", i, err)
+		}
+		n, _ := strconv.ParseInt(string(b), 10, 64)
+		if n < r.Requests/3-1 || n > r.Requests/3+1 {
+			t.Errorf("bench%d answered %d of %d checks", i, n, r.Requests)
+		}
+		total += n
+	}
+	if total != r.Requests {
+		t.Errorf("nodes answered %d checks, report says %d", total, r.Requests)
+	}
+	assertNodesGone(t, reports, tmp, 3)
+}
+
+func TestBenchClusterKillsNodesThatIgnoreSIGTERM(t *testing.T) {
+	reports, tmp := useFakeNodes(t)
+	t.Setenv(fakeNodeIgnoreEnv, "1")
+	old := benchStopTimeout
+	benchStopTimeout = 200 * time.Millisecond
+	defer func() { benchStopTimeout = old }()
+	_, stderr := runBenchJSON(t, "--cluster", "2", "--duration", "100ms", "--warmup", "0", "--concurrency", "2")
+	if !strings.Contains(stderr, "killed bench1, bench2: no exit within 200ms of SIGTERM") {
+		t.Errorf("stderr %q: want the kill reported", stderr)
+	}
+	assertNodesGone(t, reports, tmp, 2)
+}
+
+func TestBenchClusterStartFailureShowsLogs(t *testing.T) {
+	reports, tmp := useFakeNodes(t)
+	t.Setenv(fakeNodeFailEnv, "1")
+	var out, errb bytes.Buffer
+	code := runBench([]string{"--cluster", "3", "--duration", "100ms"}, &out, &errb)
+	if code != 1 {
+		t.Errorf("exit %d, want 1", code)
+	}
+	for _, want := range []string{"bench1 exited during start-up", "--- bench1 log", "boom: bench1 cannot open"} {
+		if !strings.Contains(errb.String(), want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errb.String())
+		}
+	}
+	if out.Len() != 0 {
+		t.Errorf("a report was printed for a run that never started: %s", out.String())
+	}
+	assertNodesGone(t, reports, tmp, 0)
+}
+
+func TestBenchClusterReportsCrashedNodes(t *testing.T) {
+	reports, tmp := useFakeNodes(t)
+	t.Setenv(fakeNodeCrashEnv, "20")
+	r, stderr := runBenchJSON(t, "--cluster", "2", "--duration", "300ms", "--warmup", "0", "--concurrency", "2")
+	if r.Allowed < 30 || r.Allowed > 40 || r.ErrorsByClass["transport"] == 0 { // the last answer may be cut off by the exit
+		t.Errorf("allowed %d, errors %v: want 20 checks per node, then transport errors", r.Allowed, r.ErrorsByClass)
+	}
+	for _, want := range []string{"bench1 exited during the run", "bench2 exited during the run", "panic: bench2 crashing after 20 checks"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, stderr)
+		}
+	}
+	assertNodesGone(t, reports, tmp, 2)
+}

@@ -1,0 +1,452 @@
+package fsm
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/limitd/limitd/algo"
+	"github.com/limitd/limitd/persist"
+)
+
+// applier holds the apply path's reusable memory and the changes to the
+// in-memory policy and node maps that wait for the transaction to commit.
+// Only the goroutine applying entries touches it.
+type applier struct {
+	f   *FSM
+	cmd command
+
+	// Staged by entries of the current transaction: a nil *Policy or a
+	// deleted node records a removal. Later entries of the same
+	// transaction see them; publish makes them visible after commit.
+	pendingPolicies map[string]*Policy
+	pendingNodes    map[string]nodeChange
+
+	specs map[string]*specEntry // inline spec encodings seen recently
+
+	keyBuf, decideBuf, resBuf []byte
+	lims                      []limit
+	tent                      []tentative
+}
+
+type nodeChange struct {
+	addr    string
+	deleted bool
+}
+
+// specEntry is a decoded inline spec and its canonical encoding (the
+// identity of the limit in storage keys), or why it is invalid.
+type specEntry struct {
+	spec  algo.Spec
+	canon []byte
+	err   *Error
+}
+
+// maxSpecCache bounds the inline-spec cache; it is cleared when full.
+const maxSpecCache = 1024
+
+// limit is a check's resolved limit.
+type limit struct {
+	spec   *algo.Spec
+	shadow bool
+	policy bool   // ident is a policy name, else a canonical spec encoding
+	ident  []byte // valid for the entry
+}
+
+// tentative is a key's state while an op is being decided: the stored state,
+// then what each check of the op made of it.
+type tentative struct {
+	key     []byte
+	prev    persist.State
+	data    []byte
+	expiry  int64
+	changed bool
+}
+
+func (a *applier) init(f *FSM) {
+	a.f = f
+	a.pendingPolicies = make(map[string]*Policy)
+	a.pendingNodes = make(map[string]nodeChange)
+	a.specs = make(map[string]*specEntry)
+}
+
+// apply applies one command entry. A returned error is fatal.
+func (a *applier) apply(tx *persist.Tx, data []byte) (interface{}, error) {
+	c := &a.cmd
+	if err := decodeCommand(c, data); err != nil {
+		return nil, err
+	}
+	switch c.typ {
+	case CmdCheck:
+		rs, err := a.check(tx, c)
+		if err != nil {
+			return nil, err
+		}
+		return rs, nil
+	case CmdPutPolicy:
+		e, err := a.putPolicy(tx, c.policy)
+		return errResponse(e), err
+	case CmdDeletePolicy:
+		e, err := a.deletePolicy(tx, c.name)
+		return errResponse(e), err
+	case CmdResetKey:
+		e, err := a.resetKey(tx, &c.checks[0])
+		return errResponse(e), err
+	case CmdExpire:
+		now := clamp(tx, c.now)
+		n, err := tx.Expire(now, c.max)
+		if err != nil {
+			return nil, err
+		}
+		return n, nil
+	case CmdSetNode:
+		if c.name == "" {
+			return nil, nil
+		}
+		a.pendingNodes[c.name] = nodeChange{addr: c.addr}
+		return nil, tx.PutNode(c.name, c.addr)
+	case CmdRemoveNode:
+		if c.name == "" {
+			return nil, nil
+		}
+		a.pendingNodes[c.name] = nodeChange{deleted: true}
+		return nil, tx.DeleteNode(c.name)
+	}
+	return nil, fmt.Errorf("%w: type %d", ErrUnknownCommand, c.typ)
+}
+
+// errResponse keeps a nil *Error from becoming a non-nil error interface.
+func errResponse(e *Error) interface{} {
+	if e == nil {
+		return nil
+	}
+	return error(e)
+}
+
+// clamp makes time monotonic across leaders: an entry stamped earlier than
+// one already applied is decided at the later time, so a new leader whose
+// clock is behind cannot reopen windows.
+func clamp(tx *persist.Tx, now int64) int64 {
+	if last := tx.Meta().LastTime; now < last {
+		now = last
+	}
+	tx.SetLastTime(now)
+	return now
+}
+
+// publish makes the committed policy and node changes visible.
+func (a *applier) publish() {
+	if len(a.pendingPolicies) == 0 && len(a.pendingNodes) == 0 {
+		return
+	}
+	f := a.f
+	f.mu.Lock()
+	for name, p := range a.pendingPolicies {
+		if p == nil {
+			delete(f.policies, name)
+		} else {
+			f.policies[name] = p
+		}
+	}
+	for id, c := range a.pendingNodes {
+		if c.deleted {
+			delete(f.nodes, id)
+		} else {
+			f.nodes[id] = c.addr
+		}
+	}
+	f.mu.Unlock()
+	a.discard()
+}
+
+// discard drops changes of a transaction that did not commit.
+func (a *applier) discard() {
+	clear(a.pendingPolicies)
+	clear(a.pendingNodes)
+}
+
+func (a *applier) lookupPolicy(name []byte) (*Policy, bool) {
+	if p, ok := a.pendingPolicies[string(name)]; ok {
+		return p, p != nil
+	}
+	p, ok := a.f.policies[string(name)]
+	return p, ok
+}
+
+func (a *applier) putPolicy(tx *persist.Tx, p Policy) (*Error, error) {
+	if p.Name == "" || len(p.Name) > MaxPolicyName {
+		return &Error{Code: "invalid_argument", Field: "name", Message: fmt.Sprintf("must be 1 to %d bytes", MaxPolicyName)}, nil
+	}
+	spec, err := p.Spec.Validate()
+	if err != nil {
+		return fieldError(err, ""), nil
+	}
+	p.Spec = spec
+	a.resBuf = appendPolicy(a.resBuf[:0], p)
+	if err := tx.PutPolicy(p.Name, a.resBuf); err != nil {
+		return nil, err
+	}
+	a.pendingPolicies[p.Name] = &p
+	return nil, nil
+}
+
+func (a *applier) deletePolicy(tx *persist.Tx, name string) (*Error, error) {
+	if _, ok := a.lookupPolicy([]byte(name)); !ok {
+		return notFound(name), nil
+	}
+	if _, err := tx.DeletePolicy(name); err != nil {
+		return nil, err
+	}
+	// Keys stored under the policy are left to expire: deleting them here
+	// would be unbounded work in one entry.
+	a.pendingPolicies[name] = nil
+	return nil, nil
+}
+
+func (a *applier) resetKey(tx *persist.Tx, ck *checkRef) (*Error, error) {
+	var lim limit
+	if e := a.resolve(ck, &lim); e != nil {
+		return e, nil
+	}
+	key := a.storageKey(ck, &lim)
+	st, err := tx.State(key)
+	if err != nil {
+		return nil, err
+	}
+	return nil, tx.DeleteState(key, st)
+}
+
+func notFound(policy string) *Error {
+	return &Error{Code: "not_found", Field: "policy", Message: fmt.Sprintf("policy %q does not exist", policy)}
+}
+
+// fieldError turns a validation error into an invalid_argument *Error with
+// the field path under prefix ("limit" for inline limits).
+func fieldError(err error, prefix string) *Error {
+	var fe *algo.FieldError
+	if errors.As(err, &fe) {
+		field := fe.Field
+		if prefix != "" {
+			field = prefix + "." + field
+		}
+		return &Error{Code: "invalid_argument", Field: field, Message: fe.Message}
+	}
+	if prefix == "" {
+		prefix = "spec"
+	}
+	return &Error{Code: "invalid_argument", Field: prefix, Message: err.Error()}
+}
+
+// resolve finds a check's limit, or the *Error that answers the op.
+func (a *applier) resolve(ck *checkRef, lim *limit) *Error {
+	switch {
+	case len(ck.key) == 0:
+		return &Error{Code: "invalid_argument", Field: "key", Message: "required"}
+	case len(ck.key) > MaxKeyLen:
+		return &Error{Code: "invalid_argument", Field: "key", Message: fmt.Sprintf("longer than %d bytes", MaxKeyLen)}
+	case ck.cost < 0:
+		return &Error{Code: "invalid_argument", Field: "cost", Message: "must not be negative"}
+	case ck.kind == limitPolicy:
+		p, ok := a.lookupPolicy(ck.policy)
+		if !ok {
+			return notFound(string(ck.policy))
+		}
+		*lim = limit{spec: &p.Spec, shadow: p.Shadow, policy: true, ident: ck.policy}
+		return nil
+	case ck.kind == limitSpec:
+		se := a.specs[string(ck.spec)]
+		if se == nil {
+			se = newSpecEntry(ck.spec)
+			if len(a.specs) >= maxSpecCache {
+				clear(a.specs)
+			}
+			a.specs[string(ck.spec)] = se
+		}
+		if se.err != nil {
+			return se.err
+		}
+		*lim = limit{spec: &se.spec, ident: se.canon}
+		return nil
+	default:
+		return &Error{Code: "invalid_argument", Field: "limit", Message: "a check needs exactly one of policy or limit"}
+	}
+}
+
+func newSpecEntry(enc []byte) *specEntry {
+	s, err := decodeSpec(enc)
+	if err != nil {
+		return &specEntry{err: fieldError(err, "limit")}
+	}
+	return &specEntry{spec: s, canon: algo.AppendSpec(nil, s)}
+}
+
+// storageKey is the limit identity followed by the key:
+// 'p' ‖ uvarint(len(name)) ‖ name ‖ key, or 's' ‖ uvarint(len(spec)) ‖ spec ‖ key.
+// It lives in a.keyBuf until the next call.
+func (a *applier) storageKey(ck *checkRef, lim *limit) []byte {
+	b := a.keyBuf[:0]
+	if lim.policy {
+		b = append(b, 'p')
+	} else {
+		b = append(b, 's')
+	}
+	b = binary.AppendUvarint(b, uint64(len(lim.ident)))
+	b = append(b, lim.ident...)
+	b = append(b, ck.key...)
+	a.keyBuf = b
+	return b
+}
+
+// check applies a CmdCheck entry: its ops in order, each seeing the writes of
+// the ones before, then a small bounded expiry sweep so a busy node keeps up
+// without extra entries.
+func (a *applier) check(tx *persist.Tx, c *command) ([]Result, error) {
+	now := clamp(tx, c.now)
+	retention := c.retention
+	if retention <= 0 {
+		retention = int64(DefaultRetention)
+	}
+	results := make([]Result, len(c.ops))
+	decisions := make([]Decision, len(c.checks))
+	for i := range c.ops {
+		op := &c.ops[i]
+		end := op.first + op.n
+		res, err := a.applyOp(tx, op, c.checks[op.first:end], decisions[op.first:end:end], now, retention)
+		if err != nil {
+			return nil, err
+		}
+		results[i] = res
+	}
+	if _, err := tx.Expire(now, 2*len(c.ops)+16); err != nil {
+		return nil, err
+	}
+	return results, nil
+}
+
+func (a *applier) applyOp(tx *persist.Tx, op *opRef, checks []checkRef, decs []Decision, now, retention int64) (Result, error) {
+	var prevReq persist.Request
+	if len(op.requestID) > 0 {
+		if len(op.requestID) > MaxRequestIDLen {
+			return Result{Err: &Error{Code: "invalid_argument", Field: "request_id", Message: fmt.Sprintf("longer than %d bytes", MaxRequestIDLen)}}, nil
+		}
+		r, err := tx.Request(op.requestID)
+		if err != nil {
+			return Result{}, err
+		}
+		if r.Found && r.Expiry > now {
+			rs, err := DecodeResults(r.Result)
+			if err != nil || len(rs) != 1 {
+				return Result{}, fmt.Errorf("request %q: %w: stored result: %v", op.requestID, persist.ErrCorrupt, err)
+			}
+			rs[0].Replayed = true
+			return rs[0], nil
+		}
+		prevReq = r // absent, or expired but not yet swept: overwritten
+	}
+	if len(checks) == 0 {
+		return Result{Err: &Error{Code: "invalid_argument", Field: "checks", Message: "at least one check is required"}}, nil
+	}
+	a.lims = a.lims[:0]
+	for j := range checks {
+		a.lims = append(a.lims, limit{})
+		if e := a.resolve(&checks[j], &a.lims[j]); e != nil {
+			return Result{Err: e}, nil // nothing consumed, nothing remembered
+		}
+	}
+	res, err := a.decideOp(tx, checks, a.lims, decs, now, op.all)
+	if err != nil || res.Err != nil || len(op.requestID) == 0 {
+		return res, err
+	}
+	a.resBuf = appendResult(append(a.resBuf[:0], resultsVersion, 1), &res)
+	if err := tx.PutRequest(op.requestID, prevReq, a.resBuf, now+retention); err != nil {
+		return Result{}, err
+	}
+	return res, nil
+}
+
+// decideOp decides every check of an op against tentative state, so a key
+// that appears twice sees its own earlier check, then stores the outcome: for
+// an All op only if every check allowed, otherwise each check's new state.
+// Shadow policies that refuse report allowed and consume nothing.
+func (a *applier) decideOp(tx *persist.Tx, checks []checkRef, lims []limit, decs []Decision, now int64, all bool) (Result, error) {
+	multi := len(checks) > 1
+	a.tent = a.tent[:0]
+	allowed := true
+	for j := range checks {
+		ck, lim := &checks[j], &lims[j]
+		key := a.storageKey(ck, lim)
+		ti := -1
+		if multi {
+			for k := range a.tent {
+				if bytes.Equal(a.tent[k].key, key) {
+					ti = k
+					break
+				}
+			}
+		}
+		if ti < 0 {
+			st, err := tx.State(key)
+			if err != nil {
+				return Result{}, err
+			}
+			if multi {
+				key = append(tx.Alloc(len(key))[:0], key...)
+			}
+			a.tent = append(a.tent, tentative{key: key, prev: st, data: st.Data, expiry: st.Expiry})
+			ti = len(a.tent) - 1
+		}
+		t := &a.tent[ti]
+		d, next, err := algo.Decide(a.decideBuf[:0], lim.spec, t.data, now, ck.cost)
+		if err != nil {
+			// Deterministic (a state algo cannot read): answer the op,
+			// change nothing.
+			return Result{Err: decideError(err)}, nil
+		}
+		if cap(next) > cap(a.decideBuf) {
+			a.decideBuf = next[:0]
+		}
+		dec := Decision{Decision: d}
+		if lim.shadow && !d.Allowed {
+			dec.Allowed, dec.ShadowRefused = true, true
+		} else {
+			if multi && next != nil {
+				next = append(tx.Alloc(len(next))[:0], next...) // decideBuf is reused
+			}
+			t.data, t.expiry, t.changed = next, now+d.ResetAfter, true
+		}
+		allowed = allowed && dec.Allowed
+		decs[j] = dec
+	}
+	res := Result{Allowed: allowed, Decisions: decs}
+	if all && !allowed {
+		return res, nil
+	}
+	for k := range a.tent {
+		if err := writeState(tx, &a.tent[k]); err != nil {
+			return Result{}, err
+		}
+	}
+	return res, nil
+}
+
+func writeState(tx *persist.Tx, t *tentative) error {
+	switch {
+	case !t.changed:
+		return nil
+	case t.data == nil: // equivalent to a fresh key
+		return tx.DeleteState(t.key, t.prev)
+	case t.prev.Found && t.expiry == t.prev.Expiry && bytes.Equal(t.data, t.prev.Data):
+		return nil // a refusal or peek that changed nothing
+	default:
+		return tx.PutState(t.key, t.prev, t.data, t.expiry)
+	}
+}
+
+func decideError(err error) *Error {
+	var fe *algo.FieldError
+	if errors.As(err, &fe) {
+		return fieldError(err, "limit")
+	}
+	return &Error{Code: "internal", Field: "state", Message: err.Error()}
+}

@@ -1,0 +1,376 @@
+// Package fsm is limitd's Raft state machine: it decodes committed log
+// entries, decides checks with package algo at the leader's timestamp, and
+// stores the result through package persist, one bbolt transaction per
+// batch of entries together with the applied index.
+//
+// Everything here is a deterministic function of the sequence of entries:
+// no clock, no randomness, no dependence on how raft groups entries into
+// batches. See DESIGN.md for the reasoning.
+package fsm
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/limitd/limitd/persist"
+)
+
+// DefaultRetention is how long a request id's result is kept when the CmdCheck
+// entry carries no retention.
+const DefaultRetention = 10 * time.Minute
+
+// Bounds the state machine enforces itself, whatever the API layer checked.
+const (
+	MaxKeyLen       = 4096
+	MaxRequestIDLen = 1024
+	MaxPolicyName   = 1024
+)
+
+var (
+	// ErrAlreadyApplied is the response for an entry at or below the stored
+	// applied index: it was applied before a restart and is skipped, so a
+	// replayed log never consumes budget twice. Only startup replay sees it.
+	ErrAlreadyApplied = errors.New("entry already applied")
+	// ErrClosed is the response for entries offered after Close.
+	ErrClosed = errors.New("state machine closed")
+)
+
+// Options configures Open.
+type Options struct {
+	// NoSync opens the bbolt file with NoSync; see DESIGN.md for why that is
+	// safe with the dirty marker.
+	NoSync bool
+	// OnFatal is called once, on raft's FSM goroutine, when applying must
+	// stop (write failure, unknown or undecodable command). Apply then blocks
+	// until Close, so OnFatal must not wait for raft to shut down; the
+	// caller's shutdown path must Close the FSM before waiting on
+	// raft.Shutdown. May be nil.
+	OnFatal func(err error)
+	Logger  *log.Logger // may be nil
+	// MaxSizeBytes caps the database file (0: no cap). Reaching it fails the
+	// apply like a full disk.
+	MaxSizeBytes int
+	// Verify runs a full consistency check of an existing file at Open.
+	Verify bool
+}
+
+// Stats are counters for metrics and the cluster status.
+type Stats struct {
+	Keys         int64 // limiter state entries
+	RequestIDs   int64 // remembered request ids
+	DBSizeBytes  int64 // size of the database file
+	AppliedIndex uint64
+}
+
+// FSM is the replicated state machine. It implements raft.BatchingFSM.
+type FSM struct {
+	store *persist.Store
+	opts  Options
+
+	// applyMu orders applying against Close; the apply path holds it.
+	applyMu   sync.Mutex
+	closed    bool
+	halted    error
+	closing   chan struct{}
+	closeOnce sync.Once
+	fatalOnce sync.Once
+
+	// mu guards the in-memory copies of policies and nodes, read by the
+	// HTTP layer. The apply goroutine is their only writer, so it reads them
+	// without the lock.
+	mu       sync.RWMutex
+	policies map[string]*Policy
+	nodes    map[string]string
+
+	ap applier
+
+	// testHookCommit, when set, runs at the end of each apply transaction;
+	// an error fails it like a failed write.
+	testHookCommit func() error
+}
+
+var _ raft.BatchingFSM = (*FSM)(nil)
+
+// Open opens the state machine database at path (e.g. <data-dir>/fsm.db).
+// See persist.Open for the dirty-marker behaviour behind Recovered.
+func Open(path string, opts Options) (*FSM, error) {
+	st, err := persist.Open(path, persist.Options{
+		NoSync:          opts.NoSync,
+		MaxSize:         opts.MaxSizeBytes,
+		InitialMmapSize: 256 << 20,
+		Verify:          opts.Verify,
+		Logger:          opts.Logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	f := &FSM{store: st, opts: opts, closing: make(chan struct{})}
+	f.ap.init(f)
+	if err := f.load(); err != nil {
+		_ = st.CloseDirty()
+		return nil, err
+	}
+	return f, nil
+}
+
+// load reads policies and nodes into memory.
+func (f *FSM) load() error {
+	policies := make(map[string]*Policy)
+	nodes := make(map[string]string)
+	err := f.store.View(func(tx *persist.Tx) error {
+		if err := tx.ForEachPolicy(func(name string, enc []byte) error {
+			d := decoder{b: enc}
+			p := decodePolicy(&d)
+			if d.err == nil && d.off != len(enc) {
+				d.err = fmt.Errorf("%d trailing bytes", len(enc)-d.off)
+			}
+			if d.err != nil {
+				return fmt.Errorf("policy %q: %w: %v", name, persist.ErrCorrupt, d.err)
+			}
+			spec, err := p.Spec.Validate()
+			if err != nil {
+				return fmt.Errorf("policy %q: %w: %v", name, persist.ErrCorrupt, err)
+			}
+			p.Spec = spec
+			policies[name] = &p
+			return nil
+		}); err != nil {
+			return err
+		}
+		return tx.ForEachNode(func(id, addr string) error {
+			nodes[id] = addr
+			return nil
+		})
+	})
+	if err != nil {
+		return fmt.Errorf("load %s: %w", f.store.Path(), err)
+	}
+	f.mu.Lock()
+	f.policies, f.nodes = policies, nodes
+	f.mu.Unlock()
+	return nil
+}
+
+// Recovered reports that the previous stop was unclean and the database was
+// set aside: the state is empty and must be rebuilt from a raft snapshot and
+// the log (the caller turns off NoSnapshotRestoreOnStart).
+func (f *FSM) Recovered() bool { return f.store.Recovered() }
+
+// Close unblocks an Apply halted by a fatal error, waits for any apply in
+// progress, syncs and closes the database and removes the dirty marker —
+// unless applying had failed, in which case the marker stays and the next
+// Open rebuilds from raft.
+func (f *FSM) Close() error {
+	f.closeOnce.Do(func() { close(f.closing) })
+	f.applyMu.Lock()
+	defer f.applyMu.Unlock()
+	if f.closed {
+		return nil
+	}
+	f.closed = true
+	if f.halted != nil {
+		return f.store.CloseDirty()
+	}
+	return f.store.Close()
+}
+
+// Apply applies one entry: a batch of one.
+func (f *FSM) Apply(l *raft.Log) interface{} {
+	return f.ApplyBatch([]*raft.Log{l})[0]
+}
+
+// ApplyBatch applies entries in one transaction. Responses, by command:
+// CmdCheck []Result; CmdPutPolicy, CmdDeletePolicy, CmdResetKey error (nil or
+// *Error); CmdExpire int (entries removed); CmdSetNode, CmdRemoveNode and
+// non-command entries nil; entries already applied ErrAlreadyApplied. On a
+// fatal error nothing of the batch is stored, OnFatal is called and the call
+// blocks until Close, then answers every entry with the error.
+func (f *FSM) ApplyBatch(ls []*raft.Log) []interface{} {
+	f.applyMu.Lock()
+	if f.closed {
+		f.applyMu.Unlock()
+		return fill(len(ls), ErrClosed)
+	}
+	err := f.halted
+	var resps []interface{}
+	if err == nil {
+		resps, err = f.applyEntries(ls)
+		if err != nil {
+			f.halted = err
+		}
+	}
+	f.applyMu.Unlock()
+	if err != nil {
+		f.halt(err)
+		return fill(len(ls), err)
+	}
+	return resps
+}
+
+func fill(n int, v interface{}) []interface{} {
+	r := make([]interface{}, n)
+	for i := range r {
+		r[i] = v
+	}
+	return r
+}
+
+// halt reports a fatal error once and parks the caller (raft's FSM
+// goroutine) until Close: applying later entries after skipping one would
+// diverge from the other replicas.
+func (f *FSM) halt(err error) {
+	f.fatalOnce.Do(func() {
+		if f.opts.Logger != nil {
+			f.opts.Logger.Printf("fsm: applying stopped: %v", err)
+		}
+		if f.opts.OnFatal != nil {
+			f.opts.OnFatal(err)
+		}
+	})
+	<-f.closing
+}
+
+// applyEntries applies ls in one transaction and returns the responses, or
+// the error that must stop the node (nothing is then stored).
+func (f *FSM) applyEntries(ls []*raft.Log) (resps []interface{}, err error) {
+	resps = make([]interface{}, len(ls))
+	err = f.store.Update(func(tx *persist.Tx) (err error) {
+		defer func() {
+			// bbolt panics on a corrupt page; stop the node instead of
+			// crashing it with the transaction half applied.
+			if r := recover(); r != nil {
+				err = fmt.Errorf("apply: %w: panic: %v", persist.ErrCorrupt, r)
+			}
+		}()
+		applied := tx.Meta().AppliedIndex
+		for i, l := range ls {
+			if l.Index <= applied {
+				resps[i] = ErrAlreadyApplied
+				continue
+			}
+			if l.Type == raft.LogCommand {
+				resp, err := f.ap.apply(tx, l.Data)
+				if err != nil {
+					return fmt.Errorf("apply raft entry %d: %w", l.Index, err)
+				}
+				resps[i] = resp
+			}
+			applied = l.Index
+		}
+		tx.SetApplied(applied)
+		if f.testHookCommit != nil {
+			return f.testHookCommit()
+		}
+		return nil
+	})
+	if err != nil {
+		f.ap.discard()
+		return nil, err
+	}
+	f.ap.publish()
+	return resps, nil
+}
+
+// Snapshot captures the database as of the last applied entry; it is written
+// out by Persist, concurrently with later applies.
+func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
+	sn, err := f.store.Snapshot()
+	if err != nil {
+		return nil, err
+	}
+	return &snapshot{sn: sn}, nil
+}
+
+type snapshot struct{ sn *persist.Snapshot }
+
+func (s *snapshot) Persist(sink raft.SnapshotSink) error {
+	if _, err := s.sn.WriteTo(sink); err != nil {
+		_ = sink.Cancel()
+		return fmt.Errorf("persist snapshot at index %d: %w", s.sn.Meta().AppliedIndex, err)
+	}
+	return sink.Close()
+}
+
+func (s *snapshot) Release() { s.sn.Release() }
+
+// Restore replaces the state with a snapshot written by Persist. A stream
+// that is truncated or damaged fails and leaves the current state intact.
+func (f *FSM) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	f.applyMu.Lock()
+	defer f.applyMu.Unlock()
+	if f.closed {
+		return ErrClosed
+	}
+	if err := f.store.Restore(rc); err != nil {
+		return err
+	}
+	return f.load()
+}
+
+// AppliedIndex is the last raft index applied.
+func (f *FSM) AppliedIndex() uint64 { return f.store.Meta().AppliedIndex }
+
+// LastTime is the greatest leader time applied; the leader stamps entries
+// with max(time.Now(), LastTime()) so time never runs backwards.
+func (f *FSM) LastTime() int64 { return f.store.Meta().LastTime }
+
+// NextExpiry is the earliest time something may be due for expiry (a lower
+// bound); the leader proposes CmdExpire once it has passed.
+func (f *FSM) NextExpiry() (int64, bool) { return f.store.NextExpiry() }
+
+// Policy returns this replica's copy of a policy.
+func (f *FSM) Policy(name string) (Policy, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	p, ok := f.policies[name]
+	if !ok {
+		return Policy{}, false
+	}
+	return *p, true
+}
+
+// Policies returns all policies sorted by name.
+func (f *FSM) Policies() []Policy {
+	f.mu.RLock()
+	ps := make([]Policy, 0, len(f.policies))
+	for _, p := range f.policies {
+		ps = append(ps, *p)
+	}
+	f.mu.RUnlock()
+	sort.Slice(ps, func(i, j int) bool { return ps[i].Name < ps[j].Name })
+	return ps
+}
+
+// Nodes returns a copy of node id → HTTP address.
+func (f *FSM) Nodes() map[string]string {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	m := make(map[string]string, len(f.nodes))
+	for k, v := range f.nodes {
+		m[k] = v
+	}
+	return m
+}
+
+// Stats returns current counters without touching the database.
+func (f *FSM) Stats() Stats {
+	m := f.store.Meta()
+	return Stats{
+		Keys:         int64(m.Keys),
+		RequestIDs:   int64(m.RequestIDs),
+		DBSizeBytes:  f.store.FileSize(),
+		AppliedIndex: m.AppliedIndex,
+	}
+}
+
+// Digest is a hex SHA-256 of the replicated contents (state, expiry indexes,
+// request ids, policies, nodes; not the applied index): equal on replicas
+// that applied the same entries.
+func (f *FSM) Digest() (string, error) { return f.store.Digest() }

@@ -1,0 +1,483 @@
+// Package persist owns limitd's on-disk state machine storage: one bbolt file
+// holding limiter state per key, the request-id table, policies, cluster
+// nodes, and the Raft index and leader time the contents correspond to.
+//
+// The package knows the layout of the file but nothing about Raft commands or
+// algorithms: the fsm package decides, persist stores. Every change happens in
+// one write transaction (Store.Update) so a Raft entry is applied entirely or
+// not at all, together with the applied index.
+//
+// The file is opened with NoSync for throughput: the Raft log is the durable
+// record. A marker file (<path>.dirty) exists while the database is open; if it
+// is found at Open, the previous process did not close cleanly, the file may be
+// torn, and it is set aside (<path>.unclean) so the caller can rebuild from a
+// Raft snapshot and the log instead of trusting it.
+package persist
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// SchemaVersion is the layout version written in the meta bucket. A file with
+// another version is refused rather than misread.
+const SchemaVersion = 1
+
+// Bucket names. Never rename: they are the file format.
+var (
+	bucketMeta       = []byte("meta")
+	bucketState      = []byte("state")
+	bucketStateExp   = []byte("state_expiry")
+	bucketRequests   = []byte("requests")
+	bucketRequestExp = []byte("request_expiry")
+	bucketPolicies   = []byte("policies")
+	bucketNodes      = []byte("nodes")
+
+	// dataBuckets are hashed by Digest, in this order. meta is excluded: it
+	// holds the applied index, which legitimately differs between replicas
+	// that have applied the same commands through different log layouts.
+	dataBuckets = [][]byte{bucketPolicies, bucketNodes, bucketState, bucketStateExp, bucketRequests, bucketRequestExp}
+
+	keySchema = []byte("schema")
+	keyMeta   = []byte("meta")
+)
+
+// metaLen is the encoded size of Meta: applied, time, keys, requests.
+const metaLen = 32
+
+var (
+	// ErrClosed is returned by operations on a closed Store.
+	ErrClosed = errors.New("persist: store is closed")
+	// ErrCorrupt is wrapped by errors about bytes in the file that cannot be
+	// decoded; the file cannot be trusted.
+	ErrCorrupt = errors.New("corrupt fsm database")
+)
+
+// Options configures a Store.
+type Options struct {
+	// NoSync opens bbolt with NoSync: commits reach the page cache only.
+	// Safe only because Raft's log is fsynced and the dirty marker makes an
+	// unclean stop rebuild from it.
+	NoSync bool
+	// MaxSize caps the database file in bytes (0: no cap). A commit that would
+	// grow it further fails, like a full disk.
+	MaxSize int
+	// InitialMmapSize reserves address space so the file can grow without
+	// remapping, which would wait for read transactions (a snapshot being
+	// streamed) to finish.
+	InitialMmapSize int
+	// Verify runs bbolt's full consistency check when opening an existing
+	// file: O(file size), but damage to data pages is then reported at start
+	// instead of when the damaged key is next touched.
+	Verify bool
+	Logger *log.Logger
+}
+
+// Meta is what the store records about the commands applied to it.
+type Meta struct {
+	AppliedIndex uint64 // last Raft index applied
+	LastTime     int64  // greatest leader time seen (ns since the epoch)
+	Keys         uint64 // state entries
+	RequestIDs   uint64 // request-id entries
+}
+
+// Store is an open state machine database.
+type Store struct {
+	path string
+	opts Options
+
+	// mu guards db against Restore swapping the file; Update and readers hold
+	// it shared.
+	mu        sync.RWMutex
+	db        *bolt.DB
+	lock      *os.File
+	recovered bool
+
+	// Published after each commit for lock-free reads.
+	applied    atomic.Uint64
+	lastTime   atomic.Int64
+	keys       atomic.Uint64
+	requests   atomic.Uint64
+	nextExpiry atomic.Int64
+	hasNext    atomic.Bool
+
+	meta Meta // authoritative copy, touched only by the single writer
+	wtx  Tx   // reused by every Update: its arena outlives transactions
+}
+
+// Open opens (or creates) the database at path. If the dirty marker of an
+// unclean stop is present, the old file is moved to <path>.unclean and an
+// empty database is created; Recovered then reports true. An unreadable or
+// corrupt file is an error naming it; Open never silently starts empty over
+// existing data.
+func Open(path string, opts Options) (*Store, error) {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, fmt.Errorf("create data directory %s: %w", dir, err)
+	}
+	lock, err := lockFile(path + ".lock")
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{path: path, opts: opts, lock: lock}
+	fail := func(err error) (*Store, error) {
+		unlockFile(lock)
+		return nil, err
+	}
+
+	marker := s.markerPath()
+	switch _, err := os.Stat(marker); {
+	case err == nil:
+		s.recovered = true
+		if err := s.setAside(); err != nil {
+			return fail(err)
+		}
+	case !errors.Is(err, fs.ErrNotExist):
+		return fail(fmt.Errorf("check dirty marker %s: %w", marker, err))
+	}
+	if err := writeMarker(marker); err != nil {
+		return fail(err)
+	}
+	db, err := s.openDB(path)
+	if err != nil {
+		// Leave no marker behind a file we refused: the next start must
+		// refuse it too instead of setting it aside as merely unclean. After
+		// a recovery the marker stays: the set-aside already happened.
+		if !s.recovered {
+			_ = os.Remove(marker)
+		}
+		return fail(err)
+	}
+	s.db = db
+	s.wtx.store = s
+	return s, nil
+}
+
+// setAside moves the untrusted file of an unclean stop out of the way,
+// replacing an older one.
+func (s *Store) setAside() error {
+	if _, err := os.Stat(s.path); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	aside := s.path + ".unclean"
+	if err := os.Rename(s.path, aside); err != nil {
+		return fmt.Errorf("set aside %s after unclean stop: %w", s.path, err)
+	}
+	s.logf("fsm database %s was not closed cleanly: moved to %s, starting empty to rebuild from raft", s.path, aside)
+	return syncDir(filepath.Dir(s.path))
+}
+
+// openDB opens a bbolt file, creates missing buckets in a new one, checks the
+// schema, and loads Meta.
+func (s *Store) openDB(path string) (db *bolt.DB, err error) {
+	existed := false
+	if fi, err := os.Stat(path); err == nil && fi.Size() > 0 {
+		existed = true
+	}
+	// bbolt panics on some forms of page corruption; report them as errors
+	// naming the file instead of crashing with a stack trace.
+	var file *os.File
+	defer func() {
+		if r := recover(); r != nil {
+			if db != nil {
+				_ = db.Close()
+			} else if file != nil {
+				// The panic came from inside bolt.Open: close its file so
+				// its lock does not outlive the failed attempt.
+				_ = file.Close()
+			}
+			db, err = nil, fmt.Errorf("open fsm database %s: %w: %v", path, ErrCorrupt, r)
+		}
+	}()
+	if s.opts.Verify && existed {
+		// Check through a read-only handle first: a writable open reads the
+		// freelist, and a panic inside bolt.Open leaves its mmap (and so its
+		// file lock) behind.
+		if err := verifyFile(path); err != nil {
+			return nil, fmt.Errorf("open fsm database %s: %w", path, err)
+		}
+	}
+	// The freelist is synced (NoFreelistSync false): without it bbolt
+	// rebuilds the freelist at open by walking the file in a goroutine of its
+	// own, where a corrupt page panics beyond recovery instead of failing
+	// Open with an error.
+	db, err = bolt.Open(path, 0o600, &bolt.Options{
+		Timeout:         time.Second,
+		NoSync:          s.opts.NoSync,
+		FreelistType:    bolt.FreelistMapType,
+		InitialMmapSize: s.opts.InitialMmapSize,
+		MaxSize:         s.opts.MaxSize,
+		OpenFile: func(name string, flag int, perm os.FileMode) (*os.File, error) {
+			f, err := os.OpenFile(name, flag, perm)
+			file = f
+			return f, err
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open fsm database %s: %w", path, err)
+	}
+	var m Meta
+	err = db.Update(func(tx *bolt.Tx) error {
+		mb := tx.Bucket(bucketMeta)
+		if mb == nil {
+			if existed {
+				return fmt.Errorf("%w: no %q bucket (not a limitd state machine file?)", ErrCorrupt, bucketMeta)
+			}
+			return initBuckets(tx)
+		}
+		if err := checkSchema(mb.Get(keySchema)); err != nil {
+			return err
+		}
+		for _, name := range dataBuckets {
+			if tx.Bucket(name) == nil {
+				return fmt.Errorf("%w: missing bucket %q", ErrCorrupt, name)
+			}
+		}
+		m, err = decodeMeta(mb.Get(keyMeta))
+		return err
+	})
+	if err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("open fsm database %s: %w", path, err)
+	}
+	s.meta = m
+	s.publish(m)
+	if err := db.View(func(tx *bolt.Tx) error {
+		t, ok := nextExpiry(tx)
+		s.publishNext(t, ok)
+		return nil
+	}); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("open fsm database %s: %w", path, err)
+	}
+	return db, nil
+}
+
+func initBuckets(tx *bolt.Tx) error {
+	mb, err := tx.CreateBucket(bucketMeta)
+	if err != nil {
+		return err
+	}
+	if err := mb.Put(keySchema, binary.AppendUvarint(nil, SchemaVersion)); err != nil {
+		return err
+	}
+	if err := mb.Put(keyMeta, encodeMeta(Meta{})); err != nil {
+		return err
+	}
+	for _, name := range dataBuckets {
+		if _, err := tx.CreateBucket(name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func checkSchema(v []byte) error {
+	ver, n := binary.Uvarint(v)
+	if n <= 0 || n != len(v) {
+		return fmt.Errorf("%w: unreadable schema version", ErrCorrupt)
+	}
+	if ver != SchemaVersion {
+		return fmt.Errorf("schema version %d, this binary reads %d", ver, SchemaVersion)
+	}
+	return nil
+}
+
+func encodeMeta(m Meta) []byte {
+	b := make([]byte, metaLen)
+	binary.BigEndian.PutUint64(b[0:], m.AppliedIndex)
+	binary.BigEndian.PutUint64(b[8:], uint64(m.LastTime))
+	binary.BigEndian.PutUint64(b[16:], m.Keys)
+	binary.BigEndian.PutUint64(b[24:], m.RequestIDs)
+	return b
+}
+
+func decodeMeta(b []byte) (Meta, error) {
+	if len(b) != metaLen {
+		return Meta{}, fmt.Errorf("%w: meta record of %d bytes", ErrCorrupt, len(b))
+	}
+	return Meta{
+		AppliedIndex: binary.BigEndian.Uint64(b[0:]),
+		LastTime:     int64(binary.BigEndian.Uint64(b[8:])),
+		Keys:         binary.BigEndian.Uint64(b[16:]),
+		RequestIDs:   binary.BigEndian.Uint64(b[24:]),
+	}, nil
+}
+
+func (s *Store) publish(m Meta) {
+	s.applied.Store(m.AppliedIndex)
+	s.lastTime.Store(m.LastTime)
+	s.keys.Store(m.Keys)
+	s.requests.Store(m.RequestIDs)
+}
+
+func (s *Store) publishNext(t int64, ok bool) {
+	s.nextExpiry.Store(t)
+	s.hasNext.Store(ok)
+}
+
+// Path is the database file.
+func (s *Store) Path() string { return s.path }
+
+func (s *Store) markerPath() string { return s.path + ".dirty" }
+
+// Recovered reports that Open found the dirty marker of an unclean stop and
+// started from an empty database.
+func (s *Store) Recovered() bool { return s.recovered }
+
+// Meta returns the state as of the last commit. It may be read concurrently
+// with Update; the fields are each current but not read atomically together.
+func (s *Store) Meta() Meta {
+	return Meta{
+		AppliedIndex: s.applied.Load(),
+		LastTime:     s.lastTime.Load(),
+		Keys:         s.keys.Load(),
+		RequestIDs:   s.requests.Load(),
+	}
+}
+
+// NextExpiry is the earliest time at which an expiry-index entry is due, as of
+// the last commit. An entry may turn out to belong to a key that is still
+// active (the index holds lower bounds); expiring it then just re-files it.
+func (s *Store) NextExpiry() (int64, bool) {
+	return s.nextExpiry.Load(), s.hasNext.Load()
+}
+
+// Update runs fn in one write transaction and commits it with the meta record.
+// If fn or the commit fails nothing is changed. Update must not be called
+// concurrently with itself (the state machine has a single writer).
+func (s *Store) Update(fn func(*Tx) error) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.db == nil {
+		return ErrClosed
+	}
+	btx, err := s.db.Begin(true)
+	if err != nil {
+		return fmt.Errorf("begin transaction on %s: %w", s.path, err)
+	}
+	t := &s.wtx
+	defer t.reset()
+	if err := t.begin(btx, s.meta); err != nil {
+		_ = btx.Rollback()
+		return err
+	}
+	if err := fn(t); err != nil {
+		_ = btx.Rollback()
+		return err
+	}
+	if err := t.metaB.Put(keyMeta, encodeMeta(t.meta)); err != nil {
+		_ = btx.Rollback()
+		return fmt.Errorf("write meta to %s: %w", s.path, err)
+	}
+	next, ok := nextExpiry(btx)
+	if err := btx.Commit(); err != nil {
+		return fmt.Errorf("commit to %s: %w", s.path, err)
+	}
+	s.meta = t.meta
+	s.publish(t.meta)
+	s.publishNext(next, ok)
+	return nil
+}
+
+// View runs fn in a read-only transaction. Write methods of the Tx fail.
+func (s *Store) View(fn func(*Tx) error) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.db == nil {
+		return ErrClosed
+	}
+	return s.db.View(func(btx *bolt.Tx) error {
+		t := &Tx{store: s}
+		m, err := decodeMeta(btx.Bucket(bucketMeta).Get(keyMeta))
+		if err != nil {
+			return err
+		}
+		if err := t.begin(btx, m); err != nil {
+			return err
+		}
+		return fn(t)
+	})
+}
+
+// Close syncs the file, closes it and removes the dirty marker: the next Open
+// trusts the file.
+func (s *Store) Close() error { return s.close(true) }
+
+// CloseDirty closes the file but leaves the dirty marker, so the next Open
+// sets the file aside and the caller rebuilds from Raft. Used after a fatal
+// apply error, when the file may not reflect every committed entry.
+func (s *Store) CloseDirty() error { return s.close(false) }
+
+func (s *Store) close(clean bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.db == nil {
+		return nil
+	}
+	var err error
+	if clean {
+		if err = s.db.Sync(); err != nil {
+			err = fmt.Errorf("sync %s: %w", s.path, err)
+		}
+	}
+	if cerr := s.db.Close(); cerr != nil && err == nil {
+		err = fmt.Errorf("close %s: %w", s.path, cerr)
+	}
+	s.db = nil
+	if clean && err == nil {
+		if rerr := os.Remove(s.markerPath()); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+			err = fmt.Errorf("remove dirty marker: %w", rerr)
+		} else {
+			err = syncDir(filepath.Dir(s.path))
+		}
+	}
+	unlockFile(s.lock)
+	return err
+}
+
+func (s *Store) logf(format string, args ...any) {
+	if s.opts.Logger != nil {
+		s.opts.Logger.Printf(format, args...)
+	}
+}
+
+// writeMarker creates the dirty marker durably: it must exist on disk before
+// any NoSync write can reach the database file.
+func writeMarker(path string) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return fmt.Errorf("create dirty marker %s: %w", path, err)
+	}
+	if err := f.Sync(); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("sync dirty marker %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("close dirty marker %s: %w", path, err)
+	}
+	return syncDir(filepath.Dir(path))
+}
+
+// syncDir makes renames and creations in dir durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("open directory %s: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("sync directory %s: %w", dir, err)
+	}
+	return nil
+}

@@ -1,0 +1,442 @@
+package persist
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Layout of the buckets (all integers big-endian):
+//
+//	meta            "schema" → uvarint version; "meta" → applied, time, keys, requests
+//	state           storage key → expiry(8) ‖ indexed(8) ‖ algorithm state
+//	state_expiry    sortable(indexed) ‖ storage key → empty
+//	requests        request id → expiry(8) ‖ encoded result
+//	request_expiry  sortable(expiry) ‖ request id → empty
+//	policies        name → encoded policy
+//	nodes           node id → HTTP address
+//
+// The state expiry index holds a lower bound, not the exact expiry: a busy key
+// whose expiry moves later on every check would otherwise rewrite two index
+// entries per check. "indexed" in the value says where the key's index entry
+// is; Expire re-files an entry it finds early. An entry is moved eagerly only
+// when the expiry becomes earlier than the entry, keeping indexed ≤ expiry.
+const stateHeader = 16
+
+// MaxKeySize is the largest key (storage key or request id) the store accepts;
+// bbolt's limit minus the 8-byte time prefix of the index entries.
+const MaxKeySize = bolt.MaxKeySize - 8
+
+// Tx is a transaction on the store. Values it returns are read-only and valid
+// only until the transaction ends. Values passed to Put methods are copied.
+type Tx struct {
+	store *Store
+	tx    *bolt.Tx
+
+	metaB, state, stateExp, requests, requestExp, policies, nodes *bolt.Bucket
+
+	meta    Meta
+	arena   arena
+	scratch []byte
+}
+
+func (t *Tx) begin(btx *bolt.Tx, m Meta) error {
+	t.tx, t.meta = btx, m
+	t.metaB = btx.Bucket(bucketMeta)
+	t.state = btx.Bucket(bucketState)
+	t.stateExp = btx.Bucket(bucketStateExp)
+	t.requests = btx.Bucket(bucketRequests)
+	t.requestExp = btx.Bucket(bucketRequestExp)
+	t.policies = btx.Bucket(bucketPolicies)
+	t.nodes = btx.Bucket(bucketNodes)
+	for _, b := range []*bolt.Bucket{t.metaB, t.state, t.stateExp, t.requests, t.requestExp, t.policies, t.nodes} {
+		if b == nil {
+			return fmt.Errorf("%w: missing bucket in %s", ErrCorrupt, t.store.path)
+		}
+	}
+	return nil
+}
+
+func (t *Tx) reset() {
+	t.tx = nil
+	t.metaB, t.state, t.stateExp, t.requests, t.requestExp, t.policies, t.nodes = nil, nil, nil, nil, nil, nil, nil
+	t.arena.reset()
+}
+
+// Meta is the meta record as changed so far by this transaction.
+func (t *Tx) Meta() Meta { return t.meta }
+
+// SetApplied records the Raft index this transaction brings the store to.
+func (t *Tx) SetApplied(index uint64) { t.meta.AppliedIndex = index }
+
+// SetLastTime records the greatest leader time seen.
+func (t *Tx) SetLastTime(now int64) { t.meta.LastTime = now }
+
+// Alloc returns n bytes valid until the transaction ends, carved from memory
+// reused across transactions. Callers use it for scratch values that must
+// survive several Put calls without a heap allocation each.
+func (t *Tx) Alloc(n int) []byte { return t.arena.alloc(n) }
+
+func (t *Tx) copyBytes(b []byte) []byte {
+	c := t.arena.alloc(len(b))
+	copy(c, b)
+	return c
+}
+
+// State is a stored limiter state.
+type State struct {
+	Data    []byte // algorithm state: read-only, valid until the transaction ends
+	Expiry  int64  // when the state is equivalent to a fresh key
+	Found   bool
+	indexed int64
+}
+
+// State reads the state stored under key.
+func (t *Tx) State(key []byte) (State, error) {
+	v := t.state.Get(key)
+	if v == nil {
+		return State{}, nil
+	}
+	if len(v) < stateHeader {
+		return State{}, fmt.Errorf("%w: state value of %d bytes for key %q", ErrCorrupt, len(v), key)
+	}
+	return State{
+		Data:    v[stateHeader:],
+		Expiry:  int64(binary.BigEndian.Uint64(v)),
+		indexed: int64(binary.BigEndian.Uint64(v[8:])),
+		Found:   true,
+	}, nil
+}
+
+// PutState stores data under key, to expire at expiry. prev must be what State
+// returned for key in this transaction, with no write to key since.
+func (t *Tx) PutState(key []byte, prev State, data []byte, expiry int64) error {
+	if len(key) == 0 || len(key) > MaxKeySize {
+		return fmt.Errorf("state key of %d bytes", len(key))
+	}
+	indexed := expiry
+	if prev.Found {
+		if prev.indexed <= expiry {
+			indexed = prev.indexed // still a lower bound: leave the entry where it is
+		} else if err := t.stateExp.Delete(t.indexKey(prev.indexed, key)); err != nil {
+			return fmt.Errorf("delete expiry entry: %w", err)
+		}
+	}
+	v := t.arena.alloc(stateHeader + len(data))
+	binary.BigEndian.PutUint64(v, uint64(expiry))
+	binary.BigEndian.PutUint64(v[8:], uint64(indexed))
+	copy(v[stateHeader:], data)
+	k := t.copyBytes(key)
+	if err := t.state.Put(k, v); err != nil {
+		return fmt.Errorf("put state: %w", err)
+	}
+	if !prev.Found || indexed != prev.indexed {
+		if err := t.stateExp.Put(t.arenaIndexKey(indexed, key), []byte{}); err != nil {
+			return fmt.Errorf("put expiry entry: %w", err)
+		}
+	}
+	if !prev.Found {
+		t.meta.Keys++
+	}
+	return nil
+}
+
+// DeleteState removes the state under key. prev is as for PutState; deleting
+// an absent key does nothing.
+func (t *Tx) DeleteState(key []byte, prev State) error {
+	if !prev.Found {
+		return nil
+	}
+	if err := t.state.Delete(key); err != nil {
+		return fmt.Errorf("delete state: %w", err)
+	}
+	if err := t.stateExp.Delete(t.indexKey(prev.indexed, key)); err != nil {
+		return fmt.Errorf("delete expiry entry: %w", err)
+	}
+	t.meta.Keys--
+	return nil
+}
+
+// Request is a stored request-id result.
+type Request struct {
+	Result []byte // encoded result: read-only, valid until the transaction ends
+	Expiry int64
+	Found  bool
+}
+
+// Request reads the entry for a request id.
+func (t *Tx) Request(id []byte) (Request, error) {
+	if len(id) == 0 {
+		return Request{}, nil
+	}
+	v := t.requests.Get(id)
+	if v == nil {
+		return Request{}, nil
+	}
+	if len(v) < 8 {
+		return Request{}, fmt.Errorf("%w: request value of %d bytes for id %q", ErrCorrupt, len(v), id)
+	}
+	return Request{Result: v[8:], Expiry: int64(binary.BigEndian.Uint64(v)), Found: true}, nil
+}
+
+// PutRequest stores an op's encoded result under its request id until expiry.
+// prev is what Request returned for id in this transaction.
+func (t *Tx) PutRequest(id []byte, prev Request, result []byte, expiry int64) error {
+	if len(id) == 0 || len(id) > MaxKeySize {
+		return fmt.Errorf("request id of %d bytes", len(id))
+	}
+	if prev.Found {
+		if err := t.requestExp.Delete(t.indexKey(prev.Expiry, id)); err != nil {
+			return fmt.Errorf("delete request expiry entry: %w", err)
+		}
+	}
+	v := t.arena.alloc(8 + len(result))
+	binary.BigEndian.PutUint64(v, uint64(expiry))
+	copy(v[8:], result)
+	if err := t.requests.Put(t.copyBytes(id), v); err != nil {
+		return fmt.Errorf("put request: %w", err)
+	}
+	if err := t.requestExp.Put(t.arenaIndexKey(expiry, id), []byte{}); err != nil {
+		return fmt.Errorf("put request expiry entry: %w", err)
+	}
+	if !prev.Found {
+		t.meta.RequestIDs++
+	}
+	return nil
+}
+
+// Expire removes state and request entries whose expiry is ≤ now, earliest
+// first, examining at most max index entries so the work per call is bounded.
+// An index entry found early for a key still active is moved to the key's
+// current expiry (it counts as examined, not removed). It returns the number
+// of entries removed.
+func (t *Tx) Expire(now int64, max int) (removed int, err error) {
+	sc, rc := t.stateExp.Cursor(), t.requestExp.Cursor()
+	for examined := 0; examined < max; examined++ {
+		// Re-seek every round: deleting under a bbolt cursor can skip keys.
+		sk, _ := sc.First()
+		rk, _ := rc.First()
+		sdue := len(sk) > 8 && indexTime(sk) <= now
+		rdue := len(rk) > 8 && indexTime(rk) <= now
+		switch {
+		case sdue && (!rdue || indexTime(sk) <= indexTime(rk)):
+			n, err := t.expireState(sk, now)
+			if err != nil {
+				return removed, err
+			}
+			removed += n
+		case rdue:
+			n, err := t.expireRequest(rk)
+			if err != nil {
+				return removed, err
+			}
+			removed += n
+		default:
+			return removed, nil
+		}
+	}
+	return removed, nil
+}
+
+func (t *Tx) expireState(ik []byte, now int64) (int, error) {
+	ik = append(t.scratch[:0], ik...) // the cursor's bytes change under deletes
+	t.scratch = ik
+	at, key := indexTime(ik), ik[8:]
+	if err := t.stateExp.Delete(ik); err != nil {
+		return 0, fmt.Errorf("delete expiry entry: %w", err)
+	}
+	st, err := t.State(key)
+	if err != nil {
+		return 0, err
+	}
+	if !st.Found || st.indexed != at {
+		return 0, nil // an orphan entry: nothing else to do
+	}
+	if st.Expiry <= now {
+		if err := t.state.Delete(key); err != nil {
+			return 0, fmt.Errorf("delete expired state: %w", err)
+		}
+		t.meta.Keys--
+		return 1, nil
+	}
+	// Still active: re-file the entry at the real expiry.
+	v := t.arena.alloc(stateHeader + len(st.Data))
+	binary.BigEndian.PutUint64(v, uint64(st.Expiry))
+	binary.BigEndian.PutUint64(v[8:], uint64(st.Expiry))
+	copy(v[stateHeader:], st.Data)
+	if err := t.state.Put(t.copyBytes(key), v); err != nil {
+		return 0, fmt.Errorf("re-file state: %w", err)
+	}
+	if err := t.stateExp.Put(t.arenaIndexKey(st.Expiry, key), []byte{}); err != nil {
+		return 0, fmt.Errorf("re-file expiry entry: %w", err)
+	}
+	return 0, nil
+}
+
+func (t *Tx) expireRequest(ik []byte) (int, error) {
+	ik = append(t.scratch[:0], ik...)
+	t.scratch = ik
+	at, id := indexTime(ik), ik[8:]
+	if err := t.requestExp.Delete(ik); err != nil {
+		return 0, fmt.Errorf("delete request expiry entry: %w", err)
+	}
+	r, err := t.Request(id)
+	if err != nil {
+		return 0, err
+	}
+	if !r.Found || r.Expiry != at {
+		return 0, nil
+	}
+	if err := t.requests.Delete(id); err != nil {
+		return 0, fmt.Errorf("delete expired request: %w", err)
+	}
+	t.meta.RequestIDs--
+	return 1, nil
+}
+
+// NextExpiry is the earliest expiry-index entry in this transaction.
+func (t *Tx) NextExpiry() (int64, bool) { return nextExpiry(t.tx) }
+
+func nextExpiry(btx *bolt.Tx) (int64, bool) {
+	var (
+		next int64
+		ok   bool
+	)
+	for _, name := range [][]byte{bucketStateExp, bucketRequestExp} {
+		b := btx.Bucket(name)
+		if b == nil {
+			continue
+		}
+		if k, _ := b.Cursor().First(); len(k) >= 8 {
+			if at := indexTime(k); !ok || at < next {
+				next, ok = at, true
+			}
+		}
+	}
+	return next, ok
+}
+
+// Policy returns the encoded policy stored under name.
+func (t *Tx) Policy(name string) []byte { return t.policies.Get([]byte(name)) }
+
+// PutPolicy stores an encoded policy.
+func (t *Tx) PutPolicy(name string, enc []byte) error {
+	if name == "" || len(name) > MaxKeySize {
+		return fmt.Errorf("policy name of %d bytes", len(name))
+	}
+	if err := t.policies.Put(t.copyBytes([]byte(name)), t.copyBytes(enc)); err != nil {
+		return fmt.Errorf("put policy %q: %w", name, err)
+	}
+	return nil
+}
+
+// DeletePolicy removes a policy and reports whether it existed.
+func (t *Tx) DeletePolicy(name string) (bool, error) {
+	k := []byte(name)
+	if len(k) == 0 || t.policies.Get(k) == nil {
+		return false, nil
+	}
+	if err := t.policies.Delete(k); err != nil {
+		return false, fmt.Errorf("delete policy %q: %w", name, err)
+	}
+	return true, nil
+}
+
+// ForEachPolicy calls fn for every policy in name order.
+func (t *Tx) ForEachPolicy(fn func(name string, enc []byte) error) error {
+	return t.policies.ForEach(func(k, v []byte) error { return fn(string(k), v) })
+}
+
+// PutNode records a node's HTTP address.
+func (t *Tx) PutNode(id, httpAddr string) error {
+	if id == "" || len(id) > MaxKeySize {
+		return fmt.Errorf("node id of %d bytes", len(id))
+	}
+	if err := t.nodes.Put(t.copyBytes([]byte(id)), t.copyBytes([]byte(httpAddr))); err != nil {
+		return fmt.Errorf("put node %q: %w", id, err)
+	}
+	return nil
+}
+
+// DeleteNode forgets a node.
+func (t *Tx) DeleteNode(id string) error {
+	if id == "" {
+		return nil
+	}
+	if err := t.nodes.Delete([]byte(id)); err != nil {
+		return fmt.Errorf("delete node %q: %w", id, err)
+	}
+	return nil
+}
+
+// ForEachNode calls fn for every node in id order.
+func (t *Tx) ForEachNode(fn func(id, httpAddr string) error) error {
+	return t.nodes.ForEach(func(k, v []byte) error { return fn(string(k), string(v)) })
+}
+
+// indexKey builds an index key in scratch memory, for lookups and deletes
+// (bbolt does not retain keys passed to Get or Delete).
+func (t *Tx) indexKey(at int64, key []byte) []byte {
+	b := append(t.scratch[:0], 0, 0, 0, 0, 0, 0, 0, 0)
+	binary.BigEndian.PutUint64(b, sortable(at))
+	b = append(b, key...)
+	t.scratch = b
+	return b
+}
+
+// arenaIndexKey builds an index key that stays valid until commit, as Put
+// requires.
+func (t *Tx) arenaIndexKey(at int64, key []byte) []byte {
+	b := t.arena.alloc(8 + len(key))
+	binary.BigEndian.PutUint64(b, sortable(at))
+	copy(b[8:], key)
+	return b
+}
+
+// sortable maps int64 to uint64 preserving order, so big-endian index keys
+// sort by time even for (theoretical) negative times.
+func sortable(t int64) uint64 { return uint64(t) ^ (1 << 63) }
+
+func indexTime(k []byte) int64 { return int64(binary.BigEndian.Uint64(k) ^ (1 << 63)) }
+
+// arena hands out byte slices that must stay valid until a bbolt transaction
+// commits. Chunks are reused by later transactions: bbolt keeps no reference
+// to Put keys or values once the transaction is closed.
+type arena struct {
+	chunks [][]byte
+	cur    int
+	off    int
+}
+
+const (
+	arenaChunk     = 64 << 10
+	arenaMaxChunks = 64 // keep at most 4 MiB between transactions
+)
+
+func (a *arena) alloc(n int) []byte {
+	if n > arenaChunk/4 {
+		return make([]byte, n) // big values (long sliding logs) get their own memory
+	}
+	for {
+		if a.cur < len(a.chunks) {
+			c := a.chunks[a.cur]
+			if a.off+n <= len(c) {
+				b := c[a.off : a.off+n : a.off+n]
+				a.off += n
+				return b
+			}
+			a.cur++
+			a.off = 0
+			continue
+		}
+		a.chunks = append(a.chunks, make([]byte, arenaChunk))
+	}
+}
+
+func (a *arena) reset() {
+	if len(a.chunks) > arenaMaxChunks {
+		a.chunks = a.chunks[:arenaMaxChunks]
+	}
+	a.cur, a.off = 0, 0
+}
