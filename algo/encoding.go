@@ -17,8 +17,10 @@ const maxTimezoneLen = 255
 
 // AppendSpec appends the canonical, versioned binary encoding of a validated
 // spec to dst. Equal specs encode to equal bytes (used as the identity of
-// inline limits in storage keys), so pass the normalized spec Validate returns.
+// inline limits in storage keys); defaults are written out first, so a spec
+// and its normalized form (as Validate returns it) encode alike.
 func AppendSpec(dst []byte, s Spec) []byte {
+	s = s.normalized()
 	dst = append(dst, specVersion1, byte(s.Algorithm))
 	dst = binary.AppendUvarint(dst, uint64(s.Limit))
 	dst = binary.AppendUvarint(dst, uint64(s.Window))
@@ -60,13 +62,12 @@ func DecodeSpec(b []byte) (Spec, int, error) {
 	}
 	s.CountRefused = flags&1 != 0
 	s.Timezone = string(tz)
-	norm, err := s.Validate()
-	if err != nil {
+	if _, err := s.Validate(); err != nil {
 		return Spec{}, 0, fmt.Errorf("decode spec: %w", err)
 	}
 	// Specs are identities in storage keys: accept only the one encoding
-	// AppendSpec writes (no unnormalized fields, no overlong varints).
-	if norm != s || !bytes.Equal(AppendSpec(nil, s), b[:r.off]) {
+	// AppendSpec writes (defaults written out, no overlong varints).
+	if !bytes.Equal(AppendSpec(nil, s), b[:r.off]) {
 		return Spec{}, 0, errors.New("decode spec: not in canonical form")
 	}
 	return s, r.off, nil

@@ -218,6 +218,7 @@ func (s Spec) Validate() (Spec, error) {
 	bad := func(field, format string, args ...any) (Spec, error) {
 		return Spec{}, &FieldError{Field: field, Message: fmt.Sprintf(format, args...)}
 	}
+	s = s.normalized()
 	if !s.Algorithm.valid() {
 		return bad("algorithm", "unknown algorithm %d", uint8(s.Algorithm))
 	}
@@ -242,9 +243,6 @@ func (s Spec) Validate() (Spec, error) {
 		if s.Window != 0 {
 			return bad("window", "must be empty when calendar is set (the calendar defines the window)")
 		}
-		if s.Timezone == "UTC" {
-			s.Timezone = ""
-		}
 		if _, err := location(s.Timezone); err != nil {
 			return bad("timezone", "%v", err)
 		}
@@ -258,9 +256,6 @@ func (s Spec) Validate() (Spec, error) {
 	}
 	switch {
 	case s.Algorithm.isBucket():
-		if s.Burst == 0 {
-			s.Burst = s.Limit
-		}
 		if s.Burst < 1 || s.Burst > MaxLimit {
 			return bad("burst", "must be between 1 and %d", MaxLimit)
 		}
@@ -275,6 +270,18 @@ func (s Spec) Validate() (Spec, error) {
 		return bad("count_refused", "only allowed with sliding_log")
 	}
 	return s, nil
+}
+
+// normalized writes the defaults out: a bucket's burst defaults to its limit,
+// and the zone "UTC" is written "" (the default).
+func (s Spec) normalized() Spec {
+	if s.Algorithm.isBucket() && s.Burst == 0 {
+		s.Burst = s.Limit
+	}
+	if s.Timezone == "UTC" {
+		s.Timezone = ""
+	}
+	return s
 }
 
 // decidable is the cheap subset of Validate that Decide needs so that no

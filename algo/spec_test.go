@@ -2,6 +2,7 @@ package algo
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"strings"
 	"testing"
@@ -207,7 +208,13 @@ func TestDecodeSpecRejects(t *testing.T) {
 	}{
 		{"unknown version", append([]byte{2}, valid[1:]...)},
 		{"invalid spec", AppendSpec(nil, Spec{Algorithm: FixedWindow, Limit: 0, Window: sec})},
-		{"not normalized", AppendSpec(nil, Spec{Algorithm: TokenBucket, Limit: 5, Window: sec})},
+		{"burst omitted", func() []byte {
+			b := []byte{specVersion1, byte(TokenBucket)}
+			b = binary.AppendUvarint(b, 5)
+			b = binary.AppendUvarint(b, uint64(sec))
+			b = binary.AppendUvarint(b, 0) // burst left to its default: not canonical
+			return append(b, 0, 0, 0)      // flags, calendar, timezone length
+		}()},
 		{"unknown flags", func() []byte {
 			b := AppendSpec(nil, Spec{Algorithm: FixedWindow, Limit: 1, Window: 1})
 			b[len(b)-3] = 2 // flags byte precedes calendar and the timezone length
@@ -219,6 +226,23 @@ func TestDecodeSpecRejects(t *testing.T) {
 	for _, tt := range tests {
 		if s, _, err := DecodeSpec(tt.b); err == nil {
 			t.Errorf("%s: DecodeSpec = %+v, want an error", tt.name, s)
+		}
+	}
+}
+
+// TestAppendSpecNormalizes: equal specs encode equally even before Validate
+// has written their defaults out.
+func TestAppendSpecNormalizes(t *testing.T) {
+	pairs := [][2]Spec{
+		{{Algorithm: TokenBucket, Limit: 5, Window: sec}, {Algorithm: TokenBucket, Limit: 5, Window: sec, Burst: 5}},
+		{{Algorithm: FixedWindow, Limit: 5, Calendar: CalendarDay, Timezone: "UTC"}, {Algorithm: FixedWindow, Limit: 5, Calendar: CalendarDay}},
+	}
+	for _, p := range pairs {
+		if a, b := AppendSpec(nil, p[0]), AppendSpec(nil, p[1]); !bytes.Equal(a, b) {
+			t.Errorf("%+v → %x but %+v → %x", p[0], a, p[1], b)
+		}
+		if got, _, err := DecodeSpec(AppendSpec(nil, p[0])); err != nil || got != p[1] {
+			t.Errorf("DecodeSpec(AppendSpec(%+v)) = %+v, %v; want %+v", p[0], got, err, p[1])
 		}
 	}
 }
