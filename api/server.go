@@ -172,6 +172,7 @@ func (s *Server) routes() http.Handler {
 	r.DELETE("/v1/keys/*key", s.admin(s.handleResetKey))
 
 	r.GET("/v1/cluster", s.handleClusterStatus)
+	r.GET("/v1/cluster/digest", s.handleDigest)
 	r.POST("/v1/cluster/join", s.admin(s.handleJoin))
 	r.DELETE("/v1/cluster/nodes/:id", s.admin(s.handleRemoveNode))
 

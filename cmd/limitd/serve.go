@@ -120,6 +120,17 @@ func serve(f *serveFlags, logger *log.Logger) error {
 			return err
 		}
 	}
+	apiCfg := api.Config{
+		AdminToken:    f.adminToken,
+		AuthKeySource: f.authKeySource,
+		MaxBatch:      f.maxBatch,
+		// Longer than a forwarded proposal may take, so the store, not the
+		// HTTP deadline, decides between "no leader" and "outcome unknown".
+		RequestTimeout: f.applyTimeout + 2*time.Second,
+	}
+	if err := apiCfg.Validate(); err != nil {
+		return err
+	}
 	httpAdv := f.httpAdvertise
 	if httpAdv == "" {
 		httpAdv = f.httpAddr
@@ -163,11 +174,7 @@ func serve(f *serveFlags, logger *log.Logger) error {
 		logger.Printf("previous stop was unclean: rebuilding state from the latest snapshot and the Raft log")
 	}
 
-	srv := api.New(node, api.Config{
-		AdminToken:    f.adminToken,
-		AuthKeySource: f.authKeySource,
-		MaxBatch:      f.maxBatch,
-	})
+	srv := api.New(node, apiCfg)
 	handler := srv.Handler()
 	if f.pprof {
 		mux := http.NewServeMux()

@@ -1,0 +1,210 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/limitd/limitd/cluster"
+)
+
+// apiCluster is a real multi-node cluster in-process: Raft over
+// InmemTransport, and each node's full API (including the /internal/
+// forwarding endpoints) on a loopback HTTP server, so that requests sent to a
+// follower really travel to the leader.
+type apiCluster struct {
+	t     *testing.T
+	nodes []*cluster.Node
+	srvs  []*httptest.Server
+}
+
+func newAPICluster(t *testing.T, size int) *apiCluster {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts a Raft cluster")
+	}
+	c := &apiCluster{t: t}
+	trans := make([]*raft.InmemTransport, size)
+	lns := make([]net.Listener, size)
+	for i := range trans {
+		// host:port, as the join API requires of Raft addresses.
+		_, trans[i] = raft.NewInmemTransport(raft.ServerAddress(fmt.Sprintf("raft%d:8300", i)))
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns[i] = ln
+	}
+	for i := range trans {
+		for j := range trans {
+			if i != j {
+				trans[i].Connect(trans[j].LocalAddr(), trans[j])
+			}
+		}
+	}
+	for i := range trans {
+		n, err := cluster.Open(cluster.Config{
+			NodeID: fmt.Sprintf("n%d", i), RaftAddr: string(trans[i].LocalAddr()), HTTPAddr: lns[i].Addr().String(),
+			DataDir: t.TempDir(), Transport: trans[i],
+			HeartbeatTimeout: 150 * time.Millisecond, ElectionTimeout: 150 * time.Millisecond,
+			LeaderLeaseTimeout: 100 * time.Millisecond, CommitTimeout: 5 * time.Millisecond,
+			ApplyTimeout: 2 * time.Second, LogOutput: io.Discard,
+		}, i == 0)
+		if err != nil {
+			t.Fatalf("open node %d: %v", i, err)
+		}
+		srv := httptest.NewUnstartedServer(New(n, Config{Logger: discardLogger()}).Handler())
+		srv.Listener.Close()
+		srv.Listener = lns[i]
+		srv.Start()
+		c.nodes = append(c.nodes, n)
+		c.srvs = append(c.srvs, srv)
+	}
+	t.Cleanup(func() {
+		for i := range c.nodes {
+			c.srvs[i].Close()
+			c.nodes[i].Close()
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.nodes[0].WaitLeader(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i < size; i++ {
+		// Join through the HTTP API of node 0, as `limitd --join` does.
+		body := fmt.Sprintf(`{"id":"n%d","raft_addr":"%s","http_addr":"%s"}`, i, trans[i].LocalAddr(), lns[i].Addr())
+		if code, resp := c.do(0, "POST", "/v1/cluster/join", body); code != 200 {
+			t.Fatalf("join n%d: %d %s", i, code, resp)
+		}
+	}
+	c.waitReady()
+	return c
+}
+
+func (c *apiCluster) do(i int, method, path, body string) (int, string) {
+	c.t.Helper()
+	req, err := http.NewRequest(method, c.srvs[i].URL+path, strings.NewReader(body))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		c.t.Fatalf("%s %s on node %d: %v", method, path, i, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func (c *apiCluster) json(i int, method, path, body string) map[string]any {
+	c.t.Helper()
+	code, b := c.do(i, method, path, body)
+	if code != 200 {
+		c.t.Fatalf("%s %s on node %d: %d %s", method, path, i, code, b)
+	}
+	return response{code: code, body: []byte(b)}.json(c.t)
+}
+
+func (c *apiCluster) waitReady() {
+	c.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for i := range c.nodes {
+		for {
+			code, _ := c.do(i, "GET", "/readyz", "")
+			if code == 200 {
+				break
+			}
+			if time.Now().After(deadline) {
+				c.t.Fatalf("node %d not ready", i)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+func (c *apiCluster) leader() int {
+	c.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		for i, n := range c.nodes {
+			if n.IsLeader() {
+				return i
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	c.t.Fatal("no leader")
+	return -1
+}
+
+// TestClusterForwardingAndIdempotency: requests sent to followers are decided
+// by the leader and counted once; a request_id retried on other nodes and
+// after a leader change is answered from the first decision.
+func TestClusterForwardingAndIdempotency(t *testing.T) {
+	c := newAPICluster(t, 3)
+	l := c.leader()
+	f1, f2 := (l+1)%3, (l+2)%3
+
+	// An admin write through a follower reaches every node.
+	c.json(f1, "PUT", "/v1/policies/api", `{"algorithm":"sliding_log","limit":5,"window":"1h"}`)
+	st := c.json(f2, "GET", "/v1/cluster", "")
+	if len(st["members"].([]any)) != 3 || st["leader_id"] != fmt.Sprintf("n%d", l) {
+		t.Fatalf("cluster status: %v", st)
+	}
+
+	allowed := 0
+	for i := 0; i < 8; i++ {
+		m := c.json([]int{f1, f2}[i%2], "POST", "/v1/check", `{"key":"fwd","policy":"api"}`)
+		if m["allowed"] == true {
+			allowed++
+		}
+	}
+	if allowed != 5 {
+		t.Fatalf("allowed %d through followers, want exactly the limit 5", allowed)
+	}
+	for i := range c.nodes {
+		m := c.json(i, "GET", "/v1/keys/fwd?policy=api", "")
+		if got := num(t, m["decision"].(map[string]any), "remaining"); got != 0 {
+			t.Fatalf("node %d sees remaining %d, want 0", i, got)
+		}
+	}
+
+	// The same request_id on three nodes, then after a leader change.
+	const body = `{"key":"idem","policy":"api","cost":2,"request_id":"req-42"}`
+	first := c.json(f1, "POST", "/v1/check", body)
+	if first["allowed"] != true || num(t, first, "remaining") != 3 || first["replayed"] != nil {
+		t.Fatalf("first: %v", first)
+	}
+	for _, i := range []int{l, f2} {
+		if m := c.json(i, "POST", "/v1/check", body); m["replayed"] != true || num(t, m, "remaining") != 3 {
+			t.Fatalf("retry on node %d: %v", i, m)
+		}
+	}
+	if err := c.nodes[l].Raft().LeadershipTransfer().Error(); err != nil {
+		t.Fatalf("leadership transfer: %v", err)
+	}
+	newLeader := c.leader()
+	for newLeader == l {
+		time.Sleep(10 * time.Millisecond)
+		newLeader = c.leader()
+	}
+	c.waitReady()
+	for i := range c.nodes {
+		if m := c.json(i, "POST", "/v1/check", body); m["replayed"] != true || num(t, m, "remaining") != 3 {
+			t.Fatalf("retry on node %d after the leader change: %v", i, m)
+		}
+	}
+	m := c.json(f2, "GET", "/v1/keys/idem?policy=api", "")
+	if got := num(t, m["decision"].(map[string]any), "remaining"); got != 3 {
+		t.Fatalf("remaining %d after 6 retries of a cost-2 check, want 3 (counted once)", got)
+	}
+}
