@@ -125,7 +125,7 @@ if [[ -n $SERVE_FLAGS ]]; then serve=(--serve-flags "$SERVE_FLAGS"); fi
 run() {
 	local label=$1
 	shift
-	log "$label"
+	log "$(basename "$1") $label"
 	if ! TMPDIR=$work timeout --foreground -k 15 "$RUN_TIMEOUT" "$@" "${common[@]}" --label "$label" >>"$results"; then
 		log "FAILED: $label"
 		failed=1
@@ -135,14 +135,14 @@ run() {
 # --- Runs --------------------------------------------------------------------
 start_redis
 log "redis $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p') on 127.0.0.1:$redis_port, appendonly yes, appendfsync always"
-run "redis uniform" "$work/redisbench" --addr "127.0.0.1:$redis_port" --dist uniform
-run "redis zipf" "$work/redisbench" --addr "127.0.0.1:$redis_port" --dist zipf
+run "uniform" "$work/redisbench" --addr "127.0.0.1:$redis_port" --dist uniform
+run "zipf" "$work/redisbench" --addr "127.0.0.1:$redis_port" --dist zipf
 stop_redis # nothing else on the CPU while limitd runs
 
-run "limitd uniform" "$work/limitd" bench --cluster 3 "${serve[@]}" --algorithm sliding_window --dist uniform
-run "limitd zipf" "$work/limitd" bench --cluster 3 "${serve[@]}" --algorithm sliding_window --dist zipf
-run "limitd batch $BATCH" "$work/limitd" bench --cluster 3 "${serve[@]}" --algorithm sliding_window --dist uniform --batch "$BATCH"
-run "limitd 1 node" "$work/limitd" bench --cluster 1 "${serve[@]}" --algorithm sliding_window --dist uniform
+run "uniform" "$work/limitd" bench --cluster 3 "${serve[@]}" --algorithm sliding_window --dist uniform
+run "zipf" "$work/limitd" bench --cluster 3 "${serve[@]}" --algorithm sliding_window --dist zipf
+run "batch $BATCH" "$work/limitd" bench --cluster 3 "${serve[@]}" --algorithm sliding_window --dist uniform --batch "$BATCH"
+run "1 node" "$work/limitd" bench --cluster 1 "${serve[@]}" --algorithm sliding_window --dist uniform
 
 # --- Report ------------------------------------------------------------------
 echo

@@ -32,11 +32,15 @@ const (
 	fakeNodeIgnoreEnv = "LIMITD_BENCH_FAKE_IGNORE_TERM" // "1": ignore SIGTERM
 	fakeNodeFailEnv   = "LIMITD_BENCH_FAKE_FAIL"        // "1": fail at start
 	fakeNodeCrashEnv  = "LIMITD_BENCH_FAKE_CRASH_AFTER" // N: exit after answering N checks
+	realNodeEnv       = "LIMITD_BENCH_REAL_NODE"        // "1": be a real node (runServe)
 )
 
 func init() {
 	if os.Getenv(fakeNodeEnv) == "1" {
 		os.Exit(fakeNode(os.Args[1:]))
+	}
+	if os.Getenv(realNodeEnv) == "1" && len(os.Args) > 1 && os.Args[1] == "serve" {
+		os.Exit(runServe(os.Args[2:], os.Stdout, os.Stderr))
 	}
 }
 
@@ -437,8 +441,12 @@ func TestSplitAddrs(t *testing.T) {
 // cluster's temporary directory under a fresh TMPDIR. It returns the
 // directory where the nodes report and the TMPDIR.
 func useFakeNodes(t *testing.T) (reports, tmp string) {
+	return useTestNodes(t, fakeNodeEnv)
+}
+
+func useTestNodes(t *testing.T, env string) (reports, tmp string) {
 	reports, tmp = t.TempDir(), t.TempDir()
-	t.Setenv(fakeNodeEnv, "1")
+	t.Setenv(env, "1")
 	t.Setenv(fakeNodeDirEnv, reports)
 	t.Setenv("TMPDIR", tmp)
 	old := benchServe
@@ -548,4 +556,41 @@ func TestBenchClusterReportsCrashedNodes(t *testing.T) {
 		}
 	}
 	assertNodesGone(t, reports, tmp, 2)
+}
+
+// The bench against real nodes (this test binary running runServe): the API
+// contract, forwarding from followers, policy creation and batches end to end.
+func TestBenchRealCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts real Raft clusters")
+	}
+	_, tmp := useTestNodes(t, realNodeEnv)
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"3 nodes, policy", []string{"--cluster", "3", "--policy", "api"}},
+		{"1 node, batches", []string{"--cluster", "1", "--batch", "20"}},
+	} {
+		r, stderr := runBenchJSON(t, append(tc.args, "--duration", "1s", "--warmup", "0", "--concurrency", "8",
+			"--keys", "100", "--limit", "5", "--window", "1s", "--algorithm", "sliding_window")...)
+		if r.Errors != 0 {
+			t.Errorf("%s: %d errors, e.g. %s\n%s", tc.name, r.Errors, r.LastError, stderr)
+		}
+		// The sliding window counter admits at most the limit per key in any
+		// aligned window; a run of 1 s (and its last in-flight requests)
+		// touches at most 3 of them.
+		if r.Allowed == 0 || r.Allowed > 3*5*100 {
+			t.Errorf("%s: %d allowed, want 1..1500", tc.name, r.Allowed)
+		}
+		if r.Checks > 3*5*100 && r.Refused == 0 {
+			t.Errorf("%s: %d checks over 100 keys at 5/s and none refused", tc.name, r.Checks)
+		}
+		if r.DiskBytes == 0 || r.RSSBytes == 0 {
+			t.Errorf("%s: footprint not measured: disk %d rss %d", tc.name, r.DiskBytes, r.RSSBytes)
+		}
+	}
+	if left, _ := os.ReadDir(tmp); len(left) != 0 {
+		t.Errorf("temporary files left behind: %v", left)
+	}
 }
