@@ -455,6 +455,13 @@ func (n *Node) Close() error {
 		close(n.closing)
 		n.wg.Wait()
 		var errs []error
+		if n.fatal.Load() != nil {
+			// The state machine blocks its Apply after a fatal error until it is
+			// closed, and Raft's shutdown waits for that Apply: close it first.
+			if err := n.fsm.Close(); err != nil {
+				errs = append(errs, fmt.Errorf("close state machine: %w", err))
+			}
+		}
 		if err := n.raft.Shutdown().Error(); err != nil {
 			errs = append(errs, fmt.Errorf("raft shutdown: %w", err))
 		}

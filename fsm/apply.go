@@ -85,6 +85,9 @@ func (a *applier) apply(tx *persist.Tx, data []byte) (interface{}, error) {
 		}
 		return rs, nil
 	case CmdPutPolicy:
+		if c.policyErr != nil {
+			return errResponse(fieldError(c.policyErr, "")), nil
+		}
 		e, err := a.putPolicy(tx, c.policy)
 		return errResponse(e), err
 	case CmdDeletePolicy:
@@ -101,13 +104,13 @@ func (a *applier) apply(tx *persist.Tx, data []byte) (interface{}, error) {
 		}
 		return n, nil
 	case CmdSetNode:
-		if c.name == "" {
-			return nil, nil
+		if c.name == "" || len(c.name) > MaxKeyLen || len(c.addr) > MaxKeyLen {
+			return nil, nil // not a node anyone can have; ignored on every replica alike
 		}
 		a.pendingNodes[c.name] = nodeChange{addr: c.addr}
 		return nil, tx.PutNode(c.name, c.addr)
 	case CmdRemoveNode:
-		if c.name == "" {
+		if c.name == "" || len(c.name) > MaxKeyLen {
 			return nil, nil
 		}
 		a.pendingNodes[c.name] = nodeChange{deleted: true}

@@ -292,31 +292,38 @@ func appendPolicy(dst []byte, p Policy) []byte {
 	return algo.AppendSpec(dst, p.Spec)
 }
 
-// decodePolicy reads appendPolicy output; the spec is structurally decoded
-// but not validated (the caller decides what an invalid one means).
-func decodePolicy(d *decoder) Policy {
+// decodePolicy reads appendPolicy output, which must end the input. A spec
+// that is well formed but invalid (algo reports a *FieldError) is returned as
+// invalid rather than failing the decoder: it is a deterministic answer for
+// the command, not a reason to stop the node.
+func decodePolicy(d *decoder) (p Policy, invalid error) {
 	if v := d.byte(); d.err == nil && v != policyVersion {
 		d.fail(fmt.Errorf("unknown policy version %d", v))
-		return Policy{}
+		return Policy{}, nil
 	}
-	p := Policy{Name: string(d.bytes())}
+	p.Name = string(d.bytes())
 	flags := d.byte()
 	if d.err != nil {
-		return Policy{}
+		return Policy{}, nil
 	}
 	if flags&^1 != 0 {
 		d.fail(fmt.Errorf("unknown policy flags %#x", flags))
-		return Policy{}
+		return Policy{}, nil
 	}
 	p.Shadow = flags&1 != 0
 	s, n, err := algo.DecodeSpec(d.b[d.off:])
 	if err != nil {
+		var fe *algo.FieldError
+		if errors.As(err, &fe) {
+			d.off = len(d.b)
+			return p, err
+		}
 		d.fail(fmt.Errorf("policy %q: %w", p.Name, err))
-		return Policy{}
+		return Policy{}, nil
 	}
 	d.off += n
 	p.Spec = s
-	return p
+	return p, nil
 }
 
 func appendString(dst []byte, s string) []byte {
@@ -333,6 +340,7 @@ type command struct {
 	ops            []opRef    // CmdCheck
 	checks         []checkRef // CmdCheck; CmdResetKey uses checks[0]
 	policy         Policy     // CmdPutPolicy
+	policyErr      error      // CmdPutPolicy: the spec is well formed but invalid
 	name, addr     string     // CmdDeletePolicy, CmdSetNode, CmdRemoveNode
 	max            int        // CmdExpire
 }
@@ -378,7 +386,7 @@ func decodeCommand(c *command, b []byte) error {
 		}
 		c.ops, c.checks = d.ops(c.ops[:0], c.checks[:0])
 	case CmdPutPolicy:
-		c.policy = decodePolicy(&d)
+		c.policy, c.policyErr = decodePolicy(&d)
 	case CmdDeletePolicy, CmdRemoveNode:
 		c.name = string(d.bytes())
 	case CmdSetNode:

@@ -126,9 +126,12 @@ func (f *FSM) load() error {
 	err := f.store.View(func(tx *persist.Tx) error {
 		if err := tx.ForEachPolicy(func(name string, enc []byte) error {
 			d := decoder{b: enc}
-			p := decodePolicy(&d)
+			p, invalid := decodePolicy(&d)
 			if d.err == nil && d.off != len(enc) {
 				d.err = fmt.Errorf("%d trailing bytes", len(enc)-d.off)
+			}
+			if d.err == nil {
+				d.err = invalid
 			}
 			if d.err != nil {
 				return fmt.Errorf("policy %q: %w: %v", name, persist.ErrCorrupt, d.err)

@@ -59,9 +59,13 @@ func newDriver(t testing.TB, f *FSM) *driver {
 
 func (d *driver) apply(cmd []byte) interface{} {
 	d.t.Helper()
-	r := d.f.Apply(&raft.Log{Index: d.next, Term: 1, Type: raft.LogCommand, Data: cmd})
+	// applyEntries, not Apply: a fatal error must fail the test, not park it.
+	rs, err := d.f.applyEntries([]*raft.Log{{Index: d.next, Term: 1, Type: raft.LogCommand, Data: cmd}})
+	if err != nil {
+		d.t.Fatalf("apply entry %d: %v", d.next, err)
+	}
 	d.next++
-	return r
+	return rs[0]
 }
 
 func (d *driver) check(now int64, ops ...Op) []Result {

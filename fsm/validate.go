@@ -14,6 +14,9 @@ func ValidateCommand(b []byte) error {
 	}
 	switch c.typ {
 	case CmdPutPolicy:
+		if c.policyErr != nil {
+			return fmt.Errorf("%w: policy %q: %v", ErrBadCommand, c.policy.Name, c.policyErr)
+		}
 		if _, err := c.policy.Spec.Validate(); err != nil {
 			return fmt.Errorf("%w: policy %q: %v", ErrBadCommand, c.policy.Name, err)
 		}

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"hash"
 	"os"
-
-	bolt "go.etcd.io/bbolt"
 )
 
 // Digest is a hex SHA-256 over every bucket except meta, in a fixed order.
@@ -48,7 +46,7 @@ func writeField(h hash.Hash, b []byte) {
 // shrinks (bbolt reuses freed pages), so LiveBytes, not FileBytes, is what
 // follows the number of active keys.
 type Usage struct {
-	FileBytes int64 // size of the file
+	FileBytes int64 // size of the file up to its last page in use (the high-water mark)
 	LiveBytes int64 // bytes of B+tree pages in use by all buckets
 	Pages     int   // pages in use by all buckets (branch, leaf and overflow)
 	FreePages int   // pages free for reuse
@@ -59,12 +57,11 @@ func (s *Store) Usage() (Usage, error) {
 	var u Usage
 	err := s.View(func(t *Tx) error {
 		u.FileBytes = t.tx.Size()
-		return t.tx.ForEach(func(_ []byte, b *bolt.Bucket) error {
-			st := b.Stats()
-			u.LiveBytes += int64(st.BranchInuse + st.LeafInuse)
-			u.Pages += st.BranchPageN + st.BranchOverflowN + st.LeafPageN + st.LeafOverflowN
-			return nil
-		})
+		// The root bucket's stats include every bucket, inline or not.
+		st := t.tx.Cursor().Bucket().Stats()
+		u.LiveBytes = int64(st.BranchInuse + st.LeafInuse)
+		u.Pages = st.BranchPageN + st.BranchOverflowN + st.LeafPageN + st.LeafOverflowN
+		return nil
 	})
 	if err != nil {
 		return Usage{}, fmt.Errorf("usage of %s: %w", s.path, err)

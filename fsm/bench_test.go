@@ -1,0 +1,122 @@
+package fsm
+
+import (
+	"fmt"
+	"math/rand"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/limitd/limitd/algo"
+)
+
+// benchLoad applies CmdCheck entries of opsPerEntry single-check ops on
+// random keys of one policy, one entry per ApplyBatch (one bbolt transaction
+// each), advancing the leader time by step per check.
+type benchLoad struct {
+	f           *FSM
+	keys        []string
+	opsPerEntry int
+	step        int64
+	rng         *rand.Rand
+	now         int64
+	index       uint64
+	ops         []Op
+	buf         []byte
+	allowed     int
+}
+
+func newBenchLoad(b *testing.B, spec algo.Spec, keys, opsPerEntry int, step int64) *benchLoad {
+	return newBenchLoadOpts(b, Options{NoSync: true}, spec, keys, opsPerEntry, step)
+}
+
+func newBenchLoadOpts(b *testing.B, opts Options, spec algo.Spec, keys, opsPerEntry int, step int64) *benchLoad {
+	f := openFSM(b, "", opts)
+	l := &benchLoad{f: f, opsPerEntry: opsPerEntry, step: step, rng: rand.New(rand.NewSource(1)), now: t0}
+	for i := 0; i < keys; i++ {
+		l.keys = append(l.keys, fmt.Sprintf("user:%d", i))
+	}
+	l.ops = make([]Op, opsPerEntry)
+	for i := range l.ops {
+		l.ops[i].Checks = make([]Check, 1)
+	}
+	l.apply(EncodePutPolicy(Policy{Name: "p", Spec: spec}))
+	return l
+}
+
+func (l *benchLoad) apply(cmd []byte) interface{} {
+	l.index++
+	return l.f.ApplyBatch([]*raft.Log{{Index: l.index, Type: raft.LogCommand, Data: cmd}})[0]
+}
+
+func (l *benchLoad) entry(tb testing.TB) {
+	for i := range l.ops {
+		l.ops[i].Checks[0] = Check{Key: l.keys[l.rng.Intn(len(l.keys))], Policy: "p", Cost: 1}
+	}
+	l.buf = EncodeCheck(l.buf[:0], l.now, 0, l.ops)
+	rs, ok := l.apply(l.buf).([]Result)
+	if !ok || rs[0].Err != nil {
+		tb.Fatalf("entry failed: %v", rs)
+	}
+	for i := range rs {
+		if rs[i].Allowed {
+			l.allowed++
+		}
+	}
+	l.now += l.step * int64(len(l.ops))
+}
+
+func (l *benchLoad) run(b *testing.B, warmEntries int) {
+	for i := 0; i < warmEntries; i++ {
+		l.entry(b)
+	}
+	l.allowed = 0
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		l.entry(b)
+	}
+	b.StopTimer()
+	checks := float64(b.N * l.opsPerEntry)
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/checks, "ns/check")
+	b.ReportMetric(float64(l.allowed)/checks, "allowed/check")
+	b.ReportMetric(float64(l.f.Stats().Keys), "keys")
+}
+
+// BenchmarkApplyBatch: 256-op entries over 100,000 uniform keys, the shape the
+// group-commit batcher produces under load.
+func BenchmarkApplyBatch(b *testing.B) {
+	for _, c := range []algo.Config{
+		{Algorithm: "sliding_window", Limit: 100, Window: "1m"},
+		{Algorithm: "token_bucket", Limit: 100, Window: "1m"},
+		{Algorithm: "sliding_log", Limit: 100, Window: "1m"},
+	} {
+		b.Run(c.Algorithm, func(b *testing.B) {
+			// 100k keys at 200k checks/s: every key is touched about once
+			// per warm-up entry set, so the database holds ~100k keys.
+			l := newBenchLoad(b, mustSpec(b, c), 100_000, 256, int64(5*time.Microsecond))
+			l.run(b, 1000)
+		})
+	}
+	// The same with an fsync per transaction: what NoSync saves.
+	b.Run("sliding_window_fsync", func(b *testing.B) {
+		spec := mustSpec(b, algo.Config{Algorithm: "sliding_window", Limit: 100, Window: "1m"})
+		l := newBenchLoadOpts(b, Options{}, spec, 100_000, 256, int64(5*time.Microsecond))
+		l.run(b, 1000)
+	})
+}
+
+// BenchmarkSlidingLogLimit: the same traffic (10 keys, 1,000 checks/s each)
+// against a sliding log of limit 10 and of limit 10,000 per 10 s. At 10,000
+// each key's log holds ~10,000 entries; the per-check cost must not grow
+// with it (no decoding of the whole log per check).
+func BenchmarkSlidingLogLimit(b *testing.B) {
+	for _, limit := range []int64{10, 10_000} {
+		b.Run(fmt.Sprintf("limit%d", limit), func(b *testing.B) {
+			spec := mustSpec(b, algo.Config{Algorithm: "sliding_log", Limit: limit, Window: "10s"})
+			l := newBenchLoad(b, spec, 10, 256, int64(100*time.Microsecond))
+			// Warm up for more than a window so the logs are full.
+			l.run(b, 500)
+		})
+	}
+}
