@@ -442,3 +442,30 @@ func TestStatusListsMembers(t *testing.T) {
 		t.Fatalf("remove unknown: %v", err)
 	}
 }
+
+// An entry the state machine cannot apply stops it: the node reports it in
+// Ready, refuses checks, and still shuts down instead of hanging.
+func TestFatalApplyStopsNodeAndCloseReturns(t *testing.T) {
+	c := newTestCluster(t, 1)
+	n := c.nodes[0]
+	f := n.Raft().Apply([]byte{250, 1}, time.Second) // an unknown command type
+	_ = f                                            // never answered: the state machine stops before responding
+	deadline := time.Now().Add(5 * time.Second)
+	for n.Ready() == nil && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := n.Ready(); err == nil {
+		t.Fatal("node still ready after a fatal apply error")
+	}
+	if _, err := n.Check(context.Background(), check("k", slidingLog(1, time.Hour))); err == nil {
+		t.Fatal("check accepted by a stopped state machine")
+	}
+	done := make(chan error, 1)
+	go func() { done <- n.Close() }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close hung after a fatal apply error")
+	}
+	c.closed[0] = true
+}
