@@ -21,6 +21,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"go.etcd.io/bbolt"
 
 	"github.com/limitd/limitd/fsm"
 )
@@ -41,7 +42,7 @@ type Config struct {
 	AdminToken string
 
 	// Group commit: at most BatchMaxOps ops per log entry (default 2048),
-	// at most BatchInflight entries in flight at once (default 4); a flusher
+	// at most BatchInflight entries in flight at once (default 2); a flusher
 	// may linger up to BatchMaxWait for more ops when its batch is not full
 	// (default 0: natural batching — the next batch is whatever arrived while
 	// the previous ones were committing).
@@ -89,7 +90,7 @@ func (c *Config) setDefaults() {
 		c.BatchMaxOps = 2048
 	}
 	if c.BatchInflight <= 0 {
-		c.BatchInflight = 4
+		c.BatchInflight = 2
 	}
 	if c.RequestIDRetention <= 0 {
 		c.RequestIDRetention = 10 * time.Minute
@@ -234,7 +235,11 @@ func (n *Node) openRaft(bootstrap bool) error {
 	}
 
 	logPath := filepath.Join(cfg.DataDir, "raft.db")
-	logs, err := raftboltdb.New(raftboltdb.Options{Path: logPath})
+	// The freelist is rebuilt at open instead of written at every commit:
+	// fewer pages per log append on the fsync path.
+	logs, err := raftboltdb.New(raftboltdb.Options{Path: logPath, BoltOptions: &bbolt.Options{
+		Timeout: 5 * time.Second, NoFreelistSync: true, FreelistType: bbolt.FreelistMapType,
+	}})
 	if err != nil {
 		return fmt.Errorf("open raft log %s: %w", logPath, err)
 	}

@@ -52,7 +52,7 @@ func newServeFlagSet(out io.Writer) (*flag.FlagSet, *serveFlags) {
 	fs.StringVar(&f.authKeySource, "auth-key-source", "", "where /v1/auth/{policy} takes the key from: header:NAME, query:NAME or ip (default: see docs/API.md)")
 	fs.IntVar(&f.maxBatch, "max-batch", 1000, "maximum checks in one /v1/check/batch or /v1/check/all request")
 	fs.IntVar(&f.batchMaxOps, "batch-max-ops", 2048, "group commit: maximum ops in one Raft log entry")
-	fs.IntVar(&f.batchInflight, "batch-inflight", 4, "group commit: log entries in flight at once; more arrivals wait and form the next entry")
+	fs.IntVar(&f.batchInflight, "batch-inflight", 2, "group commit: log entries in flight at once; more arrivals wait and form the next entry")
 	fs.DurationVar(&f.batchMaxWait, "batch-max-wait", 0, "group commit: how long a batch that is not full may wait for more ops (0: natural batching only)")
 	fs.DurationVar(&f.retention, "request-id-retention", 10*time.Minute, "how long a request_id's decision is remembered for safe retries")
 	fs.DurationVar(&f.applyTimeout, "apply-timeout", 5*time.Second, "how long a proposal may wait for the Raft leader")
