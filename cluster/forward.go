@@ -263,45 +263,30 @@ func writeApplyResponse(w http.ResponseWriter, resp interface{}) {
 }
 
 func (n *Node) handleJoin(w http.ResponseWriter, r *http.Request) {
-	var jr joinRequest
-	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<16)).Decode(&jr); err != nil {
-		http.Error(w, "decode join: "+err.Error(), http.StatusBadRequest)
-		return
-	}
-	if !n.IsLeader() {
-		internalError(w, errRetry)
-		return
-	}
-	if err := n.joinLocal(jr.ID, jr.RaftAddr, jr.HTTPAddr); err != nil {
-		if errors.Is(err, errRetry) || errors.Is(err, ErrOutcomeUnknown) || errors.Is(err, ErrNoLeader) {
-			internalError(w, err)
-			return
-		}
-		writeApplyResponse(w, err)
-		return
-	}
-	writeApplyResponse(w, nil)
+	n.handleMembership(w, r, func(jr joinRequest) error { return n.joinLocal(jr.ID, jr.RaftAddr, jr.HTTPAddr) })
 }
 
 func (n *Node) handleRemove(w http.ResponseWriter, r *http.Request) {
+	n.handleMembership(w, r, func(jr joinRequest) error { return n.removeLocal(jr.ID) })
+}
+
+// handleMembership runs a forwarded join or remove on the leader.
+func (n *Node) handleMembership(w http.ResponseWriter, r *http.Request, change func(joinRequest) error) {
 	var jr joinRequest
 	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<16)).Decode(&jr); err != nil {
-		http.Error(w, "decode remove: "+err.Error(), http.StatusBadRequest)
+		http.Error(w, "decode membership request: "+err.Error(), http.StatusBadRequest)
 		return
 	}
 	if !n.IsLeader() {
 		internalError(w, errRetry)
 		return
 	}
-	if err := n.removeLocal(jr.ID); err != nil {
-		if errors.Is(err, errRetry) || errors.Is(err, ErrOutcomeUnknown) || errors.Is(err, ErrNoLeader) {
-			internalError(w, err)
-			return
-		}
-		writeApplyResponse(w, err)
+	err := change(jr)
+	if errors.Is(err, errRetry) || errors.Is(err, ErrOutcomeUnknown) || errors.Is(err, ErrNoLeader) {
+		internalError(w, err)
 		return
 	}
-	writeApplyResponse(w, nil)
+	writeApplyResponse(w, err)
 }
 
 // JoinCluster asks the member at joinURL (any node; it forwards to the

@@ -27,24 +27,33 @@ func (n *Node) Check(ctx context.Context, ops []fsm.Op) ([]fsm.Result, error) {
 	if len(ops) == 0 {
 		return nil, nil
 	}
+	if p := n.fatal.Load(); p != nil {
+		return nil, fmt.Errorf("state machine stopped: %w", *p)
+	}
+	var res []fsm.Result
+	err := n.onLeader(ctx,
+		func() (err error) { res, err = n.leaderBatch.do(ops); return err },
+		func(string) (err error) { res, err = n.forwardBatch.do(ops); return err })
+	return res, err
+}
+
+// onLeader runs local on the leader or forward(leader's HTTP address) on a
+// follower, and retries, while nothing was proposed (errRetry), until ctx ends.
+func (n *Node) onLeader(ctx context.Context, local func() error, forward func(addr string) error) error {
 	for {
-		if p := n.fatal.Load(); p != nil {
-			return nil, fmt.Errorf("state machine stopped: %w", *p)
-		}
-		var res []fsm.Result
 		var err error
 		if n.IsLeader() {
-			res, err = n.leaderBatch.do(ops)
+			err = local()
 		} else if _, addr := n.leaderHTTP(); addr != "" {
-			res, err = n.forwardBatch.do(ops)
+			err = forward(addr)
 		} else {
 			err = errRetry
 		}
 		if !errors.Is(err, errRetry) {
-			return res, err
+			return err
 		}
 		if err := n.pause(ctx); err != nil {
-			return nil, err
+			return err
 		}
 	}
 }
@@ -109,23 +118,11 @@ func (n *Node) Apply(ctx context.Context, cmd []byte) (interface{}, error) {
 	if err := fsm.ValidateCommand(cmd); err != nil {
 		return nil, err
 	}
-	for {
-		var resp interface{}
-		var err error
-		if n.IsLeader() {
-			resp, err = n.await(n.raft.Apply(cmd, n.cfg.ApplyTimeout))
-		} else if _, addr := n.leaderHTTP(); addr != "" {
-			resp, err = n.forwardApply(ctx, addr, cmd)
-		} else {
-			err = errRetry
-		}
-		if !errors.Is(err, errRetry) {
-			return resp, err
-		}
-		if err := n.pause(ctx); err != nil {
-			return nil, err
-		}
-	}
+	var resp interface{}
+	err := n.onLeader(ctx,
+		func() (err error) { resp, err = n.await(n.raft.Apply(cmd, n.cfg.ApplyTimeout)); return err },
+		func(addr string) (err error) { resp, err = n.forwardApply(ctx, addr, cmd); return err })
+	return resp, err
 }
 
 // Join adds a voter (or updates its addresses) through the leader, and
@@ -134,22 +131,11 @@ func (n *Node) Join(ctx context.Context, id, raftAddr, httpAddr string) error {
 	if id == "" || raftAddr == "" || httpAddr == "" {
 		return errors.New("join needs id, raft_addr and http_addr")
 	}
-	for {
-		var err error
-		if n.IsLeader() {
-			err = n.joinLocal(id, raftAddr, httpAddr)
-		} else if _, addr := n.leaderHTTP(); addr != "" {
-			err = n.forwardJSON(ctx, addr, "/internal/v1/join", joinRequest{ID: id, RaftAddr: raftAddr, HTTPAddr: httpAddr})
-		} else {
-			err = errRetry
-		}
-		if !errors.Is(err, errRetry) {
-			return err
-		}
-		if err := n.pause(ctx); err != nil {
-			return err
-		}
-	}
+	return n.onLeader(ctx,
+		func() error { return n.joinLocal(id, raftAddr, httpAddr) },
+		func(addr string) error {
+			return n.forwardJSON(ctx, addr, pathJoin, joinRequest{ID: id, RaftAddr: raftAddr, HTTPAddr: httpAddr})
+		})
 }
 
 func (n *Node) joinLocal(id, raftAddr, httpAddr string) error {
@@ -165,22 +151,9 @@ func (n *Node) joinLocal(id, raftAddr, httpAddr string) error {
 
 // Remove takes a server out of the Raft configuration through the leader.
 func (n *Node) Remove(ctx context.Context, id string) error {
-	for {
-		var err error
-		if n.IsLeader() {
-			err = n.removeLocal(id)
-		} else if _, addr := n.leaderHTTP(); addr != "" {
-			err = n.forwardJSON(ctx, addr, "/internal/v1/remove", joinRequest{ID: id})
-		} else {
-			err = errRetry
-		}
-		if !errors.Is(err, errRetry) {
-			return err
-		}
-		if err := n.pause(ctx); err != nil {
-			return err
-		}
-	}
+	return n.onLeader(ctx,
+		func() error { return n.removeLocal(id) },
+		func(addr string) error { return n.forwardJSON(ctx, addr, pathRemove, joinRequest{ID: id}) })
 }
 
 func (n *Node) removeLocal(id string) error {
