@@ -7,8 +7,9 @@ import (
 
 // Key distributions accepted by NewKeyGen.
 const (
-	DistUniform = "uniform"
-	DistZipf    = "zipf"
+	DistUniform    = "uniform"
+	DistZipf       = "zipf"
+	DistSequential = "sequential" // every key in turn: worker i takes i, i+C, i+2C, …
 )
 
 // DefaultZipfS is the Zipf exponent used unless told otherwise: a web-like
@@ -33,6 +34,8 @@ func NewKeyGen(dist string, keys int, s float64, seed, stream uint64) (KeyGen, e
 	switch dist {
 	case DistUniform:
 		return &uniformGen{r: r, n: keys}, nil
+	case DistSequential:
+		return &sequentialGen{next: int(stream % uint64(keys)), step: 1, n: keys}, nil
 	case DistZipf:
 		if !(s > 1) {
 			return nil, fmt.Errorf("zipf exponent must be > 1, got %g", s)
@@ -44,7 +47,7 @@ func NewKeyGen(dist string, keys int, s float64, seed, stream uint64) (KeyGen, e
 		// hottest, key 1 the next and so on.
 		return &zipfGen{z: rand.NewZipf(r, s, 1, uint64(keys-1))}, nil
 	}
-	return nil, fmt.Errorf("unknown key distribution %q (want %s or %s)", dist, DistUniform, DistZipf)
+	return nil, fmt.Errorf("unknown key distribution %q (want %s, %s or %s)", dist, DistUniform, DistZipf, DistSequential)
 }
 
 type uniformGen struct {
@@ -57,3 +60,22 @@ func (g *uniformGen) Next() int { return g.r.IntN(g.n) }
 type zipfGen struct{ z *rand.Zipf }
 
 func (g *zipfGen) Next() int { return int(g.z.Uint64()) }
+
+// sequentialGen walks the keys in order with a stride, so that workers with
+// distinct starts and a stride equal to their number touch every key exactly
+// once per pass: the way to fill a store with a known number of keys.
+type sequentialGen struct{ next, step, n int }
+
+func (g *sequentialGen) Next() int {
+	k := g.next
+	g.next = (g.next + g.step) % g.n
+	return k
+}
+
+// Stride makes the generator step by the number of workers, when it walks
+// the keys in sequence; other distributions ignore it.
+func Stride(g KeyGen, workers int) {
+	if s, ok := g.(*sequentialGen); ok && workers > 0 {
+		s.step = workers
+	}
+}

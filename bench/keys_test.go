@@ -122,3 +122,27 @@ func TestNewKeyGenErrors(t *testing.T) {
 		}
 	}
 }
+
+// Sequential workers with a stride of their number cover every key exactly
+// once per pass.
+func TestSequentialCoversEveryKeyOnce(t *testing.T) {
+	const keys, workers = 1000, 7
+	seen := make([]int, keys)
+	gens := make([]KeyGen, workers)
+	for i := range gens {
+		g, err := NewKeyGen(DistSequential, keys, 0, 1, uint64(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		Stride(g, workers)
+		gens[i] = g
+	}
+	for n := 0; n < keys; n++ {
+		seen[gens[n%workers].Next()]++
+	}
+	for k, c := range seen {
+		if c != 1 {
+			t.Fatalf("key %d drawn %d times in one pass", k, c)
+		}
+	}
+}

@@ -42,7 +42,7 @@ func DefaultWorkload() Workload {
 func (w *Workload) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&w.Concurrency, "concurrency", w.Concurrency, "closed-loop workers; each sends its next request when the previous one is answered")
 	fs.IntVar(&w.Keys, "keys", w.Keys, "number of distinct keys")
-	fs.StringVar(&w.Dist, "dist", w.Dist, "key distribution: uniform or zipf")
+	fs.StringVar(&w.Dist, "dist", w.Dist, "key distribution: uniform, zipf, or sequential (every key in turn, to fill a store)")
 	fs.Float64Var(&w.ZipfS, "zipf-s", w.ZipfS, "Zipf exponent for --dist zipf (> 1; larger is more skewed)")
 	fs.IntVar(&w.Batch, "batch", w.Batch, "checks per request (> 1 sends batches)")
 	fs.DurationVar(&w.Duration, "duration", w.Duration, "measured duration")
@@ -115,6 +115,7 @@ func Run(ctx context.Context, w Workload, t Target, onProgress func(Progress)) (
 		if err != nil {
 			return Result{}, err
 		}
+		Stride(g, w.Concurrency)
 		gens[i] = g
 	}
 

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"os"
 	"sync"
 
 	"github.com/hashicorp/raft"
@@ -102,5 +103,12 @@ func (n *Node) Collectors() []prometheus.Collector {
 		gauge("limitd_keys_stored", "Limiter keys with state in the store.", func() float64 { return float64(n.fsm.Stats().Keys) }),
 		gauge("limitd_request_ids_stored", "Remembered request_ids.", func() float64 { return float64(n.fsm.Stats().RequestIDs) }),
 		gauge("limitd_bbolt_size_bytes", "Size of the state machine's bbolt file.", func() float64 { return float64(n.fsm.Stats().DBSizeBytes) }),
+		gauge("limitd_bbolt_live_bytes", "Bytes of the pages holding live data in the state machine's bbolt file (the file itself never shrinks).", func() float64 {
+			u, err := n.fsm.Usage()
+			if err != nil {
+				return 0
+			}
+			return float64(u.Pages) * float64(os.Getpagesize())
+		}),
 	}
 }

@@ -117,13 +117,13 @@ func (c *Config) setDefaults() {
 		c.CommitTimeout = 10 * time.Millisecond
 	}
 	if c.SnapshotThreshold == 0 {
-		c.SnapshotThreshold = 16384
+		c.SnapshotThreshold = 4096
 	}
 	if c.SnapshotInterval <= 0 {
 		c.SnapshotInterval = 30 * time.Second
 	}
 	if c.TrailingLogs == 0 {
-		c.TrailingLogs = 10240
+		c.TrailingLogs = 2048
 	}
 	if c.LogOutput == nil {
 		c.LogOutput = os.Stderr
@@ -244,7 +244,9 @@ func (n *Node) openRaft(bootstrap bool) error {
 		return fmt.Errorf("open raft log %s: %w", logPath, err)
 	}
 	n.logs = logs
-	cached, err := raft.NewLogCache(4096, logs)
+	// Entries can carry thousands of checks: keep the cache and the retained
+	// log (TrailingLogs, SnapshotThreshold) modest so memory and raft.db stay bounded.
+	cached, err := raft.NewLogCache(512, logs)
 	if err != nil {
 		logs.Close()
 		return fmt.Errorf("raft log cache: %w", err)
