@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -178,6 +179,7 @@ func receiveSnapshot(path string, r io.Reader) (err error) {
 // verifyFile opens a received file read-only and checks it is a consistent
 // bbolt file with our schema, so a bad snapshot never replaces good state.
 func verifyFile(path string) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})
 	if err != nil {
 		return fmt.Errorf("open %s: %w", path, err)

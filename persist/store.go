@@ -22,6 +22,7 @@ import (
 	"log"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -187,6 +188,9 @@ func (s *Store) openDB(path string) (db *bolt.DB, err error) {
 	// bbolt panics on some forms of page corruption; report them as errors
 	// naming the file instead of crashing with a stack trace.
 	var file *os.File
+	// A file cut short after a clean stop faults (SIGBUS) when bbolt reads
+	// its mmap past the end; turn that into a panic the recover below reports.
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if r := recover(); r != nil {
 			if db != nil {

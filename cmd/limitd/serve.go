@@ -30,6 +30,8 @@ type serveFlags struct {
 	policies, authKeySource, logLevel         string
 	batchMaxOps, batchInflight, maxBatch      int
 	batchMaxWait, retention, applyTimeout     time.Duration
+	snapshotInterval                          time.Duration
+	snapshotThreshold, trailingLogs           uint64
 	pprof                                     bool
 }
 
@@ -56,6 +58,9 @@ func newServeFlagSet(out io.Writer) (*flag.FlagSet, *serveFlags) {
 	fs.DurationVar(&f.batchMaxWait, "batch-max-wait", 0, "group commit: how long a batch that is not full may wait for more ops (0: natural batching only)")
 	fs.DurationVar(&f.retention, "request-id-retention", 10*time.Minute, "how long a request_id's decision is remembered for safe retries")
 	fs.DurationVar(&f.applyTimeout, "apply-timeout", 5*time.Second, "how long a proposal may wait for the Raft leader")
+	fs.Uint64Var(&f.snapshotThreshold, "snapshot-threshold", 4096, "take a Raft snapshot once this many log entries follow the last one (checked every --snapshot-interval)")
+	fs.DurationVar(&f.snapshotInterval, "snapshot-interval", 30*time.Second, "how often to check whether a snapshot is due")
+	fs.Uint64Var(&f.trailingLogs, "trailing-logs", 2048, "log entries kept after a snapshot, so a lagging follower can catch up without one")
 	fs.StringVar(&f.logLevel, "log-level", "warn", "Raft log level: trace, debug, info, warn, error")
 	fs.BoolVar(&f.pprof, "pprof", false, "serve Go profiling endpoints under /debug/pprof/")
 	fs.Usage = func() {
@@ -163,6 +168,9 @@ func serve(f *serveFlags, logger *log.Logger) error {
 		BatchMaxWait:       f.batchMaxWait,
 		RequestIDRetention: f.retention,
 		ApplyTimeout:       f.applyTimeout,
+		SnapshotThreshold:  f.snapshotThreshold,
+		SnapshotInterval:   f.snapshotInterval,
+		TrailingLogs:       f.trailingLogs,
 		LogLevel:           f.logLevel,
 		LogOutput:          logger.Writer(),
 	}, f.join == "")

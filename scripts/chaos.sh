@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# Fault tolerance, the long run (issue 6): the fault and crash tests of
+# `go test` with many rounds instead of the few of the default test run, then
+# one summary table.
+#
+#   scripts/chaos.sh                  # 20 rounds of each
+#   ROUNDS=100 scripts/chaos.sh       # longer
+#   SEED=42 SUITES=inprocess scripts/chaos.sh   # same fault and client choices
+#
+# Suites (SUITES, default "inprocess process"):
+#   inprocess  cluster.TestFaultsThreeNodes, TestFaultsFiveNodes: 3 and 5 nodes
+#              over raft.InmemTransport; clients check keys while the leader is
+#              partitioned away, minorities are isolated, leadership is
+#              transferred and nodes restart; the history is checked with
+#              porcupine against a sequential model of the limiter.
+#   process    cmd/limitd TestCrashKill9LeaderUnderLoad (3 limitd processes on
+#              127.0.0.1, kill -9 of the leader under load, restart, audit of
+#              every key through every node, state digests compared) and
+#              TestCrashKill9DuringSnapshotAndApply (kill -9 mid-snapshot and
+#              mid-apply, exact quota after each restart).
+#
+# Every test prints a CHAOS-SUMMARY JSON line; the table adds them up. The
+# script fails if a test fails, any key was over-admitted, an acknowledged
+# decision was lost, or porcupine found the history not linearizable.
+#
+# Environment: ROUNDS (20) SEED (random) SUITES ("inprocess process")
+# TIMEOUT (go test -timeout, 60m) RESULTS (also copy the JSON lines to this file).
+set -euo pipefail
+
+ROUNDS=${ROUNDS:-20}
+SEED=${SEED:-}
+SUITES=${SUITES:-inprocess process}
+TIMEOUT=${TIMEOUT:-60m}
+RESULTS=${RESULTS:-}
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+work=$(mktemp -d "${TMPDIR:-/tmp}/limitd-chaos.XXXXXX")
+summaries=$work/summaries.jsonl
+: >"$summaries"
+test_pid=""
+failed=0
+
+log() { printf '==> %s\n' "$*" >&2; }
+
+cleanup() {
+	local status=$?
+	trap - EXIT INT TERM
+	# go test runs in a process group of its own: on Ctrl-C take it down with
+	# the limitd processes its tests started.
+	if [[ -n $test_pid ]] && kill -0 "$test_pid" 2>/dev/null; then
+		kill -TERM -- "-$test_pid" 2>/dev/null || true
+		sleep 1
+		kill -KILL -- "-$test_pid" 2>/dev/null || true
+	fi
+	if [[ $status -eq 0 ]]; then
+		rm -rf "$work"
+	else
+		log "logs kept in $work"
+	fi
+	exit "$status"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# run_tests PKG REGEXP NAME: one go test run, its output in $work/NAME.log.
+run_tests() {
+	local pkg=$1 regexp=$2 name=$3
+	log "go test $pkg -run '$regexp' with LIMITD_CHAOS_ROUNDS=$ROUNDS${SEED:+ LIMITD_CHAOS_SEED=$SEED}"
+	set +e
+	(
+		cd "$root"
+		export LIMITD_CHAOS_ROUNDS=$ROUNDS
+		[[ -n $SEED ]] && export LIMITD_CHAOS_SEED=$SEED
+		exec setsid go test -count=1 -v -timeout "$TIMEOUT" -run "$regexp" "$pkg"
+	) >"$work/$name.log" 2>&1 &
+	test_pid=$!
+	wait "$test_pid"
+	local status=$?
+	test_pid=""
+	set -e
+	grep -o 'CHAOS-SUMMARY {.*}' "$work/$name.log" | sed 's/^CHAOS-SUMMARY //' >>"$summaries" || true
+	grep -E '^(---|===) (FAIL|PASS|SKIP)|^\s+--- (FAIL|PASS|SKIP)|^(ok|FAIL)\s' "$work/$name.log" >&2 || true
+	if [[ $status -ne 0 ]]; then
+		failed=1
+		log "$name failed; the failures:"
+		grep -E '^\s+\S+_test\.go:[0-9]+: ' "$work/$name.log" | grep -v 'round [0-9]*:' | tail -40 >&2 || true
+	fi
+}
+
+for suite in $SUITES; do
+	case $suite in
+	inprocess) run_tests ./cluster '^(TestFaultsThreeNodes|TestFaultsFiveNodes)$' inprocess ;;
+	process) run_tests ./cmd/limitd '^(TestCrashKill9LeaderUnderLoad|TestCrashKill9DuringSnapshotAndApply)$' process ;;
+	*)
+		log "unknown suite $suite (want inprocess or process)"
+		exit 2
+		;;
+	esac
+done
+
+[[ -n $RESULTS ]] && cp "$summaries" "$RESULTS"
+
+# The table. Fields are read from Go's JSON without a JSON tool: the keys
+# and value shapes are fixed by the tests.
+awk '
+function field(line, name,    re, v) {
+	re = "\"" name "\":(\"[^\"]*\"|[-0-9.eE+]+)"
+	if (!match(line, re)) return ""
+	v = substr(line, RSTART + length(name) + 3, RLENGTH - length(name) - 3)
+	gsub(/"/, "", v)
+	return v
+}
+BEGIN {
+	fmt = "%-38s %5s %6s %7s %8s %8s %8s %7s %5s %5s %7s %s\n"
+	printf fmt, "test", "nodes", "rounds", "leaders", "ops", "allowed", "refused", "unknown", "over", "lost", "phantom", "linearizable"
+}
+{
+	lin = field($0, "linearizable")
+	printf fmt, field($0, "test"), field($0, "nodes"), field($0, "rounds"), field($0, "leader_changes") + 0, \
+		field($0, "ops"), field($0, "allowed"), field($0, "refused") + 0, field($0, "unknown") + 0, \
+		field($0, "over_admissions"), field($0, "lost_acknowledged"), field($0, "phantom") + 0, lin
+	rounds += field($0, "rounds"); leaders += field($0, "leader_changes"); ops += field($0, "ops")
+	allowed += field($0, "allowed"); refused += field($0, "refused"); unknown += field($0, "unknown")
+	over += field($0, "over_admissions"); lost += field($0, "lost_acknowledged"); phantom += field($0, "phantom")
+	if (lin == "Illegal") verdict = "VIOLATION"
+	else if (lin == "Unknown" && verdict != "VIOLATION") verdict = "unknown (checker timed out)"
+	else if (lin == "Ok" && verdict == "") verdict = "Ok"
+	n++
+}
+END {
+	if (n == 0) { print "no CHAOS-SUMMARY lines: the tests did not get to the end"; exit 1 }
+	printf fmt, "TOTAL", "", rounds, leaders, ops, allowed, refused, unknown, over, lost, phantom, (verdict == "" ? "n/a" : verdict)
+	if (over > 0 || lost > 0 || phantom > 0 || verdict == "VIOLATION") exit 1
+}
+' "$summaries" || failed=1
+
+if [[ $failed -ne 0 ]]; then
+	log "FAILED (logs in $work)"
+	exit 1
+fi
+log "no over-admission, no lost acknowledged decision, history linearizable"
