@@ -137,20 +137,16 @@ func (r *reader) int63() int64 {
 }
 
 // time reads a timestamp, which must lie in [0, MaxTime].
-func (r *reader) time() int64 {
-	v := r.uvarint()
-	if v > uint64(MaxTime) {
-		r.fail(fmt.Errorf("time %d out of range", v))
-		return 0
-	}
-	return int64(v)
-}
+func (r *reader) time() int64 { return r.upTo(MaxTime, "time") }
 
 // count reads a count, which must lie in [0, MaxLimit].
-func (r *reader) count() int64 {
+func (r *reader) count() int64 { return r.upTo(MaxLimit, "count") }
+
+// upTo reads a uvarint that must not exceed max.
+func (r *reader) upTo(max int64, what string) int64 {
 	v := r.uvarint()
-	if v > uint64(MaxLimit) {
-		r.fail(fmt.Errorf("count %d out of range", v))
+	if v > uint64(max) {
+		r.fail(fmt.Errorf("%s %d out of range", what, v))
 		return 0
 	}
 	return int64(v)

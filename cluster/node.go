@@ -164,7 +164,6 @@ type Node struct {
 	wg            sync.WaitGroup
 	closeOnce     sync.Once
 	closeErr      error
-	bootstrapped  bool
 	recoveredFrom bool
 }
 
@@ -297,7 +296,6 @@ func (n *Node) openRaft(bootstrap bool) error {
 			logs.Close()
 			return fmt.Errorf("bootstrap cluster: %w", err)
 		}
-		n.bootstrapped = true
 	}
 	return nil
 }

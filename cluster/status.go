@@ -48,8 +48,7 @@ type Member struct {
 
 // Status reports this node's view of the cluster.
 func (n *Node) Status(ctx context.Context) (Status, error) {
-	addr, leader := n.raft.LeaderWithID()
-	_ = addr
+	_, leader := n.raft.LeaderWithID()
 	st := Status{
 		NodeID:       n.cfg.NodeID,
 		State:        n.raft.State().String(),
