@@ -20,8 +20,6 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
-	"go.etcd.io/bbolt"
 
 	"github.com/limitd/limitd/fsm"
 )
@@ -50,6 +48,12 @@ type Config struct {
 	BatchInflight int
 	BatchMaxWait  time.Duration
 
+	// State machine commits: up to FSMCommitEvery applied batches share one
+	// bbolt commit (default 64), and a timer commits whatever is pending
+	// every FSMFlushInterval (default 20 ms). 1 commits every batch.
+	FSMCommitEvery   int
+	FSMFlushInterval time.Duration
+
 	// RequestIDRetention is how long a request_id's result is remembered
 	// (default 10 minutes). It travels in every check entry, so replicas agree.
 	RequestIDRetention time.Duration
@@ -68,6 +72,15 @@ type Config struct {
 	SnapshotThreshold  uint64
 	SnapshotInterval   time.Duration
 	TrailingLogs       uint64
+
+	// LogStore selects the Raft log and stable store: "wal" (default,
+	// hashicorp/raft-wal: segment files, one fsync per append) or "boltdb"
+	// (hashicorp/raft-boltdb: one bbolt file, two fsyncs per append). A data
+	// directory keeps the store it was created with.
+	LogStore string
+	// WALSegmentBytes is the preallocated size of one raft-wal segment file
+	// (default 16 MiB).
+	WALSegmentBytes int
 
 	// Transport overrides the TCP transport (in-process tests use raft.InmemTransport).
 	Transport raft.Transport
@@ -91,6 +104,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.BatchInflight <= 0 {
 		c.BatchInflight = 2
+	}
+	if c.FSMCommitEvery <= 0 {
+		c.FSMCommitEvery = 64
+	}
+	if c.FSMFlushInterval <= 0 {
+		c.FSMFlushInterval = 20 * time.Millisecond
 	}
 	if c.RequestIDRetention <= 0 {
 		c.RequestIDRetention = 10 * time.Minute
@@ -150,7 +169,7 @@ type Node struct {
 	cfg    Config
 	fsm    *fsm.FSM
 	raft   *raft.Raft
-	logs   *raftboltdb.BoltStore
+	logs   logStore
 	trans  raft.Transport
 	logger hclog.Logger
 
@@ -186,7 +205,9 @@ func Open(cfg Config, bootstrap bool) (*Node, error) {
 	})
 	n.metrics = newMetrics(n)
 
-	f, err := fsm.Open(filepath.Join(cfg.DataDir, "fsm.db"), fsm.Options{NoSync: true, OnFatal: n.onFatal})
+	f, err := fsm.Open(filepath.Join(cfg.DataDir, "fsm.db"), fsm.Options{
+		NoSync: true, OnFatal: n.onFatal, CommitEvery: cfg.FSMCommitEvery,
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -200,13 +221,33 @@ func Open(cfg Config, bootstrap bool) (*Node, error) {
 	n.leaderBatch = newBatcher(cfg.BatchMaxOps, cfg.BatchInflight, cfg.BatchMaxWait, n.proposeChecks, n.metrics.observeBatch)
 	n.forwardBatch = newBatcher(cfg.BatchMaxOps, cfg.BatchInflight, cfg.BatchMaxWait, n.forwardChecks, n.metrics.observeForward)
 
-	n.wg.Add(2)
+	n.wg.Add(3)
 	go n.leaderLoop()
+	go n.flushLoop()
 	go func() {
 		defer n.wg.Done()
 		n.metrics.watchHeartbeats(n.raft, n.closing)
 	}()
 	return n, nil
+}
+
+// flushLoop commits the state machine's shared transaction on a timer, so
+// the file and snapshots stay close behind the applied index when traffic
+// is light. A failed commit stops the node through OnFatal.
+func (n *Node) flushLoop() {
+	defer n.wg.Done()
+	t := time.NewTicker(n.cfg.FSMFlushInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.closing:
+			return
+		case <-t.C:
+			if err := n.fsm.Flush(); err != nil {
+				return
+			}
+		}
+	}
 }
 
 func (n *Node) openRaft(bootstrap bool) error {
@@ -233,14 +274,9 @@ func (n *Node) openRaft(bootstrap bool) error {
 		return fmt.Errorf("raft config: %w", err)
 	}
 
-	logPath := filepath.Join(cfg.DataDir, "raft.db")
-	// The freelist is rebuilt at open instead of written at every commit:
-	// fewer pages per log append on the fsync path.
-	logs, err := raftboltdb.New(raftboltdb.Options{Path: logPath, BoltOptions: &bbolt.Options{
-		Timeout: 5 * time.Second, NoFreelistSync: true, FreelistType: bbolt.FreelistMapType,
-	}})
+	logs, err := openLogStore(cfg, n.logger)
 	if err != nil {
-		return fmt.Errorf("open raft log %s: %w", logPath, err)
+		return err
 	}
 	n.logs = logs
 	// Entries can carry thousands of checks: keep the cache and the retained
@@ -278,6 +314,12 @@ func (n *Node) openRaft(bootstrap bool) error {
 		n.closeTransport()
 		logs.Close()
 		return fmt.Errorf("inspect raft state in %s: %w", cfg.DataDir, err)
+	}
+	logPath := logStorePath(cfg)
+	if err := checkLogCoversState(n.fsm.AppliedIndex(), logs, snaps); err != nil {
+		n.closeTransport()
+		logs.Close()
+		return fmt.Errorf("raft log %s: %w", logPath, err)
 	}
 	r, err := raft.NewRaft(rc, n.fsm, cached, logs, snaps, trans)
 	if err != nil {

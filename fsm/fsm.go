@@ -58,6 +58,10 @@ type Options struct {
 	MaxSizeBytes int
 	// Verify runs a full consistency check of an existing file at Open.
 	Verify bool
+	// CommitEvery lets up to this many ApplyBatch calls share one bbolt
+	// commit (0 or 1: each commits); Flush commits earlier. Requires NoSync:
+	// see DESIGN.md, "Shared commits".
+	CommitEvery int
 }
 
 // Stats are counters for metrics and the cluster status.
@@ -100,11 +104,15 @@ var _ raft.BatchingFSM = (*FSM)(nil)
 // Open opens the state machine database at path (e.g. <data-dir>/fsm.db).
 // See persist.Open for the dirty-marker behaviour behind Recovered.
 func Open(path string, opts Options) (*FSM, error) {
+	if opts.CommitEvery > 1 && !opts.NoSync {
+		return nil, errors.New("fsm: CommitEvery needs NoSync (an uncommitted transaction is rebuilt from raft only after an unclean stop)")
+	}
 	st, err := persist.Open(path, persist.Options{
 		NoSync:          opts.NoSync,
 		MaxSize:         opts.MaxSizeBytes,
 		InitialMmapSize: 256 << 20,
 		Verify:          opts.Verify,
+		CommitEvery:     opts.CommitEvery,
 		Logger:          opts.Logger,
 	})
 	if err != nil {
@@ -228,6 +236,11 @@ func fill(n int, v interface{}) []interface{} {
 // goroutine) until Close: applying later entries after skipping one would
 // diverge from the other replicas.
 func (f *FSM) halt(err error) {
+	f.reportFatal(err)
+	<-f.closing
+}
+
+func (f *FSM) reportFatal(err error) {
 	f.fatalOnce.Do(func() {
 		if f.opts.Logger != nil {
 			f.opts.Logger.Printf("fsm: applying stopped: %v", err)
@@ -236,7 +249,28 @@ func (f *FSM) halt(err error) {
 			f.opts.OnFatal(err)
 		}
 	})
-	<-f.closing
+}
+
+// Flush commits the applies that share an open transaction (CommitEvery).
+// The caller runs it on a timer so that the file, its digest and its
+// snapshots are never far behind. A failed commit loses applied entries, so
+// it stops the state machine like a failed apply (OnFatal; the next
+// ApplyBatch parks), but Flush itself returns instead of parking.
+func (f *FSM) Flush() error {
+	f.applyMu.Lock()
+	if f.closed || f.halted != nil || f.store.Pending() == 0 {
+		f.applyMu.Unlock()
+		return nil
+	}
+	err := f.store.Commit()
+	if err != nil {
+		f.halted = err
+	}
+	f.applyMu.Unlock()
+	if err != nil {
+		f.reportFatal(err)
+	}
+	return err
 }
 
 // applyEntries applies ls in one transaction and returns the responses, or
@@ -283,7 +317,15 @@ func (f *FSM) applyEntries(ls []*raft.Log) (resps []interface{}, err error) {
 // Snapshot captures the database as of the last applied entry; it is written
 // out by Persist, concurrently with later applies.
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
-	sn, err := f.store.Snapshot()
+	f.applyMu.Lock()
+	defer f.applyMu.Unlock()
+	if f.closed {
+		return nil, ErrClosed
+	}
+	if f.halted != nil {
+		return nil, f.halted
+	}
+	sn, err := f.store.Snapshot() // commits what applies left open
 	if err != nil {
 		return nil, err
 	}
@@ -375,5 +417,27 @@ func (f *FSM) Stats() Stats {
 
 // Digest is a hex SHA-256 of the replicated contents (state, expiry indexes,
 // request ids, policies, nodes; not the applied index): equal on replicas
-// that applied the same entries.
-func (f *FSM) Digest() (string, error) { return f.store.Digest() }
+// that applied the same entries. It commits what applies left open, then
+// hashes while holding off applies, so it describes AppliedIndex exactly.
+func (f *FSM) Digest() (string, error) {
+	d, _, err := f.DigestAt()
+	return d, err
+}
+
+// DigestAt is Digest together with the applied index it describes.
+func (f *FSM) DigestAt() (string, uint64, error) {
+	f.applyMu.Lock()
+	defer f.applyMu.Unlock()
+	if f.closed {
+		return "", 0, ErrClosed
+	}
+	if f.halted == nil {
+		if err := f.store.Commit(); err != nil {
+			f.halted = err
+			go f.reportFatal(err) // OnFatal must not run under applyMu
+			return "", 0, err
+		}
+	}
+	d, err := f.store.Digest()
+	return d, f.store.Meta().AppliedIndex, err
+}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/limitd/limitd/algo"
+	"github.com/limitd/limitd/persist"
 )
 
 // testLog is a deterministic mixed workload: policies of every algorithm
@@ -119,15 +120,18 @@ func TestApplyIsDeterministicAcrossRestartsAndBatching(t *testing.T) {
 		name     string
 		restarts []int // close and reopen after these many entries
 		batch    int
+		commit   int // CommitEvery
 	}{
-		{"batches of 7", nil, 7},
-		{"one batch", nil, len(ls)},
-		{"restart once", []int{150}, 1},
-		{"restart twice, batched", []int{50, 333}, 16},
+		{"batches of 7", nil, 7, 0},
+		{"one batch", nil, len(ls), 0},
+		{"restart once", []int{150}, 1, 0},
+		{"restart twice, batched", []int{50, 333}, 16, 0},
+		{"shared commits, restart twice", []int{101, 250}, 3, 8},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "fsm.db")
-			f, err := Open(path, Options{NoSync: true})
+			opts := Options{NoSync: true, CommitEvery: tc.commit}
+			f, err := Open(path, opts)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -138,7 +142,7 @@ func TestApplyIsDeterministicAcrossRestartsAndBatching(t *testing.T) {
 				if err := f.Close(); err != nil {
 					t.Fatal(err)
 				}
-				if f, err = Open(path, Options{NoSync: true}); err != nil {
+				if f, err = Open(path, opts); err != nil {
 					t.Fatal(err)
 				}
 				if f.Recovered() || f.AppliedIndex() != uint64(at) {
@@ -474,5 +478,31 @@ func TestNonCommandEntriesAdvanceTheIndex(t *testing.T) {
 	})
 	if rs[0] != nil || rs[1] != nil || rs[2] != nil || f.AppliedIndex() != 3 {
 		t.Fatalf("responses %v applied %d", rs, f.AppliedIndex())
+	}
+}
+
+// Flush commits the applies that share an open transaction, so the file
+// (and what a reader of it sees) catches up with the applied index.
+func TestFlushCommitsSharedApplies(t *testing.T) {
+	f := openFSM(t, "", Options{NoSync: true, CommitEvery: 1000})
+	d := newDriver(t, f)
+	spec := mustSpec(t, algo.Config{Algorithm: "fixed_window", Limit: 5, Window: "1h"})
+	d.check(t0, Op{Checks: []Check{{Key: "a", Spec: &spec, Cost: 1}}})
+	d.check(t0, Op{Checks: []Check{{Key: "b", Spec: &spec, Cost: 1}}})
+	committed := func() persist.Meta {
+		var m persist.Meta
+		if err := f.store.View(func(tx *persist.Tx) error { m = tx.Meta(); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	if f.AppliedIndex() != 2 || committed().AppliedIndex != 0 {
+		t.Fatalf("applied %d, file at %d: want 2 applied and nothing committed yet", f.AppliedIndex(), committed().AppliedIndex)
+	}
+	if err := f.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if m := committed(); m.AppliedIndex != 2 || m.Keys != 2 {
+		t.Fatalf("after Flush the file holds %+v, want applied 2 with 2 keys", m)
 	}
 }

@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"reflect"
 	"testing"
@@ -37,9 +38,19 @@ func takeSnapshot(t *testing.T, f *FSM) []byte {
 }
 
 func TestSnapshotRestore(t *testing.T) {
+	// With shared commits the source's last applies and the destination's
+	// junk are still uncommitted when Snapshot and Restore run.
+	for _, commit := range []int{1, 1000} {
+		t.Run(fmt.Sprintf("commit every %d", commit), func(t *testing.T) {
+			testSnapshotRestore(t, Options{NoSync: true, CommitEvery: commit})
+		})
+	}
+}
+
+func testSnapshotRestore(t *testing.T, opts Options) {
 	ls := logOf(1, testLog(t, 300)...)
 	cut := 180
-	src := openFSM(t, "", Options{NoSync: true})
+	src := openFSM(t, "", opts)
 	applyIn(src, ls[:cut], 10)
 
 	snap, err := src.Snapshot()
@@ -56,7 +67,7 @@ func TestSnapshotRestore(t *testing.T) {
 	}
 	snap.Release()
 
-	dst := openFSM(t, "", Options{NoSync: true})
+	dst := openFSM(t, "", opts)
 	junk := mustSpec(t, algo.Config{Algorithm: "fixed_window", Limit: 5, Window: "1h"})
 	newDriver(t, dst).check(t0, Op{Checks: []Check{{Key: "junk", Spec: &junk, Cost: 1}}})
 	if dst.Stats().Keys != 1 {

@@ -38,14 +38,18 @@ type Snapshot struct {
 	once sync.Once
 }
 
-// Snapshot starts a read transaction. Call it where no write can interleave
-// (the Raft FSM goroutine) so the view matches the applied index; it may be
-// written out later, concurrently with writes. Release must be called.
+// Snapshot commits what Updates left open, then starts a read transaction.
+// Call it from the writer (the Raft FSM goroutine) so the view matches the
+// applied index; it may be written out later, concurrently with writes.
+// Release must be called.
 func (s *Store) Snapshot() (*Snapshot, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.db == nil {
 		return nil, ErrClosed
+	}
+	if err := s.commitLocked(); err != nil {
+		return nil, fmt.Errorf("snapshot: %w", err)
 	}
 	tx, err := s.db.Begin(false)
 	if err != nil {
@@ -111,6 +115,12 @@ func (s *Store) Restore(r io.Reader) error {
 	if s.db == nil {
 		_ = os.Remove(tmp)
 		return ErrClosed
+	}
+	// Commit first, so that a failure below leaves every applied Update in
+	// the file it keeps.
+	if err := s.commitLocked(); err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("restore snapshot: %w", err)
 	}
 	if err := s.db.Close(); err != nil {
 		_ = os.Remove(tmp)

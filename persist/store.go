@@ -81,7 +81,15 @@ type Options struct {
 	// file: O(file size), but damage to data pages is then reported at start
 	// instead of when the damaged key is next touched.
 	Verify bool
-	Logger *log.Logger
+	// CommitEvery lets Update leave its transaction open so that up to this
+	// many Updates share one bbolt commit (0 or 1: every Update commits).
+	// Commit ends the shared transaction earlier. A bbolt commit costs the
+	// same whether it carries one entry or a hundred (every touched page is
+	// rewritten), so sharing it is the cheapest write path; it is only safe
+	// with NoSync's rule that the file is rebuilt from Raft after an unclean
+	// stop, because an open transaction is lost by a crash.
+	CommitEvery int
+	Logger      *log.Logger
 }
 
 // Meta is what the store records about the commands applied to it.
@@ -112,8 +120,11 @@ type Store struct {
 	nextExpiry atomic.Int64
 	hasNext    atomic.Bool
 
-	meta Meta // authoritative copy, touched only by the single writer
-	wtx  Tx   // reused by every Update: its arena outlives transactions
+	// Touched only by the single writer.
+	meta      Meta // as of the last Update, committed or not
+	committed Meta // as of the last commit
+	pending   int  // Updates in the open transaction (wtx.tx != nil)
+	wtx       Tx   // reused by every Update: its arena outlives transactions
 }
 
 // Open opens (or creates) the database at path. If the dirty marker of an
@@ -254,7 +265,7 @@ func (s *Store) openDB(path string) (db *bolt.DB, err error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("open fsm database %s: %w", path, err)
 	}
-	s.meta = m
+	s.meta, s.committed = m, m
 	s.publish(m)
 	if err := db.View(func(tx *bolt.Tx) error {
 		t, ok := nextExpiry(tx)
@@ -357,41 +368,92 @@ func (s *Store) NextExpiry() (int64, bool) {
 	return s.nextExpiry.Load(), s.hasNext.Load()
 }
 
-// Update runs fn in one write transaction and commits it with the meta record.
-// If fn or the commit fails nothing is changed. Update must not be called
-// concurrently with itself (the state machine has a single writer).
+// Update runs fn in a write transaction. With CommitEvery ≤ 1 it commits at
+// once; otherwise the transaction stays open for the next Update until
+// CommitEvery Updates share it or Commit is called. If fn or a commit fails,
+// every Update since the last commit is rolled back, and the error is
+// returned: the caller (the state machine) must then stop, because answers it
+// gave for the lost Updates are no longer in the file. Update must not be
+// called concurrently with itself or with Commit (a single writer).
 func (s *Store) Update(fn func(*Tx) error) error {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.db == nil {
 		return ErrClosed
 	}
-	btx, err := s.db.Begin(true)
-	if err != nil {
-		return fmt.Errorf("begin transaction on %s: %w", s.path, err)
-	}
 	t := &s.wtx
-	defer t.reset()
-	if err := t.begin(btx, s.meta); err != nil {
-		_ = btx.Rollback()
-		return err
+	if t.tx == nil {
+		btx, err := s.db.Begin(true)
+		if err != nil {
+			return fmt.Errorf("begin transaction on %s: %w", s.path, err)
+		}
+		if err := t.begin(btx, s.meta); err != nil {
+			_ = btx.Rollback()
+			t.reset()
+			return err
+		}
 	}
 	if err := fn(t); err != nil {
-		_ = btx.Rollback()
+		s.rollbackLocked()
 		return err
 	}
+	s.meta = t.meta
+	s.pending++
+	// Readers see progress at once, not at the next commit: the applied
+	// index and expiry hint describe what the writer has applied.
+	s.publish(t.meta)
+	s.publishNext(nextExpiry(t.tx))
+	if s.pending >= s.opts.CommitEvery {
+		return s.commitLocked()
+	}
+	return nil
+}
+
+// Commit commits the transaction Updates left open, if any. Same caller
+// rules as Update.
+func (s *Store) Commit() error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.db == nil {
+		return ErrClosed
+	}
+	return s.commitLocked()
+}
+
+// Pending reports how many Updates wait in the open transaction.
+func (s *Store) Pending() int { return s.pending }
+
+func (s *Store) commitLocked() error {
+	t := &s.wtx
+	if t.tx == nil {
+		return nil
+	}
 	if err := t.metaB.Put(keyMeta, encodeMeta(t.meta)); err != nil {
-		_ = btx.Rollback()
+		s.rollbackLocked()
 		return fmt.Errorf("write meta to %s: %w", s.path, err)
 	}
-	next, ok := nextExpiry(btx)
-	if err := btx.Commit(); err != nil {
+	err := t.tx.Commit() // on failure bbolt has rolled back
+	t.reset()
+	s.pending = 0
+	if err != nil {
+		s.meta = s.committed
+		s.publish(s.meta)
 		return fmt.Errorf("commit to %s: %w", s.path, err)
 	}
-	s.meta = t.meta
-	s.publish(t.meta)
-	s.publishNext(next, ok)
+	s.committed = s.meta
 	return nil
+}
+
+func (s *Store) rollbackLocked() {
+	t := &s.wtx
+	if t.tx == nil {
+		return
+	}
+	_ = t.tx.Rollback()
+	t.reset()
+	s.pending = 0
+	s.meta = s.committed
+	s.publish(s.meta)
 }
 
 // View runs fn in a read-only transaction. Write methods of the Tx fail.
@@ -431,6 +493,11 @@ func (s *Store) close(clean bool) error {
 	}
 	var err error
 	if clean {
+		err = s.commitLocked()
+	} else {
+		s.rollbackLocked()
+	}
+	if clean && err == nil {
 		if err = s.db.Sync(); err != nil {
 			err = fmt.Errorf("sync %s: %w", s.path, err)
 		}

@@ -366,3 +366,65 @@ func TestManyValuesSurviveArenaReuse(t *testing.T) {
 		t.Fatalf("Keys = %d", s.Meta().Keys)
 	}
 }
+
+// With CommitEvery, Updates share one bbolt transaction: readers of the file
+// see them only once it commits, the published meta at once; a failure rolls
+// back every Update since the last commit; Snapshot and Close commit first.
+func TestSharedCommit(t *testing.T) {
+	s, path := openTemp(t, Options{NoSync: true, CommitEvery: 3})
+	putStates(t, s, 1, 10, "a")
+	putStates(t, s, 2, 20, "b")
+	if m := s.Meta(); m.AppliedIndex != 2 || m.Keys != 2 || s.Pending() != 2 {
+		t.Fatalf("meta %+v pending %d, want applied 2, 2 keys, 2 pending", m, s.Pending())
+	}
+	if readState(t, s, "a").Found {
+		t.Fatal("an uncommitted Update is visible to readers of the file")
+	}
+	putStates(t, s, 3, 30, "c") // the third commits
+	if s.Pending() != 0 || !readState(t, s, "a").Found || !readState(t, s, "c").Found {
+		t.Fatalf("the CommitEvery-th Update did not commit (pending %d)", s.Pending())
+	}
+
+	putStates(t, s, 4, 40, "d")
+	if err := s.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if s.Pending() != 0 || !readState(t, s, "d").Found {
+		t.Fatal("Commit did not commit")
+	}
+
+	putStates(t, s, 5, 50, "e")
+	boom := errors.New("boom")
+	if err := s.Update(func(tx *Tx) error { tx.SetApplied(6); return boom }); !errors.Is(err, boom) {
+		t.Fatalf("Update = %v", err)
+	}
+	if m := s.Meta(); m.AppliedIndex != 4 || m.Keys != 4 || s.Pending() != 0 {
+		t.Fatalf("after a failed Update: meta %+v pending %d, want the last commit (applied 4, 4 keys)", m, s.Pending())
+	}
+	if err := s.Commit(); err != nil || readState(t, s, "e").Found {
+		t.Fatalf("the Update before the failed one survived its rollback (commit: %v)", err)
+	}
+
+	putStates(t, s, 5, 50, "f")
+	sn, err := s.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sn.Meta().AppliedIndex != 5 {
+		t.Fatalf("snapshot at applied %d, want 5: it must commit pending Updates first", sn.Meta().AppliedIndex)
+	}
+	sn.Release()
+
+	putStates(t, s, 6, 60, "g")
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s2, err := Open(path, Options{NoSync: true, CommitEvery: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	if s2.Recovered() || s2.Meta().AppliedIndex != 6 || !readState(t, s2, "g").Found {
+		t.Fatalf("after Close with a pending Update: recovered %v meta %+v", s2.Recovered(), s2.Meta())
+	}
+}

@@ -760,15 +760,33 @@ func TestCrashDamagedFilesAtStart(t *testing.T) {
 	)
 	cases := []struct {
 		name      string
-		snapshots bool // needs snapshot flags
-		unclean   bool // stop with kill -9 (the state database is then rebuilt)
+		snapshots bool     // needs snapshot flags
+		flags     []string // more serve flags
+		unclean   bool     // stop with kill -9 (the state database is then rebuilt)
 		damage    func(t *testing.T, p *proc) string
 		want      int
 	}{
-		{name: "raft log garbage", damage: func(t *testing.T, p *proc) string {
+		{name: "raft log garbage (boltdb)", flags: []string{"--log-store=boltdb"}, damage: func(t *testing.T, p *proc) string {
 			path := filepath.Join(p.dataDir, "raft.db")
 			must(t, os.WriteFile(path, bytes.Repeat([]byte("garbage!"), 4096), 0o600))
 			return path
+		}, want: mustRefuse},
+		{name: "raft-wal meta database garbage", damage: func(t *testing.T, p *proc) string {
+			dir := filepath.Join(p.dataDir, "raft-wal")
+			must(t, os.WriteFile(filepath.Join(dir, "wal-meta.db"), bytes.Repeat([]byte("garbage!"), 4096), 0o600))
+			return dir
+		}, want: mustRefuse},
+		{name: "raft-wal segments garbage", damage: func(t *testing.T, p *proc) string {
+			dir := filepath.Join(p.dataDir, "raft-wal")
+			segs, err := filepath.Glob(filepath.Join(dir, "*.wal"))
+			must(t, err)
+			if len(segs) == 0 {
+				t.Fatalf("no segment files in %s", dir)
+			}
+			for _, seg := range segs {
+				must(t, os.WriteFile(seg, bytes.Repeat([]byte("garbage!"), 4096), 0o600))
+			}
+			return dir
 		}, want: mustRefuse},
 		{name: "state database halved after a clean stop", damage: func(t *testing.T, p *proc) string {
 			path := filepath.Join(p.dataDir, "fsm.db")
@@ -806,7 +824,7 @@ func TestCrashDamagedFilesAtStart(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			flags := append([]string{}, crashFlags...)
+			flags := append(append([]string{}, crashFlags...), tc.flags...)
 			if tc.snapshots {
 				if snap == nil {
 					t.Skip("limitd serve has no --snapshot-threshold/--snapshot-interval flags")

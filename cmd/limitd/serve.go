@@ -28,9 +28,11 @@ type serveFlags struct {
 	httpAdvertise, raftAdvertise              string
 	adminToken, tlsCert, tlsKey, tlsCA        string
 	policies, authKeySource, logLevel         string
+	logStore                                  string
 	batchMaxOps, batchInflight, maxBatch      int
+	fsmCommitEvery                            int
 	batchMaxWait, retention, applyTimeout     time.Duration
-	snapshotInterval                          time.Duration
+	snapshotInterval, fsmFlushInterval        time.Duration
 	snapshotThreshold, trailingLogs           uint64
 	pprof                                     bool
 }
@@ -56,6 +58,9 @@ func newServeFlagSet(out io.Writer) (*flag.FlagSet, *serveFlags) {
 	fs.IntVar(&f.batchMaxOps, "batch-max-ops", 2048, "group commit: maximum ops in one Raft log entry")
 	fs.IntVar(&f.batchInflight, "batch-inflight", 2, "group commit: log entries in flight at once; more arrivals wait and form the next entry")
 	fs.DurationVar(&f.batchMaxWait, "batch-max-wait", 0, "group commit: how long a batch that is not full may wait for more ops (0: natural batching only)")
+	fs.IntVar(&f.fsmCommitEvery, "fsm-commit-every", 64, "state database: applied log batches that share one bbolt commit (1: commit each)")
+	fs.DurationVar(&f.fsmFlushInterval, "fsm-flush-interval", 20*time.Millisecond, "state database: commit pending applies at least this often")
+	fs.StringVar(&f.logStore, "log-store", "", "Raft log store: wal (hashicorp/raft-wal, one fsync per append; the default for a new data directory) or boltdb (hashicorp/raft-boltdb, two); empty: whichever the data directory already uses")
 	fs.DurationVar(&f.retention, "request-id-retention", 10*time.Minute, "how long a request_id's decision is remembered for safe retries")
 	fs.DurationVar(&f.applyTimeout, "apply-timeout", 5*time.Second, "how long a proposal may wait for the Raft leader")
 	fs.Uint64Var(&f.snapshotThreshold, "snapshot-threshold", 4096, "take a Raft snapshot once this many log entries follow the last one (checked every --snapshot-interval)")
@@ -166,6 +171,9 @@ func serve(f *serveFlags, logger *log.Logger) error {
 		BatchMaxOps:        f.batchMaxOps,
 		BatchInflight:      f.batchInflight,
 		BatchMaxWait:       f.batchMaxWait,
+		FSMCommitEvery:     f.fsmCommitEvery,
+		FSMFlushInterval:   f.fsmFlushInterval,
+		LogStore:           f.logStore,
 		RequestIDRetention: f.retention,
 		ApplyTimeout:       f.applyTimeout,
 		SnapshotThreshold:  f.snapshotThreshold,

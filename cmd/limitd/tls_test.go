@@ -103,7 +103,7 @@ func TestProcessTLSAndEnvironment(t *testing.T) {
 	if code := put("Bearer s3cret"); code != http.StatusOK {
 		t.Fatalf("policy PUT with the token: %d, want 200", code)
 	}
-	if _, err := os.Stat(filepath.Join(dir, "data", "raft.db")); err != nil {
+	if _, err := os.Stat(filepath.Join(dir, "data", "raft-wal")); err != nil {
 		t.Fatalf("--data-dir did not win over LIMITD_DATA_DIR: %v", err)
 	}
 	// Plain HTTP is not served on the TLS port.

@@ -1,0 +1,155 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	wal "github.com/hashicorp/raft-wal"
+	"github.com/hashicorp/raft-wal/metadb"
+	"go.etcd.io/bbolt"
+)
+
+// Log store kinds (Config.LogStore).
+const (
+	LogStoreWAL    = "wal"
+	LogStoreBoltDB = "boltdb"
+)
+
+const (
+	walDirName    = "raft-wal"
+	boltFileName  = "raft.db"
+	defaultWALSeg = 16 << 20
+)
+
+// logStore is Raft's log and stable store in one: both raft-wal and
+// raft-boltdb provide the two interfaces from one file set.
+type logStore interface {
+	raft.LogStore
+	raft.StableStore
+	io.Closer
+}
+
+// logStoreKind decides which store a data directory uses: the one it was
+// created with, else the configured one. Switching a directory in place would
+// silently start an empty log next to the real one, so it is refused.
+func logStoreKind(cfg Config) (string, error) {
+	want := cfg.LogStore
+	if want == "" {
+		want = LogStoreWAL
+	}
+	if want != LogStoreWAL && want != LogStoreBoltDB {
+		return "", fmt.Errorf("log store %q: want %q or %q", cfg.LogStore, LogStoreWAL, LogStoreBoltDB)
+	}
+	hasBolt := exists(filepath.Join(cfg.DataDir, boltFileName))
+	hasWAL := exists(filepath.Join(cfg.DataDir, walDirName))
+	switch {
+	case hasBolt && hasWAL:
+		return "", fmt.Errorf("data dir %s holds both %s and %s: remove the one that is not in use", cfg.DataDir, boltFileName, walDirName)
+	case hasBolt:
+		if cfg.LogStore == LogStoreWAL {
+			return "", fmt.Errorf("data dir %s was created with --log-store=%s", cfg.DataDir, LogStoreBoltDB)
+		}
+		return LogStoreBoltDB, nil
+	case hasWAL:
+		if cfg.LogStore == LogStoreBoltDB {
+			return "", fmt.Errorf("data dir %s was created with --log-store=%s", cfg.DataDir, LogStoreWAL)
+		}
+		return LogStoreWAL, nil
+	}
+	return want, nil
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil || !errors.Is(err, fs.ErrNotExist)
+}
+
+// logStorePath is where the data directory's Raft log lives, for messages.
+func logStorePath(cfg Config) string {
+	if kind, err := logStoreKind(cfg); err == nil && kind == LogStoreBoltDB {
+		return filepath.Join(cfg.DataDir, boltFileName)
+	}
+	return filepath.Join(cfg.DataDir, walDirName)
+}
+
+func openLogStore(cfg Config, logger hclog.Logger) (logStore, error) {
+	kind, err := logStoreKind(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if kind == LogStoreBoltDB {
+		path := filepath.Join(cfg.DataDir, boltFileName)
+		// The freelist is rebuilt at open instead of written at every commit:
+		// fewer pages per log append on the fsync path.
+		s, err := raftboltdb.New(raftboltdb.Options{Path: path, BoltOptions: &bbolt.Options{
+			Timeout: 5 * time.Second, NoFreelistSync: true, FreelistType: bbolt.FreelistMapType,
+		}})
+		if err != nil {
+			return nil, fmt.Errorf("open raft log %s: %w", path, err)
+		}
+		return s, nil
+	}
+	dir := filepath.Join(cfg.DataDir, walDirName)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("create raft log dir %s: %w", dir, err)
+	}
+	seg := cfg.WALSegmentBytes
+	if seg <= 0 {
+		seg = defaultWALSeg
+	}
+	meta := &metadb.BoltMetaDB{}
+	w, err := wal.Open(dir, wal.WithSegmentSize(seg), wal.WithMetaStore(meta), wal.WithLogger(logger.Named("wal")))
+	if err != nil {
+		_ = meta.Close()
+		return nil, fmt.Errorf("open raft log %s: %w", dir, err)
+	}
+	return &walStore{WAL: w, meta: meta}, nil
+}
+
+// walStore closes the WAL's metadata database too: WAL.Close leaves it open,
+// and its file lock would stop the same process from reopening the log.
+type walStore struct {
+	*wal.WAL
+	meta *metadb.BoltMetaDB
+}
+
+func (s *walStore) Close() error {
+	return errors.Join(s.WAL.Close(), s.meta.Close())
+}
+
+// checkLogCoversState refuses a log that ends before what the state machine
+// has applied. A replica applies only entries it holds, and compaction drops
+// only entries a snapshot covers, so applied ≤ max(last log index, last
+// snapshot index) always. A log that lost its tail (damaged or replaced
+// files) would otherwise start a node that can never be elected or that
+// rewrites committed history.
+func checkLogCoversState(applied uint64, logs raft.LogStore, snaps raft.SnapshotStore) error {
+	if applied == 0 {
+		return nil
+	}
+	last, err := logs.LastIndex()
+	if err != nil {
+		return fmt.Errorf("read last index: %w", err)
+	}
+	metas, err := snaps.List()
+	if err != nil {
+		return fmt.Errorf("list snapshots: %w", err)
+	}
+	for _, m := range metas {
+		if m.Index > last {
+			last = m.Index
+		}
+	}
+	if applied > last {
+		return fmt.Errorf("the log and snapshots end at index %d but the state database applied up to %d: log entries were lost", last, applied)
+	}
+	return nil
+}
