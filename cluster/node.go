@@ -49,8 +49,8 @@ type Config struct {
 	BatchMaxWait  time.Duration
 
 	// State machine commits: up to FSMCommitEvery applied batches share one
-	// bbolt commit (default 64), and a timer commits whatever is pending
-	// every FSMFlushInterval (default 20 ms). 1 commits every batch.
+	// bbolt commit (default 1000), and a timer commits whatever is pending
+	// every FSMFlushInterval (default 100 ms). 1 commits every batch.
 	FSMCommitEvery   int
 	FSMFlushInterval time.Duration
 
@@ -106,10 +106,10 @@ func (c *Config) setDefaults() {
 		c.BatchInflight = 2
 	}
 	if c.FSMCommitEvery <= 0 {
-		c.FSMCommitEvery = 64
+		c.FSMCommitEvery = 1000
 	}
 	if c.FSMFlushInterval <= 0 {
-		c.FSMFlushInterval = 20 * time.Millisecond
+		c.FSMFlushInterval = 100 * time.Millisecond
 	}
 	if c.RequestIDRetention <= 0 {
 		c.RequestIDRetention = 10 * time.Minute

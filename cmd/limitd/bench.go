@@ -90,6 +90,7 @@ func newBenchFlagSet(out io.Writer) (*flag.FlagSet, *benchFlags) {
 // runBench is `limitd bench`. Exit status: 0 when checks were decided, 1 when
 // the run could not be set up or nothing was decided, 2 for bad flags.
 func runBench(args []string, stdout, stderr io.Writer) int {
+	bench.TuneGC()
 	fs, f := newBenchFlagSet(stderr)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

@@ -14,6 +14,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -35,6 +36,7 @@ type serveFlags struct {
 	snapshotInterval, fsmFlushInterval        time.Duration
 	snapshotThreshold, trailingLogs           uint64
 	pprof                                     bool
+	gcPercent                                 int
 }
 
 func newServeFlagSet(out io.Writer) (*flag.FlagSet, *serveFlags) {
@@ -58,8 +60,8 @@ func newServeFlagSet(out io.Writer) (*flag.FlagSet, *serveFlags) {
 	fs.IntVar(&f.batchMaxOps, "batch-max-ops", 2048, "group commit: maximum ops in one Raft log entry")
 	fs.IntVar(&f.batchInflight, "batch-inflight", 2, "group commit: log entries in flight at once; more arrivals wait and form the next entry")
 	fs.DurationVar(&f.batchMaxWait, "batch-max-wait", 0, "group commit: how long a batch that is not full may wait for more ops (0: natural batching only)")
-	fs.IntVar(&f.fsmCommitEvery, "fsm-commit-every", 64, "state database: applied log batches that share one bbolt commit (1: commit each)")
-	fs.DurationVar(&f.fsmFlushInterval, "fsm-flush-interval", 20*time.Millisecond, "state database: commit pending applies at least this often")
+	fs.IntVar(&f.fsmCommitEvery, "fsm-commit-every", 1000, "state database: applied log batches that share one bbolt commit (1: commit each)")
+	fs.DurationVar(&f.fsmFlushInterval, "fsm-flush-interval", 100*time.Millisecond, "state database: commit pending applies at least this often")
 	fs.StringVar(&f.logStore, "log-store", "", "Raft log store: wal (hashicorp/raft-wal, one fsync per append; the default for a new data directory) or boltdb (hashicorp/raft-boltdb, two); empty: whichever the data directory already uses")
 	fs.DurationVar(&f.retention, "request-id-retention", 10*time.Minute, "how long a request_id's decision is remembered for safe retries")
 	fs.DurationVar(&f.applyTimeout, "apply-timeout", 5*time.Second, "how long a proposal may wait for the Raft leader")
@@ -67,6 +69,7 @@ func newServeFlagSet(out io.Writer) (*flag.FlagSet, *serveFlags) {
 	fs.DurationVar(&f.snapshotInterval, "snapshot-interval", 30*time.Second, "how often to check whether a snapshot is due")
 	fs.Uint64Var(&f.trailingLogs, "trailing-logs", 2048, "log entries kept after a snapshot, so a lagging follower can catch up without one")
 	fs.StringVar(&f.logLevel, "log-level", "warn", "Raft log level: trace, debug, info, warn, error")
+	fs.IntVar(&f.gcPercent, "gc-percent", 400, "Go garbage collector target percent, like GOGC (which wins when set; 0 keeps Go's default of 100): the live heap is small, so a higher target trades some memory for CPU")
 	fs.BoolVar(&f.pprof, "pprof", false, "serve Go profiling endpoints under /debug/pprof/")
 	fs.Usage = func() {
 		fmt.Fprintf(out, "Usage: limitd [serve] [flags]\n\nRuns a limitd node. Every flag can also be set with an environment variable:\nLIMITD_ and the flag name in upper case with - as _ (e.g. LIMITD_DATA_DIR).\nA flag on the command line wins over the environment.\n\nFlags:\n")
@@ -123,6 +126,9 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 }
 
 func serve(f *serveFlags, logger *log.Logger) error {
+	if os.Getenv("GOGC") == "" && f.gcPercent != 0 {
+		debug.SetGCPercent(f.gcPercent)
+	}
 	var policies []fsm.Policy
 	if f.policies != "" {
 		var err error

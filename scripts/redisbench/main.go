@@ -59,6 +59,7 @@ Flags:
 `
 
 func runBench(args []string, stdout, stderr io.Writer) int {
+	bench.TuneGC()
 	work := bench.DefaultWorkload()
 	fs := flag.NewFlagSet("redisbench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
