@@ -37,6 +37,7 @@ type serveFlags struct {
 	snapshotThreshold, trailingLogs           uint64
 	pprof                                     bool
 	gcPercent                                 int
+	memoryLimit                               int64
 }
 
 func newServeFlagSet(out io.Writer) (*flag.FlagSet, *serveFlags) {
@@ -70,6 +71,7 @@ func newServeFlagSet(out io.Writer) (*flag.FlagSet, *serveFlags) {
 	fs.Uint64Var(&f.trailingLogs, "trailing-logs", 2048, "log entries kept after a snapshot, so a lagging follower can catch up without one")
 	fs.StringVar(&f.logLevel, "log-level", "warn", "Raft log level: trace, debug, info, warn, error")
 	fs.IntVar(&f.gcPercent, "gc-percent", 400, "Go garbage collector target percent, like GOGC (which wins when set; 0 keeps Go's default of 100): the live heap is small, so a higher target trades some memory for CPU")
+	fs.Int64Var(&f.memoryLimit, "memory-limit-mib", 512, "soft limit of the Go heap in MiB, like GOMEMLIMIT (which wins when set; 0: none): with --gc-percent above 100 the heap grows less eagerly once it is this large")
 	fs.BoolVar(&f.pprof, "pprof", false, "serve Go profiling endpoints under /debug/pprof/")
 	fs.Usage = func() {
 		fmt.Fprintf(out, "Usage: limitd [serve] [flags]\n\nRuns a limitd node. Every flag can also be set with an environment variable:\nLIMITD_ and the flag name in upper case with - as _ (e.g. LIMITD_DATA_DIR).\nA flag on the command line wins over the environment.\n\nFlags:\n")
@@ -126,8 +128,15 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 }
 
 func serve(f *serveFlags, logger *log.Logger) error {
+	// A high GC target saves CPU while the live heap is small; the soft
+	// memory limit makes the collector work harder instead of letting the
+	// heap reach gc-percent times a large live heap (1,000,000 keys:
+	// 1.4 GiB of RSS at 400 without the limit).
 	if os.Getenv("GOGC") == "" && f.gcPercent != 0 {
 		debug.SetGCPercent(f.gcPercent)
+	}
+	if os.Getenv("GOMEMLIMIT") == "" && f.memoryLimit > 0 {
+		debug.SetMemoryLimit(f.memoryLimit << 20)
 	}
 	var policies []fsm.Policy
 	if f.policies != "" {
