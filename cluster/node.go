@@ -280,7 +280,7 @@ func (n *Node) openRaft(bootstrap bool) error {
 	}
 	n.logs = logs
 	// Entries can carry thousands of checks: keep the cache and the retained
-	// log (TrailingLogs, SnapshotThreshold) modest so memory and raft.db stay bounded.
+	// log (TrailingLogs, SnapshotThreshold) modest so memory and the log on disk stay bounded.
 	cached, err := raft.NewLogCache(512, logs)
 	if err != nil {
 		logs.Close()
