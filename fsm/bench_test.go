@@ -12,7 +12,8 @@ import (
 
 // benchLoad applies CmdCheck entries of opsPerEntry single-check ops on
 // random keys of one policy, one entry per ApplyBatch (one bbolt transaction
-// each), advancing the leader time by step per check.
+// each unless Options.CommitEvery shares them), advancing the leader time by
+// step per check.
 type benchLoad struct {
 	f           *FSM
 	keys        []string

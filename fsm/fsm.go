@@ -1,7 +1,8 @@
 // Package fsm is limitd's Raft state machine: it decodes committed log
 // entries, decides checks with package algo at the leader's timestamp, and
-// stores the result through package persist, one bbolt transaction per
-// batch of entries together with the applied index.
+// stores the result through package persist together with the applied
+// index: one bbolt transaction per batch of entries, or per several batches
+// with Options.CommitEvery (shared commits, see DESIGN.md).
 //
 // Everything here is a deterministic function of the sequence of entries:
 // no clock, no randomness, no dependence on how raft groups entries into

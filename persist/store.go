@@ -4,8 +4,9 @@
 //
 // The package knows the layout of the file but nothing about Raft commands or
 // algorithms: the fsm package decides, persist stores. Every change happens in
-// one write transaction (Store.Update) so a Raft entry is applied entirely or
-// not at all, together with the applied index.
+// a write transaction (Store.Update) that also records the applied index, so
+// a Raft entry is applied entirely or not at all; with Options.CommitEvery
+// several Updates share one transaction and one commit.
 //
 // The file is opened with NoSync for throughput: the Raft log is the durable
 // record. A marker file (<path>.dirty) exists while the database is open; if it
