@@ -72,18 +72,12 @@ func exists(path string) bool {
 	return err == nil || !errors.Is(err, fs.ErrNotExist)
 }
 
-// logStorePath is where the data directory's Raft log lives, for messages.
-func logStorePath(cfg Config) string {
-	if kind, err := logStoreKind(cfg); err == nil && kind == LogStoreBoltDB {
-		return filepath.Join(cfg.DataDir, boltFileName)
-	}
-	return filepath.Join(cfg.DataDir, walDirName)
-}
-
-func openLogStore(cfg Config, logger hclog.Logger) (logStore, error) {
+// openLogStore opens the data directory's Raft log and returns it with its
+// path (for messages).
+func openLogStore(cfg Config, logger hclog.Logger) (logStore, string, error) {
 	kind, err := logStoreKind(cfg)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	if kind == LogStoreBoltDB {
 		path := filepath.Join(cfg.DataDir, boltFileName)
@@ -93,13 +87,13 @@ func openLogStore(cfg Config, logger hclog.Logger) (logStore, error) {
 			Timeout: 5 * time.Second, NoFreelistSync: true, FreelistType: bbolt.FreelistMapType,
 		}})
 		if err != nil {
-			return nil, fmt.Errorf("open raft log %s: %w", path, err)
+			return nil, "", fmt.Errorf("open raft log %s: %w", path, err)
 		}
-		return s, nil
+		return s, path, nil
 	}
 	dir := filepath.Join(cfg.DataDir, walDirName)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("create raft log dir %s: %w", dir, err)
+		return nil, "", fmt.Errorf("create raft log dir %s: %w", dir, err)
 	}
 	seg := cfg.WALSegmentBytes
 	if seg <= 0 {
@@ -109,9 +103,9 @@ func openLogStore(cfg Config, logger hclog.Logger) (logStore, error) {
 	w, err := wal.Open(dir, wal.WithSegmentSize(seg), wal.WithMetaStore(meta), wal.WithLogger(logger.Named("wal")))
 	if err != nil {
 		_ = meta.Close()
-		return nil, fmt.Errorf("open raft log %s: %w", dir, err)
+		return nil, "", fmt.Errorf("open raft log %s: %w", dir, err)
 	}
-	return &walStore{WAL: w, meta: meta}, nil
+	return &walStore{WAL: w, meta: meta}, dir, nil
 }
 
 // walStore closes the WAL's metadata database too: WAL.Close leaves it open,

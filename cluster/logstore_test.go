@@ -62,7 +62,7 @@ func TestLogStoresReopen(t *testing.T) {
 	for _, kind := range []string{LogStoreWAL, LogStoreBoltDB} {
 		t.Run(kind, func(t *testing.T) {
 			cfg := Config{DataDir: t.TempDir(), LogStore: kind}
-			s, err := openLogStore(cfg, testLogger())
+			s, _, err := openLogStore(cfg, testLogger())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -76,7 +76,7 @@ func TestLogStoresReopen(t *testing.T) {
 			if err := s.Close(); err != nil {
 				t.Fatal(err)
 			}
-			s, err = openLogStore(cfg, testLogger())
+			s, _, err = openLogStore(cfg, testLogger())
 			if err != nil {
 				t.Fatalf("reopen: %v", err)
 			}

@@ -274,7 +274,7 @@ func (n *Node) openRaft(bootstrap bool) error {
 		return fmt.Errorf("raft config: %w", err)
 	}
 
-	logs, err := openLogStore(cfg, n.logger)
+	logs, logPath, err := openLogStore(cfg, n.logger)
 	if err != nil {
 		return err
 	}
@@ -315,7 +315,6 @@ func (n *Node) openRaft(bootstrap bool) error {
 		logs.Close()
 		return fmt.Errorf("inspect raft state in %s: %w", cfg.DataDir, err)
 	}
-	logPath := logStorePath(cfg)
 	if err := checkLogCoversState(n.fsm.AppliedIndex(), logs, snaps); err != nil {
 		n.closeTransport()
 		logs.Close()

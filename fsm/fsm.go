@@ -425,20 +425,32 @@ func (f *FSM) Digest() (string, error) {
 	return d, err
 }
 
-// DigestAt is Digest together with the applied index it describes.
+// DigestAt is Digest together with the applied index it describes. A failed
+// commit stops the state machine as in Flush.
 func (f *FSM) DigestAt() (string, uint64, error) {
 	f.applyMu.Lock()
-	defer f.applyMu.Unlock()
 	if f.closed {
+		f.applyMu.Unlock()
 		return "", 0, ErrClosed
 	}
+	var commitErr error
 	if f.halted == nil {
-		if err := f.store.Commit(); err != nil {
-			f.halted = err
-			go f.reportFatal(err) // OnFatal must not run under applyMu
-			return "", 0, err
+		if commitErr = f.store.Commit(); commitErr != nil {
+			f.halted = commitErr
 		}
 	}
-	d, err := f.store.Digest()
-	return d, f.store.Meta().AppliedIndex, err
+	var (
+		d       string
+		applied uint64
+		err     = commitErr
+	)
+	if err == nil {
+		d, err = f.store.Digest()
+		applied = f.store.Meta().AppliedIndex
+	}
+	f.applyMu.Unlock()
+	if commitErr != nil {
+		f.reportFatal(commitErr) // not under applyMu: OnFatal may stop the node
+	}
+	return d, applied, err
 }
