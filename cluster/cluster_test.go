@@ -255,6 +255,23 @@ func TestSingleNodeBootstrapsAndDecides(t *testing.T) {
 	}
 }
 
+// The flush timer commits applies that share an open transaction, so the
+// file does not wait for the next CommitEvery-th batch.
+func TestFlushTimerCommitsSharedApplies(t *testing.T) {
+	c := newTestCluster(t, 1) // fastConfig: default FSMCommitEvery (1000), 100 ms flush
+	n := c.nodes[0]
+	if _, err := n.Check(context.Background(), check("k", slidingLog(3, time.Hour))); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for n.FSM().Pending() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d applied batches still uncommitted after 5 s", n.FSM().Pending())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 func TestGroupCommitGathersConcurrentChecks(t *testing.T) {
 	c := newTestCluster(t, 1)
 	n := c.nodes[0]

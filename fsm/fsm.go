@@ -274,6 +274,14 @@ func (f *FSM) Flush() error {
 	return err
 }
 
+// Pending is the number of applied batches not yet committed to the file
+// (always 0 without CommitEvery).
+func (f *FSM) Pending() int {
+	f.applyMu.Lock()
+	defer f.applyMu.Unlock()
+	return f.store.Pending()
+}
+
 // applyEntries applies ls in one transaction and returns the responses, or
 // the error that must stop the node (nothing is then stored).
 func (f *FSM) applyEntries(ls []*raft.Log) (resps []interface{}, err error) {
