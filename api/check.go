@@ -20,10 +20,7 @@ func (s *Server) handleCheck(w http.ResponseWriter, req *http.Request, _ httprou
 	start := time.Now()
 	buf := getBuffer()
 	defer putBuffer(buf)
-	var e *apiError
-	buf.b, e = s.readBody(w, req, buf.b[:0])
-	if e != nil {
-		writeError(w, e)
+	if !s.readBodyInto(w, req, buf) {
 		return
 	}
 	cr, e := s.decodeCheck(buf.b)
@@ -50,10 +47,7 @@ func (s *Server) handleCheckAll(w http.ResponseWriter, req *http.Request, _ http
 	start := time.Now()
 	buf := getBuffer()
 	defer putBuffer(buf)
-	var e *apiError
-	buf.b, e = s.readBody(w, req, buf.b[:0])
-	if e != nil {
-		writeError(w, e)
+	if !s.readBodyInto(w, req, buf) {
 		return
 	}
 	checks, refs, requestID, e := s.decodeCheckAll(buf.b)
@@ -156,10 +150,7 @@ func (s *Server) handleBatch(w http.ResponseWriter, req *http.Request, _ httprou
 	start := time.Now()
 	buf := getBuffer()
 	defer putBuffer(buf)
-	var e *apiError
-	buf.b, e = s.readBody(w, req, buf.b[:0])
-	if e != nil {
-		writeError(w, e)
+	if !s.readBodyInto(w, req, buf) {
 		return
 	}
 	reqs, errs, e := s.decodeBatch(buf.b)

@@ -228,6 +228,19 @@ func (s *Server) admin(h httprouter.Handle) httprouter.Handle {
 }
 
 // readBody reads the whole request body into buf, enforcing MaxBodyBytes.
+// readBodyInto reads the request body into the pooled buf (the check
+// handlers' first step); on failure it has written the error response and
+// returns false.
+func (s *Server) readBodyInto(w http.ResponseWriter, req *http.Request, buf *buffer) bool {
+	var e *apiError
+	buf.b, e = s.readBody(w, req, buf.b[:0])
+	if e != nil {
+		writeError(w, e)
+		return false
+	}
+	return true
+}
+
 func (s *Server) readBody(w http.ResponseWriter, req *http.Request, buf []byte) ([]byte, *apiError) {
 	if req.ContentLength > s.cfg.MaxBodyBytes {
 		return buf, s.tooLarge()
