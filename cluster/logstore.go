@@ -24,9 +24,11 @@ const (
 )
 
 const (
-	walDirName    = "raft-wal"
-	boltFileName  = "raft.db"
-	defaultWALSeg = 16 << 20
+	walDirName   = "raft-wal"
+	boltFileName = "raft.db"
+	// Each raft-wal segment file is preallocated to this size; sealed
+	// segments are deleted once a snapshot covers them.
+	walSegmentBytes = 16 << 20
 )
 
 // logStore is Raft's log and stable store in one: both raft-wal and
@@ -95,12 +97,8 @@ func openLogStore(cfg Config, logger hclog.Logger) (logStore, string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, "", fmt.Errorf("create raft log dir %s: %w", dir, err)
 	}
-	seg := cfg.WALSegmentBytes
-	if seg <= 0 {
-		seg = defaultWALSeg
-	}
 	meta := &metadb.BoltMetaDB{}
-	w, err := wal.Open(dir, wal.WithSegmentSize(seg), wal.WithMetaStore(meta), wal.WithLogger(logger.Named("wal")))
+	w, err := wal.Open(dir, wal.WithSegmentSize(walSegmentBytes), wal.WithMetaStore(meta), wal.WithLogger(logger.Named("wal")))
 	if err != nil {
 		_ = meta.Close()
 		return nil, "", fmt.Errorf("open raft log %s: %w", dir, err)

@@ -78,9 +78,6 @@ type Config struct {
 	// (hashicorp/raft-boltdb: one bbolt file, two fsyncs per append). A data
 	// directory keeps the store it was created with.
 	LogStore string
-	// WALSegmentBytes is the preallocated size of one raft-wal segment file
-	// (default 16 MiB).
-	WALSegmentBytes int
 
 	// Transport overrides the TCP transport (in-process tests use raft.InmemTransport).
 	Transport raft.Transport
