@@ -95,14 +95,14 @@ func writeError(w http.ResponseWriter, e *apiError) {
 // prefix locates the check in the request ("checks[2]"), "" for a single one.
 func fsmError(e *fsm.Error, prefix string) *apiError {
 	status := http.StatusBadRequest
-	switch e.Code {
+	switch string(e.Code) {
 	case CodeNotFound:
 		status = http.StatusNotFound
 	case CodeInvalidArgument:
 	default:
 		status = http.StatusInternalServerError
 	}
-	code := e.Code
+	code := string(e.Code)
 	if code == "" {
 		code = CodeInternal
 	}
