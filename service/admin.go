@@ -75,7 +75,10 @@ func (s *Service) DeletePolicy(ctx context.Context, name string) *Error {
 type JoinRequest struct {
 	ID       string // the joining node's --node-id
 	RaftAddr string // host:port of its Raft transport
-	HTTPAddr string // host:port of its HTTP API, where other nodes forward to it
+	// HTTPAddr is host:port of its HTTP API, where the others forward to it
+	// while it leads. Optional: a leader registers its own address, so it
+	// only spares the others a moment without one after an election.
+	HTTPAddr string
 }
 
 // ValidateJoin checks a join request; errors name "id", "raft_addr", "http_addr".
@@ -93,7 +96,7 @@ func ValidateJoin(j JoinRequest) *Error {
 		return e
 	}
 	if j.HTTPAddr == "" {
-		return Invalid("http_addr", "is required, as host:port: the other nodes forward requests there when it leads")
+		return nil // optional: a node registers its own when it becomes leader
 	}
 	return validateHostPort(j.HTTPAddr, "http_addr")
 }

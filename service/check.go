@@ -40,16 +40,8 @@ func Allowed(d *fsm.Decision) bool { return d.Allowed || d.ShadowRefused }
 // relative to the check; batch callers locate it with Under. A request id is
 // validated only when withRequestID (callers that refuse one do so first).
 func (s *Service) prepare(r *CheckRequest, withRequestID bool) (fsm.Check, Limit, *Error) {
-	if e := ValidateKey(r.Key, "key"); e != nil {
+	if e := ValidateCheckFields(r, withRequestID); e != nil {
 		return fsm.Check{}, Limit{}, e
-	}
-	if r.Cost < 0 {
-		return fsm.Check{}, Limit{}, Invalid("cost", "must be zero (a peek) or a positive integer")
-	}
-	if withRequestID {
-		if e := ValidateRequestID(r.RequestID, "request_id"); e != nil {
-			return fsm.Check{}, Limit{}, e
-		}
 	}
 	c := fsm.Check{Key: r.Key, Cost: r.Cost}
 	switch {
@@ -66,6 +58,23 @@ func (s *Service) prepare(r *CheckRequest, withRequestID bool) (fsm.Check, Limit
 		return c, Limit{Name: InlineName, Spec: *r.Limit, Known: true}, nil
 	}
 	return fsm.Check{}, Limit{}, Invalid("policy", "a check needs a policy name or an inline limit")
+}
+
+// ValidateCheckFields validates what a check's validity depends on before
+// its limit: the key, the cost and (when withRequestID) the request id. A
+// front end that resolves inline limits itself calls it, when resolving one
+// fails, to report the same first error the service would.
+func ValidateCheckFields(r *CheckRequest, withRequestID bool) *Error {
+	if e := ValidateKey(r.Key, "key"); e != nil {
+		return e
+	}
+	if r.Cost < 0 {
+		return Invalid("cost", "must be zero (a peek) or a positive integer")
+	}
+	if withRequestID {
+		return ValidateRequestID(r.RequestID, "request_id")
+	}
+	return nil
 }
 
 // Check decides one check.
@@ -101,20 +110,20 @@ func (s *Service) decideOne(ctx context.Context, c fsm.Check, l Limit, requestID
 	results, err := s.node.Check(ctx, ops[:])
 	cancel()
 	if err != nil {
-		s.obs.Failed(&l)
+		s.obs.Failed(l)
 		return CheckResult{}, s.nodeError(err)
 	}
 	if len(results) != 1 {
-		s.obs.Failed(&l)
+		s.obs.Failed(l)
 		return CheckResult{}, Internal("the node returned " + strconv.Itoa(len(results)) + " results for 1 op")
 	}
 	res := &results[0]
 	if res.Err != nil {
-		s.obs.Failed(&l)
+		s.obs.Failed(l)
 		return CheckResult{}, s.nodeError(res.Err)
 	}
 	if len(res.Decisions) != 1 {
-		s.obs.Failed(&l)
+		s.obs.Failed(l)
 		if res.Replayed {
 			return CheckResult{}, conflictRequestID("request_id")
 		}
@@ -123,7 +132,7 @@ func (s *Service) decideOne(ctx context.Context, c fsm.Check, l Limit, requestID
 	out := CheckResult{Decision: res.Decisions[0], Limit: l, Replayed: res.Replayed}
 	if !res.Replayed && !peek {
 		// A replay or a peek consumed nothing: counting it would inflate the metrics.
-		s.obs.Decided(&out.Limit, &out.Decision)
+		s.obs.Decided(out.Limit, out.Decision)
 	}
 	return out, nil
 }
@@ -163,7 +172,7 @@ func (s *Service) CheckAll(ctx context.Context, checks []CheckRequest, requestID
 	cancel()
 	failed := func(e *Error) (CheckAllResult, *Error) {
 		for i := range limits {
-			s.obs.Failed(&limits[i])
+			s.obs.Failed(limits[i])
 		}
 		return CheckAllResult{}, e
 	}
@@ -186,7 +195,7 @@ func (s *Service) CheckAll(ctx context.Context, checks []CheckRequest, requestID
 	for i := range res.Decisions {
 		out.Allowed = out.Allowed && Allowed(&res.Decisions[i])
 		if !res.Replayed {
-			s.obs.Decided(&limits[i], &res.Decisions[i])
+			s.obs.Decided(limits[i], res.Decisions[i])
 		}
 	}
 	return out, nil
@@ -279,7 +288,7 @@ func (s *Service) Batch(ctx context.Context, checks []CheckRequest, invalid []*E
 	cancel()
 	if err != nil {
 		for _, i := range slot {
-			s.obs.Failed(&out[i].Limit)
+			s.obs.Failed(out[i].Limit)
 		}
 		return nil, s.nodeError(err)
 	}
@@ -290,11 +299,11 @@ func (s *Service) Batch(ctx context.Context, checks []CheckRequest, invalid []*E
 		res, o := &results[j], &out[i]
 		switch {
 		case res.Err != nil:
-			s.obs.Failed(&o.Limit)
+			s.obs.Failed(o.Limit)
 			e := *s.nodeError(res.Err)
 			o.Err = e.Under(EntryField(i))
 		case len(res.Decisions) != 1:
-			s.obs.Failed(&o.Limit)
+			s.obs.Failed(o.Limit)
 			if res.Replayed {
 				o.Err = conflictRequestID(EntryField(i) + ".request_id")
 			} else {
@@ -303,7 +312,7 @@ func (s *Service) Batch(ctx context.Context, checks []CheckRequest, invalid []*E
 		default:
 			o.Decision, o.Replayed = res.Decisions[0], res.Replayed
 			if !res.Replayed {
-				s.obs.Decided(&o.Limit, &o.Decision)
+				s.obs.Decided(o.Limit, o.Decision)
 			}
 		}
 	}

@@ -53,12 +53,13 @@ type Node interface {
 
 // Observer is told the outcome of every check the service sends to the node,
 // so that a front end can keep metrics. It is called on the request's
-// goroutine and must not block.
+// goroutine and must not block. Arguments are values: a pointer passed
+// through an interface would move every check's result to the heap.
 type Observer interface {
 	// Decided reports a fresh decision: not a replay, not a peek.
-	Decided(l *Limit, d *fsm.Decision)
+	Decided(l Limit, d fsm.Decision)
 	// Failed reports a check that got no decision.
-	Failed(l *Limit)
+	Failed(l Limit)
 }
 
 // Config tunes the service. The zero value of every field selects its default.
@@ -119,8 +120,8 @@ func (s *Service) Config() Config { return s.cfg }
 
 type nopObserver struct{}
 
-func (nopObserver) Decided(*Limit, *fsm.Decision) {}
-func (nopObserver) Failed(*Limit)                 {}
+func (nopObserver) Decided(Limit, fsm.Decision) {}
+func (nopObserver) Failed(Limit)                {}
 
 // context bounds one operation's wait for the cluster.
 func (s *Service) context(ctx context.Context) (context.Context, context.CancelFunc) {
