@@ -114,7 +114,8 @@ func (k KeySource) key(req *http.Request, q url.Values) string {
 // ?deny_status) when refused, with RateLimit headers either way and
 // Retry-After on refusal. Any method is accepted and any path suffix ignored,
 // because Envoy's ext_authz forwards the original method and appends the
-// original path.
+// original path and query; behind a suffix the query is the client's, so
+// key_source, cost and deny_status are not read from it.
 func (s *Server) handleAuth(w http.ResponseWriter, req *http.Request, ps httprouter.Params) {
 	start := time.Now()
 	policy := ps.ByName("policy")
@@ -127,8 +128,12 @@ func (s *Server) handleAuth(w http.ResponseWriter, req *http.Request, ps httprou
 		writeError(w, invalid("", "malformed query string: "+err.Error()))
 		return
 	}
+	// With a path suffix (Envoy's ext_authz appends the original path and
+	// query), the query string is the original request's: a client could
+	// pick its own key or cost there, so only the node's configuration counts.
+	suffixed := ps.ByName("path") != ""
 	src := s.keySource
-	if v := q.Get("key_source"); v != "" {
+	if v := q.Get("key_source"); v != "" && !suffixed {
 		if src, err = ParseKeySource(v); err != nil {
 			writeError(w, invalid("key_source", err.Error()))
 			return
@@ -140,6 +145,9 @@ func (s *Server) handleAuth(w http.ResponseWriter, req *http.Request, ps httprou
 	cost := int64(1)
 	deny := http.StatusTooManyRequests
 	for name, vs := range q {
+		if suffixed {
+			break // none of these parameters is ours
+		}
 		v := vs[0]
 		switch {
 		case name == "key_source":

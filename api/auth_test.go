@@ -103,3 +103,39 @@ func TestAuthDecisions(t *testing.T) {
 		}
 	}
 }
+
+// TestAuthSuffixQueryIsTheClients: behind Envoy's ext_authz the original
+// path and query follow the policy name, so a client must not be able to
+// choose its key, its cost or the deny status there (issue 10 #7).
+func TestAuthSuffixQueryIsTheClients(t *testing.T) {
+	ts := newTestServer(t, Config{AuthKeySource: "ip"})
+	ts.store.putPolicy(t, "one", algo.Config{Algorithm: "fixed_window", Limit: 1, Window: "1h"}, false)
+	if r := ts.do("GET", "/v1/auth/one/x", ""); r.code != 200 {
+		t.Fatalf("first request: %d %s", r.code, r.body)
+	}
+	for _, path := range []string{
+		"/v1/auth/one/x?key_source=query:x&x=r4nd0m",
+		"/v1/auth/one/x?key_source=header:X-Mine",
+		"/v1/auth/one/x?cost=0",
+		"/v1/auth/one/x?deny_status=418",
+		"/v1/auth/one/x?anything=else",
+	} {
+		r := ts.do("GET", path, "", "X-Mine: fresh")
+		if r.code != http.StatusTooManyRequests {
+			t.Fatalf("%s: %d %s, want 429 (the limit of 1 is spent)", path, r.code, r.body)
+		}
+		got := ts.store.checkCalls[len(ts.store.checkCalls)-1][0].Checks[0]
+		if got.Key != "192.0.2.7" || got.Cost != 1 {
+			t.Fatalf("%s: checked %+v, want the peer address at cost 1", path, got)
+		}
+	}
+	// The configured query source still reads the original query.
+	ts = newTestServer(t, Config{AuthKeySource: "query:api_key"})
+	ts.store.putPolicy(t, "one", algo.Config{Algorithm: "fixed_window", Limit: 1, Window: "1h"}, false)
+	if r := ts.do("GET", "/v1/auth/one/orders?api_key=k1&page=2", ""); r.code != 200 {
+		t.Fatalf("query source behind a suffix: %d %s", r.code, r.body)
+	}
+	if got := ts.store.checkCalls[0][0].Checks[0]; got.Key != "k1" {
+		t.Fatalf("checked %+v, want key k1", got)
+	}
+}
