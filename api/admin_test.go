@@ -325,3 +325,36 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatalf("misconfigured source: %d %s", r.code, r.body)
 	}
 }
+
+// TestClusterStatusPublicSubset: with an admin token, GET /v1/cluster shows
+// Raft addresses, terms and indexes to admins only (issue 10).
+func TestClusterStatusPublicSubset(t *testing.T) {
+	ts := newTestServer(t, Config{AdminToken: "s3cret"})
+	ts.store.status = cluster.Status{
+		NodeID: "n1", State: "Leader", LeaderID: "n1", LeaderHTTP: "127.0.0.1:8080", Term: 3, CommitIndex: 42, AppliedIndex: 41,
+		Members: []cluster.Member{{ID: "n1", RaftAddr: "127.0.0.1:8300", HTTPAddr: "127.0.0.1:8080", Suffrage: "Voter", Leader: true, Healthy: true}},
+	}
+	for _, auth := range []string{"", "Authorization: Bearer wrong"} {
+		var hdr []string
+		if auth != "" {
+			hdr = append(hdr, auth)
+		}
+		r := ts.do("GET", "/v1/cluster", "", hdr...)
+		m := r.json(t)
+		if r.code != 200 || m["state"] != "Leader" || m["leader_id"] != "n1" || m["ready"] != true || len(m) != 3 {
+			t.Fatalf("public view %q: %d %s", auth, r.code, r.body)
+		}
+		if strings.Contains(string(r.body), "8300") || strings.Contains(string(r.body), "term") {
+			t.Fatalf("public view leaks raft details: %s", r.body)
+		}
+	}
+	ts.store.readyErr = errors.New("catching up")
+	if m := ts.do("GET", "/v1/cluster", "").json(t); m["ready"] != false {
+		t.Fatalf("public view of an unready node: %v", m)
+	}
+	r := ts.do("GET", "/v1/cluster", "", "Authorization: Bearer s3cret")
+	m := r.json(t)
+	if r.code != 200 || num(t, m, "term") != 3 || num(t, m, "commit_index") != 42 || m["members"].([]any)[0].(map[string]any)["raft_addr"] != "127.0.0.1:8300" {
+		t.Fatalf("admin view: %d %s", r.code, r.body)
+	}
+}

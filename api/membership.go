@@ -8,8 +8,19 @@ import (
 	"github.com/limitd/limitd/service"
 )
 
-// handleClusterStatus serves GET /v1/cluster: this node's view of the cluster.
+// handleClusterStatus serves GET /v1/cluster: this node's view of the
+// cluster for admins (everyone, when no admin token is set); otherwise only
+// its state, leader and readiness.
 func (s *Server) handleClusterStatus(w http.ResponseWriter, req *http.Request, _ httprouter.Params) {
+	if !s.isAdmin(req) {
+		st, e := s.svc.PublicStatus(req.Context())
+		if e != nil {
+			writeError(w, s.httpError(e))
+			return
+		}
+		writeValue(w, http.StatusOK, st)
+		return
+	}
 	st, e := s.svc.Status(req.Context())
 	if e != nil {
 		writeError(w, s.httpError(e))

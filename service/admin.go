@@ -144,6 +144,24 @@ func (s *Service) Status(ctx context.Context) (cluster.Status, *Error) {
 	return st, nil
 }
 
+// PublicStatus is the part of Status anyone may see: enough for a load
+// balancer or a dashboard, nothing a forged Raft RPC could use (addresses,
+// terms and indexes are for admins).
+type PublicStatus struct {
+	State    string `json:"state"` // Leader, Follower, Candidate, Shutdown
+	LeaderID string `json:"leader_id"`
+	Ready    bool   `json:"ready"`
+}
+
+// PublicStatus is this node's state, its leader and its readiness.
+func (s *Service) PublicStatus(ctx context.Context) (PublicStatus, *Error) {
+	st, e := s.Status(ctx)
+	if e != nil {
+		return PublicStatus{}, e
+	}
+	return PublicStatus{State: st.State, LeaderID: st.LeaderID, Ready: s.node.Ready() == nil}, nil
+}
+
 // Ready is nil when the node can answer checks: there is a leader and this
 // node's applied index caught up. Otherwise it is unavailable.
 func (s *Service) Ready() *Error {
