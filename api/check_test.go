@@ -686,3 +686,37 @@ func TestAppendString(t *testing.T) {
 		}
 	}
 }
+
+// TestUnknownQueryParameters: every endpoint refuses query parameters it does
+// not know, naming the parameter, before doing anything (issue 11).
+func TestUnknownQueryParameters(t *testing.T) {
+	ts := newTestServer(t, Config{})
+	ts.store.putPolicy(t, "api", algo.Config{Algorithm: "fixed_window", Limit: 5, Window: "1m"}, false)
+	check := `{"key":"k","policy":"api"}`
+	for _, c := range []struct{ method, path, body, field string }{
+		{"POST", "/v1/check?dry_run=1", check, "dry_run"},
+		{"POST", "/v1/check/all?zeta=1&alpha=2", `{"checks":[` + check + `]}`, "alpha"},
+		{"POST", "/v1/check/batch?x", `{"checks":[` + check + `]}`, "x"},
+		{"GET", "/v1/policies?limit=10", "", "limit"},
+		{"GET", "/v1/policies/api?verbose=true", "", "verbose"},
+		{"PUT", "/v1/policies/api?force=1", `{"algorithm":"fixed_window","limit":1,"window":"1s"}`, "force"},
+		{"DELETE", "/v1/policies/api?force=1", "", "force"},
+		{"GET", "/v1/keys/k?policy=api&x=1", "", "x"},
+		{"DELETE", "/v1/keys/k?policy=api&x=1", "", "x"},
+		{"GET", "/v1/cluster?full=1", "", "full"},
+		{"GET", "/v1/cluster/digest?x=1", "", "x"},
+		{"POST", "/v1/cluster/join?x=1", `{"id":"n3","raft_addr":"127.0.0.1:8302"}`, "x"},
+		{"DELETE", "/v1/cluster/nodes/n2?x=1", "", "x"},
+		{"GET", "/healthz?x=1", "", "x"},
+		{"GET", "/readyz?x=1", "", "x"},
+		{"GET", "/v1/auth/api?x=1", "", "x"},
+	} {
+		r := ts.do(c.method, c.path, c.body)
+		if code, field, _ := r.errorBody(t); r.code != 400 || code != CodeInvalidArgument || field != c.field {
+			t.Errorf("%s %s: %d %s, want 400 naming %q", c.method, c.path, r.code, r.body, c.field)
+		}
+	}
+	if n := len(ts.store.checkCalls) + len(ts.store.applied) + len(ts.store.joins) + len(ts.store.removed); n != 0 {
+		t.Fatalf("a refused request reached the store (%d calls)", n)
+	}
+}

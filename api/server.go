@@ -12,7 +12,9 @@ import (
 	"io"
 	"log"
 	"net/http"
+	"net/url"
 	"runtime/debug"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -134,30 +136,30 @@ func (s *Server) routes() http.Handler {
 	})
 	r.PanicHandler = s.recoverPanic
 
-	r.POST("/v1/check", s.handleCheck)
-	r.POST("/v1/check/all", s.handleCheckAll)
-	r.POST("/v1/check/batch", s.handleBatch)
+	r.POST("/v1/check", noQuery(s.handleCheck))
+	r.POST("/v1/check/all", noQuery(s.handleCheckAll))
+	r.POST("/v1/check/batch", noQuery(s.handleBatch))
 	for _, m := range authMethods {
 		r.Handle(m, "/v1/auth/:policy", s.handleAuth)
 		r.Handle(m, "/v1/auth/:policy/*path", s.handleAuth)
 	}
 
-	r.GET("/v1/policies", s.handleListPolicies)
-	r.GET("/v1/policies/:name", s.handleGetPolicy)
-	r.PUT("/v1/policies/:name", s.admin(s.handlePutPolicy))
-	r.DELETE("/v1/policies/:name", s.admin(s.handleDeletePolicy))
+	r.GET("/v1/policies", noQuery(s.handleListPolicies))
+	r.GET("/v1/policies/:name", noQuery(s.handleGetPolicy))
+	r.PUT("/v1/policies/:name", s.admin(noQuery(s.handlePutPolicy)))
+	r.DELETE("/v1/policies/:name", s.admin(noQuery(s.handleDeletePolicy)))
 
 	// A catch-all, because keys may contain '/' (percent-encoded or not).
 	r.GET("/v1/keys/*key", s.handlePeekKey)
 	r.DELETE("/v1/keys/*key", s.admin(s.handleResetKey))
 
-	r.GET("/v1/cluster", s.handleClusterStatus)
-	r.GET("/v1/cluster/digest", s.handleDigest)
-	r.POST("/v1/cluster/join", s.admin(s.handleJoin))
-	r.DELETE("/v1/cluster/nodes/:id", s.admin(s.handleRemoveNode))
+	r.GET("/v1/cluster", noQuery(s.handleClusterStatus))
+	r.GET("/v1/cluster/digest", noQuery(s.handleDigest))
+	r.POST("/v1/cluster/join", s.admin(noQuery(s.handleJoin)))
+	r.DELETE("/v1/cluster/nodes/:id", s.admin(noQuery(s.handleRemoveNode)))
 
-	r.GET("/healthz", s.handleHealthz)
-	r.GET("/readyz", s.handleReadyz)
+	r.GET("/healthz", noQuery(s.handleHealthz))
+	r.GET("/readyz", noQuery(s.handleReadyz))
 	r.Handler(http.MethodGet, "/metrics", s.metrics.handler())
 
 	internal := s.store.Internal()
@@ -168,6 +170,31 @@ func (s *Server) routes() http.Handler {
 		}
 		r.ServeHTTP(w, req)
 	})
+}
+
+// noQuery refuses query parameters on an endpoint that takes none, so that a
+// misspelt option is an error rather than silently ignored. (/v1/auth and
+// /v1/keys read their own parameters and refuse unknown ones themselves.)
+func noQuery(h httprouter.Handle) httprouter.Handle {
+	return func(w http.ResponseWriter, req *http.Request, ps httprouter.Params) {
+		if req.URL.RawQuery != "" {
+			q, err := url.ParseQuery(req.URL.RawQuery)
+			if err != nil {
+				writeError(w, invalid("", "malformed query string: "+err.Error()))
+				return
+			}
+			names := make([]string, 0, len(q))
+			for name := range q {
+				names = append(names, name)
+			}
+			sort.Strings(names)
+			if len(names) > 0 {
+				writeError(w, invalid(names[0], "unknown query parameter: "+req.URL.Path+" takes none"))
+				return
+			}
+		}
+		h(w, req, ps)
+	}
 }
 
 // authMethods are the methods /v1/auth accepts: proxies such as Envoy forward
