@@ -720,3 +720,27 @@ func TestUnknownQueryParameters(t *testing.T) {
 		t.Fatalf("a refused request reached the store (%d calls)", n)
 	}
 }
+
+// TestRateLimitHeadersBuckets: for token and leaky buckets RateLimit-Policy's
+// q is the capacity, so that RateLimit's r never exceeds it (issue 11).
+func TestRateLimitHeadersBuckets(t *testing.T) {
+	for _, alg := range []string{"token_bucket", "leaky_bucket"} {
+		ts := newTestServer(t, Config{})
+		body := `{"key":"k","limit":{"algorithm":"` + alg + `","limit":10,"burst":20,"window":"1s"}}`
+		r := ts.do("POST", "/v1/check", body)
+		if r.code != 200 {
+			t.Fatalf("%s: %d %s", alg, r.code, r.body)
+		}
+		if got, want := r.header.Get("RateLimit-Policy"), `"inline";q=20;w=1`; got != want {
+			t.Errorf("%s: RateLimit-Policy %q, want %q", alg, got, want)
+		}
+		if got, want := r.header.Get("RateLimit"), `"inline";r=19;t=`; !strings.HasPrefix(got, want) {
+			t.Errorf("%s: RateLimit %q, want prefix %q", alg, got, want)
+		}
+		// Without a burst the capacity is the limit.
+		r = ts.do("POST", "/v1/check", `{"key":"k","limit":{"algorithm":"`+alg+`","limit":10,"window":"1s"}}`)
+		if got, want := r.header.Get("RateLimit-Policy"), `"inline";q=10;w=1`; got != want {
+			t.Errorf("%s: RateLimit-Policy %q, want %q", alg, got, want)
+		}
+	}
+}

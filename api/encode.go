@@ -153,20 +153,28 @@ func appendString(b []byte, s string) []byte {
 }
 
 // appendPolicyItem appends one RateLimit-Policy list member,
-// `"<name>";q=<limit>;w=<window seconds>` (draft-ietf-httpapi-ratelimit-headers).
-// w is left out for calendar windows, whose length varies.
+// `"<name>";q=<quota>;w=<window seconds>` (draft-ietf-httpapi-ratelimit-headers).
+// w is left out for calendar windows, whose length varies. For token and
+// leaky buckets q is the bucket's capacity (burst), so that RateLimit's r
+// never exceeds it, and w is the time the bucket takes to regain limit units.
 func appendPolicyItem(b []byte, ref *service.Limit, d *fsm.Decision) []byte {
 	b = appendString(b, ref.Name) // names are restricted to token characters: no escapes
 	b = append(b, ";q="...)
 	if ref.Known {
-		b = strconv.AppendInt(b, ref.Spec.Limit, 10)
+		q := ref.Spec.Limit
+		if a := ref.Spec.Algorithm; a == algo.TokenBucket || a == algo.LeakyBucket {
+			q = max(q, ref.Spec.Burst)
+		}
+		b = strconv.AppendInt(b, q, 10)
 		if ref.Spec.Calendar == algo.CalendarNone && ref.Spec.Window > 0 {
 			b = append(b, ";w="...)
 			b = strconv.AppendInt(b, toSeconds(ref.Spec.Window), 10)
 		}
 		return b
 	}
-	return strconv.AppendInt(b, d.Limit, 10)
+	// Not known here yet (replication lag): the decision's limit, or more
+	// when a bucket holds more than its limit.
+	return strconv.AppendInt(b, max(d.Limit, d.Remaining), 10)
 }
 
 // appendRateLimitItem appends one RateLimit list member,
