@@ -235,7 +235,9 @@ func configFromQuery(q url.Values) (algo.Config, bool, *apiError) {
 		case "window":
 			c.Window = v
 		case "burst":
-			c.Burst, err = strconv.ParseInt(v, 10, 64)
+			if c.Burst, err = strconv.ParseInt(v, 10, 64); err == nil && c.Burst == 0 {
+				return c, false, invalid(name, "must be positive; leave burst out for the default (the limit)")
+			}
 		case "count_refused":
 			c.CountRefused, err = strconv.ParseBool(v)
 		case "calendar":

@@ -744,3 +744,36 @@ func TestRateLimitHeadersBuckets(t *testing.T) {
 		}
 	}
 }
+
+// TestBurstZeroRefused: an explicit burst of 0 is a 400 naming the field,
+// not a silent "use the default" (issue 11); leaving burst out still gives
+// the default.
+func TestBurstZeroRefused(t *testing.T) {
+	ts := newTestServer(t, Config{})
+	for _, c := range []struct{ method, path, body, field string }{
+		{"POST", "/v1/check", `{"key":"k","limit":{"algorithm":"token_bucket","limit":10,"burst":0,"window":"1s"}}`, "limit.burst"},
+		{"POST", "/v1/check/batch", `{"checks":[{"key":"k","limit":{"algorithm":"token_bucket","limit":10,"burst":0,"window":"1s"}}]}`, "checks[0].limit.burst"},
+		{"PUT", "/v1/policies/b", `{"algorithm":"leaky_bucket","limit":10,"burst":0,"window":"1s"}`, "burst"},
+		{"GET", "/v1/keys/k?algorithm=token_bucket&limit=10&burst=0&window=1s", "", "burst"},
+	} {
+		r := ts.do(c.method, c.path, c.body)
+		var code, field string
+		if c.path == "/v1/check/batch" {
+			e := r.json(t)["results"].([]any)[0].(map[string]any)["error"].(map[string]any)
+			code, field = e["code"].(string), e["field"].(string)
+		} else {
+			code, field, _ = r.errorBody(t)
+		}
+		if code != CodeInvalidArgument || field != c.field {
+			t.Errorf("%s %s: %d %s, want invalid_argument on %q", c.method, c.path, r.code, r.body, c.field)
+		}
+	}
+	r := ts.do("PUT", "/v1/policies/b", `{"algorithm":"token_bucket","limit":10,"window":"1s"}`)
+	if r.code != 200 || num(t, r.json(t), "burst") != 10 {
+		t.Fatalf("default burst: %d %s", r.code, r.body)
+	}
+	r = ts.do("PUT", "/v1/policies/b", `{"algorithm":"token_bucket","limit":10,"burst":25,"window":"1s"}`)
+	if r.code != 200 || num(t, r.json(t), "burst") != 25 {
+		t.Fatalf("explicit burst: %d %s", r.code, r.body)
+	}
+}

@@ -165,13 +165,46 @@ func (s *Server) checkRequest(cj *checkJSON, withRequestID bool) (service.CheckR
 	return r, nil
 }
 
+// limitJSON is an inline limit on the wire. Burst shadows Config.Burst so
+// that an explicit 0 can be told from an absent burst.
+type limitJSON struct {
+	algo.Config
+	Burst *int64 `json:"burst,omitempty"`
+}
+
 // decodeLimitConfig decodes an inline limit (for service.LimitCache).
 func decodeLimitConfig(raw []byte, field string) (algo.Config, *service.Error) {
-	var c algo.Config
-	if e := decodeStrict(raw, &c, field); e != nil {
-		return c, e.serviceError()
+	var lj limitJSON
+	if e := decodeStrict(raw, &lj, field); e != nil {
+		return lj.Config, embeddedField(e, field).serviceError()
 	}
-	return c, nil
+	if e := setBurst(&lj.Config, lj.Burst, field); e != nil {
+		return lj.Config, e.serviceError()
+	}
+	return lj.Config, nil
+}
+
+// setBurst copies an explicit burst into c. 0 is refused rather than read as
+// "the default": a client that sends it means something, and the default
+// (the limit) is what leaving burst out gives.
+func setBurst(c *algo.Config, burst *int64, prefix string) *apiError {
+	if burst == nil {
+		return nil
+	}
+	if *burst == 0 {
+		return invalid(joinField(prefix, "burst"), "must be positive; leave burst out for the default (the limit)")
+	}
+	c.Burst = *burst
+	return nil
+}
+
+// embeddedField fixes the field of a decoding error inside an embedded
+// algo.Config, which encoding/json names "Config.window".
+func embeddedField(e *apiError, prefix string) *apiError {
+	if f, ok := strings.CutPrefix(e.field, joinField(prefix, "Config.")); ok {
+		e.field = joinField(prefix, f)
+	}
+	return e
 }
 
 // decodeStrict decodes exactly one JSON value from data into v, refusing

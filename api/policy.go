@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"os"
 	"sort"
-	"strings"
 
 	"github.com/julienschmidt/httprouter"
 
@@ -21,11 +20,16 @@ import (
 type policyJSON struct {
 	Name string `json:"name,omitempty"`
 	algo.Config
-	Shadow bool `json:"shadow"`
+	Burst  *int64 `json:"burst,omitempty"` // shadows Config.Burst: an explicit 0 is refused
+	Shadow bool   `json:"shadow"`
 }
 
 func policyOut(p fsm.Policy) policyJSON {
-	return policyJSON{Name: p.Name, Config: p.Spec.Config(), Shadow: p.Shadow}
+	pj := policyJSON{Name: p.Name, Config: p.Spec.Config(), Shadow: p.Shadow}
+	if pj.Config.Burst != 0 {
+		pj.Burst = &pj.Config.Burst
+	}
+	return pj
 }
 
 // decodePolicy decodes a policy body for name. Field errors name the JSON
@@ -33,10 +37,9 @@ func policyOut(p fsm.Policy) policyJSON {
 func decodePolicy(body []byte, name, prefix string) (service.PolicyRequest, *apiError) {
 	var pj policyJSON
 	if e := decodeStrict(body, &pj, prefix); e != nil {
-		// encoding/json names fields of the embedded Config as "Config.window".
-		if f, ok := strings.CutPrefix(e.field, joinField(prefix, "Config.")); ok {
-			e.field = joinField(prefix, f)
-		}
+		return service.PolicyRequest{}, embeddedField(e, prefix)
+	}
+	if e := setBurst(&pj.Config, pj.Burst, prefix); e != nil {
 		return service.PolicyRequest{}, e
 	}
 	if pj.Name != "" && pj.Name != name {
