@@ -28,6 +28,13 @@ type apiCluster struct {
 
 func newAPICluster(t *testing.T, size int) *apiCluster {
 	t.Helper()
+	return newAPIClusterJoin(t, size, true)
+}
+
+// newAPIClusterJoin is newAPICluster; joinHTTP false joins the other nodes
+// without http_addr (which the join API documents as optional).
+func newAPIClusterJoin(t *testing.T, size int, joinHTTP bool) *apiCluster {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("starts a Raft cluster")
 	}
@@ -82,6 +89,9 @@ func newAPICluster(t *testing.T, size int) *apiCluster {
 	for i := 1; i < size; i++ {
 		// Join through the HTTP API of node 0, as `limitd --join` does.
 		body := fmt.Sprintf(`{"id":"n%d","raft_addr":"%s","http_addr":"%s"}`, i, trans[i].LocalAddr(), lns[i].Addr())
+		if !joinHTTP {
+			body = fmt.Sprintf(`{"id":"n%d","raft_addr":"%s"}`, i, trans[i].LocalAddr())
+		}
 		if code, resp := c.do(0, "POST", "/v1/cluster/join", body); code != 200 {
 			t.Fatalf("join n%d: %d %s", i, code, resp)
 		}
@@ -206,5 +216,49 @@ func TestClusterForwardingAndIdempotency(t *testing.T) {
 	m := c.json(f2, "GET", "/v1/keys/idem?policy=api", "")
 	if got := num(t, m["decision"].(map[string]any), "remaining"); got != 3 {
 		t.Fatalf("remaining %d after 6 retries of a cost-2 check, want 3 (counted once)", got)
+	}
+}
+
+// TestJoinWithoutHTTPAddr: http_addr is optional in a join (issue 11: it
+// answered 500). A node joined without it registers its own address when it
+// becomes leader, so the others forward to it.
+func TestJoinWithoutHTTPAddr(t *testing.T) {
+	c := newAPIClusterJoin(t, 3, false)
+	// Hand leadership to n1, which joined without an HTTP address.
+	l := c.leader()
+	if l != 1 {
+		f := c.nodes[l].Raft().LeadershipTransferToServer("n1", "raft1:8300")
+		if err := f.Error(); err != nil {
+			t.Fatalf("leadership transfer: %v", err)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		m := c.json(2, "GET", "/v1/cluster", "")
+		if m["leader_id"] == "n1" && m["leader_http_addr"] == c.srvs[1].Listener.Addr().String() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("n1 leads but its address is not known: %v", m)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	c.json(0, "PUT", "/v1/policies/api", `{"algorithm":"fixed_window","limit":1,"window":"1h"}`)
+	if m := c.json(2, "POST", "/v1/check", `{"key":"k","policy":"api"}`); m["allowed"] != true {
+		t.Fatalf("check through a follower: %v", m)
+	}
+	if m := c.json(0, "POST", "/v1/check", `{"key":"k","policy":"api"}`); m["allowed"] != false {
+		t.Fatalf("second check through the other follower: %v", m)
+	}
+	// Bad ports are refused before anything is proposed.
+	for _, body := range []string{
+		`{"id":"n9","raft_addr":"127.0.0.1:99999"}`,
+		`{"id":"n9","raft_addr":"127.0.0.1:0"}`,
+		`{"id":"n9","raft_addr":"127.0.0.1:8309","http_addr":"127.0.0.1:65536"}`,
+	} {
+		code, resp := c.do(0, "POST", "/v1/cluster/join", body)
+		if code != 400 || !strings.Contains(resp, `"code":"invalid_argument"`) {
+			t.Fatalf("join %s: %d %s, want 400", body, code, resp)
+		}
 	}
 }
