@@ -290,22 +290,6 @@ func TestLoadPolicies(t *testing.T) {
 	}
 }
 
-func TestPutPolicies(t *testing.T) {
-	store := newFakeStore()
-	spec, _ := algo.Config{Algorithm: "fixed_window", Limit: 1, Window: "1s"}.Spec()
-	ps := []fsm.Policy{{Name: "a", Spec: spec}, {Name: "b", Spec: spec}}
-	if err := PutPolicies(t.Context(), store, ps); err != nil {
-		t.Fatal(err)
-	}
-	if len(store.applied) != 2 || string(store.applied[1]) != string(fsm.EncodePutPolicy(ps[1])) {
-		t.Fatalf("applied %x", store.applied)
-	}
-	store.applyResp = &fsm.Error{Code: "invalid_argument", Field: "limit", Message: "no"}
-	if err := PutPolicies(t.Context(), store, ps); err == nil || !strings.Contains(err.Error(), `"a"`) {
-		t.Fatalf("error %v should name the policy", err)
-	}
-}
-
 func TestConfigValidate(t *testing.T) {
 	for _, c := range []struct {
 		src string

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -167,15 +166,4 @@ func fieldMessage(e *apiError) string {
 		return e.message
 	}
 	return e.field + ": " + e.message
-}
-
-// PutPolicies replicates policies (from LoadPolicies) through the store, in
-// order, stopping at the first failure.
-func PutPolicies(ctx context.Context, store Store, policies []fsm.Policy) error {
-	for _, p := range policies {
-		if err := store.PutPolicy(ctx, p); err != nil {
-			return fmt.Errorf("put policy %q: %w", p.Name, err)
-		}
-	}
-	return nil
 }

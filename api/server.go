@@ -118,6 +118,10 @@ func New(store Store, cfg Config) *Server {
 	return s
 }
 
+// Service returns the service the server adapts, for other front ends (gRPC)
+// and startup tasks to share: one set of limits, caches and metrics.
+func (s *Server) Service() *service.Service { return s.svc }
+
 // Handler returns the root handler: the API, and the store's node-to-node
 // endpoints under /internal/.
 func (s *Server) Handler() http.Handler { return s.handler }

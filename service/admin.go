@@ -2,8 +2,10 @@ package service
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/limitd/limitd/algo"
 	"github.com/limitd/limitd/cluster"
@@ -44,6 +46,36 @@ func (s *Service) PutPolicy(ctx context.Context, p PolicyRequest) (fsm.Policy, *
 		return fsm.Policy{}, s.nodeError(err)
 	}
 	return pol, nil
+}
+
+// PutPolicies writes validated policies (a policies file, say) in order,
+// skipping those this node already holds exactly as given. A failure to reach
+// the cluster is retried every retry until ctx ends (retry <= 0: not at all);
+// a refusal stops at that policy. The error names the policy.
+func (s *Service) PutPolicies(ctx context.Context, policies []fsm.Policy, retry time.Duration) error {
+	for _, p := range policies {
+		if cur, ok := s.node.Policy(p.Name); ok && cur == p {
+			continue
+		}
+		for {
+			pctx, cancel := s.context(ctx)
+			err := s.node.PutPolicy(pctx, p)
+			cancel()
+			if err == nil {
+				break
+			}
+			var refused *fsm.Error
+			if errors.As(err, &refused) || retry <= 0 || ctx.Err() != nil {
+				return fmt.Errorf("put policy %q: %w", p.Name, err)
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("put policy %q: %w (last error: %v)", p.Name, ctx.Err(), err)
+			case <-time.After(retry):
+			}
+		}
+	}
+	return nil
 }
 
 // GetPolicy returns this node's replicated copy of a policy.

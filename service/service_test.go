@@ -421,3 +421,56 @@ func TestLimitCache(t *testing.T) {
 	_, e = c.Get([]byte("0s"), "checks[0].limit", decode)
 	wantErr(t, e, CodeInvalidArgument, "checks[0].limit.window")
 }
+
+// flaky is a node whose PutPolicy fails with ErrNoLeader a number of times
+// before it works.
+type flaky struct {
+	*node
+	fails int
+}
+
+func (f *flaky) PutPolicy(ctx context.Context, p fsm.Policy) error {
+	if f.fails > 0 {
+		f.fails--
+		return cluster.ErrNoLeader
+	}
+	return f.node.PutPolicy(ctx, p)
+}
+
+// TestPutPolicies: the policies file loader (used by `limitd serve
+// --policies`) skips policies already stored as given, retries until the
+// cluster answers, and stops at a refusal naming the policy.
+func TestPutPolicies(t *testing.T) {
+	spec, _ := algo.Config{Algorithm: "fixed_window", Limit: 1, Window: "1s"}.Spec()
+	ps := []fsm.Policy{{Name: "a", Spec: spec}, {Name: "b", Spec: spec}}
+	n := &flaky{node: newNode(), fails: 2}
+	s := New(n, Config{})
+	if err := s.PutPolicies(t.Context(), ps, time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if len(n.puts) != 2 || n.puts[1] != ps[1] {
+		t.Fatalf("puts %+v", n.puts)
+	}
+	// Already stored as given: nothing is written.
+	if err := s.PutPolicies(t.Context(), ps, time.Millisecond); err != nil || len(n.puts) != 2 {
+		t.Fatalf("second load: %v, %d puts", err, len(n.puts))
+	}
+	// Without retries the first failure is returned, naming the policy.
+	n.fails = 1
+	changed := []fsm.Policy{{Name: "c", Spec: spec}}
+	if err := s.PutPolicies(t.Context(), changed, 0); err == nil || !errors.Is(err, cluster.ErrNoLeader) || !strings.Contains(err.Error(), `"c"`) {
+		t.Fatalf("no retry: %v", err)
+	}
+	// A refusal is not retried.
+	n.err = &fsm.Error{Code: fsm.CodeInvalidArgument, Field: "limit", Message: "no"}
+	if err := s.PutPolicies(t.Context(), changed, time.Millisecond); err == nil || !strings.Contains(err.Error(), `"c"`) {
+		t.Fatalf("refusal: %v", err)
+	}
+	// Retries end with the context.
+	n.err, n.fails = nil, 1<<30
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := s.PutPolicies(ctx, changed, time.Millisecond); err == nil {
+		t.Fatal("a canceled load succeeded")
+	}
+}

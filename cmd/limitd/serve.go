@@ -246,7 +246,7 @@ func serve(f *serveFlags, logger *log.Logger) error {
 	}
 	if len(policies) > 0 {
 		go func() {
-			if err := loadPolicies(ctx, node, policies); err != nil && ctx.Err() == nil {
+			if err := srv.Service().PutPolicies(ctx, policies, 200*time.Millisecond); err != nil && ctx.Err() == nil {
 				background <- err
 			}
 		}()
@@ -268,30 +268,6 @@ func serve(f *serveFlags, logger *log.Logger) error {
 		return errors.Join(runErr, err)
 	}
 	return runErr
-}
-
-// loadPolicies writes the --policies file through the leader, skipping
-// policies that are already stored as given; it retries until a leader exists.
-func loadPolicies(ctx context.Context, node *cluster.Node, policies []fsm.Policy) error {
-	for _, p := range policies {
-		if cur, ok := node.Policy(p.Name); ok && cur == p {
-			continue
-		}
-		for {
-			resp, err := node.Apply(ctx, fsm.EncodePutPolicy(p))
-			if err == nil {
-				if e, ok := resp.(error); ok && e != nil {
-					return fmt.Errorf("policy %s: %w", p.Name, e)
-				}
-				break
-			}
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
-	}
-	return nil
 }
 
 func forwardingClient(f *serveFlags) (string, *http.Client, error) {
