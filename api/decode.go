@@ -80,7 +80,7 @@ func (s *Server) decodeBatch(body []byte) (reqs []service.CheckRequest, errs []*
 // decodeBatchEntries is decodeBatch decoding each entry on its own.
 func (s *Server) decodeBatchEntries(body []byte) (reqs []service.CheckRequest, errs []*service.Error, e *apiError) {
 	var bj batchJSON
-	if e := decodeStrict(body, &bj, ""); e != nil {
+	if e := decodeEnvelope(body, &bj); e != nil {
 		return nil, nil, e
 	}
 	if e := s.batchEnvelope(len(bj.Checks), bj.RequestID); e != nil {
@@ -211,6 +211,23 @@ func embeddedField(e *apiError, prefix string) *apiError {
 // unknown fields and trailing data, and translates every error into one that
 // names the field under prefix.
 func decodeStrict(data []byte, v any, prefix string) *apiError {
+	if e := scanJSON(data, prefix, true, 0); e != nil {
+		return e
+	}
+	return decodeJSON(data, v, prefix)
+}
+
+// decodeEnvelope is decodeStrict for a body whose entries are decoded (and
+// checked) one by one: only the top level's fields are scanned.
+func decodeEnvelope(data []byte, v any) *apiError {
+	if e := scanJSON(data, "", true, 1); e != nil {
+		return e
+	}
+	return decodeJSON(data, v, "")
+}
+
+// decodeJSON is decodeStrict without the scan.
+func decodeJSON(data []byte, v any, prefix string) *apiError {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {

@@ -132,7 +132,11 @@ func LoadPolicies(path string) ([]fsm.Policy, error) {
 	var file struct {
 		Policies map[string]json.RawMessage `json:"policies"`
 	}
-	if e := decodeStrict(data, &file, ""); e != nil {
+	// Policy names are exact (a map), and each policy is checked on its own.
+	if e := scanJSON(data, "", false, 2); e != nil {
+		return nil, fmt.Errorf("policies file %s: %s", path, fieldMessage(e))
+	}
+	if e := decodeJSON(data, &file, ""); e != nil {
 		return nil, fmt.Errorf("policies file %s: %s", path, fieldMessage(e))
 	}
 	if file.Policies == nil {

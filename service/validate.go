@@ -6,25 +6,34 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/limitd/limitd/algo"
 )
 
-// ValidateKey checks a key: 1 to MaxKeyBytes bytes. Keys are exact bytes.
+// ValidateKey checks a key: 1 to MaxKeyBytes bytes of UTF-8. Keys are exact
+// bytes; invalid UTF-8 is refused because text formats (JSON, headers in
+// answers, gRPC strings) cannot carry it exactly.
 func ValidateKey(key, field string) *Error {
 	switch {
 	case key == "":
 		return Invalid(field, "is required and must not be empty")
 	case len(key) > MaxKeyBytes:
 		return Invalid(field, "must be at most "+strconv.Itoa(MaxKeyBytes)+" bytes, got "+strconv.Itoa(len(key)))
+	case !utf8.ValidString(key):
+		return Invalid(field, "must be valid UTF-8")
 	}
 	return nil
 }
 
-// ValidateRequestID checks a request id: empty (none) or up to MaxRequestIDBytes.
+// ValidateRequestID checks a request id: empty (none) or up to
+// MaxRequestIDBytes of UTF-8.
 func ValidateRequestID(id, field string) *Error {
-	if len(id) > MaxRequestIDBytes {
+	switch {
+	case len(id) > MaxRequestIDBytes:
 		return Invalid(field, "must be at most "+strconv.Itoa(MaxRequestIDBytes)+" bytes, got "+strconv.Itoa(len(id)))
+	case !utf8.ValidString(id):
+		return Invalid(field, "must be valid UTF-8")
 	}
 	return nil
 }
