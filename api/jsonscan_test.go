@@ -140,3 +140,20 @@ func BenchmarkScanJSON(b *testing.B) {
 		}
 	}
 }
+
+// TestPathKeysDecodedExactly: a key in the path is percent-decoded exactly,
+// '+' included, so DELETE /v1/keys/... resets the key a JSON check names.
+func TestPathKeysDecodedExactly(t *testing.T) {
+	ts := newTestServer(t, Config{})
+	ts.store.putPolicy(t, "api", algo.Config{Algorithm: "fixed_window", Limit: 5, Window: "1m"}, false)
+	r := ts.do("GET", "/v1/keys/a%2Bb+c%20d%25%2F%C3%A9/x?policy=api", "")
+	if r.code != 200 {
+		t.Fatalf("%d %s", r.code, r.body)
+	}
+	if got, want := ts.store.checkCalls[0][0].Checks[0].Key, "a+b+c d%/é/x"; got != want {
+		t.Fatalf("key %q, want %q", got, want)
+	}
+	if m := r.json(t); m["key"] != "a+b+c d%/é/x" {
+		t.Fatalf("answer names key %v", m["key"])
+	}
+}

@@ -1,9 +1,13 @@
-// Package api owns limitd's HTTP API: request decoding and validation, the
-// mapping of decisions and errors to JSON and RateLimit headers, forward-auth
-// for reverse proxies, admin authentication and the Prometheus endpoint.
+// Package api owns limitd's HTTP API: JSON and query-string decoding (with
+// the checks only raw bytes allow: UTF-8 and duplicate members), the mapping
+// of decisions and errors to JSON, status codes and RateLimit headers,
+// forward-auth for reverse proxies, admin authentication and the Prometheus
+// endpoint.
 //
-// It decides nothing itself: every check goes through a Store (the Raft node),
-// so any node can serve any request. docs/API.md is the reference for clients.
+// It is a thin adapter over package service, which validates requests and
+// owns their semantics, so that every front end answers alike; decisions are
+// made by the Store (the Raft node), so any node can serve any request.
+// docs/API.md is the reference for clients.
 package api
 
 import (
