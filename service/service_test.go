@@ -156,6 +156,8 @@ func TestCheckValidation(t *testing.T) {
 		{"bad policy name", CheckRequest{Key: "k", Policy: "a b", Cost: 1}, "policy"},
 		{"long policy name", CheckRequest{Key: "k", Policy: long(MaxPolicyName + 1), Cost: 1}, "policy"},
 		{"key before limit", CheckRequest{Cost: -1}, "key"},
+		{"key not UTF-8", CheckRequest{Key: "u\xff", Policy: "api", Cost: 1}, "key"},
+		{"request id not UTF-8", CheckRequest{Key: "k", Policy: "api", Cost: 1, RequestID: "r\xc3"}, "request_id"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := newNode("api")
