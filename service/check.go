@@ -256,11 +256,15 @@ type BatchResult struct {
 // Batch decides independent checks in one round trip, answered in order; an
 // invalid entry gets its own error (named "checks[i]...") and the others are
 // decided. invalid, when not nil, holds errors a front end found while
-// decoding entries (already located): those entries are answered with them
-// and not decided. The returned error is for the batch as a whole.
+// decoding entries (already located), one slot per check: those entries are
+// answered with them and not decided. The returned error is for the batch as
+// a whole.
 func (s *Service) Batch(ctx context.Context, checks []CheckRequest, invalid []*Error) ([]BatchResult, *Error) {
 	if e := s.CheckCount(len(checks)); e != nil {
 		return nil, e
+	}
+	if invalid != nil && len(invalid) != len(checks) {
+		return nil, Internal("Batch: " + strconv.Itoa(len(invalid)) + " decoding errors for " + strconv.Itoa(len(checks)) + " checks")
 	}
 	out := make([]BatchResult, len(checks))
 	// One op per valid entry; slot maps an op back to its entry.

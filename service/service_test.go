@@ -293,6 +293,8 @@ func TestBatch(t *testing.T) {
 	if len(n.ops) != 2 || n.ops[1].RequestID != "r" || n.ops[1].Checks[0].Cost != 2 {
 		t.Fatalf("ops %+v", n.ops)
 	}
+	_, e = s.Batch(t.Context(), []CheckRequest{{Key: "k", Policy: "a", Cost: 1}}, make([]*Error, 2))
+	wantErr(t, e, CodeInternal, "")
 	n.opErr = &fsm.Error{Code: fsm.CodeNotFound, Field: "policy", Message: "no"}
 	res, _ = s.Batch(t.Context(), []CheckRequest{{Key: "k", Policy: "a", Cost: 1}}, nil)
 	wantErr(t, res[0].Err, CodeNotFound, "checks[0].policy")
