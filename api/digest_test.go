@@ -41,3 +41,16 @@ func TestDigestEndpoint(t *testing.T) {
 		t.Fatalf("store without digest: %d %s", r.code, r.body)
 	}
 }
+
+// TestDigestAdminOnly: with an admin token the digest (which carries the
+// applied index) is for admins, like the full /v1/cluster view.
+func TestDigestAdminOnly(t *testing.T) {
+	ds := &digestStore{fakeStore: newFakeStore(), digest: "abc123", applied: 42}
+	ts := &testServer{t: t, store: ds.fakeStore, h: New(ds, Config{Logger: discardLogger(), AdminToken: "s3cret"}).Handler()}
+	if r := ts.do(http.MethodGet, "/v1/cluster/digest", ""); r.code != http.StatusUnauthorized {
+		t.Fatalf("without the token: %d %s", r.code, r.body)
+	}
+	if r := ts.do(http.MethodGet, "/v1/cluster/digest", "", "Authorization: Bearer s3cret"); r.code != http.StatusOK {
+		t.Fatalf("with the token: %d %s", r.code, r.body)
+	}
+}
