@@ -14,8 +14,10 @@ const (
 	// MaxLimit bounds limit and burst.
 	MaxLimit int64 = 1_000_000_000_000
 	// MaxSlidingLogLimit bounds limit for sliding_log: the log may hold up to
-	// limit entries and every decision rewrites it, so its size is capped at a
-	// few megabytes. sliding_window approximates it in O(1) for larger limits.
+	// limit entries (~3 bytes each), so its size is capped at a few
+	// megabytes. Decide copies the log (~0.3 ms at this bound); DecideInPlace
+	// does not (~200 ns). sliding_window approximates it in O(1) for larger
+	// limits.
 	MaxSlidingLogLimit int64 = 1_000_000
 	// MaxWindow bounds window: 3650 days.
 	MaxWindow int64 = 3650 * day
