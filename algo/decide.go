@@ -73,8 +73,12 @@ func decide(dst []byte, s *Spec, state []byte, now, cost int64, inPlace bool) (d
 		return decideSlidingLog(dst, s, state, now, cost, inPlace)
 	case SlidingWindow:
 		return decideSlidingWindow(dst, s, state, now, cost)
-	default:
+	case TokenBucket, LeakyBucket:
 		return decideBucket(dst, s, state, now, cost)
+	default:
+		// Unreachable while decidable checks Algorithm.valid; an algorithm
+		// added without a case here must not be decided as some other one.
+		return d, nil, fmt.Errorf("algo: no decision for algorithm %v", s.Algorithm)
 	}
 }
 

@@ -192,10 +192,10 @@ func (f *simulateFlags) specs() ([]algo.Spec, error) {
 	for _, a := range algo.Algorithms {
 		c := f.cfg
 		c.Algorithm = a.String()
-		if a != algo.TokenBucket && a != algo.LeakyBucket {
+		if !a.HasBurst() {
 			c.Burst = 0
 		}
-		if a != algo.SlidingLog {
+		if !a.HasCountRefused() {
 			c.CountRefused = false
 		}
 		s, err := c.Spec()

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -306,5 +307,25 @@ func TestSimulateUsageDocumentsEveryFlag(t *testing.T) {
 		if !strings.Contains(errs, s) {
 			t.Errorf("usage does not mention %q", s)
 		}
+	}
+}
+
+// TestSimulateCompareBucketAndLogOptions: --burst applies to the buckets and
+// --count-refused to sliding_log only; --compare still runs every algorithm.
+func TestSimulateCompareBucketAndLogOptions(t *testing.T) {
+	code, out, errs := simulateRun(t, "0 k\n0 k\n0 k\n", "--compare", "--limit", "1", "--window", "60s",
+		"--burst", "3", "--count-refused", "--format", "jsonl")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	_, summaries := jsonLines(t, out)
+	admitted := map[string]any{}
+	for _, s := range summaries {
+		admitted[fmt.Sprint(s["algorithm"])] = s["admitted"]
+	}
+	// Three requests at once: the buckets (burst 3) admit all, the others one.
+	want := map[string]any{"fixed_window": 1.0, "sliding_log": 1.0, "sliding_window": 1.0, "token_bucket": 3.0, "leaky_bucket": 3.0}
+	if fmt.Sprint(admitted) != fmt.Sprint(want) {
+		t.Fatalf("admitted %v, want %v\n%s", admitted, want, out)
 	}
 }
