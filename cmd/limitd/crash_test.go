@@ -541,12 +541,19 @@ func TestCrashKill9LeaderUnderLoad(t *testing.T) {
 }
 
 // snapshotFlags are the serve flags that make Raft snapshot every few dozen
-// entries, so that a kill lands in the middle of one; nil if this build of
-// limitd does not have them.
+// entries, so that a kill lands in the middle of one. The test fails (never
+// skips) if `serve --help` fails or no longer lists them: a renamed flag must
+// not turn the snapshot crash tests into skips.
 func snapshotFlags(t *testing.T) []string {
-	out, _ := exec.Command(limitdBin, "serve", "--help").CombinedOutput()
-	if !strings.Contains(string(out), "snapshot-threshold") || !strings.Contains(string(out), "snapshot-interval") {
-		return nil
+	t.Helper()
+	out, err := exec.Command(limitdBin, "serve", "--help").CombinedOutput()
+	if err != nil {
+		t.Fatalf("limitd serve --help: %v\n%s", err, out)
+	}
+	for _, f := range []string{"--snapshot-threshold", "--snapshot-interval"} {
+		if !strings.Contains(string(out), f[1:]) {
+			t.Fatalf("limitd serve --help does not list %s (renamed?); the snapshot crash tests need it:\n%s", f, out)
+		}
 	}
 	return []string{"--snapshot-threshold", "16", "--snapshot-interval", "10ms"}
 }
@@ -618,9 +625,6 @@ func fillKeys(t *testing.T, client *http.Client, p *proc, n int) {
 // off by the kill with their request_id.
 func TestCrashKill9DuringSnapshotAndApply(t *testing.T) {
 	snap := snapshotFlags(t)
-	if snap == nil {
-		t.Skip("limitd serve has no --snapshot-threshold/--snapshot-interval flags: cannot make snapshots frequent enough to kill one")
-	}
 	flags := append(append([]string{}, crashFlags...), snap...)
 	p := newProc(t, "solo", "")
 	p.start(flags...)
@@ -826,9 +830,6 @@ func TestCrashDamagedFilesAtStart(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			flags := append(append([]string{}, crashFlags...), tc.flags...)
 			if tc.snapshots {
-				if snap == nil {
-					t.Skip("limitd serve has no --snapshot-threshold/--snapshot-interval flags")
-				}
 				flags = append(flags, snap...)
 			}
 			p := newProc(t, "d", "")

@@ -156,7 +156,9 @@ func TestProcessKill9KeepsSpentQuota(t *testing.T) {
 	p := newProc(t, "solo", "")
 	p.start()
 	p.waitReady()
-	const body = `{"key":"user:42","limit":{"algorithm":"fixed_window","limit":5,"window":"1h"},"cost":1}`
+	// A fixed window with no boundary in the next 30 minutes: an hour-long
+	// window aligned to the clock would reset mid-test near the hour.
+	body := `{"key":"user:42","limit":{"algorithm":"fixed_window","limit":5,"window":"` + crashWindow(30*time.Minute) + `"},"cost":1}`
 	for i := 0; i < 5; i++ {
 		if d := p.check(body); !d.Allowed {
 			t.Fatalf("request %d refused: %+v", i+1, d)

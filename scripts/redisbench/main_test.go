@@ -203,7 +203,7 @@ func TestScriptMatchesAlgo(t *testing.T) {
 	for _, tc := range []struct{ limit, windowUS int64 }{{10, wUS}, {3, 1_234_567}, {1000, 60 * wUS}} {
 		spec, err := algo.Spec{Algorithm: algo.SlidingWindow, Limit: tc.limit, Window: tc.windowUS * 1000}.Validate()
 		if err != nil {
-			t.Skipf("algo not ready: %v", err)
+			t.Fatalf("algo.Spec.Validate: %v", err)
 		}
 		r := rand.New(rand.NewPCG(uint64(tc.limit), uint64(tc.windowUS)))
 		states := map[string][]byte{}
@@ -217,7 +217,7 @@ func TestScriptMatchesAlgo(t *testing.T) {
 			}
 			d, next, err := algo.Decide(nil, &spec, states[key], now*1000, cost)
 			if err != nil {
-				t.Skipf("algo.Decide not ready: %v", err)
+				t.Fatalf("algo.Decide at step %d: %v", i, err)
 			}
 			states[key] = next
 			ok, rem := s.at(key, tc.limit, tc.windowUS, cost, now)
