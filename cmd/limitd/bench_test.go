@@ -449,9 +449,9 @@ func useTestNodes(t *testing.T, env string) (reports, tmp string) {
 	t.Setenv(env, "1")
 	t.Setenv(fakeNodeDirEnv, reports)
 	t.Setenv("TMPDIR", tmp)
-	old := benchServe
-	benchServe = func() (string, []string, error) { return os.Args[0], []string{"serve"}, nil }
-	t.Cleanup(func() { benchServe = old })
+	old := procServe
+	procServe = func() (string, []string, error) { return os.Args[0], []string{"serve"}, nil }
+	t.Cleanup(func() { procServe = old })
 	return reports, tmp
 }
 
@@ -514,9 +514,9 @@ func TestBenchClusterStartsRunsAndStops(t *testing.T) {
 func TestBenchClusterKillsNodesThatIgnoreSIGTERM(t *testing.T) {
 	reports, tmp := useFakeNodes(t)
 	t.Setenv(fakeNodeIgnoreEnv, "1")
-	old := benchStopTimeout
-	benchStopTimeout = 200 * time.Millisecond
-	defer func() { benchStopTimeout = old }()
+	old := procStopTimeout
+	procStopTimeout = 200 * time.Millisecond
+	defer func() { procStopTimeout = old }()
 	_, stderr := runBenchJSON(t, "--cluster", "2", "--duration", "100ms", "--warmup", "0", "--concurrency", "2")
 	if !strings.Contains(stderr, "killed bench1, bench2: no exit within 200ms of SIGTERM") {
 		t.Errorf("stderr %q: want the kill reported", stderr)
