@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -30,8 +31,13 @@ directories; node 1 bootstraps, the others join it), benchmarks them and stops
 them at the end or on Ctrl-C.
 
 At the end it prints checks/s (decided checks: allowed + refused), allowed and
-refused counts, p50/p90/p99/max latency per request and errors by class, or
-one JSON line with --json. On a terminal a progress bar shows elapsed time,
+refused counts, p50/p90/p99/max latency per request, errors by class and CPU
+per check, or one JSON line with --json. CPU per check is each process's user
++ system CPU time over the measured interval (/proc/PID/stat) divided by the
+checks answered: every node by role (leader, follower) and the load
+generator itself. With --cluster the nodes are known; with --addrs give their
+process ids with --pids, or --discover-pids to find the process listening on
+each address's port (nodes on this machine). On a terminal a progress bar shows elapsed time,
 checks/s and p99 so far.
 
 Examples:
@@ -54,6 +60,8 @@ type benchFlags struct {
 	jsonOut      bool
 	adminToken   string
 	label        string
+	pids         string
+	discoverPIDs bool
 }
 
 func newBenchFlagSet(out io.Writer) (*flag.FlagSet, *benchFlags) {
@@ -76,6 +84,8 @@ func newBenchFlagSet(out io.Writer) (*flag.FlagSet, *benchFlags) {
 	fs.BoolVar(&f.jsonOut, "json", false, "print one JSON line instead of the table, and no progress bar")
 	fs.StringVar(&f.adminToken, "admin-token", os.Getenv("LIMITD_ADMIN_TOKEN"), "bearer token for --create-policy (default $LIMITD_ADMIN_TOKEN)")
 	fs.StringVar(&f.label, "label", "", "name of this run in the JSON line and in comparison tables")
+	fs.StringVar(&f.pids, "pids", "", "comma-separated process ids of the --addrs nodes, in the same order, to report their CPU per check")
+	fs.BoolVar(&f.discoverPIDs, "discover-pids", false, "find the process listening on each --addrs port (nodes on this machine) to report their CPU per check")
 	fs.Usage = func() {
 		fmt.Fprint(out, benchUsage)
 		fs.PrintDefaults()
@@ -125,6 +135,18 @@ func (f *benchFlags) validate(fs *flag.FlagSet) error {
 		return errors.New("--create-policy needs --policy")
 	case f.timeout <= 0:
 		return fmt.Errorf("--timeout must be positive, got %s", f.timeout)
+	case f.cluster > 0 && (f.pids != "" || f.discoverPIDs):
+		return errors.New("--pids and --discover-pids are for --addrs: --cluster knows its nodes")
+	case f.pids != "" && f.discoverPIDs:
+		return errors.New("--pids and --discover-pids exclude each other")
+	}
+	if f.pids != "" {
+		if _, err := parsePIDs(f.pids); err != nil {
+			return err
+		}
+		if n, m := len(strings.Split(f.pids, ",")), len(splitAddrs(f.addrs)); n != m {
+			return fmt.Errorf("--pids lists %d process ids for %d --addrs", n, m)
+		}
 	}
 	if f.addrs == "" && f.cluster == 0 {
 		f.addrs = "http://127.0.0.1:8080"
@@ -159,6 +181,12 @@ func (f *benchFlags) run(ctx context.Context, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
+
+	procs, err := f.measuredProcesses(ctx, c, addrs)
+	if err != nil {
+		return err
+	}
+	f.work.CPU = bench.NewCPUMeter(procs...)
 
 	target, err := bench.NewHTTPTarget(bench.HTTPConfig{
 		Addrs: addrs, Check: f.check, Concurrency: f.work.Concurrency, Timeout: f.timeout,
@@ -212,6 +240,88 @@ func (f *benchFlags) run(ctx context.Context, stdout, stderr io.Writer) error {
 		return errors.New("no check was decided")
 	}
 	return nil
+}
+
+// measuredProcesses lists the processes whose CPU the run measures: every
+// node (by its role now: leader or follower) and this load generator.
+func (f *benchFlags) measuredProcesses(ctx context.Context, c *procCluster, addrs []string) ([]bench.ProcessCPU, error) {
+	var pids []int
+	var names []string
+	switch {
+	case c != nil:
+		for _, nd := range c.nodes {
+			pids, names = append(pids, nd.pid()), append(names, nd.id)
+		}
+	case f.pids != "":
+		pids, _ = parsePIDs(f.pids)
+		names = addrs
+	case f.discoverPIDs:
+		for _, a := range addrs {
+			u, err := url.Parse(a)
+			if err != nil {
+				return nil, fmt.Errorf("--discover-pids: %w", err)
+			}
+			port, err := strconv.Atoi(u.Port())
+			if err != nil {
+				return nil, fmt.Errorf("--discover-pids: %s has no port", a)
+			}
+			pid, err := bench.ListeningPID(port)
+			if err != nil {
+				return nil, fmt.Errorf("--discover-pids: %s: %w", a, err)
+			}
+			pids, names = append(pids, pid), append(names, a)
+		}
+	}
+	var procs []bench.ProcessCPU
+	for i, pid := range pids {
+		procs = append(procs, bench.ProcessCPU{Role: nodeRole(ctx, addrs[i], f.adminToken), Name: names[i], PID: pid})
+	}
+	return append(procs, bench.ProcessCPU{Role: "load generator", Name: "limitd bench", PID: os.Getpid()}), nil
+}
+
+// nodeRole asks a node for its Raft state: "leader", "follower", or "node"
+// when it does not say.
+func nodeRole(ctx context.Context, addr, token string) string {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, addr+"/v1/cluster", nil)
+	if err != nil {
+		return "node"
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "node"
+	}
+	defer resp.Body.Close()
+	var st struct {
+		State string `json:"state"`
+	}
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&st) != nil {
+		return "node"
+	}
+	switch strings.ToLower(st.State) {
+	case "leader":
+		return "leader"
+	case "follower":
+		return "follower"
+	}
+	return "node"
+}
+
+// parsePIDs reads "12,34" into process ids.
+func parsePIDs(s string) ([]int, error) {
+	var out []int
+	for _, p := range strings.Split(s, ",") {
+		pid, err := strconv.Atoi(strings.TrimSpace(p))
+		if err != nil || pid <= 0 {
+			return nil, fmt.Errorf("--pids: %q is not a process id", p)
+		}
+		out = append(out, pid)
+	}
+	return out, nil
 }
 
 // splitAddrs turns "a:1, http://b:2/" into base URLs.

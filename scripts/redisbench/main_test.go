@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -255,6 +256,12 @@ func TestRedisbenchEndToEnd(t *testing.T) {
 		}
 		if r.System != "redis" || r.Algorithm != "sliding_window" || r.Limit != 5 || r.Window != "1s" || r.Label != "r" {
 			t.Errorf("batch %s: description %+v", batch, r)
+		}
+		// CPU per check of redis-server (found by its port) and of this
+		// load generator.
+		if len(r.CPU) != 2 || r.CPU[0].Role != "redis" || r.CPU[0].PID == os.Getpid() || r.CPU[0].CPU <= 0 ||
+			r.CPU[1].Role != "load generator" || r.CPU[1].PID != os.Getpid() || r.CPUError != "" {
+			t.Errorf("batch %s: CPU %+v (error %q), want redis-server's and ours", batch, r.CPU, r.CPUError)
 		}
 	}
 }
