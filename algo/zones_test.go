@@ -5,8 +5,8 @@ import (
 	"bytes"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strings"
 	"testing"
@@ -51,7 +51,11 @@ func allZones(t *testing.T) []string {
 		return nil
 	})
 	if err != nil || len(names) == 0 {
-		zipPath := filepath.Join(runtime.GOROOT(), "lib", "time", "zoneinfo.zip")
+		goroot, gerr := exec.Command("go", "env", "GOROOT").Output()
+		if gerr != nil {
+			t.Fatalf("no zone list: %s: %v; go env GOROOT: %v", root, err, gerr)
+		}
+		zipPath := filepath.Join(strings.TrimSpace(string(goroot)), "lib", "time", "zoneinfo.zip")
 		data, zerr := os.ReadFile(zipPath)
 		if zerr != nil {
 			t.Fatalf("no zone list: %s: %v; %s: %v", root, err, zipPath, zerr)

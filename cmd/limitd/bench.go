@@ -54,7 +54,6 @@ type benchFlags struct {
 	cluster      int
 	serveFlags   string
 	check        bench.CheckSpec
-	window       string
 	createPolicy bool
 	timeout      time.Duration
 	jsonOut      bool

@@ -78,7 +78,7 @@ func fakeNode(args []string) int {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		if !ready.Load() {
-			http.Error(w, `{"ready":false}`, 503)
+			http.Error(w, `{"ready":false}`, http.StatusServiceUnavailable)
 			return
 		}
 		w.Write([]byte(`{"ready":true}`))
