@@ -117,19 +117,24 @@ func TestCPUMeterArithmetic(t *testing.T) {
 	}
 }
 
-// Run measures over the measured interval: Begin after the warm-up, End
-// after the last answer, so the process's CPU shows in the result.
+// Run reads each process's CPU once when the measured interval begins and
+// once when the last request is answered, and reports the difference.
 func TestRunMeasuresCPU(t *testing.T) {
 	f := &fakeTarget{keys: 50, delay: 100 * time.Microsecond}
 	w := testWorkload()
 	w.Warmup = 50 * time.Millisecond
-	w.CPU = NewCPUMeter(ProcessCPU{Role: "load generator", PID: os.Getpid()})
+	w.CPU = NewCPUMeter(ProcessCPU{Role: "load generator", PID: 7})
+	var reads []int
+	w.CPU.readCPU = func(pid int) (time.Duration, error) {
+		reads = append(reads, pid) // Begin and End run one after the other
+		return time.Duration(len(reads)) * 1500 * time.Millisecond, nil
+	}
 	r, err := Run(t.Context(), w, f, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(r.CPU) != 1 || r.CPU[0].CPU <= 0 || r.CPUError != "" {
-		t.Fatalf("CPU %+v, error %q", r.CPU, r.CPUError)
+	if len(reads) != 2 || len(r.CPU) != 1 || r.CPU[0].CPU != 1500*time.Millisecond || r.CPUError != "" {
+		t.Fatalf("reads %v, CPU %+v, error %q: want one read at each end, 1.5s apart", reads, r.CPU, r.CPUError)
 	}
 	var buf bytes.Buffer
 	WriteTable(&buf, r)

@@ -394,9 +394,11 @@ func TestBenchCPUOfNodesByAddress(t *testing.T) {
 		if len(r.CPU) != 3 || r.CPUError != "" {
 			t.Fatalf("%v: CPU %+v, error %q: want 2 nodes and the load generator", how, r.CPU, r.CPUError)
 		}
+		// (CPU itself is not asserted: over 200 ms on a loaded machine this
+		// process may get less than one clock tick.)
 		for _, p := range r.CPU {
-			if p.PID != os.Getpid() || p.CPU <= 0 {
-				t.Errorf("%v: %+v, want pid %d with CPU", how, p, os.Getpid())
+			if p.PID != os.Getpid() || p.CPU < 0 {
+				t.Errorf("%v: %+v, want pid %d", how, p, os.Getpid())
 			}
 		}
 		if r.CPU[2].Role != "load generator" || !strings.HasPrefix(r.CPU[0].Name, "http://127.0.0.1:") {
@@ -635,13 +637,13 @@ func TestBenchRealCluster(t *testing.T) {
 		if r.DiskBytes == 0 || r.RSSBytes == 0 {
 			t.Errorf("%s: footprint not measured: disk %d rss %d", tc.name, r.DiskBytes, r.RSSBytes)
 		}
-		// One leader, the rest followers, and the load generator: each
-		// spent CPU on the checks.
+		// One leader, the rest followers, and the load generator; the
+		// leader decided every check, so it used CPU.
 		roles := map[string]int{}
 		for _, p := range r.CPU {
 			roles[p.Role]++
-			if p.CPU <= 0 {
-				t.Errorf("%s: %s %s used no CPU", tc.name, p.Role, p.Name)
+			if p.Role == "leader" && p.CPU <= 0 {
+				t.Errorf("%s: the leader %s used no CPU", tc.name, p.Name)
 			}
 		}
 		if n := r.Nodes; roles["leader"] != 1 || roles["follower"] != n-1 || roles["load generator"] != 1 || r.CPUError != "" {

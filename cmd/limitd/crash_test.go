@@ -893,7 +893,7 @@ func TestCrashDamagedFilesAtStart(t *testing.T) {
 func startOutcome(p *proc, timeout time.Duration) (ready bool, exitErr error) {
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
-		if err, exited := p.waitTimeout(0); exited {
+		if exited, err := p.waitTimeout(0); exited {
 			return false, err
 		}
 		if getReady(context.Background(), p.url("")) == nil {

@@ -123,13 +123,19 @@ func (nd *procNode) wait() error {
 	return nd.waitErr
 }
 
-// waitTimeout is wait with a limit; ok is false if it is still running.
-func (nd *procNode) waitTimeout(d time.Duration) (err error, ok bool) {
+// waitTimeout is wait with a limit: exited is false (and err nil) if the
+// process is still running after d.
+func (nd *procNode) waitTimeout(d time.Duration) (exited bool, err error) {
+	select { // an exit already seen wins over an expired timer
+	case <-nd.exited:
+		return true, nd.waitErr
+	default:
+	}
 	select {
 	case <-nd.exited:
-		return nd.waitErr, true
+		return true, nd.waitErr
 	case <-time.After(d):
-		return nil, false
+		return false, nil
 	}
 }
 
@@ -148,7 +154,7 @@ func (nd *procNode) term(timeout time.Duration) error {
 		return nd.wait()
 	}
 	nd.cmd.Process.Signal(syscall.SIGTERM)
-	if err, ok := nd.waitTimeout(timeout); ok {
+	if exited, err := nd.waitTimeout(timeout); exited {
 		return err
 	}
 	nd.kill()
@@ -373,7 +379,7 @@ func (c *procCluster) stopNodes() error {
 		if nd.cmd == nil {
 			continue
 		}
-		if _, ok := nd.waitTimeout(max(time.Until(deadline), 0)); !ok {
+		if exited, _ := nd.waitTimeout(max(time.Until(deadline), 0)); !exited {
 			nd.kill()
 			killed = append(killed, nd.id)
 		}
