@@ -92,6 +92,9 @@ func TestProxySnippets(t *testing.T) {
 		t.Fatalf("create policy: %d %s", code, body)
 	}
 	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/api/boom" {
+			w.WriteHeader(http.StatusInternalServerError)
+		}
 		io.WriteString(w, "app "+r.URL.Path)
 	}))
 	defer app.Close()
@@ -164,17 +167,27 @@ http {
 		t.Log("haproxy not installed: its snippet is not checked")
 	}
 
-	get := func(px proxyUnderTest) (*http.Response, string) {
+	getPath := func(px proxyUnderTest, from, path string) (*http.Response, string) {
 		t.Helper()
-		req, _ := http.NewRequest(http.MethodGet, "http://"+px.addr+"/api/x", nil)
+		req, _ := http.NewRequest(http.MethodGet, "http://"+px.addr+path, nil)
 		req.Header.Set("X-Forwarded-For", "198.51.100.7") // must not choose the key
-		resp, err := clientFrom(px.from).Do(req)
+		resp, err := clientFrom(from).Do(req)
 		if err != nil {
 			t.Fatalf("%s: %v", px.name, err)
 		}
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(resp.Body)
 		return resp, string(b)
+	}
+	get := func(px proxyUnderTest) (*http.Response, string) { return getPath(px, px.from, "/api/x") }
+	// The application's own errors pass through untouched (the 500 → 503
+	// mapping is for limitd's failures only). From another address: a key of
+	// its own.
+	for i, px := range proxies {
+		resp, b := getPath(px, fmt.Sprintf("127.0.1.%d", i+1), "/api/boom")
+		if resp.StatusCode != 500 || b != "app /api/boom" {
+			t.Errorf("%s: the app's 500 arrived as %d %q", px.name, resp.StatusCode, b)
+		}
 	}
 	// Limit 2 per client address: 200, 200, then 429 with the headers.
 	for _, px := range proxies {
