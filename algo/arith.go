@@ -11,8 +11,6 @@ import (
 // make decisions at exact boundary instants wrong.
 type u128 struct{ hi, lo uint64 }
 
-func u(v int64) u128 { return u128{lo: uint64(v)} }
-
 // mul returns a × b for non-negative a and b.
 func mul(a, b int64) u128 {
 	hi, lo := bits.Mul64(uint64(a), uint64(b))

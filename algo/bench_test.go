@@ -154,3 +154,60 @@ func ExampleDecide() {
 	// request 11 refused, retry after 6s
 	// after 6s allowed: true remaining: 0
 }
+
+// BenchmarkSlidingLogLimit: one key under steady traffic at about its limit,
+// limit 10 vs 10^6 (a 3 MB log), per decision and per batch of 1,000 checks
+// on the key, with Decide (copies the log into dst) and DecideInPlace (keeps
+// it in the caller's buffer). The steady state is built with DecideInPlace:
+// building 10^6 entries with Decide copies the log 2×10^6 times.
+func BenchmarkSlidingLogLimit(b *testing.B) {
+	for _, limit := range []int64{10, MaxSlidingLogLimit} {
+		s, err := Spec{Algorithm: SlidingLog, Limit: limit, Window: int64(time.Second)}.Validate()
+		if err != nil {
+			b.Fatal(err)
+		}
+		step := s.Window / s.Limit * 95 / 100
+		now := epoch2025
+		var state []byte
+		for i := int64(0); i < 2*s.Limit; i++ {
+			if _, state, err = DecideInPlace(&s, state, now, 1); err != nil {
+				b.Fatal(err)
+			}
+			now += step
+		}
+		for _, batch := range []int{1, 1000} {
+			for _, inPlace := range []bool{false, true} {
+				name := fmt.Sprintf("limit=%d/batch=%d/decide", limit, batch)
+				if inPlace {
+					name = fmt.Sprintf("limit=%d/batch=%d/in_place", limit, batch)
+				}
+				b.Run(name, func(b *testing.B) {
+					st := append(make([]byte, 0, len(state)*5/4), state...)
+					bufs := [2][]byte{make([]byte, 0, 2*len(state)+64), make([]byte, 0, 2*len(state)+64)}
+					t := now
+					b.ResetTimer()
+					for i := 0; i < b.N; i++ {
+						for j := 0; j < batch; j++ {
+							var next []byte
+							var err error
+							if inPlace {
+								_, next, err = DecideInPlace(&s, st, t, 1)
+							} else {
+								k := (i*batch + j) & 1
+								if _, next, err = Decide(bufs[k][:0], &s, st, t, 1); next != nil {
+									bufs[k] = next
+								}
+							}
+							if err != nil {
+								b.Fatal(err)
+							}
+							st = next
+							t += step
+						}
+					}
+					b.ReportMetric(float64(len(st)), "bytes/key")
+				})
+			}
+		}
+	}
+}

@@ -76,14 +76,44 @@ func (s *Spec) windowAt(t int64) (start, end int64, err error) {
 }
 
 // dayStart returns the first instant of the local date y-m-d (normalized as
-// time.Date does): local midnight, or where a DST jump skips midnight, the
-// instant of the jump. time.Date may resolve a skipped midnight with the
-// offset after the jump, an instant that still belongs to the day before.
+// time.Date does): the earliest instant whose local date is y-m-d or later.
+// That is local midnight, except
+//   - where a jump forward skips midnight: the instant of the jump (time.Date
+//     may answer with the offset after the jump, an instant that still belongs
+//     to the day before);
+//   - where a jump back repeats midnight (Asia/Amman 2021-10-29, 01:00 → 00:00):
+//     the first of the two midnights (time.Date answers the second, which
+//     would count the day's first hour in the day before);
+//   - where the zone skipped the whole date (Pacific/Apia 2011-12-30): the
+//     start of the next date that exists, so that date's period is empty.
+//
+// Local dates are not monotonic in time where a jump back crosses midnight,
+// so the answer is the minimum over the offset periods near the date: in a
+// period [s, e) with offset o, the wall clock t+o reaches midnight w first at
+// max(s, w−o).
 func dayStart(y int, m time.Month, d int, loc *time.Location) int64 {
+	w := time.Date(y, m, d, 0, 0, 0, 0, time.UTC).Unix() // midnight as wall-clock seconds
 	t := time.Date(y, m, d, 0, 0, 0, 0, loc)
-	wy, wm, wd := time.Date(y, m, d, 0, 0, 0, 0, time.UTC).Date()
-	if ty, tm, td := t.Date(); ty < wy || ty == wy && (tm < wm || tm == wm && td < wd) {
-		_, t = t.ZoneBounds() // the jump: the end of the offset in force at t
+	_, off := t.Zone()
+	// Fast path: t is that midnight and its offset has held for longer than
+	// any offset can shift a wall clock, so no earlier instant reaches w.
+	if s, _ := t.ZoneBounds(); t.Unix()+int64(off) == w && (s.IsZero() || s.Unix() <= t.Unix()-maxZoneShift) {
+		return t.UnixNano()
 	}
-	return t.UnixNano()
+	// Walk the offset periods forward from well before midnight anywhere; the
+	// first period whose wall clock reaches w holds the earliest instant.
+	a := time.Unix(w-maxZoneShift, 0).In(loc)
+	for {
+		_, o := a.Zone()
+		_, e := a.ZoneBounds()
+		c := max(a.Unix(), w-int64(o))
+		if e.IsZero() || c < e.Unix() {
+			return c * int64(time.Second)
+		}
+		a = e
+	}
 }
+
+// maxZoneShift (seconds) exceeds the largest UTC offset in the tz database
+// (about ±15 h, including local mean times) plus one jump.
+const maxZoneShift = 2 * 24 * 3600

@@ -104,6 +104,11 @@ func TestCalendarDST(t *testing.T) {
 		// 2024-09-08 00:00 does not exist in Santiago: the day starts at 01:00 -03.
 		{"day without midnight", CalendarDay, "America/Santiago", time.Date(2024, 9, 8, 12, 0, 0, 0, santiago),
 			time.Date(2024, 9, 8, 4, 0, 0, 0, time.UTC), time.Date(2024, 9, 9, 0, 0, 0, 0, santiago)},
+		// Amman fell back from 01:00 (+03) to 00:00 (+02) on 2021-10-29: the
+		// day starts at the first midnight, 21:00 UTC, and its first hour
+		// (00:30 +03 here) is not counted in the day before.
+		{"repeated midnight", CalendarDay, "Asia/Amman", time.Date(2021, 10, 28, 21, 30, 0, 0, time.UTC),
+			time.Date(2021, 10, 28, 21, 0, 0, 0, time.UTC), time.Date(2021, 10, 29, 22, 0, 0, 0, time.UTC)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

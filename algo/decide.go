@@ -30,6 +30,27 @@ import (
 // as of that recorded time, and RetryAfter, ResetAfter and Delay still count
 // from now.
 func Decide(dst []byte, s *Spec, state []byte, now, cost int64) (d Decision, next []byte, err error) {
+	return decide(dst, s, state, now, cost, false)
+}
+
+// DecideInPlace is Decide for a caller that owns state: state must be
+// writable and not read by anyone else, and after the call its contents are
+// undefined. next may share state's array (it may be a sub-slice starting
+// after state's first byte, or reuse its spare capacity); pass next back as
+// the state of the following decision on the key.
+//
+// The decision is the same as Decide's. For sliding_log the work per
+// decision does not grow with the log: no copy of the logged entries, only
+// those that age out are visited (amortised O(1) otherwise), where Decide
+// copies the whole log. For the other algorithms the states are at most 32
+// bytes and the two cost the same.
+func DecideInPlace(s *Spec, state []byte, now, cost int64) (d Decision, next []byte, err error) {
+	return decide(state[:0:cap(state)], s, state, now, cost, true)
+}
+
+// decide is Decide; with inPlace, dst is state[:0] (every algorithm but
+// sliding_log decodes its whole state before it writes dst).
+func decide(dst []byte, s *Spec, state []byte, now, cost int64, inPlace bool) (d Decision, next []byte, err error) {
 	if s == nil {
 		return d, nil, errors.New("algo: nil spec")
 	}
@@ -49,11 +70,15 @@ func Decide(dst []byte, s *Spec, state []byte, now, cost int64) (d Decision, nex
 	case FixedWindow:
 		return decideFixedWindow(dst, s, state, now, cost)
 	case SlidingLog:
-		return decideSlidingLog(dst, s, state, now, cost)
+		return decideSlidingLog(dst, s, state, now, cost, inPlace)
 	case SlidingWindow:
 		return decideSlidingWindow(dst, s, state, now, cost)
-	default:
+	case TokenBucket, LeakyBucket:
 		return decideBucket(dst, s, state, now, cost)
+	default:
+		// Unreachable while decidable checks Algorithm.valid; an algorithm
+		// added without a case here must not be decided as some other one.
+		return d, nil, fmt.Errorf("algo: no decision for algorithm %v", s.Algorithm)
 	}
 }
 

@@ -24,6 +24,15 @@ import (
 // encoded after the last one (found through its length in the header), and
 // the entries in between are copied as bytes. The entries' length in the
 // header makes any truncation detectable without decoding them.
+//
+// Decide copies those middle bytes (a memcpy of the log: ~0.3 ms at 10^6
+// entries). DecideInPlace does not: it leaves them where they are, writes the
+// new header just before them (where the aged-out entries were) and the new
+// newest entries after them, and returns a sub-slice of the caller's buffer.
+// Its cost per decision is the entries that age out plus amortised O(1):
+// the buffer is re-encoded only when the header has no room in front of the
+// middle entries (it keeps inPlaceHeadroom bytes spare for that) or when
+// append outgrows its capacity.
 
 // logEntry is one distinct timestamp of the log.
 type logEntry struct {
@@ -83,8 +92,11 @@ type logView struct {
 	empty bool
 	front logEntry
 	mid   []byte
-	tail  [2]logEntry
-	ntail int
+	// midEnd is the offset in the decoded state where mid ends; it does not
+	// move as entries are popped from mid's front.
+	midEnd int
+	tail   [2]logEntry
+	ntail  int
 }
 
 func decodeLog(state []byte) (logView, error) {
@@ -126,6 +138,7 @@ func decodeLog(state []byte) (logView, error) {
 		return logView{}, fmt.Errorf("%w: last entry", errLogCorrupt)
 	}
 	v.mid = body[n:midEnd]
+	v.midEnd = len(state) - lastLen
 	v.tail[0] = logEntry{t: base + span, delta: delta, count: count}
 	v.ntail = 1
 	return v, nil
@@ -222,6 +235,14 @@ func (v logView) retryAt(room, window int64) (int64, error) {
 }
 
 func (v *logView) appendTo(dst []byte) []byte {
+	dst = v.appendPrefix(dst)
+	dst = append(dst, v.mid...)
+	return v.appendTail(dst)
+}
+
+// appendPrefix appends everything before the middle entries: the tag, the
+// header and the oldest entry.
+func (v *logView) appendPrefix(dst []byte) []byte {
 	last := logEntryLen(0, v.front.count)
 	body := last + len(v.mid)
 	for _, e := range v.tail[:v.ntail] {
@@ -234,15 +255,49 @@ func (v *logView) appendTo(dst []byte) []byte {
 	dst = binary.AppendUvarint(dst, uint64(v.newest()-v.front.t))
 	dst = binary.AppendUvarint(dst, uint64(body))
 	dst = append(dst, byte(last))
-	dst = appendLogEntry(dst, 0, v.front.count)
-	dst = append(dst, v.mid...)
+	return appendLogEntry(dst, 0, v.front.count)
+}
+
+// appendTail appends the newest (decoded) entries.
+func (v *logView) appendTail(dst []byte) []byte {
 	for _, e := range v.tail[:v.ntail] {
 		dst = appendLogEntry(dst, e.delta, e.count)
 	}
 	return dst
 }
 
-func decideSlidingLog(dst []byte, s *Spec, state []byte, now, cost int64) (Decision, []byte, error) {
+const (
+	// inPlaceMin: logs with fewer middle bytes are re-encoded (a copy that
+	// small costs less than the bookkeeping it would save).
+	inPlaceMin = 256
+	// inPlaceHeadroom is the spare room left in front of a re-encoded log, so
+	// that a header that grows by a few bytes still fits in place.
+	inPlaceHeadroom = 32
+)
+
+// writeInPlace encodes the view into the buffer it was decoded from (state),
+// leaving the middle entries where they are; see DecideInPlace.
+func (v *logView) writeInPlace(state []byte) []byte {
+	if len(v.mid) < inPlaceMin {
+		var scratch [inPlaceMin + 128]byte
+		return append(state[:0], v.appendTo(scratch[:0])...)
+	}
+	var scratch [64]byte
+	prefix := v.appendPrefix(scratch[:0])
+	midOff := v.midEnd - len(v.mid)
+	if len(prefix) > midOff {
+		size := len(prefix) + len(v.mid) + 2*binary.MaxVarintLen64*v.ntail
+		out := make([]byte, inPlaceHeadroom, inPlaceHeadroom+size+size/4)
+		return v.appendTo(out)[inPlaceHeadroom:]
+	}
+	start := midOff - len(prefix)
+	copy(state[start:], prefix)
+	return v.appendTail(state[:v.midEnd])[start:]
+}
+
+// decideSlidingLog decides into dst, or, when inPlace, into state itself
+// (see DecideInPlace).
+func decideSlidingLog(dst []byte, s *Spec, state []byte, now, cost int64, inPlace bool) (Decision, []byte, error) {
 	v := logView{empty: true}
 	te := now
 	if len(state) > 0 {
@@ -292,5 +347,8 @@ func decideSlidingLog(dst []byte, s *Spec, state []byte, now, cost int64) (Decis
 		return d, nil, nil
 	}
 	d.ResetAfter = v.newest() + s.Window - now
+	if inPlace && len(state) > 0 {
+		return d, v.writeInPlace(state), nil
+	}
 	return d, v.appendTo(dst), nil
 }

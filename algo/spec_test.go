@@ -265,3 +265,46 @@ func FuzzDecodeSpec(f *testing.F) {
 		}
 	})
 }
+
+// TestAlgorithmOptions: HasBurst and HasCountRefused say exactly which
+// algorithms Validate lets take a burst and count_refused, for every value.
+func TestAlgorithmOptions(t *testing.T) {
+	for v := 0; v < 256; v++ {
+		a := Algorithm(v)
+		base := Spec{Algorithm: a, Limit: 2, Window: sec}
+		if _, err := base.Validate(); err != nil {
+			if a.HasBurst() || a.HasCountRefused() {
+				t.Errorf("%v: not an algorithm, but has options", a)
+			}
+			continue
+		}
+		burst, count := base, base
+		burst.Burst, count.CountRefused = 3, true
+		if _, err := burst.Validate(); (err == nil) != a.HasBurst() {
+			t.Errorf("%v: HasBurst %v, Validate with a burst: %v", a, a.HasBurst(), err)
+		}
+		if _, err := count.Validate(); (err == nil) != a.HasCountRefused() {
+			t.Errorf("%v: HasCountRefused %v, Validate with count_refused: %v", a, a.HasCountRefused(), err)
+		}
+	}
+}
+
+// TestDecideOnlyKnownAlgorithms: Decide decides only the five algorithms,
+// each with its own state, and refuses every other value.
+func TestDecideOnlyKnownAlgorithms(t *testing.T) {
+	known := map[Algorithm]bool{}
+	for _, a := range Algorithms {
+		known[a] = true
+	}
+	for v := 0; v < 256; v++ {
+		a := Algorithm(v)
+		s := Spec{Algorithm: a, Limit: 2, Window: sec, Burst: 2}
+		_, next, err := Decide(nil, &s, nil, sec, 1)
+		switch {
+		case known[a] && (err != nil || len(next) == 0 || next[0] != stateTag(a)):
+			t.Errorf("algorithm %d: state %x, %v", v, next, err)
+		case !known[a] && err == nil:
+			t.Errorf("algorithm %d is not one of the five, but Decide answered (state %x)", v, next)
+		}
+	}
+}

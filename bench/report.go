@@ -47,7 +47,17 @@ type Result struct {
 	// Set by drivers that started the servers themselves: the largest
 	// node's data directory and resident memory at the end of the run.
 	DiskBytes, RSSBytes int64
+
+	// Set by Run when Workload.CPU is set: the CPU time of each measured
+	// process over the measured interval (see CPUPerCheck), and what could
+	// not be measured.
+	CPU      []ProcessCPU
+	CPUError string
 }
+
+// Answered is the checks that got a decision (allowed + refused): the
+// divisor of CPU per check.
+func (r Result) Answered() int64 { return r.Allowed + r.Refused }
 
 func (r *Result) setLatencies(h *Histogram) {
 	r.P50 = h.Quantile(0.50)
@@ -104,6 +114,18 @@ type resultJSON struct {
 	Interrupted    bool             `json:"interrupted,omitempty"`
 	DiskBytes      int64            `json:"disk_bytes,omitempty"`
 	RSSBytes       int64            `json:"rss_bytes,omitempty"`
+	CPU            []processCPUJSON `json:"cpu,omitempty"`
+	CPUError       string           `json:"cpu_error,omitempty"`
+}
+
+// processCPUJSON is one process's CPU: seconds over the run and
+// microseconds per answered check.
+type processCPUJSON struct {
+	Role          string  `json:"role"`
+	Name          string  `json:"name,omitempty"`
+	PID           int     `json:"pid"`
+	CPUSec        float64 `json:"cpu_s"`
+	PerCheckMicro float64 `json:"cpu_per_check_us"`
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -127,7 +149,18 @@ func (r Result) MarshalJSON() ([]byte, error) {
 		Errors: r.Errors, ErrorsByClass: errs, LastError: r.LastError,
 		P50ms: ms(r.P50), P90ms: ms(r.P90), P99ms: ms(r.P99), MaxMs: ms(r.Max),
 		Interrupted: r.Interrupted, DiskBytes: r.DiskBytes, RSSBytes: r.RSSBytes,
+		CPU: cpuJSON(r), CPUError: r.CPUError,
 	})
+}
+
+func cpuJSON(r Result) []processCPUJSON {
+	var out []processCPUJSON
+	for _, p := range r.CPU {
+		out = append(out, processCPUJSON{Role: p.Role, Name: p.Name, PID: p.PID,
+			CPUSec:        math.Round(p.CPU.Seconds()*1e6) / 1e6,
+			PerCheckMicro: math.Round(float64(p.PerCheck(r.Answered()))/1e3*100) / 100})
+	}
+	return out
 }
 
 // UnmarshalJSON reads what MarshalJSON wrote (rates are recomputed).
@@ -145,6 +178,11 @@ func (r *Result) UnmarshalJSON(b []byte) error {
 		Errors: j.Errors, ErrorsByClass: j.ErrorsByClass, LastError: j.LastError,
 		P50: fromMs(j.P50ms), P90: fromMs(j.P90ms), P99: fromMs(j.P99ms), Max: fromMs(j.MaxMs),
 		Interrupted: j.Interrupted, DiskBytes: j.DiskBytes, RSSBytes: j.RSSBytes,
+		CPUError: j.CPUError,
+	}
+	for _, p := range j.CPU {
+		r.CPU = append(r.CPU, ProcessCPU{Role: p.Role, Name: p.Name, PID: p.PID,
+			CPU: time.Duration(math.Round(p.CPUSec * float64(time.Second)))})
 	}
 	return nil
 }
@@ -213,6 +251,12 @@ func WriteTable(w io.Writer, r Result) error {
 	}
 	row(per, fmt.Sprintf("p50 %s  p90 %s  p99 %s  max %s",
 		fmtDuration(r.P50), fmtDuration(r.P90), fmtDuration(r.P99), fmtDuration(r.Max)))
+	if len(r.CPU) > 0 {
+		row("CPU per check", cpuString(r, ", "))
+	}
+	if r.CPUError != "" {
+		row("CPU not measured", r.CPUError)
+	}
 	if r.DiskBytes > 0 || r.RSSBytes > 0 {
 		row("largest node", fmt.Sprintf("%s on disk (%s bytes per key of --keys), RSS %s",
 			fmtBytes(r.DiskBytes), formatInt(r.DiskBytes/int64(max(r.Keys, 1))), fmtBytes(r.RSSBytes)))
@@ -225,7 +269,7 @@ func WriteTable(w io.Writer, r Result) error {
 // run with the same key distribution (the issue's targets are stated that way).
 func WriteComparison(w io.Writer, results []Result, baseline string) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "system\trun\tnodes\tdist\tbatch\tchecks/s\tp50\tp90\tp99\tmax\tallowed\trefused\terrors\tvs %s\t\n", baseline)
+	fmt.Fprintf(tw, "system\trun\tnodes\tdist\tbatch\tchecks/s\tp50\tp90\tp99\tmax\tallowed\trefused\terrors\tvs %s\tCPU per check\t\n", baseline)
 	for _, r := range results {
 		ratio := "-"
 		if r.System != baseline {
@@ -241,13 +285,55 @@ func WriteComparison(w io.Writer, results []Result, baseline string) error {
 		if label == "" {
 			label = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
+		cpu := cpuString(r, " ")
+		if cpu == "" {
+			cpu = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
 			r.System, label, nodes, r.Dist, r.Batch,
 			formatInt(int64(math.Round(r.ChecksPerSec()))),
 			fmtDuration(r.P50), fmtDuration(r.P90), fmtDuration(r.P99), fmtDuration(r.Max),
-			formatInt(r.Allowed), formatInt(r.Refused), formatInt(r.Errors), ratio)
+			formatInt(r.Allowed), formatInt(r.Refused), formatInt(r.Errors), ratio, cpu)
 	}
 	return tw.Flush()
+}
+
+// cpuString lists each process's CPU per answered check in the order
+// measured: for one run "leader bench1 53.1µs, ..." (sep ", "); in the
+// comparison table (sep " ") "leader=53.1µs follower=25.0µs ... Σ=78.1µs
+// loadgen=35.0µs", where Σ is the servers' total (all but the load
+// generator) when there are several.
+func cpuString(r Result, sep string) string {
+	parts := make([]string, 0, len(r.CPU)+1)
+	var servers time.Duration
+	nServers := 0
+	for _, p := range r.CPU {
+		per := p.PerCheck(r.Answered())
+		if sep != " " {
+			who := p.Role
+			if p.Name != "" && p.Name != p.Role {
+				who += " " + p.Name
+			}
+			parts = append(parts, who+" "+fmtDuration(per))
+			continue
+		}
+		role := p.Role
+		if role == "load generator" {
+			if nServers > 1 {
+				parts = append(parts, "Σ="+fmtDuration(servers))
+			}
+			nServers = -1 // reported
+			role = "loadgen"
+		} else {
+			servers += per
+			nServers++
+		}
+		parts = append(parts, role+"="+fmtDuration(per))
+	}
+	if nServers > 1 {
+		parts = append(parts, "Σ="+fmtDuration(servers))
+	}
+	return strings.Join(parts, sep)
 }
 
 func findBaseline(results []Result, system, dist string) (Result, bool) {

@@ -131,8 +131,9 @@ func TestWriteComparisonRatios(t *testing.T) {
 	}
 	wantEnd := []string{"-", "-", "0.50x", "1.20x", "4.00x", "-"}
 	for i, w := range wantEnd {
-		if f := strings.Fields(lines[i+1]); f[len(f)-1] != w {
-			t.Errorf("row %d ends %q, want %q: %s", i, f[len(f)-1], w, lines[i+1])
+		// The ratio, then the CPU per check column ("-": not measured).
+		if f := strings.Fields(lines[i+1]); f[len(f)-2] != w || f[len(f)-1] != "-" {
+			t.Errorf("row %d ends %q, want %q -: %s", i, f[len(f)-2:], w, lines[i+1])
 		}
 	}
 	if !strings.Contains(lines[5], "80,000") {

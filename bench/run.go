@@ -20,6 +20,9 @@ type Workload struct {
 	Duration    time.Duration // measured time
 	Warmup      time.Duration // unmeasured time before it
 	Seed        uint64        // key sequence seed
+	// CPU, if set, measures processes over the measured interval: the
+	// result's CPU and CPUError. (Not a flag: the driver knows the processes.)
+	CPU *CPUMeter
 }
 
 // DefaultWorkload is the reference run: 64 workers, 100,000 uniform
@@ -126,6 +129,15 @@ func Run(ctx context.Context, w Workload, t Target, onProgress func(Progress)) (
 	start := time.Now()
 	measureFrom := start.Add(w.Warmup)
 	var stop atomic.Bool
+	if w.CPU != nil {
+		// CPU is measured over the measured interval only.
+		if w.Warmup == 0 {
+			w.CPU.Begin()
+		} else {
+			begin := time.AfterFunc(w.Warmup, w.CPU.Begin)
+			defer begin.Stop()
+		}
+	}
 	timer := time.AfterFunc(w.Warmup+w.Duration, func() { stop.Store(true) })
 	defer timer.Stop()
 	// Ctrl-C stops new requests at once; in-flight ones end with ctx.
@@ -165,6 +177,14 @@ func Run(ctx context.Context, w Workload, t Target, onProgress func(Progress)) (
 	}
 	wg.Wait()
 	end := time.Now()
+	var cpu []ProcessCPU
+	var cpuErr string
+	if w.CPU != nil {
+		var err error
+		if cpu, err = w.CPU.End(); err != nil {
+			cpuErr = err.Error()
+		}
+	}
 	close(done)
 	progressDone.Wait()
 
@@ -197,6 +217,7 @@ func Run(ctx context.Context, w Workload, t Target, onProgress func(Progress)) (
 	}
 	r.Checks = r.Allowed + r.Refused + r.Errors
 	r.setLatencies(&h)
+	r.CPU, r.CPUError = cpu, cpuErr
 	return r, nil
 }
 

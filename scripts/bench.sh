@@ -11,7 +11,10 @@
 #   redis    uniform, zipf                      (scripts/redisbench, EVALSHA per check)
 #   limitd   3 nodes uniform, zipf, batches of 100 uniform; 1 node uniform
 #            (limitd bench --cluster N: fresh loopback nodes in temp dirs)
-# then prints one table with limitd's checks/s relative to Redis's. Everything
+# then prints one table with limitd's checks/s relative to Redis's and CPU per
+# check of every process (Redis, each limitd node by role: leader/follower, and
+# the load generator; user + system CPU from /proc/PID/stat over the measured
+# interval divided by the checks answered). Everything
 # it starts is stopped on exit, Ctrl-C included; each run is capped at
 # RUN_TIMEOUT seconds.
 #
@@ -135,8 +138,8 @@ run() {
 # --- Runs --------------------------------------------------------------------
 start_redis
 log "redis $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p') on 127.0.0.1:$redis_port, appendonly yes, appendfsync always"
-run "uniform" "$work/redisbench" --addr "127.0.0.1:$redis_port" --dist uniform
-run "zipf" "$work/redisbench" --addr "127.0.0.1:$redis_port" --dist zipf
+run "uniform" "$work/redisbench" --addr "127.0.0.1:$redis_port" --server-pid "$redis_pid" --dist uniform
+run "zipf" "$work/redisbench" --addr "127.0.0.1:$redis_port" --server-pid "$redis_pid" --dist zipf
 stop_redis # nothing else on the CPU while limitd runs
 
 run "uniform" "$work/limitd" bench --cluster 3 "${serve[@]}" --algorithm sliding_window --dist uniform

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -9,13 +8,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"os/signal"
-	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -34,8 +31,13 @@ directories; node 1 bootstraps, the others join it), benchmarks them and stops
 them at the end or on Ctrl-C.
 
 At the end it prints checks/s (decided checks: allowed + refused), allowed and
-refused counts, p50/p90/p99/max latency per request and errors by class, or
-one JSON line with --json. On a terminal a progress bar shows elapsed time,
+refused counts, p50/p90/p99/max latency per request, errors by class and CPU
+per check, or one JSON line with --json. CPU per check is each process's user
++ system CPU time over the measured interval (/proc/PID/stat) divided by the
+checks answered: every node by role (leader, follower) and the load
+generator itself. With --cluster the nodes are known; with --addrs give their
+process ids with --pids, or --discover-pids to find the process listening on
+each address's port (nodes on this machine). On a terminal a progress bar shows elapsed time,
 checks/s and p99 so far.
 
 Examples:
@@ -52,12 +54,13 @@ type benchFlags struct {
 	cluster      int
 	serveFlags   string
 	check        bench.CheckSpec
-	window       string
 	createPolicy bool
 	timeout      time.Duration
 	jsonOut      bool
 	adminToken   string
 	label        string
+	pids         string
+	discoverPIDs bool
 }
 
 func newBenchFlagSet(out io.Writer) (*flag.FlagSet, *benchFlags) {
@@ -80,6 +83,8 @@ func newBenchFlagSet(out io.Writer) (*flag.FlagSet, *benchFlags) {
 	fs.BoolVar(&f.jsonOut, "json", false, "print one JSON line instead of the table, and no progress bar")
 	fs.StringVar(&f.adminToken, "admin-token", os.Getenv("LIMITD_ADMIN_TOKEN"), "bearer token for --create-policy (default $LIMITD_ADMIN_TOKEN)")
 	fs.StringVar(&f.label, "label", "", "name of this run in the JSON line and in comparison tables")
+	fs.StringVar(&f.pids, "pids", "", "comma-separated process ids of the --addrs nodes, in the same order, to report their CPU per check")
+	fs.BoolVar(&f.discoverPIDs, "discover-pids", false, "find the process listening on each --addrs port (nodes on this machine) to report their CPU per check")
 	fs.Usage = func() {
 		fmt.Fprint(out, benchUsage)
 		fs.PrintDefaults()
@@ -129,6 +134,18 @@ func (f *benchFlags) validate(fs *flag.FlagSet) error {
 		return errors.New("--create-policy needs --policy")
 	case f.timeout <= 0:
 		return fmt.Errorf("--timeout must be positive, got %s", f.timeout)
+	case f.cluster > 0 && (f.pids != "" || f.discoverPIDs):
+		return errors.New("--pids and --discover-pids are for --addrs: --cluster knows its nodes")
+	case f.pids != "" && f.discoverPIDs:
+		return errors.New("--pids and --discover-pids exclude each other")
+	}
+	if f.pids != "" {
+		if _, err := parsePIDs(f.pids); err != nil {
+			return err
+		}
+		if n, m := len(strings.Split(f.pids, ",")), len(splitAddrs(f.addrs)); n != m {
+			return fmt.Errorf("--pids lists %d process ids for %d --addrs", n, m)
+		}
 	}
 	if f.addrs == "" && f.cluster == 0 {
 		f.addrs = "http://127.0.0.1:8080"
@@ -139,7 +156,7 @@ func (f *benchFlags) validate(fs *flag.FlagSet) error {
 func (f *benchFlags) run(ctx context.Context, stdout, stderr io.Writer) error {
 	addrs := splitAddrs(f.addrs)
 	nodes := len(addrs)
-	var c *benchCluster
+	var c *procCluster
 	if f.cluster > 0 {
 		fmt.Fprintf(stderr, "limitd bench: starting a %d-node cluster on loopback\n", f.cluster)
 		began := time.Now()
@@ -163,6 +180,12 @@ func (f *benchFlags) run(ctx context.Context, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
+
+	procs, err := f.measuredProcesses(ctx, c, addrs)
+	if err != nil {
+		return err
+	}
+	f.work.CPU = bench.NewCPUMeter(procs...)
 
 	target, err := bench.NewHTTPTarget(bench.HTTPConfig{
 		Addrs: addrs, Check: f.check, Concurrency: f.work.Concurrency, Timeout: f.timeout,
@@ -218,6 +241,88 @@ func (f *benchFlags) run(ctx context.Context, stdout, stderr io.Writer) error {
 	return nil
 }
 
+// measuredProcesses lists the processes whose CPU the run measures: every
+// node (by its role now: leader or follower) and this load generator.
+func (f *benchFlags) measuredProcesses(ctx context.Context, c *procCluster, addrs []string) ([]bench.ProcessCPU, error) {
+	var pids []int
+	var names []string
+	switch {
+	case c != nil:
+		for _, nd := range c.nodes {
+			pids, names = append(pids, nd.pid()), append(names, nd.id)
+		}
+	case f.pids != "":
+		pids, _ = parsePIDs(f.pids)
+		names = addrs
+	case f.discoverPIDs:
+		for _, a := range addrs {
+			u, err := url.Parse(a)
+			if err != nil {
+				return nil, fmt.Errorf("--discover-pids: %w", err)
+			}
+			port, err := strconv.Atoi(u.Port())
+			if err != nil {
+				return nil, fmt.Errorf("--discover-pids: %s has no port", a)
+			}
+			pid, err := bench.ListeningPID(port)
+			if err != nil {
+				return nil, fmt.Errorf("--discover-pids: %s: %w", a, err)
+			}
+			pids, names = append(pids, pid), append(names, a)
+		}
+	}
+	var procs []bench.ProcessCPU
+	for i, pid := range pids {
+		procs = append(procs, bench.ProcessCPU{Role: nodeRole(ctx, addrs[i], f.adminToken), Name: names[i], PID: pid})
+	}
+	return append(procs, bench.ProcessCPU{Role: "load generator", Name: "limitd bench", PID: os.Getpid()}), nil
+}
+
+// nodeRole asks a node for its Raft state: "leader", "follower", or "node"
+// when it does not say.
+func nodeRole(ctx context.Context, addr, token string) string {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, addr+"/v1/cluster", nil)
+	if err != nil {
+		return "node"
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "node"
+	}
+	defer resp.Body.Close()
+	var st struct {
+		State string `json:"state"`
+	}
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&st) != nil {
+		return "node"
+	}
+	switch strings.ToLower(st.State) {
+	case "leader":
+		return "leader"
+	case "follower":
+		return "follower"
+	}
+	return "node"
+}
+
+// parsePIDs reads "12,34" into process ids.
+func parsePIDs(s string) ([]int, error) {
+	var out []int
+	for _, p := range strings.Split(s, ",") {
+		pid, err := strconv.Atoi(strings.TrimSpace(p))
+		if err != nil || pid <= 0 {
+			return nil, fmt.Errorf("--pids: %q is not a process id", p)
+		}
+		out = append(out, pid)
+	}
+	return out, nil
+}
+
 // splitAddrs turns "a:1, http://b:2/" into base URLs.
 func splitAddrs(s string) []string {
 	var out []string
@@ -259,23 +364,6 @@ func waitBenchReady(ctx context.Context, addrs []string, wait time.Duration) err
 	return nil
 }
 
-func getReady(ctx context.Context, addr string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, addr+"/readyz", nil)
-	if err != nil {
-		return err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return fmt.Errorf("GET /readyz: %s %s", resp.Status, bytes.TrimSpace(b))
-	}
-	return nil
-}
-
 // putBenchPolicy creates or replaces the policy the checks use.
 func putBenchPolicy(ctx context.Context, addr, token string, c bench.CheckSpec) error {
 	body, err := json.Marshal(struct {
@@ -310,332 +398,24 @@ func putBenchPolicy(ctx context.Context, addr, token string, c bench.CheckSpec) 
 	return nil
 }
 
-// benchServe returns the command that runs a node: this executable's
-// "serve". Tests point it at a fake node.
-var benchServe = func() (string, []string, error) {
-	exe, err := os.Executable()
-	return exe, []string{"serve"}, err
-}
+// benchReadyWait is how long running nodes (--addrs) may take to be ready.
+var benchReadyWait = 5 * time.Second
 
-// Timeouts: how long running nodes (--addrs) may take to be ready, and how
-// long a cluster started by --cluster may take to start and to stop.
-var (
-	benchReadyWait    = 5 * time.Second
-	benchStartTimeout = 60 * time.Second
-	benchStopTimeout  = 10 * time.Second
-)
-
-// benchCluster is a cluster started by `limitd bench --cluster N`.
-type benchCluster struct {
-	dir   string
-	nodes []*benchNode
-}
-
-type benchNode struct {
-	id, httpAddr, raftAddr, dataDir, logPath string
-	cmd                                      *exec.Cmd
-	exited                                   chan struct{} // closed when the process has been reaped
-}
-
-// startBenchCluster starts n nodes and waits until every node is ready and the
-// first lists n members. On failure everything started is stopped and the
-// error carries the end of the nodes' logs.
-func startBenchCluster(ctx context.Context, n int, extra []string) (*benchCluster, error) {
-	exe, prefix, err := benchServe()
-	if err != nil {
-		return nil, fmt.Errorf("find the limitd executable: %w", err)
-	}
+// startBenchCluster starts n nodes named bench1..benchN in a new temporary
+// directory, which stop removes.
+func startBenchCluster(ctx context.Context, n int, extra []string) (*procCluster, error) {
 	dir, err := os.MkdirTemp("", "limitd-bench-")
 	if err != nil {
 		return nil, fmt.Errorf("create cluster directory: %w", err)
 	}
-	c := &benchCluster{dir: dir}
-	ports, err := freeLoopbackAddrs(2 * n)
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("bench%d", i+1)
+	}
+	c, err := startProcCluster(ctx, dir, ids, extra)
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	for i := range n {
-		id := fmt.Sprintf("bench%d", i+1)
-		c.nodes = append(c.nodes, &benchNode{
-			id: id, httpAddr: ports[2*i], raftAddr: ports[2*i+1],
-			dataDir: filepath.Join(dir, id), logPath: filepath.Join(dir, id+".log"),
-		})
-	}
-	fail := func(err error) (*benchCluster, error) {
-		err = fmt.Errorf("%w%s", err, c.logTails(20))
-		c.stop()
-		return nil, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, benchStartTimeout)
-	defer cancel()
-	// Node 1 bootstraps alone; the others join once it leads.
-	if err := c.nodes[0].start(exe, prefix, "", extra); err != nil {
-		return fail(err)
-	}
-	if err := c.waitReady(ctx, c.nodes[:1], 1); err != nil {
-		return fail(err)
-	}
-	for _, nd := range c.nodes[1:] {
-		if err := nd.start(exe, prefix, "http://"+c.nodes[0].httpAddr, extra); err != nil {
-			return fail(err)
-		}
-	}
-	if err := c.waitReady(ctx, c.nodes, n); err != nil {
-		return fail(err)
-	}
 	return c, nil
-}
-
-// freeLoopbackAddrs reserves n distinct free ports by holding them all open
-// at once, then releases them for the nodes to bind.
-func freeLoopbackAddrs(n int) ([]string, error) {
-	var lns []net.Listener
-	defer func() {
-		for _, ln := range lns {
-			ln.Close()
-		}
-	}()
-	addrs := make([]string, n)
-	for i := range addrs {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("find a free loopback port: %w", err)
-		}
-		lns = append(lns, ln)
-		addrs[i] = ln.Addr().String()
-	}
-	return addrs, nil
-}
-
-// benchEnvDropped are variables a node must not inherit: the bench sets
-// identity and addresses itself, and a LIMITD_JOIN would make node 1 join
-// some other cluster.
-var benchEnvDropped = []string{
-	"LIMITD_NODE_ID=", "LIMITD_HTTP_ADDR=", "LIMITD_RAFT_ADDR=", "LIMITD_HTTP_ADVERTISE=",
-	"LIMITD_RAFT_ADVERTISE=", "LIMITD_DATA_DIR=", "LIMITD_JOIN=", "LIMITD_TLS_CERT=", "LIMITD_TLS_KEY=",
-}
-
-func (nd *benchNode) start(exe string, prefix []string, join string, extra []string) error {
-	args := append([]string(nil), prefix...)
-	args = append(args, "--node-id", nd.id, "--http-addr", nd.httpAddr, "--raft-addr", nd.raftAddr, "--data-dir", nd.dataDir)
-	if join != "" {
-		args = append(args, "--join", join)
-	}
-	args = append(args, extra...)
-	logf, err := os.Create(nd.logPath)
-	if err != nil {
-		return fmt.Errorf("create log of %s: %w", nd.id, err)
-	}
-	cmd := exec.Command(exe, args...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	for _, kv := range os.Environ() {
-		drop := false
-		for _, p := range benchEnvDropped {
-			drop = drop || strings.HasPrefix(kv, p)
-		}
-		if !drop {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return fmt.Errorf("start %s: %w", nd.id, err)
-	}
-	nd.cmd = cmd
-	nd.exited = make(chan struct{})
-	go func() {
-		cmd.Wait()
-		logf.Close()
-		close(nd.exited)
-	}()
-	return nil
-}
-
-func (nd *benchNode) running() bool {
-	if nd.cmd == nil {
-		return false
-	}
-	select {
-	case <-nd.exited:
-		return false
-	default:
-		return true
-	}
-}
-
-func (c *benchCluster) addrs() []string {
-	out := make([]string, len(c.nodes))
-	for i, nd := range c.nodes {
-		out[i] = "http://" + nd.httpAddr
-	}
-	return out
-}
-
-// waitReady polls until every node in nodes answers /readyz and the first
-// node's /v1/cluster lists members members.
-func (c *benchCluster) waitReady(ctx context.Context, nodes []*benchNode, members int) error {
-	var last error
-	for {
-		last = nil
-		for _, nd := range nodes {
-			if nd.cmd != nil && !nd.running() {
-				return fmt.Errorf("%s exited during start-up (%s)", nd.id, nd.cmd.ProcessState)
-			}
-			if err := getReady(ctx, "http://"+nd.httpAddr); err != nil {
-				last = fmt.Errorf("%s: %w", nd.id, err)
-				break
-			}
-		}
-		if last == nil {
-			n, err := clusterMembers(ctx, "http://"+nodes[0].httpAddr)
-			if err == nil && n == members {
-				return nil
-			}
-			last = fmt.Errorf("%s lists %d of %d members (%v)", nodes[0].id, n, members, err)
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("cluster not ready: %w (%v)", last, ctx.Err())
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-}
-
-func clusterMembers(ctx context.Context, addr string) (int, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, addr+"/v1/cluster", nil)
-	if err != nil {
-		return 0, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	var st struct {
-		Members []json.RawMessage `json:"members"`
-	}
-	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("GET /v1/cluster: %s", resp.Status)
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
-		return 0, fmt.Errorf("GET /v1/cluster: %w", err)
-	}
-	return len(st.Members), nil
-}
-
-// stop sends SIGTERM to every node, kills those still running after
-// benchStopTimeout, and removes the cluster directory.
-func (c *benchCluster) stop() error {
-	// A node that is gone before we stop it crashed: its log says why, and
-	// the directory holding it is about to be removed.
-	var crashed []string
-	for _, nd := range c.nodes {
-		if nd.running() {
-			nd.cmd.Process.Signal(syscall.SIGTERM)
-		} else if nd.cmd != nil {
-			crashed = append(crashed, fmt.Sprintf("%s exited during the run (%s)", nd.id, nd.cmd.ProcessState))
-		}
-	}
-	var tails string
-	if len(crashed) > 0 {
-		tails = c.logTails(20)
-	}
-	deadline := time.After(benchStopTimeout)
-	var killed []string
-	for _, nd := range c.nodes {
-		if nd.cmd == nil {
-			continue
-		}
-		select {
-		case <-nd.exited:
-		case <-deadline:
-			// The deadline fired once; later nodes see it closed only via
-			// the running check below.
-			deadline = closedTimeChan()
-		}
-		if nd.running() {
-			nd.cmd.Process.Kill()
-			<-nd.exited
-			killed = append(killed, nd.id)
-		}
-	}
-	var errs []error
-	if len(crashed) > 0 {
-		errs = append(errs, fmt.Errorf("%s%s", strings.Join(crashed, "; "), tails))
-	}
-	if len(killed) > 0 {
-		errs = append(errs, fmt.Errorf("killed %s: no exit within %s of SIGTERM", strings.Join(killed, ", "), benchStopTimeout))
-	}
-	if err := os.RemoveAll(c.dir); err != nil {
-		errs = append(errs, fmt.Errorf("remove cluster directory: %w", err))
-	}
-	return errors.Join(errs...)
-}
-
-func closedTimeChan() <-chan time.Time {
-	ch := make(chan time.Time)
-	close(ch)
-	return ch
-}
-
-// footprint returns the largest node's data directory size and resident
-// memory (0 where the platform does not tell).
-func (c *benchCluster) footprint() (disk, rss int64) {
-	for _, nd := range c.nodes {
-		var size int64
-		filepath.WalkDir(nd.dataDir, func(_ string, d os.DirEntry, err error) error {
-			if err == nil && d.Type().IsRegular() {
-				if info, err := d.Info(); err == nil {
-					size += info.Size()
-				}
-			}
-			return nil
-		})
-		disk = max(disk, size)
-		if nd.running() {
-			rss = max(rss, processRSS(nd.cmd.Process.Pid))
-		}
-	}
-	return disk, rss
-}
-
-// processRSS reads VmRSS from /proc (Linux); 0 elsewhere.
-func processRSS(pid int) int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			var kb int64
-			fmt.Sscanf(strings.TrimSpace(rest), "%d kB", &kb)
-			return kb << 10
-		}
-	}
-	return 0
-}
-
-// logTails returns the last lines of every node's log, for start-up errors.
-func (c *benchCluster) logTails(lines int) string {
-	var b strings.Builder
-	for _, nd := range c.nodes {
-		f, err := os.Open(nd.logPath)
-		if err != nil {
-			continue
-		}
-		var tail []string
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			tail = append(tail, sc.Text())
-			if len(tail) > lines {
-				tail = tail[1:]
-			}
-		}
-		f.Close()
-		if len(tail) > 0 {
-			fmt.Fprintf(&b, "\n--- %s log (last %d lines) ---\n%s", nd.id, len(tail), strings.Join(tail, "\n"))
-		}
-	}
-	return b.String()
 }

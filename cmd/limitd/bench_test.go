@@ -78,7 +78,7 @@ func fakeNode(args []string) int {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		if !ready.Load() {
-			http.Error(w, `{"ready":false}`, 503)
+			http.Error(w, `{"ready":false}`, http.StatusServiceUnavailable)
 			return
 		}
 		w.Write([]byte(`{"ready":true}`))
@@ -90,7 +90,11 @@ func fakeNode(args []string) int {
 		for _, m := range members {
 			ms = append(ms, map[string]string{"id": m})
 		}
-		json.NewEncoder(w).Encode(map[string]any{"node_id": *id, "state": "Leader", "members": ms})
+		state := "Leader" // the node that bootstrapped
+		if *join != "" {
+			state = "Follower"
+		}
+		json.NewEncoder(w).Encode(map[string]any{"node_id": *id, "state": state, "members": ms})
 	})
 	mux.HandleFunc("POST /v1/cluster/join", func(w http.ResponseWriter, r *http.Request) {
 		var req struct{ ID string }
@@ -379,6 +383,30 @@ func TestBenchCreatesPolicyAndTable(t *testing.T) {
 	}
 }
 
+// Nodes given by address: their CPU is measured by --pids, or by the
+// process found listening on each port with --discover-pids (here the fakes
+// run in this process, so both name it).
+func TestBenchCPUOfNodesByAddress(t *testing.T) {
+	addrs := newFakeLimitd(t, &fakeLimitd{}) + "," + newFakeLimitd(t, &fakeLimitd{})
+	me := strconv.Itoa(os.Getpid())
+	for _, how := range [][]string{{"--pids", me + "," + me}, {"--discover-pids"}} {
+		r, _ := runBenchJSON(t, append(how, "--addrs", addrs, "--duration", "200ms", "--warmup", "50ms", "--concurrency", "4")...)
+		if len(r.CPU) != 3 || r.CPUError != "" {
+			t.Fatalf("%v: CPU %+v, error %q: want 2 nodes and the load generator", how, r.CPU, r.CPUError)
+		}
+		// (CPU itself is not asserted: over 200 ms on a loaded machine this
+		// process may get less than one clock tick.)
+		for _, p := range r.CPU {
+			if p.PID != os.Getpid() || p.CPU < 0 {
+				t.Errorf("%v: %+v, want pid %d", how, p, os.Getpid())
+			}
+		}
+		if r.CPU[2].Role != "load generator" || !strings.HasPrefix(r.CPU[0].Name, "http://127.0.0.1:") {
+			t.Errorf("%v: %+v", how, r.CPU)
+		}
+	}
+}
+
 func TestBenchFailures(t *testing.T) {
 	old := benchReadyWait
 	benchReadyWait = 300 * time.Millisecond
@@ -403,6 +431,10 @@ func TestBenchFailures(t *testing.T) {
 		{"create without policy", []string{"--create-policy"}, 2, "--create-policy needs --policy"},
 		{"stray argument", []string{"now"}, 2, `unexpected argument "now"`},
 		{"unknown flag", []string{"--speed", "max"}, 2, "flag provided but not defined"},
+		{"pids for cluster", []string{"--cluster", "2", "--pids", "1,2"}, 2, "--cluster knows its nodes"},
+		{"pids and discover", []string{"--pids", "1", "--discover-pids"}, 2, "exclude each other"},
+		{"pids count", []string{"--addrs", "a:1,b:2", "--pids", "12"}, 2, "--pids lists 1 process ids for 2 --addrs"},
+		{"bad pid", []string{"--pids", "x"}, 2, `--pids: "x" is not a process id`},
 	}
 	for _, tt := range tests {
 		var out, errb bytes.Buffer
@@ -449,9 +481,9 @@ func useTestNodes(t *testing.T, env string) (reports, tmp string) {
 	t.Setenv(env, "1")
 	t.Setenv(fakeNodeDirEnv, reports)
 	t.Setenv("TMPDIR", tmp)
-	old := benchServe
-	benchServe = func() (string, []string, error) { return os.Args[0], []string{"serve"}, nil }
-	t.Cleanup(func() { benchServe = old })
+	old := procServe
+	procServe = func() (string, []string, error) { return os.Args[0], []string{"serve"}, nil }
+	t.Cleanup(func() { procServe = old })
 	return reports, tmp
 }
 
@@ -508,15 +540,31 @@ func TestBenchClusterStartsRunsAndStops(t *testing.T) {
 	if total != r.Requests {
 		t.Errorf("nodes answered %d checks, report says %d", total, r.Requests)
 	}
+	// CPU per check for every node, by role, and for the load generator.
+	var roles []string
+	for i, p := range r.CPU {
+		roles = append(roles, p.Role+" "+p.Name)
+		want := os.Getpid()
+		if i < 3 {
+			b, _ := os.ReadFile(filepath.Join(reports, fmt.Sprintf("bench%d.pid", i+1)))
+			want, _ = strconv.Atoi(string(b))
+		}
+		if p.PID != want {
+			t.Errorf("%s %s: pid %d, want %d", p.Role, p.Name, p.PID, want)
+		}
+	}
+	if got := strings.Join(roles, ", "); got != "leader bench1, follower bench2, follower bench3, load generator limitd bench" || r.CPUError != "" {
+		t.Errorf("CPU measured for %q (error %q)", got, r.CPUError)
+	}
 	assertNodesGone(t, reports, tmp, 3)
 }
 
 func TestBenchClusterKillsNodesThatIgnoreSIGTERM(t *testing.T) {
 	reports, tmp := useFakeNodes(t)
 	t.Setenv(fakeNodeIgnoreEnv, "1")
-	old := benchStopTimeout
-	benchStopTimeout = 200 * time.Millisecond
-	defer func() { benchStopTimeout = old }()
+	old := procStopTimeout
+	procStopTimeout = 200 * time.Millisecond
+	defer func() { procStopTimeout = old }()
 	_, stderr := runBenchJSON(t, "--cluster", "2", "--duration", "100ms", "--warmup", "0", "--concurrency", "2")
 	if !strings.Contains(stderr, "killed bench1, bench2: no exit within 200ms of SIGTERM") {
 		t.Errorf("stderr %q: want the kill reported", stderr)
@@ -588,6 +636,18 @@ func TestBenchRealCluster(t *testing.T) {
 		}
 		if r.DiskBytes == 0 || r.RSSBytes == 0 {
 			t.Errorf("%s: footprint not measured: disk %d rss %d", tc.name, r.DiskBytes, r.RSSBytes)
+		}
+		// One leader, the rest followers, and the load generator; the
+		// leader decided every check, so it used CPU.
+		roles := map[string]int{}
+		for _, p := range r.CPU {
+			roles[p.Role]++
+			if p.Role == "leader" && p.CPU <= 0 {
+				t.Errorf("%s: the leader %s used no CPU", tc.name, p.Name)
+			}
+		}
+		if n := r.Nodes; roles["leader"] != 1 || roles["follower"] != n-1 || roles["load generator"] != 1 || r.CPUError != "" {
+			t.Errorf("%s: CPU measured for %v (error %q), want 1 leader, %d followers, the load generator", tc.name, roles, r.CPUError, n-1)
 		}
 	}
 	if left, _ := os.ReadDir(tmp); len(left) != 0 {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -415,7 +416,7 @@ func stateDigests(t *testing.T, procs []*proc) map[string]string {
 	digests := map[string]string{}
 	for _, p := range procs {
 		if err := p.term(); err != nil {
-			t.Fatalf("stop %s: %v\n%s", p.id, err, p.logs)
+			t.Fatalf("stop %s: %v\n%s", p.id, err, p.logs())
 		}
 	}
 	for _, p := range procs {
@@ -445,17 +446,17 @@ func crashSummary(t *testing.T, fields map[string]any) {
 // startCrashCluster starts three nodes: n1 bootstraps, n2 and n3 join it.
 func startCrashCluster(t *testing.T, extra ...string) []*proc {
 	t.Helper()
-	n1 := newProc(t, "n1", "")
-	n1.start(extra...)
-	n1.waitReady()
-	procs := []*proc{n1}
-	for _, id := range []string{"n2", "n3"} {
-		p := newProc(t, id, n1.url(""))
-		p.start(extra...)
-		procs = append(procs, p)
+	old := procServe
+	procServe = func() (string, []string, error) { return limitdBin, []string{"serve"}, nil }
+	defer func() { procServe = old }()
+	c, err := startProcCluster(context.Background(), t.TempDir(), []string{"n1", "n2", "n3"}, extra)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, p := range procs {
-		p.waitReady()
+	procs := make([]*proc, len(c.nodes))
+	for i, nd := range c.nodes {
+		procs[i] = &proc{procNode: nd, t: t}
+		t.Cleanup(nd.kill)
 	}
 	return procs
 }
@@ -514,8 +515,8 @@ func TestCrashKill9LeaderUnderLoad(t *testing.T) {
 	over, lost, phantom := l.audit()
 	digests := stateDigests(t, procs)
 	for _, p := range procs {
-		if killed[p] && !strings.Contains(p.logs.String(), "unclean") {
-			t.Errorf("%s restarted after kill -9 without reporting an unclean stop:\n%s", p.id, p.logs)
+		if killed[p] && !strings.Contains(p.logs(), "unclean") {
+			t.Errorf("%s restarted after kill -9 without reporting an unclean stop:\n%s", p.id, p.logs())
 		}
 		if digests[p.id] != digests[procs[0].id] {
 			t.Errorf("state digests differ: %v", digests)
@@ -541,12 +542,19 @@ func TestCrashKill9LeaderUnderLoad(t *testing.T) {
 }
 
 // snapshotFlags are the serve flags that make Raft snapshot every few dozen
-// entries, so that a kill lands in the middle of one; nil if this build of
-// limitd does not have them.
+// entries, so that a kill lands in the middle of one. The test fails (never
+// skips) if `serve --help` fails or no longer lists them: a renamed flag must
+// not turn the snapshot crash tests into skips.
 func snapshotFlags(t *testing.T) []string {
-	out, _ := exec.Command(limitdBin, "serve", "--help").CombinedOutput()
-	if !strings.Contains(string(out), "snapshot-threshold") || !strings.Contains(string(out), "snapshot-interval") {
-		return nil
+	t.Helper()
+	out, err := exec.Command(limitdBin, "serve", "--help").CombinedOutput()
+	if err != nil {
+		t.Fatalf("limitd serve --help: %v\n%s", err, out)
+	}
+	for _, f := range []string{"--snapshot-threshold", "--snapshot-interval"} {
+		if !strings.Contains(string(out), f[1:]) {
+			t.Fatalf("limitd serve --help does not list %s (renamed?); the snapshot crash tests need it:\n%s", f, out)
+		}
 	}
 	return []string{"--snapshot-threshold", "16", "--snapshot-interval", "10ms"}
 }
@@ -618,9 +626,6 @@ func fillKeys(t *testing.T, client *http.Client, p *proc, n int) {
 // off by the kill with their request_id.
 func TestCrashKill9DuringSnapshotAndApply(t *testing.T) {
 	snap := snapshotFlags(t)
-	if snap == nil {
-		t.Skip("limitd serve has no --snapshot-threshold/--snapshot-interval flags: cannot make snapshots frequent enough to kill one")
-	}
 	flags := append(append([]string{}, crashFlags...), snap...)
 	p := newProc(t, "solo", "")
 	p.start(flags...)
@@ -701,8 +706,8 @@ func TestCrashKill9DuringSnapshotAndApply(t *testing.T) {
 		}
 	}
 	p.kill()
-	if !strings.Contains(p.logs.String(), "unclean") {
-		t.Errorf("restart after kill -9 did not rebuild from Raft; logs:\n%s", p.logs)
+	if !strings.Contains(p.logs(), "unclean") {
+		t.Errorf("restart after kill -9 did not rebuild from Raft; logs:\n%s", p.logs())
 	}
 	t.Logf("%d rounds, %d checks sent, %d allowed; %d kills landed in the middle of a snapshot", rounds, sent, allowed.Load(), midSnapshot)
 	crashSummary(t, map[string]any{
@@ -826,9 +831,6 @@ func TestCrashDamagedFilesAtStart(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			flags := append(append([]string{}, crashFlags...), tc.flags...)
 			if tc.snapshots {
-				if snap == nil {
-					t.Skip("limitd serve has no --snapshot-threshold/--snapshot-interval flags")
-				}
 				flags = append(flags, snap...)
 			}
 			p := newProc(t, "d", "")
@@ -864,14 +866,14 @@ func TestCrashDamagedFilesAtStart(t *testing.T) {
 			case !ready && tc.want != mustRebuild:
 				// It refused to start: it must say why, naming the file.
 				if exitErr == nil {
-					t.Fatalf("exited 0 on a damaged %s; logs:\n%s", what, p.logs)
+					t.Fatalf("exited 0 on a damaged %s; logs:\n%s", what, p.logs())
 				}
-				if !strings.Contains(p.logs.String(), what) {
-					t.Fatalf("the error does not name the damaged %s:\n%s", what, p.logs)
+				if !strings.Contains(p.logs(), what) {
+					t.Fatalf("the error does not name the damaged %s:\n%s", what, p.logs())
 				}
-				t.Logf("refused to start: %s", lastLine(p.logs.String()))
+				t.Logf("refused to start: %s", lastLine(p.logs()))
 			case !ready:
-				t.Fatalf("did not start (%v) where it can rebuild its state; logs:\n%s", exitErr, p.logs)
+				t.Fatalf("did not start (%v) where it can rebuild its state; logs:\n%s", exitErr, p.logs())
 			case tc.want == mustRefuse:
 				d := p.check(mustJSON(crashCheck{Key: "daily-quota", Limit: quota}))
 				t.Fatalf("started on a damaged %s: quota remaining %d with %d checks allowed before", what, d.Remaining, allowed)
@@ -889,30 +891,20 @@ func TestCrashDamagedFilesAtStart(t *testing.T) {
 // startOutcome waits until p is ready or has exited. A process that exited
 // has been waited for; one that is ready keeps running.
 func startOutcome(p *proc, timeout time.Duration) (ready bool, exitErr error) {
-	exited := make(chan error, 1)
-	go func() { exited <- p.cmd.Wait() }()
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
-		select {
-		case err := <-exited:
+		if exited, err := p.waitTimeout(0); exited {
 			return false, err
-		default:
 		}
-		if resp, err := http.Get(p.url("/readyz")); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				// The goroutine above stays the process's only Wait.
-				p.t.Cleanup(func() { p.cmd.Process.Kill(); <-exited })
-				return true, nil
-			}
+		if getReady(context.Background(), p.url("")) == nil {
+			return true, nil // p.start's cleanup kills it
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	p.cmd.Process.Kill()
-	return false, fmt.Errorf("neither ready nor exited within %s: %w", timeout, <-exited)
+	p.kill()
+	return false, fmt.Errorf("neither ready nor exited within %s: %w", timeout, p.wait())
 }
 
-// snapshotOrder is (term, index) of a snapshot's state.bin path.
 func snapshotOrder(path string) [2]uint64 {
 	parts := strings.SplitN(filepath.Base(filepath.Dir(path)), "-", 3)
 	var o [2]uint64

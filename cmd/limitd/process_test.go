@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -11,7 +12,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -46,77 +46,46 @@ func freePort(t testing.TB) string {
 	return ln.Addr().String()
 }
 
-// proc is one limitd process.
+// proc is one limitd process (the shared procNode) bound to a test: start
+// and waitReady fail the test, and the process is killed at its end.
 type proc struct {
-	t        testing.TB
-	id       string
-	httpAddr string
-	raftAddr string
-	dataDir  string
-	join     string
-	cmd      *exec.Cmd
-	logs     *bytes.Buffer
+	*procNode
+	t testing.TB
 }
 
+// newProc makes a node on free loopback ports with its data in a fresh
+// temporary directory; join is the address of a node to join, or "".
 func newProc(t testing.TB, id, join string) *proc {
-	return &proc{t: t, id: id, httpAddr: freePort(t), raftAddr: freePort(t), dataDir: t.TempDir(), join: join}
+	return &proc{t: t, procNode: &procNode{
+		id: id, httpAddr: freePort(t), raftAddr: freePort(t), dataDir: t.TempDir(),
+		logPath: filepath.Join(t.TempDir(), id+".log"), join: join,
+		exe: limitdBin, prefix: []string{"serve"},
+	}}
 }
 
 func (p *proc) start(extra ...string) {
 	p.t.Helper()
-	args := []string{"serve", "--node-id", p.id, "--http-addr", p.httpAddr, "--raft-addr", p.raftAddr, "--data-dir", p.dataDir}
-	if p.join != "" {
-		args = append(args, "--join", p.join)
-	}
-	args = append(args, extra...)
-	p.cmd = exec.Command(limitdBin, args...)
-	p.logs = &bytes.Buffer{}
-	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
-	if err := p.cmd.Start(); err != nil {
+	if err := p.procNode.start(extra...); err != nil {
 		p.t.Fatal(err)
 	}
-	p.t.Cleanup(func() { p.kill() })
+	p.t.Cleanup(p.kill)
 }
 
-func (p *proc) kill() {
-	if p.cmd != nil && p.cmd.ProcessState == nil {
-		p.cmd.Process.Signal(syscall.SIGKILL)
-		p.cmd.Wait()
-	}
-}
-
-func (p *proc) term() error {
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan error, 1)
-	go func() { done <- p.cmd.Wait() }()
-	select {
-	case err := <-done:
-		return err
-	case <-time.After(15 * time.Second):
-		p.kill()
-		return fmt.Errorf("%s did not stop on SIGTERM", p.id)
-	}
-}
-
-func (p *proc) url(path string) string { return "http://" + p.httpAddr + path }
+func (p *proc) term() error { return p.procNode.term(15 * time.Second) }
 
 func (p *proc) waitReady() {
 	p.t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
-		if p.cmd.ProcessState != nil {
-			p.t.Fatalf("%s exited: %s", p.id, p.logs)
+		if !p.running() {
+			p.t.Fatalf("%s exited: %s", p.id, p.logs())
 		}
-		resp, err := http.Get(p.url("/readyz"))
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return
-			}
+		if getReady(context.Background(), p.url("")) == nil {
+			return
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	p.t.Fatalf("%s not ready after 20s; logs:\n%s", p.id, p.logs)
+	p.t.Fatalf("%s not ready after 20s; logs:\n%s", p.id, p.logs())
 }
 
 type decision struct {
@@ -156,7 +125,9 @@ func TestProcessKill9KeepsSpentQuota(t *testing.T) {
 	p := newProc(t, "solo", "")
 	p.start()
 	p.waitReady()
-	const body = `{"key":"user:42","limit":{"algorithm":"fixed_window","limit":5,"window":"1h"},"cost":1}`
+	// A fixed window with no boundary in the next 30 minutes: an hour-long
+	// window aligned to the clock would reset mid-test near the hour.
+	body := `{"key":"user:42","limit":{"algorithm":"fixed_window","limit":5,"window":"` + crashWindow(30*time.Minute) + `"},"cost":1}`
 	for i := 0; i < 5; i++ {
 		if d := p.check(body); !d.Allowed {
 			t.Fatalf("request %d refused: %+v", i+1, d)
@@ -168,20 +139,20 @@ func TestProcessKill9KeepsSpentQuota(t *testing.T) {
 	if d := p.check(body); d.Allowed {
 		t.Fatal("6th request allowed after kill -9: the quota reset")
 	}
-	if !strings.Contains(p.logs.String(), "unclean") {
-		t.Errorf("restart after kill -9 did not report an unclean stop; logs:\n%s", p.logs)
+	if !strings.Contains(p.logs(), "unclean") {
+		t.Errorf("restart after kill -9 did not report an unclean stop; logs:\n%s", p.logs())
 	}
 	// A clean stop and start keeps it too, without a rebuild.
 	if err := p.term(); err != nil {
-		t.Fatalf("SIGTERM: %v\n%s", err, p.logs)
+		t.Fatalf("SIGTERM: %v\n%s", err, p.logs())
 	}
 	p.start()
 	p.waitReady()
 	if d := p.check(body); d.Allowed {
 		t.Fatal("request allowed after a clean restart: the quota reset")
 	}
-	if strings.Contains(p.logs.String(), "unclean") {
-		t.Errorf("clean restart reported an unclean stop; logs:\n%s", p.logs)
+	if strings.Contains(p.logs(), "unclean") {
+		t.Errorf("clean restart reported an unclean stop; logs:\n%s", p.logs())
 	}
 }
 
@@ -197,12 +168,12 @@ func TestProcessCorruptDataDirFailsLoudly(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.start()
-	err := p.cmd.Wait()
+	err := p.wait()
 	if err == nil {
-		t.Fatalf("started on a corrupted state database; logs:\n%s", p.logs)
+		t.Fatalf("started on a corrupted state database; logs:\n%s", p.logs())
 	}
-	if !strings.Contains(p.logs.String(), path) {
-		t.Fatalf("error does not name the corrupted file %s:\n%s", path, p.logs)
+	if !strings.Contains(p.logs(), path) {
+		t.Fatalf("error does not name the corrupted file %s:\n%s", path, p.logs())
 	}
 }
 

@@ -192,10 +192,10 @@ func (f *simulateFlags) specs() ([]algo.Spec, error) {
 	for _, a := range algo.Algorithms {
 		c := f.cfg
 		c.Algorithm = a.String()
-		if a != algo.TokenBucket && a != algo.LeakyBucket {
+		if !a.HasBurst() {
 			c.Burst = 0
 		}
-		if a != algo.SlidingLog {
+		if !a.HasCountRefused() {
 			c.CountRefused = false
 		}
 		s, err := c.Spec()
@@ -313,11 +313,13 @@ func formatMillis(ns int64) string {
 }
 
 // simulate decides every request of the trace under s, one state per key.
+// Each state is this function's own, so it is updated in place: a long
+// sliding_log is not copied at every request.
 func simulate(s algo.Spec, trace []simRequest) (simRun, error) {
 	run := simRun{spec: s, decisions: make([]algo.Decision, len(trace))}
 	states := map[string][]byte{}
 	for i, r := range trace {
-		d, next, err := algo.Decide(nil, &s, states[r.key], r.t, r.cost)
+		d, next, err := algo.DecideInPlace(&s, states[r.key], r.t, r.cost)
 		if err != nil {
 			return simRun{}, fmt.Errorf("%v at %s, key %q: %w", s.Algorithm, formatSeconds(r.t), r.key, err)
 		}

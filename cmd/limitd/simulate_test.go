@@ -5,11 +5,15 @@ import (
 	"bytes"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/limitd/limitd/algo"
 )
 
 // simulateRun runs `limitd simulate args...` with stdin and returns exit
@@ -305,6 +309,54 @@ func TestSimulateUsageDocumentsEveryFlag(t *testing.T) {
 	for _, s := range []string{"<seconds> <key> [<cost>]", "retry_after_ms", "--compare"} {
 		if !strings.Contains(errs, s) {
 			t.Errorf("usage does not mention %q", s)
+		}
+	}
+}
+
+// TestSimulateCompareBucketAndLogOptions: --burst applies to the buckets and
+// --count-refused to sliding_log only; --compare still runs every algorithm.
+func TestSimulateCompareBucketAndLogOptions(t *testing.T) {
+	code, out, errs := simulateRun(t, "0 k\n0 k\n0 k\n", "--compare", "--limit", "1", "--window", "60s",
+		"--burst", "3", "--count-refused", "--format", "jsonl")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	_, summaries := jsonLines(t, out)
+	admitted := map[string]any{}
+	for _, s := range summaries {
+		admitted[fmt.Sprint(s["algorithm"])] = s["admitted"]
+	}
+	// Three requests at once: the buckets (burst 3) admit all, the others one.
+	want := map[string]any{"fixed_window": 1.0, "sliding_log": 1.0, "sliding_window": 1.0, "token_bucket": 3.0, "leaky_bucket": 3.0}
+	if fmt.Sprint(admitted) != fmt.Sprint(want) {
+		t.Fatalf("admitted %v, want %v\n%s", admitted, want, out)
+	}
+}
+
+// TestSimulateLongLogInPlace: a sliding_log of 20,000 entries on one key is
+// updated in place, not copied per request: allocations stay far below one
+// per request (a copy per request would be 20,000 of them).
+func TestSimulateLongLogInPlace(t *testing.T) {
+	s, err := algo.Config{Algorithm: "sliding_log", Limit: 20_000, Window: "1h"}.Spec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	trace := make([]simRequest, 20_000)
+	for i := range trace {
+		trace[i] = simRequest{t: int64(i) * int64(time.Millisecond), key: "k", cost: 1}
+	}
+	var run simRun
+	allocs := testing.AllocsPerRun(1, func() {
+		if run, err = simulate(s, trace); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs > 200 {
+		t.Errorf("%.0f allocations for %d requests: the log is copied", allocs, len(trace))
+	}
+	for i, d := range run.decisions {
+		if !d.Allowed || d.Remaining != int64(len(trace)-1-i) {
+			t.Fatalf("request %d: %+v", i, d)
 		}
 	}
 }

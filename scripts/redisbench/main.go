@@ -20,6 +20,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"strconv"
@@ -73,6 +74,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	timeout := fs.Duration("timeout", 10*time.Second, "per-request timeout")
 	jsonOut := fs.Bool("json", false, "print one JSON line instead of the table, and no progress bar")
 	label := fs.String("label", "", "name of this run in the JSON line and in comparison tables")
+	serverPID := fs.Int("server-pid", 0, "process id of redis-server, to report its CPU per check (0: discover the process listening on --addr's port; -1: do not measure it)")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, usage)
 		fs.PrintDefaults()
@@ -111,6 +113,22 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer t.Close()
+
+	// CPU per check: Redis (given or found by its port) and this process.
+	procs := []bench.ProcessCPU{{Role: "load generator", Name: "redisbench", PID: os.Getpid()}}
+	if *serverPID == 0 {
+		if _, port, err := net.SplitHostPort(*addr); err == nil {
+			if p, err := strconv.Atoi(port); err == nil {
+				if *serverPID, err = bench.ListeningPID(p); err != nil {
+					fmt.Fprintf(stderr, "redisbench: Redis CPU not measured: %v (use --server-pid)\n", err)
+				}
+			}
+		}
+	}
+	if *serverPID > 0 {
+		procs = append([]bench.ProcessCPU{{Role: "redis", Name: "redis-server", PID: *serverPID}}, procs...)
+	}
+	work.CPU = bench.NewCPUMeter(procs...)
 
 	var onProgress func(bench.Progress)
 	var bar *bench.ProgressBar

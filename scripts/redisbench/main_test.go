@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -203,7 +204,7 @@ func TestScriptMatchesAlgo(t *testing.T) {
 	for _, tc := range []struct{ limit, windowUS int64 }{{10, wUS}, {3, 1_234_567}, {1000, 60 * wUS}} {
 		spec, err := algo.Spec{Algorithm: algo.SlidingWindow, Limit: tc.limit, Window: tc.windowUS * 1000}.Validate()
 		if err != nil {
-			t.Skipf("algo not ready: %v", err)
+			t.Fatalf("algo.Spec.Validate: %v", err)
 		}
 		r := rand.New(rand.NewPCG(uint64(tc.limit), uint64(tc.windowUS)))
 		states := map[string][]byte{}
@@ -217,7 +218,7 @@ func TestScriptMatchesAlgo(t *testing.T) {
 			}
 			d, next, err := algo.Decide(nil, &spec, states[key], now*1000, cost)
 			if err != nil {
-				t.Skipf("algo.Decide not ready: %v", err)
+				t.Fatalf("algo.Decide at step %d: %v", i, err)
 			}
 			states[key] = next
 			ok, rem := s.at(key, tc.limit, tc.windowUS, cost, now)
@@ -255,6 +256,12 @@ func TestRedisbenchEndToEnd(t *testing.T) {
 		}
 		if r.System != "redis" || r.Algorithm != "sliding_window" || r.Limit != 5 || r.Window != "1s" || r.Label != "r" {
 			t.Errorf("batch %s: description %+v", batch, r)
+		}
+		// CPU per check of redis-server (found by its port) and of this
+		// load generator.
+		if len(r.CPU) != 2 || r.CPU[0].Role != "redis" || r.CPU[0].PID == os.Getpid() || r.CPU[0].CPU <= 0 ||
+			r.CPU[1].Role != "load generator" || r.CPU[1].PID != os.Getpid() || r.CPUError != "" {
+			t.Errorf("batch %s: CPU %+v (error %q), want redis-server's and ours", batch, r.CPU, r.CPUError)
 		}
 	}
 }
