@@ -1,0 +1,519 @@
+package overlimit
+
+import (
+	"maps"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+
+	"github.com/limitd/limitd/algo"
+)
+
+// The model: a state machine that decides ops the way fsm's decideOp does
+// (checks in order against tentative state; shadow refusals answered allowed
+// and consuming nothing; an All op stores nothing unless every check
+// allowed), over named policies that change and disappear and inline limits
+// identified by their canonical encoding.
+
+type modelPolicy struct {
+	spec   algo.Spec
+	shadow bool
+}
+
+// modelCheck names its limit by policy name (policy != "") or inline spec.
+type modelCheck struct {
+	policy string
+	inline *algo.Spec
+	key    string
+	cost   int64
+}
+
+type resolved struct {
+	id      LimitID
+	spec    *algo.Spec
+	shadow  bool
+	storage string // storage key: identity and key, as fsm builds it
+}
+
+func resolve(policies map[string]modelPolicy, c modelCheck) (resolved, bool) {
+	if c.policy != "" {
+		p, ok := policies[c.policy]
+		if !ok {
+			return resolved{}, false
+		}
+		return resolved{id: LimitID{Policy: true, Ident: []byte(c.policy)}, spec: &p.spec, shadow: p.shadow,
+			storage: "p" + c.policy + "\x00" + c.key}, true
+	}
+	enc := algo.AppendSpec(nil, *c.inline)
+	return resolved{id: LimitID{Ident: enc}, spec: c.inline, storage: "s" + string(enc) + "\x00" + c.key}, true
+}
+
+// machine is one replica's state: limiter states by storage key.
+type machine struct {
+	states map[string][]byte
+}
+
+type opResult struct {
+	allowed bool
+	decs    []algo.Decision // algo's decisions, before shadow mode
+	answers []bool          // what each check answered
+	obs     []Observation   // what the node's cache would observe from this op
+}
+
+// decide applies an op at now, as fsm does, and returns the decisions and
+// the observations fsm would hand the cache (with the Uncommitted rule).
+func (m *machine) decide(t *rapid.T, rs []resolved, checks []modelCheck, all bool, now int64, apply bool) opResult {
+	tent := map[string][]byte{}
+	seen := map[string]bool{}
+	var firstSeen []bool
+	res := opResult{allowed: true}
+	for j, r := range rs {
+		st, ok := tent[r.storage]
+		if !ok {
+			st = m.states[r.storage]
+		}
+		firstSeen = append(firstSeen, !seen[r.storage])
+		seen[r.storage] = true
+		d, next, err := algo.Decide(nil, r.spec, st, now, checks[j].cost)
+		if err != nil {
+			t.Fatalf("decide: %v", err)
+		}
+		answer := d.Allowed
+		if r.shadow && !d.Allowed {
+			answer = true
+		} else {
+			tent[r.storage] = next
+		}
+		res.allowed = res.allowed && answer
+		res.decs = append(res.decs, d)
+		res.answers = append(res.answers, answer)
+	}
+	for j, r := range rs {
+		res.obs = append(res.obs, Observation{
+			ID: r.id, Key: []byte(checks[j].key), Spec: r.spec, Shadow: r.shadow,
+			Cost: checks[j].cost, Now: now, Decision: res.decs[j],
+			Uncommitted: all && !res.allowed && !firstSeen[j],
+		})
+	}
+	if apply && (!all || res.allowed) {
+		for k, v := range tent {
+			if v == nil {
+				delete(m.states, k)
+			} else {
+				m.states[k] = v
+			}
+		}
+	}
+	return res
+}
+
+func genModelSpec(t *rapid.T, label string) algo.Spec {
+	a := rapid.SampledFrom(algo.Algorithms).Draw(t, label+".algorithm")
+	s := algo.Spec{Algorithm: a, Limit: rapid.Int64Range(2, 6).Draw(t, label+".limit")}
+	if a == algo.FixedWindow && rapid.IntRange(0, 10).Draw(t, label+".calendar?") == 5 {
+		s.Calendar = algo.CalendarDay
+		s.Timezone = rapid.SampledFrom([]string{"", "Europe/Paris", "America/New_York"}).Draw(t, label+".tz")
+	} else {
+		s.Window = rapid.Int64Range(4, 30).Draw(t, label+".window")
+	}
+	switch a {
+	case algo.SlidingLog:
+		s.CountRefused = rapid.Bool().Draw(t, label+".count_refused")
+	case algo.TokenBucket, algo.LeakyBucket:
+		s.Burst = rapid.Int64Range(1, 6).Draw(t, label+".burst")
+	}
+	s, err := s.Validate()
+	if err != nil {
+		t.Fatalf("generated spec: %v", err)
+	}
+	return s
+}
+
+func genModelPolicy(t *rapid.T, label string) modelPolicy {
+	return modelPolicy{spec: genModelSpec(t, label), shadow: rapid.IntRange(0, 10).Draw(t, label+".shadow?") == 5}
+}
+
+// modelEpoch is where model time starts: a real date, so calendar windows
+// in zones east of UTC never start before the Unix epoch.
+var modelEpoch = time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC).UnixNano()
+
+var (
+	policyNames = []string{"p0", "p1", "p2"}
+	modelKeys   = []string{"a", "b"}
+)
+
+func genCheck(t *rapid.T, inline []algo.Spec) modelCheck {
+	c := modelCheck{key: rapid.SampledFrom(modelKeys).Draw(t, "key")}
+	if i := rapid.IntRange(0, len(policyNames)+len(inline)-1).Draw(t, "limit"); i < len(policyNames) {
+		c.policy = policyNames[i]
+	} else {
+		c.inline = &inline[i-len(policyNames)]
+	}
+	// rapid favours the ends of a range; the rare cases sit in the middle.
+	switch k := rapid.IntRange(0, 40).Draw(t, "cost.kind"); {
+	case k == 20:
+		c.cost = 7 // above every limit and burst: refused with Never
+	case k >= 15 && k < 20:
+		c.cost = 0 // a peek
+	case k >= 21 && k < 27:
+		c.cost = rapid.Int64Range(2, 3).Draw(t, "cost")
+	default:
+		c.cost = 1
+	}
+	return c
+}
+
+// genStep advances time: often not at all, often by a little, now and then
+// across a window or, for calendar limits, across days.
+func genStep(t *rapid.T) int64 {
+	// rapid favours the ends of a range; the rare cases sit in the middle.
+	switch k := rapid.IntRange(0, 60).Draw(t, "dt.kind"); {
+	case k == 30:
+		return rapid.Int64Range(0, int64(36*time.Hour)).Draw(t, "dt.days")
+	case k > 30 && k < 36:
+		return rapid.Int64Range(0, 25).Draw(t, "dt.windows")
+	case k > 40:
+		return rapid.Int64Range(0, 2).Draw(t, "dt")
+	}
+	return 0
+}
+
+// TestCachedNodeMatchesStateMachine is the exactness proof: for random traces
+// over every algorithm (count_refused and shadow policies included), costs
+// including peeks and costs above the limit, single checks and atomic groups,
+// resets, policy puts and deletes, snapshot restores and time going forward,
+// a node that answers from the cache first and decides through the state
+// machine otherwise gives exactly the decisions of a node without the cache.
+// Every refusal it serves from memory is one the state machine would make,
+// with a retry time no later than the state machine's.
+func TestCachedNodeMatchesStateMachine(t *testing.T) {
+	totalHits := 0
+	cover := map[string]int{} // what the traces exercised
+	rapid.Check(t, func(t *rapid.T) {
+		inline := []algo.Spec{genModelSpec(t, "inline0"), genModelSpec(t, "inline1")}
+		policies := map[string]modelPolicy{}
+		for _, n := range policyNames {
+			policies[n] = genModelPolicy(t, n)
+		}
+		ref := &machine{states: map[string][]byte{}} // no cache
+		node := &machine{states: map[string][]byte{}}
+		cache := New(Options{MaxEntries: rapid.SampledFrom([]int{2, 4, 64}).Draw(t, "max_entries")})
+		type snap struct {
+			ref, node map[string][]byte
+			policies  map[string]modelPolicy
+		}
+		var snaps []snap
+		now := modelEpoch + rapid.Int64Range(0, int64(48*time.Hour)).Draw(t, "start")
+		hits := 0
+		steps := rapid.IntRange(100, 400).Draw(t, "steps")
+		for step := 0; step < steps; step++ {
+			now += genStep(t)
+			switch rapid.IntRange(0, 40).Draw(t, "command") - 20 {
+			case 0: // reset a key
+				c := genCheck(t, inline)
+				if r, ok := resolve(policies, c); ok {
+					delete(ref.states, r.storage)
+					delete(node.states, r.storage)
+					cache.Forget(r.id, []byte(c.key))
+				}
+			case 1: // put a policy (new spec, same spec, shadow on or off)
+				name := rapid.SampledFrom(policyNames).Draw(t, "put")
+				policies[name] = genModelPolicy(t, "put."+name)
+				cache.ForgetLimit(LimitID{Policy: true, Ident: []byte(name)})
+			case 2: // delete a policy; its keys stay until they expire
+				name := rapid.SampledFrom(policyNames).Draw(t, "delete")
+				delete(policies, name)
+				cache.ForgetLimit(LimitID{Policy: true, Ident: []byte(name)})
+			case 3: // snapshot
+				snaps = append(snaps, snap{maps.Clone(ref.states), maps.Clone(node.states), maps.Clone(policies)})
+			case 4: // restore a snapshot
+				if len(snaps) == 0 {
+					continue
+				}
+				s := snaps[rapid.IntRange(0, len(snaps)-1).Draw(t, "restore")]
+				ref.states, node.states, policies = maps.Clone(s.ref), maps.Clone(s.node), maps.Clone(s.policies)
+				cache.Clear()
+			default: // a single check (as /v1/check and each batch entry) or an atomic group
+				n, all := 1, rapid.IntRange(0, 10).Draw(t, "all?")%4 == 1
+				if all {
+					n = rapid.IntRange(1, 3).Draw(t, "group")
+				}
+				var checks []modelCheck
+				var rs []resolved
+				for len(checks) < n {
+					c := genCheck(t, inline)
+					r, ok := resolve(policies, c)
+					if !ok {
+						continue // unknown policy: an error on both nodes, nothing decided
+					}
+					checks, rs = append(checks, c), append(rs, r)
+				}
+				want := ref.decide(t, rs, checks, all, now, true)
+				cached := -1
+				var cd algo.Decision
+				for j, r := range rs {
+					if d, ok := cache.Lookup(r.id, []byte(checks[j].key), checks[j].cost, now); ok {
+						cached, cd = j, d
+						break
+					}
+				}
+				if cached >= 0 {
+					hits++
+					cover[rs[cached].spec.Algorithm.String()]++
+					if checks[cached].cost == 0 {
+						cover["peek"]++
+					}
+					if all {
+						cover["group"]++
+					}
+					if cd.RetryAfter < want.decs[cached].RetryAfter {
+						cover["cost above the cached one"]++
+					}
+					if want.allowed {
+						t.Fatalf("step %d: the cache refused check %d (%+v) that the state machine allows: %+v",
+							step, cached, checks[cached], want.decs)
+					}
+					w := want.decs[cached]
+					if w.Allowed || rs[cached].shadow {
+						t.Fatalf("step %d: check %d answered refused from the cache, state machine says %+v (shadow %v)",
+							step, cached, w, rs[cached].shadow)
+					}
+					if cd.RetryAfter <= 0 || cd.RetryAfter > w.RetryAfter && w.RetryAfter != algo.Never {
+						t.Fatalf("step %d: cached retry %d, state machine's %d", step, cd.RetryAfter, w.RetryAfter)
+					}
+					if cd.Limit != w.Limit {
+						t.Fatalf("step %d: cached limit %d, state machine's %d", step, cd.Limit, w.Limit)
+					}
+					continue // nothing consumed, nothing observed
+				}
+				got := node.decide(t, rs, checks, all, now, true)
+				if got.allowed != want.allowed {
+					t.Fatalf("step %d: node answered %v, state machine %v", step, got.allowed, want.allowed)
+				}
+				for j := range got.decs {
+					if got.decs[j] != want.decs[j] {
+						t.Fatalf("step %d check %d: node decided %+v, state machine %+v", step, j, got.decs[j], want.decs[j])
+					}
+				}
+				for _, o := range got.obs {
+					if o.Uncommitted && !o.Decision.Allowed && Cacheable(o.Spec, o.Shadow, o.Decision) {
+						cover["uncommitted refusal"]++
+					}
+					cache.Observe(o)
+				}
+			}
+		}
+		if st := cache.Stats(); st.Contradictions != 0 {
+			t.Fatalf("%d contradictions: an allowance met an entry that should have been invalidated", st.Contradictions)
+		}
+		totalHits += hits
+	})
+	// Guard against passing vacuously: the traces must exercise the cache.
+	t.Logf("refusals served from the cache over all traces: %d; %v", totalHits, cover)
+	if totalHits < 500 {
+		t.Fatalf("only %d refusals served from the cache: the traces do not exercise it", totalHits)
+	}
+	for _, a := range algo.Algorithms {
+		if cover[a.String()] == 0 {
+			t.Errorf("no %s refusal served from the cache", a)
+		}
+	}
+	for _, k := range []string{"peek", "group", "uncommitted refusal", "cost above the cached one"} {
+		if cover[k] == 0 {
+			t.Errorf("no case %q", k)
+		}
+	}
+}
+
+// invalidation is a cache write waiting to reach a lagging node.
+type invalidation struct {
+	observe *Observation
+	forget  *resolved // key reset
+	limit   *LimitID  // policy put or deleted
+	clear   bool      // snapshot restored
+	key     string
+}
+
+func (v invalidation) String() string {
+	switch {
+	case v.observe != nil:
+		return "observe"
+	case v.forget != nil:
+		return "forget " + v.forget.storage
+	case v.limit != nil:
+		return "forget limit " + string(v.limit.Ident)
+	}
+	return "clear"
+}
+
+// covers reports whether an undelivered invalidation could make a cached
+// refusal of r stale.
+func (v invalidation) covers(r resolved) bool {
+	switch {
+	case v.observe != nil:
+		return false
+	case v.forget != nil:
+		return v.forget.storage == r.storage
+	case v.limit != nil:
+		return v.limit.Policy == r.id.Policy && string(v.limit.Ident) == string(r.id.Ident)
+	}
+	return true
+}
+
+func (v invalidation) deliver(c *Cache) {
+	switch {
+	case v.observe != nil:
+		c.Observe(*v.observe)
+	case v.forget != nil:
+		c.Forget(v.forget.id, []byte(v.key))
+	case v.limit != nil:
+		c.ForgetLimit(*v.limit)
+	default:
+		c.Clear()
+	}
+}
+
+// TestLaggingNodeOnlyRefusesMore is the follower's proof: its cache receives
+// the applied stream (decisions, resets, policy changes, restores) in log
+// order but late, while its checks that miss are decided by the leader's
+// state machine. Then every refusal it serves from memory is either one the
+// state machine would make right now, or one that a reset, policy change or
+// restore still on its way to the node makes stale; it never allows
+// anything, so it never allows more than the state machine.
+func TestLaggingNodeOnlyRefusesMore(t *testing.T) {
+	totalHits, totalStale := 0, 0
+	rapid.Check(t, func(t *rapid.T) {
+		inline := []algo.Spec{genModelSpec(t, "inline0"), genModelSpec(t, "inline1")}
+		policies := map[string]modelPolicy{}
+		for _, n := range policyNames {
+			policies[n] = genModelPolicy(t, n)
+		}
+		leader := &machine{states: map[string][]byte{}}
+		cache := New(Options{MaxEntries: 64})
+		var pending []invalidation
+		type snap struct {
+			states   map[string][]byte
+			policies map[string]modelPolicy
+		}
+		var snaps []snap
+		now := modelEpoch + rapid.Int64Range(0, int64(48*time.Hour)).Draw(t, "start")
+		stale, hits := 0, 0
+		steps := rapid.IntRange(100, 400).Draw(t, "steps")
+		for step := 0; step < steps; step++ {
+			now += genStep(t)
+			// Replication delivers a random prefix of what is pending.
+			n := rapid.IntRange(0, len(pending)).Draw(t, "deliver")
+			for _, v := range pending[:n] {
+				v.deliver(cache)
+			}
+			pending = pending[n:]
+			switch rapid.IntRange(0, 40).Draw(t, "command") - 20 {
+			case 0:
+				c := genCheck(t, inline)
+				if r, ok := resolve(policies, c); ok {
+					delete(leader.states, r.storage)
+					pending = append(pending, invalidation{forget: &r, key: c.key})
+				}
+			case 1, 2:
+				name := rapid.SampledFrom(policyNames).Draw(t, "policy")
+				if rapid.Bool().Draw(t, "delete?") {
+					delete(policies, name)
+				} else {
+					policies[name] = genModelPolicy(t, "put."+name)
+				}
+				pending = append(pending, invalidation{limit: &LimitID{Policy: true, Ident: []byte(name)}})
+			case 3:
+				snaps = append(snaps, snap{maps.Clone(leader.states), maps.Clone(policies)})
+			case 4:
+				if len(snaps) == 0 {
+					continue
+				}
+				s := snaps[rapid.IntRange(0, len(snaps)-1).Draw(t, "restore")]
+				leader.states, policies = maps.Clone(s.states), maps.Clone(s.policies)
+				pending = append(pending, invalidation{clear: true})
+			default:
+				n, all := 1, rapid.IntRange(0, 10).Draw(t, "all?")%4 == 1
+				if all {
+					n = rapid.IntRange(1, 3).Draw(t, "group")
+				}
+				var checks []modelCheck
+				var rs []resolved
+				for len(checks) < n {
+					c := genCheck(t, inline)
+					if r, ok := resolve(policies, c); ok {
+						checks, rs = append(checks, c), append(rs, r)
+					}
+				}
+				cached := -1
+				for j, r := range rs {
+					if _, ok := cache.Lookup(r.id, []byte(checks[j].key), checks[j].cost, now); ok {
+						cached = j
+						break
+					}
+				}
+				if cached < 0 {
+					res := leader.decide(t, rs, checks, all, now, true)
+					for i := range res.obs {
+						pending = append(pending, invalidation{observe: &res.obs[i]})
+					}
+					continue
+				}
+				hits++
+				// What the state machine would answer now (decided without applying).
+				if leader.decide(t, rs, checks, all, now, false).allowed {
+					explained := false
+					for _, v := range pending {
+						explained = explained || v.covers(rs[cached])
+					}
+					if !explained {
+						t.Fatalf("step %d: refused %+v from the cache; the state machine allows it and no invalidation is pending (%v)",
+							step, checks[cached], pending)
+					}
+					stale++
+				}
+			}
+		}
+		for _, v := range pending {
+			v.deliver(cache)
+		}
+		if st := cache.Stats(); st.Contradictions != 0 {
+			t.Fatalf("%d contradictions with the stream delivered in order", st.Contradictions)
+		}
+		totalStale += stale
+		totalHits += hits
+	})
+	t.Logf("refusals served from the cache: %d, of which stale within the lag: %d", totalHits, totalStale)
+	if totalHits < 100 || totalStale == 0 {
+		t.Fatalf("%d hits, %d stale: the traces do not exercise the lag", totalHits, totalStale)
+	}
+}
+
+// TestModelSeesCacheHits guards the property tests against passing
+// vacuously: over a fixed scenario the cache must serve refusals.
+func TestModelSeesCacheHits(t *testing.T) {
+	spec, err := algo.Spec{Algorithm: algo.FixedWindow, Limit: 2, Window: 10}.Validate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := New(Options{})
+	id := LimitID{Ident: algo.AppendSpec(nil, spec)}
+	var state []byte
+	served := 0
+	for now := int64(100); now < 120; now++ {
+		if _, ok := c.Lookup(id, []byte("k"), 1, now); ok {
+			served++
+			continue
+		}
+		d, next, err := algo.Decide(nil, &spec, state, now, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		state = next
+		c.Observe(Observation{ID: id, Key: []byte("k"), Spec: &spec, Cost: 1, Now: now, Decision: d})
+	}
+	// Window [100,110): 2 allowed, 1 refused through the log, 7 served; same in [110,120).
+	if served != 14 {
+		t.Fatalf("served %d refusals from the cache, want 14", served)
+	}
+}
