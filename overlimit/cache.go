@@ -39,8 +39,8 @@ type LimitID struct {
 // Options configures New.
 type Options struct {
 	// MaxEntries bounds the entries held; 0 means DefaultMaxEntries. When
-	// full, an insert reclaims an expired entry or evicts one that has not
-	// been hit since the clock hand last passed it (CLOCK).
+	// full, an insert takes the first slot the clock hand reaches whose entry
+	// has expired or has not been hit since the hand last passed (CLOCK).
 	MaxEntries int
 }
 
