@@ -30,10 +30,13 @@ const (
 
 // LimitID identifies a limit as fsm keys its storage: a policy name
 // (Policy true), or the canonical encoding of an inline spec
-// (algo.AppendSpec of the validated spec). The two spaces never collide.
+// (algo.AppendSpec of the validated spec, as a string). The two spaces never
+// collide. Ident is a string so that the check path can pass a policy name
+// and fsm a *Policy's Name without converting (and allocating); for inline
+// limits both keep the string with their decoded spec.
 type LimitID struct {
 	Policy bool
-	Ident  []byte
+	Ident  string
 }
 
 // Options configures New.
@@ -132,15 +135,20 @@ func New(opts Options) *Cache {
 // Capacity is the most entries the cache holds.
 func (c *Cache) Capacity() int { return c.capacity }
 
-func (c *Cache) hash(id LimitID, key []byte) uint64 {
+// hash combines two independent hashes: no buffer to build, and a collision
+// (at the identity/key boundary or otherwise) only costs a miss, because
+// slots compare the full identity and key. keyHash is maphash.Bytes or
+// maphash.String of the key under seedKey (the two agree).
+func (c *Cache) hash(id LimitID, keyHash uint64) uint64 {
 	seed := c.seedSpec
 	if id.Policy {
 		seed = c.seedPolicy
 	}
-	// Two independent hashes: no buffer to build, and a collision (ident,
-	// key boundary or otherwise) only costs a miss, because slots compare
-	// the full identity and key.
-	return maphash.Bytes(seed, id.Ident) ^ bits.RotateLeft64(maphash.Bytes(c.seedKey, key), 17)
+	return maphash.String(seed, id.Ident) ^ bits.RotateLeft64(keyHash, 17)
+}
+
+func (c *Cache) hashBytes(id LimitID, key []byte) uint64 {
+	return c.hash(id, maphash.Bytes(c.seedKey, key))
 }
 
 func (c *Cache) shardOf(h uint64) (*shard, int) {
@@ -151,9 +159,12 @@ func (c *Cache) shardOf(h uint64) (*shard, int) {
 	return &c.shards[i], i
 }
 
+func (e *slot) matchesID(id LimitID) bool {
+	return e.policy == id.Policy && e.identLen == len(id.Ident) && string(e.buf[:e.identLen]) == id.Ident
+}
+
 func (e *slot) matches(id LimitID, key []byte) bool {
-	return e.policy == id.Policy && e.identLen == len(id.Ident) &&
-		bytes.Equal(e.buf[:e.identLen], id.Ident) && bytes.Equal(e.buf[e.identLen:], key)
+	return e.matchesID(id) && bytes.Equal(e.buf[e.identLen:], key)
 }
 
 // Lookup answers a check of cost under limit id for key at time now (ns,
@@ -166,10 +177,20 @@ func (e *slot) matches(id LimitID, key []byte) bool {
 // and ResetAfter as of the latest decision observed for the key. A negative
 // cost is never answered. Lookup does not allocate.
 func (c *Cache) Lookup(id LimitID, key []byte, cost, now int64) (algo.Decision, bool) {
+	return c.lookup(id, c.hashBytes(id, key), key, "", false, cost, now)
+}
+
+// LookupString is Lookup for a key held as a string (the check path's).
+func (c *Cache) LookupString(id LimitID, key string, cost, now int64) (algo.Decision, bool) {
+	return c.lookup(id, c.hash(id, maphash.String(c.seedKey, key)), nil, key, true, cost, now)
+}
+
+// lookup finds the entry of hash h for id and the key, given as kb or (str)
+// ks: one body for both key types, without converting either.
+func (c *Cache) lookup(id LimitID, h uint64, kb []byte, ks string, str bool, cost, now int64) (algo.Decision, bool) {
 	if cost < 0 {
 		return algo.Decision{}, false
 	}
-	h := c.hash(id, key)
 	s, si := c.shardOf(h)
 	s.mu.RLock()
 	i, ok := s.index[h]
@@ -178,7 +199,13 @@ func (c *Cache) Lookup(id LimitID, key []byte, cost, now int64) (algo.Decision, 
 		return algo.Decision{}, false
 	}
 	e := &s.slots[i]
-	if now >= e.expiry || effectiveCost(cost) < e.minCost || !e.matches(id, key) {
+	match := e.matchesID(id)
+	if str {
+		match = match && string(e.buf[e.identLen:]) == ks
+	} else {
+		match = match && bytes.Equal(e.buf[e.identLen:], kb)
+	}
+	if !match || now >= e.expiry || effectiveCost(cost) < e.minCost {
 		s.mu.RUnlock()
 		return algo.Decision{}, false
 	}
@@ -212,7 +239,7 @@ func (c *Cache) Observe(o Observation) {
 	if !d.Allowed && (o.Uncommitted || !Cacheable(o.Spec, o.Shadow, *d)) {
 		return
 	}
-	h := c.hash(o.ID, o.Key)
+	h := c.hashBytes(o.ID, o.Key)
 	s, _ := c.shardOf(h)
 	eff := effectiveCost(o.Cost)
 	s.mu.Lock()
@@ -325,7 +352,7 @@ func (s *shard) remove(i int32) {
 // Forget drops the entry for (id, key): call it when a reset of that key is
 // applied.
 func (c *Cache) Forget(id LimitID, key []byte) {
-	h := c.hash(id, key)
+	h := c.hashBytes(id, key)
 	s, _ := c.shardOf(h)
 	s.mu.Lock()
 	if i, ok := s.index[h]; ok && s.slots[i].matches(id, key) {
@@ -344,7 +371,7 @@ func (c *Cache) ForgetLimit(id LimitID) {
 		s.mu.Lock()
 		for i := range s.slots {
 			e := &s.slots[i]
-			if e.live && e.policy == id.Policy && bytes.Equal(e.buf[:e.identLen], id.Ident) {
+			if e.live && e.matchesID(id) {
 				s.remove(int32(i))
 			}
 		}

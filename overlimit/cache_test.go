@@ -13,7 +13,7 @@ import (
 
 var testSpec = algo.Spec{Algorithm: algo.FixedWindow, Limit: 10, Window: 100}
 
-func policyID(name string) LimitID { return LimitID{Policy: true, Ident: []byte(name)} }
+func policyID(name string) LimitID { return LimitID{Policy: true, Ident: name} }
 
 // refusal is an applied refusal of cost at now with the given retry time.
 func refusal(id LimitID, key string, cost, now, retry int64) Observation {
@@ -59,7 +59,7 @@ func TestLookupAnswersCoveredCostsUntilExpiry(t *testing.T) {
 	if got := lookup(c, p, "other", 3, 100); got != -1 {
 		t.Errorf("another key: retry %d, want a miss", got)
 	}
-	if got := lookup(c, LimitID{Ident: []byte("api")}, "k", 3, 100); got != -1 {
+	if got := lookup(c, LimitID{Ident: "api"}, "k", 3, 100); got != -1 {
 		t.Errorf("an inline limit whose encoding equals the policy name: retry %d, want a miss", got)
 	}
 	d, _ := c.Lookup(p, []byte("k"), 3, 104)
@@ -195,7 +195,7 @@ func TestCacheable(t *testing.T) {
 
 func TestForget(t *testing.T) {
 	c := New(Options{})
-	api, web, inline := policyID("api"), policyID("web"), LimitID{Ident: []byte("api")}
+	api, web, inline := policyID("api"), policyID("web"), LimitID{Ident: "api"}
 	for _, id := range []LimitID{api, web, inline} {
 		for _, k := range []string{"a", "b"} {
 			c.Observe(refusal(id, k, 1, 100, 10))
@@ -307,12 +307,15 @@ func TestHashCollision(t *testing.T) {
 	c := New(Options{})
 	p := policyID("api")
 	c.Observe(refusal(p, "a", 1, 100, 10))
-	h := c.hash(p, []byte("a"))
+	h := c.hashBytes(p, []byte("a"))
 	s, _ := c.shardOf(h)
 	e := &s.slots[s.index[h]]
 	e.buf = append(e.buf[:e.identLen], "x"...) // now "x" lives under the hash of "a"
 	if lookup(c, p, "a", 1, 100) != -1 {
 		t.Fatal("a slot holding another key answered")
+	}
+	if _, ok := c.LookupString(p, "a", 1, 100); ok {
+		t.Fatal("a slot holding another key answered LookupString")
 	}
 	c.Forget(p, []byte("a")) // must not drop "x"
 	if c.Stats().Entries != 1 {
@@ -328,6 +331,36 @@ func TestHashCollision(t *testing.T) {
 	}
 }
 
+func TestLookupStringAgrees(t *testing.T) {
+	c := New(Options{})
+	ids := []LimitID{policyID("api"), {Ident: "api"}, policyID("ap")}
+	for i, id := range ids {
+		for k := 0; k < 5; k++ {
+			c.Observe(refusal(id, fmt.Sprint("k", k), int64(k%3), 100, int64(10*(i+k+1))))
+		}
+	}
+	n := 0
+	for _, id := range ids {
+		for _, key := range []string{"k0", "k1", "k2", "k3", "k4", "ik0", "k", ""} {
+			for cost := int64(-1); cost < 4; cost++ {
+				for now := int64(95); now < 170; now += 5 {
+					d1, ok1 := c.Lookup(id, []byte(key), cost, now)
+					d2, ok2 := c.LookupString(id, key, cost, now)
+					if d1 != d2 || ok1 != ok2 {
+						t.Fatalf("%+v %q cost %d at %d: Lookup %+v %v, LookupString %+v %v", id, key, cost, now, d1, ok1, d2, ok2)
+					}
+					if ok1 {
+						n++
+					}
+				}
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("no hits compared")
+	}
+}
+
 func TestLookupDoesNotAllocate(t *testing.T) {
 	c := New(Options{})
 	p := policyID("api")
@@ -339,13 +372,17 @@ func TestLookupDoesNotAllocate(t *testing.T) {
 	if n := testing.AllocsPerRun(100, func() { c.Lookup(p, cold, 1, 101) }); n != 0 {
 		t.Errorf("miss: %v allocations", n)
 	}
+	hot := string(key)
+	if n := testing.AllocsPerRun(100, func() { c.LookupString(p, hot, 1, 101) }); n != 0 {
+		t.Errorf("string hit: %v allocations", n)
+	}
 }
 
 // TestConcurrentUse runs readers against the one writer (run with -race).
 // Every answer must be a refusal that some observation justified.
 func TestConcurrentUse(t *testing.T) {
 	c := New(Options{MaxEntries: 1024})
-	ids := []LimitID{policyID("a"), policyID("b"), {Ident: []byte("inline")}}
+	ids := []LimitID{policyID("a"), policyID("b"), {Ident: "inline"}}
 	const keys = 300
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
@@ -402,7 +439,7 @@ func TestMetrics(t *testing.T) {
 	if err := reg.Register(c); err != nil {
 		t.Fatal(err)
 	}
-	inline := LimitID{Ident: algo.AppendSpec(nil, testSpec)}
+	inline := LimitID{Ident: string(algo.AppendSpec(nil, testSpec))}
 	c.Observe(refusal(policyID("api"), "k", 1, 100, 10))
 	c.Observe(refusal(inline, "k", 1, 100, 10))
 	for i := 0; i < 3; i++ {

@@ -70,16 +70,16 @@ func (ls *labels) of(id LimitID) *label {
 	}
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	if l, ok := ls.byName[string(id.Ident)]; ok {
+	if l, ok := ls.byName[id.Ident]; ok {
 		return l
 	}
-	if string(id.Ident) == InlineLabel {
+	if id.Ident == InlineLabel {
 		return ls.inline
 	}
 	if len(ls.byName) >= MaxPolicyLabels {
 		return ls.other
 	}
-	l := ls.add(string(id.Ident))
+	l := ls.add(id.Ident)
 	ls.byName[l.name] = l
 	return l
 }

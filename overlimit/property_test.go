@@ -42,11 +42,11 @@ func resolve(policies map[string]modelPolicy, c modelCheck) (resolved, bool) {
 		if !ok {
 			return resolved{}, false
 		}
-		return resolved{id: LimitID{Policy: true, Ident: []byte(c.policy)}, spec: &p.spec, shadow: p.shadow,
+		return resolved{id: LimitID{Policy: true, Ident: c.policy}, spec: &p.spec, shadow: p.shadow,
 			storage: "p" + c.policy + "\x00" + c.key}, true
 	}
 	enc := algo.AppendSpec(nil, *c.inline)
-	return resolved{id: LimitID{Ident: enc}, spec: c.inline, storage: "s" + string(enc) + "\x00" + c.key}, true
+	return resolved{id: LimitID{Ident: string(enc)}, spec: c.inline, storage: "s" + string(enc) + "\x00" + c.key}, true
 }
 
 // machine is one replica's state: limiter states by storage key.
@@ -256,11 +256,11 @@ func TestCachedNodeMatchesStateMachine(t *testing.T) {
 						cover["spec changed, no-op rule"]++
 					}
 				}
-				cache.ForgetLimit(LimitID{Policy: true, Ident: []byte(name)})
+				cache.ForgetLimit(LimitID{Policy: true, Ident: name})
 			case 2: // delete a policy; its keys stay until they expire
 				name := rapid.SampledFrom(policyNames).Draw(t, "delete")
 				delete(policies, name)
-				cache.ForgetLimit(LimitID{Policy: true, Ident: []byte(name)})
+				cache.ForgetLimit(LimitID{Policy: true, Ident: name})
 			case 3: // snapshot
 				snaps = append(snaps, snap{maps.Clone(ref.states), maps.Clone(node.states), maps.Clone(policies)})
 			case 4: // restore a snapshot
@@ -289,7 +289,11 @@ func TestCachedNodeMatchesStateMachine(t *testing.T) {
 				cached := -1
 				var cd algo.Decision
 				for j, r := range rs {
-					if d, ok := cache.Lookup(r.id, []byte(checks[j].key), checks[j].cost, now); ok {
+					lookup := func() (algo.Decision, bool) { return cache.Lookup(r.id, []byte(checks[j].key), checks[j].cost, now) }
+					if step%2 == 1 { // the check path's form, the key as a string
+						lookup = func() (algo.Decision, bool) { return cache.LookupString(r.id, checks[j].key, checks[j].cost, now) }
+					}
+					if d, ok := lookup(); ok {
 						cached, cd = j, d
 						break
 					}
@@ -392,7 +396,7 @@ func (v invalidation) String() string {
 	case v.forget != nil:
 		return "forget " + v.forget.storage
 	case v.limit != nil:
-		return "forget limit " + string(v.limit.Ident)
+		return "forget limit " + v.limit.Ident
 	}
 	return "clear"
 }
@@ -406,7 +410,7 @@ func (v invalidation) covers(r resolved) bool {
 	case v.forget != nil:
 		return v.forget.storage == r.storage
 	case v.limit != nil:
-		return v.limit.Policy == r.id.Policy && string(v.limit.Ident) == string(r.id.Ident)
+		return v.limit.Policy == r.id.Policy && v.limit.Ident == r.id.Ident
 	}
 	return true
 }
@@ -472,7 +476,7 @@ func TestLaggingNodeOnlyRefusesMore(t *testing.T) {
 				} else {
 					policies[name] = genModelPolicy(t, "put."+name)
 				}
-				pending = append(pending, invalidation{limit: &LimitID{Policy: true, Ident: []byte(name)}})
+				pending = append(pending, invalidation{limit: &LimitID{Policy: true, Ident: name}})
 			case 3:
 				snaps = append(snaps, snap{maps.Clone(leader.states), maps.Clone(policies)})
 			case 4:
@@ -548,7 +552,7 @@ func TestModelSeesCacheHits(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := New(Options{})
-	id := LimitID{Ident: algo.AppendSpec(nil, spec)}
+	id := LimitID{Ident: string(algo.AppendSpec(nil, spec))}
 	var state []byte
 	served := 0
 	for now := int64(100); now < 120; now++ {
