@@ -329,6 +329,21 @@ func TestHashCollision(t *testing.T) {
 	if lookup(c, p, "a", 1, 101) != 10 || c.Stats().Entries != 1 {
 		t.Fatal("the refusal did not take the slot over")
 	}
+	// The same key under another identity, or the same bytes as an inline
+	// limit, in the slot of ("api", "a").
+	e = &s.slots[s.index[h]]
+	copy(e.buf, "xyz")
+	if lookup(c, p, "a", 1, 101) != -1 {
+		t.Fatal("a slot holding another limit's key answered")
+	}
+	if _, ok := c.LookupString(p, "a", 1, 101); ok {
+		t.Fatal("a slot holding another limit's key answered LookupString")
+	}
+	copy(e.buf, "api")
+	e.policy = false
+	if lookup(c, p, "a", 1, 101) != -1 {
+		t.Fatal("a slot holding an inline limit's key answered for a policy")
+	}
 }
 
 func TestLookupStringAgrees(t *testing.T) {
