@@ -17,8 +17,8 @@ const (
 	DefaultMaxEntries = 65536
 	// MaxEntryBytes bounds len(LimitID.Ident)+len(key) of a cached refusal;
 	// longer ones are not cached (they are decided through the log as
-	// before). With MaxEntries it bounds the cache's memory: at the default,
-	// at most about 41 MiB, typically a few MiB.
+	// before). With MaxEntries it bounds the cache's memory: full at the
+	// default, 40 MiB with keys at this bound, 11 MiB with 30-byte keys.
 	MaxEntryBytes = 512
 	// maxShards is the shard count of a large cache: enough that readers on
 	// many cores rarely meet on one lock's cache line.
