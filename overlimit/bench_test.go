@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // A hot key over its limit under a named policy, as in an attack.
@@ -61,9 +62,12 @@ func BenchmarkLookupHitParallel(b *testing.B) {
 			var stop atomic.Bool
 			var wg sync.WaitGroup
 			wg.Add(1)
-			go func() { // the writer
+			go func() { // the writer, at about 10,000 decisions a second
 				defer wg.Done()
+				t := time.NewTicker(100 * time.Microsecond)
+				defer t.Stop()
 				for i := 0; !stop.Load(); i++ {
+					<-t.C
 					c.Observe(refusal(benchID, fmt.Sprint("other", i%100), 1, 0, 1<<50))
 				}
 			}()
@@ -115,6 +119,17 @@ func BenchmarkObserve(b *testing.B) {
 			c.Observe(keys[i%len(keys)])
 		}
 	})
+}
+
+// BenchmarkForgetLimit is a policy change on a full default cache: the scan
+// holds one shard's lock at a time, so readers wait for 1/16 of it at most.
+func BenchmarkForgetLimit(b *testing.B) {
+	c, _ := benchCache(b, Options{}, DefaultMaxEntries)
+	other := LimitID{Policy: true, Ident: "other"}
+	b.ReportAllocs()
+	for b.Loop() {
+		c.ForgetLimit(other) // nothing to drop: the full scan every time
+	}
 }
 
 // BenchmarkKeyDesign compares the two ways of keying the table without

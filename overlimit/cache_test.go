@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -400,6 +401,7 @@ func TestConcurrentUse(t *testing.T) {
 	ids := []LimitID{policyID("a"), policyID("b"), {Ident: "inline"}}
 	const keys = 300
 	var wg sync.WaitGroup
+	var forgotten atomic.Bool // set once ids[0] is forgotten for good
 	stop := make(chan struct{})
 	errs := make(chan error, 8)
 	for r := 0; r < 4; r++ {
@@ -413,9 +415,14 @@ func TestConcurrentUse(t *testing.T) {
 				default:
 				}
 				id := ids[i%len(ids)]
+				gone := forgotten.Load() // read before the lookup
 				d, ok := c.Lookup(id, []byte(fmt.Sprint((i*7+r)%keys)), int64(i%3), 100)
 				if ok && (d.Allowed || d.RetryAfter <= 0 || d.RetryAfter > 50) {
 					errs <- fmt.Errorf("answered %+v", d)
+					return
+				}
+				if ok && gone && id == ids[0] {
+					errs <- fmt.Errorf("hit under %+v after ForgetLimit returned", id)
 					return
 				}
 			}
@@ -436,6 +443,12 @@ func TestConcurrentUse(t *testing.T) {
 		default:
 			c.Observe(refusal(id, k, 1+int64(i%2), 90, 10+int64(i%50)))
 		}
+	}
+	// An invalidation is visible to every lookup that starts after it returns.
+	c.ForgetLimit(ids[0])
+	forgotten.Store(true)
+	for i := 0; i < 20000; i++ {
+		c.Observe(refusal(ids[1+i%2], fmt.Sprint(i%keys), 1, 90, 10))
 	}
 	close(stop)
 	wg.Wait()
