@@ -244,13 +244,12 @@ func (c *Cache) Observe(o Observation) {
 	eff := effectiveCost(o.Cost)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	i, found := s.index[h]
+	// e is the key's entry, if any; another key under the same hash (a
+	// collision) leaves e nil, and a refusal then takes its slot.
+	i, indexed := s.index[h]
 	var e *slot
-	if found {
+	if indexed && s.slots[i].matches(o.ID, o.Key) {
 		e = &s.slots[i]
-		if !e.matches(o.ID, o.Key) {
-			e, found = nil, false // a hash collision: the new key may take the slot
-		}
 	}
 	if d.Allowed {
 		switch {
@@ -276,8 +275,8 @@ func (c *Cache) Observe(o Observation) {
 		e.refresh(o.Now, d)
 		return
 	}
-	if _, taken := s.index[h]; taken {
-		s.remove(s.index[h]) // the colliding entry yields to the newer refusal
+	if indexed {
+		s.remove(i) // the colliding entry yields to the newer refusal
 	}
 	i = s.alloc(o.Now, c.capacity/len(c.shards))
 	e = &s.slots[i]
