@@ -28,6 +28,7 @@ type testCluster struct {
 	srvs   []*httptest.Server
 	dirs   []string
 	closed []bool
+	tweak  func(*Config) // optional: adjusts each node's configuration
 }
 
 func fastConfig(id, dir, httpAddr string, tr raft.Transport) Config {
@@ -43,7 +44,12 @@ func fastConfig(id, dir, httpAddr string, tr raft.Transport) Config {
 
 func newTestCluster(t *testing.T, size int) *testCluster {
 	t.Helper()
-	c := &testCluster{t: t}
+	return newTestClusterWith(t, size, nil)
+}
+
+func newTestClusterWith(t *testing.T, size int, tweak func(*Config)) *testCluster {
+	t.Helper()
+	c := &testCluster{t: t, tweak: tweak}
 	for i := 0; i < size; i++ {
 		_, tr := raft.NewInmemTransport(raft.ServerAddress(fmt.Sprintf("node%d", i)))
 		c.trans = append(c.trans, tr)
@@ -94,7 +100,11 @@ func (c *testCluster) start(i int, bootstrap bool) {
 	}
 	// Raft closes its transport on shutdown; a restarted node reconnects.
 	c.heal()
-	n, err := Open(fastConfig(fmt.Sprintf("n%d", i), c.dirs[i], c.srvs[i].Listener.Addr().String(), c.trans[i]), bootstrap)
+	cfg := fastConfig(fmt.Sprintf("n%d", i), c.dirs[i], c.srvs[i].Listener.Addr().String(), c.trans[i])
+	if c.tweak != nil {
+		c.tweak(&cfg)
+	}
+	n, err := Open(cfg, bootstrap)
 	if err != nil {
 		c.t.Fatalf("open node%d: %v", i, err)
 	}

@@ -48,14 +48,16 @@ type applyResponse struct {
 }
 
 // forwardChecks is the follower's batcher send.
-func (n *Node) forwardChecks(ops []fsm.Op) ([]fsm.Result, error) {
+func (n *Node) forwardChecks(ops []fsm.Op, encoded func()) ([]fsm.Result, error) {
 	id, addr := n.leaderHTTP()
 	if addr == "" || id == n.cfg.NodeID {
 		return nil, errRetry
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.ApplyTimeout+time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.ApplyTimeout)
 	defer cancel()
-	body, err := n.post(ctx, addr, pathCheck, "application/octet-stream", fsm.AppendOps(nil, ops))
+	req := fsm.AppendOps(nil, ops)
+	encoded()
+	body, err := n.post(ctx, addr, pathCheck, "application/octet-stream", req)
 	if err != nil {
 		return nil, err
 	}
@@ -67,7 +69,7 @@ func (n *Node) forwardChecks(ops []fsm.Op) ([]fsm.Result, error) {
 }
 
 func (n *Node) forwardApply(ctx context.Context, addr string, cmd []byte) (interface{}, error) {
-	ctx, cancel := context.WithTimeout(ctx, n.cfg.ApplyTimeout+time.Second)
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.ApplyTimeout)
 	defer cancel()
 	body, err := n.post(ctx, addr, pathApply, "application/octet-stream", cmd)
 	if err != nil {
@@ -93,7 +95,7 @@ func (n *Node) forwardJSON(ctx context.Context, addr, path string, v any) error 
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, n.cfg.ApplyTimeout+time.Second)
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.ApplyTimeout)
 	defer cancel()
 	body, err := n.post(ctx, addr, path, "application/json", b)
 	if err != nil {
@@ -175,12 +177,14 @@ func (n *Node) authenticate(h http.Handler) http.Handler {
 func internalError(w http.ResponseWriter, err error) {
 	code := ""
 	switch {
-	case errors.Is(err, errRetry):
-		code = errNotLeader
-	case errors.Is(err, ErrNoLeader):
-		code = errNoLeader
 	case errors.Is(err, ErrOutcomeUnknown):
 		code = errUnknownOutcome
+	case errors.Is(err, errRetry):
+		code = errNotLeader
+	case errors.Is(err, ErrNoLeader), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		// Nothing was proposed (an unavailable node, or a unit withdrawn from
+		// the queue when the forwarding follower gave up).
+		code = errNoLeader
 	}
 	if code != "" {
 		w.Header().Set(errHeader, code)
@@ -209,11 +213,15 @@ func (n *Node) handleCheck(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "decode ops: "+err.Error(), http.StatusBadRequest)
 		return
 	}
+	if err := n.unavailable(); err != nil {
+		internalError(w, err)
+		return
+	}
 	if !n.IsLeader() {
 		internalError(w, errRetry)
 		return
 	}
-	res, err := n.leaderBatch.do(ops)
+	res, err := n.leaderBatch.do(r.Context(), ops)
 	if err != nil {
 		internalError(w, err)
 		return
@@ -235,7 +243,7 @@ func (n *Node) handleApply(w http.ResponseWriter, r *http.Request) {
 		internalError(w, errRetry)
 		return
 	}
-	resp, err := n.await(n.raft.Apply(cmd, n.cfg.ApplyTimeout))
+	resp, err := n.await(r.Context(), n.raft.Apply(cmd, n.cfg.ApplyTimeout))
 	if err != nil {
 		internalError(w, err)
 		return

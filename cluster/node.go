@@ -176,6 +176,8 @@ type Node struct {
 	lastStamp     int64
 	metrics       *metrics
 	fatal         atomic.Pointer[error]
+	halted        chan struct{} // closed when the state machine stops applying
+	haltOnce      sync.Once
 	closing       chan struct{}
 	wg            sync.WaitGroup
 	closeOnce     sync.Once
@@ -194,7 +196,7 @@ func Open(cfg Config, bootstrap bool) (*Node, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("create data dir %s: %w", cfg.DataDir, err)
 	}
-	n := &Node{cfg: cfg, closing: make(chan struct{})}
+	n := &Node{cfg: cfg, closing: make(chan struct{}), halted: make(chan struct{})}
 	n.logger = hclog.New(&hclog.LoggerOptions{
 		Name:   "raft",
 		Level:  hclog.LevelFromString(cfg.LogLevel),
@@ -371,10 +373,22 @@ func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }
 
 func (n *Node) onFatal(err error) {
 	n.fatal.Store(&err)
+	// Every waiter on an entry the state machine will now never apply
+	// answers at once (await watches halted).
+	n.haltOnce.Do(func() { close(n.halted) })
 	n.logger.Error("state machine stopped applying; restart the node after fixing the cause", "error", err)
 	if n.raft != nil && n.raft.State() == raft.Leader {
 		go n.raft.LeadershipTransfer()
 	}
+}
+
+// unavailable is non-nil (an error matching ErrUnavailable that names the
+// cause) when this node cannot serve checks at all.
+func (n *Node) unavailable() error {
+	if p := n.fatal.Load(); p != nil {
+		return &unavailableError{fmt.Errorf("the state machine stopped applying: %w", *p)}
+	}
+	return nil
 }
 
 // Ready is nil when this node can serve: it knows a leader and its state
@@ -445,7 +459,7 @@ func (n *Node) leaderLoop() {
 		case <-register.C:
 			if n.IsLeader() && n.fsm.Nodes()[n.cfg.NodeID] != n.cfg.HTTPAddr {
 				f := n.raft.Apply(fsm.EncodeSetNode(n.cfg.NodeID, n.cfg.HTTPAddr), n.cfg.ApplyTimeout)
-				if err := f.Error(); err != nil {
+				if _, err := n.await(context.Background(), f); err != nil {
 					n.logger.Debug("register http address", "error", err)
 				}
 			}
@@ -456,7 +470,7 @@ func (n *Node) leaderLoop() {
 			next, ok := n.fsm.NextExpiry()
 			if now := n.stamp(); ok && next <= now {
 				f := n.raft.Apply(fsm.EncodeExpire(now, n.cfg.ExpireMax), n.cfg.ApplyTimeout)
-				if err := f.Error(); err != nil {
+				if _, err := n.await(context.Background(), f); err != nil {
 					n.logger.Debug("expire sweep", "error", err)
 				}
 			}

@@ -19,7 +19,21 @@ var (
 	// shut down) before it could confirm the commit. It may or may not have been
 	// applied; retry with the same request_id to find out without double counting.
 	ErrOutcomeUnknown = errors.New("outcome unknown: leadership was lost while the request was in flight")
+	// ErrUnavailable: this node cannot serve at all (its state machine
+	// stopped, for example on a full disk); the error's text names the cause.
+	// Nothing was proposed. Errors matching it also match ErrNoLeader, so a
+	// caller that only knows ErrNoLeader still answers 503 unavailable.
+	ErrUnavailable = errors.New("node unavailable")
 )
+
+// unavailableError carries the cause of an ErrUnavailable.
+type unavailableError struct{ cause error }
+
+func (e *unavailableError) Error() string { return "node unavailable: " + e.cause.Error() }
+func (e *unavailableError) Unwrap() error { return e.cause }
+func (e *unavailableError) Is(target error) bool {
+	return target == ErrUnavailable || target == ErrNoLeader
+}
 
 // Status is this node's view of the cluster, served as GET /v1/cluster.
 type Status struct {

@@ -65,7 +65,7 @@ func newServeFlagSet(out io.Writer) (*flag.FlagSet, *serveFlags) {
 	fs.DurationVar(&f.fsmFlushInterval, "fsm-flush-interval", 100*time.Millisecond, "state database: commit pending applies at least this often")
 	fs.StringVar(&f.logStore, "log-store", "", "Raft log store: wal (hashicorp/raft-wal, one fsync per append; the default for a new data directory) or boltdb (hashicorp/raft-boltdb, two); empty: whichever the data directory already uses")
 	fs.DurationVar(&f.retention, "request-id-retention", 10*time.Minute, "how long a request_id's decision is remembered for safe retries")
-	fs.DurationVar(&f.applyTimeout, "apply-timeout", 5*time.Second, "how long a proposal may wait for the Raft leader")
+	fs.DurationVar(&f.applyTimeout, "apply-timeout", 5*time.Second, "the request deadline: every check or admin call answers within it (503 unavailable or outcome_unknown when the cluster could not decide in time)")
 	fs.Uint64Var(&f.snapshotThreshold, "snapshot-threshold", 4096, "take a Raft snapshot once this many log entries follow the last one (checked every --snapshot-interval)")
 	fs.DurationVar(&f.snapshotInterval, "snapshot-interval", 30*time.Second, "how often to check whether a snapshot is due")
 	fs.Uint64Var(&f.trailingLogs, "trailing-logs", 2048, "log entries kept after a snapshot, so a lagging follower can catch up without one")
@@ -154,9 +154,10 @@ func serve(f *serveFlags, logger *log.Logger) error {
 		AdminToken:    f.adminToken,
 		AuthKeySource: f.authKeySource,
 		MaxBatch:      f.maxBatch,
-		// Longer than a forwarded proposal may take, so the store, not the
-		// HTTP deadline, decides between "no leader" and "outcome unknown".
-		RequestTimeout: f.applyTimeout + 2*time.Second,
+		// One deadline for a request, end to end: the cluster answers within
+		// it (its batcher and proposals watch the request's context and say
+		// whether anything was proposed when it ends).
+		RequestTimeout: f.applyTimeout,
 	}
 	if err := apiCfg.Validate(); err != nil {
 		return err
