@@ -22,6 +22,7 @@ import (
 // already sent is abandoned with ErrOutcomeUnknown.
 type batcher struct {
 	maxOps   int
+	maxBytes int // bound on opsSize of one batch
 	inflight int
 	maxWait  time.Duration
 	// send proposes or forwards ops and waits for the results. It calls
@@ -47,6 +48,7 @@ const (
 
 type pending struct {
 	ops   []fsm.Op
+	size  int // opsSize(ops)
 	res   []fsm.Result
 	err   error
 	state int
@@ -57,7 +59,7 @@ var pendingPool = sync.Pool{New: func() any { return &pending{done: make(chan st
 
 func newBatcher(maxOps, inflight int, maxWait time.Duration, send func([]fsm.Op, func()) ([]fsm.Result, error), observe func(int)) *batcher {
 	b := &batcher{
-		maxOps: maxOps, inflight: inflight, maxWait: maxWait,
+		maxOps: maxOps, maxBytes: MaxEntryBytes, inflight: inflight, maxWait: maxWait,
 		send: send, observe: observe, wake: make(chan struct{}, 1),
 	}
 	b.sentC = sync.NewCond(&b.mu)
@@ -67,10 +69,17 @@ func newBatcher(maxOps, inflight int, maxWait time.Duration, send func([]fsm.Op,
 // do submits ops as one unit (never split across entries, so an atomic group
 // stays atomic and a forwarded batch stays in order) and waits for results
 // or for ctx to end. When ctx ends first, the error says whether the ops were
-// proposed: a context error (nothing proposed) or ErrOutcomeUnknown.
+// proposed: a context error (nothing proposed) or ErrOutcomeUnknown. A unit
+// over MaxEntryOps ops or maxBytes is refused with ErrTooLarge; a unit over
+// maxOps (but within those) travels alone.
 func (b *batcher) do(ctx context.Context, ops []fsm.Op) ([]fsm.Result, error) {
+	size := opsSize(ops)
+	if len(ops) > MaxEntryOps || size > b.maxBytes {
+		return nil, fmt.Errorf("%w: %d ops, up to %d bytes encoded (bounds: %d ops, %d bytes)",
+			ErrTooLarge, len(ops), size, MaxEntryOps, b.maxBytes)
+	}
 	p := pendingPool.Get().(*pending)
-	p.ops, p.res, p.err, p.state = ops, nil, nil, stateQueued
+	p.ops, p.size, p.res, p.err, p.state = ops, size, nil, nil, stateQueued
 	b.mu.Lock()
 	b.queue = append(b.queue, p)
 	b.queued += len(ops)
@@ -147,15 +156,16 @@ func (b *batcher) flushLoop() {
 			return
 		}
 		batch, ops = batch[:0], ops[:0]
-		n := 0
+		n, size := 0, 0
 		for len(b.queue) > 0 {
 			p := b.queue[0]
-			if n > 0 && n+len(p.ops) > b.maxOps {
+			if n > 0 && (n+len(p.ops) > b.maxOps || size+p.size > b.maxBytes) {
 				break
 			}
 			b.queue[0] = nil
 			b.queue = b.queue[1:]
 			n += len(p.ops)
+			size += p.size
 			p.state = stateTaken
 			batch = append(batch, p)
 			ops = append(ops, p.ops...)

@@ -39,7 +39,8 @@ type Config struct {
 	// AdminToken, when set, authenticates node-to-node requests.
 	AdminToken string
 
-	// Group commit: at most BatchMaxOps ops per log entry (default 2048),
+	// Group commit: at most BatchMaxOps ops per log entry (default 2048, at
+	// most MaxEntryOps) and MaxEntryBytes of encoded ops,
 	// at most BatchInflight entries in flight at once (default 2); a flusher
 	// may linger up to BatchMaxWait for more ops when its batch is not full
 	// (default 0: natural batching — the next batch is whatever arrived while
@@ -97,7 +98,10 @@ func (c *Config) setDefaults() {
 		c.HTTPScheme = "http"
 	}
 	if c.BatchMaxOps <= 0 {
-		c.BatchMaxOps = 2048
+		c.BatchMaxOps = DefaultBatchMaxOps
+	}
+	if c.BatchMaxOps > MaxEntryOps {
+		c.BatchMaxOps = MaxEntryOps
 	}
 	if c.BatchInflight <= 0 {
 		c.BatchInflight = 2

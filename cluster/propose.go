@@ -137,6 +137,9 @@ func (n *Node) await(ctx context.Context, f raft.ApplyFuture) (interface{}, erro
 // Apply proposes an admin command (built with the fsm.Encode* functions) and
 // returns the state machine's response, forwarding to the leader when needed.
 func (n *Node) Apply(ctx context.Context, cmd []byte) (interface{}, error) {
+	if len(cmd) > MaxCommandBytes {
+		return nil, fmt.Errorf("%w: an admin command of %d bytes (bound %d)", ErrTooLarge, len(cmd), MaxCommandBytes)
+	}
 	if err := fsm.ValidateCommand(cmd); err != nil {
 		return nil, err
 	}
