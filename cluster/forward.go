@@ -168,8 +168,15 @@ func (n *Node) Internal() http.Handler {
 	return n.authenticate(mux)
 }
 
+// authenticate admits node-to-node requests: with Config.TLS, only over TLS
+// with a client certificate the server verified against the cluster CA; with
+// an admin token, only bearing it. Both apply when both are configured.
 func (n *Node) authenticate(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n.cfg.TLS != nil && (r.TLS == nil || len(r.TLS.VerifiedChains) == 0) {
+			http.Error(w, "node-to-node endpoints require a client certificate signed by the cluster CA", http.StatusUnauthorized)
+			return
+		}
 		if n.cfg.AdminToken != "" {
 			got := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
 			if subtle.ConstantTimeCompare([]byte(got), []byte(n.cfg.AdminToken)) != 1 {

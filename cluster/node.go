@@ -7,6 +7,7 @@ package cluster
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -38,6 +39,12 @@ type Config struct {
 	HTTPClient *http.Client
 	// AdminToken, when set, authenticates node-to-node requests.
 	AdminToken string
+	// TLS, when set (see LoadTLS), secures node-to-node traffic with mutual
+	// TLS: the Raft transport runs over it and accepts only peers presenting
+	// a certificate signed by its ClientCAs, and the internal HTTP endpoints
+	// require such a client certificate. HTTPClient should present the same
+	// certificate. It does not apply to a Transport passed in.
+	TLS *tls.Config
 
 	// Group commit: at most BatchMaxOps ops per log entry (default 2048, at
 	// most MaxEntryOps) and MaxEntryBytes of encoded ops,
@@ -298,17 +305,12 @@ func (n *Node) openRaft(bootstrap bool) error {
 
 	trans := cfg.Transport
 	if trans == nil {
-		addr, err := net.ResolveTCPAddr("tcp", cfg.RaftAddr)
+		t, err := newRaftTransport(cfg, n.logger)
 		if err != nil {
 			logs.Close()
-			return fmt.Errorf("resolve raft address %s: %w", cfg.RaftAddr, err)
+			return err
 		}
-		tcp, err := raft.NewTCPTransportWithLogger(cfg.RaftBind, addr, 8, 5*time.Second, n.logger)
-		if err != nil {
-			logs.Close()
-			return fmt.Errorf("listen raft %s: %w", cfg.RaftBind, err)
-		}
-		trans = tcp
+		trans = t
 	}
 	n.trans = trans
 

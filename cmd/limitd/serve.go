@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -35,7 +34,7 @@ type serveFlags struct {
 	batchMaxWait, retention, applyTimeout     time.Duration
 	snapshotInterval, fsmFlushInterval        time.Duration
 	snapshotThreshold, trailingLogs           uint64
-	pprof                                     bool
+	pprof, insecure                           bool
 	gcPercent                                 int
 	memoryLimit                               int64
 }
@@ -52,9 +51,10 @@ func newServeFlagSet(out io.Writer) (*flag.FlagSet, *serveFlags) {
 	fs.StringVar(&f.dataDir, "data-dir", "./limitd-data", "directory for the Raft log, snapshots and the state database")
 	fs.StringVar(&f.join, "join", "", "HTTP address of any cluster member to join (e.g. http://10.0.0.1:8080); without it a fresh node bootstraps a single-node cluster")
 	fs.StringVar(&f.adminToken, "admin-token", "", "bearer token required by admin endpoints (policies, key reset, membership) and node-to-node requests")
-	fs.StringVar(&f.tlsCert, "tls-cert", "", "certificate file: serve HTTPS (with --tls-key)")
+	fs.StringVar(&f.tlsCert, "tls-cert", "", "this node's certificate file: serve HTTPS (with --tls-key); with --tls-ca also the node's identity for Raft and forwarding")
 	fs.StringVar(&f.tlsKey, "tls-key", "", "private key file for --tls-cert")
-	fs.StringVar(&f.tlsCA, "tls-ca", "", "CA bundle to verify other nodes' certificates when forwarding (default: system roots)")
+	fs.StringVar(&f.tlsCA, "tls-ca", "", "cluster CA bundle: turns on mutual TLS between nodes (Raft and forwarding require a certificate it signed); without it Raft is plain TCP and forwarding verifies the leader against the system roots")
+	fs.BoolVar(&f.insecure, "insecure", false, "allow a non-loopback --http-addr or --raft-addr without --admin-token and mutual TLS (--tls-cert, --tls-key, --tls-ca): anyone who can reach the ports could then change policies, membership and decisions")
 	fs.StringVar(&f.policies, "policies", "", "JSON file of policies to create or update at start")
 	fs.StringVar(&f.authKeySource, "auth-key-source", "", "where /v1/auth/{policy} takes the key from: header:NAME, query:NAME or ip (default: see docs/API.md)")
 	fs.IntVar(&f.maxBatch, "max-batch", 1000, "maximum checks in one /v1/check/batch or /v1/check/all request")
@@ -119,6 +119,14 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "limitd: --tls-cert and --tls-key go together")
 		return 2
 	}
+	if f.tlsCA != "" && f.tlsCert == "" {
+		fmt.Fprintln(stderr, "limitd: --tls-ca needs --tls-cert and --tls-key (the node's own certificate, signed by that CA)")
+		return 2
+	}
+	if err := checkSecureDefaults(f); err != nil {
+		fmt.Fprintln(stderr, "limitd:", err)
+		return 2
+	}
 	logger := log.New(stderr, "limitd: ", log.LstdFlags)
 	if err := serve(f, logger); err != nil {
 		logger.Print(err)
@@ -170,7 +178,11 @@ func serve(f *serveFlags, logger *log.Logger) error {
 	if raftAdv == "" {
 		raftAdv = f.raftAddr
 	}
-	scheme, client, err := forwardingClient(f)
+	nodeTLS, err := clusterTLS(f)
+	if err != nil {
+		return err
+	}
+	scheme, client, err := forwardingClient(f, nodeTLS)
 	if err != nil {
 		return err
 	}
@@ -189,6 +201,7 @@ func serve(f *serveFlags, logger *log.Logger) error {
 		HTTPScheme:         scheme,
 		HTTPClient:         client,
 		AdminToken:         f.adminToken,
+		TLS:                nodeTLS,
 		BatchMaxOps:        f.batchMaxOps,
 		BatchInflight:      f.batchInflight,
 		BatchMaxWait:       f.batchMaxWait,
@@ -223,6 +236,12 @@ func serve(f *serveFlags, logger *log.Logger) error {
 		handler = mux
 	}
 	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
+	if nodeTLS != nil {
+		// Clients of the public API need no certificate; one that is given
+		// must verify, and the internal endpoints require one.
+		hs.TLSConfig = nodeTLS.Clone()
+		hs.TLSConfig.ClientAuth = tls.VerifyClientCertIfGiven
+	}
 	serveErr := make(chan error, 1)
 	go func() {
 		if f.tlsCert != "" {
@@ -295,24 +314,32 @@ func loadPolicies(ctx context.Context, node *cluster.Node, policies []fsm.Policy
 	return nil
 }
 
-func forwardingClient(f *serveFlags) (string, *http.Client, error) {
+// clusterTLS is the node-to-node mutual TLS configuration (nil without --tls-ca).
+func clusterTLS(f *serveFlags) (*tls.Config, error) {
+	if f.tlsCA == "" {
+		return nil, nil
+	}
+	tc, err := cluster.LoadTLS(f.tlsCert, f.tlsKey, f.tlsCA)
+	if err != nil {
+		return nil, fmt.Errorf("--tls-cert/--tls-key/--tls-ca: %w", err)
+	}
+	return tc, nil
+}
+
+// forwardingClient is the HTTP client for forwarding and joining: plain HTTP
+// without TLS; with --tls-ca it presents the node certificate and trusts only
+// the cluster CA; with only --tls-cert it verifies against the system roots.
+func forwardingClient(f *serveFlags, nodeTLS *tls.Config) (string, *http.Client, error) {
 	if f.tlsCert == "" {
 		return "http", nil, nil
 	}
 	tc := &tls.Config{MinVersion: tls.VersionTLS12}
-	if f.tlsCA != "" {
-		pem, err := os.ReadFile(f.tlsCA)
-		if err != nil {
-			return "", nil, fmt.Errorf("read --tls-ca %s: %w", f.tlsCA, err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return "", nil, fmt.Errorf("--tls-ca %s: no certificates found", f.tlsCA)
-		}
-		tc.RootCAs = pool
+	if nodeTLS != nil {
+		tc = nodeTLS.Clone()
 	}
 	tr := &http.Transport{
 		TLSClientConfig:     tc,
+		DialContext:         (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 		MaxIdleConns:        256,
 		MaxIdleConnsPerHost: 64,
 		IdleConnTimeout:     90 * time.Second,
@@ -320,4 +347,52 @@ func forwardingClient(f *serveFlags) (string, *http.Client, error) {
 		ForceAttemptHTTP2:   false,
 	}
 	return "https", &http.Client{Transport: tr}, nil
+}
+
+// checkSecureDefaults refuses a node reachable beyond loopback without
+// credentials, unless --insecure: the admin token guards policy, key and
+// membership changes on the HTTP port, and only mutual TLS keeps strangers
+// from sending Raft RPCs (which can rewrite the log) or forwarded checks.
+func checkSecureDefaults(f *serveFlags) error {
+	if f.insecure {
+		return nil
+	}
+	var exposed []string
+	for _, a := range []struct{ flag, addr string }{
+		{"--http-addr", f.httpAddr}, {"--raft-addr", f.raftAddr},
+		{"--http-advertise", f.httpAdvertise}, {"--raft-advertise", f.raftAdvertise},
+	} {
+		if a.addr != "" && !isLoopback(a.addr) {
+			exposed = append(exposed, a.flag+" "+a.addr)
+		}
+	}
+	if len(exposed) == 0 {
+		return nil
+	}
+	var missing []string
+	if f.adminToken == "" {
+		missing = append(missing, "--admin-token (without it anyone who reaches the HTTP port can change policies, reset keys and add or remove voters)")
+	}
+	if f.tlsCA == "" {
+		missing = append(missing, "--tls-cert, --tls-key and --tls-ca (without mutual TLS anyone who reaches the Raft port can forge Raft RPCs that rewrite the log)")
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	return fmt.Errorf("refusing to start: %s %s not a loopback address, and this node has no %s; set them (docs/SECURITY.md, scripts/certs.sh), or pass --insecure to run unprotected on a network you trust",
+		strings.Join(exposed, ", "), map[bool]string{true: "is", false: "are"}[len(exposed) == 1], strings.Join(missing, ", nor "))
+}
+
+// isLoopback reports whether addr (host:port) binds or points only to the
+// loopback interface. An empty host (":8080") means every interface.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = addr
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
