@@ -98,7 +98,7 @@ func (p *proc) term() error {
 	}
 }
 
-func (p *proc) url(path string) string { return "http://" + p.httpAddr + path }
+func (p *proc) url(path string) string { return procScheme + "://" + p.httpAddr + path }
 
 func (p *proc) waitReady() {
 	p.t.Helper()
