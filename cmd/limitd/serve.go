@@ -15,12 +15,23 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/limitd/limitd/api"
 	"github.com/limitd/limitd/cluster"
 	"github.com/limitd/limitd/fsm"
+)
+
+// HTTP server limits (flags --read-timeout, --idle-timeout, --max-connections).
+// The write deadline is the request deadline (--apply-timeout) plus
+// writeTimeoutMargin, so an answer is always written in time.
+const (
+	DefaultReadTimeout    = 10 * time.Second
+	DefaultIdleTimeout    = 120 * time.Second
+	DefaultMaxConnections = 4096
+	writeTimeoutMargin    = 5 * time.Second
 )
 
 type serveFlags struct {
@@ -35,6 +46,8 @@ type serveFlags struct {
 	snapshotInterval, fsmFlushInterval        time.Duration
 	snapshotThreshold, trailingLogs           uint64
 	pprof, insecure                           bool
+	readTimeout, idleTimeout                  time.Duration
+	maxConnections                            int
 	gcPercent                                 int
 	memoryLimit                               int64
 }
@@ -72,6 +85,9 @@ func newServeFlagSet(out io.Writer) (*flag.FlagSet, *serveFlags) {
 	fs.StringVar(&f.logLevel, "log-level", "warn", "Raft log level: trace, debug, info, warn, error")
 	fs.IntVar(&f.gcPercent, "gc-percent", 400, "Go garbage collector target percent, like GOGC (which wins when set; 0 keeps Go's default of 100): the live heap is small, so a higher target trades some memory for CPU")
 	fs.Int64Var(&f.memoryLimit, "memory-limit-mib", 512, "soft limit of the Go heap in MiB, like GOMEMLIMIT (which wins when set; 0: none): with --gc-percent above 100 the heap grows less eagerly once it is this large")
+	fs.DurationVar(&f.readTimeout, "read-timeout", DefaultReadTimeout, "HTTP: time to read a request's headers and body; a slower client is disconnected")
+	fs.DurationVar(&f.idleTimeout, "idle-timeout", DefaultIdleTimeout, "HTTP: how long an idle keep-alive connection stays open")
+	fs.IntVar(&f.maxConnections, "max-connections", DefaultMaxConnections, "HTTP: connections served at once; more wait in the listen backlog until one closes")
 	fs.BoolVar(&f.pprof, "pprof", false, "serve Go profiling endpoints under /debug/pprof/")
 	fs.Usage = func() {
 		fmt.Fprintf(out, "Usage: limitd [serve] [flags]\n\nRuns a limitd node. Every flag can also be set with an environment variable:\nLIMITD_ and the flag name in upper case with - as _ (e.g. LIMITD_DATA_DIR).\nA flag on the command line wins over the environment.\n\nFlags:\n")
@@ -121,6 +137,10 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	}
 	if f.tlsCA != "" && f.tlsCert == "" {
 		fmt.Fprintln(stderr, "limitd: --tls-ca needs --tls-cert and --tls-key (the node's own certificate, signed by that CA)")
+		return 2
+	}
+	if f.readTimeout <= 0 || f.idleTimeout <= 0 || f.maxConnections <= 0 {
+		fmt.Fprintln(stderr, "limitd: --read-timeout, --idle-timeout and --max-connections must be positive")
 		return 2
 	}
 	if err := checkSecureDefaults(f); err != nil {
@@ -229,13 +249,14 @@ func serve(f *serveFlags, logger *log.Logger) error {
 	if f.pprof {
 		mux := http.NewServeMux()
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/profile", noWriteDeadline(pprof.Profile))
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		mux.HandleFunc("/debug/pprof/trace", noWriteDeadline(pprof.Trace))
 		mux.Handle("/", handler)
 		handler = mux
 	}
-	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
+	hs := newHTTPServer(f, handler)
+	ln = limitListener(ln, f.maxConnections)
 	if nodeTLS != nil {
 		// Clients of the public API need no certificate; one that is given
 		// must verify, and the internal endpoints require one.
@@ -312,6 +333,76 @@ func loadPolicies(ctx context.Context, node *cluster.Node, policies []fsm.Policy
 		}
 	}
 	return nil
+}
+
+// newHTTPServer applies the HTTP limits: a client has --read-timeout to send
+// its headers and body (a slow body is cut off, not held), the answer must be
+// written within the request deadline plus a margin, idle keep-alive
+// connections close after --idle-timeout.
+func newHTTPServer(f *serveFlags, h http.Handler) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: f.readTimeout,
+		ReadTimeout:       f.readTimeout,
+		WriteTimeout:      f.applyTimeout + writeTimeoutMargin,
+		IdleTimeout:       f.idleTimeout,
+		MaxHeaderBytes:    64 << 10,
+	}
+}
+
+// noWriteDeadline lifts the server's write deadline for a handler that
+// streams for longer on purpose (CPU profiles and traces).
+func noWriteDeadline(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		http.NewResponseController(w).SetWriteDeadline(time.Time{})
+		h(w, r)
+	}
+}
+
+// limitListener accepts at most n connections at a time: Accept waits for a
+// served connection to close, and further clients wait in the kernel's
+// listen backlog, so a flood of slow clients cannot exhaust memory or file
+// descriptors.
+func limitListener(ln net.Listener, n int) net.Listener {
+	return &limitedListener{Listener: ln, slots: make(chan struct{}, n), done: make(chan struct{})}
+}
+
+type limitedListener struct {
+	net.Listener
+	slots     chan struct{}
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+func (l *limitedListener) Accept() (net.Conn, error) {
+	select {
+	case l.slots <- struct{}{}:
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+	c, err := l.Listener.Accept()
+	if err != nil {
+		<-l.slots
+		return nil, err
+	}
+	return &limitedConn{Conn: c, release: func() { <-l.slots }}, nil
+}
+
+func (l *limitedListener) Close() error {
+	l.closeOnce.Do(func() { close(l.done) })
+	return l.Listener.Close()
+}
+
+type limitedConn struct {
+	net.Conn
+	once    sync.Once
+	release func()
+}
+
+func (c *limitedConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.release)
+	return err
 }
 
 // clusterTLS is the node-to-node mutual TLS configuration (nil without --tls-ca).
