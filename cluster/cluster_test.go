@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -495,4 +496,33 @@ func TestFatalApplyStopsNodeAndCloseReturns(t *testing.T) {
 		t.Fatal("Close hung after a fatal apply error")
 	}
 	c.closed[0] = true
+}
+
+// A removed node says so: Removed is closed, Ready reports "removed from
+// cluster", and checks through it answer ErrUnavailable.
+func TestRemovedNodeStopsServing(t *testing.T) {
+	c := newTestCluster(t, 3)
+	l := c.leader()
+	victim := (l + 1) % 3
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.nodes[l].Remove(ctx, c.nodes[victim].ID()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-c.nodes[victim].Removed():
+	case <-ctx.Done():
+		t.Fatal("the removed node did not notice its removal")
+	}
+	if err := c.nodes[victim].Ready(); err == nil || !strings.Contains(err.Error(), "removed from cluster") {
+		t.Fatalf("Ready of the removed node: %v, want \"removed from cluster\"", err)
+	}
+	if _, err := c.nodes[victim].Check(ctx, check("k", slidingLog(5, time.Hour))); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("check through the removed node: %v, want ErrUnavailable", err)
+	}
+	select {
+	case <-c.nodes[l].Removed():
+		t.Fatal("the leader reports itself removed")
+	default:
+	}
 }

@@ -189,6 +189,9 @@ type Node struct {
 	fatal         atomic.Pointer[error]
 	halted        chan struct{} // closed when the state machine stops applying
 	haltOnce      sync.Once
+	wasMember     atomic.Bool   // this node has seen itself in the configuration
+	removed       chan struct{} // closed when this node is removed from the configuration
+	removedFlag   atomic.Bool
 	closing       chan struct{}
 	wg            sync.WaitGroup
 	closeOnce     sync.Once
@@ -207,7 +210,7 @@ func Open(cfg Config, bootstrap bool) (*Node, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("create data dir %s: %w", cfg.DataDir, err)
 	}
-	n := &Node{cfg: cfg, closing: make(chan struct{}), halted: make(chan struct{})}
+	n := &Node{cfg: cfg, closing: make(chan struct{}), halted: make(chan struct{}), removed: make(chan struct{})}
 	n.logger = hclog.New(&hclog.LoggerOptions{
 		Name:   "raft",
 		Level:  hclog.LevelFromString(cfg.LogLevel),
@@ -388,20 +391,62 @@ func (n *Node) onFatal(err error) {
 	}
 }
 
+// membership reports whether the latest Raft configuration has servers, and
+// whether this node is one of them.
+func (n *Node) membership() (known, member bool) {
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return false, false
+	}
+	servers := f.Configuration().Servers
+	for _, s := range servers {
+		if s.ID == raft.ServerID(n.cfg.NodeID) {
+			n.wasMember.Store(true)
+			return true, true
+		}
+	}
+	return len(servers) > 0, false
+}
+
+// watchMembership notices this node's removal: it was in the configuration
+// and no longer is. (A joining node catching up passes through older
+// configurations without itself before it first appears: not a removal.)
+func (n *Node) watchMembership() {
+	known, member := n.membership()
+	if known && !member && n.wasMember.Load() && !n.removedFlag.Load() {
+		n.removedFlag.Store(true)
+		close(n.removed)
+		n.logger.Warn("this node was removed from the cluster configuration; it no longer serves")
+	}
+}
+
+// Removed is closed when this node is removed from the cluster; from then
+// on Ready reports it and checks answer ErrUnavailable. The server decides
+// whether the process exits (limitd serve does unless --stay-after-removal).
+func (n *Node) Removed() <-chan struct{} { return n.removed }
+
 // unavailable is non-nil (an error matching ErrUnavailable that names the
 // cause) when this node cannot serve checks at all.
 func (n *Node) unavailable() error {
 	if p := n.fatal.Load(); p != nil {
 		return &unavailableError{fmt.Errorf("the state machine stopped applying: %w", *p)}
 	}
+	if n.removedFlag.Load() {
+		return &unavailableError{errRemoved}
+	}
 	return nil
 }
+
+var errRemoved = errors.New("removed from cluster")
 
 // Ready is nil when this node can serve: it knows a leader and its state
 // machine has applied (nearly) everything it knows to be committed.
 func (n *Node) Ready() error {
-	if p := n.fatal.Load(); p != nil {
-		return fmt.Errorf("state machine stopped: %w", *p)
+	if err := n.unavailable(); err != nil {
+		return err
+	}
+	if known, member := n.membership(); known && !member {
+		return fmt.Errorf("not in the cluster configuration (%s is not a member; joining, or on another member's address?)", n.cfg.NodeID)
 	}
 	if _, id := n.raft.LeaderWithID(); id == "" {
 		return ErrNoLeader
@@ -463,6 +508,7 @@ func (n *Node) leaderLoop() {
 		case <-n.closing:
 			return
 		case <-register.C:
+			n.watchMembership()
 			if n.IsLeader() && n.fsm.Nodes()[n.cfg.NodeID] != n.cfg.HTTPAddr {
 				f := n.raft.Apply(fsm.EncodeSetNode(n.cfg.NodeID, n.cfg.HTTPAddr), n.cfg.ApplyTimeout)
 				if _, err := n.await(context.Background(), f); err != nil {

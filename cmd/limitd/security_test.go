@@ -293,3 +293,73 @@ func TestProcessTLSClusterRefusesForgeries(t *testing.T) {
 		t.Fatalf("after the attacks: term %d, %d members (%s); want the term untouched and 3 members", st.Term, len(st.Members), body)
 	}
 }
+
+// A node removed from the cluster exits (status 0, saying why); with
+// --stay-after-removal it keeps running and /readyz says "removed from cluster".
+func TestProcessRemovedNodeExitsOrStays(t *testing.T) {
+	n1 := newProc(t, "n1", "")
+	n1.start()
+	n1.waitReady()
+	leaves := newProc(t, "leaves", n1.url(""))
+	leaves.start()
+	stays := newProc(t, "stays", n1.url(""))
+	stays.start("--stay-after-removal")
+	leaves.waitReady()
+	stays.waitReady()
+	for _, id := range []string{"leaves", "stays"} {
+		req, _ := http.NewRequest(http.MethodDelete, n1.url("/v1/cluster/nodes/"+id), nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("remove %s: %s", id, resp.Status)
+		}
+	}
+	done := make(chan error, 1)
+	go func() { done <- leaves.cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("removed node exited with %v, want status 0; logs:\n%s", err, leaves.logs)
+		}
+		if !strings.Contains(leaves.logs.String(), "removed from the cluster") {
+			t.Fatalf("removed node's logs do not say why it stopped:\n%s", leaves.logs)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("removed node still running after 20 s; logs:\n%s", leaves.logs)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := http.Get(stays.url("/readyz"))
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusServiceUnavailable && strings.Contains(string(b), "removed from cluster") {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("--stay-after-removal: /readyz never said \"removed from cluster\" (%v); logs:\n%s", err, stays.logs)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if stays.cmd.ProcessState != nil {
+		t.Fatal("--stay-after-removal: the process exited")
+	}
+}
+
+// A join cancelled before it succeeds (SIGTERM while the seed is
+// unreachable) does not log that the node joined.
+func TestProcessCancelledJoinDoesNotClaimSuccess(t *testing.T) {
+	p := newProc(t, "lonely", "http://"+freePort(t))
+	p.start()
+	time.Sleep(300 * time.Millisecond) // let the join loop make an attempt
+	if err := p.term(); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(p.logs.String(), "joined the cluster") {
+		t.Fatalf("a join that never succeeded was logged as done:\n%s", p.logs)
+	}
+}

@@ -45,7 +45,7 @@ type serveFlags struct {
 	batchMaxWait, retention, applyTimeout     time.Duration
 	snapshotInterval, fsmFlushInterval        time.Duration
 	snapshotThreshold, trailingLogs           uint64
-	pprof, insecure                           bool
+	pprof, insecure, stayAfterRemoval         bool
 	readTimeout, idleTimeout                  time.Duration
 	maxConnections                            int
 	gcPercent                                 int
@@ -88,6 +88,7 @@ func newServeFlagSet(out io.Writer) (*flag.FlagSet, *serveFlags) {
 	fs.DurationVar(&f.readTimeout, "read-timeout", DefaultReadTimeout, "HTTP: time to read a request's headers and body; a slower client is disconnected")
 	fs.DurationVar(&f.idleTimeout, "idle-timeout", DefaultIdleTimeout, "HTTP: how long an idle keep-alive connection stays open")
 	fs.IntVar(&f.maxConnections, "max-connections", DefaultMaxConnections, "HTTP: connections served at once; more wait in the listen backlog until one closes")
+	fs.BoolVar(&f.stayAfterRemoval, "stay-after-removal", false, "keep running (not ready, answering 503) after this node is removed from the cluster, instead of exiting")
 	fs.BoolVar(&f.pprof, "pprof", false, "serve Go profiling endpoints under /debug/pprof/")
 	fs.Usage = func() {
 		fmt.Fprintf(out, "Usage: limitd [serve] [flags]\n\nRuns a limitd node. Every flag can also be set with an environment variable:\nLIMITD_ and the flag name in upper case with - as _ (e.g. LIMITD_DATA_DIR).\nA flag on the command line wins over the environment.\n\nFlags:\n")
@@ -278,9 +279,11 @@ func serve(f *serveFlags, logger *log.Logger) error {
 	background := make(chan error, 2)
 	if f.join != "" {
 		go func() {
-			if err := node.JoinCluster(ctx, f.join); err != nil && ctx.Err() == nil {
-				background <- err
-				return
+			if err := node.JoinCluster(ctx, f.join); err != nil {
+				if ctx.Err() == nil {
+					background <- err
+				}
+				return // cancelled before joining: nothing to report
 			}
 			logger.Printf("joined the cluster through %s", f.join)
 		}()
@@ -293,10 +296,18 @@ func serve(f *serveFlags, logger *log.Logger) error {
 		}()
 	}
 
+	removed := node.Removed()
+	if f.stayAfterRemoval {
+		removed = nil
+	}
 	var runErr error
 	select {
 	case <-ctx.Done():
 		logger.Printf("shutting down")
+	case <-removed:
+		// Exit 0: a supervisor restarting on failure should not bring back
+		// a node an operator removed.
+		logger.Printf("this node was removed from the cluster: shutting down (--stay-after-removal keeps it running, not ready)")
 	case err := <-serveErr:
 		runErr = fmt.Errorf("http server: %w", err)
 	case err := <-background:
