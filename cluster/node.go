@@ -90,6 +90,9 @@ type Config struct {
 	// Transport overrides the TCP transport (in-process tests use raft.InmemTransport).
 	Transport raft.Transport
 
+	// wrapLogStore lets tests inject storage faults into the Raft log store.
+	wrapLogStore func(logStore) logStore
+
 	LogOutput io.Writer // default os.Stderr
 	LogLevel  string    // hclog level for raft (default "warn")
 }
@@ -291,6 +294,10 @@ func (n *Node) openRaft(bootstrap bool) error {
 	if err != nil {
 		return err
 	}
+	if cfg.wrapLogStore != nil {
+		logs = cfg.wrapLogStore(logs)
+	}
+	logs = &guardedLogStore{logStore: logs, failed: n.logStoreFailed}
 	n.logs = logs
 	// Entries can carry thousands of checks: keep the cache and the retained
 	// log (TrailingLogs, SnapshotThreshold) modest so memory and the log on disk stay bounded.
@@ -380,16 +387,48 @@ func (n *Node) Policies() []fsm.Policy { return n.fsm.Policies() }
 // IsLeader reports whether this node is the Raft leader right now.
 func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }
 
+// onFatal is the state machine's OnFatal: it stopped applying (a failed
+// commit, such as a full disk, or an entry it cannot apply).
 func (n *Node) onFatal(err error) {
-	n.fatal.Store(&err)
-	// Every waiter on an entry the state machine will now never apply
-	// answers at once (await watches halted).
+	n.fail(fmt.Errorf("the state machine stopped applying: %w", err), false)
+}
+
+// logStoreFailed: a write to the Raft log or stable store failed (disk
+// full, I/O error). Raft on this node stops, so a node that cannot write
+// its log does not take part in elections it would win and lose again.
+func (n *Node) logStoreFailed(err error) {
+	n.fail(fmt.Errorf("the raft log could not be written: %w", err), true)
+}
+
+// fail stops the node from serving, once: every waiter answers at once
+// (await watches halted), checks answer ErrUnavailable naming the cause, and
+// Failed is closed so the process can exit for its supervisor.
+func (n *Node) fail(err error, stopRaft bool) {
+	if !n.fatal.CompareAndSwap(nil, &err) {
+		return
+	}
 	n.haltOnce.Do(func() { close(n.halted) })
-	n.logger.Error("state machine stopped applying; restart the node after fixing the cause", "error", err)
-	if n.raft != nil && n.raft.State() == raft.Leader {
+	n.logger.Error("this node stopped serving; fix the cause and restart it", "error", err)
+	switch {
+	case n.raft == nil:
+	case stopRaft:
+		go n.raft.Shutdown()
+	case n.raft.State() == raft.Leader:
 		go n.raft.LeadershipTransfer()
 	}
 }
+
+// Failed is closed when the node stops serving for good: its state machine
+// stopped applying or its Raft log could not be written. Health says why.
+// The node does not recover by itself; restart it once the cause is fixed
+// (limitd serve exits with status 1).
+func (n *Node) Failed() <-chan struct{} { return n.halted }
+
+// Health is nil while the node's storage and state machine work, and
+// otherwise an ErrUnavailable naming the degraded state (state machine
+// stopped, Raft log not writable, removed from the cluster). Unlike Ready it
+// does not depend on a leader: it is what /healthz should report.
+func (n *Node) Health() error { return n.unavailable() }
 
 // membership reports whether the latest Raft configuration has servers, and
 // whether this node is one of them.
@@ -429,7 +468,7 @@ func (n *Node) Removed() <-chan struct{} { return n.removed }
 // cause) when this node cannot serve checks at all.
 func (n *Node) unavailable() error {
 	if p := n.fatal.Load(); p != nil {
-		return &unavailableError{fmt.Errorf("the state machine stopped applying: %w", *p)}
+		return &unavailableError{*p}
 	}
 	if n.removedFlag.Load() {
 		return &unavailableError{errRemoved}

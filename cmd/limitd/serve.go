@@ -308,6 +308,10 @@ func serve(f *serveFlags, logger *log.Logger) error {
 		// Exit 0: a supervisor restarting on failure should not bring back
 		// a node an operator removed.
 		logger.Printf("this node was removed from the cluster: shutting down (--stay-after-removal keeps it running, not ready)")
+	case <-node.Failed():
+		// Stop, rather than limp on: the node does not recover by itself
+		// (docs/SECURITY.md); a supervisor restarts it once space is freed.
+		runErr = fmt.Errorf("fatal: %v; exiting: restart the node once the cause is fixed", node.Health())
 	case err := <-serveErr:
 		runErr = fmt.Errorf("http server: %w", err)
 	case err := <-background:
