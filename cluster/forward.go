@@ -146,6 +146,12 @@ func (n *Node) post(ctx context.Context, addr, path, ctype string, body []byte) 
 	if resp.StatusCode == http.StatusOK {
 		return data, nil
 	}
+	if resp.StatusCode == http.StatusUnauthorized {
+		// Nothing was proposed. Nodes disagree on the token or CA (a
+		// rotation in progress, or a misconfiguration): say so.
+		return nil, &unavailableError{fmt.Errorf("the leader %s refused this node's credentials (admin token or certificate): %s",
+			addr, strings.TrimSpace(string(data)))}
+	}
 	if resp.StatusCode == http.StatusRequestEntityTooLarge {
 		return nil, fmt.Errorf("%w: leader %s: %s", ErrTooLarge, addr, strings.TrimSpace(string(data)))
 	}
