@@ -476,8 +476,8 @@ func TestStatusListsMembers(t *testing.T) {
 func TestFatalApplyStopsNodeAndCloseReturns(t *testing.T) {
 	c := newTestCluster(t, 1)
 	n := c.nodes[0]
-	f := n.Raft().Apply([]byte{250, 1}, time.Second) // an unknown command type
-	_ = f                                            // never answered: the state machine stops before responding
+	f := n.raft.Apply([]byte{250, 1}, time.Second) // an unknown command type
+	_ = f                                          // never answered: the state machine stops before responding
 	deadline := time.Now().Add(5 * time.Second)
 	for n.Ready() == nil && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
@@ -524,5 +524,48 @@ func TestRemovedNodeStopsServing(t *testing.T) {
 	case <-c.nodes[l].Removed():
 		t.Fatal("the leader reports itself removed")
 	default:
+	}
+}
+
+func memberHealth(t *testing.T, n *Node) map[string]string {
+	t.Helper()
+	st, err := n.Status(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := map[string]string{}
+	for _, m := range st.Members {
+		if m.Healthy != (m.Health == HealthHealthy) {
+			t.Fatalf("member %+v: healthy and health disagree", m)
+		}
+		h[m.ID] = m.Health
+	}
+	return h
+}
+
+// /v1/cluster health: a follower cannot know about the other followers, a
+// node without a leader cannot know about any peer; both say "unknown", and
+// the leader reports a stopped member unhealthy.
+func TestStatusHealthSaysUnknownWhereItCannotKnow(t *testing.T) {
+	c := newTestCluster(t, 3)
+	l := c.leader()
+	f1, f2 := (l+1)%3, (l+2)%3
+	id := func(i int) string { return c.nodes[i].ID() }
+	h := memberHealth(t, c.nodes[f1])
+	if h[id(l)] != HealthHealthy || h[id(f1)] != HealthHealthy || h[id(f2)] != HealthUnknown {
+		t.Fatalf("follower's view %v: want leader and itself healthy, the other follower unknown", h)
+	}
+	c.stop(f2)
+	waitFor(t, func() bool { return memberHealth(t, c.nodes[l])[id(f2)] == HealthUnhealthy })
+	if h := memberHealth(t, c.nodes[f1]); h[id(f2)] != HealthUnknown {
+		t.Fatalf("follower's view of a stopped member: %v, want unknown (it cannot know)", h)
+	}
+	// Cut the follower off: without a leader it knows nothing of its peers
+	// and is itself out of contact.
+	c.isolate(f1)
+	waitFor(t, func() bool { _, lid := c.nodes[f1].raft.LeaderWithID(); return lid == "" })
+	h = memberHealth(t, c.nodes[f1])
+	if h[id(l)] != HealthUnknown || h[id(f2)] != HealthUnknown || h[id(f1)] != HealthUnhealthy {
+		t.Fatalf("isolated node's view %v: want peers unknown and itself unhealthy", h)
 	}
 }

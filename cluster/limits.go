@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"errors"
+	"time"
 
 	"github.com/limitd/limitd/fsm"
 )
@@ -24,6 +25,10 @@ const (
 	MaxCommandBytes = 64 << 10
 	// DefaultBatchMaxOps is the default of Config.BatchMaxOps.
 	DefaultBatchMaxOps = 2048
+	// MaxRequestIDRetention bounds Config.RequestIDRetention: a request_id
+	// is remembered at most a week (entries carry leader time + retention,
+	// which overflowed int64 nanoseconds near 292 years).
+	MaxRequestIDRetention = 7 * 24 * time.Hour
 )
 
 // ErrTooLarge: the ops cannot be proposed as one entry within MaxEntryOps and

@@ -63,7 +63,7 @@ type Config struct {
 	FSMFlushInterval time.Duration
 
 	// RequestIDRetention is how long a request_id's result is remembered
-	// (default 10 minutes). It travels in every check entry, so replicas agree.
+	// (default 10 minutes, at most MaxRequestIDRetention). It travels in every check entry, so replicas agree.
 	RequestIDRetention time.Duration
 	// ApplyTimeout bounds one proposal (default 5 s).
 	ApplyTimeout time.Duration
@@ -184,6 +184,9 @@ type Node struct {
 	trans  raft.Transport
 	logger hclog.Logger
 
+	// propose is raft.Apply for check entries; tests replace it to inject
+	// failures after a proposal (set before the first Check).
+	propose       func(cmd []byte, timeout time.Duration) raft.ApplyFuture
 	leaderBatch   *batcher // on the leader: ops → one CmdCheck entry
 	forwardBatch  *batcher // on a follower: ops → one forwarded request
 	stampMu       sync.Mutex
@@ -210,6 +213,9 @@ func Open(cfg Config, bootstrap bool) (*Node, error) {
 	if cfg.DataDir == "" {
 		return nil, errors.New("cluster: data dir is required")
 	}
+	if cfg.RequestIDRetention > MaxRequestIDRetention {
+		return nil, fmt.Errorf("cluster: request ID retention %v is over the maximum of %v", cfg.RequestIDRetention, MaxRequestIDRetention)
+	}
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("create data dir %s: %w", cfg.DataDir, err)
 	}
@@ -234,6 +240,7 @@ func Open(cfg Config, bootstrap bool) (*Node, error) {
 		f.Close()
 		return nil, err
 	}
+	n.propose = n.raft.Apply
 	n.leaderBatch = newBatcher(cfg.BatchMaxOps, cfg.BatchInflight, cfg.BatchMaxWait, n.proposeChecks, n.metrics.observeBatch)
 	n.forwardBatch = newBatcher(cfg.BatchMaxOps, cfg.BatchInflight, cfg.BatchMaxWait, n.forwardChecks, n.metrics.observeForward)
 
@@ -368,7 +375,20 @@ func (n *Node) closeTransport() {
 // FSM returns the node's state machine (read-only uses: policies, digest, stats).
 func (n *Node) FSM() *fsm.FSM { return n.fsm }
 
-// Raft exposes the raft instance to tests and the ops endpoints.
+// TransferLeadership asks the leader (this node) to hand leadership to
+// another voter, for planned maintenance; it returns once a new leader was
+// chosen or the transfer failed.
+func (n *Node) TransferLeadership() error {
+	if err := n.raft.LeadershipTransfer().Error(); err != nil {
+		return fmt.Errorf("leadership transfer: %w", err)
+	}
+	return nil
+}
+
+// Raft exposes the raft instance.
+//
+// Deprecated: for api/cluster_test.go only, until it calls
+// TransferLeadership; it will be removed (issue 11). Use the Node methods.
 func (n *Node) Raft() *raft.Raft { return n.raft }
 
 // ID is this node's Raft server ID.

@@ -82,7 +82,7 @@ func (n *Node) proposeChecks(ops []fsm.Op, encoded func()) ([]fsm.Result, error)
 	n.stampMu.Lock()
 	cmd := fsm.EncodeCheck(nil, n.stampLocked(), int64(n.cfg.RequestIDRetention), ops)
 	encoded()
-	f := n.raft.Apply(cmd, n.cfg.ApplyTimeout)
+	f := n.propose(cmd, n.cfg.ApplyTimeout)
 	n.stampMu.Unlock()
 	resp, err := n.await(context.Background(), f)
 	if err != nil {

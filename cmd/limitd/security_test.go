@@ -14,6 +14,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/limitd/limitd/cluster"
 	"github.com/limitd/limitd/internal/testcerts"
 )
 
@@ -361,5 +362,20 @@ func TestProcessCancelledJoinDoesNotClaimSuccess(t *testing.T) {
 	}
 	if strings.Contains(p.logs.String(), "joined the cluster") {
 		t.Fatalf("a join that never succeeded was logged as done:\n%s", p.logs)
+	}
+}
+
+// --request-id-retention is bounded (near 292 years now+retention overflowed
+// and ids were never replayed): above the maximum it is a flag error.
+func TestRequestIDRetentionBounded(t *testing.T) {
+	for _, v := range []string{"2562047h", "169h", "0s"} {
+		var out bytes.Buffer
+		if code := runServe([]string{"--request-id-retention", v, "--data-dir", t.TempDir()}, &out, &out); code != 2 || !strings.Contains(out.String(), "--request-id-retention") {
+			t.Fatalf("--request-id-retention %s: exit %d %q, want 2 naming the flag", v, code, out.String())
+		}
+	}
+	cfg := cluster.Config{DataDir: t.TempDir(), RaftAddr: "127.0.0.1:1", RequestIDRetention: cluster.MaxRequestIDRetention + time.Second}
+	if _, err := cluster.Open(cfg, true); err == nil || !strings.Contains(err.Error(), "retention") {
+		t.Fatalf("cluster.Open with a retention over the maximum: %v", err)
 	}
 }

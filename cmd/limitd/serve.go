@@ -77,7 +77,7 @@ func newServeFlagSet(out io.Writer) (*flag.FlagSet, *serveFlags) {
 	fs.IntVar(&f.fsmCommitEvery, "fsm-commit-every", 1000, "state database: applied log batches that share one bbolt commit (1: commit each)")
 	fs.DurationVar(&f.fsmFlushInterval, "fsm-flush-interval", 100*time.Millisecond, "state database: commit pending applies at least this often")
 	fs.StringVar(&f.logStore, "log-store", "", "Raft log store: wal (hashicorp/raft-wal, one fsync per append; the default for a new data directory) or boltdb (hashicorp/raft-boltdb, two); empty: whichever the data directory already uses")
-	fs.DurationVar(&f.retention, "request-id-retention", 10*time.Minute, "how long a request_id's decision is remembered for safe retries")
+	fs.DurationVar(&f.retention, "request-id-retention", 10*time.Minute, "how long a request_id's decision is remembered for safe retries (at most 168h)")
 	fs.DurationVar(&f.applyTimeout, "apply-timeout", 5*time.Second, "the request deadline: every check or admin call answers within it (503 unavailable or outcome_unknown when the cluster could not decide in time)")
 	fs.Uint64Var(&f.snapshotThreshold, "snapshot-threshold", 4096, "take a Raft snapshot once this many log entries follow the last one (checked every --snapshot-interval)")
 	fs.DurationVar(&f.snapshotInterval, "snapshot-interval", 30*time.Second, "how often to check whether a snapshot is due")
@@ -138,6 +138,10 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	}
 	if f.tlsCA != "" && f.tlsCert == "" {
 		fmt.Fprintln(stderr, "limitd: --tls-ca needs --tls-cert and --tls-key (the node's own certificate, signed by that CA)")
+		return 2
+	}
+	if f.retention <= 0 || f.retention > cluster.MaxRequestIDRetention {
+		fmt.Fprintf(stderr, "limitd: --request-id-retention %v: must be positive and at most %v\n", f.retention, cluster.MaxRequestIDRetention)
 		return 2
 	}
 	if f.readTimeout <= 0 || f.idleTimeout <= 0 || f.maxConnections <= 0 {
