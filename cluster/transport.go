@@ -204,6 +204,11 @@ func (c *acceptedConn) open() error {
 	c.once.Do(func() {
 		c.Conn.SetDeadline(time.Now().Add(handshakeTimeout))
 		defer c.Conn.SetDeadline(time.Time{})
+		defer func() {
+			if c.err != nil {
+				c.layer.logger.Warn("refused raft connection", "error", c.err)
+			}
+		}()
 		if tc, ok := c.Conn.(*tls.Conn); ok {
 			if err := tc.Handshake(); err != nil {
 				c.err = fmt.Errorf("raft TLS handshake from %s: %w", c.RemoteAddr(), err)
@@ -220,9 +225,6 @@ func (c *acceptedConn) open() error {
 				errWrongTarget, c.RemoteAddr(), id, c.layer.localID)
 		}
 	})
-	if c.err != nil {
-		c.layer.logger.Warn("refused raft connection", "error", c.err)
-	}
 	return c.err
 }
 
