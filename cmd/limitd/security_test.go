@@ -3,11 +3,15 @@ package main
 import (
 	"bytes"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
+	"encoding/pem"
 	"io"
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -377,5 +381,44 @@ func TestRequestIDRetentionBounded(t *testing.T) {
 	cfg := cluster.Config{DataDir: t.TempDir(), RaftAddr: "127.0.0.1:1", RequestIDRetention: cluster.MaxRequestIDRetention + time.Second}
 	if _, err := cluster.Open(cfg, true); err == nil || !strings.Contains(err.Error(), "retention") {
 		t.Fatalf("cluster.Open with a retention over the maximum: %v", err)
+	}
+}
+
+// scripts/certs.sh (used by the README and chaos.sh) makes a CA and node
+// certificates that verify as TLS server and client for 127.0.0.1 and load
+// as limitd's node-to-node configuration.
+func TestCertsScript(t *testing.T) {
+	if _, err := exec.LookPath("openssl"); err != nil {
+		t.Skip("openssl not installed")
+	}
+	dir := t.TempDir()
+	if out, err := exec.Command("../../scripts/certs.sh", dir, "n1", "n2").CombinedOutput(); err != nil {
+		t.Fatalf("certs.sh: %v\n%s", err, out)
+	}
+	tc, err := cluster.LoadTLS(filepath.Join(dir, "n1.pem"), filepath.Join(dir, "n1-key.pem"), filepath.Join(dir, "ca.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, node := range []string{"n1", "n2"} {
+		pemBytes, err := os.ReadFile(filepath.Join(dir, node+".pem"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		block, _ := pem.Decode(pemBytes)
+		cert, err := x509.ParseCertificate(block.Bytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, usage := range []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth} {
+			if _, err := cert.Verify(x509.VerifyOptions{Roots: tc.RootCAs, DNSName: "127.0.0.1", KeyUsages: []x509.ExtKeyUsage{usage}}); err != nil {
+				t.Errorf("%s as %v for 127.0.0.1: %v", node, usage, err)
+			}
+		}
+		if _, err := cert.Verify(x509.VerifyOptions{Roots: tc.RootCAs, DNSName: "localhost"}); err != nil {
+			t.Errorf("%s for localhost: %v", node, err)
+		}
+	}
+	if info, err := os.Stat(filepath.Join(dir, "n1-key.pem")); err != nil || info.Mode().Perm() != 0o600 {
+		t.Errorf("node key mode: %v %v, want 0600", info.Mode(), err)
 	}
 }
