@@ -71,8 +71,17 @@ func newTestClusterWith(t *testing.T, size int, tweak func(*Config)) *testCluste
 	}
 	c.waitLeader(c.nodes[0])
 	for i := 1; i < size; i++ {
+		// A join is idempotent, so one whose outcome is unknown (the
+		// one-node leader stepped down under load) is simply sent again.
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		err := c.nodes[0].Join(ctx, c.nodes[i].ID(), string(c.trans[i].LocalAddr()), c.srvs[i].Listener.Addr().String())
+		var err error
+		for {
+			err = c.nodes[0].Join(ctx, c.nodes[i].ID(), string(c.trans[i].LocalAddr()), c.srvs[i].Listener.Addr().String())
+			if !errors.Is(err, ErrOutcomeUnknown) || ctx.Err() != nil {
+				break
+			}
+			c.waitLeader(c.nodes[0])
+		}
 		cancel()
 		if err != nil {
 			t.Fatalf("join node%d: %v", i, err)

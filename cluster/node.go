@@ -385,11 +385,13 @@ func (n *Node) TransferLeadership() error {
 	return nil
 }
 
-// Raft exposes the raft instance.
-//
-// Deprecated: for api/cluster_test.go only, until it calls
-// TransferLeadership; it will be removed (issue 11). Use the Node methods.
-func (n *Node) Raft() *raft.Raft { return n.raft }
+// TransferLeadershipTo is TransferLeadership to the voter id at raftAddr.
+func (n *Node) TransferLeadershipTo(id, raftAddr string) error {
+	if err := n.raft.LeadershipTransferToServer(raft.ServerID(id), raft.ServerAddress(raftAddr)).Error(); err != nil {
+		return fmt.Errorf("leadership transfer to %s: %w", id, err)
+	}
+	return nil
+}
 
 // ID is this node's Raft server ID.
 func (n *Node) ID() string { return n.cfg.NodeID }
