@@ -122,7 +122,7 @@ func New(store Store, cfg Config) *Server {
 	if s.keySourceErr != nil {
 		s.cfg.Logger.Printf("api: auth key source %q: %v; /v1/auth will fail", s.cfg.AuthKeySource, s.keySourceErr)
 	}
-	s.metrics = newMetrics(store.Collectors(), s.cfg.Logger)
+	s.metrics = newMetrics(store.Collectors(), s.cfg.Logger, s.cfg.RequestTimeout)
 	s.svc = service.New(store, service.Config{
 		MaxBatch: s.cfg.MaxBatch, RequestTimeout: s.cfg.RequestTimeout, Observer: s.metrics})
 	s.cfg.MaxBatch, s.cfg.RequestTimeout = s.svc.Config().MaxBatch, s.svc.Config().RequestTimeout
@@ -179,13 +179,13 @@ func (s *Server) routes() http.Handler {
 	r.Handler(http.MethodGet, "/metrics", s.metrics.handler())
 
 	internal := s.store.Internal()
-	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+	return s.metrics.instrument(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if internal != nil && strings.HasPrefix(req.URL.Path, "/internal/") {
 			internal.ServeHTTP(w, req)
 			return
 		}
 		r.ServeHTTP(w, req)
-	})
+	}))
 }
 
 // noQuery refuses query parameters on an endpoint that takes none, so that a

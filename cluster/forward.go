@@ -121,7 +121,8 @@ func (n *Node) forwardJSON(ctx context.Context, addr, path string, v any) error 
 // post sends one node-to-node request and classifies failures. A request
 // that could not be delivered (dial failure, leader redirect) is errRetry; one
 // that may have reached the leader without an answer is ErrOutcomeUnknown.
-func (n *Node) post(ctx context.Context, addr, path, ctype string, body []byte) ([]byte, error) {
+func (n *Node) post(ctx context.Context, addr, path, ctype string, body []byte) (_ []byte, err error) {
+	defer func() { n.metrics.forwardFailed(err) }()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, n.cfg.HTTPScheme+"://"+addr+path, bytes.NewReader(body))
 	if err != nil {
 		return nil, err

@@ -266,7 +266,7 @@ func (n *Node) flushLoop() {
 		case <-n.closing:
 			return
 		case <-t.C:
-			if err := n.fsm.Flush(); err != nil {
+			if err := n.flushFSM(); err != nil {
 				return
 			}
 		}
