@@ -13,7 +13,8 @@ require (
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/schollz/progressbar/v3 v3.19.1
 	go.etcd.io/bbolt v1.5.0
-	golang.org/x/term v0.44.0
+	go.yaml.in/yaml/v3 v3.0.5
+	golang.org/x/term v0.46.0
 	pgregory.net/rapid v1.3.0
 )
 
@@ -41,6 +42,7 @@ require (
 	github.com/rivo/uniseg v0.4.7 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/exp v0.0.0-20220827204233-334a2380cb91 // indirect
+	golang.org/x/sync v0.23.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
