@@ -11,6 +11,7 @@ import (
 	"github.com/limitd/limitd/algo"
 	"github.com/limitd/limitd/cluster"
 	"github.com/limitd/limitd/fsm"
+	"github.com/limitd/limitd/service"
 )
 
 // TestAdminAuth: every admin endpoint needs the bearer token when one is set;
@@ -102,7 +103,7 @@ func TestPutPolicy(t *testing.T) {
 		{"unknown algorithm", "/v1/policies/api", `{"algorithm":"gcra","limit":1,"window":"5s"}`, 400, CodeInvalidArgument, "algorithm"},
 		{"name mismatch", "/v1/policies/api", `{"name":"other","algorithm":"fixed_window","limit":1,"window":"5s"}`, 400, CodeInvalidArgument, "name"},
 		{"bad name", "/v1/policies/a%20b", `{"algorithm":"fixed_window","limit":1,"window":"5s"}`, 400, CodeInvalidArgument, "name"},
-		{"long name", "/v1/policies/" + strings.Repeat("n", MaxPolicyName+1), `{"algorithm":"fixed_window","limit":1,"window":"5s"}`, 400, CodeInvalidArgument, "name"},
+		{"long name", "/v1/policies/" + strings.Repeat("n", service.MaxPolicyName+1), `{"algorithm":"fixed_window","limit":1,"window":"5s"}`, 400, CodeInvalidArgument, "name"},
 		{"empty body", "/v1/policies/api", ``, 400, CodeInvalidArgument, ""},
 	}
 	for _, c := range cases {

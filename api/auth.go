@@ -12,6 +12,7 @@ import (
 	"github.com/julienschmidt/httprouter"
 
 	"github.com/limitd/limitd/fsm"
+	"github.com/limitd/limitd/service"
 )
 
 // Forward-auth: a reverse proxy (nginx auth_request, Traefik ForwardAuth,
@@ -117,8 +118,8 @@ func (k KeySource) key(req *http.Request, q url.Values) string {
 func (s *Server) handleAuth(w http.ResponseWriter, req *http.Request, ps httprouter.Params) {
 	start := time.Now()
 	policy := ps.ByName("policy")
-	if e := validatePolicyName(policy, "policy"); e != nil {
-		writeError(w, e)
+	if e := service.ValidatePolicyName(policy, "policy"); e != nil {
+		writeError(w, s.httpError(e))
 		return
 	}
 	q, err := url.ParseQuery(req.URL.RawQuery)
@@ -167,25 +168,26 @@ func (s *Server) handleAuth(w http.ResponseWriter, req *http.Request, ps httprou
 		writeError(w, invalid(src.String(), "the request carries no key: expected it in "+src.String()))
 		return
 	}
-	if e := validateKey(key, src.String()); e != nil {
-		writeError(w, e)
+	if e := service.ValidateKey(key, src.String()); e != nil {
+		writeError(w, s.httpError(e))
 		return
 	}
-	refs := [1]limitRef{s.policyRef(policy)}
-	checks := [1]fsm.Check{{Key: key, Policy: policy, Cost: cost}}
-	res, e := s.decideOne(req, fsm.Op{Checks: checks[:]}, refs[:], endpointAuth, start)
-	if e != nil {
-		writeError(w, e)
+	res, se := s.svc.Check(req.Context(), &service.CheckRequest{Key: key, Policy: policy, Cost: cost})
+	s.metrics.observe(endpointAuth, start)
+	if se != nil {
+		writeError(w, s.httpError(se))
 		return
 	}
-	d := &res.Decisions[0]
+	refs := [1]service.Limit{res.Limit}
+	ds := [1]fsm.Decision{res.Decision}
+	d := &ds[0]
 	status := http.StatusOK
 	if !allowed(d) {
 		status = deny
 	}
 	buf := getBuffer()
 	defer putBuffer(buf)
-	buf.b = setRateLimitHeaders(w.Header(), refs[:], res.Decisions, allowed(d), buf.b)
+	buf.b = setRateLimitHeaders(w.Header(), refs[:], ds[:], allowed(d), buf.b)
 	b := appendDecision(buf.b[:0], d, false)
 	buf.b = append(b, '\n')
 	writeJSON(w, status, buf.b)

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/limitd/limitd/algo"
+	"github.com/limitd/limitd/service"
 )
 
 // TestAuthKeySources: each source finds the key where proxies put it.
@@ -84,7 +85,7 @@ func TestAuthDecisions(t *testing.T) {
 		field  string
 	}{
 		{"/v1/auth/api", nil, 400, "header:X-Api-Key"},
-		{"/v1/auth/api", []string{"X-Api-Key: " + strings.Repeat("x", MaxKeyBytes+1)}, 400, "header:X-Api-Key"},
+		{"/v1/auth/api", []string{"X-Api-Key: " + strings.Repeat("x", service.MaxKeyBytes+1)}, 400, "header:X-Api-Key"},
 		{"/v1/auth/api?deny_status=200", []string{"X-Api-Key: k"}, 400, "deny_status"},
 		{"/v1/auth/api?deny_status=abc", []string{"X-Api-Key: k"}, 400, "deny_status"},
 		{"/v1/auth/api?cost=-1", []string{"X-Api-Key: k"}, 400, "cost"},

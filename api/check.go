@@ -4,13 +4,13 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/julienschmidt/httprouter"
 
 	"github.com/limitd/limitd/algo"
 	"github.com/limitd/limitd/fsm"
+	"github.com/limitd/limitd/service"
 )
 
 // handleCheck serves POST /v1/check: one check, 200 whether allowed or not.
@@ -28,15 +28,16 @@ func (s *Server) handleCheck(w http.ResponseWriter, req *http.Request, _ httprou
 		writeError(w, e)
 		return
 	}
-	refs := [1]limitRef{cr.ref}
-	checks := [1]fsm.Check{cr.check}
-	res, e := s.decideOne(req, fsm.Op{Checks: checks[:], RequestID: cr.requestID}, refs[:], endpointCheck, start)
-	if e != nil {
-		writeError(w, e)
+	res, se := s.svc.Check(req.Context(), &cr)
+	s.metrics.observe(endpointCheck, start)
+	if se != nil {
+		writeError(w, s.httpError(se))
 		return
 	}
-	buf.b = setRateLimitHeaders(w.Header(), refs[:], res.Decisions, allowed(&res.Decisions[0]), buf.b)
-	b := appendDecision(buf.b[:0], &res.Decisions[0], res.Replayed)
+	refs := [1]service.Limit{res.Limit}
+	ds := [1]fsm.Decision{res.Decision}
+	buf.b = setRateLimitHeaders(w.Header(), refs[:], ds[:], service.Allowed(&ds[0]), buf.b)
+	b := appendDecision(buf.b[:0], &ds[0], res.Replayed)
 	buf.b = append(b, '\n')
 	writeJSON(w, http.StatusOK, buf.b)
 }
@@ -50,23 +51,20 @@ func (s *Server) handleCheckAll(w http.ResponseWriter, req *http.Request, _ http
 	if !s.readBodyInto(w, req, buf) {
 		return
 	}
-	checks, refs, requestID, e := s.decodeCheckAll(buf.b)
+	checks, requestID, e := s.decodeCheckAll(buf.b)
 	if e != nil {
 		writeError(w, e)
 		return
 	}
-	res, e := s.decideOne(req, fsm.Op{Checks: checks, All: true, RequestID: requestID}, refs, endpointCheckAll, start)
-	if e != nil {
-		writeError(w, e)
+	res, se := s.svc.CheckAll(req.Context(), checks, requestID)
+	s.metrics.observe(endpointCheckAll, start)
+	if se != nil {
+		writeError(w, s.httpError(se))
 		return
 	}
-	all := true
-	for i := range res.Decisions {
-		all = all && allowed(&res.Decisions[i])
-	}
-	buf.b = setRateLimitHeaders(w.Header(), refs, res.Decisions, all, buf.b)
+	buf.b = setRateLimitHeaders(w.Header(), res.Limits, res.Decisions, res.Allowed, buf.b)
 	b := append(buf.b[:0], `{"allowed":`...)
-	b = strconv.AppendBool(b, all)
+	b = strconv.AppendBool(b, res.Allowed)
 	if res.Replayed {
 		b = append(b, `,"replayed":true`...)
 	}
@@ -79,69 +77,6 @@ func (s *Server) handleCheckAll(w http.ResponseWriter, req *http.Request, _ http
 	}
 	buf.b = append(b, "]}\n"...)
 	writeJSON(w, http.StatusOK, buf.b)
-}
-
-// decideOne sends one op through the store and checks the result's shape.
-func (s *Server) decideOne(req *http.Request, op fsm.Op, refs []limitRef, ep endpoint, start time.Time) (*fsm.Result, *apiError) {
-	ctx, cancel := s.context(req)
-	results, err := s.store.Check(ctx, []fsm.Op{op})
-	cancel()
-	s.metrics.observe(ep, start)
-	if err != nil {
-		s.metrics.countErrors(refs)
-		return nil, s.storeError(err)
-	}
-	if len(results) != 1 {
-		s.metrics.countErrors(refs)
-		return nil, internalError("the store returned %d results for 1 op", len(results))
-	}
-	res := &results[0]
-	if res.Err != nil {
-		s.metrics.countErrors(refs)
-		return nil, s.opError(res.Err, op)
-	}
-	if len(res.Decisions) != len(op.Checks) {
-		s.metrics.countErrors(refs)
-		if res.Replayed {
-			return nil, conflictRequestID("request_id")
-		}
-		return nil, internalError("the store returned %d decisions for %d checks", len(res.Decisions), len(op.Checks))
-	}
-	if !res.Replayed && ep != endpointPeek {
-		// A replay or a peek consumed nothing: counting it would inflate the metrics.
-		s.metrics.countDecisions(refs, res.Decisions)
-	}
-	return res, nil
-}
-
-// opError maps a state-machine error for op. The state machine names the field
-// within a check ("policy"); in /v1/check/all the check must be located.
-func (s *Server) opError(fe *fsm.Error, op fsm.Op) *apiError {
-	if !op.All || strings.HasPrefix(fe.Field, "checks") {
-		return fsmError(fe, "")
-	}
-	idx := -1
-	if len(op.Checks) == 1 {
-		idx = 0
-	} else if fe.Code == CodeNotFound {
-		// The first policy this node does not know either; failing that, the
-		// first whose name the message quotes.
-		for i, c := range op.Checks {
-			if _, ok := s.store.Policy(c.Policy); c.Policy != "" && !ok {
-				idx = i
-				break
-			}
-		}
-		for i, c := range op.Checks {
-			if idx < 0 && c.Policy != "" && strings.Contains(fe.Message, strconv.Quote(c.Policy)) {
-				idx = i
-			}
-		}
-	}
-	if idx < 0 {
-		return fsmError(fe, "checks")
-	}
-	return fsmError(fe, "checks["+strconv.Itoa(idx)+"]")
 }
 
 // handleBatch serves POST /v1/check/batch: independent checks in one round
@@ -158,78 +93,27 @@ func (s *Server) handleBatch(w http.ResponseWriter, req *http.Request, _ httprou
 		writeError(w, e)
 		return
 	}
-	// One op per valid entry; slot maps an op back to its entry.
-	ops := make([]fsm.Op, 0, len(reqs))
-	checks := make([]fsm.Check, len(reqs))
-	slot := make([]int, 0, len(reqs))
-	for i := range reqs {
-		if errs != nil && errs[i] != nil {
-			continue
-		}
-		checks[i] = reqs[i].check
-		ops = append(ops, fsm.Op{Checks: checks[i : i+1 : i+1], RequestID: reqs[i].requestID})
-		slot = append(slot, i)
-	}
-	var results []fsm.Result
-	if len(ops) > 0 {
-		ctx, cancel := s.context(req)
-		var err error
-		results, err = s.store.Check(ctx, ops)
-		cancel()
-		s.metrics.observe(endpointBatch, start)
-		if err != nil {
-			for _, i := range slot {
-				s.metrics.countError(&reqs[i].ref)
-			}
-			writeError(w, s.storeError(err))
-			return
-		}
-		if len(results) != len(ops) {
-			writeError(w, internalError("the store returned %d results for %d ops", len(results), len(ops)))
-			return
-		}
-	}
-	// Entries answered by the store, by slot.
-	answered := make([]*fsm.Result, len(reqs))
-	for j, i := range slot {
-		answered[i] = &results[j]
+	results, se := s.svc.Batch(req.Context(), reqs, errs)
+	s.metrics.observe(endpointBatch, start)
+	if se != nil {
+		writeError(w, s.httpError(se))
+		return
 	}
 	b := append(buf.b[:0], `{"results":[`...)
-	for i := range reqs {
+	for i := range results {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		if errs != nil && errs[i] != nil {
-			b = appendSlotError(b, errs[i])
-			continue
-		}
-		res, ref := answered[i], &reqs[i].ref
-		switch {
-		case res.Err != nil:
-			s.metrics.countError(ref)
-			b = appendSlotError(b, fsmError(res.Err, "checks["+strconv.Itoa(i)+"]"))
-		case len(res.Decisions) != 1:
-			s.metrics.countError(ref)
-			if res.Replayed {
-				b = appendSlotError(b, conflictRequestID("checks["+strconv.Itoa(i)+"].request_id"))
-			} else {
-				b = appendSlotError(b, internalError("the store returned %d decisions for 1 check", len(res.Decisions)))
-			}
-		default:
-			if !res.Replayed {
-				s.metrics.countDecision(ref, &res.Decisions[0])
-			}
-			b = appendDecision(b, &res.Decisions[0], res.Replayed)
+		if r := &results[i]; r.Err != nil {
+			b = append(b, `{"error":`...)
+			b = appendError(b, string(r.Err.Code), r.Err.Field, r.Err.Message)
+			b = append(b, '}')
+		} else {
+			b = appendDecision(b, &r.Decision, r.Replayed)
 		}
 	}
 	buf.b = append(b, "]}\n"...)
 	writeJSON(w, http.StatusOK, buf.b)
-}
-
-func appendSlotError(b []byte, e *apiError) []byte {
-	b = append(b, `{"error":`...)
-	b = appendError(b, e.code, e.field, e.message)
-	return append(b, '}')
 }
 
 // handlePeekKey serves GET /v1/keys/{key}?policy=NAME: the key's current
@@ -237,26 +121,27 @@ func appendSlotError(b []byte, e *apiError) []byte {
 // like any check, so the answer is linearizable.
 func (s *Server) handlePeekKey(w http.ResponseWriter, req *http.Request, ps httprouter.Params) {
 	start := time.Now()
-	c, ref, e := s.keyCheck(req, ps)
+	c, e := s.keyCheck(req, ps)
 	if e != nil {
 		writeError(w, e)
 		return
 	}
-	refs := [1]limitRef{ref}
-	checks := [1]fsm.Check{c}
-	res, e := s.decideOne(req, fsm.Op{Checks: checks[:]}, refs[:], endpointPeek, start)
-	if e != nil {
-		writeError(w, e)
+	res, se := s.svc.Peek(req.Context(), &c)
+	s.metrics.observe(endpointPeek, start)
+	if se != nil {
+		writeError(w, s.httpError(se))
 		return
 	}
 	buf := getBuffer()
 	defer putBuffer(buf)
-	buf.b = setRateLimitHeaders(w.Header(), refs[:], res.Decisions, allowed(&res.Decisions[0]), buf.b)
+	refs := [1]service.Limit{res.Limit}
+	ds := [1]fsm.Decision{res.Decision}
+	buf.b = setRateLimitHeaders(w.Header(), refs[:], ds[:], service.Allowed(&ds[0]), buf.b)
 	b := append(buf.b[:0], `{"key":`...)
 	b = appendString(b, c.Key)
-	b = appendLimitName(b, c)
+	b = appendLimitName(b, &c)
 	b = append(b, `,"decision":`...)
-	b = appendDecision(b, &res.Decisions[0], false)
+	b = appendDecision(b, &ds[0], false)
 	buf.b = append(b, "}\n"...)
 	writeJSON(w, http.StatusOK, buf.b)
 }
@@ -264,22 +149,22 @@ func (s *Server) handlePeekKey(w http.ResponseWriter, req *http.Request, ps http
 // handleResetKey serves DELETE /v1/keys/{key}?policy=NAME: forget the key's
 // state under that limit, as if it had never been seen.
 func (s *Server) handleResetKey(w http.ResponseWriter, req *http.Request, ps httprouter.Params) {
-	c, _, e := s.keyCheck(req, ps)
+	c, e := s.keyCheck(req, ps)
 	if e != nil {
 		writeError(w, e)
 		return
 	}
-	if e := s.applyAdmin(req, fsm.EncodeResetKey(c)); e != nil {
-		writeError(w, e)
+	if se := s.svc.ResetKey(req.Context(), &c); se != nil {
+		writeError(w, s.httpError(se))
 		return
 	}
 	b := append([]byte(`{"key":`), nil...)
 	b = appendString(b, c.Key)
-	b = appendLimitName(b, c)
+	b = appendLimitName(b, &c)
 	writeJSON(w, http.StatusOK, append(b, `,"reset":true}`+"\n"...))
 }
 
-func appendLimitName(b []byte, c fsm.Check) []byte {
+func appendLimitName(b []byte, c *service.CheckRequest) []byte {
 	if c.Policy != "" {
 		b = append(b, `,"policy":`...)
 		return appendString(b, c.Policy)
@@ -287,46 +172,46 @@ func appendLimitName(b []byte, c fsm.Check) []byte {
 	return append(b, `,"policy":"inline"`...)
 }
 
-// keyCheck builds the cost-0 check named by /v1/keys/{key}: the key from the
-// path, the limit from the query (?policy=NAME, or an inline limit as
+// keyCheck builds the check named by /v1/keys/{key}: the key from the path,
+// the limit from the query (?policy=NAME, or an inline limit as
 // ?algorithm=..&limit=..&window=..).
-func (s *Server) keyCheck(req *http.Request, ps httprouter.Params) (fsm.Check, limitRef, *apiError) {
+func (s *Server) keyCheck(req *http.Request, ps httprouter.Params) (service.CheckRequest, *apiError) {
 	// The router matched the decoded path, so "user%2F42" arrives as "user/42".
 	key := ps.ByName("key")
 	if len(key) > 0 && key[0] == '/' {
 		key = key[1:]
 	}
-	if e := validateKey(key, "key"); e != nil {
-		return fsm.Check{}, limitRef{}, e
+	if e := service.ValidateKey(key, "key"); e != nil {
+		return service.CheckRequest{}, s.httpError(e)
 	}
 	q, err := url.ParseQuery(req.URL.RawQuery)
 	if err != nil {
-		return fsm.Check{}, limitRef{}, invalid("", "malformed query string: "+err.Error())
+		return service.CheckRequest{}, invalid("", "malformed query string: "+err.Error())
 	}
-	c := fsm.Check{Key: key}
+	c := service.CheckRequest{Key: key}
 	cfg, hasLimit, e := configFromQuery(q)
 	if e != nil {
-		return fsm.Check{}, limitRef{}, e
+		return service.CheckRequest{}, e
 	}
 	policy := q.Get("policy")
 	switch {
 	case policy != "" && hasLimit:
-		return fsm.Check{}, limitRef{}, invalid("policy", "give either policy or an inline limit, not both")
+		return service.CheckRequest{}, invalid("policy", "give either policy or an inline limit, not both")
 	case policy != "":
-		if e := validatePolicyName(policy, "policy"); e != nil {
-			return fsm.Check{}, limitRef{}, e
+		if e := service.ValidatePolicyName(policy, "policy"); e != nil {
+			return service.CheckRequest{}, s.httpError(e)
 		}
 		c.Policy = policy
-		return c, s.policyRef(policy), nil
+		return c, nil
 	case hasLimit:
-		spec, e := configSpec(cfg, "")
+		spec, e := service.ValidateLimit(cfg, "")
 		if e != nil {
-			return fsm.Check{}, limitRef{}, e
+			return service.CheckRequest{}, s.httpError(e)
 		}
-		c.Spec = &spec
-		return c, limitRef{name: inlineName, spec: spec, known: true}, nil
+		c.Limit = &spec
+		return c, nil
 	}
-	return fsm.Check{}, limitRef{}, invalid("policy", "name the limit: ?policy=NAME or ?algorithm=..&limit=..&window=..")
+	return service.CheckRequest{}, invalid("policy", "name the limit: ?policy=NAME or ?algorithm=..&limit=..&window=..")
 }
 
 // configFromQuery reads an inline limit from query parameters named like the

@@ -14,6 +14,7 @@ import (
 	"github.com/limitd/limitd/algo"
 	"github.com/limitd/limitd/cluster"
 	"github.com/limitd/limitd/fsm"
+	"github.com/limitd/limitd/service"
 )
 
 func discardLogger() *log.Logger { return log.New(io.Discard, "", 0) }
@@ -118,8 +119,8 @@ func TestCheckDefaultsAndCost(t *testing.T) {
 // TestCheckInputErrors covers every class of bad input: the status, the
 // code and the field the error names.
 func TestCheckInputErrors(t *testing.T) {
-	longKey := strings.Repeat("k", MaxKeyBytes+1)
-	longID := strings.Repeat("r", MaxRequestIDBytes+1)
+	longKey := strings.Repeat("k", service.MaxKeyBytes+1)
+	longID := strings.Repeat("r", service.MaxRequestIDBytes+1)
 	cases := []struct {
 		name, body string
 		status     int

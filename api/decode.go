@@ -8,10 +8,9 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/limitd/limitd/algo"
-	"github.com/limitd/limitd/fsm"
+	"github.com/limitd/limitd/service"
 )
 
 // Request decoding: one function per request type, each returning errors that
@@ -19,15 +18,6 @@ import (
 // does not report array indices or the path of an unknown field, so values
 // whose errors must be located (batch entries, inline limits) are decoded
 // separately from their parents.
-
-// Limits on client input. Keys and request ids are bounded so that a client
-// cannot make the log, the database or the request table grow without bound
-// per request.
-const (
-	MaxKeyBytes       = 1024
-	MaxRequestIDBytes = 128
-	MaxPolicyName     = 128
-)
 
 // checkJSON is the wire form of one check.
 type checkJSON struct {
@@ -38,20 +28,14 @@ type checkJSON struct {
 	RequestID string          `json:"request_id"`
 }
 
-// checkRequest is a decoded, validated check.
-type checkRequest struct {
-	check     fsm.Check
-	requestID string
-	ref       limitRef
-}
-
-// decodeCheck decodes the body of POST /v1/check.
-func (s *Server) decodeCheck(body []byte) (checkRequest, *apiError) {
+// decodeCheck decodes the body of POST /v1/check. The service validates the
+// rest.
+func (s *Server) decodeCheck(body []byte) (service.CheckRequest, *apiError) {
 	var cj checkJSON
 	if e := decodeStrict(body, &cj, ""); e != nil {
-		return checkRequest{}, e
+		return service.CheckRequest{}, e
 	}
-	return s.validateCheck(&cj, true)
+	return s.checkRequest(&cj, true)
 }
 
 // batchJSON is the wire form of POST /v1/check/batch and /v1/check/all, with
@@ -69,9 +53,9 @@ type batchFastJSON struct {
 }
 
 // decodeBatch decodes the body of POST /v1/check/batch. The request as a whole
-// fails only when its envelope is wrong; an invalid entry gets its error in
-// errs[i] and the others are decided.
-func (s *Server) decodeBatch(body []byte) (reqs []checkRequest, errs []*apiError, e *apiError) {
+// fails only when its envelope is wrong; an entry that cannot be decoded gets
+// its error in errs[i] and the others are decided.
+func (s *Server) decodeBatch(body []byte) (reqs []service.CheckRequest, errs []*service.Error, e *apiError) {
 	var fast batchFastJSON
 	if decodeStrict(body, &fast, "") != nil {
 		// Something is malformed: decode entry by entry to say where.
@@ -80,21 +64,21 @@ func (s *Server) decodeBatch(body []byte) (reqs []checkRequest, errs []*apiError
 	if e := s.batchEnvelope(len(fast.Checks), fast.RequestID); e != nil {
 		return nil, nil, e
 	}
-	reqs = make([]checkRequest, len(fast.Checks))
+	reqs = make([]service.CheckRequest, len(fast.Checks))
 	for i := range fast.Checks {
 		var e *apiError
-		if reqs[i], e = s.validateCheck(&fast.Checks[i], true); e != nil {
+		if reqs[i], e = s.checkRequest(&fast.Checks[i], true); e != nil {
 			if errs == nil {
-				errs = make([]*apiError, len(fast.Checks))
+				errs = make([]*service.Error, len(fast.Checks))
 			}
-			errs[i] = e.under(entryPrefix(i))
+			errs[i] = e.serviceError().Under(service.EntryField(i))
 		}
 	}
 	return reqs, errs, nil
 }
 
 // decodeBatchEntries is decodeBatch decoding each entry on its own.
-func (s *Server) decodeBatchEntries(body []byte) (reqs []checkRequest, errs []*apiError, e *apiError) {
+func (s *Server) decodeBatchEntries(body []byte) (reqs []service.CheckRequest, errs []*service.Error, e *apiError) {
 	var bj batchJSON
 	if e := decodeStrict(body, &bj, ""); e != nil {
 		return nil, nil, e
@@ -102,18 +86,18 @@ func (s *Server) decodeBatchEntries(body []byte) (reqs []checkRequest, errs []*a
 	if e := s.batchEnvelope(len(bj.Checks), bj.RequestID); e != nil {
 		return nil, nil, e
 	}
-	reqs = make([]checkRequest, len(bj.Checks))
+	reqs = make([]service.CheckRequest, len(bj.Checks))
 	for i, raw := range bj.Checks {
 		var cj checkJSON
 		e := decodeStrict(raw, &cj, "")
 		if e == nil {
-			reqs[i], e = s.validateCheck(&cj, true)
+			reqs[i], e = s.checkRequest(&cj, true)
 		}
 		if e != nil {
 			if errs == nil {
-				errs = make([]*apiError, len(bj.Checks))
+				errs = make([]*service.Error, len(bj.Checks))
 			}
-			errs[i] = e.under(entryPrefix(i))
+			errs[i] = e.serviceError().Under(service.EntryField(i))
 		}
 	}
 	return reqs, errs, nil
@@ -123,198 +107,71 @@ func (s *Server) batchEnvelope(n int, requestID string) *apiError {
 	if requestID != "" {
 		return invalid("request_id", "each check of a batch carries its own request_id")
 	}
-	return s.checkCount(n)
+	return s.httpError(s.svc.CheckCount(n))
 }
-
-// entryPrefix locates entry i of "checks"; built only for errors.
-func entryPrefix(i int) string { return "checks[" + strconv.Itoa(i) + "]" }
 
 // decodeCheckAll decodes the body of POST /v1/check/all: any invalid check
 // fails the whole request, since the checks are decided together.
-func (s *Server) decodeCheckAll(body []byte) (checks []fsm.Check, refs []limitRef, requestID string, e *apiError) {
+func (s *Server) decodeCheckAll(body []byte) (checks []service.CheckRequest, requestID string, e *apiError) {
 	var bj batchJSON
 	if e := decodeStrict(body, &bj, ""); e != nil {
-		return nil, nil, "", e
+		return nil, "", e
 	}
-	if e := s.checkCount(len(bj.Checks)); e != nil {
-		return nil, nil, "", e
+	if e := s.svc.CheckCount(len(bj.Checks)); e != nil {
+		return nil, "", s.httpError(e)
 	}
-	if e := validateRequestID(bj.RequestID, "request_id"); e != nil {
-		return nil, nil, "", e
+	if e := service.ValidateRequestID(bj.RequestID, "request_id"); e != nil {
+		return nil, "", s.httpError(e)
 	}
-	checks = make([]fsm.Check, len(bj.Checks))
-	refs = make([]limitRef, len(bj.Checks))
+	checks = make([]service.CheckRequest, len(bj.Checks))
 	for i, raw := range bj.Checks {
 		var cj checkJSON
 		if e := decodeStrict(raw, &cj, ""); e != nil {
-			return nil, nil, "", e.under(entryPrefix(i))
+			return nil, "", e.under(service.EntryField(i))
 		}
 		if cj.RequestID != "" {
-			return nil, nil, "", invalid(entryPrefix(i)+".request_id",
+			return nil, "", invalid(service.EntryField(i)+".request_id",
 				"the checks of /v1/check/all are one request: put request_id at the top level")
 		}
-		r, e := s.validateCheck(&cj, false)
-		if e != nil {
-			return nil, nil, "", e.under(entryPrefix(i))
+		if checks[i], e = s.checkRequest(&cj, false); e != nil {
+			return nil, "", e.under(service.EntryField(i))
 		}
-		checks[i], refs[i] = r.check, r.ref
 	}
-	return checks, refs, bj.RequestID, nil
+	return checks, bj.RequestID, nil
 }
 
-func (s *Server) checkCount(n int) *apiError {
-	if n == 0 {
-		return invalid("checks", "must hold at least one check")
-	}
-	if n > s.cfg.MaxBatch {
-		return invalid("checks", "at most "+strconv.Itoa(s.cfg.MaxBatch)+" checks per request")
-	}
-	return nil
-}
-
-// validateCheck turns a decoded check into a request, validating every field.
-// Fields are named relative to the check; batch callers locate it with under.
-func (s *Server) validateCheck(cj *checkJSON, withRequestID bool) (checkRequest, *apiError) {
-	if e := validateKey(cj.Key, "key"); e != nil {
-		return checkRequest{}, e
-	}
-	r := checkRequest{check: fsm.Check{Key: cj.Key, Cost: 1}}
+// checkRequest turns a decoded check into the service's request. Only what
+// needs JSON is checked here (the inline limit's fields); the service
+// validates the rest.
+func (s *Server) checkRequest(cj *checkJSON, withRequestID bool) (service.CheckRequest, *apiError) {
+	r := service.CheckRequest{Key: cj.Key, Policy: cj.Policy, Cost: 1, RequestID: cj.RequestID}
 	if cj.Cost != nil {
-		if *cj.Cost < 0 {
-			return checkRequest{}, invalid("cost", "must be zero (a peek) or a positive integer")
-		}
-		r.check.Cost = *cj.Cost
+		r.Cost = *cj.Cost
 	}
-	if withRequestID {
-		if e := validateRequestID(cj.RequestID, "request_id"); e != nil {
-			return checkRequest{}, e
+	if len(cj.Limit) > 0 && string(cj.Limit) != "null" {
+		e := service.Invalid("limit", "give either policy or limit, not both")
+		if cj.Policy == "" {
+			r.Limit, e = s.limits.Get(cj.Limit, "limit", decodeLimitConfig)
 		}
-		r.requestID = cj.RequestID
-	}
-	hasLimit := len(cj.Limit) > 0 && string(cj.Limit) != "null"
-	switch {
-	case cj.Policy != "" && hasLimit:
-		return checkRequest{}, invalid("limit", "give either policy or limit, not both")
-	case cj.Policy != "":
-		if e := validatePolicyName(cj.Policy, "policy"); e != nil {
-			return checkRequest{}, e
-		}
-		r.check.Policy = cj.Policy
-		r.ref = s.policyRef(cj.Policy)
-	case hasLimit:
-		spec, e := s.specs.get(cj.Limit, "limit")
 		if e != nil {
-			return checkRequest{}, e
+			// The service validates the key, cost and request id first: so
+			// does this error path, to name the same field.
+			if first := service.ValidateCheckFields(&r, withRequestID); first != nil {
+				e = first
+			}
+			return r, s.httpError(e)
 		}
-		r.check.Spec = spec
-		r.ref = limitRef{name: inlineName, spec: *spec, known: true}
-	default:
-		return checkRequest{}, invalid("policy", "a check needs a policy name or an inline limit")
 	}
 	return r, nil
 }
 
-// inlineName names inline limits in headers and metrics.
-const inlineName = "inline"
-
-// policyRef looks the policy up in this node's replicated copy for the headers;
-// the state machine decides whether it exists.
-func (s *Server) policyRef(name string) limitRef {
-	p, ok := s.store.Policy(name)
-	return limitRef{name: name, spec: p.Spec, known: ok}
-}
-
-func validateKey(key, field string) *apiError {
-	switch {
-	case key == "":
-		return invalid(field, "is required and must not be empty")
-	case len(key) > MaxKeyBytes:
-		return invalid(field, "must be at most "+strconv.Itoa(MaxKeyBytes)+" bytes, got "+strconv.Itoa(len(key)))
-	}
-	return nil
-}
-
-func validateRequestID(id, field string) *apiError {
-	if len(id) > MaxRequestIDBytes {
-		return invalid(field, "must be at most "+strconv.Itoa(MaxRequestIDBytes)+" bytes, got "+strconv.Itoa(len(id)))
-	}
-	return nil
-}
-
-// validatePolicyName enforces [A-Za-z0-9_.:-]{1,128}: names appear unquoted in
-// URLs, headers and metric labels.
-func validatePolicyName(name, field string) *apiError {
-	if name == "" {
-		return invalid(field, "must not be empty")
-	}
-	if len(name) > MaxPolicyName {
-		return invalid(field, "must be at most "+strconv.Itoa(MaxPolicyName)+" characters")
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '.' || c == ':' || c == '-') {
-			return invalid(field, "may contain only letters, digits, '_', '.', ':' and '-'; found "+strconv.QuoteRune(rune(c)))
-		}
-	}
-	return nil
-}
-
-// decodeLimit decodes and validates an inline limit or a policy body.
-func decodeLimit(raw []byte, field string) (algo.Spec, *apiError) {
+// decodeLimitConfig decodes an inline limit (for service.LimitCache).
+func decodeLimitConfig(raw []byte, field string) (algo.Config, *service.Error) {
 	var c algo.Config
 	if e := decodeStrict(raw, &c, field); e != nil {
-		return algo.Spec{}, e
+		return c, e.serviceError()
 	}
-	return configSpec(c, field)
-}
-
-// configSpec validates c; a *algo.FieldError names the field under prefix.
-func configSpec(c algo.Config, prefix string) (algo.Spec, *apiError) {
-	spec, err := c.Spec()
-	if err != nil {
-		var fe *algo.FieldError
-		if errors.As(err, &fe) {
-			return algo.Spec{}, invalid(joinField(prefix, fe.Field), fe.Message)
-		}
-		return algo.Spec{}, invalid(prefix, err.Error())
-	}
-	return spec, nil
-}
-
-// specCache remembers validated inline limits by their exact JSON bytes:
-// clients send the same few limits on every check, and parsing and validating
-// one costs more than the rest of the decoding. Cached specs are shared and
-// must never be modified.
-type specCache struct {
-	mu    sync.RWMutex
-	specs map[string]*algo.Spec
-}
-
-// maxCachedSpecs bounds the cache; past it, limits are parsed every time
-// (a client sending endless distinct limits gets no worse than no cache).
-const maxCachedSpecs = 1024
-
-func (c *specCache) get(raw []byte, field string) (*algo.Spec, *apiError) {
-	c.mu.RLock()
-	spec, ok := c.specs[string(raw)]
-	c.mu.RUnlock()
-	if ok {
-		return spec, nil
-	}
-	s, e := decodeLimit(raw, field)
-	if e != nil {
-		return nil, e
-	}
-	spec = &s
-	c.mu.Lock()
-	if c.specs == nil {
-		c.specs = make(map[string]*algo.Spec)
-	}
-	if len(c.specs) < maxCachedSpecs {
-		c.specs[string(raw)] = spec
-	}
-	c.mu.Unlock()
-	return spec, nil
+	return c, nil
 }
 
 // decodeStrict decodes exactly one JSON value from data into v, refusing

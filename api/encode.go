@@ -8,6 +8,7 @@ import (
 
 	"github.com/limitd/limitd/algo"
 	"github.com/limitd/limitd/fsm"
+	"github.com/limitd/limitd/service"
 )
 
 // Responses on the check path are built by appending bytes into pooled buffers:
@@ -73,8 +74,8 @@ func toSeconds(ns int64) int64 {
 }
 
 // allowed is what the client is told: a shadow policy's refusal is reported as
-// allowed (with shadow_refused), whatever the state machine put in Allowed.
-func allowed(d *fsm.Decision) bool { return d.Allowed || d.ShadowRefused }
+// allowed (with shadow_refused).
+func allowed(d *fsm.Decision) bool { return service.Allowed(d) }
 
 // appendDecision appends one decision object.
 func appendDecision(b []byte, d *fsm.Decision, replayed bool) []byte {
@@ -151,25 +152,17 @@ func appendString(b []byte, s string) []byte {
 	return append(b, '"')
 }
 
-// limitRef is what the RateLimit headers and metrics need to know about one
-// check's limit.
-type limitRef struct {
-	name  string    // policy name, or "inline"
-	spec  algo.Spec // valid when known
-	known bool      // false when the policy is not (yet) known on this node
-}
-
 // appendPolicyItem appends one RateLimit-Policy list member,
 // `"<name>";q=<limit>;w=<window seconds>` (draft-ietf-httpapi-ratelimit-headers).
 // w is left out for calendar windows, whose length varies.
-func appendPolicyItem(b []byte, ref *limitRef, d *fsm.Decision) []byte {
-	b = appendString(b, ref.name) // names are restricted to token characters: no escapes
+func appendPolicyItem(b []byte, ref *service.Limit, d *fsm.Decision) []byte {
+	b = appendString(b, ref.Name) // names are restricted to token characters: no escapes
 	b = append(b, ";q="...)
-	if ref.known {
-		b = strconv.AppendInt(b, ref.spec.Limit, 10)
-		if ref.spec.Calendar == algo.CalendarNone && ref.spec.Window > 0 {
+	if ref.Known {
+		b = strconv.AppendInt(b, ref.Spec.Limit, 10)
+		if ref.Spec.Calendar == algo.CalendarNone && ref.Spec.Window > 0 {
 			b = append(b, ";w="...)
-			b = strconv.AppendInt(b, toSeconds(ref.spec.Window), 10)
+			b = strconv.AppendInt(b, toSeconds(ref.Spec.Window), 10)
 		}
 		return b
 	}
@@ -178,8 +171,8 @@ func appendPolicyItem(b []byte, ref *limitRef, d *fsm.Decision) []byte {
 
 // appendRateLimitItem appends one RateLimit list member,
 // `"<name>";r=<remaining>;t=<seconds until reset, rounded up>`.
-func appendRateLimitItem(b []byte, ref *limitRef, d *fsm.Decision) []byte {
-	b = appendString(b, ref.name)
+func appendRateLimitItem(b []byte, ref *service.Limit, d *fsm.Decision) []byte {
+	b = appendString(b, ref.Name)
 	b = append(b, ";r="...)
 	rem := d.Remaining
 	if rem < 0 {
@@ -194,7 +187,7 @@ func appendRateLimitItem(b []byte, ref *limitRef, d *fsm.Decision) []byte {
 // op, and Retry-After when the op was refused: the longest wait among the
 // refusing checks, in whole seconds rounded up, left out when one of them can
 // never succeed (retry_after_ms -1), since no wait would help.
-func setRateLimitHeaders(h http.Header, refs []limitRef, ds []fsm.Decision, opAllowed bool, scratch []byte) []byte {
+func setRateLimitHeaders(h http.Header, refs []service.Limit, ds []fsm.Decision, opAllowed bool, scratch []byte) []byte {
 	// Both values are built in one buffer and converted with one allocation.
 	b := scratch[:0]
 	for i := range ds {

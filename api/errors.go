@@ -1,30 +1,41 @@
 package api
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
 	"time"
 
-	"github.com/limitd/limitd/cluster"
-	"github.com/limitd/limitd/fsm"
+	"github.com/limitd/limitd/service"
 )
 
 // Error codes, the "code" member of every error body. Clients switch on these,
-// so they are part of the API: never rename one.
+// so they are part of the API: never rename one. All but method_not_allowed
+// are the service's codes (defined once, in fsm), shared with gRPC.
 const (
-	CodeInvalidArgument  = "invalid_argument"   // 400: the request is malformed; field names what
-	CodeUnauthenticated  = "unauthenticated"    // 401: admin endpoint without the right bearer token
-	CodeNotFound         = "not_found"          // 404: unknown policy, route or node
-	CodeMethodNotAllowed = "method_not_allowed" // 405: see the Allow header
-	CodeConflict         = "conflict"           // 409: request_id already used for a different request
-	CodePayloadTooLarge  = "payload_too_large"  // 413: body over the limit
-	CodeUnavailable      = "unavailable"        // 503: no leader, or no answer in time
-	CodeOutcomeUnknown   = "outcome_unknown"    // 503: may have been applied; retry with the same request_id
-	CodeInternal         = "internal"           // 500: a bug; the message says what
+	CodeInvalidArgument  = string(service.CodeInvalidArgument) // 400: the request is malformed; field names what
+	CodeUnauthenticated  = string(service.CodeUnauthenticated) // 401: admin endpoint without the right bearer token
+	CodeNotFound         = string(service.CodeNotFound)        // 404: unknown policy, route or node
+	CodeMethodNotAllowed = "method_not_allowed"                // 405: see the Allow header
+	CodeConflict         = string(service.CodeConflict)        // 409: request_id already used for a different request
+	CodePayloadTooLarge  = string(service.CodePayloadTooLarge) // 413: body over the limit
+	CodeUnavailable      = string(service.CodeUnavailable)     // 503: no leader, or no answer in time
+	CodeOutcomeUnknown   = string(service.CodeOutcomeUnknown)  // 503: may have been applied; retry with the same request_id
+	CodeInternal         = string(service.CodeInternal)        // 500: a bug; the message says what
 )
+
+// httpStatus is the one table from the service's codes to HTTP statuses.
+// A code missing here is answered 500.
+var httpStatus = map[service.Code]int{
+	service.CodeInvalidArgument: http.StatusBadRequest,
+	service.CodeUnauthenticated: http.StatusUnauthorized,
+	service.CodeNotFound:        http.StatusNotFound,
+	service.CodeConflict:        http.StatusConflict,
+	service.CodePayloadTooLarge: http.StatusRequestEntityTooLarge,
+	service.CodeUnavailable:     http.StatusServiceUnavailable,
+	service.CodeOutcomeUnknown:  http.StatusServiceUnavailable,
+	service.CodeInternal:        http.StatusInternalServerError,
+}
 
 // apiError is an error answer: an HTTP status and the JSON error body.
 type apiError struct {
@@ -48,19 +59,35 @@ func (e *apiError) under(prefix string) *apiError {
 	return e
 }
 
+// serviceError is e as the service's error (for errors found while decoding
+// that travel with the service's, such as a batch entry's).
+func (e *apiError) serviceError() *service.Error {
+	return &service.Error{Code: service.Code(e.code), Field: e.field, Message: e.message}
+}
+
+// httpError maps a service error to its answer (nil for nil). Unavailable
+// answers carry Retry-After: nothing was decided, a retry may succeed.
+func (s *Server) httpError(e *service.Error) *apiError {
+	if e == nil {
+		return nil
+	}
+	status, ok := httpStatus[e.Code]
+	if !ok {
+		status = http.StatusInternalServerError
+	}
+	a := &apiError{status: status, code: string(e.Code), field: e.Field, message: e.Message}
+	if status == http.StatusServiceUnavailable {
+		a.retryAfter = s.cfg.NoLeaderRetryAfter
+	}
+	return a
+}
+
 func invalid(field, message string) *apiError {
 	return &apiError{status: http.StatusBadRequest, code: CodeInvalidArgument, field: field, message: message}
 }
 
 func internalError(format string, args ...any) *apiError {
 	return &apiError{status: http.StatusInternalServerError, code: CodeInternal, message: fmt.Sprintf(format, args...)}
-}
-
-// conflictRequestID answers a replayed request_id whose stored result has a
-// different shape than this request (the id was used for another request).
-func conflictRequestID(field string) *apiError {
-	return &apiError{status: http.StatusConflict, code: CodeConflict, field: field,
-		message: "this request_id was already used for a request with a different number of checks; use a new id"}
 }
 
 // appendError appends the JSON error object {"code":..,"field":..,"message":..}
@@ -89,54 +116,6 @@ func writeError(w http.ResponseWriter, e *apiError) {
 	writeJSON(w, e.status, b)
 	buf.b = b
 	putBuffer(buf)
-}
-
-// fsmError maps an error decided inside the state machine to an answer.
-// prefix locates the check in the request ("checks[2]"), "" for a single one.
-func fsmError(e *fsm.Error, prefix string) *apiError {
-	status := http.StatusBadRequest
-	switch e.Code {
-	case CodeNotFound:
-		status = http.StatusNotFound
-	case CodeInvalidArgument:
-	default:
-		status = http.StatusInternalServerError
-	}
-	code := e.Code
-	if code == "" {
-		code = CodeInternal
-	}
-	return &apiError{status: status, code: code, field: joinField(prefix, e.Field), message: e.Message}
-}
-
-// storeError maps an error from the Store (not a per-op decision) to an answer.
-// The two 503s differ in what a client may do: unavailable means nothing was
-// proposed (or we cannot tell and the client's request_id makes a retry safe),
-// outcome_unknown means it may have been counted.
-func (s *Server) storeError(err error) *apiError {
-	retry := s.cfg.NoLeaderRetryAfter
-	var fe *fsm.Error
-	switch {
-	case errors.As(err, &fe):
-		return fsmError(fe, "")
-	case errors.Is(err, cluster.ErrOutcomeUnknown):
-		return &apiError{status: http.StatusServiceUnavailable, code: CodeOutcomeUnknown, retryAfter: retry,
-			message: "leadership changed while the request was in flight, so it may or may not have been counted; " +
-				"retry with the same request_id to get the original decision without counting it twice"}
-	case errors.Is(err, cluster.ErrNoLeader):
-		return &apiError{status: http.StatusServiceUnavailable, code: CodeUnavailable, retryAfter: retry,
-			message: "no raft leader is available; nothing was counted, retry shortly"}
-	case errors.Is(err, context.DeadlineExceeded):
-		return &apiError{status: http.StatusServiceUnavailable, code: CodeUnavailable, retryAfter: retry,
-			message: "the cluster did not answer within " + s.cfg.RequestTimeout.String() +
-				"; retry with the same request_id to avoid counting it twice"}
-	case errors.Is(err, context.Canceled):
-		// The client went away; nobody reads this answer, but keep it truthful.
-		return &apiError{status: http.StatusServiceUnavailable, code: CodeUnavailable, retryAfter: retry,
-			message: "request canceled"}
-	default:
-		return &apiError{status: http.StatusInternalServerError, code: CodeInternal, message: err.Error()}
-	}
 }
 
 func joinField(prefix, field string) string {

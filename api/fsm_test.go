@@ -55,6 +55,18 @@ func (s *fsmStore) Apply(_ context.Context, cmd []byte) (interface{}, error) {
 	return s.apply(cmd), nil
 }
 
+func (s *fsmStore) PutPolicy(ctx context.Context, p fsm.Policy) error {
+	return adminResult(s.Apply(ctx, fsm.EncodePutPolicy(p)))
+}
+
+func (s *fsmStore) DeletePolicy(ctx context.Context, name string) error {
+	return adminResult(s.Apply(ctx, fsm.EncodeDeletePolicy(name)))
+}
+
+func (s *fsmStore) ResetKey(ctx context.Context, c fsm.Check) error {
+	return adminResult(s.Apply(ctx, fsm.EncodeResetKey(c)))
+}
+
 func (s *fsmStore) Policy(name string) (fsm.Policy, bool) { return s.f.Policy(name) }
 func (s *fsmStore) Policies() []fsm.Policy                { return s.f.Policies() }
 

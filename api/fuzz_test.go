@@ -4,32 +4,36 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/limitd/limitd/fsm"
+	"github.com/limitd/limitd/service"
 )
 
 // The seed corpora live in testdata/fuzz/<Target>/ and run with plain
 // `go test`; `go test -fuzz=FuzzDecodeCheck ./api` explores further.
 
-func fuzzServer() *Server {
-	return New(newFakeStore(), Config{Logger: discardLogger(), MaxBatch: 8})
+func fuzzServer() (*Server, *fakeStore) {
+	store := newFakeStore()
+	return New(store, Config{Logger: discardLogger(), MaxBatch: 8}), store
 }
 
-// checkInvariants holds for every check the decoder accepts, whatever the input.
-func checkInvariants(t *testing.T, r checkRequest) {
+// checkInvariants holds for every check that reaches the store, whatever the
+// input.
+func checkInvariants(t *testing.T, c fsm.Check, requestID string) {
 	t.Helper()
-	c := r.check
-	if len(c.Key) == 0 || len(c.Key) > MaxKeyBytes {
+	if len(c.Key) == 0 || len(c.Key) > service.MaxKeyBytes {
 		t.Fatalf("accepted key of %d bytes", len(c.Key))
 	}
 	if c.Cost < 0 {
 		t.Fatalf("accepted cost %d", c.Cost)
 	}
-	if len(r.requestID) > MaxRequestIDBytes {
-		t.Fatalf("accepted request_id of %d bytes", len(r.requestID))
+	if len(requestID) > service.MaxRequestIDBytes {
+		t.Fatalf("accepted request_id of %d bytes", len(requestID))
 	}
 	if (c.Policy == "") == (c.Spec == nil) {
 		t.Fatalf("accepted a check with policy %q and spec %v", c.Policy, c.Spec)
 	}
-	if c.Policy != "" && validatePolicyName(c.Policy, "") != nil {
+	if c.Policy != "" && service.ValidatePolicyName(c.Policy, "") != nil {
 		t.Fatalf("accepted policy name %q", c.Policy)
 	}
 	if c.Spec != nil {
@@ -39,8 +43,30 @@ func checkInvariants(t *testing.T, r checkRequest) {
 	}
 }
 
+// validated runs decoded checks through the service against the fake store
+// and returns what reached the store, one op per check decided; a check the
+// service refused must have been refused for its input (or its unknown policy).
+func validated(t *testing.T, s *Server, store *fakeStore, run func() []*service.Error) []fsm.Op {
+	t.Helper()
+	store.mu.Lock()
+	store.checkCalls = nil
+	store.mu.Unlock()
+	for _, e := range run() {
+		if e != nil && e.Code != service.CodeInvalidArgument && e.Code != service.CodeNotFound {
+			t.Fatalf("service error %+v", e)
+		}
+	}
+	store.mu.Lock()
+	defer store.mu.Unlock()
+	var ops []fsm.Op
+	for _, call := range store.checkCalls {
+		ops = append(ops, call...)
+	}
+	return ops
+}
+
 func FuzzDecodeCheck(f *testing.F) {
-	s := fuzzServer()
+	s, store := fuzzServer()
 	f.Fuzz(func(t *testing.T, body []byte) {
 		r, e := s.decodeCheck(body)
 		if e != nil {
@@ -52,7 +78,13 @@ func FuzzDecodeCheck(f *testing.F) {
 		if !json.Valid(body) {
 			t.Fatalf("accepted invalid JSON %q", body)
 		}
-		checkInvariants(t, r)
+		ops := validated(t, s, store, func() []*service.Error {
+			_, e := s.svc.Check(t.Context(), &r)
+			return []*service.Error{e}
+		})
+		for _, op := range ops {
+			checkInvariants(t, op.Checks[0], op.RequestID)
+		}
 		// encoding/json, reading the same bytes into a map, agrees: no unknown
 		// fields (encoding/json matches names case-insensitively) and the same key.
 		var m map[string]any
@@ -73,14 +105,14 @@ func FuzzDecodeCheck(f *testing.F) {
 				keyNames++
 			}
 		}
-		if k, ok := m["key"].(string); ok && keyNames == 1 && k != r.check.Key {
-			t.Fatalf("key %q, encoding/json reads %q", r.check.Key, k)
+		if k, ok := m["key"].(string); ok && keyNames == 1 && k != r.Key {
+			t.Fatalf("key %q, encoding/json reads %q", r.Key, k)
 		}
 	})
 }
 
 func FuzzDecodeBatch(f *testing.F) {
-	s := fuzzServer()
+	s, store := fuzzServer()
 	f.Fuzz(func(t *testing.T, body []byte) {
 		reqs, errs, e := s.decodeBatch(body)
 		if e != nil {
@@ -106,9 +138,9 @@ func FuzzDecodeBatch(f *testing.F) {
 				t.Fatalf("entry %d: error %q vs %q", i, m1, m2)
 			}
 			a, b := reqs[i], reqs2[i]
-			if a.check.Key != b.check.Key || a.check.Policy != b.check.Policy || a.check.Cost != b.check.Cost ||
-				a.requestID != b.requestID || (a.check.Spec == nil) != (b.check.Spec == nil) ||
-				a.check.Spec != nil && *a.check.Spec != *b.check.Spec {
+			if a.Key != b.Key || a.Policy != b.Policy || a.Cost != b.Cost ||
+				a.RequestID != b.RequestID || (a.Limit == nil) != (b.Limit == nil) ||
+				a.Limit != nil && *a.Limit != *b.Limit {
 				t.Fatalf("entry %d: %+v vs %+v", i, a, b)
 			}
 		}
@@ -121,14 +153,33 @@ func FuzzDecodeBatch(f *testing.F) {
 		if len(reqs) != len(env.Checks) || len(reqs) == 0 || len(reqs) > s.cfg.MaxBatch {
 			t.Fatalf("%d results for %d entries", len(reqs), len(env.Checks))
 		}
-		for i := range reqs {
-			if errs != nil && errs[i] != nil {
-				if !strings.HasPrefix(errs[i].field, "checks[") {
-					t.Fatalf("slot %d error does not locate the entry: %+v", i, errs[i])
+		var results []service.BatchResult
+		ops := validated(t, s, store, func() []*service.Error {
+			var e *service.Error
+			results, e = s.svc.Batch(t.Context(), reqs, errs)
+			return []*service.Error{e}
+		})
+		if len(results) != len(reqs) {
+			t.Fatalf("%d results for %d entries", len(results), len(reqs))
+		}
+		decided := 0
+		for i := range results {
+			if e := results[i].Err; e != nil {
+				if !strings.HasPrefix(e.Field, "checks[") {
+					t.Fatalf("slot %d error does not locate the entry: %+v", i, e)
+				}
+				if e.Code == service.CodeNotFound {
+					decided++ // refused by the store: it reached it
 				}
 				continue
 			}
-			checkInvariants(t, reqs[i])
+			decided++
+		}
+		if decided != len(ops) {
+			t.Fatalf("%d entries decided, %d reached the store", decided, len(ops))
+		}
+		for _, op := range ops {
+			checkInvariants(t, op.Checks[0], op.RequestID)
 		}
 	})
 }

@@ -1,26 +1,19 @@
 package api
 
 import (
-	"fmt"
-	"net"
 	"net/http"
 
 	"github.com/julienschmidt/httprouter"
 
-	"github.com/limitd/limitd/cluster"
+	"github.com/limitd/limitd/service"
 )
 
 // handleClusterStatus serves GET /v1/cluster: this node's view of the cluster.
 func (s *Server) handleClusterStatus(w http.ResponseWriter, req *http.Request, _ httprouter.Params) {
-	ctx, cancel := s.context(req)
-	defer cancel()
-	st, err := s.store.Status(ctx)
-	if err != nil {
-		writeError(w, s.storeError(err))
+	st, e := s.svc.Status(req.Context())
+	if e != nil {
+		writeError(w, s.httpError(e))
 		return
-	}
-	if st.Members == nil {
-		st.Members = []cluster.Member{} // [] rather than null: keep the shape for clients
 	}
 	writeValue(w, http.StatusOK, st)
 }
@@ -39,15 +32,13 @@ func (s *Server) handleJoin(w http.ResponseWriter, req *http.Request, _ httprout
 		writeError(w, e)
 		return
 	}
-	j, e := decodeJoin(body)
-	if e != nil {
+	var j joinJSON
+	if e := decodeStrict(body, &j, ""); e != nil {
 		writeError(w, e)
 		return
 	}
-	ctx, cancel := s.context(req)
-	defer cancel()
-	if err := s.store.Join(ctx, j.ID, j.RaftAddr, j.HTTPAddr); err != nil {
-		writeError(w, s.storeError(err))
+	if e := s.svc.Join(req.Context(), service.JoinRequest(j)); e != nil {
+		writeError(w, s.httpError(e))
 		return
 	}
 	writeValue(w, http.StatusOK, struct {
@@ -55,61 +46,11 @@ func (s *Server) handleJoin(w http.ResponseWriter, req *http.Request, _ httprout
 	}{j.ID})
 }
 
-func decodeJoin(body []byte) (joinJSON, *apiError) {
-	var j joinJSON
-	if e := decodeStrict(body, &j, ""); e != nil {
-		return j, e
-	}
-	if j.ID == "" {
-		return j, invalid("id", "is required: the joining node's --node-id")
-	}
-	if len(j.ID) > MaxPolicyName {
-		return j, invalid("id", fmt.Sprintf("must be at most %d bytes", MaxPolicyName))
-	}
-	if e := validateHostPort(j.RaftAddr, "raft_addr", true); e != nil {
-		return j, e
-	}
-	if e := validateHostPort(j.HTTPAddr, "http_addr", false); e != nil {
-		return j, e
-	}
-	return j, nil
-}
-
-func validateHostPort(addr, field string, required bool) *apiError {
-	if addr == "" {
-		if required {
-			return invalid(field, "is required, as host:port")
-		}
-		return nil
-	}
-	if _, _, err := net.SplitHostPort(addr); err != nil {
-		return invalid(field, fmt.Sprintf("must be host:port, got %q", addr))
-	}
-	return nil
-}
-
 // handleRemoveNode removes a member from the Raft configuration.
 func (s *Server) handleRemoveNode(w http.ResponseWriter, req *http.Request, ps httprouter.Params) {
 	id := ps.ByName("id")
-	ctx, cancel := s.context(req)
-	defer cancel()
-	// Refuse ids this node has never heard of: a typo should not look like success.
-	st, err := s.store.Status(ctx)
-	if err != nil {
-		writeError(w, s.storeError(err))
-		return
-	}
-	member := false
-	for _, m := range st.Members {
-		member = member || m.ID == id
-	}
-	if !member {
-		writeError(w, &apiError{status: http.StatusNotFound, code: CodeNotFound, field: "id",
-			message: fmt.Sprintf("no member with id %q (see GET /v1/cluster)", id)})
-		return
-	}
-	if err := s.store.Remove(ctx, id); err != nil {
-		writeError(w, s.storeError(err))
+	if e := s.svc.RemoveNode(req.Context(), id); e != nil {
+		writeError(w, s.httpError(e))
 		return
 	}
 	writeValue(w, http.StatusOK, struct {

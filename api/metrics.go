@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/limitd/limitd/fsm"
+	"github.com/limitd/limitd/service"
 )
 
 // endpoint labels the decision latency histogram.
@@ -104,15 +105,10 @@ func (m *metrics) counters(policy string) *[numResults]prometheus.Counter {
 	return actual.(*[numResults]prometheus.Counter)
 }
 
-// countDecisions counts decided checks. Their policies exist (the state machine
-// decided them), so the names are bounded by the policies ever created.
-func (m *metrics) countDecisions(refs []limitRef, ds []fsm.Decision) {
-	for i := range ds {
-		m.countDecision(&refs[i], &ds[i])
-	}
-}
-
-func (m *metrics) countDecision(ref *limitRef, d *fsm.Decision) {
+// Decided counts a decided check (service.Observer). Its policy exists (the
+// state machine decided it), so the names are bounded by the policies ever
+// created.
+func (m *metrics) Decided(l service.Limit, d fsm.Decision) {
 	r := resultRefused
 	switch {
 	case d.ShadowRefused:
@@ -120,19 +116,13 @@ func (m *metrics) countDecision(ref *limitRef, d *fsm.Decision) {
 	case d.Allowed:
 		r = resultAllowed
 	}
-	m.counters(ref.name)[r].Inc()
+	m.counters(l.Name)[r].Inc()
 }
 
-// countErrors counts checks that got no decision.
-func (m *metrics) countErrors(refs []limitRef) {
-	for i := range refs {
-		m.countError(&refs[i])
-	}
-}
-
-func (m *metrics) countError(ref *limitRef) {
-	name := ref.name
-	if !ref.known {
+// Failed counts a check that got no decision (service.Observer).
+func (m *metrics) Failed(l service.Limit) {
+	name := l.Name
+	if !l.Known {
 		name = unknownPolicy
 	}
 	m.counters(name)[resultError].Inc()

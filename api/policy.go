@@ -13,6 +13,7 @@ import (
 
 	"github.com/limitd/limitd/algo"
 	"github.com/limitd/limitd/fsm"
+	"github.com/limitd/limitd/service"
 )
 
 // policyJSON is a policy on the wire: the limit's fields, the name (optional
@@ -29,28 +30,24 @@ func policyOut(p fsm.Policy) policyJSON {
 
 // decodePolicy decodes a policy body for name. Field errors name the JSON
 // field under prefix ("window" in a PUT, "policies.api.window" in a file).
-func decodePolicy(body []byte, name, prefix string) (fsm.Policy, *apiError) {
+func decodePolicy(body []byte, name, prefix string) (service.PolicyRequest, *apiError) {
 	var pj policyJSON
 	if e := decodeStrict(body, &pj, prefix); e != nil {
 		// encoding/json names fields of the embedded Config as "Config.window".
 		if f, ok := strings.CutPrefix(e.field, joinField(prefix, "Config.")); ok {
 			e.field = joinField(prefix, f)
 		}
-		return fsm.Policy{}, e
+		return service.PolicyRequest{}, e
 	}
 	if pj.Name != "" && pj.Name != name {
-		return fsm.Policy{}, invalid(joinField(prefix, "name"),
+		return service.PolicyRequest{}, invalid(joinField(prefix, "name"),
 			fmt.Sprintf("%q does not match the policy name %q", pj.Name, name))
 	}
-	spec, e := configSpec(pj.Config, prefix)
-	if e != nil {
-		return fsm.Policy{}, e
-	}
-	return fsm.Policy{Name: name, Spec: spec, Shadow: pj.Shadow}, nil
+	return service.PolicyRequest{Name: name, Config: pj.Config, Shadow: pj.Shadow}, nil
 }
 
 func (s *Server) handleListPolicies(w http.ResponseWriter, _ *http.Request, _ httprouter.Params) {
-	ps := s.store.Policies()
+	ps := s.svc.ListPolicies()
 	out := struct {
 		Policies []policyJSON `json:"policies"`
 	}{Policies: make([]policyJSON, 0, len(ps))}
@@ -61,14 +58,9 @@ func (s *Server) handleListPolicies(w http.ResponseWriter, _ *http.Request, _ ht
 }
 
 func (s *Server) handleGetPolicy(w http.ResponseWriter, _ *http.Request, ps httprouter.Params) {
-	name := ps.ByName("name")
-	if e := validatePolicyName(name, "name"); e != nil {
-		writeError(w, e)
-		return
-	}
-	p, ok := s.store.Policy(name)
-	if !ok {
-		writeError(w, policyNotFound(name))
+	p, e := s.svc.GetPolicy(ps.ByName("name"))
+	if e != nil {
+		writeError(w, s.httpError(e))
 		return
 	}
 	writeValue(w, http.StatusOK, policyOut(p))
@@ -78,8 +70,8 @@ func (s *Server) handleGetPolicy(w http.ResponseWriter, _ *http.Request, ps http
 // state; a state written for another algorithm starts fresh.
 func (s *Server) handlePutPolicy(w http.ResponseWriter, req *http.Request, ps httprouter.Params) {
 	name := ps.ByName("name")
-	if e := validatePolicyName(name, "name"); e != nil {
-		writeError(w, e)
+	if e := service.ValidatePolicyName(name, "name"); e != nil {
+		writeError(w, s.httpError(e))
 		return
 	}
 	body, e := s.readBody(w, req, nil)
@@ -87,13 +79,14 @@ func (s *Server) handlePutPolicy(w http.ResponseWriter, req *http.Request, ps ht
 		writeError(w, e)
 		return
 	}
-	p, e := decodePolicy(body, name, "")
+	pr, e := decodePolicy(body, name, "")
 	if e != nil {
 		writeError(w, e)
 		return
 	}
-	if e := s.applyAdmin(req, fsm.EncodePutPolicy(p)); e != nil {
-		writeError(w, e)
+	p, se := s.svc.PutPolicy(req.Context(), pr)
+	if se != nil {
+		writeError(w, s.httpError(se))
 		return
 	}
 	writeValue(w, http.StatusOK, policyOut(p))
@@ -101,52 +94,14 @@ func (s *Server) handlePutPolicy(w http.ResponseWriter, req *http.Request, ps ht
 
 func (s *Server) handleDeletePolicy(w http.ResponseWriter, req *http.Request, ps httprouter.Params) {
 	name := ps.ByName("name")
-	if e := validatePolicyName(name, "name"); e != nil {
-		writeError(w, e)
-		return
-	}
-	if e := s.applyAdmin(req, fsm.EncodeDeletePolicy(name)); e != nil {
-		writeError(w, e)
+	if e := s.svc.DeletePolicy(req.Context(), name); e != nil {
+		writeError(w, s.httpError(e))
 		return
 	}
 	writeValue(w, http.StatusOK, struct {
 		Name    string `json:"name"`
 		Deleted bool   `json:"deleted"`
 	}{name, true})
-}
-
-func policyNotFound(name string) *apiError {
-	return &apiError{status: http.StatusNotFound, code: CodeNotFound, field: "name",
-		message: fmt.Sprintf("no policy named %q", name)}
-}
-
-// applyAdmin proposes an admin command and maps the state machine's response.
-func (s *Server) applyAdmin(req *http.Request, cmd []byte) *apiError {
-	ctx, cancel := s.context(req)
-	defer cancel()
-	resp, err := s.store.Apply(ctx, cmd)
-	if err != nil {
-		return s.storeError(err)
-	}
-	if err := responseError(resp); err != nil {
-		return s.storeError(err)
-	}
-	return nil
-}
-
-// responseError extracts the error an admin command's response carries: nil,
-// or an error such as *fsm.Error (a typed nil pointer counts as no error).
-func responseError(resp interface{}) error {
-	switch r := resp.(type) {
-	case *fsm.Error:
-		if r == nil {
-			return nil
-		}
-		return r
-	case error:
-		return r
-	}
-	return nil
 }
 
 // writeValue writes v with encoding/json: for the admin and status endpoints,
@@ -188,12 +143,16 @@ func LoadPolicies(path string) ([]fsm.Policy, error) {
 	sort.Strings(names)
 	out := make([]fsm.Policy, 0, len(names))
 	for _, name := range names {
-		if e := validatePolicyName(name, ""); e != nil {
-			return nil, fmt.Errorf("policies file %s: policy %q: name %s", path, name, e.message)
+		if e := service.ValidatePolicyName(name, ""); e != nil {
+			return nil, fmt.Errorf("policies file %s: policy %q: name %s", path, name, e.Message)
 		}
-		p, e := decodePolicy(file.Policies[name], name, "")
+		pr, e := decodePolicy(file.Policies[name], name, "")
 		if e != nil {
 			return nil, fmt.Errorf("policies file %s: policy %q: %s", path, name, fieldMessage(e))
+		}
+		p, se := service.ValidatePolicy(pr, "")
+		if se != nil {
+			return nil, fmt.Errorf("policies file %s: policy %q: %s", path, name, fieldMessage(&apiError{field: se.Field, message: se.Message}))
 		}
 		out = append(out, p)
 	}
@@ -211,11 +170,7 @@ func fieldMessage(e *apiError) string {
 // order, stopping at the first failure.
 func PutPolicies(ctx context.Context, store Store, policies []fsm.Policy) error {
 	for _, p := range policies {
-		resp, err := store.Apply(ctx, fsm.EncodePutPolicy(p))
-		if err == nil {
-			err = responseError(resp)
-		}
-		if err != nil {
+		if err := store.PutPolicy(ctx, p); err != nil {
 			return fmt.Errorf("put policy %q: %w", p.Name, err)
 		}
 	}

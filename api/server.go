@@ -7,7 +7,6 @@
 package api
 
 import (
-	"context"
 	"crypto/subtle"
 	"fmt"
 	"io"
@@ -21,29 +20,14 @@ import (
 	"github.com/julienschmidt/httprouter"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/limitd/limitd/cluster"
-	"github.com/limitd/limitd/fsm"
+	"github.com/limitd/limitd/service"
 )
 
-// Store is what the HTTP layer needs from the node. cluster.Node implements it.
+// Store is what the HTTP layer needs from the node: what the service layer
+// needs, plus the node-to-node endpoints and metrics to serve. cluster.Node
+// implements it.
 type Store interface {
-	// Check decides ops through the Raft leader: on the leader they join the
-	// group-commit batcher, on a follower they are forwarded to the leader in
-	// batches. Results are in order. Errors: cluster.ErrNoLeader (nothing
-	// proposed), cluster.ErrOutcomeUnknown (may or may not have been applied),
-	// context errors.
-	Check(ctx context.Context, ops []fsm.Op) ([]fsm.Result, error)
-	// Apply proposes an admin command built with the fsm.Encode* functions
-	// (forwarded to the leader when needed) and returns the state machine's
-	// response: for put/delete policy and reset key an `error` value (nil, or
-	// *fsm.Error such as Code "not_found").
-	Apply(ctx context.Context, cmd []byte) (interface{}, error)
-	Policy(name string) (fsm.Policy, bool)                         // this node's replicated copy
-	Policies() []fsm.Policy                                        // sorted by name
-	Join(ctx context.Context, id, raftAddr, httpAddr string) error // forwarded to the leader as needed
-	Remove(ctx context.Context, id string) error
-	Status(ctx context.Context) (cluster.Status, error)
-	Ready() error                       // nil when there is a leader and this node's applied index caught up
+	service.Node
 	Internal() http.Handler             // node-to-node endpoints (forwarding); mounted under /internal/
 	Collectors() []prometheus.Collector // raft/batcher/storage metrics to register on /metrics
 }
@@ -71,27 +55,19 @@ type Config struct {
 	Logger *log.Logger
 }
 
-// Defaults.
+// Defaults (MaxBatch and RequestTimeout default in the service layer).
 const (
-	DefaultMaxBatch           = 1000
 	DefaultMaxBodyBytes       = 1 << 20
 	DefaultNoLeaderRetryAfter = time.Second
-	DefaultRequestTimeout     = 5 * time.Second
 	DefaultAuthKeySource      = "ip"
 )
 
 func (c Config) withDefaults() Config {
-	if c.MaxBatch <= 0 {
-		c.MaxBatch = DefaultMaxBatch
-	}
 	if c.MaxBodyBytes <= 0 {
 		c.MaxBodyBytes = DefaultMaxBodyBytes
 	}
 	if c.NoLeaderRetryAfter <= 0 {
 		c.NoLeaderRetryAfter = DefaultNoLeaderRetryAfter
-	}
-	if c.RequestTimeout <= 0 {
-		c.RequestTimeout = DefaultRequestTimeout
 	}
 	if c.AuthKeySource == "" {
 		c.AuthKeySource = DefaultAuthKeySource
@@ -114,10 +90,11 @@ func (c Config) Validate() error {
 // Server serves the HTTP API.
 type Server struct {
 	store   Store
+	svc     *service.Service
 	cfg     Config
 	handler http.Handler
 	metrics *metrics
-	specs   specCache
+	limits  service.LimitCache // inline limits by their JSON bytes
 
 	keySource    KeySource
 	keySourceErr error // a bad Config.AuthKeySource fails /v1/auth, not the node
@@ -132,6 +109,9 @@ func New(store Store, cfg Config) *Server {
 		s.cfg.Logger.Printf("api: auth key source %q: %v; /v1/auth will fail", s.cfg.AuthKeySource, s.keySourceErr)
 	}
 	s.metrics = newMetrics(store.Collectors(), s.cfg.Logger)
+	s.svc = service.New(store, service.Config{
+		MaxBatch: s.cfg.MaxBatch, RequestTimeout: s.cfg.RequestTimeout, Observer: s.metrics})
+	s.cfg.MaxBatch, s.cfg.RequestTimeout = s.svc.Config().MaxBatch, s.svc.Config().RequestTimeout
 	s.handler = s.routes()
 	return s
 }
@@ -269,20 +249,15 @@ func (s *Server) tooLarge() *apiError {
 		message: fmt.Sprintf("the request body is larger than %d bytes", s.cfg.MaxBodyBytes)}
 }
 
-// context bounds a request's wait for the cluster.
-func (s *Server) context(req *http.Request) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(req.Context(), s.cfg.RequestTimeout)
-}
-
 func (s *Server) handleHealthz(w http.ResponseWriter, _ *http.Request, _ httprouter.Params) {
 	writeJSON(w, http.StatusOK, []byte(`{"status":"ok"}`+"\n"))
 }
 
 func (s *Server) handleReadyz(w http.ResponseWriter, _ *http.Request, _ httprouter.Params) {
-	if err := s.store.Ready(); err != nil {
+	if e := s.svc.Ready(); e != nil {
 		// The error object, as everywhere, plus "ready" for probes that read bodies.
 		b := append([]byte(`{"ready":false,"error":`), nil...)
-		b = appendError(b, CodeUnavailable, "", "not ready: "+err.Error())
+		b = appendError(b, string(e.Code), e.Field, e.Message)
 		w.Header().Set(hdrRetryAfter, strconv.FormatInt(toSeconds(int64(s.cfg.NoLeaderRetryAfter)), 10))
 		writeJSON(w, http.StatusServiceUnavailable, append(b, '}', '\n'))
 		return

@@ -171,6 +171,38 @@ func (f *fakeStore) Apply(_ context.Context, cmd []byte) (interface{}, error) {
 	return f.applyResp, f.applyErr
 }
 
+// The typed admin methods apply the encoded command as cluster.Node does, so
+// that tests can inspect what would reach the log and inject responses.
+func (f *fakeStore) PutPolicy(ctx context.Context, p fsm.Policy) error {
+	return adminResult(f.Apply(ctx, fsm.EncodePutPolicy(p)))
+}
+
+func (f *fakeStore) DeletePolicy(ctx context.Context, name string) error {
+	return adminResult(f.Apply(ctx, fsm.EncodeDeletePolicy(name)))
+}
+
+func (f *fakeStore) ResetKey(ctx context.Context, c fsm.Check) error {
+	return adminResult(f.Apply(ctx, fsm.EncodeResetKey(c)))
+}
+
+// adminResult is the error an admin command's response carries, as
+// cluster.Node reports it: a typed nil *fsm.Error is success.
+func adminResult(resp interface{}, err error) error {
+	if err != nil {
+		return err
+	}
+	switch r := resp.(type) {
+	case *fsm.Error:
+		if r == nil {
+			return nil
+		}
+		return r
+	case error:
+		return r
+	}
+	return nil
+}
+
 func (f *fakeStore) Policy(name string) (fsm.Policy, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -128,8 +128,8 @@ func (n *Node) Apply(ctx context.Context, cmd []byte) (interface{}, error) {
 // Join adds a voter (or updates its addresses) through the leader, and
 // records its HTTP address in the replicated node table.
 func (n *Node) Join(ctx context.Context, id, raftAddr, httpAddr string) error {
-	if id == "" || raftAddr == "" || httpAddr == "" {
-		return errors.New("join needs id, raft_addr and http_addr")
+	if id == "" || raftAddr == "" { // http_addr is optional: a leader registers its own
+		return &fsm.Error{Code: fsm.CodeInvalidArgument, Field: "id", Message: "join needs id and raft_addr"}
 	}
 	return n.onLeader(ctx,
 		func() error { return n.joinLocal(id, raftAddr, httpAddr) },
@@ -144,6 +144,9 @@ func (n *Node) joinLocal(id, raftAddr, httpAddr string) error {
 			return errRetry
 		}
 		return fmt.Errorf("add voter %s at %s: %w", id, raftAddr, err)
+	}
+	if httpAddr == "" {
+		return nil
 	}
 	_, err := n.await(n.raft.Apply(fsm.EncodeSetNode(id, httpAddr), n.cfg.ApplyTimeout))
 	return err

@@ -107,13 +107,13 @@ func (a *applier) apply(tx *persist.Tx, data []byte) (interface{}, error) {
 		}
 		return n, nil
 	case CmdSetNode:
-		if c.name == "" || len(c.name) > MaxKeyLen || len(c.addr) > MaxKeyLen {
+		if c.name == "" || len(c.name) > maxNodeField || len(c.addr) > maxNodeField {
 			return nil, nil // not a node anyone can have; ignored on every replica alike
 		}
 		a.pendingNodes[c.name] = nodeChange{addr: c.addr}
 		return nil, tx.PutNode(c.name, c.addr)
 	case CmdRemoveNode:
-		if c.name == "" || len(c.name) > MaxKeyLen {
+		if c.name == "" || len(c.name) > maxNodeField {
 			return nil, nil
 		}
 		a.pendingNodes[c.name] = nodeChange{deleted: true}
@@ -184,7 +184,7 @@ func (a *applier) lookupPolicy(name []byte) (*Policy, bool) {
 
 func (a *applier) putPolicy(tx *persist.Tx, p Policy) (*Error, error) {
 	if p.Name == "" || len(p.Name) > MaxPolicyName || reservedPolicyName(p.Name) {
-		return &Error{Code: "invalid_argument", Field: "name", Message: fmt.Sprintf("must be 1 to %d bytes", MaxPolicyName)}, nil
+		return &Error{Code: CodeInvalidArgument, Field: "name", Message: fmt.Sprintf("must be 1 to %d bytes", MaxPolicyName)}, nil
 	}
 	spec, err := p.Spec.Validate()
 	if err != nil {
@@ -226,7 +226,7 @@ func (a *applier) resetKey(tx *persist.Tx, ck *checkRef) (*Error, error) {
 }
 
 func notFound(policy string) *Error {
-	return &Error{Code: "not_found", Field: "policy", Message: fmt.Sprintf("policy %q does not exist", policy)}
+	return &Error{Code: CodeNotFound, Field: "policy", Message: fmt.Sprintf("policy %q does not exist", policy)}
 }
 
 // fieldError turns a validation error into an invalid_argument *Error with
@@ -238,23 +238,23 @@ func fieldError(err error, prefix string) *Error {
 		if prefix != "" {
 			field = prefix + "." + field
 		}
-		return &Error{Code: "invalid_argument", Field: field, Message: fe.Message}
+		return &Error{Code: CodeInvalidArgument, Field: field, Message: fe.Message}
 	}
 	if prefix == "" {
 		prefix = "spec"
 	}
-	return &Error{Code: "invalid_argument", Field: prefix, Message: err.Error()}
+	return &Error{Code: CodeInvalidArgument, Field: prefix, Message: err.Error()}
 }
 
 // resolve finds a check's limit, or the *Error that answers the op.
 func (a *applier) resolve(ck *checkRef, lim *limit) *Error {
 	switch {
 	case len(ck.key) == 0:
-		return &Error{Code: "invalid_argument", Field: "key", Message: "required"}
-	case len(ck.key) > MaxKeyLen:
-		return &Error{Code: "invalid_argument", Field: "key", Message: fmt.Sprintf("longer than %d bytes", MaxKeyLen)}
+		return &Error{Code: CodeInvalidArgument, Field: "key", Message: "required"}
+	case len(ck.key) > MaxKeyBytes:
+		return &Error{Code: CodeInvalidArgument, Field: "key", Message: fmt.Sprintf("longer than %d bytes", MaxKeyBytes)}
 	case ck.cost < 0:
-		return &Error{Code: "invalid_argument", Field: "cost", Message: "must not be negative"}
+		return &Error{Code: CodeInvalidArgument, Field: "cost", Message: "must not be negative"}
 	case ck.kind == limitPolicy:
 		p, ok := a.lookupPolicy(ck.policy)
 		if !ok {
@@ -277,7 +277,7 @@ func (a *applier) resolve(ck *checkRef, lim *limit) *Error {
 		*lim = limit{spec: &se.spec, ident: se.canon}
 		return nil
 	default:
-		return &Error{Code: "invalid_argument", Field: "limit", Message: "a check needs exactly one of policy or limit"}
+		return &Error{Code: CodeInvalidArgument, Field: "limit", Message: "a check needs exactly one of policy or limit"}
 	}
 }
 
@@ -335,8 +335,8 @@ func (a *applier) check(tx *persist.Tx, c *command) ([]Result, error) {
 func (a *applier) applyOp(tx *persist.Tx, op *opRef, checks []checkRef, decs []Decision, now, retention int64) (Result, error) {
 	var prevReq persist.Request
 	if len(op.requestID) > 0 {
-		if len(op.requestID) > MaxRequestIDLen {
-			return Result{Err: &Error{Code: "invalid_argument", Field: "request_id", Message: fmt.Sprintf("longer than %d bytes", MaxRequestIDLen)}}, nil
+		if len(op.requestID) > MaxRequestIDBytes {
+			return Result{Err: &Error{Code: CodeInvalidArgument, Field: "request_id", Message: fmt.Sprintf("longer than %d bytes", MaxRequestIDBytes)}}, nil
 		}
 		r, err := tx.Request(op.requestID)
 		if err != nil {
@@ -353,7 +353,7 @@ func (a *applier) applyOp(tx *persist.Tx, op *opRef, checks []checkRef, decs []D
 		prevReq = r // absent, or expired but not yet swept: overwritten
 	}
 	if len(checks) == 0 {
-		return Result{Err: &Error{Code: "invalid_argument", Field: "checks", Message: "at least one check is required"}}, nil
+		return Result{Err: &Error{Code: CodeInvalidArgument, Field: "checks", Message: "at least one check is required"}}, nil
 	}
 	a.lims = a.lims[:0]
 	for j := range checks {
@@ -456,5 +456,5 @@ func decideError(err error) *Error {
 	if errors.As(err, &fe) {
 		return fieldError(err, "limit")
 	}
-	return &Error{Code: "internal", Field: "state", Message: err.Error()}
+	return &Error{Code: CodeInternal, Field: "state", Message: err.Error()}
 }

@@ -205,11 +205,11 @@ func TestRequestIDs(t *testing.T) {
 func TestOpErrorsConsumeNothing(t *testing.T) {
 	s := mustSpec(t, algo.Config{Algorithm: "fixed_window", Limit: 5, Window: "1h"})
 	bad := algo.Spec{Algorithm: algo.FixedWindow, Limit: 5} // no window
-	long := make([]byte, MaxKeyLen+1)
+	long := make([]byte, MaxKeyBytes+1)
 	for _, tc := range []struct {
 		name  string
 		op    Op
-		code  string
+		code  Code
 		field string
 	}{
 		{"unknown policy in a group", Op{All: true, RequestID: "r", Checks: []Check{{Key: "k", Policy: "p", Cost: 1}, {Key: "k", Policy: "nope", Cost: 1}}}, "not_found", "policy"},

@@ -235,7 +235,7 @@ func appendResult(dst []byte, r *Result) []byte {
 	}
 	dst = append(dst, flags)
 	if r.Err != nil {
-		dst = appendString(dst, r.Err.Code)
+		dst = appendString(dst, string(r.Err.Code))
 		dst = appendString(dst, r.Err.Field)
 		dst = appendString(dst, r.Err.Message)
 	}
@@ -553,7 +553,7 @@ func (d *decoder) result() Result {
 	}
 	r := Result{Allowed: flags&resAllowed != 0, Replayed: flags&resReplayed != 0}
 	if flags&resErr != 0 {
-		r.Err = &Error{Code: string(d.bytes()), Field: string(d.bytes()), Message: string(d.bytes())}
+		r.Err = &Error{Code: Code(d.bytes()), Field: string(d.bytes()), Message: string(d.bytes())}
 	}
 	n := d.count(minDecision)
 	if n > 0 {

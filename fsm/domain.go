@@ -75,9 +75,9 @@ func validateDomain(c *command) error {
 func domainError(c *command) *Error {
 	switch {
 	case c.name == "" || len(c.name) > MaxDomainName:
-		return &Error{Code: "invalid_argument", Field: "domain", Message: fmt.Sprintf("must be 1 to %d bytes", MaxDomainName)}
+		return &Error{Code: CodeInvalidArgument, Field: "domain", Message: fmt.Sprintf("must be 1 to %d bytes", MaxDomainName)}
 	case c.typ == CmdPutDomain && (len(c.domain) == 0 || len(c.domain) > MaxDomainConfig):
-		return &Error{Code: "invalid_argument", Field: "config", Message: fmt.Sprintf("must be 1 to %d bytes", MaxDomainConfig)}
+		return &Error{Code: CodeInvalidArgument, Field: "config", Message: fmt.Sprintf("must be 1 to %d bytes", MaxDomainConfig)}
 	}
 	return nil
 }
@@ -91,7 +91,7 @@ func (a *applier) applyDomain(tx *persist.Tx, c *command) (*Error, error) {
 	key := domainKeyPrefix + c.name
 	if c.typ == CmdDeleteDomain {
 		if _, ok := t.lookup(c.name); !ok {
-			return &Error{Code: "not_found", Field: "domain", Message: fmt.Sprintf("domain %q does not exist", c.name)}, nil
+			return &Error{Code: CodeNotFound, Field: "domain", Message: fmt.Sprintf("domain %q does not exist", c.name)}, nil
 		}
 		if _, err := tx.DeletePolicy(key); err != nil {
 			return nil, err

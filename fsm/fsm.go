@@ -26,12 +26,9 @@ import (
 // entry carries no retention.
 const DefaultRetention = 10 * time.Minute
 
-// Bounds the state machine enforces itself, whatever the API layer checked.
-const (
-	MaxKeyLen       = 4096
-	MaxRequestIDLen = 1024
-	MaxPolicyName   = 1024
-)
+// maxNodeField bounds node ids and addresses in node records (CmdSetNode,
+// CmdRemoveNode); client input is bounded by MaxKeyBytes and friends.
+const maxNodeField = 4096
 
 var (
 	// ErrAlreadyApplied is the response for an entry at or below the stored

@@ -393,7 +393,7 @@ func TestPoliciesAndNodes(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		cmd  []byte
-		code string
+		code Code
 	}{
 		{"delete unknown", EncodeDeletePolicy("gone"), "not_found"},
 		{"empty name", EncodePutPolicy(Policy{Spec: a}), "invalid_argument"},

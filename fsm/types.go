@@ -36,15 +36,62 @@ type Result struct {
 	Err       *Error
 }
 
-// Error is a per-op failure decided inside the state machine (for example an
-// unknown policy). Code is an API error code ("not_found", "invalid_argument").
+// Code classifies an Error. The codes are part of limitd's API: HTTP sends
+// them as the "code" member of error bodies and gRPC maps them to status
+// codes, so a code is never renamed. They are defined here, in the lowest
+// layer that produces them, so that the state machine, the service layer and
+// every front end share one set.
+type Code string
+
+// Error codes.
+const (
+	CodeInvalidArgument Code = "invalid_argument"  // the request is malformed; Field names what
+	CodeUnauthenticated Code = "unauthenticated"   // an admin operation without the right credentials
+	CodeNotFound        Code = "not_found"         // unknown policy, route or node
+	CodeConflict        Code = "conflict"          // request_id already used for a different request
+	CodePayloadTooLarge Code = "payload_too_large" // the request is larger than the server accepts
+	CodeUnavailable     Code = "unavailable"       // no leader, or no answer in time: nothing was counted or a retry is safe
+	CodeOutcomeUnknown  Code = "outcome_unknown"   // may have been applied; retry with the same request_id
+	CodeInternal        Code = "internal"          // a bug; Message says what
+)
+
+// Error is limitd's one typed error: a per-op failure decided inside the state
+// machine (for example an unknown policy), and the error every service
+// operation returns. Field is the path of the offending input in the
+// request's JSON form ("checks[2].limit.window"), empty when the request as a
+// whole is at fault.
 type Error struct {
-	Code    string
+	Code    Code
 	Field   string
 	Message string
 }
 
 func (e *Error) Error() string { return e.Field + ": " + e.Message }
+
+// Under locates e's field inside prefix ("checks[2]" + "limit" →
+// "checks[2].limit") and returns e.
+func (e *Error) Under(prefix string) *Error {
+	switch {
+	case prefix == "":
+	case e.Field == "":
+		e.Field = prefix
+	default:
+		e.Field = prefix + "." + e.Field
+	}
+	return e
+}
+
+// Limits on client input, enforced by the service layer before anything is
+// proposed and again by the state machine on every entry. Keys and request
+// ids are bounded so that a client cannot make the log, the database or the
+// request table grow without bound per request; policy names appear in URLs,
+// headers and metric labels. Raising a limit is safe; lowering one would make
+// replicas answer an old log differently than it was answered.
+const (
+	MaxKeyBytes       = 1024
+	MaxRequestIDBytes = 128
+	MaxPolicyName     = 128
+)
 
 // Policy is a named limit, replicated through the log.
 type Policy struct {

@@ -1,0 +1,51 @@
+package cluster
+
+import (
+	"context"
+
+	"github.com/limitd/limitd/fsm"
+)
+
+// Typed admin operations: what the service layer calls instead of proposing
+// encoded commands and inspecting interface{} responses. Each goes through
+// the leader (forwarded when this node follows) and returns the state
+// machine's refusal as *fsm.Error, or ErrNoLeader, ErrOutcomeUnknown or a
+// context error like Check.
+
+// PutPolicy creates or replaces a policy.
+func (n *Node) PutPolicy(ctx context.Context, p fsm.Policy) error {
+	return n.applyAdmin(ctx, fsm.EncodePutPolicy(p))
+}
+
+// DeletePolicy deletes a policy; *fsm.Error not_found when it does not exist.
+func (n *Node) DeletePolicy(ctx context.Context, name string) error {
+	return n.applyAdmin(ctx, fsm.EncodeDeletePolicy(name))
+}
+
+// ResetKey forgets c.Key's state under c's limit (c.Cost is ignored).
+func (n *Node) ResetKey(ctx context.Context, c fsm.Check) error {
+	return n.applyAdmin(ctx, fsm.EncodeResetKey(c))
+}
+
+func (n *Node) applyAdmin(ctx context.Context, cmd []byte) error {
+	resp, err := n.Apply(ctx, cmd)
+	if err != nil {
+		return err
+	}
+	return responseError(resp)
+}
+
+// responseError extracts the error an admin command's response carries: nil,
+// or an error such as *fsm.Error (a typed nil pointer counts as no error).
+func responseError(resp interface{}) error {
+	switch r := resp.(type) {
+	case *fsm.Error:
+		if r == nil {
+			return nil
+		}
+		return r
+	case error:
+		return r
+	}
+	return nil
+}

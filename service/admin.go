@@ -1,0 +1,154 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/limitd/limitd/algo"
+	"github.com/limitd/limitd/cluster"
+	"github.com/limitd/limitd/fsm"
+)
+
+// PolicyRequest is a policy as a client gives it: a name, an unvalidated
+// limit and the shadow flag.
+type PolicyRequest struct {
+	Name   string
+	Config algo.Config
+	Shadow bool
+}
+
+// ValidatePolicy validates p into a policy. The name's errors name the field
+// "name"; the limit's name its own fields ("window") under prefix.
+func ValidatePolicy(p PolicyRequest, prefix string) (fsm.Policy, *Error) {
+	if e := ValidatePolicyName(p.Name, "name"); e != nil {
+		return fsm.Policy{}, e.Under(prefix)
+	}
+	spec, e := ValidateLimit(p.Config, prefix)
+	if e != nil {
+		return fsm.Policy{}, e
+	}
+	return fsm.Policy{Name: p.Name, Spec: spec, Shadow: p.Shadow}, nil
+}
+
+// PutPolicy creates or replaces a policy and returns it as stored. Replacing
+// keeps the keys' state; a state written for another algorithm starts fresh.
+func (s *Service) PutPolicy(ctx context.Context, p PolicyRequest) (fsm.Policy, *Error) {
+	pol, e := ValidatePolicy(p, "")
+	if e != nil {
+		return fsm.Policy{}, e
+	}
+	ctx, cancel := s.context(ctx)
+	defer cancel()
+	if err := s.node.PutPolicy(ctx, pol); err != nil {
+		return fsm.Policy{}, s.nodeError(err)
+	}
+	return pol, nil
+}
+
+// GetPolicy returns this node's replicated copy of a policy.
+func (s *Service) GetPolicy(name string) (fsm.Policy, *Error) {
+	if e := ValidatePolicyName(name, "name"); e != nil {
+		return fsm.Policy{}, e
+	}
+	p, ok := s.node.Policy(name)
+	if !ok {
+		return fsm.Policy{}, &Error{Code: CodeNotFound, Field: "name", Message: fmt.Sprintf("no policy named %q", name)}
+	}
+	return p, nil
+}
+
+// ListPolicies returns this node's policies, sorted by name.
+func (s *Service) ListPolicies() []fsm.Policy { return s.node.Policies() }
+
+// DeletePolicy deletes a policy. The keys' state under it is left to expire.
+func (s *Service) DeletePolicy(ctx context.Context, name string) *Error {
+	if e := ValidatePolicyName(name, "name"); e != nil {
+		return e
+	}
+	ctx, cancel := s.context(ctx)
+	defer cancel()
+	return s.nodeError(s.node.DeletePolicy(ctx, name))
+}
+
+// JoinRequest asks the cluster to add a voter.
+type JoinRequest struct {
+	ID       string // the joining node's --node-id
+	RaftAddr string // host:port of its Raft transport
+	// HTTPAddr is host:port of its HTTP API, where the others forward to it
+	// while it leads. Optional: a leader registers its own address, so it
+	// only spares the others a moment without one after an election.
+	HTTPAddr string
+}
+
+// ValidateJoin checks a join request; errors name "id", "raft_addr", "http_addr".
+func ValidateJoin(j JoinRequest) *Error {
+	if j.ID == "" {
+		return Invalid("id", "is required: the joining node's --node-id")
+	}
+	if len(j.ID) > MaxPolicyName {
+		return Invalid("id", "must be at most "+strconv.Itoa(MaxPolicyName)+" bytes")
+	}
+	if j.RaftAddr == "" {
+		return Invalid("raft_addr", "is required, as host:port")
+	}
+	if e := validateHostPort(j.RaftAddr, "raft_addr"); e != nil {
+		return e
+	}
+	if j.HTTPAddr == "" {
+		return nil // optional: a node registers its own when it becomes leader
+	}
+	return validateHostPort(j.HTTPAddr, "http_addr")
+}
+
+// Join adds a voter (or updates its addresses) through the leader.
+func (s *Service) Join(ctx context.Context, j JoinRequest) *Error {
+	if e := ValidateJoin(j); e != nil {
+		return e
+	}
+	ctx, cancel := s.context(ctx)
+	defer cancel()
+	return s.nodeError(s.node.Join(ctx, j.ID, j.RaftAddr, j.HTTPAddr))
+}
+
+// RemoveNode takes a member out of the Raft configuration. An id this node
+// has never heard of is not_found: a typo should not look like success.
+func (s *Service) RemoveNode(ctx context.Context, id string) *Error {
+	ctx, cancel := s.context(ctx)
+	defer cancel()
+	st, err := s.node.Status(ctx)
+	if err != nil {
+		return s.nodeError(err)
+	}
+	member := false
+	for _, m := range st.Members {
+		member = member || m.ID == id
+	}
+	if !member {
+		return &Error{Code: CodeNotFound, Field: "id", Message: fmt.Sprintf("no member with id %q (see GET /v1/cluster)", id)}
+	}
+	return s.nodeError(s.node.Remove(ctx, id))
+}
+
+// Status is this node's view of the cluster, with Members never nil.
+func (s *Service) Status(ctx context.Context) (cluster.Status, *Error) {
+	ctx, cancel := s.context(ctx)
+	defer cancel()
+	st, err := s.node.Status(ctx)
+	if err != nil {
+		return cluster.Status{}, s.nodeError(err)
+	}
+	if st.Members == nil {
+		st.Members = []cluster.Member{} // [] rather than null: keep the shape for clients
+	}
+	return st, nil
+}
+
+// Ready is nil when the node can answer checks: there is a leader and this
+// node's applied index caught up. Otherwise it is unavailable.
+func (s *Service) Ready() *Error {
+	if err := s.node.Ready(); err != nil {
+		return &Error{Code: CodeUnavailable, Message: "not ready: " + err.Error()}
+	}
+	return nil
+}

@@ -1,0 +1,334 @@
+package service
+
+import (
+	"context"
+	"strconv"
+	"strings"
+
+	"github.com/limitd/limitd/algo"
+	"github.com/limitd/limitd/fsm"
+)
+
+// CheckRequest is one check as a client asked it: may Key spend Cost under
+// the named Policy, or under the inline Limit, now?
+type CheckRequest struct {
+	Key    string
+	Policy string
+	// Limit is an inline limit, validated by ValidateLimit or a LimitCache;
+	// exactly one of Policy and Limit is set. It is shared, never modified.
+	Limit *algo.Spec
+	// Cost is what the check spends; 0 is a peek that consumes nothing.
+	// Front ends choose what an absent cost means (HTTP: 1).
+	Cost int64
+	// RequestID, when set, makes the check idempotent: a repeat within the
+	// retention gets the first answer and consumes nothing.
+	RequestID string
+}
+
+// CheckResult is one check's answer.
+type CheckResult struct {
+	Decision fsm.Decision
+	Limit    Limit // what the check was decided under, for headers and metrics
+	Replayed bool  // answered from the request_id table; nothing consumed
+}
+
+// Allowed is what the client is told: a shadow policy's refusal is reported as
+// allowed (with ShadowRefused), whatever the state machine put in Allowed.
+func Allowed(d *fsm.Decision) bool { return d.Allowed || d.ShadowRefused }
+
+// prepare validates r into the check the node decides. Fields are named
+// relative to the check; batch callers locate it with Under. A request id is
+// validated only when withRequestID (callers that refuse one do so first).
+func (s *Service) prepare(r *CheckRequest, withRequestID bool) (fsm.Check, Limit, *Error) {
+	if e := ValidateCheckFields(r, withRequestID); e != nil {
+		return fsm.Check{}, Limit{}, e
+	}
+	c := fsm.Check{Key: r.Key, Cost: r.Cost}
+	switch {
+	case r.Policy != "" && r.Limit != nil:
+		return fsm.Check{}, Limit{}, Invalid("limit", "give either policy or limit, not both")
+	case r.Policy != "":
+		if e := ValidatePolicyName(r.Policy, "policy"); e != nil {
+			return fsm.Check{}, Limit{}, e
+		}
+		c.Policy = r.Policy
+		return c, s.limitOf(r.Policy), nil
+	case r.Limit != nil:
+		c.Spec = r.Limit
+		return c, Limit{Name: InlineName, Spec: *r.Limit, Known: true}, nil
+	}
+	return fsm.Check{}, Limit{}, Invalid("policy", "a check needs a policy name or an inline limit")
+}
+
+// ValidateCheckFields validates what a check's validity depends on before
+// its limit: the key, the cost and (when withRequestID) the request id. A
+// front end that resolves inline limits itself calls it, when resolving one
+// fails, to report the same first error the service would.
+func ValidateCheckFields(r *CheckRequest, withRequestID bool) *Error {
+	if e := ValidateKey(r.Key, "key"); e != nil {
+		return e
+	}
+	if r.Cost < 0 {
+		return Invalid("cost", "must be zero (a peek) or a positive integer")
+	}
+	if withRequestID {
+		return ValidateRequestID(r.RequestID, "request_id")
+	}
+	return nil
+}
+
+// Check decides one check.
+func (s *Service) Check(ctx context.Context, r *CheckRequest) (CheckResult, *Error) {
+	c, l, e := s.prepare(r, true)
+	if e != nil {
+		return CheckResult{}, e
+	}
+	return s.decideOne(ctx, c, l, r.RequestID, false)
+}
+
+// Peek answers r as a check of cost 0 (r.Cost is ignored): the key's current
+// decision, consuming nothing. It goes through the log like any check, so the
+// answer is linearizable.
+func (s *Service) Peek(ctx context.Context, r *CheckRequest) (CheckResult, *Error) {
+	if r.RequestID != "" {
+		return CheckResult{}, Invalid("request_id", "a peek consumes nothing and takes no request_id")
+	}
+	p := *r
+	p.Cost = 0
+	c, l, e := s.prepare(&p, false)
+	if e != nil {
+		return CheckResult{}, e
+	}
+	return s.decideOne(ctx, c, l, "", true)
+}
+
+// decideOne sends one single-check op to the node and checks the result's shape.
+func (s *Service) decideOne(ctx context.Context, c fsm.Check, l Limit, requestID string, peek bool) (CheckResult, *Error) {
+	checks := [1]fsm.Check{c}
+	ops := [1]fsm.Op{{Checks: checks[:], RequestID: requestID}}
+	ctx, cancel := s.context(ctx)
+	results, err := s.node.Check(ctx, ops[:])
+	cancel()
+	if err != nil {
+		s.obs.Failed(l)
+		return CheckResult{}, s.nodeError(err)
+	}
+	if len(results) != 1 {
+		s.obs.Failed(l)
+		return CheckResult{}, Internal("the node returned " + strconv.Itoa(len(results)) + " results for 1 op")
+	}
+	res := &results[0]
+	if res.Err != nil {
+		s.obs.Failed(l)
+		return CheckResult{}, s.nodeError(res.Err)
+	}
+	if len(res.Decisions) != 1 {
+		s.obs.Failed(l)
+		if res.Replayed {
+			return CheckResult{}, conflictRequestID("request_id")
+		}
+		return CheckResult{}, Internal("the node returned " + strconv.Itoa(len(res.Decisions)) + " decisions for 1 check")
+	}
+	out := CheckResult{Decision: res.Decisions[0], Limit: l, Replayed: res.Replayed}
+	if !res.Replayed && !peek {
+		// A replay or a peek consumed nothing: counting it would inflate the metrics.
+		s.obs.Decided(out.Limit, out.Decision)
+	}
+	return out, nil
+}
+
+// CheckAllResult is the answer to CheckAll.
+type CheckAllResult struct {
+	Allowed   bool           // every check allowed (shadow refusals count as allowed)
+	Decisions []fsm.Decision // one per check, in order
+	Limits    []Limit        // one per check, in order
+	Replayed  bool
+}
+
+// CheckAll decides checks as one atomic op: if any refuses, none consumes.
+// The checks carry no request id of their own; requestID covers them all.
+// Errors name the check ("checks[1].key").
+func (s *Service) CheckAll(ctx context.Context, checks []CheckRequest, requestID string) (CheckAllResult, *Error) {
+	if e := s.CheckCount(len(checks)); e != nil {
+		return CheckAllResult{}, e
+	}
+	if e := ValidateRequestID(requestID, "request_id"); e != nil {
+		return CheckAllResult{}, e
+	}
+	op := fsm.Op{Checks: make([]fsm.Check, len(checks)), All: true, RequestID: requestID}
+	limits := make([]Limit, len(checks))
+	for i := range checks {
+		if checks[i].RequestID != "" {
+			return CheckAllResult{}, Invalid(EntryField(i)+".request_id",
+				"the checks of an all-or-nothing request are one request: put request_id at the top level")
+		}
+		var e *Error
+		if op.Checks[i], limits[i], e = s.prepare(&checks[i], false); e != nil {
+			return CheckAllResult{}, e.Under(EntryField(i))
+		}
+	}
+	ctx, cancel := s.context(ctx)
+	results, err := s.node.Check(ctx, []fsm.Op{op})
+	cancel()
+	failed := func(e *Error) (CheckAllResult, *Error) {
+		for i := range limits {
+			s.obs.Failed(limits[i])
+		}
+		return CheckAllResult{}, e
+	}
+	switch {
+	case err != nil:
+		return failed(s.nodeError(err))
+	case len(results) != 1:
+		return failed(Internal("the node returned " + strconv.Itoa(len(results)) + " results for 1 op"))
+	case results[0].Err != nil:
+		return failed(s.locate(results[0].Err, op))
+	case len(results[0].Decisions) != len(checks):
+		if results[0].Replayed {
+			return failed(conflictRequestID("request_id"))
+		}
+		return failed(Internal("the node returned " + strconv.Itoa(len(results[0].Decisions)) +
+			" decisions for " + strconv.Itoa(len(checks)) + " checks"))
+	}
+	res := &results[0]
+	out := CheckAllResult{Allowed: true, Decisions: res.Decisions, Limits: limits, Replayed: res.Replayed}
+	for i := range res.Decisions {
+		out.Allowed = out.Allowed && Allowed(&res.Decisions[i])
+		if !res.Replayed {
+			s.obs.Decided(limits[i], res.Decisions[i])
+		}
+	}
+	return out, nil
+}
+
+// locate names the check a state-machine error of an atomic op is about: the
+// state machine names the field within a check ("policy").
+func (s *Service) locate(fe *Error, op fsm.Op) *Error {
+	e := *s.nodeError(fe) // a copy: fe may be shared with the node
+	if strings.HasPrefix(e.Field, "checks") {
+		return &e
+	}
+	idx := -1
+	if len(op.Checks) == 1 {
+		idx = 0
+	} else if e.Code == CodeNotFound {
+		// The first policy this node does not know either; failing that, the
+		// first whose name the message quotes.
+		for i, c := range op.Checks {
+			if _, ok := s.node.Policy(c.Policy); c.Policy != "" && !ok {
+				idx = i
+				break
+			}
+		}
+		for i, c := range op.Checks {
+			if idx < 0 && c.Policy != "" && strings.Contains(e.Message, strconv.Quote(c.Policy)) {
+				idx = i
+			}
+		}
+	}
+	if idx < 0 {
+		return e.Under("checks")
+	}
+	return e.Under(EntryField(idx))
+}
+
+// CheckCount refuses a CheckAll or Batch of n checks when n is 0 or over
+// Config.MaxBatch. Front ends may call it before decoding the checks.
+func (s *Service) CheckCount(n int) *Error {
+	if n == 0 {
+		return Invalid("checks", "must hold at least one check")
+	}
+	if n > s.cfg.MaxBatch {
+		return Invalid("checks", "at most "+strconv.Itoa(s.cfg.MaxBatch)+" checks per request")
+	}
+	return nil
+}
+
+// EntryField names entry i of "checks"; built only for errors.
+func EntryField(i int) string { return "checks[" + strconv.Itoa(i) + "]" }
+
+// BatchResult is one entry's answer in a Batch: a result, or Err.
+type BatchResult struct {
+	CheckResult
+	Err *Error
+}
+
+// Batch decides independent checks in one round trip, answered in order; an
+// invalid entry gets its own error (named "checks[i]...") and the others are
+// decided. invalid, when not nil, holds errors a front end found while
+// decoding entries (already located): those entries are answered with them
+// and not decided. The returned error is for the batch as a whole.
+func (s *Service) Batch(ctx context.Context, checks []CheckRequest, invalid []*Error) ([]BatchResult, *Error) {
+	if e := s.CheckCount(len(checks)); e != nil {
+		return nil, e
+	}
+	out := make([]BatchResult, len(checks))
+	// One op per valid entry; slot maps an op back to its entry.
+	ops := make([]fsm.Op, 0, len(checks))
+	fc := make([]fsm.Check, len(checks))
+	slot := make([]int, 0, len(checks))
+	for i := range checks {
+		if invalid != nil && invalid[i] != nil {
+			out[i].Err = invalid[i]
+			continue
+		}
+		var e *Error
+		if fc[i], out[i].Limit, e = s.prepare(&checks[i], true); e != nil {
+			out[i].Err = e.Under(EntryField(i))
+			continue
+		}
+		ops = append(ops, fsm.Op{Checks: fc[i : i+1 : i+1], RequestID: checks[i].RequestID})
+		slot = append(slot, i)
+	}
+	if len(ops) == 0 {
+		return out, nil
+	}
+	ctx, cancel := s.context(ctx)
+	results, err := s.node.Check(ctx, ops)
+	cancel()
+	if err != nil {
+		for _, i := range slot {
+			s.obs.Failed(out[i].Limit)
+		}
+		return nil, s.nodeError(err)
+	}
+	if len(results) != len(ops) {
+		return nil, Internal("the node returned " + strconv.Itoa(len(results)) + " results for " + strconv.Itoa(len(ops)) + " ops")
+	}
+	for j, i := range slot {
+		res, o := &results[j], &out[i]
+		switch {
+		case res.Err != nil:
+			s.obs.Failed(o.Limit)
+			e := *s.nodeError(res.Err)
+			o.Err = e.Under(EntryField(i))
+		case len(res.Decisions) != 1:
+			s.obs.Failed(o.Limit)
+			if res.Replayed {
+				o.Err = conflictRequestID(EntryField(i) + ".request_id")
+			} else {
+				o.Err = Internal("the node returned " + strconv.Itoa(len(res.Decisions)) + " decisions for 1 check")
+			}
+		default:
+			o.Decision, o.Replayed = res.Decisions[0], res.Replayed
+			if !res.Replayed {
+				s.obs.Decided(o.Limit, o.Decision)
+			}
+		}
+	}
+	return out, nil
+}
+
+// ResetKey forgets r.Key's state under r's limit, as if the key had never
+// been seen (r.Cost and r.RequestID are ignored).
+func (s *Service) ResetKey(ctx context.Context, r *CheckRequest) *Error {
+	p := *r
+	p.Cost, p.RequestID = 0, ""
+	c, _, e := s.prepare(&p, false)
+	if e != nil {
+		return e
+	}
+	ctx, cancel := s.context(ctx)
+	defer cancel()
+	return s.nodeError(s.node.ResetKey(ctx, c))
+}

@@ -1,0 +1,80 @@
+package service
+
+import (
+	"context"
+	"errors"
+
+	"github.com/limitd/limitd/cluster"
+	"github.com/limitd/limitd/fsm"
+)
+
+// Error is the one error type of every operation: a Code, the Field of the
+// request it is about (a JSON path such as "checks[2].limit.window", empty
+// for the request as a whole) and a Message for people. It is fsm.Error, so
+// that a refusal decided inside the state machine reaches clients unchanged.
+type Error = fsm.Error
+
+// Code classifies an Error; front ends map it to their status codes
+// (HTTP: api's table, gRPC: codes.InvalidArgument, NotFound, ...).
+type Code = fsm.Code
+
+// The codes, as defined by fsm. Clients switch on them: never rename one.
+const (
+	CodeInvalidArgument = fsm.CodeInvalidArgument
+	CodeUnauthenticated = fsm.CodeUnauthenticated
+	CodeNotFound        = fsm.CodeNotFound
+	CodeConflict        = fsm.CodeConflict
+	CodePayloadTooLarge = fsm.CodePayloadTooLarge
+	CodeUnavailable     = fsm.CodeUnavailable
+	CodeOutcomeUnknown  = fsm.CodeOutcomeUnknown
+	CodeInternal        = fsm.CodeInternal
+)
+
+// Invalid returns an invalid_argument error about field.
+func Invalid(field, message string) *Error {
+	return &Error{Code: CodeInvalidArgument, Field: field, Message: message}
+}
+
+// Internal returns an internal error: a bug, which message describes.
+func Internal(message string) *Error {
+	return &Error{Code: CodeInternal, Message: message}
+}
+
+// conflictRequestID answers a replayed request_id whose stored result has a
+// different shape than this request (the id was used for another request).
+func conflictRequestID(field string) *Error {
+	return &Error{Code: CodeConflict, Field: field,
+		Message: "this request_id was already used for a request with a different number of checks; use a new id"}
+}
+
+// fromNode maps an error returned by a Node to an Error. The two 503-class
+// codes differ in what a client may do: unavailable means nothing was
+// proposed (or a retry with the same request_id is safe), outcome_unknown
+// means the request may have been counted. timeout is the wait the service
+// allowed, named in the message.
+func fromNode(err error, timeout string) *Error {
+	var fe *fsm.Error
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &fe):
+		if fe.Code == "" {
+			return &Error{Code: CodeInternal, Field: fe.Field, Message: fe.Message}
+		}
+		return fe
+	case errors.Is(err, cluster.ErrOutcomeUnknown):
+		return &Error{Code: CodeOutcomeUnknown,
+			Message: "leadership changed while the request was in flight, so it may or may not have been counted; " +
+				"retry with the same request_id to get the original decision without counting it twice"}
+	case errors.Is(err, cluster.ErrNoLeader):
+		return &Error{Code: CodeUnavailable, Message: "no raft leader is available; nothing was counted, retry shortly"}
+	case errors.Is(err, context.DeadlineExceeded):
+		return &Error{Code: CodeUnavailable, Message: "the cluster did not answer within " + timeout +
+			"; retry with the same request_id to avoid counting it twice"}
+	case errors.Is(err, context.Canceled):
+		// The client went away; nobody reads this answer, but keep it truthful.
+		return &Error{Code: CodeUnavailable, Message: "request canceled"}
+	default:
+		return &Error{Code: CodeInternal, Message: err.Error()}
+	}
+}
