@@ -18,7 +18,7 @@ const (
 	MaxRequestEntries = 64
 	// MaxKeyLen bounds the counter key a descriptor makes (the state
 	// machine's key limit).
-	MaxKeyLen = 4096
+	MaxKeyLen = 1024
 )
 
 // Request is an RLS request (envoy.service.ratelimit.v3.RateLimitRequest).

@@ -77,7 +77,7 @@ func answer(r *rls.Response) rlstest.Answer {
 // TestReadmeScenariosInMemory runs every envoy ratelimit README example
 // (and limitd's extensions) through Plan and Respond.
 func TestReadmeScenariosInMemory(t *testing.T) {
-	rlstest.Run(t, func(t *testing.T, d *rls.Domain) func(rls.Request) (rlstest.Answer, error) {
+	rlstest.Run(t, func(t *testing.T, _ *rlstest.Scenario, d *rls.Domain) func(rls.Request) (rlstest.Answer, error) {
 		m := &memStore{state: map[string][]byte{}}
 		return func(req rls.Request) (rlstest.Answer, error) {
 			var dom *rls.Domain

@@ -90,14 +90,20 @@ func Load(t testing.TB) []Scenario {
 	return ss
 }
 
-// Domain parses a scenario's configuration.
-func (s *Scenario) Parse(t testing.TB) *rls.Domain {
+// Raw is a scenario's configuration file as written.
+func (s *Scenario) Raw(t testing.TB) []byte {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(Dir(), s.Config))
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := rls.Parse(s.Config, b)
+	return b
+}
+
+// Parse parses a scenario's configuration.
+func (s *Scenario) Parse(t testing.TB) *rls.Domain {
+	t.Helper()
+	d, err := rls.Parse(s.Config, s.Raw(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,12 +161,24 @@ func (st *Step) Check(a Answer) string {
 	return ""
 }
 
-// Run runs every scenario as a subtest. setup prepares a fresh executor
-// for a scenario's domain (loading d into the front end); exec sends one
-// request. A scenario whose steps straddle a window boundary of its unit
+// alignToWindow waits for the next window of w ns when less than half of
+// the current one (at most 5 s) is left, so a scenario's steps usually fit
+// in one window. This follows the wall clock the cluster stamps decisions
+// with; it synchronises nothing.
+func alignToWindow(w int64) {
+	need := min(w/2, int64(5*time.Second))
+	now := time.Now().UnixNano()
+	if left := w - now%w; left < need {
+		time.Sleep(time.Duration(left))
+	}
+}
+
+// Run runs every scenario as a subtest. setup prepares an executor for a
+// scenario's domain (loading its configuration, s.Raw, into the front end);
+// exec sends one request. A scenario whose steps straddle a window boundary of its unit
 // (checked on the wall clock; the steps' counts would reset part way) is
-// run again, up to three times, each time with fresh counters.
-func Run(t *testing.T, setup func(t *testing.T, d *rls.Domain) (exec func(rls.Request) (Answer, error))) {
+// run again, up to three times, in the new window.
+func Run(t *testing.T, setup func(t *testing.T, s *Scenario, d *rls.Domain) (exec func(rls.Request) (Answer, error))) {
 	for _, s := range Load(t) {
 		t.Run(s.Name, func(t *testing.T) {
 			d := s.Parse(t)
@@ -170,7 +188,8 @@ func Run(t *testing.T, setup func(t *testing.T, d *rls.Domain) (exec func(rls.Re
 			}
 			w := int64(u.Duration())
 			for attempt := 0; ; attempt++ {
-				exec := setup(t, d)
+				exec := setup(t, &s, d)
+				alignToWindow(w)
 				start := time.Now().UnixNano() / w
 				failure := ""
 				for i := range s.Steps {

@@ -134,87 +134,23 @@ func (x *Limit) GetTimezone() string {
 	return ""
 }
 
-// Check is one "may key spend cost under this limit now?" question: exactly
-// one of policy and limit.
-type Check struct {
+// CheckRequest is one "may key spend cost under this limit now?" question:
+// exactly one of policy and limit. Field names and rules are the HTTP API's
+// (POST /v1/check), so error fields read the same ("checks[1].limit.window").
+type CheckRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
 	Policy        string                 `protobuf:"bytes,2,opt,name=policy,proto3" json:"policy,omitempty"`
 	Limit         *Limit                 `protobuf:"bytes,3,opt,name=limit,proto3" json:"limit,omitempty"`
-	Cost          *int64                 `protobuf:"varint,4,opt,name=cost,proto3,oneof" json:"cost,omitempty"` // default 1; 0 is a peek
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *Check) Reset() {
-	*x = Check{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[1]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *Check) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*Check) ProtoMessage() {}
-
-func (x *Check) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[1]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use Check.ProtoReflect.Descriptor instead.
-func (*Check) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{1}
-}
-
-func (x *Check) GetKey() string {
-	if x != nil {
-		return x.Key
-	}
-	return ""
-}
-
-func (x *Check) GetPolicy() string {
-	if x != nil {
-		return x.Policy
-	}
-	return ""
-}
-
-func (x *Check) GetLimit() *Limit {
-	if x != nil {
-		return x.Limit
-	}
-	return nil
-}
-
-func (x *Check) GetCost() int64 {
-	if x != nil && x.Cost != nil {
-		return *x.Cost
-	}
-	return 0
-}
-
-type CheckRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Check         *Check                 `protobuf:"bytes,1,opt,name=check,proto3" json:"check,omitempty"`
-	RequestId     string                 `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"` // up to 128 bytes: makes the check idempotent
+	Cost          *int64                 `protobuf:"varint,4,opt,name=cost,proto3,oneof" json:"cost,omitempty"`                     // default 1; 0 is a peek
+	RequestId     string                 `protobuf:"bytes,5,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"` // up to 128 bytes: makes the check idempotent
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CheckRequest) Reset() {
 	*x = CheckRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[2]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -226,7 +162,7 @@ func (x *CheckRequest) String() string {
 func (*CheckRequest) ProtoMessage() {}
 
 func (x *CheckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[2]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -239,14 +175,35 @@ func (x *CheckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckRequest.ProtoReflect.Descriptor instead.
 func (*CheckRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{2}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{1}
 }
 
-func (x *CheckRequest) GetCheck() *Check {
+func (x *CheckRequest) GetKey() string {
 	if x != nil {
-		return x.Check
+		return x.Key
+	}
+	return ""
+}
+
+func (x *CheckRequest) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
+func (x *CheckRequest) GetLimit() *Limit {
+	if x != nil {
+		return x.Limit
 	}
 	return nil
+}
+
+func (x *CheckRequest) GetCost() int64 {
+	if x != nil && x.Cost != nil {
+		return *x.Cost
+	}
+	return 0
 }
 
 func (x *CheckRequest) GetRequestId() string {
@@ -273,7 +230,7 @@ type Decision struct {
 
 func (x *Decision) Reset() {
 	*x = Decision{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[3]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -285,7 +242,7 @@ func (x *Decision) String() string {
 func (*Decision) ProtoMessage() {}
 
 func (x *Decision) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[3]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -298,7 +255,7 @@ func (x *Decision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Decision.ProtoReflect.Descriptor instead.
 func (*Decision) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{3}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Decision) GetAllowed() bool {
@@ -367,7 +324,7 @@ type CheckResponse struct {
 
 func (x *CheckResponse) Reset() {
 	*x = CheckResponse{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[4]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -379,7 +336,7 @@ func (x *CheckResponse) String() string {
 func (*CheckResponse) ProtoMessage() {}
 
 func (x *CheckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[4]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -392,7 +349,7 @@ func (x *CheckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckResponse.ProtoReflect.Descriptor instead.
 func (*CheckResponse) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{4}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *CheckResponse) GetDecision() *Decision {
@@ -409,9 +366,11 @@ func (x *CheckResponse) GetReplayed() bool {
 	return false
 }
 
+// CheckAllRequest: the checks are one request; request_id goes here, not in
+// the checks.
 type CheckAllRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Checks        []*Check               `protobuf:"bytes,1,rep,name=checks,proto3" json:"checks,omitempty"`
+	Checks        []*CheckRequest        `protobuf:"bytes,1,rep,name=checks,proto3" json:"checks,omitempty"`
 	RequestId     string                 `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -419,7 +378,7 @@ type CheckAllRequest struct {
 
 func (x *CheckAllRequest) Reset() {
 	*x = CheckAllRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[5]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -431,7 +390,7 @@ func (x *CheckAllRequest) String() string {
 func (*CheckAllRequest) ProtoMessage() {}
 
 func (x *CheckAllRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[5]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -444,10 +403,10 @@ func (x *CheckAllRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckAllRequest.ProtoReflect.Descriptor instead.
 func (*CheckAllRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{5}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{4}
 }
 
-func (x *CheckAllRequest) GetChecks() []*Check {
+func (x *CheckAllRequest) GetChecks() []*CheckRequest {
 	if x != nil {
 		return x.Checks
 	}
@@ -472,7 +431,7 @@ type CheckAllResponse struct {
 
 func (x *CheckAllResponse) Reset() {
 	*x = CheckAllResponse{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[6]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -484,7 +443,7 @@ func (x *CheckAllResponse) String() string {
 func (*CheckAllResponse) ProtoMessage() {}
 
 func (x *CheckAllResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[6]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -497,7 +456,7 @@ func (x *CheckAllResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckAllResponse.ProtoReflect.Descriptor instead.
 func (*CheckAllResponse) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{6}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *CheckAllResponse) GetAllowed() bool {
@@ -521,68 +480,17 @@ func (x *CheckAllResponse) GetReplayed() bool {
 	return false
 }
 
-type BatchEntry struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Check         *Check                 `protobuf:"bytes,1,opt,name=check,proto3" json:"check,omitempty"`
-	RequestId     string                 `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *BatchEntry) Reset() {
-	*x = BatchEntry{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[7]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *BatchEntry) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*BatchEntry) ProtoMessage() {}
-
-func (x *BatchEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[7]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use BatchEntry.ProtoReflect.Descriptor instead.
-func (*BatchEntry) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{7}
-}
-
-func (x *BatchEntry) GetCheck() *Check {
-	if x != nil {
-		return x.Check
-	}
-	return nil
-}
-
-func (x *BatchEntry) GetRequestId() string {
-	if x != nil {
-		return x.RequestId
-	}
-	return ""
-}
-
+// BatchRequest: independent checks, each with its own request_id if any.
 type BatchRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Entries       []*BatchEntry          `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	Checks        []*CheckRequest        `protobuf:"bytes,1,rep,name=checks,proto3" json:"checks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *BatchRequest) Reset() {
 	*x = BatchRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[8]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -594,7 +502,7 @@ func (x *BatchRequest) String() string {
 func (*BatchRequest) ProtoMessage() {}
 
 func (x *BatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[8]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -607,12 +515,12 @@ func (x *BatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchRequest.ProtoReflect.Descriptor instead.
 func (*BatchRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{8}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{6}
 }
 
-func (x *BatchRequest) GetEntries() []*BatchEntry {
+func (x *BatchRequest) GetChecks() []*CheckRequest {
 	if x != nil {
-		return x.Entries
+		return x.Checks
 	}
 	return nil
 }
@@ -621,7 +529,7 @@ func (x *BatchRequest) GetEntries() []*BatchEntry {
 type Error struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Code          string                 `protobuf:"bytes,1,opt,name=code,proto3" json:"code,omitempty"`   // as in the HTTP API: invalid_argument, not_found, conflict
-	Field         string                 `protobuf:"bytes,2,opt,name=field,proto3" json:"field,omitempty"` // "entries[1].key"
+	Field         string                 `protobuf:"bytes,2,opt,name=field,proto3" json:"field,omitempty"` // "checks[1].key"
 	Message       string                 `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -629,7 +537,7 @@ type Error struct {
 
 func (x *Error) Reset() {
 	*x = Error{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[9]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -641,7 +549,7 @@ func (x *Error) String() string {
 func (*Error) ProtoMessage() {}
 
 func (x *Error) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[9]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -654,7 +562,7 @@ func (x *Error) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Error.ProtoReflect.Descriptor instead.
 func (*Error) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{9}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Error) GetCode() string {
@@ -691,7 +599,7 @@ type BatchResult struct {
 
 func (x *BatchResult) Reset() {
 	*x = BatchResult{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[10]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -703,7 +611,7 @@ func (x *BatchResult) String() string {
 func (*BatchResult) ProtoMessage() {}
 
 func (x *BatchResult) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[10]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -716,7 +624,7 @@ func (x *BatchResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchResult.ProtoReflect.Descriptor instead.
 func (*BatchResult) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{10}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *BatchResult) GetResult() isBatchResult_Result {
@@ -769,7 +677,7 @@ type BatchResponse struct {
 
 func (x *BatchResponse) Reset() {
 	*x = BatchResponse{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[11]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -781,7 +689,7 @@ func (x *BatchResponse) String() string {
 func (*BatchResponse) ProtoMessage() {}
 
 func (x *BatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[11]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -794,7 +702,7 @@ func (x *BatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchResponse.ProtoReflect.Descriptor instead.
 func (*BatchResponse) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{11}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *BatchResponse) GetResults() []*BatchResult {
@@ -815,7 +723,7 @@ type PeekRequest struct {
 
 func (x *PeekRequest) Reset() {
 	*x = PeekRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[12]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -827,7 +735,7 @@ func (x *PeekRequest) String() string {
 func (*PeekRequest) ProtoMessage() {}
 
 func (x *PeekRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[12]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -840,7 +748,7 @@ func (x *PeekRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeekRequest.ProtoReflect.Descriptor instead.
 func (*PeekRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{12}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *PeekRequest) GetKey() string {
@@ -875,7 +783,7 @@ type ResetRequest struct {
 
 func (x *ResetRequest) Reset() {
 	*x = ResetRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[13]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -887,7 +795,7 @@ func (x *ResetRequest) String() string {
 func (*ResetRequest) ProtoMessage() {}
 
 func (x *ResetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[13]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -900,7 +808,7 @@ func (x *ResetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetRequest.ProtoReflect.Descriptor instead.
 func (*ResetRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{13}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ResetRequest) GetKey() string {
@@ -932,7 +840,7 @@ type ResetResponse struct {
 
 func (x *ResetResponse) Reset() {
 	*x = ResetResponse{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[14]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -944,7 +852,7 @@ func (x *ResetResponse) String() string {
 func (*ResetResponse) ProtoMessage() {}
 
 func (x *ResetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[14]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -957,7 +865,7 @@ func (x *ResetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetResponse.ProtoReflect.Descriptor instead.
 func (*ResetResponse) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{14}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{12}
 }
 
 type Policy struct {
@@ -971,7 +879,7 @@ type Policy struct {
 
 func (x *Policy) Reset() {
 	*x = Policy{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[15]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -983,7 +891,7 @@ func (x *Policy) String() string {
 func (*Policy) ProtoMessage() {}
 
 func (x *Policy) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[15]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -996,7 +904,7 @@ func (x *Policy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Policy.ProtoReflect.Descriptor instead.
 func (*Policy) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{15}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Policy) GetName() string {
@@ -1029,7 +937,7 @@ type PutPolicyRequest struct {
 
 func (x *PutPolicyRequest) Reset() {
 	*x = PutPolicyRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[16]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1041,7 +949,7 @@ func (x *PutPolicyRequest) String() string {
 func (*PutPolicyRequest) ProtoMessage() {}
 
 func (x *PutPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[16]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1054,7 +962,7 @@ func (x *PutPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutPolicyRequest.ProtoReflect.Descriptor instead.
 func (*PutPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{16}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PutPolicyRequest) GetPolicy() *Policy {
@@ -1073,7 +981,7 @@ type GetPolicyRequest struct {
 
 func (x *GetPolicyRequest) Reset() {
 	*x = GetPolicyRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[17]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1085,7 +993,7 @@ func (x *GetPolicyRequest) String() string {
 func (*GetPolicyRequest) ProtoMessage() {}
 
 func (x *GetPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[17]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1098,7 +1006,7 @@ func (x *GetPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPolicyRequest.ProtoReflect.Descriptor instead.
 func (*GetPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{17}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GetPolicyRequest) GetName() string {
@@ -1116,7 +1024,7 @@ type ListPoliciesRequest struct {
 
 func (x *ListPoliciesRequest) Reset() {
 	*x = ListPoliciesRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[18]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1128,7 +1036,7 @@ func (x *ListPoliciesRequest) String() string {
 func (*ListPoliciesRequest) ProtoMessage() {}
 
 func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[18]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1141,7 +1049,7 @@ func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ListPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{18}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{16}
 }
 
 type ListPoliciesResponse struct {
@@ -1153,7 +1061,7 @@ type ListPoliciesResponse struct {
 
 func (x *ListPoliciesResponse) Reset() {
 	*x = ListPoliciesResponse{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[19]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1165,7 +1073,7 @@ func (x *ListPoliciesResponse) String() string {
 func (*ListPoliciesResponse) ProtoMessage() {}
 
 func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[19]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1178,7 +1086,7 @@ func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ListPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{19}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListPoliciesResponse) GetPolicies() []*Policy {
@@ -1197,7 +1105,7 @@ type DeletePolicyRequest struct {
 
 func (x *DeletePolicyRequest) Reset() {
 	*x = DeletePolicyRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[20]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1209,7 +1117,7 @@ func (x *DeletePolicyRequest) String() string {
 func (*DeletePolicyRequest) ProtoMessage() {}
 
 func (x *DeletePolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[20]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1222,7 +1130,7 @@ func (x *DeletePolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePolicyRequest.ProtoReflect.Descriptor instead.
 func (*DeletePolicyRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{20}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *DeletePolicyRequest) GetName() string {
@@ -1240,7 +1148,7 @@ type DeletePolicyResponse struct {
 
 func (x *DeletePolicyResponse) Reset() {
 	*x = DeletePolicyResponse{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[21]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1252,7 +1160,7 @@ func (x *DeletePolicyResponse) String() string {
 func (*DeletePolicyResponse) ProtoMessage() {}
 
 func (x *DeletePolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[21]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1265,7 +1173,7 @@ func (x *DeletePolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePolicyResponse.ProtoReflect.Descriptor instead.
 func (*DeletePolicyResponse) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{21}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{19}
 }
 
 // RLSDomain is one domain's configuration.
@@ -1281,7 +1189,7 @@ type RLSDomain struct {
 
 func (x *RLSDomain) Reset() {
 	*x = RLSDomain{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[22]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1293,7 +1201,7 @@ func (x *RLSDomain) String() string {
 func (*RLSDomain) ProtoMessage() {}
 
 func (x *RLSDomain) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[22]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1306,7 +1214,7 @@ func (x *RLSDomain) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RLSDomain.ProtoReflect.Descriptor instead.
 func (*RLSDomain) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{22}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RLSDomain) GetDomain() string {
@@ -1334,7 +1242,7 @@ type PutRLSDomainRequest struct {
 
 func (x *PutRLSDomainRequest) Reset() {
 	*x = PutRLSDomainRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[23]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1346,7 +1254,7 @@ func (x *PutRLSDomainRequest) String() string {
 func (*PutRLSDomainRequest) ProtoMessage() {}
 
 func (x *PutRLSDomainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[23]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1359,7 +1267,7 @@ func (x *PutRLSDomainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutRLSDomainRequest.ProtoReflect.Descriptor instead.
 func (*PutRLSDomainRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{23}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *PutRLSDomainRequest) GetDomain() string {
@@ -1385,7 +1293,7 @@ type GetRLSDomainRequest struct {
 
 func (x *GetRLSDomainRequest) Reset() {
 	*x = GetRLSDomainRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[24]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1397,7 +1305,7 @@ func (x *GetRLSDomainRequest) String() string {
 func (*GetRLSDomainRequest) ProtoMessage() {}
 
 func (x *GetRLSDomainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[24]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1410,7 +1318,7 @@ func (x *GetRLSDomainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRLSDomainRequest.ProtoReflect.Descriptor instead.
 func (*GetRLSDomainRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{24}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GetRLSDomainRequest) GetDomain() string {
@@ -1428,7 +1336,7 @@ type ListRLSDomainsRequest struct {
 
 func (x *ListRLSDomainsRequest) Reset() {
 	*x = ListRLSDomainsRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[25]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1440,7 +1348,7 @@ func (x *ListRLSDomainsRequest) String() string {
 func (*ListRLSDomainsRequest) ProtoMessage() {}
 
 func (x *ListRLSDomainsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[25]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1453,7 +1361,7 @@ func (x *ListRLSDomainsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRLSDomainsRequest.ProtoReflect.Descriptor instead.
 func (*ListRLSDomainsRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{25}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{23}
 }
 
 type ListRLSDomainsResponse struct {
@@ -1465,7 +1373,7 @@ type ListRLSDomainsResponse struct {
 
 func (x *ListRLSDomainsResponse) Reset() {
 	*x = ListRLSDomainsResponse{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[26]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1477,7 +1385,7 @@ func (x *ListRLSDomainsResponse) String() string {
 func (*ListRLSDomainsResponse) ProtoMessage() {}
 
 func (x *ListRLSDomainsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[26]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1490,7 +1398,7 @@ func (x *ListRLSDomainsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRLSDomainsResponse.ProtoReflect.Descriptor instead.
 func (*ListRLSDomainsResponse) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{26}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListRLSDomainsResponse) GetDomains() []*RLSDomain {
@@ -1509,7 +1417,7 @@ type DeleteRLSDomainRequest struct {
 
 func (x *DeleteRLSDomainRequest) Reset() {
 	*x = DeleteRLSDomainRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[27]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1521,7 +1429,7 @@ func (x *DeleteRLSDomainRequest) String() string {
 func (*DeleteRLSDomainRequest) ProtoMessage() {}
 
 func (x *DeleteRLSDomainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[27]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1534,7 +1442,7 @@ func (x *DeleteRLSDomainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRLSDomainRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRLSDomainRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{27}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *DeleteRLSDomainRequest) GetDomain() string {
@@ -1552,7 +1460,7 @@ type DeleteRLSDomainResponse struct {
 
 func (x *DeleteRLSDomainResponse) Reset() {
 	*x = DeleteRLSDomainResponse{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[28]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1564,7 +1472,7 @@ func (x *DeleteRLSDomainResponse) String() string {
 func (*DeleteRLSDomainResponse) ProtoMessage() {}
 
 func (x *DeleteRLSDomainResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[28]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1577,7 +1485,7 @@ func (x *DeleteRLSDomainResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRLSDomainResponse.ProtoReflect.Descriptor instead.
 func (*DeleteRLSDomainResponse) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{28}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{26}
 }
 
 var File_limitd_v1_limitd_proto protoreflect.FileDescriptor
@@ -1592,17 +1500,15 @@ const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"\x05burst\x18\x04 \x01(\x03R\x05burst\x12#\n" +
 	"\rcount_refused\x18\x05 \x01(\bR\fcountRefused\x12\x1a\n" +
 	"\bcalendar\x18\x06 \x01(\tR\bcalendar\x12\x1a\n" +
-	"\btimezone\x18\a \x01(\tR\btimezone\"{\n" +
-	"\x05Check\x12\x10\n" +
+	"\btimezone\x18\a \x01(\tR\btimezone\"\xa1\x01\n" +
+	"\fCheckRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
 	"\x06policy\x18\x02 \x01(\tR\x06policy\x12&\n" +
 	"\x05limit\x18\x03 \x01(\v2\x10.limitd.v1.LimitR\x05limit\x12\x17\n" +
-	"\x04cost\x18\x04 \x01(\x03H\x00R\x04cost\x88\x01\x01B\a\n" +
-	"\x05_cost\"U\n" +
-	"\fCheckRequest\x12&\n" +
-	"\x05check\x18\x01 \x01(\v2\x10.limitd.v1.CheckR\x05check\x12\x1d\n" +
+	"\x04cost\x18\x04 \x01(\x03H\x00R\x04cost\x88\x01\x01\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x02 \x01(\tR\trequestId\"\xbe\x02\n" +
+	"request_id\x18\x05 \x01(\tR\trequestIdB\a\n" +
+	"\x05_cost\"\xbe\x02\n" +
 	"\bDecision\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x1c\n" +
@@ -1616,22 +1522,17 @@ const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"\x0eshadow_refused\x18\b \x01(\bR\rshadowRefused\"\\\n" +
 	"\rCheckResponse\x12/\n" +
 	"\bdecision\x18\x01 \x01(\v2\x13.limitd.v1.DecisionR\bdecision\x12\x1a\n" +
-	"\breplayed\x18\x02 \x01(\bR\breplayed\"Z\n" +
-	"\x0fCheckAllRequest\x12(\n" +
-	"\x06checks\x18\x01 \x03(\v2\x10.limitd.v1.CheckR\x06checks\x12\x1d\n" +
+	"\breplayed\x18\x02 \x01(\bR\breplayed\"a\n" +
+	"\x0fCheckAllRequest\x12/\n" +
+	"\x06checks\x18\x01 \x03(\v2\x17.limitd.v1.CheckRequestR\x06checks\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x02 \x01(\tR\trequestId\"{\n" +
 	"\x10CheckAllResponse\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x121\n" +
 	"\tdecisions\x18\x02 \x03(\v2\x13.limitd.v1.DecisionR\tdecisions\x12\x1a\n" +
-	"\breplayed\x18\x03 \x01(\bR\breplayed\"S\n" +
-	"\n" +
-	"BatchEntry\x12&\n" +
-	"\x05check\x18\x01 \x01(\v2\x10.limitd.v1.CheckR\x05check\x12\x1d\n" +
-	"\n" +
-	"request_id\x18\x02 \x01(\tR\trequestId\"?\n" +
+	"\breplayed\x18\x03 \x01(\bR\breplayed\"?\n" +
 	"\fBatchRequest\x12/\n" +
-	"\aentries\x18\x01 \x03(\v2\x15.limitd.v1.BatchEntryR\aentries\"K\n" +
+	"\x06checks\x18\x01 \x03(\v2\x17.limitd.v1.CheckRequestR\x06checks\"K\n" +
 	"\x05Error\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x14\n" +
 	"\x05field\x18\x02 \x01(\tR\x05field\x12\x18\n" +
@@ -1706,90 +1607,86 @@ func file_limitd_v1_limitd_proto_rawDescGZIP() []byte {
 	return file_limitd_v1_limitd_proto_rawDescData
 }
 
-var file_limitd_v1_limitd_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_limitd_v1_limitd_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_limitd_v1_limitd_proto_goTypes = []any{
 	(*Limit)(nil),                   // 0: limitd.v1.Limit
-	(*Check)(nil),                   // 1: limitd.v1.Check
-	(*CheckRequest)(nil),            // 2: limitd.v1.CheckRequest
-	(*Decision)(nil),                // 3: limitd.v1.Decision
-	(*CheckResponse)(nil),           // 4: limitd.v1.CheckResponse
-	(*CheckAllRequest)(nil),         // 5: limitd.v1.CheckAllRequest
-	(*CheckAllResponse)(nil),        // 6: limitd.v1.CheckAllResponse
-	(*BatchEntry)(nil),              // 7: limitd.v1.BatchEntry
-	(*BatchRequest)(nil),            // 8: limitd.v1.BatchRequest
-	(*Error)(nil),                   // 9: limitd.v1.Error
-	(*BatchResult)(nil),             // 10: limitd.v1.BatchResult
-	(*BatchResponse)(nil),           // 11: limitd.v1.BatchResponse
-	(*PeekRequest)(nil),             // 12: limitd.v1.PeekRequest
-	(*ResetRequest)(nil),            // 13: limitd.v1.ResetRequest
-	(*ResetResponse)(nil),           // 14: limitd.v1.ResetResponse
-	(*Policy)(nil),                  // 15: limitd.v1.Policy
-	(*PutPolicyRequest)(nil),        // 16: limitd.v1.PutPolicyRequest
-	(*GetPolicyRequest)(nil),        // 17: limitd.v1.GetPolicyRequest
-	(*ListPoliciesRequest)(nil),     // 18: limitd.v1.ListPoliciesRequest
-	(*ListPoliciesResponse)(nil),    // 19: limitd.v1.ListPoliciesResponse
-	(*DeletePolicyRequest)(nil),     // 20: limitd.v1.DeletePolicyRequest
-	(*DeletePolicyResponse)(nil),    // 21: limitd.v1.DeletePolicyResponse
-	(*RLSDomain)(nil),               // 22: limitd.v1.RLSDomain
-	(*PutRLSDomainRequest)(nil),     // 23: limitd.v1.PutRLSDomainRequest
-	(*GetRLSDomainRequest)(nil),     // 24: limitd.v1.GetRLSDomainRequest
-	(*ListRLSDomainsRequest)(nil),   // 25: limitd.v1.ListRLSDomainsRequest
-	(*ListRLSDomainsResponse)(nil),  // 26: limitd.v1.ListRLSDomainsResponse
-	(*DeleteRLSDomainRequest)(nil),  // 27: limitd.v1.DeleteRLSDomainRequest
-	(*DeleteRLSDomainResponse)(nil), // 28: limitd.v1.DeleteRLSDomainResponse
-	(*durationpb.Duration)(nil),     // 29: google.protobuf.Duration
+	(*CheckRequest)(nil),            // 1: limitd.v1.CheckRequest
+	(*Decision)(nil),                // 2: limitd.v1.Decision
+	(*CheckResponse)(nil),           // 3: limitd.v1.CheckResponse
+	(*CheckAllRequest)(nil),         // 4: limitd.v1.CheckAllRequest
+	(*CheckAllResponse)(nil),        // 5: limitd.v1.CheckAllResponse
+	(*BatchRequest)(nil),            // 6: limitd.v1.BatchRequest
+	(*Error)(nil),                   // 7: limitd.v1.Error
+	(*BatchResult)(nil),             // 8: limitd.v1.BatchResult
+	(*BatchResponse)(nil),           // 9: limitd.v1.BatchResponse
+	(*PeekRequest)(nil),             // 10: limitd.v1.PeekRequest
+	(*ResetRequest)(nil),            // 11: limitd.v1.ResetRequest
+	(*ResetResponse)(nil),           // 12: limitd.v1.ResetResponse
+	(*Policy)(nil),                  // 13: limitd.v1.Policy
+	(*PutPolicyRequest)(nil),        // 14: limitd.v1.PutPolicyRequest
+	(*GetPolicyRequest)(nil),        // 15: limitd.v1.GetPolicyRequest
+	(*ListPoliciesRequest)(nil),     // 16: limitd.v1.ListPoliciesRequest
+	(*ListPoliciesResponse)(nil),    // 17: limitd.v1.ListPoliciesResponse
+	(*DeletePolicyRequest)(nil),     // 18: limitd.v1.DeletePolicyRequest
+	(*DeletePolicyResponse)(nil),    // 19: limitd.v1.DeletePolicyResponse
+	(*RLSDomain)(nil),               // 20: limitd.v1.RLSDomain
+	(*PutRLSDomainRequest)(nil),     // 21: limitd.v1.PutRLSDomainRequest
+	(*GetRLSDomainRequest)(nil),     // 22: limitd.v1.GetRLSDomainRequest
+	(*ListRLSDomainsRequest)(nil),   // 23: limitd.v1.ListRLSDomainsRequest
+	(*ListRLSDomainsResponse)(nil),  // 24: limitd.v1.ListRLSDomainsResponse
+	(*DeleteRLSDomainRequest)(nil),  // 25: limitd.v1.DeleteRLSDomainRequest
+	(*DeleteRLSDomainResponse)(nil), // 26: limitd.v1.DeleteRLSDomainResponse
+	(*durationpb.Duration)(nil),     // 27: google.protobuf.Duration
 }
 var file_limitd_v1_limitd_proto_depIdxs = []int32{
-	0,  // 0: limitd.v1.Check.limit:type_name -> limitd.v1.Limit
-	1,  // 1: limitd.v1.CheckRequest.check:type_name -> limitd.v1.Check
-	29, // 2: limitd.v1.Decision.reset_after:type_name -> google.protobuf.Duration
-	29, // 3: limitd.v1.Decision.retry_after:type_name -> google.protobuf.Duration
-	29, // 4: limitd.v1.Decision.delay:type_name -> google.protobuf.Duration
-	3,  // 5: limitd.v1.CheckResponse.decision:type_name -> limitd.v1.Decision
-	1,  // 6: limitd.v1.CheckAllRequest.checks:type_name -> limitd.v1.Check
-	3,  // 7: limitd.v1.CheckAllResponse.decisions:type_name -> limitd.v1.Decision
-	1,  // 8: limitd.v1.BatchEntry.check:type_name -> limitd.v1.Check
-	7,  // 9: limitd.v1.BatchRequest.entries:type_name -> limitd.v1.BatchEntry
-	4,  // 10: limitd.v1.BatchResult.response:type_name -> limitd.v1.CheckResponse
-	9,  // 11: limitd.v1.BatchResult.error:type_name -> limitd.v1.Error
-	10, // 12: limitd.v1.BatchResponse.results:type_name -> limitd.v1.BatchResult
-	0,  // 13: limitd.v1.PeekRequest.limit:type_name -> limitd.v1.Limit
-	0,  // 14: limitd.v1.ResetRequest.limit:type_name -> limitd.v1.Limit
-	0,  // 15: limitd.v1.Policy.limit:type_name -> limitd.v1.Limit
-	15, // 16: limitd.v1.PutPolicyRequest.policy:type_name -> limitd.v1.Policy
-	15, // 17: limitd.v1.ListPoliciesResponse.policies:type_name -> limitd.v1.Policy
-	22, // 18: limitd.v1.ListRLSDomainsResponse.domains:type_name -> limitd.v1.RLSDomain
-	2,  // 19: limitd.v1.Limitd.Check:input_type -> limitd.v1.CheckRequest
-	5,  // 20: limitd.v1.Limitd.CheckAll:input_type -> limitd.v1.CheckAllRequest
-	8,  // 21: limitd.v1.Limitd.Batch:input_type -> limitd.v1.BatchRequest
-	12, // 22: limitd.v1.Limitd.Peek:input_type -> limitd.v1.PeekRequest
-	13, // 23: limitd.v1.Limitd.Reset:input_type -> limitd.v1.ResetRequest
-	16, // 24: limitd.v1.Limitd.PutPolicy:input_type -> limitd.v1.PutPolicyRequest
-	17, // 25: limitd.v1.Limitd.GetPolicy:input_type -> limitd.v1.GetPolicyRequest
-	18, // 26: limitd.v1.Limitd.ListPolicies:input_type -> limitd.v1.ListPoliciesRequest
-	20, // 27: limitd.v1.Limitd.DeletePolicy:input_type -> limitd.v1.DeletePolicyRequest
-	23, // 28: limitd.v1.Limitd.PutRLSDomain:input_type -> limitd.v1.PutRLSDomainRequest
-	24, // 29: limitd.v1.Limitd.GetRLSDomain:input_type -> limitd.v1.GetRLSDomainRequest
-	25, // 30: limitd.v1.Limitd.ListRLSDomains:input_type -> limitd.v1.ListRLSDomainsRequest
-	27, // 31: limitd.v1.Limitd.DeleteRLSDomain:input_type -> limitd.v1.DeleteRLSDomainRequest
-	4,  // 32: limitd.v1.Limitd.Check:output_type -> limitd.v1.CheckResponse
-	6,  // 33: limitd.v1.Limitd.CheckAll:output_type -> limitd.v1.CheckAllResponse
-	11, // 34: limitd.v1.Limitd.Batch:output_type -> limitd.v1.BatchResponse
-	4,  // 35: limitd.v1.Limitd.Peek:output_type -> limitd.v1.CheckResponse
-	14, // 36: limitd.v1.Limitd.Reset:output_type -> limitd.v1.ResetResponse
-	15, // 37: limitd.v1.Limitd.PutPolicy:output_type -> limitd.v1.Policy
-	15, // 38: limitd.v1.Limitd.GetPolicy:output_type -> limitd.v1.Policy
-	19, // 39: limitd.v1.Limitd.ListPolicies:output_type -> limitd.v1.ListPoliciesResponse
-	21, // 40: limitd.v1.Limitd.DeletePolicy:output_type -> limitd.v1.DeletePolicyResponse
-	22, // 41: limitd.v1.Limitd.PutRLSDomain:output_type -> limitd.v1.RLSDomain
-	22, // 42: limitd.v1.Limitd.GetRLSDomain:output_type -> limitd.v1.RLSDomain
-	26, // 43: limitd.v1.Limitd.ListRLSDomains:output_type -> limitd.v1.ListRLSDomainsResponse
-	28, // 44: limitd.v1.Limitd.DeleteRLSDomain:output_type -> limitd.v1.DeleteRLSDomainResponse
-	32, // [32:45] is the sub-list for method output_type
-	19, // [19:32] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	0,  // 0: limitd.v1.CheckRequest.limit:type_name -> limitd.v1.Limit
+	27, // 1: limitd.v1.Decision.reset_after:type_name -> google.protobuf.Duration
+	27, // 2: limitd.v1.Decision.retry_after:type_name -> google.protobuf.Duration
+	27, // 3: limitd.v1.Decision.delay:type_name -> google.protobuf.Duration
+	2,  // 4: limitd.v1.CheckResponse.decision:type_name -> limitd.v1.Decision
+	1,  // 5: limitd.v1.CheckAllRequest.checks:type_name -> limitd.v1.CheckRequest
+	2,  // 6: limitd.v1.CheckAllResponse.decisions:type_name -> limitd.v1.Decision
+	1,  // 7: limitd.v1.BatchRequest.checks:type_name -> limitd.v1.CheckRequest
+	3,  // 8: limitd.v1.BatchResult.response:type_name -> limitd.v1.CheckResponse
+	7,  // 9: limitd.v1.BatchResult.error:type_name -> limitd.v1.Error
+	8,  // 10: limitd.v1.BatchResponse.results:type_name -> limitd.v1.BatchResult
+	0,  // 11: limitd.v1.PeekRequest.limit:type_name -> limitd.v1.Limit
+	0,  // 12: limitd.v1.ResetRequest.limit:type_name -> limitd.v1.Limit
+	0,  // 13: limitd.v1.Policy.limit:type_name -> limitd.v1.Limit
+	13, // 14: limitd.v1.PutPolicyRequest.policy:type_name -> limitd.v1.Policy
+	13, // 15: limitd.v1.ListPoliciesResponse.policies:type_name -> limitd.v1.Policy
+	20, // 16: limitd.v1.ListRLSDomainsResponse.domains:type_name -> limitd.v1.RLSDomain
+	1,  // 17: limitd.v1.Limitd.Check:input_type -> limitd.v1.CheckRequest
+	4,  // 18: limitd.v1.Limitd.CheckAll:input_type -> limitd.v1.CheckAllRequest
+	6,  // 19: limitd.v1.Limitd.Batch:input_type -> limitd.v1.BatchRequest
+	10, // 20: limitd.v1.Limitd.Peek:input_type -> limitd.v1.PeekRequest
+	11, // 21: limitd.v1.Limitd.Reset:input_type -> limitd.v1.ResetRequest
+	14, // 22: limitd.v1.Limitd.PutPolicy:input_type -> limitd.v1.PutPolicyRequest
+	15, // 23: limitd.v1.Limitd.GetPolicy:input_type -> limitd.v1.GetPolicyRequest
+	16, // 24: limitd.v1.Limitd.ListPolicies:input_type -> limitd.v1.ListPoliciesRequest
+	18, // 25: limitd.v1.Limitd.DeletePolicy:input_type -> limitd.v1.DeletePolicyRequest
+	21, // 26: limitd.v1.Limitd.PutRLSDomain:input_type -> limitd.v1.PutRLSDomainRequest
+	22, // 27: limitd.v1.Limitd.GetRLSDomain:input_type -> limitd.v1.GetRLSDomainRequest
+	23, // 28: limitd.v1.Limitd.ListRLSDomains:input_type -> limitd.v1.ListRLSDomainsRequest
+	25, // 29: limitd.v1.Limitd.DeleteRLSDomain:input_type -> limitd.v1.DeleteRLSDomainRequest
+	3,  // 30: limitd.v1.Limitd.Check:output_type -> limitd.v1.CheckResponse
+	5,  // 31: limitd.v1.Limitd.CheckAll:output_type -> limitd.v1.CheckAllResponse
+	9,  // 32: limitd.v1.Limitd.Batch:output_type -> limitd.v1.BatchResponse
+	3,  // 33: limitd.v1.Limitd.Peek:output_type -> limitd.v1.CheckResponse
+	12, // 34: limitd.v1.Limitd.Reset:output_type -> limitd.v1.ResetResponse
+	13, // 35: limitd.v1.Limitd.PutPolicy:output_type -> limitd.v1.Policy
+	13, // 36: limitd.v1.Limitd.GetPolicy:output_type -> limitd.v1.Policy
+	17, // 37: limitd.v1.Limitd.ListPolicies:output_type -> limitd.v1.ListPoliciesResponse
+	19, // 38: limitd.v1.Limitd.DeletePolicy:output_type -> limitd.v1.DeletePolicyResponse
+	20, // 39: limitd.v1.Limitd.PutRLSDomain:output_type -> limitd.v1.RLSDomain
+	20, // 40: limitd.v1.Limitd.GetRLSDomain:output_type -> limitd.v1.RLSDomain
+	24, // 41: limitd.v1.Limitd.ListRLSDomains:output_type -> limitd.v1.ListRLSDomainsResponse
+	26, // 42: limitd.v1.Limitd.DeleteRLSDomain:output_type -> limitd.v1.DeleteRLSDomainResponse
+	30, // [30:43] is the sub-list for method output_type
+	17, // [17:30] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_limitd_v1_limitd_proto_init() }
@@ -1798,7 +1695,7 @@ func file_limitd_v1_limitd_proto_init() {
 		return
 	}
 	file_limitd_v1_limitd_proto_msgTypes[1].OneofWrappers = []any{}
-	file_limitd_v1_limitd_proto_msgTypes[10].OneofWrappers = []any{
+	file_limitd_v1_limitd_proto_msgTypes[8].OneofWrappers = []any{
 		(*BatchResult_Response)(nil),
 		(*BatchResult_Error)(nil),
 	}
@@ -1808,7 +1705,7 @@ func file_limitd_v1_limitd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_limitd_v1_limitd_proto_rawDesc), len(file_limitd_v1_limitd_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   29,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
