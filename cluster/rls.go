@@ -3,6 +3,7 @@ package cluster
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -17,35 +18,61 @@ import (
 
 // PutRLSDomain validates an envoy ratelimit configuration (YAML or JSON) and
 // stores it through the leader. name, when not empty, must equal the
-// configuration's domain. Errors: *rls.Error for an invalid configuration
-// (nothing is proposed), *fsm.Error from the state machine, and Apply's
-// errors (ErrNoLeader, ErrOutcomeUnknown, context errors).
-func (n *Node) PutRLSDomain(ctx context.Context, name string, config []byte) (*rls.Domain, error) {
+// configuration's domain. Every error is an *fsm.Error with a code:
+// invalid_argument naming "config.<YAML path>" (nothing is proposed) or
+// "domain", unavailable (no leader or no answer in time: repeating a put is
+// safe), outcome_unknown, internal.
+func (n *Node) PutRLSDomain(ctx context.Context, name string, config []byte) (*rls.Domain, *fsm.Error) {
 	d, err := rls.Parse("", config)
 	if err != nil {
-		return nil, err
+		return nil, domainOpError(err)
 	}
 	if name != "" && d.Name() != name {
-		return nil, &rls.Error{Field: "domain", Message: fmt.Sprintf("%q does not match the domain in the path, %q", d.Name(), name)}
+		return nil, &fsm.Error{Code: fsm.CodeInvalidArgument, Field: "domain",
+			Message: fmt.Sprintf("the configuration's domain %q does not match %q", d.Name(), name)}
 	}
-	return d, n.applyDomain(ctx, fsm.EncodePutDomain(d.Name(), d.Canonical()))
+	if e := n.applyDomain(ctx, fsm.EncodePutDomain(d.Name(), d.Canonical())); e != nil {
+		return nil, e
+	}
+	return d, nil
 }
 
-// DeleteRLSDomain removes a domain through the leader (*fsm.Error not_found
-// when it does not exist).
-func (n *Node) DeleteRLSDomain(ctx context.Context, name string) error {
+// DeleteRLSDomain removes a domain through the leader. Errors as
+// PutRLSDomain's, and not_found when the domain does not exist.
+func (n *Node) DeleteRLSDomain(ctx context.Context, name string) *fsm.Error {
 	return n.applyDomain(ctx, fsm.EncodeDeleteDomain(name))
 }
 
-func (n *Node) applyDomain(ctx context.Context, cmd []byte) error {
+func (n *Node) applyDomain(ctx context.Context, cmd []byte) *fsm.Error {
 	resp, err := n.Apply(ctx, cmd)
 	if err != nil {
-		return err
+		return domainOpError(err)
 	}
 	if e, ok := resp.(error); ok && e != nil {
-		return e
+		return domainOpError(e)
 	}
 	return nil
+}
+
+// domainOpError types an error of a domain operation.
+func domainOpError(err error) *fsm.Error {
+	var fe *fsm.Error
+	var re *rls.Error
+	switch {
+	case errors.As(err, &fe) && fe.Code != "":
+		return fe
+	case errors.As(err, &re):
+		field := "config"
+		if re.Field != "" {
+			field += "." + re.Field
+		}
+		return &fsm.Error{Code: fsm.CodeInvalidArgument, Field: field, Message: re.Error()}
+	case errors.Is(err, ErrOutcomeUnknown):
+		return &fsm.Error{Code: fsm.CodeOutcomeUnknown, Message: "leadership changed while the change was in flight, so it may or may not have been applied; repeating it is safe"}
+	case errors.Is(err, ErrNoLeader), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return &fsm.Error{Code: fsm.CodeUnavailable, Message: "the cluster did not apply the change: " + err.Error() + "; repeating it is safe"}
+	}
+	return &fsm.Error{Code: fsm.CodeInternal, Message: err.Error()}
 }
 
 // RLSDomainConfig returns this replica's canonical configuration of a domain.
@@ -70,12 +97,12 @@ func (n *Node) LoadRLSDomains(ctx context.Context, domains []*rls.Domain) error 
 			continue
 		}
 		for {
-			err := n.applyDomain(ctx, fsm.EncodePutDomain(d.Name(), d.Canonical()))
-			if err == nil {
+			e := n.applyDomain(ctx, fsm.EncodePutDomain(d.Name(), d.Canonical()))
+			if e == nil {
 				break
 			}
-			if _, ok := err.(*fsm.Error); ok {
-				return fmt.Errorf("rls domain %s: %w", d.Name(), err)
+			if e.Code != fsm.CodeUnavailable && e.Code != fsm.CodeOutcomeUnknown {
+				return fmt.Errorf("rls domain %s: %w", d.Name(), e)
 			}
 			if ctx.Err() != nil {
 				return ctx.Err()

@@ -1,15 +1,10 @@
 package grpcapi
 
 import (
-	"context"
-	"errors"
-
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/limitd/limitd/cluster"
-	"github.com/limitd/limitd/fsm"
 	"github.com/limitd/limitd/service"
 )
 
@@ -55,32 +50,4 @@ func toStatus(e *service.Error) error {
 		return status.New(c, msg).Err()
 	}
 	return st.Err()
-}
-
-// contextError renders a context error the way gRPC clients expect.
-func contextError(err error) error {
-	switch {
-	case errors.Is(err, context.DeadlineExceeded):
-		return status.Error(codes.DeadlineExceeded, err.Error())
-	case errors.Is(err, context.Canceled):
-		return status.Error(codes.Canceled, err.Error())
-	}
-	return nil
-}
-
-// nodeError maps an error of a domain operation on the node to a service
-// error, as the service maps its own operations' errors. (The service layer
-// has no domain operations yet; when it gets them, this goes.)
-func nodeError(err error) *service.Error {
-	var fe *fsm.Error
-	switch {
-	case errors.As(err, &fe) && fe.Code != "":
-		return fe
-	case errors.Is(err, cluster.ErrOutcomeUnknown):
-		return &service.Error{Code: service.CodeOutcomeUnknown,
-			Message: "leadership changed while the request was in flight, so it may or may not have been applied; retry"}
-	case errors.Is(err, cluster.ErrNoLeader), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
-		return &service.Error{Code: service.CodeUnavailable, Message: "the cluster did not answer: " + err.Error() + "; retry (putting or deleting a domain again is safe)"}
-	}
-	return service.Internal(err.Error())
 }

@@ -149,7 +149,9 @@ func (c *testCluster) rls(i int) rlspb.RateLimitServiceClient {
 	return rlspb.NewRateLimitServiceClient(c.conns[i])
 }
 
-func (c *testCluster) limitd(i int) limitdv1.LimitdClient { return limitdv1.NewLimitdClient(c.conns[i]) }
+func (c *testCluster) limitd(i int) limitdv1.LimitdClient {
+	return limitdv1.NewLimitdClient(c.conns[i])
+}
 
 func (c *testCluster) leader() int {
 	c.t.Helper()

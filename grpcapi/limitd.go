@@ -205,31 +205,13 @@ func (l *limitdServer) DeletePolicy(ctx context.Context, req *limitdv1.DeletePol
 	return &limitdv1.DeletePolicyResponse{}, nil
 }
 
-// domainError maps a domain operation's error.
-func domainError(err error) error {
-	if err == nil {
-		return nil
-	}
-	if re, ok := err.(*rls.Error); ok {
-		field := "config"
-		if re.Field != "" {
-			field = "config." + re.Field
-		}
-		if re.Field == "domain" {
-			field = "domain"
-		}
-		return toStatus(service.Invalid(field, re.Error()))
-	}
-	return toStatus(nodeError(err))
-}
-
 func (l *limitdServer) PutRLSDomain(ctx context.Context, req *limitdv1.PutRLSDomainRequest) (*limitdv1.RLSDomain, error) {
 	if len(req.GetConfig()) > rls.MaxConfigBytes {
 		return nil, toStatus(service.Invalid("config", "larger than the maximum configuration size"))
 	}
-	d, err := l.s.domains.PutRLSDomain(ctx, req.GetDomain(), []byte(req.GetConfig()))
-	if err != nil {
-		return nil, domainError(err)
+	d, e := l.s.domains.PutRLSDomain(ctx, req.GetDomain(), []byte(req.GetConfig()))
+	if e != nil {
+		return nil, toStatus(e)
 	}
 	return &limitdv1.RLSDomain{Domain: d.Name(), Config: string(d.Canonical())}, nil
 }
@@ -252,8 +234,8 @@ func (l *limitdServer) ListRLSDomains(ctx context.Context, req *limitdv1.ListRLS
 }
 
 func (l *limitdServer) DeleteRLSDomain(ctx context.Context, req *limitdv1.DeleteRLSDomainRequest) (*limitdv1.DeleteRLSDomainResponse, error) {
-	if err := l.s.domains.DeleteRLSDomain(ctx, req.GetDomain()); err != nil {
-		return nil, domainError(err)
+	if e := l.s.domains.DeleteRLSDomain(ctx, req.GetDomain()); e != nil {
+		return nil, toStatus(e)
 	}
 	return &limitdv1.DeleteRLSDomainResponse{}, nil
 }

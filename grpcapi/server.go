@@ -64,11 +64,11 @@ type Domains interface {
 	RLSDomains() []fsm.Domain
 	// RLSDomainsVersion changes whenever this replica's domains change.
 	RLSDomainsVersion() uint64
-	// PutRLSDomain validates and stores a configuration through the leader
-	// (*rls.Error when invalid; errors as service.Node's otherwise).
-	PutRLSDomain(ctx context.Context, name string, config []byte) (*rls.Domain, error)
-	// DeleteRLSDomain deletes a domain (*fsm.Error not_found when absent).
-	DeleteRLSDomain(ctx context.Context, name string) error
+	// PutRLSDomain validates and stores a configuration through the leader;
+	// errors carry a service code (invalid_argument names "config.<path>").
+	PutRLSDomain(ctx context.Context, name string, config []byte) (*rls.Domain, *fsm.Error)
+	// DeleteRLSDomain deletes a domain (not_found when absent).
+	DeleteRLSDomain(ctx context.Context, name string) *fsm.Error
 }
 
 // Config configures the server. The zero value of every field selects its
