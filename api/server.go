@@ -156,6 +156,7 @@ func (s *Server) routes() http.Handler {
 	r.POST("/v1/cluster/join", s.admin(s.handleJoin))
 	r.DELETE("/v1/cluster/nodes/:id", s.admin(s.handleRemoveNode))
 
+	s.rlsRoutes(r) // envoy ratelimit domains (rls.go)
 	r.GET("/healthz", s.handleHealthz)
 	r.GET("/readyz", s.handleReadyz)
 	r.Handler(http.MethodGet, "/metrics", s.metrics.handler())

@@ -76,6 +76,8 @@ type Descriptor struct {
 	ValueToMetric  bool         `json:"value_to_metric,omitempty"`
 	ShareThreshold bool         `json:"share_threshold,omitempty"`
 	Descriptors    []Descriptor `json:"descriptors,omitempty"`
+
+	line int // where it starts in the YAML, for errors (0: unknown)
 }
 
 // RateLimit is a rule: RequestsPerUnit per Unit, or Unlimited. Algorithm,
@@ -89,6 +91,8 @@ type RateLimit struct {
 	Algorithm       string    `json:"algorithm,omitempty"`
 	Burst           int64     `json:"burst,omitempty"`
 	Timezone        string    `json:"timezone,omitempty"`
+
+	line int // where it starts in the YAML, for errors (0: unknown)
 }
 
 // Replace names a rule that a rule replaces.
@@ -310,7 +314,7 @@ func (d *decoder) descriptors(n *yaml.Node, field string, depth int) []Descripto
 			return nil
 		}
 		f := fmt.Sprintf("%s[%d]", field, i)
-		var desc Descriptor
+		desc := Descriptor{line: item.Line}
 		d.mapping(item, f, func(key string, v *yaml.Node, field string) {
 			switch key {
 			case "key":
@@ -349,7 +353,7 @@ func (d *decoder) descriptors(n *yaml.Node, field string, depth int) []Descripto
 }
 
 func (d *decoder) rateLimit(n *yaml.Node, field string) *RateLimit {
-	r := &RateLimit{}
+	r := &RateLimit{line: n.Line}
 	d.mapping(n, field, func(key string, v *yaml.Node, field string) {
 		switch key {
 		case "unit":

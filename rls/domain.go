@@ -179,7 +179,7 @@ func compileLevel(file, parentKey string, ds []Descriptor, field string, depth i
 			full += "_" + desc.Value
 		}
 		bad := func(sub, msg string) error {
-			return &Error{File: file, Field: join(f, sub), Descriptor: full, Message: msg}
+			return &Error{File: file, Line: desc.line, Field: join(f, sub), Descriptor: full, Message: msg}
 		}
 		if desc.Key == "" {
 			return nil, bad("key", "required (a non-empty key)")
@@ -196,7 +196,7 @@ func compileLevel(file, parentKey string, ds []Descriptor, field string, depth i
 			r, err := compileRule(desc, full)
 			if err != nil {
 				if e, ok := err.(*Error); ok {
-					e.File, e.Descriptor = file, full
+					e.File, e.Descriptor, e.Line = file, full, desc.RateLimit.line
 					e.Field = join(join(f, "rate_limit"), e.Field)
 				}
 				return nil, err
