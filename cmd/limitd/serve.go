@@ -38,6 +38,7 @@ type serveFlags struct {
 	pprof                                     bool
 	gcPercent                                 int
 	memoryLimit                               int64
+	grpc                                      grpcFlags // grpc.go
 }
 
 func newServeFlagSet(out io.Writer) (*flag.FlagSet, *serveFlags) {
@@ -73,6 +74,7 @@ func newServeFlagSet(out io.Writer) (*flag.FlagSet, *serveFlags) {
 	fs.IntVar(&f.gcPercent, "gc-percent", 400, "Go garbage collector target percent, like GOGC (which wins when set; 0 keeps Go's default of 100): the live heap is small, so a higher target trades some memory for CPU")
 	fs.Int64Var(&f.memoryLimit, "memory-limit-mib", 512, "soft limit of the Go heap in MiB, like GOMEMLIMIT (which wins when set; 0: none): with --gc-percent above 100 the heap grows less eagerly once it is this large")
 	fs.BoolVar(&f.pprof, "pprof", false, "serve Go profiling endpoints under /debug/pprof/")
+	addGRPCFlags(fs, &f.grpc)
 	fs.Usage = func() {
 		fmt.Fprintf(out, "Usage: limitd [serve] [flags]\n\nRuns a limitd node. Every flag can also be set with an environment variable:\nLIMITD_ and the flag name in upper case with - as _ (e.g. LIMITD_DATA_DIR).\nA flag on the command line wins over the environment.\n\nFlags:\n")
 		fs.PrintDefaults()
@@ -234,7 +236,12 @@ func serve(f *serveFlags, logger *log.Logger) error {
 
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer cancel()
-	background := make(chan error, 2)
+	background := make(chan error, 4)
+	stopGRPC, err := startGRPC(ctx, f, node, logger, background) // --grpc-addr, --rls-config (grpc.go)
+	if err != nil {
+		hs.Close()
+		return errors.Join(err, node.Close())
+	}
 	if f.join != "" {
 		go func() {
 			if err := node.JoinCluster(ctx, f.join); err != nil && ctx.Err() == nil {
@@ -264,6 +271,7 @@ func serve(f *serveFlags, logger *log.Logger) error {
 	shutdownCtx, stop := context.WithTimeout(context.Background(), 5*time.Second)
 	defer stop()
 	hs.Shutdown(shutdownCtx)
+	stopGRPC(shutdownCtx)
 	if err := node.Close(); err != nil {
 		return errors.Join(runErr, err)
 	}
