@@ -25,7 +25,7 @@ import (
 // node's internal HTTP endpoints on loopback so followers forward for real)
 // with a gRPC server per node on loopback and a client connection to each.
 type testCluster struct {
-	t       *testing.T
+	t       testing.TB
 	nodes   []*cluster.Node
 	trans   []*raft.InmemTransport
 	servers []*Server
@@ -39,7 +39,7 @@ type testConfig struct {
 	wrap func(Domains) Domains // optional: wrap the node's domains (fault injection)
 }
 
-func newTestCluster(t *testing.T, size int, cfg testConfig) *testCluster {
+func newTestCluster(t testing.TB, size int, cfg testConfig) *testCluster {
 	t.Helper()
 	c := &testCluster{t: t}
 	httpSrvs := make([]*httptest.Server, size)
@@ -186,7 +186,7 @@ func (c *testCluster) waitDomain(name string, canonical []byte) {
 	}
 }
 
-func ctxT(t *testing.T) context.Context {
+func ctxT(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	t.Cleanup(cancel)
 	return ctx
