@@ -8,6 +8,7 @@ import (
 
 	extpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typepb "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	reflectpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
@@ -237,5 +238,45 @@ func TestRLSResponseHeaders(t *testing.T) {
 	}
 	if _, err := New(nil, nil, Config{RLSHeaders: "sometimes"}); err == nil {
 		t.Fatal("an unknown header mode was accepted")
+	}
+}
+
+// TestRLSAllUnits: every unit of the v3 proto, through configuration and
+// through a limit override, answers with that unit and a reset within one
+// unit.
+func TestRLSAllUnits(t *testing.T) {
+	c := newTestCluster(t, 1, testConfig{})
+	ctx := ctxT(t)
+	units := []string{"second", "minute", "hour", "day", "week", "month", "year"}
+	var cfg strings.Builder
+	cfg.WriteString("domain: units\ndescriptors:\n")
+	for _, u := range units {
+		cfg.WriteString("  - key: " + u + "\n    rate_limit: {unit: " + strings.ToUpper(u) + ", requests_per_unit: 3}\n")
+	}
+	if _, err := c.limitd(0).PutRLSDomain(ctx, &limitdv1.PutRLSDomainRequest{Config: cfg.String()}); err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range units {
+		unit, _ := rls.ParseUnit(u)
+		for _, override := range []bool{false, true} {
+			d := descriptor(u, "x")
+			if override {
+				d = descriptor("other", u)
+				if unit == rls.UnitWeek {
+					continue // envoy.type.v3.RateLimitUnit has no WEEK
+				}
+				d.Limit = &extpb.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 3, Unit: typepb.RateLimitUnit(unit)}
+			}
+			r, err := c.rls(0).ShouldRateLimit(ctx, &rlspb.RateLimitRequest{Domain: "units", Descriptors: []*extpb.RateLimitDescriptor{d}})
+			if err != nil {
+				t.Fatalf("%s (override %v): %v", u, override, err)
+			}
+			st := r.GetStatuses()[0]
+			reset := st.GetDurationUntilReset().AsDuration()
+			if st.GetCurrentLimit().GetUnit() != rlspb.RateLimitResponse_RateLimit_Unit(unit) || st.GetLimitRemaining() != 2 ||
+				reset <= 0 || reset > unit.Duration() {
+				t.Fatalf("%s (override %v): %v", u, override, st)
+			}
+		}
 	}
 }
