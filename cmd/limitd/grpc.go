@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log"
 	"net"
+	"net/http"
 	"time"
 
 	"github.com/limitd/limitd/cluster"
@@ -27,15 +28,26 @@ func addGRPCFlags(fs *flag.FlagSet, g *grpcFlags) {
 	fs.StringVar(&g.rlsHeaders, "rls-headers", "off", "response headers ShouldRateLimit asks Envoy to add: off, draft (RateLimit, RateLimit-Policy) or envoy (RateLimit-Limit, -Remaining, -Reset)")
 }
 
-// startGRPC validates --rls-config, starts the gRPC server when --grpc-addr
-// is set (same TLS certificate and admin token as HTTP), and writes the RLS
-// domains through the leader in the background (errors go to background).
-// stop ends the server gracefully within ctx.
-func startGRPC(ctx context.Context, f *serveFlags, node *cluster.Node, logger *log.Logger, background chan<- error) (stop func(context.Context), err error) {
+// rlsFrontEnd is the gRPC server (when --grpc-addr is set), envoy
+// ratelimit's POST /json on the HTTP port, and the --rls-config domains.
+type rlsFrontEnd struct {
+	srv     *grpcapi.Server
+	ln      net.Listener // nil without --grpc-addr
+	node    *cluster.Node
+	domains []*rls.Domain
+	source  string
+	logger  *log.Logger
+}
+
+// newRLSFrontEnd validates --rls-config and --rls-headers, builds the gRPC
+// server (same TLS certificate and admin token as HTTP) and listens on
+// --grpc-addr when set.
+func newRLSFrontEnd(f *serveFlags, node *cluster.Node, logger *log.Logger) (*rlsFrontEnd, error) {
 	g := &f.grpc
-	var domains []*rls.Domain
+	fe := &rlsFrontEnd{node: node, source: g.rlsConfig, logger: logger}
 	if g.rlsConfig != "" {
-		if domains, err = rls.LoadPath(g.rlsConfig); err != nil {
+		var err error
+		if fe.domains, err = rls.LoadPath(g.rlsConfig); err != nil {
 			return nil, err
 		}
 	}
@@ -43,44 +55,66 @@ func startGRPC(ctx context.Context, f *serveFlags, node *cluster.Node, logger *l
 	if err != nil {
 		return nil, fmt.Errorf("--rls-headers: %w", err)
 	}
-	stop = func(context.Context) {}
+	var tc *tls.Config
+	if f.tlsCert != "" && g.addr != "" {
+		cert, err := tls.LoadX509KeyPair(f.tlsCert, f.tlsKey)
+		if err != nil {
+			return nil, fmt.Errorf("grpc tls: %w", err)
+		}
+		tc = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
+	}
+	svc := service.New(node, service.Config{MaxBatch: f.maxBatch, RequestTimeout: f.applyTimeout + 2*time.Second})
+	fe.srv, err = grpcapi.New(svc, node, grpcapi.Config{
+		AdminToken: f.adminToken, TLS: tc, RLSHeaders: mode, Logger: logger,
+		RequestTimeout: f.applyTimeout + 4*time.Second,
+	})
+	if err != nil {
+		return nil, err
+	}
 	if g.addr != "" {
-		var tc *tls.Config
-		if f.tlsCert != "" {
-			cert, err := tls.LoadX509KeyPair(f.tlsCert, f.tlsKey)
-			if err != nil {
-				return nil, fmt.Errorf("grpc tls: %w", err)
-			}
-			tc = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
-		}
-		svc := service.New(node, service.Config{MaxBatch: f.maxBatch, RequestTimeout: f.applyTimeout + 2*time.Second})
-		srv, err := grpcapi.New(svc, node, grpcapi.Config{
-			AdminToken: f.adminToken, TLS: tc, RLSHeaders: mode, Logger: logger,
-			RequestTimeout: f.applyTimeout + 4*time.Second,
-		})
-		if err != nil {
-			return nil, err
-		}
-		ln, err := net.Listen("tcp", g.addr)
-		if err != nil {
+		if fe.ln, err = net.Listen("tcp", g.addr); err != nil {
+			fe.srv.Stop(context.Background())
 			return nil, fmt.Errorf("listen grpc %s: %w", g.addr, err)
 		}
+	}
+	return fe, nil
+}
+
+// mount adds POST /json (envoy ratelimit's JSON endpoint) to the HTTP API.
+// Not an http.ServeMux: it would redirect key paths it deems unclean
+// ("/v1/keys/a//b").
+func (fe *rlsFrontEnd) mount(h http.Handler) http.Handler {
+	j := fe.srv.JSONHandler()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/json" {
+			j.ServeHTTP(w, r)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// start serves gRPC and writes the --rls-config domains through the leader
+// in the background; failures go to background.
+func (fe *rlsFrontEnd) start(ctx context.Context, background chan<- error) {
+	if fe.ln != nil {
 		go func() {
-			if err := srv.Serve(ln); err != nil {
+			if err := fe.srv.Serve(fe.ln); err != nil {
 				background <- fmt.Errorf("grpc server: %w", err)
 			}
 		}()
-		logger.Printf("serving gRPC (limitd.v1, envoy.service.ratelimit.v3) on %s", g.addr)
-		stop = srv.Stop
+		fe.logger.Printf("serving gRPC (limitd.v1, envoy.service.ratelimit.v3) on %s", fe.ln.Addr())
 	}
-	if len(domains) > 0 {
+	if len(fe.domains) > 0 {
 		go func() {
-			if err := node.LoadRLSDomains(ctx, domains); err != nil && ctx.Err() == nil {
+			if err := fe.node.LoadRLSDomains(ctx, fe.domains); err != nil && ctx.Err() == nil {
 				background <- err
 				return
 			}
-			logger.Printf("loaded %d RLS domain(s) from %s", len(domains), g.rlsConfig)
+			fe.logger.Printf("loaded %d RLS domain(s) from %s", len(fe.domains), fe.source)
 		}()
 	}
-	return stop, nil
 }
+
+// stop ends gRPC gracefully within ctx.
+func (fe *rlsFrontEnd) stop(ctx context.Context) { fe.srv.Stop(ctx) }

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -70,6 +72,28 @@ func TestProcessServesRLSFromConfigDir(t *testing.T) {
 	}
 	if hs := resp.GetResponseHeadersToAdd(); len(hs) != 3 || hs[0].GetKey() != "RateLimit-Limit" || hs[0].GetValue() != "5" {
 		t.Fatalf("headers %v", hs)
+	}
+	// envoy ratelimit's POST /json on the HTTP port: 200 while allowed.
+	code, body := postJSON(t, p.url("/json"), `{"domain":"edge_proxy_per_ip","descriptors":[{"entries":[{"key":"remote_address","value":"50.0.0.5"}]}]}`)
+	if code != 429 || !strings.Contains(string(body), `"overallCode":"OVER_LIMIT"`) {
+		t.Fatalf("POST /json (blocked address): %d %s", code, body)
+	}
+	code, body = postJSON(t, p.url("/json"), `{"domain":"edge_proxy_per_ip","descriptors":[{"entries":[{"key":"remote_address","value":"50.0.0.1"}]}]}`)
+	if code != 200 || !strings.Contains(string(body), `"overallCode":"OK"`) {
+		t.Fatalf("POST /json: %d %s", code, body)
+	}
+	// Other paths still reach the API, unclean ones included.
+	if code, body := postJSON(t, p.url("/v1/check"), `{"key":"a//b","limit":{"algorithm":"fixed_window","limit":1,"window":"1s"}}`); code != 200 {
+		t.Fatalf("POST /v1/check: %d %s", code, body)
+	}
+	peek, err := http.Get(p.url("/v1/keys/a//b?algorithm=fixed_window&limit=1&window=1s"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pb, _ := io.ReadAll(peek.Body)
+	peek.Body.Close()
+	if peek.StatusCode != 200 || !strings.Contains(string(pb), `"remaining":0`) {
+		t.Fatalf("GET /v1/keys/a//b (the key just spent): %d %s", peek.StatusCode, pb)
 	}
 	if err := p.term(); err != nil {
 		t.Fatal(err)

@@ -212,8 +212,13 @@ func serve(f *serveFlags, logger *log.Logger) error {
 		logger.Printf("previous stop was unclean: rebuilding state from the latest snapshot and the Raft log")
 	}
 
+	rlsFE, err := newRLSFrontEnd(f, node, logger) // gRPC, POST /json, --rls-config (grpc.go)
+	if err != nil {
+		ln.Close()
+		return errors.Join(err, node.Close())
+	}
 	srv := api.New(node, apiCfg)
-	handler := srv.Handler()
+	handler := rlsFE.mount(srv.Handler())
 	if f.pprof {
 		mux := http.NewServeMux()
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
@@ -237,11 +242,7 @@ func serve(f *serveFlags, logger *log.Logger) error {
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer cancel()
 	background := make(chan error, 4)
-	stopGRPC, err := startGRPC(ctx, f, node, logger, background) // --grpc-addr, --rls-config (grpc.go)
-	if err != nil {
-		hs.Close()
-		return errors.Join(err, node.Close())
-	}
+	rlsFE.start(ctx, background)
 	if f.join != "" {
 		go func() {
 			if err := node.JoinCluster(ctx, f.join); err != nil && ctx.Err() == nil {
@@ -271,7 +272,7 @@ func serve(f *serveFlags, logger *log.Logger) error {
 	shutdownCtx, stop := context.WithTimeout(context.Background(), 5*time.Second)
 	defer stop()
 	hs.Shutdown(shutdownCtx)
-	stopGRPC(shutdownCtx)
+	rlsFE.stop(shutdownCtx)
 	if err := node.Close(); err != nil {
 		return errors.Join(runErr, err)
 	}
