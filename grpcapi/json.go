@@ -112,4 +112,3 @@ func writeJSONError(w http.ResponseWriter, code int, reason, field, msg string) 
 	w.WriteHeader(code)
 	w.Write(append(b, '\n'))
 }
-
