@@ -223,3 +223,65 @@ func TestRequestErrorsNameTheField(t *testing.T) {
 		}
 	}
 }
+
+// TestMetricKeys: envoy ratelimit's statistics keys (README examples 8, 10
+// and 11; share_threshold with value_to_metric or detailed_metric keeps the
+// pattern, as envoy ratelimit's code does).
+func TestMetricKeys(t *testing.T) {
+	cases := []struct {
+		config  string
+		entries []rls.Entry
+		want    string
+	}{
+		{"example8.yaml", []rls.Entry{{"key1", "unspecified_value"}}, "example8.key1_unspecified_value"},
+		{"example8.yaml", []rls.Entry{{"key1", "unspecified_value2"}}, "example8.key1_unspecified_value2"},
+		{"example8.yaml", []rls.Entry{{"key1", "value1"}}, "example8.key1_value1"},
+		{"example10.yaml", []rls.Entry{{"route", "api"}, {"http_method", "GET"}, {"subject_id", "123"}}, "example10.route_api.http_method_GET.subject_id"},
+		{"example10.yaml", []rls.Entry{{"route", "web"}, {"http_method", "POST"}, {"subject_id", "456"}}, "example10.route_web.http_method_POST.subject_id"},
+		{"example9.yaml", []rls.Entry{{"key1", "value77"}}, "example9.key1_value*"},
+		{"example11.yaml", []rls.Entry{{"files", "files/a.pdf"}}, "example11.files_files/*"},
+		{"example2.yaml", []rls.Entry{{"message_type", "marketing"}, {"to_number", "2061111111"}}, "messaging.message_type_marketing.to_number"},
+	}
+	for _, c := range cases {
+		b, err := os.ReadFile(filepath.Join(rlstest.Dir(), c.config))
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := rls.Parse(c.config, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := d.Match(c.entries)
+		if m == nil {
+			t.Fatalf("%s %v: no match", c.config, c.entries)
+		}
+		if got := d.MetricKey(c.entries, m.Rule); got != c.want {
+			t.Fatalf("%s %v: metric key %q, want %q", c.config, c.entries, got, c.want)
+		}
+	}
+	inline := []struct {
+		yaml    string
+		entries []rls.Entry
+		want    string
+	}{
+		{"domain: example10_wildcard\ndescriptors:\n  - key: user\n    value_to_metric: true\n    descriptors:\n      - key: action\n        value: read*\n        value_to_metric: true\n        descriptors:\n          - key: resource\n            rate_limit: {unit: minute, requests_per_unit: 100}\n",
+			[]rls.Entry{{"user", "alice"}, {"action", "readfile"}, {"resource", "documents"}}, "example10_wildcard.user_alice.action_readfile.resource"},
+		{"domain: test-domain\ndescriptors:\n  - key: route\n    value: api/*\n    share_threshold: true\n    value_to_metric: true\n    descriptors:\n      - key: method\n        rate_limit: {unit: minute, requests_per_unit: 60}\n",
+			[]rls.Entry{{"route", "api/v1"}, {"method", "GET"}}, "test-domain.route_api/*.method"},
+		{"domain: test-domain\ndescriptors:\n  - key: service\n    value: svc/*\n    share_threshold: true\n    descriptors:\n      - key: endpoint\n        detailed_metric: true\n        rate_limit: {unit: minute, requests_per_unit: 60}\n",
+			[]rls.Entry{{"service", "svc/a"}, {"endpoint", "get"}}, "test-domain.service_svc/*.endpoint_get"},
+	}
+	for _, c := range inline {
+		d, err := rls.Parse("", []byte(c.yaml))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := d.Match(c.entries)
+		if m == nil {
+			t.Fatalf("%v: no match", c.entries)
+		}
+		if got := d.MetricKey(c.entries, m.Rule); got != c.want {
+			t.Fatalf("%v: metric key %q, want %q", c.entries, got, c.want)
+		}
+	}
+}

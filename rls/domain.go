@@ -106,9 +106,9 @@ type level struct {
 type entryKey struct{ key, value string }
 
 type wildNode struct {
-	key   string
-	parts []string // the value split at '*'
-	n     *node
+	key, value string
+	parts      []string // the value split at '*'
+	n          *node
 }
 
 // node is one configured descriptor.
@@ -223,7 +223,7 @@ func compileLevel(file, parentKey string, ds []Descriptor, field string, depth i
 		}
 		l.exact[ek] = n
 		if wild {
-			l.wild = append(l.wild, wildNode{key: desc.Key, parts: strings.Split(desc.Value, "*"), n: n})
+			l.wild = append(l.wild, wildNode{key: desc.Key, value: desc.Value, parts: strings.Split(desc.Value, "*"), n: n})
 		}
 	}
 	return l, nil
@@ -355,43 +355,43 @@ type Match struct {
 	Shared []string
 }
 
-// Match finds the rule for a request descriptor as envoy ratelimit does: at
-// each level the entry's key and value, else the first wildcard value (in
-// configuration order) that matches, else the key alone; the rule counts
-// only when it sits at the level of the descriptor's last entry; a level
-// with no nested descriptors ends the walk; there is no backtracking. nil
-// when nothing matches.
-func (d *Domain) Match(entries []Entry) *Match {
+// how an entry matched a level.
+type how uint8
+
+const (
+	viaValue how = iota
+	viaWildcard
+	viaKey
+)
+
+// walk matches entries level by level as envoy ratelimit does, calling
+// visit for each entry that matched (n) until the walk ends. It returns the
+// node of the last entry when every entry matched, else nil.
+func (d *Domain) walk(entries []Entry, visit func(i int, n *node, h how, w *wildNode)) *node {
 	l := d.root
-	var shared []string
 	for i, e := range entries {
+		h := viaValue
+		var wn *wildNode
 		n := l.exact[entryKey{e.Key, e.Value}]
-		viaWildcard := false
 		if n == nil {
-			for _, w := range l.wild {
-				if w.key == e.Key && wildcardMatch(w.parts, e.Value) {
-					n, viaWildcard = w.n, true
+			for j := range l.wild {
+				if w := &l.wild[j]; w.key == e.Key && wildcardMatch(w.parts, e.Value) {
+					n, h, wn = w.n, viaWildcard, w
 					break
 				}
 			}
 		}
 		if n == nil {
-			n = l.keyOnly[e.Key]
+			n, h = l.keyOnly[e.Key], viaKey
 		}
 		if n == nil {
 			return nil
 		}
-		if viaWildcard && n.shareThreshold {
-			if shared == nil {
-				shared = make([]string, len(entries))
-			}
-			shared[i] = n.pattern
+		if visit != nil {
+			visit(i, n, h, wn)
 		}
 		if i == len(entries)-1 {
-			if n.rule == nil {
-				return nil
-			}
-			return &Match{Rule: n.rule, Shared: shared}
+			return n
 		}
 		if n.next == nil {
 			return nil // the request is deeper than the configuration
@@ -399,6 +399,71 @@ func (d *Domain) Match(entries []Entry) *Match {
 		l = n.next
 	}
 	return nil
+}
+
+// Match finds the rule for a request descriptor as envoy ratelimit does: at
+// each level the entry's key and value, else the first wildcard value (in
+// configuration order) that matches, else the key alone; the rule counts
+// only when it sits at the level of the descriptor's last entry; a level
+// with no nested descriptors ends the walk; there is no backtracking. nil
+// when nothing matches.
+func (d *Domain) Match(entries []Entry) *Match {
+	var shared []string
+	n := d.walk(entries, func(i int, n *node, h how, _ *wildNode) {
+		if h == viaWildcard && n.shareThreshold {
+			if shared == nil {
+				shared = make([]string, len(entries))
+			}
+			shared[i] = n.pattern
+		}
+	})
+	if n == nil || n.rule == nil {
+		return nil
+	}
+	return &Match{Rule: n.rule, Shared: shared}
+}
+
+// MetricKey is envoy ratelimit's statistics key for a descriptor that
+// matched rule r: the rule's FullKey, with request values where
+// detailed_metric (every entry's value) or value_to_metric (that entry's
+// value) ask for them, and a shared wildcard pattern in place of the value
+// where share_threshold applies. Request values make the key set
+// unbounded: callers bound it.
+func (d *Domain) MetricKey(entries []Entry, r *Rule) string {
+	var detailed, enhanced strings.Builder
+	detailed.WriteString(d.Name())
+	enhanced.WriteString(d.Name())
+	d.walk(entries, func(i int, n *node, h how, w *wildNode) {
+		e := entries[i]
+		var v string
+		share := h == viaWildcard && n.shareThreshold
+		switch {
+		case share:
+			v = n.pattern
+		case h == viaWildcard && n.valueToMetric:
+			v = e.Value
+		case h == viaWildcard:
+			v = w.value
+		case h == viaValue:
+			v = e.Value
+		case n.valueToMetric:
+			v = e.Value
+		}
+		enhanced.WriteString("." + e.Key)
+		if v != "" {
+			enhanced.WriteString("_" + v)
+		}
+		detailed.WriteString("." + e.Key)
+		if share {
+			detailed.WriteString("_" + n.pattern)
+		} else if e.Value != "" {
+			detailed.WriteString("_" + e.Value)
+		}
+	})
+	if r.DetailedMetric {
+		return detailed.String()
+	}
+	return enhanced.String()
 }
 
 // wildcardMatch reports whether value matches a pattern split at '*': each
