@@ -43,7 +43,9 @@ func (r *rlsServer) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReq
 	if e != nil {
 		return nil, toStatus(e)
 	}
-	return encodeRLS(plan.Respond(results, time.Now()), r.s.cfg.RLSHeaders), nil
+	resp := plan.Respond(results, time.Now())
+	r.s.metrics.observe(d, &rr, plan, results, resp)
+	return encodeRLS(resp, r.s.cfg.RLSHeaders), nil
 }
 
 // decide runs the plan's groups through the service: an all-or-nothing

@@ -100,6 +100,7 @@ type Server struct {
 	gs      *grpc.Server
 	health  *health.Server
 	cache   rls.Cache
+	metrics *rlsMetrics
 
 	stopOnce sync.Once
 	stop     chan struct{}
@@ -123,7 +124,7 @@ func New(svc *service.Service, domains Domains, cfg Config) (*Server, error) {
 	if _, err := rls.ParseHeaderMode(string(cfg.RLSHeaders)); err != nil {
 		return nil, err
 	}
-	s := &Server{svc: svc, domains: domains, cfg: cfg, health: health.NewServer(), stop: make(chan struct{})}
+	s := &Server{svc: svc, domains: domains, cfg: cfg, health: health.NewServer(), stop: make(chan struct{}), metrics: newRLSMetrics()}
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(cfg.MaxRecvMsgSize),
 		grpc.ChainUnaryInterceptor(s.recoverPanic, s.deadline, s.authenticate),

@@ -10,6 +10,9 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/limitd/limitd/api"
 	"github.com/limitd/limitd/cluster"
 	"github.com/limitd/limitd/grpcapi"
 	"github.com/limitd/limitd/rls"
@@ -79,6 +82,20 @@ func newRLSFrontEnd(f *serveFlags, node *cluster.Node, logger *log.Logger) (*rls
 	}
 	return fe, nil
 }
+
+// storeWithRLS is the node as the HTTP API's store, with the RLS metrics
+// added to its collectors (served on /metrics).
+type storeWithRLS struct {
+	*cluster.Node
+	rls []prometheus.Collector
+}
+
+func (s storeWithRLS) Collectors() []prometheus.Collector {
+	return append(s.Node.Collectors(), s.rls...)
+}
+
+// store is what to give api.New: the node, plus the RLS metrics.
+func (fe *rlsFrontEnd) store() api.Store { return storeWithRLS{fe.node, fe.srv.Collectors()} }
 
 // mount adds POST /json (envoy ratelimit's JSON endpoint) to the HTTP API.
 // Not an http.ServeMux: it would redirect key paths it deems unclean

@@ -82,6 +82,16 @@ func TestProcessServesRLSFromConfigDir(t *testing.T) {
 	if code != 200 || !strings.Contains(string(body), `"overallCode":"OK"`) {
 		t.Fatalf("POST /json: %d %s", code, body)
 	}
+	// The RLS counters are on /metrics.
+	mresp, err := http.Get(p.url("/metrics"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mb, _ := io.ReadAll(mresp.Body)
+	mresp.Body.Close()
+	if !strings.Contains(string(mb), `limitd_rls_over_limit{domain="edge_proxy_per_ip",key="edge_proxy_per_ip.remote_address_50.0.0.5"} 1`) {
+		t.Fatalf("/metrics has no RLS counters:\n%s", mb)
+	}
 	// Other paths still reach the API, unclean ones included.
 	if code, body := postJSON(t, p.url("/v1/check"), `{"key":"a//b","limit":{"algorithm":"fixed_window","limit":1,"window":"1s"}}`); code != 200 {
 		t.Fatalf("POST /v1/check: %d %s", code, body)

@@ -217,7 +217,7 @@ func serve(f *serveFlags, logger *log.Logger) error {
 		ln.Close()
 		return errors.Join(err, node.Close())
 	}
-	srv := api.New(node, apiCfg)
+	srv := api.New(rlsFE.store(), apiCfg)
 	handler := rlsFE.mount(srv.Handler())
 	if f.pprof {
 		mux := http.NewServeMux()
