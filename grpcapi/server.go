@@ -1,7 +1,9 @@
 // Package grpcapi is limitd's gRPC front end: limitd's own API (limitd.v1,
 // proto/limitd/v1) and Envoy's rate-limit service
 // (envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit), with the
-// standard health service and reflection, on one grpc.Server.
+// standard health service and reflection, on one grpc.Server; plus envoy
+// ratelimit's POST /json (the same RLS decision in proto3 JSON, for the HTTP
+// port) and the per-rule RLS counters for /metrics.
 //
 // It is a thin adapter: it decodes messages into the request types of
 // package service (limitd.v1) or package rls (Envoy RLS), lets them decide,
