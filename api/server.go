@@ -174,6 +174,7 @@ func (s *Server) routes() http.Handler {
 	r.POST("/v1/cluster/join", s.admin(noQuery(s.handleJoin)))
 	r.DELETE("/v1/cluster/nodes/:id", s.admin(noQuery(s.handleRemoveNode)))
 
+	s.rlsRoutes(r) // envoy ratelimit domains (rls.go)
 	r.GET("/healthz", noQuery(s.handleHealthz))
 	r.GET("/readyz", noQuery(s.handleReadyz))
 	r.Handler(http.MethodGet, "/metrics", s.metrics.handler())
