@@ -62,7 +62,7 @@ func TestProcessServesRLSFromConfigDir(t *testing.T) {
 			break // the domains are loaded in the background once there is a leader
 		}
 		if ctx.Err() != nil {
-			t.Fatalf("domain never loaded: %v %v\n%s", resp, err, p.logs)
+			t.Fatalf("domain never loaded: %v %v\n%s", resp, err, p.logs())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -125,7 +125,7 @@ func TestProcessRefusesBadRLSConfig(t *testing.T) {
 	}
 	for _, want := range []string{filepath.Join(dir, "shop.yaml"), "descriptors[0].rate_limit.unit", "shop.user", "fortnight"} {
 		if !strings.Contains(p.logs(), want) {
-			t.Fatalf("error does not mention %q:\n%s", want, p.logs)
+			t.Fatalf("error does not mention %q:\n%s", want, p.logs())
 		}
 	}
 }
