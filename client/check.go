@@ -79,7 +79,9 @@ type call struct {
 	id       []byte
 	ctx      context.Context
 	deadline time.Time
-	sent     atomic.Bool // some attempt may have reached a node
+	sent     atomic.Bool           // a failed attempt may have been counted
+	sending  atomic.Bool           // an attempt is in flight
+	last     atomic.Pointer[error] // the last failed attempt, for the caller's error
 	d        Decision
 	err      error
 	done     chan struct{}
@@ -105,6 +107,8 @@ func (co *coalescer) do(ctx context.Context, r *Request) (Decision, error) {
 	cl := callPool.Get().(*call)
 	cl.r, cl.ctx, cl.err, cl.d = r, ctx, nil, Decision{}
 	cl.sent.Store(false)
+	cl.sending.Store(false)
+	cl.last.Store(nil)
 	cl.id = cl.id[:0]
 	if r.RequestID != "" {
 		cl.id = append(cl.id, r.RequestID...)
@@ -142,10 +146,17 @@ func (co *coalescer) do(ctx context.Context, r *Request) (Decision, error) {
 		return d, err
 	case <-ctx.Done():
 		// The sender still owns cl; it is not reused.
-		return Decision{}, &deadlineError{ctxErr: ctx.Err(), unknown: cl.sent.Load()}
+		return Decision{}, &deadlineError{ctxErr: ctx.Err(), last: lastErr(cl), unknown: cl.sent.Load() || cl.sending.Load()}
 	case <-timeout:
-		return Decision{}, &deadlineError{ctxErr: context.DeadlineExceeded, unknown: cl.sent.Load()}
+		return Decision{}, &deadlineError{ctxErr: context.DeadlineExceeded, last: lastErr(cl), unknown: cl.sent.Load() || cl.sending.Load()}
 	}
+}
+
+func lastErr(cl *call) error {
+	if p := cl.last.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // run sends one batch of what is pending, then hands its in-flight slot on.
@@ -233,14 +244,19 @@ func (c *Client) sendBatch(calls []*call) {
 		b = append(b, "]}"...)
 		*body = b
 		for _, cl := range live {
-			cl.sent.Store(true)
+			cl.sending.Store(true)
 		}
 		c.batches.Add(1)
 		_, err := c.send(ctx, http.MethodPost, host, "/v1/check/batch", b, false, out)
-		if err != nil && !mayHaveCounted(err) {
-			for _, cl := range live {
-				cl.sent.Store(false)
+		unknown := err != nil && mayHaveCounted(err)
+		for _, cl := range live {
+			if err != nil {
+				cl.last.Store(&err)
 			}
+			if err == nil || unknown {
+				cl.sent.Store(true) // counted, or maybe
+			}
+			cl.sending.Store(false)
 		}
 		return err
 	})

@@ -140,7 +140,7 @@ type deadlineError struct {
 }
 
 func (e *deadlineError) Error() string {
-	s := "limitd: " + e.ctxErr.Error()
+	s := "limitd: unavailable: " + e.ctxErr.Error()
 	if e.last != nil {
 		s += " (last attempt: " + strings.TrimPrefix(e.last.Error(), "limitd: ") + ")"
 	}
