@@ -173,6 +173,7 @@ func (s *Server) routes() http.Handler {
 
 	r.GET("/v1/cluster", s.handleClusterStatus)
 	r.GET("/v1/cluster/digest", s.handleDigest)
+	r.GET("/v1/cluster/snapshot", s.admin(s.handleSnapshot))
 	r.POST("/v1/cluster/join", s.admin(s.handleJoin))
 	r.DELETE("/v1/cluster/nodes/:id", s.admin(s.handleRemoveNode))
 

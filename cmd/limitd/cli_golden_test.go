@@ -70,6 +70,10 @@ func TestCLIGolden(t *testing.T) {
 		{"key-no-subcommand", []string{"key"}},
 		{"cluster-members", []string{"cluster", "members"}},
 		{"cluster-remove-unknown", []string{"cluster", "remove", "n9", "--token", "secret"}},
+		{"snapshot-no-subcommand", []string{"snapshot"}},
+		{"snapshot-restore-no-data-dir", []string{"snapshot", "restore", "backup.limitd"}},
+		{"snapshot-inspect-missing", []string{"snapshot", "inspect", "testdata/cli/no-such-file"}},
+		{"snapshot-inspect-not-a-backup", []string{"snapshot", "inspect", "testdata/cli/policies.yaml"}},
 		{"policy-delete", []string{"policy", "delete", "api", "--token", "secret"}},
 		{"policy-get-deleted", []string{"policy", "get", "api"}},
 	}
