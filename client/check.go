@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -66,11 +65,11 @@ func (c *Client) check(ctx context.Context, r *Request) (Decision, error) {
 	if err != nil {
 		return Decision{}, err
 	}
-	d, err := decodeDecision(*out)
+	w, err := parseDecision(*out)
 	if err != nil {
 		return Decision{}, fmt.Errorf("limitd: decode check answer: %w", err)
 	}
-	return d, nil
+	return w.decision(), nil
 }
 
 // call is one Check waiting in the coalescer.
@@ -195,6 +194,8 @@ func (co *coalescer) run() {
 	co.mu.Unlock()
 }
 
+var resultsPool = sync.Pool{New: func() any { s := make([]wireDecision, 0, DefaultMaxBatch); return &s }}
+
 // finish delivers a call's outcome.
 func finish(cl *call, d Decision, err error) {
 	cl.d, cl.err = d, err
@@ -269,16 +270,19 @@ func (c *Client) sendBatch(calls []*call) {
 		}
 		return
 	}
-	var wb wireBatch
-	if derr := json.Unmarshal(*out, &wb); derr != nil || len(wb.Results) != len(live) {
-		e := fmt.Errorf("limitd: decode batch answer (%d results for %d checks): %v", len(wb.Results), len(live), derr)
+	rp := resultsPool.Get().(*[]wireDecision)
+	defer resultsPool.Put(rp)
+	results, derr := parseBatch(*out, *rp)
+	*rp = results[:0]
+	if derr != nil || len(results) != len(live) {
+		e := fmt.Errorf("limitd: decode batch answer (%d results for %d checks): %v", len(results), len(live), derr)
 		for _, cl := range live {
 			finish(cl, Decision{}, e)
 		}
 		return
 	}
 	for i, cl := range live {
-		w := &wb.Results[i]
+		w := &results[i]
 		if w.Error != nil {
 			e := w.Error.err(statusOf(w.Error.Code))
 			e.Field = trimCheckPrefix(e.Field)

@@ -32,7 +32,7 @@ const (
 	DefaultMaxBatch = 256
 	// DefaultMaxInflight is how many coalesced batches may be in flight at once;
 	// checks arriving meanwhile wait and form the next batch.
-	DefaultMaxInflight = 4
+	DefaultMaxInflight = 2
 	// DefaultMaxIdleConnsPerHost sizes the transport's idle pool per node.
 	DefaultMaxIdleConnsPerHost = 64
 

@@ -1,9 +1,6 @@
 package client
 
-import (
-	"encoding/json"
-	"time"
-)
+import "time"
 
 // wireDecision is the decision object of docs/API.md, or an entry's error.
 type wireDecision struct {
@@ -50,12 +47,4 @@ type wireAll struct {
 	Allowed  bool           `json:"allowed"`
 	Results  []wireDecision `json:"results"`
 	Replayed bool           `json:"replayed"`
-}
-
-func decodeDecision(b []byte) (Decision, error) {
-	var w wireDecision
-	if err := json.Unmarshal(b, &w); err != nil {
-		return Decision{}, err
-	}
-	return w.decision(), nil
 }

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -152,8 +153,13 @@ func ExampleClient_Middleware() {
 // BenchmarkCheck measures single Check calls from 64 goroutines (coalesced).
 // Against the in-process node the CPU is shared with the server; set
 // LIMITD_BENCH_ADDRS to a running cluster ("h1:p1,h2:p2") to measure the
-// client alone: the cpu-µs/check metric is this process's user+system time
+// client alone (LIMITD_BENCH_INFLIGHT sets Coalescing.MaxInflight): the cpu-µs/check metric is this process's user+system time
 // per check (getrusage).
+func envInt(name string) int {
+	n, _ := strconv.Atoi(os.Getenv(name))
+	return n
+}
+
 func BenchmarkCheck(b *testing.B) {
 	addrs := []string{exampleAddr}
 	if v := os.Getenv("LIMITD_BENCH_ADDRS"); v != "" {
@@ -163,7 +169,7 @@ func BenchmarkCheck(b *testing.B) {
 		name string
 		opt  client.Option
 	}{
-		{"coalesced", client.WithCoalescing(client.Coalescing{})},
+		{"coalesced", client.WithCoalescing(client.Coalescing{MaxInflight: envInt("LIMITD_BENCH_INFLIGHT")})},
 		{"single", client.WithCoalescing(client.Coalescing{Disabled: true})},
 	} {
 		b.Run(mode.name, func(b *testing.B) {
