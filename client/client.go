@@ -478,7 +478,11 @@ func (c *Client) send(ctx context.Context, method, host, path string, body []byt
 // later may have reached the node.
 func sentMaybe(err error) bool {
 	var op *net.OpError
-	return !errors.As(err, &op) || op.Op != "dial"
+	if errors.As(err, &op) && op.Op == "dial" {
+		return false
+	}
+	var cv *tls.CertificateVerificationError
+	return !errors.As(err, &cv) // a handshake that failed sent no request
 }
 
 func readAll(b []byte, r io.Reader) ([]byte, error) {

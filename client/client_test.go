@@ -320,3 +320,53 @@ func TestCoalescingProperty(t *testing.T) {
 		}
 	})
 }
+
+// Batch: entries decided in order, an invalid one gets its own error with a
+// field relative to its check, every entry carries a request_id.
+func TestBatch(t *testing.T) {
+	fc := newFakeCluster(t, 1)
+	c := mustNew(t, fc.addrs())
+	res, err := c.Batch(ctxT(t), Request{Key: "a", Policy: "p"}, Request{Key: "", Policy: "p"}, Request{Key: "a", Policy: "p", Cost: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var e *Error
+	if res[0].Err != nil || res[0].Decision.Remaining != 4 || !errors.As(res[1].Err, &e) || e.Field != "key" || res[2].Decision.Remaining != 2 {
+		t.Fatalf("batch: %+v", res)
+	}
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	for _, a := range fc.applied {
+		if a.ID == "" {
+			t.Fatalf("batch entry without a request_id: %+v", a)
+		}
+	}
+}
+
+// TLS: an https:// address or WithTLS talks HTTPS; the admin token goes on
+// admin calls only.
+func TestTLSAndToken(t *testing.T) {
+	fc := newFakeClusterTLS(t, 1, true)
+	tlsCfg := fc.nodes[0].srv.Client().Transport.(*http.Transport).TLSClientConfig
+	c := mustNew(t, []string{"https://" + fc.addrs()[0]}, WithTLS(tlsCfg), WithToken("s3cret"))
+	if _, err := c.Check(ctxT(t), Request{Key: "k", Policy: "p"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Reset(ctxT(t), "k", "p", nil); err != nil {
+		t.Fatal(err)
+	}
+	n := fc.nodes[0]
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, a := range n.auth {
+		admin := strings.HasPrefix(a, "DELETE /v1/keys/")
+		if has := strings.HasSuffix(a, "Bearer s3cret"); has != admin {
+			t.Errorf("request %q: token sent %v, want %v", a, has, admin)
+		}
+	}
+	// Without the CA, the handshake fails and the check is unavailable.
+	c2 := mustNew(t, []string{"https://" + fc.addrs()[0]}, WithTimeout(200*time.Millisecond))
+	if _, err := c2.Check(context.Background(), Request{Key: "k", Policy: "p"}); !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrOutcomeUnknown) {
+		t.Fatalf("untrusted certificate: %v", err)
+	}
+}

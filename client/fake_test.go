@@ -45,9 +45,13 @@ type fakeNode struct {
 	srv  *httptest.Server
 	mu   sync.Mutex
 	hits map[string]int // path → requests
+	auth []string       // "METHOD path Authorization" per request
 }
 
-func newFakeCluster(t testing.TB, n int) *fakeCluster {
+func newFakeCluster(t testing.TB, n int) *fakeCluster { return newFakeClusterTLS(t, n, false) }
+
+// newFakeClusterTLS serves HTTPS when tls is set.
+func newFakeClusterTLS(t testing.TB, n int, tls bool) *fakeCluster {
 	fc := &fakeCluster{t: t, specs: map[string]algo.Spec{}, state: map[string][]byte{},
 		ids: map[string]wireDecision{}, idHits: map[string]int{}}
 	spec, err := algo.Config{Algorithm: "fixed_window", Limit: 5, Window: "1h"}.Spec()
@@ -57,14 +61,20 @@ func newFakeCluster(t testing.TB, n int) *fakeCluster {
 	fc.specs["p"] = spec
 	for i := 0; i < n; i++ {
 		nd := &fakeNode{c: fc, id: fmt.Sprintf("n%d", i+1), hits: map[string]int{}}
-		nd.srv = httptest.NewServer(nd)
+		if tls {
+			nd.srv = httptest.NewTLSServer(nd)
+		} else {
+			nd.srv = httptest.NewServer(nd)
+		}
 		t.Cleanup(nd.srv.Close)
 		fc.nodes = append(fc.nodes, nd)
 	}
 	return fc
 }
 
-func (n *fakeNode) addr() string { return strings.TrimPrefix(n.srv.URL, "http://") }
+func (n *fakeNode) addr() string {
+	return strings.TrimPrefix(strings.TrimPrefix(n.srv.URL, "http://"), "https://")
+}
 
 func (n *fakeNode) hitCount(path string) int {
 	n.mu.Lock()
@@ -106,6 +116,7 @@ func writeJSONErr(w http.ResponseWriter, status int, code, field, msg string) {
 func (n *fakeNode) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	n.mu.Lock()
 	n.hits[r.URL.Path]++
+	n.auth = append(n.auth, r.Method+" "+r.URL.Path+" "+r.Header.Get("Authorization"))
 	n.mu.Unlock()
 	fc := n.c
 	if r.URL.Path == "/v1/cluster" {
@@ -180,6 +191,8 @@ func (n *fakeNode) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		json.NewEncoder(w).Encode(map[string]any{"results": out})
+	case "/v1/keys/k":
+		w.Write([]byte(`{"key":"k","policy":"p","reset":true}`))
 	case "/v1/policies/p":
 		json.NewEncoder(w).Encode(Policy{Name: "p", Limit: Limit{Algorithm: "fixed_window", Limit: 5, Window: "1h"}})
 	default:
