@@ -36,6 +36,9 @@ const (
 	// DefaultMaxIdleConnsPerHost sizes the transport's idle pool per node.
 	DefaultMaxIdleConnsPerHost = 64
 
+	// failedHostPause: how long a node that failed is not made the target again.
+	failedHostPause = time.Second
+
 	retryBackoffMin = 10 * time.Millisecond
 	retryBackoffMax = 250 * time.Millisecond
 	// maxResponseBytes bounds what the client reads from a node.
@@ -149,6 +152,10 @@ type Client struct {
 	mu        sync.Mutex
 	endpoints []string // configured addresses, then members learned from the cluster
 	next      int      // round-robin position when the leader is unknown
+	// failed holds nodes that just failed, until when they are not made the
+	// target again (a leader whose advertised address this client cannot
+	// reach must not capture every retry).
+	failed map[string]time.Time
 
 	target      atomic.Pointer[string] // the node requests go to (the leader when known)
 	lastLearn   atomic.Int64           // unix nanos of the last successful discovery
@@ -308,6 +315,10 @@ func (c *Client) demote(host string) {
 	if c.endpoints[c.next%len(c.endpoints)] == host {
 		c.next++
 	}
+	if c.failed == nil {
+		c.failed = map[string]time.Time{}
+	}
+	c.failed[host] = time.Now().Add(failedHostPause)
 	c.mu.Unlock()
 }
 
@@ -368,6 +379,19 @@ func (c *Client) learnLeader(ctx context.Context) (string, error) {
 		c.mu.Unlock()
 		if st.LeaderHTTPAddr == "" {
 			errs = append(errs, fmt.Errorf("%s: no leader known", host))
+			continue
+		}
+		c.mu.Lock()
+		until, bad := c.failed[st.LeaderHTTPAddr]
+		if bad && time.Now().After(until) {
+			delete(c.failed, st.LeaderHTTPAddr)
+			bad = false
+		}
+		c.mu.Unlock()
+		if bad {
+			// Still named leader but it just failed for us: go round the
+			// other nodes (they forward) until the pause ends.
+			errs = append(errs, fmt.Errorf("%s: leader %s failed recently", host, st.LeaderHTTPAddr))
 			continue
 		}
 		c.setTarget(st.LeaderHTTPAddr)

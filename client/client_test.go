@@ -370,3 +370,21 @@ func TestTLSAndToken(t *testing.T) {
 		t.Fatalf("untrusted certificate: %v", err)
 	}
 }
+
+// A leader whose advertised address the client cannot reach does not
+// capture the retries: the client goes round the nodes it can reach, which
+// forward.
+func TestUnreachableLeaderAddress(t *testing.T) {
+	fc := newFakeCluster(t, 2)
+	fc.setLeader(1)
+	fc.nodes[1].srv.Close() // the named leader is unreachable from here
+	c := mustNew(t, []string{fc.nodes[0].addr()}, WithCoalescing(Coalescing{Disabled: true}))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if _, err := c.learnLeader(ctx); err != nil || c.Target() != fc.nodes[1].addr() {
+		t.Fatalf("learn leader: %v, target %s", err, c.Target())
+	}
+	if _, err := c.Check(ctx, Request{Key: "k", Policy: "p"}); err != nil {
+		t.Fatalf("check through the reachable node: %v", err)
+	}
+}

@@ -44,12 +44,11 @@ func osEnv() cliEnv { return cliEnv{stdout: os.Stdout, stderr: os.Stderr, getenv
 
 // connFlags are the flags every client command shares.
 type connFlags struct {
-	addr, token             string
-	tlsCA, tlsCert, tlsKey  string
-	tls, tlsSkipVerify      bool
-	timeout                 time.Duration
-	output                  string
-	addrFromEnv, tokenGiven bool
+	addr, token            string
+	tlsCA, tlsCert, tlsKey string
+	tls, tlsSkipVerify     bool
+	timeout                time.Duration
+	output                 string
 }
 
 func (c *connFlags) register(fs *flag.FlagSet) {
@@ -116,13 +115,6 @@ func (c *connFlags) newClient() (*client.Client, error) {
 
 func (c *connFlags) context() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), c.timeout)
-}
-
-// command is one client subcommand: its name as typed ("policy put"), a
-// one-line summary, the usage line, and what it does.
-type command struct {
-	name, summary, usage string
-	run                  func(args []string, env cliEnv) int
 }
 
 // parseFlags parses flags that may come before, between or after the
