@@ -95,12 +95,28 @@ var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}
 type coalescer struct {
 	c        *Client
 	cfg      Coalescing
+	maxBatch atomic.Int64 // cfg.MaxBatch, lowered if a node refuses batches that large
 	mu       sync.Mutex
 	pending  []*call
 	inflight int
 }
 
-func newCoalescer(c *Client, cfg Coalescing) *coalescer { return &coalescer{c: c, cfg: cfg} }
+func newCoalescer(c *Client, cfg Coalescing) *coalescer {
+	co := &coalescer{c: c, cfg: cfg}
+	co.maxBatch.Store(int64(cfg.MaxBatch))
+	return co
+}
+
+// shrink lowers the batch size after a node refused a batch of n checks
+// (its --max-batch is smaller than ours).
+func (co *coalescer) shrink(n int) {
+	for {
+		cur := co.maxBatch.Load()
+		if int64(n) >= cur || co.maxBatch.CompareAndSwap(cur, max(int64(n), 1)) {
+			return
+		}
+	}
+}
 
 func (co *coalescer) do(ctx context.Context, r *Request) (Decision, error) {
 	cl := callPool.Get().(*call)
@@ -160,18 +176,19 @@ func lastErr(cl *call) error {
 
 // run sends one batch of what is pending, then hands its in-flight slot on.
 func (co *coalescer) run() {
+	maxBatch := int(co.maxBatch.Load())
 	if co.cfg.MaxWait > 0 {
 		co.mu.Lock()
 		n := len(co.pending)
 		co.mu.Unlock()
-		if n < co.cfg.MaxBatch {
+		if n < maxBatch {
 			time.Sleep(co.cfg.MaxWait)
 		}
 	}
 	co.mu.Lock()
 	n := len(co.pending)
-	if n > co.cfg.MaxBatch {
-		n = co.cfg.MaxBatch
+	if n > maxBatch {
+		n = maxBatch
 	}
 	batch := make([]*call, n)
 	copy(batch, co.pending)
@@ -262,6 +279,18 @@ func (c *Client) sendBatch(calls []*call) {
 		return err
 	})
 	if err == errNoneLeft {
+		return
+	}
+	var e *Error
+	if errors.As(err, &e) && e.Code == CodeInvalidArgument && e.Field == "checks" && len(live) > 1 {
+		// The node takes fewer checks per request than we sent: split, and
+		// send smaller batches from now on.
+		half := len(live) / 2
+		c.co.shrink(half)
+		first := append([]*call(nil), live[:half]...)
+		rest := append([]*call(nil), live[half:]...)
+		c.sendBatch(first)
+		c.sendBatch(rest)
 		return
 	}
 	if err != nil {

@@ -2,8 +2,12 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"net/url"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -241,9 +245,13 @@ func TestMiddlewareHeaders(t *testing.T) {
 func TestCoalescingProperty(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		fc := newFakeCluster(t, 1)
+		// A node that takes fewer checks per batch than the client sends
+		// makes the client split its batches.
+		fc.maxBatch = rapid.IntRange(0, 4).Draw(rt, "serverMaxBatch")
 		cfg := Coalescing{
 			MaxBatch:    rapid.IntRange(1, 8).Draw(rt, "maxBatch"),
 			MaxInflight: rapid.IntRange(1, 4).Draw(rt, "maxInflight"),
+			MaxWait:     time.Duration(rapid.IntRange(0, 1).Draw(rt, "maxWaitMS")) * time.Millisecond,
 		}
 		c, err := New(fc.addrs(), WithCoalescing(cfg))
 		if err != nil {
@@ -366,8 +374,17 @@ func TestTLSAndToken(t *testing.T) {
 	}
 	// Without the CA, the handshake fails and the check is unavailable.
 	c2 := mustNew(t, []string{"https://" + fc.addrs()[0]}, WithTimeout(200*time.Millisecond))
-	if _, err := c2.Check(context.Background(), Request{Key: "k", Policy: "p"}); !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrOutcomeUnknown) {
+	if _, err := c2.Check(context.Background(), Request{Key: "k", Policy: "p"}); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("untrusted certificate: %v", err)
+	}
+	// A failed handshake sent nothing: not an unknown outcome.
+	hs := &url.Error{Op: "Post", URL: "https://x", Err: &tls.CertificateVerificationError{Err: errors.New("unknown authority")}}
+	if sentMaybe(hs) {
+		t.Error("a failed TLS handshake counted as a request that may have been sent")
+	}
+	dial := &url.Error{Op: "Post", URL: "http://x", Err: &net.OpError{Op: "dial", Err: errors.New("connection refused")}}
+	if sentMaybe(dial) || !sentMaybe(&url.Error{Op: "Post", URL: "http://x", Err: io.ErrUnexpectedEOF}) {
+		t.Error("dial failures are unsent, lost answers may have been counted")
 	}
 }
 

@@ -25,6 +25,8 @@ type fakeCluster struct {
 	ids    map[string]wireDecision
 	// applied lists every check decided, in order (replays excluded).
 	applied []appliedCheck
+	// maxBatch, when set, refuses larger batches as the server's --max-batch does.
+	maxBatch int
 	// idHits counts how often each request_id arrived.
 	idHits map[string]int
 	// inject, when set, may answer a request itself (after the check was
@@ -173,6 +175,10 @@ func (n *fakeNode) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		if err := json.NewDecoder(r.Body).Decode(&b); err != nil {
 			writeJSONErr(w, 400, CodeInvalidArgument, "", err.Error())
+			return
+		}
+		if fc.maxBatch > 0 && len(b.Checks) > fc.maxBatch {
+			writeJSONErr(w, 400, CodeInvalidArgument, "checks", fmt.Sprintf("at most %d checks per request", fc.maxBatch))
 			return
 		}
 		out := make([]wireDecision, len(b.Checks))
