@@ -89,9 +89,9 @@ type call struct {
 var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1), id: make([]byte, 0, 48)} }}
 
 // coalescer merges concurrent checks into /v1/check/batch requests without a
-// background goroutine: a caller that finds a free in-flight slot sends what
-// is pending (its own check included) and, if more arrived meanwhile, hands
-// the slot to a new goroutine that sends the next batch.
+// long-lived goroutine: a caller that finds a free in-flight slot starts a
+// sender for what is pending (its own check included), which, if more
+// arrived meanwhile, sends the next batch too.
 type coalescer struct {
 	c        *Client
 	cfg      Coalescing
@@ -144,7 +144,9 @@ func (co *coalescer) do(ctx context.Context, r *Request) (Decision, error) {
 	}
 	co.mu.Unlock()
 	if run {
-		co.run()
+		// In its own goroutine: the batch may carry checks with later
+		// deadlines, and this caller must be free to return at its own.
+		go co.run()
 	}
 
 	var timeout <-chan time.Time
@@ -204,7 +206,7 @@ func (co *coalescer) run() {
 	co.mu.Lock()
 	if len(co.pending) > 0 {
 		co.mu.Unlock()
-		go co.run()
+		co.run()
 		return
 	}
 	co.inflight--

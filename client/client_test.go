@@ -405,3 +405,41 @@ func TestUnreachableLeaderAddress(t *testing.T) {
 		t.Fatalf("check through the reachable node: %v", err)
 	}
 }
+
+// A caller returns at its own deadline even when its check shares a batch
+// with checks that may wait longer (and the node does not answer).
+func TestCoalescedCallerKeepsItsDeadline(t *testing.T) {
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/cluster" {
+			http.Error(w, "", http.StatusNotFound)
+			return
+		}
+		<-release
+	}))
+	defer srv.Close()
+	defer close(release)
+	c := mustNew(t, []string{strings.TrimPrefix(srv.URL, "http://")},
+		WithCoalescing(Coalescing{MaxInflight: 1, MaxWait: 50 * time.Millisecond}))
+	short := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		_, err := c.Check(ctx, Request{Key: "short", Policy: "p"})
+		short <- err
+	}()
+	time.Sleep(10 * time.Millisecond) // join the short caller's batch while it waits (MaxWait)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		c.Check(ctx, Request{Key: "long", Policy: "p"})
+	}()
+	select {
+	case err := <-short:
+		if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, ErrOutcomeUnknown) {
+			t.Fatalf("short caller: %v, want its deadline with an unknown outcome", err)
+		}
+	case <-time.After(20 * time.Second): // a liveness bound, 100 times its deadline
+		t.Fatal("the short caller is held by the long caller's deadline")
+	}
+}
