@@ -170,6 +170,7 @@ func BenchmarkCheck(b *testing.B) {
 		opt  client.Option
 	}{
 		{"coalesced", client.WithCoalescing(client.Coalescing{MaxInflight: envInt("LIMITD_BENCH_INFLIGHT")})},
+		{"coalesced-no-request-ids", client.WithoutRequestIDs()},
 		{"single", client.WithCoalescing(client.Coalescing{Disabled: true})},
 	} {
 		b.Run(mode.name, func(b *testing.B) {
