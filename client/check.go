@@ -176,41 +176,40 @@ func lastErr(cl *call) error {
 	return nil
 }
 
-// run sends one batch of what is pending, then hands its in-flight slot on.
+// run sends batches of what is pending until nothing is, then gives its
+// in-flight slot back.
 func (co *coalescer) run() {
-	maxBatch := int(co.maxBatch.Load())
-	if co.cfg.MaxWait > 0 {
-		co.mu.Lock()
-		n := len(co.pending)
-		co.mu.Unlock()
-		if n < maxBatch {
-			time.Sleep(co.cfg.MaxWait)
+	for {
+		maxBatch := int(co.maxBatch.Load())
+		if co.cfg.MaxWait > 0 {
+			co.mu.Lock()
+			n := len(co.pending)
+			co.mu.Unlock()
+			if n < maxBatch {
+				time.Sleep(co.cfg.MaxWait)
+			}
 		}
-	}
-	co.mu.Lock()
-	n := len(co.pending)
-	if n > maxBatch {
-		n = maxBatch
-	}
-	batch := make([]*call, n)
-	copy(batch, co.pending)
-	rest := copy(co.pending, co.pending[n:])
-	clear(co.pending[rest:])
-	co.pending = co.pending[:rest]
-	co.mu.Unlock()
-
-	if len(batch) > 0 {
-		co.c.sendBatch(batch)
-	}
-
-	co.mu.Lock()
-	if len(co.pending) > 0 {
+		co.mu.Lock()
+		n := min(len(co.pending), maxBatch)
+		batch := make([]*call, n)
+		copy(batch, co.pending)
+		rest := copy(co.pending, co.pending[n:])
+		clear(co.pending[rest:])
+		co.pending = co.pending[:rest]
 		co.mu.Unlock()
-		co.run()
-		return
+
+		if len(batch) > 0 {
+			co.c.sendBatch(batch)
+		}
+
+		co.mu.Lock()
+		if len(co.pending) == 0 {
+			co.inflight--
+			co.mu.Unlock()
+			return
+		}
+		co.mu.Unlock()
 	}
-	co.inflight--
-	co.mu.Unlock()
 }
 
 var resultsPool = sync.Pool{New: func() any { s := make([]wireDecision, 0, DefaultMaxBatch); return &s }}
