@@ -25,6 +25,7 @@ import (
 func (c *Client) Check(ctx context.Context, r Request) (Decision, error) {
 	d, err := c.check(ctx, &r)
 	if err != nil && c.opts.failMode != FailError && errors.Is(err, ErrUnavailable) {
+		c.checks.Add(1)
 		switch c.opts.failMode {
 		case FailOpen:
 			c.failedOpen.Add(1)

@@ -192,7 +192,7 @@ func TestFailModes(t *testing.T) {
 			}
 		}
 		s := c.Stats()
-		if got := s.FailedOpen + s.FailedClosed; got != 3 || (tc.mode == FailOpen) != (s.FailedOpen == 3) {
+		if got := s.FailedOpen + s.FailedClosed; got != 3 || (tc.mode == FailOpen) != (s.FailedOpen == 3) || s.Checks != 3 {
 			t.Fatalf("mode %d: stats %+v", tc.mode, s)
 		}
 	}
