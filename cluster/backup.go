@@ -63,7 +63,8 @@ type Backup struct {
 // leader it first waits until everything committed is applied (a barrier),
 // so the backup holds every acknowledged decision. It uses Raft's own
 // snapshot (raft.Snapshot, which also compacts the log as a scheduled
-// snapshot would), or the latest stored one when nothing was applied since.
+// snapshot would), or, when Raft has applied nothing since the node started,
+// the latest stored one if it is not behind the state.
 // Everything that can fail before the first byte fails here.
 func (n *Node) OpenBackup(ctx context.Context) (*Backup, error) {
 	if n.IsLeader() {
@@ -94,6 +95,13 @@ func (n *Node) OpenBackup(ctx context.Context) (*Backup, error) {
 		list, serr := snaps.List()
 		if serr != nil || len(list) == 0 {
 			return nil, fmt.Errorf("backup: no stored snapshot to read: %v", serr)
+		}
+		// Raft says "nothing new" only when it applied nothing since it
+		// started; the state database may still be ahead of the stored
+		// snapshot (a restarted node before its first entry). Never hand out
+		// an older state than the node has acknowledged.
+		if applied := n.fsm.AppliedIndex(); list[0].Index < applied {
+			return nil, fmt.Errorf("backup: this node's latest snapshot (index %d) is behind its state (index %d) and it has applied nothing since it started: take the backup from the leader", list[0].Index, applied)
 		}
 		meta, rc, err = snaps.Open(list[0].ID)
 		if err != nil {
