@@ -50,6 +50,7 @@ type serveFlags struct {
 	maxConnections                            int
 	gcPercent                                 int
 	memoryLimit                               int64
+	grpc                                      grpcFlags // grpc.go
 }
 
 func newServeFlagSet(out io.Writer) (*flag.FlagSet, *serveFlags) {
@@ -90,6 +91,7 @@ func newServeFlagSet(out io.Writer) (*flag.FlagSet, *serveFlags) {
 	fs.IntVar(&f.maxConnections, "max-connections", DefaultMaxConnections, "HTTP: connections served at once; more wait in the listen backlog until one closes")
 	fs.BoolVar(&f.stayAfterRemoval, "stay-after-removal", false, "keep running (not ready, answering 503) after this node is removed from the cluster, instead of exiting")
 	fs.BoolVar(&f.pprof, "pprof", false, "serve Go profiling endpoints under /debug/pprof/")
+	addGRPCFlags(fs, &f.grpc)
 	fs.Usage = func() {
 		fmt.Fprintf(out, "Usage: limitd [serve] [flags]\n\nRuns a limitd node. Every flag can also be set with an environment variable:\nLIMITD_ and the flag name in upper case with - as _ (e.g. LIMITD_DATA_DIR).\nA flag on the command line wins over the environment.\n\nFlags:\n")
 		fs.PrintDefaults()
@@ -249,8 +251,13 @@ func serve(f *serveFlags, logger *log.Logger) error {
 		logger.Printf("previous stop was unclean: rebuilding state from the latest snapshot and the Raft log")
 	}
 
-	srv := api.New(node, apiCfg)
-	handler := srv.Handler()
+	rlsFE, err := newRLSFrontEnd(f, node, logger) // gRPC, POST /json, --rls-config (grpc.go)
+	if err != nil {
+		ln.Close()
+		return errors.Join(err, node.Close())
+	}
+	srv := api.New(rlsFE.store(), apiCfg)
+	handler := rlsFE.mount(srv.Handler())
 	if f.pprof {
 		mux := http.NewServeMux()
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
@@ -280,7 +287,8 @@ func serve(f *serveFlags, logger *log.Logger) error {
 
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer cancel()
-	background := make(chan error, 2)
+	background := make(chan error, 4)
+	rlsFE.start(ctx, background)
 	if f.join != "" {
 		go func() {
 			if err := node.JoinCluster(ctx, f.join); err != nil {
@@ -324,6 +332,7 @@ func serve(f *serveFlags, logger *log.Logger) error {
 	shutdownCtx, stop := context.WithTimeout(context.Background(), 5*time.Second)
 	defer stop()
 	hs.Shutdown(shutdownCtx)
+	rlsFE.stop(shutdownCtx)
 	if err := node.Close(); err != nil {
 		return errors.Join(runErr, err)
 	}
