@@ -194,6 +194,7 @@ const (
 	routeKeys
 	routeCluster
 	routeClusterDigest
+	routeClusterSnapshot
 	routeClusterJoin
 	routeClusterNodes
 	routeHealthz
@@ -205,7 +206,7 @@ const (
 )
 
 var routeNames = [numRoutes]string{"check", "check_all", "check_batch", "auth", "policies", "keys",
-	"cluster", "cluster_digest", "cluster_join", "cluster_nodes", "healthz", "readyz", "metrics", "internal", "other"}
+	"cluster", "cluster_digest", "cluster_snapshot", "cluster_join", "cluster_nodes", "healthz", "readyz", "metrics", "internal", "other"}
 
 // routeOf classifies a request path.
 func routeOf(path string) int {
@@ -226,6 +227,8 @@ func routeOf(path string) int {
 		return routeCluster
 	case path == "/v1/cluster/digest":
 		return routeClusterDigest
+	case path == "/v1/cluster/snapshot":
+		return routeClusterSnapshot
 	case path == "/v1/cluster/join":
 		return routeClusterJoin
 	case strings.HasPrefix(path, "/v1/cluster/nodes/"):

@@ -292,7 +292,7 @@ func TestRouteOfIsBounded(t *testing.T) {
 	for path, want := range map[string]string{
 		"/v1/check": "check", "/v1/check/all": "check_all", "/v1/check/batch": "check_batch",
 		"/v1/auth/api/some/path": "auth", "/v1/policies": "policies", "/v1/policies/p": "policies",
-		"/v1/keys/user%2F1": "keys", "/v1/cluster": "cluster", "/v1/cluster/nodes/n2": "cluster_nodes",
+		"/v1/keys/user%2F1": "keys", "/v1/cluster": "cluster", "/v1/cluster/snapshot": "cluster_snapshot", "/v1/cluster/nodes/n2": "cluster_nodes",
 		"/healthz": "healthz", "/internal/check": "internal", "/v1/check/other": "other", "/x": "other",
 	} {
 		if got := routeNames[routeOf(path)]; got != want {
