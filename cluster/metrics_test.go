@@ -78,3 +78,12 @@ func TestRaftSinkBridge(t *testing.T) {
 		t.Fatalf("commit histogram: %d series", n)
 	}
 }
+
+// Raft reports on its hot paths: a sample costs no allocation.
+func TestRaftSinkSampleDoesNotAllocate(t *testing.T) {
+	s := newRaftSink()
+	key := []string{"raft", "fsm", "applyBatch"}
+	if n := testing.AllocsPerRun(100, func() { s.AddSample(key, 1.5) }); n != 0 {
+		t.Errorf("AddSample: %v allocations, want 0", n)
+	}
+}

@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"strings"
 	"sync"
 	"time"
 
@@ -121,7 +120,17 @@ func installRaftSink() {
 	})
 }
 
-func joinKey(key []string) string { return strings.Join(key, ".") }
+// appendKey appends key joined with dots to b: raft reports on its hot
+// paths, and looking up string(appendKey(stack buffer)) does not allocate.
+func appendKey(b []byte, key []string) []byte {
+	for i, k := range key {
+		if i > 0 {
+			b = append(b, '.')
+		}
+		b = append(b, k...)
+	}
+	return b
+}
 
 // AddSample receives raft's MeasureSince timings in milliseconds.
 func (s *raftSink) AddSample(key []string, val float32) {
@@ -129,11 +138,12 @@ func (s *raftSink) AddSample(key []string, val float32) {
 }
 
 func (s *raftSink) AddSampleWithLabels(key []string, val float32, labels []gometrics.Label) {
-	k := joinKey(key)
-	if h, ok := s.byKey[k]; ok {
+	var buf [96]byte
+	k := appendKey(buf[:0], key)
+	if h, ok := s.byKey[string(k)]; ok {
 		h.Observe(float64(val) / 1000)
 	}
-	if contactKeys[k] {
+	if contactKeys[string(k)] {
 		for _, l := range labels {
 			if l.Name == "peer_id" {
 				s.mu.Lock()
