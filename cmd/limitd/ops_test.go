@@ -272,3 +272,52 @@ func TestOpsRestoreFromSnapshot(t *testing.T) {
 		}
 	}
 }
+
+// The deploy files make nodes advertise DNS names (compose service names,
+// Kubernetes pod names): a cluster whose nodes advertise "localhost" forms,
+// keeps the names (not the IPs they resolved to) in its configuration, and
+// serves on after a restart. (That a new IP behind the name is found again
+// follows from dialing the name; loopback cannot move a node's IP.)
+func TestOpsNodesAdvertiseNames(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster of processes")
+	}
+	c := &procCluster{dir: t.TempDir()}
+	t.Cleanup(func() { c.stopNodes() })
+	named := func(nd *procNode) []string {
+		_, hp, _ := strings.Cut(nd.httpAddr, ":")
+		_, rp, _ := strings.Cut(nd.raftAddr, ":")
+		return []string{"--http-advertise", "localhost:" + hp, "--raft-advertise", "localhost:" + rp}
+	}
+	n1 := opsNode(t, c, "n1", "")
+	if err := n1.start(named(n1)...); err != nil {
+		t.Fatal(err)
+	}
+	waitMembers(t, c, c.nodes, 1)
+	_, h1, _ := strings.Cut(n1.httpAddr, ":")
+	for _, id := range []string{"n2", "n3"} {
+		nd := opsNode(t, c, id, "http://localhost:"+h1)
+		if err := nd.start(named(nd)...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitMembers(t, c, c.nodes, 3)
+	out := cli(t, "cluster", "members", "--addr", n1.httpAddr, "--output", "json")
+	if strings.Count(out, `"localhost:`) < 3 || strings.Contains(out, `"127.0.0.1:`) {
+		t.Fatalf("members do not carry the advertised names:\n%s", out)
+	}
+	for i := 0; i < 3; i++ {
+		spend(t, c.nodes, "names", fmt.Sprint("nm-", i))
+	}
+	// Restart n1 (the leader first hands leadership over).
+	if err := n1.term(procStopTimeout); err != nil {
+		t.Fatal(err)
+	}
+	if err := n1.start(named(n1)...); err != nil {
+		t.Fatal(err)
+	}
+	waitMembers(t, c, c.nodes, 3)
+	if got := remaining(t, n1, "names"); got != 1000000-3 {
+		t.Fatalf("n1 sees %d remaining after its restart, want %d", got, 1000000-3)
+	}
+}
