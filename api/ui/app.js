@@ -282,7 +282,7 @@ function drawTimelines(res) {
   const times = res.runs[0].decisions.map((d) => Number(d.t));
   const t0 = times[0], t1 = times[times.length - 1];
   const W = 800, H = 70, L = 4, R = 4, B = 16;
-  const columns = Math.max(1, Math.min(160, times.length));
+  const columns = 100; // time buckets across the trace
   const span = t1 - t0;
   const col = (t) => (span === 0 ? 0 : Math.min(columns - 1, Math.floor(((t - t0) / span) * columns)));
   let peak = 1;
