@@ -14,6 +14,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"os/exec"
@@ -24,6 +25,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/limitd/limitd/algo"
+	"github.com/limitd/limitd/cluster"
 )
 
 // The status page in a real browser: Debian's chromium, headless, driven
@@ -148,6 +152,82 @@ func TestUIInBrowser(t *testing.T) {
 		}
 	}
 	t.Logf("screenshots in %s", shots)
+}
+
+// TestUIInBrowserAdminToken: on a node with an admin token the page is
+// read-only and shows the public view until the token is entered; a wrong
+// token is reported; the right one shows the members and lets a key be
+// reset; the token is kept in no storage, and Forget returns to read-only.
+func TestUIInBrowserAdminToken(t *testing.T) {
+	bin, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Skip("chromium is not installed (apt-get install chromium)")
+	}
+	const token = "s3cret-token"
+	store := newFakeStore()
+	store.status = cluster.Status{NodeID: "n1", State: "Leader", LeaderID: "n1", LeaderHTTP: "127.0.0.1:1",
+		Term: 4, CommitIndex: 9, AppliedIndex: 9,
+		Members: []cluster.Member{{ID: "n1", RaftAddr: "127.0.0.1:2", HTTPAddr: "127.0.0.1:1", Suffrage: "Voter", Leader: true, Healthy: true}}}
+	store.putPolicy(t, "api", algo.Config{Algorithm: "token_bucket", Limit: 2, Window: "1m"}, false)
+	srv := httptest.NewServer(New(store, Config{AdminToken: token, Logger: discardLogger()}).Handler())
+	t.Cleanup(srv.Close)
+	for i := 0; i < 2; i++ {
+		resp, err := http.Post(srv.URL+"/v1/check", "application/json", strings.NewReader(`{"key":"k","policy":"api"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+
+	b := startBrowser(t, bin)
+	b.navigate(srv.URL + "/ui")
+	b.waitFor(`document.getElementById("leader").textContent === "n1" && !document.getElementById("public-note").hidden &&
+		document.querySelectorAll("#members tbody tr").length === 0 && document.getElementById("term").textContent === "–" &&
+		document.getElementById("mode").textContent === "read-only" && document.getElementById("lookup-reset").hidden`, "the public view")
+
+	submit := func(tok string) {
+		b.eval(fmt.Sprintf(`document.getElementById("token").value = %q; document.querySelector("#token-form button[type=submit]").click()`, tok))
+	}
+	submit("wrong")
+	b.waitFor(`document.getElementById("status").textContent.includes("token was refused") &&
+		!document.getElementById("public-note").hidden`, "the wrong token reported")
+	submit(token)
+	b.waitFor(`document.querySelectorAll("#members tbody tr").length === 1 && document.getElementById("term").textContent === "4" &&
+		document.getElementById("mode").textContent === "admin" && !document.getElementById("lookup-reset").hidden &&
+		document.getElementById("public-note").hidden && document.getElementById("status").textContent.startsWith("Updated")`, "the admin view")
+
+	b.eval(`document.getElementById("lookup-key").value = "k"; document.getElementById("lookup-policy").value = "api";
+		document.querySelector("#lookup-form button[type=submit]").click()`)
+	b.waitFor(`document.getElementById("lookup-result").textContent.includes("0 of 2")`, "the spent key")
+	b.eval(`window.confirm = () => true; document.getElementById("lookup-reset").click()`)
+	// The fake store records the reset command rather than applying it.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		store.mu.Lock()
+		n := len(store.applied)
+		store.mu.Unlock()
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d commands applied after the reset, want 1; page error %q", n, b.eval(`document.getElementById("lookup-error").textContent`))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	b.waitFor(`document.getElementById("lookup-error").textContent === "" && document.getElementById("lookup-result").textContent.includes("of 2")`, "the key peeked again")
+
+	kept := b.eval(`localStorage.length + sessionStorage.length === 0 && document.cookie === "" &&
+		document.getElementById("token").value === "" && !document.documentElement.outerHTML.includes(` + fmt.Sprintf("%q", token) + `)`)
+	if kept != true {
+		t.Errorf("the token is kept somewhere besides the page's memory")
+	}
+	b.screenshot(filepath.Join(t.TempDir(), "admin.png"))
+	b.eval(`document.getElementById("token-forget").click()`)
+	b.waitFor(`document.getElementById("mode").textContent === "read-only" && document.getElementById("lookup-reset").hidden &&
+		document.querySelectorAll("#members tbody tr").length === 0`, "read-only again")
+	for _, p := range b.problems() {
+		t.Errorf("browser console: %s", p)
+	}
 }
 
 // browser is one headless chromium with one page attached.
