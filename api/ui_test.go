@@ -45,9 +45,12 @@ func TestUIAssets(t *testing.T) {
 			}
 		}
 	}
+	// The types browsers need (with nosniff, a script of another type is not run).
+	want := map[string]string{".html": "text/html; charset=utf-8", ".css": "text/css; charset=utf-8",
+		".js": "text/javascript; charset=utf-8", ".svg": "image/svg+xml"}
 	for _, name := range names {
-		ctype, ok := uiContentTypes[path.Ext(name)]
-		if !ok {
+		ctype, ok := want[path.Ext(name)]
+		if _, served := uiContentTypes[path.Ext(name)]; !ok || !served {
 			t.Errorf("asset %s has no content type: it would not be served", name)
 			continue
 		}
