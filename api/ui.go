@@ -33,11 +33,13 @@ var uiContentTypes = map[string]string{
 // style, no CDN, no other origin to send data to) and cannot be framed.
 const UIContentSecurityPolicy = "default-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 
-// uiRoutes registers the status page (GET /ui) and the playground's
+// uiRoutes registers the status page (GET and HEAD /ui) and the playground's
 // endpoint (POST /v1/simulate).
 func (s *Server) uiRoutes(r *httprouter.Router) {
-	r.GET("/ui", noQuery(s.handleUI))
-	r.GET("/ui/*file", noQuery(s.handleUI))
+	for _, m := range []string{http.MethodGet, http.MethodHead} {
+		r.Handle(m, "/ui", noQuery(s.handleUI))
+		r.Handle(m, "/ui/*file", noQuery(s.handleUI))
+	}
 	r.POST("/v1/simulate", noQuery(s.handleSimulate))
 }
 

@@ -1,9 +1,11 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io/fs"
+	"net/http/httptest"
 	"os"
 	"path"
 	"path/filepath"
@@ -68,6 +70,9 @@ func TestUIAssets(t *testing.T) {
 		if r.code == 200 {
 			t.Errorf("GET %s: 200, want an error", p)
 		}
+	}
+	if r := ts.do("HEAD", "/ui", ""); r.code != 200 || r.header.Get("Content-Security-Policy") != UIContentSecurityPolicy {
+		t.Errorf("HEAD /ui: %d, CSP %q", r.code, r.header.Get("Content-Security-Policy"))
 	}
 	if r := ts.do("POST", "/ui", ""); r.code != 405 {
 		t.Errorf("POST /ui: %d, want 405", r.code)
@@ -256,5 +261,25 @@ func TestSimulateEndpointErrors(t *testing.T) {
 	}
 	if r := ts.do("POST", "/v1/simulate?algorithm=x", simulateBody(t, "1 a\n", nil)); r.code != 400 {
 		t.Errorf("query parameter: %d, want 400", r.code)
+	}
+}
+
+// TestSimulateEndpointOneAtATime: while a simulation runs, another waits;
+// one whose request ends while waiting gets 503 and nothing is computed.
+func TestSimulateEndpointOneAtATime(t *testing.T) {
+	ts := newTestServer(t, Config{})
+	simulateSlots <- struct{}{} // a simulation in progress
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	req := httptest.NewRequest("POST", "/v1/simulate", strings.NewReader(simulateBody(t, "1 a\n", nil))).WithContext(ctx)
+	rec := httptest.NewRecorder()
+	ts.h.ServeHTTP(rec, req)
+	<-simulateSlots
+	r := response{code: rec.Code, header: rec.Header(), body: rec.Body.Bytes()}
+	if code, _, _ := r.errorBody(t); r.code != 503 || code != CodeUnavailable || r.header.Get("Retry-After") == "" {
+		t.Fatalf("waiting simulation: %d %s", r.code, r.body)
+	}
+	if r := ts.do("POST", "/v1/simulate", simulateBody(t, "1 a\n", nil)); r.code != 200 {
+		t.Fatalf("after the slot is free: %d %s", r.code, r.body)
 	}
 }
