@@ -303,6 +303,13 @@ func TestConfigValidate(t *testing.T) {
 			t.Errorf("%q: %v", c.src, err)
 		}
 	}
+	// A body bound over the Raft entry bound could only fail later.
+	if err := (Config{MaxBodyBytes: cluster.MaxEntryBytes + 1}).Validate(); err == nil {
+		t.Error("a body bound over cluster.MaxEntryBytes was accepted")
+	}
+	if err := (Config{MaxBodyBytes: cluster.MaxEntryBytes}).Validate(); err != nil {
+		t.Errorf("body bound at cluster.MaxEntryBytes: %v", err)
+	}
 	// A bad source set anyway fails /v1/auth with 500, not the node.
 	ts := newTestServer(t, Config{AuthKeySource: "cookie:sid"})
 	if r := ts.do("GET", "/v1/auth/api", ""); r.code != 500 {

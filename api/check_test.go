@@ -647,6 +647,15 @@ func TestHealthAndReady(t *testing.T) {
 	if r := ts.do("GET", "/healthz", ""); r.code != 200 {
 		t.Fatalf("healthz while not ready: %d", r.code)
 	}
+	// A node that can no longer serve (disk full, halted state machine) is
+	// degraded: liveness fails, naming the cause, so a supervisor restarts it.
+	ts.store.healthErr = errors.New("node unavailable: raft log write failed: no space left on device")
+	r = ts.do("GET", "/healthz", "")
+	m = r.json(t)
+	e, _ = m["error"].(map[string]any)
+	if r.code != 503 || m["status"] != "degraded" || e == nil || !strings.Contains(e["message"].(string), "no space left") {
+		t.Fatalf("degraded healthz: %d %s", r.code, r.body)
+	}
 }
 
 func TestToMillis(t *testing.T) {

@@ -199,7 +199,7 @@ func TestClusterForwardingAndIdempotency(t *testing.T) {
 			t.Fatalf("retry on node %d: %v", i, m)
 		}
 	}
-	if err := c.nodes[l].Raft().LeadershipTransfer().Error(); err != nil {
+	if err := c.nodes[l].TransferLeadership(); err != nil {
 		t.Fatalf("leadership transfer: %v", err)
 	}
 	newLeader := c.leader()
@@ -227,8 +227,7 @@ func TestJoinWithoutHTTPAddr(t *testing.T) {
 	// Hand leadership to n1, which joined without an HTTP address.
 	l := c.leader()
 	if l != 1 {
-		f := c.nodes[l].Raft().LeadershipTransferToServer("n1", "raft1:8300")
-		if err := f.Error(); err != nil {
+		if err := c.nodes[l].TransferLeadershipTo("n1", "raft1:8300"); err != nil {
 			t.Fatalf("leadership transfer: %v", err)
 		}
 	}

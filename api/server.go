@@ -26,6 +26,7 @@ import (
 	"github.com/julienschmidt/httprouter"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/limitd/limitd/cluster"
 	"github.com/limitd/limitd/service"
 )
 
@@ -36,6 +37,9 @@ type Store interface {
 	service.Node
 	Internal() http.Handler             // node-to-node endpoints (forwarding); mounted under /internal/
 	Collectors() []prometheus.Collector // raft/batcher/storage metrics to register on /metrics
+	// Health is nil while the node can serve; otherwise it names why not
+	// (a halted state machine, a failed disk, removal from the cluster).
+	Health() error
 }
 
 // Config tunes the API. The zero value of every field selects its default.
@@ -89,6 +93,10 @@ func (c Config) Validate() error {
 	c = c.withDefaults()
 	if _, err := ParseKeySource(c.AuthKeySource); err != nil {
 		return fmt.Errorf("auth key source: %w", err)
+	}
+	if c.MaxBodyBytes > cluster.MaxEntryBytes {
+		// A body that cannot fit one Raft entry could only be refused later.
+		return fmt.Errorf("max body bytes %d is over the Raft entry bound %d", c.MaxBodyBytes, cluster.MaxEntryBytes)
 	}
 	return nil
 }
@@ -166,6 +174,7 @@ func (s *Server) routes() http.Handler {
 	r.POST("/v1/cluster/join", s.admin(noQuery(s.handleJoin)))
 	r.DELETE("/v1/cluster/nodes/:id", s.admin(noQuery(s.handleRemoveNode)))
 
+	s.rlsRoutes(r) // envoy ratelimit domains (rls.go)
 	r.GET("/healthz", noQuery(s.handleHealthz))
 	r.GET("/readyz", noQuery(s.handleReadyz))
 	r.Handler(http.MethodGet, "/metrics", s.metrics.handler())
@@ -294,6 +303,12 @@ func (s *Server) tooLarge() *apiError {
 }
 
 func (s *Server) handleHealthz(w http.ResponseWriter, _ *http.Request, _ httprouter.Params) {
+	if err := s.store.Health(); err != nil {
+		// Degraded for good: the process should be restarted (see docs/SECURITY.md).
+		b := appendError([]byte(`{"status":"degraded","error":`), CodeUnavailable, "", err.Error())
+		writeJSON(w, http.StatusServiceUnavailable, append(b, '}', '\n'))
+		return
+	}
 	writeJSON(w, http.StatusOK, []byte(`{"status":"ok"}`+"\n"))
 }
 

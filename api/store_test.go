@@ -37,6 +37,7 @@ type fakeStore struct {
 	applyResp  interface{} // returned by Apply
 	applyErr   error
 	readyErr   error
+	healthErr  error // returned by Health (a node that can no longer serve)
 	status     cluster.Status
 
 	checkCalls [][]fsm.Op
@@ -259,6 +260,8 @@ func (f *fakeStore) Internal() http.Handler {
 		w.WriteHeader(http.StatusTeapot)
 	})
 }
+
+func (f *fakeStore) Health() error { return f.healthErr }
 
 func (f *fakeStore) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{f.collector}

@@ -1,6 +1,8 @@
 package cluster
 
 import (
+	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -13,41 +15,71 @@ import (
 // While those units commit, new arrivals queue up, so the batch size follows
 // the load without a timer ("natural batching"); maxWait optionally lets a
 // flusher linger for a fuller batch.
+//
+// A caller waits at most until its context ends. A unit still queued is
+// taken out (nothing was proposed); one being encoded is waited for (the
+// encoder reads the caller's ops, so they must not be reused before); one
+// already sent is abandoned with ErrOutcomeUnknown.
 type batcher struct {
 	maxOps   int
+	maxBytes int // bound on opsSize of one batch
 	inflight int
 	maxWait  time.Duration
-	send     func(ops []fsm.Op) ([]fsm.Result, error)
-	observe  func(ops int)
+	// send proposes or forwards ops and waits for the results. It calls
+	// encoded once it no longer reads ops (before it waits), so callers
+	// whose deadline passes may go; it must return within a bounded time.
+	send    func(ops []fsm.Op, encoded func()) ([]fsm.Result, error)
+	observe func(ops int)
 
 	mu      sync.Mutex
+	sentC   *sync.Cond // broadcast when a taken batch has been encoded
 	queue   []*pending
 	queued  int // ops in queue
 	running int // flushers running
 	wake    chan struct{}
 }
 
+// pending states, guarded by batcher.mu.
+const (
+	stateQueued = iota
+	stateTaken  // a flusher is encoding it: its ops are still being read
+	stateSent   // encoded and proposed or forwarded
+)
+
 type pending struct {
-	ops  []fsm.Op
-	res  []fsm.Result
-	err  error
-	done chan struct{}
+	ops   []fsm.Op
+	size  int // opsSize(ops)
+	res   []fsm.Result
+	err   error
+	state int
+	done  chan struct{}
 }
 
 var pendingPool = sync.Pool{New: func() any { return &pending{done: make(chan struct{}, 1)} }}
 
-func newBatcher(maxOps, inflight int, maxWait time.Duration, send func([]fsm.Op) ([]fsm.Result, error), observe func(int)) *batcher {
-	return &batcher{
-		maxOps: maxOps, inflight: inflight, maxWait: maxWait,
+func newBatcher(maxOps, inflight int, maxWait time.Duration, send func([]fsm.Op, func()) ([]fsm.Result, error), observe func(int)) *batcher {
+	b := &batcher{
+		maxOps: maxOps, maxBytes: MaxEntryBytes, inflight: inflight, maxWait: maxWait,
 		send: send, observe: observe, wake: make(chan struct{}, 1),
 	}
+	b.sentC = sync.NewCond(&b.mu)
+	return b
 }
 
 // do submits ops as one unit (never split across entries, so an atomic group
-// stays atomic and a forwarded batch stays in order) and waits for results.
-func (b *batcher) do(ops []fsm.Op) ([]fsm.Result, error) {
+// stays atomic and a forwarded batch stays in order) and waits for results
+// or for ctx to end. When ctx ends first, the error says whether the ops were
+// proposed: a context error (nothing proposed) or ErrOutcomeUnknown. A unit
+// over MaxEntryOps ops or maxBytes is refused with ErrTooLarge; a unit over
+// maxOps (but within those) travels alone.
+func (b *batcher) do(ctx context.Context, ops []fsm.Op) ([]fsm.Result, error) {
+	size := opsSize(ops)
+	if len(ops) > MaxEntryOps || size > b.maxBytes {
+		return nil, fmt.Errorf("%w: %d ops, up to %d bytes encoded (bounds: %d ops, %d bytes)",
+			ErrTooLarge, len(ops), size, MaxEntryOps, b.maxBytes)
+	}
 	p := pendingPool.Get().(*pending)
-	p.ops, p.res, p.err = ops, nil, nil
+	p.ops, p.size, p.res, p.err, p.state = ops, size, nil, nil, stateQueued
 	b.mu.Lock()
 	b.queue = append(b.queue, p)
 	b.queued += len(ops)
@@ -61,11 +93,45 @@ func (b *batcher) do(ops []fsm.Op) ([]fsm.Result, error) {
 		}
 	}
 	b.mu.Unlock()
-	<-p.done
+	select {
+	case <-p.done:
+	case <-ctx.Done():
+		if err := b.abandon(p, ctx.Err()); err != nil {
+			// p stays with its flusher (which still writes to it): not pooled.
+			return nil, err
+		}
+		// The answer arrived while we gave up: use it.
+	}
 	res, err := p.res, p.err
 	p.ops, p.res, p.err = nil, nil, nil
 	pendingPool.Put(p)
 	return res, err
+}
+
+// abandon withdraws p after its caller's context ended. It returns nil when
+// p's answer is already delivered (the caller reads it from p).
+func (b *batcher) abandon(p *pending, cause error) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if p.state == stateQueued {
+		for i, q := range b.queue {
+			if q == p {
+				b.queue = append(b.queue[:i], b.queue[i+1:]...)
+				b.queued -= len(p.ops)
+				break
+			}
+		}
+		return fmt.Errorf("not proposed before the request's deadline: %w", cause)
+	}
+	for p.state == stateTaken {
+		b.sentC.Wait() // the encoder is reading p.ops: microseconds
+	}
+	select {
+	case <-p.done:
+		return nil
+	default:
+	}
+	return fmt.Errorf("%w: no answer before the request's deadline (%v)", ErrOutcomeUnknown, cause)
 }
 
 // flushLoop sends batches until the queue is empty, then exits.
@@ -90,15 +156,17 @@ func (b *batcher) flushLoop() {
 			return
 		}
 		batch, ops = batch[:0], ops[:0]
-		n := 0
+		n, size := 0, 0
 		for len(b.queue) > 0 {
 			p := b.queue[0]
-			if n > 0 && n+len(p.ops) > b.maxOps {
+			if n > 0 && (n+len(p.ops) > b.maxOps || size+p.size > b.maxBytes) {
 				break
 			}
 			b.queue[0] = nil
 			b.queue = b.queue[1:]
 			n += len(p.ops)
+			size += p.size
+			p.state = stateTaken
 			batch = append(batch, p)
 			ops = append(ops, p.ops...)
 		}
@@ -111,7 +179,21 @@ func (b *batcher) flushLoop() {
 		if b.observe != nil {
 			b.observe(len(ops))
 		}
-		res, err := b.send(ops)
+		marked := false
+		encoded := func() {
+			if marked {
+				return
+			}
+			marked = true
+			b.mu.Lock()
+			for _, p := range batch {
+				p.state = stateSent
+			}
+			b.sentC.Broadcast()
+			b.mu.Unlock()
+		}
+		res, err := b.send(ops, encoded)
+		encoded()
 		if err == nil && len(res) != len(ops) {
 			err = errShortResponse
 		}
@@ -126,5 +208,6 @@ func (b *batcher) flushLoop() {
 			p.done <- struct{}{}
 		}
 		clear(ops)
+		clear(batch)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -28,6 +29,7 @@ type testCluster struct {
 	srvs   []*httptest.Server
 	dirs   []string
 	closed []bool
+	tweak  func(*Config) // optional: adjusts each node's configuration
 }
 
 func fastConfig(id, dir, httpAddr string, tr raft.Transport) Config {
@@ -43,7 +45,12 @@ func fastConfig(id, dir, httpAddr string, tr raft.Transport) Config {
 
 func newTestCluster(t *testing.T, size int) *testCluster {
 	t.Helper()
-	c := &testCluster{t: t}
+	return newTestClusterWith(t, size, nil)
+}
+
+func newTestClusterWith(t *testing.T, size int, tweak func(*Config)) *testCluster {
+	t.Helper()
+	c := &testCluster{t: t, tweak: tweak}
 	for i := 0; i < size; i++ {
 		_, tr := raft.NewInmemTransport(raft.ServerAddress(fmt.Sprintf("node%d", i)))
 		c.trans = append(c.trans, tr)
@@ -64,8 +71,17 @@ func newTestCluster(t *testing.T, size int) *testCluster {
 	}
 	c.waitLeader(c.nodes[0])
 	for i := 1; i < size; i++ {
+		// A join is idempotent, so one whose outcome is unknown (the
+		// one-node leader stepped down under load) is simply sent again.
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		err := c.nodes[0].Join(ctx, c.nodes[i].ID(), string(c.trans[i].LocalAddr()), c.srvs[i].Listener.Addr().String())
+		var err error
+		for {
+			err = c.nodes[0].Join(ctx, c.nodes[i].ID(), string(c.trans[i].LocalAddr()), c.srvs[i].Listener.Addr().String())
+			if !errors.Is(err, ErrOutcomeUnknown) || ctx.Err() != nil {
+				break
+			}
+			c.waitLeader(c.nodes[0])
+		}
 		cancel()
 		if err != nil {
 			t.Fatalf("join node%d: %v", i, err)
@@ -94,7 +110,11 @@ func (c *testCluster) start(i int, bootstrap bool) {
 	}
 	// Raft closes its transport on shutdown; a restarted node reconnects.
 	c.heal()
-	n, err := Open(fastConfig(fmt.Sprintf("n%d", i), c.dirs[i], c.srvs[i].Listener.Addr().String(), c.trans[i]), bootstrap)
+	cfg := fastConfig(fmt.Sprintf("n%d", i), c.dirs[i], c.srvs[i].Listener.Addr().String(), c.trans[i])
+	if c.tweak != nil {
+		c.tweak(&cfg)
+	}
+	n, err := Open(cfg, bootstrap)
 	if err != nil {
 		c.t.Fatalf("open node%d: %v", i, err)
 	}
@@ -465,8 +485,8 @@ func TestStatusListsMembers(t *testing.T) {
 func TestFatalApplyStopsNodeAndCloseReturns(t *testing.T) {
 	c := newTestCluster(t, 1)
 	n := c.nodes[0]
-	f := n.Raft().Apply([]byte{250, 1}, time.Second) // an unknown command type
-	_ = f                                            // never answered: the state machine stops before responding
+	f := n.raft.Apply([]byte{250, 1}, time.Second) // an unknown command type
+	_ = f                                          // never answered: the state machine stops before responding
 	deadline := time.Now().Add(5 * time.Second)
 	for n.Ready() == nil && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
@@ -485,4 +505,76 @@ func TestFatalApplyStopsNodeAndCloseReturns(t *testing.T) {
 		t.Fatal("Close hung after a fatal apply error")
 	}
 	c.closed[0] = true
+}
+
+// A removed node says so: Removed is closed, Ready reports "removed from
+// cluster", and checks through it answer ErrUnavailable.
+func TestRemovedNodeStopsServing(t *testing.T) {
+	c := newTestCluster(t, 3)
+	l := c.leader()
+	victim := (l + 1) % 3
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.nodes[l].Remove(ctx, c.nodes[victim].ID()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-c.nodes[victim].Removed():
+	case <-ctx.Done():
+		t.Fatal("the removed node did not notice its removal")
+	}
+	if err := c.nodes[victim].Ready(); err == nil || !strings.Contains(err.Error(), "removed from cluster") {
+		t.Fatalf("Ready of the removed node: %v, want \"removed from cluster\"", err)
+	}
+	if _, err := c.nodes[victim].Check(ctx, check("k", slidingLog(5, time.Hour))); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("check through the removed node: %v, want ErrUnavailable", err)
+	}
+	select {
+	case <-c.nodes[l].Removed():
+		t.Fatal("the leader reports itself removed")
+	default:
+	}
+}
+
+func memberHealth(t *testing.T, n *Node) map[string]string {
+	t.Helper()
+	st, err := n.Status(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := map[string]string{}
+	for _, m := range st.Members {
+		if m.Healthy != (m.Health == HealthHealthy) {
+			t.Fatalf("member %+v: healthy and health disagree", m)
+		}
+		h[m.ID] = m.Health
+	}
+	return h
+}
+
+// /v1/cluster health: a follower cannot know about the other followers, a
+// node without a leader cannot know about any peer; both say "unknown", and
+// the leader reports a stopped member unhealthy.
+func TestStatusHealthSaysUnknownWhereItCannotKnow(t *testing.T) {
+	c := newTestCluster(t, 3)
+	l := c.leader()
+	f1, f2 := (l+1)%3, (l+2)%3
+	id := func(i int) string { return c.nodes[i].ID() }
+	h := memberHealth(t, c.nodes[f1])
+	if h[id(l)] != HealthHealthy || h[id(f1)] != HealthHealthy || h[id(f2)] != HealthUnknown {
+		t.Fatalf("follower's view %v: want leader and itself healthy, the other follower unknown", h)
+	}
+	c.stop(f2)
+	waitFor(t, func() bool { return memberHealth(t, c.nodes[l])[id(f2)] == HealthUnhealthy })
+	if h := memberHealth(t, c.nodes[f1]); h[id(f2)] != HealthUnknown {
+		t.Fatalf("follower's view of a stopped member: %v, want unknown (it cannot know)", h)
+	}
+	// Cut the follower off: without a leader it knows nothing of its peers
+	// and is itself out of contact.
+	c.isolate(f1)
+	waitFor(t, func() bool { _, lid := c.nodes[f1].raft.LeaderWithID(); return lid == "" })
+	h = memberHealth(t, c.nodes[f1])
+	if h[id(l)] != HealthUnknown || h[id(f2)] != HealthUnknown || h[id(f1)] != HealthUnhealthy {
+		t.Fatalf("isolated node's view %v: want peers unknown and itself unhealthy", h)
+	}
 }

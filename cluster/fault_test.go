@@ -391,7 +391,7 @@ func (c *faultCluster) leader() int {
 	for i := range c.nodes {
 		n, up := c.node(i)
 		if up && n.IsLeader() {
-			if t := n.Raft().CurrentTerm(); best < 0 || t > term {
+			if t := n.raft.CurrentTerm(); best < 0 || t > term {
 				best, term = i, t
 			}
 		}
@@ -436,7 +436,7 @@ func (c *faultCluster) converged(timeout time.Duration) (string, error) {
 		var commit uint64
 		if l >= 0 {
 			ln, _ := c.node(l)
-			commit = ln.Raft().CommitIndex()
+			commit = ln.raft.CommitIndex()
 		}
 		for i := range c.nodes {
 			n, _ := c.node(i)
@@ -653,7 +653,7 @@ var nemeses = []nemesis{
 	{"transfer-leadership", func(c *faultCluster, rng *rand.Rand) func() {
 		if l := c.leader(); l >= 0 {
 			if n, up := c.node(l); up {
-				if err := n.Raft().LeadershipTransfer().Error(); err != nil {
+				if err := n.raft.LeadershipTransfer().Error(); err != nil {
 					c.t.Logf("leadership transfer: %v", err)
 				}
 			}
@@ -690,7 +690,7 @@ func (c *faultCluster) leaderID() string {
 		return ""
 	}
 	n, _ := c.node(l)
-	return fmt.Sprintf("%s@%d", n.ID(), n.Raft().CurrentTerm())
+	return fmt.Sprintf("%s@%d", n.ID(), n.raft.CurrentTerm())
 }
 
 // leaderWatch counts leader changes seen by polling, starting from last.

@@ -31,7 +31,11 @@ const (
 	errNoLeader       = "no_leader"
 	errUnknownOutcome = "outcome_unknown"
 
-	maxForwardBody = 64 << 20
+	// maxResponseBody bounds a leader's answer read by a follower (results
+	// of up to MaxEntryBytes of ops).
+	maxResponseBody = 64 << 20
+	// maxMembershipBody bounds a join or remove request.
+	maxMembershipBody = 1 << 16
 )
 
 type joinRequest struct {
@@ -48,14 +52,16 @@ type applyResponse struct {
 }
 
 // forwardChecks is the follower's batcher send.
-func (n *Node) forwardChecks(ops []fsm.Op) ([]fsm.Result, error) {
+func (n *Node) forwardChecks(ops []fsm.Op, encoded func()) ([]fsm.Result, error) {
 	id, addr := n.leaderHTTP()
 	if addr == "" || id == n.cfg.NodeID {
 		return nil, errRetry
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.ApplyTimeout+time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.ApplyTimeout)
 	defer cancel()
-	body, err := n.post(ctx, addr, pathCheck, "application/octet-stream", fsm.AppendOps(nil, ops))
+	req := fsm.AppendOps(nil, ops)
+	encoded()
+	body, err := n.post(ctx, addr, pathCheck, "application/octet-stream", req)
 	if err != nil {
 		return nil, err
 	}
@@ -67,7 +73,7 @@ func (n *Node) forwardChecks(ops []fsm.Op) ([]fsm.Result, error) {
 }
 
 func (n *Node) forwardApply(ctx context.Context, addr string, cmd []byte) (interface{}, error) {
-	ctx, cancel := context.WithTimeout(ctx, n.cfg.ApplyTimeout+time.Second)
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.ApplyTimeout)
 	defer cancel()
 	body, err := n.post(ctx, addr, pathApply, "application/octet-stream", cmd)
 	if err != nil {
@@ -93,7 +99,7 @@ func (n *Node) forwardJSON(ctx context.Context, addr, path string, v any) error 
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, n.cfg.ApplyTimeout+time.Second)
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.ApplyTimeout)
 	defer cancel()
 	body, err := n.post(ctx, addr, path, "application/json", b)
 	if err != nil {
@@ -133,12 +139,21 @@ func (n *Node) post(ctx context.Context, addr, path, ctype string, body []byte) 
 		return nil, fmt.Errorf("%w: forward to leader %s: %v", ErrOutcomeUnknown, addr, err)
 	}
 	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, maxForwardBody))
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBody))
 	if err != nil {
 		return nil, fmt.Errorf("%w: read leader response: %v", ErrOutcomeUnknown, err)
 	}
 	if resp.StatusCode == http.StatusOK {
 		return data, nil
+	}
+	if resp.StatusCode == http.StatusUnauthorized {
+		// Nothing was proposed. Nodes disagree on the token or CA (a
+		// rotation in progress, or a misconfiguration): say so.
+		return nil, &unavailableError{fmt.Errorf("the leader %s refused this node's credentials (admin token or certificate): %s",
+			addr, strings.TrimSpace(string(data)))}
+	}
+	if resp.StatusCode == http.StatusRequestEntityTooLarge {
+		return nil, fmt.Errorf("%w: leader %s: %s", ErrTooLarge, addr, strings.TrimSpace(string(data)))
 	}
 	switch resp.Header.Get(errHeader) {
 	case errNotLeader, errNoLeader:
@@ -159,8 +174,15 @@ func (n *Node) Internal() http.Handler {
 	return n.authenticate(mux)
 }
 
+// authenticate admits node-to-node requests: with Config.TLS, only over TLS
+// with a client certificate the server verified against the cluster CA; with
+// an admin token, only bearing it. Both apply when both are configured.
 func (n *Node) authenticate(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n.cfg.TLS != nil && (r.TLS == nil || len(r.TLS.VerifiedChains) == 0) {
+			http.Error(w, "node-to-node endpoints require a client certificate signed by the cluster CA", http.StatusUnauthorized)
+			return
+		}
 		if n.cfg.AdminToken != "" {
 			got := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
 			if subtle.ConstantTimeCompare([]byte(got), []byte(n.cfg.AdminToken)) != 1 {
@@ -175,12 +197,14 @@ func (n *Node) authenticate(h http.Handler) http.Handler {
 func internalError(w http.ResponseWriter, err error) {
 	code := ""
 	switch {
-	case errors.Is(err, errRetry):
-		code = errNotLeader
-	case errors.Is(err, ErrNoLeader):
-		code = errNoLeader
 	case errors.Is(err, ErrOutcomeUnknown):
 		code = errUnknownOutcome
+	case errors.Is(err, errRetry):
+		code = errNotLeader
+	case errors.Is(err, ErrNoLeader), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		// Nothing was proposed (an unavailable node, or a unit withdrawn from
+		// the queue when the forwarding follower gave up).
+		code = errNoLeader
 	}
 	if code != "" {
 		w.Header().Set(errHeader, code)
@@ -190,17 +214,32 @@ func internalError(w http.ResponseWriter, err error) {
 	http.Error(w, err.Error(), http.StatusInternalServerError)
 }
 
-func readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
-	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxForwardBody))
+// readBody reads a node-to-node request body of at most limit bytes; a
+// larger one is refused with 413 before it is read.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, bool) {
+	if r.ContentLength > limit {
+		http.Error(w, fmt.Sprintf("request body of %d bytes is over the limit of %d", r.ContentLength, limit), http.StatusRequestEntityTooLarge)
+		return nil, false
+	}
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			http.Error(w, fmt.Sprintf("request body over the limit of %d bytes", limit), http.StatusRequestEntityTooLarge)
+			return nil, false
+		}
 		http.Error(w, "read body: "+err.Error(), http.StatusBadRequest)
 		return nil, false
 	}
 	return b, true
 }
 
+// handleCheck decides a follower's forwarded batch. The body is bounded by
+// MaxEntryBytes; ops are proposed in entries of at most BatchMaxOps ops and
+// MaxEntryBytes (so a batch from a follower with other settings, or a forged
+// one, is split), and an op too large for one entry is refused with 413.
 func (n *Node) handleCheck(w http.ResponseWriter, r *http.Request) {
-	body, ok := readBody(w, r)
+	body, ok := readBody(w, r, MaxEntryBytes)
 	if !ok {
 		return
 	}
@@ -209,21 +248,62 @@ func (n *Node) handleCheck(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "decode ops: "+err.Error(), http.StatusBadRequest)
 		return
 	}
+	chunks, err := n.splitOps(ops)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusRequestEntityTooLarge)
+		return
+	}
+	if err := n.unavailable(); err != nil {
+		internalError(w, err)
+		return
+	}
 	if !n.IsLeader() {
 		internalError(w, errRetry)
 		return
 	}
-	res, err := n.leaderBatch.do(ops)
-	if err != nil {
-		internalError(w, err)
-		return
+	res := make([]fsm.Result, 0, len(ops))
+	for i, chunk := range chunks {
+		part, err := n.leaderBatch.do(r.Context(), chunk)
+		if err != nil {
+			if i > 0 && !errors.Is(err, ErrOutcomeUnknown) {
+				// Earlier chunks were proposed: the batch as a whole was not
+				// "not proposed", whatever this chunk's failure says.
+				err = fmt.Errorf("%w: part %d of %d failed: %v", ErrOutcomeUnknown, i+1, len(chunks), err)
+			}
+			internalError(w, err)
+			return
+		}
+		res = append(res, part...)
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Write(fsm.AppendResults(nil, res))
 }
 
+// splitOps cuts ops into consecutive runs that each fit one entry: at most
+// BatchMaxOps ops and MaxEntryBytes. An op larger than MaxEntryBytes on its
+// own is ErrTooLarge.
+func (n *Node) splitOps(ops []fsm.Op) ([][]fsm.Op, error) {
+	var chunks [][]fsm.Op
+	start, size := 0, 0
+	for i := range ops {
+		s := opsSize(ops[i : i+1])
+		if s > MaxEntryBytes {
+			return nil, fmt.Errorf("%w: op %d is up to %d bytes encoded (bound %d)", ErrTooLarge, i, s, MaxEntryBytes)
+		}
+		if i > start && (i-start >= n.cfg.BatchMaxOps || size+s > MaxEntryBytes) {
+			chunks = append(chunks, ops[start:i])
+			start, size = i, 0
+		}
+		size += s
+	}
+	if start < len(ops) {
+		chunks = append(chunks, ops[start:])
+	}
+	return chunks, nil
+}
+
 func (n *Node) handleApply(w http.ResponseWriter, r *http.Request) {
-	cmd, ok := readBody(w, r)
+	cmd, ok := readBody(w, r, MaxCommandBytes)
 	if !ok {
 		return
 	}
@@ -235,7 +315,7 @@ func (n *Node) handleApply(w http.ResponseWriter, r *http.Request) {
 		internalError(w, errRetry)
 		return
 	}
-	resp, err := n.await(n.raft.Apply(cmd, n.cfg.ApplyTimeout))
+	resp, err := n.await(r.Context(), n.raft.Apply(cmd, n.cfg.ApplyTimeout))
 	if err != nil {
 		internalError(w, err)
 		return
@@ -273,7 +353,11 @@ func (n *Node) handleRemove(w http.ResponseWriter, r *http.Request) {
 // handleMembership runs a forwarded join or remove on the leader.
 func (n *Node) handleMembership(w http.ResponseWriter, r *http.Request, change func(joinRequest) error) {
 	var jr joinRequest
-	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<16)).Decode(&jr); err != nil {
+	body, ok := readBody(w, r, maxMembershipBody)
+	if !ok {
+		return
+	}
+	if err := json.Unmarshal(body, &jr); err != nil {
 		http.Error(w, "decode membership request: "+err.Error(), http.StatusBadRequest)
 		return
 	}

@@ -145,3 +145,46 @@ func checkLogCoversState(applied uint64, logs raft.LogStore, snaps raft.Snapshot
 	}
 	return nil
 }
+
+// guardedLogStore reports the first failed write to the Raft log or stable
+// store. Raft itself only logs such an error and steps down, so a node whose
+// disk is full (a WAL segment it cannot create) would otherwise go on
+// winning and losing elections (finding 10 of issue 10).
+type guardedLogStore struct {
+	logStore
+	failed func(error)
+}
+
+func (g *guardedLogStore) check(what string, err error) error {
+	if err != nil {
+		g.failed(fmt.Errorf("%s: %w", what, err))
+	}
+	return err
+}
+
+func (g *guardedLogStore) StoreLog(l *raft.Log) error {
+	return g.check("store log entry", g.logStore.StoreLog(l))
+}
+
+func (g *guardedLogStore) StoreLogs(ls []*raft.Log) error {
+	return g.check("store log entries", g.logStore.StoreLogs(ls))
+}
+
+func (g *guardedLogStore) DeleteRange(min, max uint64) error {
+	return g.check("delete log entries", g.logStore.DeleteRange(min, max))
+}
+
+func (g *guardedLogStore) Set(k, v []byte) error {
+	return g.check("write stable store", g.logStore.Set(k, v))
+}
+
+func (g *guardedLogStore) SetUint64(k []byte, v uint64) error {
+	return g.check("write stable store", g.logStore.SetUint64(k, v))
+}
+
+// IsMonotonic passes on raft.MonotonicLogStore (raft-wal is; raft relies on
+// it after restoring a snapshot).
+func (g *guardedLogStore) IsMonotonic() bool {
+	m, ok := g.logStore.(raft.MonotonicLogStore)
+	return ok && m.IsMonotonic()
+}

@@ -7,6 +7,7 @@ package cluster
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -38,8 +39,15 @@ type Config struct {
 	HTTPClient *http.Client
 	// AdminToken, when set, authenticates node-to-node requests.
 	AdminToken string
+	// TLS, when set (see LoadTLS), secures node-to-node traffic with mutual
+	// TLS: the Raft transport runs over it and accepts only peers presenting
+	// a certificate signed by its ClientCAs, and the internal HTTP endpoints
+	// require such a client certificate. HTTPClient should present the same
+	// certificate. It does not apply to a Transport passed in.
+	TLS *tls.Config
 
-	// Group commit: at most BatchMaxOps ops per log entry (default 2048),
+	// Group commit: at most BatchMaxOps ops per log entry (default 2048, at
+	// most MaxEntryOps) and MaxEntryBytes of encoded ops,
 	// at most BatchInflight entries in flight at once (default 2); a flusher
 	// may linger up to BatchMaxWait for more ops when its batch is not full
 	// (default 0: natural batching — the next batch is whatever arrived while
@@ -55,7 +63,7 @@ type Config struct {
 	FSMFlushInterval time.Duration
 
 	// RequestIDRetention is how long a request_id's result is remembered
-	// (default 10 minutes). It travels in every check entry, so replicas agree.
+	// (default 10 minutes, at most MaxRequestIDRetention). It travels in every check entry, so replicas agree.
 	RequestIDRetention time.Duration
 	// ApplyTimeout bounds one proposal (default 5 s).
 	ApplyTimeout time.Duration
@@ -82,6 +90,9 @@ type Config struct {
 	// Transport overrides the TCP transport (in-process tests use raft.InmemTransport).
 	Transport raft.Transport
 
+	// wrapLogStore lets tests inject storage faults into the Raft log store.
+	wrapLogStore func(logStore) logStore
+
 	LogOutput io.Writer // default os.Stderr
 	LogLevel  string    // hclog level for raft (default "warn")
 }
@@ -97,7 +108,10 @@ func (c *Config) setDefaults() {
 		c.HTTPScheme = "http"
 	}
 	if c.BatchMaxOps <= 0 {
-		c.BatchMaxOps = 2048
+		c.BatchMaxOps = DefaultBatchMaxOps
+	}
+	if c.BatchMaxOps > MaxEntryOps {
+		c.BatchMaxOps = MaxEntryOps
 	}
 	if c.BatchInflight <= 0 {
 		c.BatchInflight = 2
@@ -170,12 +184,20 @@ type Node struct {
 	trans  raft.Transport
 	logger hclog.Logger
 
+	// propose is raft.Apply for check entries; tests replace it to inject
+	// failures after a proposal (set before the first Check).
+	propose       func(cmd []byte, timeout time.Duration) raft.ApplyFuture
 	leaderBatch   *batcher // on the leader: ops → one CmdCheck entry
 	forwardBatch  *batcher // on a follower: ops → one forwarded request
 	stampMu       sync.Mutex
 	lastStamp     int64
 	metrics       *metrics
 	fatal         atomic.Pointer[error]
+	halted        chan struct{} // closed when the state machine stops applying
+	haltOnce      sync.Once
+	wasMember     atomic.Bool   // this node has seen itself in the configuration
+	removed       chan struct{} // closed when this node is removed from the configuration
+	removedFlag   atomic.Bool
 	closing       chan struct{}
 	wg            sync.WaitGroup
 	closeOnce     sync.Once
@@ -191,10 +213,13 @@ func Open(cfg Config, bootstrap bool) (*Node, error) {
 	if cfg.DataDir == "" {
 		return nil, errors.New("cluster: data dir is required")
 	}
+	if cfg.RequestIDRetention > MaxRequestIDRetention {
+		return nil, fmt.Errorf("cluster: request ID retention %v is over the maximum of %v", cfg.RequestIDRetention, MaxRequestIDRetention)
+	}
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("create data dir %s: %w", cfg.DataDir, err)
 	}
-	n := &Node{cfg: cfg, closing: make(chan struct{})}
+	n := &Node{cfg: cfg, closing: make(chan struct{}), halted: make(chan struct{}), removed: make(chan struct{})}
 	n.logger = hclog.New(&hclog.LoggerOptions{
 		Name:   "raft",
 		Level:  hclog.LevelFromString(cfg.LogLevel),
@@ -215,6 +240,7 @@ func Open(cfg Config, bootstrap bool) (*Node, error) {
 		f.Close()
 		return nil, err
 	}
+	n.propose = n.raft.Apply
 	n.leaderBatch = newBatcher(cfg.BatchMaxOps, cfg.BatchInflight, cfg.BatchMaxWait, n.proposeChecks, n.metrics.observeBatch)
 	n.forwardBatch = newBatcher(cfg.BatchMaxOps, cfg.BatchInflight, cfg.BatchMaxWait, n.forwardChecks, n.metrics.observeForward)
 
@@ -275,6 +301,10 @@ func (n *Node) openRaft(bootstrap bool) error {
 	if err != nil {
 		return err
 	}
+	if cfg.wrapLogStore != nil {
+		logs = cfg.wrapLogStore(logs)
+	}
+	logs = &guardedLogStore{logStore: logs, failed: n.logStoreFailed}
 	n.logs = logs
 	// Entries can carry thousands of checks: keep the cache and the retained
 	// log (TrailingLogs, SnapshotThreshold) modest so memory and the log on disk stay bounded.
@@ -292,17 +322,12 @@ func (n *Node) openRaft(bootstrap bool) error {
 
 	trans := cfg.Transport
 	if trans == nil {
-		addr, err := net.ResolveTCPAddr("tcp", cfg.RaftAddr)
+		t, err := newRaftTransport(cfg, n.logger)
 		if err != nil {
 			logs.Close()
-			return fmt.Errorf("resolve raft address %s: %w", cfg.RaftAddr, err)
+			return err
 		}
-		tcp, err := raft.NewTCPTransportWithLogger(cfg.RaftBind, addr, 8, 5*time.Second, n.logger)
-		if err != nil {
-			logs.Close()
-			return fmt.Errorf("listen raft %s: %w", cfg.RaftBind, err)
-		}
-		trans = tcp
+		trans = t
 	}
 	n.trans = trans
 
@@ -350,8 +375,23 @@ func (n *Node) closeTransport() {
 // FSM returns the node's state machine (read-only uses: policies, digest, stats).
 func (n *Node) FSM() *fsm.FSM { return n.fsm }
 
-// Raft exposes the raft instance to tests and the ops endpoints.
-func (n *Node) Raft() *raft.Raft { return n.raft }
+// TransferLeadership asks the leader (this node) to hand leadership to
+// another voter, for planned maintenance; it returns once a new leader was
+// chosen or the transfer failed.
+func (n *Node) TransferLeadership() error {
+	if err := n.raft.LeadershipTransfer().Error(); err != nil {
+		return fmt.Errorf("leadership transfer: %w", err)
+	}
+	return nil
+}
+
+// TransferLeadershipTo is TransferLeadership to the voter id at raftAddr.
+func (n *Node) TransferLeadershipTo(id, raftAddr string) error {
+	if err := n.raft.LeadershipTransferToServer(raft.ServerID(id), raft.ServerAddress(raftAddr)).Error(); err != nil {
+		return fmt.Errorf("leadership transfer to %s: %w", id, err)
+	}
+	return nil
+}
 
 // ID is this node's Raft server ID.
 func (n *Node) ID() string { return n.cfg.NodeID }
@@ -369,19 +409,105 @@ func (n *Node) Policies() []fsm.Policy { return n.fsm.Policies() }
 // IsLeader reports whether this node is the Raft leader right now.
 func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }
 
+// onFatal is the state machine's OnFatal: it stopped applying (a failed
+// commit, such as a full disk, or an entry it cannot apply).
 func (n *Node) onFatal(err error) {
-	n.fatal.Store(&err)
-	n.logger.Error("state machine stopped applying; restart the node after fixing the cause", "error", err)
-	if n.raft != nil && n.raft.State() == raft.Leader {
+	n.fail(fmt.Errorf("the state machine stopped applying: %w", err), false)
+}
+
+// logStoreFailed: a write to the Raft log or stable store failed (disk
+// full, I/O error). Raft on this node stops, so a node that cannot write
+// its log does not take part in elections it would win and lose again.
+func (n *Node) logStoreFailed(err error) {
+	n.fail(fmt.Errorf("the raft log could not be written: %w", err), true)
+}
+
+// fail stops the node from serving, once: every waiter answers at once
+// (await watches halted), checks answer ErrUnavailable naming the cause, and
+// Failed is closed so the process can exit for its supervisor.
+func (n *Node) fail(err error, stopRaft bool) {
+	if !n.fatal.CompareAndSwap(nil, &err) {
+		return
+	}
+	n.haltOnce.Do(func() { close(n.halted) })
+	n.logger.Error("this node stopped serving; fix the cause and restart it", "error", err)
+	switch {
+	case n.raft == nil:
+	case stopRaft:
+		go n.raft.Shutdown()
+	case n.raft.State() == raft.Leader:
 		go n.raft.LeadershipTransfer()
 	}
 }
 
+// Failed is closed when the node stops serving for good: its state machine
+// stopped applying or its Raft log could not be written. Health says why.
+// The node does not recover by itself; restart it once the cause is fixed
+// (limitd serve exits with status 1).
+func (n *Node) Failed() <-chan struct{} { return n.halted }
+
+// Health is nil while the node's storage and state machine work, and
+// otherwise an ErrUnavailable naming the degraded state (state machine
+// stopped, Raft log not writable, removed from the cluster). Unlike Ready it
+// does not depend on a leader: it is what /healthz should report.
+func (n *Node) Health() error { return n.unavailable() }
+
+// membership reports whether the latest Raft configuration has servers, and
+// whether this node is one of them.
+func (n *Node) membership() (known, member bool) {
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return false, false
+	}
+	servers := f.Configuration().Servers
+	for _, s := range servers {
+		if s.ID == raft.ServerID(n.cfg.NodeID) {
+			n.wasMember.Store(true)
+			return true, true
+		}
+	}
+	return len(servers) > 0, false
+}
+
+// watchMembership notices this node's removal: it was in the configuration
+// and no longer is. (A joining node catching up passes through older
+// configurations without itself before it first appears: not a removal.)
+func (n *Node) watchMembership() {
+	known, member := n.membership()
+	if known && !member && n.wasMember.Load() && !n.removedFlag.Load() {
+		n.removedFlag.Store(true)
+		close(n.removed)
+		n.logger.Warn("this node was removed from the cluster configuration; it no longer serves")
+	}
+}
+
+// Removed is closed when this node is removed from the cluster; from then
+// on Ready reports it and checks answer ErrUnavailable. The server decides
+// whether the process exits (limitd serve does unless --stay-after-removal).
+func (n *Node) Removed() <-chan struct{} { return n.removed }
+
+// unavailable is non-nil (an error matching ErrUnavailable that names the
+// cause) when this node cannot serve checks at all.
+func (n *Node) unavailable() error {
+	if p := n.fatal.Load(); p != nil {
+		return &unavailableError{*p}
+	}
+	if n.removedFlag.Load() {
+		return &unavailableError{errRemoved}
+	}
+	return nil
+}
+
+var errRemoved = errors.New("removed from cluster")
+
 // Ready is nil when this node can serve: it knows a leader and its state
 // machine has applied (nearly) everything it knows to be committed.
 func (n *Node) Ready() error {
-	if p := n.fatal.Load(); p != nil {
-		return fmt.Errorf("state machine stopped: %w", *p)
+	if err := n.unavailable(); err != nil {
+		return err
+	}
+	if known, member := n.membership(); known && !member {
+		return fmt.Errorf("not in the cluster configuration (%s is not a member; joining, or on another member's address?)", n.cfg.NodeID)
 	}
 	if _, id := n.raft.LeaderWithID(); id == "" {
 		return ErrNoLeader
@@ -443,9 +569,10 @@ func (n *Node) leaderLoop() {
 		case <-n.closing:
 			return
 		case <-register.C:
+			n.watchMembership()
 			if n.IsLeader() && n.fsm.Nodes()[n.cfg.NodeID] != n.cfg.HTTPAddr {
 				f := n.raft.Apply(fsm.EncodeSetNode(n.cfg.NodeID, n.cfg.HTTPAddr), n.cfg.ApplyTimeout)
-				if err := f.Error(); err != nil {
+				if _, err := n.await(context.Background(), f); err != nil {
 					n.logger.Debug("register http address", "error", err)
 				}
 			}
@@ -456,7 +583,7 @@ func (n *Node) leaderLoop() {
 			next, ok := n.fsm.NextExpiry()
 			if now := n.stamp(); ok && next <= now {
 				f := n.raft.Apply(fsm.EncodeExpire(now, n.cfg.ExpireMax), n.cfg.ApplyTimeout)
-				if err := f.Error(); err != nil {
+				if _, err := n.await(context.Background(), f); err != nil {
 					n.logger.Debug("expire sweep", "error", err)
 				}
 			}

@@ -27,13 +27,13 @@ func (n *Node) Check(ctx context.Context, ops []fsm.Op) ([]fsm.Result, error) {
 	if len(ops) == 0 {
 		return nil, nil
 	}
-	if p := n.fatal.Load(); p != nil {
-		return nil, fmt.Errorf("state machine stopped: %w", *p)
+	if err := n.unavailable(); err != nil {
+		return nil, err
 	}
 	var res []fsm.Result
 	err := n.onLeader(ctx,
-		func() (err error) { res, err = n.leaderBatch.do(ops); return err },
-		func(string) (err error) { res, err = n.forwardBatch.do(ops); return err })
+		func() (err error) { res, err = n.leaderBatch.do(ctx, ops); return err },
+		func(string) (err error) { res, err = n.forwardBatch.do(ctx, ops); return err })
 	return res, err
 }
 
@@ -50,6 +50,9 @@ func (n *Node) onLeader(ctx context.Context, local func() error, forward func(ad
 			err = errRetry
 		}
 		if !errors.Is(err, errRetry) {
+			return err
+		}
+		if err := n.unavailable(); err != nil {
 			return err
 		}
 		if err := n.pause(ctx); err != nil {
@@ -73,14 +76,15 @@ func (n *Node) pause(ctx context.Context) error {
 }
 
 // proposeChecks is the leader's batcher send: one CmdCheck entry for all ops.
-func (n *Node) proposeChecks(ops []fsm.Op) ([]fsm.Result, error) {
+func (n *Node) proposeChecks(ops []fsm.Op, encoded func()) ([]fsm.Result, error) {
 	// Stamping and enqueueing under one lock keeps leader time monotonic in
 	// log order even with several batches in flight.
 	n.stampMu.Lock()
 	cmd := fsm.EncodeCheck(nil, n.stampLocked(), int64(n.cfg.RequestIDRetention), ops)
-	f := n.raft.Apply(cmd, n.cfg.ApplyTimeout)
+	encoded()
+	f := n.propose(cmd, n.cfg.ApplyTimeout)
 	n.stampMu.Unlock()
-	resp, err := n.await(f)
+	resp, err := n.await(context.Background(), f)
 	if err != nil {
 		return nil, err
 	}
@@ -95,9 +99,27 @@ func (n *Node) proposeChecks(ops []fsm.Op) ([]fsm.Result, error) {
 }
 
 // await waits for a proposal and classifies its failure: not proposed
-// (errRetry / ErrNoLeader) versus proposed with unknown fate.
-func (n *Node) await(f raft.ApplyFuture) (interface{}, error) {
-	err := f.Error()
+// (errRetry / ErrNoLeader) versus proposed with unknown fate. It waits at
+// most ApplyTimeout, and no longer than ctx, and returns at once when the
+// state machine halts or the node closes: the future of an entry the halted
+// state machine will never apply is never answered.
+func (n *Node) await(ctx context.Context, f raft.ApplyFuture) (interface{}, error) {
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	t := time.NewTimer(n.cfg.ApplyTimeout)
+	defer t.Stop()
+	var err error
+	select {
+	case err = <-done:
+	case <-n.halted:
+		return nil, fmt.Errorf("%w: %v", ErrOutcomeUnknown, n.unavailable())
+	case <-n.closing:
+		return nil, fmt.Errorf("%w: the node is shutting down", ErrOutcomeUnknown)
+	case <-t.C:
+		return nil, fmt.Errorf("%w: the entry was not applied within %v", ErrOutcomeUnknown, n.cfg.ApplyTimeout)
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%w: no answer before the request's deadline (%v)", ErrOutcomeUnknown, ctx.Err())
+	}
 	switch {
 	case err == nil:
 		return f.Response(), nil
@@ -115,12 +137,15 @@ func (n *Node) await(f raft.ApplyFuture) (interface{}, error) {
 // Apply proposes an admin command (built with the fsm.Encode* functions) and
 // returns the state machine's response, forwarding to the leader when needed.
 func (n *Node) Apply(ctx context.Context, cmd []byte) (interface{}, error) {
+	if len(cmd) > MaxCommandBytes {
+		return nil, fmt.Errorf("%w: an admin command of %d bytes (bound %d)", ErrTooLarge, len(cmd), MaxCommandBytes)
+	}
 	if err := fsm.ValidateCommand(cmd); err != nil {
 		return nil, err
 	}
 	var resp interface{}
 	err := n.onLeader(ctx,
-		func() (err error) { resp, err = n.await(n.raft.Apply(cmd, n.cfg.ApplyTimeout)); return err },
+		func() (err error) { resp, err = n.await(ctx, n.raft.Apply(cmd, n.cfg.ApplyTimeout)); return err },
 		func(addr string) (err error) { resp, err = n.forwardApply(ctx, addr, cmd); return err })
 	return resp, err
 }
@@ -148,7 +173,7 @@ func (n *Node) joinLocal(id, raftAddr, httpAddr string) error {
 	if httpAddr == "" {
 		return nil
 	}
-	_, err := n.await(n.raft.Apply(fsm.EncodeSetNode(id, httpAddr), n.cfg.ApplyTimeout))
+	_, err := n.await(context.Background(), n.raft.Apply(fsm.EncodeSetNode(id, httpAddr), n.cfg.ApplyTimeout))
 	return err
 }
 
@@ -175,6 +200,6 @@ func (n *Node) removeLocal(id string) error {
 		}
 		return fmt.Errorf("remove server %s: %w", id, err)
 	}
-	_, err := n.await(n.raft.Apply(fsm.EncodeRemoveNode(id), n.cfg.ApplyTimeout))
+	_, err := n.await(context.Background(), n.raft.Apply(fsm.EncodeRemoveNode(id), n.cfg.ApplyTimeout))
 	return err
 }

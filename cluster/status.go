@@ -19,7 +19,21 @@ var (
 	// shut down) before it could confirm the commit. It may or may not have been
 	// applied; retry with the same request_id to find out without double counting.
 	ErrOutcomeUnknown = errors.New("outcome unknown: leadership was lost while the request was in flight")
+	// ErrUnavailable: this node cannot serve at all (its state machine
+	// stopped, for example on a full disk); the error's text names the cause.
+	// Nothing was proposed. Errors matching it also match ErrNoLeader, so a
+	// caller that only knows ErrNoLeader still answers 503 unavailable.
+	ErrUnavailable = errors.New("node unavailable")
 )
+
+// unavailableError carries the cause of an ErrUnavailable.
+type unavailableError struct{ cause error }
+
+func (e *unavailableError) Error() string { return "node unavailable: " + e.cause.Error() }
+func (e *unavailableError) Unwrap() error { return e.cause }
+func (e *unavailableError) Is(target error) bool {
+	return target == ErrUnavailable || target == ErrNoLeader
+}
 
 // Status is this node's view of the cluster, served as GET /v1/cluster.
 type Status struct {
@@ -40,10 +54,30 @@ type Member struct {
 	HTTPAddr string `json:"http_addr"`
 	Suffrage string `json:"suffrage"` // Voter, Nonvoter
 	Leader   bool   `json:"leader"`
-	// Healthy: for the leader's view, the member answered replication within
-	// the last few heartbeats; on a follower, only the follower's own contact
-	// with the leader is known and the rest report true.
+	// Health is this node's knowledge of the member: HealthHealthy or
+	// HealthUnhealthy where it can know (the leader: whether each member
+	// answered replication within the last few heartbeats; a follower:
+	// itself and the leader, by its recent contact with the leader), and
+	// HealthUnknown where it cannot (a follower about the other followers,
+	// a node without a leader about its peers).
+	Health string `json:"health"`
+	// Healthy is Health == HealthHealthy (kept for existing clients:
+	// false also when unknown).
 	Healthy bool `json:"healthy"`
+}
+
+// Member health values.
+const (
+	HealthHealthy   = "healthy"
+	HealthUnhealthy = "unhealthy"
+	HealthUnknown   = "unknown"
+)
+
+func health(ok bool) string {
+	if ok {
+		return HealthHealthy
+	}
+	return HealthUnhealthy
 }
 
 // Status reports this node's view of the cluster.
@@ -64,6 +98,10 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 		return st, fmt.Errorf("read raft configuration: %w", err)
 	}
 	isLeader := n.IsLeader()
+	self := raft.ServerID(n.cfg.NodeID)
+	// A follower knows its own contact with the leader, nothing about the
+	// other followers; a node without a leader knows nothing of its peers.
+	inContact := leader != "" && time.Since(n.raft.LastContact()) < 5*n.cfg.HeartbeatTimeout
 	for _, s := range f.Configuration().Servers {
 		m := Member{
 			ID:       string(s.ID),
@@ -71,14 +109,20 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 			HTTPAddr: nodes[string(s.ID)],
 			Suffrage: s.Suffrage.String(),
 			Leader:   s.ID == leader,
-			Healthy:  true,
 		}
-		if isLeader && s.ID != raft.ServerID(n.cfg.NodeID) {
-			m.Healthy = n.metrics.peerHealthy(string(s.ID))
+		switch {
+		case isLeader && s.ID == self:
+			m.Health = HealthHealthy
+		case isLeader:
+			m.Health = health(n.metrics.peerHealthy(string(s.ID)))
+		case s.ID == self:
+			m.Health = health(inContact && n.unavailable() == nil)
+		case s.ID == leader && inContact:
+			m.Health = HealthHealthy
+		default:
+			m.Health = HealthUnknown
 		}
-		if !isLeader && s.ID == raft.ServerID(n.cfg.NodeID) {
-			m.Healthy = leader != "" && time.Since(n.raft.LastContact()) < 5*n.cfg.HeartbeatTimeout
-		}
+		m.Healthy = m.Health == HealthHealthy
 		st.Members = append(st.Members, m)
 	}
 	sort.Slice(st.Members, func(i, j int) bool { return st.Members[i].ID < st.Members[j].ID })

@@ -23,7 +23,11 @@
 # script fails if a test fails, any key was over-admitted, an acknowledged
 # decision was lost, or porcupine found the history not linearizable.
 #
-# Environment: ROUNDS (20) SEED (random) SUITES ("inprocess process")
+# TLS (default 1): the process suite's nodes run with mutual TLS (certificates
+# from scripts/certs.sh through LIMITD_TLS_CERT/KEY/CA; the tests' clients trust
+# the CA through SSL_CERT_FILE). TLS=0 runs them on plain HTTP and TCP.
+#
+# Environment: ROUNDS (20) SEED (random) SUITES ("inprocess process") TLS (1)
 # TIMEOUT (go test -timeout, 60m) RESULTS (also copy the JSON lines to this file).
 set -euo pipefail
 
@@ -32,6 +36,7 @@ SEED=${SEED:-}
 SUITES=${SUITES:-inprocess process}
 TIMEOUT=${TIMEOUT:-60m}
 RESULTS=${RESULTS:-}
+TLS=${TLS:-1}
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 work=$(mktemp -d "${TMPDIR:-/tmp}/limitd-chaos.XXXXXX")
@@ -61,6 +66,13 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
+
+if [[ $TLS == 1 ]]; then
+	"$root/scripts/certs.sh" "$work/certs" node 2>/dev/null
+	export LIMITD_TLS_CERT=$work/certs/node.pem LIMITD_TLS_KEY=$work/certs/node-key.pem
+	export LIMITD_TLS_CA=$work/certs/ca.pem SSL_CERT_FILE=$work/certs/ca.pem
+	log "mutual TLS on: certificates in $work/certs"
+fi
 
 # run_tests PKG REGEXP NAME: one go test run, its output in $work/NAME.log.
 run_tests() {
@@ -138,4 +150,4 @@ if [[ $failed -ne 0 ]]; then
 	log "FAILED (logs in $work)"
 	exit 1
 fi
-log "no over-admission, no lost acknowledged decision, history linearizable"
+log "no over-admission, no lost acknowledged decision, history linearizable$([[ $TLS == 1 ]] && echo ', mutual TLS on')"

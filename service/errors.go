@@ -66,6 +66,12 @@ func fromNode(err error, timeout string) *Error {
 		return &Error{Code: CodeOutcomeUnknown,
 			Message: "leadership changed while the request was in flight, so it may or may not have been counted; " +
 				"retry with the same request_id to get the original decision without counting it twice"}
+	case errors.Is(err, cluster.ErrTooLarge):
+		return &Error{Code: CodePayloadTooLarge, Message: err.Error() + "; send fewer or smaller checks per request"}
+	case errors.Is(err, cluster.ErrUnavailable):
+		// Before ErrNoLeader, which it also matches: the message names the
+		// cause (a halted state machine, a failed disk, a removal).
+		return &Error{Code: CodeUnavailable, Message: err.Error() + "; nothing was counted"}
 	case errors.Is(err, cluster.ErrNoLeader):
 		return &Error{Code: CodeUnavailable, Message: "no raft leader is available; nothing was counted, retry shortly"}
 	case errors.Is(err, context.DeadlineExceeded):

@@ -220,6 +220,8 @@ func TestNodeErrors(t *testing.T) {
 		{&fsm.Error{Code: fsm.CodeNotFound, Field: "policy", Message: "gone"}, CodeNotFound, "policy"},
 		{fmt.Errorf("wrapped: %w", &fsm.Error{Code: fsm.CodeInvalidArgument, Field: "name", Message: "bad"}), CodeInvalidArgument, "name"},
 		{&fsm.Error{Field: "x", Message: "no code"}, CodeInternal, "x"},
+		{fmt.Errorf("%w: 9000 ops", cluster.ErrTooLarge), CodePayloadTooLarge, ""},
+		{fmt.Errorf("%w: raft log write failed: no space left on device", cluster.ErrUnavailable), CodeUnavailable, ""},
 	} {
 		n := newNode("api")
 		n.err = tc.err
@@ -228,6 +230,9 @@ func TestNodeErrors(t *testing.T) {
 		wantErr(t, e, tc.code, tc.field)
 		if tc.err == context.DeadlineExceeded && !strings.Contains(e.Message, "1s") {
 			t.Fatalf("timeout message does not name the wait: %q", e.Message)
+		}
+		if errors.Is(tc.err, cluster.ErrUnavailable) && !strings.Contains(e.Message, "no space left") {
+			t.Fatalf("unavailable message does not name the cause: %q", e.Message)
 		}
 		wantErr(t, s.ResetKey(t.Context(), &CheckRequest{Key: "k", Policy: "api"}), tc.code, tc.field)
 	}

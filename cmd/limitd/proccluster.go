@@ -48,7 +48,23 @@ type procNode struct {
 // some other cluster.
 var procEnvDropped = []string{
 	"LIMITD_NODE_ID=", "LIMITD_HTTP_ADDR=", "LIMITD_RAFT_ADDR=", "LIMITD_HTTP_ADVERTISE=",
-	"LIMITD_RAFT_ADVERTISE=", "LIMITD_DATA_DIR=", "LIMITD_JOIN=", "LIMITD_TLS_CERT=", "LIMITD_TLS_KEY=",
+	"LIMITD_RAFT_ADVERTISE=", "LIMITD_DATA_DIR=", "LIMITD_JOIN=",
+}
+
+// procTLSEnvDropped are dropped too unless procTLSFromEnv: certificates meant
+// for another cluster would make a bench node refuse to start.
+var procTLSEnvDropped = []string{"LIMITD_TLS_CERT=", "LIMITD_TLS_KEY=", "LIMITD_TLS_CA="}
+
+// procTLSFromEnv makes nodes inherit LIMITD_TLS_* and be reached over HTTPS
+// (set by the tests when scripts/chaos.sh runs them with mutual TLS on).
+var procTLSFromEnv = false
+
+// procScheme is the scheme of the nodes' HTTP addresses.
+func procScheme() string {
+	if procTLSFromEnv {
+		return "https"
+	}
+	return "http"
 }
 
 // start runs the node with its identity flags and extra. The process is
@@ -73,6 +89,9 @@ func (nd *procNode) start(extra ...string) error {
 		drop := false
 		for _, p := range procEnvDropped {
 			drop = drop || strings.HasPrefix(kv, p)
+		}
+		for _, p := range procTLSEnvDropped {
+			drop = drop || (!procTLSFromEnv && strings.HasPrefix(kv, p))
 		}
 		if !drop {
 			cmd.Env = append(cmd.Env, kv)
@@ -162,7 +181,7 @@ func (nd *procNode) term(timeout time.Duration) error {
 }
 
 // url is the node's HTTP base address followed by path.
-func (nd *procNode) url(path string) string { return "http://" + nd.httpAddr + path }
+func (nd *procNode) url(path string) string { return procScheme() + "://" + nd.httpAddr + path }
 
 // logs returns the node's log since its last start.
 func (nd *procNode) logs() string {

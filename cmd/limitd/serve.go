@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -16,12 +15,23 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/limitd/limitd/api"
 	"github.com/limitd/limitd/cluster"
 	"github.com/limitd/limitd/fsm"
+)
+
+// HTTP server limits (flags --read-timeout, --idle-timeout, --max-connections).
+// The write deadline is the request deadline (--apply-timeout) plus
+// writeTimeoutMargin, so an answer is always written in time.
+const (
+	DefaultReadTimeout    = 10 * time.Second
+	DefaultIdleTimeout    = 120 * time.Second
+	DefaultMaxConnections = 4096
+	writeTimeoutMargin    = 5 * time.Second
 )
 
 type serveFlags struct {
@@ -35,9 +45,12 @@ type serveFlags struct {
 	batchMaxWait, retention, applyTimeout     time.Duration
 	snapshotInterval, fsmFlushInterval        time.Duration
 	snapshotThreshold, trailingLogs           uint64
-	pprof                                     bool
+	pprof, insecure, stayAfterRemoval         bool
+	readTimeout, idleTimeout                  time.Duration
+	maxConnections                            int
 	gcPercent                                 int
 	memoryLimit                               int64
+	grpc                                      grpcFlags // grpc.go
 }
 
 func newServeFlagSet(out io.Writer) (*flag.FlagSet, *serveFlags) {
@@ -52,9 +65,10 @@ func newServeFlagSet(out io.Writer) (*flag.FlagSet, *serveFlags) {
 	fs.StringVar(&f.dataDir, "data-dir", "./limitd-data", "directory for the Raft log, snapshots and the state database")
 	fs.StringVar(&f.join, "join", "", "HTTP address of any cluster member to join (e.g. http://10.0.0.1:8080); without it a fresh node bootstraps a single-node cluster")
 	fs.StringVar(&f.adminToken, "admin-token", "", "bearer token required by admin endpoints (policies, key reset, membership) and node-to-node requests")
-	fs.StringVar(&f.tlsCert, "tls-cert", "", "certificate file: serve HTTPS (with --tls-key)")
+	fs.StringVar(&f.tlsCert, "tls-cert", "", "this node's certificate file: serve HTTPS (with --tls-key); with --tls-ca also the node's identity for Raft and forwarding")
 	fs.StringVar(&f.tlsKey, "tls-key", "", "private key file for --tls-cert")
-	fs.StringVar(&f.tlsCA, "tls-ca", "", "CA bundle to verify other nodes' certificates when forwarding (default: system roots)")
+	fs.StringVar(&f.tlsCA, "tls-ca", "", "cluster CA bundle: turns on mutual TLS between nodes (Raft and forwarding require a certificate it signed); without it Raft is plain TCP and forwarding verifies the leader against the system roots")
+	fs.BoolVar(&f.insecure, "insecure", false, "allow a non-loopback --http-addr or --raft-addr without --admin-token and mutual TLS (--tls-cert, --tls-key, --tls-ca): anyone who can reach the ports could then change policies, membership and decisions")
 	fs.StringVar(&f.policies, "policies", "", "JSON file of policies to create or update at start")
 	fs.StringVar(&f.authKeySource, "auth-key-source", "", "where /v1/auth/{policy} takes the key from: header:NAME, query:NAME or ip (default: see docs/API.md)")
 	fs.IntVar(&f.maxBatch, "max-batch", 1000, "maximum checks in one /v1/check/batch or /v1/check/all request")
@@ -64,15 +78,20 @@ func newServeFlagSet(out io.Writer) (*flag.FlagSet, *serveFlags) {
 	fs.IntVar(&f.fsmCommitEvery, "fsm-commit-every", 1000, "state database: applied log batches that share one bbolt commit (1: commit each)")
 	fs.DurationVar(&f.fsmFlushInterval, "fsm-flush-interval", 100*time.Millisecond, "state database: commit pending applies at least this often")
 	fs.StringVar(&f.logStore, "log-store", "", "Raft log store: wal (hashicorp/raft-wal, one fsync per append; the default for a new data directory) or boltdb (hashicorp/raft-boltdb, two); empty: whichever the data directory already uses")
-	fs.DurationVar(&f.retention, "request-id-retention", 10*time.Minute, "how long a request_id's decision is remembered for safe retries")
-	fs.DurationVar(&f.applyTimeout, "apply-timeout", 5*time.Second, "how long a proposal may wait for the Raft leader")
+	fs.DurationVar(&f.retention, "request-id-retention", 10*time.Minute, "how long a request_id's decision is remembered for safe retries (at most 168h)")
+	fs.DurationVar(&f.applyTimeout, "apply-timeout", 5*time.Second, "the request deadline: every check or admin call answers within it (503 unavailable or outcome_unknown when the cluster could not decide in time)")
 	fs.Uint64Var(&f.snapshotThreshold, "snapshot-threshold", 4096, "take a Raft snapshot once this many log entries follow the last one (checked every --snapshot-interval)")
 	fs.DurationVar(&f.snapshotInterval, "snapshot-interval", 30*time.Second, "how often to check whether a snapshot is due")
 	fs.Uint64Var(&f.trailingLogs, "trailing-logs", 2048, "log entries kept after a snapshot, so a lagging follower can catch up without one")
 	fs.StringVar(&f.logLevel, "log-level", "warn", "Raft log level: trace, debug, info, warn, error")
 	fs.IntVar(&f.gcPercent, "gc-percent", 400, "Go garbage collector target percent, like GOGC (which wins when set; 0 keeps Go's default of 100): the live heap is small, so a higher target trades some memory for CPU")
 	fs.Int64Var(&f.memoryLimit, "memory-limit-mib", 512, "soft limit of the Go heap in MiB, like GOMEMLIMIT (which wins when set; 0: none): with --gc-percent above 100 the heap grows less eagerly once it is this large")
+	fs.DurationVar(&f.readTimeout, "read-timeout", DefaultReadTimeout, "HTTP: time to read a request's headers and body; a slower client is disconnected")
+	fs.DurationVar(&f.idleTimeout, "idle-timeout", DefaultIdleTimeout, "HTTP: how long an idle keep-alive connection stays open")
+	fs.IntVar(&f.maxConnections, "max-connections", DefaultMaxConnections, "HTTP: connections served at once; more wait in the listen backlog until one closes")
+	fs.BoolVar(&f.stayAfterRemoval, "stay-after-removal", false, "keep running (not ready, answering 503) after this node is removed from the cluster, instead of exiting")
 	fs.BoolVar(&f.pprof, "pprof", false, "serve Go profiling endpoints under /debug/pprof/")
+	addGRPCFlags(fs, &f.grpc)
 	fs.Usage = func() {
 		fmt.Fprintf(out, "Usage: limitd [serve] [flags]\n\nRuns a limitd node. Every flag can also be set with an environment variable:\nLIMITD_ and the flag name in upper case with - as _ (e.g. LIMITD_DATA_DIR).\nA flag on the command line wins over the environment.\n\nFlags:\n")
 		fs.PrintDefaults()
@@ -119,6 +138,22 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "limitd: --tls-cert and --tls-key go together")
 		return 2
 	}
+	if f.tlsCA != "" && f.tlsCert == "" {
+		fmt.Fprintln(stderr, "limitd: --tls-ca needs --tls-cert and --tls-key (the node's own certificate, signed by that CA)")
+		return 2
+	}
+	if f.retention <= 0 || f.retention > cluster.MaxRequestIDRetention {
+		fmt.Fprintf(stderr, "limitd: --request-id-retention %v: must be positive and at most %v\n", f.retention, cluster.MaxRequestIDRetention)
+		return 2
+	}
+	if f.readTimeout <= 0 || f.idleTimeout <= 0 || f.maxConnections <= 0 {
+		fmt.Fprintln(stderr, "limitd: --read-timeout, --idle-timeout and --max-connections must be positive")
+		return 2
+	}
+	if err := checkSecureDefaults(f); err != nil {
+		fmt.Fprintln(stderr, "limitd:", err)
+		return 2
+	}
 	logger := log.New(stderr, "limitd: ", log.LstdFlags)
 	if err := serve(f, logger); err != nil {
 		logger.Print(err)
@@ -154,9 +189,10 @@ func serve(f *serveFlags, logger *log.Logger) error {
 		AdminToken:    f.adminToken,
 		AuthKeySource: f.authKeySource,
 		MaxBatch:      f.maxBatch,
-		// Longer than a forwarded proposal may take, so the store, not the
-		// HTTP deadline, decides between "no leader" and "outcome unknown".
-		RequestTimeout: f.applyTimeout + 2*time.Second,
+		// One deadline for a request, end to end: the cluster answers within
+		// it (its batcher and proposals watch the request's context and say
+		// whether anything was proposed when it ends).
+		RequestTimeout: f.applyTimeout,
 	}
 	if err := apiCfg.Validate(); err != nil {
 		return err
@@ -169,7 +205,11 @@ func serve(f *serveFlags, logger *log.Logger) error {
 	if raftAdv == "" {
 		raftAdv = f.raftAddr
 	}
-	scheme, client, err := forwardingClient(f)
+	nodeTLS, err := clusterTLS(f)
+	if err != nil {
+		return err
+	}
+	scheme, client, err := forwardingClient(f, nodeTLS)
 	if err != nil {
 		return err
 	}
@@ -188,6 +228,7 @@ func serve(f *serveFlags, logger *log.Logger) error {
 		HTTPScheme:         scheme,
 		HTTPClient:         client,
 		AdminToken:         f.adminToken,
+		TLS:                nodeTLS,
 		BatchMaxOps:        f.batchMaxOps,
 		BatchInflight:      f.batchInflight,
 		BatchMaxWait:       f.batchMaxWait,
@@ -210,18 +251,30 @@ func serve(f *serveFlags, logger *log.Logger) error {
 		logger.Printf("previous stop was unclean: rebuilding state from the latest snapshot and the Raft log")
 	}
 
-	srv := api.New(node, apiCfg)
-	handler := srv.Handler()
+	rlsFE, err := newRLSFrontEnd(f, node, logger) // gRPC, POST /json, --rls-config (grpc.go)
+	if err != nil {
+		ln.Close()
+		return errors.Join(err, node.Close())
+	}
+	srv := api.New(rlsFE.store(), apiCfg)
+	handler := rlsFE.mount(srv.Handler())
 	if f.pprof {
 		mux := http.NewServeMux()
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/profile", noWriteDeadline(pprof.Profile))
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		mux.HandleFunc("/debug/pprof/trace", noWriteDeadline(pprof.Trace))
 		mux.Handle("/", handler)
 		handler = mux
 	}
-	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
+	hs := newHTTPServer(f, handler)
+	ln = limitListener(ln, f.maxConnections)
+	if nodeTLS != nil {
+		// Clients of the public API need no certificate; one that is given
+		// must verify, and the internal endpoints require one.
+		hs.TLSConfig = nodeTLS.Clone()
+		hs.TLSConfig.ClientAuth = tls.VerifyClientCertIfGiven
+	}
 	serveErr := make(chan error, 1)
 	go func() {
 		if f.tlsCert != "" {
@@ -234,12 +287,15 @@ func serve(f *serveFlags, logger *log.Logger) error {
 
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer cancel()
-	background := make(chan error, 2)
+	background := make(chan error, 4)
+	rlsFE.start(ctx, background)
 	if f.join != "" {
 		go func() {
-			if err := node.JoinCluster(ctx, f.join); err != nil && ctx.Err() == nil {
-				background <- err
-				return
+			if err := node.JoinCluster(ctx, f.join); err != nil {
+				if ctx.Err() == nil {
+					background <- err
+				}
+				return // cancelled before joining: nothing to report
 			}
 			logger.Printf("joined the cluster through %s", f.join)
 		}()
@@ -252,10 +308,22 @@ func serve(f *serveFlags, logger *log.Logger) error {
 		}()
 	}
 
+	removed := node.Removed()
+	if f.stayAfterRemoval {
+		removed = nil
+	}
 	var runErr error
 	select {
 	case <-ctx.Done():
 		logger.Printf("shutting down")
+	case <-removed:
+		// Exit 0: a supervisor restarting on failure should not bring back
+		// a node an operator removed.
+		logger.Printf("this node was removed from the cluster: shutting down (--stay-after-removal keeps it running, not ready)")
+	case <-node.Failed():
+		// Stop, rather than limp on: the node does not recover by itself
+		// (docs/SECURITY.md); a supervisor restarts it once space is freed.
+		runErr = fmt.Errorf("fatal: %v; exiting: restart the node once the cause is fixed", node.Health())
 	case err := <-serveErr:
 		runErr = fmt.Errorf("http server: %w", err)
 	case err := <-background:
@@ -264,30 +332,109 @@ func serve(f *serveFlags, logger *log.Logger) error {
 	shutdownCtx, stop := context.WithTimeout(context.Background(), 5*time.Second)
 	defer stop()
 	hs.Shutdown(shutdownCtx)
+	rlsFE.stop(shutdownCtx)
 	if err := node.Close(); err != nil {
 		return errors.Join(runErr, err)
 	}
 	return runErr
 }
 
-func forwardingClient(f *serveFlags) (string, *http.Client, error) {
+// newHTTPServer applies the HTTP limits: a client has --read-timeout to send
+// its headers and body (a slow body is cut off, not held), the answer must be
+// written within the request deadline plus a margin, idle keep-alive
+// connections close after --idle-timeout.
+func newHTTPServer(f *serveFlags, h http.Handler) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: f.readTimeout,
+		ReadTimeout:       f.readTimeout,
+		WriteTimeout:      f.applyTimeout + writeTimeoutMargin,
+		IdleTimeout:       f.idleTimeout,
+		MaxHeaderBytes:    64 << 10,
+	}
+}
+
+// noWriteDeadline lifts the server's write deadline for a handler that
+// streams for longer on purpose (CPU profiles and traces).
+func noWriteDeadline(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		http.NewResponseController(w).SetWriteDeadline(time.Time{})
+		h(w, r)
+	}
+}
+
+// limitListener accepts at most n connections at a time: Accept waits for a
+// served connection to close, and further clients wait in the kernel's
+// listen backlog, so a flood of slow clients cannot exhaust memory or file
+// descriptors.
+func limitListener(ln net.Listener, n int) net.Listener {
+	return &limitedListener{Listener: ln, slots: make(chan struct{}, n), done: make(chan struct{})}
+}
+
+type limitedListener struct {
+	net.Listener
+	slots     chan struct{}
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+func (l *limitedListener) Accept() (net.Conn, error) {
+	select {
+	case l.slots <- struct{}{}:
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+	c, err := l.Listener.Accept()
+	if err != nil {
+		<-l.slots
+		return nil, err
+	}
+	return &limitedConn{Conn: c, release: func() { <-l.slots }}, nil
+}
+
+func (l *limitedListener) Close() error {
+	l.closeOnce.Do(func() { close(l.done) })
+	return l.Listener.Close()
+}
+
+type limitedConn struct {
+	net.Conn
+	once    sync.Once
+	release func()
+}
+
+func (c *limitedConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.release)
+	return err
+}
+
+// clusterTLS is the node-to-node mutual TLS configuration (nil without --tls-ca).
+func clusterTLS(f *serveFlags) (*tls.Config, error) {
+	if f.tlsCA == "" {
+		return nil, nil
+	}
+	tc, err := cluster.LoadTLS(f.tlsCert, f.tlsKey, f.tlsCA)
+	if err != nil {
+		return nil, fmt.Errorf("--tls-cert/--tls-key/--tls-ca: %w", err)
+	}
+	return tc, nil
+}
+
+// forwardingClient is the HTTP client for forwarding and joining: plain HTTP
+// without TLS; with --tls-ca it presents the node certificate and trusts only
+// the cluster CA; with only --tls-cert it verifies against the system roots.
+func forwardingClient(f *serveFlags, nodeTLS *tls.Config) (string, *http.Client, error) {
 	if f.tlsCert == "" {
 		return "http", nil, nil
 	}
 	tc := &tls.Config{MinVersion: tls.VersionTLS12}
-	if f.tlsCA != "" {
-		pem, err := os.ReadFile(f.tlsCA)
-		if err != nil {
-			return "", nil, fmt.Errorf("read --tls-ca %s: %w", f.tlsCA, err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return "", nil, fmt.Errorf("--tls-ca %s: no certificates found", f.tlsCA)
-		}
-		tc.RootCAs = pool
+	if nodeTLS != nil {
+		tc = nodeTLS.Clone()
 	}
 	tr := &http.Transport{
 		TLSClientConfig:     tc,
+		DialContext:         (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 		MaxIdleConns:        256,
 		MaxIdleConnsPerHost: 64,
 		IdleConnTimeout:     90 * time.Second,
@@ -295,4 +442,52 @@ func forwardingClient(f *serveFlags) (string, *http.Client, error) {
 		ForceAttemptHTTP2:   false,
 	}
 	return "https", &http.Client{Transport: tr}, nil
+}
+
+// checkSecureDefaults refuses a node reachable beyond loopback without
+// credentials, unless --insecure: the admin token guards policy, key and
+// membership changes on the HTTP port, and only mutual TLS keeps strangers
+// from sending Raft RPCs (which can rewrite the log) or forwarded checks.
+func checkSecureDefaults(f *serveFlags) error {
+	if f.insecure {
+		return nil
+	}
+	var exposed []string
+	for _, a := range []struct{ flag, addr string }{
+		{"--http-addr", f.httpAddr}, {"--raft-addr", f.raftAddr},
+		{"--http-advertise", f.httpAdvertise}, {"--raft-advertise", f.raftAdvertise},
+	} {
+		if a.addr != "" && !isLoopback(a.addr) {
+			exposed = append(exposed, a.flag+" "+a.addr)
+		}
+	}
+	if len(exposed) == 0 {
+		return nil
+	}
+	var missing []string
+	if f.adminToken == "" {
+		missing = append(missing, "--admin-token (without it anyone who reaches the HTTP port can change policies, reset keys and add or remove voters)")
+	}
+	if f.tlsCA == "" {
+		missing = append(missing, "--tls-cert, --tls-key and --tls-ca (without mutual TLS anyone who reaches the Raft port can forge Raft RPCs that rewrite the log)")
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	return fmt.Errorf("refusing to start: %s %s not a loopback address, and this node has no %s; set them (docs/SECURITY.md, scripts/certs.sh), or pass --insecure to run unprotected on a network you trust",
+		strings.Join(exposed, ", "), map[bool]string{true: "is", false: "are"}[len(exposed) == 1], strings.Join(missing, ", nor "))
+}
+
+// isLoopback reports whether addr (host:port) binds or points only to the
+// loopback interface. An empty host (":8080") means every interface.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = addr
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

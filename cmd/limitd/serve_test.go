@@ -1,9 +1,14 @@
 package main
 
 import (
+	"io"
 	"math"
+	"net"
+	"net/http"
 	"runtime/debug"
+	"strings"
 	"testing"
+	"time"
 )
 
 // --gc-percent and --memory-limit-mib apply unless GOGC / GOMEMLIMIT are set.
@@ -38,5 +43,94 @@ func TestTuneGC(t *testing.T) {
 	tuneGC(0, 0, env(nil))
 	if gc, limit := current(); gc != 100 || limit != math.MaxInt64 {
 		t.Fatalf("zero flags: GC %d limit %d, want Go's defaults left alone", gc, limit)
+	}
+}
+
+// serveTest runs newHTTPServer behind limitListener on loopback with the
+// given limits; the handler reads the whole body.
+func serveTest(t *testing.T, read time.Duration, maxConns int) string {
+	t.Helper()
+	f := &serveFlags{readTimeout: read, idleTimeout: time.Minute, maxConnections: maxConns, applyTimeout: time.Second}
+	hs := newHTTPServer(f, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, err := io.ReadAll(r.Body); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		io.WriteString(w, "ok")
+	}))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go hs.Serve(limitListener(ln, f.maxConnections))
+	t.Cleanup(func() { hs.Close() })
+	return ln.Addr().String()
+}
+
+// waitClosedOrAnswered reads from c until the server answers or closes it;
+// it fails if that takes longer than bound (the server held the client).
+func waitClosedOrAnswered(t *testing.T, c net.Conn, bound time.Duration, what string) string {
+	t.Helper()
+	c.SetReadDeadline(time.Now().Add(bound))
+	b, err := io.ReadAll(c)
+	if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Fatalf("%s: the server still held the connection after %v", what, bound)
+	}
+	return string(b)
+}
+
+// A client that sends its headers or body too slowly is cut off at
+// --read-timeout instead of holding a connection indefinitely.
+func TestHTTPServerCutsOffSlowClients(t *testing.T) {
+	addr := serveTest(t, 300*time.Millisecond, 100)
+	slowHeader, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slowHeader.Close()
+	io.WriteString(slowHeader, "POST /v1/check HTTP/1.1\r\nHost: x\r\n") // and never the blank line
+	waitClosedOrAnswered(t, slowHeader, 5*time.Second, "slow headers")
+
+	slowBody, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slowBody.Close()
+	io.WriteString(slowBody, "POST /v1/check HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n{\"key\":")
+	got := waitClosedOrAnswered(t, slowBody, 5*time.Second, "slow body")
+	if strings.Contains(got, "200 OK") {
+		t.Fatalf("slow body answered 200: %q", got)
+	}
+}
+
+// --max-connections: while the cap is reached a further client waits; it is
+// served once a connection closes.
+func TestHTTPServerCapsConnections(t *testing.T) {
+	addr := serveTest(t, time.Minute, 2)
+	var held []net.Conn
+	for i := 0; i < 2; i++ {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n") // a request in progress
+		held = append(held, c)
+	}
+	c := &http.Client{Timeout: 300 * time.Millisecond}
+	if resp, err := c.Get("http://" + addr + "/"); err == nil {
+		resp.Body.Close()
+		t.Fatalf("a third connection was served while two were held at a cap of 2 (%s)", resp.Status)
+	}
+	for _, h := range held {
+		h.Close()
+	}
+	c.Timeout = 5 * time.Second
+	resp, err := c.Get("http://" + addr + "/")
+	if err != nil {
+		t.Fatalf("after the held connections closed: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("after the held connections closed: %s", resp.Status)
 	}
 }

@@ -1,0 +1,188 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/limitd/limitd/fsm"
+)
+
+// blockingSend is a batcher send that records its batches and blocks until
+// released; encodeFirst says whether it reports the ops encoded before blocking.
+type blockingSend struct {
+	encodeFirst bool
+	started     chan int // ops in each batch, as it starts
+	release     chan struct{}
+	encodedAt   atomic.Bool
+}
+
+func (s *blockingSend) send(ops []fsm.Op, encoded func()) ([]fsm.Result, error) {
+	s.started <- len(ops)
+	if s.encodeFirst {
+		s.encodedAt.Store(true)
+		encoded()
+	}
+	<-s.release
+	s.encodedAt.Store(true)
+	encoded()
+	return make([]fsm.Result, len(ops)), nil
+}
+
+func newBlockingSend(encodeFirst bool) *blockingSend {
+	return &blockingSend{encodeFirst: encodeFirst, started: make(chan int, 16), release: make(chan struct{})}
+}
+
+// A unit still queued when its caller's context ends is withdrawn: the caller
+// learns nothing was proposed, and the unit never reaches send.
+func TestBatcherWithdrawsQueuedUnitAtDeadline(t *testing.T) {
+	s := newBlockingSend(true)
+	b := newBatcher(100, 1, 0, s.send, nil)
+	first := make(chan error, 1)
+	go func() { _, err := b.do(context.Background(), make([]fsm.Op, 1)); first <- err }()
+	<-s.started // the only flusher is busy with the first unit
+
+	ctx, cancel := context.WithCancel(context.Background())
+	second := make(chan error, 1)
+	go func() { _, err := b.do(ctx, make([]fsm.Op, 3)); second <- err }()
+	waitFor(t, func() bool { b.mu.Lock(); defer b.mu.Unlock(); return b.queued == 3 })
+	cancel()
+	err := <-second
+	if !errors.Is(err, context.Canceled) || errors.Is(err, ErrOutcomeUnknown) {
+		t.Fatalf("queued unit at its deadline: %v, want a context error (not proposed)", err)
+	}
+	b.mu.Lock()
+	queued := b.queued
+	b.mu.Unlock()
+	if queued != 0 {
+		t.Fatalf("withdrawn unit still queued: %d ops", queued)
+	}
+	close(s.release)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case n := <-s.started:
+		t.Fatalf("a withdrawn unit was sent (%d ops)", n)
+	default:
+	}
+}
+
+// A unit already sent when its caller's context ends answers at once with
+// ErrOutcomeUnknown; one still being encoded waits for the encoder first, so
+// the caller never reuses ops the encoder is reading.
+func TestBatcherAbandonsSentUnitAtDeadline(t *testing.T) {
+	for _, encodeFirst := range []bool{true, false} {
+		s := newBlockingSend(encodeFirst)
+		b := newBatcher(100, 1, 0, s.send, nil)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { _, err := b.do(ctx, make([]fsm.Op, 2)); done <- err }()
+		<-s.started
+		cancel()
+		if !encodeFirst {
+			// do must be waiting for the encoder; release it after a moment.
+			select {
+			case err := <-done:
+				t.Fatalf("do returned (%v) while its ops were still being encoded", err)
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+		if encodeFirst {
+			if err := <-done; !errors.Is(err, ErrOutcomeUnknown) {
+				t.Fatalf("sent unit at its deadline: %v, want ErrOutcomeUnknown", err)
+			}
+			close(s.release)
+			continue
+		}
+		close(s.release)
+		err := <-done
+		if !s.encodedAt.Load() {
+			t.Fatal("do returned before its ops were encoded")
+		}
+		// The answer may have arrived together with the cancellation.
+		if err != nil && !errors.Is(err, ErrOutcomeUnknown) {
+			t.Fatalf("encoding unit at its deadline: %v", err)
+		}
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached in 10 s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// A state machine that halts under load (an entry it cannot apply) answers
+// every waiter at once, on the leader and on the followers that forwarded to
+// it, even callers without a deadline of their own; later calls answer
+// ErrUnavailable naming the cause.
+func TestHaltedStateMachineAnswersEveryWaiter(t *testing.T) {
+	// A long proposal timeout: the waiters must answer because the state
+	// machine halted, not because their proposals timed out.
+	c := newTestClusterWith(t, 3, func(cfg *Config) { cfg.ApplyTimeout = time.Minute })
+	spec := slidingLog(1_000_000, time.Hour)
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	var ok, answered atomic.Int64
+	errs := make(chan error, 1000)
+	for i := 0; i < 30; i++ {
+		n := c.nodes[i%3]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				_, err := n.Check(context.Background(), check("k", spec))
+				answered.Add(1)
+				if err == nil {
+					ok.Add(1)
+					continue
+				}
+				if !errors.Is(err, ErrOutcomeUnknown) && !errors.Is(err, ErrUnavailable) {
+					select {
+					case errs <- err:
+					default:
+					}
+				}
+				return // the state machine halted
+			}
+		}()
+	}
+	waitFor(t, func() bool { return ok.Load() > 200 })
+	l := c.nodes[c.leader()]
+	l.raft.Apply([]byte{250, 1}, time.Second) // an unknown command type halts every replica
+
+	finished := make(chan struct{})
+	go func() { wg.Wait(); close(finished) }()
+	select {
+	case <-finished:
+	case <-time.After(10 * time.Second):
+		close(stop)
+		t.Fatalf("waiters still blocked 10 s after the state machine halted (%d answered)", answered.Load())
+	}
+	close(stop)
+	close(errs)
+	for err := range errs {
+		t.Errorf("a waiter answered %v, want ErrOutcomeUnknown or ErrUnavailable", err)
+	}
+	for _, n := range c.nodes {
+		waitFor(t, func() bool { return n.unavailable() != nil })
+		_, err := n.Check(context.Background(), check("k", spec))
+		if !errors.Is(err, ErrUnavailable) || !errors.Is(err, ErrNoLeader) {
+			t.Fatalf("node %s after the halt: %v, want ErrUnavailable (also matching ErrNoLeader)", n.ID(), err)
+		}
+	}
+}

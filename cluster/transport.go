@@ -1,0 +1,264 @@
+package cluster
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+)
+
+// The Raft transport: hashicorp/raft's NetworkTransport over our own stream
+// layer, which adds two things to plain TCP.
+//
+//   - Mutual TLS (when Config.TLS is set): every Raft connection is TLS, and
+//     the accepting node requires a client certificate signed by the cluster
+//     CA (Config.TLS.ClientCAs), so nobody without a node certificate can send
+//     an RPC (finding 1 of issue 10: forged AppendEntries were applied).
+//   - The target's server ID: the dialer sends a one-line preamble naming the
+//     server it means to reach ("limitd-raft/1 <id>"), and the accepting node
+//     closes any connection meant for another ID. Raft's own RPC header
+//     carries only the sender's ID and address, so without this a fresh node
+//     started on a stopped member's address was replicated to as that member
+//     (finding 11). The ID reaches the stream layer through the target
+//     address: idTransport passes "<id>@<host:port>" to NetworkTransport.
+const (
+	preambleMagic = "limitd-raft/1 "
+	// handshakeTimeout bounds the TLS handshake and preamble of an accepted
+	// connection, so a silent peer cannot hold one open.
+	handshakeTimeout = 10 * time.Second
+	maxServerIDLen   = 1024
+	raftMaxPool      = 8
+	raftIOTimeout    = 5 * time.Second
+)
+
+// LoadTLS reads a node's certificate, key and cluster CA bundle (PEM files)
+// into the configuration Config.TLS expects: it presents the certificate as
+// server and client, trusts only the CA for servers and clients, and requires
+// client certificates. Rotation is a rolling restart (docs/SECURITY.md).
+func LoadTLS(certFile, keyFile, caFile string) (*tls.Config, error) {
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("load certificate %s and key %s: %w", certFile, keyFile, err)
+	}
+	pemBytes, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("read CA bundle %s: %w", caFile, err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pemBytes) {
+		return nil, fmt.Errorf("CA bundle %s: no PEM certificates found", caFile)
+	}
+	return &tls.Config{
+		MinVersion:   tls.VersionTLS12,
+		Certificates: []tls.Certificate{cert},
+		RootCAs:      pool,
+		ClientCAs:    pool,
+		ClientAuth:   tls.RequireAndVerifyClientCert,
+	}, nil
+}
+
+// newRaftTransport listens on bind and returns the node's Raft transport.
+func newRaftTransport(cfg Config, logger hclog.Logger) (raft.Transport, error) {
+	adv, err := net.ResolveTCPAddr("tcp", cfg.RaftAddr)
+	if err != nil {
+		return nil, fmt.Errorf("resolve raft address %s: %w", cfg.RaftAddr, err)
+	}
+	if adv.IP == nil || adv.IP.IsUnspecified() {
+		return nil, fmt.Errorf("raft address %s is not advertisable: give the address other nodes reach this one at", cfg.RaftAddr)
+	}
+	ln, err := net.Listen("tcp", cfg.RaftBind)
+	if err != nil {
+		return nil, fmt.Errorf("listen raft %s: %w", cfg.RaftBind, err)
+	}
+	layer := &streamLayer{ln: ln, adv: adv, tls: cfg.TLS, localID: cfg.NodeID, logger: logger}
+	nt := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream: layer, MaxPool: raftMaxPool, Timeout: raftIOTimeout, Logger: logger,
+	})
+	return idTransport{nt}, nil
+}
+
+// idTransport hands the target's server ID to the stream layer inside the
+// address of every outgoing RPC.
+type idTransport struct{ *raft.NetworkTransport }
+
+func withID(id raft.ServerID, target raft.ServerAddress) raft.ServerAddress {
+	return raft.ServerAddress(string(id) + "@" + string(target))
+}
+
+// splitTarget undoes withID. An address without an ID yields id "".
+func splitTarget(s string) (id, addr string) {
+	if i := strings.LastIndexByte(s, '@'); i >= 0 {
+		return s[:i], s[i+1:]
+	}
+	return "", s
+}
+
+func (t idTransport) AppendEntriesPipeline(id raft.ServerID, target raft.ServerAddress) (raft.AppendPipeline, error) {
+	return t.NetworkTransport.AppendEntriesPipeline(id, withID(id, target))
+}
+
+func (t idTransport) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
+	return t.NetworkTransport.AppendEntries(id, withID(id, target), args, resp)
+}
+
+func (t idTransport) RequestVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestVoteRequest, resp *raft.RequestVoteResponse) error {
+	return t.NetworkTransport.RequestVote(id, withID(id, target), args, resp)
+}
+
+func (t idTransport) RequestPreVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestPreVoteRequest, resp *raft.RequestPreVoteResponse) error {
+	return t.NetworkTransport.RequestPreVote(id, withID(id, target), args, resp)
+}
+
+func (t idTransport) InstallSnapshot(id raft.ServerID, target raft.ServerAddress, args *raft.InstallSnapshotRequest, resp *raft.InstallSnapshotResponse, data io.Reader) error {
+	return t.NetworkTransport.InstallSnapshot(id, withID(id, target), args, resp, data)
+}
+
+func (t idTransport) TimeoutNow(id raft.ServerID, target raft.ServerAddress, args *raft.TimeoutNowRequest, resp *raft.TimeoutNowResponse) error {
+	return t.NetworkTransport.TimeoutNow(id, withID(id, target), args, resp)
+}
+
+// streamLayer is a raft.StreamLayer over TCP, optionally mutual TLS, with
+// the target-ID preamble.
+type streamLayer struct {
+	ln      net.Listener
+	adv     net.Addr
+	tls     *tls.Config // nil: plain TCP
+	localID string
+	logger  hclog.Logger
+}
+
+func (s *streamLayer) Accept() (net.Conn, error) {
+	c, err := s.ln.Accept()
+	if err != nil {
+		return nil, err
+	}
+	if s.tls != nil {
+		c = tls.Server(c, s.tls)
+	}
+	// The handshake and preamble run on the connection's first read, in
+	// raft's per-connection goroutine, not in this accept loop.
+	return &acceptedConn{Conn: c, layer: s}, nil
+}
+
+func (s *streamLayer) Close() error   { return s.ln.Close() }
+func (s *streamLayer) Addr() net.Addr { return s.adv }
+
+// Dial connects to the server whose ID and address idTransport encoded in
+// address, completes the TLS handshake (verifying the server's certificate
+// against the cluster CA) and sends the preamble.
+func (s *streamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	id, addr := splitTarget(string(address))
+	deadline := time.Now().Add(timeout)
+	conn, err := (&net.Dialer{Deadline: deadline}).Dial("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	if s.tls != nil {
+		cfg := s.tls.Clone()
+		if host, _, err := net.SplitHostPort(addr); err == nil {
+			cfg.ServerName = host
+		}
+		tc := tls.Client(conn, cfg)
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		err := tc.HandshakeContext(ctx)
+		cancel()
+		if err != nil {
+			conn.Close()
+			return nil, fmt.Errorf("raft TLS handshake with %s: %w", addr, err)
+		}
+		conn = tc
+	}
+	conn.SetWriteDeadline(deadline)
+	if _, err := io.WriteString(conn, preambleMagic+id+"\n"); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("raft preamble to %s: %w", addr, err)
+	}
+	conn.SetWriteDeadline(time.Time{})
+	return conn, nil
+}
+
+// acceptedConn completes the TLS handshake and checks the preamble before
+// the first byte reaches raft; on failure every read and write fails, and
+// raft closes the connection.
+type acceptedConn struct {
+	net.Conn
+	layer *streamLayer
+	once  sync.Once
+	err   error
+}
+
+// errWrongTarget: a connection meant for another server ID.
+var errWrongTarget = errors.New("raft connection meant for another server")
+
+func (c *acceptedConn) open() error {
+	c.once.Do(func() {
+		c.Conn.SetDeadline(time.Now().Add(handshakeTimeout))
+		defer c.Conn.SetDeadline(time.Time{})
+		defer func() {
+			if c.err != nil {
+				c.layer.logger.Warn("refused raft connection", "error", c.err)
+			}
+		}()
+		if tc, ok := c.Conn.(*tls.Conn); ok {
+			if err := tc.Handshake(); err != nil {
+				c.err = fmt.Errorf("raft TLS handshake from %s: %w", c.RemoteAddr(), err)
+				return
+			}
+		}
+		id, err := readPreamble(c.Conn)
+		if err != nil {
+			c.err = fmt.Errorf("raft connection from %s: %w", c.RemoteAddr(), err)
+			return
+		}
+		if id != c.layer.localID {
+			c.err = fmt.Errorf("%w: a connection from %s is meant for server %q, this is %q (is this node on another member's address?)",
+				errWrongTarget, c.RemoteAddr(), id, c.layer.localID)
+		}
+	})
+	return c.err
+}
+
+func (c *acceptedConn) Read(b []byte) (int, error) {
+	if err := c.open(); err != nil {
+		return 0, err
+	}
+	return c.Conn.Read(b)
+}
+
+func (c *acceptedConn) Write(b []byte) (int, error) {
+	if err := c.open(); err != nil {
+		return 0, err
+	}
+	return c.Conn.Write(b)
+}
+
+// readPreamble reads "limitd-raft/1 <id>\n" one byte at a time: raft reads
+// the rest of the stream through its own buffer, so nothing past the newline
+// may be consumed here.
+func readPreamble(r io.Reader) (string, error) {
+	line := make([]byte, 0, 64)
+	var b [1]byte
+	for len(line) <= len(preambleMagic)+maxServerIDLen {
+		if _, err := io.ReadFull(r, b[:]); err != nil {
+			return "", fmt.Errorf("read preamble: %w", err)
+		}
+		if b[0] == '\n' {
+			return strings.TrimPrefix(string(line), preambleMagic), nil
+		}
+		line = append(line, b[0])
+		if n := len(line); n <= len(preambleMagic) && line[n-1] != preambleMagic[n-1] {
+			return "", fmt.Errorf("not a limitd raft preamble: %.40q", line)
+		}
+	}
+	return "", errors.New("raft preamble too long")
+}

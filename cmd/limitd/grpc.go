@@ -1,0 +1,137 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"flag"
+	"fmt"
+	"log"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/limitd/limitd/api"
+	"github.com/limitd/limitd/cluster"
+	"github.com/limitd/limitd/grpcapi"
+	"github.com/limitd/limitd/rls"
+	"github.com/limitd/limitd/service"
+)
+
+// grpcFlags are serve's gRPC and Envoy RLS flags (LIMITD_GRPC_ADDR,
+// LIMITD_RLS_CONFIG and LIMITD_RLS_HEADERS through applyEnv).
+type grpcFlags struct {
+	addr, rlsConfig, rlsHeaders string
+}
+
+func addGRPCFlags(fs *flag.FlagSet, g *grpcFlags) {
+	fs.StringVar(&g.addr, "grpc-addr", "", "address the gRPC API (limitd.v1, Envoy RLS, health, reflection) listens on; empty: no gRPC")
+	fs.StringVar(&g.rlsConfig, "rls-config", "", "envoy ratelimit configuration to load at start: a YAML file or a directory of *.yaml files (domains are replicated; the file adds and replaces, DELETE /v1/rls/domains/{domain} removes)")
+	fs.StringVar(&g.rlsHeaders, "rls-headers", "off", "response headers ShouldRateLimit asks Envoy to add: off, draft (RateLimit, RateLimit-Policy) or envoy (RateLimit-Limit, -Remaining, -Reset)")
+}
+
+// rlsFrontEnd is the gRPC server (when --grpc-addr is set), envoy
+// ratelimit's POST /json on the HTTP port, and the --rls-config domains.
+type rlsFrontEnd struct {
+	srv     *grpcapi.Server
+	ln      net.Listener // nil without --grpc-addr
+	node    *cluster.Node
+	domains []*rls.Domain
+	source  string
+	logger  *log.Logger
+}
+
+// newRLSFrontEnd validates --rls-config and --rls-headers, builds the gRPC
+// server (same TLS certificate and admin token as HTTP) and listens on
+// --grpc-addr when set.
+func newRLSFrontEnd(f *serveFlags, node *cluster.Node, logger *log.Logger) (*rlsFrontEnd, error) {
+	g := &f.grpc
+	fe := &rlsFrontEnd{node: node, source: g.rlsConfig, logger: logger}
+	if g.rlsConfig != "" {
+		var err error
+		if fe.domains, err = rls.LoadPath(g.rlsConfig); err != nil {
+			return nil, err
+		}
+	}
+	mode, err := rls.ParseHeaderMode(g.rlsHeaders)
+	if err != nil {
+		return nil, fmt.Errorf("--rls-headers: %w", err)
+	}
+	var tc *tls.Config
+	if f.tlsCert != "" && g.addr != "" {
+		cert, err := tls.LoadX509KeyPair(f.tlsCert, f.tlsKey)
+		if err != nil {
+			return nil, fmt.Errorf("grpc tls: %w", err)
+		}
+		tc = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
+	}
+	svc := service.New(node, service.Config{MaxBatch: f.maxBatch, RequestTimeout: f.applyTimeout + 2*time.Second})
+	fe.srv, err = grpcapi.New(svc, node, grpcapi.Config{
+		AdminToken: f.adminToken, TLS: tc, RLSHeaders: mode, Logger: logger,
+		RequestTimeout: f.applyTimeout + 4*time.Second,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if g.addr != "" {
+		if fe.ln, err = net.Listen("tcp", g.addr); err != nil {
+			fe.srv.Stop(context.Background())
+			return nil, fmt.Errorf("listen grpc %s: %w", g.addr, err)
+		}
+	}
+	return fe, nil
+}
+
+// storeWithRLS is the node as the HTTP API's store, with the RLS metrics
+// added to its collectors (served on /metrics).
+type storeWithRLS struct {
+	*cluster.Node
+	rls []prometheus.Collector
+}
+
+func (s storeWithRLS) Collectors() []prometheus.Collector {
+	return append(s.Node.Collectors(), s.rls...)
+}
+
+// store is what to give api.New: the node, plus the RLS metrics.
+func (fe *rlsFrontEnd) store() api.Store { return storeWithRLS{fe.node, fe.srv.Collectors()} }
+
+// mount adds POST /json (envoy ratelimit's JSON endpoint) to the HTTP API.
+// Not an http.ServeMux: it would redirect key paths it deems unclean
+// ("/v1/keys/a//b").
+func (fe *rlsFrontEnd) mount(h http.Handler) http.Handler {
+	j := fe.srv.JSONHandler()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/json" {
+			j.ServeHTTP(w, r)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// start serves gRPC and writes the --rls-config domains through the leader
+// in the background; failures go to background.
+func (fe *rlsFrontEnd) start(ctx context.Context, background chan<- error) {
+	if fe.ln != nil {
+		go func() {
+			if err := fe.srv.Serve(fe.ln); err != nil {
+				background <- fmt.Errorf("grpc server: %w", err)
+			}
+		}()
+		fe.logger.Printf("serving gRPC (limitd.v1, envoy.service.ratelimit.v3) on %s", fe.ln.Addr())
+	}
+	if len(fe.domains) > 0 {
+		go func() {
+			if err := fe.node.LoadRLSDomains(ctx, fe.domains); err != nil && ctx.Err() == nil {
+				background <- err
+				return
+			}
+			fe.logger.Printf("loaded %d RLS domain(s) from %s", len(fe.domains), fe.source)
+		}()
+	}
+}
+
+// stop ends gRPC gracefully within ctx.
+func (fe *rlsFrontEnd) stop(ctx context.Context) { fe.srv.Stop(ctx) }
