@@ -36,7 +36,7 @@ import (
 // the module free of a dependency used by one test.
 
 // TestUIInBrowser loads /ui from a follower of a 3-node cluster and checks
-// that it shows the leader and the members, that the decisions chart moves
+// that it shows the leader, the members, the policy and the RLS domain, that the decisions chart moves
 // while checks run, that a key can be peeked, and that the playground draws
 // the README's algorithm comparison; the page must log no error. Screenshots
 // go to the test's temp dir, or to $LIMITD_UI_SCREENSHOTS when set.
@@ -51,6 +51,10 @@ func TestUIInBrowser(t *testing.T) {
 	if code, body := c.do(leader, "PUT", "/v1/policies/api", `{"algorithm":"token_bucket","limit":20,"window":"1s"}`); code != 200 {
 		t.Fatalf("put policy: %d %s", code, body)
 	}
+	rls := "domain: shop\ndescriptors:\n  - key: user\n    rate_limit:\n      unit: minute\n      requests_per_unit: 10\n"
+	if code, body := c.do(leader, "PUT", "/v1/rls/domains/shop", rls); code != 200 {
+		t.Fatalf("put RLS domain: %d %s", code, body)
+	}
 	shots := os.Getenv("LIMITD_UI_SCREENSHOTS")
 	if shots == "" {
 		shots = t.TempDir()
@@ -64,7 +68,7 @@ func TestUIInBrowser(t *testing.T) {
 	b.waitFor(fmt.Sprintf(`document.getElementById("leader").textContent === %q`, leaderID), "the leader shown")
 	b.waitFor(`document.querySelectorAll("#members tbody tr").length === 3`, "three members listed")
 	b.waitFor(`document.querySelector('#policies tr[data-policy="api"]') !== null`, "the policy listed")
-	b.waitFor(`document.getElementById("rls").textContent === "none"`, "no RLS domains")
+	b.waitFor(`document.getElementById("rls").textContent === "shop"`, "the RLS domain")
 	if got := b.eval(`document.querySelector('#members tr[data-member="` + leaderID + `"] td:nth-child(5)').textContent`); got != "leader" {
 		t.Errorf("the leader's row says %v", got)
 	}
@@ -183,7 +187,8 @@ func TestUIInBrowserAdminToken(t *testing.T) {
 	b.navigate(srv.URL + "/ui")
 	b.waitFor(`document.getElementById("leader").textContent === "n1" && !document.getElementById("public-note").hidden &&
 		document.querySelectorAll("#members tbody tr").length === 0 && document.getElementById("term").textContent === "–" &&
-		document.getElementById("mode").textContent === "read-only" && document.getElementById("lookup-reset").hidden`, "the public view")
+		document.getElementById("mode").textContent === "read-only" && document.getElementById("lookup-reset").hidden &&
+		document.getElementById("rls").textContent === "none"`, "the public view (and no RLS domains: this store has none)")
 
 	submit := func(tok string) {
 		b.eval(fmt.Sprintf(`document.getElementById("token").value = %q; document.querySelector("#token-form button[type=submit]").click()`, tok))
