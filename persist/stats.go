@@ -9,12 +9,22 @@ import (
 	"os"
 )
 
-// Digest is a hex SHA-256 over every bucket except meta, in a fixed order.
+// Digest is a hex SHA-256 over the replicated part of the meta record
+// (LastTime, which changes later decisions, and the key and request-id
+// counts) and every data bucket, in a fixed order. The applied index is left
+// out: it is reported beside the digest and legitimately differs between
+// replicas that applied the same commands through different log layouts.
 // Replicas that applied the same commands have equal digests, whatever their
-// applied index or history of restarts and snapshots.
+// history of restarts and snapshots.
 func (s *Store) Digest() (string, error) {
 	h := sha256.New()
 	err := s.View(func(t *Tx) error {
+		writeField(h, bucketMeta)
+		var m [24]byte
+		binary.BigEndian.PutUint64(m[0:], uint64(t.meta.LastTime))
+		binary.BigEndian.PutUint64(m[8:], t.meta.Keys)
+		binary.BigEndian.PutUint64(m[16:], t.meta.RequestIDs)
+		writeField(h, m[:])
 		for _, name := range dataBuckets {
 			writeField(h, name)
 			err := t.tx.Bucket(name).ForEach(func(k, v []byte) error {

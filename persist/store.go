@@ -45,9 +45,8 @@ var (
 	bucketPolicies   = []byte("policies")
 	bucketNodes      = []byte("nodes")
 
-	// dataBuckets are hashed by Digest, in this order. meta is excluded: it
-	// holds the applied index, which legitimately differs between replicas
-	// that have applied the same commands through different log layouts.
+	// dataBuckets are hashed by Digest, in this order, after the meta
+	// record without its applied index (see Digest).
 	dataBuckets = [][]byte{bucketPolicies, bucketNodes, bucketState, bucketStateExp, bucketRequests, bucketRequestExp}
 
 	keySchema = []byte("schema")

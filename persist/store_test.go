@@ -428,3 +428,26 @@ func TestSharedCommit(t *testing.T) {
 		t.Fatalf("after Close with a pending Update: recovered %v meta %+v", s2.Recovered(), s2.Meta())
 	}
 }
+
+// TestDigestCoversMeta: two stores with the same data that differ only in
+// LastTime (which changes later decisions) digest differently; a different
+// applied index alone does not change the digest.
+func TestDigestCoversMeta(t *testing.T) {
+	digestOf := func(applied uint64, now int64) string {
+		s, _ := openTemp(t, Options{NoSync: true})
+		putStates(t, s, applied, 1000, "a", "b")
+		update(t, s, func(tx *Tx) error { tx.SetLastTime(now); return nil })
+		d, err := s.Digest()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	base := digestOf(5, 2000)
+	if d := digestOf(5, 2001); d == base {
+		t.Fatal("stores that differ in LastTime have the same digest")
+	}
+	if d := digestOf(9, 2000); d != base {
+		t.Fatal("the applied index changed the digest")
+	}
+}
