@@ -57,8 +57,6 @@ type Options struct {
 	// MaxSizeBytes caps the database file (0: no cap). Reaching it fails the
 	// apply like a full disk.
 	MaxSizeBytes int
-	// Verify runs a full consistency check of an existing file at Open.
-	Verify bool
 	// CommitEvery lets up to this many ApplyBatch calls share one bbolt
 	// commit (0 or 1: each commits); Flush commits earlier. Requires NoSync:
 	// see DESIGN.md, "Shared commits".
@@ -112,7 +110,6 @@ func Open(path string, opts Options) (*FSM, error) {
 		NoSync:          opts.NoSync,
 		MaxSize:         opts.MaxSizeBytes,
 		InitialMmapSize: 256 << 20,
-		Verify:          opts.Verify,
 		CommitEvery:     opts.CommitEvery,
 		Logger:          opts.Logger,
 	})

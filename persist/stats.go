@@ -28,6 +28,10 @@ func (s *Store) Digest() (string, error) {
 		for _, name := range dataBuckets {
 			writeField(h, name)
 			err := t.tx.Bucket(name).ForEach(func(k, v []byte) error {
+				// A digest of damaged data would be a wrong answer.
+				if _, err := s.unseal(name, k, v); err != nil {
+					return err
+				}
 				writeField(h, k)
 				writeField(h, v)
 				return nil

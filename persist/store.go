@@ -16,7 +16,6 @@
 package persist
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -30,10 +29,6 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 )
-
-// SchemaVersion is the layout version written in the meta bucket. A file with
-// another version is refused rather than misread.
-const SchemaVersion = 1
 
 // Bucket names. Never rename: they are the file format.
 var (
@@ -52,9 +47,6 @@ var (
 	keySchema = []byte("schema")
 	keyMeta   = []byte("meta")
 )
-
-// metaLen is the encoded size of Meta: applied, time, keys, requests.
-const metaLen = 32
 
 var (
 	// ErrClosed is returned by operations on a closed Store.
@@ -77,10 +69,6 @@ type Options struct {
 	// remapping, which would wait for read transactions (a snapshot being
 	// streamed) to finish.
 	InitialMmapSize int
-	// Verify runs bbolt's full consistency check when opening an existing
-	// file: O(file size), but damage to data pages is then reported at start
-	// instead of when the damaged key is next touched.
-	Verify bool
 	// CommitEvery lets Update leave its transaction open so that up to this
 	// many Updates share one bbolt commit (0 or 1: every Update commits).
 	// Commit ends the shared transaction earlier. A bbolt commit costs the
@@ -151,11 +139,26 @@ func Open(path string, opts Options) (*Store, error) {
 	switch _, err := os.Stat(marker); {
 	case err == nil:
 		s.recovered = true
-		if err := s.setAside(); err != nil {
+		if err := s.setAside(".unclean", "was not closed cleanly"); err != nil {
 			return fail(err)
 		}
 	case !errors.Is(err, fs.ErrNotExist):
 		return fail(fmt.Errorf("check dirty marker %s: %w", marker, err))
+	default:
+		// A clean stop: scrub the file before trusting it. Damage to a file
+		// that is ours (bbolt's consistency check, a checksum) sets it aside
+		// and rebuilds from Raft like an unclean stop; a file that is not
+		// recognisably ours is refused.
+		if fi, err := os.Stat(path); err == nil && fi.Size() > 0 {
+			if err := verifyFile(path); errors.Is(err, ErrCorrupt) {
+				s.recovered = true
+				if err := s.setAside(".corrupt", fmt.Sprintf("failed its integrity check (%v)", err)); err != nil {
+					return fail(err)
+				}
+			} else if err != nil {
+				return fail(fmt.Errorf("open fsm database %s: %w", path, err))
+			}
+		}
 	}
 	if err := writeMarker(marker); err != nil {
 		return fail(err)
@@ -175,17 +178,17 @@ func Open(path string, opts Options) (*Store, error) {
 	return s, nil
 }
 
-// setAside moves the untrusted file of an unclean stop out of the way,
-// replacing an older one.
-func (s *Store) setAside() error {
+// setAside moves an untrusted file (an unclean stop, damage) out of the way
+// to path+suffix, replacing an older one.
+func (s *Store) setAside(suffix, why string) error {
 	if _, err := os.Stat(s.path); errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
-	aside := s.path + ".unclean"
+	aside := s.path + suffix
 	if err := os.Rename(s.path, aside); err != nil {
-		return fmt.Errorf("set aside %s after unclean stop: %w", s.path, err)
+		return fmt.Errorf("set aside %s (%s): %w", s.path, why, err)
 	}
-	s.logf("fsm database %s was not closed cleanly: moved to %s, starting empty to rebuild from raft", s.path, aside)
+	s.logf("fsm database %s %s: moved to %s, starting empty to rebuild from raft", s.path, why, aside)
 	return syncDir(filepath.Dir(s.path))
 }
 
@@ -214,14 +217,6 @@ func (s *Store) openDB(path string) (db *bolt.DB, err error) {
 			db, err = nil, fmt.Errorf("open fsm database %s: %w: %v", path, ErrCorrupt, r)
 		}
 	}()
-	if s.opts.Verify && existed {
-		// Check through a read-only handle first: a writable open reads the
-		// freelist, and a panic inside bolt.Open leaves its mmap (and so its
-		// file lock) behind.
-		if err := verifyFile(path); err != nil {
-			return nil, fmt.Errorf("open fsm database %s: %w", path, err)
-		}
-	}
 	// The freelist is synced (NoFreelistSync false): without it bbolt
 	// rebuilds the freelist at open by walking the file in a goroutine of its
 	// own, where a corrupt page panics beyond recovery instead of failing
@@ -246,12 +241,19 @@ func (s *Store) openDB(path string) (db *bolt.DB, err error) {
 		mb := tx.Bucket(bucketMeta)
 		if mb == nil {
 			if existed {
-				return fmt.Errorf("%w: no %q bucket (not a limitd state machine file?)", ErrCorrupt, bucketMeta)
+				return fmt.Errorf("%w: no %q bucket", errForeign, bucketMeta)
 			}
 			return initBuckets(tx)
 		}
-		if err := checkSchema(mb.Get(keySchema)); err != nil {
+		ver, err := readSchema(mb.Get(keySchema))
+		if err != nil {
 			return err
+		}
+		if ver == 1 {
+			if err := upgradeV1(tx); err != nil {
+				return err
+			}
+			s.logf("fsm database %s: upgraded from format 1 to %d (checksummed values)", path, SchemaVersion)
 		}
 		for _, name := range dataBuckets {
 			if tx.Bucket(name) == nil {
@@ -283,7 +285,7 @@ func initBuckets(tx *bolt.Tx) error {
 	if err != nil {
 		return err
 	}
-	if err := mb.Put(keySchema, binary.AppendUvarint(nil, SchemaVersion)); err != nil {
+	if err := mb.Put(keySchema, encodeSchema()); err != nil {
 		return err
 	}
 	if err := mb.Put(keyMeta, encodeMeta(Meta{})); err != nil {
@@ -295,38 +297,6 @@ func initBuckets(tx *bolt.Tx) error {
 		}
 	}
 	return nil
-}
-
-func checkSchema(v []byte) error {
-	ver, n := binary.Uvarint(v)
-	if n <= 0 || n != len(v) {
-		return fmt.Errorf("%w: unreadable schema version", ErrCorrupt)
-	}
-	if ver != SchemaVersion {
-		return fmt.Errorf("schema version %d, this binary reads %d", ver, SchemaVersion)
-	}
-	return nil
-}
-
-func encodeMeta(m Meta) []byte {
-	b := make([]byte, metaLen)
-	binary.BigEndian.PutUint64(b[0:], m.AppliedIndex)
-	binary.BigEndian.PutUint64(b[8:], uint64(m.LastTime))
-	binary.BigEndian.PutUint64(b[16:], m.Keys)
-	binary.BigEndian.PutUint64(b[24:], m.RequestIDs)
-	return b
-}
-
-func decodeMeta(b []byte) (Meta, error) {
-	if len(b) != metaLen {
-		return Meta{}, fmt.Errorf("%w: meta record of %d bytes", ErrCorrupt, len(b))
-	}
-	return Meta{
-		AppliedIndex: binary.BigEndian.Uint64(b[0:]),
-		LastTime:     int64(binary.BigEndian.Uint64(b[8:])),
-		Keys:         binary.BigEndian.Uint64(b[16:]),
-		RequestIDs:   binary.BigEndian.Uint64(b[24:]),
-	}, nil
 }
 
 func (s *Store) publish(m Meta) {
@@ -467,7 +437,7 @@ func (s *Store) View(fn func(*Tx) error) error {
 		t := &Tx{store: s}
 		m, err := decodeMeta(btx.Bucket(bucketMeta).Get(keyMeta))
 		if err != nil {
-			return err
+			return fmt.Errorf("%s: %w", s.path, err)
 		}
 		if err := t.begin(btx, m); err != nil {
 			return err

@@ -8,15 +8,16 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
-// Layout of the buckets (all integers big-endian):
+// Layout of the buckets (all integers big-endian). Every value ends with
+// sum, the CRC-32C of its key and the value before it (checksum.go):
 //
-//	meta            "schema" → uvarint version; "meta" → applied, time, keys, requests
-//	state           storage key → expiry(8) ‖ indexed(8) ‖ algorithm state
-//	state_expiry    sortable(indexed) ‖ storage key → empty
-//	requests        request id → expiry(8) ‖ encoded result
-//	request_expiry  sortable(expiry) ‖ request id → empty
-//	policies        name → encoded policy
-//	nodes           node id → HTTP address
+//	meta            "schema" → uvarint version ‖ sum; "meta" → applied, time, keys, requests ‖ sum
+//	state           storage key → expiry(8) ‖ indexed(8) ‖ algorithm state ‖ sum
+//	state_expiry    sortable(indexed) ‖ storage key → sum
+//	requests        request id → expiry(8) ‖ encoded result ‖ sum
+//	request_expiry  sortable(expiry) ‖ request id → sum
+//	policies        name → encoded policy ‖ sum
+//	nodes           node id → HTTP address ‖ sum
 //
 // The state expiry index holds a lower bound, not the exact expiry: a busy key
 // whose expiry moves later on every check would otherwise rewrite two index
@@ -95,12 +96,13 @@ type State struct {
 
 // State reads the state stored under key.
 func (t *Tx) State(key []byte) (State, error) {
-	return decodeState(key, t.state.Get(key))
+	return t.decodeState(key, t.state.Get(key))
 }
 
-func decodeState(key, v []byte) (State, error) {
-	if v == nil {
-		return State{}, nil
+func (t *Tx) decodeState(key, v []byte) (State, error) {
+	v, err := t.store.unseal(bucketState, key, v)
+	if v == nil || err != nil {
+		return State{}, err
 	}
 	if len(v) < stateHeader {
 		return State{}, fmt.Errorf("%w: state value of %d bytes for key %q", ErrCorrupt, len(v), key)
@@ -127,16 +129,16 @@ func (t *Tx) PutState(key []byte, prev State, data []byte, expiry int64) error {
 			return fmt.Errorf("delete expiry entry: %w", err)
 		}
 	}
-	v := t.arena.alloc(stateHeader + len(data))
+	v := t.arena.alloc(stateHeader + len(data) + sumLen)
 	binary.BigEndian.PutUint64(v, uint64(expiry))
 	binary.BigEndian.PutUint64(v[8:], uint64(indexed))
 	copy(v[stateHeader:], data)
 	k := t.copyBytes(key)
-	if err := t.state.Put(k, v); err != nil {
+	if err := t.state.Put(k, seal(key, v)); err != nil {
 		return fmt.Errorf("put state: %w", err)
 	}
 	if !prev.Found || indexed != prev.indexed {
-		if err := t.stateExp.Put(t.arenaIndexKey(indexed, key), []byte{}); err != nil {
+		if err := t.putIndex(t.stateExp, indexed, key); err != nil {
 			return fmt.Errorf("put expiry entry: %w", err)
 		}
 	}
@@ -174,9 +176,9 @@ func (t *Tx) Request(id []byte) (Request, error) {
 	if len(id) == 0 {
 		return Request{}, nil
 	}
-	v := t.requests.Get(id)
-	if v == nil {
-		return Request{}, nil
+	v, err := t.store.unseal(bucketRequests, id, t.requests.Get(id))
+	if v == nil || err != nil {
+		return Request{}, err
 	}
 	if len(v) < 8 {
 		return Request{}, fmt.Errorf("%w: request value of %d bytes for id %q", ErrCorrupt, len(v), id)
@@ -195,13 +197,13 @@ func (t *Tx) PutRequest(id []byte, prev Request, result []byte, expiry int64) er
 			return fmt.Errorf("delete request expiry entry: %w", err)
 		}
 	}
-	v := t.arena.alloc(8 + len(result))
+	v := t.arena.alloc(8 + len(result) + sumLen)
 	binary.BigEndian.PutUint64(v, uint64(expiry))
 	copy(v[8:], result)
-	if err := t.requests.Put(t.copyBytes(id), v); err != nil {
+	if err := t.requests.Put(t.copyBytes(id), seal(id, v)); err != nil {
 		return fmt.Errorf("put request: %w", err)
 	}
-	if err := t.requestExp.Put(t.arenaIndexKey(expiry, id), []byte{}); err != nil {
+	if err := t.putIndex(t.requestExp, expiry, id); err != nil {
 		return fmt.Errorf("put request expiry entry: %w", err)
 	}
 	if !prev.Found {
@@ -219,8 +221,18 @@ func (t *Tx) Expire(now int64, max int) (removed int, err error) {
 	sc, rc, stc := t.stateExp.Cursor(), t.requestExp.Cursor(), t.state.Cursor()
 	for examined := 0; examined < max; examined++ {
 		// Re-seek every round: deleting under a bbolt cursor can skip keys.
-		sk, _ := sc.First()
-		rk, _ := rc.First()
+		sk, sv := sc.First()
+		rk, rv := rc.First()
+		if sk != nil {
+			if _, err := t.store.unseal(bucketStateExp, sk, sv); err != nil {
+				return removed, err
+			}
+		}
+		if rk != nil {
+			if _, err := t.store.unseal(bucketRequestExp, rk, rv); err != nil {
+				return removed, err
+			}
+		}
 		sdue := len(sk) > 8 && indexTime(sk) <= now
 		rdue := len(rk) > 8 && indexTime(rk) <= now
 		switch {
@@ -257,7 +269,7 @@ func (t *Tx) expireState(sc, stc *bolt.Cursor, ik []byte, now int64) (int, error
 	if k, kv := stc.Seek(key); bytes.Equal(k, key) {
 		v = kv
 	}
-	st, err := decodeState(key, v)
+	st, err := t.decodeState(key, v)
 	if err != nil {
 		return 0, err
 	}
@@ -272,14 +284,14 @@ func (t *Tx) expireState(sc, stc *bolt.Cursor, ik []byte, now int64) (int, error
 		return 1, nil
 	}
 	// Still active: re-file the entry at the real expiry.
-	nv := t.arena.alloc(stateHeader + len(st.Data))
+	nv := t.arena.alloc(stateHeader + len(st.Data) + sumLen)
 	binary.BigEndian.PutUint64(nv, uint64(st.Expiry))
 	binary.BigEndian.PutUint64(nv[8:], uint64(st.Expiry))
 	copy(nv[stateHeader:], st.Data)
-	if err := t.state.Put(t.copyBytes(key), nv); err != nil {
+	if err := t.state.Put(t.copyBytes(key), seal(key, nv)); err != nil {
 		return 0, fmt.Errorf("re-file state: %w", err)
 	}
-	if err := t.stateExp.Put(t.arenaIndexKey(st.Expiry, key), []byte{}); err != nil {
+	if err := t.putIndex(t.stateExp, st.Expiry, key); err != nil {
 		return 0, fmt.Errorf("re-file expiry entry: %w", err)
 	}
 	return 0, nil
@@ -328,15 +340,17 @@ func nextExpiry(btx *bolt.Tx) (int64, bool) {
 	return next, ok
 }
 
-// Policy returns the encoded policy stored under name.
-func (t *Tx) Policy(name string) []byte { return t.policies.Get([]byte(name)) }
+// Policy returns the encoded policy stored under name (nil if absent).
+func (t *Tx) Policy(name string) ([]byte, error) {
+	return t.store.unseal(bucketPolicies, []byte(name), t.policies.Get([]byte(name)))
+}
 
 // PutPolicy stores an encoded policy.
 func (t *Tx) PutPolicy(name string, enc []byte) error {
 	if name == "" || len(name) > MaxKeySize {
 		return fmt.Errorf("policy name of %d bytes", len(name))
 	}
-	if err := t.policies.Put(t.copyBytes([]byte(name)), t.copyBytes(enc)); err != nil {
+	if err := t.policies.Put(t.copyBytes([]byte(name)), t.sealed([]byte(name), enc)); err != nil {
 		return fmt.Errorf("put policy %q: %w", name, err)
 	}
 	return nil
@@ -356,7 +370,13 @@ func (t *Tx) DeletePolicy(name string) (bool, error) {
 
 // ForEachPolicy calls fn for every policy in name order.
 func (t *Tx) ForEachPolicy(fn func(name string, enc []byte) error) error {
-	return t.policies.ForEach(func(k, v []byte) error { return fn(string(k), v) })
+	return t.policies.ForEach(func(k, v []byte) error {
+		p, err := t.store.unseal(bucketPolicies, k, v)
+		if err != nil {
+			return err
+		}
+		return fn(string(k), p)
+	})
 }
 
 // PutNode records a node's HTTP address.
@@ -364,7 +384,7 @@ func (t *Tx) PutNode(id, httpAddr string) error {
 	if id == "" || len(id) > MaxKeySize {
 		return fmt.Errorf("node id of %d bytes", len(id))
 	}
-	if err := t.nodes.Put(t.copyBytes([]byte(id)), t.copyBytes([]byte(httpAddr))); err != nil {
+	if err := t.nodes.Put(t.copyBytes([]byte(id)), t.sealed([]byte(id), []byte(httpAddr))); err != nil {
 		return fmt.Errorf("put node %q: %w", id, err)
 	}
 	return nil
@@ -383,7 +403,27 @@ func (t *Tx) DeleteNode(id string) error {
 
 // ForEachNode calls fn for every node in id order.
 func (t *Tx) ForEachNode(fn func(id, httpAddr string) error) error {
-	return t.nodes.ForEach(func(k, v []byte) error { return fn(string(k), string(v)) })
+	return t.nodes.ForEach(func(k, v []byte) error {
+		a, err := t.store.unseal(bucketNodes, k, v)
+		if err != nil {
+			return err
+		}
+		return fn(string(k), string(a))
+	})
+}
+
+// sealed copies payload into the arena with its checksum under key.
+func (t *Tx) sealed(key, payload []byte) []byte {
+	v := t.arena.alloc(len(payload) + sumLen)
+	copy(v, payload)
+	return seal(key, v)
+}
+
+// putIndex adds the index entry sortable(at) ‖ key, whose value is the
+// checksum of its key.
+func (t *Tx) putIndex(b *bolt.Bucket, at int64, key []byte) error {
+	ik := t.arenaIndexKey(at, key)
+	return b.Put(ik, seal(ik, t.arena.alloc(sumLen)))
 }
 
 // indexKey builds an index key in scratch memory, for lookups and deletes
