@@ -226,6 +226,16 @@ func verifyFile(path string) (err error) {
 		return fmt.Errorf("open %s: %w", path, err)
 	}
 	return db.View(func(tx *bolt.Tx) error {
+		// A file cut short faults (SIGBUS) where bbolt reads past its end,
+		// and bbolt's check reads on a goroutine of its own, where that
+		// cannot be recovered: compare the size first.
+		fi, err := file.Stat()
+		if err != nil {
+			return fmt.Errorf("verify %s: %w", path, err)
+		}
+		if fi.Size() < tx.Size() {
+			return fmt.Errorf("verify %s: %w: the file is %d bytes, its pages reach %d (truncated)", path, ErrCorrupt, fi.Size(), tx.Size())
+		}
 		if err := checkTx(tx); err != nil {
 			return fmt.Errorf("verify %s: %w", path, err)
 		}
