@@ -53,6 +53,9 @@ type Config struct {
 	// every FSMFlushInterval (default 100 ms). 1 commits every batch.
 	FSMCommitEvery   int
 	FSMFlushInterval time.Duration
+	// FSMCacheKeys bounds the state machine's in-memory state cache (0:
+	// persist.DefaultCacheKeys).
+	FSMCacheKeys int
 
 	// RequestIDRetention is how long a request_id's result is remembered
 	// (default 10 minutes). It travels in every check entry, so replicas agree.
@@ -203,7 +206,7 @@ func Open(cfg Config, bootstrap bool) (*Node, error) {
 	n.metrics = newMetrics(n)
 
 	f, err := fsm.Open(filepath.Join(cfg.DataDir, "fsm.db"), fsm.Options{
-		NoSync: true, OnFatal: n.onFatal, CommitEvery: cfg.FSMCommitEvery,
+		NoSync: true, OnFatal: n.onFatal, CommitEvery: cfg.FSMCommitEvery, CacheKeys: cfg.FSMCacheKeys,
 	})
 	if err != nil {
 		return nil, err

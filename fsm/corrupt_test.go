@@ -149,6 +149,15 @@ func TestDamagedValueAtRunTimeStopsTheNode(t *testing.T) {
 	d := newDriver(t, f)
 	d.putPolicy(Policy{Name: "api", Spec: mustSpec(t, algo.Config{Algorithm: "fixed_window", Limit: 5, Window: "1h"})})
 	d.one(t0, "api", "victim", 3)
+	// Reopen so the state cache does not hold the victim: damage to a value
+	// the cache holds is overwritten at the next flush and never read.
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if f, err = Open(path, Options{NoSync: true, OnFatal: func(err error) { fatal.Store(err) }}); err != nil {
+		t.Fatal(err)
+	}
+	d = newDriver(t, f)
 
 	b, err := os.ReadFile(path)
 	if err != nil {

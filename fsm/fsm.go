@@ -61,6 +61,9 @@ type Options struct {
 	// commit (0 or 1: each commits); Flush commits earlier. Requires NoSync:
 	// see DESIGN.md, "Shared commits".
 	CommitEvery int
+	// CacheKeys bounds the in-memory state cache in keys (0:
+	// persist.DefaultCacheKeys); see DESIGN.md, "State cache".
+	CacheKeys int
 }
 
 // Stats are counters for metrics and the cluster status.
@@ -111,6 +114,7 @@ func Open(path string, opts Options) (*FSM, error) {
 		MaxSize:         opts.MaxSizeBytes,
 		InitialMmapSize: 256 << 20,
 		CommitEvery:     opts.CommitEvery,
+		CacheKeys:       opts.CacheKeys,
 		Logger:          opts.Logger,
 	})
 	if err != nil {

@@ -133,6 +133,7 @@ func (s *Store) Restore(r io.Reader) error {
 	if err := syncDir(filepath.Dir(s.path)); err != nil {
 		return fmt.Errorf("restore snapshot: %w", err)
 	}
+	s.cache.reset() // describes the old file
 	db, err := s.openDB(s.path)
 	if err != nil {
 		return fmt.Errorf("restore snapshot: %w", err)

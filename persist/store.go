@@ -77,7 +77,11 @@ type Options struct {
 	// with NoSync's rule that the file is rebuilt from Raft after an unclean
 	// stop, because an open transaction is lost by a crash.
 	CommitEvery int
-	Logger      *log.Logger
+	// CacheKeys bounds the state cache (cache.go) in keys; 0 means
+	// DefaultCacheKeys. The bound holds after every commit; between commits
+	// the cache also holds every key written since the last one.
+	CacheKeys int
+	Logger    *log.Logger
 }
 
 // Meta is what the store records about the commands applied to it.
@@ -113,6 +117,7 @@ type Store struct {
 	committed Meta // as of the last commit
 	pending   int  // Updates in the open transaction (wtx.tx != nil)
 	wtx       Tx   // reused by every Update: its arena outlives transactions
+	cache     *stateCache
 }
 
 // Open opens (or creates) the database at path. If the dirty marker of an
@@ -129,7 +134,7 @@ func Open(path string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{path: path, opts: opts, lock: lock}
+	s := &Store{path: path, opts: opts, lock: lock, cache: newStateCache(opts.CacheKeys)}
 	fail := func(err error) (*Store, error) {
 		unlockFile(lock)
 		return nil, err
@@ -175,6 +180,7 @@ func Open(path string, opts Options) (*Store, error) {
 	}
 	s.db = db
 	s.wtx.store = s
+	s.wtx.cache = s.cache
 	return s, nil
 }
 
@@ -372,7 +378,7 @@ func (s *Store) Update(fn func(*Tx) error) error {
 	// Readers see progress at once, not at the next commit: the applied
 	// index and expiry hint describe what the writer has applied.
 	s.publish(t.meta)
-	s.publishNext(nextExpiry(t.tx))
+	s.publishNext(t.NextExpiry())
 	if s.pending >= s.opts.CommitEvery {
 		return s.commitLocked()
 	}
@@ -398,6 +404,10 @@ func (s *Store) commitLocked() error {
 	if t.tx == nil {
 		return nil
 	}
+	if err := t.flush(); err != nil {
+		s.rollbackLocked()
+		return fmt.Errorf("flush state cache to %s: %w", s.path, err)
+	}
 	if err := t.metaB.Put(keyMeta, encodeMeta(t.meta)); err != nil {
 		s.rollbackLocked()
 		return fmt.Errorf("write meta to %s: %w", s.path, err)
@@ -406,10 +416,12 @@ func (s *Store) commitLocked() error {
 	t.reset()
 	s.pending = 0
 	if err != nil {
+		s.cache.reset()
 		s.meta = s.committed
 		s.publish(s.meta)
 		return fmt.Errorf("commit to %s: %w", s.path, err)
 	}
+	s.cache.flushed()
 	s.committed = s.meta
 	return nil
 }
@@ -421,6 +433,7 @@ func (s *Store) rollbackLocked() {
 	}
 	_ = t.tx.Rollback()
 	t.reset()
+	s.cache.reset() // its dirty entries were in the transaction
 	s.pending = 0
 	s.meta = s.committed
 	s.publish(s.meta)

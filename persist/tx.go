@@ -1,8 +1,8 @@
 package persist
 
 import (
-	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 
 	bolt "go.etcd.io/bbolt"
@@ -41,6 +41,8 @@ type Tx struct {
 	meta    Meta
 	arena   arena
 	scratch []byte
+	dueKey  []byte
+	cache   *stateCache // the writer's; nil in read-only transactions
 }
 
 func (t *Tx) begin(btx *bolt.Tx, m Meta) error {
@@ -94,8 +96,18 @@ type State struct {
 	indexed int64
 }
 
-// State reads the state stored under key.
+// State reads the state under key. In the writer's transaction it comes from
+// the state cache (cache.go) and reflects every write so far; Data is then
+// valid until the next write to key. In a read-only transaction it is the
+// last commit, valid until the transaction ends.
 func (t *Tx) State(key []byte) (State, error) {
+	if t.cache != nil {
+		e, err := t.entry(key)
+		if err != nil {
+			return State{}, err
+		}
+		return e.state(), nil
+	}
 	return t.decodeState(key, t.state.Get(key))
 }
 
@@ -116,36 +128,16 @@ func (t *Tx) decodeState(key, v []byte) (State, error) {
 }
 
 // PutState stores data under key, to expire at expiry. prev must be what State
-// returned for key in this transaction, with no write to key since.
+// returned for key in this transaction, with no write to key since. The
+// write goes to the state cache and reaches the file at the next commit.
 func (t *Tx) PutState(key []byte, prev State, data []byte, expiry int64) error {
 	if len(key) == 0 || len(key) > MaxKeySize {
 		return fmt.Errorf("state key of %d bytes", len(key))
 	}
-	indexed := expiry
-	if prev.Found {
-		if prev.indexed <= expiry {
-			indexed = prev.indexed // still a lower bound: leave the entry where it is
-		} else if err := t.stateExp.Delete(t.indexKey(prev.indexed, key)); err != nil {
-			return fmt.Errorf("delete expiry entry: %w", err)
-		}
+	if t.cache == nil {
+		return errReadOnly
 	}
-	v := t.arena.alloc(stateHeader + len(data) + sumLen)
-	binary.BigEndian.PutUint64(v, uint64(expiry))
-	binary.BigEndian.PutUint64(v[8:], uint64(indexed))
-	copy(v[stateHeader:], data)
-	k := t.copyBytes(key)
-	if err := t.state.Put(k, seal(key, v)); err != nil {
-		return fmt.Errorf("put state: %w", err)
-	}
-	if !prev.Found || indexed != prev.indexed {
-		if err := t.putIndex(t.stateExp, indexed, key); err != nil {
-			return fmt.Errorf("put expiry entry: %w", err)
-		}
-	}
-	if !prev.Found {
-		t.meta.Keys++
-	}
-	return nil
+	return t.putEntry(key, data, expiry)
 }
 
 // DeleteState removes the state under key. prev is as for PutState; deleting
@@ -154,15 +146,13 @@ func (t *Tx) DeleteState(key []byte, prev State) error {
 	if !prev.Found {
 		return nil
 	}
-	if err := t.state.Delete(key); err != nil {
-		return fmt.Errorf("delete state: %w", err)
+	if t.cache == nil {
+		return errReadOnly
 	}
-	if err := t.stateExp.Delete(t.indexKey(prev.indexed, key)); err != nil {
-		return fmt.Errorf("delete expiry entry: %w", err)
-	}
-	t.meta.Keys--
-	return nil
+	return t.deleteEntry(key)
 }
+
+var errReadOnly = errors.New("persist: write in a read-only transaction")
 
 // Request is a stored request-id result.
 type Request struct {
@@ -216,32 +206,29 @@ func (t *Tx) PutRequest(id []byte, prev Request, result []byte, expiry int64) er
 // first, examining at most max index entries so the work per call is bounded.
 // An index entry found early for a key still active is moved to the key's
 // current expiry (it counts as examined, not removed). It returns the number
-// of entries removed.
+// of entries removed. States are swept on the logical index of the state
+// cache (see cache.go), so the result does not depend on when it flushed.
 func (t *Tx) Expire(now int64, max int) (removed int, err error) {
-	sc, rc, stc := t.stateExp.Cursor(), t.requestExp.Cursor(), t.state.Cursor()
+	if t.cache == nil {
+		return 0, errReadOnly
+	}
+	sc, rc := t.stateExp.Cursor(), t.requestExp.Cursor()
 	for examined := 0; examined < max; examined++ {
-		// Re-seek every round: deleting under a bbolt cursor can skip keys.
-		sk, sv := sc.First()
-		rk, rv := rc.First()
-		if sk != nil {
-			if _, err := t.store.unseal(bucketStateExp, sk, sv); err != nil {
-				return removed, err
-			}
+		sd, sdue, err := t.nextDue(sc, now)
+		if err != nil {
+			return removed, err
 		}
+		// Re-seek every round: deleting under a bbolt cursor can skip keys.
+		rk, rv := rc.First()
 		if rk != nil {
 			if _, err := t.store.unseal(bucketRequestExp, rk, rv); err != nil {
 				return removed, err
 			}
 		}
-		sdue := len(sk) > 8 && indexTime(sk) <= now
 		rdue := len(rk) > 8 && indexTime(rk) <= now
 		switch {
-		case sdue && (!rdue || indexTime(sk) <= indexTime(rk)):
-			n, err := t.expireState(sc, stc, sk, now)
-			if err != nil {
-				return removed, err
-			}
-			removed += n
+		case sdue && (!rdue || sd.at <= indexTime(rk)):
+			removed += t.expireDue(sd, now)
 		case rdue:
 			n, err := t.expireRequest(rk)
 			if err != nil {
@@ -253,48 +240,6 @@ func (t *Tx) Expire(now int64, max int) (removed int, err error) {
 		}
 	}
 	return removed, nil
-}
-
-// expireState handles the due index entry under sc (at its first key). The
-// index entry and an expired state are deleted through cursors that are
-// already positioned on them, saving a B+tree search each.
-func (t *Tx) expireState(sc, stc *bolt.Cursor, ik []byte, now int64) (int, error) {
-	ik = append(t.scratch[:0], ik...) // the cursor's bytes change under deletes
-	t.scratch = ik
-	at, key := indexTime(ik), ik[8:]
-	if err := sc.Delete(); err != nil {
-		return 0, fmt.Errorf("delete expiry entry: %w", err)
-	}
-	var v []byte
-	if k, kv := stc.Seek(key); bytes.Equal(k, key) {
-		v = kv
-	}
-	st, err := t.decodeState(key, v)
-	if err != nil {
-		return 0, err
-	}
-	if !st.Found || st.indexed != at {
-		return 0, nil // an orphan entry: nothing else to do
-	}
-	if st.Expiry <= now {
-		if err := stc.Delete(); err != nil {
-			return 0, fmt.Errorf("delete expired state: %w", err)
-		}
-		t.meta.Keys--
-		return 1, nil
-	}
-	// Still active: re-file the entry at the real expiry.
-	nv := t.arena.alloc(stateHeader + len(st.Data) + sumLen)
-	binary.BigEndian.PutUint64(nv, uint64(st.Expiry))
-	binary.BigEndian.PutUint64(nv[8:], uint64(st.Expiry))
-	copy(nv[stateHeader:], st.Data)
-	if err := t.state.Put(t.copyBytes(key), seal(key, nv)); err != nil {
-		return 0, fmt.Errorf("re-file state: %w", err)
-	}
-	if err := t.putIndex(t.stateExp, st.Expiry, key); err != nil {
-		return 0, fmt.Errorf("re-file expiry entry: %w", err)
-	}
-	return 0, nil
 }
 
 func (t *Tx) expireRequest(ik []byte) (int, error) {
@@ -318,8 +263,14 @@ func (t *Tx) expireRequest(ik []byte) (int, error) {
 	return 1, nil
 }
 
-// NextExpiry is the earliest expiry-index entry in this transaction.
-func (t *Tx) NextExpiry() (int64, bool) { return nextExpiry(t.tx) }
+// NextExpiry is the earliest expiry-index entry in this transaction (a lower
+// bound).
+func (t *Tx) NextExpiry() (int64, bool) {
+	if t.cache != nil {
+		return t.nextDueHint()
+	}
+	return nextExpiry(t.tx)
+}
 
 func nextExpiry(btx *bolt.Tx) (int64, bool) {
 	var (
