@@ -308,7 +308,8 @@ func (t *Tx) flush() error {
 	}
 	slices.SortFunc(c.dirty, func(a, b *entry) int { return strings.Compare(a.key, b.key) })
 	for _, e := range c.dirty {
-		key := []byte(e.key)
+		key := t.arena.alloc(len(e.key)) // valid until the commit, as Put needs
+		copy(key, e.key)
 		relocate := e.storedFound && (!e.found || e.storedIndexed != e.indexed)
 		if relocate {
 			if err := t.stateExp.Delete(t.indexKey(e.storedIndexed, key)); err != nil {
@@ -321,7 +322,7 @@ func (t *Tx) flush() error {
 			binary.BigEndian.PutUint64(v, uint64(e.expiry))
 			binary.BigEndian.PutUint64(v[8:], uint64(e.indexed))
 			copy(v[stateHeader:], e.data)
-			if err := t.state.Put(t.copyBytes(key), seal(key, v)); err != nil {
+			if err := t.state.Put(key, seal(key, v)); err != nil {
 				return fmt.Errorf("put state: %w", err)
 			}
 			if !e.storedFound || e.storedIndexed != e.indexed {
@@ -336,6 +337,11 @@ func (t *Tx) flush() error {
 		}
 		e.storedFound, e.storedIndexed = e.found, e.indexed
 		e.dirty, e.moved = false, false
+		if !e.found {
+			// Keep only keys that exist: a key that expired is rarely
+			// checked again soon, and an absent key costs one lookup.
+			delete(c.m, e.key)
+		}
 	}
 	return nil
 }
@@ -355,14 +361,6 @@ func (c *stateCache) flushed() {
 	// Evict down to 7/8 of the bound so eviction runs once per many flushes.
 	// Which keys go does not matter for what is decided, only for speed.
 	target := c.max - c.max/8
-	for k, e := range c.m {
-		if len(c.m) <= target {
-			break
-		}
-		if !e.found {
-			delete(c.m, k) // absent keys first: they cost a lookup to reload
-		}
-	}
 	for k := range c.m {
 		if len(c.m) <= target {
 			break
