@@ -190,3 +190,36 @@ func TestStateCacheWritesLessThanOncePerCheck(t *testing.T) {
 	}
 	_ = path
 }
+
+// TestStateCacheIsBounded: after a commit the cache holds at most CacheKeys
+// keys; between commits it keeps every dirty key, and evicted keys read back
+// from the file.
+func TestStateCacheIsBounded(t *testing.T) {
+	s, _ := openTemp(t, Options{NoSync: true, CommitEvery: 1000, CacheKeys: 100})
+	var keys []string
+	for i := 0; i < 1000; i++ {
+		keys = append(keys, fmt.Sprintf("key-%04d", i))
+	}
+	putStates(t, s, 1, 1000, keys...)
+	if n := s.cache.Len(); n != 1000 {
+		t.Fatalf("%d keys cached before the commit, want all 1000 dirty ones", n)
+	}
+	if err := s.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if n := s.cache.Len(); n > 100 {
+		t.Fatalf("%d keys cached after the commit, bound 100", n)
+	}
+	update(t, s, func(tx *Tx) error {
+		for _, k := range keys {
+			st, err := tx.State([]byte(k))
+			if err != nil {
+				return err
+			}
+			if string(st.Data) != "state:"+k {
+				return fmt.Errorf("%s reads %q after eviction", k, st.Data)
+			}
+		}
+		return nil
+	})
+}
