@@ -123,6 +123,13 @@ func BenchmarkApplyBatch(b *testing.B) {
 	// Small entries, the shape single checks from 64 clients give a 3-node
 	// cluster: each committed, or 64 sharing a commit as the daemon's
 	// CommitEvery and flush timer make them (see DESIGN.md, shared commits).
+	// Hot keys: 1,000 keys, so every key is checked many times between two
+	// commits (zipf-like traffic): the state cache writes each once.
+	b.Run("sliding_window_1000keys_16ops_commit64", func(b *testing.B) {
+		spec := mustSpec(b, algo.Config{Algorithm: "sliding_window", Limit: 100, Window: "1m"})
+		l := newBenchLoadOpts(b, Options{NoSync: true, CommitEvery: 64}, spec, 1000, 16, int64(5*time.Microsecond))
+		l.run(b, 16000)
+	})
 	// 1024: what a longer flush interval gives now that applies between
 	// commits touch only the state cache.
 	for _, every := range []int{1, 64, 1024} {
