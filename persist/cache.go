@@ -35,19 +35,37 @@ const DefaultCacheKeys = 250_000
 // same keys at the same log position, and the file after a flush is what the
 // same entries applied without a cache would have written.
 type stateCache struct {
-	max   int
-	m     map[string]*entry
-	dirty []*entry // changed since the last flush, each once
+	max int
+	// The entries live in fixed-size chunks, found through m by slot, so
+	// pointers to them stay valid and the garbage collector sees few
+	// objects: per key one key string and, for states over smallState
+	// bytes only, one buffer. (A map of *entry with a []byte each cost as
+	// much GC marking as the bbolt writes it saved.)
+	m      map[string]int32
+	chunks [][]entry
+	free   []int32
+	used   int32    // slots handed out of chunks so far
+	dirty  []*entry // changed since the last flush, each once
 
 	heap     []heapItem // logical index positions not (yet) in the file
 	sweepPos []byte     // the file index key the sweep last passed, since the last flush
 	orphans  [][]byte   // file index entries pointing nowhere, deleted at flush
 }
 
+// smallState is the state size kept inside the entry (every algorithm's
+// state but a sliding log of more than a few entries).
+const smallState = 32
+
+// chunkEntries is the number of entries per chunk.
+const chunkEntries = 4096
+
 // entry is one key's state as applied so far.
 type entry struct {
 	key     string
-	data    []byte
+	slot    int32
+	n       int32            // len of the state in small, or -1: in big
+	small   [smallState]byte // the state when it fits
+	big     []byte
 	expiry  int64
 	indexed int64 // the logical index position (a lower bound of expiry)
 	found   bool
@@ -70,13 +88,61 @@ func newStateCache(max int) *stateCache {
 	if max <= 0 {
 		max = DefaultCacheKeys
 	}
-	return &stateCache{max: max, m: make(map[string]*entry)}
+	return &stateCache{max: max, m: make(map[string]int32)}
+}
+
+func (c *stateCache) at(slot int32) *entry {
+	return &c.chunks[slot/chunkEntries][slot%chunkEntries]
+}
+
+// add puts a new entry for key in a free slot.
+func (c *stateCache) add(key string) *entry {
+	var slot int32
+	if n := len(c.free); n > 0 {
+		slot, c.free = c.free[n-1], c.free[:n-1]
+	} else {
+		if int(c.used) == len(c.chunks)*chunkEntries {
+			c.chunks = append(c.chunks, make([]entry, chunkEntries))
+		}
+		slot = c.used
+		c.used++
+	}
+	e := c.at(slot)
+	*e = entry{key: key, slot: slot}
+	c.m[key] = slot
+	return e
+}
+
+// remove forgets a clean entry.
+func (c *stateCache) remove(e *entry) {
+	delete(c.m, e.key)
+	c.free = append(c.free, e.slot)
+	*e = entry{}
+}
+
+func (e *entry) bytes() []byte {
+	if e.n >= 0 {
+		return e.small[:e.n:e.n]
+	}
+	return e.big
+}
+
+func (e *entry) setBytes(b []byte) {
+	if len(b) <= smallState {
+		copy(e.small[:], b) // b may be e.bytes(): same position
+		e.n, e.big = int32(len(b)), nil
+		return
+	}
+	e.big = append(e.big[:0], b...)
+	e.n = -1
 }
 
 // reset forgets everything: after a rollback, a restore or a failed commit
 // the file is the only truth.
 func (c *stateCache) reset() {
 	clear(c.m)
+	c.chunks, c.free, c.used = nil, nil, 0
+	clear(c.dirty)
 	c.dirty = c.dirty[:0]
 	c.heap = c.heap[:0]
 	c.sweepPos = c.sweepPos[:0]
@@ -136,8 +202,10 @@ func (h heapItem) less(o heapItem) bool {
 func (c *stateCache) top() (heapItem, *entry, bool) {
 	for len(c.heap) > 0 {
 		h := c.heap[0]
-		if e := c.m[h.key]; e != nil && e.moved && e.found && e.indexed == h.at {
-			return h, e, true
+		if slot, ok := c.m[h.key]; ok {
+			if e := c.at(slot); e.moved && e.found && e.indexed == h.at {
+				return h, e, true
+			}
 		}
 		c.pop()
 	}
@@ -147,19 +215,17 @@ func (c *stateCache) top() (heapItem, *entry, bool) {
 // entry returns key's cache entry, reading it from the file on a miss.
 func (t *Tx) entry(key []byte) (*entry, error) {
 	c := t.cache
-	if e := c.m[string(key)]; e != nil {
-		return e, nil
+	if slot, ok := c.m[string(key)]; ok {
+		return c.at(slot), nil
 	}
 	st, err := t.decodeState(key, t.state.Get(key))
 	if err != nil {
 		return nil, err
 	}
-	e := &entry{key: string(key), found: st.Found, expiry: st.Expiry, indexed: st.indexed,
-		storedFound: st.Found, storedIndexed: st.indexed}
-	if st.Found {
-		e.data = append(make([]byte, 0, len(st.Data)+8), st.Data...)
-	}
-	c.m[e.key] = e
+	e := c.add(string(key))
+	e.found, e.expiry, e.indexed = st.Found, st.Expiry, st.indexed
+	e.storedFound, e.storedIndexed = st.Found, st.indexed
+	e.setBytes(st.Data)
 	return e, nil
 }
 
@@ -167,7 +233,7 @@ func (e *entry) state() State {
 	if !e.found {
 		return State{}
 	}
-	return State{Data: e.data, Expiry: e.expiry, Found: true, indexed: e.indexed}
+	return State{Data: e.bytes(), Expiry: e.expiry, Found: true, indexed: e.indexed}
 }
 
 // putEntry is PutState on the cache.
@@ -187,7 +253,7 @@ func (t *Tx) putEntry(key, data []byte, expiry int64) error {
 	if !e.found {
 		t.meta.Keys++
 	}
-	e.data = append(e.data[:0], data...)
+	e.setBytes(data)
 	e.expiry, e.indexed, e.found = expiry, indexed, true
 	t.cache.markDirty(e)
 	return nil
@@ -200,7 +266,7 @@ func (t *Tx) deleteEntry(key []byte) error {
 		return err
 	}
 	e.found = false
-	e.data = e.data[:0]
+	e.setBytes(nil)
 	t.meta.Keys--
 	t.cache.markDirty(e)
 	return nil
@@ -289,7 +355,7 @@ func (t *Tx) expireDue(d due, now int64) int {
 	c.markDirty(e)
 	if e.expiry <= now {
 		e.found = false
-		e.data = e.data[:0]
+		e.setBytes(nil)
 		t.meta.Keys--
 		return 1
 	}
@@ -319,10 +385,11 @@ func (t *Tx) flush() error {
 		}
 		switch {
 		case e.found:
-			v := t.arena.alloc(stateHeader + len(e.data) + sumLen)
+			data := e.bytes()
+			v := t.arena.alloc(stateHeader + len(data) + sumLen)
 			binary.BigEndian.PutUint64(v, uint64(e.expiry))
 			binary.BigEndian.PutUint64(v[8:], uint64(e.indexed))
-			copy(v[stateHeader:], e.data)
+			copy(v[stateHeader:], data)
 			if err := t.state.Put(key, seal(key, v)); err != nil {
 				return fmt.Errorf("put state: %w", err)
 			}
@@ -341,7 +408,7 @@ func (t *Tx) flush() error {
 		if !e.found {
 			// Keep only keys that exist: a key that expired is rarely
 			// checked again soon, and an absent key costs one lookup.
-			delete(c.m, e.key)
+			c.remove(e)
 		}
 	}
 	return nil
@@ -362,11 +429,11 @@ func (c *stateCache) flushed() {
 	// Evict down to 7/8 of the bound so eviction runs once per many flushes.
 	// Which keys go does not matter for what is decided, only for speed.
 	target := c.max - c.max/8
-	for k := range c.m {
+	for _, slot := range c.m {
 		if len(c.m) <= target {
 			break
 		}
-		delete(c.m, k)
+		c.remove(c.at(slot))
 	}
 }
 
