@@ -445,7 +445,7 @@ func (t *Tx) nextDueHint() (int64, bool) {
 		next int64
 		ok   bool
 	)
-	cur := t.stateExp.Cursor()
+	cur, rcur := t.cursors()
 	var k []byte
 	if len(c.sweepPos) == 0 {
 		k, _ = cur.First()
@@ -458,7 +458,7 @@ func (t *Tx) nextDueHint() (int64, bool) {
 	if h, _, hok := c.top(); hok && (!ok || h.at < next) {
 		next, ok = h.at, true
 	}
-	if k, _ := t.requestExp.Cursor().First(); len(k) >= 8 {
+	if k, _ := rcur.First(); len(k) >= 8 {
 		if at := indexTime(k); !ok || at < next {
 			next, ok = at, true
 		}

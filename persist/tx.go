@@ -42,7 +42,11 @@ type Tx struct {
 	arena   arena
 	scratch []byte
 	dueKey  []byte
-	cache   *stateCache // the writer's; nil in read-only transactions
+	cache   *stateCache
+
+	// Cursors on the expiry indexes, kept for the transaction: a new
+	// bbolt cursor allocates its stack on first use.
+	stateExpCur, requestExpCur *bolt.Cursor // the writer's; nil in read-only transactions
 }
 
 func (t *Tx) begin(btx *bolt.Tx, m Meta) error {
@@ -64,6 +68,7 @@ func (t *Tx) begin(btx *bolt.Tx, m Meta) error {
 
 func (t *Tx) reset() {
 	t.tx = nil
+	t.stateExpCur, t.requestExpCur = nil, nil
 	t.metaB, t.state, t.stateExp, t.requests, t.requestExp, t.policies, t.nodes = nil, nil, nil, nil, nil, nil, nil
 	t.arena.reset()
 }
@@ -212,7 +217,7 @@ func (t *Tx) Expire(now int64, max int) (removed int, err error) {
 	if t.cache == nil {
 		return 0, errReadOnly
 	}
-	sc, rc := t.stateExp.Cursor(), t.requestExp.Cursor()
+	sc, rc := t.cursors()
 	for examined := 0; examined < max; examined++ {
 		sd, sdue, err := t.nextDue(sc, now)
 		if err != nil {
@@ -261,6 +266,16 @@ func (t *Tx) expireRequest(ik []byte) (int, error) {
 	}
 	t.meta.RequestIDs--
 	return 1, nil
+}
+
+// cursors returns the transaction's cursors on the state and request expiry
+// indexes. Every use positions them first (First or Seek), as bbolt requires
+// after writes.
+func (t *Tx) cursors() (state, request *bolt.Cursor) {
+	if t.stateExpCur == nil {
+		t.stateExpCur, t.requestExpCur = t.stateExp.Cursor(), t.requestExp.Cursor()
+	}
+	return t.stateExpCur, t.requestExpCur
 }
 
 // NextExpiry is the earliest expiry-index entry in this transaction (a lower
