@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"os"
@@ -207,6 +208,7 @@ func Open(cfg Config, bootstrap bool) (*Node, error) {
 
 	f, err := fsm.Open(filepath.Join(cfg.DataDir, "fsm.db"), fsm.Options{
 		NoSync: true, OnFatal: n.onFatal, CommitEvery: cfg.FSMCommitEvery, CacheKeys: cfg.FSMCacheKeys,
+		Logger: log.New(cfg.LogOutput, "", log.LstdFlags), // says why a file was set aside
 	})
 	if err != nil {
 		return nil, err
