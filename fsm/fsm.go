@@ -434,9 +434,21 @@ func (f *FSM) Digest() (string, error) {
 	return d, err
 }
 
+// DataDigest is Digest without the meta record (LastTime and the counts):
+// for comparing replicas stopped at different applied indexes, whose later
+// entries may only have advanced the clock (a peek, an expiry sweep that
+// found nothing). Replicas at the same index compare with Digest, which also
+// catches a divergence in LastTime.
+func (f *FSM) DataDigest() (string, error) {
+	d, _, err := f.digestAt(f.store.DataDigest)
+	return d, err
+}
+
 // DigestAt is Digest together with the applied index it describes. A failed
 // commit stops the state machine as in Flush.
-func (f *FSM) DigestAt() (string, uint64, error) {
+func (f *FSM) DigestAt() (string, uint64, error) { return f.digestAt(f.store.Digest) }
+
+func (f *FSM) digestAt(hash func() (string, error)) (string, uint64, error) {
 	f.applyMu.Lock()
 	if f.closed {
 		f.applyMu.Unlock()
@@ -454,7 +466,7 @@ func (f *FSM) DigestAt() (string, uint64, error) {
 		err     = commitErr
 	)
 	if err == nil {
-		d, err = f.store.Digest()
+		d, err = hash()
 		applied = f.store.Meta().AppliedIndex
 	}
 	f.applyMu.Unlock()

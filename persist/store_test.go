@@ -417,7 +417,7 @@ func TestSharedCommit(t *testing.T) {
 // LastTime (which changes later decisions) digest differently; a different
 // applied index alone does not change the digest.
 func TestDigestCoversMeta(t *testing.T) {
-	digestOf := func(applied uint64, now int64) string {
+	digestOf := func(applied uint64, now int64) (string, string) {
 		s, _ := openTemp(t, Options{NoSync: true})
 		putStates(t, s, applied, 1000, "a", "b")
 		update(t, s, func(tx *Tx) error { tx.SetLastTime(now); return nil })
@@ -425,13 +425,17 @@ func TestDigestCoversMeta(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return d
+		dd, err := s.DataDigest()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d, dd
 	}
-	base := digestOf(5, 2000)
-	if d := digestOf(5, 2001); d == base {
-		t.Fatal("stores that differ in LastTime have the same digest")
+	base, baseData := digestOf(5, 2000)
+	if d, dd := digestOf(5, 2001); d == base || dd != baseData {
+		t.Fatal("stores that differ only in LastTime: the digest must differ, the data digest not")
 	}
-	if d := digestOf(9, 2000); d != base {
+	if d, _ := digestOf(9, 2000); d != base {
 		t.Fatal("the applied index changed the digest")
 	}
 }
