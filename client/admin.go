@@ -98,7 +98,10 @@ func (c *Client) DeletePolicy(ctx context.Context, name string) error {
 // none, the first node that answers) sees it.
 func (c *Client) Cluster(ctx context.Context) (ClusterStatus, error) {
 	var st ClusterStatus
-	err := c.call(ctx, http.MethodGet, "/v1/cluster", nil, false, true, &st)
+	// The token, when the client has one, gets the full view (Raft
+	// addresses, terms, indexes); without it a node run with a token
+	// answers its public subset.
+	err := c.call(ctx, http.MethodGet, "/v1/cluster", nil, true, true, &st)
 	return st, err
 }
 
@@ -111,7 +114,7 @@ func (c *Client) NodeStatus(ctx context.Context, addr string) (ClusterStatus, er
 	ctx, cancel := c.withDeadline(ctx)
 	defer cancel()
 	var st ClusterStatus
-	return st, c.getJSON(ctx, host, "/v1/cluster", &st)
+	return st, c.getJSON(ctx, host, "/v1/cluster", true, &st)
 }
 
 // NodeDigest returns one node's state digest and the index it describes.
@@ -123,7 +126,7 @@ func (c *Client) NodeDigest(ctx context.Context, addr string) (Digest, error) {
 	ctx, cancel := c.withDeadline(ctx)
 	defer cancel()
 	var d Digest
-	return d, c.getJSON(ctx, host, "/v1/cluster/digest", &d)
+	return d, c.getJSON(ctx, host, "/v1/cluster/digest", true, &d)
 }
 
 // Join adds a voter to the cluster (admin). raftAddr is host:port;

@@ -363,7 +363,7 @@ func (c *Client) learnLeader(ctx context.Context) (string, error) {
 		}
 		seen[host] = true
 		var st ClusterStatus
-		if err := c.getJSON(ctx, host, "/v1/cluster", &st); err != nil {
+		if err := c.getJSON(ctx, host, "/v1/cluster", false, &st); err != nil {
 			errs = append(errs, err)
 			if ctx.Err() != nil {
 				break
@@ -550,11 +550,12 @@ func decodeError(resp *http.Response, body []byte) error {
 	return e
 }
 
-// getJSON GETs path from host into v (no retries).
-func (c *Client) getJSON(ctx context.Context, host, path string, v any) error {
+// getJSON GETs path from host (no leader routing, no retries); admin sends
+// the token, when the client has one, for the views a token unlocks.
+func (c *Client) getJSON(ctx context.Context, host, path string, admin bool, v any) error {
 	buf := getBuf()
 	defer putBuf(buf)
-	if _, err := c.send(ctx, http.MethodGet, host, path, nil, false, buf); err != nil {
+	if _, err := c.send(ctx, http.MethodGet, host, path, nil, admin, buf); err != nil {
 		return err
 	}
 	if err := json.Unmarshal(*buf, v); err != nil {

@@ -97,6 +97,9 @@ func runCluster(args []string, env cliEnv) int {
 	if err != nil {
 		return fail(env, name, err)
 	}
+	if publicView(st) {
+		fmt.Fprintln(env.stderr, "limitd: the public view: Raft addresses, terms, indexes and health need --token (LIMITD_ADMIN_TOKEN)")
+	}
 	if cf.output == "json" {
 		if sub == "members" {
 			printJSON(env.stdout, map[string]any{"members": st.Members})
@@ -119,11 +122,19 @@ func runCluster(args []string, env cliEnv) int {
 	return exitOK
 }
 
+// publicView reports whether st is a node's public subset (it runs with an
+// admin token the client did not send): no node id, no Raft addresses.
+func publicView(st client.ClusterStatus) bool { return st.NodeID == "" }
+
 func printMembers(env cliEnv, ms []client.Member) {
 	tw := newTable(env.stdout)
 	fmt.Fprintln(tw, "ID\tRAFT ADDR\tHTTP ADDR\tSUFFRAGE\tLEADER\tHEALTHY")
 	for _, m := range ms {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%v\t%v\n", m.ID, m.RaftAddr, orDash(m.HTTPAddr), m.Suffrage, m.Leader, m.Healthy)
+		healthy := "-"
+		if m.Suffrage != "" {
+			healthy = fmt.Sprint(m.Healthy)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%v\t%s\n", m.ID, orDash(m.RaftAddr), orDash(m.HTTPAddr), orDash(m.Suffrage), m.Leader, healthy)
 	}
 	tw.Flush()
 }
