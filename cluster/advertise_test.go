@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"io"
 	"net"
 	"testing"
 	"time"
@@ -14,10 +15,18 @@ func TestRaftAdvertisesTheConfiguredName(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a Raft node")
 	}
-	cfg := tcpConfig(t, "n0", "127.0.0.1:1")
-	_, port, _ := net.SplitHostPort(cfg.RaftAddr)
-	cfg.RaftAddr = net.JoinHostPort("localhost", port)
-	cfg.RaftBind = "127.0.0.1:" + port
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	ln.Close()
+	cfg := Config{
+		NodeID: "n0", RaftAddr: net.JoinHostPort("localhost", port), RaftBind: "127.0.0.1:" + port,
+		HTTPAddr: "127.0.0.1:1", DataDir: t.TempDir(), LogOutput: io.Discard,
+		HeartbeatTimeout: 150 * time.Millisecond, ElectionTimeout: 150 * time.Millisecond,
+		LeaderLeaseTimeout: 100 * time.Millisecond, CommitTimeout: 5 * time.Millisecond,
+	}
 	n, err := Open(cfg, true)
 	if err != nil {
 		t.Fatal(err)
