@@ -511,7 +511,11 @@ func TestKubernetesManifests(t *testing.T) {
 		}
 	}
 	if pdb.Spec.MaxUnavailable == nil || *pdb.Spec.MaxUnavailable != 1 {
-		t.Errorf("PodDisruptionBudget maxUnavailable %v: want 1 (two of three keep the quorum)", pdb.Spec.MaxUnavailable)
+		got := "unset"
+		if pdb.Spec.MaxUnavailable != nil {
+			got = fmt.Sprint(*pdb.Spec.MaxUnavailable)
+		}
+		t.Errorf("PodDisruptionBudget maxUnavailable %s: want 1 (two of three keep the quorum)", got)
 	}
 	ps := pod.Spec
 	if ps.TerminationGracePeriodSeconds < 15 || !ps.SecurityContext.RunAsNonRoot || len(ps.Containers) != 1 {
