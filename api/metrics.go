@@ -201,12 +201,15 @@ const (
 	routeReadyz
 	routeMetrics
 	routeInternal
+	routeRLS
+	routeUI
+	routeSimulate
 	routeOther
 	numRoutes
 )
 
 var routeNames = [numRoutes]string{"check", "check_all", "check_batch", "auth", "policies", "keys",
-	"cluster", "cluster_digest", "cluster_snapshot", "cluster_join", "cluster_nodes", "healthz", "readyz", "metrics", "internal", "other"}
+	"cluster", "cluster_digest", "cluster_snapshot", "cluster_join", "cluster_nodes", "healthz", "readyz", "metrics", "internal", "rls_domains", "ui", "simulate", "other"}
 
 // routeOf classifies a request path.
 func routeOf(path string) int {
@@ -241,6 +244,12 @@ func routeOf(path string) int {
 		return routeMetrics
 	case strings.HasPrefix(path, "/internal/"):
 		return routeInternal
+	case path == "/v1/rls/domains" || strings.HasPrefix(path, "/v1/rls/domains/"):
+		return routeRLS
+	case path == "/ui" || strings.HasPrefix(path, "/ui/"):
+		return routeUI
+	case path == "/v1/simulate":
+		return routeSimulate
 	}
 	return routeOther
 }

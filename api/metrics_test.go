@@ -294,6 +294,7 @@ func TestRouteOfIsBounded(t *testing.T) {
 		"/v1/auth/api/some/path": "auth", "/v1/policies": "policies", "/v1/policies/p": "policies",
 		"/v1/keys/user%2F1": "keys", "/v1/cluster": "cluster", "/v1/cluster/snapshot": "cluster_snapshot", "/v1/cluster/nodes/n2": "cluster_nodes",
 		"/healthz": "healthz", "/internal/check": "internal", "/v1/check/other": "other", "/x": "other",
+		"/v1/rls/domains": "rls_domains", "/v1/rls/domains/shop": "rls_domains", "/ui": "ui", "/ui/app.js": "ui", "/v1/simulate": "simulate",
 	} {
 		if got := routeNames[routeOf(path)]; got != want {
 			t.Errorf("routeOf(%q) = %s, want %s", path, got, want)
