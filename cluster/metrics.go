@@ -292,6 +292,9 @@ func (n *Node) Collectors() []prometheus.Collector {
 			}
 			return float64(c - a)
 		}),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "limitd_fsm_flushed_keys_total",
+			Help: "Key states the state machine's commits wrote to its bbolt file (dirty keys, each once per commit however many checks changed it)."},
+			func() float64 { return float64(n.fsm.FlushedKeys()) }),
 		gauge("limitd_fsm_pending_batches", "Applied batches not yet committed to the state database file (flushed every --fsm-flush-interval or --fsm-commit-every batches).", func() float64 {
 			return float64(n.fsm.Pending())
 		}),
