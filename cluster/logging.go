@@ -30,13 +30,17 @@ func raftLevel(lvl hclog.Level, msg string, args []any) slog.Level {
 		"failed to get previous log",                 // a joining or lagging follower: the leader backs up
 		"appendEntries rejected, sending older logs", // the leader's side of the same
 		"new leader elected, stepping down",          // leadership transfer
+		"peer has newer term, stopping replication",  // the old leader's side of it
 		"rejecting vote request since we have a leader",
 		"rejecting pre-vote request since we have a leader",
 		"rejecting vote request since our last index is greater",
 		"rejecting pre-vote request since our last index is greater",
 		"rejecting vote request since our last term is greater",
 		"rejecting pre-vote request since our last term is greater",
-		"duplicate requestVote from":
+		"duplicate requestVote from",
+		"no known peers, aborting election", // a node waiting to be added or bootstrapped
+		"not part of stable configuration, aborting election",
+		"heartbeat timeout reached, not part of a stable configuration or a non-voter, not triggering a leader election":
 		return slog.LevelInfo
 	case "failed to appendEntries to", // a peer that is down: reported once by watchPeers
 		"failed to heartbeat to",

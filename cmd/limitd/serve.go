@@ -150,8 +150,9 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "limitd:", err)
 		return 2
 	}
-	if f.bootstrapExpect < 0 || (f.bootstrapExpect > 1 && len(f.join) == 0) {
-		fmt.Fprintln(stderr, "limitd: --bootstrap-expect needs --join with the addresses of the nodes that bootstrap together (0: join only)")
+	if f.bootstrapExpect < 0 || f.bootstrapExpect == 1 || (f.bootstrapExpect > 1 && len(f.join) == 0) {
+		// A node with --join never bootstraps alone; one without it does.
+		fmt.Fprintln(stderr, "limitd: --bootstrap-expect N (N of at least 2) needs --join with the addresses of the nodes that bootstrap together; a single node bootstraps without --join")
 		return 2
 	}
 	if f.joinTimeout < 0 {
