@@ -110,16 +110,35 @@ func (a *hclogAdapter) Log(level hclog.Level, msg string, args ...any) {
 	a.l.Log(ctx, lvl, msg, convertArgs(args)...)
 }
 
-// convertArgs expands hclog.Format values (hclog.Fmt) into strings.
+// convertArgs expands hclog.Format values (hclog.Fmt) into strings, and
+// logs Stringers (Raft passes itself) as their text, as hclog does: a JSON
+// handler would otherwise marshal their fields.
 func convertArgs(args []any) []any {
+	var out []any
 	for i, v := range args {
-		if f, ok := v.(hclog.Format); ok && len(f) > 0 {
-			out := append([]any(nil), args...)
-			out[i] = fmt.Sprintf(fmt.Sprint(f[0]), f[1:]...)
-			return convertArgs(out)
+		var s string
+		switch x := v.(type) {
+		case hclog.Format:
+			if len(x) == 0 {
+				continue
+			}
+			s = fmt.Sprintf(fmt.Sprint(x[0]), x[1:]...)
+		case error:
+			continue // slog logs an error's text
+		case fmt.Stringer:
+			s = x.String()
+		default:
+			continue
 		}
+		if out == nil {
+			out = append([]any(nil), args...)
+		}
+		out[i] = s
 	}
-	return args
+	if out == nil {
+		return args
+	}
+	return out
 }
 
 func (a *hclogAdapter) Trace(msg string, args ...any) { a.Log(hclog.Trace, msg, args...) }

@@ -64,3 +64,18 @@ func TestHCLogAdapter(t *testing.T) {
 		t.Errorf("levels: debug %v info %v level %v", l.IsDebug(), l.IsInfo(), l.GetLevel())
 	}
 }
+
+type stringer struct{ a, b int }
+
+func (s stringer) String() string { return "pair" }
+
+// A Stringer argument (Raft logs itself as one) is its text in JSON, not {}.
+func TestHCLogAdapterStringers(t *testing.T) {
+	var buf bytes.Buffer
+	l := newHCLog(slog.New(slog.NewJSONHandler(&buf, nil)), "raft")
+	l.Info("entering follower state", "follower", stringer{1, 2}, "error", errors.New("boom"))
+	var m map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &m); err != nil || m["follower"] != "pair" || m["error"] != "boom" {
+		t.Fatalf("logged %s (%v)", buf.String(), err)
+	}
+}

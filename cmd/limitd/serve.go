@@ -274,6 +274,9 @@ func serve(f *serveFlags, logger *slog.Logger) error {
 		handler = mux
 	}
 	hs := newHTTPServer(f, handler)
+	// net/http's own reports (a client's TLS handshake failing, say) are
+	// about clients, not this node: Info.
+	hs.ErrorLog = slog.NewLogLogger(logger.With("component", "http").Handler(), slog.LevelInfo)
 	ln = limitListener(ln, f.maxConnections)
 	if nodeTLS != nil {
 		// Clients of the public API need no certificate; one that is given
