@@ -168,3 +168,27 @@ func TestProcessJoinUnreachableDoesNotBootstrap(t *testing.T) {
 		}
 	}
 }
+
+// A node with an existing data directory never bootstraps again, whatever
+// its flags: restarted with --join to nobody and --bootstrap-expect, it
+// resumes as the member it was (no join needed, no timeout) and serves.
+func TestProcessRestartWithStateDoesNotBootstrapOrJoin(t *testing.T) {
+	p := newProc(t, "solo", "")
+	p.start()
+	p.waitReady()
+	if err := p.term(); err != nil {
+		t.Fatal(err)
+	}
+	p.start("--join", freePort(t)+","+freePort(t), "--bootstrap-expect", "2", "--join-timeout", "1s")
+	p.waitReady()
+	if exited, err := p.waitTimeout(2 * time.Second); exited {
+		t.Fatalf("exited past --join-timeout although it has state (%v):\n%s", err, p.logs())
+	}
+	v, err := getView(t, p)
+	if err != nil || len(v.Members) != 1 || v.LeaderID != "solo" {
+		t.Fatalf("after restart: %+v (%v)", v, err)
+	}
+	if strings.Contains(p.logs(), "bootstrapped") || !strings.Contains(p.logs(), "already a member") {
+		t.Fatalf("restart log:\n%s", p.logs())
+	}
+}
