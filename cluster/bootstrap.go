@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -170,8 +171,8 @@ func (n *Node) JoinCluster(ctx context.Context, opts JoinOptions) error {
 			lastReport = time.Now()
 			n.log.Info("waiting to join the cluster; retrying", "join", opts.Addrs, "expect", expect, "round", round, "last_error", errString(last))
 		}
-		wait := backoff/2 + rand.N(backoff/2+1)
-		backoff = min(2*backoff, JoinBackoffMax)
+		wait := jitter(backoff)
+		backoff = nextBackoff(backoff)
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("join %s: %w (last error: %v)", strings.Join(opts.Addrs, ","), ctx.Err(), last)
@@ -181,6 +182,12 @@ func (n *Node) JoinCluster(ctx context.Context, opts JoinOptions) error {
 		}
 	}
 }
+
+// nextBackoff doubles the wait between join rounds up to JoinBackoffMax.
+func nextBackoff(d time.Duration) time.Duration { return min(2*d, JoinBackoffMax) }
+
+// jitter is a random wait in [d/2, d], so nodes started together spread out.
+func jitter(d time.Duration) time.Duration { return d/2 + rand.N(d/2+1) }
 
 func errString(err error) string {
 	if err == nil {
@@ -426,10 +433,9 @@ func (n *Node) getJSON(ctx context.Context, url string, v any) error {
 // peerReportEvery rate-limits "still unreachable" lines about a peer.
 const peerReportEvery = 30 * time.Second
 
-// watchPeers reports, on the leader, a peer that stopped answering: once
-// at Warn when it goes down, then at most every peerReportEvery while it
-// stays down, and once more when it answers again. (Raft itself logs every
-// failed attempt; raftLevel lowers those to Debug.)
+// watchPeers reports, on the leader, a peer that stopped answering (see
+// peerReports). Raft itself logs every failed attempt; raftLevel lowers
+// those to Debug.
 func (n *Node) watchPeers() {
 	defer n.wg.Done()
 	ch := make(chan raft.Observation, 64)
@@ -442,34 +448,57 @@ func (n *Node) watchPeers() {
 	})
 	n.raft.RegisterObserver(obs)
 	defer n.raft.DeregisterObserver(obs)
-	type down struct{ since, reported time.Time }
-	peers := map[raft.ServerID]*down{}
+	r := peerReports{log: n.log, every: peerReportEvery}
 	for {
 		select {
 		case <-n.closing:
 			return
 		case o := <-ch:
-			now := time.Now()
 			switch d := o.Data.(type) {
 			case raft.LeaderObservation:
 				if d.LeaderID == raft.ServerID(n.cfg.NodeID) {
-					clear(peers) // leading anew: replication starts afresh
+					r.reset() // leading anew: replication starts afresh
 				}
 			case raft.FailedHeartbeatObservation:
-				p := peers[d.PeerID]
-				if p == nil {
-					peers[d.PeerID] = &down{since: now, reported: now}
-					n.log.Warn("peer unreachable", "peer", d.PeerID, "last_contact", d.LastContact)
-				} else if now.Sub(p.reported) >= peerReportEvery {
-					p.reported = now
-					n.log.Info("peer still unreachable", "peer", d.PeerID, "down_for", now.Sub(p.since).Round(time.Second).String())
-				}
+				r.failed(string(d.PeerID), time.Now())
 			case raft.ResumedHeartbeatObservation:
-				if p := peers[d.PeerID]; p != nil {
-					delete(peers, d.PeerID)
-					n.log.Info("peer reachable again", "peer", d.PeerID, "down_for", now.Sub(p.since).Round(time.Second).String())
-				}
+				r.resumed(string(d.PeerID), time.Now())
 			}
 		}
+	}
+}
+
+// peerReports turns Raft's per-heartbeat failures into a few lines: a peer
+// going down once at Warn, then at most every `every` at Info while it stays
+// down, and once at Info when it answers again.
+type peerReports struct {
+	log   *slog.Logger
+	every time.Duration
+	down  map[string]*peerDown
+}
+
+type peerDown struct{ since, reported time.Time }
+
+func (r *peerReports) reset() { clear(r.down) }
+
+func (r *peerReports) failed(peer string, now time.Time) {
+	if r.down == nil {
+		r.down = map[string]*peerDown{}
+	}
+	p := r.down[peer]
+	switch {
+	case p == nil:
+		r.down[peer] = &peerDown{since: now, reported: now}
+		r.log.Warn("peer unreachable", "peer", peer)
+	case now.Sub(p.reported) >= r.every:
+		p.reported = now
+		r.log.Info("peer still unreachable", "peer", peer, "down_for", now.Sub(p.since).Round(time.Second).String())
+	}
+}
+
+func (r *peerReports) resumed(peer string, now time.Time) {
+	if p := r.down[peer]; p != nil {
+		delete(r.down, peer)
+		r.log.Info("peer reachable again", "peer", peer, "down_for", now.Sub(p.since).Round(time.Second).String())
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // --join entries: host:port or URLs; a host name stands for every address
@@ -65,3 +66,49 @@ func TestTryBootstrapDecision(t *testing.T) {
 }
 
 func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// A down peer: one WARN however many heartbeats fail, an INFO reminder per
+// interval, one INFO when it is back; down again later is a new WARN.
+func TestPeerReports(t *testing.T) {
+	var buf strings.Builder
+	r := peerReports{log: slog.New(slog.NewTextHandler(&buf, nil)), every: 30 * time.Second}
+	t0 := time.Unix(1000, 0)
+	for i := 0; i < 100; i++ { // 100 failed heartbeats over 50s
+		r.failed("n3", t0.Add(time.Duration(i)*500*time.Millisecond))
+	}
+	r.resumed("n3", t0.Add(60*time.Second))
+	r.resumed("n3", t0.Add(61*time.Second)) // no second "again"
+	r.failed("n3", t0.Add(90*time.Second))
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	want := []string{
+		`level=WARN msg="peer unreachable" peer=n3`,
+		`level=INFO msg="peer still unreachable" peer=n3 down_for=30s`,
+		`level=INFO msg="peer reachable again" peer=n3 down_for=1m0s`,
+		`level=WARN msg="peer unreachable" peer=n3`,
+	}
+	if len(lines) != len(want) {
+		t.Fatalf("logged:\n%s\nwant %d lines", buf.String(), len(want))
+	}
+	for i, w := range want {
+		if !strings.Contains(lines[i], w) {
+			t.Errorf("line %d: %s, want %s", i+1, lines[i], w)
+		}
+	}
+}
+
+// Join rounds back off exponentially from 200ms, capped at JoinBackoffMax, jittered within [d/2, d].
+func TestJoinBackoff(t *testing.T) {
+	d := joinBackoffMin
+	var seq []time.Duration
+	for i := 0; i < 8; i++ {
+		seq = append(seq, d)
+		if j := jitter(d); j < d/2 || j > d {
+			t.Errorf("jitter(%v) = %v", d, j)
+		}
+		d = nextBackoff(d)
+	}
+	want := []time.Duration{200 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond, 1600 * time.Millisecond, 3200 * time.Millisecond, 5 * time.Second, 5 * time.Second, 5 * time.Second}
+	if !slices.Equal(seq, want) {
+		t.Errorf("backoff %v, want %v", seq, want)
+	}
+}
