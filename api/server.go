@@ -171,12 +171,15 @@ func (s *Server) routes() http.Handler {
 
 	r.GET("/v1/cluster", noQuery(s.handleClusterStatus))
 	r.GET("/v1/cluster/digest", s.admin(noQuery(s.handleDigest))) // the applied index is for admins, like /v1/cluster's
+	r.GET("/v1/cluster/snapshot", s.admin(noQuery(s.handleSnapshot)))
 	r.POST("/v1/cluster/join", s.admin(noQuery(s.handleJoin)))
 	r.DELETE("/v1/cluster/nodes/:id", s.admin(noQuery(s.handleRemoveNode)))
 
+	s.rlsRoutes(r) // envoy ratelimit domains (rls.go)
 	r.GET("/healthz", noQuery(s.handleHealthz))
 	r.GET("/readyz", noQuery(s.handleReadyz))
 	r.Handler(http.MethodGet, "/metrics", s.metrics.handler())
+	s.uiRoutes(r) // GET /ui, POST /v1/simulate (ui.go)
 
 	internal := s.store.Internal()
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {

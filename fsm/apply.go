@@ -96,6 +96,9 @@ func (a *applier) apply(tx *persist.Tx, data []byte) (interface{}, error) {
 	case CmdResetKey:
 		e, err := a.resetKey(tx, &c.checks[0])
 		return errResponse(e), err
+	case CmdPutDomain, CmdDeleteDomain:
+		e, err := a.applyDomain(tx, c)
+		return errResponse(e), err
 	case CmdExpire:
 		now := clamp(tx, c.now)
 		n, err := tx.Expire(now, c.max)
@@ -140,6 +143,7 @@ func clamp(tx *persist.Tx, now int64) int64 {
 
 // publish makes the committed policy and node changes visible.
 func (a *applier) publish() {
+	a.f.domains.publish()
 	if len(a.pendingPolicies) == 0 && len(a.pendingNodes) == 0 {
 		return
 	}
@@ -165,6 +169,7 @@ func (a *applier) publish() {
 
 // discard drops changes of a transaction that did not commit.
 func (a *applier) discard() {
+	a.f.domains.discard()
 	clear(a.pendingPolicies)
 	clear(a.pendingNodes)
 }
@@ -178,7 +183,7 @@ func (a *applier) lookupPolicy(name []byte) (*Policy, bool) {
 }
 
 func (a *applier) putPolicy(tx *persist.Tx, p Policy) (*Error, error) {
-	if p.Name == "" || len(p.Name) > MaxPolicyName {
+	if p.Name == "" || len(p.Name) > MaxPolicyName || reservedPolicyName(p.Name) {
 		return &Error{Code: CodeInvalidArgument, Field: "name", Message: fmt.Sprintf("must be 1 to %d bytes", MaxPolicyName)}, nil
 	}
 	spec, err := p.Spec.Validate()

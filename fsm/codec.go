@@ -343,6 +343,7 @@ type command struct {
 	policyErr      error      // CmdPutPolicy: the spec is well formed but invalid
 	name, addr     string     // CmdDeletePolicy, CmdSetNode, CmdRemoveNode
 	max            int        // CmdExpire
+	domain         []byte     // CmdPutDomain (aliases the entry)
 }
 
 // opRef is an op whose checks are checks[first : first+n] of its command.
@@ -370,6 +371,7 @@ func decodeCommand(c *command, b []byte) error {
 	c.typ = b[0]
 	switch c.typ {
 	case CmdCheck, CmdPutPolicy, CmdDeletePolicy, CmdResetKey, CmdExpire, CmdSetNode, CmdRemoveNode:
+	case CmdPutDomain, CmdDeleteDomain: // domain.go
 	default:
 		return fmt.Errorf("%w: type %d", ErrUnknownCommand, c.typ)
 	}
@@ -394,6 +396,8 @@ func decodeCommand(c *command, b []byte) error {
 		c.addr = string(d.bytes())
 	case CmdResetKey:
 		c.checks = append(c.checks[:0], d.check())
+	case CmdPutDomain, CmdDeleteDomain:
+		decodeDomain(c, &d)
 	case CmdExpire:
 		c.now = d.varint()
 		m := d.uvarint()

@@ -89,6 +89,7 @@ type FSM struct {
 	mu       sync.RWMutex
 	policies map[string]*Policy
 	nodes    map[string]string
+	domains  domainTable // RLS domains (domain.go)
 
 	ap applier
 
@@ -129,8 +130,12 @@ func Open(path string, opts Options) (*FSM, error) {
 func (f *FSM) load() error {
 	policies := make(map[string]*Policy)
 	nodes := make(map[string]string)
+	domains := make(map[string][]byte)
 	err := f.store.View(func(tx *persist.Tx) error {
 		if err := tx.ForEachPolicy(func(name string, enc []byte) error {
+			if f.domains.loadEntry(domains, name, enc) {
+				return nil
+			}
 			d := decoder{b: enc}
 			p, invalid := decodePolicy(&d)
 			if d.err == nil && d.off != len(enc) {
@@ -163,6 +168,7 @@ func (f *FSM) load() error {
 	f.mu.Lock()
 	f.policies, f.nodes = policies, nodes
 	f.mu.Unlock()
+	f.domains.set(domains)
 	return nil
 }
 

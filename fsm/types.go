@@ -110,4 +110,5 @@ const (
 	CmdExpire       byte = 5 // leader time, max → number of entries removed (int)
 	CmdSetNode      byte = 6 // node id, HTTP address → nil
 	CmdRemoveNode   byte = 7 // node id → nil
+	// 8 and 9: CmdPutDomain, CmdDeleteDomain (domain.go)
 )

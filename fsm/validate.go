@@ -21,6 +21,8 @@ func ValidateCommand(b []byte) error {
 			return fmt.Errorf("%w: policy %q: %v", ErrBadCommand, c.policy.Name, err)
 		}
 	case CmdDeletePolicy:
+	case CmdPutDomain, CmdDeleteDomain:
+		return validateDomain(&c)
 	case CmdResetKey:
 		if ck := c.checks[0]; len(ck.spec) > 0 {
 			if _, err := decodeSpec(ck.spec); err != nil {

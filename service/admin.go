@@ -177,21 +177,37 @@ func (s *Service) Status(ctx context.Context) (cluster.Status, *Error) {
 }
 
 // PublicStatus is the part of Status anyone may see: enough for a load
-// balancer or a dashboard, nothing a forged Raft RPC could use (addresses,
-// terms and indexes are for admins).
+// balancer, a dashboard or a leader-aware client (the members' and the
+// leader's HTTP API addresses, which serve the public API anyway), nothing a
+// forged Raft RPC could use (Raft addresses, terms and indexes are for admins).
 type PublicStatus struct {
-	State    string `json:"state"` // Leader, Follower, Candidate, Shutdown
-	LeaderID string `json:"leader_id"`
-	Ready    bool   `json:"ready"`
+	State      string         `json:"state"` // Leader, Follower, Candidate, Shutdown
+	LeaderID   string         `json:"leader_id"`
+	LeaderHTTP string         `json:"leader_http_addr"`
+	Ready      bool           `json:"ready"`
+	Members    []PublicMember `json:"members"`
 }
 
-// PublicStatus is this node's state, its leader and its readiness.
+// PublicMember is a member's id and HTTP API address.
+type PublicMember struct {
+	ID       string `json:"id"`
+	HTTPAddr string `json:"http_addr"`
+	Leader   bool   `json:"leader"`
+}
+
+// PublicStatus is this node's state, its leader, its readiness and where
+// the members serve the API.
 func (s *Service) PublicStatus(ctx context.Context) (PublicStatus, *Error) {
 	st, e := s.Status(ctx)
 	if e != nil {
 		return PublicStatus{}, e
 	}
-	return PublicStatus{State: st.State, LeaderID: st.LeaderID, Ready: s.node.Ready() == nil}, nil
+	ps := PublicStatus{State: st.State, LeaderID: st.LeaderID, LeaderHTTP: st.LeaderHTTP,
+		Ready: s.node.Ready() == nil, Members: make([]PublicMember, len(st.Members))}
+	for i, m := range st.Members {
+		ps.Members[i] = PublicMember{ID: m.ID, HTTPAddr: m.HTTPAddr, Leader: m.Leader}
+	}
+	return ps, nil
 }
 
 // Ready is nil when the node can answer checks: there is a leader and this

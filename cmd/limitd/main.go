@@ -1,48 +1,22 @@
-// Command limitd is the limitd daemon and its tools:
+// Command limitd is the limitd daemon, its tools and its operator's CLI:
 //
-//	limitd [serve] [flags]   run a node (the default; a fresh node bootstraps a single-node cluster)
-//	limitd simulate [flags]  replay a traffic trace against the algorithms
-//	limitd bench [flags]     closed-loop load against running nodes or a cluster it starts
+//	limitd [serve] [flags]      run a node (the default; a fresh node bootstraps a single-node cluster)
+//	limitd simulate [flags]     replay a traffic trace against the algorithms
+//	limitd bench [flags]        closed-loop load against running nodes or a cluster it starts
+//	limitd check KEY            spend from a key's budget (exit 1 when refused)
+//	limitd policy …             put, get, list, delete policies
+//	limitd key peek|reset KEY   look at or reset a key
+//	limitd cluster …            status, members, join, remove
+//	limitd snapshot …           save, restore, inspect backups
+//	limitd version              version, VCS revision and build time
 //
-// Run `limitd <command> --help` for each command's flags.
+// Run `limitd help` for the list and `limitd help <command>` for each
+// command's flags. Exit status: 0 ok, 1 refused (check), 2 usage, 3
+// unavailable, 4 other errors.
 package main
 
-import (
-	"fmt"
-	"os"
-)
+import "os"
 
 func main() {
-	args := os.Args[1:]
-	cmd := "serve"
-	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
-		cmd, args = args[0], args[1:]
-	}
-	switch cmd {
-	case "serve":
-		os.Exit(runServe(args, os.Stdout, os.Stderr))
-	case "simulate":
-		os.Exit(runSimulate(args, os.Stdin, os.Stdout, os.Stderr))
-	case "bench":
-		os.Exit(runBench(args, os.Stdout, os.Stderr))
-	case "help":
-		fmt.Fprint(os.Stdout, usage)
-	default:
-		fmt.Fprintf(os.Stderr, "limitd: unknown command %q\n\n%s", cmd, usage)
-		os.Exit(2)
-	}
+	os.Exit(runMain(os.Args[1:], osEnv()))
 }
-
-const usage = `limitd — a replicated, durable rate limiter.
-
-Usage:
-  limitd [serve] [flags]   run a node (default). A fresh node without --join
-                           bootstraps a single-node cluster in --data-dir.
-  limitd simulate [flags] [TRACE]
-                           replay a trace ("<seconds> <key> [<cost>]" per line)
-                           against an algorithm, or all of them with --compare.
-  limitd bench [flags]     closed-loop load against --addrs, or against a
-                           loopback cluster it starts itself (--cluster N).
-
-Run "limitd <command> --help" for the flags of each command.
-`

@@ -63,6 +63,7 @@ type serveFlags struct {
 	maxConnections                            int
 	gcPercent                                 int
 	memoryLimit                               int64
+	grpc                                      grpcFlags // grpc.go
 
 	join            joinList // --join, with --bootstrap-expect and --join-timeout
 	bootstrapExpect int
@@ -112,6 +113,7 @@ func newServeFlagSet(out io.Writer) (*flag.FlagSet, *serveFlags) {
 	fs.IntVar(&f.maxConnections, "max-connections", DefaultMaxConnections, "HTTP: connections served at once; more wait in the listen backlog until one closes")
 	fs.BoolVar(&f.stayAfterRemoval, "stay-after-removal", false, "keep running (not ready, answering 503) after this node is removed from the cluster, instead of exiting")
 	fs.BoolVar(&f.pprof, "pprof", false, "serve Go profiling endpoints under /debug/pprof/")
+	addGRPCFlags(fs, &f.grpc)
 	fs.Usage = func() {
 		fmt.Fprint(out, serveUsage)
 		fs.PrintDefaults()
@@ -186,8 +188,8 @@ func tuneGC(gcPercent int, memoryLimitMiB int64, getenv func(string) string) {
 }
 
 func serve(f *serveFlags, logger *slog.Logger) error {
-	version, revision, goVersion := buildVersion()
-	logger.Info("starting limitd", "version", version, "revision", revision, "go", goVersion)
+	v := currentVersion() // cli_version.go
+	logger.Info("starting limitd", "version", v.Version, "revision", v.Revision, "modified", v.Modified, "go", v.Go)
 	tuneGC(f.gcPercent, f.memoryLimit, os.Getenv)
 	var policies []fsm.Policy
 	if f.policies != "" {
@@ -262,8 +264,16 @@ func serve(f *serveFlags, logger *slog.Logger) error {
 		logger.Warn("previous stop was unclean: rebuilding state from the latest snapshot and the Raft log")
 	}
 
-	srv := api.New(node, apiCfg)
-	handler := srv.Handler()
+	rlsFE, err := newRLSFrontEnd(f, node, logger) // gRPC, POST /json, --rls-config (grpc.go)
+	if err != nil {
+		ln.Close()
+		return errors.Join(err, node.Close())
+	}
+	srv, handler, err := rlsFE.httpAPI(apiCfg) // HTTP and gRPC on one service (grpc.go)
+	if err != nil {
+		ln.Close()
+		return errors.Join(err, node.Close())
+	}
 	if f.pprof {
 		mux := http.NewServeMux()
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
@@ -296,7 +306,8 @@ func serve(f *serveFlags, logger *slog.Logger) error {
 
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer cancel()
-	background := make(chan error, 2)
+	background := make(chan error, 4)
+	rlsFE.start(ctx, background)
 	if len(f.join) > 0 {
 		go func() {
 			err := node.JoinCluster(ctx, cluster.JoinOptions{
@@ -338,6 +349,7 @@ func serve(f *serveFlags, logger *slog.Logger) error {
 	shutdownCtx, stop := context.WithTimeout(context.Background(), 5*time.Second)
 	defer stop()
 	hs.Shutdown(shutdownCtx)
+	rlsFE.stop(shutdownCtx)
 	if err := node.Close(); err != nil {
 		return errors.Join(runErr, err)
 	}

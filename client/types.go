@@ -1,0 +1,113 @@
+package client
+
+import "time"
+
+// Limit is a rate limit: an inline limit of a check, or the body of a policy.
+// Field meanings are those of docs/API.md, "Limits".
+type Limit struct {
+	// Algorithm: "fixed_window", "sliding_log", "sliding_window",
+	// "token_bucket" or "leaky_bucket".
+	Algorithm string `json:"algorithm" yaml:"algorithm"`
+	// Limit is the requests (cost units) per window; for the buckets, the rate.
+	Limit int64 `json:"limit" yaml:"limit"`
+	// Window is a duration string such as "500ms", "60s", "1h30m" or "7d";
+	// empty for calendar windows. (A string, not a time.Duration, because the
+	// server accepts and answers days.)
+	Window string `json:"window,omitempty" yaml:"window,omitempty"`
+	// Burst is the bucket capacity of token_bucket and leaky_bucket (0: = Limit).
+	Burst int64 `json:"burst,omitempty" yaml:"burst,omitempty"`
+	// CountRefused: sliding_log only, refused requests are logged too.
+	CountRefused bool `json:"count_refused,omitempty" yaml:"count_refused,omitempty"`
+	// Calendar: fixed_window only, "day", "week" or "month".
+	Calendar string `json:"calendar,omitempty" yaml:"calendar,omitempty"`
+	// Timezone: with Calendar, an IANA zone such as "Europe/Paris" (default UTC).
+	Timezone string `json:"timezone,omitempty" yaml:"timezone,omitempty"`
+}
+
+// Policy is a named limit stored in the cluster.
+type Policy struct {
+	Name string `json:"name" yaml:"name"`
+	Limit
+	// Shadow: checks always answer allowed, reporting ShadowRefused instead.
+	Shadow bool `json:"shadow" yaml:"shadow"`
+}
+
+// Request is one check. Exactly one of Policy and Limit must be set.
+type Request struct {
+	Key    string // what is limited: a user id, an API key, an IP…
+	Policy string // a policy name
+	Limit  *Limit // or an inline limit
+	// Cost is how much to spend; 0 means 1. (Peek looks without spending.)
+	Cost int64
+	// RequestID makes the check idempotent. Empty: the client generates one,
+	// so that its own retries never count twice.
+	RequestID string
+}
+
+// Decision is the answer to a check.
+type Decision struct {
+	Allowed   bool
+	Limit     int64
+	Remaining int64
+	// ResetAfter: time until the key is back to its fresh state if nothing more arrives.
+	ResetAfter time.Duration
+	// RetryAfter: when refused, time until the same request would be allowed;
+	// 0 when allowed; negative (Never) when it can never be allowed.
+	RetryAfter time.Duration
+	// Delay: leaky_bucket only, how long to wait before proceeding.
+	Delay time.Duration
+	// ShadowRefused: a shadow policy would have refused.
+	ShadowRefused bool
+	// Replayed: the stored decision of an earlier request with the same id.
+	Replayed bool
+	// Degraded: the cluster could not be reached and the decision was made by
+	// the client's fail mode (WithFailMode), not by limitd.
+	Degraded bool
+}
+
+// Never is Decision.RetryAfter for a request that can never be allowed
+// (its cost exceeds the limit or the burst).
+const Never time.Duration = -1
+
+// AllResult is the answer to CheckAll: allowed only if every check allowed,
+// and then every one was consumed; otherwise nothing was.
+type AllResult struct {
+	Allowed  bool
+	Results  []Decision // in the order of the checks
+	Replayed bool
+}
+
+// BatchResult is one entry of Batch: a decision or that entry's own error.
+type BatchResult struct {
+	Decision Decision
+	Err      error // *Error, e.g. ErrInvalidArgument with Field "checks[1].key"
+}
+
+// ClusterStatus is GET /v1/cluster: the answering node's view.
+type ClusterStatus struct {
+	NodeID         string   `json:"node_id"`
+	State          string   `json:"state"`
+	LeaderID       string   `json:"leader_id"`
+	LeaderHTTPAddr string   `json:"leader_http_addr"`
+	Term           uint64   `json:"term"`
+	CommitIndex    uint64   `json:"commit_index"`
+	AppliedIndex   uint64   `json:"applied_index"`
+	Members        []Member `json:"members"`
+}
+
+// Member is one server of the cluster.
+type Member struct {
+	ID       string `json:"id"`
+	RaftAddr string `json:"raft_addr"`
+	HTTPAddr string `json:"http_addr"`
+	Suffrage string `json:"suffrage"`
+	Leader   bool   `json:"leader"`
+	Healthy  bool   `json:"healthy"`
+}
+
+// Digest is GET /v1/cluster/digest: a fingerprint of the node's replicated
+// state and the applied index it describes.
+type Digest struct {
+	Digest       string `json:"digest"`
+	AppliedIndex uint64 `json:"applied_index"`
+}

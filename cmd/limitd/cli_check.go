@@ -1,0 +1,149 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+
+	"github.com/limitd/limitd/client"
+)
+
+const checkUsage = `Usage: limitd check [flags] KEY
+
+Spends --cost (default 1) of KEY's budget under --policy NAME, or under an
+inline limit (--algorithm, --limit, --window, …), and prints the decision.
+Exit status: 0 allowed, 1 refused, 2 usage or invalid input, 3 unavailable,
+4 other errors (e.g. unknown policy).
+
+Example:
+  limitd check --policy api user:42
+  limitd check --algorithm token_bucket --limit 10 --window 1s ip:203.0.113.9
+
+Flags:
+`
+
+func runCheck(args []string, env cliEnv) int {
+	fs := flag.NewFlagSet("check", flag.ContinueOnError)
+	var cf connFlags
+	var lf limitFlags
+	cost := fs.Int64("cost", 1, "how much to spend (0 is a peek)")
+	requestID := fs.String("request-id", "", "idempotency id: a repeat returns the first decision (default: generated)")
+	lf.register(fs)
+	cf.register(fs)
+	pos, code, ok := parseFlags(fs, args, env, func() { printUsage(env, checkUsage, fs) })
+	if !ok {
+		return code
+	}
+	if len(pos) != 1 {
+		return usageError(env, "check", "want exactly one KEY, got %d arguments", len(pos))
+	}
+	if err := cf.validate(env); err != nil {
+		return usageError(env, "check", "%v", err)
+	}
+	policy, lim, err := lf.resolve()
+	if err != nil {
+		return usageError(env, "check", "%v", err)
+	}
+	c, err := cf.newClient()
+	if err != nil {
+		return usageError(env, "check", "%v", err)
+	}
+	defer c.Close()
+	ctx, cancel := cf.context()
+	defer cancel()
+	req := client.Request{Key: pos[0], Policy: policy, Limit: lim, Cost: *cost, RequestID: *requestID}
+	var d client.Decision
+	if *cost == 0 {
+		d, err = c.Peek(ctx, pos[0], policy, lim)
+	} else {
+		d, err = c.Check(ctx, req)
+	}
+	if err != nil {
+		return fail(env, "check", err)
+	}
+	if cf.output == "json" {
+		printJSON(env.stdout, toDecisionJSON(d))
+	} else {
+		printDecision(env.stdout, pos[0], d)
+	}
+	if !d.Allowed {
+		return exitRefused
+	}
+	return exitOK
+}
+
+const keyUsage = `Usage: limitd key peek|reset [flags] KEY
+
+  peek   show KEY's state under --policy NAME (or an inline limit) without
+         spending anything; "allowed" says whether a request of cost 1 would be
+  reset  forget KEY's state under that limit (admin: --token)
+
+Example:
+  limitd key peek --policy api user:42
+  limitd key reset --policy api user:42
+
+Flags:
+`
+
+func runKey(args []string, env cliEnv) int {
+	if len(args) == 0 || (args[0] != "peek" && args[0] != "reset") {
+		if len(args) > 0 && isHelp(args[0]) {
+			fs := flag.NewFlagSet("key", flag.ContinueOnError)
+			var cf connFlags
+			var lf limitFlags
+			lf.register(fs)
+			cf.register(fs)
+			printUsage(env, keyUsage, fs)
+			return exitOK
+		}
+		return usageError(env, "key", "want a subcommand: peek or reset")
+	}
+	sub := args[0]
+	name := "key " + sub
+	fs := flag.NewFlagSet("key", flag.ContinueOnError)
+	var cf connFlags
+	var lf limitFlags
+	lf.register(fs)
+	cf.register(fs)
+	pos, code, ok := parseFlags(fs, args[1:], env, func() { printUsage(env, keyUsage, fs) })
+	if !ok {
+		return code
+	}
+	if len(pos) != 1 {
+		return usageError(env, name, "want exactly one KEY, got %d arguments", len(pos))
+	}
+	if err := cf.validate(env); err != nil {
+		return usageError(env, name, "%v", err)
+	}
+	policy, lim, err := lf.resolve()
+	if err != nil {
+		return usageError(env, name, "%v", err)
+	}
+	c, err := cf.newClient()
+	if err != nil {
+		return usageError(env, name, "%v", err)
+	}
+	defer c.Close()
+	ctx, cancel := cf.context()
+	defer cancel()
+	if sub == "reset" {
+		if err := c.Reset(ctx, pos[0], policy, lim); err != nil {
+			return fail(env, name, err)
+		}
+		if cf.output == "json" {
+			printJSON(env.stdout, map[string]any{"key": pos[0], "reset": true})
+		} else {
+			fmt.Fprintf(env.stdout, "key %q reset\n", pos[0])
+		}
+		return exitOK
+	}
+	d, err := c.Peek(ctx, pos[0], policy, lim)
+	if err != nil {
+		return fail(env, name, err)
+	}
+	if cf.output == "json" {
+		printJSON(env.stdout, toDecisionJSON(d))
+	} else {
+		printDecision(env.stdout, pos[0], d)
+	}
+	return exitOK
+}

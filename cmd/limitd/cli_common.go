@@ -1,0 +1,259 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/limitd/limitd/client"
+)
+
+// Exit codes of the client commands (check, policy, key, cluster, snapshot),
+// documented in README.md:
+const (
+	exitOK          = 0 // done; for check: allowed
+	exitRefused     = 1 // check only: the request was refused
+	exitUsage       = 2 // bad flags or arguments, or input the server rejected as invalid (invalid_argument)
+	exitUnavailable = 3 // no node answered in time (no leader, unreachable, timeout)
+	exitError       = 4 // any other error: not found, unauthenticated, conflict, a damaged file…
+)
+
+// DefaultCLIAddr is where the client commands look for a node when neither
+// --addr nor LIMITD_ADDR is set: serve's default --http-addr.
+const DefaultCLIAddr = "127.0.0.1:8080"
+
+// DefaultCLITimeout bounds one client command, retries included.
+const DefaultCLITimeout = 10 * time.Second
+
+// cliEnv is what a client command reads and writes; tests replace it.
+type cliEnv struct {
+	stdout, stderr io.Writer
+	getenv         func(string) string
+}
+
+func osEnv() cliEnv { return cliEnv{stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv} }
+
+// connFlags are the flags every client command shares.
+type connFlags struct {
+	addr, token            string
+	tlsCA, tlsCert, tlsKey string
+	tls, tlsSkipVerify     bool
+	timeout                time.Duration
+	output                 string
+}
+
+func (c *connFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.addr, "addr", "", "comma-separated node addresses, host:port or http(s)://host:port (default $LIMITD_ADDR, else "+DefaultCLIAddr+")")
+	fs.StringVar(&c.token, "token", "", "admin bearer token (default $LIMITD_ADMIN_TOKEN)")
+	fs.BoolVar(&c.tls, "tls", false, "use HTTPS (implied by an https:// address or any other --tls-* flag)")
+	fs.StringVar(&c.tlsCA, "tls-ca", "", "CA bundle that signed the nodes' certificates (default: system roots)")
+	fs.StringVar(&c.tlsCert, "tls-cert", "", "client certificate file, for nodes that require one (with --tls-key)")
+	fs.StringVar(&c.tlsKey, "tls-key", "", "private key file of --tls-cert")
+	fs.BoolVar(&c.tlsSkipVerify, "tls-insecure-skip-verify", false, "do not verify the nodes' certificates (testing only)")
+	fs.DurationVar(&c.timeout, "timeout", DefaultCLITimeout, "give up after this long, retries and leader changes included")
+	fs.StringVar(&c.output, "output", "table", "output format: table or json")
+}
+
+// validate checks the shared flags and fills defaults from the environment.
+func (c *connFlags) validate(env cliEnv) error {
+	if c.addr == "" {
+		c.addr = env.getenv("LIMITD_ADDR")
+	}
+	if c.addr == "" {
+		c.addr = DefaultCLIAddr
+	}
+	if c.token == "" {
+		c.token = env.getenv("LIMITD_ADMIN_TOKEN")
+	}
+	if c.output != "table" && c.output != "json" {
+		return fmt.Errorf("--output %q: want table or json", c.output)
+	}
+	if (c.tlsCert == "") != (c.tlsKey == "") {
+		return errors.New("--tls-cert and --tls-key go together")
+	}
+	if c.timeout <= 0 {
+		return errors.New("--timeout must be positive")
+	}
+	return nil
+}
+
+func (c *connFlags) newClient() (*client.Client, error) {
+	opts := []client.Option{client.WithToken(c.token), client.WithTimeout(c.timeout)}
+	if c.tls || c.tlsCA != "" || c.tlsCert != "" || c.tlsSkipVerify {
+		tc := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: c.tlsSkipVerify}
+		if c.tlsCA != "" {
+			pem, err := os.ReadFile(c.tlsCA)
+			if err != nil {
+				return nil, fmt.Errorf("--tls-ca: %w", err)
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("--tls-ca %s: no certificates found", c.tlsCA)
+			}
+			tc.RootCAs = pool
+		}
+		if c.tlsCert != "" {
+			cert, err := tls.LoadX509KeyPair(c.tlsCert, c.tlsKey)
+			if err != nil {
+				return nil, fmt.Errorf("--tls-cert/--tls-key: %w", err)
+			}
+			tc.Certificates = []tls.Certificate{cert}
+		}
+		opts = append(opts, client.WithTLS(tc))
+	}
+	return client.New([]string{c.addr}, opts...)
+}
+
+func (c *connFlags) context() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), c.timeout)
+}
+
+// parseFlags parses flags that may come before, between or after the
+// positional arguments, and returns the positional ones. Help goes to stdout.
+func parseFlags(fs *flag.FlagSet, args []string, env cliEnv, usage func()) ([]string, int, bool) {
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				usage()
+				return nil, exitOK, false
+			}
+			return nil, usageError(env, fs.Name(), "%v", err), false
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return pos, 0, true
+		}
+		if args[0] == "--" {
+			return append(pos, args[1:]...), 0, true
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+}
+
+// usageError reports a bad invocation.
+func usageError(env cliEnv, name, format string, a ...any) int {
+	top, _, _ := strings.Cut(name, " ")
+	fmt.Fprintf(env.stderr, "limitd %s: %s\nRun 'limitd help %s' for usage.\n", name, fmt.Sprintf(format, a...), top)
+	return exitUsage
+}
+
+// fail reports err and returns its exit code.
+func fail(env cliEnv, name string, err error) int {
+	fmt.Fprintf(env.stderr, "limitd %s: %s\n", name, strings.TrimPrefix(err.Error(), "limitd: "))
+	return exitCode(err)
+}
+
+// exitCode maps an error to the documented exit codes.
+func exitCode(err error) int {
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.Is(err, client.ErrUnavailable):
+		return exitUnavailable
+	case errors.Is(err, client.ErrInvalidArgument):
+		return exitUsage
+	}
+	return exitError
+}
+
+func printJSON(w io.Writer, v any) {
+	b, _ := json.MarshalIndent(v, "", "  ")
+	fmt.Fprintf(w, "%s\n", b)
+}
+
+func newTable(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0) }
+
+// limitFlags are the inline-limit flags of check and key.
+type limitFlags struct {
+	policy string
+	lim    client.Limit
+}
+
+func (l *limitFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&l.policy, "policy", "", "policy name (or give an inline limit with --algorithm, --limit, --window…)")
+	registerLimit(fs, &l.lim)
+}
+
+func registerLimit(fs *flag.FlagSet, lim *client.Limit) {
+	fs.StringVar(&lim.Algorithm, "algorithm", "", "fixed_window, sliding_log, sliding_window, token_bucket or leaky_bucket")
+	fs.Int64Var(&lim.Limit, "limit", 0, "requests (cost units) per window")
+	fs.StringVar(&lim.Window, "window", "", "window: 500ms, 60s, 1h30m, 7d…")
+	fs.Int64Var(&lim.Burst, "burst", 0, "token_bucket and leaky_bucket: capacity (default = limit)")
+	fs.BoolVar(&lim.CountRefused, "count-refused", false, "sliding_log only: log refused requests too")
+	fs.StringVar(&lim.Calendar, "calendar", "", "fixed_window only: day, week or month instead of --window")
+	fs.StringVar(&lim.Timezone, "timezone", "", "IANA zone of --calendar windows (default UTC)")
+}
+
+// resolve returns the policy name or the inline limit; exactly one.
+func (l *limitFlags) resolve() (string, *client.Limit, error) {
+	inline := l.lim != (client.Limit{})
+	switch {
+	case l.policy != "" && inline:
+		return "", nil, errors.New("give --policy or an inline limit (--algorithm, --limit, …), not both")
+	case l.policy == "" && !inline:
+		return "", nil, errors.New("give --policy NAME or an inline limit (--algorithm, --limit, --window)")
+	case inline:
+		lim := l.lim
+		return "", &lim, nil
+	}
+	return l.policy, nil, nil
+}
+
+// decisionJSON is a decision in the API's JSON form.
+type decisionJSON struct {
+	Allowed       bool  `json:"allowed"`
+	Limit         int64 `json:"limit"`
+	Remaining     int64 `json:"remaining"`
+	ResetAfterMS  int64 `json:"reset_after_ms"`
+	RetryAfterMS  int64 `json:"retry_after_ms"`
+	DelayMS       int64 `json:"delay_ms"`
+	ShadowRefused bool  `json:"shadow_refused,omitempty"`
+	Replayed      bool  `json:"replayed,omitempty"`
+}
+
+func toDecisionJSON(d client.Decision) decisionJSON {
+	out := decisionJSON{Allowed: d.Allowed, Limit: d.Limit, Remaining: d.Remaining,
+		ResetAfterMS: d.ResetAfter.Milliseconds(), RetryAfterMS: d.RetryAfter.Milliseconds(),
+		DelayMS: d.Delay.Milliseconds(), ShadowRefused: d.ShadowRefused, Replayed: d.Replayed}
+	if d.RetryAfter == client.Never {
+		out.RetryAfterMS = -1
+	}
+	return out
+}
+
+func printDecision(w io.Writer, key string, d client.Decision) {
+	tw := newTable(w)
+	fmt.Fprintf(tw, "key\t%s\n", key)
+	fmt.Fprintf(tw, "allowed\t%v\n", d.Allowed)
+	fmt.Fprintf(tw, "limit\t%d\n", d.Limit)
+	fmt.Fprintf(tw, "remaining\t%d\n", d.Remaining)
+	retry := d.RetryAfter.String()
+	if d.RetryAfter == client.Never {
+		retry = "never (cost above the limit)"
+	}
+	fmt.Fprintf(tw, "retry_after\t%s\n", retry)
+	fmt.Fprintf(tw, "reset_after\t%s\n", d.ResetAfter)
+	if d.Delay > 0 {
+		fmt.Fprintf(tw, "delay\t%s\n", d.Delay)
+	}
+	if d.ShadowRefused {
+		fmt.Fprintf(tw, "shadow_refused\ttrue\n")
+	}
+	if d.Replayed {
+		fmt.Fprintf(tw, "replayed\ttrue\n")
+	}
+	tw.Flush()
+}

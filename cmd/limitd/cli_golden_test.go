@@ -1,0 +1,145 @@
+package main
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"runtime/debug"
+	"strings"
+	"testing"
+)
+
+var updateGolden = flag.Bool("update", false, "rewrite the CLI golden files in testdata/cli")
+
+// goldenCase is one command line, run in-process against a real node.
+type goldenCase struct {
+	name string
+	args []string
+}
+
+// TestCLIGolden runs the client commands against one limitd process (with
+// an admin token) and compares stdout, stderr and the exit status with
+// testdata/cli/NAME.golden. Values that vary between runs (addresses, times
+// until reset) are masked. Run with -update to rewrite the files.
+func TestCLIGolden(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a limitd process")
+	}
+	p := newProc(t, "n1", "")
+	p.start("--admin-token", "secret")
+	p.waitReady()
+
+	old := readBuildInfo
+	readBuildInfo = func() (*debug.BuildInfo, bool) {
+		return &debug.BuildInfo{GoVersion: "go1.99.0", Main: debug.Module{Path: "github.com/limitd/limitd", Version: "v1.2.3"},
+			Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: "0123456789abcdef"}, {Key: "vcs.time", Value: "2026-11-30T12:00:00Z"}, {Key: "vcs.modified", Value: "false"}}}, true
+	}
+	defer func() { readBuildInfo = old }()
+
+	cases := []goldenCase{
+		{"help", []string{"help"}},
+		{"help-flag", []string{"--help"}},
+		{"help-check", []string{"help", "check"}},
+		{"help-unknown", []string{"help", "nope"}},
+		{"unknown-command", []string{"frobnicate"}},
+		{"version", []string{"version"}},
+		{"version-flag-json", []string{"--version", "--output", "json"}},
+		{"policy-put-no-token", []string{"policy", "put", "api", "--algorithm", "fixed_window", "--limit", "2", "--window", "1h"}},
+		{"policy-put", []string{"policy", "put", "api", "--algorithm", "fixed_window", "--limit", "2", "--window", "1h", "--token", "secret"}},
+		{"policy-put-file", []string{"policy", "put", "--file", "testdata/cli/policies.yaml", "--token", "secret"}},
+		{"policy-put-bad-file", []string{"policy", "put", "--file", "testdata/cli/bad-policy.json", "--token", "secret"}},
+		{"policy-put-invalid", []string{"policy", "put", "x", "--algorithm", "fixed_window", "--limit", "0", "--window", "1h", "--token", "secret"}},
+		{"policy-list", []string{"policy", "list"}},
+		{"policy-get-json", []string{"policy", "get", "api", "--output", "json"}},
+		{"check-allowed", []string{"check", "--policy", "api", "user:1"}},
+		{"check-allowed-json", []string{"check", "--policy", "api", "user:1", "--output", "json"}},
+		{"check-refused", []string{"check", "--policy", "api", "user:1"}},
+		{"check-unknown-policy", []string{"check", "--policy", "nope", "user:1"}},
+		{"check-invalid-window", []string{"check", "--algorithm", "token_bucket", "--limit", "3", "--window", "60", "k"}},
+		{"check-no-key", []string{"check", "--policy", "api"}},
+		{"check-policy-and-limit", []string{"check", "--policy", "api", "--limit", "3", "k"}},
+		{"check-bad-output", []string{"check", "--policy", "api", "--output", "xml", "k"}},
+		{"check-bad-flag", []string{"check", "--polcy", "api", "k"}},
+		{"check-unavailable", []string{"check", "--addr", "127.0.0.1:1", "--timeout", "200ms", "--policy", "api", "k"}},
+		{"key-peek", []string{"key", "peek", "user:1", "--policy", "api"}},
+		{"key-reset", []string{"key", "reset", "user:1", "--policy", "api", "--token", "secret"}},
+		{"key-peek-after-reset", []string{"key", "peek", "user:1", "--policy", "api"}},
+		{"key-no-subcommand", []string{"key"}},
+		{"cluster-members", []string{"cluster", "members", "--token", "secret"}},
+		{"cluster-members-public", []string{"cluster", "members"}},
+		{"cluster-remove-unknown", []string{"cluster", "remove", "n9", "--token", "secret"}},
+		{"snapshot-no-subcommand", []string{"snapshot"}},
+		{"snapshot-restore-no-data-dir", []string{"snapshot", "restore", "backup.limitd"}},
+		{"snapshot-inspect-missing", []string{"snapshot", "inspect", "testdata/cli/no-such-file"}},
+		{"snapshot-inspect-not-a-backup", []string{"snapshot", "inspect", "testdata/cli/policies.yaml"}},
+		{"policy-delete", []string{"policy", "delete", "api", "--token", "secret"}},
+		{"policy-get-deleted", []string{"policy", "get", "api"}},
+	}
+	masks := []struct {
+		re   *regexp.Regexp
+		with string
+	}{
+		{regexp.MustCompile(regexp.QuoteMeta(p.httpAddr)), "HTTP_ADDR"},
+		{regexp.MustCompile(regexp.QuoteMeta(p.raftAddr)), "RAFT_ADDR"},
+		{regexp.MustCompile(`(reset_after +)\S+`), "${1}DURATION"},
+		{regexp.MustCompile(`("reset_after_ms": )\d+`), "${1}MS"},
+		{regexp.MustCompile(`(retry_after +)[1-9]\S*`), "${1}DURATION"},
+		{regexp.MustCompile(`("retry_after_ms": )[1-9]\d*`), "${1}MS"},
+	}
+	for _, tc := range cases {
+		var stdout, stderr bytes.Buffer
+		env := cliEnv{stdout: &stdout, stderr: &stderr, getenv: func(k string) string {
+			if k == "LIMITD_ADDR" {
+				return p.httpAddr
+			}
+			return ""
+		}}
+		code := runMain(tc.args, env)
+		got := fmt.Sprintf("$ limitd %s\nexit: %d\n--- stdout\n%s--- stderr\n%s", strings.Join(tc.args, " "), code, stdout.String(), stderr.String())
+		for _, m := range masks {
+			got = m.re.ReplaceAllString(got, m.with)
+		}
+		path := filepath.Join("testdata", "cli", tc.name+".golden")
+		if *updateGolden {
+			if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		want, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatalf("%s: %v (run with -update to create it)", tc.name, err)
+		}
+		if got != string(want) {
+			t.Errorf("%s: output differs from %s (run with -update after checking the change):\n--- got\n%s\n--- want\n%s", tc.name, path, got, want)
+		}
+	}
+}
+
+// Help goes to stdout with status 0 for every command, including the
+// daemon's own (serve, simulate, bench), and lists every subcommand.
+func TestCLIHelpToStdout(t *testing.T) {
+	for _, args := range [][]string{{"--help"}, {"help"}, {"-h"}} {
+		var stdout, stderr bytes.Buffer
+		if code := runMain(args, cliEnv{stdout: &stdout, stderr: &stderr, getenv: func(string) string { return "" }}); code != 0 || stderr.Len() != 0 {
+			t.Fatalf("%v: exit %d, stderr %q", args, code, stderr.String())
+		}
+		for _, c := range []string{"serve", "simulate", "bench", "check", "policy", "key", "cluster", "snapshot", "version"} {
+			if !regexp.MustCompile(`(?m)^  ` + c + ` +\S`).MatchString(stdout.String()) {
+				t.Errorf("%v: no line for %s:\n%s", args, c, stdout.String())
+			}
+		}
+	}
+	for _, c := range []string{"serve", "simulate", "bench", "check", "policy", "key", "cluster", "snapshot", "version"} {
+		for _, args := range [][]string{{"help", c}, {c, "--help"}} {
+			var stdout, stderr bytes.Buffer
+			code := runMain(args, cliEnv{stdout: &stdout, stderr: &stderr, getenv: func(string) string { return "" }})
+			if code != 0 || stderr.Len() != 0 || !strings.Contains(stdout.String(), "Usage: limitd") {
+				t.Errorf("%v: exit %d, stderr %q, stdout %.80q", args, code, stderr.String(), stdout.String())
+			}
+		}
+	}
+}

@@ -1,0 +1,167 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/limitd/limitd/api"
+	"github.com/limitd/limitd/cluster"
+	"github.com/limitd/limitd/grpcapi"
+	"github.com/limitd/limitd/rls"
+)
+
+// grpcFlags are serve's gRPC and Envoy RLS flags (LIMITD_GRPC_ADDR,
+// LIMITD_RLS_CONFIG and LIMITD_RLS_HEADERS through applyEnv).
+type grpcFlags struct {
+	addr, rlsConfig, rlsHeaders string
+}
+
+func addGRPCFlags(fs *flag.FlagSet, g *grpcFlags) {
+	fs.StringVar(&g.addr, "grpc-addr", "", "address the gRPC API (limitd.v1, Envoy RLS, health, reflection) listens on; empty: no gRPC")
+	fs.StringVar(&g.rlsConfig, "rls-config", "", "envoy ratelimit configuration to load at start: a YAML file or a directory of *.yaml files (domains are replicated; the file adds and replaces, DELETE /v1/rls/domains/{domain} removes)")
+	fs.StringVar(&g.rlsHeaders, "rls-headers", "off", "response headers ShouldRateLimit asks Envoy to add: off, draft (RateLimit, RateLimit-Policy) or envoy (RateLimit-Limit, -Remaining, -Reset)")
+}
+
+// rlsFrontEnd is the gRPC server (when --grpc-addr is set), envoy
+// ratelimit's POST /json on the HTTP port, and the --rls-config domains.
+type rlsFrontEnd struct {
+	srv     *grpcapi.Server // built by httpAPI, on the HTTP API's service
+	cfg     grpcapi.Config
+	ln      net.Listener // nil without --grpc-addr
+	node    *cluster.Node
+	domains []*rls.Domain
+	source  string
+	logger  *slog.Logger
+}
+
+// newRLSFrontEnd validates --rls-config and --rls-headers, prepares the gRPC
+// server's configuration (same TLS certificate and admin token as HTTP) and
+// listens on --grpc-addr when set. httpAPI builds the server.
+func newRLSFrontEnd(f *serveFlags, node *cluster.Node, logger *slog.Logger) (*rlsFrontEnd, error) {
+	g := &f.grpc
+	fe := &rlsFrontEnd{node: node, source: g.rlsConfig, logger: logger}
+	if g.rlsConfig != "" {
+		var err error
+		if fe.domains, err = rls.LoadPath(g.rlsConfig); err != nil {
+			return nil, err
+		}
+	}
+	mode, err := rls.ParseHeaderMode(g.rlsHeaders)
+	if err != nil {
+		return nil, fmt.Errorf("--rls-headers: %w", err)
+	}
+	var tc *tls.Config
+	if f.tlsCert != "" && g.addr != "" {
+		cert, err := tls.LoadX509KeyPair(f.tlsCert, f.tlsKey)
+		if err != nil {
+			return nil, fmt.Errorf("grpc tls: %w", err)
+		}
+		tc = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
+	}
+	fe.cfg = grpcapi.Config{
+		AdminToken: f.adminToken, TLS: tc, RLSHeaders: mode, Logger: slog.NewLogLogger(logger.Handler(), slog.LevelError), // it logs panics
+		RequestTimeout: f.applyTimeout + 4*time.Second,
+	}
+	if g.addr != "" {
+		if fe.ln, err = net.Listen("tcp", g.addr); err != nil {
+			return nil, fmt.Errorf("listen grpc %s: %w", g.addr, err)
+		}
+	}
+	return fe, nil
+}
+
+// httpAPI builds the HTTP API on the node and the gRPC server on the same
+// service.Service, so that one set of limits, caches and check metrics
+// (limitd_checks_total on /metrics) serves both; it returns the API and its
+// root handler with POST /json mounted. The RLS metrics are served on the
+// HTTP /metrics too.
+func (fe *rlsFrontEnd) httpAPI(cfg api.Config) (*api.Server, http.Handler, error) {
+	srv := api.New(storeWithRLS{fe.node, lateCollector{fe}}, cfg)
+	var err error
+	if fe.srv, err = grpcapi.New(srv.Service(), fe.node, fe.cfg); err != nil {
+		if fe.ln != nil {
+			fe.ln.Close()
+		}
+		return nil, nil, err
+	}
+	return srv, fe.mount(srv.Handler()), nil
+}
+
+// storeWithRLS is the node as the HTTP API's store, with the RLS metrics
+// added to its collectors (served on /metrics).
+type storeWithRLS struct {
+	*cluster.Node
+	rls prometheus.Collector
+}
+
+func (s storeWithRLS) Collectors() []prometheus.Collector {
+	return append(s.Node.Collectors(), s.rls)
+}
+
+// lateCollector collects the gRPC server's RLS metrics. The server is built
+// on the HTTP API's service, so after the API registered its collectors: it
+// describes nothing (an unchecked collector, in prometheus's terms) and
+// collects whatever the server has once it exists.
+type lateCollector struct{ fe *rlsFrontEnd }
+
+func (lateCollector) Describe(chan<- *prometheus.Desc) {}
+
+func (l lateCollector) Collect(ch chan<- prometheus.Metric) {
+	if l.fe.srv == nil {
+		return
+	}
+	for _, c := range l.fe.srv.Collectors() {
+		c.Collect(ch)
+	}
+}
+
+// mount adds POST /json (envoy ratelimit's JSON endpoint) to the HTTP API.
+// Not an http.ServeMux: it would redirect key paths it deems unclean
+// ("/v1/keys/a//b").
+func (fe *rlsFrontEnd) mount(h http.Handler) http.Handler {
+	j := fe.srv.JSONHandler()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/json" {
+			j.ServeHTTP(w, r)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// start serves gRPC and writes the --rls-config domains through the leader
+// in the background; failures go to background.
+func (fe *rlsFrontEnd) start(ctx context.Context, background chan<- error) {
+	if fe.ln != nil {
+		go func() {
+			if err := fe.srv.Serve(fe.ln); err != nil {
+				background <- fmt.Errorf("grpc server: %w", err)
+			}
+		}()
+		fe.logger.Info("serving gRPC (limitd.v1, envoy.service.ratelimit.v3)", "grpc_addr", fe.ln.Addr().String())
+	}
+	if len(fe.domains) > 0 {
+		go func() {
+			if err := fe.node.LoadRLSDomains(ctx, fe.domains); err != nil && ctx.Err() == nil {
+				background <- err
+				return
+			}
+			fe.logger.Info("loaded RLS domains", "count", len(fe.domains), "rls_config", fe.source)
+		}()
+	}
+}
+
+// stop ends gRPC gracefully within ctx.
+func (fe *rlsFrontEnd) stop(ctx context.Context) {
+	if fe.srv != nil {
+		fe.srv.Stop(ctx)
+	}
+}

@@ -1,0 +1,241 @@
+package grpcapi
+
+import (
+	"context"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/limitd/limitd/algo"
+	"github.com/limitd/limitd/fsm"
+	limitdv1 "github.com/limitd/limitd/proto/limitd/v1"
+	"github.com/limitd/limitd/rls"
+	"github.com/limitd/limitd/service"
+)
+
+// limitdServer adapts limitd.v1 to package service: decode, call, encode.
+type limitdServer struct {
+	limitdv1.UnimplementedLimitdServer
+	s *Server
+}
+
+func (l *limitdServer) svc() *service.Service { return l.s.svc }
+
+// checkRequest decodes one check; field errors are named under prefix.
+func checkRequest(c *limitdv1.CheckRequest, prefix string) (service.CheckRequest, *service.Error) {
+	r := service.CheckRequest{Key: c.GetKey(), Policy: c.GetPolicy(), Cost: 1, RequestID: c.GetRequestId()}
+	if c.Cost != nil {
+		r.Cost = c.GetCost()
+	}
+	if lim := c.GetLimit(); lim != nil {
+		spec, e := service.ValidateLimit(limitConfig(lim), join(prefix, "limit"))
+		if e != nil {
+			return r, e
+		}
+		r.Limit = &spec
+	}
+	return r, nil
+}
+
+func join(prefix, field string) string {
+	if prefix == "" {
+		return field
+	}
+	return prefix + "." + field
+}
+
+func limitConfig(l *limitdv1.Limit) algo.Config {
+	return algo.Config{
+		Algorithm: l.GetAlgorithm(), Limit: l.GetLimit(), Window: l.GetWindow(), Burst: l.GetBurst(),
+		CountRefused: l.GetCountRefused(), Calendar: l.GetCalendar(), Timezone: l.GetTimezone(),
+	}
+}
+
+func limitProto(s algo.Spec) *limitdv1.Limit {
+	c := s.Config()
+	return &limitdv1.Limit{Algorithm: c.Algorithm, Limit: c.Limit, Window: c.Window, Burst: c.Burst,
+		CountRefused: c.CountRefused, Calendar: c.Calendar, Timezone: c.Timezone}
+}
+
+func decision(d *fsm.Decision) *limitdv1.Decision {
+	out := &limitdv1.Decision{
+		Allowed: d.Allowed, Limit: d.Limit, Remaining: d.Remaining,
+		ResetAfter: durationpb.New(time.Duration(d.ResetAfter)), Delay: durationpb.New(time.Duration(d.Delay)),
+		ShadowRefused: d.ShadowRefused,
+	}
+	if d.RetryAfter == algo.Never {
+		out.Never = true
+	} else {
+		out.RetryAfter = durationpb.New(time.Duration(d.RetryAfter))
+	}
+	return out
+}
+
+func (l *limitdServer) Check(ctx context.Context, req *limitdv1.CheckRequest) (*limitdv1.CheckResponse, error) {
+	r, e := checkRequest(req, "")
+	if e != nil {
+		return nil, toStatus(e)
+	}
+	res, e := l.svc().Check(ctx, &r)
+	if e != nil {
+		return nil, toStatus(e)
+	}
+	return &limitdv1.CheckResponse{Decision: decision(&res.Decision), Replayed: res.Replayed}, nil
+}
+
+func (l *limitdServer) CheckAll(ctx context.Context, req *limitdv1.CheckAllRequest) (*limitdv1.CheckAllResponse, error) {
+	if e := l.svc().CheckCount(len(req.GetChecks())); e != nil {
+		return nil, toStatus(e)
+	}
+	checks := make([]service.CheckRequest, len(req.GetChecks()))
+	for i, c := range req.GetChecks() {
+		var e *service.Error
+		if checks[i], e = checkRequest(c, service.EntryField(i)); e != nil {
+			return nil, toStatus(e)
+		}
+	}
+	res, e := l.svc().CheckAll(ctx, checks, req.GetRequestId())
+	if e != nil {
+		return nil, toStatus(e)
+	}
+	out := &limitdv1.CheckAllResponse{Allowed: res.Allowed, Replayed: res.Replayed, Decisions: make([]*limitdv1.Decision, len(res.Decisions))}
+	for i := range res.Decisions {
+		out.Decisions[i] = decision(&res.Decisions[i])
+	}
+	return out, nil
+}
+
+func (l *limitdServer) Batch(ctx context.Context, req *limitdv1.BatchRequest) (*limitdv1.BatchResponse, error) {
+	if e := l.svc().CheckCount(len(req.GetChecks())); e != nil {
+		return nil, toStatus(e)
+	}
+	checks := make([]service.CheckRequest, len(req.GetChecks()))
+	var invalid []*service.Error
+	for i, c := range req.GetChecks() {
+		var e *service.Error
+		if checks[i], e = checkRequest(c, service.EntryField(i)); e != nil {
+			if invalid == nil {
+				invalid = make([]*service.Error, len(checks))
+			}
+			invalid[i] = e
+		}
+	}
+	res, e := l.svc().Batch(ctx, checks, invalid)
+	if e != nil {
+		return nil, toStatus(e)
+	}
+	out := &limitdv1.BatchResponse{Results: make([]*limitdv1.BatchResult, len(res))}
+	for i := range res {
+		r := &res[i]
+		if r.Err != nil {
+			out.Results[i] = &limitdv1.BatchResult{Result: &limitdv1.BatchResult_Error{Error: &limitdv1.Error{
+				Code: string(r.Err.Code), Field: r.Err.Field, Message: r.Err.Message}}}
+			continue
+		}
+		out.Results[i] = &limitdv1.BatchResult{Result: &limitdv1.BatchResult_Response{Response: &limitdv1.CheckResponse{
+			Decision: decision(&r.Decision), Replayed: r.Replayed}}}
+	}
+	return out, nil
+}
+
+func keyRequest(key, policy string, lim *limitdv1.Limit) (service.CheckRequest, *service.Error) {
+	return checkRequest(&limitdv1.CheckRequest{Key: key, Policy: policy, Limit: lim}, "")
+}
+
+func (l *limitdServer) Peek(ctx context.Context, req *limitdv1.PeekRequest) (*limitdv1.CheckResponse, error) {
+	r, e := keyRequest(req.GetKey(), req.GetPolicy(), req.GetLimit())
+	if e != nil {
+		return nil, toStatus(e)
+	}
+	res, e := l.svc().Peek(ctx, &r)
+	if e != nil {
+		return nil, toStatus(e)
+	}
+	return &limitdv1.CheckResponse{Decision: decision(&res.Decision)}, nil
+}
+
+func (l *limitdServer) Reset(ctx context.Context, req *limitdv1.ResetRequest) (*limitdv1.ResetResponse, error) {
+	r, e := keyRequest(req.GetKey(), req.GetPolicy(), req.GetLimit())
+	if e != nil {
+		return nil, toStatus(e)
+	}
+	if e := l.svc().ResetKey(ctx, &r); e != nil {
+		return nil, toStatus(e)
+	}
+	return &limitdv1.ResetResponse{}, nil
+}
+
+func policyProto(p fsm.Policy) *limitdv1.Policy {
+	return &limitdv1.Policy{Name: p.Name, Limit: limitProto(p.Spec), Shadow: p.Shadow}
+}
+
+func (l *limitdServer) PutPolicy(ctx context.Context, req *limitdv1.PutPolicyRequest) (*limitdv1.Policy, error) {
+	p := req.GetPolicy()
+	if p == nil || p.GetLimit() == nil {
+		return nil, toStatus(service.Invalid("policy.limit", "required"))
+	}
+	pol, e := l.svc().PutPolicy(ctx, service.PolicyRequest{Name: p.GetName(), Config: limitConfig(p.GetLimit()), Shadow: p.GetShadow()})
+	if e != nil {
+		return nil, toStatus(e)
+	}
+	return policyProto(pol), nil
+}
+
+func (l *limitdServer) GetPolicy(ctx context.Context, req *limitdv1.GetPolicyRequest) (*limitdv1.Policy, error) {
+	p, e := l.svc().GetPolicy(req.GetName())
+	if e != nil {
+		return nil, toStatus(e)
+	}
+	return policyProto(p), nil
+}
+
+func (l *limitdServer) ListPolicies(ctx context.Context, req *limitdv1.ListPoliciesRequest) (*limitdv1.ListPoliciesResponse, error) {
+	ps := l.svc().ListPolicies()
+	out := &limitdv1.ListPoliciesResponse{Policies: make([]*limitdv1.Policy, len(ps))}
+	for i, p := range ps {
+		out.Policies[i] = policyProto(p)
+	}
+	return out, nil
+}
+
+func (l *limitdServer) DeletePolicy(ctx context.Context, req *limitdv1.DeletePolicyRequest) (*limitdv1.DeletePolicyResponse, error) {
+	if e := l.svc().DeletePolicy(ctx, req.GetName()); e != nil {
+		return nil, toStatus(e)
+	}
+	return &limitdv1.DeletePolicyResponse{}, nil
+}
+
+func (l *limitdServer) PutRLSDomain(ctx context.Context, req *limitdv1.PutRLSDomainRequest) (*limitdv1.RLSDomain, error) {
+	if len(req.GetConfig()) > rls.MaxConfigBytes {
+		return nil, toStatus(service.Invalid("config", "larger than the maximum configuration size"))
+	}
+	d, e := l.s.domains.PutRLSDomain(ctx, req.GetDomain(), []byte(req.GetConfig()))
+	if e != nil {
+		return nil, toStatus(e)
+	}
+	return &limitdv1.RLSDomain{Domain: d.Name(), Config: string(d.Canonical())}, nil
+}
+
+func (l *limitdServer) GetRLSDomain(ctx context.Context, req *limitdv1.GetRLSDomainRequest) (*limitdv1.RLSDomain, error) {
+	cfg, ok := l.s.domains.RLSDomainConfig(req.GetDomain())
+	if !ok {
+		return nil, toStatus(&service.Error{Code: service.CodeNotFound, Field: "domain", Message: "no such RLS domain"})
+	}
+	return &limitdv1.RLSDomain{Domain: req.GetDomain(), Config: string(cfg)}, nil
+}
+
+func (l *limitdServer) ListRLSDomains(ctx context.Context, req *limitdv1.ListRLSDomainsRequest) (*limitdv1.ListRLSDomainsResponse, error) {
+	ds := l.s.domains.RLSDomains()
+	out := &limitdv1.ListRLSDomainsResponse{Domains: make([]*limitdv1.RLSDomain, len(ds))}
+	for i, d := range ds {
+		out.Domains[i] = &limitdv1.RLSDomain{Domain: d.Name, Config: string(d.Config)}
+	}
+	return out, nil
+}
+
+func (l *limitdServer) DeleteRLSDomain(ctx context.Context, req *limitdv1.DeleteRLSDomainRequest) (*limitdv1.DeleteRLSDomainResponse, error) {
+	if e := l.s.domains.DeleteRLSDomain(ctx, req.GetDomain()); e != nil {
+		return nil, toStatus(e)
+	}
+	return &limitdv1.DeleteRLSDomainResponse{}, nil
+}

@@ -1,0 +1,268 @@
+// Package grpcapi is limitd's gRPC front end: limitd's own API (limitd.v1,
+// proto/limitd/v1) and Envoy's rate-limit service
+// (envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit), with the
+// standard health service and reflection, on one grpc.Server; plus envoy
+// ratelimit's POST /json (the same RLS decision in proto3 JSON, for the HTTP
+// port) and the per-rule RLS counters for /metrics.
+//
+// It is a thin adapter: it decodes messages into the request types of
+// package service (limitd.v1) or package rls (Envoy RLS), lets them decide,
+// and encodes the answer; service error codes map to gRPC codes in one
+// table (errors.go). It owns only what is gRPC's: interceptors (admin token
+// on admin methods, a per-request deadline, panic recovery), message size
+// bounds, and the health status.
+package grpcapi
+
+import (
+	"context"
+	"crypto/subtle"
+	"crypto/tls"
+	"fmt"
+	"log"
+	"net"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"time"
+
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+
+	"github.com/limitd/limitd/fsm"
+	limitdv1 "github.com/limitd/limitd/proto/limitd/v1"
+	"github.com/limitd/limitd/rls"
+	"github.com/limitd/limitd/service"
+)
+
+// Defaults and bounds.
+const (
+	// DefaultMaxRecvMsgSize bounds a request message: the HTTP API's body
+	// limit plus room for framing.
+	DefaultMaxRecvMsgSize = 1<<20 + 64<<10
+	// DefaultRequestTimeout bounds a request when the client sets no
+	// shorter deadline: longer than the service's own wait for the
+	// cluster, so the service, not this deadline, tells "no leader" from
+	// "outcome unknown".
+	DefaultRequestTimeout = service.DefaultRequestTimeout + 2*time.Second
+	// HealthPollInterval is how often the health status follows the
+	// node's readiness.
+	HealthPollInterval = time.Second
+)
+
+// Domains is what the RLS front end needs from the node for envoy ratelimit
+// domains. cluster.Node implements it.
+type Domains interface {
+	// RLSDomainConfig is this replica's canonical configuration of a domain.
+	RLSDomainConfig(name string) ([]byte, bool)
+	// RLSDomains lists this replica's domains sorted by name.
+	RLSDomains() []fsm.Domain
+	// RLSDomainsVersion changes whenever this replica's domains change.
+	RLSDomainsVersion() uint64
+	// PutRLSDomain validates and stores a configuration through the leader;
+	// errors carry a service code (invalid_argument names "config.<path>").
+	PutRLSDomain(ctx context.Context, name string, config []byte) (*rls.Domain, *fsm.Error)
+	// DeleteRLSDomain deletes a domain (not_found when absent).
+	DeleteRLSDomain(ctx context.Context, name string) *fsm.Error
+}
+
+// Config configures the server. The zero value of every field selects its
+// default.
+type Config struct {
+	// AdminToken, when set, is required as "authorization: Bearer <token>"
+	// metadata on admin methods (key reset, policy and domain writes), as on
+	// the HTTP API.
+	AdminToken string
+	// TLS, when set, serves TLS with it (the HTTP API's certificate).
+	TLS *tls.Config
+	// RequestTimeout caps each request's deadline (default
+	// DefaultRequestTimeout); a client's shorter deadline stays.
+	RequestTimeout time.Duration
+	// MaxRecvMsgSize bounds a request message (default DefaultMaxRecvMsgSize).
+	MaxRecvMsgSize int
+	// RLSHeaders selects the response headers ShouldRateLimit asks Envoy to
+	// add (default none).
+	RLSHeaders rls.HeaderMode
+	// Logger receives recovered panics (default: the standard logger).
+	Logger *log.Logger
+}
+
+// Server serves limitd.v1 and Envoy RLS over gRPC.
+type Server struct {
+	svc     *service.Service
+	domains Domains
+	cfg     Config
+	gs      *grpc.Server
+	health  *health.Server
+	cache   rls.Cache
+	metrics *rlsMetrics
+
+	stopOnce sync.Once
+	stop     chan struct{}
+	polling  sync.WaitGroup
+}
+
+// The services this server registers, as health and reflection name them.
+var serviceNames = []string{limitdv1.Limitd_ServiceDesc.ServiceName, rlspb.RateLimitService_ServiceDesc.ServiceName}
+
+// New builds the server for a service and the node's domains.
+func New(svc *service.Service, domains Domains, cfg Config) (*Server, error) {
+	if cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = DefaultRequestTimeout
+	}
+	if cfg.MaxRecvMsgSize <= 0 {
+		cfg.MaxRecvMsgSize = DefaultMaxRecvMsgSize
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = log.Default()
+	}
+	if _, err := rls.ParseHeaderMode(string(cfg.RLSHeaders)); err != nil {
+		return nil, err
+	}
+	s := &Server{svc: svc, domains: domains, cfg: cfg, health: health.NewServer(), stop: make(chan struct{}), metrics: newRLSMetrics()}
+	opts := []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(cfg.MaxRecvMsgSize),
+		grpc.ChainUnaryInterceptor(s.recoverPanic, s.deadline, s.authenticate),
+		grpc.ChainStreamInterceptor(s.recoverStream),
+		// Envoy keeps its connection open; ping it so dead peers are noticed.
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 2 * time.Minute, Timeout: 20 * time.Second}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+	}
+	if cfg.TLS != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
+	}
+	s.gs = grpc.NewServer(opts...)
+	limitdv1.RegisterLimitdServer(s.gs, &limitdServer{s: s})
+	rlspb.RegisterRateLimitServiceServer(s.gs, &rlsServer{s: s})
+	healthpb.RegisterHealthServer(s.gs, s.health)
+	reflection.Register(s.gs)
+	s.updateHealth()
+	s.polling.Add(1)
+	go s.pollHealth()
+	return s, nil
+}
+
+// GRPC returns the underlying server (to register more services before Serve).
+func (s *Server) GRPC() *grpc.Server { return s.gs }
+
+// Serve accepts connections on ln until Stop.
+func (s *Server) Serve(ln net.Listener) error { return s.gs.Serve(ln) }
+
+// Stop marks every service NOT_SERVING, lets requests in flight finish until
+// ctx ends, then closes every connection.
+func (s *Server) Stop(ctx context.Context) {
+	s.stopOnce.Do(func() { close(s.stop) })
+	s.polling.Wait()
+	s.health.Shutdown()
+	done := make(chan struct{})
+	go func() {
+		s.gs.GracefulStop()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		s.gs.Stop()
+		<-done
+	}
+}
+
+// pollHealth keeps the health status in step with the node's readiness
+// (a leader, and this node caught up), which is when answers are current.
+func (s *Server) pollHealth() {
+	defer s.polling.Done()
+	t := time.NewTicker(HealthPollInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			s.updateHealth()
+		}
+	}
+}
+
+func (s *Server) updateHealth() {
+	st := healthpb.HealthCheckResponse_SERVING
+	if s.svc.Ready() != nil {
+		st = healthpb.HealthCheckResponse_NOT_SERVING
+	}
+	s.health.SetServingStatus("", st)
+	for _, name := range serviceNames {
+		s.health.SetServingStatus(name, st)
+	}
+}
+
+// adminMethods need the admin token.
+var adminMethods = map[string]bool{
+	"/limitd.v1.Limitd/Reset":           true,
+	"/limitd.v1.Limitd/PutPolicy":       true,
+	"/limitd.v1.Limitd/DeletePolicy":    true,
+	"/limitd.v1.Limitd/PutRLSDomain":    true,
+	"/limitd.v1.Limitd/DeleteRLSDomain": true,
+}
+
+// authenticate requires the admin token on admin methods.
+func (s *Server) authenticate(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if s.cfg.AdminToken != "" && adminMethods[info.FullMethod] && !s.adminOK(ctx) {
+		return nil, toStatus(&service.Error{Code: service.CodeUnauthenticated,
+			Message: "this method needs the admin token: metadata \"authorization: Bearer <token>\""})
+	}
+	return handler(ctx, req)
+}
+
+func (s *Server) adminOK(ctx context.Context) bool {
+	md, _ := metadata.FromIncomingContext(ctx)
+	for _, v := range md.Get("authorization") {
+		tok, ok := strings.CutPrefix(v, "Bearer ")
+		if ok && subtle.ConstantTimeCompare([]byte(tok), []byte(s.cfg.AdminToken)) == 1 {
+			return true
+		}
+	}
+	return false
+}
+
+// deadline caps the request's deadline at RequestTimeout.
+func (s *Server) deadline(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > s.cfg.RequestTimeout {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.cfg.RequestTimeout)
+		defer cancel()
+	}
+	return handler(ctx, req)
+}
+
+// recoverPanic turns a panic in a handler into INTERNAL for that request
+// instead of a crashed node.
+func (s *Server) recoverPanic(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			s.cfg.Logger.Printf("grpc: panic in %s: %v\n%s", info.FullMethod, p, debug.Stack())
+			resp, err = nil, status.Errorf(codes.Internal, "internal error in %s: %v", info.FullMethod, p)
+		}
+	}()
+	return handler(ctx, req)
+}
+
+func (s *Server) recoverStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			s.cfg.Logger.Printf("grpc: panic in %s: %v\n%s", info.FullMethod, p, debug.Stack())
+			err = status.Errorf(codes.Internal, "internal error in %s: %v", info.FullMethod, p)
+		}
+	}()
+	return handler(srv, ss)
+}
+
+// String describes the server for logs.
+func (s *Server) String() string {
+	return fmt.Sprintf("grpc (%s)", strings.Join(serviceNames, ", "))
+}
