@@ -62,6 +62,9 @@ type Config struct {
 	// every FSMFlushInterval (default 100 ms). 1 commits every batch.
 	FSMCommitEvery   int
 	FSMFlushInterval time.Duration
+	// FSMCacheKeys bounds the state machine's in-memory state cache (0:
+	// persist.DefaultCacheKeys).
+	FSMCacheKeys int
 
 	// RequestIDRetention is how long a request_id's result is remembered
 	// (default 10 minutes, at most MaxRequestIDRetention). It travels in every check entry, so replicas agree.
@@ -256,8 +259,9 @@ func Open(cfg Config, bootstrap bool) (*Node, error) {
 	n.metrics = newMetrics(n)
 
 	f, err := fsm.Open(filepath.Join(cfg.DataDir, "fsm.db"), fsm.Options{
-		NoSync: true, OnFatal: n.onFatal, CommitEvery: cfg.FSMCommitEvery,
-		Logger: slog.NewLogLogger(cfg.Logger.With("component", "fsm").Handler(), slog.LevelError),
+		NoSync: true, OnFatal: n.onFatal, CommitEvery: cfg.FSMCommitEvery, CacheKeys: cfg.FSMCacheKeys,
+		// It says why a file was set aside, or why applying stopped.
+		Logger: slog.NewLogLogger(cfg.Logger.With("component", "fsm").Handler(), slog.LevelWarn),
 	})
 	if err != nil {
 		return nil, err

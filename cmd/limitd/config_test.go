@@ -14,6 +14,7 @@ import (
 
 	"github.com/limitd/limitd/api"
 	"github.com/limitd/limitd/cluster"
+	"github.com/limitd/limitd/persist"
 	"github.com/limitd/limitd/service"
 )
 
@@ -159,7 +160,7 @@ func TestServeFlagDefaultsAreTheConstants(t *testing.T) {
 		"trailing-logs": cluster.DefaultTrailingLogs, "log-level": DefaultLogLevel, "log-format": DefaultLogFormat,
 		"gc-percent": DefaultGCPercent, "memory-limit-mib": DefaultMemoryLimitMiB,
 		"read-timeout": DefaultReadTimeout, "idle-timeout": DefaultIdleTimeout, "max-connections": DefaultMaxConnections,
-		"join-timeout": cluster.DefaultJoinTimeout,
+		"join-timeout": cluster.DefaultJoinTimeout, "fsm-cache-keys": persist.DefaultCacheKeys,
 	}
 	for name, v := range want {
 		fl := fs.Lookup(name)
