@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"net"
 	"net/http"
@@ -305,7 +306,7 @@ func TestRouteOfIsBounded(t *testing.T) {
 // The response counter takes the error code from the body written by
 // writeError: outcome_unknown and unavailable share status 503.
 func TestResponsesCountErrorCodes(t *testing.T) {
-	m := newMetrics(nil, discardLogger(), 0)
+	m := newMetrics(nil, slog.NewLogLogger(discardLogger().Handler(), slog.LevelError), 0)
 	h := m.instrument(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		switch req.URL.Path {
 		case "/v1/check":

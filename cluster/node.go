@@ -11,7 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -97,9 +97,32 @@ type Config struct {
 	// wrapLogStore lets tests inject storage faults into the Raft log store.
 	wrapLogStore func(logStore) logStore
 
-	LogOutput io.Writer // default os.Stderr
-	LogLevel  string    // hclog level for raft (default "warn")
+	// Logger receives the node's log, Raft's included (hashicorp/raft's hclog
+	// output is routed into it, with events of normal operation lowered to
+	// Info or Debug). Nil: a text logger on LogOutput at LogLevel.
+	Logger    *slog.Logger
+	LogOutput io.Writer // without Logger: default os.Stderr
+	LogLevel  string    // without Logger: debug, info, warn (default) or error
 }
+
+// Defaults of Config, the single source for limitd serve's flag defaults too
+// (DefaultBatchMaxOps is with the entry bounds in limits.go).
+const (
+	DefaultBatchInflight      = 2
+	DefaultFSMCommitEvery     = 1000
+	DefaultFSMFlushInterval   = 100 * time.Millisecond
+	DefaultRequestIDRetention = 10 * time.Minute
+	DefaultApplyTimeout       = 5 * time.Second
+	DefaultExpireInterval     = time.Second
+	DefaultExpireMax          = 10000
+	DefaultHeartbeatTimeout   = 500 * time.Millisecond
+	DefaultElectionTimeout    = 500 * time.Millisecond
+	DefaultLeaderLeaseTimeout = 250 * time.Millisecond
+	DefaultCommitTimeout      = 10 * time.Millisecond
+	DefaultSnapshotThreshold  = 4096
+	DefaultSnapshotInterval   = 30 * time.Second
+	DefaultTrailingLogs       = 2048
+)
 
 func (c *Config) setDefaults() {
 	if c.NodeID == "" {
@@ -118,52 +141,56 @@ func (c *Config) setDefaults() {
 		c.BatchMaxOps = MaxEntryOps
 	}
 	if c.BatchInflight <= 0 {
-		c.BatchInflight = 2
+		c.BatchInflight = DefaultBatchInflight
 	}
 	if c.FSMCommitEvery <= 0 {
-		c.FSMCommitEvery = 1000
+		c.FSMCommitEvery = DefaultFSMCommitEvery
 	}
 	if c.FSMFlushInterval <= 0 {
-		c.FSMFlushInterval = 100 * time.Millisecond
+		c.FSMFlushInterval = DefaultFSMFlushInterval
 	}
 	if c.RequestIDRetention <= 0 {
-		c.RequestIDRetention = 10 * time.Minute
+		c.RequestIDRetention = DefaultRequestIDRetention
 	}
 	if c.ApplyTimeout <= 0 {
-		c.ApplyTimeout = 5 * time.Second
+		c.ApplyTimeout = DefaultApplyTimeout
 	}
 	if c.ExpireInterval <= 0 {
-		c.ExpireInterval = time.Second
+		c.ExpireInterval = DefaultExpireInterval
 	}
 	if c.ExpireMax <= 0 {
-		c.ExpireMax = 10000
+		c.ExpireMax = DefaultExpireMax
 	}
 	if c.HeartbeatTimeout <= 0 {
-		c.HeartbeatTimeout = 500 * time.Millisecond
+		c.HeartbeatTimeout = DefaultHeartbeatTimeout
 	}
 	if c.ElectionTimeout <= 0 {
-		c.ElectionTimeout = 500 * time.Millisecond
+		c.ElectionTimeout = DefaultElectionTimeout
 	}
 	if c.LeaderLeaseTimeout <= 0 {
-		c.LeaderLeaseTimeout = 250 * time.Millisecond
+		c.LeaderLeaseTimeout = DefaultLeaderLeaseTimeout
 	}
 	if c.CommitTimeout <= 0 {
-		c.CommitTimeout = 10 * time.Millisecond
+		c.CommitTimeout = DefaultCommitTimeout
 	}
 	if c.SnapshotThreshold == 0 {
-		c.SnapshotThreshold = 4096
+		c.SnapshotThreshold = DefaultSnapshotThreshold
 	}
 	if c.SnapshotInterval <= 0 {
-		c.SnapshotInterval = 30 * time.Second
+		c.SnapshotInterval = DefaultSnapshotInterval
 	}
 	if c.TrailingLogs == 0 {
-		c.TrailingLogs = 2048
+		c.TrailingLogs = DefaultTrailingLogs
 	}
-	if c.LogOutput == nil {
-		c.LogOutput = os.Stderr
-	}
-	if c.LogLevel == "" {
-		c.LogLevel = "warn"
+	if c.Logger == nil {
+		if c.LogOutput == nil {
+			c.LogOutput = os.Stderr
+		}
+		level := slog.LevelWarn
+		if c.LogLevel != "" {
+			level.UnmarshalText([]byte(c.LogLevel)) // an unknown name keeps warn
+		}
+		c.Logger = slog.New(slog.NewTextHandler(c.LogOutput, &slog.HandlerOptions{Level: level}))
 	}
 	if c.HTTPClient == nil {
 		c.HTTPClient = &http.Client{
@@ -186,7 +213,8 @@ type Node struct {
 	raft   *raft.Raft
 	logs   logStore
 	trans  raft.Transport
-	logger hclog.Logger
+	logger hclog.Logger // Raft's, into log
+	log    *slog.Logger // the node's own events
 
 	// propose is raft.Apply for check entries; tests replace it to inject
 	// failures after a proposal (set before the first Check).
@@ -207,6 +235,8 @@ type Node struct {
 	closeOnce     sync.Once
 	closeErr      error
 	recoveredFrom bool
+	hadState      bool // Raft state existed when the node opened
+	disc          discovery
 }
 
 // Open starts a node: opens (or recovers) the state machine, the Raft stores
@@ -224,16 +254,14 @@ func Open(cfg Config, bootstrap bool) (*Node, error) {
 		return nil, fmt.Errorf("create data dir %s: %w", cfg.DataDir, err)
 	}
 	n := &Node{cfg: cfg, closing: make(chan struct{}), halted: make(chan struct{}), removed: make(chan struct{})}
-	n.logger = hclog.New(&hclog.LoggerOptions{
-		Name:   "raft",
-		Level:  hclog.LevelFromString(cfg.LogLevel),
-		Output: cfg.LogOutput,
-	})
+	n.logger = newHCLog(cfg.Logger, "raft")
+	n.log = cfg.Logger.With("component", "cluster")
 	n.metrics = newMetrics(n)
 
 	f, err := fsm.Open(filepath.Join(cfg.DataDir, "fsm.db"), fsm.Options{
 		NoSync: true, OnFatal: n.onFatal, CommitEvery: cfg.FSMCommitEvery, CacheKeys: cfg.FSMCacheKeys,
-		Logger: log.New(cfg.LogOutput, "", log.LstdFlags), // says why a file was set aside
+		// It says why a file was set aside, or why applying stopped.
+		Logger: slog.NewLogLogger(cfg.Logger.With("component", "fsm").Handler(), slog.LevelWarn),
 	})
 	if err != nil {
 		return nil, err
@@ -249,13 +277,14 @@ func Open(cfg Config, bootstrap bool) (*Node, error) {
 	n.leaderBatch = newBatcher(cfg.BatchMaxOps, cfg.BatchInflight, cfg.BatchMaxWait, n.proposeChecks, n.metrics.observeBatch)
 	n.forwardBatch = newBatcher(cfg.BatchMaxOps, cfg.BatchInflight, cfg.BatchMaxWait, n.forwardChecks, n.metrics.observeForward)
 
-	n.wg.Add(3)
+	n.wg.Add(4)
 	go n.leaderLoop()
 	go n.flushLoop()
 	go func() {
 		defer n.wg.Done()
 		n.metrics.watchHeartbeats(n.raft, n.closing)
 	}()
+	go n.watchPeers()
 	return n, nil
 }
 
@@ -354,6 +383,7 @@ func (n *Node) openRaft(bootstrap bool) error {
 		return fmt.Errorf("start raft in %s: %w", cfg.DataDir, err)
 	}
 	n.raft = r
+	n.hadState = existing
 	if !existing && bootstrap {
 		conf := raft.Configuration{Servers: []raft.Server{{
 			ID: rc.LocalID, Address: trans.LocalAddr(), Suffrage: raft.Voter,
@@ -435,7 +465,7 @@ func (n *Node) fail(err error, stopRaft bool) {
 		return
 	}
 	n.haltOnce.Do(func() { close(n.halted) })
-	n.logger.Error("this node stopped serving; fix the cause and restart it", "error", err)
+	n.log.Error("this node stopped serving; fix the cause and restart it", "error", err)
 	switch {
 	case n.raft == nil:
 	case stopRaft:
@@ -482,7 +512,7 @@ func (n *Node) watchMembership() {
 	if known && !member && n.wasMember.Load() && !n.removedFlag.Load() {
 		n.removedFlag.Store(true)
 		close(n.removed)
-		n.logger.Warn("this node was removed from the cluster configuration; it no longer serves")
+		n.log.Warn("this node was removed from the cluster configuration; it no longer serves")
 	}
 }
 
@@ -578,7 +608,7 @@ func (n *Node) leaderLoop() {
 			if n.IsLeader() && n.fsm.Nodes()[n.cfg.NodeID] != n.cfg.HTTPAddr {
 				f := n.raft.Apply(fsm.EncodeSetNode(n.cfg.NodeID, n.cfg.HTTPAddr), n.cfg.ApplyTimeout)
 				if _, err := n.await(context.Background(), f); err != nil {
-					n.logger.Debug("register http address", "error", err)
+					n.log.Debug("register http address", "error", err)
 				}
 			}
 		case <-t.C:
@@ -589,7 +619,7 @@ func (n *Node) leaderLoop() {
 			if now := n.stamp(); ok && next <= now {
 				f := n.raft.Apply(fsm.EncodeExpire(now, n.cfg.ExpireMax), n.cfg.ApplyTimeout)
 				if _, err := n.await(context.Background(), f); err != nil {
-					n.logger.Debug("expire sweep", "error", err)
+					n.log.Debug("expire sweep", "error", err)
 				}
 			}
 		}
@@ -624,7 +654,8 @@ func (n *Node) Close() error {
 	n.closeOnce.Do(func() {
 		if n.raft.State() == raft.Leader && n.voters() > 1 {
 			if err := n.raft.LeadershipTransfer().Error(); err != nil {
-				n.logger.Warn("leadership transfer before shutdown", "error", err)
+				// The others elect a leader after an election timeout instead.
+				n.log.Info("could not hand over leadership before shutdown", "error", err)
 			}
 		}
 		close(n.closing)

@@ -331,12 +331,14 @@ func TestComposeFile(t *testing.T) {
 			t.Errorf("%s: advertises %s and %s, want its name", name, f.httpAdvertise, f.raftAdvertise)
 		}
 		switch {
-		case f.join == "":
+		case len(f.join) == 0:
 			bootstraps++
 		default:
-			target := strings.TrimSuffix(strings.TrimPrefix(f.join, "https://"), ":8080")
-			if _, ok := c.Services[target]; !ok || target == name {
-				t.Errorf("%s joins %s, not another service of the file", name, f.join)
+			for _, j := range f.join {
+				target := strings.TrimSuffix(strings.TrimPrefix(j, "https://"), ":8080")
+				if _, ok := c.Services[target]; !ok || target == name {
+					t.Errorf("%s joins %s, not another service of the file", name, j)
+				}
 			}
 		}
 		if !strings.HasPrefix(f.tlsCert, "/certs/") || s.Environment["LIMITD_TLS_CA"] == "" || s.Environment["LIMITD_ADMIN_TOKEN"] == "" {
@@ -625,8 +627,8 @@ func TestKubernetesStartScript(t *testing.T) {
 			if f.nodeID != c.pod || f.httpAdvertise != self+":8080" || f.raftAdvertise != self+":8300" {
 				t.Errorf("node id %q, advertise %q %q: want the pod's DNS name", f.nodeID, f.httpAdvertise, f.raftAdvertise)
 			}
-			if f.join != c.wantJoin {
-				t.Errorf("--join %q, want %q", f.join, c.wantJoin)
+			if got := strings.Join(f.join, ","); got != c.wantJoin {
+				t.Errorf("--join %q, want %q", got, c.wantJoin)
 			}
 			if _, err := os.Stat(wgets); c.wantNoWgets && err == nil {
 				t.Error("probed peers although it had nothing to decide")
