@@ -4,7 +4,6 @@ import (
 	"log"
 	"net/http"
 	"runtime"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/limitd/limitd/buildinfo"
 	"github.com/limitd/limitd/cluster"
 	"github.com/limitd/limitd/fsm"
 	"github.com/limitd/limitd/service"
@@ -158,24 +158,15 @@ func (m *metrics) replayed(r bool) {
 // buildInfo is limitd_build_info{version,revision,go} = 1, from the build
 // information the Go toolchain embeds (module version, VCS revision).
 func buildInfo() prometheus.Collector {
-	version, revision := "unknown", "unknown"
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		if bi.Main.Version != "" {
-			version = bi.Main.Version
-		}
-		modified := false
-		for _, s := range bi.Settings {
-			switch s.Key {
-			case "vcs.revision":
-				revision = s.Value
-			case "vcs.modified":
-				modified = s.Value == "true"
-			}
-		}
-		if modified && revision != "unknown" {
-			revision += "-dirty"
-		}
+	bi := buildinfo.Current()
+	revision := bi.Revision
+	switch {
+	case revision == "":
+		revision = "unknown"
+	case bi.Modified:
+		revision += "-dirty"
 	}
+	version := bi.Version
 	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name:        "limitd_build_info",
 		Help:        "Always 1; the labels say which build this node runs: module version, VCS revision (-dirty: uncommitted changes), Go version.",

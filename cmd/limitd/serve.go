@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/limitd/limitd/api"
+	"github.com/limitd/limitd/buildinfo"
 	"github.com/limitd/limitd/cluster"
 	"github.com/limitd/limitd/fsm"
 	"github.com/limitd/limitd/persist"
@@ -191,7 +192,7 @@ func tuneGC(gcPercent int, memoryLimitMiB int64, getenv func(string) string) {
 }
 
 func serve(f *serveFlags, logger *slog.Logger) error {
-	v := currentVersion() // cli_version.go
+	v := buildinfo.Current()
 	logger.Info("starting limitd", "version", v.Version, "revision", v.Revision, "modified", v.Modified, "go", v.Go)
 	tuneGC(f.gcPercent, f.memoryLimit, os.Getenv)
 	var policies []fsm.Policy
