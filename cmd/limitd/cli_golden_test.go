@@ -4,13 +4,14 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
-	"github.com/limitd/limitd/buildinfo"
 	"os"
 	"path/filepath"
 	"regexp"
 	"runtime/debug"
 	"strings"
 	"testing"
+
+	"github.com/limitd/limitd/buildinfo"
 )
 
 var updateGolden = flag.Bool("update", false, "rewrite the CLI golden files in testdata/cli")
