@@ -1,29 +1,23 @@
 package api
 
 import (
-	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/hashicorp/raft"
-
 	"github.com/limitd/limitd/cluster"
+	"github.com/limitd/limitd/cluster/clustertest"
 )
 
-// apiCluster is a real multi-node cluster in-process: Raft over
-// InmemTransport, and each node's full API (including the /internal/
-// forwarding endpoints) on a loopback HTTP server, so that requests sent to a
-// follower really travel to the leader.
+// apiCluster is the cluster harness with each node's full API (including
+// the /internal/ forwarding endpoints) on its loopback HTTP server, so that
+// requests sent to a follower really travel to the leader.
 type apiCluster struct {
-	t     *testing.T
-	nodes []*cluster.Node
-	srvs  []*httptest.Server
+	*clustertest.Cluster
+	t *testing.T
 }
 
 func newAPICluster(t *testing.T, size int) *apiCluster {
@@ -35,74 +29,41 @@ func newAPICluster(t *testing.T, size int) *apiCluster {
 // without http_addr (which the join API documents as optional).
 func newAPIClusterJoin(t *testing.T, size int, joinHTTP bool) *apiCluster {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("starts a Raft cluster")
-	}
 	c := &apiCluster{t: t}
-	trans := make([]*raft.InmemTransport, size)
-	lns := make([]net.Listener, size)
-	for i := range trans {
-		// host:port, as the join API requires of Raft addresses.
-		_, trans[i] = raft.NewInmemTransport(raft.ServerAddress(fmt.Sprintf("raft%d:8300", i)))
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns[i] = ln
-	}
-	for i := range trans {
-		for j := range trans {
-			if i != j {
-				trans[i].Connect(trans[j].LocalAddr(), trans[j])
-			}
-		}
-	}
-	for i := range trans {
-		n, err := cluster.Open(cluster.Config{
-			NodeID: fmt.Sprintf("n%d", i), RaftAddr: string(trans[i].LocalAddr()), HTTPAddr: lns[i].Addr().String(),
-			DataDir: t.TempDir(), Transport: trans[i],
-			HeartbeatTimeout: 150 * time.Millisecond, ElectionTimeout: 150 * time.Millisecond,
-			LeaderLeaseTimeout: 100 * time.Millisecond, CommitTimeout: 5 * time.Millisecond,
-			ApplyTimeout: 2 * time.Second, LogOutput: io.Discard,
-		}, i == 0)
-		if err != nil {
-			t.Fatalf("open node %d: %v", i, err)
-		}
-		srv := httptest.NewUnstartedServer(New(n, Config{Logger: discardLogger()}).Handler())
-		srv.Listener.Close()
-		srv.Listener = lns[i]
-		srv.Start()
-		c.nodes = append(c.nodes, n)
-		c.srvs = append(c.srvs, srv)
-	}
-	t.Cleanup(func() {
-		for i := range c.nodes {
-			c.srvs[i].Close()
-			c.nodes[i].Close()
-		}
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := c.nodes[0].WaitLeader(ctx); err != nil {
-		t.Fatal(err)
-	}
-	for i := 1; i < size; i++ {
+	c.Cluster = clustertest.MakeClusterOpts(t, clustertest.Options{
+		Nodes: size, SkipShort: true,
+		Handler: func(_ int, n *cluster.Node) http.Handler {
+			return New(n, Config{Logger: discardLogger()}).Handler()
+		},
 		// Join through the HTTP API of node 0, as `limitd --join` does.
-		body := fmt.Sprintf(`{"id":"n%d","raft_addr":"%s","http_addr":"%s"}`, i, trans[i].LocalAddr(), lns[i].Addr())
-		if !joinHTTP {
-			body = fmt.Sprintf(`{"id":"n%d","raft_addr":"%s"}`, i, trans[i].LocalAddr())
-		}
-		if code, resp := c.do(0, "POST", "/v1/cluster/join", body); code != 200 {
-			t.Fatalf("join n%d: %d %s", i, code, resp)
-		}
-	}
+		Join: func(h *clustertest.Cluster, i int) error {
+			body := fmt.Sprintf(`{"id":"n%d","raft_addr":"%s","http_addr":"%s"}`, i, h.RaftAddr(i), h.HTTPAddr(i))
+			if !joinHTTP {
+				body = fmt.Sprintf(`{"id":"n%d","raft_addr":"%s"}`, i, h.RaftAddr(i))
+			}
+			resp, err := http.Post(h.URL(0)+"/v1/cluster/join", "application/json", strings.NewReader(body))
+			if err != nil {
+				return err
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			switch {
+			case resp.StatusCode == http.StatusOK:
+				return nil
+			case strings.Contains(string(b), `"code":"`+CodeOutcomeUnknown+`"`):
+				return fmt.Errorf("join n%d: %d %s: %w", i, resp.StatusCode, b, cluster.ErrOutcomeUnknown)
+			default:
+				return fmt.Errorf("join n%d: %d %s", i, resp.StatusCode, b)
+			}
+		},
+	})
 	c.waitReady()
 	return c
 }
 
 func (c *apiCluster) do(i int, method, path, body string) (int, string) {
 	c.t.Helper()
-	req, err := http.NewRequest(method, c.srvs[i].URL+path, strings.NewReader(body))
+	req, err := http.NewRequest(method, c.URL(i)+path, strings.NewReader(body))
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -127,7 +88,7 @@ func (c *apiCluster) json(i int, method, path, body string) map[string]any {
 func (c *apiCluster) waitReady() {
 	c.t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	for i := range c.nodes {
+	for i := 0; i < c.Size(); i++ {
 		for {
 			code, _ := c.do(i, "GET", "/readyz", "")
 			if code == 200 {
@@ -143,17 +104,7 @@ func (c *apiCluster) waitReady() {
 
 func (c *apiCluster) leader() int {
 	c.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		for i, n := range c.nodes {
-			if n.IsLeader() {
-				return i
-			}
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	c.t.Fatal("no leader")
-	return -1
+	return c.Leader()
 }
 
 // TestClusterForwardingAndIdempotency: requests sent to followers are decided
@@ -181,7 +132,7 @@ func TestClusterForwardingAndIdempotency(t *testing.T) {
 	if allowed != 5 {
 		t.Fatalf("allowed %d through followers, want exactly the limit 5", allowed)
 	}
-	for i := range c.nodes {
+	for i := 0; i < c.Size(); i++ {
 		m := c.json(i, "GET", "/v1/keys/fwd?policy=api", "")
 		if got := num(t, m["decision"].(map[string]any), "remaining"); got != 0 {
 			t.Fatalf("node %d sees remaining %d, want 0", i, got)
@@ -199,7 +150,7 @@ func TestClusterForwardingAndIdempotency(t *testing.T) {
 			t.Fatalf("retry on node %d: %v", i, m)
 		}
 	}
-	if err := c.nodes[l].TransferLeadership(); err != nil {
+	if err := c.Node(l).TransferLeadership(); err != nil {
 		t.Fatalf("leadership transfer: %v", err)
 	}
 	newLeader := c.leader()
@@ -208,7 +159,7 @@ func TestClusterForwardingAndIdempotency(t *testing.T) {
 		newLeader = c.leader()
 	}
 	c.waitReady()
-	for i := range c.nodes {
+	for i := 0; i < c.Size(); i++ {
 		if m := c.json(i, "POST", "/v1/check", body); m["replayed"] != true || num(t, m, "remaining") != 3 {
 			t.Fatalf("retry on node %d after the leader change: %v", i, m)
 		}
@@ -227,14 +178,14 @@ func TestJoinWithoutHTTPAddr(t *testing.T) {
 	// Hand leadership to n1, which joined without an HTTP address.
 	l := c.leader()
 	if l != 1 {
-		if err := c.nodes[l].TransferLeadershipTo("n1", "raft1:8300"); err != nil {
+		if err := c.Node(l).TransferLeadershipTo("n1", c.RaftAddr(1)); err != nil {
 			t.Fatalf("leadership transfer: %v", err)
 		}
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		m := c.json(2, "GET", "/v1/cluster", "")
-		if m["leader_id"] == "n1" && m["leader_http_addr"] == c.srvs[1].Listener.Addr().String() {
+		if m["leader_id"] == "n1" && m["leader_http_addr"] == c.HTTPAddr(1) {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -16,7 +16,7 @@ func TestRLSDomainEndpoints(t *testing.T) {
 	if code != 200 || !strings.HasPrefix(body, `{"domain":"shop","descriptors":[{"key":"user","rate_limit":{"unit":"minute","requests_per_unit":5}}]}`) {
 		t.Fatalf("PUT: %d %s", code, body)
 	}
-	for i := range c.nodes {
+	for i := 0; i < c.Size(); i++ {
 		deadline := time.Now().Add(5 * time.Second)
 		for {
 			code, got := c.do(i, "GET", "/v1/rls/domains/shop", "")

@@ -179,6 +179,7 @@ func (s *Server) routes() http.Handler {
 	r.GET("/healthz", noQuery(s.handleHealthz))
 	r.GET("/readyz", noQuery(s.handleReadyz))
 	r.Handler(http.MethodGet, "/metrics", s.metrics.handler())
+	s.uiRoutes(r) // GET /ui, POST /v1/simulate (ui.go)
 
 	internal := s.store.Internal()
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {

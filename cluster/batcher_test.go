@@ -3,7 +3,6 @@ package cluster
 import (
 	"context"
 	"errors"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -118,71 +117,5 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("condition not reached in 10 s")
 		}
 		time.Sleep(time.Millisecond)
-	}
-}
-
-// A state machine that halts under load (an entry it cannot apply) answers
-// every waiter at once, on the leader and on the followers that forwarded to
-// it, even callers without a deadline of their own; later calls answer
-// ErrUnavailable naming the cause.
-func TestHaltedStateMachineAnswersEveryWaiter(t *testing.T) {
-	// A long proposal timeout: the waiters must answer because the state
-	// machine halted, not because their proposals timed out.
-	c := newTestClusterWith(t, 3, func(cfg *Config) { cfg.ApplyTimeout = time.Minute })
-	spec := slidingLog(1_000_000, time.Hour)
-	var wg sync.WaitGroup
-	stop := make(chan struct{})
-	var ok, answered atomic.Int64
-	errs := make(chan error, 1000)
-	for i := 0; i < 30; i++ {
-		n := c.nodes[i%3]
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				_, err := n.Check(context.Background(), check("k", spec))
-				answered.Add(1)
-				if err == nil {
-					ok.Add(1)
-					continue
-				}
-				if !errors.Is(err, ErrOutcomeUnknown) && !errors.Is(err, ErrUnavailable) {
-					select {
-					case errs <- err:
-					default:
-					}
-				}
-				return // the state machine halted
-			}
-		}()
-	}
-	waitFor(t, func() bool { return ok.Load() > 200 })
-	l := c.nodes[c.leader()]
-	l.raft.Apply([]byte{250, 1}, time.Second) // an unknown command type halts every replica
-
-	finished := make(chan struct{})
-	go func() { wg.Wait(); close(finished) }()
-	select {
-	case <-finished:
-	case <-time.After(10 * time.Second):
-		close(stop)
-		t.Fatalf("waiters still blocked 10 s after the state machine halted (%d answered)", answered.Load())
-	}
-	close(stop)
-	close(errs)
-	for err := range errs {
-		t.Errorf("a waiter answered %v, want ErrOutcomeUnknown or ErrUnavailable", err)
-	}
-	for _, n := range c.nodes {
-		waitFor(t, func() bool { return n.unavailable() != nil })
-		_, err := n.Check(context.Background(), check("k", spec))
-		if !errors.Is(err, ErrUnavailable) || !errors.Is(err, ErrNoLeader) {
-			t.Fatalf("node %s after the halt: %v, want ErrUnavailable (also matching ErrNoLeader)", n.ID(), err)
-		}
 	}
 }

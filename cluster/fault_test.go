@@ -1,15 +1,11 @@
-package cluster
+package cluster_test
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand"
-	"net"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"sort"
 	"strconv"
@@ -19,9 +15,10 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
-	"github.com/hashicorp/raft"
 
 	"github.com/limitd/limitd/algo"
+	"github.com/limitd/limitd/cluster"
+	"github.com/limitd/limitd/cluster/clustertest"
 	"github.com/limitd/limitd/fsm"
 )
 
@@ -74,387 +71,20 @@ func stableWindow(d time.Duration) time.Duration {
 	}
 }
 
-// faultNet is the connectivity between nodes, for Raft (applied to the
-// InmemTransports) and for node-to-node HTTP (consulted by faultTransport).
-type faultNet struct {
-	mu     sync.RWMutex
-	cut    [][]bool       // cut[i][j]: i cannot reach j
-	deaf   []bool         // deaf[i]: i's Raft RPCs are delivered, their responses lost
-	byAddr map[string]int // HTTP address → node
-	rng    *rand.Rand
-	drop   float64 // probability that a delivered forward loses its response
-}
-
-func (fn *faultNet) blocked(from, to int) bool {
-	fn.mu.RLock()
-	defer fn.mu.RUnlock()
-	return fn.cut[from][to]
-}
-
-func (fn *faultNet) dropResponse() bool {
-	fn.mu.Lock()
-	defer fn.mu.Unlock()
-	return fn.drop > 0 && fn.rng.Float64() < fn.drop
-}
-
-func (fn *faultNet) isDeaf(i int) bool {
-	fn.mu.RLock()
-	defer fn.mu.RUnlock()
-	return fn.deaf[i]
-}
-
-var errPartitioned = errors.New("network partition (fault injection)")
-
-// faultRaftTransport is a node's Raft transport: an InmemTransport (which the
-// partitions disconnect) plus the "deaf" fault, in which the RPCs this node
-// sends are delivered but their responses are lost. A deaf leader's entries
-// reach the followers, yet it never learns that they committed: it steps
-// down with proposals whose fate it cannot know, and the next leader commits
-// them. Pipelining is refused while deaf so every append takes that path.
-type faultRaftTransport struct {
-	*raft.InmemTransport
-	node int
-	net  *faultNet
-}
-
-var errResponseLost = errors.New("raft response lost (fault injection)")
-
-func (t *faultRaftTransport) lost(err error) error {
-	if err == nil && t.net.isDeaf(t.node) {
-		return errResponseLost
-	}
-	return err
-}
-
-func (t *faultRaftTransport) AppendEntriesPipeline(id raft.ServerID, target raft.ServerAddress) (raft.AppendPipeline, error) {
-	if t.net.isDeaf(t.node) {
-		return nil, raft.ErrPipelineReplicationNotSupported
-	}
-	return t.InmemTransport.AppendEntriesPipeline(id, target)
-}
-
-func (t *faultRaftTransport) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
-	return t.lost(t.InmemTransport.AppendEntries(id, target, args, resp))
-}
-
-func (t *faultRaftTransport) RequestVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestVoteRequest, resp *raft.RequestVoteResponse) error {
-	return t.lost(t.InmemTransport.RequestVote(id, target, args, resp))
-}
-
-func (t *faultRaftTransport) RequestPreVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestPreVoteRequest, resp *raft.RequestPreVoteResponse) error {
-	return t.lost(t.InmemTransport.RequestPreVote(id, target, args, resp))
-}
-
-func (t *faultRaftTransport) InstallSnapshot(id raft.ServerID, target raft.ServerAddress, args *raft.InstallSnapshotRequest, resp *raft.InstallSnapshotResponse, data io.Reader) error {
-	return t.lost(t.InmemTransport.InstallSnapshot(id, target, args, resp, data))
-}
-
-func (t *faultRaftTransport) TimeoutNow(id raft.ServerID, target raft.ServerAddress, args *raft.TimeoutNowRequest, resp *raft.TimeoutNowResponse) error {
-	return t.lost(t.InmemTransport.TimeoutNow(id, target, args, resp))
-}
-
-// faultTransport is node `from`'s HTTP client transport. A request to a node
-// it cannot reach fails as a dial would (nothing was delivered); a request
-// whose partition starts while it is in flight, or that the injector picks,
-// loses its response after the leader handled it.
-type faultTransport struct {
-	from int
-	net  *faultNet
-	base http.RoundTripper
-}
-
-func (ft *faultTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	to, known := ft.net.byAddrLookup(req.URL.Host)
-	if known && ft.net.blocked(ft.from, to) {
-		if req.Body != nil {
-			req.Body.Close()
-		}
-		return nil, &net.OpError{Op: "dial", Net: "tcp", Err: errPartitioned}
-	}
-	resp, err := ft.base.RoundTrip(req)
-	if err != nil {
-		return nil, err
-	}
-	if known && (ft.net.blocked(to, ft.from) || ft.net.dropResponse()) {
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		return nil, fmt.Errorf("response from %s lost: %w", req.URL.Host, errPartitioned)
-	}
-	return resp, nil
-}
-
-func (fn *faultNet) byAddrLookup(addr string) (int, bool) {
-	fn.mu.RLock()
-	defer fn.mu.RUnlock()
-	i, ok := fn.byAddr[addr]
-	return i, ok
-}
-
-// faultCluster is an in-process cluster whose Raft and HTTP traffic can be
-// partitioned and whose nodes can be restarted while clients run. It follows
-// testCluster (cluster_test.go) but with node-to-node HTTP that obeys the
-// partitions, small snapshot thresholds so snapshots and snapshot installs
-// happen during the run, and a lock so clients and the nemesis can share it.
-type faultCluster struct {
-	t     *testing.T
-	snap  snapshotPolicy
-	net   *faultNet
-	trans []*raft.InmemTransport
-	srvs  []*httptest.Server
-	dirs  []string
-	base  *http.Transport
-
-	mu    sync.RWMutex
-	nodes []*Node
-	up    []bool
-}
-
-// snapshotPolicy is when Raft snapshots (every threshold entries) and how
-// much log it keeps after one.
-type snapshotPolicy struct{ threshold, trailing uint64 }
-
-func newFaultCluster(t *testing.T, size int, snap snapshotPolicy, seed int64) *faultCluster {
+// newFaultCluster is the harness's cluster whose node-to-node HTTP loses
+// about 2% of forwarded responses (drawn from seed), with the snapshot
+// policy snap.
+func newFaultCluster(t *testing.T, size int, snap clustertest.SnapshotPolicy, seed int64) *clustertest.Cluster {
 	t.Helper()
-	c := &faultCluster{
-		t:    t,
-		snap: snap,
-		net: &faultNet{
-			byAddr: map[string]int{},
-			rng:    rand.New(rand.NewSource(seed ^ 0x5eed)),
-			drop:   0.02,
-		},
-		base: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 16, DisableCompression: true},
-	}
-	for i := 0; i < size; i++ {
-		_, tr := raft.NewInmemTransport(raft.ServerAddress(fmt.Sprintf("node%d", i)))
-		c.trans = append(c.trans, tr)
-		c.dirs = append(c.dirs, t.TempDir())
-		c.net.cut = append(c.net.cut, make([]bool, size))
-		c.net.deaf = append(c.net.deaf, false)
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		srv := httptest.NewUnstartedServer(&swapHandler{h: http.NotFoundHandler()})
-		srv.Listener.Close()
-		srv.Listener = ln
-		srv.Start()
-		c.srvs = append(c.srvs, srv)
-		c.net.byAddr[ln.Addr().String()] = i
-		c.nodes = append(c.nodes, nil)
-		c.up = append(c.up, false)
-	}
-	t.Cleanup(c.close)
-	c.applyNet()
-	for i := 0; i < size; i++ {
-		c.start(i, i == 0)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := c.nodes[0].WaitLeader(ctx); err != nil {
-		t.Fatalf("bootstrap: %v", err)
-	}
-	for i := 1; i < size; i++ {
-		if err := c.nodes[0].Join(ctx, c.nodes[i].ID(), string(c.trans[i].LocalAddr()), c.srvs[i].Listener.Addr().String()); err != nil {
-			t.Fatalf("join node%d: %v", i, err)
-		}
-	}
-	for i := range c.nodes {
-		c.waitReady(i, 10*time.Second)
-	}
-	return c
-}
-
-func (c *faultCluster) config(i int) Config {
-	cfg := fastConfig(fmt.Sprintf("n%d", i), c.dirs[i], c.srvs[i].Listener.Addr().String(),
-		&faultRaftTransport{InmemTransport: c.trans[i], node: i, net: c.net})
-	cfg.HTTPClient = &http.Client{Transport: &faultTransport{from: i, net: c.net, base: c.base}}
 	// With frequent snapshots and few trailing logs, a follower that falls
 	// behind a partition or a restart catches up through InstallSnapshot.
 	// With rare ones, a restarted node replays a long stretch of log it had
 	// already applied and catches up from the log, so a replica that applied
 	// entries twice keeps its wrong state for the convergence check to see.
-	cfg.SnapshotThreshold = c.snap.threshold
-	cfg.SnapshotInterval = 100 * time.Millisecond
-	cfg.TrailingLogs = c.snap.trailing
-	return cfg
-}
-
-// start opens node i on its data directory and transport.
-func (c *faultCluster) start(i int, bootstrap bool) {
-	c.t.Helper()
-	n, err := Open(c.config(i), bootstrap)
-	if err != nil {
-		c.t.Fatalf("open node%d: %v", i, err)
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/internal/", n.Internal())
-	c.srvs[i].Config.Handler.(*swapHandler).set(mux)
-	c.mu.Lock()
-	c.nodes[i], c.up[i] = n, true
-	c.mu.Unlock()
-	// Raft closes its transport on shutdown: reconnect what the partition allows.
-	c.applyNet()
-}
-
-// stop closes node i cleanly (a leader hands over leadership first).
-func (c *faultCluster) stop(i int) {
-	c.mu.Lock()
-	n, up := c.nodes[i], c.up[i]
-	c.up[i] = false
-	c.mu.Unlock()
-	if !up {
-		return
-	}
-	if err := n.Close(); err != nil {
-		c.t.Errorf("close node%d: %v", i, err)
-	}
-}
-
-func (c *faultCluster) close() {
-	c.heal()
-	for i := range c.nodes {
-		c.stop(i)
-	}
-	for _, s := range c.srvs {
-		s.Close()
-	}
-	c.base.CloseIdleConnections()
-}
-
-// node returns node i if it is running.
-func (c *faultCluster) node(i int) (*Node, bool) {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	return c.nodes[i], c.up[i]
-}
-
-func (c *faultCluster) size() int { return len(c.trans) }
-
-// applyNet makes the Raft transports match the connectivity matrix.
-func (c *faultCluster) applyNet() {
-	for i := range c.trans {
-		for j := range c.trans {
-			if i == j {
-				continue
-			}
-			if c.net.blocked(i, j) {
-				c.trans[i].Disconnect(c.trans[j].LocalAddr())
-			} else {
-				c.trans[i].Connect(c.trans[j].LocalAddr(), c.trans[j])
-			}
-		}
-	}
-}
-
-// cutOff separates the nodes in set from the others, both ways.
-func (c *faultCluster) cutOff(set []int) {
-	in := make([]bool, c.size())
-	for _, i := range set {
-		in[i] = true
-	}
-	c.net.mu.Lock()
-	for i := range in {
-		for j := range in {
-			c.net.cut[i][j] = in[i] != in[j]
-		}
-	}
-	c.net.mu.Unlock()
-	c.applyNet()
-}
-
-// deafen makes node i's Raft RPCs lose their responses, and drops its
-// replication pipelines so that the next appends go through the fault.
-func (c *faultCluster) deafen(i int) {
-	c.net.mu.Lock()
-	c.net.deaf[i] = true
-	c.net.mu.Unlock()
-	c.trans[i].DisconnectAll()
-	c.applyNet()
-}
-
-func (c *faultCluster) heal() {
-	c.net.mu.Lock()
-	for i := range c.net.cut {
-		clear(c.net.cut[i])
-	}
-	clear(c.net.deaf)
-	c.net.mu.Unlock()
-	c.applyNet()
-}
-
-// leader returns the running node that believes it leads with the highest
-// term (an isolated old leader may still believe it for a lease timeout), or
-// -1 if none does.
-func (c *faultCluster) leader() int {
-	best, term := -1, uint64(0)
-	for i := range c.nodes {
-		n, up := c.node(i)
-		if up && n.IsLeader() {
-			if t := n.raft.CurrentTerm(); best < 0 || t > term {
-				best, term = i, t
-			}
-		}
-	}
-	return best
-}
-
-func (c *faultCluster) waitLeader(timeout time.Duration) int {
-	c.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		if l := c.leader(); l >= 0 {
-			return l
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	c.t.Fatalf("no leader within %s", timeout)
-	return -1
-}
-
-func (c *faultCluster) waitReady(i int, timeout time.Duration) {
-	c.t.Helper()
-	n, _ := c.node(i)
-	deadline := time.Now().Add(timeout)
-	for n.Ready() != nil {
-		if time.Now().After(deadline) {
-			c.t.Fatalf("node%d not ready: %v", i, n.Ready())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// converged waits until every node has applied the leader's commit index
-// and all have the same state digest, and returns the digest.
-func (c *faultCluster) converged(timeout time.Duration) (string, error) {
-	deadline := time.Now().Add(timeout)
-	var digests []string
-	for time.Now().Before(deadline) {
-		digests = digests[:0]
-		l := c.leader()
-		same := l >= 0
-		var commit uint64
-		if l >= 0 {
-			ln, _ := c.node(l)
-			commit = ln.raft.CommitIndex()
-		}
-		for i := range c.nodes {
-			n, _ := c.node(i)
-			d, err := n.FSM().Digest()
-			if err != nil {
-				return "", fmt.Errorf("digest of node%d: %w", i, err)
-			}
-			if n.FSM().AppliedIndex() < commit || (len(digests) > 0 && d != digests[0]) {
-				same = false
-			}
-			digests = append(digests, d)
-		}
-		if same {
-			return digests[0], nil
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return "", fmt.Errorf("replicas did not converge within %s: digests %v", timeout, digests)
+	snap.Interval = 100 * time.Millisecond
+	return clustertest.MakeClusterOpts(t, clustertest.Options{
+		Nodes: size, Snapshots: snap, DropResponses: 0.02, Seed: seed,
+	})
 }
 
 // faultKeys hands out keys in generations: all clients share a few keys at a
@@ -500,9 +130,9 @@ func (k *faultKeys) next(rng *rand.Rand) (string, *algo.Spec) {
 	return fmt.Sprintf("fw/%d", idx), k.fixed
 }
 
-// faultRun drives clients against a faultCluster and records the history.
+// faultRun drives clients against a fault cluster and records the history.
 type faultRun struct {
-	c     *faultCluster
+	c     *clustertest.Cluster
 	keys  *faultKeys
 	start time.Time
 
@@ -528,17 +158,17 @@ func (r *faultRun) add(rec record, spec *algo.Spec, key string) {
 
 // pickNode returns a random running node; clients reach partitioned nodes
 // too, as real clients would.
-func (r *faultRun) pickNode(rng *rand.Rand) *Node {
+func (r *faultRun) pickNode(rng *rand.Rand) *cluster.Node {
 	for {
-		i := rng.Intn(r.c.size())
-		if n, up := r.c.node(i); up {
+		i := rng.Intn(r.c.Size())
+		if n, up := r.c.Running(i); up {
 			return n
 		}
 	}
 }
 
 // attempt runs one Check and classifies what the client learned.
-func (r *faultRun) attempt(n *Node, op fsm.Op) (limiterOutput, error) {
+func (r *faultRun) attempt(n *cluster.Node, op fsm.Op) (limiterOutput, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	res, err := n.Check(ctx, []fsm.Op{op})
@@ -551,9 +181,9 @@ func (r *faultRun) attempt(n *Node, op fsm.Op) (limiterOutput, error) {
 		return limiterOutput{Outcome: o, Remaining: res[0].Decisions[0].Remaining}, nil
 	case err == nil:
 		return limiterOutput{Outcome: outUnknown}, fmt.Errorf("malformed result %+v", res)
-	case errors.Is(err, ErrOutcomeUnknown):
+	case errors.Is(err, cluster.ErrOutcomeUnknown):
 		return limiterOutput{Outcome: outUnknown}, nil
-	case errors.Is(err, ErrNoLeader):
+	case errors.Is(err, cluster.ErrNoLeader):
 		return limiterOutput{Outcome: outNotApplied}, nil
 	default:
 		return limiterOutput{Outcome: outUnknown}, err
@@ -615,46 +245,46 @@ func (r *faultRun) client(id int, seed int64, stop <-chan struct{}) {
 // nemesis is one fault. It returns what to undo after the hold (nil: nothing).
 type nemesis struct {
 	name string
-	do   func(c *faultCluster, rng *rand.Rand) (undo func())
+	do   func(t testing.TB, c *clustertest.Cluster, rng *rand.Rand) (undo func())
 }
 
 var nemeses = []nemesis{
-	{"partition-leader", func(c *faultCluster, rng *rand.Rand) func() {
-		if l := c.leader(); l >= 0 {
-			c.cutOff([]int{l})
+	{"partition-leader", func(t testing.TB, c *clustertest.Cluster, rng *rand.Rand) func() {
+		if l := c.LeaderNow(); l >= 0 {
+			c.Partition(l)
 		}
-		return c.heal
+		return c.Heal
 	}},
-	{"deaf-leader", func(c *faultCluster, rng *rand.Rand) func() {
-		if l := c.leader(); l >= 0 {
-			c.deafen(l)
+	{"deaf-leader", func(t testing.TB, c *clustertest.Cluster, rng *rand.Rand) func() {
+		if l := c.LeaderNow(); l >= 0 {
+			c.Deafen(l)
 		}
-		return c.heal
+		return c.Heal
 	}},
-	{"isolate-minority", func(c *faultCluster, rng *rand.Rand) func() {
-		k := 1 + rng.Intn((c.size()-1)/2)
-		c.cutOff(rng.Perm(c.size())[:k])
-		return c.heal
+	{"isolate-minority", func(t testing.TB, c *clustertest.Cluster, rng *rand.Rand) func() {
+		k := 1 + rng.Intn((c.Size()-1)/2)
+		c.Partition(rng.Perm(c.Size())[:k]...)
+		return c.Heal
 	}},
-	{"leader-in-minority", func(c *faultCluster, rng *rand.Rand) func() {
-		l := c.leader()
+	{"leader-in-minority", func(t testing.TB, c *clustertest.Cluster, rng *rand.Rand) func() {
+		l := c.LeaderNow()
 		if l < 0 {
-			return c.heal
+			return c.Heal
 		}
 		set := []int{l}
-		for _, i := range rng.Perm(c.size()) {
-			if len(set) < (c.size()-1)/2 && i != l {
+		for _, i := range rng.Perm(c.Size()) {
+			if len(set) < (c.Size()-1)/2 && i != l {
 				set = append(set, i)
 			}
 		}
-		c.cutOff(set)
-		return c.heal
+		c.Partition(set...)
+		return c.Heal
 	}},
-	{"transfer-leadership", func(c *faultCluster, rng *rand.Rand) func() {
-		if l := c.leader(); l >= 0 {
-			if n, up := c.node(l); up {
-				if err := n.raft.LeadershipTransfer().Error(); err != nil {
-					c.t.Logf("leadership transfer: %v", err)
+	{"transfer-leadership", func(t testing.TB, c *clustertest.Cluster, rng *rand.Rand) func() {
+		if l := c.LeaderNow(); l >= 0 {
+			if n, up := c.Running(l); up {
+				if err := n.Raft().LeadershipTransfer().Error(); err != nil {
+					t.Logf("leadership transfer: %v", err)
 				}
 			}
 		}
@@ -662,39 +292,39 @@ var nemeses = []nemesis{
 	}},
 	// Restarts are quick, so the node catches up from the log rather than
 	// from a snapshot install that would paper over a replay bug.
-	{"restart-follower", func(c *faultCluster, rng *rand.Rand) func() {
-		l := c.leader()
-		i := rng.Intn(c.size())
+	{"restart-follower", func(t testing.TB, c *clustertest.Cluster, rng *rand.Rand) func() {
+		l := c.LeaderNow()
+		i := rng.Intn(c.Size())
 		if i == l {
-			i = (i + 1) % c.size()
+			i = (i + 1) % c.Size()
 		}
-		c.stop(i)
+		c.Stop(i)
 		time.Sleep(time.Duration(rng.Intn(50)) * time.Millisecond)
-		c.start(i, false)
+		c.Start(i)
 		return nil
 	}},
-	{"restart-leader", func(c *faultCluster, rng *rand.Rand) func() {
-		if l := c.leader(); l >= 0 {
-			c.stop(l)
+	{"restart-leader", func(t testing.TB, c *clustertest.Cluster, rng *rand.Rand) func() {
+		if l := c.LeaderNow(); l >= 0 {
+			c.Stop(l)
 			time.Sleep(time.Duration(rng.Intn(50)) * time.Millisecond)
-			c.start(l, false)
+			c.Start(l)
 		}
 		return nil
 	}},
 }
 
 // leaderID names the current leader and its term ("" if none).
-func (c *faultCluster) leaderID() string {
-	l := c.leader()
+func leaderID(c *clustertest.Cluster) string {
+	l := c.LeaderNow()
 	if l < 0 {
 		return ""
 	}
-	n, _ := c.node(l)
-	return fmt.Sprintf("%s@%d", n.ID(), n.raft.CurrentTerm())
+	n, _ := c.Running(l)
+	return fmt.Sprintf("%s@%d", n.ID(), n.Raft().CurrentTerm())
 }
 
 // leaderWatch counts leader changes seen by polling, starting from last.
-func leaderWatch(c *faultCluster, last string, stop <-chan struct{}, changes *atomic.Int64) {
+func leaderWatch(c *clustertest.Cluster, last string, stop <-chan struct{}, changes *atomic.Int64) {
 	t := time.NewTicker(5 * time.Millisecond)
 	defer t.Stop()
 	for {
@@ -703,7 +333,7 @@ func leaderWatch(c *faultCluster, last string, stop <-chan struct{}, changes *at
 			return
 		case <-t.C:
 		}
-		if id := c.leaderID(); id != "" && id != last {
+		if id := leaderID(c); id != "" && id != last {
 			changes.Add(1)
 			last = id
 		}
@@ -733,17 +363,17 @@ type chaosSummary struct {
 // nodes snapshot often, keep few trailing logs and catch up through
 // snapshot installs.
 func TestFaultsThreeNodes(t *testing.T) {
-	runFaults(t, 3, len(nemeses), 6, snapshotPolicy{threshold: 2048, trailing: 4096})
+	runFaults(t, 3, len(nemeses), 6, clustertest.SnapshotPolicy{Threshold: 2048, Trailing: 4096})
 }
 
 func TestFaultsFiveNodes(t *testing.T) {
 	if testing.Short() && os.Getenv("LIMITD_CHAOS_ROUNDS") == "" {
 		t.Skip("-short: the three-node fault test covers the same faults")
 	}
-	runFaults(t, 5, len(nemeses), 8, snapshotPolicy{threshold: 64, trailing: 16})
+	runFaults(t, 5, len(nemeses), 8, clustertest.SnapshotPolicy{Threshold: 64, Trailing: 16})
 }
 
-func runFaults(t *testing.T, size, shortRounds, clients int, snap snapshotPolicy) {
+func runFaults(t *testing.T, size, shortRounds, clients int, snap clustertest.SnapshotPolicy) {
 	rounds := chaosRounds(t, shortRounds)
 	seed := chaosSeed(t)
 	rng := rand.New(rand.NewSource(seed))
@@ -759,7 +389,7 @@ func runFaults(t *testing.T, size, shortRounds, clients int, snap snapshotPolicy
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	var changes atomic.Int64
-	first := c.leaderID()
+	first := leaderID(c)
 	wg.Add(1)
 	go func() { defer wg.Done(); leaderWatch(c, first, stop, &changes) }()
 	for i := 0; i < clients; i++ {
@@ -776,18 +406,18 @@ func runFaults(t *testing.T, size, shortRounds, clients int, snap snapshotPolicy
 		if round%len(nemeses) == len(nemeses)-1 {
 			order = rng.Perm(len(nemeses))
 		}
-		undo := nm.do(c, rng)
+		undo := nm.do(t, c, rng)
 		time.Sleep(time.Duration(300+rng.Intn(400)) * time.Millisecond)
 		if undo != nil {
 			undo()
 		}
-		c.waitLeader(10 * time.Second)
+		c.WaitLeader(10 * time.Second)
 		time.Sleep(time.Duration(100+rng.Intn(200)) * time.Millisecond)
 		// Pause the clients and check that every replica reaches the same
 		// state: a replica that diverged (say, replayed entries after a
 		// restart) must be caught before a snapshot install overwrites it.
 		run.gate.Lock()
-		_, err := c.converged(20 * time.Second)
+		_, err := c.Converged(20 * time.Second)
 		run.gate.Unlock()
 		if err != nil {
 			t.Fatalf("round %d (%s): %v", round, nm.name, err)
@@ -796,9 +426,9 @@ func runFaults(t *testing.T, size, shortRounds, clients int, snap snapshotPolicy
 	}
 	stopClients()
 
-	c.heal()
-	c.waitLeader(10 * time.Second)
-	digest, err := c.converged(20 * time.Second)
+	c.Heal()
+	c.WaitLeader(10 * time.Second)
+	digest, err := c.Converged(20 * time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -823,7 +453,7 @@ func runFaults(t *testing.T, size, shortRounds, clients int, snap snapshotPolicy
 		call := run.now()
 		var res []fsm.Result
 		for tries := 0; ; tries++ {
-			n, _ := c.node((from / chunk) % size)
+			n, _ := c.Running((from / chunk) % size)
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			res, err = n.Check(ctx, ops)
 			cancel()
@@ -848,7 +478,7 @@ func runFaults(t *testing.T, size, shortRounds, clients int, snap snapshotPolicy
 			final[key] = out.Remaining
 		}
 	}
-	if d, err := c.converged(10 * time.Second); err != nil {
+	if d, err := c.Converged(10 * time.Second); err != nil {
 		t.Fatal(err)
 	} else if d != digest {
 		t.Errorf("peeks changed the replicated state: digest %s, then %s", digest, d)
@@ -907,7 +537,7 @@ func runFaults(t *testing.T, size, shortRounds, clients int, snap snapshotPolicy
 		t.Error(d)
 	}
 	if len(run.oddErrs) > 0 {
-		t.Errorf("%d checks failed with errors outside the contract (want ErrNoLeader or ErrOutcomeUnknown), e.g. %s", len(run.oddErrs), run.oddErrs[0])
+		t.Errorf("%d checks failed with errors outside the contract (want cluster.ErrNoLeader or cluster.ErrOutcomeUnknown), e.g. %s", len(run.oddErrs), run.oddErrs[0])
 	}
 	switch res {
 	case porcupine.Illegal:

@@ -1,4 +1,4 @@
-package cluster
+package cluster_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/limitd/limitd/cluster"
 	"github.com/limitd/limitd/fsm"
 )
 
@@ -23,25 +24,25 @@ func (f lostFuture) Error() error {
 }
 
 // raft.ErrLeadershipLost after a proposal means "may have been applied":
-// the caller gets ErrOutcomeUnknown and the check is not proposed again.
+// the caller gets cluster.ErrOutcomeUnknown and the check is not proposed again.
 // Treating it as "not proposed" (retrying) counts the check twice; this
 // fails every time on that mutation, unlike the fault tests which catch it
 // only when leadership happens to move at the right moment.
 func TestLeadershipLostAfterProposalIsNotRetried(t *testing.T) {
 	c := newTestCluster(t, 1)
-	n := c.nodes[0]
+	n := c.Node(0)
 	var injected atomic.Bool
-	n.propose = func(cmd []byte, timeout time.Duration) raft.ApplyFuture {
-		f := n.raft.Apply(cmd, timeout)
+	cluster.SetPropose(n, func(cmd []byte, timeout time.Duration) raft.ApplyFuture {
+		f := n.Raft().Apply(cmd, timeout)
 		if injected.CompareAndSwap(false, true) {
 			return lostFuture{f}
 		}
 		return f
-	}
+	})
 	spec := slidingLog(5, time.Hour)
 	res, err := n.Check(context.Background(), check("lost", spec))
-	if !errors.Is(err, ErrOutcomeUnknown) {
-		t.Fatalf("check whose leader lost leadership after proposing: %+v %v, want ErrOutcomeUnknown", res, err)
+	if !errors.Is(err, cluster.ErrOutcomeUnknown) {
+		t.Fatalf("check whose leader lost leadership after proposing: %+v %v, want cluster.ErrOutcomeUnknown", res, err)
 	}
 	peek := []fsm.Op{{Checks: []fsm.Check{{Key: "lost", Spec: spec, Cost: 0}}}}
 	res, err = n.Check(context.Background(), peek)

@@ -1,4 +1,4 @@
-package cluster
+package cluster_test
 
 import (
 	"context"
@@ -11,12 +11,15 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/limitd/limitd/cluster"
+	"github.com/limitd/limitd/cluster/clustertest"
 )
 
 // failingLogs fails every log write with ENOSPC once full is set, as a WAL
 // that cannot create its next segment on a full disk does.
 type failingLogs struct {
-	logStore
+	cluster.LogStore
 	full *atomic.Bool
 }
 
@@ -24,7 +27,7 @@ func (f *failingLogs) StoreLogs(ls []*raft.Log) error {
 	if f.full.Load() {
 		return &syscallError{syscall.ENOSPC}
 	}
-	return f.logStore.StoreLogs(ls)
+	return f.LogStore.StoreLogs(ls)
 }
 
 func (f *failingLogs) StoreLog(l *raft.Log) error { return f.StoreLogs([]*raft.Log{l}) }
@@ -43,13 +46,11 @@ func TestLogStoreFailureStopsNode(t *testing.T) {
 	for i := range full {
 		full[i] = &atomic.Bool{}
 	}
-	var next atomic.Int32
-	c := newTestClusterWith(t, 3, func(cfg *Config) {
-		i := int(next.Add(1) - 1)
-		cfg.wrapLogStore = func(s logStore) logStore { return &failingLogs{logStore: s, full: full[i%3]} }
+	c := clustertest.MakeCluster(t, 3, func(i int, cfg *cluster.Config) {
+		cluster.SetWrapLogStore(cfg, func(s cluster.LogStore) cluster.LogStore { return &failingLogs{LogStore: s, full: full[i]} })
 	})
-	l := c.leader()
-	n := c.nodes[l]
+	l := c.Leader()
+	n := c.Node(l)
 	spec := slidingLog(1_000_000, time.Hour)
 	var wg sync.WaitGroup
 	var ok atomic.Int64
@@ -80,8 +81,8 @@ func TestLogStoreFailureStopsNode(t *testing.T) {
 	}
 	close(errs)
 	for err := range errs {
-		if !errors.Is(err, ErrUnavailable) && !errors.Is(err, ErrOutcomeUnknown) {
-			t.Errorf("check on a leader with a full disk: %v, want ErrUnavailable or ErrOutcomeUnknown", err)
+		if !errors.Is(err, cluster.ErrUnavailable) && !errors.Is(err, cluster.ErrOutcomeUnknown) {
+			t.Errorf("check on a leader with a full disk: %v, want cluster.ErrUnavailable or cluster.ErrOutcomeUnknown", err)
 		}
 	}
 	select {
@@ -92,12 +93,12 @@ func TestLogStoreFailureStopsNode(t *testing.T) {
 	if err := n.Health(); err == nil || !strings.Contains(err.Error(), "no space left on device") {
 		t.Fatalf("Health: %v, want the cause (no space left on device)", err)
 	}
-	if _, err := n.Check(context.Background(), check("k", spec)); !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "raft log") {
-		t.Fatalf("check after the failure: %v, want ErrUnavailable naming the raft log", err)
+	if _, err := n.Check(context.Background(), check("k", spec)); !errors.Is(err, cluster.ErrUnavailable) || !strings.Contains(err.Error(), "raft log") {
+		t.Fatalf("check after the failure: %v, want cluster.ErrUnavailable naming the raft log", err)
 	}
-	waitFor(t, func() bool { return n.raft.State() == raft.Shutdown })
+	waitFor(t, func() bool { return n.Raft().State() == raft.Shutdown })
 	// The others carry on.
-	other := c.nodes[(l+1)%3]
+	other := c.Node((l + 1) % 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for {

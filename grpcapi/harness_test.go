@@ -2,32 +2,28 @@ package grpcapi
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"log"
 	"net"
-	"net/http"
-	"net/http/httptest"
 	"testing"
 	"time"
 
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/limitd/limitd/cluster"
+	"github.com/limitd/limitd/cluster/clustertest"
 	limitdv1 "github.com/limitd/limitd/proto/limitd/v1"
 	"github.com/limitd/limitd/service"
 )
 
-// testCluster is an in-process cluster (Raft over InmemTransport, each
-// node's internal HTTP endpoints on loopback so followers forward for real)
-// with a gRPC server per node on loopback and a client connection to each.
+// testCluster is the cluster harness (cluster/clustertest) with a gRPC
+// server per node on loopback and a client connection to each.
 type testCluster struct {
+	*clustertest.Cluster
 	t       testing.TB
 	nodes   []*cluster.Node
-	trans   []*raft.InmemTransport
 	servers []*Server
 	conns   []*grpc.ClientConn
 	closed  []bool
@@ -41,56 +37,10 @@ type testConfig struct {
 
 func newTestCluster(t testing.TB, size int, cfg testConfig) *testCluster {
 	t.Helper()
-	c := &testCluster{t: t}
-	httpSrvs := make([]*httptest.Server, size)
-	dirs := make([]string, size)
+	c := &testCluster{t: t, Cluster: clustertest.MakeCluster(t, size, nil)}
+	t.Cleanup(c.close) // before the harness's own cleanup: gRPC stops first
 	for i := 0; i < size; i++ {
-		dirs[i] = t.TempDir() // before c.close is registered: cleanups run last-in first-out
-		_, tr := raft.NewInmemTransport(raft.ServerAddress(fmt.Sprintf("node%d", i)))
-		c.trans = append(c.trans, tr)
-		httpSrvs[i] = httptest.NewUnstartedServer(nil)
-	}
-	for i := range c.trans {
-		for j := range c.trans {
-			if i != j {
-				c.trans[i].Connect(c.trans[j].LocalAddr(), c.trans[j])
-			}
-		}
-	}
-	t.Cleanup(c.close)
-	for i := 0; i < size; i++ {
-		n, err := cluster.Open(cluster.Config{
-			NodeID: fmt.Sprintf("n%d", i), RaftAddr: string(c.trans[i].LocalAddr()),
-			HTTPAddr: httpSrvs[i].Listener.Addr().String(), DataDir: dirs[i], Transport: c.trans[i],
-			HeartbeatTimeout: 150 * time.Millisecond, ElectionTimeout: 150 * time.Millisecond,
-			LeaderLeaseTimeout: 100 * time.Millisecond, CommitTimeout: 5 * time.Millisecond,
-			ApplyTimeout: 2 * time.Second, LogOutput: io.Discard,
-		}, i == 0)
-		if err != nil {
-			t.Fatalf("open node %d: %v", i, err)
-		}
-		c.nodes = append(c.nodes, n)
-		c.closed = append(c.closed, false)
-		mux := http.NewServeMux()
-		mux.Handle("/internal/", n.Internal())
-		httpSrvs[i].Config.Handler = mux
-		httpSrvs[i].Start()
-		t.Cleanup(httpSrvs[i].Close)
-		if i == 0 {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			err := n.WaitLeader(ctx)
-			cancel()
-			if err != nil {
-				t.Fatal(err)
-			}
-		} else {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			err := c.nodes[0].Join(ctx, n.ID(), string(c.trans[i].LocalAddr()), httpSrvs[i].Listener.Addr().String())
-			cancel()
-			if err != nil {
-				t.Fatalf("join node %d: %v", i, err)
-			}
-		}
+		n := c.Node(i)
 		var doms Domains = n
 		if cfg.wrap != nil {
 			doms = cfg.wrap(n)
@@ -112,15 +62,8 @@ func newTestCluster(t testing.TB, size int, cfg testConfig) *testCluster {
 			t.Fatal(err)
 		}
 		c.conns = append(c.conns, conn)
-	}
-	for _, n := range c.nodes {
-		deadline := time.Now().Add(10 * time.Second)
-		for n.Ready() != nil {
-			if time.Now().After(deadline) {
-				t.Fatalf("node %s not ready: %v", n.ID(), n.Ready())
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		c.nodes = append(c.nodes, n)
+		c.closed = append(c.closed, false)
 	}
 	return c
 }
@@ -134,9 +77,7 @@ func (c *testCluster) stop(i int) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	c.servers[i].Stop(ctx)
 	cancel()
-	if err := c.nodes[i].Close(); err != nil {
-		c.t.Errorf("close node %d: %v", i, err)
-	}
+	c.Stop(i)
 }
 
 func (c *testCluster) close() {
@@ -155,17 +96,7 @@ func (c *testCluster) limitd(i int) limitdv1.LimitdClient {
 
 func (c *testCluster) leader() int {
 	c.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		for i, n := range c.nodes {
-			if !c.closed[i] && n.IsLeader() {
-				return i
-			}
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	c.t.Fatal("no leader")
-	return -1
+	return c.Leader()
 }
 
 // waitDomain waits until every running node has the domain as canonical.

@@ -16,7 +16,6 @@ import (
 	"github.com/limitd/limitd/cluster"
 	"github.com/limitd/limitd/grpcapi"
 	"github.com/limitd/limitd/rls"
-	"github.com/limitd/limitd/service"
 )
 
 // grpcFlags are serve's gRPC and Envoy RLS flags (LIMITD_GRPC_ADDR,
@@ -34,7 +33,8 @@ func addGRPCFlags(fs *flag.FlagSet, g *grpcFlags) {
 // rlsFrontEnd is the gRPC server (when --grpc-addr is set), envoy
 // ratelimit's POST /json on the HTTP port, and the --rls-config domains.
 type rlsFrontEnd struct {
-	srv     *grpcapi.Server
+	srv     *grpcapi.Server // built by httpAPI, on the HTTP API's service
+	cfg     grpcapi.Config
 	ln      net.Listener // nil without --grpc-addr
 	node    *cluster.Node
 	domains []*rls.Domain
@@ -42,9 +42,9 @@ type rlsFrontEnd struct {
 	logger  *log.Logger
 }
 
-// newRLSFrontEnd validates --rls-config and --rls-headers, builds the gRPC
-// server (same TLS certificate and admin token as HTTP) and listens on
-// --grpc-addr when set.
+// newRLSFrontEnd validates --rls-config and --rls-headers, prepares the gRPC
+// server's configuration (same TLS certificate and admin token as HTTP) and
+// listens on --grpc-addr when set. httpAPI builds the server.
 func newRLSFrontEnd(f *serveFlags, node *cluster.Node, logger *log.Logger) (*rlsFrontEnd, error) {
 	g := &f.grpc
 	fe := &rlsFrontEnd{node: node, source: g.rlsConfig, logger: logger}
@@ -66,36 +66,62 @@ func newRLSFrontEnd(f *serveFlags, node *cluster.Node, logger *log.Logger) (*rls
 		}
 		tc = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
 	}
-	svc := service.New(node, service.Config{MaxBatch: f.maxBatch, RequestTimeout: f.applyTimeout + 2*time.Second})
-	fe.srv, err = grpcapi.New(svc, node, grpcapi.Config{
+	fe.cfg = grpcapi.Config{
 		AdminToken: f.adminToken, TLS: tc, RLSHeaders: mode, Logger: logger,
 		RequestTimeout: f.applyTimeout + 4*time.Second,
-	})
-	if err != nil {
-		return nil, err
 	}
 	if g.addr != "" {
 		if fe.ln, err = net.Listen("tcp", g.addr); err != nil {
-			fe.srv.Stop(context.Background())
 			return nil, fmt.Errorf("listen grpc %s: %w", g.addr, err)
 		}
 	}
 	return fe, nil
 }
 
+// httpAPI builds the HTTP API on the node and the gRPC server on the same
+// service.Service, so that one set of limits, caches and check metrics
+// (limitd_checks_total on /metrics) serves both; it returns the API and its
+// root handler with POST /json mounted. The RLS metrics are served on the
+// HTTP /metrics too.
+func (fe *rlsFrontEnd) httpAPI(cfg api.Config) (*api.Server, http.Handler, error) {
+	srv := api.New(storeWithRLS{fe.node, lateCollector{fe}}, cfg)
+	var err error
+	if fe.srv, err = grpcapi.New(srv.Service(), fe.node, fe.cfg); err != nil {
+		if fe.ln != nil {
+			fe.ln.Close()
+		}
+		return nil, nil, err
+	}
+	return srv, fe.mount(srv.Handler()), nil
+}
+
 // storeWithRLS is the node as the HTTP API's store, with the RLS metrics
 // added to its collectors (served on /metrics).
 type storeWithRLS struct {
 	*cluster.Node
-	rls []prometheus.Collector
+	rls prometheus.Collector
 }
 
 func (s storeWithRLS) Collectors() []prometheus.Collector {
-	return append(s.Node.Collectors(), s.rls...)
+	return append(s.Node.Collectors(), s.rls)
 }
 
-// store is what to give api.New: the node, plus the RLS metrics.
-func (fe *rlsFrontEnd) store() api.Store { return storeWithRLS{fe.node, fe.srv.Collectors()} }
+// lateCollector collects the gRPC server's RLS metrics. The server is built
+// on the HTTP API's service, so after the API registered its collectors: it
+// describes nothing (an unchecked collector, in prometheus's terms) and
+// collects whatever the server has once it exists.
+type lateCollector struct{ fe *rlsFrontEnd }
+
+func (lateCollector) Describe(chan<- *prometheus.Desc) {}
+
+func (l lateCollector) Collect(ch chan<- prometheus.Metric) {
+	if l.fe.srv == nil {
+		return
+	}
+	for _, c := range l.fe.srv.Collectors() {
+		c.Collect(ch)
+	}
+}
 
 // mount adds POST /json (envoy ratelimit's JSON endpoint) to the HTTP API.
 // Not an http.ServeMux: it would redirect key paths it deems unclean
@@ -134,4 +160,8 @@ func (fe *rlsFrontEnd) start(ctx context.Context, background chan<- error) {
 }
 
 // stop ends gRPC gracefully within ctx.
-func (fe *rlsFrontEnd) stop(ctx context.Context) { fe.srv.Stop(ctx) }
+func (fe *rlsFrontEnd) stop(ctx context.Context) {
+	if fe.srv != nil {
+		fe.srv.Stop(ctx)
+	}
+}

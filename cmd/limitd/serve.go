@@ -256,8 +256,11 @@ func serve(f *serveFlags, logger *log.Logger) error {
 		ln.Close()
 		return errors.Join(err, node.Close())
 	}
-	srv := api.New(rlsFE.store(), apiCfg)
-	handler := rlsFE.mount(srv.Handler())
+	srv, handler, err := rlsFE.httpAPI(apiCfg) // HTTP and gRPC on one service (grpc.go)
+	if err != nil {
+		ln.Close()
+		return errors.Join(err, node.Close())
+	}
 	if f.pprof {
 		mux := http.NewServeMux()
 		mux.HandleFunc("/debug/pprof/", pprof.Index)

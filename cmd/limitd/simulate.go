@@ -8,12 +8,12 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/limitd/limitd/algo"
+	sim "github.com/limitd/limitd/simulate"
 )
 
 const simulateUsage = `Usage: limitd simulate [flags] [TRACE]
@@ -79,17 +79,25 @@ func newSimulateFlagSet(out io.Writer) (*flag.FlagSet, *simulateFlags) {
 	return fs, f
 }
 
-// simRequest is one line of a trace.
+// simRequest, simRun and simulate are the engine (package simulate) in this
+// command's own terms, which its tests were written against.
 type simRequest struct {
 	t    int64 // ns since the epoch
 	key  string
 	cost int64
 }
 
-// simRun is one algorithm's decisions over the whole trace.
 type simRun struct {
-	spec      algo.Spec
 	decisions []algo.Decision // one per request
+}
+
+func simulate(s algo.Spec, trace []simRequest) (simRun, error) {
+	reqs := make([]sim.Request, len(trace))
+	for i, r := range trace {
+		reqs[i] = sim.Request{Time: r.t, Key: r.key, Cost: r.cost}
+	}
+	run, err := sim.Replay(s, reqs)
+	return simRun{decisions: run.Decisions}, err
 }
 
 // runSimulate is `limitd simulate`. Exit status: 0 after printing the
@@ -133,18 +141,18 @@ func runSimulate(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		defer file.Close()
 		in, name = file, paths[0]
 	}
-	trace, err := parseTrace(in)
+	trace, err := sim.ParseTrace(in, 0)
 	if err != nil {
-		var le *traceLineError
+		var le *sim.LineError
 		if errors.As(err, &le) {
 			return fail(2, "%s: %v", name, err)
 		}
 		return fail(1, "read %s: %v", name, err)
 	}
 
-	runs := make([]simRun, len(specs))
+	runs := make([]sim.Run, len(specs))
 	for i, s := range specs {
-		if runs[i], err = simulate(s, trace); err != nil {
+		if runs[i], err = sim.Replay(s, trace); err != nil {
 			return fail(1, "%v", err)
 		}
 	}
@@ -188,21 +196,9 @@ func (f *simulateFlags) specs() ([]algo.Spec, error) {
 	case f.cfg.Calendar != "":
 		return nil, errors.New("--calendar cannot be used with --compare: calendar windows exist only for fixed_window")
 	}
-	var specs []algo.Spec
-	for _, a := range algo.Algorithms {
-		c := f.cfg
-		c.Algorithm = a.String()
-		if !a.HasBurst() {
-			c.Burst = 0
-		}
-		if !a.HasCountRefused() {
-			c.CountRefused = false
-		}
-		s, err := c.Spec()
-		if err != nil {
-			return nil, flagError(err)
-		}
-		specs = append(specs, s)
+	specs, err := sim.Specs(f.cfg, algo.Algorithms)
+	if err != nil {
+		return nil, flagError(err)
 	}
 	return specs, nil
 }
@@ -214,151 +210,6 @@ func flagError(err error) error {
 		return fmt.Errorf("--%s: %s", strings.ReplaceAll(fe.Field, "_", "-"), fe.Message)
 	}
 	return err
-}
-
-// traceLineError is a malformed trace line.
-type traceLineError struct {
-	line int
-	msg  string
-}
-
-func (e *traceLineError) Error() string { return fmt.Sprintf("line %d: %s", e.line, e.msg) }
-
-// parseTrace reads a whole trace, so that a malformed line is reported before
-// anything is decided.
-func parseTrace(r io.Reader) ([]simRequest, error) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64*1024), 1024*1024)
-	var trace []simRequest
-	prevLine := 0
-	for n := 1; sc.Scan(); n++ {
-		line := sc.Text()
-		if i := strings.IndexByte(line, '#'); i >= 0 {
-			line = line[:i]
-		}
-		fields := strings.Fields(line)
-		if len(fields) == 0 {
-			continue
-		}
-		bad := func(format string, a ...any) ([]simRequest, error) {
-			return nil, &traceLineError{line: n, msg: fmt.Sprintf(format, a...)}
-		}
-		if len(fields) > 3 {
-			return bad("%d fields, want <seconds> <key> [<cost>]", len(fields))
-		}
-		if len(fields) < 2 {
-			return bad("missing key, want <seconds> <key> [<cost>]")
-		}
-		t, err := parseSeconds(fields[0])
-		if err != nil {
-			return bad("%v", err)
-		}
-		req := simRequest{t: t, key: fields[1], cost: 1}
-		if len(fields) == 3 {
-			if req.cost, err = strconv.ParseInt(fields[2], 10, 64); err != nil || req.cost < 0 {
-				return bad("invalid cost %q: want a whole number ≥ 0", fields[2])
-			}
-		}
-		if len(trace) > 0 && t < trace[len(trace)-1].t {
-			return bad("time %s is before line %d's %s: the trace must be in time order",
-				fields[0], prevLine, formatSeconds(trace[len(trace)-1].t))
-		}
-		trace = append(trace, req)
-		prevLine = n
-	}
-	return trace, sc.Err()
-}
-
-// parseSeconds reads a decimal number of seconds exactly: whole seconds and
-// up to nine decimal places.
-func parseSeconds(s string) (int64, error) {
-	whole, frac, dot := strings.Cut(s, ".")
-	digits := func(d string) bool { return d != "" && strings.Trim(d, "0123456789") == "" }
-	if !digits(whole) || dot && !digits(frac) {
-		return 0, fmt.Errorf("invalid time %q: want seconds since the epoch such as 35 or 35.25", s)
-	}
-	if len(frac) > 9 {
-		return 0, fmt.Errorf("invalid time %q: more than 9 decimal places (nanoseconds)", s)
-	}
-	sec, err := strconv.ParseInt(whole, 10, 64)
-	if err != nil || sec > algo.MaxTime/int64(time.Second) {
-		return 0, fmt.Errorf("time %q is too late: at most %d seconds", s, algo.MaxTime/int64(time.Second))
-	}
-	ns := int64(0)
-	if frac != "" {
-		ns, _ = strconv.ParseInt(frac+strings.Repeat("0", 9-len(frac)), 10, 64)
-	}
-	return sec*int64(time.Second) + ns, nil
-}
-
-// formatSeconds prints ns as exact decimal seconds: "59", "35.25".
-func formatSeconds(ns int64) string {
-	s := strconv.FormatInt(ns/int64(time.Second), 10)
-	if frac := ns % int64(time.Second); frac != 0 {
-		s += strings.TrimRight(fmt.Sprintf(".%09d", frac), "0")
-	}
-	return s
-}
-
-// formatMillis prints ns as exact decimal milliseconds; Never is -1.
-func formatMillis(ns int64) string {
-	if ns < 0 {
-		return "-1"
-	}
-	s := strconv.FormatInt(ns/int64(time.Millisecond), 10)
-	if frac := ns % int64(time.Millisecond); frac != 0 {
-		s += strings.TrimRight(fmt.Sprintf(".%06d", frac), "0")
-	}
-	return s
-}
-
-// simulate decides every request of the trace under s, one state per key.
-// Each state is this function's own, so it is updated in place: a long
-// sliding_log is not copied at every request.
-func simulate(s algo.Spec, trace []simRequest) (simRun, error) {
-	run := simRun{spec: s, decisions: make([]algo.Decision, len(trace))}
-	states := map[string][]byte{}
-	for i, r := range trace {
-		d, next, err := algo.DecideInPlace(&s, states[r.key], r.t, r.cost)
-		if err != nil {
-			return simRun{}, fmt.Errorf("%v at %s, key %q: %w", s.Algorithm, formatSeconds(r.t), r.key, err)
-		}
-		if next == nil {
-			delete(states, r.key)
-		} else {
-			states[r.key] = next
-		}
-		run.decisions[i] = d
-	}
-	return run, nil
-}
-
-// keyCounts is the per-key summary of one run, keys in order of first
-// appearance.
-type keyCounts struct {
-	key               string
-	admitted, refused int
-}
-
-func (run simRun) summary(trace []simRequest) []keyCounts {
-	index := map[string]int{}
-	var out []keyCounts
-	for i, r := range trace {
-		k, ok := index[r.key]
-		if !ok {
-			k = len(out)
-			index[r.key] = k
-			out = append(out, keyCounts{key: r.key})
-		}
-		switch {
-		case r.cost == 0: // a peek admits nothing
-		case run.decisions[i].Allowed:
-			out[k].admitted++
-		default:
-			out[k].refused++
-		}
-	}
-	return out
 }
 
 func formatDuration(ns int64) string {
@@ -378,18 +229,18 @@ func allowedWord(d algo.Decision) string {
 	return "refused"
 }
 
-func writeTable(w io.Writer, trace []simRequest, run simRun) error {
-	leaky := run.spec.Algorithm == algo.LeakyBucket
+func writeTable(w io.Writer, trace []sim.Request, run sim.Run) error {
+	leaky := run.Spec.Algorithm == algo.LeakyBucket
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "# %s\n", describeSpec(run.spec))
+	fmt.Fprintf(tw, "# %s\n", sim.Describe(run.Spec))
 	fmt.Fprint(tw, "TIME\tKEY\tCOST\tDECISION\tREMAINING\tRETRY_AFTER\tRESET_AFTER")
 	if leaky {
 		fmt.Fprint(tw, "\tDELAY")
 	}
 	fmt.Fprintln(tw)
 	for i, r := range trace {
-		d := run.decisions[i]
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\t%s", formatSeconds(r.t), r.key, r.cost, allowedWord(d),
+		d := run.Decisions[i]
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\t%s", sim.FormatSeconds(r.Time), r.Key, r.Cost, allowedWord(d),
 			d.Remaining, formatDuration(d.RetryAfter), formatDuration(d.ResetAfter))
 		if leaky {
 			fmt.Fprintf(tw, "\t%s", formatDuration(d.Delay))
@@ -399,24 +250,24 @@ func writeTable(w io.Writer, trace []simRequest, run simRun) error {
 	fmt.Fprintln(tw)
 	fmt.Fprintln(tw, "KEY\tADMITTED\tREFUSED")
 	var admitted, refused int
-	for _, c := range run.summary(trace) {
-		fmt.Fprintf(tw, "%s\t%d\t%d\n", c.key, c.admitted, c.refused)
-		admitted += c.admitted
-		refused += c.refused
+	for _, c := range run.Summary(trace) {
+		fmt.Fprintf(tw, "%s\t%d\t%d\n", c.Key, c.Admitted, c.Refused)
+		admitted += c.Admitted
+		refused += c.Refused
 	}
 	fmt.Fprintf(tw, "(all keys)\t%d\t%d\n", admitted, refused)
 	return tw.Flush()
 }
 
-func writeCompareTable(w io.Writer, trace []simRequest, runs []simRun) error {
+func writeCompareTable(w io.Writer, trace []sim.Request, runs []sim.Run) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for _, run := range runs {
-		fmt.Fprintf(tw, "# %s\n", describeSpec(run.spec))
+		fmt.Fprintf(tw, "# %s\n", sim.Describe(run.Spec))
 	}
 	header := func(first string) {
 		fmt.Fprint(tw, first)
 		for _, run := range runs {
-			fmt.Fprintf(tw, "\t%s", run.spec.Algorithm)
+			fmt.Fprintf(tw, "\t%s", run.Spec.Algorithm)
 		}
 		fmt.Fprintln(tw)
 	}
@@ -425,7 +276,7 @@ func writeCompareTable(w io.Writer, trace []simRequest, runs []simRun) error {
 	for i, r := range trace {
 		same := true
 		for _, run := range runs[1:] {
-			same = same && run.decisions[i].Allowed == runs[0].decisions[i].Allowed
+			same = same && run.Decisions[i].Allowed == runs[0].Decisions[i].Allowed
 		}
 		if same {
 			continue
@@ -434,9 +285,9 @@ func writeCompareTable(w io.Writer, trace []simRequest, runs []simRun) error {
 			header("TIME\tKEY\tCOST")
 		}
 		disagree++
-		fmt.Fprintf(tw, "%s\t%s\t%d", formatSeconds(r.t), r.key, r.cost)
+		fmt.Fprintf(tw, "%s\t%s\t%d", sim.FormatSeconds(r.Time), r.Key, r.Cost)
 		for _, run := range runs {
-			fmt.Fprintf(tw, "\t%s", allowedWord(run.decisions[i]))
+			fmt.Fprintf(tw, "\t%s", allowedWord(run.Decisions[i]))
 		}
 		fmt.Fprintln(tw)
 	}
@@ -445,18 +296,18 @@ func writeCompareTable(w io.Writer, trace []simRequest, runs []simRun) error {
 	}
 	fmt.Fprintf(tw, "\nAdmitted per key (%d requests decided differently):\n", disagree)
 	header("KEY\tREQUESTS")
-	sums := make([][]keyCounts, len(runs))
+	sums := make([][]sim.KeyCounts, len(runs))
 	for i, run := range runs {
-		sums[i] = run.summary(trace)
+		sums[i] = run.Summary(trace)
 	}
 	totals := make([]int, len(runs))
 	requests := 0
 	for k, c := range sums[0] {
-		fmt.Fprintf(tw, "%s\t%d", c.key, c.admitted+c.refused)
-		requests += c.admitted + c.refused
+		fmt.Fprintf(tw, "%s\t%d", c.Key, c.Admitted+c.Refused)
+		requests += c.Admitted + c.Refused
 		for i := range runs {
-			fmt.Fprintf(tw, "\t%d", sums[i][k].admitted)
-			totals[i] += sums[i][k].admitted
+			fmt.Fprintf(tw, "\t%d", sums[i][k].Admitted)
+			totals[i] += sums[i][k].Admitted
 		}
 		fmt.Fprintln(tw)
 	}
@@ -468,39 +319,6 @@ func writeCompareTable(w io.Writer, trace []simRequest, runs []simRun) error {
 	return tw.Flush()
 }
 
-// describeSpec is the spec in its flag form, for table headers.
-func describeSpec(s algo.Spec) string {
-	c := s.Config()
-	out := fmt.Sprintf("%s --limit %d", c.Algorithm, c.Limit)
-	if c.Calendar != "" {
-		out += " --calendar " + c.Calendar
-		if c.Timezone != "" {
-			out += " --timezone " + c.Timezone
-		}
-	} else {
-		out += " --window " + c.Window
-	}
-	if c.Burst != 0 {
-		out += fmt.Sprintf(" --burst %d", c.Burst)
-	}
-	if c.CountRefused {
-		out += " --count-refused"
-	}
-	return out
-}
-
-type jsonDecision struct {
-	Algorithm    string      `json:"algorithm,omitempty"`
-	T            json.Number `json:"t"`
-	Key          string      `json:"key"`
-	Cost         int64       `json:"cost"`
-	Allowed      bool        `json:"allowed"`
-	Remaining    int64       `json:"remaining"`
-	RetryAfterMs json.Number `json:"retry_after_ms"`
-	ResetAfterMs json.Number `json:"reset_after_ms"`
-	DelayMs      json.Number `json:"delay_ms"`
-}
-
 type jsonSummary struct {
 	Summary   bool   `json:"summary"`
 	Algorithm string `json:"algorithm,omitempty"`
@@ -509,37 +327,27 @@ type jsonSummary struct {
 	Refused   int    `json:"refused"`
 }
 
-func writeJSONL(w io.Writer, trace []simRequest, runs []simRun, compare bool) error {
+func writeJSONL(w io.Writer, trace []sim.Request, runs []sim.Run, compare bool) error {
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)
-	name := func(run simRun) string {
+	name := func(run sim.Run) string {
 		if compare {
-			return run.spec.Algorithm.String()
+			return run.Spec.Algorithm.String()
 		}
 		return ""
 	}
 	for i, r := range trace {
 		for _, run := range runs {
-			d := run.decisions[i]
-			err := enc.Encode(jsonDecision{
-				Algorithm:    name(run),
-				T:            json.Number(formatSeconds(r.t)),
-				Key:          r.key,
-				Cost:         r.cost,
-				Allowed:      d.Allowed,
-				Remaining:    d.Remaining,
-				RetryAfterMs: json.Number(formatMillis(d.RetryAfter)),
-				ResetAfterMs: json.Number(formatMillis(d.ResetAfter)),
-				DelayMs:      json.Number(formatMillis(d.Delay)),
-			})
+			d := run.Decisions[i]
+			err := enc.Encode(sim.NewJSONDecision(name(run), r, d))
 			if err != nil {
 				return err
 			}
 		}
 	}
 	for _, run := range runs {
-		for _, c := range run.summary(trace) {
-			if err := enc.Encode(jsonSummary{Summary: true, Algorithm: name(run), Key: c.key, Admitted: c.admitted, Refused: c.refused}); err != nil {
+		for _, c := range run.Summary(trace) {
+			if err := enc.Encode(jsonSummary{Summary: true, Algorithm: name(run), Key: c.Key, Admitted: c.Admitted, Refused: c.Refused}); err != nil {
 				return err
 			}
 		}

@@ -1,0 +1,377 @@
+// limitd status page. Plain script, no build step, no dependencies. It reads
+// the node's public API every 2 s; the admin token, when entered, lives only
+// in the variable below (never in storage, cookies or URLs).
+"use strict";
+
+const POLL_MS = 2000;
+const HISTORY_MS = 5 * 60 * 1000;
+const SVG_NS = "http://www.w3.org/2000/svg";
+const ALGORITHMS = ["fixed_window", "sliding_log", "sliding_window", "token_bucket", "leaky_bucket"];
+const PALETTE = ["#1f6feb", "#bf8700", "#8250df", "#1a7f37", "#cf222e", "#0a7ea4", "#d4469a", "#57606a"];
+
+let token = "";
+let tokenRejected = false; // the node answered the public view despite the token
+let rlsAvailable = true;
+let lastCounters = null; // {time, values: Map "policy\u0000result" -> number}
+const history = [];      // [{time, rates: Map policy -> {allowed, refused}}]
+const colors = new Map(); // policy -> color, stable while the page is open
+
+const $ = (id) => document.getElementById(id);
+
+function el(tag, attrs, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === "class") e.className = v; else e.setAttribute(k, v);
+  }
+  for (const c of children) e.append(c instanceof Node ? c : String(c));
+  return e;
+}
+
+function svg(tag, attrs, text) {
+  const e = document.createElementNS(SVG_NS, tag);
+  for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+
+function headers(extra) {
+  const h = Object.assign({}, extra);
+  if (token) h.Authorization = "Bearer " + token;
+  return h;
+}
+
+// api fetches a JSON endpoint; it resolves to {status, body} and never throws
+// for HTTP errors (network failures do throw).
+async function api(method, path, body, anonymous) {
+  const h = body === undefined ? {} : { "Content-Type": "application/json" };
+  const opts = { method, headers: anonymous ? h : headers(h), cache: "no-store" };
+  if (body !== undefined) opts.body = JSON.stringify(body);
+  const resp = await fetch(path, opts);
+  let data = null;
+  try { data = await resp.json(); } catch (_) { data = null; }
+  return { status: resp.status, body: data };
+}
+
+function errorText(r) {
+  const e = r.body && r.body.error;
+  if (!e) return "HTTP " + r.status;
+  return (e.field ? e.field + ": " : "") + e.message + " (" + e.code + ")";
+}
+
+function fill(tbody, rows) {
+  tbody.replaceChildren(...rows);
+}
+
+// ---- cluster ----
+
+async function refreshCluster() {
+  const r = await api("GET", "/v1/cluster");
+  if (r.status !== 200) throw new Error("/v1/cluster: " + errorText(r));
+  const ready = await api("GET", "/readyz", undefined, true);
+  const c = r.body;
+  $("leader").textContent = c.leader_id || "none (no leader)";
+  $("state").textContent = (c.node_id ? c.node_id + ", " : "") + c.state;
+  const full = Array.isArray(c.members);
+  // A wrong token gets the public view, as no token does.
+  tokenRejected = token !== "" && !full;
+  $("public-note").hidden = full;
+  $("ready").textContent = ready.status === 200 ? "yes" : "no: " + errorText(ready);
+  $("term").textContent = full ? c.term : "–";
+  $("indexes").textContent = full ? c.commit_index + " / " + c.applied_index : "–";
+  $("node").textContent = c.node_id ? "node " + c.node_id : "";
+  const members = full ? c.members : [];
+  fill($("members").tBodies[0], members.map((m) => el("tr", { "data-member": m.id },
+    el("td", {}, m.id), el("td", {}, m.http_addr || "–"), el("td", {}, m.raft_addr), el("td", {}, m.suffrage),
+    el("td", {}, m.leader ? "leader" : "follower"),
+    el("td", { class: m.healthy ? "ok" : "bad" }, m.healthy ? "healthy" : "unreachable"))));
+}
+
+// ---- policies and RLS domains ----
+
+async function refreshPolicies() {
+  const r = await api("GET", "/v1/policies");
+  if (r.status !== 200) throw new Error("/v1/policies: " + errorText(r));
+  const ps = r.body.policies || [];
+  fill($("policies").tBodies[0], ps.map((p) => el("tr", { "data-policy": p.name },
+    el("td", {}, p.name), el("td", {}, p.algorithm), el("td", {}, p.limit),
+    el("td", {}, p.calendar ? p.calendar + (p.timezone ? " (" + p.timezone + ")" : "") : p.window),
+    el("td", {}, p.burst || "–"), el("td", {}, p.shadow ? "shadow" : "enforced"))));
+  const sel = $("lookup-policy");
+  const current = sel.value;
+  const names = ps.map((p) => p.name);
+  if (names.join("\u0000") !== Array.from(sel.options, (o) => o.value).join("\u0000")) {
+    sel.replaceChildren(...names.map((n) => el("option", { value: n }, n)));
+    if (names.includes(current)) sel.value = current;
+  }
+}
+
+async function refreshRLS() {
+  if (!rlsAvailable) return;
+  const r = await api("GET", "/v1/rls/domains");
+  if (r.status === 404 && !(r.body && r.body.domains)) {
+    rlsAvailable = false; // this node has no RLS endpoint: do not ask again
+    $("rls").textContent = "none";
+    return;
+  }
+  if (r.status !== 200) throw new Error("/v1/rls/domains: " + errorText(r));
+  const ds = (r.body && r.body.domains) || [];
+  $("rls").textContent = ds.length ? ds.map((d) => (typeof d === "string" ? d : d.name || d.domain)).join(", ") : "none";
+}
+
+// ---- decisions chart, from limitd_checks_total in /metrics ----
+
+// parseCounters reads limitd_checks_total{policy,result} from Prometheus text.
+function parseCounters(text) {
+  const values = new Map();
+  for (const line of text.split("\n")) {
+    if (!line.startsWith("limitd_checks_total{")) continue;
+    const close = line.lastIndexOf("}");
+    const labels = {};
+    for (const m of line.slice(20, close).matchAll(/(\w+)="((?:[^"\\]|\\.)*)"/g)) {
+      labels[m[1]] = m[2].replace(/\\(.)/g, (_, c) => (c === "n" ? "\n" : c));
+    }
+    const v = parseFloat(line.slice(close + 1));
+    if (labels.policy !== undefined && !Number.isNaN(v)) values.set(labels.policy + "\u0000" + labels.result, v);
+  }
+  return values;
+}
+
+async function refreshDecisions() {
+  const resp = await fetch("/metrics", { cache: "no-store" });
+  if (!resp.ok) throw new Error("/metrics: HTTP " + resp.status);
+  const now = Date.now();
+  const values = parseCounters(await resp.text());
+  const totals = new Map(); // policy -> {allowed, refused}
+  for (const [k, v] of values) {
+    const [policy, result] = k.split("\u0000");
+    if (result !== "allowed" && result !== "refused") continue;
+    const t = totals.get(policy) || { allowed: 0, refused: 0 };
+    t[result] = v;
+    totals.set(policy, t);
+  }
+  if (lastCounters) {
+    const dt = (now - lastCounters.time) / 1000;
+    const rates = new Map();
+    for (const [policy, t] of totals) {
+      const prev = lastCounters.totals.get(policy) || { allowed: 0, refused: 0 };
+      // A counter lower than before means the node restarted: count from 0.
+      const d = (a, b) => (a >= b ? a - b : a);
+      rates.set(policy, { allowed: d(t.allowed, prev.allowed) / dt, refused: d(t.refused, prev.refused) / dt });
+    }
+    history.push({ time: now, rates });
+    while (history.length && history[0].time < now - HISTORY_MS) history.shift();
+  }
+  lastCounters = { time: now, totals };
+  drawChart(now, totals);
+}
+
+function colorOf(policy) {
+  if (!colors.has(policy)) colors.set(policy, PALETTE[colors.size % PALETTE.length]);
+  return colors.get(policy);
+}
+
+// niceMax rounds a maximum up to 1, 2 or 5 times a power of ten.
+function niceMax(v) {
+  if (v <= 0) return 1;
+  const p = Math.pow(10, Math.floor(Math.log10(v)));
+  for (const m of [1, 2, 5, 10]) if (v <= m * p) return m * p;
+  return 10 * p;
+}
+
+function drawChart(now, totals) {
+  const chart = $("chart");
+  const W = 800, H = 220, L = 48, R = 10, T = 10, B = 24;
+  const policies = Array.from(totals.keys()).sort();
+  let max = 0;
+  for (const h of history) for (const r of h.rates.values()) max = Math.max(max, r.allowed, r.refused);
+  const top = niceMax(max);
+  const x = (t) => L + (W - L - R) * (1 - (now - t) / HISTORY_MS);
+  const y = (v) => T + (H - T - B) * (1 - v / top);
+  const parts = [];
+  for (let i = 0; i <= 4; i++) {
+    const v = (top * i) / 4;
+    parts.push(svg("line", { class: "grid", x1: L, x2: W - R, y1: y(v), y2: y(v) }));
+    parts.push(svg("text", { x: L - 6, y: y(v) + 4, "text-anchor": "end" }, +v.toPrecision(3)));
+  }
+  for (let m = 0; m <= 5; m++) {
+    parts.push(svg("text", { x: x(now - m * 60000), y: H - 6, "text-anchor": "middle" }, m ? "-" + m + " min" : "now"));
+  }
+  for (const policy of policies) {
+    for (const result of ["allowed", "refused"]) {
+      const pts = history.filter((h) => h.rates.has(policy)).map((h) => x(h.time).toFixed(1) + "," + y(h.rates.get(policy)[result]).toFixed(1));
+      if (pts.length === 0) continue;
+      parts.push(svg("polyline", { class: "series" + (result === "refused" ? " dashed" : ""), stroke: colorOf(policy),
+        points: pts.join(" "), "data-policy": policy, "data-result": result }));
+    }
+  }
+  chart.replaceChildren(...parts);
+  chart.setAttribute("data-samples", history.length);
+  chart.setAttribute("data-max-rate", max);
+  const last = history.length ? history[history.length - 1].rates : new Map();
+  fill($("rates").tBodies[0], policies.map((p) => {
+    const r = last.get(p) || { allowed: 0, refused: 0 };
+    const sw = el("span", { class: "swatch" });
+    sw.style.background = colorOf(p);
+    return el("tr", { "data-policy": p }, el("td", {}, sw, p), el("td", { class: "ok" }, r.allowed.toFixed(1)),
+      el("td", { class: "bad" }, r.refused.toFixed(1)), el("td", {}, totals.get(p).allowed), el("td", {}, totals.get(p).refused));
+  }));
+}
+
+// ---- key lookup ----
+
+function keyPath() {
+  const key = $("lookup-key").value;
+  const policy = $("lookup-policy").value;
+  return "/v1/keys/" + encodeURIComponent(key) + "?policy=" + encodeURIComponent(policy);
+}
+
+async function peek(ev) {
+  ev.preventDefault();
+  $("lookup-error").textContent = "";
+  const r = await api("GET", keyPath());
+  if (r.status !== 200) {
+    $("lookup-result").replaceChildren();
+    $("lookup-error").textContent = errorText(r);
+    return;
+  }
+  const d = r.body.decision;
+  const facts = [["key", r.body.key], ["policy", r.body.policy], ["a request now", d.allowed ? "would be allowed" : "would be refused"],
+    ["remaining", d.remaining + " of " + d.limit], ["retry after", d.retry_after_ms < 0 ? "never" : d.retry_after_ms + " ms"],
+    ["reset after", d.reset_after_ms + " ms"]];
+  $("lookup-result").replaceChildren(...facts.flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v)]));
+}
+
+async function resetKey() {
+  if (!token) return;
+  if (!window.confirm("Forget the state of key \"" + $("lookup-key").value + "\" under " + $("lookup-policy").value + "?")) return;
+  const r = await api("DELETE", keyPath());
+  $("lookup-error").textContent = r.status === 200 ? "" : errorText(r);
+  if (r.status === 200) await peek(new Event("submit"));
+}
+
+// ---- playground ----
+
+function simAlgorithms() {
+  $("sim-algorithms").replaceChildren(...ALGORITHMS.map((a) =>
+    el("label", {}, el("input", { type: "checkbox", value: a, checked: "", "data-algorithm": a }), " " + a)));
+}
+
+async function runSimulation(ev) {
+  ev.preventDefault();
+  $("sim-error").textContent = "";
+  const body = {
+    trace: $("sim-trace").value,
+    algorithms: Array.from(document.querySelectorAll("#sim-algorithms input:checked"), (i) => i.value),
+    limit: Number($("sim-limit").value),
+    window: $("sim-window").value.trim(),
+    count_refused: $("sim-count-refused").checked,
+  };
+  if ($("sim-burst").value !== "") body.burst = Number($("sim-burst").value);
+  const r = await api("POST", "/v1/simulate", body);
+  if (r.status !== 200) {
+    $("sim-results").replaceChildren();
+    $("sim-error").textContent = errorText(r);
+    return;
+  }
+  drawTimelines(r.body);
+}
+
+// drawTimelines shows each run as stacked bars over time: admitted requests
+// in green from the axis up, refused ones in red above them.
+function drawTimelines(res) {
+  const times = res.runs[0].decisions.map((d) => Number(d.t));
+  const t0 = times[0], t1 = times[times.length - 1];
+  const W = 800, H = 70, L = 4, R = 4, B = 16;
+  const columns = 100; // time buckets across the trace
+  const span = t1 - t0;
+  const col = (t) => (span === 0 ? 0 : Math.min(columns - 1, Math.floor(((t - t0) / span) * columns)));
+  let peak = 1;
+  const binned = res.runs.map((run) => {
+    const bins = Array.from({ length: columns }, () => ({ allowed: 0, refused: 0, t: null }));
+    run.decisions.forEach((d) => {
+      if (d.cost === 0) return; // a peek admits and refuses nothing
+      const b = bins[col(Number(d.t))];
+      b[d.allowed ? "allowed" : "refused"]++;
+      if (b.t === null) b.t = d.t;
+    });
+    for (const b of bins) peak = Math.max(peak, b.allowed + b.refused);
+    return bins;
+  });
+  const bw = (W - L - R) / columns;
+  const rows = res.runs.map((run, i) => {
+    const g = svg("svg", { viewBox: "0 0 " + W + " " + H, class: "timeline", "data-algorithm": run.algorithm });
+    binned[i].forEach((b, c) => {
+      const x = L + c * bw, h = (n) => ((H - B - 4) * n) / peak;
+      if (b.allowed) g.append(svg("rect", { class: "allowed", x: x + 0.5, width: Math.max(1, bw - 1), y: H - B - h(b.allowed), height: h(b.allowed) }));
+      if (b.refused) g.append(svg("rect", { class: "refused", x: x + 0.5, width: Math.max(1, bw - 1), y: H - B - h(b.allowed) - h(b.refused), height: h(b.refused) }));
+    });
+    g.append(svg("line", { class: "grid", x1: L, x2: W - R, y1: H - B, y2: H - B }));
+    g.append(svg("text", { x: L, y: H - 3 }, t0 + " s"));
+    g.append(svg("text", { x: W - R, y: H - 3, "text-anchor": "end" }, t1 + " s"));
+    return el("div", { class: "sim-run", "data-algorithm": run.algorithm, "data-admitted": run.admitted, "data-refused": run.refused },
+      el("div", {}, el("div", { class: "name" }, run.algorithm),
+        el("div", { class: "counts" }, el("span", { class: "ok" }, run.admitted + " admitted"), ", ", el("span", { class: "bad" }, run.refused + " refused")),
+        el("div", { class: "muted counts" }, run.spec.replace(/^\S+ /, ""))),
+      g);
+  });
+  let disagree = 0;
+  for (let j = 0; j < times.length; j++) {
+    if (res.runs.some((run) => run.decisions[j].allowed !== res.runs[0].decisions[j].allowed)) disagree++;
+  }
+  const summary = el("p", { class: "muted", id: "sim-summary" }, res.requests + " requests, " + disagree + " decided differently by the algorithms shown.");
+  $("sim-results").replaceChildren(summary, ...rows);
+}
+
+function example() {
+  const lines = ["# ten requests at t = 59 s, ten at t = 60 s: one fixed-window boundary apart"];
+  for (const t of [59, 60]) for (let i = 0; i < 10; i++) lines.push(t + " client");
+  $("sim-trace").value = lines.join("\n") + "\n";
+  $("sim-limit").value = "10";
+  $("sim-window").value = "60s";
+}
+
+// ---- token and polling ----
+
+function setStatus(text, bad) {
+  $("status").textContent = text;
+  $("status").className = bad ? "error" : "muted";
+}
+
+function setToken(t) {
+  token = t;
+  $("token").value = "";
+  $("mode").textContent = token ? "admin" : "read-only";
+  $("mode").className = token ? "badge admin" : "badge";
+  $("lookup-reset").hidden = !token;
+  poll();
+}
+
+let polling = false;
+async function poll() {
+  if (polling) return;
+  polling = true;
+  try {
+    await Promise.all([refreshCluster(), refreshPolicies(), refreshRLS(), refreshDecisions()]);
+    if (tokenRejected) setStatus("The admin token was refused: showing the public view. Forget it or enter the right one.", true);
+    else setStatus("Updated " + new Date().toLocaleTimeString() + ".");
+  } catch (e) {
+    setStatus("Cannot reach this node: " + e.message, true);
+  } finally {
+    polling = false;
+  }
+}
+
+function start() {
+  simAlgorithms();
+  example();
+  $("token-form").addEventListener("submit", (ev) => { ev.preventDefault(); setToken($("token").value); });
+  $("token-forget").addEventListener("click", () => setToken(""));
+  $("lookup-form").addEventListener("submit", peek);
+  $("lookup-reset").addEventListener("click", resetKey);
+  $("sim-form").addEventListener("submit", runSimulation);
+  $("sim-example").addEventListener("click", example);
+  poll();
+  setInterval(poll, POLL_MS);
+}
+
+document.addEventListener("DOMContentLoaded", start);
