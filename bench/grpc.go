@@ -56,10 +56,6 @@ func dialAll(addrs []string, timeout time.Duration) (*grpcConns, error) {
 	return g, nil
 }
 
-func (g *grpcConns) pick() *grpc.ClientConn {
-	return g.conns[g.next.Add(1)%uint64(len(g.conns))]
-}
-
 // Close closes every connection.
 func (g *grpcConns) Close() {
 	for _, cc := range g.conns {
