@@ -713,3 +713,31 @@ func TestBenchTargetsAndAttackRealNode(t *testing.T) {
 		t.Errorf("temporary files left behind: %v", left)
 	}
 }
+
+// Against running nodes: --addrs for HTTP (readiness, roles, the domain)
+// and --grpc-addrs, in the same order, for the RLS calls.
+func TestBenchRLSAgainstRunningNodes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a real Raft node")
+	}
+	useTestNodes(t, realNodeEnv)
+	c, err := startProcClusterGRPC(t.Context(), t.TempDir(), []string{"n1"}, nil, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.stop()
+	nd := c.nodes[0]
+	r, stderr := runBenchJSON(t, "--addrs", nd.url(""), "--grpc-addrs", nd.grpcAddr, "--pids", strconv.Itoa(nd.pid()),
+		"--target", "rls", "--duration", "300ms", "--warmup", "0", "--concurrency", "4", "--keys", "3",
+		"--limit", "5", "--window", "1m")
+	if r.Errors != 0 || r.Target != nd.grpcAddr || r.Protocol != "rls" {
+		t.Errorf("%d errors (%s), target %q protocol %q\n%s", r.Errors, r.LastError, r.Target, r.Protocol, stderr)
+	}
+	// 3 keys at 5 per minute (the installed domain's rule): exactly 15 allowed.
+	if r.Allowed != 15 || r.Refused == 0 {
+		t.Errorf("allowed %d refused %d, want 15 and refusals", r.Allowed, r.Refused)
+	}
+	if len(r.CPU) != 2 || r.CPU[0].PID != nd.pid() || r.CPU[0].Role != "leader" {
+		t.Errorf("CPU %+v", r.CPU)
+	}
+}
