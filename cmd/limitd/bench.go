@@ -286,6 +286,12 @@ func (f *benchFlags) run(ctx context.Context, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if ct, ok := target.(*bench.ClientTarget); ok {
+		// How much the client coalesced explains its CPU per check.
+		st := ct.Stats()
+		fmt.Fprintf(stderr, "limitd bench: Go client sent %d batches for %d checks (%.1f per batch, warm-up included), %d retries, %d leader changes\n",
+			st.Batches, st.Checks, float64(st.Checks)/float64(max(st.Batches, 1)), st.Retries, st.LeaderChanges)
+	}
 	if c != nil {
 		res.DiskBytes, res.RSSBytes = c.footprint()
 	}

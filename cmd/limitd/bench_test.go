@@ -705,6 +705,9 @@ func TestBenchTargetsAndAttackRealNode(t *testing.T) {
 		if roles["leader"] != 1 || roles["load generator"] != 1 || r.CPUError != "" {
 			t.Errorf("%s: CPU measured for %v (%s)", target, roles, r.CPUError)
 		}
+		if target == "client" && !strings.Contains(stderr, "Go client sent") {
+			t.Errorf("client: no coalescing figures on stderr:\n%s", stderr)
+		}
 		if (target == "grpc" || target == "rls") && strings.HasPrefix(r.Target, "http") {
 			t.Errorf("%s: target %q, want the gRPC address", target, r.Target)
 		}
