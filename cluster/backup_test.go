@@ -1,4 +1,4 @@
-package cluster
+package cluster_test
 
 import (
 	"bytes"
@@ -10,9 +10,12 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/limitd/limitd/cluster"
+	"github.com/limitd/limitd/cluster/clustertest"
 )
 
-func backupBytes(t *testing.T, n *Node) ([]byte, BackupHeader) {
+func backupBytes(t *testing.T, n *cluster.Node) ([]byte, cluster.BackupHeader) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -34,7 +37,7 @@ func backupBytes(t *testing.T, n *Node) ([]byte, BackupHeader) {
 // data directory starts a node that elects itself with that state.
 func TestBackupAndRestore(t *testing.T) {
 	c := newTestCluster(t, 3)
-	lead := c.nodes[c.leader()]
+	lead := c.Node(c.Leader())
 	spec := slidingLog(100, time.Hour)
 	for i := 0; i < 20; i++ {
 		if _, err := lead.Check(context.Background(), check("k", spec)); err != nil {
@@ -46,51 +49,51 @@ func TestBackupAndRestore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sum, err := InspectBackup(bytes.NewReader(data), t.TempDir())
+	sum, err := cluster.InspectBackup(bytes.NewReader(data), t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if sum.Digest != digest || applied > h.Index || sum.Keys != 1 || len(sum.Members) != 3 {
 		t.Fatalf("backup %+v at %d; leader digest %s at %d", sum, h.Index, digest, applied)
 	}
-	c.waitConverged()
+	c.WaitConverged()
 	// Followers must also have applied the barrier entry of the leader's
 	// backup, so that a restarted one has nothing left to apply.
-	last := lead.raft.LastIndex()
-	for _, n := range c.nodes {
+	last := lead.Raft().LastIndex()
+	for _, n := range c.Nodes() {
 		deadline := time.Now().Add(10 * time.Second)
-		for n.raft.AppliedIndex() < last {
+		for n.Raft().AppliedIndex() < last {
 			if time.Now().After(deadline) {
-				t.Fatalf("%s applied %d of %d", n.ID(), n.raft.AppliedIndex(), last)
+				t.Fatalf("%s applied %d of %d", n.ID(), n.Raft().AppliedIndex(), last)
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
 	}
-	for i, n := range c.nodes {
+	for i, n := range c.Nodes() {
 		if n == lead {
 			continue
 		}
 		fdata, _ := backupBytes(t, n)
-		fs, err := InspectBackup(bytes.NewReader(fdata), t.TempDir())
+		fs, err := cluster.InspectBackup(bytes.NewReader(fdata), t.TempDir())
 		if err != nil || fs.Digest != digest {
 			t.Fatalf("follower n%d backup: %v, digest %s want %s", i, err, fs.Digest, digest)
 		}
 	}
 	// A follower restarted with nothing to apply: Raft has "nothing new to
 	// snapshot", and the stored snapshot (its backup's, at its state) is read.
-	f := (c.leader() + 1) % len(c.nodes)
-	_, fh := backupBytes(t, c.nodes[f])
-	c.stop(f)
-	c.start(f, false)
-	again, h2 := backupBytes(t, c.nodes[f])
-	sum2, err := InspectBackup(bytes.NewReader(again), t.TempDir())
+	f := (c.Leader() + 1) % len(c.Nodes())
+	_, fh := backupBytes(t, c.Node(f))
+	c.Stop(f)
+	c.Start(f)
+	again, h2 := backupBytes(t, c.Node(f))
+	sum2, err := cluster.InspectBackup(bytes.NewReader(again), t.TempDir())
 	if err != nil || h2.Index != fh.Index || sum2.Digest != digest {
 		t.Fatalf("restarted follower's backup: %+v %v, before restart at %d", h2, err, fh.Index)
 	}
 
 	// Damaged: refused, nothing left behind.
 	bad := filepath.Join(t.TempDir(), "bad")
-	if _, err := RestoreBackup(RestoreConfig{DataDir: bad, NodeID: "r", RaftAddr: "r:1"}, bytes.NewReader(data[:len(data)-1])); err == nil || !strings.Contains(err.Error(), "truncated") {
+	if _, err := cluster.RestoreBackup(cluster.RestoreConfig{DataDir: bad, NodeID: "r", RaftAddr: "r:1"}, bytes.NewReader(data[:len(data)-1])); err == nil || !strings.Contains(err.Error(), "truncated") {
 		t.Fatalf("truncated backup: %v", err)
 	}
 	if entries, _ := os.ReadDir(bad); len(entries) != 0 {
@@ -100,10 +103,10 @@ func TestBackupAndRestore(t *testing.T) {
 	// Restore and start a node on it.
 	dir := filepath.Join(t.TempDir(), "restored")
 	_, tr := raft.NewInmemTransport("restored:8300")
-	if _, err := RestoreBackup(RestoreConfig{DataDir: dir, NodeID: "r1", RaftAddr: string(tr.LocalAddr())}, bytes.NewReader(data)); err != nil {
+	if _, err := cluster.RestoreBackup(cluster.RestoreConfig{DataDir: dir, NodeID: "r1", RaftAddr: string(tr.LocalAddr())}, bytes.NewReader(data)); err != nil {
 		t.Fatal(err)
 	}
-	n, err := Open(fastConfig("r1", dir, "127.0.0.1:1", tr), false)
+	n, err := cluster.Open(clustertest.FastConfig("r1", dir, "127.0.0.1:1", tr), false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +119,7 @@ func TestBackupAndRestore(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if got := n.raft.CurrentTerm(); got <= h.Term {
+	if got := n.Raft().CurrentTerm(); got <= h.Term {
 		t.Errorf("restored node at term %d, backup term %d: terms must not go back", got, h.Term)
 	}
 	res, err := n.Check(ctx, check("k", spec))

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"os"
@@ -61,6 +62,9 @@ type Config struct {
 	// every FSMFlushInterval (default 100 ms). 1 commits every batch.
 	FSMCommitEvery   int
 	FSMFlushInterval time.Duration
+	// FSMCacheKeys bounds the state machine's in-memory state cache (0:
+	// persist.DefaultCacheKeys).
+	FSMCacheKeys int
 
 	// RequestIDRetention is how long a request_id's result is remembered
 	// (default 10 minutes, at most MaxRequestIDRetention). It travels in every check entry, so replicas agree.
@@ -228,7 +232,8 @@ func Open(cfg Config, bootstrap bool) (*Node, error) {
 	n.metrics = newMetrics(n)
 
 	f, err := fsm.Open(filepath.Join(cfg.DataDir, "fsm.db"), fsm.Options{
-		NoSync: true, OnFatal: n.onFatal, CommitEvery: cfg.FSMCommitEvery,
+		NoSync: true, OnFatal: n.onFatal, CommitEvery: cfg.FSMCommitEvery, CacheKeys: cfg.FSMCacheKeys,
+		Logger: log.New(cfg.LogOutput, "", log.LstdFlags), // says why a file was set aside
 	})
 	if err != nil {
 		return nil, err

@@ -77,49 +77,7 @@ func (a *applier) apply(tx *persist.Tx, data []byte) (interface{}, error) {
 	if err := decodeCommand(c, data); err != nil {
 		return nil, err
 	}
-	switch c.typ {
-	case CmdCheck:
-		rs, err := a.check(tx, c)
-		if err != nil {
-			return nil, err
-		}
-		return rs, nil
-	case CmdPutPolicy:
-		if c.policyErr != nil {
-			return errResponse(fieldError(c.policyErr, "")), nil
-		}
-		e, err := a.putPolicy(tx, c.policy)
-		return errResponse(e), err
-	case CmdDeletePolicy:
-		e, err := a.deletePolicy(tx, c.name)
-		return errResponse(e), err
-	case CmdResetKey:
-		e, err := a.resetKey(tx, &c.checks[0])
-		return errResponse(e), err
-	case CmdPutDomain, CmdDeleteDomain:
-		e, err := a.applyDomain(tx, c)
-		return errResponse(e), err
-	case CmdExpire:
-		now := clamp(tx, c.now)
-		n, err := tx.Expire(now, c.max)
-		if err != nil {
-			return nil, err
-		}
-		return n, nil
-	case CmdSetNode:
-		if c.name == "" || len(c.name) > maxNodeField || len(c.addr) > maxNodeField {
-			return nil, nil // not a node anyone can have; ignored on every replica alike
-		}
-		a.pendingNodes[c.name] = nodeChange{addr: c.addr}
-		return nil, tx.PutNode(c.name, c.addr)
-	case CmdRemoveNode:
-		if c.name == "" || len(c.name) > maxNodeField {
-			return nil, nil
-		}
-		a.pendingNodes[c.name] = nodeChange{deleted: true}
-		return nil, tx.DeleteNode(c.name)
-	}
-	return nil, fmt.Errorf("%w: type %d", ErrUnknownCommand, c.typ)
+	return commands[c.typ].apply(a, tx, c) // decodeCommand checked the type
 }
 
 // errResponse keeps a nil *Error from becoming a non-nil error interface.

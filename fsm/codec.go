@@ -344,6 +344,8 @@ type command struct {
 	name, addr     string     // CmdDeletePolicy, CmdSetNode, CmdRemoveNode
 	max            int        // CmdExpire
 	domain         []byte     // CmdPutDomain (aliases the entry)
+
+	d decoder // decodeCommand's, kept here so it does not escape per entry
 }
 
 // opRef is an op whose checks are checks[first : first+n] of its command.
@@ -369,43 +371,18 @@ func decodeCommand(c *command, b []byte) error {
 		return fmt.Errorf("%w: %d bytes", ErrBadCommand, len(b))
 	}
 	c.typ = b[0]
-	switch c.typ {
-	case CmdCheck, CmdPutPolicy, CmdDeletePolicy, CmdResetKey, CmdExpire, CmdSetNode, CmdRemoveNode:
-	case CmdPutDomain, CmdDeleteDomain: // domain.go
-	default:
+	ct := commands[c.typ]
+	if ct == nil {
 		return fmt.Errorf("%w: type %d", ErrUnknownCommand, c.typ)
 	}
 	if b[1] != cmdVersion {
 		return fmt.Errorf("%w: type %d version %d", ErrUnknownCommand, c.typ, b[1])
 	}
-	d := decoder{b: b, off: 2}
-	switch c.typ {
-	case CmdCheck:
-		c.now = d.varint()
-		c.retention = d.varint()
-		if v := d.byte(); d.err == nil && v != opsVersion {
-			d.fail(fmt.Errorf("unknown ops version %d", v))
-		}
-		c.ops, c.checks = d.ops(c.ops[:0], c.checks[:0])
-	case CmdPutPolicy:
-		c.policy, c.policyErr = decodePolicy(&d)
-	case CmdDeletePolicy, CmdRemoveNode:
-		c.name = string(d.bytes())
-	case CmdSetNode:
-		c.name = string(d.bytes())
-		c.addr = string(d.bytes())
-	case CmdResetKey:
-		c.checks = append(c.checks[:0], d.check())
-	case CmdPutDomain, CmdDeleteDomain:
-		decodeDomain(c, &d)
-	case CmdExpire:
-		c.now = d.varint()
-		m := d.uvarint()
-		if m > 1<<31 {
-			m = 1 << 31 // bounded work is the point of max
-		}
-		c.max = int(m)
-	}
+	// The decoder lives in c: a local passed to the table's function
+	// would escape through the indirect call and cost an allocation.
+	c.d = decoder{b: b, off: 2}
+	d := &c.d
+	ct.decode(c, d)
 	if d.err == nil && d.off != len(b) {
 		d.err = fmt.Errorf("%d trailing bytes", len(b)-d.off)
 	}

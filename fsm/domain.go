@@ -55,6 +55,20 @@ func EncodeDeleteDomain(name string) []byte {
 	return appendString([]byte{CmdDeleteDomain, cmdVersion}, name)
 }
 
+func init() {
+	for _, typ := range []byte{CmdPutDomain, CmdDeleteDomain} {
+		registerCommand(typ, commandType{
+			name:     map[byte]string{CmdPutDomain: "put domain", CmdDeleteDomain: "delete domain"}[typ],
+			decode:   decodeDomain,
+			validate: validateDomain,
+			apply: func(a *applier, tx *persist.Tx, c *command) (interface{}, error) {
+				e, err := a.applyDomain(tx, c)
+				return errResponse(e), err
+			},
+		})
+	}
+}
+
 // decodeDomain reads a domain command's body.
 func decodeDomain(c *command, d *decoder) {
 	c.name = string(d.bytes())

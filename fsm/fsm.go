@@ -54,12 +54,13 @@ type Options struct {
 	// MaxSizeBytes caps the database file (0: no cap). Reaching it fails the
 	// apply like a full disk.
 	MaxSizeBytes int
-	// Verify runs a full consistency check of an existing file at Open.
-	Verify bool
 	// CommitEvery lets up to this many ApplyBatch calls share one bbolt
 	// commit (0 or 1: each commits); Flush commits earlier. Requires NoSync:
 	// see DESIGN.md, "Shared commits".
 	CommitEvery int
+	// CacheKeys bounds the in-memory state cache in keys (0:
+	// persist.DefaultCacheKeys); see DESIGN.md, "State cache".
+	CacheKeys int
 }
 
 // Stats are counters for metrics and the cluster status.
@@ -110,8 +111,8 @@ func Open(path string, opts Options) (*FSM, error) {
 		NoSync:          opts.NoSync,
 		MaxSize:         opts.MaxSizeBytes,
 		InitialMmapSize: 256 << 20,
-		Verify:          opts.Verify,
 		CommitEvery:     opts.CommitEvery,
+		CacheKeys:       opts.CacheKeys,
 		Logger:          opts.Logger,
 	})
 	if err != nil {
@@ -436,9 +437,21 @@ func (f *FSM) Digest() (string, error) {
 	return d, err
 }
 
+// DataDigest is Digest without the meta record (LastTime and the counts):
+// for comparing replicas stopped at different applied indexes, whose later
+// entries may only have advanced the clock (a peek, an expiry sweep that
+// found nothing). Replicas at the same index compare with Digest, which also
+// catches a divergence in LastTime.
+func (f *FSM) DataDigest() (string, error) {
+	d, _, err := f.digestAt(f.store.DataDigest)
+	return d, err
+}
+
 // DigestAt is Digest together with the applied index it describes. A failed
 // commit stops the state machine as in Flush.
-func (f *FSM) DigestAt() (string, uint64, error) {
+func (f *FSM) DigestAt() (string, uint64, error) { return f.digestAt(f.store.Digest) }
+
+func (f *FSM) digestAt(hash func() (string, error)) (string, uint64, error) {
 	f.applyMu.Lock()
 	if f.closed {
 		f.applyMu.Unlock()
@@ -456,7 +469,7 @@ func (f *FSM) DigestAt() (string, uint64, error) {
 		err     = commitErr
 	)
 	if err == nil {
-		d, err = f.store.Digest()
+		d, err = hash()
 		applied = f.store.Meta().AppliedIndex
 	}
 	f.applyMu.Unlock()

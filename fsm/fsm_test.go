@@ -121,16 +121,22 @@ func TestApplyIsDeterministicAcrossRestartsAndBatching(t *testing.T) {
 		restarts []int // close and reopen after these many entries
 		batch    int
 		commit   int // CommitEvery
+		cache    int // CacheKeys
 	}{
-		{"batches of 7", nil, 7, 0},
-		{"one batch", nil, len(ls), 0},
-		{"restart once", []int{150}, 1, 0},
-		{"restart twice, batched", []int{50, 333}, 16, 0},
-		{"shared commits, restart twice", []int{101, 250}, 3, 8},
+		{"batches of 7", nil, 7, 0, 0},
+		{"one batch", nil, len(ls), 0, 0},
+		{"restart once", []int{150}, 1, 0, 0},
+		{"restart twice, batched", []int{50, 333}, 16, 0, 0},
+		{"shared commits, restart twice", []int{101, 250}, 3, 8, 0},
+		// The state cache evicting at every commit, and holding many
+		// entries' writes between commits.
+		{"cache of 1 key", nil, 5, 0, 1},
+		{"cache of 3 keys, shared commits", []int{200}, 2, 50, 3},
+		{"long shared commits", nil, 1, 1000, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "fsm.db")
-			opts := Options{NoSync: true, CommitEvery: tc.commit}
+			opts := Options{NoSync: true, CommitEvery: tc.commit, CacheKeys: tc.cache}
 			f, err := Open(path, opts)
 			if err != nil {
 				t.Fatal(err)

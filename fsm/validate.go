@@ -12,25 +12,8 @@ func ValidateCommand(b []byte) error {
 	if err := decodeCommand(&c, b); err != nil {
 		return err
 	}
-	switch c.typ {
-	case CmdPutPolicy:
-		if c.policyErr != nil {
-			return fmt.Errorf("%w: policy %q: %v", ErrBadCommand, c.policy.Name, c.policyErr)
-		}
-		if _, err := c.policy.Spec.Validate(); err != nil {
-			return fmt.Errorf("%w: policy %q: %v", ErrBadCommand, c.policy.Name, err)
-		}
-	case CmdDeletePolicy:
-	case CmdPutDomain, CmdDeleteDomain:
-		return validateDomain(&c)
-	case CmdResetKey:
-		if ck := c.checks[0]; len(ck.spec) > 0 {
-			if _, err := decodeSpec(ck.spec); err != nil {
-				return fmt.Errorf("%w: reset key: %v", ErrBadCommand, err)
-			}
-		}
-	default:
-		return fmt.Errorf("%w: type %d may not be proposed by a client", ErrBadCommand, c.typ)
+	if v := commands[c.typ].validate; v != nil {
+		return v(&c)
 	}
-	return nil
+	return fmt.Errorf("%w: type %d may not be proposed by a client", ErrBadCommand, c.typ)
 }

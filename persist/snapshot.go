@@ -133,6 +133,7 @@ func (s *Store) Restore(r io.Reader) error {
 	if err := syncDir(filepath.Dir(s.path)); err != nil {
 		return fmt.Errorf("restore snapshot: %w", err)
 	}
+	s.cache.reset() // describes the old file
 	db, err := s.openDB(s.path)
 	if err != nil {
 		return fmt.Errorf("restore snapshot: %w", err)
@@ -186,40 +187,61 @@ func receiveSnapshot(path string, r io.Reader) (err error) {
 	return nil
 }
 
-// verifyFile opens a received file read-only and checks it is a consistent
-// bbolt file with our schema, so a bad snapshot never replaces good state.
+// verifyFile opens a file read-only and checks that it is a consistent bbolt
+// file (bbolt's page check) with our schema whose every value matches its
+// checksum (scrubTx), so a damaged file is never trusted and a bad snapshot
+// never replaces good state. Damage wraps ErrCorrupt; a file that bbolt
+// cannot open at all, or that is not ours, is another error.
 func verifyFile(path string) (err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})
-	if err != nil {
-		return fmt.Errorf("open %s: %w", path, err)
-	}
+	var (
+		file *os.File
+		db   *bolt.DB
+	)
 	defer func() {
+		// bbolt panics on some damaged pages (and a short file faults):
+		// report them, and release the file so its lock does not outlive
+		// the attempt.
 		if r := recover(); r != nil {
 			err = fmt.Errorf("verify %s: %w: %v", path, ErrCorrupt, r)
+			if db == nil && file != nil {
+				_ = file.Close()
+			}
 		}
-		if cerr := db.Close(); cerr != nil && err == nil {
-			err = cerr
+		if db != nil {
+			if cerr := db.Close(); cerr != nil && err == nil {
+				err = cerr
+			}
 		}
 	}()
+	db, err = bolt.Open(path, 0o600, &bolt.Options{
+		ReadOnly: true, Timeout: time.Second,
+		OpenFile: func(name string, flag int, perm os.FileMode) (*os.File, error) {
+			f, err := os.OpenFile(name, flag, perm)
+			file = f
+			return f, err
+		},
+	})
+	if err != nil {
+		db = nil
+		return fmt.Errorf("open %s: %w", path, err)
+	}
 	return db.View(func(tx *bolt.Tx) error {
+		// A file cut short faults (SIGBUS) where bbolt reads past its end,
+		// and bbolt's check reads on a goroutine of its own, where that
+		// cannot be recovered: compare the size first.
+		fi, err := file.Stat()
+		if err != nil {
+			return fmt.Errorf("verify %s: %w", path, err)
+		}
+		if fi.Size() < tx.Size() {
+			return fmt.Errorf("verify %s: %w: the file is %d bytes, its pages reach %d (truncated)", path, ErrCorrupt, fi.Size(), tx.Size())
+		}
 		if err := checkTx(tx); err != nil {
 			return fmt.Errorf("verify %s: %w", path, err)
 		}
-		mb := tx.Bucket(bucketMeta)
-		if mb == nil {
-			return fmt.Errorf("verify %s: %w: no meta bucket", path, ErrCorrupt)
-		}
-		if err := checkSchema(mb.Get(keySchema)); err != nil {
+		if err := scrubTx(tx); err != nil {
 			return fmt.Errorf("verify %s: %w", path, err)
-		}
-		if _, err := decodeMeta(mb.Get(keyMeta)); err != nil {
-			return fmt.Errorf("verify %s: %w", path, err)
-		}
-		for _, name := range dataBuckets {
-			if tx.Bucket(name) == nil {
-				return fmt.Errorf("verify %s: %w: missing bucket %q", path, ErrCorrupt, name)
-			}
 		}
 		return nil
 	})

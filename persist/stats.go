@@ -9,15 +9,39 @@ import (
 	"os"
 )
 
-// Digest is a hex SHA-256 over every bucket except meta, in a fixed order.
+// Digest is a hex SHA-256 over the replicated part of the meta record
+// (LastTime, which changes later decisions, and the key and request-id
+// counts) and every data bucket, in a fixed order. The applied index is left
+// out: it is reported beside the digest and legitimately differs between
+// replicas that applied the same commands through different log layouts.
 // Replicas that applied the same commands have equal digests, whatever their
-// applied index or history of restarts and snapshots.
-func (s *Store) Digest() (string, error) {
+// history of restarts and snapshots.
+func (s *Store) Digest() (string, error) { return s.digest(true) }
+
+// DataDigest is Digest without the meta record: the data buckets only. It is
+// for comparing replicas stopped at different applied indexes, where later
+// entries may have advanced only the clock (an expiry sweep that found
+// nothing, a peek); replicas at the same index compare with Digest.
+func (s *Store) DataDigest() (string, error) { return s.digest(false) }
+
+func (s *Store) digest(withMeta bool) (string, error) {
 	h := sha256.New()
 	err := s.View(func(t *Tx) error {
+		if withMeta {
+			writeField(h, bucketMeta)
+			var m [24]byte
+			binary.BigEndian.PutUint64(m[0:], uint64(t.meta.LastTime))
+			binary.BigEndian.PutUint64(m[8:], t.meta.Keys)
+			binary.BigEndian.PutUint64(m[16:], t.meta.RequestIDs)
+			writeField(h, m[:])
+		}
 		for _, name := range dataBuckets {
 			writeField(h, name)
 			err := t.tx.Bucket(name).ForEach(func(k, v []byte) error {
+				// A digest of damaged data would be a wrong answer.
+				if _, err := s.unseal(name, k, v); err != nil {
+					return err
+				}
 				writeField(h, k)
 				writeField(h, v)
 				return nil

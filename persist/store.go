@@ -16,7 +16,6 @@
 package persist
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -31,10 +30,6 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
-// SchemaVersion is the layout version written in the meta bucket. A file with
-// another version is refused rather than misread.
-const SchemaVersion = 1
-
 // Bucket names. Never rename: they are the file format.
 var (
 	bucketMeta       = []byte("meta")
@@ -45,17 +40,13 @@ var (
 	bucketPolicies   = []byte("policies")
 	bucketNodes      = []byte("nodes")
 
-	// dataBuckets are hashed by Digest, in this order. meta is excluded: it
-	// holds the applied index, which legitimately differs between replicas
-	// that have applied the same commands through different log layouts.
+	// dataBuckets are hashed by Digest, in this order, after the meta
+	// record without its applied index (see Digest).
 	dataBuckets = [][]byte{bucketPolicies, bucketNodes, bucketState, bucketStateExp, bucketRequests, bucketRequestExp}
 
 	keySchema = []byte("schema")
 	keyMeta   = []byte("meta")
 )
-
-// metaLen is the encoded size of Meta: applied, time, keys, requests.
-const metaLen = 32
 
 var (
 	// ErrClosed is returned by operations on a closed Store.
@@ -78,10 +69,6 @@ type Options struct {
 	// remapping, which would wait for read transactions (a snapshot being
 	// streamed) to finish.
 	InitialMmapSize int
-	// Verify runs bbolt's full consistency check when opening an existing
-	// file: O(file size), but damage to data pages is then reported at start
-	// instead of when the damaged key is next touched.
-	Verify bool
 	// CommitEvery lets Update leave its transaction open so that up to this
 	// many Updates share one bbolt commit (0 or 1: every Update commits).
 	// Commit ends the shared transaction earlier. A bbolt commit costs the
@@ -90,7 +77,11 @@ type Options struct {
 	// with NoSync's rule that the file is rebuilt from Raft after an unclean
 	// stop, because an open transaction is lost by a crash.
 	CommitEvery int
-	Logger      *log.Logger
+	// CacheKeys bounds the state cache (cache.go) in keys; 0 means
+	// DefaultCacheKeys. The bound holds after every commit; between commits
+	// the cache also holds every key written since the last one.
+	CacheKeys int
+	Logger    *log.Logger
 }
 
 // Meta is what the store records about the commands applied to it.
@@ -126,6 +117,7 @@ type Store struct {
 	committed Meta // as of the last commit
 	pending   int  // Updates in the open transaction (wtx.tx != nil)
 	wtx       Tx   // reused by every Update: its arena outlives transactions
+	cache     *stateCache
 }
 
 // Open opens (or creates) the database at path. If the dirty marker of an
@@ -142,7 +134,7 @@ func Open(path string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{path: path, opts: opts, lock: lock}
+	s := &Store{path: path, opts: opts, lock: lock, cache: newStateCache(opts.CacheKeys)}
 	fail := func(err error) (*Store, error) {
 		unlockFile(lock)
 		return nil, err
@@ -152,11 +144,26 @@ func Open(path string, opts Options) (*Store, error) {
 	switch _, err := os.Stat(marker); {
 	case err == nil:
 		s.recovered = true
-		if err := s.setAside(); err != nil {
+		if err := s.setAside(".unclean", "was not closed cleanly"); err != nil {
 			return fail(err)
 		}
 	case !errors.Is(err, fs.ErrNotExist):
 		return fail(fmt.Errorf("check dirty marker %s: %w", marker, err))
+	default:
+		// A clean stop: scrub the file before trusting it. Damage to a file
+		// that is ours (bbolt's consistency check, a checksum) sets it aside
+		// and rebuilds from Raft like an unclean stop; a file that is not
+		// recognisably ours is refused.
+		if fi, err := os.Stat(path); err == nil && fi.Size() > 0 {
+			if err := verifyFile(path); errors.Is(err, ErrCorrupt) {
+				s.recovered = true
+				if err := s.setAside(".corrupt", fmt.Sprintf("failed its integrity check (%v)", err)); err != nil {
+					return fail(err)
+				}
+			} else if err != nil {
+				return fail(fmt.Errorf("open fsm database %s: %w", path, err))
+			}
+		}
 	}
 	if err := writeMarker(marker); err != nil {
 		return fail(err)
@@ -173,20 +180,21 @@ func Open(path string, opts Options) (*Store, error) {
 	}
 	s.db = db
 	s.wtx.store = s
+	s.wtx.cache = s.cache
 	return s, nil
 }
 
-// setAside moves the untrusted file of an unclean stop out of the way,
-// replacing an older one.
-func (s *Store) setAside() error {
+// setAside moves an untrusted file (an unclean stop, damage) out of the way
+// to path+suffix, replacing an older one.
+func (s *Store) setAside(suffix, why string) error {
 	if _, err := os.Stat(s.path); errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
-	aside := s.path + ".unclean"
+	aside := s.path + suffix
 	if err := os.Rename(s.path, aside); err != nil {
-		return fmt.Errorf("set aside %s after unclean stop: %w", s.path, err)
+		return fmt.Errorf("set aside %s (%s): %w", s.path, why, err)
 	}
-	s.logf("fsm database %s was not closed cleanly: moved to %s, starting empty to rebuild from raft", s.path, aside)
+	s.logf("fsm database %s %s: moved to %s, starting empty to rebuild from raft", s.path, why, aside)
 	return syncDir(filepath.Dir(s.path))
 }
 
@@ -215,14 +223,6 @@ func (s *Store) openDB(path string) (db *bolt.DB, err error) {
 			db, err = nil, fmt.Errorf("open fsm database %s: %w: %v", path, ErrCorrupt, r)
 		}
 	}()
-	if s.opts.Verify && existed {
-		// Check through a read-only handle first: a writable open reads the
-		// freelist, and a panic inside bolt.Open leaves its mmap (and so its
-		// file lock) behind.
-		if err := verifyFile(path); err != nil {
-			return nil, fmt.Errorf("open fsm database %s: %w", path, err)
-		}
-	}
 	// The freelist is synced (NoFreelistSync false): without it bbolt
 	// rebuilds the freelist at open by walking the file in a goroutine of its
 	// own, where a corrupt page panics beyond recovery instead of failing
@@ -247,12 +247,19 @@ func (s *Store) openDB(path string) (db *bolt.DB, err error) {
 		mb := tx.Bucket(bucketMeta)
 		if mb == nil {
 			if existed {
-				return fmt.Errorf("%w: no %q bucket (not a limitd state machine file?)", ErrCorrupt, bucketMeta)
+				return fmt.Errorf("%w: no %q bucket", errForeign, bucketMeta)
 			}
 			return initBuckets(tx)
 		}
-		if err := checkSchema(mb.Get(keySchema)); err != nil {
+		ver, err := readSchema(mb.Get(keySchema))
+		if err != nil {
 			return err
+		}
+		if ver == 1 {
+			if err := upgradeV1(tx); err != nil {
+				return err
+			}
+			s.logf("fsm database %s: upgraded from format 1 to %d (checksummed values)", path, SchemaVersion)
 		}
 		for _, name := range dataBuckets {
 			if tx.Bucket(name) == nil {
@@ -284,7 +291,7 @@ func initBuckets(tx *bolt.Tx) error {
 	if err != nil {
 		return err
 	}
-	if err := mb.Put(keySchema, binary.AppendUvarint(nil, SchemaVersion)); err != nil {
+	if err := mb.Put(keySchema, encodeSchema()); err != nil {
 		return err
 	}
 	if err := mb.Put(keyMeta, encodeMeta(Meta{})); err != nil {
@@ -296,38 +303,6 @@ func initBuckets(tx *bolt.Tx) error {
 		}
 	}
 	return nil
-}
-
-func checkSchema(v []byte) error {
-	ver, n := binary.Uvarint(v)
-	if n <= 0 || n != len(v) {
-		return fmt.Errorf("%w: unreadable schema version", ErrCorrupt)
-	}
-	if ver != SchemaVersion {
-		return fmt.Errorf("schema version %d, this binary reads %d", ver, SchemaVersion)
-	}
-	return nil
-}
-
-func encodeMeta(m Meta) []byte {
-	b := make([]byte, metaLen)
-	binary.BigEndian.PutUint64(b[0:], m.AppliedIndex)
-	binary.BigEndian.PutUint64(b[8:], uint64(m.LastTime))
-	binary.BigEndian.PutUint64(b[16:], m.Keys)
-	binary.BigEndian.PutUint64(b[24:], m.RequestIDs)
-	return b
-}
-
-func decodeMeta(b []byte) (Meta, error) {
-	if len(b) != metaLen {
-		return Meta{}, fmt.Errorf("%w: meta record of %d bytes", ErrCorrupt, len(b))
-	}
-	return Meta{
-		AppliedIndex: binary.BigEndian.Uint64(b[0:]),
-		LastTime:     int64(binary.BigEndian.Uint64(b[8:])),
-		Keys:         binary.BigEndian.Uint64(b[16:]),
-		RequestIDs:   binary.BigEndian.Uint64(b[24:]),
-	}, nil
 }
 
 func (s *Store) publish(m Meta) {
@@ -403,7 +378,7 @@ func (s *Store) Update(fn func(*Tx) error) error {
 	// Readers see progress at once, not at the next commit: the applied
 	// index and expiry hint describe what the writer has applied.
 	s.publish(t.meta)
-	s.publishNext(nextExpiry(t.tx))
+	s.publishNext(t.NextExpiry())
 	if s.pending >= s.opts.CommitEvery {
 		return s.commitLocked()
 	}
@@ -429,6 +404,10 @@ func (s *Store) commitLocked() error {
 	if t.tx == nil {
 		return nil
 	}
+	if err := t.flush(); err != nil {
+		s.rollbackLocked()
+		return fmt.Errorf("flush state cache to %s: %w", s.path, err)
+	}
 	if err := t.metaB.Put(keyMeta, encodeMeta(t.meta)); err != nil {
 		s.rollbackLocked()
 		return fmt.Errorf("write meta to %s: %w", s.path, err)
@@ -437,10 +416,12 @@ func (s *Store) commitLocked() error {
 	t.reset()
 	s.pending = 0
 	if err != nil {
+		s.cache.reset()
 		s.meta = s.committed
 		s.publish(s.meta)
 		return fmt.Errorf("commit to %s: %w", s.path, err)
 	}
+	s.cache.flushed()
 	s.committed = s.meta
 	return nil
 }
@@ -452,6 +433,7 @@ func (s *Store) rollbackLocked() {
 	}
 	_ = t.tx.Rollback()
 	t.reset()
+	s.cache.reset() // its dirty entries were in the transaction
 	s.pending = 0
 	s.meta = s.committed
 	s.publish(s.meta)
@@ -468,7 +450,7 @@ func (s *Store) View(fn func(*Tx) error) error {
 		t := &Tx{store: s}
 		m, err := decodeMeta(btx.Bucket(bucketMeta).Get(keyMeta))
 		if err != nil {
-			return err
+			return fmt.Errorf("%s: %w", s.path, err)
 		}
 		if err := t.begin(btx, m); err != nil {
 			return err

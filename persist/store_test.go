@@ -196,34 +196,18 @@ func TestOpenRefusesBadFile(t *testing.T) {
 		}
 		f.Close()
 	}
-	// A good store whose data pages (not meta) are zeroed: only Verify
-	// notices at open.
-	zeroedData := func(t *testing.T, path string) {
-		s, err := Open(path, Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		putStates(t, s, 1, 1, "a", "b")
-		s.Close()
-		b, _ := os.ReadFile(path)
-		page := os.Getpagesize()
-		clear(b[2*page:])
-		os.WriteFile(path, b, 0o600)
-	}
 	for _, tc := range []struct {
-		name   string
-		make   func(t *testing.T, path string)
-		error  string
-		verify bool
+		name  string
+		make  func(t *testing.T, path string)
+		error string
 	}{
-		{"data pages zeroed, verified", zeroedData, "corrupt fsm database", true},
 		{"garbage", func(t *testing.T, path string) {
 			os.WriteFile(path, bytes.Repeat([]byte("not a database "), 2000), 0o600)
-		}, "invalid database", false},
-		{"too small", func(t *testing.T, path string) { os.WriteFile(path, []byte("x"), 0o600) }, "open fsm database", false},
-		{"meta pages smashed", smashed, "open fsm database", false},
-		{"foreign bbolt file", foreign, "not a limitd state machine file", false},
-		{"future schema", future, "schema version 99", false},
+		}, "invalid database"},
+		{"too small", func(t *testing.T, path string) { os.WriteFile(path, []byte("x"), 0o600) }, "open fsm database"},
+		{"meta pages smashed", smashed, "open fsm database"},
+		{"foreign bbolt file", foreign, "not a limitd state machine file"},
+		{"future schema", future, "schema version 99"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "fsm.db")
@@ -232,7 +216,7 @@ func TestOpenRefusesBadFile(t *testing.T) {
 			// Twice: a refused file must stay refused, not be set aside as
 			// unclean on the second attempt.
 			for i := 0; i < 2; i++ {
-				s, err := Open(path, Options{Verify: tc.verify})
+				s, err := Open(path, Options{})
 				if err == nil {
 					s.Close()
 					t.Fatalf("attempt %d: Open accepted a bad file", i)
@@ -426,5 +410,32 @@ func TestSharedCommit(t *testing.T) {
 	defer s2.Close()
 	if s2.Recovered() || s2.Meta().AppliedIndex != 6 || !readState(t, s2, "g").Found {
 		t.Fatalf("after Close with a pending Update: recovered %v meta %+v", s2.Recovered(), s2.Meta())
+	}
+}
+
+// TestDigestCoversMeta: two stores with the same data that differ only in
+// LastTime (which changes later decisions) digest differently; a different
+// applied index alone does not change the digest.
+func TestDigestCoversMeta(t *testing.T) {
+	digestOf := func(applied uint64, now int64) (string, string) {
+		s, _ := openTemp(t, Options{NoSync: true})
+		putStates(t, s, applied, 1000, "a", "b")
+		update(t, s, func(tx *Tx) error { tx.SetLastTime(now); return nil })
+		d, err := s.Digest()
+		if err != nil {
+			t.Fatal(err)
+		}
+		dd, err := s.DataDigest()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d, dd
+	}
+	base, baseData := digestOf(5, 2000)
+	if d, dd := digestOf(5, 2001); d == base || dd != baseData {
+		t.Fatal("stores that differ only in LastTime: the digest must differ, the data digest not")
+	}
+	if d, _ := digestOf(9, 2000); d != base {
+		t.Fatal("the applied index changed the digest")
 	}
 }

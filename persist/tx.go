@@ -1,22 +1,23 @@
 package persist
 
 import (
-	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 
 	bolt "go.etcd.io/bbolt"
 )
 
-// Layout of the buckets (all integers big-endian):
+// Layout of the buckets (all integers big-endian). Every value ends with
+// sum, the CRC-32C of its key and the value before it (checksum.go):
 //
-//	meta            "schema" → uvarint version; "meta" → applied, time, keys, requests
-//	state           storage key → expiry(8) ‖ indexed(8) ‖ algorithm state
-//	state_expiry    sortable(indexed) ‖ storage key → empty
-//	requests        request id → expiry(8) ‖ encoded result
-//	request_expiry  sortable(expiry) ‖ request id → empty
-//	policies        name → encoded policy
-//	nodes           node id → HTTP address
+//	meta            "schema" → uvarint version ‖ sum; "meta" → applied, time, keys, requests ‖ sum
+//	state           storage key → expiry(8) ‖ indexed(8) ‖ algorithm state ‖ sum
+//	state_expiry    sortable(indexed) ‖ storage key → sum
+//	requests        request id → expiry(8) ‖ encoded result ‖ sum
+//	request_expiry  sortable(expiry) ‖ request id → sum
+//	policies        name → encoded policy ‖ sum
+//	nodes           node id → HTTP address ‖ sum
 //
 // The state expiry index holds a lower bound, not the exact expiry: a busy key
 // whose expiry moves later on every check would otherwise rewrite two index
@@ -40,6 +41,12 @@ type Tx struct {
 	meta    Meta
 	arena   arena
 	scratch []byte
+	dueKey  []byte
+	cache   *stateCache
+
+	// Cursors on the expiry indexes, kept for the transaction: a new
+	// bbolt cursor allocates its stack on first use.
+	stateExpCur, requestExpCur *bolt.Cursor // the writer's; nil in read-only transactions
 }
 
 func (t *Tx) begin(btx *bolt.Tx, m Meta) error {
@@ -61,6 +68,7 @@ func (t *Tx) begin(btx *bolt.Tx, m Meta) error {
 
 func (t *Tx) reset() {
 	t.tx = nil
+	t.stateExpCur, t.requestExpCur = nil, nil
 	t.metaB, t.state, t.stateExp, t.requests, t.requestExp, t.policies, t.nodes = nil, nil, nil, nil, nil, nil, nil
 	t.arena.reset()
 }
@@ -93,14 +101,25 @@ type State struct {
 	indexed int64
 }
 
-// State reads the state stored under key.
+// State reads the state under key. In the writer's transaction it comes from
+// the state cache (cache.go) and reflects every write so far; Data is then
+// valid until the next write to key. In a read-only transaction it is the
+// last commit, valid until the transaction ends.
 func (t *Tx) State(key []byte) (State, error) {
-	return decodeState(key, t.state.Get(key))
+	if t.cache != nil {
+		e, err := t.entry(key)
+		if err != nil {
+			return State{}, err
+		}
+		return e.state(), nil
+	}
+	return t.decodeState(key, t.state.Get(key))
 }
 
-func decodeState(key, v []byte) (State, error) {
-	if v == nil {
-		return State{}, nil
+func (t *Tx) decodeState(key, v []byte) (State, error) {
+	v, err := t.store.unseal(bucketState, key, v)
+	if v == nil || err != nil {
+		return State{}, err
 	}
 	if len(v) < stateHeader {
 		return State{}, fmt.Errorf("%w: state value of %d bytes for key %q", ErrCorrupt, len(v), key)
@@ -114,36 +133,16 @@ func decodeState(key, v []byte) (State, error) {
 }
 
 // PutState stores data under key, to expire at expiry. prev must be what State
-// returned for key in this transaction, with no write to key since.
+// returned for key in this transaction, with no write to key since. The
+// write goes to the state cache and reaches the file at the next commit.
 func (t *Tx) PutState(key []byte, prev State, data []byte, expiry int64) error {
 	if len(key) == 0 || len(key) > MaxKeySize {
 		return fmt.Errorf("state key of %d bytes", len(key))
 	}
-	indexed := expiry
-	if prev.Found {
-		if prev.indexed <= expiry {
-			indexed = prev.indexed // still a lower bound: leave the entry where it is
-		} else if err := t.stateExp.Delete(t.indexKey(prev.indexed, key)); err != nil {
-			return fmt.Errorf("delete expiry entry: %w", err)
-		}
+	if t.cache == nil {
+		return errReadOnly
 	}
-	v := t.arena.alloc(stateHeader + len(data))
-	binary.BigEndian.PutUint64(v, uint64(expiry))
-	binary.BigEndian.PutUint64(v[8:], uint64(indexed))
-	copy(v[stateHeader:], data)
-	k := t.copyBytes(key)
-	if err := t.state.Put(k, v); err != nil {
-		return fmt.Errorf("put state: %w", err)
-	}
-	if !prev.Found || indexed != prev.indexed {
-		if err := t.stateExp.Put(t.arenaIndexKey(indexed, key), []byte{}); err != nil {
-			return fmt.Errorf("put expiry entry: %w", err)
-		}
-	}
-	if !prev.Found {
-		t.meta.Keys++
-	}
-	return nil
+	return t.putEntry(key, data, expiry)
 }
 
 // DeleteState removes the state under key. prev is as for PutState; deleting
@@ -152,15 +151,13 @@ func (t *Tx) DeleteState(key []byte, prev State) error {
 	if !prev.Found {
 		return nil
 	}
-	if err := t.state.Delete(key); err != nil {
-		return fmt.Errorf("delete state: %w", err)
+	if t.cache == nil {
+		return errReadOnly
 	}
-	if err := t.stateExp.Delete(t.indexKey(prev.indexed, key)); err != nil {
-		return fmt.Errorf("delete expiry entry: %w", err)
-	}
-	t.meta.Keys--
-	return nil
+	return t.deleteEntry(key)
 }
+
+var errReadOnly = errors.New("persist: write in a read-only transaction")
 
 // Request is a stored request-id result.
 type Request struct {
@@ -174,9 +171,9 @@ func (t *Tx) Request(id []byte) (Request, error) {
 	if len(id) == 0 {
 		return Request{}, nil
 	}
-	v := t.requests.Get(id)
-	if v == nil {
-		return Request{}, nil
+	v, err := t.store.unseal(bucketRequests, id, t.requests.Get(id))
+	if v == nil || err != nil {
+		return Request{}, err
 	}
 	if len(v) < 8 {
 		return Request{}, fmt.Errorf("%w: request value of %d bytes for id %q", ErrCorrupt, len(v), id)
@@ -195,13 +192,13 @@ func (t *Tx) PutRequest(id []byte, prev Request, result []byte, expiry int64) er
 			return fmt.Errorf("delete request expiry entry: %w", err)
 		}
 	}
-	v := t.arena.alloc(8 + len(result))
+	v := t.arena.alloc(8 + len(result) + sumLen)
 	binary.BigEndian.PutUint64(v, uint64(expiry))
 	copy(v[8:], result)
-	if err := t.requests.Put(t.copyBytes(id), v); err != nil {
+	if err := t.requests.Put(t.copyBytes(id), seal(id, v)); err != nil {
 		return fmt.Errorf("put request: %w", err)
 	}
-	if err := t.requestExp.Put(t.arenaIndexKey(expiry, id), []byte{}); err != nil {
+	if err := t.putIndex(t.requestExp, expiry, id); err != nil {
 		return fmt.Errorf("put request expiry entry: %w", err)
 	}
 	if !prev.Found {
@@ -214,22 +211,29 @@ func (t *Tx) PutRequest(id []byte, prev Request, result []byte, expiry int64) er
 // first, examining at most max index entries so the work per call is bounded.
 // An index entry found early for a key still active is moved to the key's
 // current expiry (it counts as examined, not removed). It returns the number
-// of entries removed.
+// of entries removed. States are swept on the logical index of the state
+// cache (see cache.go), so the result does not depend on when it flushed.
 func (t *Tx) Expire(now int64, max int) (removed int, err error) {
-	sc, rc, stc := t.stateExp.Cursor(), t.requestExp.Cursor(), t.state.Cursor()
+	if t.cache == nil {
+		return 0, errReadOnly
+	}
+	sc, rc := t.cursors()
 	for examined := 0; examined < max; examined++ {
+		sd, sdue, err := t.nextDue(sc, now)
+		if err != nil {
+			return removed, err
+		}
 		// Re-seek every round: deleting under a bbolt cursor can skip keys.
-		sk, _ := sc.First()
-		rk, _ := rc.First()
-		sdue := len(sk) > 8 && indexTime(sk) <= now
-		rdue := len(rk) > 8 && indexTime(rk) <= now
-		switch {
-		case sdue && (!rdue || indexTime(sk) <= indexTime(rk)):
-			n, err := t.expireState(sc, stc, sk, now)
-			if err != nil {
+		rk, rv := rc.First()
+		if rk != nil {
+			if _, err := t.store.unseal(bucketRequestExp, rk, rv); err != nil {
 				return removed, err
 			}
-			removed += n
+		}
+		rdue := len(rk) > 8 && indexTime(rk) <= now
+		switch {
+		case sdue && (!rdue || sd.at <= indexTime(rk)):
+			removed += t.expireDue(sd, now)
 		case rdue:
 			n, err := t.expireRequest(rk)
 			if err != nil {
@@ -241,48 +245,6 @@ func (t *Tx) Expire(now int64, max int) (removed int, err error) {
 		}
 	}
 	return removed, nil
-}
-
-// expireState handles the due index entry under sc (at its first key). The
-// index entry and an expired state are deleted through cursors that are
-// already positioned on them, saving a B+tree search each.
-func (t *Tx) expireState(sc, stc *bolt.Cursor, ik []byte, now int64) (int, error) {
-	ik = append(t.scratch[:0], ik...) // the cursor's bytes change under deletes
-	t.scratch = ik
-	at, key := indexTime(ik), ik[8:]
-	if err := sc.Delete(); err != nil {
-		return 0, fmt.Errorf("delete expiry entry: %w", err)
-	}
-	var v []byte
-	if k, kv := stc.Seek(key); bytes.Equal(k, key) {
-		v = kv
-	}
-	st, err := decodeState(key, v)
-	if err != nil {
-		return 0, err
-	}
-	if !st.Found || st.indexed != at {
-		return 0, nil // an orphan entry: nothing else to do
-	}
-	if st.Expiry <= now {
-		if err := stc.Delete(); err != nil {
-			return 0, fmt.Errorf("delete expired state: %w", err)
-		}
-		t.meta.Keys--
-		return 1, nil
-	}
-	// Still active: re-file the entry at the real expiry.
-	nv := t.arena.alloc(stateHeader + len(st.Data))
-	binary.BigEndian.PutUint64(nv, uint64(st.Expiry))
-	binary.BigEndian.PutUint64(nv[8:], uint64(st.Expiry))
-	copy(nv[stateHeader:], st.Data)
-	if err := t.state.Put(t.copyBytes(key), nv); err != nil {
-		return 0, fmt.Errorf("re-file state: %w", err)
-	}
-	if err := t.stateExp.Put(t.arenaIndexKey(st.Expiry, key), []byte{}); err != nil {
-		return 0, fmt.Errorf("re-file expiry entry: %w", err)
-	}
-	return 0, nil
 }
 
 func (t *Tx) expireRequest(ik []byte) (int, error) {
@@ -306,8 +268,24 @@ func (t *Tx) expireRequest(ik []byte) (int, error) {
 	return 1, nil
 }
 
-// NextExpiry is the earliest expiry-index entry in this transaction.
-func (t *Tx) NextExpiry() (int64, bool) { return nextExpiry(t.tx) }
+// cursors returns the transaction's cursors on the state and request expiry
+// indexes. Every use positions them first (First or Seek), as bbolt requires
+// after writes.
+func (t *Tx) cursors() (state, request *bolt.Cursor) {
+	if t.stateExpCur == nil {
+		t.stateExpCur, t.requestExpCur = t.stateExp.Cursor(), t.requestExp.Cursor()
+	}
+	return t.stateExpCur, t.requestExpCur
+}
+
+// NextExpiry is the earliest expiry-index entry in this transaction (a lower
+// bound).
+func (t *Tx) NextExpiry() (int64, bool) {
+	if t.cache != nil {
+		return t.nextDueHint()
+	}
+	return nextExpiry(t.tx)
+}
 
 func nextExpiry(btx *bolt.Tx) (int64, bool) {
 	var (
@@ -328,15 +306,17 @@ func nextExpiry(btx *bolt.Tx) (int64, bool) {
 	return next, ok
 }
 
-// Policy returns the encoded policy stored under name.
-func (t *Tx) Policy(name string) []byte { return t.policies.Get([]byte(name)) }
+// Policy returns the encoded policy stored under name (nil if absent).
+func (t *Tx) Policy(name string) ([]byte, error) {
+	return t.store.unseal(bucketPolicies, []byte(name), t.policies.Get([]byte(name)))
+}
 
 // PutPolicy stores an encoded policy.
 func (t *Tx) PutPolicy(name string, enc []byte) error {
 	if name == "" || len(name) > MaxKeySize {
 		return fmt.Errorf("policy name of %d bytes", len(name))
 	}
-	if err := t.policies.Put(t.copyBytes([]byte(name)), t.copyBytes(enc)); err != nil {
+	if err := t.policies.Put(t.copyBytes([]byte(name)), t.sealed([]byte(name), enc)); err != nil {
 		return fmt.Errorf("put policy %q: %w", name, err)
 	}
 	return nil
@@ -356,7 +336,13 @@ func (t *Tx) DeletePolicy(name string) (bool, error) {
 
 // ForEachPolicy calls fn for every policy in name order.
 func (t *Tx) ForEachPolicy(fn func(name string, enc []byte) error) error {
-	return t.policies.ForEach(func(k, v []byte) error { return fn(string(k), v) })
+	return t.policies.ForEach(func(k, v []byte) error {
+		p, err := t.store.unseal(bucketPolicies, k, v)
+		if err != nil {
+			return err
+		}
+		return fn(string(k), p)
+	})
 }
 
 // PutNode records a node's HTTP address.
@@ -364,7 +350,7 @@ func (t *Tx) PutNode(id, httpAddr string) error {
 	if id == "" || len(id) > MaxKeySize {
 		return fmt.Errorf("node id of %d bytes", len(id))
 	}
-	if err := t.nodes.Put(t.copyBytes([]byte(id)), t.copyBytes([]byte(httpAddr))); err != nil {
+	if err := t.nodes.Put(t.copyBytes([]byte(id)), t.sealed([]byte(id), []byte(httpAddr))); err != nil {
 		return fmt.Errorf("put node %q: %w", id, err)
 	}
 	return nil
@@ -383,7 +369,27 @@ func (t *Tx) DeleteNode(id string) error {
 
 // ForEachNode calls fn for every node in id order.
 func (t *Tx) ForEachNode(fn func(id, httpAddr string) error) error {
-	return t.nodes.ForEach(func(k, v []byte) error { return fn(string(k), string(v)) })
+	return t.nodes.ForEach(func(k, v []byte) error {
+		a, err := t.store.unseal(bucketNodes, k, v)
+		if err != nil {
+			return err
+		}
+		return fn(string(k), string(a))
+	})
+}
+
+// sealed copies payload into the arena with its checksum under key.
+func (t *Tx) sealed(key, payload []byte) []byte {
+	v := t.arena.alloc(len(payload) + sumLen)
+	copy(v, payload)
+	return seal(key, v)
+}
+
+// putIndex adds the index entry sortable(at) ‖ key, whose value is the
+// checksum of its key.
+func (t *Tx) putIndex(b *bolt.Bucket, at int64, key []byte) error {
+	ik := t.arenaIndexKey(at, key)
+	return b.Put(ik, seal(ik, t.arena.alloc(sumLen)))
 }
 
 // indexKey builds an index key in scratch memory, for lookups and deletes

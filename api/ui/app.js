@@ -71,7 +71,7 @@ async function refreshCluster() {
   const c = r.body;
   $("leader").textContent = c.leader_id || "none (no leader)";
   $("state").textContent = (c.node_id ? c.node_id + ", " : "") + c.state;
-  const full = Array.isArray(c.members);
+  const full = typeof c.node_id === "string"; // the public view has no node id, Raft addresses or terms
   // A wrong token gets the public view, as no token does.
   tokenRejected = token !== "" && !full;
   $("public-note").hidden = full;
@@ -79,11 +79,12 @@ async function refreshCluster() {
   $("term").textContent = full ? c.term : "–";
   $("indexes").textContent = full ? c.commit_index + " / " + c.applied_index : "–";
   $("node").textContent = c.node_id ? "node " + c.node_id : "";
-  const members = full ? c.members : [];
+  const members = c.members || [];
+  const health = (m) => m.health || (m.healthy ? "healthy" : "unhealthy");
   fill($("members").tBodies[0], members.map((m) => el("tr", { "data-member": m.id },
-    el("td", {}, m.id), el("td", {}, m.http_addr || "–"), el("td", {}, m.raft_addr), el("td", {}, m.suffrage),
+    el("td", {}, m.id), el("td", {}, m.http_addr || "–"), el("td", {}, m.raft_addr || "–"), el("td", {}, m.suffrage || "–"),
     el("td", {}, m.leader ? "leader" : "follower"),
-    el("td", { class: m.healthy ? "ok" : "bad" }, m.healthy ? "healthy" : "unreachable"))));
+    full ? el("td", { class: health(m) === "healthy" ? "ok" : "bad" }, health(m)) : el("td", {}, "–"))));
 }
 
 // ---- policies and RLS domains ----
