@@ -26,10 +26,44 @@ type CheckSpec struct {
 	Window    string
 	Burst     int64
 	Cost      int64
+	// HotLimit is the limit of the attack workload's hot keys (IsHot key
+	// indexes), always an inline limit of Algorithm over Window; 0 means
+	// DefaultHotLimit.
+	HotLimit int64
 }
 
-// Key returns the key for index i.
-func (c CheckSpec) Key(i int) string { return c.KeyPrefix + strconv.Itoa(i) }
+// Key returns the key for index i: the prefix and i, or for a hot key the
+// prefix, "hot" and its number.
+func (c CheckSpec) Key(i int) string {
+	if IsHot(i) {
+		return c.KeyPrefix + "hot" + strconv.Itoa(HotNumber(i))
+	}
+	return c.KeyPrefix + strconv.Itoa(i)
+}
+
+func (c CheckSpec) hotLimit() int64 {
+	if c.HotLimit > 0 {
+		return c.HotLimit
+	}
+	return DefaultHotLimit
+}
+
+// hotBurst is the bucket capacity of the hot keys: the hot limit, so a hot
+// key's bucket is as small as its rate.
+func (c CheckSpec) hotBurst() int64 {
+	if c.Burst > 0 {
+		return c.hotLimit()
+	}
+	return 0
+}
+
+// hotSpec is the spec of the hot keys: an inline limit of HotLimit.
+func (c CheckSpec) hotSpec() CheckSpec {
+	h := c
+	h.Policy, h.Limit, h.Burst = "", c.hotLimit(), c.hotBurst()
+	h.KeyPrefix = c.KeyPrefix + "hot"
+	return h
+}
 
 // BodyEncoder writes check request bodies by splicing the key into a template
 // built once, so a request costs an append, not a json.Marshal.
@@ -104,6 +138,7 @@ type HTTPTarget struct {
 	checkURLs []string
 	batchURLs []string
 	enc       *BodyEncoder
+	hot       *BodyEncoder // the attack workload's hot keys
 	next      atomic.Uint64
 	bufs      sync.Pool // *buffers
 }
@@ -118,6 +153,10 @@ func NewHTTPTarget(cfg HTTPConfig) (*HTTPTarget, error) {
 		return nil, errors.New("no addresses to send checks to")
 	}
 	enc, err := NewBodyEncoder(cfg.Check)
+	if err != nil {
+		return nil, err
+	}
+	hot, err := NewBodyEncoder(cfg.Check.hotSpec())
 	if err != nil {
 		return nil, err
 	}
@@ -140,6 +179,7 @@ func NewHTTPTarget(cfg HTTPConfig) (*HTTPTarget, error) {
 	t := &HTTPTarget{
 		client: &http.Client{Transport: tr},
 		enc:    enc,
+		hot:    hot,
 	}
 	for _, a := range cfg.Addrs {
 		base := strings.TrimRight(a, "/")
@@ -160,7 +200,11 @@ func (t *HTTPTarget) Do(ctx context.Context, keyIndex int) (bool, error) {
 	n := t.next.Add(1)
 	b := t.bufs.Get().(*buffers)
 	defer t.bufs.Put(b)
-	b.req = t.enc.AppendCheck(b.req[:0], keyIndex)
+	if IsHot(keyIndex) {
+		b.req = t.hot.AppendCheck(b.req[:0], HotNumber(keyIndex))
+	} else {
+		b.req = t.enc.AppendCheck(b.req[:0], keyIndex)
+	}
 	resp, err := t.post(ctx, t.checkURLs[n%uint64(len(t.checkURLs))], b)
 	if err != nil {
 		return false, err

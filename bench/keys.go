@@ -75,7 +75,58 @@ func (g *sequentialGen) Next() int {
 // Stride makes the generator step by the number of workers, when it walks
 // the keys in sequence; other distributions ignore it.
 func Stride(g KeyGen, workers int) {
+	if a, ok := g.(*attackGen); ok {
+		g = a.normal
+	}
 	if s, ok := g.(*sequentialGen); ok && workers > 0 {
 		s.step = workers
 	}
+}
+
+// Hot keys of the attack workload (Workload.HotKeys) are passed to targets
+// as negative key indexes, so a target tells them from the normal keys
+// [0, Keys) without knowing the workload: hot key h is HotIndex(h).
+
+// HotIndex is the key index of hot key h (h ≥ 0).
+func HotIndex(h int) int { return -1 - h }
+
+// IsHot reports whether key index i is a hot key.
+func IsHot(i int) bool { return i < 0 }
+
+// HotNumber is h for the key index HotIndex(h).
+func HotNumber(i int) int { return -1 - i }
+
+// attackGen sends a fraction of the checks to a few hot keys and the rest to
+// the normal generator: the shape of abuse, scraping or a retry storm.
+type attackGen struct {
+	normal KeyGen
+	r      *rand.Rand
+	hot    int
+	frac   float64
+}
+
+func (g *attackGen) Next() int {
+	if g.r.Float64() < g.frac {
+		return HotIndex(g.r.IntN(g.hot))
+	}
+	return g.normal.Next()
+}
+
+// NewAttackGen wraps normal: with probability frac a check goes to one of
+// hot hot keys (uniformly), otherwise to normal's next key. hot = 0 or
+// frac = 0 returns normal itself.
+func NewAttackGen(normal KeyGen, hot int, frac float64, seed, stream uint64) (KeyGen, error) {
+	switch {
+	case hot < 0:
+		return nil, fmt.Errorf("hot keys must not be negative, got %d", hot)
+	case !(frac >= 0 && frac <= 1):
+		return nil, fmt.Errorf("hot fraction must be in [0, 1], got %g", frac)
+	case hot > 0 && frac == 0, hot == 0 && frac > 0:
+		return nil, fmt.Errorf("an attack needs both hot keys and a hot fraction (got %d keys, fraction %g)", hot, frac)
+	case hot == 0:
+		return normal, nil
+	}
+	// A stream of its own, so the normal keys' sequence is the same with
+	// and without the attack.
+	return &attackGen{normal: normal, r: rand.New(rand.NewPCG(seed^0x5eed_a77ac, stream)), hot: hot, frac: frac}, nil
 }

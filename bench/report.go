@@ -20,6 +20,7 @@ type Result struct {
 	System    string // "limitd", "redis"
 	Label     string // free text naming the run in a comparison table
 	Target    string // addresses
+	Protocol  string // how checks were sent: "http", "grpc", "rls", "client" (limitd's Go client), "redis"
 	Nodes     int    // cluster size, when known
 	Algorithm string // or the policy, as "policy:NAME"
 	Limit     int64
@@ -53,6 +54,52 @@ type Result struct {
 	// not be measured.
 	CPU      []ProcessCPU
 	CPUError string
+
+	// Set by Run for the attack workload (Workload.HotKeys > 0): its mix,
+	// and the normal and the hot keys' checks apart.
+	HotKeys     int
+	HotFraction float64
+	HotLimit    int64
+	Normal, Hot *KeyClass
+}
+
+// KeyClass is one kind of key's share of an attack run: its decided checks
+// and errors, and the latency of its answered checks.
+type KeyClass struct {
+	Allowed, Refused, Errors int64
+	P50, P99, Max            time.Duration
+}
+
+// keyClassJSON is KeyClass in the JSON line, latencies in milliseconds.
+type keyClassJSON struct {
+	Allowed int64   `json:"allowed"`
+	Refused int64   `json:"refused"`
+	Errors  int64   `json:"errors"`
+	P50ms   float64 `json:"p50_ms"`
+	P99ms   float64 `json:"p99_ms"`
+	MaxMs   float64 `json:"max_ms"`
+}
+
+func (k *KeyClass) toJSON() *keyClassJSON {
+	if k == nil {
+		return nil
+	}
+	return &keyClassJSON{Allowed: k.Allowed, Refused: k.Refused, Errors: k.Errors, P50ms: ms(k.P50), P99ms: ms(k.P99), MaxMs: ms(k.Max)}
+}
+
+func (j *keyClassJSON) toKeyClass() *KeyClass {
+	if j == nil {
+		return nil
+	}
+	return &KeyClass{Allowed: j.Allowed, Refused: j.Refused, Errors: j.Errors, P50: fromMs(j.P50ms), P99: fromMs(j.P99ms), Max: fromMs(j.MaxMs)}
+}
+
+// summary is "12,345 checks/s (allowed 1, refused 2, errors 0), p50 1ms p99 2ms".
+func (k *KeyClass) summary(elapsed time.Duration) string {
+	return fmt.Sprintf("%s checks/s (allowed %s, refused %s, errors %s), p50 %s p99 %s max %s",
+		formatInt(int64(math.Round(perSec(k.Allowed+k.Refused, elapsed)))),
+		formatInt(k.Allowed), formatInt(k.Refused), formatInt(k.Errors),
+		fmtDuration(k.P50), fmtDuration(k.P99), fmtDuration(k.Max))
 }
 
 // Answered is the checks that got a decision (allowed + refused): the
@@ -88,6 +135,7 @@ type resultJSON struct {
 	System         string           `json:"system"`
 	Label          string           `json:"label,omitempty"`
 	Target         string           `json:"target"`
+	Protocol       string           `json:"protocol,omitempty"`
 	Nodes          int              `json:"nodes,omitempty"`
 	Algorithm      string           `json:"algorithm"`
 	Limit          int64            `json:"limit"`
@@ -116,6 +164,11 @@ type resultJSON struct {
 	RSSBytes       int64            `json:"rss_bytes,omitempty"`
 	CPU            []processCPUJSON `json:"cpu,omitempty"`
 	CPUError       string           `json:"cpu_error,omitempty"`
+	HotKeys        int              `json:"hot_keys,omitempty"`
+	HotFraction    float64          `json:"hot_fraction,omitempty"`
+	HotLimit       int64            `json:"hot_limit,omitempty"`
+	Normal         *keyClassJSON    `json:"normal,omitempty"`
+	Hot            *keyClassJSON    `json:"hot,omitempty"`
 }
 
 // processCPUJSON is one process's CPU: seconds over the run and
@@ -139,9 +192,11 @@ func (r Result) MarshalJSON() ([]byte, error) {
 		errs = nil
 	}
 	return json.Marshal(resultJSON{
-		System: r.System, Label: r.Label, Target: r.Target, Nodes: r.Nodes,
+		System: r.System, Label: r.Label, Target: r.Target, Protocol: r.Protocol, Nodes: r.Nodes,
 		Algorithm: r.Algorithm, Limit: r.Limit, Window: r.Window, Cost: r.Cost,
 		Concurrency: r.Concurrency, Keys: r.Keys, Dist: r.Dist, Batch: r.Batch,
+		HotKeys: r.HotKeys, HotFraction: r.HotFraction, HotLimit: r.HotLimit,
+		Normal: r.Normal.toJSON(), Hot: r.Hot.toJSON(),
 		DurationSec:    r.Elapsed.Seconds(),
 		ChecksPerSec:   math.Round(r.ChecksPerSec()*10) / 10,
 		RequestsPerSec: math.Round(r.RequestsPerSec()*10) / 10,
@@ -170,9 +225,11 @@ func (r *Result) UnmarshalJSON(b []byte) error {
 		return err
 	}
 	*r = Result{
-		System: j.System, Label: j.Label, Target: j.Target, Nodes: j.Nodes,
+		System: j.System, Label: j.Label, Target: j.Target, Protocol: j.Protocol, Nodes: j.Nodes,
 		Algorithm: j.Algorithm, Limit: j.Limit, Window: j.Window, Cost: j.Cost,
 		Concurrency: j.Concurrency, Keys: j.Keys, Dist: j.Dist, Batch: j.Batch,
+		HotKeys: j.HotKeys, HotFraction: j.HotFraction, HotLimit: j.HotLimit,
+		Normal: j.Normal.toKeyClass(), Hot: j.Hot.toKeyClass(),
 		Elapsed:  time.Duration(math.Round(j.DurationSec * float64(time.Second))),
 		Requests: j.Requests, Checks: j.Checks, Allowed: j.Allowed, Refused: j.Refused,
 		Errors: j.Errors, ErrorsByClass: j.ErrorsByClass, LastError: j.LastError,
@@ -224,6 +281,9 @@ func WriteTable(w io.Writer, r Result) error {
 	if r.Nodes > 0 {
 		target += fmt.Sprintf(" (%d node%s)", r.Nodes, plural(r.Nodes))
 	}
+	if r.Protocol != "" {
+		target += " over " + r.Protocol
+	}
 	if r.Target != "" {
 		target += " " + r.Target
 	}
@@ -251,6 +311,12 @@ func WriteTable(w io.Writer, r Result) error {
 	}
 	row(per, fmt.Sprintf("p50 %s  p90 %s  p99 %s  max %s",
 		fmtDuration(r.P50), fmtDuration(r.P90), fmtDuration(r.P99), fmtDuration(r.Max)))
+	if r.Normal != nil {
+		row("normal keys", r.Normal.summary(r.Elapsed))
+	}
+	if r.Hot != nil {
+		row("hot keys", r.Hot.summary(r.Elapsed))
+	}
 	if len(r.CPU) > 0 {
 		row("CPU per check", cpuString(r, ", "))
 	}
@@ -269,11 +335,11 @@ func WriteTable(w io.Writer, r Result) error {
 // run with the same key distribution (the issue's targets are stated that way).
 func WriteComparison(w io.Writer, results []Result, baseline string) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "system\trun\tnodes\tdist\tbatch\tchecks/s\tp50\tp90\tp99\tmax\tallowed\trefused\terrors\tvs %s\tCPU per check\t\n", baseline)
+	fmt.Fprintf(tw, "system\trun\tproto\tnodes\tdist\tbatch\tchecks/s\tp50\tp90\tp99\tmax\tnormal p99\tallowed\trefused\terrors\tvs %s\tCPU per check\t\n", baseline)
 	for _, r := range results {
 		ratio := "-"
 		if r.System != baseline {
-			if b, ok := findBaseline(results, baseline, r.Dist); ok && b.ChecksPerSec() > 0 {
+			if b, ok := findBaseline(results, baseline, r); ok && b.ChecksPerSec() > 0 {
 				ratio = fmt.Sprintf("%.2fx", r.ChecksPerSec()/b.ChecksPerSec())
 			}
 		}
@@ -289,10 +355,17 @@ func WriteComparison(w io.Writer, results []Result, baseline string) error {
 		if cpu == "" {
 			cpu = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
-			r.System, label, nodes, r.Dist, r.Batch,
+		proto, normalP99 := r.Protocol, "-"
+		if proto == "" {
+			proto = "-"
+		}
+		if r.Normal != nil {
+			normalP99 = fmtDuration(r.Normal.P99)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
+			r.System, label, proto, nodes, r.Dist, r.Batch,
 			formatInt(int64(math.Round(r.ChecksPerSec()))),
-			fmtDuration(r.P50), fmtDuration(r.P90), fmtDuration(r.P99), fmtDuration(r.Max),
+			fmtDuration(r.P50), fmtDuration(r.P90), fmtDuration(r.P99), fmtDuration(r.Max), normalP99,
 			formatInt(r.Allowed), formatInt(r.Refused), formatInt(r.Errors), ratio, cpu)
 	}
 	return tw.Flush()
@@ -336,9 +409,12 @@ func cpuString(r Result, sep string) string {
 	return strings.Join(parts, sep)
 }
 
-func findBaseline(results []Result, system, dist string) (Result, bool) {
+// findBaseline is the baseline system's single-check run of the same
+// workload as of: the same key distribution, and the attack run for an
+// attack run.
+func findBaseline(results []Result, system string, of Result) (Result, bool) {
 	for _, r := range results {
-		if r.System == system && r.Dist == dist && r.Batch <= 1 {
+		if r.System == system && r.Dist == of.Dist && r.Batch <= 1 && (r.HotKeys > 0) == (of.HotKeys > 0) {
 			return r, true
 		}
 	}
@@ -358,6 +434,9 @@ func workloadString(r Result) string {
 	}
 	if r.Cost != 1 {
 		s += fmt.Sprintf(", cost %d", r.Cost)
+	}
+	if r.HotKeys > 0 {
+		s += fmt.Sprintf(", attack: %g of checks on %d hot keys limited to %d per window", r.HotFraction, r.HotKeys, r.HotLimit)
 	}
 	return s
 }

@@ -20,10 +20,22 @@ type Workload struct {
 	Duration    time.Duration // measured time
 	Warmup      time.Duration // unmeasured time before it
 	Seed        uint64        // key sequence seed
+	// The attack workload (HotKeys > 0): HotFraction of the checks go to
+	// HotKeys hot keys (key indexes HotIndex(0..HotKeys-1)) whose limit is
+	// HotLimit per window, far below their traffic, so nearly every check
+	// on them is refused; the rest go to the Keys normal keys as usual. The
+	// result then reports the two classes apart (Result.Normal, .Hot).
+	HotKeys     int
+	HotFraction float64
+	HotLimit    int64
 	// CPU, if set, measures processes over the measured interval: the
 	// result's CPU and CPUError. (Not a flag: the driver knows the processes.)
 	CPU *CPUMeter
 }
+
+// DefaultHotLimit is the hot keys' limit per window in the attack workload:
+// one check per window, so a hot key is over its limit after its first check.
+const DefaultHotLimit = 1
 
 // DefaultWorkload is the reference run: 64 workers, 100,000 uniform
 // keys, single checks, 15 s after a 2 s warm-up.
@@ -37,6 +49,7 @@ func DefaultWorkload() Workload {
 		Duration:    15 * time.Second,
 		Warmup:      2 * time.Second,
 		Seed:        1,
+		HotLimit:    DefaultHotLimit,
 	}
 }
 
@@ -51,6 +64,9 @@ func (w *Workload) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&w.Duration, "duration", w.Duration, "measured duration")
 	fs.DurationVar(&w.Warmup, "warmup", w.Warmup, "unmeasured warm-up before the measured duration")
 	fs.Uint64Var(&w.Seed, "seed", w.Seed, "seed of the key sequence (same seed, same keys)")
+	fs.IntVar(&w.HotKeys, "hot-keys", w.HotKeys, "attack workload: number of hot keys hammered far over their limit (0: no attack)")
+	fs.Float64Var(&w.HotFraction, "hot-fraction", w.HotFraction, "attack workload: fraction of the checks sent to the hot keys, e.g. 0.9")
+	fs.Int64Var(&w.HotLimit, "hot-limit", w.HotLimit, "attack workload: the hot keys' limit per --window")
 }
 
 // Validate reports the first unusable setting.
@@ -64,9 +80,25 @@ func (w Workload) Validate() error {
 		return fmt.Errorf("duration must be positive, got %s", w.Duration)
 	case w.Warmup < 0:
 		return fmt.Errorf("warmup must not be negative, got %s", w.Warmup)
+	case w.HotKeys > 0 && w.Batch > 1:
+		return errors.New("the attack workload (hot keys) sends single checks: batch must be 1")
+	case w.HotKeys > 0 && w.HotLimit < 1:
+		return fmt.Errorf("hot limit must be at least 1, got %d", w.HotLimit)
 	}
-	_, err := NewKeyGen(w.Dist, w.Keys, w.ZipfS, w.Seed, 0)
+	_, err := w.keyGen(0)
 	return err
+}
+
+// Attack reports whether w is the attack workload.
+func (w Workload) Attack() bool { return w.HotKeys > 0 }
+
+// keyGen is worker stream's key generator.
+func (w Workload) keyGen(stream uint64) (KeyGen, error) {
+	g, err := NewKeyGen(w.Dist, w.Keys, w.ZipfS, w.Seed, stream)
+	if err != nil {
+		return nil, err
+	}
+	return NewAttackGen(g, w.HotKeys, w.HotFraction, w.Seed, stream)
 }
 
 // Progress is a live view of a run, delivered a few times a second.
@@ -91,6 +123,22 @@ type workerStats struct {
 	errs     [numErrorClasses]atomic.Int64
 	hist     Histogram
 	lastErr  atomic.Pointer[error]
+	// byKind splits single checks into normal [0] and hot [1] keys, for
+	// the attack workload.
+	byKind [2]kindStats
+}
+
+// kindStats are one kind of key's counts and latencies.
+type kindStats struct {
+	allowed, refused, errors atomic.Int64
+	hist                     Histogram
+}
+
+func kindOf(key int) int {
+	if IsHot(key) {
+		return 1
+	}
+	return 0
 }
 
 // Run drives t with w until w.Warmup+w.Duration have passed or ctx is done,
@@ -114,7 +162,7 @@ func Run(ctx context.Context, w Workload, t Target, onProgress func(Progress)) (
 	}
 	gens := make([]KeyGen, w.Concurrency)
 	for i := range gens {
-		g, err := NewKeyGen(w.Dist, w.Keys, w.ZipfS, w.Seed, uint64(i))
+		g, err := w.keyGen(uint64(i))
 		if err != nil {
 			return Result{}, err
 		}
@@ -218,30 +266,52 @@ func Run(ctx context.Context, w Workload, t Target, onProgress func(Progress)) (
 	r.Checks = r.Allowed + r.Refused + r.Errors
 	r.setLatencies(&h)
 	r.CPU, r.CPUError = cpu, cpuErr
+	if w.Attack() {
+		r.HotKeys, r.HotFraction, r.HotLimit = w.HotKeys, w.HotFraction, w.HotLimit
+		r.Normal, r.Hot = new(KeyClass), new(KeyClass)
+		for k, kc := range [2]*KeyClass{r.Normal, r.Hot} {
+			var h Histogram
+			for _, s := range stats {
+				ks := &s.byKind[k]
+				kc.Allowed += ks.allowed.Load()
+				kc.Refused += ks.refused.Load()
+				kc.Errors += ks.errors.Load()
+				h.Merge(&ks.hist)
+			}
+			kc.P50, kc.P99, kc.Max = h.Quantile(0.50), h.Quantile(0.99), h.Max()
+		}
+	}
 	return r, nil
 }
 
 func singleWorker(ctx context.Context, t Target, keys KeyGen, st *workerStats, measureFrom time.Time, stop *atomic.Bool) {
 	for !stop.Load() {
+		key := keys.Next()
 		begin := time.Now()
-		allowed, err := t.Do(ctx, keys.Next())
+		allowed, err := t.Do(ctx, key)
 		if begin.Before(measureFrom) {
 			continue
 		}
+		ks := &st.byKind[kindOf(key)]
 		if err != nil {
 			if ctx.Err() != nil {
 				return // cut off by the caller, not a failure of the target
 			}
 			st.requests.Add(1)
 			st.countError(err, 1)
+			ks.errors.Add(1)
 			continue
 		}
-		st.hist.Record(time.Since(begin))
+		lat := time.Since(begin)
+		st.hist.Record(lat)
+		ks.hist.Record(lat)
 		st.requests.Add(1)
 		if allowed {
 			st.allowed.Add(1)
+			ks.allowed.Add(1)
 		} else {
 			st.refused.Add(1)
+			ks.refused.Add(1)
 		}
 	}
 }

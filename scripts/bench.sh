@@ -1,27 +1,44 @@
 #!/usr/bin/env bash
 # Side-by-side benchmark: Redis + Lua with appendfsync always against a durable
-# limitd cluster, same workload generator, same report (issue 5).
+# limitd cluster, same workload generator, same report (issues 5, 12, 13, 14, 16).
 #
-#   scripts/bench.sh                 # the README's run: 15 s per workload
-#   DURATION=5s WARMUP=1s scripts/bench.sh   # a quick look
+#   scripts/bench.sh                          # every row, 15 s each: about 5 minutes
+#   DURATION=5s WARMUP=1s scripts/bench.sh    # a quick look: about 2 minutes
+#   ROWS="redis http grpc client" scripts/bench.sh   # a subset
 #
 # It installs redis-server with apt-get if it is missing, starts Redis on a
 # free 127.0.0.1 port with --appendonly yes --appendfsync always in a temporary
-# directory, and runs (C = 64, 100,000 keys, sliding_window 100 per 1 s):
-#   redis    uniform, zipf                      (scripts/redisbench, EVALSHA per check)
-#   limitd   3 nodes uniform, zipf, batches of 100 uniform; 1 node uniform
-#            (limitd bench --cluster N: fresh loopback nodes in temp dirs)
-# then prints one table with limitd's checks/s relative to Redis's and CPU per
-# check of every process (Redis, each limitd node by role: leader/follower, and
-# the load generator; user + system CPU from /proc/PID/stat over the measured
-# interval divided by the checks answered). Everything
-# it starts is stopped on exit, Ctrl-C included; each run is capped at
-# RUN_TIMEOUT seconds.
+# directory, and runs these rows (C = 64, 100,000 keys, sliding_window 100 per
+# 1 s; limitd rows start fresh loopback nodes with `limitd bench --cluster N`):
+#   redis         uniform single checks     (scripts/redisbench, EVALSHA per check)
+#   redis-zipf    zipf single checks
+#   redis-attack  the attack workload (below)
+#   bare          scripts/barehttp: decode the check JSON, encode a decision, no
+#                 Raft, no disk: the ceiling of single checks over HTTP/1.1 JSON
+#   http          limitd 3 nodes, HTTP/JSON single checks, round robin
+#   zipf          limitd 3 nodes, zipf
+#   batch         limitd 3 nodes, batches of $BATCH
+#   1node         limitd 1 node, HTTP/JSON single checks
+#   grpc          limitd 3 nodes, limitd.v1 Check over gRPC, round robin
+#   rls           limitd 3 nodes, Envoy RLS ShouldRateLimit, one descriptor
+#   client        limitd 3 nodes, limitd's Go client: 64 goroutines of single
+#                 client.Check calls (leader-aware, coalescing on)
+#   attack        limitd 3 nodes, requests round robin over all nodes:
+#                 $HOT_FRACTION of the checks on $HOT_KEYS hot keys limited to
+#                 $HOT_LIMIT per window, the rest on the normal keys
+# then prints one table with each run's checks/s relative to Redis's on the
+# same workload, the normal keys' p99 of attack runs, and CPU per check of
+# every process (Redis, barehttp, each limitd node by role: leader/follower,
+# and the load generator — for the client row that is the Go client's cost;
+# user + system CPU from /proc/PID/stat over the measured interval divided by
+# the checks answered). Everything it starts is stopped on exit, Ctrl-C
+# included; each run is capped at RUN_TIMEOUT seconds.
 #
-# Environment: DURATION (15s) WARMUP (2s) CONCURRENCY (64) KEYS (100000)
-# LIMIT (100) WINDOW (1s) BATCH (100) RUN_TIMEOUT (600) SERVE_FLAGS (extra
-# `limitd serve` flags for tuning, e.g. "--batch-max-wait=200us")
-# RESULTS (also copy the JSON lines to this file).
+# Environment: ROWS (all of the above, in that order) DURATION (15s) WARMUP
+# (2s) CONCURRENCY (64) KEYS (100000) LIMIT (100) WINDOW (1s) BATCH (100)
+# HOT_KEYS (10) HOT_FRACTION (0.9) HOT_LIMIT (1) RUN_TIMEOUT (600)
+# SERVE_FLAGS (extra `limitd serve` flags for tuning, e.g.
+# "--batch-max-wait=200us") RESULTS (also copy the JSON lines to this file).
 set -euo pipefail
 
 DURATION=${DURATION:-15s}
@@ -34,11 +51,27 @@ BATCH=${BATCH:-100}
 RUN_TIMEOUT=${RUN_TIMEOUT:-600}
 SERVE_FLAGS=${SERVE_FLAGS:-}
 RESULTS=${RESULTS:-}
+HOT_KEYS=${HOT_KEYS:-10}
+HOT_FRACTION=${HOT_FRACTION:-0.9}
+HOT_LIMIT=${HOT_LIMIT:-1}
+ALL_ROWS="redis redis-zipf redis-attack bare http zipf batch 1node grpc rls client attack"
+ROWS=${ROWS:-$ALL_ROWS}
+for r in $ROWS; do
+	case " $ALL_ROWS " in
+	*" $r "*) ;;
+	*)
+		echo "scripts/bench.sh: unknown row \"$r\" in ROWS (want some of: $ALL_ROWS)" >&2
+		exit 2
+		;;
+	esac
+done
+want() { [[ " $ROWS " == *" $1 "* ]]; }
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 work=$(mktemp -d "${TMPDIR:-/tmp}/limitd-bench.XXXXXX")
 results=$work/results.jsonl
 redis_pid=""
+bare_pid=""
 failed=0
 
 log() { printf '==> %s\n' "$*" >&2; }
@@ -56,10 +89,19 @@ stop_redis() {
 	redis_pid=""
 }
 
+stop_bare() {
+	if [[ -n $bare_pid ]] && kill -0 "$bare_pid" 2>/dev/null; then
+		kill -TERM "$bare_pid" 2>/dev/null || true
+		wait "$bare_pid" 2>/dev/null || true
+	fi
+	bare_pid=""
+}
+
 cleanup() {
 	local status=$?
 	trap - EXIT INT TERM
 	stop_redis
+	stop_bare
 	# limitd bench stops its nodes itself; if it was killed, its nodes (run
 	# from $work with data under $work) are found by that unique path.
 	local pids
@@ -76,7 +118,7 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 # --- Redis -------------------------------------------------------------------
-if ! command -v redis-server >/dev/null 2>&1; then
+if [[ " $ROWS " == *" redis"* ]] && ! command -v redis-server >/dev/null 2>&1; then
 	log "installing redis-server"
 	sudo=""
 	if [[ $(id -u) -ne 0 ]]; then sudo=sudo; fi
@@ -116,8 +158,9 @@ start_redis() {
 }
 
 # --- Build -------------------------------------------------------------------
-log "building limitd and redisbench"
-(cd "$root" && go build -o "$work/limitd" ./cmd/limitd && go build -o "$work/redisbench" ./scripts/redisbench)
+log "building limitd, redisbench and barehttp"
+(cd "$root" && go build -o "$work/limitd" ./cmd/limitd && go build -o "$work/redisbench" ./scripts/redisbench &&
+	go build -o "$work/barehttp" ./scripts/barehttp)
 
 common=(--concurrency "$CONCURRENCY" --keys "$KEYS" --limit "$LIMIT" --window "$WINDOW"
 	--duration "$DURATION" --warmup "$WARMUP" --json)
@@ -135,28 +178,61 @@ run() {
 	fi
 }
 
-# --- Runs --------------------------------------------------------------------
-start_redis
-log "redis $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p') on 127.0.0.1:$redis_port, appendonly yes, appendfsync always"
-run "uniform" "$work/redisbench" --addr "127.0.0.1:$redis_port" --server-pid "$redis_pid" --dist uniform
-run "zipf" "$work/redisbench" --addr "127.0.0.1:$redis_port" --server-pid "$redis_pid" --dist zipf
-stop_redis # nothing else on the CPU while limitd runs
+# The attack workload, the same for Redis and limitd.
+attack=(--hot-keys "$HOT_KEYS" --hot-fraction "$HOT_FRACTION" --hot-limit "$HOT_LIMIT")
 
-run "uniform" "$work/limitd" bench --cluster 3 "${serve[@]}" --algorithm sliding_window --dist uniform
-run "zipf" "$work/limitd" bench --cluster 3 "${serve[@]}" --algorithm sliding_window --dist zipf
-run "batch $BATCH" "$work/limitd" bench --cluster 3 "${serve[@]}" --algorithm sliding_window --dist uniform --batch "$BATCH"
-run "1 node" "$work/limitd" bench --cluster 1 "${serve[@]}" --algorithm sliding_window --dist uniform
+# --- Runs --------------------------------------------------------------------
+if want redis || want redis-zipf || want redis-attack; then
+	start_redis
+	log "redis $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p') on 127.0.0.1:$redis_port, appendonly yes, appendfsync always"
+	redis=("$work/redisbench" --addr "127.0.0.1:$redis_port" --server-pid "$redis_pid")
+	if want redis; then run "uniform" "${redis[@]}" --dist uniform; fi
+	if want redis-zipf; then run "zipf" "${redis[@]}" --dist zipf; fi
+	if want redis-attack; then run "attack" "${redis[@]}" --dist uniform "${attack[@]}"; fi
+	stop_redis # nothing else on the CPU while limitd runs
+fi
+
+if want bare; then
+	for _ in $(seq 20); do
+		bare_port=$((20000 + RANDOM % 40000))
+		port_free "$bare_port" && break
+	done
+	"$work/barehttp" "127.0.0.1:$bare_port" 2>"$work/barehttp.log" &
+	bare_pid=$!
+	run "bare http" "$work/limitd" bench --system barehttp --addrs "http://127.0.0.1:$bare_port" --pids "$bare_pid" \
+		--algorithm sliding_window --dist uniform
+	stop_bare
+fi
+
+lim=("$work/limitd" bench "${serve[@]}" --algorithm sliding_window)
+if want http; then run "http" "${lim[@]}" --cluster 3 --dist uniform; fi
+if want zipf; then run "zipf" "${lim[@]}" --cluster 3 --dist zipf; fi
+if want batch; then run "batch $BATCH" "${lim[@]}" --cluster 3 --dist uniform --batch "$BATCH"; fi
+if want 1node; then run "1 node" "${lim[@]}" --cluster 1 --dist uniform; fi
+if want grpc; then run "grpc" "${lim[@]}" --cluster 3 --dist uniform --target grpc; fi
+if want rls; then run "rls" "${lim[@]}" --cluster 3 --dist uniform --target rls; fi
+if want client; then run "client" "${lim[@]}" --cluster 3 --dist uniform --target client; fi
+if want attack; then run "attack" "${lim[@]}" --cluster 3 --dist uniform "${attack[@]}"; fi
 
 # --- Report ------------------------------------------------------------------
 echo
 echo "machine:  $(nproc) CPUs, $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), $(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo), $(uname -sr)"
-echo "software: $(go version | cut -d' ' -f3), redis $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p'), limitd $(cd "$root" && git describe --always --dirty 2>/dev/null || echo unknown)"
-echo "workload: concurrency $CONCURRENCY, $KEYS keys, sliding_window $LIMIT per $WINDOW, $DURATION after $WARMUP warm-up${SERVE_FLAGS:+, serve flags: $SERVE_FLAGS}"
-echo "command:  DURATION=$DURATION WARMUP=$WARMUP CONCURRENCY=$CONCURRENCY KEYS=$KEYS scripts/bench.sh"
+redis_version=$(redis-server --version 2>/dev/null | sed -n 's/.*v=\([^ ]*\).*/\1/p')
+echo "software: $(go version | cut -d' ' -f3), redis ${redis_version:-not run}, limitd $(cd "$root" && git describe --always --dirty 2>/dev/null || echo unknown)"
+echo "workload: concurrency $CONCURRENCY, $KEYS keys, sliding_window $LIMIT per $WINDOW, $DURATION after $WARMUP warm-up; attack: $HOT_FRACTION of checks on $HOT_KEYS hot keys limited to $HOT_LIMIT per $WINDOW${SERVE_FLAGS:+; serve flags: $SERVE_FLAGS}"
+echo "command:  ROWS=\"$ROWS\" DURATION=$DURATION WARMUP=$WARMUP CONCURRENCY=$CONCURRENCY KEYS=$KEYS scripts/bench.sh"
 echo
-"$work/redisbench" table "$results" || failed=1
+if [[ -s $results ]]; then
+	"$work/redisbench" table "$results" || failed=1
+else
+	log "no results"
+	failed=1
+fi
 echo
-echo "targets:  3-node single checks (uniform) >= 0.50x redis with p99 < 25ms; batches of $BATCH >= 3x; 1 node >= 0.80x"
+echo "targets:  issue 14: 3-node single checks (uniform) >= 0.50x redis with p99 < 25ms; batches of $BATCH >= 3x; 1 node >= 0.80x"
+echo "          issue 12: grpc single checks >= http single checks (same cluster size)"
+echo "          issue 13: client row's loadgen CPU per check < redis row's loadgen; client checks/s >= 1.5x redis"
+echo "          issue 16: attack >= 0.8x bare http checks/s and >= 2.5x limitd without the over-limit cache; normal p99 <= the http row's p99"
 if [[ -n $RESULTS ]]; then
 	cp "$results" "$RESULTS"
 	log "JSON lines copied to $RESULTS"

@@ -30,6 +30,24 @@ nodes itself (this executable, "serve", free loopback ports, temporary data
 directories; node 1 bootstraps, the others join it), benchmarks them and stops
 them at the end or on Ctrl-C.
 
+--target chooses how checks are sent:
+  http    POST /v1/check (or /v1/check/batch with --batch), JSON (default)
+  grpc    limitd.v1.Limitd/Check, one check per call (nodes need --grpc-addr:
+          --cluster starts them with it; with --addrs give --grpc-addrs)
+  rls     envoy.service.ratelimit.v3 ShouldRateLimit, one descriptor with one
+          entry per call, against the domain "` + benchRLSDomain + `", which the bench installs
+          first (PUT /v1/rls/domains/` + benchRLSDomain + `; admin token if the nodes need one);
+          --window must be one unit (1s, 1m, 1h, 24h); needs --grpc-addr like grpc
+  client  limitd's Go client (client.New with every address; one client.Check
+          per call, so concurrent calls are coalesced into batches as in a
+          Go service); the load generator's CPU per check is the client's
+
+The attack workload (--hot-keys N --hot-fraction F): F of the checks go to N
+hot keys whose limit is --hot-limit per --window (inline, same algorithm), far
+below their traffic, and the rest to the normal keys as usual. The report then
+shows the normal and the hot keys apart (checks/s, counts, p50/p99), so the
+normal keys' p99 can be compared with a run without the attack.
+
 At the end it prints checks/s (decided checks: allowed + refused), allowed and
 refused counts, p50/p90/p99/max latency per request, errors by class and CPU
 per check, or one JSON line with --json. CPU per check is each process's user
@@ -44,11 +62,29 @@ Examples:
   limitd bench --cluster 3 --duration 15s
   limitd bench --addrs http://10.0.0.1:8080,http://10.0.0.2:8080 --dist zipf
   limitd bench --cluster 3 --batch 100 --json
+  limitd bench --cluster 3 --target client
+  limitd bench --cluster 3 --target rls
+  limitd bench --cluster 3 --hot-keys 10 --hot-fraction 0.9 --hot-limit 1
 
 Flags:
 `
 
+// Targets of `limitd bench --target`.
+const (
+	benchTargetHTTP   = "http"
+	benchTargetGRPC   = "grpc"
+	benchTargetRLS    = "rls"
+	benchTargetClient = "client"
+)
+
+// benchRLSDomain is the Envoy rate-limit domain `--target rls` installs and
+// asks.
+const benchRLSDomain = "limitd-bench"
+
 type benchFlags struct {
+	target       string
+	grpcAddrs    string
+	system       string
 	work         bench.Workload
 	addrs        string
 	cluster      int
@@ -67,6 +103,9 @@ func newBenchFlagSet(out io.Writer) (*flag.FlagSet, *benchFlags) {
 	f := &benchFlags{work: bench.DefaultWorkload()}
 	fs := flag.NewFlagSet("limitd bench", flag.ContinueOnError)
 	fs.SetOutput(out)
+	fs.StringVar(&f.target, "target", benchTargetHTTP, "how checks are sent: http, grpc, rls or client (see above)")
+	fs.StringVar(&f.grpcAddrs, "grpc-addrs", "", "comma-separated gRPC addresses (host:port) of the --addrs nodes, in the same order, for --target grpc and rls")
+	fs.StringVar(&f.system, "system", "limitd", "name of the system in the report (e.g. barehttp when --addrs points at scripts/barehttp)")
 	fs.StringVar(&f.addrs, "addrs", "", "comma-separated HTTP addresses of running nodes, e.g. http://127.0.0.1:8080,http://127.0.0.1:8081 (default http://127.0.0.1:8080 unless --cluster)")
 	fs.IntVar(&f.cluster, "cluster", 0, "start a cluster of N nodes on loopback in temporary directories and bench it (1 is the single-node default deployment); 0 uses --addrs")
 	fs.StringVar(&f.serveFlags, "serve-flags", "", "extra flags for every node started by --cluster, space-separated (e.g. \"--batch-max-wait=200us\")")
@@ -123,6 +162,34 @@ func (f *benchFlags) validate(fs *flag.FlagSet) error {
 	if err := f.work.Validate(); err != nil {
 		return err
 	}
+	switch f.target {
+	case benchTargetHTTP, benchTargetGRPC, benchTargetRLS, benchTargetClient:
+	default:
+		return fmt.Errorf("--target must be http, grpc, rls or client, got %q", f.target)
+	}
+	grpc := f.target == benchTargetGRPC || f.target == benchTargetRLS
+	switch {
+	case f.work.Batch > 1 && f.target != benchTargetHTTP:
+		return fmt.Errorf("--batch is for --target http: --target %s sends single checks", f.target)
+	case f.grpcAddrs != "" && !grpc:
+		return errors.New("--grpc-addrs is for --target grpc and rls")
+	case f.grpcAddrs != "" && f.cluster > 0:
+		return errors.New("--grpc-addrs is for --addrs: --cluster starts its nodes with gRPC")
+	case grpc && f.cluster == 0 && f.grpcAddrs == "":
+		return fmt.Errorf("--target %s needs --grpc-addrs (or --cluster)", f.target)
+	case grpc && f.cluster == 0 && len(splitList(f.grpcAddrs)) != len(splitAddrs(f.addrs)) && f.addrs != "":
+		return fmt.Errorf("--grpc-addrs lists %d addresses for %d --addrs", len(splitList(f.grpcAddrs)), len(splitAddrs(f.addrs)))
+	case f.target == benchTargetRLS && f.check.Policy != "":
+		return errors.New("--target rls checks the limit of the domain it installs: --policy does not apply")
+	case f.target == benchTargetClient && f.check.Cost == 0:
+		return errors.New("--target client cannot peek (--cost 0): the Go client's Check always spends")
+	}
+	if f.target == benchTargetRLS {
+		f.check.HotLimit = f.work.HotLimit
+		if _, err := bench.RLSDomainConfig(benchRLSDomain, f.check); err != nil {
+			return fmt.Errorf("--target rls: %w", err)
+		}
+	}
 	switch {
 	case f.cluster < 0:
 		return fmt.Errorf("--cluster must not be negative, got %d", f.cluster)
@@ -149,19 +216,24 @@ func (f *benchFlags) validate(fs *flag.FlagSet) error {
 	}
 	if f.addrs == "" && f.cluster == 0 {
 		f.addrs = "http://127.0.0.1:8080"
+		if grpc && len(splitList(f.grpcAddrs)) != 1 {
+			return fmt.Errorf("--grpc-addrs lists %d addresses for 1 --addrs", len(splitList(f.grpcAddrs)))
+		}
 	}
+	f.check.HotLimit = f.work.HotLimit
 	return nil
 }
 
 func (f *benchFlags) run(ctx context.Context, stdout, stderr io.Writer) error {
 	addrs := splitAddrs(f.addrs)
+	grpcAddrs := splitList(f.grpcAddrs)
 	nodes := len(addrs)
 	var c *procCluster
 	if f.cluster > 0 {
 		fmt.Fprintf(stderr, "limitd bench: starting a %d-node cluster on loopback\n", f.cluster)
 		began := time.Now()
 		var err error
-		c, err = startBenchCluster(ctx, f.cluster, strings.Fields(f.serveFlags))
+		c, err = startBenchCluster(ctx, f.cluster, strings.Fields(f.serveFlags), f.target == benchTargetGRPC || f.target == benchTargetRLS)
 		if err != nil {
 			return err
 		}
@@ -172,6 +244,9 @@ func (f *benchFlags) run(ctx context.Context, stdout, stderr io.Writer) error {
 		}()
 		fmt.Fprintf(stderr, "limitd bench: cluster ready in %s\n", time.Since(began).Round(10*time.Millisecond))
 		addrs, nodes = c.addrs(), f.cluster
+		for _, nd := range c.nodes {
+			grpcAddrs = append(grpcAddrs, nd.grpcAddr)
+		}
 	} else if err := waitBenchReady(ctx, addrs, benchReadyWait); err != nil {
 		return err
 	}
@@ -187,13 +262,16 @@ func (f *benchFlags) run(ctx context.Context, stdout, stderr io.Writer) error {
 	}
 	f.work.CPU = bench.NewCPUMeter(procs...)
 
-	target, err := bench.NewHTTPTarget(bench.HTTPConfig{
-		Addrs: addrs, Check: f.check, Concurrency: f.work.Concurrency, Timeout: f.timeout,
-	})
+	if f.target == benchTargetRLS {
+		if err := putBenchRLSDomain(ctx, addrs, f.adminToken, f.check); err != nil {
+			return err
+		}
+	}
+	target, closeTarget, err := f.newTarget(addrs, grpcAddrs)
 	if err != nil {
 		return err
 	}
-	defer target.Close()
+	defer closeTarget()
 
 	var onProgress func(bench.Progress)
 	var bar *bench.ProgressBar
@@ -208,15 +286,27 @@ func (f *benchFlags) run(ctx context.Context, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if ct, ok := target.(*bench.ClientTarget); ok {
+		// How much the client coalesced explains its CPU per check.
+		st := ct.Stats()
+		fmt.Fprintf(stderr, "limitd bench: Go client sent %d batches for %d checks (%.1f per batch, warm-up included), %d retries, %d leader changes\n",
+			st.Batches, st.Checks, float64(st.Checks)/float64(max(st.Batches, 1)), st.Retries, st.LeaderChanges)
+	}
 	if c != nil {
 		res.DiskBytes, res.RSSBytes = c.footprint()
 	}
-	res.System = "limitd"
+	res.System = f.system
 	res.Label = f.label
+	res.Protocol = f.target
 	res.Target = strings.Join(addrs, ",")
+	if f.target == benchTargetGRPC || f.target == benchTargetRLS {
+		res.Target = strings.Join(grpcAddrs, ",")
+	}
 	res.Nodes = nodes
 	res.Cost = f.check.Cost
-	if f.check.Policy != "" {
+	if f.target == benchTargetRLS {
+		res.Algorithm, res.Limit, res.Window = "rls:"+f.check.Algorithm, f.check.Limit, f.check.Window
+	} else if f.check.Policy != "" {
 		res.Algorithm = "policy:" + f.check.Policy
 		if f.createPolicy || f.cluster > 0 {
 			res.Limit, res.Window = f.check.Limit, f.check.Window
@@ -275,7 +365,11 @@ func (f *benchFlags) measuredProcesses(ctx context.Context, c *procCluster, addr
 	for i, pid := range pids {
 		procs = append(procs, bench.ProcessCPU{Role: nodeRole(ctx, addrs[i], f.adminToken), Name: names[i], PID: pid})
 	}
-	return append(procs, bench.ProcessCPU{Role: "load generator", Name: "limitd bench", PID: os.Getpid()}), nil
+	name := "limitd bench"
+	if f.target == benchTargetClient {
+		name = "limitd bench (Go client)"
+	}
+	return append(procs, bench.ProcessCPU{Role: "load generator", Name: name, PID: os.Getpid()}), nil
 }
 
 // nodeRole asks a node for its Raft state: "leader", "follower", or "node"
@@ -403,7 +497,7 @@ var benchReadyWait = 5 * time.Second
 
 // startBenchCluster starts n nodes named bench1..benchN in a new temporary
 // directory, which stop removes.
-func startBenchCluster(ctx context.Context, n int, extra []string) (*procCluster, error) {
+func startBenchCluster(ctx context.Context, n int, extra []string, withGRPC bool) (*procCluster, error) {
 	dir, err := os.MkdirTemp("", "limitd-bench-")
 	if err != nil {
 		return nil, fmt.Errorf("create cluster directory: %w", err)
@@ -412,10 +506,104 @@ func startBenchCluster(ctx context.Context, n int, extra []string) (*procCluster
 	for i := range ids {
 		ids[i] = fmt.Sprintf("bench%d", i+1)
 	}
-	c, err := startProcCluster(ctx, dir, ids, extra)
+	c, err := startProcClusterGRPC(ctx, dir, ids, extra, withGRPC)
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
 	return c, nil
+}
+
+// newTarget builds the --target's load generator, and what closes it.
+func (f *benchFlags) newTarget(addrs, grpcAddrs []string) (bench.Target, func(), error) {
+	switch f.target {
+	case benchTargetGRPC:
+		t, err := bench.NewGRPCTarget(bench.GRPCConfig{Addrs: grpcAddrs, Check: f.check, Timeout: f.timeout})
+		if err != nil {
+			return nil, nil, err
+		}
+		return t, t.Close, nil
+	case benchTargetRLS:
+		t, err := bench.NewRLSTarget(bench.GRPCConfig{Addrs: grpcAddrs, Check: f.check, RLSDomain: benchRLSDomain, Timeout: f.timeout})
+		if err != nil {
+			return nil, nil, err
+		}
+		return t, t.Close, nil
+	case benchTargetClient:
+		t, err := bench.NewClientTarget(bench.ClientConfig{Addrs: addrs, Check: f.check, Timeout: f.timeout})
+		if err != nil {
+			return nil, nil, err
+		}
+		return t, t.Close, nil
+	}
+	t, err := bench.NewHTTPTarget(bench.HTTPConfig{
+		Addrs: addrs, Check: f.check, Concurrency: f.work.Concurrency, Timeout: f.timeout,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return t, t.Close, nil
+}
+
+// splitList splits a comma-separated list, dropping blanks.
+func splitList(s string) []string {
+	var out []string
+	for _, a := range strings.Split(s, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// putBenchRLSDomain installs the --target rls domain through the first
+// node and waits until every node has applied it, so no check of the run
+// meets a node that does not know the domain yet.
+func putBenchRLSDomain(ctx context.Context, addrs []string, token string, c bench.CheckSpec) error {
+	cfg, err := bench.RLSDomainConfig(benchRLSDomain, c)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	do := func(method, u string, body []byte) (*http.Response, error) {
+		req, err := http.NewRequestWithContext(ctx, method, u, bytes.NewReader(body))
+		if err != nil {
+			return nil, err
+		}
+		if body != nil {
+			req.Header.Set("Content-Type", "application/yaml")
+		}
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		return http.DefaultClient.Do(req)
+	}
+	path := "/v1/rls/domains/" + url.PathEscape(benchRLSDomain)
+	resp, err := do(http.MethodPut, addrs[0]+path, []byte(cfg))
+	if err != nil {
+		return fmt.Errorf("install RLS domain %q: %w", benchRLSDomain, err)
+	}
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+	resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("install RLS domain %q: PUT %s: %s %s", benchRLSDomain, addrs[0]+path, resp.Status, bytes.TrimSpace(b))
+	}
+	for _, a := range addrs[1:] {
+		for {
+			resp, err := do(http.MethodGet, a+path, nil)
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					break
+				}
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("RLS domain %q not applied on %s: %v", benchRLSDomain, a, ctx.Err())
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}
+	return nil
 }

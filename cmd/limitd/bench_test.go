@@ -435,6 +435,20 @@ func TestBenchFailures(t *testing.T) {
 		{"pids and discover", []string{"--pids", "1", "--discover-pids"}, 2, "exclude each other"},
 		{"pids count", []string{"--addrs", "a:1,b:2", "--pids", "12"}, 2, "--pids lists 1 process ids for 2 --addrs"},
 		{"bad pid", []string{"--pids", "x"}, 2, `--pids: "x" is not a process id`},
+		{"unknown target", []string{"--target", "udp"}, 2, `--target must be http, grpc, rls or client, got "udp"`},
+		{"grpc without grpc addrs", []string{"--target", "grpc", "--addrs", "a:1"}, 2, "--target grpc needs --grpc-addrs"},
+		{"grpc addrs count", []string{"--target", "grpc", "--addrs", "a:1,b:2", "--grpc-addrs", "a:3"}, 2, "--grpc-addrs lists 1 addresses for 2 --addrs"},
+		{"grpc addrs for default addr", []string{"--target", "rls", "--grpc-addrs", "a:3,b:4"}, 2, "--grpc-addrs lists 2 addresses for 1 --addrs"},
+		{"grpc addrs for http", []string{"--grpc-addrs", "a:3"}, 2, "--grpc-addrs is for --target grpc and rls"},
+		{"grpc addrs with cluster", []string{"--cluster", "1", "--target", "grpc", "--grpc-addrs", "a:3"}, 2, "--cluster starts its nodes with gRPC"},
+		{"batch over grpc", []string{"--cluster", "1", "--target", "grpc", "--batch", "10"}, 2, "--batch is for --target http"},
+		{"rls window", []string{"--cluster", "1", "--target", "rls", "--window", "90s"}, 2, "--target rls: the RLS target needs a window of one rate-limit unit"},
+		{"rls policy", []string{"--cluster", "1", "--target", "rls", "--policy", "api"}, 2, "--policy does not apply"},
+		{"client peek", []string{"--cluster", "1", "--target", "client", "--cost", "0"}, 2, "cannot peek"},
+		{"attack batch", []string{"--hot-keys", "10", "--hot-fraction", "0.9", "--batch", "10"}, 2, "batch must be 1"},
+		{"attack without fraction", []string{"--hot-keys", "10"}, 2, "an attack needs both hot keys and a hot fraction"},
+		{"attack fraction", []string{"--hot-keys", "10", "--hot-fraction", "1.5"}, 2, "hot fraction must be in [0, 1]"},
+		{"attack hot limit", []string{"--hot-keys", "1", "--hot-fraction", "0.5", "--hot-limit", "0"}, 2, "hot limit must be at least 1"},
 	}
 	for _, tt := range tests {
 		var out, errb bytes.Buffer
@@ -652,5 +666,81 @@ func TestBenchRealCluster(t *testing.T) {
 	}
 	if left, _ := os.ReadDir(tmp); len(left) != 0 {
 		t.Errorf("temporary files left behind: %v", left)
+	}
+}
+
+// Every --target against a real 1-node cluster (this test binary running
+// runServe, with --grpc-addr for grpc and rls), each under the attack
+// workload: the checks are decided by the node over the chosen protocol,
+// the hot keys by the hot limit, and the report splits the two kinds.
+func TestBenchTargetsAndAttackRealNode(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts real Raft nodes")
+	}
+	_, tmp := useTestNodes(t, realNodeEnv)
+	for _, target := range []string{"http", "grpc", "rls", "client"} {
+		began := time.Now()
+		// 2 hot keys at 1 per minute: each is allowed exactly once in a
+		// fresh node's run; 1,000 normal keys at 100 per minute never refuse.
+		r, stderr := runBenchJSON(t, "--cluster", "1", "--target", target, "--duration", "400ms", "--warmup", "0",
+			"--concurrency", "8", "--keys", "1000", "--limit", "100", "--window", "1m", "--algorithm", "sliding_window",
+			"--hot-keys", "2", "--hot-fraction", "0.5", "--hot-limit", "1")
+		t.Logf("%s: %.0f checks/s, run took %s", target, r.ChecksPerSec(), time.Since(began).Round(time.Millisecond))
+		if r.Protocol != target || r.Errors != 0 {
+			t.Errorf("%s: protocol %q, %d errors (%s)\n%s", target, r.Protocol, r.Errors, r.LastError, stderr)
+		}
+		if r.Hot == nil || r.Normal == nil {
+			t.Fatalf("%s: no attack report: %+v", target, r)
+		}
+		if r.Hot.Allowed != 2 || r.Hot.Refused == 0 || r.Normal.Refused != 0 || r.Normal.Allowed == 0 {
+			t.Errorf("%s: hot %+v normal %+v; want 2 hot allowed, the rest refused, no normal refused", target, *r.Hot, *r.Normal)
+		}
+		roles := map[string]int{}
+		for _, p := range r.CPU {
+			roles[p.Role]++
+			if p.Role == "load generator" && target == "client" && p.Name != "limitd bench (Go client)" {
+				t.Errorf("client: load generator named %q", p.Name)
+			}
+		}
+		if roles["leader"] != 1 || roles["load generator"] != 1 || r.CPUError != "" {
+			t.Errorf("%s: CPU measured for %v (%s)", target, roles, r.CPUError)
+		}
+		if target == "client" && !strings.Contains(stderr, "Go client sent") {
+			t.Errorf("client: no coalescing figures on stderr:\n%s", stderr)
+		}
+		if (target == "grpc" || target == "rls") && strings.HasPrefix(r.Target, "http") {
+			t.Errorf("%s: target %q, want the gRPC address", target, r.Target)
+		}
+	}
+	if left, _ := os.ReadDir(tmp); len(left) != 0 {
+		t.Errorf("temporary files left behind: %v", left)
+	}
+}
+
+// Against running nodes: --addrs for HTTP (readiness, roles, the domain)
+// and --grpc-addrs, in the same order, for the RLS calls.
+func TestBenchRLSAgainstRunningNodes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a real Raft node")
+	}
+	useTestNodes(t, realNodeEnv)
+	c, err := startProcClusterGRPC(t.Context(), t.TempDir(), []string{"n1"}, nil, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.stop()
+	nd := c.nodes[0]
+	r, stderr := runBenchJSON(t, "--addrs", nd.url(""), "--grpc-addrs", nd.grpcAddr, "--pids", strconv.Itoa(nd.pid()),
+		"--target", "rls", "--duration", "300ms", "--warmup", "0", "--concurrency", "4", "--keys", "3",
+		"--limit", "5", "--window", "1m")
+	if r.Errors != 0 || r.Target != nd.grpcAddr || r.Protocol != "rls" {
+		t.Errorf("%d errors (%s), target %q protocol %q\n%s", r.Errors, r.LastError, r.Target, r.Protocol, stderr)
+	}
+	// 3 keys at 5 per minute (the installed domain's rule): exactly 15 allowed.
+	if r.Allowed != 15 || r.Refused == 0 {
+		t.Errorf("allowed %d refused %d, want 15 and refusals", r.Allowed, r.Refused)
+	}
+	if len(r.CPU) != 2 || r.CPU[0].PID != nd.pid() || r.CPU[0].Role != "leader" {
+		t.Errorf("CPU %+v", r.CPU)
 	}
 }

@@ -35,6 +35,7 @@ var procServe = func() (string, []string, error) {
 type procNode struct {
 	id, httpAddr, raftAddr, dataDir, logPath string
 	join                                     string   // --join address, "" to bootstrap
+	grpcAddr                                 string   // --grpc-addr, "" for none
 	exe                                      string   // the executable
 	prefix                                   []string // arguments before the flags ("serve")
 
@@ -78,6 +79,9 @@ func (nd *procNode) start(extra ...string) error {
 	args = append(args, "--node-id", nd.id, "--http-addr", nd.httpAddr, "--raft-addr", nd.raftAddr, "--data-dir", nd.dataDir)
 	if nd.join != "" {
 		args = append(args, "--join", nd.join)
+	}
+	if nd.grpcAddr != "" {
+		args = append(args, "--grpc-addr", nd.grpcAddr)
 	}
 	args = append(args, extra...)
 	logf, err := os.Create(nd.logPath)
@@ -226,12 +230,18 @@ var (
 // On failure everything started is stopped and the error carries the end of
 // the nodes' logs. dir is not removed: stop does that.
 func startProcCluster(ctx context.Context, dir string, ids []string, extra []string) (*procCluster, error) {
+	return startProcClusterGRPC(ctx, dir, ids, extra, false)
+}
+
+// startProcClusterGRPC is startProcCluster, with every node also serving
+// gRPC on a free loopback port of its own (procNode.grpcAddr) if withGRPC.
+func startProcClusterGRPC(ctx context.Context, dir string, ids []string, extra []string, withGRPC bool) (*procCluster, error) {
 	exe, prefix, err := procServe()
 	if err != nil {
 		return nil, fmt.Errorf("find the limitd executable: %w", err)
 	}
 	c := &procCluster{dir: dir}
-	ports, err := freeLoopbackAddrs(2 * len(ids))
+	ports, err := freeLoopbackAddrs(3 * len(ids))
 	if err != nil {
 		return nil, err
 	}
@@ -240,6 +250,9 @@ func startProcCluster(ctx context.Context, dir string, ids []string, extra []str
 			id: id, httpAddr: ports[2*i], raftAddr: ports[2*i+1],
 			dataDir: filepath.Join(dir, id), logPath: filepath.Join(dir, id+".log"),
 			exe: exe, prefix: prefix,
+		}
+		if withGRPC {
+			nd.grpcAddr = ports[2*len(ids)+i]
 		}
 		if i > 0 {
 			nd.join = c.nodes[0].url("")

@@ -107,6 +107,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	t, err := newTarget(ctx, targetConfig{
 		Addr: *addr, Conns: work.Concurrency, Timeout: *timeout, Wait: *wait,
 		KeyPrefix: *prefix, Limit: *limit, WindowUS: window.Microseconds(), Cost: *cost,
+		HotLimit: work.HotLimit,
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "redisbench: %v\n", err)
@@ -144,7 +145,8 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "redisbench: %v\n", err)
 		return 1
 	}
-	res.System, res.Label, res.Target = "redis", *label, "redis://"+*addr
+	res.System, res.Label, res.Target, res.Protocol = "redis", *label, "redis://"+*addr, "redis"
+
 	res.Nodes = 1
 	res.Algorithm, res.Limit, res.Window, res.Cost = "sliding_window", *limit, window.String(), *cost
 	if *jsonOut {
@@ -209,6 +211,7 @@ type targetConfig struct {
 	Limit     int64
 	WindowUS  int64
 	Cost      int64
+	HotLimit  int64 // the attack workload's hot keys' limit per window
 }
 
 // target runs the Lua script once per check.
@@ -217,6 +220,7 @@ type target struct {
 	sha    string
 	prefix string
 	args   []any // limit, window, cost: the same for every call
+	hot    []any // the same for the attack workload's hot keys
 }
 
 func newTarget(ctx context.Context, c targetConfig) (*target, error) {
@@ -259,16 +263,30 @@ func newTarget(ctx context.Context, c targetConfig) (*target, error) {
 		args: []any{
 			strconv.FormatInt(c.Limit, 10), strconv.FormatInt(c.WindowUS, 10), strconv.FormatInt(c.Cost, 10),
 		},
+		hot: []any{
+			strconv.FormatInt(max(c.HotLimit, 1), 10), strconv.FormatInt(c.WindowUS, 10), strconv.FormatInt(c.Cost, 10),
+		},
 	}, nil
 }
 
 func (t *target) Close() error { return t.rdb.Close() }
 
-func (t *target) key(i int) string { return t.prefix + strconv.Itoa(i) }
+// key is the key of index i; a hot key (bench.IsHot) is the prefix, "hot"
+// and its number, as limitd bench names it.
+func (t *target) key(i int) string {
+	if bench.IsHot(i) {
+		return t.prefix + "hot" + strconv.Itoa(bench.HotNumber(i))
+	}
+	return t.prefix + strconv.Itoa(i)
+}
 
-// Do runs one check.
+// Do runs one check; a hot key is checked against the hot limit.
 func (t *target) Do(ctx context.Context, keyIndex int) (bool, error) {
-	res, err := t.rdb.EvalSha(ctx, t.sha, []string{t.key(keyIndex)}, t.args...).Int64Slice()
+	args := t.args
+	if bench.IsHot(keyIndex) {
+		args = t.hot
+	}
+	res, err := t.rdb.EvalSha(ctx, t.sha, []string{t.key(keyIndex)}, args...).Int64Slice()
 	if err != nil {
 		return false, err
 	}

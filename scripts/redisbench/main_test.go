@@ -296,3 +296,43 @@ func TestRedisbenchFlagsAndTable(t *testing.T) {
 		t.Errorf("bad table input: exit %d, %s", code, errb.String())
 	}
 }
+
+// The attack workload: hot keys are checked against the hot limit, under
+// their own names, and the report splits normal from hot keys.
+func TestRedisbenchAttack(t *testing.T) {
+	addr := startRedis(t)
+	var out, errb bytes.Buffer
+	code := run([]string{"--addr", addr, "--duration", "300ms", "--warmup", "0", "--concurrency", "4",
+		"--keys", "1000", "--limit", "100", "--window", "10s", "--key-prefix", "atk:",
+		"--hot-keys", "2", "--hot-fraction", "0.8", "--hot-limit", "3", "--json"}, nil, &out, &errb)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	rs, err := bench.ReadJSONLines(&out)
+	if err != nil || len(rs) != 1 {
+		t.Fatalf("%v %v", rs, err)
+	}
+	r := rs[0]
+	if r.Normal == nil || r.Hot == nil || r.HotKeys != 2 || r.HotLimit != 3 {
+		t.Fatalf("no attack report: %+v", r)
+	}
+	// Two hot keys at 3 per 10 s admit exactly 6 within 0.3 s; the normal
+	// keys (100 per 10 s, a handful of checks each) are never refused.
+	if r.Hot.Allowed != 6 || r.Hot.Refused == 0 || r.Normal.Refused != 0 || r.Normal.Allowed == 0 {
+		t.Errorf("hot %+v normal %+v", *r.Hot, *r.Normal)
+	}
+	if r.Hot.Allowed+r.Hot.Refused+r.Normal.Allowed+r.Normal.Refused != r.Allowed+r.Refused {
+		t.Errorf("classes do not add up: hot %+v normal %+v total %d", *r.Hot, *r.Normal, r.Allowed+r.Refused)
+	}
+	// The script stored the hot keys under their names.
+	tg, err := newTarget(context.Background(), targetConfig{Addr: addr, Conns: 1, Timeout: time.Second, Wait: time.Second, KeyPrefix: "atk:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tg.Close()
+	for _, k := range []string{"atk:hot0", "atk:hot1"} {
+		if n, err := tg.rdb.Exists(context.Background(), k).Result(); err != nil || n != 1 {
+			t.Errorf("key %s: exists %d, %v", k, n, err)
+		}
+	}
+}
