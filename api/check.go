@@ -28,7 +28,7 @@ func (s *Server) handleCheck(w http.ResponseWriter, req *http.Request, _ httprou
 		writeError(w, e)
 		return
 	}
-	res, se := s.svc.Check(req.Context(), &cr)
+	res, se := s.svc.Check(service.Detach(req.Context()), &cr)
 	s.metrics.observe(endpointCheck, start)
 	if se != nil {
 		writeError(w, s.httpError(se))
@@ -56,7 +56,7 @@ func (s *Server) handleCheckAll(w http.ResponseWriter, req *http.Request, _ http
 		writeError(w, e)
 		return
 	}
-	res, se := s.svc.CheckAll(req.Context(), checks, requestID)
+	res, se := s.svc.CheckAll(service.Detach(req.Context()), checks, requestID)
 	s.metrics.observe(endpointCheckAll, start)
 	if se != nil {
 		writeError(w, s.httpError(se))
@@ -93,7 +93,7 @@ func (s *Server) handleBatch(w http.ResponseWriter, req *http.Request, _ httprou
 		writeError(w, e)
 		return
 	}
-	results, se := s.svc.Batch(req.Context(), reqs, errs)
+	results, se := s.svc.Batch(service.Detach(req.Context()), reqs, errs)
 	s.metrics.observe(endpointBatch, start)
 	if se != nil {
 		writeError(w, s.httpError(se))
@@ -126,7 +126,7 @@ func (s *Server) handlePeekKey(w http.ResponseWriter, req *http.Request, ps http
 		writeError(w, e)
 		return
 	}
-	res, se := s.svc.Peek(req.Context(), &c)
+	res, se := s.svc.Peek(service.Detach(req.Context()), &c)
 	s.metrics.observe(endpointPeek, start)
 	if se != nil {
 		writeError(w, s.httpError(se))

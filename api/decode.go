@@ -31,11 +31,31 @@ type checkJSON struct {
 // decodeCheck decodes the body of POST /v1/check. The service validates the
 // rest.
 func (s *Server) decodeCheck(body []byte) (service.CheckRequest, *apiError) {
-	var cj checkJSON
-	if e := decodeStrict(body, &cj, ""); e != nil {
+	if e := scanJSON(body, "", true, 0); e != nil {
 		return service.CheckRequest{}, e
 	}
-	return s.checkRequest(&cj, true)
+	var fc fastCheckJSON
+	if fastCheck(body, &fc) {
+		r := service.CheckRequest{Cost: 1}
+		if fc.hasCost {
+			r.Cost = fc.cost
+		}
+		// One string for the key and the request id; the policy name is
+		// interned. The limit stays in body: the limit cache copies it.
+		if len(fc.key)+len(fc.requestID) > 0 {
+			both := string(fc.key) + string(fc.requestID)
+			r.Key, r.RequestID = both[:len(fc.key)], both[len(fc.key):]
+		}
+		if len(fc.policy) > 0 {
+			r.Policy = s.policyNames.get(fc.policy)
+		}
+		return s.withLimit(r, fc.limit, true)
+	}
+	cj := new(checkJSON) // encoding/json's target escapes: kept off the fast path
+	if e := decodeJSON(body, cj, ""); e != nil {
+		return service.CheckRequest{}, e
+	}
+	return s.checkRequest(cj, true)
 }
 
 // batchJSON is the wire form of POST /v1/check/batch and /v1/check/all, with
@@ -148,10 +168,15 @@ func (s *Server) checkRequest(cj *checkJSON, withRequestID bool) (service.CheckR
 	if cj.Cost != nil {
 		r.Cost = *cj.Cost
 	}
-	if len(cj.Limit) > 0 && string(cj.Limit) != "null" {
+	return s.withLimit(r, cj.Limit, withRequestID)
+}
+
+// withLimit resolves r's inline limit from its JSON (absent or null: none).
+func (s *Server) withLimit(r service.CheckRequest, limit json.RawMessage, withRequestID bool) (service.CheckRequest, *apiError) {
+	if len(limit) > 0 && string(limit) != "null" {
 		e := service.Invalid("limit", "give either policy or limit, not both")
-		if cj.Policy == "" {
-			r.Limit, e = s.limits.Get(cj.Limit, "limit", decodeLimitConfig)
+		if r.Policy == "" {
+			r.Limit, e = s.limits.Get(limit, "limit", decodeLimitConfig)
 		}
 		if e != nil {
 			// The service validates the key, cost and request id first: so

@@ -109,6 +109,8 @@ type Server struct {
 	handler http.Handler
 	metrics *metrics
 	limits  service.LimitCache // inline limits by their JSON bytes
+	// policyNames interns the policy names of check bodies (fastcheck.go).
+	policyNames policyNames
 
 	keySource    KeySource
 	keySourceErr error // a bad Config.AuthKeySource fails /v1/auth, not the node
