@@ -30,6 +30,7 @@ func (s *Server) handleCheck(w http.ResponseWriter, req *http.Request, _ httprou
 	}
 	res, se := s.svc.Check(service.Detach(req.Context()), &cr)
 	s.metrics.observe(endpointCheck, start)
+	s.setLeader(w.Header())
 	if se != nil {
 		writeError(w, s.httpError(se))
 		return
@@ -58,6 +59,7 @@ func (s *Server) handleCheckAll(w http.ResponseWriter, req *http.Request, _ http
 	}
 	res, se := s.svc.CheckAll(service.Detach(req.Context()), checks, requestID)
 	s.metrics.observe(endpointCheckAll, start)
+	s.setLeader(w.Header())
 	if se != nil {
 		writeError(w, s.httpError(se))
 		return
@@ -95,6 +97,7 @@ func (s *Server) handleBatch(w http.ResponseWriter, req *http.Request, _ httprou
 	}
 	results, se := s.svc.Batch(service.Detach(req.Context()), reqs, errs)
 	s.metrics.observe(endpointBatch, start)
+	s.setLeader(w.Header())
 	if se != nil {
 		writeError(w, s.httpError(se))
 		return
@@ -128,6 +131,7 @@ func (s *Server) handlePeekKey(w http.ResponseWriter, req *http.Request, ps http
 	}
 	res, se := s.svc.Peek(service.Detach(req.Context()), &c)
 	s.metrics.observe(endpointPeek, start)
+	s.setLeader(w.Header())
 	if se != nil {
 		writeError(w, s.httpError(se))
 		return

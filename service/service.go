@@ -101,6 +101,7 @@ type Service struct {
 	// timeout is cfg.RequestTimeout as text, for error messages.
 	timeout   string
 	deadlines sharedDeadlines
+	leader    leaderCache
 }
 
 // New returns the service for node.
@@ -117,6 +118,7 @@ func New(node Node, cfg Config) *Service {
 	}
 	s := &Service{node: node, cfg: cfg, obs: obs, timeout: cfg.RequestTimeout.String()}
 	s.deadlines.timeout, s.deadlines.slack = cfg.RequestTimeout, cfg.RequestTimeout/deadlineSlack
+	s.leader.loc, _ = node.(LeaderLocator)
 	return s
 }
 
@@ -206,5 +208,67 @@ func (s *Service) limitOf(policy string) Limit {
 	return Limit{Name: policy, Spec: p.Spec, Known: ok}
 }
 
+// LeaderLocator is implemented by a Node that can tell where the Raft leader
+// is (cluster.Node does); front ends pass it on to clients as a hint.
+type LeaderLocator interface {
+	// LeaderID is the leader's id ("" when unknown) and whether it is this
+	// node; it must be cheap enough to call on every request.
+	LeaderID() (id string, self bool)
+	// LeaderHTTPAddr is the leader's id and HTTP address (addr "" when
+	// unknown); it may cost more, and is called when LeaderID changes or the
+	// cache is old.
+	LeaderHTTPAddr() (id, addr string)
+}
+
+// Leader returns the HTTP address of the leader when this node is not it,
+// as a one-element slice ready for an http.Header (shared: never modify it),
+// and nil when this node is the leader, no leader is known, or the Node
+// cannot tell. Front ends call it on every check response: it allocates
+// nothing while the leader stays the same.
+func (s *Service) Leader() []string { return s.leader.get() }
+
+// leaderRefresh bounds how long a cached leader address is trusted for an
+// unchanged leader id (a node may re-register another address).
+const leaderRefresh = time.Second
+
+type leaderCache struct {
+	loc LeaderLocator
+	cur atomic.Pointer[leaderEntry]
+}
+
+type leaderEntry struct {
+	id   string
+	addr []string // nil: unknown, or this node
+	at   time.Time
+}
+
+func (c *leaderCache) get() []string {
+	if c.loc == nil {
+		return nil
+	}
+	id, self := c.loc.LeaderID()
+	if self || id == "" {
+		return nil
+	}
+	now := time.Now()
+	if e := c.cur.Load(); e != nil && e.id == id && now.Sub(e.at) < leaderRefresh {
+		return e.addr
+	}
+	// The leader may have changed since LeaderID: keep the pair read together.
+	id, addr := c.loc.LeaderHTTPAddr()
+	e := &leaderEntry{id: id, at: now}
+	if addr != "" && id != "" {
+		e.addr = []string{addr}
+	}
+	c.cur.Store(e)
+	if _, self := c.loc.LeaderID(); self {
+		return nil
+	}
+	return e.addr
+}
+
 // cluster.Node is the Node every binary uses.
-var _ Node = (*cluster.Node)(nil)
+var (
+	_ Node          = (*cluster.Node)(nil)
+	_ LeaderLocator = (*cluster.Node)(nil)
+)
