@@ -29,12 +29,62 @@ type fastCheckJSON struct {
 func fastCheck(data []byte, out *fastCheckJSON) bool {
 	p := fastParser{data: data}
 	p.ws()
+	return p.check(out) && p.end()
+}
+
+// fastBatch is fastCheck for a batch body, {"checks":[check, ...]} and no
+// other member, appending the checks to out. It gives up (false) past maxChecks
+// checks, leaving the count's error to the slow path.
+func fastBatch(data []byte, out []fastCheckJSON, maxChecks int) ([]fastCheckJSON, bool) {
+	p := fastParser{data: data}
+	p.ws()
+	if !p.byte('{') {
+		return out, false
+	}
+	p.ws()
+	if name, ok := p.str(); !ok || string(name) != "checks" {
+		return out, false
+	}
+	p.ws()
+	if !p.byte(':') {
+		return out, false
+	}
+	p.ws()
+	if !p.byte('[') {
+		return out, false
+	}
+	p.ws()
+	if !p.byte(']') {
+		for {
+			if len(out) == maxChecks {
+				return out, false
+			}
+			out = append(out, fastCheckJSON{})
+			if !p.check(&out[len(out)-1]) {
+				return out, false
+			}
+			p.ws()
+			if p.byte(']') {
+				break
+			}
+			if !p.byte(',') {
+				return out, false
+			}
+			p.ws()
+		}
+	}
+	p.ws()
+	return out, p.byte('}') && p.end()
+}
+
+// check reads one check object.
+func (p *fastParser) check(out *fastCheckJSON) bool {
 	if !p.byte('{') {
 		return false
 	}
 	p.ws()
 	if p.byte('}') {
-		return p.end()
+		return true
 	}
 	for {
 		name, ok := p.str()
@@ -74,7 +124,7 @@ func fastCheck(data []byte, out *fastCheckJSON) bool {
 		}
 		p.ws()
 		if p.byte('}') {
-			return p.end()
+			return true
 		}
 		if !p.byte(',') {
 			return false
