@@ -1,7 +1,9 @@
 package api
 
 import (
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 )
@@ -42,6 +44,29 @@ func TestFollowerNamesLeader(t *testing.T) {
 			if len(got) != 1 || got[0] != c.HTTPAddr(l) {
 				t.Errorf("%s answered by follower %d: Limitd-Leader %q, want [%s]", path, i, got, c.HTTPAddr(l))
 			}
+		}
+	}
+}
+
+// TestChunkedBodyTooLarge: a body of unknown length (chunked) is still
+// bounded while it is read; only bodies of announced length skip the
+// limiting reader, because net/http stops them at their Content-Length.
+func TestChunkedBodyTooLarge(t *testing.T) {
+	ts := newTestServer(t, Config{})
+	small := `{"key":"k","limit":` + fw3 + `}`
+	for _, tc := range []struct {
+		body string
+		want int
+	}{
+		{`{"key":"k",` + strings.Repeat(" ", DefaultMaxBodyBytes) + `"limit":` + fw3 + `}`, http.StatusRequestEntityTooLarge},
+		{small, http.StatusOK},
+	} {
+		req := httptest.NewRequest("POST", "/v1/check", io.MultiReader(strings.NewReader(tc.body)))
+		req.ContentLength = -1 // as net/http sets it for Transfer-Encoding: chunked
+		rec := httptest.NewRecorder()
+		ts.h.ServeHTTP(rec, req)
+		if rec.Code != tc.want {
+			t.Errorf("chunked body of %d bytes: status %d, want %d: %.200s", len(tc.body), rec.Code, tc.want, rec.Body)
 		}
 	}
 }
