@@ -28,8 +28,9 @@ func (s *Server) handleCheck(w http.ResponseWriter, req *http.Request, _ httprou
 		writeError(w, e)
 		return
 	}
-	res, se := s.svc.Check(req.Context(), &cr)
+	res, se := s.svc.Check(service.Detach(req.Context()), &cr)
 	s.metrics.observe(endpointCheck, start)
+	s.setLeader(w.Header())
 	if se != nil {
 		writeError(w, s.httpError(se))
 		return
@@ -57,8 +58,9 @@ func (s *Server) handleCheckAll(w http.ResponseWriter, req *http.Request, _ http
 		writeError(w, e)
 		return
 	}
-	res, se := s.svc.CheckAll(req.Context(), checks, requestID)
+	res, se := s.svc.CheckAll(service.Detach(req.Context()), checks, requestID)
 	s.metrics.observe(endpointCheckAll, start)
+	s.setLeader(w.Header())
 	if se != nil {
 		writeError(w, s.httpError(se))
 		return
@@ -95,8 +97,9 @@ func (s *Server) handleBatch(w http.ResponseWriter, req *http.Request, _ httprou
 		writeError(w, e)
 		return
 	}
-	results, se := s.svc.Batch(req.Context(), reqs, errs)
+	results, se := s.svc.Batch(service.Detach(req.Context()), reqs, errs)
 	s.metrics.observe(endpointBatch, start)
+	s.setLeader(w.Header())
 	if se != nil {
 		writeError(w, s.httpError(se))
 		return
@@ -129,8 +132,9 @@ func (s *Server) handlePeekKey(w http.ResponseWriter, req *http.Request, ps http
 		writeError(w, e)
 		return
 	}
-	res, se := s.svc.Peek(req.Context(), &c)
+	res, se := s.svc.Peek(service.Detach(req.Context()), &c)
 	s.metrics.observe(endpointPeek, start)
+	s.setLeader(w.Header())
 	if se != nil {
 		writeError(w, s.httpError(se))
 		return

@@ -31,11 +31,41 @@ type checkJSON struct {
 // decodeCheck decodes the body of POST /v1/check. The service validates the
 // rest.
 func (s *Server) decodeCheck(body []byte) (service.CheckRequest, *apiError) {
-	var cj checkJSON
-	if e := decodeStrict(body, &cj, ""); e != nil {
+	if e := scanJSON(body, "", true, 0); e != nil {
 		return service.CheckRequest{}, e
 	}
-	return s.checkRequest(&cj, true)
+	var fc fastCheckJSON
+	if fastCheck(body, &fc) {
+		// One string for the key and the request id; the policy name is
+		// interned. The limit stays in body: the limit cache copies it.
+		var text string
+		if len(fc.key)+len(fc.requestID) > 0 {
+			text = string(fc.key) + string(fc.requestID)
+		}
+		r, _ := s.fastRequest(&fc, text)
+		return s.withLimit(r, fc.limit, true)
+	}
+	cj := new(checkJSON) // encoding/json's target escapes: kept off the fast path
+	if e := decodeJSON(body, cj, ""); e != nil {
+		return service.CheckRequest{}, e
+	}
+	return s.checkRequest(cj, true)
+}
+
+// fastRequest builds the request of fc, whose key and request id are read
+// in order from text (one string for many, to allocate once); it returns
+// the rest of text.
+func (s *Server) fastRequest(fc *fastCheckJSON, text string) (service.CheckRequest, string) {
+	r := service.CheckRequest{Cost: 1}
+	if fc.hasCost {
+		r.Cost = fc.cost
+	}
+	r.Key, text = text[:len(fc.key)], text[len(fc.key):]
+	r.RequestID, text = text[:len(fc.requestID)], text[len(fc.requestID):]
+	if len(fc.policy) > 0 {
+		r.Policy = s.policyNames.get(fc.policy)
+	}
+	return r, text
 }
 
 // batchJSON is the wire form of POST /v1/check/batch and /v1/check/all, with
@@ -56,6 +86,11 @@ type batchFastJSON struct {
 // fails only when its envelope is wrong; an entry that cannot be decoded gets
 // its error in errs[i] and the others are decided.
 func (s *Server) decodeBatch(body []byte) (reqs []service.CheckRequest, errs []*service.Error, e *apiError) {
+	if scanJSON(body, "", true, 0) == nil {
+		if reqs, errs, ok := s.fastDecodeBatch(body); ok {
+			return reqs, errs, nil
+		}
+	}
 	var fast batchFastJSON
 	if decodeStrict(body, &fast, "") != nil {
 		// Something is malformed: decode entry by entry to say where.
@@ -75,6 +110,38 @@ func (s *Server) decodeBatch(body []byte) (reqs []service.CheckRequest, errs []*
 		}
 	}
 	return reqs, errs, nil
+}
+
+// fastDecodeBatch is decodeBatch for the shape fastBatch reads: the keys
+// and request ids of all checks share one string. false: decode otherwise.
+func (s *Server) fastDecodeBatch(body []byte) (reqs []service.CheckRequest, errs []*service.Error, ok bool) {
+	fcs, ok := fastBatch(body, make([]fastCheckJSON, 0, 16), s.cfg.MaxBatch)
+	if !ok || len(fcs) == 0 {
+		return nil, nil, false // the slow path names the error
+	}
+	n := 0
+	for i := range fcs {
+		n += len(fcs[i].key) + len(fcs[i].requestID)
+	}
+	var sb strings.Builder
+	sb.Grow(n)
+	for i := range fcs {
+		sb.Write(fcs[i].key)
+		sb.Write(fcs[i].requestID)
+	}
+	text := sb.String()
+	reqs = make([]service.CheckRequest, len(fcs))
+	for i := range fcs {
+		var e *apiError
+		reqs[i], text = s.fastRequest(&fcs[i], text)
+		if reqs[i], e = s.withLimit(reqs[i], fcs[i].limit, true); e != nil {
+			if errs == nil {
+				errs = make([]*service.Error, len(fcs))
+			}
+			errs[i] = e.serviceError().Under(service.EntryField(i))
+		}
+	}
+	return reqs, errs, true
 }
 
 // decodeBatchEntries is decodeBatch decoding each entry on its own.
@@ -148,10 +215,15 @@ func (s *Server) checkRequest(cj *checkJSON, withRequestID bool) (service.CheckR
 	if cj.Cost != nil {
 		r.Cost = *cj.Cost
 	}
-	if len(cj.Limit) > 0 && string(cj.Limit) != "null" {
+	return s.withLimit(r, cj.Limit, withRequestID)
+}
+
+// withLimit resolves r's inline limit from its JSON (absent or null: none).
+func (s *Server) withLimit(r service.CheckRequest, limit json.RawMessage, withRequestID bool) (service.CheckRequest, *apiError) {
+	if len(limit) > 0 && string(limit) != "null" {
 		e := service.Invalid("limit", "give either policy or limit, not both")
-		if cj.Policy == "" {
-			r.Limit, e = s.limits.Get(cj.Limit, "limit", decodeLimitConfig)
+		if r.Policy == "" {
+			r.Limit, e = s.limits.Get(limit, "limit", decodeLimitConfig)
 		}
 		if e != nil {
 			// The service validates the key, cost and request id first: so

@@ -21,6 +21,9 @@ const (
 	hdrRateLimit       = "Ratelimit"        // RateLimit
 	hdrRateLimitPolicy = "Ratelimit-Policy" // RateLimit-Policy
 	hdrRetryAfter      = "Retry-After"
+	// hdrLeader, on check responses answered by a follower, is the leader's
+	// HTTP address, so that leader-aware clients can skip the forwarding hop.
+	hdrLeader = "Limitd-Leader"
 )
 
 // Header values shared by every response. net/http never mutates them.
@@ -38,6 +41,14 @@ func putBuffer(buf *buffer) {
 		return
 	}
 	bufferPool.Put(buf)
+}
+
+// setLeader adds the Limitd-Leader header when this node is a follower that
+// knows the leader (see docs/API.md). It allocates nothing.
+func (s *Server) setLeader(h http.Header) {
+	if addr := s.svc.Leader(); addr != nil {
+		h[hdrLeader] = addr
+	}
 }
 
 func writeJSON(w http.ResponseWriter, status int, body []byte) {

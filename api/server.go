@@ -109,6 +109,8 @@ type Server struct {
 	handler http.Handler
 	metrics *metrics
 	limits  service.LimitCache // inline limits by their JSON bytes
+	// policyNames interns the policy names of check bodies (fastcheck.go).
+	policyNames policyNames
 
 	keySource    KeySource
 	keySourceErr error // a bad Config.AuthKeySource fails /v1/auth, not the node
@@ -279,7 +281,13 @@ func (s *Server) readBody(w http.ResponseWriter, req *http.Request, buf []byte) 
 	if req.ContentLength > s.cfg.MaxBodyBytes {
 		return buf, s.tooLarge()
 	}
-	body := http.MaxBytesReader(w, req.Body, s.cfg.MaxBodyBytes)
+	// A body of known length cannot deliver more than it announced (net/http
+	// stops at Content-Length), so only a chunked one needs the limiting
+	// reader, and the allocation it costs.
+	body := req.Body
+	if req.ContentLength < 0 {
+		body = http.MaxBytesReader(w, req.Body, s.cfg.MaxBodyBytes)
+	}
 	for {
 		if len(buf) == cap(buf) {
 			buf = append(buf, 0)[:len(buf)]
@@ -287,6 +295,9 @@ func (s *Server) readBody(w http.ResponseWriter, req *http.Request, buf []byte) 
 		n, err := body.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
 		if err == io.EOF {
+			// Closed at EOF, the body need not be drained by net/http after
+			// the handler (which costs it a reader per request).
+			_ = req.Body.Close()
 			return buf, nil
 		}
 		if err != nil {

@@ -104,10 +104,12 @@ func (s *Service) Peek(ctx context.Context, r *CheckRequest) (CheckResult, *Erro
 
 // decideOne sends one single-check op to the node and checks the result's shape.
 func (s *Service) decideOne(ctx context.Context, c fsm.Check, l Limit, requestID string, peek bool) (CheckResult, *Error) {
-	checks := [1]fsm.Check{c}
-	ops := [1]fsm.Op{{Checks: checks[:], RequestID: requestID}}
+	// The op and its check escape through the Node interface: one allocation
+	// holds both. (They are not pooled: a Node may keep what it is given.)
+	one := &singleOp{checks: [1]fsm.Check{c}}
+	one.ops[0] = fsm.Op{Checks: one.checks[:], RequestID: requestID}
 	ctx, cancel := s.context(ctx)
-	results, err := s.node.Check(ctx, ops[:])
+	results, err := s.node.Check(ctx, one.ops[:])
 	cancel()
 	if err != nil {
 		s.obs.Failed(l)
@@ -135,6 +137,11 @@ func (s *Service) decideOne(ctx context.Context, c fsm.Check, l Limit, requestID
 		s.obs.Decided(out.Limit, out.Decision)
 	}
 	return out, nil
+}
+
+type singleOp struct {
+	checks [1]fsm.Check
+	ops    [1]fsm.Op
 }
 
 // CheckAllResult is the answer to CheckAll.

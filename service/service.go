@@ -13,6 +13,8 @@ package service
 
 import (
 	"context"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/limitd/limitd/algo"
@@ -97,7 +99,9 @@ type Service struct {
 	cfg  Config
 	obs  Observer
 	// timeout is cfg.RequestTimeout as text, for error messages.
-	timeout string
+	timeout   string
+	deadlines sharedDeadlines
+	leader    leaderCache
 }
 
 // New returns the service for node.
@@ -112,7 +116,10 @@ func New(node Node, cfg Config) *Service {
 	if obs == nil {
 		obs = nopObserver{}
 	}
-	return &Service{node: node, cfg: cfg, obs: obs, timeout: cfg.RequestTimeout.String()}
+	s := &Service{node: node, cfg: cfg, obs: obs, timeout: cfg.RequestTimeout.String()}
+	s.deadlines.timeout, s.deadlines.slack = cfg.RequestTimeout, cfg.RequestTimeout/deadlineSlack
+	s.leader.loc, _ = node.(LeaderLocator)
+	return s
 }
 
 // Config returns the configuration in effect, defaults filled in.
@@ -123,9 +130,64 @@ type nopObserver struct{}
 func (nopObserver) Decided(Limit, fsm.Decision) {}
 func (nopObserver) Failed(Limit)                {}
 
-// context bounds one operation's wait for the cluster.
+// context bounds one operation's wait for the cluster by RequestTimeout.
+// context.WithTimeout costs four allocations and a timer per request, so it
+// is used only where it is needed: a caller's context that ends sooner is
+// used as it is, and one that can never be cancelled (see Detach) shares a
+// deadline with the other requests of the same instant.
 func (s *Service) context(ctx context.Context) (context.Context, context.CancelFunc) {
+	if ctx.Done() == nil {
+		return s.deadlines.get(), nopCancel
+	}
+	if d, ok := ctx.Deadline(); ok && time.Until(d) <= s.cfg.RequestTimeout {
+		return ctx, nopCancel
+	}
 	return context.WithTimeout(ctx, s.cfg.RequestTimeout)
+}
+
+func nopCancel() {}
+
+// Detach returns ctx without its cancellation (its values are kept), for a
+// front end whose callers' cancellation means little: a check already on
+// its way to the log is decided whether or not anyone still waits for it,
+// and the wait stays bounded by RequestTimeout. A detached context costs
+// the service no timer of its own (see Service.context).
+func Detach(ctx context.Context) context.Context { return context.WithoutCancel(ctx) }
+
+// sharedDeadlines hands out contexts that end RequestTimeout (plus at most
+// a slack) from now, one per slack interval shared by every request that
+// starts in it: one timer where there would be one per request.
+type sharedDeadlines struct {
+	timeout, slack time.Duration
+	cur            atomic.Pointer[sharedDeadline]
+	mu             sync.Mutex
+}
+
+type sharedDeadline struct {
+	ctx      context.Context
+	cancel   context.CancelFunc // never called: the deadline ends it
+	deadline time.Time
+}
+
+// deadlineSlack is how much later than RequestTimeout a shared deadline
+// may end, as a fraction of it (1/50: 100 ms of the default 5 s).
+const deadlineSlack = 50
+
+func (d *sharedDeadlines) get() context.Context {
+	now := time.Now()
+	earliest := now.Add(d.timeout)
+	if c := d.cur.Load(); c != nil && !c.deadline.Before(earliest) {
+		return c.ctx
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if c := d.cur.Load(); c != nil && !c.deadline.Before(earliest) {
+		return c.ctx
+	}
+	c := &sharedDeadline{deadline: earliest.Add(d.slack)}
+	c.ctx, c.cancel = context.WithDeadline(context.Background(), c.deadline)
+	d.cur.Store(c)
+	return c.ctx
 }
 
 // nodeError maps an error from the node.
@@ -146,5 +208,67 @@ func (s *Service) limitOf(policy string) Limit {
 	return Limit{Name: policy, Spec: p.Spec, Known: ok}
 }
 
+// LeaderLocator is implemented by a Node that can tell where the Raft leader
+// is (cluster.Node does); front ends pass it on to clients as a hint.
+type LeaderLocator interface {
+	// LeaderID is the leader's id ("" when unknown) and whether it is this
+	// node; it must be cheap enough to call on every request.
+	LeaderID() (id string, self bool)
+	// LeaderHTTPAddr is the leader's id and HTTP address (addr "" when
+	// unknown); it may cost more, and is called when LeaderID changes or the
+	// cache is old.
+	LeaderHTTPAddr() (id, addr string)
+}
+
+// Leader returns the HTTP address of the leader when this node is not it,
+// as a one-element slice ready for an http.Header (shared: never modify it),
+// and nil when this node is the leader, no leader is known, or the Node
+// cannot tell. Front ends call it on every check response: it allocates
+// nothing while the leader stays the same.
+func (s *Service) Leader() []string { return s.leader.get() }
+
+// leaderRefresh bounds how long a cached leader address is trusted for an
+// unchanged leader id (a node may re-register another address).
+const leaderRefresh = time.Second
+
+type leaderCache struct {
+	loc LeaderLocator
+	cur atomic.Pointer[leaderEntry]
+}
+
+type leaderEntry struct {
+	id   string
+	addr []string // nil: unknown, or this node
+	at   time.Time
+}
+
+func (c *leaderCache) get() []string {
+	if c.loc == nil {
+		return nil
+	}
+	id, self := c.loc.LeaderID()
+	if self || id == "" {
+		return nil
+	}
+	now := time.Now()
+	if e := c.cur.Load(); e != nil && e.id == id && now.Sub(e.at) < leaderRefresh {
+		return e.addr
+	}
+	// The leader may have changed since LeaderID: keep the pair read together.
+	id, addr := c.loc.LeaderHTTPAddr()
+	e := &leaderEntry{id: id, at: now}
+	if addr != "" && id != "" {
+		e.addr = []string{addr}
+	}
+	c.cur.Store(e)
+	if _, self := c.loc.LeaderID(); self {
+		return nil
+	}
+	return e.addr
+}
+
 // cluster.Node is the Node every binary uses.
-var _ Node = (*cluster.Node)(nil)
+var (
+	_ Node          = (*cluster.Node)(nil)
+	_ LeaderLocator = (*cluster.Node)(nil)
+)
