@@ -492,10 +492,28 @@ func (c *Client) send(ctx context.Context, method, host, path string, body []byt
 	if err != nil {
 		return nil, &transportError{addr: host, sent: true, err: fmt.Errorf("read answer: %w", err)}
 	}
+	if v := resp.Header["Limitd-Leader"]; len(v) == 1 && v[0] != host {
+		c.followLeader(v[0]) // a follower answered: go to the leader next time
+	}
 	if resp.StatusCode/100 != 2 {
 		return resp.Header, decodeError(resp, b)
 	}
 	return resp.Header, nil
+}
+
+// followLeader makes addr, named by a follower's Limitd-Leader header, the
+// target: later requests skip the follower's forwarding hop. A leader that
+// failed for us recently is not taken until its pause ends.
+func (c *Client) followLeader(addr string) {
+	c.mu.Lock()
+	c.addEndpointLocked(addr)
+	until, bad := c.failed[addr]
+	c.mu.Unlock()
+	if bad && time.Now().Before(until) {
+		return
+	}
+	c.setTarget(addr)
+	c.lastLearn.Store(time.Now().UnixNano())
 }
 
 // sentMaybe: a failure to connect means the request was never sent; anything

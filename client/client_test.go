@@ -72,6 +72,27 @@ func TestLeaderFollowing(t *testing.T) {
 	}
 }
 
+// A follower's answer names the leader (Limitd-Leader): the client sends
+// there next, even when no discovery could tell it.
+func TestFollowsLeaderHeader(t *testing.T) {
+	fc := newFakeCluster(t, 3)
+	fc.setLeader(2)
+	fc.leaderHeader, fc.hideLeader = true, true
+	c := mustNew(t, []string{fc.nodes[0].addr()}, WithCoalescing(Coalescing{Disabled: true}))
+	ctx := ctxT(t)
+	for i := 0; i < 4; i++ {
+		if _, err := c.Check(ctx, Request{Key: "k", Policy: "p"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := c.Target(); got != fc.nodes[2].addr() {
+		t.Fatalf("target %s, want the leader n3 %s", got, fc.nodes[2].addr())
+	}
+	if got := fc.nodes[2].hitCount("/v1/check"); got != 3 {
+		t.Fatalf("the leader got %d of 4 checks, want the 3 after the first answer named it", got)
+	}
+}
+
 // With the first configured node down, the client fails over to the next.
 func TestFailover(t *testing.T) {
 	fc := newFakeCluster(t, 3)

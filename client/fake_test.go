@@ -32,6 +32,9 @@ type fakeCluster struct {
 	// inject, when set, may answer a request itself (after the check was
 	// applied when apply is true). Return status 0 to pass.
 	inject func(node *fakeNode, path string, applied bool) (status int, code string)
+	// leaderHeader makes followers name the leader in Limitd-Leader, as
+	// limitd's followers do; hideLeader keeps it out of /v1/cluster.
+	leaderHeader, hideLeader bool
 }
 
 type appliedCheck struct {
@@ -124,7 +127,7 @@ func (n *fakeNode) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Path == "/v1/cluster" {
 		fc.mu.Lock()
 		st := ClusterStatus{NodeID: n.id, State: "Follower"}
-		if fc.leader >= 0 {
+		if fc.leader >= 0 && !fc.hideLeader {
 			st.LeaderID, st.LeaderHTTPAddr = fc.nodes[fc.leader].id, fc.nodes[fc.leader].addr()
 			if fc.nodes[fc.leader] == n {
 				st.State = "Leader"
@@ -145,6 +148,9 @@ func (n *fakeNode) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	fc.mu.Lock()
 	noLeader := fc.leader < 0
+	if !noLeader && fc.leaderHeader && fc.nodes[fc.leader] != n {
+		w.Header().Set("Limitd-Leader", fc.nodes[fc.leader].addr())
+	}
 	fc.mu.Unlock()
 	if noLeader {
 		writeJSONErr(w, 503, CodeUnavailable, "", "no raft leader available")
