@@ -36,8 +36,8 @@ func (st bucketState) appendTo(dst []byte, a Algorithm) []byte {
 }
 
 func decideBucket(dst []byte, s *Spec, state []byte, now, cost int64) (Decision, []byte, error) {
-	burst, w := s.burst(), int64(s.Window)
-	capacity := mul(burst, w)
+	burst := s.burst()
+	capacity := mul(burst, int64(s.Window))
 	te := now
 	var level u128
 	if len(state) > 0 {
@@ -55,7 +55,7 @@ func decideBucket(dst []byte, s *Spec, state []byte, now, cost int64) (Decision,
 
 	d := Decision{Limit: s.Limit}
 	c := effectiveCost(cost)
-	switch cw := mul(c, w); {
+	switch cw := mul(c, int64(s.Window)); {
 	case c > burst:
 		d.RetryAfter = Never
 	case level.add(cw).cmp(capacity) <= 0:
@@ -71,7 +71,7 @@ func decideBucket(dst []byte, s *Spec, state []byte, now, cost int64) (Decision,
 	default:
 		d.RetryAfter = time.Duration(late + level.add(cw).sub(capacity).divCeil(s.Limit))
 	}
-	d.Remaining = capacity.sub(level).divFloor(w)
+	d.Remaining = capacity.sub(level).divFloor(int64(s.Window))
 	if level.isZero() {
 		return d, nil, nil
 	}

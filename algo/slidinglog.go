@@ -308,8 +308,7 @@ func decideSlidingLog(dst []byte, s *Spec, state []byte, now, cost int64, inPlac
 		}
 		te = max(te, v.newest())
 	}
-	w := int64(s.Window)
-	cutoff := te - w
+	cutoff := te - int64(s.Window)
 	if !v.empty && v.newest() <= cutoff {
 		v = logView{empty: true} // all aged out: nothing to decode
 	}
@@ -338,7 +337,7 @@ func decideSlidingLog(dst []byte, s *Spec, state []byte, now, cost int64, inPlac
 				return Decision{}, nil, err
 			}
 		}
-		retry, err := v.retryAt(s.Limit-c, w)
+		retry, err := v.retryAt(s.Limit-c, int64(s.Window))
 		if err != nil {
 			return Decision{}, nil, err
 		}
@@ -348,7 +347,7 @@ func decideSlidingLog(dst []byte, s *Spec, state []byte, now, cost int64, inPlac
 	if v.empty {
 		return d, nil, nil
 	}
-	d.ResetAfter = time.Duration(v.newest() + w - now)
+	d.ResetAfter = time.Duration(v.newest() + int64(s.Window) - now)
 	if inPlace && len(state) > 0 {
 		return d, v.writeInPlace(state), nil
 	}
