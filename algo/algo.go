@@ -1,11 +1,13 @@
 // Package algo owns the rate-limiting algorithms: pure, deterministic functions of
 // (limit spec, encoded state, time, cost) → (decision, new encoded state).
 //
-// Nothing here reads a clock, the network or the disk: time arrives as int64
-// nanoseconds since the Unix epoch, stamped by the Raft leader, so every replica
-// that applies the same command reaches the same decision. All arithmetic on
+// Nothing here reads a clock, the network or the disk: the instant of a
+// decision arrives as int64 nanoseconds since the Unix epoch, stamped by the
+// Raft leader, so every replica that applies the same command reaches the same
+// decision (README.md says why it is not a time.Time). Lengths of time — the
+// window, RetryAfter, ResetAfter, Delay — are time.Duration. All arithmetic on
 // counts and time is exact integer arithmetic (128-bit where products can
-// overflow); floats appear only in what is printed.
+// overflow) on the nanosecond counts; floats appear only in what is printed.
 //
 // The five algorithms, their guarantees, memory and burst behaviour are
 // compared in README.md. In short: fixed_window counts per aligned (or
@@ -18,7 +20,10 @@
 // Decide to apply a request, AppendSpec/DecodeSpec to store a spec.
 package algo
 
-import "fmt"
+import (
+	"fmt"
+	"time"
+)
 
 // Algorithm names one of the five limiter algorithms. The numeric values are
 // part of the on-disk and on-log encodings: never renumber.
@@ -45,15 +50,15 @@ const (
 
 // Never is Decision.RetryAfter for a request that can never succeed because its
 // cost exceeds the limit (or the burst for the buckets).
-const Never int64 = -1
+const Never time.Duration = -1
 
 // Spec is a limit: which algorithm, how much, over how long.
 type Spec struct {
 	Algorithm    Algorithm
-	Limit        int64 // positive
-	Window       int64 // nanoseconds, positive; ignored (0) for calendar windows
-	Burst        int64 // token_bucket and leaky_bucket only; 0 means "= Limit"
-	CountRefused bool  // sliding_log only: refused requests are logged too (penalty variant)
+	Limit        int64         // positive
+	Window       time.Duration // positive, at most MaxWindow; 0 for calendar windows
+	Burst        int64         // token_bucket and leaky_bucket only; 0 means "= Limit"
+	CountRefused bool          // sliding_log only: refused requests are logged too (penalty variant)
 	Calendar     Calendar
 	Timezone     string // IANA name for calendar windows; "" means UTC
 }
@@ -62,10 +67,10 @@ type Spec struct {
 type Decision struct {
 	Allowed    bool
 	Limit      int64
-	Remaining  int64 // what could still be spent right now (after this request)
-	ResetAfter int64 // ns until the state is back to empty/full if nothing more arrives
-	RetryAfter int64 // ns until the same request would be allowed; 0 when allowed; Never when it never can
-	Delay      int64 // ns the caller should wait before proceeding (leaky_bucket only)
+	Remaining  int64         // what could still be spent right now (after this request)
+	ResetAfter time.Duration // until the state is back to empty/full if nothing more arrives
+	RetryAfter time.Duration // until the same request would be allowed; 0 when allowed; Never when it never can
+	Delay      time.Duration // how long the caller should wait before proceeding (leaky_bucket only)
 }
 
 // FieldError is a validation error that names the offending field using the

@@ -13,7 +13,7 @@ const epoch2025 = int64(1_735_689_600) * sec
 // steadyState drives one key with requests every window/limit × 0.95 (just
 // above the rate, so some are refused) for two windows and returns the state.
 func steadyState(tb testing.TB, s Spec) (state []byte, now, step int64) {
-	step = s.Window / s.Limit * 95 / 100
+	step = int64(s.Window) / s.Limit * 95 / 100
 	now = epoch2025
 	for i := int64(0); i < 2*s.Limit; i++ {
 		var err error
@@ -48,7 +48,7 @@ func BenchmarkDecide(b *testing.B) {
 		b.Run(tc.name, func(b *testing.B) {
 			s := mustSpec(b, tc.c)
 			if tc.c.Calendar != "" {
-				s.Window = int64(time.Second) // for the traffic rate only
+				s.Window = time.Second // for the traffic rate only
 				defer func() { s.Window = 0 }()
 			}
 			state, now, step := steadyState(b, s)
@@ -110,8 +110,8 @@ func TestStateSizes(t *testing.T) {
 	worst := map[Algorithm][]byte{
 		FixedWindow:   fixedState{start: MaxTime, count: MaxLimit}.appendTo(nil),
 		SlidingWindow: windowState{start: MaxTime, cur: MaxLimit, prev: MaxLimit}.appendTo(nil),
-		TokenBucket:   bucketState{t: MaxTime, level: mul(MaxLimit, MaxWindow*10)}.appendTo(nil, TokenBucket),
-		LeakyBucket:   bucketState{t: MaxTime, level: mul(MaxLimit, MaxWindow*10)}.appendTo(nil, LeakyBucket),
+		TokenBucket:   bucketState{t: MaxTime, level: mul(MaxLimit, int64(MaxWindow)*10)}.appendTo(nil, TokenBucket),
+		LeakyBucket:   bucketState{t: MaxTime, level: mul(MaxLimit, int64(MaxWindow)*10)}.appendTo(nil, LeakyBucket),
 	}
 	for a, b := range worst {
 		if len(b) > 32 {
@@ -162,11 +162,11 @@ func ExampleDecide() {
 // building 10^6 entries with Decide copies the log 2×10^6 times.
 func BenchmarkSlidingLogLimit(b *testing.B) {
 	for _, limit := range []int64{10, MaxSlidingLogLimit} {
-		s, err := Spec{Algorithm: SlidingLog, Limit: limit, Window: int64(time.Second)}.Validate()
+		s, err := Spec{Algorithm: SlidingLog, Limit: limit, Window: time.Second}.Validate()
 		if err != nil {
 			b.Fatal(err)
 		}
-		step := s.Window / s.Limit * 95 / 100
+		step := int64(s.Window) / s.Limit * 95 / 100
 		now := epoch2025
 		var state []byte
 		for i := int64(0); i < 2*s.Limit; i++ {

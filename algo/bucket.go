@@ -1,5 +1,7 @@
 package algo
 
+import "time"
+
 // Token and leaky bucket share one exact representation. Levels are kept in
 // units of 1/window of a token ("scaled"), so refilling (or draining) for dt
 // nanoseconds changes the level by exactly dt × limit and a request of cost c
@@ -35,7 +37,7 @@ func (st bucketState) appendTo(dst []byte, a Algorithm) []byte {
 
 func decideBucket(dst []byte, s *Spec, state []byte, now, cost int64) (Decision, []byte, error) {
 	burst := s.burst()
-	capacity := mul(burst, s.Window)
+	capacity := mul(burst, int64(s.Window))
 	te := now
 	var level u128
 	if len(state) > 0 {
@@ -53,7 +55,7 @@ func decideBucket(dst []byte, s *Spec, state []byte, now, cost int64) (Decision,
 
 	d := Decision{Limit: s.Limit}
 	c := effectiveCost(cost)
-	switch cw := mul(c, s.Window); {
+	switch cw := mul(c, int64(s.Window)); {
 	case c > burst:
 		d.RetryAfter = Never
 	case level.add(cw).cmp(capacity) <= 0:
@@ -61,18 +63,18 @@ func decideBucket(dst []byte, s *Spec, state []byte, now, cost int64) (Decision,
 		if s.Algorithm == LeakyBucket {
 			// Admitted requests leave in order at limit per window: this one
 			// leaves once the queue ahead of it has drained.
-			d.Delay = late + level.divCeil(s.Limit)
+			d.Delay = time.Duration(late + level.divCeil(s.Limit))
 		}
 		if cost > 0 {
 			level = level.add(cw)
 		}
 	default:
-		d.RetryAfter = late + level.add(cw).sub(capacity).divCeil(s.Limit)
+		d.RetryAfter = time.Duration(late + level.add(cw).sub(capacity).divCeil(s.Limit))
 	}
-	d.Remaining = capacity.sub(level).divFloor(s.Window)
+	d.Remaining = capacity.sub(level).divFloor(int64(s.Window))
 	if level.isZero() {
 		return d, nil, nil
 	}
-	d.ResetAfter = late + level.divCeil(s.Limit)
+	d.ResetAfter = time.Duration(late + level.divCeil(s.Limit))
 	return d, bucketState{t: te, level: level}.appendTo(dst, s.Algorithm), nil
 }

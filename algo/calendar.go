@@ -40,8 +40,9 @@ func location(name string) (*time.Location, error) {
 // month.
 func (s *Spec) windowAt(t int64) (start, end int64, err error) {
 	if s.Calendar == CalendarNone {
-		start = t - t%s.Window
-		return start, start + s.Window, nil
+		w := int64(s.Window)
+		start = t - t%w
+		return start, start + w, nil
 	}
 	loc, err := location(s.Timezone)
 	if err != nil {

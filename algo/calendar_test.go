@@ -123,9 +123,9 @@ func TestCalendarDST(t *testing.T) {
 			}
 			// Through Decide: the quota resets exactly at the local boundary.
 			runSteps(t, s, []step{
-				{now, 2, Decision{Allowed: true, ResetAfter: end - now}},
+				{now, 2, Decision{Allowed: true, ResetAfter: time.Duration(end - now)}},
 				{end - 1, 1, Decision{RetryAfter: 1, ResetAfter: 1}},
-				{end, 1, Decision{Allowed: true, Remaining: 1, ResetAfter: mustEnd(t, s, end) - end}},
+				{end, 1, Decision{Allowed: true, Remaining: 1, ResetAfter: time.Duration(mustEnd(t, s, end) - end)}},
 			})
 		})
 	}

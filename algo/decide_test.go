@@ -45,13 +45,13 @@ func runSteps(t *testing.T, s Spec, steps []step) {
 func TestFixedWindowBoundaries(t *testing.T) {
 	s := mustSpec(t, Config{Algorithm: "fixed_window", Limit: 2, Window: "10s"})
 	runSteps(t, s, []step{
-		{0, 1, Decision{Allowed: true, Remaining: 1, ResetAfter: 10 * sec}},
+		{0, 1, Decision{Allowed: true, Remaining: 1, ResetAfter: 10 * time.Second}},
 		{10*sec - 1, 1, Decision{Allowed: true, Remaining: 0, ResetAfter: 1}},
 		{10*sec - 1, 1, Decision{RetryAfter: 1, ResetAfter: 1}},
 		// The window [10 s, 20 s) starts empty at exactly 10 s.
-		{10 * sec, 2, Decision{Allowed: true, ResetAfter: 10 * sec}},
-		{15 * sec, 0, Decision{RetryAfter: 5 * sec, ResetAfter: 5 * sec}}, // peek
-		{15 * sec, 3, Decision{RetryAfter: Never, ResetAfter: 5 * sec}},
+		{10 * sec, 2, Decision{Allowed: true, ResetAfter: 10 * time.Second}},
+		{15 * sec, 0, Decision{RetryAfter: 5 * time.Second, ResetAfter: 5 * time.Second}}, // peek
+		{15 * sec, 3, Decision{RetryAfter: Never, ResetAfter: 5 * time.Second}},
 		// A window that was skipped leaves nothing behind.
 		{35 * sec, 0, Decision{Allowed: true, Remaining: 2}},
 	})
@@ -61,18 +61,18 @@ func TestSlidingLogBoundaries(t *testing.T) {
 	s := mustSpec(t, Config{Algorithm: "sliding_log", Limit: 3, Window: "10s"})
 	runSteps(t, s, []step{
 		// Many requests at the same nanosecond each count.
-		{sec, 1, Decision{Allowed: true, Remaining: 2, ResetAfter: 10 * sec}},
-		{sec, 1, Decision{Allowed: true, Remaining: 1, ResetAfter: 10 * sec}},
-		{4 * sec, 1, Decision{Allowed: true, Remaining: 0, ResetAfter: 10 * sec}},
+		{sec, 1, Decision{Allowed: true, Remaining: 2, ResetAfter: 10 * time.Second}},
+		{sec, 1, Decision{Allowed: true, Remaining: 1, ResetAfter: 10 * time.Second}},
+		{4 * sec, 1, Decision{Allowed: true, Remaining: 0, ResetAfter: 10 * time.Second}},
 		// Full: the two at 1 s age out at exactly 11 s.
-		{5 * sec, 1, Decision{RetryAfter: 6 * sec, ResetAfter: 9 * sec}},
-		{5 * sec, 2, Decision{RetryAfter: 6 * sec, ResetAfter: 9 * sec}},
-		{5 * sec, 3, Decision{RetryAfter: 9 * sec, ResetAfter: 9 * sec}},
-		{11*sec - 1, 1, Decision{RetryAfter: 1, ResetAfter: 3*sec + 1}},
+		{5 * sec, 1, Decision{RetryAfter: 6 * time.Second, ResetAfter: 9 * time.Second}},
+		{5 * sec, 2, Decision{RetryAfter: 6 * time.Second, ResetAfter: 9 * time.Second}},
+		{5 * sec, 3, Decision{RetryAfter: 9 * time.Second, ResetAfter: 9 * time.Second}},
+		{11*sec - 1, 1, Decision{RetryAfter: 1, ResetAfter: 3*time.Second + 1}},
 		// Exactly one window after the 1 s requests: (1 s, 11 s] excludes them.
-		{11 * sec, 2, Decision{Allowed: true, Remaining: 0, ResetAfter: 10 * sec}},
-		{11 * sec, 0, Decision{RetryAfter: 3 * sec, ResetAfter: 10 * sec}},
-		{11 * sec, 4, Decision{RetryAfter: Never, ResetAfter: 10 * sec}},
+		{11 * sec, 2, Decision{Allowed: true, Remaining: 0, ResetAfter: 10 * time.Second}},
+		{11 * sec, 0, Decision{RetryAfter: 3 * time.Second, ResetAfter: 10 * time.Second}},
+		{11 * sec, 4, Decision{RetryAfter: Never, ResetAfter: 10 * time.Second}},
 		{21 * sec, 0, Decision{Allowed: true, Remaining: 3}},
 	})
 }
@@ -80,44 +80,44 @@ func TestSlidingLogBoundaries(t *testing.T) {
 func TestSlidingLogCountRefused(t *testing.T) {
 	s := mustSpec(t, Config{Algorithm: "sliding_log", Limit: 2, Window: "10s", CountRefused: true})
 	runSteps(t, s, []step{
-		{0, 1, Decision{Allowed: true, Remaining: 1, ResetAfter: 10 * sec}},
-		{sec, 1, Decision{Allowed: true, Remaining: 0, ResetAfter: 10 * sec}},
+		{0, 1, Decision{Allowed: true, Remaining: 1, ResetAfter: 10 * time.Second}},
+		{sec, 1, Decision{Allowed: true, Remaining: 0, ResetAfter: 10 * time.Second}},
 		// Refused and logged: the retry time counts this request, so it is
 		// when the one at 1 s ages out, not the one at 0.
-		{5 * sec, 1, Decision{RetryAfter: 6 * sec, ResetAfter: 10 * sec}},
+		{5 * sec, 1, Decision{RetryAfter: 6 * time.Second, ResetAfter: 10 * time.Second}},
 		// A client that keeps sending too fast gets nothing through: each
 		// refusal pushes the retry time later.
-		{10 * sec, 1, Decision{RetryAfter: 5 * sec, ResetAfter: 10 * sec}},
-		{14 * sec, 1, Decision{RetryAfter: 6 * sec, ResetAfter: 10 * sec}},
+		{10 * sec, 1, Decision{RetryAfter: 5 * time.Second, ResetAfter: 10 * time.Second}},
+		{14 * sec, 1, Decision{RetryAfter: 6 * time.Second, ResetAfter: 10 * time.Second}},
 		// A peek is not logged.
-		{19 * sec, 0, Decision{RetryAfter: sec, ResetAfter: 5 * sec}},
+		{19 * sec, 0, Decision{RetryAfter: time.Second, ResetAfter: 5 * time.Second}},
 		// An impossible cost is not logged either.
-		{19 * sec, 3, Decision{RetryAfter: Never, ResetAfter: 5 * sec}},
+		{19 * sec, 3, Decision{RetryAfter: Never, ResetAfter: 5 * time.Second}},
 		// After pausing for a window it gets through again.
-		{24 * sec, 1, Decision{Allowed: true, Remaining: 1, ResetAfter: 10 * sec}},
+		{24 * sec, 1, Decision{Allowed: true, Remaining: 1, ResetAfter: 10 * time.Second}},
 	})
 }
 
 func TestSlidingWindowBoundaries(t *testing.T) {
 	s := mustSpec(t, Config{Algorithm: "sliding_window", Limit: 10, Window: "60s"})
-	steps := []step{{0, 10, Decision{Allowed: true, ResetAfter: 120 * sec}}}
+	steps := []step{{0, 10, Decision{Allowed: true, ResetAfter: 120 * time.Second}}}
 	// In [60 s, 120 s) the previous window weighs (60 − r)/60 × 10; a request
 	// fits once that is ≤ 9, i.e. from r = 6 s on.
 	steps = append(steps,
-		step{60 * sec, 1, Decision{RetryAfter: 6 * sec, ResetAfter: 60 * sec}},
-		step{66*sec - 1, 1, Decision{RetryAfter: 1, ResetAfter: 54*sec + 1}},
-		step{66 * sec, 1, Decision{Allowed: true, ResetAfter: 114 * sec}},
+		step{60 * sec, 1, Decision{RetryAfter: 6 * time.Second, ResetAfter: 60 * time.Second}},
+		step{66*sec - 1, 1, Decision{RetryAfter: 1, ResetAfter: 54*time.Second + 1}},
+		step{66 * sec, 1, Decision{Allowed: true, ResetAfter: 114 * time.Second}},
 		// weighted = 9 + 1 = 10: the next fits once the previous share ≤ 8.
-		step{66 * sec, 0, Decision{RetryAfter: 6 * sec, ResetAfter: 114 * sec}},
-		step{90 * sec, 0, Decision{Allowed: true, Remaining: 4, ResetAfter: 90 * sec}},
+		step{66 * sec, 0, Decision{RetryAfter: 6 * time.Second, ResetAfter: 114 * time.Second}},
+		step{90 * sec, 0, Decision{Allowed: true, Remaining: 4, ResetAfter: 90 * time.Second}},
 		// A cost that cannot fit in this window waits for the next one, where
 		// this window's 1 weighs (60 − r)/60: 9 fits at its start, 10 only
 		// when the weight reaches 0, at the start of the window after.
-		step{90 * sec, 9, Decision{Remaining: 4, RetryAfter: 30 * sec, ResetAfter: 90 * sec}},
-		step{90 * sec, 10, Decision{Remaining: 4, RetryAfter: 90 * sec, ResetAfter: 90 * sec}},
-		step{100 * sec, 11, Decision{Remaining: 5, RetryAfter: Never, ResetAfter: 80 * sec}},
+		step{90 * sec, 9, Decision{Remaining: 4, RetryAfter: 30 * time.Second, ResetAfter: 90 * time.Second}},
+		step{90 * sec, 10, Decision{Remaining: 4, RetryAfter: 90 * time.Second, ResetAfter: 90 * time.Second}},
+		step{100 * sec, 11, Decision{Remaining: 5, RetryAfter: Never, ResetAfter: 80 * time.Second}},
 		// Only the current window counted: it expires at the end of the next.
-		step{179*sec + 1, 0, Decision{Allowed: true, Remaining: 9, ResetAfter: sec - 1}},
+		step{179*sec + 1, 0, Decision{Allowed: true, Remaining: 9, ResetAfter: time.Second - 1}},
 		step{240 * sec, 0, Decision{Allowed: true, Remaining: 10}},
 	)
 	runSteps(t, s, steps)
@@ -137,12 +137,12 @@ func TestTokenBucketBoundaries(t *testing.T) {
 	s := mustSpec(t, Config{Algorithm: "token_bucket", Limit: 10, Window: "60s", Burst: 2})
 	runSteps(t, s, []step{
 		{0, 0, Decision{Allowed: true, Remaining: 2}}, // starts full
-		{0, 2, Decision{Allowed: true, Remaining: 0, ResetAfter: 12 * sec}},
+		{0, 2, Decision{Allowed: true, Remaining: 0, ResetAfter: 12 * time.Second}},
 		// One token every 6 s, exactly.
-		{6*sec - 1, 1, Decision{RetryAfter: 1, ResetAfter: 6*sec + 1}},
-		{6 * sec, 1, Decision{Allowed: true, Remaining: 0, ResetAfter: 12 * sec}},
-		{9 * sec, 2, Decision{RetryAfter: 9 * sec, ResetAfter: 9 * sec}},
-		{9 * sec, 3, Decision{RetryAfter: Never, ResetAfter: 9 * sec}},
+		{6*sec - 1, 1, Decision{RetryAfter: 1, ResetAfter: 6*time.Second + 1}},
+		{6 * sec, 1, Decision{Allowed: true, Remaining: 0, ResetAfter: 12 * time.Second}},
+		{9 * sec, 2, Decision{RetryAfter: 9 * time.Second, ResetAfter: 9 * time.Second}},
+		{9 * sec, 3, Decision{RetryAfter: Never, ResetAfter: 9 * time.Second}},
 		{18 * sec, 0, Decision{Allowed: true, Remaining: 2}},
 	})
 	// 3 tokens per 7 ns: after taking one token, the bucket is full again
@@ -159,14 +159,14 @@ func TestLeakyBucketDelays(t *testing.T) {
 	s := mustSpec(t, Config{Algorithm: "leaky_bucket", Limit: 10, Window: "60s", Burst: 3})
 	runSteps(t, s, []step{
 		// Admitted requests leave 6 s apart.
-		{0, 1, Decision{Allowed: true, Remaining: 2, ResetAfter: 6 * sec}},
-		{0, 1, Decision{Allowed: true, Remaining: 1, ResetAfter: 12 * sec, Delay: 6 * sec}},
-		{sec, 1, Decision{Allowed: true, Remaining: 0, ResetAfter: 17 * sec, Delay: 11 * sec}},
+		{0, 1, Decision{Allowed: true, Remaining: 2, ResetAfter: 6 * time.Second}},
+		{0, 1, Decision{Allowed: true, Remaining: 1, ResetAfter: 12 * time.Second, Delay: 6 * time.Second}},
+		{sec, 1, Decision{Allowed: true, Remaining: 0, ResetAfter: 17 * time.Second, Delay: 11 * time.Second}},
 		// The queue is full until the first request has drained.
-		{2 * sec, 1, Decision{RetryAfter: 4 * sec, ResetAfter: 16 * sec}},
-		{2 * sec, 0, Decision{RetryAfter: 4 * sec, ResetAfter: 16 * sec}},
-		{6 * sec, 0, Decision{Allowed: true, Remaining: 1, ResetAfter: 12 * sec, Delay: 12 * sec}},
-		{6 * sec, 4, Decision{Remaining: 1, RetryAfter: Never, ResetAfter: 12 * sec}},
+		{2 * sec, 1, Decision{RetryAfter: 4 * time.Second, ResetAfter: 16 * time.Second}},
+		{2 * sec, 0, Decision{RetryAfter: 4 * time.Second, ResetAfter: 16 * time.Second}},
+		{6 * sec, 0, Decision{Allowed: true, Remaining: 1, ResetAfter: 12 * time.Second, Delay: 12 * time.Second}},
+		{6 * sec, 4, Decision{Remaining: 1, RetryAfter: Never, ResetAfter: 12 * time.Second}},
 		{18 * sec, 0, Decision{Allowed: true, Remaining: 3}},
 	})
 }
@@ -182,7 +182,7 @@ func TestClockBackwards(t *testing.T) {
 		// and partly (it is allowed, and a leaky bucket delays it).
 		for _, fill := range []int64{s.burst(), max(s.burst()-1, 1), 1} {
 			t.Run(fmt.Sprintf("%s/fill=%d", s.Algorithm, fill), func(t *testing.T) {
-				t0 := 1000 * s.Window
+				t0 := 1000 * int64(s.Window)
 				_, state, err := Decide(nil, &s, nil, t0, fill)
 				if err != nil {
 					t.Fatal(err)
@@ -191,7 +191,7 @@ func TestClockBackwards(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				behind, _, err := Decide(nil, &s, state, t0-s.Window/2, 1)
+				behind, _, err := Decide(nil, &s, state, t0-int64(s.Window)/2, 1)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -267,7 +267,7 @@ func TestStateHandling(t *testing.T) {
 			}
 			// A peek leaves a state that decides everything later the same
 			// (the buckets re-base it to now; the logs prune it).
-			for _, later := range []int64{now + 3, now + s.Window/2 + 7, now + s.Window} {
+			for _, later := range []int64{now + 3, now + int64(s.Window)/2 + 7, now + int64(s.Window)} {
 				for _, cost := range []int64{0, 1, 2, s.Limit} {
 					a, _, err1 := Decide(nil, &s, state, later, cost)
 					b, _, err2 := Decide(nil, &s, next[3:], later, cost)

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Spec encoding, version 1:
@@ -45,7 +46,7 @@ func DecodeSpec(b []byte) (Spec, int, error) {
 	var s Spec
 	s.Algorithm = Algorithm(r.byte())
 	s.Limit = r.int63()
-	s.Window = r.int63()
+	s.Window = time.Duration(r.int63())
 	s.Burst = r.int63()
 	flags := r.byte()
 	s.Calendar = Calendar(r.byte())

@@ -39,7 +39,7 @@ func TestStateRoundTrip(t *testing.T) {
 	t.Run("buckets", func(t *testing.T) {
 		rapid.Check(t, func(t *rapid.T) {
 			a := rapid.SampledFrom([]Algorithm{TokenBucket, LeakyBucket}).Draw(t, "algorithm")
-			st := bucketState{t: genTime(t, "t"), level: mul(genCount(t, "burst"), rapid.Int64Range(0, MaxWindow).Draw(t, "window"))}
+			st := bucketState{t: genTime(t, "t"), level: mul(genCount(t, "burst"), rapid.Int64Range(0, int64(MaxWindow)).Draw(t, "window"))}
 			b := st.appendTo(nil, a)
 			got, err := decodeBucket(a, b)
 			if err != nil || got != st {
@@ -58,7 +58,7 @@ func TestStateRoundTrip(t *testing.T) {
 			n := rapid.IntRange(1, 50).Draw(t, "entries")
 			for i := 0; i < n; i++ {
 				if i > 0 {
-					tm += rapid.OneOf(rapid.Int64Range(1, 100), rapid.Int64Range(1, MaxWindow)).Draw(t, "delta")
+					tm += rapid.OneOf(rapid.Int64Range(1, 100), rapid.Int64Range(1, int64(MaxWindow))).Draw(t, "delta")
 				}
 				if tm > MaxTime {
 					break

@@ -1,5 +1,7 @@
 package algo
 
+import "time"
+
 // fixedState is a fixed window's state: the admitted cost in the window that
 // starts at start. Version 1 encoding: [tag] uvarint(start) uvarint(count).
 type fixedState struct{ start, count int64 }
@@ -43,12 +45,12 @@ func decideFixedWindow(dst []byte, s *Spec, state []byte, now, cost int64) (Deci
 		d.Allowed = true
 		st.count += cost
 	default:
-		d.RetryAfter = end - now // the next window starts empty
+		d.RetryAfter = time.Duration(end - now) // the next window starts empty
 	}
 	d.Remaining = max(s.Limit-st.count, 0)
 	if st.count == 0 {
 		return d, nil, nil
 	}
-	d.ResetAfter = end - now
+	d.ResetAfter = time.Duration(end - now)
 	return d, st.appendTo(dst), nil
 }

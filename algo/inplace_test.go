@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"pgregory.net/rapid"
 )
@@ -16,15 +17,17 @@ import (
 func TestDecideInPlaceMatchesDecide(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		a := rapid.SampledFrom(Algorithms).Draw(t, "algorithm")
-		s := Spec{Algorithm: a, Limit: rapid.Int64Range(1, 400).Draw(t, "limit"), Window: rapid.Int64Range(1, 5000).Draw(t, "window")}
+		s := Spec{Algorithm: a, Limit: rapid.Int64Range(1, 400).Draw(t, "limit")}
+		w := rapid.Int64Range(1, 5000).Draw(t, "window")
 		// Dense logs: up to 400 distinct timestamps in a window.
-		step := 2*s.Window/s.Limit + 1
+		step := 2*w/s.Limit + 1
 		if a == SlidingLog {
 			s.CountRefused = rapid.Bool().Draw(t, "count_refused")
 			s.Limit = rapid.Int64Range(100, 400).Draw(t, "log limit")
-			s.Window = 1_000_000
-			step = s.Window / s.Limit
+			w = 1_000_000
+			step = w / s.Limit
 		}
+		s.Window = time.Duration(w)
 		s, err := s.Validate()
 		if err != nil {
 			t.Fatal(err)
@@ -36,7 +39,7 @@ func TestDecideInPlaceMatchesDecide(t *testing.T) {
 			var dt int64
 			switch rapid.IntRange(0, 20).Draw(t, "kind") {
 			case 0:
-				dt = rapid.Int64Range(-s.Window, s.Window).Draw(t, "jump") // incl. a lagging clock
+				dt = rapid.Int64Range(-w, w).Draw(t, "jump") // incl. a lagging clock
 			case 1, 2:
 				dt = 0 // several at one instant
 			default:
@@ -66,18 +69,19 @@ func TestDecideInPlaceMatchesDecide(t *testing.T) {
 func TestDecideInPlaceLongLogs(t *testing.T) {
 	for seed := uint64(0); seed < 40; seed++ {
 		rng := rand.New(rand.NewPCG(seed, 7))
-		s, err := Spec{Algorithm: SlidingLog, Limit: 100 + rng.Int64N(900), Window: 1_000_000 + rng.Int64N(1e9),
+		s, err := Spec{Algorithm: SlidingLog, Limit: 100 + rng.Int64N(900), Window: time.Duration(1_000_000 + rng.Int64N(1e9)),
 			CountRefused: seed%2 == 1}.Validate()
 		if err != nil {
 			t.Fatal(err)
 		}
-		step := 2 * s.Window / s.Limit
+		w := int64(s.Window)
+		step := 2 * w / s.Limit
 		now := epoch2025
 		var want, got []byte
 		for i := 0; i < 4000; i++ {
 			switch r := rng.IntN(100); {
 			case r == 0:
-				now += rng.Int64N(2*s.Window) - s.Window // a jump, incl. a lagging clock
+				now += rng.Int64N(2*w) - w // a jump, incl. a lagging clock
 			case r < 10: // same instant
 			default:
 				now += 1 + rng.Int64N(step)

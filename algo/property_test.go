@@ -3,6 +3,7 @@ package algo
 import (
 	"bytes"
 	"testing"
+	"time"
 
 	"pgregory.net/rapid"
 )
@@ -13,7 +14,7 @@ func genSpec(t *rapid.T, a Algorithm) Spec {
 	s := Spec{
 		Algorithm: a,
 		Limit:     rapid.Int64Range(1, 6).Draw(t, "limit"),
-		Window:    rapid.Int64Range(1, 12).Draw(t, "window"),
+		Window:    time.Duration(rapid.Int64Range(1, 12).Draw(t, "window")),
 	}
 	switch a {
 	case SlidingLog:
@@ -31,13 +32,13 @@ func genSpec(t *rapid.T, a Algorithm) Spec {
 // genTrace draws requests in time order, often several at the same instant
 // and often exactly a window apart.
 func genTrace(t *rapid.T, s Spec, n int) []request {
-	tm := rapid.Int64Range(0, 3*s.Window).Draw(t, "start")
+	tm := rapid.Int64Range(0, 3*int64(s.Window)).Draw(t, "start")
 	rs := make([]request, 0, n)
 	for i := 0; i < n; i++ {
 		tm += rapid.OneOf(
 			rapid.Just(int64(0)),
-			rapid.Just(s.Window),
-			rapid.Int64Range(0, 2*s.Window+1),
+			rapid.Just(int64(s.Window)),
+			rapid.Int64Range(0, 2*int64(s.Window)+1),
 		).Draw(t, "dt")
 		cost := rapid.OneOf(rapid.Just(int64(1)), rapid.Int64Range(0, s.burst()+1)).Draw(t, "cost")
 		rs = append(rs, request{tm, cost})
@@ -139,8 +140,8 @@ func TestSlidingLogNeverExceedsLimit(t *testing.T) {
 		// Every half-open interval (a − W, a] holding admitted cost has one
 		// ending at an admitted request.
 		for _, d := range ds {
-			if n := admittedCost(ds, d.t-s.Window+1, d.t); n > s.Limit {
-				t.Fatalf("%d admitted in (%d, %d], limit %d", n, d.t-s.Window, d.t, s.Limit)
+			if n := admittedCost(ds, d.t-int64(s.Window)+1, d.t); n > s.Limit {
+				t.Fatalf("%d admitted in (%d, %d], limit %d", n, d.t-int64(s.Window), d.t, s.Limit)
 			}
 		}
 	})
@@ -151,9 +152,9 @@ func TestFixedWindowNeverExceedsLimit(t *testing.T) {
 		s := genSpec(t, FixedWindow)
 		ds := replay(t, s, genTrace(t, s, rapid.IntRange(1, 60).Draw(t, "n")))
 		for _, d := range ds {
-			start := d.t - d.t%s.Window
-			if n := admittedCost(ds, start, start+s.Window-1); n > s.Limit {
-				t.Fatalf("%d admitted in window [%d, %d), limit %d", n, start, start+s.Window, s.Limit)
+			start := d.t - d.t%int64(s.Window)
+			if n := admittedCost(ds, start, start+int64(s.Window)-1); n > s.Limit {
+				t.Fatalf("%d admitted in window [%d, %d), limit %d", n, start, start+int64(s.Window), s.Limit)
 			}
 		}
 	})
@@ -173,9 +174,9 @@ func TestBucketsNeverExceedRate(t *testing.T) {
 							continue
 						}
 						n := admittedCost(ds, from.t, to.t)
-						if n*s.Window > s.Burst*s.Window+s.Limit*(to.t-from.t) {
+						if n*int64(s.Window) > s.Burst*int64(s.Window)+s.Limit*(to.t-from.t) {
 							t.Fatalf("%d admitted in [%d, %d]: more than %d + %d × %d/%d",
-								n, from.t, to.t, s.Burst, s.Limit, to.t-from.t, s.Window)
+								n, from.t, to.t, s.Burst, s.Limit, to.t-from.t, int64(s.Window))
 						}
 					}
 				}
@@ -198,12 +199,12 @@ func TestLeakyBucketShapes(t *testing.T) {
 				continue
 			}
 			if prev != nil {
-				gap := (d.t + d.Delay) - (prev.t + prev.Delay)
+				gap := (d.t + int64(d.Delay)) - (prev.t + int64(prev.Delay))
 				// Departures are rounded up to whole nanoseconds, so the gap
 				// may be up to 1 ns short of the exact c × W/L.
-				if (gap+1)*s.Limit <= prev.cost*s.Window {
+				if (gap+1)*s.Limit <= prev.cost*int64(s.Window) {
 					t.Fatalf("request at %d leaves %d ns after the one at %d (cost %d): faster than %d per %d",
-						d.t, gap, prev.t, prev.cost, s.Limit, s.Window)
+						d.t, gap, prev.t, prev.cost, s.Limit, int64(s.Window))
 				}
 			}
 			prev = d
@@ -221,7 +222,7 @@ func TestRetryAndResetAreExact(t *testing.T) {
 			rapid.Check(t, func(t *rapid.T) {
 				s := genSpec(t, a)
 				scale := rapid.SampledFrom([]int64{1_000, 1_000_003, 999_999_937}).Draw(t, "scale")
-				s.Window *= scale
+				s.Window *= time.Duration(scale)
 				trace := genTrace(t, s, rapid.IntRange(1, 30).Draw(t, "n"))
 				// Jitter odd requests forward: times at realistic scales, and
 				// sometimes a request earlier than the one before (a lagging
@@ -237,8 +238,8 @@ func TestRetryAndResetAreExact(t *testing.T) {
 					}
 					c := effectiveCost(r.cost)
 					if !d.Allowed && d.RetryAfter != Never {
-						at := func(dt int64) bool {
-							d2, _, err := Decide(nil, &s, next, r.t+dt, c)
+						at := func(dt time.Duration) bool {
+							d2, _, err := Decide(nil, &s, next, r.t+int64(dt), c)
 							if err != nil {
 								t.Fatal(err)
 							}
@@ -249,8 +250,8 @@ func TestRetryAndResetAreExact(t *testing.T) {
 						}
 					}
 					if d.ResetAfter > 0 {
-						fresh := func(dt int64) bool {
-							_, n, err := Decide(nil, &s, next, r.t+dt, 0)
+						fresh := func(dt time.Duration) bool {
+							_, n, err := Decide(nil, &s, next, r.t+int64(dt), 0)
 							if err != nil {
 								t.Fatal(err)
 							}

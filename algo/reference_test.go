@@ -2,6 +2,7 @@ package algo
 
 import (
 	"math/big"
+	"time"
 )
 
 // Brute-force reference models of the five algorithms, written from the
@@ -46,7 +47,7 @@ func refDecide(m refModel, t, cost int64) Decision {
 		d.RetryAfter = Never
 	case m.fits(t, c):
 		d.Allowed = true
-		d.Delay = m.delay(t, c)
+		d.Delay = time.Duration(m.delay(t, c))
 	}
 	if cost > 0 && d.RetryAfter != Never {
 		m.record(t, cost, d.Allowed)
@@ -56,14 +57,14 @@ func refDecide(m refModel, t, cost int64) Decision {
 		for !m.fits(r, c) {
 			r++
 		}
-		d.RetryAfter = r - t
+		d.RetryAfter = time.Duration(r - t)
 	}
 	d.Remaining = m.remaining(t)
 	r := t
 	for !m.fresh(r) {
 		r++
 	}
-	d.ResetAfter = r - t
+	d.ResetAfter = time.Duration(r - t)
 	return d
 }
 
@@ -74,16 +75,16 @@ type refFixed struct {
 
 func (m *refFixed) capacity() int64        { return m.s.Limit }
 func (m *refFixed) delay(_, _ int64) int64 { return 0 }
-func (m *refFixed) fits(t, c int64) bool   { return m.counts[t/m.s.Window]+c <= m.s.Limit }
+func (m *refFixed) fits(t, c int64) bool   { return m.counts[t/int64(m.s.Window)]+c <= m.s.Limit }
 func (m *refFixed) record(t, cost int64, allowed bool) {
 	if allowed {
-		m.counts[t/m.s.Window] += cost
+		m.counts[t/int64(m.s.Window)] += cost
 	}
 }
-func (m *refFixed) remaining(t int64) int64 { return max(m.s.Limit-m.counts[t/m.s.Window], 0) }
+func (m *refFixed) remaining(t int64) int64 { return max(m.s.Limit-m.counts[t/int64(m.s.Window)], 0) }
 func (m *refFixed) fresh(t int64) bool {
 	for k, n := range m.counts {
-		if k >= t/m.s.Window && n > 0 {
+		if k >= t/int64(m.s.Window) && n > 0 {
 			return false
 		}
 	}
@@ -100,7 +101,7 @@ func (m *refLog) delay(_, _ int64) int64 { return 0 }
 func (m *refLog) inWindow(t int64) int64 {
 	var n int64
 	for _, r := range m.reqs {
-		if r.t > t-m.s.Window && r.t <= t {
+		if r.t > t-int64(m.s.Window) && r.t <= t {
 			n += r.cost
 		}
 	}
@@ -115,7 +116,7 @@ func (m *refLog) record(t, cost int64, allowed bool) {
 func (m *refLog) remaining(t int64) int64 { return max(m.s.Limit-m.inWindow(t), 0) }
 func (m *refLog) fresh(t int64) bool {
 	for _, r := range m.reqs {
-		if r.t > t-m.s.Window {
+		if r.t > t-int64(m.s.Window) {
 			return false
 		}
 	}
@@ -132,8 +133,8 @@ func (m *refWindow) delay(_, _ int64) int64 { return 0 }
 
 // weighted is (1 − x) × previous + current with x = (t mod W)/W, as a rational.
 func (m *refWindow) weighted(t int64) *big.Rat {
-	k := t / m.s.Window
-	x := big.NewRat(t%m.s.Window, m.s.Window)
+	k := t / int64(m.s.Window)
+	x := big.NewRat(t%int64(m.s.Window), int64(m.s.Window))
 	w := new(big.Rat).Sub(big.NewRat(1, 1), x)
 	w.Mul(w, big.NewRat(m.counts[k-1], 1))
 	return w.Add(w, big.NewRat(m.counts[k], 1))
@@ -144,7 +145,7 @@ func (m *refWindow) fits(t, c int64) bool {
 }
 func (m *refWindow) record(t, cost int64, allowed bool) {
 	if allowed {
-		m.counts[t/m.s.Window] += cost
+		m.counts[t/int64(m.s.Window)] += cost
 	}
 }
 func (m *refWindow) remaining(t int64) int64 {
@@ -153,7 +154,7 @@ func (m *refWindow) remaining(t int64) int64 {
 	return max(q.Int64(), 0)
 }
 func (m *refWindow) fresh(t int64) bool {
-	k := t / m.s.Window
+	k := t / int64(m.s.Window)
 	for i, n := range m.counts {
 		if i >= k-1 && n > 0 {
 			return false
@@ -182,7 +183,7 @@ func newRefBucket(s Spec) *refBucket {
 func (m *refBucket) capacity() int64 { return m.s.burst() }
 
 func (m *refBucket) at(t int64) *big.Rat {
-	flow := big.NewRat((t-m.last)*m.s.Limit, m.s.Window)
+	flow := big.NewRat((t-m.last)*m.s.Limit, int64(m.s.Window))
 	l := new(big.Rat)
 	if m.leaky {
 		l.Sub(m.level, flow)
@@ -242,7 +243,7 @@ func (m *refBucket) delay(t, _ int64) int64 {
 		return 0
 	}
 	l := m.at(t)
-	l.Mul(l, big.NewRat(m.s.Window, m.s.Limit)) // time to drain, in ns
+	l.Mul(l, big.NewRat(int64(m.s.Window), m.s.Limit)) // time to drain, in ns
 	q, r := new(big.Int).QuoRem(l.Num(), l.Denom(), new(big.Int))
 	if r.Sign() != 0 {
 		q.Add(q, big.NewInt(1))

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Sliding log: the admitted requests of the last window, one entry per
@@ -307,7 +308,7 @@ func decideSlidingLog(dst []byte, s *Spec, state []byte, now, cost int64, inPlac
 		}
 		te = max(te, v.newest())
 	}
-	cutoff := te - s.Window
+	cutoff := te - int64(s.Window)
 	if !v.empty && v.newest() <= cutoff {
 		v = logView{empty: true} // all aged out: nothing to decode
 	}
@@ -336,17 +337,17 @@ func decideSlidingLog(dst []byte, s *Spec, state []byte, now, cost int64, inPlac
 				return Decision{}, nil, err
 			}
 		}
-		retry, err := v.retryAt(s.Limit-c, s.Window)
+		retry, err := v.retryAt(s.Limit-c, int64(s.Window))
 		if err != nil {
 			return Decision{}, nil, err
 		}
-		d.RetryAfter = retry - now
+		d.RetryAfter = time.Duration(retry - now)
 	}
 	d.Remaining = max(s.Limit-v.total, 0)
 	if v.empty {
 		return d, nil, nil
 	}
-	d.ResetAfter = v.newest() + s.Window - now
+	d.ResetAfter = time.Duration(v.newest() + int64(s.Window) - now)
 	if inPlace && len(state) > 0 {
 		return d, v.writeInPlace(state), nil
 	}

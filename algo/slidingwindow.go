@@ -1,5 +1,7 @@
 package algo
 
+import "time"
+
 // Sliding window counter: two aligned fixed windows, the current one and the
 // one before it, with the previous count weighted by the part of it still
 // inside the sliding window: weighted = (1 − x) × previous + current, where
@@ -25,7 +27,7 @@ func (st windowState) appendTo(dst []byte) []byte {
 }
 
 func decideSlidingWindow(dst []byte, s *Spec, state []byte, now, cost int64) (Decision, []byte, error) {
-	w := s.Window
+	w := int64(s.Window)
 	te := now
 	var st windowState
 	if len(state) > 0 {
@@ -58,16 +60,16 @@ func decideSlidingWindow(dst []byte, s *Spec, state []byte, now, cost int64) (De
 		d.Allowed = true
 		cur += cost
 	default:
-		d.RetryAfter = slidingWindowRetry(w, s.Limit, start, elapsed, cur, prev, c) - now
+		d.RetryAfter = time.Duration(slidingWindowRetry(w, s.Limit, start, elapsed, cur, prev, c) - now)
 	}
 	// Remaining: the largest k with prevShare + (cur + k) × w ≤ limit × w.
 	d.Remaining = max(s.Limit-cur-prevShare.divCeil(w), 0)
 	switch {
 	case cur > 0:
 		// The current window's count matters until the end of the next one.
-		d.ResetAfter = start + 2*w - now
+		d.ResetAfter = time.Duration(start + 2*w - now)
 	case prev > 0:
-		d.ResetAfter = start + w - now
+		d.ResetAfter = time.Duration(start + w - now)
 	default:
 		return d, nil, nil
 	}

@@ -20,17 +20,17 @@ const (
 	// limits.
 	MaxSlidingLogLimit int64 = 1_000_000
 	// MaxWindow bounds window: 3650 days.
-	MaxWindow int64 = 3650 * day
+	MaxWindow time.Duration = 3650 * day
 	// MaxFillTime bounds burst/limit × window for the buckets: the time an
 	// empty token bucket takes to fill (or a full leaky bucket to drain).
-	MaxFillTime int64 = 36500 * day
+	MaxFillTime time.Duration = 36500 * day
 	// MaxTime is the latest time Decide accepts (2^62 ns, in the year 2116).
 	// Together with the bounds above it keeps now + any reported duration
 	// below 2^63.
 	MaxTime int64 = 1 << 62
 )
 
-const day = 24 * int64(time.Hour)
+const day = 24 * time.Hour
 
 var algorithmNames = [...]string{
 	FixedWindow:   "fixed_window",
@@ -101,8 +101,8 @@ func ParseCalendar(name string) (Calendar, error) {
 // ParseWindow parses a window: a Go duration ("60s", "1h30m", "500ms"),
 // optionally preceded by whole days ("7d", "1d12h"). It must be positive and
 // at most MaxWindow. The error is a *FieldError for field "window".
-func ParseWindow(s string) (int64, error) {
-	bad := func(msg string) (int64, error) {
+func ParseWindow(s string) (time.Duration, error) {
+	bad := func(msg string) (time.Duration, error) {
 		return 0, &FieldError{Field: "window", Message: msg}
 	}
 	if s == "" {
@@ -116,7 +116,7 @@ func ParseWindow(s string) (int64, error) {
 			return bad(fmt.Sprintf("invalid duration %q (days must be a whole number before the other units, e.g. 1d12h)", s))
 		}
 		n, err := strconv.ParseInt(digits, 10, 64)
-		if err != nil || n > MaxWindow/day {
+		if err != nil || n > int64(MaxWindow/day) {
 			return bad(fmt.Sprintf("%q exceeds the maximum of %s", s, FormatWindow(MaxWindow)))
 		}
 		days, rest = n, s[i+1:]
@@ -131,33 +131,34 @@ func ParseWindow(s string) (int64, error) {
 	if d < 0 {
 		return bad(fmt.Sprintf("%q must be positive", s))
 	}
-	if int64(d) > MaxWindow || days*day > MaxWindow-int64(d) {
+	if d > MaxWindow || time.Duration(days)*day > MaxWindow-d {
 		return bad(fmt.Sprintf("%q exceeds the maximum of %s", s, FormatWindow(MaxWindow)))
 	}
-	w := days*day + int64(d)
+	w := time.Duration(days)*day + d
 	if w <= 0 {
 		return bad(fmt.Sprintf("%q must be positive", s))
 	}
 	return w, nil
 }
 
-// FormatWindow formats ns compactly in a form ParseWindow reads back:
-// "1d12h", "1m", "1s500ms".
-func FormatWindow(ns int64) string {
-	if ns <= 0 {
+// FormatWindow formats d compactly in a form ParseWindow reads back:
+// "1d12h", "1m", "1s500ms". Unlike time.Duration.String it counts whole days
+// and never prints a fraction, so every window round-trips exactly.
+func FormatWindow(d time.Duration) string {
+	if d <= 0 {
 		return "0s"
 	}
 	units := []struct {
 		name string
-		ns   int64
-	}{{"d", day}, {"h", int64(time.Hour)}, {"m", int64(time.Minute)}, {"s", int64(time.Second)},
-		{"ms", int64(time.Millisecond)}, {"us", int64(time.Microsecond)}, {"ns", 1}}
+		d    time.Duration
+	}{{"d", day}, {"h", time.Hour}, {"m", time.Minute}, {"s", time.Second},
+		{"ms", time.Millisecond}, {"us", time.Microsecond}, {"ns", time.Nanosecond}}
 	var b strings.Builder
 	for _, u := range units {
-		if n := ns / u.ns; n > 0 {
-			b.WriteString(strconv.FormatInt(n, 10))
+		if n := d / u.d; n > 0 {
+			b.WriteString(strconv.FormatInt(int64(n), 10))
 			b.WriteString(u.name)
-			ns -= n * u.ns
+			d -= n * u.d
 		}
 	}
 	return b.String()
@@ -270,7 +271,7 @@ func (s Spec) Validate() (Spec, error) {
 			return bad("burst", "must be between 1 and %d", MaxLimit)
 		}
 		// burst/limit × window is the time to fill an empty token bucket.
-		if mul(s.Burst, s.Window).cmp(mul(MaxFillTime, s.Limit)) > 0 {
+		if mul(s.Burst, int64(s.Window)).cmp(mul(int64(MaxFillTime), s.Limit)) > 0 {
 			return bad("burst", "burst/limit × window (the time to refill an empty bucket) must be at most %s", FormatWindow(MaxFillTime))
 		}
 	case s.Burst != 0:
@@ -305,7 +306,7 @@ func (s *Spec) decidable() error {
 	}
 	if ok && s.Algorithm.HasBurst() {
 		b := s.burst()
-		ok = b >= 1 && b <= MaxLimit && mul(b, s.Window).cmp(mul(MaxFillTime, s.Limit)) <= 0
+		ok = b >= 1 && b <= MaxLimit && mul(b, int64(s.Window)).cmp(mul(int64(MaxFillTime), s.Limit)) <= 0
 	}
 	if !ok {
 		return fmt.Errorf("algo: invalid spec %+v (not validated)", *s)

@@ -16,15 +16,15 @@ func TestConfigSpec(t *testing.T) {
 		want Spec
 	}{
 		{"fixed window", Config{Algorithm: "fixed_window", Limit: 10, Window: "60s"},
-			Spec{Algorithm: FixedWindow, Limit: 10, Window: 60 * sec}},
+			Spec{Algorithm: FixedWindow, Limit: 10, Window: 60 * time.Second}},
 		{"days and hours", Config{Algorithm: "sliding_window", Limit: 5, Window: "1d12h"},
-			Spec{Algorithm: SlidingWindow, Limit: 5, Window: 36 * int64(time.Hour)}},
+			Spec{Algorithm: SlidingWindow, Limit: 5, Window: 36 * time.Hour}},
 		{"token bucket burst defaults to limit", Config{Algorithm: "token_bucket", Limit: 7, Window: "1m"},
-			Spec{Algorithm: TokenBucket, Limit: 7, Window: 60 * sec, Burst: 7}},
+			Spec{Algorithm: TokenBucket, Limit: 7, Window: 60 * time.Second, Burst: 7}},
 		{"leaky bucket explicit burst", Config{Algorithm: "leaky_bucket", Limit: 7, Window: "500ms", Burst: 2},
-			Spec{Algorithm: LeakyBucket, Limit: 7, Window: 500 * int64(time.Millisecond), Burst: 2}},
+			Spec{Algorithm: LeakyBucket, Limit: 7, Window: 500 * time.Millisecond, Burst: 2}},
 		{"sliding log penalty", Config{Algorithm: "sliding_log", Limit: 3, Window: "1h30m", CountRefused: true},
-			Spec{Algorithm: SlidingLog, Limit: 3, Window: 90 * int64(time.Minute), CountRefused: true}},
+			Spec{Algorithm: SlidingLog, Limit: 3, Window: 90 * time.Minute, CountRefused: true}},
 		{"calendar month", Config{Algorithm: "fixed_window", Limit: 1000, Calendar: "month", Timezone: "Europe/Paris"},
 			Spec{Algorithm: FixedWindow, Limit: 1000, Calendar: CalendarMonth, Timezone: "Europe/Paris"}},
 		{"calendar UTC is the default zone", Config{Algorithm: "fixed_window", Limit: 1, Calendar: "day", Timezone: "UTC"},
@@ -106,16 +106,16 @@ func TestConfigSpecErrors(t *testing.T) {
 func TestWindowFormatRoundTrip(t *testing.T) {
 	tests := []struct {
 		in   string
-		ns   int64
+		ns   time.Duration
 		text string
 	}{
-		{"60s", 60 * sec, "1m"},
-		{"1h30m", 90 * int64(time.Minute), "1h30m"},
-		{"500ms", 500 * int64(time.Millisecond), "500ms"},
+		{"60s", 60 * time.Second, "1m"},
+		{"1h30m", 90 * time.Minute, "1h30m"},
+		{"500ms", 500 * time.Millisecond, "500ms"},
 		{"7d", 7 * day, "7d"},
-		{"1d12h", 36 * int64(time.Hour), "1d12h"},
-		{"1.5s", 1500 * int64(time.Millisecond), "1s500ms"},
-		{"25h0m1ns", 25*int64(time.Hour) + 1, "1d1h1ns"},
+		{"1d12h", 36 * time.Hour, "1d12h"},
+		{"1.5s", 1500 * time.Millisecond, "1s500ms"},
+		{"25h0m1ns", 25*time.Hour + 1, "1d1h1ns"},
 		{"1us", 1000, "1us"},
 	}
 	for _, tt := range tests {
@@ -201,13 +201,13 @@ func TestSpecEncoding(t *testing.T) {
 }
 
 func TestDecodeSpecRejects(t *testing.T) {
-	valid := AppendSpec(nil, Spec{Algorithm: TokenBucket, Limit: 5, Window: sec, Burst: 5})
+	valid := AppendSpec(nil, Spec{Algorithm: TokenBucket, Limit: 5, Window: time.Second, Burst: 5})
 	tests := []struct {
 		name string
 		b    []byte
 	}{
 		{"unknown version", append([]byte{2}, valid[1:]...)},
-		{"invalid spec", AppendSpec(nil, Spec{Algorithm: FixedWindow, Limit: 0, Window: sec})},
+		{"invalid spec", AppendSpec(nil, Spec{Algorithm: FixedWindow, Limit: 0, Window: time.Second})},
 		{"burst omitted", func() []byte {
 			b := []byte{specVersion1, byte(TokenBucket)}
 			b = binary.AppendUvarint(b, 5)
@@ -234,7 +234,7 @@ func TestDecodeSpecRejects(t *testing.T) {
 // has written their defaults out.
 func TestAppendSpecNormalizes(t *testing.T) {
 	pairs := [][2]Spec{
-		{{Algorithm: TokenBucket, Limit: 5, Window: sec}, {Algorithm: TokenBucket, Limit: 5, Window: sec, Burst: 5}},
+		{{Algorithm: TokenBucket, Limit: 5, Window: time.Second}, {Algorithm: TokenBucket, Limit: 5, Window: time.Second, Burst: 5}},
 		{{Algorithm: FixedWindow, Limit: 5, Calendar: CalendarDay, Timezone: "UTC"}, {Algorithm: FixedWindow, Limit: 5, Calendar: CalendarDay}},
 	}
 	for _, p := range pairs {
@@ -271,7 +271,7 @@ func FuzzDecodeSpec(f *testing.F) {
 func TestAlgorithmOptions(t *testing.T) {
 	for v := 0; v < 256; v++ {
 		a := Algorithm(v)
-		base := Spec{Algorithm: a, Limit: 2, Window: sec}
+		base := Spec{Algorithm: a, Limit: 2, Window: time.Second}
 		if _, err := base.Validate(); err != nil {
 			if a.HasBurst() || a.HasCountRefused() {
 				t.Errorf("%v: not an algorithm, but has options", a)
@@ -298,7 +298,7 @@ func TestDecideOnlyKnownAlgorithms(t *testing.T) {
 	}
 	for v := 0; v < 256; v++ {
 		a := Algorithm(v)
-		s := Spec{Algorithm: a, Limit: 2, Window: sec, Burst: 2}
+		s := Spec{Algorithm: a, Limit: 2, Window: time.Second, Burst: 2}
 		_, next, err := Decide(nil, &s, nil, sec, 1)
 		switch {
 		case known[a] && (err != nil || len(next) == 0 || next[0] != stateTag(a)):

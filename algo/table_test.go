@@ -69,7 +69,7 @@ func TestIssueTable(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.alg.String(), func(t *testing.T) {
-			s, err := Spec{Algorithm: tt.alg, Limit: 10, Window: 60 * sec}.Validate()
+			s, err := Spec{Algorithm: tt.alg, Limit: 10, Window: 60 * time.Second}.Validate()
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -659,7 +659,10 @@ func TestHealthAndReady(t *testing.T) {
 }
 
 func TestToMillis(t *testing.T) {
-	cases := []struct{ ns, ms, s int64 }{
+	cases := []struct {
+		ns    time.Duration
+		ms, s int64
+	}{
 		{0, 0, 0},
 		{1, 1, 1},
 		{999_999, 1, 1},

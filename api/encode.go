@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"time"
 	"unicode/utf8"
 
 	"github.com/limitd/limitd/algo"
@@ -63,25 +64,25 @@ func writeJSON(w http.ResponseWriter, status int, body []byte) {
 	_, _ = w.Write(body)
 }
 
-// toMillis converts a duration in nanoseconds to whole milliseconds, rounded up
-// so that a client that waits that long is not refused again by rounding.
+// toMillis converts a duration to whole milliseconds, rounded up so that a
+// client that waits that long is not refused again by rounding.
 // algo.Never stays -1.
-func toMillis(ns int64) int64 {
-	if ns == algo.Never {
+func toMillis(d time.Duration) int64 {
+	if d == algo.Never {
 		return -1
 	}
-	if ns <= 0 {
+	if d <= 0 {
 		return 0
 	}
-	return ceilDiv(ns, 1e6)
+	return ceilDiv(int64(d), int64(time.Millisecond))
 }
 
 // toSeconds is toMillis for whole seconds (HTTP headers).
-func toSeconds(ns int64) int64 {
-	if ns <= 0 {
+func toSeconds(d time.Duration) int64 {
+	if d <= 0 {
 		return 0
 	}
-	return ceilDiv(ns, 1e9)
+	return ceilDiv(int64(d), int64(time.Second))
 }
 
 // allowed is what the client is told: a shadow policy's refusal is reported as
@@ -228,7 +229,7 @@ func setRateLimitHeaders(h http.Header, refs []service.Limit, ds []fsm.Decision,
 	h[hdrRateLimitPolicy] = vals[0:1:1]
 	h[hdrRateLimit] = vals[1:2:2]
 	if !opAllowed {
-		var wait int64
+		var wait time.Duration
 		for i := range ds {
 			d := &ds[i]
 			if allowed(d) {

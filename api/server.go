@@ -329,7 +329,7 @@ func (s *Server) handleReadyz(w http.ResponseWriter, _ *http.Request, _ httprout
 		// The error object, as everywhere, plus "ready" for probes that read bodies.
 		b := append([]byte(`{"ready":false,"error":`), nil...)
 		b = appendError(b, string(e.Code), e.Field, e.Message)
-		w.Header().Set(hdrRetryAfter, strconv.FormatInt(toSeconds(int64(s.cfg.NoLeaderRetryAfter)), 10))
+		w.Header().Set(hdrRetryAfter, strconv.FormatInt(toSeconds(s.cfg.NoLeaderRetryAfter), 10))
 		writeJSON(w, http.StatusServiceUnavailable, append(b, '}', '\n'))
 		return
 	}

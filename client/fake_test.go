@@ -242,7 +242,7 @@ func (fc *fakeCluster) decide(c fakeCheck, prefix string) (wireDecision, *wireEr
 		fc.state[c.Key] = next
 	}
 	wd := wireDecision{Allowed: d.Allowed, Limit: d.Limit, Remaining: d.Remaining,
-		ResetAfterMS: (d.ResetAfter + 999_999) / 1_000_000, RetryAfterMS: (d.RetryAfter + 999_999) / 1_000_000}
+		ResetAfterMS: int64(d.ResetAfter+999_999) / 1_000_000, RetryAfterMS: int64(d.RetryAfter+999_999) / 1_000_000}
 	if d.RetryAfter == algo.Never {
 		wd.RetryAfterMS = -1
 	}

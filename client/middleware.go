@@ -100,6 +100,6 @@ func (p *policyWindow) seconds(ctx context.Context) int64 {
 		p.secs = 0
 		return 0
 	}
-	p.secs = (ns + int64(time.Second) - 1) / int64(time.Second)
+	p.secs = int64((ns + time.Second - 1) / time.Second)
 	return p.secs
 }

@@ -40,7 +40,7 @@ func waitFor(t *testing.T, cond func() bool) {
 }
 
 func slidingLog(limit int64, window time.Duration) *algo.Spec {
-	s, err := algo.Spec{Algorithm: algo.SlidingLog, Limit: limit, Window: int64(window)}.Validate()
+	s, err := algo.Spec{Algorithm: algo.SlidingLog, Limit: limit, Window: window}.Validate()
 	if err != nil {
 		panic(err)
 	}

@@ -111,9 +111,9 @@ func newFaultKeys(window time.Duration) *faultKeys {
 	}
 	return &faultKeys{
 		perGen: 4, opsPerKey: 12,
-		slidingLog: spec(algo.Spec{Algorithm: algo.SlidingLog, Limit: 5, Window: int64(24 * time.Hour)}),
-		fixed:      spec(algo.Spec{Algorithm: algo.FixedWindow, Limit: 4, Window: int64(window)}),
-		quota:      spec(algo.Spec{Algorithm: algo.SlidingLog, Limit: 100000, Window: int64(24 * time.Hour)}),
+		slidingLog: spec(algo.Spec{Algorithm: algo.SlidingLog, Limit: 5, Window: 24 * time.Hour}),
+		fixed:      spec(algo.Spec{Algorithm: algo.FixedWindow, Limit: 4, Window: window}),
+		quota:      spec(algo.Spec{Algorithm: algo.SlidingLog, Limit: 100000, Window: 24 * time.Hour}),
 	}
 }
 

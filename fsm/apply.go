@@ -379,7 +379,7 @@ func (a *applier) decideOp(tx *persist.Tx, checks []checkRef, lims []limit, decs
 			if multi && next != nil {
 				next = append(tx.Alloc(len(next))[:0], next...) // decideBuf is reused
 			}
-			t.data, t.expiry, t.changed = next, now+d.ResetAfter, true
+			t.data, t.expiry, t.changed = next, now+int64(d.ResetAfter), true
 		}
 		allowed = allowed && dec.Allowed
 		decs[j] = dec

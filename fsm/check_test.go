@@ -32,8 +32,8 @@ func TestTimeNeverRunsBackwards(t *testing.T) {
 	if r.Allowed {
 		t.Fatal("an earlier leader time reopened a closed window")
 	}
-	if got, want := r.Decisions[0].RetryAfter, t0+120*sec-late; got != want {
-		t.Fatalf("RetryAfter = %v, want %v (measured from the clamped time)", time.Duration(got), time.Duration(want))
+	if got, want := r.Decisions[0].RetryAfter, time.Duration(t0+120*sec-late); got != want {
+		t.Fatalf("RetryAfter = %v, want %v (measured from the clamped time)", got, want)
 	}
 	if d.f.LastTime() != late {
 		t.Fatalf("LastTime = %d, want %d", d.f.LastTime(), late)

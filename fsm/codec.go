@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/limitd/limitd/algo"
 )
@@ -252,9 +253,9 @@ func appendResult(dst []byte, r *Result) []byte {
 		dst = append(dst, f)
 		dst = binary.AppendVarint(dst, dd.Limit)
 		dst = binary.AppendVarint(dst, dd.Remaining)
-		dst = binary.AppendVarint(dst, dd.ResetAfter)
-		dst = binary.AppendVarint(dst, dd.RetryAfter)
-		dst = binary.AppendVarint(dst, dd.Delay)
+		dst = binary.AppendVarint(dst, int64(dd.ResetAfter))
+		dst = binary.AppendVarint(dst, int64(dd.RetryAfter))
+		dst = binary.AppendVarint(dst, int64(dd.Delay))
 	}
 	return dst
 }
@@ -547,9 +548,9 @@ func (d *decoder) result() Result {
 		dd.ShadowRefused = f&decShadowRefused != 0
 		dd.Limit = d.varint()
 		dd.Remaining = d.varint()
-		dd.ResetAfter = d.varint()
-		dd.RetryAfter = d.varint()
-		dd.Delay = d.varint()
+		dd.ResetAfter = time.Duration(d.varint())
+		dd.RetryAfter = time.Duration(d.varint())
+		dd.Delay = time.Duration(d.varint())
 	}
 	if d.err != nil {
 		return Result{}

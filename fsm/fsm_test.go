@@ -186,7 +186,7 @@ func b2i(b bool) int {
 }
 
 func TestRefusedCommandsChangeNothing(t *testing.T) {
-	good := EncodeCheck(nil, t0, 0, []Op{{Checks: []Check{{Key: "a", Spec: &algo.Spec{Algorithm: algo.FixedWindow, Limit: 5, Window: 10 * sec}, Cost: 1}}}})
+	good := EncodeCheck(nil, t0, 0, []Op{{Checks: []Check{{Key: "a", Spec: &algo.Spec{Algorithm: algo.FixedWindow, Limit: 5, Window: 10 * time.Second}, Cost: 1}}}})
 	check := EncodeCheck(nil, t0, 0, []Op{single("a", "p", 1)})
 	for _, tc := range []struct {
 		name string
@@ -200,7 +200,7 @@ func TestRefusedCommandsChangeNothing(t *testing.T) {
 		{"truncated check", check[:len(check)-2], ErrBadCommand},
 		{"trailing bytes", append(bytes.Clone(check), 0), ErrBadCommand},
 		{"bad ops version", append([]byte{CmdCheck, cmdVersion, 0, 0, 9}, check[5:]...), ErrBadCommand},
-		{"truncated policy", EncodePutPolicy(Policy{Name: "x", Spec: algo.Spec{Algorithm: algo.FixedWindow, Limit: 1, Window: sec}})[:5], ErrBadCommand},
+		{"truncated policy", EncodePutPolicy(Policy{Name: "x", Spec: algo.Spec{Algorithm: algo.FixedWindow, Limit: 1, Window: time.Second}})[:5], ErrBadCommand},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := openFSM(t, "", Options{})
@@ -241,7 +241,7 @@ func TestFatalErrorStopsApplying(t *testing.T) {
 				f.testHookCommit = func() error { return errors.New("no space left on device") }
 			},
 			entry: func(*testing.T) []byte {
-				return EncodeCheck(nil, t0, 0, []Op{{Checks: []Check{{Key: "b", Spec: &algo.Spec{Algorithm: algo.FixedWindow, Limit: 5, Window: 10 * sec}, Cost: 1}}}})
+				return EncodeCheck(nil, t0, 0, []Op{{Checks: []Check{{Key: "b", Spec: &algo.Spec{Algorithm: algo.FixedWindow, Limit: 5, Window: 10 * time.Second}, Cost: 1}}}})
 			},
 			want: "no space left",
 		},

@@ -2,7 +2,6 @@ package grpcapi
 
 import (
 	"context"
-	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -60,13 +59,13 @@ func limitProto(s algo.Spec) *limitdv1.Limit {
 func decision(d *fsm.Decision) *limitdv1.Decision {
 	out := &limitdv1.Decision{
 		Allowed: d.Allowed, Limit: d.Limit, Remaining: d.Remaining,
-		ResetAfter: durationpb.New(time.Duration(d.ResetAfter)), Delay: durationpb.New(time.Duration(d.Delay)),
+		ResetAfter: durationpb.New(d.ResetAfter), Delay: durationpb.New(d.Delay),
 		ShadowRefused: d.ShadowRefused,
 	}
 	if d.RetryAfter == algo.Never {
 		out.Never = true
 	} else {
-		out.RetryAfter = durationpb.New(time.Duration(d.RetryAfter))
+		out.RetryAfter = durationpb.New(d.RetryAfter)
 	}
 	return out
 }

@@ -7,6 +7,7 @@ import (
 	"math/bits"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/limitd/limitd/algo"
 )
@@ -215,8 +216,8 @@ func (c *Cache) lookup(id LimitID, h uint64, kb []byte, ks string, str bool, cos
 	d := algo.Decision{
 		Limit:      e.limit,
 		Remaining:  e.remaining,
-		RetryAfter: e.expiry - now,
-		ResetAfter: max(e.resetAt-now, 0),
+		RetryAfter: time.Duration(e.expiry - now),
+		ResetAfter: time.Duration(max(e.resetAt-now, 0)),
 	}
 	l := e.label
 	s.mu.RUnlock()
@@ -264,10 +265,10 @@ func (c *Cache) Observe(o Observation) {
 		}
 		return
 	}
-	if len(o.ID.Ident)+len(o.Key) > MaxEntryBytes || o.Now > math.MaxInt64-d.RetryAfter {
+	if len(o.ID.Ident)+len(o.Key) > MaxEntryBytes || o.Now > math.MaxInt64-int64(d.RetryAfter) {
 		return
 	}
-	expiry := o.Now + d.RetryAfter
+	expiry := o.Now + int64(d.RetryAfter)
 	if e != nil {
 		if e.expiry <= o.Now || eff < e.minCost || eff == e.minCost && expiry > e.expiry {
 			e.minCost, e.expiry = eff, expiry
@@ -296,8 +297,8 @@ func (c *Cache) Observe(o Observation) {
 func (e *slot) refresh(now int64, d *algo.Decision) {
 	e.limit, e.remaining = d.Limit, d.Remaining
 	e.resetAt = 0
-	if d.ResetAfter > 0 && now <= math.MaxInt64-d.ResetAfter {
-		e.resetAt = now + d.ResetAfter
+	if d.ResetAfter > 0 && now <= math.MaxInt64-int64(d.ResetAfter) {
+		e.resetAt = now + int64(d.ResetAfter)
 	}
 }
 

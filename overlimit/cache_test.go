@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -19,7 +20,7 @@ func policyID(name string) LimitID { return LimitID{Policy: true, Ident: name} }
 // refusal is an applied refusal of cost at now with the given retry time.
 func refusal(id LimitID, key string, cost, now, retry int64) Observation {
 	return Observation{ID: id, Key: []byte(key), Spec: &testSpec, Cost: cost, Now: now,
-		Decision: algo.Decision{Limit: 10, Remaining: 1, ResetAfter: retry + 5, RetryAfter: retry}}
+		Decision: algo.Decision{Limit: 10, Remaining: 1, ResetAfter: time.Duration(retry + 5), RetryAfter: time.Duration(retry)}}
 }
 
 func allowance(id LimitID, key string, cost, now int64) Observation {
@@ -36,7 +37,7 @@ func lookup(c *Cache, id LimitID, key string, cost, now int64) int64 {
 	if d.Allowed {
 		panic("the cache answered allowed")
 	}
-	return d.RetryAfter
+	return int64(d.RetryAfter)
 }
 
 func TestLookupAnswersCoveredCostsUntilExpiry(t *testing.T) {
@@ -150,7 +151,7 @@ func TestNotCached(t *testing.T) {
 	for name, o := range map[string]Observation{
 		"shadow":        func() Observation { o := refusal(p, "k", 1, 100, 10); o.Shadow = true; return o }(),
 		"count_refused": func() Observation { o := refusal(p, "k", 1, 100, 10); o.Spec = &countRefused; return o }(),
-		"never":         refusal(p, "k", 11, 100, algo.Never),
+		"never":         refusal(p, "k", 11, 100, int64(algo.Never)),
 		"zero retry":    refusal(p, "k", 1, 100, 0),
 		"uncommitted":   func() Observation { o := refusal(p, "k", 1, 100, 10); o.Uncommitted = true; return o }(),
 		"long key":      refusal(p, strings.Repeat("k", MaxEntryBytes-len("api")+1), 1, 100, 10),

@@ -140,7 +140,7 @@ func genModelSpec(t *rapid.T, label string) algo.Spec {
 		s.Calendar = algo.CalendarDay
 		s.Timezone = rapid.SampledFrom([]string{"", "Europe/Paris", "America/New_York"}).Draw(t, label+".tz")
 	} else {
-		s.Window = rapid.Int64Range(4, 30).Draw(t, label+".window")
+		s.Window = time.Duration(rapid.Int64Range(4, 30).Draw(t, label+".window"))
 	}
 	switch a {
 	case algo.SlidingLog:
@@ -526,7 +526,7 @@ func TestLaggingNodeOnlyRefusesMore(t *testing.T) {
 						explained = explained || v.covers(rs[cached])
 					}
 					// The entry's expiry is now+skew+RetryAfter in leader time.
-					late := skew < 0 && now+skew+cd.RetryAfter <= now
+					late := skew < 0 && now+skew+int64(cd.RetryAfter) <= now
 					if !explained && !late {
 						t.Fatalf("step %d: refused %+v from the cache (retry %d, clock skew %d); the state machine allows it and no invalidation is pending (%v)",
 							step, checks[cached], cd.RetryAfter, skew, pending)

@@ -128,7 +128,7 @@ func TestUnitsMapToEnvoyWindows(t *testing.T) {
 			t.Fatalf("unit %s", name)
 		}
 		spec, err := rls.RuleSpec(u, 1, 7, "", 0, "")
-		if err != nil || spec.Algorithm != algo.FixedWindow || spec.Window != int64(w) || spec.Limit != 7 || spec.Calendar != algo.CalendarNone {
+		if err != nil || spec.Algorithm != algo.FixedWindow || spec.Window != w || spec.Limit != 7 || spec.Calendar != algo.CalendarNone {
 			t.Fatalf("%s: %+v %v", name, spec, err)
 		}
 	}

@@ -311,7 +311,7 @@ func RuleSpec(u Unit, multiplier, requestsPerUnit uint32, algorithm string, burs
 			return bad("timezone", fmt.Sprintf("only for the calendar units day, week and month (not %s)", u))
 		}
 	} else {
-		w := int64(u.Duration()) * int64(multiplier)
+		w := u.Duration() * time.Duration(multiplier)
 		if w > algo.MaxWindow {
 			return bad("unit", fmt.Sprintf("window longer than %s", algo.FormatWindow(algo.MaxWindow)))
 		}

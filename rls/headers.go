@@ -118,7 +118,7 @@ func (c *CurrentLimit) label() string {
 // window is the limit's window length when it is fixed (0 for calendar windows).
 func (c *CurrentLimit) window() time.Duration {
 	if c.Rule.Spec.Limit > 0 {
-		return time.Duration(c.Rule.Spec.Window)
+		return c.Rule.Spec.Window
 	}
 	return c.Unit.Duration()
 }

@@ -321,9 +321,9 @@ func (p *Plan) Respond(results []Result, now time.Time) *Response {
 				rem = min(rem+it.Cost, it.Spec.Limit)
 			}
 			st.Remaining = uint32(min(max(rem, 0), math.MaxUint32))
-			st.UntilReset = time.Duration(r.Decision.ResetAfter)
+			st.UntilReset = r.Decision.ResetAfter
 			if st.UntilReset <= 0 && it.Spec.Calendar == algo.CalendarNone && it.Spec.Window > 0 {
-				st.UntilReset = time.Duration(it.Spec.Window - now.UnixNano()%it.Spec.Window)
+				st.UntilReset = it.Spec.Window - time.Duration(now.UnixNano())%it.Spec.Window
 			}
 		}
 		if st.OverLimit && it.Rule.Shadow {

@@ -126,14 +126,14 @@ func FormatSeconds(ns int64) string {
 	return s
 }
 
-// FormatMillis prints ns as exact decimal milliseconds; negative (algo.Never)
+// FormatMillis prints d as exact decimal milliseconds; negative (algo.Never)
 // is -1.
-func FormatMillis(ns int64) string {
-	if ns < 0 {
+func FormatMillis(d time.Duration) string {
+	if d < 0 {
 		return "-1"
 	}
-	s := strconv.FormatInt(ns/int64(time.Millisecond), 10)
-	if frac := ns % int64(time.Millisecond); frac != 0 {
+	s := strconv.FormatInt(int64(d/time.Millisecond), 10)
+	if frac := d % time.Millisecond; frac != 0 {
 		s += strings.TrimRight(fmt.Sprintf(".%06d", frac), "0")
 	}
 	return s

@@ -14,7 +14,7 @@ import (
 
 func spend(t *testing.T, n *cluster.Node, key string, cost int64) (fsm.Result, error) {
 	t.Helper()
-	spec, err := algo.Spec{Algorithm: algo.SlidingLog, Limit: 3, Window: int64(time.Hour)}.Validate()
+	spec, err := algo.Spec{Algorithm: algo.SlidingLog, Limit: 3, Window: time.Hour}.Validate()
 	if err != nil {
 		t.Fatal(err)
 	}

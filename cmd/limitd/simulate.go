@@ -212,14 +212,14 @@ func flagError(err error) error {
 	return err
 }
 
-func formatDuration(ns int64) string {
+func formatDuration(d time.Duration) string {
 	switch {
-	case ns == algo.Never:
+	case d == algo.Never:
 		return "never"
-	case ns == 0:
+	case d == 0:
 		return "-"
 	}
-	return time.Duration(ns).String()
+	return d.String()
 }
 
 func allowedWord(d algo.Decision) string {

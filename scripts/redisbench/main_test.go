@@ -202,7 +202,7 @@ func TestScriptCostPeekClockAndExpiry(t *testing.T) {
 func TestScriptMatchesAlgo(t *testing.T) {
 	s := newScripted(t)
 	for _, tc := range []struct{ limit, windowUS int64 }{{10, wUS}, {3, 1_234_567}, {1000, 60 * wUS}} {
-		spec, err := algo.Spec{Algorithm: algo.SlidingWindow, Limit: tc.limit, Window: tc.windowUS * 1000}.Validate()
+		spec, err := algo.Spec{Algorithm: algo.SlidingWindow, Limit: tc.limit, Window: time.Duration(tc.windowUS) * time.Microsecond}.Validate()
 		if err != nil {
 			t.Fatalf("algo.Spec.Validate: %v", err)
 		}
