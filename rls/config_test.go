@@ -142,6 +142,19 @@ func TestUnitsMapToEnvoyWindows(t *testing.T) {
 	}
 }
 
+// TestRuleSpecMultiplierOverflow: a unit times a large multiplier (a limit
+// override of a year × 2^32) is refused, never wrapped into a short window.
+func TestRuleSpecMultiplierOverflow(t *testing.T) {
+	for _, m := range []uint32{1<<32 - 1, 1 << 31, 4095} { // 4095 years wrap to 147 days
+		if spec, err := rls.RuleSpec(rls.UnitYear, m, 5, "", 0, ""); err == nil {
+			t.Errorf("year × %d accepted as window %v", m, spec.Window)
+		}
+	}
+	if _, err := rls.RuleSpec(rls.UnitYear, 10, 5, "", 0, ""); err != nil {
+		t.Errorf("ten years: %v", err)
+	}
+}
+
 // TestFixedWindowsAlignLikeEnvoy: the window a hit falls in is unix time
 // divided by the unit, as in envoy ratelimit's cache key, so a counter
 // started just before a boundary resets at the boundary.

@@ -311,6 +311,11 @@ func RuleSpec(u Unit, multiplier, requestsPerUnit uint32, algorithm string, burs
 			return bad("timezone", fmt.Sprintf("only for the calendar units day, week and month (not %s)", u))
 		}
 	} else {
+		// Compare before multiplying: a year × 2^32 overflows int64, and a
+		// wrapped product could pass for a short window.
+		if time.Duration(multiplier) > algo.MaxWindow/u.Duration() {
+			return bad("unit", fmt.Sprintf("window longer than %s", algo.FormatWindow(algo.MaxWindow)))
+		}
 		w := u.Duration() * time.Duration(multiplier)
 		if w > algo.MaxWindow {
 			return bad("unit", fmt.Sprintf("window longer than %s", algo.FormatWindow(algo.MaxWindow)))
