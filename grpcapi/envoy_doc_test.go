@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	bootstrappb "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	routepb "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
@@ -147,22 +148,43 @@ func TestEnvoyDocConfig(t *testing.T) {
 	}
 	rateLimits := hcm.GetRouteConfig().GetVirtualHosts()[0].GetRoutes()[0].GetRoute().GetRateLimits()
 
-	c := newTestCluster(t, 1, testConfig{})
 	ctx := ctxT(t)
-	dom, err := c.limitd(0).PutRLSDomain(ctx, &limitdv1.PutRLSDomainRequest{Config: docBlock(t, "rls-config")})
-	if err != nil {
-		t.Fatalf("limitd configuration: %v", err)
+	reqs := []envoyRequest{
+		{remote: "198.51.100.7", headers: map[string]string{"x-api-key": "k-123"}}, // both limits, decided together
+		{remote: "203.0.113.9", headers: map[string]string{"x-api-key": "k-123"}},  // the blocked address
+		{remote: "198.51.100.8", headers: map[string]string{"x-api-key": "k-123"}},
+		{remote: "198.51.100.7"}, // no X-Api-Key: Envoy sends only the address descriptor
 	}
-	if dom.GetDomain() != filter.GetDomain() {
-		t.Fatalf("Envoy's filter uses domain %q, the limitd configuration %q", filter.GetDomain(), dom.GetDomain())
-	}
-	ask := func(req envoyRequest) *rlspb.RateLimitResponse {
-		t.Helper()
-		r, err := c.rls(0).ShouldRateLimit(ctx, &rlspb.RateLimitRequest{Domain: filter.GetDomain(), Descriptors: descriptors(t, rateLimits, req)})
+	// The per-address limit is 20 per second in windows aligned to the
+	// second (as envoy ratelimit aligns them): the four requests must fall
+	// in one window for the counts below, so a run that straddles a
+	// boundary (a loaded machine) is done again on a fresh node.
+	var answers []*rlspb.RateLimitResponse
+	for attempt := 0; ; attempt++ {
+		c := newTestCluster(t, 1, testConfig{})
+		dom, err := c.limitd(0).PutRLSDomain(ctx, &limitdv1.PutRLSDomainRequest{Config: docBlock(t, "rls-config")})
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("limitd configuration: %v", err)
 		}
-		return r
+		if dom.GetDomain() != filter.GetDomain() {
+			t.Fatalf("Envoy's filter uses domain %q, the limitd configuration %q", filter.GetDomain(), dom.GetDomain())
+		}
+		time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second)))
+		begin := time.Now().Unix()
+		answers = answers[:0]
+		for _, req := range reqs {
+			r, err := c.rls(0).ShouldRateLimit(ctx, &rlspb.RateLimitRequest{Domain: filter.GetDomain(), Descriptors: descriptors(t, rateLimits, req)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			answers = append(answers, r)
+		}
+		if time.Now().Unix() == begin {
+			break
+		}
+		if attempt == 4 {
+			t.Fatal("five runs straddled a second boundary")
+		}
 	}
 	type st struct {
 		code      rlspb.RateLimitResponse_Code
@@ -182,14 +204,9 @@ func TestEnvoyDocConfig(t *testing.T) {
 		}
 	}
 	ok, over := rlspb.RateLimitResponse_OK, rlspb.RateLimitResponse_OVER_LIMIT
-	// The documented request: both limits, decided together.
-	check(ask(envoyRequest{remote: "198.51.100.7", headers: map[string]string{"x-api-key": "k-123"}}), ok,
-		st{ok, 20, 19}, st{ok, 100, 99})
+	check(answers[0], ok, st{ok, 20, 19}, st{ok, 100, 99})
 	// The blocked address: refused, and the API key's budget is not spent.
-	check(ask(envoyRequest{remote: "203.0.113.9", headers: map[string]string{"x-api-key": "k-123"}}), over,
-		st{over, 0, 0}, st{ok, 100, 99})
-	check(ask(envoyRequest{remote: "198.51.100.8", headers: map[string]string{"x-api-key": "k-123"}}), ok,
-		st{ok, 20, 19}, st{ok, 100, 98})
-	// No X-Api-Key: Envoy sends only the address descriptor.
-	check(ask(envoyRequest{remote: "198.51.100.7"}), ok, st{ok, 20, 18})
+	check(answers[1], over, st{over, 0, 0}, st{ok, 100, 99})
+	check(answers[2], ok, st{ok, 20, 19}, st{ok, 100, 98})
+	check(answers[3], ok, st{ok, 20, 18})
 }
