@@ -78,7 +78,7 @@ func (n *Node) Collectors() []prometheus.Collector {
 	gauge := func(name, help string, f func() float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
 	}
-	return []prometheus.Collector{
+	return append(n.overLimitCollectors(),
 		n.metrics.batchOps,
 		n.metrics.fwdOps,
 		gauge("limitd_raft_leader", "1 if this node is the Raft leader.", func() float64 {
@@ -110,5 +110,5 @@ func (n *Node) Collectors() []prometheus.Collector {
 			}
 			return float64(u.Pages) * float64(os.Getpagesize())
 		}),
-	}
+	)
 }

@@ -65,6 +65,9 @@ type Config struct {
 	// FSMCacheKeys bounds the state machine's in-memory state cache (0:
 	// persist.DefaultCacheKeys).
 	FSMCacheKeys int
+	// OverLimitEntries bounds the over-limit cache (overlimit.go); 0 turns
+	// it off (limitd serve defaults to overlimit.DefaultMaxEntries).
+	OverLimitEntries int
 
 	// RequestIDRetention is how long a request_id's result is remembered
 	// (default 10 minutes, at most MaxRequestIDRetention). It travels in every check entry, so replicas agree.
@@ -207,6 +210,7 @@ type Node struct {
 	closeOnce     sync.Once
 	closeErr      error
 	recoveredFrom bool
+	ol            overLimit // over-limit cache (overlimit.go)
 }
 
 // Open starts a node: opens (or recovers) the state machine, the Raft stores
@@ -230,10 +234,11 @@ func Open(cfg Config, bootstrap bool) (*Node, error) {
 		Output: cfg.LogOutput,
 	})
 	n.metrics = newMetrics(n)
+	n.initOverLimit()
 
 	f, err := fsm.Open(filepath.Join(cfg.DataDir, "fsm.db"), fsm.Options{
 		NoSync: true, OnFatal: n.onFatal, CommitEvery: cfg.FSMCommitEvery, CacheKeys: cfg.FSMCacheKeys,
-		Logger: log.New(cfg.LogOutput, "", log.LstdFlags), // says why a file was set aside
+		OverLimit: n.ol.cache, Logger: log.New(cfg.LogOutput, "", log.LstdFlags), // says why a file was set aside
 	})
 	if err != nil {
 		return nil, err
@@ -249,9 +254,10 @@ func Open(cfg Config, bootstrap bool) (*Node, error) {
 	n.leaderBatch = newBatcher(cfg.BatchMaxOps, cfg.BatchInflight, cfg.BatchMaxWait, n.proposeChecks, n.metrics.observeBatch)
 	n.forwardBatch = newBatcher(cfg.BatchMaxOps, cfg.BatchInflight, cfg.BatchMaxWait, n.forwardChecks, n.metrics.observeForward)
 
-	n.wg.Add(3)
+	n.wg.Add(4)
 	go n.leaderLoop()
 	go n.flushLoop()
+	go n.overLimitLoop()
 	go func() {
 		defer n.wg.Done()
 		n.metrics.watchHeartbeats(n.raft, n.closing)
@@ -435,6 +441,7 @@ func (n *Node) fail(err error, stopRaft bool) {
 		return
 	}
 	n.haltOnce.Do(func() { close(n.halted) })
+	n.disableOverLimit()
 	n.logger.Error("this node stopped serving; fix the cause and restart it", "error", err)
 	switch {
 	case n.raft == nil:
