@@ -82,8 +82,12 @@ func newFaultCluster(t *testing.T, size int, snap clustertest.SnapshotPolicy, se
 	// already applied and catches up from the log, so a replica that applied
 	// entries twice keeps its wrong state for the convergence check to see.
 	snap.Interval = 100 * time.Millisecond
+	// The over-limit cache is on, as in limitd serve: its invalidations run
+	// on every apply, restore (InstallSnapshot) and fatal stop under the
+	// faults, and attempt answers from it first.
 	return clustertest.MakeClusterOpts(t, clustertest.Options{
 		Nodes: size, Snapshots: snap, DropResponses: 0.02, Seed: seed,
+		Config: func(_ int, cfg *cluster.Config) { cfg.OverLimitEntries = 4096 },
 	})
 }
 

@@ -217,7 +217,7 @@ func TestOverLimitCacheMatchesNoCache(t *testing.T) {
 
 	for i := range tr {
 		if got[i] != want[i] {
-			t.Fatalf("step %d: with the cache %q, without %q\ntrace so far:\n%v", i, got[i], want[i], want[:i+1])
+			t.Fatalf("step %d: with the cache %q, without %q\nthe steps before:\n%v", i, got[i], want[i], want[max(0, i-20):i+1])
 		}
 	}
 	var hits, contradictions uint64
