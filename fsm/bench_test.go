@@ -9,6 +9,7 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/limitd/limitd/algo"
+	"github.com/limitd/limitd/overlimit"
 )
 
 // benchLoad applies CmdCheck entries of opsPerEntry single-check ops on
@@ -152,6 +153,27 @@ func BenchmarkSlidingLogLimit(b *testing.B) {
 			l := newBenchLoad(b, spec, 10, 256, int64(100*time.Microsecond))
 			// Warm up for more than a window so the logs are full.
 			l.run(b, 500)
+		})
+	}
+}
+
+// BenchmarkApplyAttack: 256-op entries on 10 hot keys far over a token
+// bucket's limit (almost every check refused), the state machine's side of
+// an attack that gets past the over-limit caches (or of a node without
+// them). A refusal stores nothing, so these entries write almost no state;
+// "cache" adds the over-limit cache's Observe per check.
+func BenchmarkApplyAttack(b *testing.B) {
+	spec := mustSpec(b, algo.Config{Algorithm: "token_bucket", Limit: 100, Window: "1m"})
+	for _, cached := range []bool{false, true} {
+		name := "nocache"
+		opts := Options{NoSync: true, CommitEvery: 64}
+		if cached {
+			name = "cache"
+			opts.OverLimit = overlimit.New(overlimit.Options{})
+		}
+		b.Run(name, func(b *testing.B) {
+			l := newBenchLoadOpts(b, opts, spec, 10, 256, int64(5*time.Microsecond))
+			l.run(b, 100)
 		})
 	}
 }
