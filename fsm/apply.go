@@ -72,6 +72,7 @@ type tentative struct {
 	data    []byte
 	expiry  int64
 	changed bool
+	owned   bool // data is this op's copy (tx.Alloc): writable in place
 }
 
 func (a *applier) init(f *FSM) {
@@ -403,17 +404,37 @@ func (a *applier) decideOp(tx *persist.Tx, checks []checkRef, lims []limit, decs
 			ti = len(a.tent) - 1
 		}
 		t := &a.tent[ti]
-		d, next, err := algo.Decide(a.decideBuf[:0], lim.spec, t.data, now, ck.cost)
+		// On state this op already wrote (its own copy in the transaction's
+		// memory), decide in place: no copy of a sliding log per repeat of
+		// the key. Not for shadow or count_refused limits, whose refusals
+		// must leave the state as it was, which in place cannot promise.
+		inPlace := t.owned && !lim.shadow && !lim.spec.CountRefused
+		var d algo.Decision
+		var next []byte
+		var err error
+		if inPlace {
+			d, next, err = algo.DecideInPlace(lim.spec, t.data, now, ck.cost)
+		} else {
+			d, next, err = algo.Decide(a.decideBuf[:0], lim.spec, t.data, now, ck.cost)
+		}
 		if err != nil {
 			// Deterministic (a state algo cannot read): answer the op,
 			// change nothing.
 			return Result{Err: decideError(err)}, nil
 		}
-		if cap(next) > cap(a.decideBuf) {
+		if !inPlace && cap(next) > cap(a.decideBuf) {
 			a.decideBuf = next[:0]
 		}
 		dec := Decision{Decision: d}
 		switch {
+		case inPlace:
+			// t.data is gone: keep next, which after a refusal or a peek
+			// means the same state re-encoded (the key is written anyway:
+			// an earlier check of this op changed it).
+			t.data = next
+			if d.Allowed && ck.cost > 0 {
+				t.expiry = now + d.ResetAfter
+			}
 		case lim.shadow && !d.Allowed:
 			dec.Allowed, dec.ShadowRefused = true, true
 		case ck.cost == 0 || !d.Allowed && !lim.spec.CountRefused:
@@ -421,6 +442,7 @@ func (a *applier) decideOp(tx *persist.Tx, checks []checkRef, lims []limit, decs
 		default:
 			if multi && next != nil {
 				next = append(tx.Alloc(len(next))[:0], next...) // decideBuf is reused
+				t.owned = true
 			}
 			t.data, t.expiry, t.changed = next, now+d.ResetAfter, true
 		}

@@ -181,3 +181,43 @@ func TestPolicyLocalRefusalsEncoding(t *testing.T) {
 		t.Fatalf("flags byte %#x, want 0", enc[3])
 	}
 }
+
+// TestRepeatedKeyInOneOp: an op that checks the same key several times
+// (decided in place after the first change) decides and stores exactly what
+// the same checks as separate ops do, for every algorithm, with refusals and
+// peeks between allowances.
+func TestRepeatedKeyInOneOp(t *testing.T) {
+	costs := []int64{1, 0, 5, 1, 2, 0, 1, 1, 1}
+	for _, c := range []algo.Config{
+		{Algorithm: "token_bucket", Limit: 4, Window: "1m"},
+		{Algorithm: "leaky_bucket", Limit: 4, Window: "1m"},
+		{Algorithm: "sliding_window", Limit: 4, Window: "1m"},
+		{Algorithm: "fixed_window", Limit: 4, Window: "1m"},
+		{Algorithm: "sliding_log", Limit: 4, Window: "1m"},
+		{Algorithm: "sliding_log", Limit: 4, Window: "1m", CountRefused: true},
+	} {
+		t.Run(c.Algorithm, func(t *testing.T) {
+			spec := mustSpec(t, c)
+			one := newChecker(t, Policy{Name: "p", Spec: spec})
+			many := newChecker(t, Policy{Name: "p", Spec: spec})
+			// Some history first, so the op starts from stored state.
+			one.one(t0, "p", "k", 1)
+			many.one(t0, "p", "k", 1)
+			op := Op{}
+			var want []Decision
+			for _, cost := range costs {
+				op.Checks = append(op.Checks, Check{Key: "k", Policy: "p", Cost: cost})
+				want = append(want, one.one(t0+sec, "p", "k", cost).Decisions[0])
+			}
+			got := many.check(t0+sec, op)[0].Decisions
+			for i := range want {
+				if got[i] != want[i] {
+					t.Fatalf("check %d (cost %d): in one op %+v, separately %+v", i, costs[i], got[i], want[i])
+				}
+			}
+			if digestData(t, one.f) != digestData(t, many.f) {
+				t.Fatal("the stored states differ")
+			}
+		})
+	}
+}
