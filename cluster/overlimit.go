@@ -19,6 +19,8 @@ import (
 // configuration and copies the node map); between two refreshes a node that
 // just lost its leader can serve a cached refusal that a reset it has not
 // received would have lifted: one more refusal, never one more allowance.
+// The same holds while a cut-off follower still believes in its leader (until
+// Raft's heartbeat timeout): Ready cannot see what it was not sent.
 const overLimitRefresh = 50 * time.Millisecond
 
 // overLimit is the node's over-limit cache and whether it may answer.
