@@ -22,9 +22,12 @@ type Refuser interface {
 
 // cached answers c from the node's over-limit cache, if it has one and it
 // holds a refusal covering c.
+//
+// A check of cost 0 is a peek wherever it comes from: peeks are linearizable
+// reads of the key's state, so they always go through the log.
 func (s *Service) cached(c *fsm.Check) (fsm.Decision, bool) {
 	rf, ok := s.node.(Refuser)
-	if !ok {
+	if !ok || c.Cost == 0 {
 		return fsm.Decision{}, false
 	}
 	id := overlimit.LimitID{Policy: true, Ident: c.Policy}

@@ -51,6 +51,9 @@ func TestCachedRefusals(t *testing.T) {
 	if _, e := s.Peek(ctx, &CheckRequest{Key: "hot", Policy: "p"}); e != nil || len(n.ops) != 2 {
 		t.Fatalf("a peek was not sent to the log (%d ops, %v)", len(n.ops), e)
 	}
+	if _, e := s.Check(ctx, &CheckRequest{Key: "hot", Policy: "p", Cost: 0}); e != nil || len(n.ops) != 3 {
+		t.Fatalf("a check of cost 0 (a peek) was not sent to the log (%d ops, %v)", len(n.ops), e)
+	}
 
 	// Inline limits are looked up by their canonical encoding.
 	spec, err := algo.Config{Algorithm: "token_bucket", Limit: 3, Window: "1s"}.Spec()
