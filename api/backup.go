@@ -42,6 +42,6 @@ func (s *Server) handleSnapshot(w http.ResponseWriter, req *http.Request, _ http
 	h.Set("X-Limitd-Snapshot-Term", strconv.FormatUint(bk.Header.Term, 10))
 	w.WriteHeader(http.StatusOK)
 	if _, err := bk.WriteTo(w); err != nil {
-		s.cfg.Logger.Printf("api: snapshot stream: %v", err)
+		s.cfg.Logger.Info("snapshot stream ended early", "error", err) // the client sees it too
 	}
 }

@@ -34,6 +34,7 @@ func (s *Server) handleCheck(w http.ResponseWriter, req *http.Request, _ httprou
 		writeError(w, s.httpError(se))
 		return
 	}
+	s.metrics.replayed(res.Replayed)
 	refs := [1]service.Limit{res.Limit}
 	ds := [1]fsm.Decision{res.Decision}
 	buf.b = setRateLimitHeaders(w.Header(), refs[:], ds[:], service.Allowed(&ds[0]), buf.b)
@@ -62,6 +63,7 @@ func (s *Server) handleCheckAll(w http.ResponseWriter, req *http.Request, _ http
 		writeError(w, s.httpError(se))
 		return
 	}
+	s.metrics.replayed(res.Replayed)
 	buf.b = setRateLimitHeaders(w.Header(), res.Limits, res.Decisions, res.Allowed, buf.b)
 	b := append(buf.b[:0], `{"allowed":`...)
 	b = strconv.AppendBool(b, res.Allowed)
@@ -109,6 +111,7 @@ func (s *Server) handleBatch(w http.ResponseWriter, req *http.Request, _ httprou
 			b = appendError(b, string(r.Err.Code), r.Err.Field, r.Err.Message)
 			b = append(b, '}')
 		} else {
+			s.metrics.replayed(r.Replayed)
 			b = appendDecision(b, &r.Decision, r.Replayed)
 		}
 	}

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log"
+	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
@@ -17,7 +17,7 @@ import (
 	"github.com/limitd/limitd/service"
 )
 
-func discardLogger() *log.Logger { return log.New(io.Discard, "", 0) }
+func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 const fw3 = `{"algorithm":"fixed_window","limit":3,"window":"60s"}`
 

@@ -113,6 +113,7 @@ func writeError(w http.ResponseWriter, e *apiError) {
 	b := append(buf.b[:0], `{"error":`...)
 	b = appendError(b, e.code, e.field, e.message)
 	b = append(b, '}', '\n')
+	errorCode(w, e.code)
 	writeJSON(w, e.status, b)
 	buf.b = b
 	putBuffer(buf)

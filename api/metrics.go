@@ -3,6 +3,9 @@ package api
 import (
 	"log"
 	"net/http"
+	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -10,6 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/limitd/limitd/buildinfo"
+	"github.com/limitd/limitd/cluster"
 	"github.com/limitd/limitd/fsm"
 	"github.com/limitd/limitd/service"
 )
@@ -46,14 +51,26 @@ const unknownPolicy = "unknown"
 // metrics is the API's Prometheus registry. Counters are resolved once per
 // policy and cached: WithLabelValues on every check would hash and allocate.
 type metrics struct {
-	reg      *prometheus.Registry
-	checks   *prometheus.CounterVec
-	duration [numEndpoints]prometheus.Observer
-	byPolicy sync.Map // policy label → *[numResults]prometheus.Counter
+	reg       *prometheus.Registry
+	checks    *prometheus.CounterVec
+	duration  [numEndpoints]prometheus.Observer
+	byPolicy  sync.Map // policy label → *[numResults]prometheus.Counter
+	replays   prometheus.Counter
+	responses responseCounters
 }
 
-func newMetrics(extra []prometheus.Collector, logger *log.Logger) *metrics {
+// newMetrics registers the API's metrics and extra (the node's); deadline
+// is the request deadline, the top latency bucket.
+func newMetrics(extra []prometheus.Collector, logger *log.Logger, deadline time.Duration) *metrics {
+	if deadline <= 0 {
+		deadline = service.DefaultRequestTimeout
+	}
 	m := &metrics{reg: prometheus.NewRegistry()}
+	m.replays = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "limitd_request_id_replays_total",
+		Help: "Check requests answered from the request_id table (a retry of a decided request: nothing consumed).",
+	})
+	m.responses.init()
 	m.checks = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "limitd_checks_total",
 		Help: "Checks decided, by policy (name, or \"inline\") and result (allowed, refused, shadow_refused, error).",
@@ -61,9 +78,9 @@ func newMetrics(extra []prometheus.Collector, logger *log.Logger) *metrics {
 	hist := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name: "limitd_check_duration_seconds",
 		Help: "Time from receiving a check request to having its decision, by endpoint.",
-		// 100µs to ~1.6s: a decision is a Raft commit, from sub-millisecond on
-		// loopback to the request timeout.
-		Buckets: prometheus.ExponentialBuckets(0.0001, 2, 15),
+		// A decision is a Raft commit: from sub-millisecond on loopback up
+		// to the request deadline, when the request is answered 503.
+		Buckets: cluster.LatencyBuckets(deadline),
 	}, []string{"endpoint"})
 	for i := range m.duration {
 		m.duration[i] = hist.WithLabelValues(endpointNames[i])
@@ -71,6 +88,9 @@ func newMetrics(extra []prometheus.Collector, logger *log.Logger) *metrics {
 	cs := append([]prometheus.Collector{
 		m.checks,
 		hist,
+		m.replays,
+		m.responses.vec,
+		buildInfo(),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	}, extra...)
@@ -126,4 +146,219 @@ func (m *metrics) Failed(l service.Limit) {
 		name = unknownPolicy
 	}
 	m.counters(name)[resultError].Inc()
+}
+
+// replayed counts a check answered from the request_id table.
+func (m *metrics) replayed(r bool) {
+	if r {
+		m.replays.Inc()
+	}
+}
+
+// buildInfo is limitd_build_info{version,revision,go} = 1, from the build
+// information the Go toolchain embeds (module version, VCS revision).
+func buildInfo() prometheus.Collector {
+	bi := buildinfo.Current()
+	revision := bi.Revision
+	switch {
+	case revision == "":
+		revision = "unknown"
+	case bi.Modified:
+		revision += "-dirty"
+	}
+	version := bi.Version
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name:        "limitd_build_info",
+		Help:        "Always 1; the labels say which build this node runs: module version, VCS revision (-dirty: uncommitted changes), Go version.",
+		ConstLabels: prometheus.Labels{"version": version, "revision": revision, "go": runtime.Version()},
+	}, func() float64 { return 1 })
+}
+
+// Routes, the "endpoint" label of limitd_http_responses_total: a fixed set,
+// so that clients' paths (keys, policy names) never become label values.
+const (
+	routeCheck = iota
+	routeCheckAll
+	routeCheckBatch
+	routeAuth
+	routePolicies
+	routeKeys
+	routeCluster
+	routeClusterDigest
+	routeClusterSnapshot
+	routeClusterJoin
+	routeClusterNodes
+	routeHealthz
+	routeReadyz
+	routeMetrics
+	routeInternal
+	routeRLS
+	routeUI
+	routeSimulate
+	routeOther
+	numRoutes
+)
+
+var routeNames = [numRoutes]string{"check", "check_all", "check_batch", "auth", "policies", "keys",
+	"cluster", "cluster_digest", "cluster_snapshot", "cluster_join", "cluster_nodes", "healthz", "readyz", "metrics", "internal", "rls_domains", "ui", "simulate", "other"}
+
+// routeOf classifies a request path.
+func routeOf(path string) int {
+	switch {
+	case path == "/v1/check":
+		return routeCheck
+	case path == "/v1/check/all":
+		return routeCheckAll
+	case path == "/v1/check/batch":
+		return routeCheckBatch
+	case path == "/v1/auth" || strings.HasPrefix(path, "/v1/auth/"):
+		return routeAuth
+	case path == "/v1/policies" || strings.HasPrefix(path, "/v1/policies/"):
+		return routePolicies
+	case strings.HasPrefix(path, "/v1/keys/"):
+		return routeKeys
+	case path == "/v1/cluster":
+		return routeCluster
+	case path == "/v1/cluster/digest":
+		return routeClusterDigest
+	case path == "/v1/cluster/snapshot":
+		return routeClusterSnapshot
+	case path == "/v1/cluster/join":
+		return routeClusterJoin
+	case strings.HasPrefix(path, "/v1/cluster/nodes/"):
+		return routeClusterNodes
+	case path == "/healthz":
+		return routeHealthz
+	case path == "/readyz":
+		return routeReadyz
+	case path == "/metrics":
+		return routeMetrics
+	case strings.HasPrefix(path, "/internal/"):
+		return routeInternal
+	case path == "/v1/rls/domains" || strings.HasPrefix(path, "/v1/rls/domains/"):
+		return routeRLS
+	case path == "/ui" || strings.HasPrefix(path, "/ui/"):
+		return routeUI
+	case path == "/v1/simulate":
+		return routeSimulate
+	}
+	return routeOther
+}
+
+// codeOK labels a response without an error body.
+const codeOK = "ok"
+
+// statusCodes names the error code of an error answer written without
+// writeError (health and readiness probes), by status.
+var statusCodes = map[int]string{
+	http.StatusBadRequest: CodeInvalidArgument, http.StatusUnauthorized: CodeUnauthenticated,
+	http.StatusNotFound: CodeNotFound, http.StatusMethodNotAllowed: CodeMethodNotAllowed,
+	http.StatusConflict: CodeConflict, http.StatusRequestEntityTooLarge: CodePayloadTooLarge,
+	http.StatusServiceUnavailable: CodeUnavailable, http.StatusInternalServerError: CodeInternal,
+}
+
+// responseCounters is limitd_http_responses_total{endpoint,status,code}.
+// The 200 counters are resolved once per route: the hot path does no
+// label lookup.
+type responseCounters struct {
+	vec  *prometheus.CounterVec
+	ok   [numRoutes]prometheus.Counter
+	mu   sync.Mutex
+	rest map[responseKey]prometheus.Counter
+}
+
+type responseKey struct {
+	route, status int
+	code          string
+}
+
+func (rc *responseCounters) init() {
+	rc.vec = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "limitd_http_responses_total",
+		Help: "HTTP responses, by endpoint (a fixed set of routes), status and error code (\"ok\" without an error body; a check refused with 200 is \"ok\").",
+	}, []string{"endpoint", "status", "code"})
+	for r := range rc.ok {
+		rc.ok[r] = rc.vec.WithLabelValues(routeNames[r], "200", codeOK)
+	}
+	rc.rest = map[responseKey]prometheus.Counter{}
+}
+
+func (rc *responseCounters) count(route, status int, code string) {
+	if status == http.StatusOK && code == "" {
+		rc.ok[route].Inc()
+		return
+	}
+	if code == "" {
+		code = codeOK
+		if status >= 400 {
+			if code = statusCodes[status]; code == "" {
+				code = "http_" + strconv.Itoa(status)
+			}
+		}
+	}
+	k := responseKey{route, status, code}
+	rc.mu.Lock()
+	c, ok := rc.rest[k]
+	if !ok {
+		c = rc.vec.WithLabelValues(routeNames[route], strconv.Itoa(status), code)
+		rc.rest[k] = c
+	}
+	rc.mu.Unlock()
+	c.Inc()
+}
+
+// instrument counts every response of h by route, status and error code.
+func (m *metrics) instrument(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		rec := recorderPool.Get().(*recorder)
+		rec.ResponseWriter, rec.status, rec.code = w, 0, ""
+		h.ServeHTTP(rec, req)
+		status := rec.status
+		if status == 0 {
+			status = http.StatusOK // nothing written: net/http sends 200
+		}
+		m.responses.count(routeOf(req.URL.Path), status, rec.code)
+		rec.ResponseWriter = nil
+		recorderPool.Put(rec)
+	})
+}
+
+var recorderPool = sync.Pool{New: func() any { return new(recorder) }}
+
+// recorder notes the status and the error code (errorCode) of a response.
+type recorder struct {
+	http.ResponseWriter
+	status int
+	code   string
+}
+
+func (r *recorder) WriteHeader(status int) {
+	if r.status == 0 {
+		r.status = status
+	}
+	r.ResponseWriter.WriteHeader(status)
+}
+
+func (r *recorder) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	return r.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the connection (deadlines, flush).
+func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+// Flush passes through for handlers that stream.
+func (r *recorder) Flush() {
+	if f, ok := r.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// errorCode tells the response counter which error code w answers with.
+func errorCode(w http.ResponseWriter, code string) {
+	if r, ok := w.(*recorder); ok {
+		r.code = code
+	}
 }

@@ -14,7 +14,7 @@ import (
 	"crypto/subtle"
 	"fmt"
 	"io"
-	"log"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"runtime/debug"
@@ -61,8 +61,8 @@ type Config struct {
 	// RequestTimeout bounds how long a request waits for the cluster
 	// (default 5s), so that nothing hangs when there is no quorum.
 	RequestTimeout time.Duration
-	// Logger receives handler panics and misconfiguration; nil means log.Default().
-	Logger *log.Logger
+	// Logger receives handler panics and misconfiguration; nil means slog.Default().
+	Logger *slog.Logger
 }
 
 // Defaults (MaxBatch and RequestTimeout default in the service layer).
@@ -83,7 +83,7 @@ func (c Config) withDefaults() Config {
 		c.AuthKeySource = DefaultAuthKeySource
 	}
 	if c.Logger == nil {
-		c.Logger = log.Default()
+		c.Logger = slog.Default()
 	}
 	return c
 }
@@ -120,9 +120,9 @@ func New(store Store, cfg Config) *Server {
 	s := &Server{store: store, cfg: cfg.withDefaults()}
 	s.keySource, s.keySourceErr = ParseKeySource(s.cfg.AuthKeySource)
 	if s.keySourceErr != nil {
-		s.cfg.Logger.Printf("api: auth key source %q: %v; /v1/auth will fail", s.cfg.AuthKeySource, s.keySourceErr)
+		s.cfg.Logger.Error("bad auth key source; /v1/auth will fail", "auth_key_source", s.cfg.AuthKeySource, "error", s.keySourceErr)
 	}
-	s.metrics = newMetrics(store.Collectors(), s.cfg.Logger)
+	s.metrics = newMetrics(store.Collectors(), slog.NewLogLogger(s.cfg.Logger.Handler(), slog.LevelError), s.cfg.RequestTimeout)
 	s.svc = service.New(store, service.Config{
 		MaxBatch: s.cfg.MaxBatch, RequestTimeout: s.cfg.RequestTimeout, Observer: s.metrics})
 	s.cfg.MaxBatch, s.cfg.RequestTimeout = s.svc.Config().MaxBatch, s.svc.Config().RequestTimeout
@@ -182,13 +182,13 @@ func (s *Server) routes() http.Handler {
 	s.uiRoutes(r) // GET /ui, POST /v1/simulate (ui.go)
 
 	internal := s.store.Internal()
-	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+	return s.metrics.instrument(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if internal != nil && strings.HasPrefix(req.URL.Path, "/internal/") {
 			internal.ServeHTTP(w, req)
 			return
 		}
 		r.ServeHTTP(w, req)
-	})
+	}))
 }
 
 // noQuery refuses query parameters on an endpoint that takes none, so that a
@@ -227,7 +227,7 @@ func (s *Server) recoverPanic(w http.ResponseWriter, req *http.Request, v interf
 	if v == http.ErrAbortHandler {
 		panic(v) // the handler asked net/http to abort the connection
 	}
-	s.cfg.Logger.Printf("api: panic serving %s %s: %v\n%s", req.Method, req.URL.Path, v, debug.Stack())
+	s.cfg.Logger.Error("panic serving a request", "method", req.Method, "path", req.URL.Path, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
 	writeError(w, &apiError{status: http.StatusInternalServerError, code: CodeInternal,
 		message: fmt.Sprintf("internal error: %v", v)})
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -55,7 +56,7 @@ func startNode() (func(), error) {
 	if err != nil {
 		return nil, err
 	}
-	srv := httptest.NewUnstartedServer(api.New(n, api.Config{Logger: log.New(io.Discard, "", 0)}).Handler())
+	srv := httptest.NewUnstartedServer(api.New(n, api.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}).Handler())
 	srv.Listener.Close()
 	srv.Listener = ln
 	srv.Start()

@@ -11,7 +11,6 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"time"
 
 	"github.com/limitd/limitd/fsm"
 )
@@ -121,7 +120,8 @@ func (n *Node) forwardJSON(ctx context.Context, addr, path string, v any) error 
 // post sends one node-to-node request and classifies failures. A request
 // that could not be delivered (dial failure, leader redirect) is errRetry; one
 // that may have reached the leader without an answer is ErrOutcomeUnknown.
-func (n *Node) post(ctx context.Context, addr, path, ctype string, body []byte) ([]byte, error) {
+func (n *Node) post(ctx context.Context, addr, path, ctype string, body []byte) (_ []byte, err error) {
+	defer func() { n.metrics.forwardFailed(err) }()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, n.cfg.HTTPScheme+"://"+addr+path, bytes.NewReader(body))
 	if err != nil {
 		return nil, err
@@ -171,6 +171,7 @@ func (n *Node) Internal() http.Handler {
 	mux.HandleFunc("POST "+pathApply, n.handleApply)
 	mux.HandleFunc("POST "+pathJoin, n.handleJoin)
 	mux.HandleFunc("POST "+pathRemove, n.handleRemove)
+	mux.HandleFunc("GET "+pathBootstrap, n.handleBootstrap)
 	return n.authenticate(mux)
 }
 
@@ -371,47 +372,4 @@ func (n *Node) handleMembership(w http.ResponseWriter, r *http.Request, change f
 		return
 	}
 	writeApplyResponse(w, err)
-}
-
-// JoinCluster asks the member at joinURL (any node; it forwards to the
-// leader) to add this node as a voter, retrying until it succeeds or ctx ends.
-func (n *Node) JoinCluster(ctx context.Context, joinURL string) error {
-	b, _ := json.Marshal(joinRequest{ID: n.cfg.NodeID, RaftAddr: string(n.trans.LocalAddr()), HTTPAddr: n.cfg.HTTPAddr})
-	url := strings.TrimRight(joinURL, "/") + "/v1/cluster/join"
-	if !strings.Contains(joinURL, "://") {
-		url = n.cfg.HTTPScheme + "://" + url
-	}
-	var last error
-	for attempt := 0; ; attempt++ {
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(b))
-		if err != nil {
-			return fmt.Errorf("join %s: %w", joinURL, err)
-		}
-		req.Header.Set("Content-Type", "application/json")
-		if n.cfg.AdminToken != "" {
-			req.Header.Set("Authorization", "Bearer "+n.cfg.AdminToken)
-		}
-		resp, err := n.cfg.HTTPClient.Do(req)
-		if err == nil {
-			data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
-			resp.Body.Close()
-			if resp.StatusCode/100 == 2 {
-				return nil
-			}
-			last = fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(data)))
-			if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusBadRequest {
-				return fmt.Errorf("join %s: %w", joinURL, last)
-			}
-		} else {
-			last = err
-		}
-		if attempt%10 == 0 {
-			n.logger.Warn("join attempt failed; retrying", "url", url, "error", last)
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("join %s: %w (last error: %v)", joinURL, ctx.Err(), last)
-		case <-time.After(500 * time.Millisecond):
-		}
-	}
 }

@@ -1,8 +1,13 @@
 package cluster
 
 import (
+	"encoding/json"
+	"errors"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
@@ -11,17 +16,30 @@ import (
 // metrics holds the node's Prometheus collectors and the leader's view of
 // peer health (from Raft's heartbeat observations).
 type metrics struct {
-	n         *Node
-	batchOps  prometheus.Histogram
-	fwdOps    prometheus.Histogram
-	mu        sync.Mutex
-	unhealthy map[string]bool
+	n             *Node
+	batchOps      prometheus.Histogram
+	fwdOps        prometheus.Histogram
+	fwdErrors     *prometheus.CounterVec
+	leaderChanges prometheus.Counter
+	flushSeconds  prometheus.Histogram
+	mu            sync.Mutex
+	unhealthy     map[string]bool
 }
 
 var batchBuckets = []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096}
 
+// Forwarding failure reasons, the "reason" label of limitd_forward_errors_total.
+const (
+	fwdRetry           = "retry"           // not delivered (leader down or changed): retried
+	fwdOutcomeUnknown  = "outcome_unknown" // may have reached the leader without an answer
+	fwdUnauthenticated = "unauthenticated" // the leader refused this node's credentials
+	fwdTooLarge        = "too_large"
+	fwdOther           = "other"
+)
+
 func newMetrics(n *Node) *metrics {
-	return &metrics{
+	installRaftSink()
+	m := &metrics{
 		n: n,
 		batchOps: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "limitd_group_commit_batch_ops", Help: "Ops per Raft log entry proposed by this leader (group commit).",
@@ -31,12 +49,61 @@ func newMetrics(n *Node) *metrics {
 			Name: "limitd_forward_batch_ops", Help: "Ops per request forwarded from this follower to the leader.",
 			Buckets: batchBuckets,
 		}),
+		fwdErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "limitd_forward_errors_total",
+			Help: "Failed node-to-node requests to the leader, by reason: retry (not delivered: leader down or changed; retried), outcome_unknown, unauthenticated, too_large, other.",
+		}, []string{"reason"}),
+		leaderChanges: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "limitd_raft_leader_changes_total",
+			Help: "Times this node saw a new Raft leader (including the first one it learned after starting).",
+		}),
+		flushSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "limitd_fsm_flush_seconds",
+			Help:    "Time to commit the state machine's pending applies to its bbolt file (the periodic flush, --fsm-flush-interval).",
+			Buckets: LatencyBuckets(raftLatencyTop),
+		}),
 		unhealthy: map[string]bool{},
 	}
+	for _, r := range []string{fwdRetry, fwdOutcomeUnknown, fwdUnauthenticated, fwdTooLarge, fwdOther} {
+		m.fwdErrors.WithLabelValues(r) // every reason is present from the start, at 0
+	}
+	return m
 }
 
 func (m *metrics) observeBatch(ops int)   { m.batchOps.Observe(float64(ops)) }
 func (m *metrics) observeForward(ops int) { m.fwdOps.Observe(float64(ops)) }
+
+// forwardFailed counts a failed forward by its error (nil: none).
+func (m *metrics) forwardFailed(err error) {
+	if err == nil {
+		return
+	}
+	var ue *unavailableError
+	reason := fwdOther
+	switch {
+	case errors.Is(err, errRetry):
+		reason = fwdRetry
+	case errors.Is(err, ErrOutcomeUnknown):
+		reason = fwdOutcomeUnknown
+	case errors.Is(err, ErrTooLarge):
+		reason = fwdTooLarge
+	case errors.As(err, &ue):
+		reason = fwdUnauthenticated
+	}
+	m.fwdErrors.WithLabelValues(reason).Inc()
+}
+
+// flushFSM commits the state machine's pending applies, timing commits that
+// had something to write.
+func (n *Node) flushFSM() error {
+	if n.fsm.Pending() == 0 {
+		return nil
+	}
+	start := time.Now()
+	err := n.fsm.Flush()
+	n.metrics.flushSeconds.Observe(time.Since(start).Seconds())
+	return err
+}
 
 func (m *metrics) peerHealthy(id string) bool {
 	m.mu.Lock()
@@ -44,18 +111,24 @@ func (m *metrics) peerHealthy(id string) bool {
 	return !m.unhealthy[id]
 }
 
-// watchHeartbeats records failed and resumed heartbeats to followers.
+// watchHeartbeats records failed and resumed heartbeats to followers, and
+// counts leader changes.
 func (m *metrics) watchHeartbeats(r *raft.Raft, done <-chan struct{}) {
 	ch := make(chan raft.Observation, 64)
 	obs := raft.NewObserver(ch, false, func(o *raft.Observation) bool {
 		switch o.Data.(type) {
-		case raft.FailedHeartbeatObservation, raft.ResumedHeartbeatObservation:
+		case raft.FailedHeartbeatObservation, raft.ResumedHeartbeatObservation, raft.LeaderObservation:
 			return true
 		}
 		return false
 	})
 	r.RegisterObserver(obs)
 	defer r.DeregisterObserver(obs)
+	// A leader elected before the observer was registered counts too.
+	_, leader := r.LeaderWithID()
+	if leader != "" {
+		m.leaderChanges.Inc()
+	}
 	for {
 		select {
 		case <-done:
@@ -67,10 +140,128 @@ func (m *metrics) watchHeartbeats(r *raft.Raft, done <-chan struct{}) {
 				m.unhealthy[string(d.PeerID)] = true
 			case raft.ResumedHeartbeatObservation:
 				delete(m.unhealthy, string(d.PeerID))
+			case raft.LeaderObservation:
+				if d.LeaderID != "" && d.LeaderID != leader {
+					m.leaderChanges.Inc()
+				}
+				if d.LeaderID != "" {
+					leader = d.LeaderID
+				}
 			}
 			m.mu.Unlock()
 		}
 	}
+}
+
+// raftStates are the values of limitd_raft_state's "state" label.
+var raftStates = []raft.RaftState{raft.Follower, raft.Candidate, raft.Leader, raft.Shutdown}
+
+// nodeCollector computes the node's gauges that need more than one value
+// or a label at scrape time.
+type nodeCollector struct {
+	n                                      *Node
+	state, lastContact, snapBytes, dirSize *prometheus.Desc
+}
+
+func newNodeCollector(n *Node) *nodeCollector {
+	return &nodeCollector{
+		n: n,
+		state: prometheus.NewDesc("limitd_raft_state",
+			"Raft state of this node: 1 for the current one of follower, candidate, leader, shutdown; 0 for the others.", []string{"state"}, nil),
+		lastContact: prometheus.NewDesc("limitd_raft_follower_last_contact_seconds",
+			"Leader only: seconds since the leader last heard from each follower (a heartbeat or AppendEntries answered).", []string{"peer"}, nil),
+		snapBytes: prometheus.NewDesc("limitd_raft_snapshot_bytes",
+			"Size of the newest Raft snapshot on disk (0: none yet).", nil, nil),
+		dirSize: prometheus.NewDesc("limitd_data_dir_bytes",
+			"Bytes of the files under --data-dir (Raft log, snapshots, state database).", nil, nil),
+	}
+}
+
+func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.state
+	ch <- c.lastContact
+	ch <- c.snapBytes
+	ch <- c.dirSize
+}
+
+func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
+	n := c.n
+	cur := n.raft.State()
+	for _, s := range raftStates {
+		v := 0.0
+		if s == cur {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(c.state, prometheus.GaugeValue, v, stateLabel(s))
+	}
+	if cur == raft.Leader {
+		now := time.Now()
+		if f := n.raft.GetConfiguration(); f.Error() == nil {
+			for _, s := range f.Configuration().Servers {
+				if string(s.ID) == n.cfg.NodeID {
+					continue
+				}
+				if d, ok := globalRaftSink.sinceContact(string(s.ID), now); ok {
+					ch <- prometheus.MustNewConstMetric(c.lastContact, prometheus.GaugeValue, d.Seconds(), string(s.ID))
+				}
+			}
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(c.snapBytes, prometheus.GaugeValue, float64(newestSnapshotSize(n.cfg.DataDir)))
+	ch <- prometheus.MustNewConstMetric(c.dirSize, prometheus.GaugeValue, float64(dirBytes(n.cfg.DataDir)))
+}
+
+func stateLabel(s raft.RaftState) string {
+	switch s {
+	case raft.Follower:
+		return "follower"
+	case raft.Candidate:
+		return "candidate"
+	case raft.Leader:
+		return "leader"
+	default:
+		return "shutdown"
+	}
+}
+
+// newestSnapshotSize reads the size recorded in the meta.json of the
+// newest snapshot (highest term, then index) in raft's file snapshot store.
+func newestSnapshotSize(dataDir string) int64 {
+	metas, _ := filepath.Glob(filepath.Join(dataDir, "snapshots", "*", "meta.json"))
+	var best raft.SnapshotMeta
+	found := false
+	for _, p := range metas {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		var m raft.SnapshotMeta
+		if json.Unmarshal(b, &m) != nil {
+			continue
+		}
+		if !found || m.Term > best.Term || (m.Term == best.Term && m.Index > best.Index) {
+			best, found = m, true
+		}
+	}
+	return best.Size
+}
+
+// dirBytes sums the sizes of the regular files under dir: a handful of
+// files (log segments, two snapshots, the state database), cheap per scrape.
+func dirBytes(dir string) int64 {
+	var total int64
+	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil // a file removed during the walk (log compaction): skip it
+		}
+		if d.Type().IsRegular() {
+			if fi, err := d.Info(); err == nil {
+				total += fi.Size()
+			}
+		}
+		return nil
+	})
+	return total
 }
 
 // Collectors returns the node's metrics for the /metrics registry.
@@ -78,17 +269,18 @@ func (n *Node) Collectors() []prometheus.Collector {
 	gauge := func(name, help string, f func() float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
 	}
-	return append(n.overLimitCollectors(),
+	cs := []prometheus.Collector{
 		n.metrics.batchOps,
 		n.metrics.fwdOps,
+		n.metrics.fwdErrors,
+		n.metrics.leaderChanges,
+		n.metrics.flushSeconds,
+		newNodeCollector(n),
 		gauge("limitd_raft_leader", "1 if this node is the Raft leader.", func() float64 {
 			if n.IsLeader() {
 				return 1
 			}
 			return 0
-		}),
-		gauge("limitd_raft_state", "Raft state: 0 follower, 1 candidate, 2 leader, 3 shutdown.", func() float64 {
-			return float64(n.raft.State())
 		}),
 		gauge("limitd_raft_term", "Current Raft term.", func() float64 { return float64(n.raft.CurrentTerm()) }),
 		gauge("limitd_raft_commit_index", "Raft commit index known to this node.", func() float64 { return float64(n.raft.CommitIndex()) }),
@@ -100,6 +292,12 @@ func (n *Node) Collectors() []prometheus.Collector {
 			}
 			return float64(c - a)
 		}),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "limitd_fsm_flushed_keys_total",
+			Help: "Key states the state machine's commits wrote to its bbolt file (dirty keys, each once per commit however many checks changed it)."},
+			func() float64 { return float64(n.fsm.FlushedKeys()) }),
+		gauge("limitd_fsm_pending_batches", "Applied batches not yet committed to the state database file (flushed every --fsm-flush-interval or --fsm-commit-every batches).", func() float64 {
+			return float64(n.fsm.Pending())
+		}),
 		gauge("limitd_keys_stored", "Limiter keys with state in the store.", func() float64 { return float64(n.fsm.Stats().Keys) }),
 		gauge("limitd_request_ids_stored", "Remembered request_ids.", func() float64 { return float64(n.fsm.Stats().RequestIDs) }),
 		gauge("limitd_bbolt_size_bytes", "Size of the state machine's bbolt file.", func() float64 { return float64(n.fsm.Stats().DBSizeBytes) }),
@@ -110,5 +308,7 @@ func (n *Node) Collectors() []prometheus.Collector {
 			}
 			return float64(u.Pages) * float64(os.Getpagesize())
 		}),
-	)
+	}
+	cs = append(cs, n.overLimitCollectors()...)
+	return append(cs, globalRaftSink.all...)
 }

@@ -11,7 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -100,9 +100,32 @@ type Config struct {
 	// wrapLogStore lets tests inject storage faults into the Raft log store.
 	wrapLogStore func(logStore) logStore
 
-	LogOutput io.Writer // default os.Stderr
-	LogLevel  string    // hclog level for raft (default "warn")
+	// Logger receives the node's log, Raft's included (hashicorp/raft's hclog
+	// output is routed into it, with events of normal operation lowered to
+	// Info or Debug). Nil: a text logger on LogOutput at LogLevel.
+	Logger    *slog.Logger
+	LogOutput io.Writer // without Logger: default os.Stderr
+	LogLevel  string    // without Logger: debug, info, warn (default) or error
 }
+
+// Defaults of Config, the single source for limitd serve's flag defaults too
+// (DefaultBatchMaxOps is with the entry bounds in limits.go).
+const (
+	DefaultBatchInflight      = 2
+	DefaultFSMCommitEvery     = 1000
+	DefaultFSMFlushInterval   = 100 * time.Millisecond
+	DefaultRequestIDRetention = 10 * time.Minute
+	DefaultApplyTimeout       = 5 * time.Second
+	DefaultExpireInterval     = time.Second
+	DefaultExpireMax          = 10000
+	DefaultHeartbeatTimeout   = 500 * time.Millisecond
+	DefaultElectionTimeout    = 500 * time.Millisecond
+	DefaultLeaderLeaseTimeout = 250 * time.Millisecond
+	DefaultCommitTimeout      = 10 * time.Millisecond
+	DefaultSnapshotThreshold  = 4096
+	DefaultSnapshotInterval   = 30 * time.Second
+	DefaultTrailingLogs       = 2048
+)
 
 func (c *Config) setDefaults() {
 	if c.NodeID == "" {
@@ -121,52 +144,56 @@ func (c *Config) setDefaults() {
 		c.BatchMaxOps = MaxEntryOps
 	}
 	if c.BatchInflight <= 0 {
-		c.BatchInflight = 2
+		c.BatchInflight = DefaultBatchInflight
 	}
 	if c.FSMCommitEvery <= 0 {
-		c.FSMCommitEvery = 1000
+		c.FSMCommitEvery = DefaultFSMCommitEvery
 	}
 	if c.FSMFlushInterval <= 0 {
-		c.FSMFlushInterval = 100 * time.Millisecond
+		c.FSMFlushInterval = DefaultFSMFlushInterval
 	}
 	if c.RequestIDRetention <= 0 {
-		c.RequestIDRetention = 10 * time.Minute
+		c.RequestIDRetention = DefaultRequestIDRetention
 	}
 	if c.ApplyTimeout <= 0 {
-		c.ApplyTimeout = 5 * time.Second
+		c.ApplyTimeout = DefaultApplyTimeout
 	}
 	if c.ExpireInterval <= 0 {
-		c.ExpireInterval = time.Second
+		c.ExpireInterval = DefaultExpireInterval
 	}
 	if c.ExpireMax <= 0 {
-		c.ExpireMax = 10000
+		c.ExpireMax = DefaultExpireMax
 	}
 	if c.HeartbeatTimeout <= 0 {
-		c.HeartbeatTimeout = 500 * time.Millisecond
+		c.HeartbeatTimeout = DefaultHeartbeatTimeout
 	}
 	if c.ElectionTimeout <= 0 {
-		c.ElectionTimeout = 500 * time.Millisecond
+		c.ElectionTimeout = DefaultElectionTimeout
 	}
 	if c.LeaderLeaseTimeout <= 0 {
-		c.LeaderLeaseTimeout = 250 * time.Millisecond
+		c.LeaderLeaseTimeout = DefaultLeaderLeaseTimeout
 	}
 	if c.CommitTimeout <= 0 {
-		c.CommitTimeout = 10 * time.Millisecond
+		c.CommitTimeout = DefaultCommitTimeout
 	}
 	if c.SnapshotThreshold == 0 {
-		c.SnapshotThreshold = 4096
+		c.SnapshotThreshold = DefaultSnapshotThreshold
 	}
 	if c.SnapshotInterval <= 0 {
-		c.SnapshotInterval = 30 * time.Second
+		c.SnapshotInterval = DefaultSnapshotInterval
 	}
 	if c.TrailingLogs == 0 {
-		c.TrailingLogs = 2048
+		c.TrailingLogs = DefaultTrailingLogs
 	}
-	if c.LogOutput == nil {
-		c.LogOutput = os.Stderr
-	}
-	if c.LogLevel == "" {
-		c.LogLevel = "warn"
+	if c.Logger == nil {
+		if c.LogOutput == nil {
+			c.LogOutput = os.Stderr
+		}
+		level := slog.LevelWarn
+		if c.LogLevel != "" {
+			level.UnmarshalText([]byte(c.LogLevel)) // an unknown name keeps warn
+		}
+		c.Logger = slog.New(slog.NewTextHandler(c.LogOutput, &slog.HandlerOptions{Level: level}))
 	}
 	if c.HTTPClient == nil {
 		c.HTTPClient = &http.Client{
@@ -189,7 +216,8 @@ type Node struct {
 	raft   *raft.Raft
 	logs   logStore
 	trans  raft.Transport
-	logger hclog.Logger
+	logger hclog.Logger // Raft's, into log
+	log    *slog.Logger // the node's own events
 
 	// propose is raft.Apply for check entries; tests replace it to inject
 	// failures after a proposal (set before the first Check).
@@ -210,6 +238,8 @@ type Node struct {
 	closeOnce     sync.Once
 	closeErr      error
 	recoveredFrom bool
+	hadState      bool // Raft state existed when the node opened
+	disc          discovery
 	ol            overLimit // over-limit cache (overlimit.go)
 }
 
@@ -228,17 +258,16 @@ func Open(cfg Config, bootstrap bool) (*Node, error) {
 		return nil, fmt.Errorf("create data dir %s: %w", cfg.DataDir, err)
 	}
 	n := &Node{cfg: cfg, closing: make(chan struct{}), halted: make(chan struct{}), removed: make(chan struct{})}
-	n.logger = hclog.New(&hclog.LoggerOptions{
-		Name:   "raft",
-		Level:  hclog.LevelFromString(cfg.LogLevel),
-		Output: cfg.LogOutput,
-	})
+	n.logger = newHCLog(cfg.Logger, "raft")
+	n.log = cfg.Logger.With("component", "cluster")
 	n.metrics = newMetrics(n)
 	n.initOverLimit()
 
 	f, err := fsm.Open(filepath.Join(cfg.DataDir, "fsm.db"), fsm.Options{
 		NoSync: true, OnFatal: n.onFatal, CommitEvery: cfg.FSMCommitEvery, CacheKeys: cfg.FSMCacheKeys,
-		OverLimit: n.ol.cache, Logger: log.New(cfg.LogOutput, "", log.LstdFlags), // says why a file was set aside
+		OverLimit: n.ol.cache,
+		// It says why a file was set aside, or why applying stopped.
+		Logger: slog.NewLogLogger(cfg.Logger.With("component", "fsm").Handler(), slog.LevelWarn),
 	})
 	if err != nil {
 		return nil, err
@@ -262,6 +291,7 @@ func Open(cfg Config, bootstrap bool) (*Node, error) {
 		defer n.wg.Done()
 		n.metrics.watchHeartbeats(n.raft, n.closing)
 	}()
+	go n.watchPeers()
 	return n, nil
 }
 
@@ -277,7 +307,7 @@ func (n *Node) flushLoop() {
 		case <-n.closing:
 			return
 		case <-t.C:
-			if err := n.fsm.Flush(); err != nil {
+			if err := n.flushFSM(); err != nil {
 				return
 			}
 		}
@@ -360,6 +390,7 @@ func (n *Node) openRaft(bootstrap bool) error {
 		return fmt.Errorf("start raft in %s: %w", cfg.DataDir, err)
 	}
 	n.raft = r
+	n.hadState = existing
 	if !existing && bootstrap {
 		conf := raft.Configuration{Servers: []raft.Server{{
 			ID: rc.LocalID, Address: trans.LocalAddr(), Suffrage: raft.Voter,
@@ -442,7 +473,7 @@ func (n *Node) fail(err error, stopRaft bool) {
 	}
 	n.haltOnce.Do(func() { close(n.halted) })
 	n.disableOverLimit()
-	n.logger.Error("this node stopped serving; fix the cause and restart it", "error", err)
+	n.log.Error("this node stopped serving; fix the cause and restart it", "error", err)
 	switch {
 	case n.raft == nil:
 	case stopRaft:
@@ -489,7 +520,7 @@ func (n *Node) watchMembership() {
 	if known && !member && n.wasMember.Load() && !n.removedFlag.Load() {
 		n.removedFlag.Store(true)
 		close(n.removed)
-		n.logger.Warn("this node was removed from the cluster configuration; it no longer serves")
+		n.log.Warn("this node was removed from the cluster configuration; it no longer serves")
 	}
 }
 
@@ -585,7 +616,7 @@ func (n *Node) leaderLoop() {
 			if n.IsLeader() && n.fsm.Nodes()[n.cfg.NodeID] != n.cfg.HTTPAddr {
 				f := n.raft.Apply(fsm.EncodeSetNode(n.cfg.NodeID, n.cfg.HTTPAddr), n.cfg.ApplyTimeout)
 				if _, err := n.await(context.Background(), f); err != nil {
-					n.logger.Debug("register http address", "error", err)
+					n.log.Debug("register http address", "error", err)
 				}
 			}
 		case <-t.C:
@@ -596,7 +627,7 @@ func (n *Node) leaderLoop() {
 			if now := n.stamp(); ok && next <= now {
 				f := n.raft.Apply(fsm.EncodeExpire(now, n.cfg.ExpireMax), n.cfg.ApplyTimeout)
 				if _, err := n.await(context.Background(), f); err != nil {
-					n.logger.Debug("expire sweep", "error", err)
+					n.log.Debug("expire sweep", "error", err)
 				}
 			}
 		}
@@ -631,7 +662,8 @@ func (n *Node) Close() error {
 	n.closeOnce.Do(func() {
 		if n.raft.State() == raft.Leader && n.voters() > 1 {
 			if err := n.raft.LeadershipTransfer().Error(); err != nil {
-				n.logger.Warn("leadership transfer before shutdown", "error", err)
+				// The others elect a leader after an election timeout instead.
+				n.log.Info("could not hand over leadership before shutdown", "error", err)
 			}
 		}
 		close(n.closing)

@@ -80,12 +80,23 @@ func newRaftTransport(cfg Config, logger hclog.Logger) (raft.Transport, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen raft %s: %w", cfg.RaftBind, err)
 	}
-	layer := &streamLayer{ln: ln, adv: adv, tls: cfg.TLS, localID: cfg.NodeID, logger: logger}
+	layer := &streamLayer{ln: ln, adv: advertisedAddr{adv, cfg.RaftAddr}, tls: cfg.TLS, localID: cfg.NodeID, logger: logger}
 	nt := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream: layer, MaxPool: raftMaxPool, Timeout: raftIOTimeout, Logger: logger,
 	})
 	return idTransport{nt}, nil
 }
+
+// advertisedAddr is the Raft address as configured: it is what this node
+// bootstraps and joins with, so peers store it and dial it by that name and
+// a host name is resolved again at every connection (a Kubernetes pod keeps
+// its DNS name across restarts, not its IP; TLS verifies that name).
+type advertisedAddr struct {
+	*net.TCPAddr
+	name string
+}
+
+func (a advertisedAddr) String() string { return a.name }
 
 // idTransport hands the target's server ID to the stream layer inside the
 // address of every outgoing RPC.

@@ -78,6 +78,8 @@ func allEncodings(t testing.TB) map[string][]byte {
 		"expire":        EncodeExpire(t0, 10_000),
 		"set_node":      EncodeSetNode("node-1", "10.0.0.1:8080"),
 		"remove_node":   EncodeRemoveNode("node-1"),
+		"put_domain":    EncodePutDomain("shop", []byte("domain: shop\n")),
+		"delete_domain": EncodeDeleteDomain("shop"),
 	}
 }
 

@@ -285,6 +285,10 @@ func (f *FSM) Flush() error {
 	return err
 }
 
+// FlushedKeys is the number of key states written to the state database by
+// commits so far (persist.Store.FlushedKeys); safe from any goroutine.
+func (f *FSM) FlushedKeys() uint64 { return f.store.FlushedKeys() }
+
 // Pending is the number of applied batches not yet committed to the file
 // (always 0 without CommitEvery).
 func (f *FSM) Pending() int {

@@ -3,7 +3,7 @@ package grpcapi
 import (
 	"fmt"
 	"io"
-	"log"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
@@ -35,7 +35,7 @@ func cpuTime() time.Duration {
 func BenchmarkFrontEnds(b *testing.B) {
 	c := newTestCluster(b, 1, testConfig{})
 	defer c.close()
-	hs := &http.Server{Handler: api.New(c.nodes[0], api.Config{Logger: log.New(io.Discard, "", 0)}).Handler()}
+	hs := &http.Server{Handler: api.New(c.nodes[0], api.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}).Handler()}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)

@@ -374,6 +374,8 @@ func (t *Tx) flush() error {
 		}
 	}
 	slices.SortFunc(c.dirty, func(a, b *entry) int { return strings.Compare(a.key, b.key) })
+	var written uint64
+	defer func() { t.store.flushedKeys.Add(written) }()
 	for _, e := range c.dirty {
 		key := t.arena.alloc(len(e.key)) // valid until the commit, as Put needs
 		copy(key, e.key)
@@ -393,6 +395,7 @@ func (t *Tx) flush() error {
 			if err := t.state.Put(key, seal(key, v)); err != nil {
 				return fmt.Errorf("put state: %w", err)
 			}
+			written++
 			if !e.storedFound || e.storedIndexed != e.indexed {
 				if err := t.putIndex(t.stateExp, e.indexed, key); err != nil {
 					return fmt.Errorf("put expiry entry: %w", err)
@@ -402,6 +405,7 @@ func (t *Tx) flush() error {
 			if err := t.state.Delete(key); err != nil {
 				return fmt.Errorf("delete state: %w", err)
 			}
+			written++
 		}
 		e.storedFound, e.storedIndexed = e.found, e.indexed
 		e.dirty, e.moved = false, false

@@ -188,6 +188,10 @@ func TestStateCacheWritesLessThanOncePerCheck(t *testing.T) {
 	if m := s.Meta(); m.Keys != 1 {
 		t.Fatalf("keys %d, want 1", m.Keys)
 	}
+	// 200 puts and a delete reached the file as one write: "busy" once.
+	if n := s.FlushedKeys(); n != 1 {
+		t.Fatalf("FlushedKeys %d after one commit, want 1", n)
+	}
 	_ = path
 }
 

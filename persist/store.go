@@ -111,6 +111,9 @@ type Store struct {
 	requests   atomic.Uint64
 	nextExpiry atomic.Int64
 	hasNext    atomic.Bool
+	// flushedKeys counts key states written to the file by commits (each
+	// dirty key once per commit, however many applies changed it).
+	flushedKeys atomic.Uint64
 
 	// Touched only by the single writer.
 	meta      Meta // as of the last Update, committed or not
@@ -398,6 +401,11 @@ func (s *Store) Commit() error {
 
 // Pending reports how many Updates wait in the open transaction.
 func (s *Store) Pending() int { return s.pending }
+
+// FlushedKeys is the number of key states commits have written to the file
+// so far: with the state cache, fewer than the checks applied. Safe to call
+// from any goroutine.
+func (s *Store) FlushedKeys() uint64 { return s.flushedKeys.Load() }
 
 func (s *Store) commitLocked() error {
 	t := &s.wtx

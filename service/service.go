@@ -76,7 +76,7 @@ type Config struct {
 // Defaults.
 const (
 	DefaultMaxBatch       = 1000
-	DefaultRequestTimeout = 5 * time.Second
+	DefaultRequestTimeout = cluster.DefaultApplyTimeout
 )
 
 // Limits on client input, defined once in fsm (which enforces them again on

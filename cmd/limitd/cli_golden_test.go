@@ -10,6 +10,8 @@ import (
 	"runtime/debug"
 	"strings"
 	"testing"
+
+	"github.com/limitd/limitd/buildinfo"
 )
 
 var updateGolden = flag.Bool("update", false, "rewrite the CLI golden files in testdata/cli")
@@ -32,12 +34,12 @@ func TestCLIGolden(t *testing.T) {
 	p.start("--admin-token", "secret")
 	p.waitReady()
 
-	old := readBuildInfo
-	readBuildInfo = func() (*debug.BuildInfo, bool) {
+	old := buildinfo.Read
+	buildinfo.Read = func() (*debug.BuildInfo, bool) {
 		return &debug.BuildInfo{GoVersion: "go1.99.0", Main: debug.Module{Path: "github.com/limitd/limitd", Version: "v1.2.3"},
 			Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: "0123456789abcdef"}, {Key: "vcs.time", Value: "2026-11-30T12:00:00Z"}, {Key: "vcs.modified", Value: "false"}}}, true
 	}
-	defer func() { readBuildInfo = old }()
+	defer func() { buildinfo.Read = old }()
 
 	cases := []goldenCase{
 		{"help", []string{"help"}},

@@ -4,43 +4,9 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"runtime/debug"
+
+	"github.com/limitd/limitd/buildinfo"
 )
-
-// versionInfo is what `limitd version` reports, from the binary's build info.
-type versionInfo struct {
-	Version  string `json:"version"`            // module version, "(devel)" for a source build
-	Revision string `json:"revision,omitempty"` // VCS revision
-	Time     string `json:"time,omitempty"`     // VCS commit time
-	Modified bool   `json:"modified,omitempty"` // built from a tree with uncommitted changes
-	Go       string `json:"go"`
-}
-
-// readBuildInfo is debug.ReadBuildInfo; tests replace it.
-var readBuildInfo = debug.ReadBuildInfo
-
-func currentVersion() versionInfo {
-	v := versionInfo{Version: "unknown", Go: "unknown"}
-	bi, ok := readBuildInfo()
-	if !ok {
-		return v
-	}
-	v.Go = bi.GoVersion
-	if bi.Main.Version != "" {
-		v.Version = bi.Main.Version
-	}
-	for _, s := range bi.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			v.Revision = s.Value
-		case "vcs.time":
-			v.Time = s.Value
-		case "vcs.modified":
-			v.Modified = s.Value == "true"
-		}
-	}
-	return v
-}
 
 const versionUsage = `Usage: limitd version [--output table|json]
 
@@ -61,7 +27,7 @@ func runVersion(args []string, env cliEnv) int {
 	if len(pos) > 0 {
 		return usageError(env, "version", "unexpected argument %q", pos[0])
 	}
-	v := currentVersion()
+	v := buildinfo.Current()
 	switch *output {
 	case "json":
 		b, _ := json.Marshal(v)

@@ -5,7 +5,7 @@ import (
 	"crypto/tls"
 	"flag"
 	"fmt"
-	"log"
+	"log/slog"
 	"net"
 	"net/http"
 	"time"
@@ -39,13 +39,13 @@ type rlsFrontEnd struct {
 	node    *cluster.Node
 	domains []*rls.Domain
 	source  string
-	logger  *log.Logger
+	logger  *slog.Logger
 }
 
 // newRLSFrontEnd validates --rls-config and --rls-headers, prepares the gRPC
 // server's configuration (same TLS certificate and admin token as HTTP) and
 // listens on --grpc-addr when set. httpAPI builds the server.
-func newRLSFrontEnd(f *serveFlags, node *cluster.Node, logger *log.Logger) (*rlsFrontEnd, error) {
+func newRLSFrontEnd(f *serveFlags, node *cluster.Node, logger *slog.Logger) (*rlsFrontEnd, error) {
 	g := &f.grpc
 	fe := &rlsFrontEnd{node: node, source: g.rlsConfig, logger: logger}
 	if g.rlsConfig != "" {
@@ -67,7 +67,7 @@ func newRLSFrontEnd(f *serveFlags, node *cluster.Node, logger *log.Logger) (*rls
 		tc = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
 	}
 	fe.cfg = grpcapi.Config{
-		AdminToken: f.adminToken, TLS: tc, RLSHeaders: mode, Logger: logger,
+		AdminToken: f.adminToken, TLS: tc, RLSHeaders: mode, Logger: slog.NewLogLogger(logger.Handler(), slog.LevelError), // it logs panics
 		RequestTimeout: f.applyTimeout + 4*time.Second,
 	}
 	if g.addr != "" {
@@ -146,7 +146,7 @@ func (fe *rlsFrontEnd) start(ctx context.Context, background chan<- error) {
 				background <- fmt.Errorf("grpc server: %w", err)
 			}
 		}()
-		fe.logger.Printf("serving gRPC (limitd.v1, envoy.service.ratelimit.v3) on %s", fe.ln.Addr())
+		fe.logger.Info("serving gRPC (limitd.v1, envoy.service.ratelimit.v3)", "grpc_addr", fe.ln.Addr().String())
 	}
 	if len(fe.domains) > 0 {
 		go func() {
@@ -154,7 +154,7 @@ func (fe *rlsFrontEnd) start(ctx context.Context, background chan<- error) {
 				background <- err
 				return
 			}
-			fe.logger.Printf("loaded %d RLS domain(s) from %s", len(fe.domains), fe.source)
+			fe.logger.Info("loaded RLS domains", "count", len(fe.domains), "rls_config", fe.source)
 		}()
 	}
 }

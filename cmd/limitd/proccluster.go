@@ -49,6 +49,7 @@ type procNode struct {
 var procEnvDropped = []string{
 	"LIMITD_NODE_ID=", "LIMITD_HTTP_ADDR=", "LIMITD_RAFT_ADDR=", "LIMITD_HTTP_ADVERTISE=",
 	"LIMITD_RAFT_ADVERTISE=", "LIMITD_DATA_DIR=", "LIMITD_JOIN=",
+	"LIMITD_CONFIG=", "LIMITD_BOOTSTRAP_EXPECT=", // a file's join list would do the same
 }
 
 // procTLSEnvDropped are dropped too unless procTLSFromEnv: certificates meant

@@ -7,7 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/pprof"
@@ -20,10 +20,12 @@ import (
 	"time"
 
 	"github.com/limitd/limitd/api"
+	"github.com/limitd/limitd/buildinfo"
 	"github.com/limitd/limitd/cluster"
 	"github.com/limitd/limitd/fsm"
 	"github.com/limitd/limitd/overlimit"
 	"github.com/limitd/limitd/persist"
+	"github.com/limitd/limitd/service"
 )
 
 // HTTP server limits (flags --read-timeout, --idle-timeout, --max-connections).
@@ -36,8 +38,20 @@ const (
 	writeTimeoutMargin    = 5 * time.Second
 )
 
+// Defaults of the serve flags this command owns; the cluster, api and
+// service settings take theirs from those packages' Default* constants.
+const (
+	DefaultHTTPAddr       = "127.0.0.1:8080"
+	DefaultRaftAddr       = "127.0.0.1:8300"
+	DefaultDataDir        = "./limitd-data"
+	DefaultGCPercent      = 400
+	DefaultMemoryLimitMiB = 512
+	DefaultLogLevel       = "info"
+	DefaultLogFormat      = "text"
+)
+
 type serveFlags struct {
-	nodeID, httpAddr, raftAddr, dataDir, join string
+	nodeID, httpAddr, raftAddr, dataDir, conf string
 	httpAdvertise, raftAdvertise              string
 	adminToken, tlsCert, tlsKey, tlsCA        string
 	policies, authKeySource, logLevel         string
@@ -55,6 +69,11 @@ type serveFlags struct {
 	gcPercent                                 int
 	memoryLimit                               int64
 	grpc                                      grpcFlags // grpc.go
+
+	join            joinList // --join, with --bootstrap-expect and --join-timeout
+	bootstrapExpect int
+	joinTimeout     time.Duration
+	logFormat       string
 }
 
 func newServeFlagSet(out io.Writer) (*flag.FlagSet, *serveFlags) {
@@ -62,36 +81,40 @@ func newServeFlagSet(out io.Writer) (*flag.FlagSet, *serveFlags) {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.StringVar(&f.nodeID, "node-id", "", "unique Raft server ID of this node (default: the --raft-addr)")
-	fs.StringVar(&f.httpAddr, "http-addr", "127.0.0.1:8080", "address the HTTP API listens on")
-	fs.StringVar(&f.raftAddr, "raft-addr", "127.0.0.1:8300", "address the Raft transport listens on")
+	fs.StringVar(&f.conf, "config", "", "YAML file of flag settings (keys are flag names, e.g. http-addr: 127.0.0.1:8080); flags and LIMITD_* variables override it")
+	fs.StringVar(&f.httpAddr, "http-addr", DefaultHTTPAddr, "address the HTTP API listens on")
+	fs.StringVar(&f.raftAddr, "raft-addr", DefaultRaftAddr, "address the Raft transport listens on")
 	fs.StringVar(&f.httpAdvertise, "http-advertise", "", "HTTP address other nodes use to reach this one (default: --http-addr)")
 	fs.StringVar(&f.raftAdvertise, "raft-advertise", "", "Raft address other nodes use to reach this one (default: --raft-addr)")
-	fs.StringVar(&f.dataDir, "data-dir", "./limitd-data", "directory for the Raft log, snapshots and the state database")
-	fs.StringVar(&f.join, "join", "", "HTTP address of any cluster member to join (e.g. http://10.0.0.1:8080); without it a fresh node bootstraps a single-node cluster")
+	fs.StringVar(&f.dataDir, "data-dir", DefaultDataDir, "directory for the Raft log, snapshots and the state database")
+	fs.Var(&f.join, "join", "HTTP addresses of cluster members to join, comma-separated or repeated (e.g. http://10.0.0.1:8080); a host name resolving to several addresses (a Kubernetes headless service) means each of them. A node with --join never bootstraps alone; without it a fresh node bootstraps a single-node cluster")
+	fs.IntVar(&f.bootstrapExpect, "bootstrap-expect", 0, "with --join: wait until this many nodes from the --join list (this one included) see each other, then the one with the lowest --node-id bootstraps the cluster with all of them as voters (0: join an existing cluster only)")
+	fs.DurationVar(&f.joinTimeout, "join-timeout", cluster.DefaultJoinTimeout, "how long a fresh node retries --join (with capped exponential backoff) before it exits with an error")
 	fs.StringVar(&f.adminToken, "admin-token", "", "bearer token required by admin endpoints (policies, key reset, membership) and node-to-node requests")
 	fs.StringVar(&f.tlsCert, "tls-cert", "", "this node's certificate file: serve HTTPS (with --tls-key); with --tls-ca also the node's identity for Raft and forwarding")
 	fs.StringVar(&f.tlsKey, "tls-key", "", "private key file for --tls-cert")
 	fs.StringVar(&f.tlsCA, "tls-ca", "", "cluster CA bundle: turns on mutual TLS between nodes (Raft and forwarding require a certificate it signed); without it Raft is plain TCP and forwarding verifies the leader against the system roots")
 	fs.BoolVar(&f.insecure, "insecure", false, "allow a non-loopback --http-addr or --raft-addr without --admin-token and mutual TLS (--tls-cert, --tls-key, --tls-ca): anyone who can reach the ports could then change policies, membership and decisions")
 	fs.StringVar(&f.policies, "policies", "", "JSON file of policies to create or update at start")
-	fs.StringVar(&f.authKeySource, "auth-key-source", "", "where /v1/auth/{policy} takes the key from: header:NAME, query:NAME or ip (default: see docs/API.md)")
-	fs.IntVar(&f.maxBatch, "max-batch", 1000, "maximum checks in one /v1/check/batch or /v1/check/all request")
-	fs.IntVar(&f.batchMaxOps, "batch-max-ops", 2048, "group commit: maximum ops in one Raft log entry")
-	fs.IntVar(&f.batchInflight, "batch-inflight", 2, "group commit: log entries in flight at once; more arrivals wait and form the next entry")
+	fs.StringVar(&f.authKeySource, "auth-key-source", api.DefaultAuthKeySource, "where /v1/auth/{policy} takes the key from: header:NAME, query:NAME or ip")
+	fs.IntVar(&f.maxBatch, "max-batch", service.DefaultMaxBatch, "maximum checks in one /v1/check/batch or /v1/check/all request")
+	fs.IntVar(&f.batchMaxOps, "batch-max-ops", cluster.DefaultBatchMaxOps, "group commit: maximum ops in one Raft log entry")
+	fs.IntVar(&f.batchInflight, "batch-inflight", cluster.DefaultBatchInflight, "group commit: log entries in flight at once; more arrivals wait and form the next entry")
 	fs.DurationVar(&f.batchMaxWait, "batch-max-wait", 0, "group commit: how long a batch that is not full may wait for more ops (0: natural batching only)")
-	fs.IntVar(&f.fsmCommitEvery, "fsm-commit-every", 1000, "state database: applied log batches that share one bbolt commit (1: commit each)")
+	fs.IntVar(&f.fsmCommitEvery, "fsm-commit-every", cluster.DefaultFSMCommitEvery, "state database: applied log batches that share one bbolt commit (1: commit each)")
 	fs.IntVar(&f.overLimitEntries, "overlimit-cache-entries", overlimit.DefaultMaxEntries, "over-limit cache: refusals every node answers from memory, without a Raft round (about 120 bytes each plus key); 0 turns it off")
 	fs.IntVar(&f.fsmCacheKeys, "fsm-cache-keys", persist.DefaultCacheKeys, "state machine: keys whose decoded state stays in memory after a commit (about 120 bytes each); the keys written since the last commit come on top")
-	fs.DurationVar(&f.fsmFlushInterval, "fsm-flush-interval", 100*time.Millisecond, "state database: commit pending applies at least this often")
+	fs.DurationVar(&f.fsmFlushInterval, "fsm-flush-interval", cluster.DefaultFSMFlushInterval, "state database: commit pending applies at least this often")
 	fs.StringVar(&f.logStore, "log-store", "", "Raft log store: wal (hashicorp/raft-wal, one fsync per append; the default for a new data directory) or boltdb (hashicorp/raft-boltdb, two); empty: whichever the data directory already uses")
-	fs.DurationVar(&f.retention, "request-id-retention", 10*time.Minute, "how long a request_id's decision is remembered for safe retries (at most 168h)")
-	fs.DurationVar(&f.applyTimeout, "apply-timeout", 5*time.Second, "the request deadline: every check or admin call answers within it (503 unavailable or outcome_unknown when the cluster could not decide in time)")
-	fs.Uint64Var(&f.snapshotThreshold, "snapshot-threshold", 4096, "take a Raft snapshot once this many log entries follow the last one (checked every --snapshot-interval)")
-	fs.DurationVar(&f.snapshotInterval, "snapshot-interval", 30*time.Second, "how often to check whether a snapshot is due")
-	fs.Uint64Var(&f.trailingLogs, "trailing-logs", 2048, "log entries kept after a snapshot, so a lagging follower can catch up without one")
-	fs.StringVar(&f.logLevel, "log-level", "warn", "Raft log level: trace, debug, info, warn, error")
-	fs.IntVar(&f.gcPercent, "gc-percent", 400, "Go garbage collector target percent, like GOGC (which wins when set; 0 keeps Go's default of 100): the live heap is small, so a higher target trades some memory for CPU")
-	fs.Int64Var(&f.memoryLimit, "memory-limit-mib", 512, "soft limit of the Go heap in MiB, like GOMEMLIMIT (which wins when set; 0: none): with --gc-percent above 100 the heap grows less eagerly once it is this large")
+	fs.DurationVar(&f.retention, "request-id-retention", cluster.DefaultRequestIDRetention, "how long a request_id's decision is remembered for safe retries (at most 168h)")
+	fs.DurationVar(&f.applyTimeout, "apply-timeout", cluster.DefaultApplyTimeout, "the request deadline: every check or admin call answers within it (503 unavailable or outcome_unknown when the cluster could not decide in time)")
+	fs.Uint64Var(&f.snapshotThreshold, "snapshot-threshold", cluster.DefaultSnapshotThreshold, "take a Raft snapshot once this many log entries follow the last one (checked every --snapshot-interval)")
+	fs.DurationVar(&f.snapshotInterval, "snapshot-interval", cluster.DefaultSnapshotInterval, "how often to check whether a snapshot is due")
+	fs.Uint64Var(&f.trailingLogs, "trailing-logs", cluster.DefaultTrailingLogs, "log entries kept after a snapshot, so a lagging follower can catch up without one")
+	fs.StringVar(&f.logLevel, "log-level", DefaultLogLevel, "log level of the whole process, Raft included: debug, info, warn, error")
+	fs.StringVar(&f.logFormat, "log-format", DefaultLogFormat, "log format: text (key=value) or json (one object a line)")
+	fs.IntVar(&f.gcPercent, "gc-percent", DefaultGCPercent, "Go garbage collector target percent, like GOGC (which wins when set; 0 keeps Go's default of 100): the live heap is small, so a higher target trades some memory for CPU")
+	fs.Int64Var(&f.memoryLimit, "memory-limit-mib", DefaultMemoryLimitMiB, "soft limit of the Go heap in MiB, like GOMEMLIMIT (which wins when set; 0: none): with --gc-percent above 100 the heap grows less eagerly once it is this large")
 	fs.DurationVar(&f.readTimeout, "read-timeout", DefaultReadTimeout, "HTTP: time to read a request's headers and body; a slower client is disconnected")
 	fs.DurationVar(&f.idleTimeout, "idle-timeout", DefaultIdleTimeout, "HTTP: how long an idle keep-alive connection stays open")
 	fs.IntVar(&f.maxConnections, "max-connections", DefaultMaxConnections, "HTTP: connections served at once; more wait in the listen backlog until one closes")
@@ -99,45 +122,21 @@ func newServeFlagSet(out io.Writer) (*flag.FlagSet, *serveFlags) {
 	fs.BoolVar(&f.pprof, "pprof", false, "serve Go profiling endpoints under /debug/pprof/")
 	addGRPCFlags(fs, &f.grpc)
 	fs.Usage = func() {
-		fmt.Fprintf(out, "Usage: limitd [serve] [flags]\n\nRuns a limitd node. Every flag can also be set with an environment variable:\nLIMITD_ and the flag name in upper case with - as _ (e.g. LIMITD_DATA_DIR).\nA flag on the command line wins over the environment.\n\nFlags:\n")
+		fmt.Fprint(out, serveUsage)
 		fs.PrintDefaults()
 	}
 	return fs, f
 }
 
-// applyEnv sets every flag not given on the command line from LIMITD_<NAME>.
-func applyEnv(fs *flag.FlagSet) error {
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	var err error
-	fs.VisitAll(func(f *flag.Flag) {
-		if set[f.Name] || err != nil {
-			return
-		}
-		env := "LIMITD_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-		if v, ok := os.LookupEnv(env); ok {
-			if e := fs.Set(f.Name, v); e != nil {
-				err = fmt.Errorf("%s: %w", env, e)
-			}
-		}
-	})
-	return err
-}
-
 func runServe(args []string, stdout, stderr io.Writer) int {
-	fs, f := newServeFlagSet(stderr)
-	if err := fs.Parse(args); err != nil {
+	f, err := loadServeFlags(args, os.LookupEnv, stderr)
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
-		return 2
-	}
-	if err := applyEnv(fs); err != nil {
-		fmt.Fprintln(stderr, "limitd:", err)
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "limitd serve: unexpected argument %q\n", fs.Arg(0))
+		if !errors.Is(err, errFlagsReported) {
+			fmt.Fprintln(stderr, "limitd:", err)
+		}
 		return 2
 	}
 	if (f.tlsCert == "") != (f.tlsKey == "") {
@@ -160,9 +159,22 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "limitd:", err)
 		return 2
 	}
-	logger := log.New(stderr, "limitd: ", log.LstdFlags)
+	if f.bootstrapExpect < 0 || f.bootstrapExpect == 1 || (f.bootstrapExpect > 1 && len(f.join) == 0) {
+		// A node with --join never bootstraps alone; one without it does.
+		fmt.Fprintln(stderr, "limitd: --bootstrap-expect N (N of at least 2) needs --join with the addresses of the nodes that bootstrap together; a single node bootstraps without --join")
+		return 2
+	}
+	if f.joinTimeout < 0 {
+		fmt.Fprintln(stderr, "limitd: --join-timeout must not be negative (0: retry until stopped)")
+		return 2
+	}
+	logger, err := newLogger(stderr, f.logFormat, f.logLevel)
+	if err != nil {
+		fmt.Fprintln(stderr, "limitd:", err)
+		return 2
+	}
 	if err := serve(f, logger); err != nil {
-		logger.Print(err)
+		logger.Error("exiting", "error", err)
 		return 1
 	}
 	return 0
@@ -182,7 +194,9 @@ func tuneGC(gcPercent int, memoryLimitMiB int64, getenv func(string) string) {
 	}
 }
 
-func serve(f *serveFlags, logger *log.Logger) error {
+func serve(f *serveFlags, logger *slog.Logger) error {
+	v := buildinfo.Current()
+	logger.Info("starting limitd", "version", v.Version, "revision", v.Revision, "modified", v.Modified, "go", v.Go)
 	tuneGC(f.gcPercent, f.memoryLimit, os.Getenv)
 	var policies []fsm.Policy
 	if f.policies != "" {
@@ -199,6 +213,7 @@ func serve(f *serveFlags, logger *log.Logger) error {
 		// it (its batcher and proposals watch the request's context and say
 		// whether anything was proposed when it ends).
 		RequestTimeout: f.applyTimeout,
+		Logger:         logger.With("component", "api"),
 	}
 	if err := apiCfg.Validate(); err != nil {
 		return err
@@ -248,15 +263,14 @@ func serve(f *serveFlags, logger *log.Logger) error {
 		SnapshotThreshold:  f.snapshotThreshold,
 		SnapshotInterval:   f.snapshotInterval,
 		TrailingLogs:       f.trailingLogs,
-		LogLevel:           f.logLevel,
-		LogOutput:          logger.Writer(),
-	}, f.join == "")
+		Logger:             logger,
+	}, len(f.join) == 0)
 	if err != nil {
 		ln.Close()
 		return err
 	}
 	if node.Recovered() {
-		logger.Printf("previous stop was unclean: rebuilding state from the latest snapshot and the Raft log")
+		logger.Warn("previous stop was unclean: rebuilding state from the latest snapshot and the Raft log")
 	}
 
 	rlsFE, err := newRLSFrontEnd(f, node, logger) // gRPC, POST /json, --rls-config (grpc.go)
@@ -279,6 +293,9 @@ func serve(f *serveFlags, logger *log.Logger) error {
 		handler = mux
 	}
 	hs := newHTTPServer(f, handler)
+	// net/http's own reports (a client's TLS handshake failing, say) are
+	// about clients, not this node: Info.
+	hs.ErrorLog = slog.NewLogLogger(logger.With("component", "http").Handler(), slog.LevelInfo)
 	ln = limitListener(ln, f.maxConnections)
 	if nodeTLS != nil {
 		// Clients of the public API need no certificate; one that is given
@@ -294,21 +311,19 @@ func serve(f *serveFlags, logger *log.Logger) error {
 			serveErr <- hs.Serve(ln)
 		}
 	}()
-	logger.Printf("node %s serving HTTP on %s, Raft on %s, data in %s", node.ID(), f.httpAddr, f.raftAddr, f.dataDir)
+	logger.Info("serving", "node_id", node.ID(), "http_addr", f.httpAddr, "raft_addr", f.raftAddr, "data_dir", f.dataDir)
 
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer cancel()
 	background := make(chan error, 4)
 	rlsFE.start(ctx, background)
-	if f.join != "" {
+	if len(f.join) > 0 {
 		go func() {
-			if err := node.JoinCluster(ctx, f.join); err != nil {
-				if ctx.Err() == nil {
-					background <- err
-				}
-				return // cancelled before joining: nothing to report
+			err := node.JoinCluster(ctx, cluster.JoinOptions{
+				Addrs: f.join, BootstrapExpect: f.bootstrapExpect, Timeout: f.joinTimeout})
+			if err != nil && ctx.Err() == nil {
+				background <- err
 			}
-			logger.Printf("joined the cluster through %s", f.join)
 		}()
 	}
 	if len(policies) > 0 {
@@ -326,11 +341,11 @@ func serve(f *serveFlags, logger *log.Logger) error {
 	var runErr error
 	select {
 	case <-ctx.Done():
-		logger.Printf("shutting down")
+		logger.Info("shutting down")
 	case <-removed:
 		// Exit 0: a supervisor restarting on failure should not bring back
 		// a node an operator removed.
-		logger.Printf("this node was removed from the cluster: shutting down (--stay-after-removal keeps it running, not ready)")
+		logger.Info("this node was removed from the cluster: shutting down (--stay-after-removal keeps it running, not ready)")
 	case <-node.Failed():
 		// Stop, rather than limp on: the node does not recover by itself
 		// (docs/SECURITY.md); a supervisor restarts it once space is freed.

@@ -1,0 +1,504 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// Start-up: how a node becomes a member of a cluster.
+//
+//   - Without join addresses, a fresh node bootstraps a single-node cluster
+//     (Open with bootstrap true); a node with a data directory resumes.
+//   - With join addresses (JoinCluster), a node never bootstraps alone. It
+//     asks the members it can reach to add it, retrying with capped
+//     exponential backoff. With BootstrapExpect N it first discovers the
+//     nodes behind the addresses (GET /internal/v1/bootstrap): once N nodes
+//     without Raft state see each other (every one of them reports seeing
+//     all N), the one with the lowest node ID bootstraps the cluster with all
+//     N as voters, as Consul's -bootstrap-expect does; the others then join
+//     it, which registers their HTTP addresses. As soon as any of them has
+//     Raft state, everyone else joins instead.
+//   - A node with Raft state (an existing data directory) never bootstraps
+//     again.
+
+// Join defaults and bounds.
+const (
+	// DefaultJoinTimeout is how long a fresh node retries joining before
+	// JoinCluster gives up (limitd serve exits, and its supervisor restarts it).
+	DefaultJoinTimeout = 5 * time.Minute
+	// joinBackoffMin and JoinBackoffMax bound the wait between join rounds;
+	// it doubles each round, with jitter.
+	joinBackoffMin = 200 * time.Millisecond
+	JoinBackoffMax = 5 * time.Second
+	// joinReportEvery rate-limits "still waiting" lines.
+	joinReportEvery = 30 * time.Second
+	// maxJoinAddrs bounds the addresses a join list (after DNS) may name.
+	maxJoinAddrs = 64
+
+	pathBootstrap = "/internal/v1/bootstrap"
+)
+
+// JoinOptions says how JoinCluster finds the cluster.
+type JoinOptions struct {
+	// Addrs are members' HTTP addresses: "host:port" or a URL. A host name
+	// stands for every address it resolves to (a Kubernetes headless
+	// service), looked up again every round.
+	Addrs []string
+	// BootstrapExpect, when above 0, is the number of nodes (this one
+	// included) that bootstrap a new cluster together; 0 only joins.
+	BootstrapExpect int
+	// Timeout bounds the attempts of a node without Raft state (0: none). A
+	// node with state retries until ctx ends: it is a member already.
+	Timeout time.Duration
+}
+
+// bootstrapInfo is GET /internal/v1/bootstrap: who this node is and what it sees.
+type bootstrapInfo struct {
+	ID       string   `json:"id"`
+	RaftAddr string   `json:"raft_addr"`
+	HTTPAddr string   `json:"http_addr"`
+	HasState bool     `json:"has_state"`
+	Expect   int      `json:"expect"`
+	Seen     []string `json:"seen"` // node IDs without state seen in the last round
+}
+
+// discovery is the bootstrap state a node serves to its peers.
+type discovery struct {
+	mu     sync.Mutex
+	expect int
+	seen   []string
+}
+
+// hasState reports whether this node has Raft state: it bootstrapped, was
+// replicated to, or started from an existing data directory.
+func (n *Node) hasState() bool {
+	if n.raft.LastIndex() > 0 {
+		return true
+	}
+	f := n.raft.GetConfiguration()
+	return f.Error() == nil && len(f.Configuration().Servers) > 0
+}
+
+func (n *Node) selfInfo() bootstrapInfo {
+	n.disc.mu.Lock()
+	defer n.disc.mu.Unlock()
+	return bootstrapInfo{
+		ID: n.cfg.NodeID, RaftAddr: string(n.trans.LocalAddr()), HTTPAddr: n.cfg.HTTPAddr,
+		HasState: n.hasState(), Expect: n.disc.expect, Seen: slices.Clone(n.disc.seen),
+	}
+}
+
+func (n *Node) handleBootstrap(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(n.selfInfo())
+}
+
+// JoinCluster makes this node a member through the nodes at opts.Addrs (see
+// the start-up notes above). It returns nil once this node joined (or
+// bootstrapped the cluster with its peers, or found itself already a
+// member); an error when a member refused it for good (credentials, a bad
+// request), when opts.Timeout passed without success, or when ctx ended.
+func (n *Node) JoinCluster(ctx context.Context, opts JoinOptions) error {
+	if len(opts.Addrs) == 0 {
+		return errors.New("join: no addresses")
+	}
+	if !n.hadState && opts.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, opts.Timeout)
+		defer cancel()
+	}
+	if n.hadState && n.registered() {
+		n.log.Info("already a member: not joining again", "join", opts.Addrs)
+		return nil
+	}
+	expect := opts.BootstrapExpect
+	if n.hadState {
+		expect = 0 // a node with state never bootstraps again
+	}
+	n.disc.mu.Lock()
+	n.disc.expect = expect
+	n.disc.mu.Unlock()
+
+	backoff := joinBackoffMin
+	var lastReport time.Time
+	var last error
+	for round := 1; ; round++ {
+		targets, err := n.resolveJoin(ctx, opts.Addrs)
+		if err != nil {
+			last = err
+		}
+		joinNow := expect == 0 || n.hasState()
+		if !joinNow && len(targets) > 0 {
+			peers := n.discover(ctx, targets)
+			switch done, why := n.tryBootstrap(peers, expect); {
+			case done:
+				return nil
+			case why == errClusterExists:
+				joinNow = true
+			default:
+				last = why
+			}
+		}
+		if joinNow && len(targets) > 0 {
+			err := n.joinAny(ctx, targets)
+			if err == nil {
+				n.log.Info("joined the cluster", "rounds", round)
+				return nil
+			}
+			var perm *permanentError
+			if errors.As(err, &perm) {
+				return perm.err
+			}
+			last = err
+		}
+		if round == 1 || time.Since(lastReport) >= joinReportEvery {
+			lastReport = time.Now()
+			n.log.Info("waiting to join the cluster; retrying", "join", opts.Addrs, "expect", expect, "round", round, "last_error", errString(last))
+		}
+		wait := jitter(backoff)
+		backoff = nextBackoff(backoff)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("join %s: %w (last error: %v)", strings.Join(opts.Addrs, ","), ctx.Err(), last)
+		case <-n.closing:
+			return fmt.Errorf("join %s: node closed", strings.Join(opts.Addrs, ","))
+		case <-time.After(wait):
+		}
+	}
+}
+
+// nextBackoff doubles the wait between join rounds up to JoinBackoffMax.
+func nextBackoff(d time.Duration) time.Duration { return min(2*d, JoinBackoffMax) }
+
+// jitter is a random wait in [d/2, d], so nodes started together spread out.
+func jitter(d time.Duration) time.Duration { return d/2 + rand.N(d/2+1) }
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// registered reports whether this node is in the configuration with its
+// current HTTP address in the node table (nothing for a join to change).
+func (n *Node) registered() bool {
+	_, member := n.membership()
+	return member && n.fsm.Nodes()[n.cfg.NodeID] == n.cfg.HTTPAddr
+}
+
+// resolveJoin turns the join list into base URLs, expanding host names to
+// every address they resolve to. A name that does not resolve (yet: a pod
+// not scheduled) is skipped this round.
+func (n *Node) resolveJoin(ctx context.Context, addrs []string) ([]string, error) {
+	var out []string
+	var errs []error
+	for _, a := range addrs {
+		u, err := joinURL(a, n.cfg.HTTPScheme)
+		if err != nil {
+			return nil, &permanentError{err}
+		}
+		host, port := u.Hostname(), u.Port()
+		if net.ParseIP(host) != nil || port == "" {
+			out = append(out, u.String())
+			continue
+		}
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		ips, err := net.DefaultResolver.LookupHost(rctx, host)
+		cancel()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("resolve %s: %w", host, err))
+			continue
+		}
+		sort.Strings(ips)
+		for _, ip := range ips {
+			v := *u
+			v.Host = net.JoinHostPort(ip, port)
+			out = append(out, v.String())
+		}
+	}
+	slices.Sort(out)
+	out = slices.Compact(out)
+	if len(out) > maxJoinAddrs {
+		out = out[:maxJoinAddrs]
+	}
+	return out, errors.Join(errs...)
+}
+
+// joinURL parses one join address: "host:port" or scheme://host:port.
+func joinURL(a, scheme string) (*url.URL, error) {
+	if !strings.Contains(a, "://") {
+		a = scheme + "://" + a
+	}
+	u, err := url.Parse(strings.TrimRight(a, "/"))
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return nil, fmt.Errorf("join address %q: want host:port or http(s)://host:port", a)
+	}
+	u.Path = ""
+	return u, nil
+}
+
+// permanentError: retrying cannot help (a member refused the credentials or
+// the request, or the join list is malformed).
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string { return e.err.Error() }
+
+// errClusterExists: a discovered node has Raft state, so join it.
+var errClusterExists = errors.New("a cluster exists")
+
+// discover asks every target who it is. The result includes this node and
+// is deduplicated by ID; targets that do not answer are left out.
+func (n *Node) discover(ctx context.Context, targets []string) []bootstrapInfo {
+	self := n.selfInfo()
+	byID := map[string]bootstrapInfo{self.ID: self}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, t := range targets {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var info bootstrapInfo
+			if err := n.getJSON(ctx, t+pathBootstrap, &info); err != nil || info.ID == "" {
+				return
+			}
+			mu.Lock()
+			if _, ok := byID[info.ID]; !ok {
+				byID[info.ID] = info
+			}
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	peers := make([]bootstrapInfo, 0, len(byID))
+	for _, p := range byID {
+		peers = append(peers, p)
+	}
+	sort.Slice(peers, func(i, j int) bool { return peers[i].ID < peers[j].ID })
+	ids := make([]string, 0, len(peers))
+	for _, p := range peers {
+		if !p.HasState {
+			ids = append(ids, p.ID)
+		}
+	}
+	n.disc.mu.Lock()
+	n.disc.seen = ids
+	n.disc.mu.Unlock()
+	return peers
+}
+
+// tryBootstrap bootstraps the cluster if peers (sorted by ID, this node
+// included) are exactly expect nodes without state that all see each other
+// and this node has the lowest ID. done: this node bootstrapped. Otherwise
+// why says what is missing (errClusterExists: join instead).
+func (n *Node) tryBootstrap(peers []bootstrapInfo, expect int) (done bool, why error) {
+	ids := make([]string, 0, len(peers))
+	var bootstrappers []bootstrapInfo
+	for _, p := range peers {
+		if p.HasState {
+			return false, errClusterExists
+		}
+		if p.Expect == 0 {
+			continue // a node that only joins waits for the cluster too
+		}
+		ids = append(ids, p.ID)
+		bootstrappers = append(bootstrappers, p)
+	}
+	peers = bootstrappers
+	if len(peers) < expect {
+		return false, fmt.Errorf("bootstrap: %d of %d expected nodes seen (%s)", len(peers), expect, strings.Join(ids, ", "))
+	}
+	if len(peers) > expect {
+		err := fmt.Errorf("bootstrap: %d nodes without state seen (%s) but --bootstrap-expect is %d: every initial server must be given the same, correct count", len(peers), strings.Join(ids, ", "), expect)
+		n.log.Error("not bootstrapping", "error", err)
+		return false, err
+	}
+	for _, p := range peers {
+		if p.Expect != expect {
+			err := fmt.Errorf("bootstrap: node %s expects %d nodes, this one %d: every initial server must be given the same --bootstrap-expect", p.ID, p.Expect, expect)
+			if p.Expect > 0 {
+				n.log.Error("not bootstrapping", "error", err)
+			}
+			return false, err
+		}
+		if p.ID == n.cfg.NodeID {
+			continue // this node's own view is ids
+		}
+		for _, id := range ids {
+			if !slices.Contains(p.Seen, id) {
+				return false, fmt.Errorf("bootstrap: node %s does not see %s yet", p.ID, id)
+			}
+		}
+	}
+	if ids[0] != n.cfg.NodeID {
+		return false, fmt.Errorf("bootstrap: %d nodes see each other; waiting for %s (lowest node ID) to bootstrap", expect, ids[0])
+	}
+	conf := raft.Configuration{}
+	for _, p := range peers {
+		conf.Servers = append(conf.Servers, raft.Server{ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.RaftAddr), Suffrage: raft.Voter})
+	}
+	if err := n.raft.BootstrapCluster(conf).Error(); err != nil {
+		if errors.Is(err, raft.ErrCantBootstrap) {
+			return false, errClusterExists
+		}
+		return false, fmt.Errorf("bootstrap cluster: %w", err)
+	}
+	n.log.Info("bootstrapped the cluster", "voters", ids)
+	return true, nil
+}
+
+// joinAny asks each target in turn to add this node; nil on the first success.
+func (n *Node) joinAny(ctx context.Context, targets []string) error {
+	b, _ := json.Marshal(joinRequest{ID: n.cfg.NodeID, RaftAddr: string(n.trans.LocalAddr()), HTTPAddr: n.cfg.HTTPAddr})
+	var errs []error
+	for _, t := range targets {
+		err := n.joinOne(ctx, t+"/v1/cluster/join", b)
+		if err == nil {
+			return nil
+		}
+		var perm *permanentError
+		if errors.As(err, &perm) || ctx.Err() != nil {
+			return err
+		}
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+func (n *Node) joinOne(ctx context.Context, url string, body []byte) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*n.cfg.ApplyTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return &permanentError{fmt.Errorf("join %s: %w", url, err)}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if n.cfg.AdminToken != "" {
+		req.Header.Set("Authorization", "Bearer "+n.cfg.AdminToken)
+	}
+	resp, err := n.cfg.HTTPClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("join %s: %w", url, err)
+	}
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+	resp.Body.Close()
+	if resp.StatusCode/100 == 2 {
+		return nil
+	}
+	err = fmt.Errorf("join %s: %s: %s", url, resp.Status, strings.TrimSpace(string(data)))
+	if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusBadRequest {
+		return &permanentError{err}
+	}
+	return err
+}
+
+// getJSON GETs a node-to-node endpoint into v.
+func (n *Node) getJSON(ctx context.Context, url string, v any) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	if n.cfg.AdminToken != "" {
+		req.Header.Set("Authorization", "Bearer "+n.cfg.AdminToken)
+	}
+	resp, err := n.cfg.HTTPClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(v)
+}
+
+// peerReportEvery rate-limits "still unreachable" lines about a peer.
+const peerReportEvery = 30 * time.Second
+
+// watchPeers reports, on the leader, a peer that stopped answering (see
+// peerReports). Raft itself logs every failed attempt; raftLevel lowers
+// those to Debug.
+func (n *Node) watchPeers() {
+	defer n.wg.Done()
+	ch := make(chan raft.Observation, 64)
+	obs := raft.NewObserver(ch, false, func(o *raft.Observation) bool {
+		switch o.Data.(type) {
+		case raft.FailedHeartbeatObservation, raft.ResumedHeartbeatObservation, raft.LeaderObservation:
+			return true
+		}
+		return false
+	})
+	n.raft.RegisterObserver(obs)
+	defer n.raft.DeregisterObserver(obs)
+	r := peerReports{log: n.log, every: peerReportEvery}
+	for {
+		select {
+		case <-n.closing:
+			return
+		case o := <-ch:
+			switch d := o.Data.(type) {
+			case raft.LeaderObservation:
+				if d.LeaderID == raft.ServerID(n.cfg.NodeID) {
+					r.reset() // leading anew: replication starts afresh
+				}
+			case raft.FailedHeartbeatObservation:
+				r.failed(string(d.PeerID), time.Now())
+			case raft.ResumedHeartbeatObservation:
+				r.resumed(string(d.PeerID), time.Now())
+			}
+		}
+	}
+}
+
+// peerReports turns Raft's per-heartbeat failures into a few lines: a peer
+// going down once at Warn, then at most every `every` at Info while it stays
+// down, and once at Info when it answers again.
+type peerReports struct {
+	log   *slog.Logger
+	every time.Duration
+	down  map[string]*peerDown
+}
+
+type peerDown struct{ since, reported time.Time }
+
+func (r *peerReports) reset() { clear(r.down) }
+
+func (r *peerReports) failed(peer string, now time.Time) {
+	if r.down == nil {
+		r.down = map[string]*peerDown{}
+	}
+	p := r.down[peer]
+	switch {
+	case p == nil:
+		r.down[peer] = &peerDown{since: now, reported: now}
+		r.log.Warn("peer unreachable", "peer", peer)
+	case now.Sub(p.reported) >= r.every:
+		p.reported = now
+		r.log.Info("peer still unreachable", "peer", peer, "down_for", now.Sub(p.since).Round(time.Second).String())
+	}
+}
+
+func (r *peerReports) resumed(peer string, now time.Time) {
+	if p := r.down[peer]; p != nil {
+		delete(r.down, peer)
+		r.log.Info("peer reachable again", "peer", peer, "down_for", now.Sub(p.since).Round(time.Second).String())
+	}
+}

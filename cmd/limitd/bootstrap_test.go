@@ -1,0 +1,194 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// bootView is the part of GET /v1/cluster these tests compare.
+type bootView struct {
+	NodeID   string `json:"node_id"`
+	State    string `json:"state"`
+	LeaderID string `json:"leader_id"`
+	Term     uint64 `json:"term"`
+	Members  []struct {
+		ID       string `json:"id"`
+		HTTPAddr string `json:"http_addr"`
+		Suffrage string `json:"suffrage"`
+	} `json:"members"`
+}
+
+func getView(t testing.TB, p *proc) (bootView, error) {
+	t.Helper()
+	var v bootView
+	resp, err := http.Get(p.url("/v1/cluster"))
+	if err != nil {
+		return v, err
+	}
+	defer resp.Body.Close()
+	return v, json.NewDecoder(resp.Body).Decode(&v)
+}
+
+// --bootstrap-expect 3 --join a,b,c on three nodes started at once: they
+// find each other, exactly one (the lowest node ID) bootstraps with all
+// three as voters, and they form one cluster: one leader, three members
+// with their HTTP addresses, the same term everywhere. Run with JSON logs:
+// every line of every node's log is a JSON object with a level.
+func TestProcessBootstrapExpectThree(t *testing.T) {
+	ps := []*proc{newProc(t, "n3", ""), newProc(t, "n1", ""), newProc(t, "n2", "")}
+	var join []string
+	for _, p := range ps {
+		join = append(join, p.httpAddr)
+	}
+	var wg sync.WaitGroup
+	for _, p := range ps {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := p.procNode.start("--join", strings.Join(join, ","), "--bootstrap-expect", "3", "--log-format", "json"); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	for _, p := range ps {
+		t.Cleanup(p.kill)
+	}
+	if t.Failed() {
+		return
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	var views []bootView
+	for {
+		views = views[:0]
+		ok := true
+		for _, p := range ps {
+			if !p.running() {
+				t.Fatalf("%s exited: %s", p.id, p.logs())
+			}
+			v, err := getView(t, p)
+			if err != nil || getReady(context.Background(), p.url("")) != nil || len(v.Members) != 3 || v.LeaderID == "" {
+				ok = false
+				break
+			}
+			for _, m := range v.Members {
+				ok = ok && m.HTTPAddr != "" && m.Suffrage == "Voter"
+			}
+			views = append(views, v)
+		}
+		if ok && views[0].LeaderID == views[1].LeaderID && views[1].LeaderID == views[2].LeaderID &&
+			views[0].Term == views[1].Term && views[1].Term == views[2].Term {
+			break
+		}
+		if time.Now().After(deadline) {
+			for _, p := range ps {
+				t.Logf("%s log:\n%s", p.id, p.logs())
+			}
+			t.Fatalf("no single 3-node cluster within 30s: %+v", views)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	bootstrapped := 0
+	for _, p := range ps {
+		if strings.Contains(p.logs(), "bootstrapped the cluster") {
+			bootstrapped++
+			if p.id != "n1" {
+				t.Errorf("%s bootstrapped; the lowest node ID is n1", p.id)
+			}
+		}
+	}
+	if bootstrapped != 1 {
+		t.Errorf("%d nodes bootstrapped, want exactly 1", bootstrapped)
+	}
+	for _, p := range ps {
+		if err := p.term(); err != nil {
+			t.Errorf("stop %s: %v", p.id, err)
+		}
+	}
+	for _, p := range ps {
+		for i, line := range strings.Split(strings.TrimSpace(p.logs()), "\n") {
+			var rec map[string]any
+			if err := json.Unmarshal([]byte(line), &rec); err != nil {
+				t.Errorf("%s log line %d is not JSON (%v): %s", p.id, i+1, err, line)
+				continue
+			}
+			if _, ok := rec["level"].(string); !ok {
+				t.Errorf("%s log line %d has no level: %s", p.id, i+1, line)
+			}
+		}
+	}
+}
+
+// A node with --join never bootstraps alone: joining an address nobody
+// answers, it keeps retrying (no leader, no members) and exits with an
+// error at --join-timeout; with --bootstrap-expect too it waits for peers.
+func TestProcessJoinUnreachableDoesNotBootstrap(t *testing.T) {
+	for _, extra := range [][]string{nil, {"--bootstrap-expect", "2"}} {
+		p := newProc(t, "alone", "")
+		args := append([]string{"--join", freePort(t) + "," + freePort(t), "--join-timeout", "3s"}, extra...)
+		p.start(args...)
+		sawServing := false
+		for p.running() {
+			if v, err := getView(t, p); err == nil {
+				sawServing = true
+				if len(v.Members) != 0 || v.LeaderID != "" || v.State == "Leader" {
+					t.Fatalf("%v: a node joining nobody formed a cluster: %+v\n%s", args, v, p.logs())
+				}
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if !sawServing {
+			t.Errorf("%v: the node never answered /v1/cluster while joining:\n%s", args, p.logs())
+		}
+		if err := p.wait(); err == nil {
+			t.Errorf("%v: exited 0 after failing to join:\n%s", args, p.logs())
+		}
+		if !strings.Contains(p.logs(), "join") || !strings.Contains(p.logs(), "deadline exceeded") {
+			t.Errorf("%v: the exit does not say the join timed out:\n%s", args, p.logs())
+		}
+		// Nothing was written as Raft state: started again without --join,
+		// the data directory bootstraps as a fresh node would.
+		entries, _ := os.ReadDir(p.dataDir)
+		for _, e := range entries {
+			if e.Name() == "snapshots" {
+				if s, _ := os.ReadDir(filepath.Join(p.dataDir, "snapshots")); len(s) > 0 {
+					t.Errorf("%v: a snapshot was written: %v", args, s)
+				}
+			}
+		}
+		if strings.Contains(p.logs(), "bootstrapped") || strings.Contains(p.logs(), "entering leader state") {
+			t.Errorf("%v: the node bootstrapped:\n%s", args, p.logs())
+		}
+	}
+}
+
+// A node with an existing data directory never bootstraps again, whatever
+// its flags: restarted with --join to nobody and --bootstrap-expect, it
+// resumes as the member it was (no join needed, no timeout) and serves.
+func TestProcessRestartWithStateDoesNotBootstrapOrJoin(t *testing.T) {
+	p := newProc(t, "solo", "")
+	p.start()
+	p.waitReady()
+	if err := p.term(); err != nil {
+		t.Fatal(err)
+	}
+	p.start("--join", freePort(t)+","+freePort(t), "--bootstrap-expect", "2", "--join-timeout", "1s")
+	p.waitReady()
+	if exited, err := p.waitTimeout(2 * time.Second); exited {
+		t.Fatalf("exited past --join-timeout although it has state (%v):\n%s", err, p.logs())
+	}
+	v, err := getView(t, p)
+	if err != nil || len(v.Members) != 1 || v.LeaderID != "solo" {
+		t.Fatalf("after restart: %+v (%v)", v, err)
+	}
+	if strings.Contains(p.logs(), "bootstrapped") || !strings.Contains(p.logs(), "already a member") {
+		t.Fatalf("restart log:\n%s", p.logs())
+	}
+}

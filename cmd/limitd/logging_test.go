@@ -1,0 +1,103 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+var warnOrError = regexp.MustCompile(`(?m)^.* level=(WARN|ERROR) .*$`)
+
+// waitLog polls p's log until it contains s.
+func waitLog(t *testing.T, p *proc, s string, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !strings.Contains(p.logs(), s) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not log %q within %v:\n%s", p.id, s, within, p.logs())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Normal operation logs no warnings or errors: a single-node start (its
+// election), nodes joining ("log not found" while the leader backs up),
+// clean stops (connections closing mid-read). A peer that goes down is
+// reported once at WARN however many heartbeats fail, and once more (INFO)
+// when it is back. The version is in the start-up line.
+func TestProcessNormalOperationLogsNoWarnings(t *testing.T) {
+	a := newProc(t, "a", "")
+	a.start()
+	a.waitReady()
+	b := newProc(t, "b", a.url(""))
+	c := newProc(t, "c", a.url(""))
+	b.start()
+	c.start()
+	b.waitReady()
+	c.waitReady()
+	ctx := context.Background()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if n, _ := clusterMembers(ctx, a.url("")); n == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a never listed 3 members:\n%s", a.logs())
+		}
+	}
+	if err := c.term(); err != nil {
+		t.Fatal(err)
+	}
+	cFirst := c.logs()
+	waitLog(t, a, "peer unreachable", 10*time.Second)
+	// Raft retries heartbeats to c many times a second: none of those repeat the report.
+	time.Sleep(2 * time.Second)
+	c.start()
+	c.waitReady()
+	waitLog(t, a, "peer reachable again", 15*time.Second)
+	bLog, cSecond := b.logs(), c.logs()
+	if err := a.term(); err != nil { // the leader hands over leadership and stops
+		t.Fatal(err)
+	}
+	aLog := a.logs()
+
+	for name, log := range map[string]string{"a": aLog, "b before a stopped": bLog, "c's first run": cFirst, "c's second run": cSecond} {
+		lines := warnOrError.FindAllString(log, -1)
+		if name == "a" && len(lines) == 1 && strings.Contains(lines[0], `msg="peer unreachable"`) && strings.Contains(lines[0], "peer=c") {
+			continue // the one report of c going down
+		}
+		if len(lines) > 0 {
+			t.Errorf("%s logged %d WARN/ERROR lines in normal operation:\n%s\n\nfull log:\n%s", name, len(lines), strings.Join(lines, "\n"), log)
+		}
+	}
+	if n := strings.Count(aLog, "peer unreachable"); n != 1 {
+		t.Errorf("a reported c unreachable %d times in a few seconds, want once", n)
+	}
+	for _, s := range []string{`msg="starting limitd" version=`, "revision=", "go=go1."} {
+		if !strings.Contains(aLog, s) {
+			t.Errorf("the start-up line lacks %q:\n%s", s, aLog)
+		}
+	}
+}
+
+func TestNewLogger(t *testing.T) {
+	var buf bytes.Buffer
+	l, err := newLogger(&buf, "json", "warn")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Info("hidden")
+	l.Warn("shown", "k", "v")
+	var rec map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &rec); err != nil || rec["msg"] != "shown" || rec["level"] != "WARN" || rec["k"] != "v" {
+		t.Fatalf("json at warn: %q (%v)", buf.String(), err)
+	}
+	for _, bad := range [][2]string{{"xml", "info"}, {"text", "trace"}, {"text", "verbose"}} {
+		if _, err := newLogger(&buf, bad[0], bad[1]); err == nil {
+			t.Errorf("--log-format %s --log-level %s accepted", bad[0], bad[1])
+		}
+	}
+}
