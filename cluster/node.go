@@ -286,7 +286,7 @@ func Open(cfg Config, bootstrap bool) (*Node, error) {
 	n.wg.Add(4)
 	go n.leaderLoop()
 	go n.flushLoop()
-	go n.overLimitLoop()
+	n.startOverLimit()
 	go func() {
 		defer n.wg.Done()
 		n.metrics.watchHeartbeats(n.raft, n.closing)

@@ -40,6 +40,13 @@ func (n *Node) initOverLimit() {
 // OverLimitCache is the node's over-limit cache, or nil when disabled.
 func (n *Node) OverLimitCache() *overlimit.Cache { return n.ol.cache }
 
+// startOverLimit starts overLimitLoop (counted in n.wg on its own, so that
+// Open's count of its goroutines does not depend on it).
+func (n *Node) startOverLimit() {
+	n.wg.Add(1)
+	go n.overLimitLoop()
+}
+
 // overLimitLoop keeps the cache usable only while the node is Ready (a
 // member, a leader known, the state machine caught up): a node cut off from
 // the leader stops receiving the resets, policy changes and restores that
