@@ -21,10 +21,14 @@ type policyJSON struct {
 	algo.Config
 	Burst  *int64 `json:"burst,omitempty"` // shadows Config.Burst: an explicit 0 is refused
 	Shadow bool   `json:"shadow"`
+	// LocalRefusals (default true) lets every node answer this policy's
+	// refusals from its over-limit cache; false sends each through the log.
+	LocalRefusals *bool `json:"local_refusals,omitempty"`
 }
 
 func policyOut(p fsm.Policy) policyJSON {
-	pj := policyJSON{Name: p.Name, Config: p.Spec.Config(), Shadow: p.Shadow}
+	local := !p.NoLocalRefusals
+	pj := policyJSON{Name: p.Name, Config: p.Spec.Config(), Shadow: p.Shadow, LocalRefusals: &local}
 	if pj.Config.Burst != 0 {
 		pj.Burst = &pj.Config.Burst
 	}
@@ -45,7 +49,8 @@ func decodePolicy(body []byte, name, prefix string) (service.PolicyRequest, *api
 		return service.PolicyRequest{}, invalid(joinField(prefix, "name"),
 			fmt.Sprintf("%q does not match the policy name %q", pj.Name, name))
 	}
-	return service.PolicyRequest{Name: name, Config: pj.Config, Shadow: pj.Shadow}, nil
+	noLocal := pj.LocalRefusals != nil && !*pj.LocalRefusals
+	return service.PolicyRequest{Name: name, Config: pj.Config, Shadow: pj.Shadow, NoLocalRefusals: noLocal}, nil
 }
 
 func (s *Server) handleListPolicies(w http.ResponseWriter, _ *http.Request, _ httprouter.Params) {

@@ -20,6 +20,7 @@ import (
 	"github.com/limitd/limitd/cluster"
 	"github.com/limitd/limitd/cluster/clustertest"
 	"github.com/limitd/limitd/fsm"
+	"github.com/limitd/limitd/overlimit"
 )
 
 // Fault tests: concurrent clients check keys while a nemesis partitions the
@@ -82,8 +83,12 @@ func newFaultCluster(t *testing.T, size int, snap clustertest.SnapshotPolicy, se
 	// already applied and catches up from the log, so a replica that applied
 	// entries twice keeps its wrong state for the convergence check to see.
 	snap.Interval = 100 * time.Millisecond
+	// The over-limit cache is on, as in limitd serve: its invalidations run
+	// on every apply, restore (InstallSnapshot) and fatal stop under the
+	// faults, and attempt answers from it first.
 	return clustertest.MakeClusterOpts(t, clustertest.Options{
 		Nodes: size, Snapshots: snap, DropResponses: 0.02, Seed: seed,
+		Config: func(_ int, cfg *cluster.Config) { cfg.OverLimitEntries = 4096 },
 	})
 }
 
@@ -171,6 +176,14 @@ func (r *faultRun) pickNode(rng *rand.Rand) *cluster.Node {
 func (r *faultRun) attempt(n *cluster.Node, op fsm.Op) (limiterOutput, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
+	if c := op.Checks[0]; op.RequestID == "" && c.Cost > 0 && c.Spec != nil {
+		// As the service does: a check without request_id is answered from
+		// the node's over-limit cache when it holds a refusal for it.
+		id := overlimit.LimitID{Ident: string(algo.AppendSpec(nil, *c.Spec))}
+		if _, hit := n.Refused(id, c.Key, c.Cost); hit {
+			return limiterOutput{Outcome: outRefusedCached}, nil
+		}
+	}
 	res, err := n.Check(ctx, []fsm.Op{op})
 	switch {
 	case err == nil && len(res) == 1 && res[0].Err == nil && len(res[0].Decisions) == 1:
@@ -349,6 +362,7 @@ type chaosSummary struct {
 	Ops            int     `json:"ops"`
 	Allowed        int     `json:"allowed"`
 	Refused        int     `json:"refused"`
+	Cached         int     `json:"refused_from_cache"` // of Refused: answered by the over-limit cache
 	Unknown        int     `json:"unknown"`
 	NotApplied     int     `json:"not_applied"`
 	Retries        int     `json:"request_id_retries"`
@@ -505,6 +519,9 @@ func runFaults(t *testing.T, size, shortRounds, clients int, snap clustertest.Sn
 			sum.Allowed++
 		case outRefused:
 			sum.Refused++
+		case outRefusedCached:
+			sum.Refused++
+			sum.Cached++
 		case outUnknown:
 			sum.Unknown++
 		case outNotApplied:

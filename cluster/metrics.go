@@ -309,5 +309,6 @@ func (n *Node) Collectors() []prometheus.Collector {
 			return float64(u.Pages) * float64(os.Getpagesize())
 		}),
 	}
+	cs = append(cs, n.overLimitCollectors()...)
 	return append(cs, globalRaftSink.all...)
 }

@@ -37,6 +37,12 @@ const (
 	outRefused                       // acknowledged: refused
 	outUnknown                       // proposed, fate unknown: may or may not have been applied
 	outNotApplied                    // the node said nothing was proposed (ErrNoLeader)
+	// outRefusedCached: refused from the node's over-limit cache. The refusal
+	// is a fact about the state the node last applied, which is a prefix of
+	// the log: with no reset in these tests, consumption only grows, so it
+	// must hold at its linearization point too. Its remaining is as of that
+	// prefix (documented staleness), so the model checks only the refusal.
+	outRefusedCached
 )
 
 func (o outcome) String() string {
@@ -49,6 +55,8 @@ func (o outcome) String() string {
 		return "unknown"
 	case outNotApplied:
 		return "not-applied"
+	case outRefusedCached:
+		return "refused-cached"
 	}
 	return fmt.Sprintf("outcome(%d)", uint8(o))
 }
@@ -108,6 +116,11 @@ func stepLimiter(used int64, in limiterInput, out limiterOutput) []interface{} {
 		return []interface{}{next}
 	case outRefused:
 		if fits || out.Remaining != max(in.Limit-used, 0) {
+			return nil
+		}
+		return []interface{}{used}
+	case outRefusedCached:
+		if fits {
 			return nil
 		}
 		return []interface{}{used}

@@ -65,6 +65,9 @@ type Config struct {
 	// FSMCacheKeys bounds the state machine's in-memory state cache (0:
 	// persist.DefaultCacheKeys).
 	FSMCacheKeys int
+	// OverLimitEntries bounds the over-limit cache (overlimit.go); 0 turns
+	// it off (limitd serve defaults to overlimit.DefaultMaxEntries).
+	OverLimitEntries int
 
 	// RequestIDRetention is how long a request_id's result is remembered
 	// (default 10 minutes, at most MaxRequestIDRetention). It travels in every check entry, so replicas agree.
@@ -237,6 +240,7 @@ type Node struct {
 	recoveredFrom bool
 	hadState      bool // Raft state existed when the node opened
 	disc          discovery
+	ol            overLimit // over-limit cache (overlimit.go)
 }
 
 // Open starts a node: opens (or recovers) the state machine, the Raft stores
@@ -257,9 +261,11 @@ func Open(cfg Config, bootstrap bool) (*Node, error) {
 	n.logger = newHCLog(cfg.Logger, "raft")
 	n.log = cfg.Logger.With("component", "cluster")
 	n.metrics = newMetrics(n)
+	n.initOverLimit()
 
 	f, err := fsm.Open(filepath.Join(cfg.DataDir, "fsm.db"), fsm.Options{
 		NoSync: true, OnFatal: n.onFatal, CommitEvery: cfg.FSMCommitEvery, CacheKeys: cfg.FSMCacheKeys,
+		OverLimit: n.ol.cache,
 		// It says why a file was set aside, or why applying stopped.
 		Logger: slog.NewLogLogger(cfg.Logger.With("component", "fsm").Handler(), slog.LevelWarn),
 	})
@@ -280,6 +286,7 @@ func Open(cfg Config, bootstrap bool) (*Node, error) {
 	n.wg.Add(4)
 	go n.leaderLoop()
 	go n.flushLoop()
+	n.startOverLimit()
 	go func() {
 		defer n.wg.Done()
 		n.metrics.watchHeartbeats(n.raft, n.closing)
@@ -465,6 +472,7 @@ func (n *Node) fail(err error, stopRaft bool) {
 		return
 	}
 	n.haltOnce.Do(func() { close(n.halted) })
+	n.disableOverLimit()
 	n.log.Error("this node stopped serving; fix the cause and restart it", "error", err)
 	switch {
 	case n.raft == nil:

@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/limitd/limitd/algo"
+	"github.com/limitd/limitd/overlimit"
 	"github.com/limitd/limitd/persist"
 )
 
@@ -28,6 +29,7 @@ type applier struct {
 	keyBuf, decideBuf, resBuf []byte
 	lims                      []limit
 	tent                      []tentative
+	seen                      []bool // per check of an op: its key was decided earlier in the op
 }
 
 type nodeChange struct {
@@ -38,9 +40,10 @@ type nodeChange struct {
 // specEntry is a decoded inline spec and its canonical encoding (the
 // identity of the limit in storage keys), or why it is invalid.
 type specEntry struct {
-	spec  algo.Spec
-	canon []byte
-	err   *Error
+	spec   algo.Spec
+	canon  []byte
+	canonS string // canon as a string: the over-limit cache's identity
+	err    *Error
 }
 
 // maxSpecCache bounds the inline-spec cache; it is cleared when full.
@@ -52,6 +55,13 @@ type limit struct {
 	shadow bool
 	policy bool   // ident is a policy name, else a canonical spec encoding
 	ident  []byte // valid for the entry
+	// name is the over-limit cache's identity of the limit: the policy's
+	// name or the inline spec's canonical encoding, kept as a string with
+	// the policy or spec entry so that observing allocates nothing.
+	name string
+	// noCache: the policy has local_refusals off; its decisions are not
+	// observed by the over-limit cache.
+	noCache bool
 }
 
 // tentative is a key's state while an op is being decided: the stored state,
@@ -62,6 +72,7 @@ type tentative struct {
 	data    []byte
 	expiry  int64
 	changed bool
+	owned   bool // data is this op's copy (tx.Alloc): writable in place
 }
 
 func (a *applier) init(f *FSM) {
@@ -154,6 +165,7 @@ func (a *applier) putPolicy(tx *persist.Tx, p Policy) (*Error, error) {
 		return nil, err
 	}
 	a.pendingPolicies[p.Name] = &p
+	a.forgetLimit(p.Name)
 	return nil, nil
 }
 
@@ -167,6 +179,7 @@ func (a *applier) deletePolicy(tx *persist.Tx, name string) (*Error, error) {
 	// Keys stored under the policy are left to expire: deleting them here
 	// would be unbounded work in one entry.
 	a.pendingPolicies[name] = nil
+	a.forgetLimit(name)
 	return nil, nil
 }
 
@@ -180,7 +193,24 @@ func (a *applier) resetKey(tx *persist.Tx, ck *checkRef) (*Error, error) {
 	if err != nil {
 		return nil, err
 	}
-	return nil, tx.DeleteState(key, st)
+	if err := tx.DeleteState(key, st); err != nil {
+		return nil, err
+	}
+	if c := a.f.opts.OverLimit; c != nil {
+		// A reset can shorten a cached refusal: drop it before anything
+		// later in the log is applied.
+		c.Forget(overlimit.LimitID{Policy: lim.policy, Ident: lim.name}, ck.key)
+	}
+	return nil, nil
+}
+
+// forgetLimit drops the over-limit cache's entries of a policy whose spec
+// changed or that was deleted, at apply time: later entries of the same
+// batch decide under the new spec, and their observations must survive.
+func (a *applier) forgetLimit(name string) {
+	if c := a.f.opts.OverLimit; c != nil {
+		c.ForgetLimit(overlimit.LimitID{Policy: true, Ident: name})
+	}
 }
 
 func notFound(policy string) *Error {
@@ -218,7 +248,7 @@ func (a *applier) resolve(ck *checkRef, lim *limit) *Error {
 		if !ok {
 			return notFound(string(ck.policy))
 		}
-		*lim = limit{spec: &p.Spec, shadow: p.Shadow, policy: true, ident: ck.policy}
+		*lim = limit{spec: &p.Spec, shadow: p.Shadow, policy: true, ident: ck.policy, name: p.Name, noCache: p.NoLocalRefusals}
 		return nil
 	case ck.kind == limitSpec:
 		se := a.specs[string(ck.spec)]
@@ -232,7 +262,7 @@ func (a *applier) resolve(ck *checkRef, lim *limit) *Error {
 		if se.err != nil {
 			return se.err
 		}
-		*lim = limit{spec: &se.spec, ident: se.canon}
+		*lim = limit{spec: &se.spec, ident: se.canon, name: se.canonS}
 		return nil
 	default:
 		return &Error{Code: CodeInvalidArgument, Field: "limit", Message: "a check needs exactly one of policy or limit"}
@@ -244,7 +274,8 @@ func newSpecEntry(enc []byte) *specEntry {
 	if err != nil {
 		return &specEntry{err: fieldError(err, "limit")}
 	}
-	return &specEntry{spec: s, canon: algo.AppendSpec(nil, s)}
+	canon := algo.AppendSpec(nil, s)
+	return &specEntry{spec: s, canon: canon, canonS: string(canon)}
 }
 
 // storageKey is the limit identity followed by the key:
@@ -335,9 +366,18 @@ func (a *applier) applyOp(tx *persist.Tx, op *opRef, checks []checkRef, decs []D
 // that appears twice sees its own earlier check, then stores the outcome: for
 // an All op only if every check allowed, otherwise each check's new state.
 // Shadow policies that refuse report allowed and consume nothing.
+//
+// A decision that consumes nothing stores nothing: a peek, and a refusal
+// under an algorithm whose refusals do not change state (all but
+// count_refused), leave the stored state as it was, even where algo
+// re-encoded it (a bucket drained to now). Under the same spec that is the
+// same state; across a policy's spec change it keeps a replica that answered
+// refusals from its over-limit cache identical to one that did not (see
+// overlimit/DESIGN.md), and it spares a refused check under attack a write.
 func (a *applier) decideOp(tx *persist.Tx, checks []checkRef, lims []limit, decs []Decision, now int64, all bool) (Result, error) {
 	multi := len(checks) > 1
 	a.tent = a.tent[:0]
+	a.seen = a.seen[:0]
 	allowed := true
 	for j := range checks {
 		ck, lim := &checks[j], &lims[j]
@@ -351,6 +391,7 @@ func (a *applier) decideOp(tx *persist.Tx, checks []checkRef, lims []limit, decs
 				}
 			}
 		}
+		a.seen = append(a.seen, ti >= 0)
 		if ti < 0 {
 			st, err := tx.State(key)
 			if err != nil {
@@ -363,21 +404,45 @@ func (a *applier) decideOp(tx *persist.Tx, checks []checkRef, lims []limit, decs
 			ti = len(a.tent) - 1
 		}
 		t := &a.tent[ti]
-		d, next, err := algo.Decide(a.decideBuf[:0], lim.spec, t.data, now, ck.cost)
+		// On state this op already wrote (its own copy in the transaction's
+		// memory), decide in place: no copy of a sliding log per repeat of
+		// the key. Not for shadow or count_refused limits, whose refusals
+		// must leave the state as it was, which in place cannot promise.
+		inPlace := t.owned && !lim.shadow && !lim.spec.CountRefused
+		var d algo.Decision
+		var next []byte
+		var err error
+		if inPlace {
+			d, next, err = algo.DecideInPlace(lim.spec, t.data, now, ck.cost)
+		} else {
+			d, next, err = algo.Decide(a.decideBuf[:0], lim.spec, t.data, now, ck.cost)
+		}
 		if err != nil {
 			// Deterministic (a state algo cannot read): answer the op,
 			// change nothing.
 			return Result{Err: decideError(err)}, nil
 		}
-		if cap(next) > cap(a.decideBuf) {
+		if !inPlace && cap(next) > cap(a.decideBuf) {
 			a.decideBuf = next[:0]
 		}
 		dec := Decision{Decision: d}
-		if lim.shadow && !d.Allowed {
+		switch {
+		case inPlace:
+			// t.data is gone: keep next, which after a refusal or a peek
+			// means the same state re-encoded (the key is written anyway:
+			// an earlier check of this op changed it).
+			t.data = next
+			if d.Allowed && ck.cost > 0 {
+				t.expiry = now + int64(d.ResetAfter)
+			}
+		case lim.shadow && !d.Allowed:
 			dec.Allowed, dec.ShadowRefused = true, true
-		} else {
+		case ck.cost == 0 || !d.Allowed && !lim.spec.CountRefused:
+			// Consumes nothing: store nothing (see above).
+		default:
 			if multi && next != nil {
 				next = append(tx.Alloc(len(next))[:0], next...) // decideBuf is reused
+				t.owned = true
 			}
 			t.data, t.expiry, t.changed = next, now+int64(d.ResetAfter), true
 		}
@@ -385,15 +450,44 @@ func (a *applier) decideOp(tx *persist.Tx, checks []checkRef, lims []limit, decs
 		decs[j] = dec
 	}
 	res := Result{Allowed: allowed, Decisions: decs}
-	if all && !allowed {
-		return res, nil
-	}
-	for k := range a.tent {
-		if err := writeState(tx, &a.tent[k]); err != nil {
-			return Result{}, err
+	if !all || allowed {
+		for k := range a.tent {
+			if err := writeState(tx, &a.tent[k]); err != nil {
+				return Result{}, err
+			}
 		}
 	}
+	if c := a.f.opts.OverLimit; c != nil {
+		a.observe(c, checks, lims, decs, now, all && !allowed)
+	}
 	return res, nil
+}
+
+// observe tells the over-limit cache about an op's decisions, after its
+// states are written. In a refused All op, a check whose key an earlier check
+// of the op had decided was decided on consumption the op then discarded:
+// its refusal is not a fact about the stored state (Uncommitted).
+func (a *applier) observe(c *overlimit.Cache, checks []checkRef, lims []limit, decs []Decision, now int64, discarded bool) {
+	for j := range checks {
+		lim := &lims[j]
+		if lim.noCache {
+			continue
+		}
+		d := decs[j].Decision
+		if decs[j].ShadowRefused {
+			d.Allowed = false // algo's decision, before shadow mode
+		}
+		c.Observe(overlimit.Observation{
+			ID:          overlimit.LimitID{Policy: lim.policy, Ident: lim.name},
+			Key:         checks[j].key,
+			Spec:        lim.spec,
+			Shadow:      lim.shadow,
+			Cost:        checks[j].cost,
+			Now:         now,
+			Decision:    d,
+			Uncommitted: discarded && a.seen[j],
+		})
+	}
 }
 
 func writeState(tx *persist.Tx, t *tentative) error {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/limitd/limitd/algo"
+	"github.com/limitd/limitd/overlimit"
 )
 
 // benchLoad applies CmdCheck entries of opsPerEntry single-check ops on
@@ -154,6 +155,62 @@ func BenchmarkSlidingLogLimit(b *testing.B) {
 			l.run(b, 500)
 		})
 	}
+}
+
+// BenchmarkApplyAttack: 256-op entries on 10 hot keys far over a token
+// bucket's limit (almost every check refused), the state machine's side of
+// an attack that gets past the over-limit caches (or of a node without
+// them). A refusal stores nothing, so these entries write almost no state;
+// "cache" adds the over-limit cache's Observe per check.
+func BenchmarkApplyAttack(b *testing.B) {
+	spec := mustSpec(b, algo.Config{Algorithm: "token_bucket", Limit: 100, Window: "1m"})
+	for _, cached := range []bool{false, true} {
+		name := "nocache"
+		opts := Options{NoSync: true, CommitEvery: 64}
+		if cached {
+			name = "cache"
+			opts.OverLimit = overlimit.New(overlimit.Options{})
+		}
+		b.Run(name, func(b *testing.B) {
+			l := newBenchLoadOpts(b, opts, spec, 10, 256, int64(5*time.Microsecond))
+			l.run(b, 100)
+		})
+	}
+}
+
+// BenchmarkRepeatedKeyOp: ops that check one key 64 times (a client
+// spending several units of one quota in one request, as RLS descriptors and
+// non-atomic multi-check ops can), on a sliding log of limit 10,000 per 10 s
+// that holds thousands of entries. After the first check the op owns its copy
+// of the log and decides in place (algo.DecideInPlace): no copy of the log
+// per check.
+func BenchmarkRepeatedKeyOp(b *testing.B) {
+	spec := mustSpec(b, algo.Config{Algorithm: "sliding_log", Limit: 10_000, Window: "10s"})
+	f := openFSM(b, "", Options{NoSync: true, CommitEvery: 64})
+	d := newDriver(b, f)
+	d.putPolicy(Policy{Name: "p", Spec: spec})
+	op := Op{Checks: make([]Check, 64)}
+	for i := range op.Checks {
+		op.Checks[i] = Check{Key: "k", Policy: "p", Cost: 1}
+	}
+	now := t0
+	var buf []byte
+	entry := func() {
+		buf = EncodeCheck(buf[:0], now, 0, []Op{op})
+		d.apply(buf)
+		now += int64(64 * time.Millisecond) // 1,000 checks/s: the log holds ~10,000
+	}
+	for i := 0; i < 200; i++ {
+		entry()
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu0 := processCPU()
+	for i := 0; i < b.N; i++ {
+		entry()
+	}
+	cpu := processCPU() - cpu0
+	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N*len(op.Checks)), "cpu-ns/check")
 }
 
 // processCPU is the user and system CPU time this process has used.

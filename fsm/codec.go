@@ -280,6 +280,14 @@ func DecodeResults(b []byte) ([]Result, error) {
 	return rs, nil
 }
 
+// Policy flag bits. A binary older than a bit refuses entries that set it
+// (unknown flags stop the node), so a bit may be set only once every node
+// knows it.
+const (
+	policyShadow          byte = 1
+	policyNoLocalRefusals byte = 2 // Policy.NoLocalRefusals
+)
+
 // appendPolicy writes version ‖ name ‖ flags ‖ spec. It is both the payload
 // of CmdPutPolicy and the value stored in the policies bucket.
 func appendPolicy(dst []byte, p Policy) []byte {
@@ -287,7 +295,12 @@ func appendPolicy(dst []byte, p Policy) []byte {
 	dst = appendString(dst, p.Name)
 	var flags byte
 	if p.Shadow {
-		flags = 1
+		flags |= policyShadow
+	}
+	if p.NoLocalRefusals {
+		// Set only when off, so every policy written before the flag
+		// existed, and every default one, encodes as before.
+		flags |= policyNoLocalRefusals
 	}
 	dst = append(dst, flags)
 	return algo.AppendSpec(dst, p.Spec)
@@ -307,11 +320,12 @@ func decodePolicy(d *decoder) (p Policy, invalid error) {
 	if d.err != nil {
 		return Policy{}, nil
 	}
-	if flags&^1 != 0 {
+	if flags&^(policyShadow|policyNoLocalRefusals) != 0 {
 		d.fail(fmt.Errorf("unknown policy flags %#x", flags))
 		return Policy{}, nil
 	}
-	p.Shadow = flags&1 != 0
+	p.Shadow = flags&policyShadow != 0
+	p.NoLocalRefusals = flags&policyNoLocalRefusals != 0
 	s, n, err := algo.DecodeSpec(d.b[d.off:])
 	if err != nil {
 		var fe *algo.FieldError

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/limitd/limitd/overlimit"
 	"github.com/limitd/limitd/persist"
 )
 
@@ -61,6 +62,11 @@ type Options struct {
 	// CacheKeys bounds the in-memory state cache in keys (0:
 	// persist.DefaultCacheKeys); see DESIGN.md, "State cache".
 	CacheKeys int
+	// OverLimit, when set, is told every decided check (Observe), reset
+	// (Forget), policy put or delete (ForgetLimit), restore and fatal stop
+	// (Clear), in log order on the apply goroutine, so that the node can
+	// answer refusals from it (package overlimit). nil: no cache.
+	OverLimit *overlimit.Cache
 }
 
 // Stats are counters for metrics and the cluster status.
@@ -246,6 +252,7 @@ func (f *FSM) halt(err error) {
 }
 
 func (f *FSM) reportFatal(err error) {
+	f.clearOverLimit()
 	f.fatalOnce.Do(func() {
 		if f.opts.Logger != nil {
 			f.opts.Logger.Printf("fsm: applying stopped: %v", err)
@@ -325,6 +332,9 @@ func (f *FSM) applyEntries(ls []*raft.Log) (resps []interface{}, err error) {
 	})
 	if err != nil {
 		f.ap.discard()
+		// The node stops applying: its cached refusals would go stale (and
+		// those observed in this batch describe writes that were not stored).
+		f.clearOverLimit()
 		return nil, err
 	}
 	f.ap.publish()
@@ -370,10 +380,20 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	if f.closed {
 		return ErrClosed
 	}
+	// Every cached refusal is about the state being replaced; drop them
+	// before it is (even a failed restore costs only misses).
+	f.clearOverLimit()
 	if err := f.store.Restore(rc); err != nil {
 		return err
 	}
 	return f.load()
+}
+
+// clearOverLimit empties the over-limit cache, if there is one.
+func (f *FSM) clearOverLimit() {
+	if f.opts.OverLimit != nil {
+		f.opts.OverLimit.Clear()
+	}
 }
 
 // AppliedIndex is the last raft index applied.

@@ -98,6 +98,10 @@ type Policy struct {
 	Name   string
 	Spec   algo.Spec
 	Shadow bool // dry run: always allowed, refusals reported as ShadowRefused
+	// NoLocalRefusals is the API's "local_refusals": false: the node's
+	// over-limit cache does not keep this policy's refusals, so each of them
+	// is decided through the log (linearizable, at the cost of a Raft round).
+	NoLocalRefusals bool
 }
 
 // Command type bytes: the first byte of every log entry. Never renumber; an

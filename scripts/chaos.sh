@@ -12,7 +12,9 @@
 #              over raft.InmemTransport; clients check keys while the leader is
 #              partitioned away, minorities are isolated, leadership is
 #              transferred and nodes restart; the history is checked with
-#              porcupine against a sequential model of the limiter.
+#              porcupine against a sequential model of the limiter. The nodes
+#              run with the over-limit cache on, and checks without request_id
+#              are answered from it first ("cached" in the table).
 #   process    cmd/limitd TestCrashKill9LeaderUnderLoad (3 limitd processes on
 #              127.0.0.1, kill -9 of the leader under load, restart, audit of
 #              every key through every node, state digests compared) and
@@ -123,16 +125,17 @@ function field(line, name,    re, v) {
 	return v
 }
 BEGIN {
-	fmt = "%-38s %5s %6s %7s %8s %8s %8s %7s %5s %5s %7s %s\n"
-	printf fmt, "test", "nodes", "rounds", "leaders", "ops", "allowed", "refused", "unknown", "over", "lost", "phantom", "linearizable"
+	fmt = "%-38s %5s %6s %7s %8s %8s %8s %7s %7s %5s %5s %7s %s\n"
+	printf fmt, "test", "nodes", "rounds", "leaders", "ops", "allowed", "refused", "cached", "unknown", "over", "lost", "phantom", "linearizable"
 }
 {
 	lin = field($0, "linearizable")
 	printf fmt, field($0, "test"), field($0, "nodes"), field($0, "rounds"), field($0, "leader_changes") + 0, \
-		field($0, "ops"), field($0, "allowed"), field($0, "refused") + 0, field($0, "unknown") + 0, \
+		field($0, "ops"), field($0, "allowed"), field($0, "refused") + 0, field($0, "refused_from_cache") + 0, field($0, "unknown") + 0, \
 		field($0, "over_admissions"), field($0, "lost_acknowledged"), field($0, "phantom") + 0, lin
 	rounds += field($0, "rounds"); leaders += field($0, "leader_changes"); ops += field($0, "ops")
 	allowed += field($0, "allowed"); refused += field($0, "refused"); unknown += field($0, "unknown")
+	cached += field($0, "refused_from_cache")
 	over += field($0, "over_admissions"); lost += field($0, "lost_acknowledged"); phantom += field($0, "phantom")
 	if (lin == "Illegal") verdict = "VIOLATION"
 	else if (lin == "Unknown" && verdict != "VIOLATION") verdict = "unknown (checker timed out)"
@@ -141,7 +144,7 @@ BEGIN {
 }
 END {
 	if (n == 0) { print "no CHAOS-SUMMARY lines: the tests did not get to the end"; exit 1 }
-	printf fmt, "TOTAL", "", rounds, leaders, ops, allowed, refused, unknown, over, lost, phantom, (verdict == "" ? "n/a" : verdict)
+	printf fmt, "TOTAL", "", rounds, leaders, ops, allowed, refused, cached, unknown, over, lost, phantom, (verdict == "" ? "n/a" : verdict)
 	if (over > 0 || lost > 0 || phantom > 0 || verdict == "VIOLATION") exit 1
 }
 ' "$summaries" || failed=1

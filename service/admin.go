@@ -18,6 +18,8 @@ type PolicyRequest struct {
 	Name   string
 	Config algo.Config
 	Shadow bool
+	// NoLocalRefusals is "local_refusals": false (fsm.Policy.NoLocalRefusals).
+	NoLocalRefusals bool
 }
 
 // ValidatePolicy validates p into a policy. The name's errors name the field
@@ -30,7 +32,7 @@ func ValidatePolicy(p PolicyRequest, prefix string) (fsm.Policy, *Error) {
 	if e != nil {
 		return fsm.Policy{}, e
 	}
-	return fsm.Policy{Name: p.Name, Spec: spec, Shadow: p.Shadow}, nil
+	return fsm.Policy{Name: p.Name, Spec: spec, Shadow: p.Shadow, NoLocalRefusals: p.NoLocalRefusals}, nil
 }
 
 // PutPolicy creates or replaces a policy and returns it as stored. Replacing

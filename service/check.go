@@ -7,7 +7,38 @@ import (
 
 	"github.com/limitd/limitd/algo"
 	"github.com/limitd/limitd/fsm"
+	"github.com/limitd/limitd/overlimit"
 )
+
+// Refuser is implemented by a Node that keeps an over-limit cache (package
+// overlimit; cluster.Node does): Refused answers a refusal of cost under the
+// limit for key from memory, or reports a miss. It never answers "allowed".
+// The service consults it before the log for checks without a request id
+// (a cached refusal consumes nothing and is not remembered, but a retry of
+// an allowed request must get that allowance back), and never for a peek.
+type Refuser interface {
+	Refused(id overlimit.LimitID, key string, cost int64) (algo.Decision, bool)
+}
+
+// cached answers c from the node's over-limit cache, if it has one and it
+// holds a refusal covering c.
+//
+// A check of cost 0 is a peek wherever it comes from: peeks are linearizable
+// reads of the key's state, so they always go through the log.
+func (s *Service) cached(c *fsm.Check) (fsm.Decision, bool) {
+	rf, ok := s.node.(Refuser)
+	if !ok || c.Cost == 0 {
+		return fsm.Decision{}, false
+	}
+	id := overlimit.LimitID{Policy: true, Ident: c.Policy}
+	if c.Spec != nil {
+		// The state machine's identity of an inline limit: its canonical
+		// encoding (the spec was validated by prepare's caller).
+		id = overlimit.LimitID{Ident: string(algo.AppendSpec(nil, *c.Spec))}
+	}
+	d, hit := rf.Refused(id, c.Key, c.Cost)
+	return fsm.Decision{Decision: d}, hit
+}
 
 // CheckRequest is one check as a client asked it: may Key spend Cost under
 // the named Policy, or under the inline Limit, now?
@@ -82,6 +113,12 @@ func (s *Service) Check(ctx context.Context, r *CheckRequest) (CheckResult, *Err
 	c, l, e := s.prepare(r, true)
 	if e != nil {
 		return CheckResult{}, e
+	}
+	if r.RequestID == "" {
+		if d, hit := s.cached(&c); hit {
+			s.obs.Decided(l, d)
+			return CheckResult{Decision: d, Limit: l}, nil
+		}
 	}
 	return s.decideOne(ctx, c, l, r.RequestID, false)
 }
@@ -174,6 +211,11 @@ func (s *Service) CheckAll(ctx context.Context, checks []CheckRequest, requestID
 			return CheckAllResult{}, e.Under(EntryField(i))
 		}
 	}
+	if requestID == "" {
+		if out, ok := s.cachedAll(op.Checks, limits); ok {
+			return out, nil
+		}
+	}
 	ctx, cancel := s.context(ctx)
 	results, err := s.node.Check(ctx, []fsm.Op{op})
 	cancel()
@@ -206,6 +248,29 @@ func (s *Service) CheckAll(ctx context.Context, checks []CheckRequest, requestID
 		}
 	}
 	return out, nil
+}
+
+// cachedAll answers an atomic op from the over-limit cache when every check
+// of it is cached as refused: the log would refuse the group and consume
+// nothing. When only some are, the group goes through the log, so that every
+// check's decision is one the state machine made (exact, and still consumes
+// nothing when it refuses).
+func (s *Service) cachedAll(checks []fsm.Check, limits []Limit) (CheckAllResult, bool) {
+	if _, ok := s.node.(Refuser); !ok {
+		return CheckAllResult{}, false
+	}
+	ds := make([]fsm.Decision, len(checks))
+	for i := range checks {
+		d, hit := s.cached(&checks[i])
+		if !hit {
+			return CheckAllResult{}, false
+		}
+		ds[i] = d
+	}
+	for i := range ds {
+		s.obs.Decided(limits[i], ds[i])
+	}
+	return CheckAllResult{Decisions: ds, Limits: limits}, true
 }
 
 // locate names the check a state-machine error of an atomic op is about: the
@@ -287,6 +352,14 @@ func (s *Service) Batch(ctx context.Context, checks []CheckRequest, invalid []*E
 		if fc[i], out[i].Limit, e = s.prepare(&checks[i], true); e != nil {
 			out[i].Err = e.Under(EntryField(i))
 			continue
+		}
+		if checks[i].RequestID == "" {
+			if d, hit := s.cached(&fc[i]); hit {
+				// Answered in its slot; only misses become ops.
+				out[i].Decision = d
+				s.obs.Decided(out[i].Limit, d)
+				continue
+			}
 		}
 		ops = append(ops, fsm.Op{Checks: fc[i : i+1 : i+1], RequestID: checks[i].RequestID})
 		slot = append(slot, i)

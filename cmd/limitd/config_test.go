@@ -14,6 +14,7 @@ import (
 
 	"github.com/limitd/limitd/api"
 	"github.com/limitd/limitd/cluster"
+	"github.com/limitd/limitd/overlimit"
 	"github.com/limitd/limitd/persist"
 	"github.com/limitd/limitd/service"
 )
@@ -161,6 +162,7 @@ func TestServeFlagDefaultsAreTheConstants(t *testing.T) {
 		"gc-percent": DefaultGCPercent, "memory-limit-mib": DefaultMemoryLimitMiB,
 		"read-timeout": DefaultReadTimeout, "idle-timeout": DefaultIdleTimeout, "max-connections": DefaultMaxConnections,
 		"join-timeout": cluster.DefaultJoinTimeout, "fsm-cache-keys": persist.DefaultCacheKeys,
+		"overlimit-cache-entries": overlimit.DefaultMaxEntries,
 	}
 	for name, v := range want {
 		fl := fs.Lookup(name)

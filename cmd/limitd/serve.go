@@ -23,6 +23,7 @@ import (
 	"github.com/limitd/limitd/buildinfo"
 	"github.com/limitd/limitd/cluster"
 	"github.com/limitd/limitd/fsm"
+	"github.com/limitd/limitd/overlimit"
 	"github.com/limitd/limitd/persist"
 	"github.com/limitd/limitd/service"
 )
@@ -58,6 +59,7 @@ type serveFlags struct {
 	batchMaxOps, batchInflight, maxBatch      int
 	fsmCommitEvery                            int
 	fsmCacheKeys                              int
+	overLimitEntries                          int
 	batchMaxWait, retention, applyTimeout     time.Duration
 	snapshotInterval, fsmFlushInterval        time.Duration
 	snapshotThreshold, trailingLogs           uint64
@@ -100,6 +102,7 @@ func newServeFlagSet(out io.Writer) (*flag.FlagSet, *serveFlags) {
 	fs.IntVar(&f.batchInflight, "batch-inflight", cluster.DefaultBatchInflight, "group commit: log entries in flight at once; more arrivals wait and form the next entry")
 	fs.DurationVar(&f.batchMaxWait, "batch-max-wait", 0, "group commit: how long a batch that is not full may wait for more ops (0: natural batching only)")
 	fs.IntVar(&f.fsmCommitEvery, "fsm-commit-every", cluster.DefaultFSMCommitEvery, "state database: applied log batches that share one bbolt commit (1: commit each)")
+	fs.IntVar(&f.overLimitEntries, "overlimit-cache-entries", overlimit.DefaultMaxEntries, "over-limit cache: refusals every node answers from memory, without a Raft round (about 120 bytes each plus key); 0 turns it off")
 	fs.IntVar(&f.fsmCacheKeys, "fsm-cache-keys", persist.DefaultCacheKeys, "state machine: keys whose decoded state stays in memory after a commit (about 120 bytes each); the keys written since the last commit come on top")
 	fs.DurationVar(&f.fsmFlushInterval, "fsm-flush-interval", cluster.DefaultFSMFlushInterval, "state database: commit pending applies at least this often")
 	fs.StringVar(&f.logStore, "log-store", "", "Raft log store: wal (hashicorp/raft-wal, one fsync per append; the default for a new data directory) or boltdb (hashicorp/raft-boltdb, two); empty: whichever the data directory already uses")
@@ -252,6 +255,7 @@ func serve(f *serveFlags, logger *slog.Logger) error {
 		BatchMaxWait:       f.batchMaxWait,
 		FSMCommitEvery:     f.fsmCommitEvery,
 		FSMCacheKeys:       f.fsmCacheKeys,
+		OverLimitEntries:   f.overLimitEntries,
 		FSMFlushInterval:   f.fsmFlushInterval,
 		LogStore:           f.logStore,
 		RequestIDRetention: f.retention,
