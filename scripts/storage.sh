@@ -9,11 +9,15 @@
 #
 #   scripts/storage.sh                  # KEYS=1000000 FILL=40s RUN=10s
 #   KEYS=100000 FILL=10s RUN=5s scripts/storage.sh   # a quick look
+#   SERVE_FLAGS="--fsm-cache-keys 2000000" ALGS=sliding_window scripts/storage.sh
+#                                       # extra serve flags; a subset of algorithms
 set -euo pipefail
 
 KEYS=${KEYS:-1000000}
 FILL=${FILL:-40s}
 RUN=${RUN:-10s}
+ALGS=${ALGS:-fixed_window sliding_window token_bucket leaky_bucket sliding_log}
+SERVE_FLAGS=${SERVE_FLAGS:-}
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 work=$(mktemp -d "${TMPDIR:-/tmp}/limitd-storage.XXXXXX")
@@ -32,7 +36,8 @@ start() {
 	rm -rf "$work/data"
 	http=127.0.0.1:$(freeport)
 	raft=127.0.0.1:$(freeport)
-	"$bin" serve --http-addr "$http" --raft-addr "$raft" --data-dir "$work/data" >"$work/node.log" 2>&1 &
+	# shellcheck disable=SC2086 # SERVE_FLAGS is a list of flags
+	"$bin" serve --http-addr "$http" --raft-addr "$raft" --data-dir "$work/data" $SERVE_FLAGS >"$work/node.log" 2>&1 &
 	pid=$!
 	for _ in $(seq 100); do
 		curl -sf "http://$http/readyz" >/dev/null 2>&1 && return 0
@@ -49,7 +54,7 @@ field() { python3 -c 'import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]
 
 echo "== bytes on disk per active key after filling $KEYS keys (batches of 100, window 1h)"
 printf '%-15s %10s %14s %12s %14s %10s\n' algorithm keys live_bytes bytes/key fsm.db_bytes rss_MiB
-for alg in fixed_window sliding_window token_bucket leaky_bucket sliding_log; do
+for alg in $ALGS; do
 	start
 	bench --algorithm "$alg" --limit 100 --window 1h --keys "$KEYS" --dist sequential --batch 100 --duration "$FILL" >/dev/null
 	keys=$(metric limitd_keys_stored)
