@@ -16,6 +16,8 @@
 #   bare          scripts/barehttp: decode the check JSON, encode a decision, no
 #                 Raft, no disk: the ceiling of single checks over HTTP/1.1 JSON
 #   http          limitd 3 nodes, HTTP/JSON single checks, round robin
+#   leader        limitd 3 nodes, HTTP/JSON single checks, all to the leader
+#                 (--leader-only: what a follower costs without serving HTTP)
 #   zipf          limitd 3 nodes, zipf
 #   batch         limitd 3 nodes, batches of $BATCH
 #   1node         limitd 1 node, HTTP/JSON single checks
@@ -54,7 +56,7 @@ RESULTS=${RESULTS:-}
 HOT_KEYS=${HOT_KEYS:-10}
 HOT_FRACTION=${HOT_FRACTION:-0.9}
 HOT_LIMIT=${HOT_LIMIT:-1}
-ALL_ROWS="redis redis-zipf redis-attack bare http zipf batch 1node grpc rls client attack"
+ALL_ROWS="redis redis-zipf redis-attack bare http leader zipf batch 1node grpc rls client attack"
 ROWS=${ROWS:-$ALL_ROWS}
 for r in $ROWS; do
 	case " $ALL_ROWS " in
@@ -206,6 +208,7 @@ fi
 
 lim=("$work/limitd" bench "${serve[@]}" --algorithm sliding_window)
 if want http; then run "http" "${lim[@]}" --cluster 3 --dist uniform; fi
+if want leader; then run "leader only" "${lim[@]}" --cluster 3 --dist uniform --leader-only; fi
 if want zipf; then run "zipf" "${lim[@]}" --cluster 3 --dist zipf; fi
 if want batch; then run "batch $BATCH" "${lim[@]}" --cluster 3 --dist uniform --batch "$BATCH"; fi
 if want 1node; then run "1 node" "${lim[@]}" --cluster 1 --dist uniform; fi

@@ -89,6 +89,7 @@ type benchFlags struct {
 	addrs        string
 	cluster      int
 	serveFlags   string
+	leaderOnly   bool
 	check        bench.CheckSpec
 	createPolicy bool
 	timeout      time.Duration
@@ -123,6 +124,7 @@ func newBenchFlagSet(out io.Writer) (*flag.FlagSet, *benchFlags) {
 	fs.StringVar(&f.adminToken, "admin-token", os.Getenv("LIMITD_ADMIN_TOKEN"), "bearer token for --create-policy (default $LIMITD_ADMIN_TOKEN)")
 	fs.StringVar(&f.label, "label", "", "name of this run in the JSON line and in comparison tables")
 	fs.StringVar(&f.pids, "pids", "", "comma-separated process ids of the --addrs nodes, in the same order, to report their CPU per check")
+	fs.BoolVar(&f.leaderOnly, "leader-only", false, "send every request to the leader (found once at the start) instead of round robin over the nodes; CPU is still reported for every node")
 	fs.BoolVar(&f.discoverPIDs, "discover-pids", false, "find the process listening on each --addrs port (nodes on this machine) to report their CPU per check")
 	fs.Usage = func() {
 		fmt.Fprint(out, benchUsage)
@@ -262,6 +264,16 @@ func (f *benchFlags) run(ctx context.Context, stdout, stderr io.Writer) error {
 	}
 	f.work.CPU = bench.NewCPUMeter(procs...)
 
+	if f.leaderOnly {
+		i, err := leaderIndex(ctx, addrs, f.adminToken)
+		if err != nil {
+			return err
+		}
+		addrs = addrs[i : i+1]
+		if len(grpcAddrs) > i {
+			grpcAddrs = grpcAddrs[i : i+1]
+		}
+	}
 	if f.target == benchTargetRLS {
 		if err := putBenchRLSDomain(ctx, addrs, f.adminToken, f.check); err != nil {
 			return err
@@ -402,6 +414,23 @@ func nodeRole(ctx context.Context, addr, token string) string {
 		return "follower"
 	}
 	return "node"
+}
+
+// leaderIndex is the index of the node of addrs that says it leads
+// (--leader-only); it waits up to benchReadyWait for one to.
+func leaderIndex(ctx context.Context, addrs []string, token string) (int, error) {
+	deadline := time.Now().Add(benchReadyWait)
+	for {
+		for i, a := range addrs {
+			if nodeRole(ctx, a, token) == "leader" {
+				return i, nil
+			}
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return 0, fmt.Errorf("--leader-only: none of %s says it leads", strings.Join(addrs, ", "))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // parsePIDs reads "12,34" into process ids.

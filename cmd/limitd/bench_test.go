@@ -744,3 +744,47 @@ func TestBenchRLSAgainstRunningNodes(t *testing.T) {
 		t.Errorf("CPU %+v", r.CPU)
 	}
 }
+
+// TestBenchLeaderOnly: --leader-only finds the node that says it leads and
+// sends it every request, while CPU is still read for every node.
+func TestBenchLeaderOnly(t *testing.T) {
+	var hits [3]atomic.Int64
+	var urls []string
+	for i := range 3 {
+		state := "Follower"
+		if i == 1 {
+			state = "Leader"
+		}
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			switch r.URL.Path {
+			case "/v1/cluster":
+				fmt.Fprintf(w, `{"state":%q}`, state)
+			case "/readyz":
+				fmt.Fprint(w, `{"ready":true}`)
+			case "/v1/check":
+				hits[i].Add(1)
+				fmt.Fprint(w, `{"allowed":true,"limit":100,"remaining":99,"reset_after_ms":1,"retry_after_ms":0,"delay_ms":0}`)
+			default:
+				http.NotFound(w, r)
+			}
+		}))
+		t.Cleanup(srv.Close)
+		urls = append(urls, srv.URL)
+	}
+	var out, errOut bytes.Buffer
+	args := []string{"--addrs", strings.Join(urls, ","), "--leader-only", "--duration", "200ms", "--warmup", "0", "--concurrency", "4", "--json"}
+	if code := runBench(args, &out, &errOut); code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	if hits[1].Load() == 0 || hits[0].Load() != 0 || hits[2].Load() != 0 {
+		t.Fatalf("checks per node %d %d %d: want every check on the leader (node 2)", hits[0].Load(), hits[1].Load(), hits[2].Load())
+	}
+
+	// No node leads: a clear error, not a silent round robin.
+	old := benchReadyWait
+	benchReadyWait = 200 * time.Millisecond
+	defer func() { benchReadyWait = old }()
+	if _, err := leaderIndex(t.Context(), []string{urls[0], urls[2]}, ""); err == nil || !strings.Contains(err.Error(), "says it leads") {
+		t.Fatalf("no leader: %v", err)
+	}
+}
