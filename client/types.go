@@ -30,7 +30,17 @@ type Policy struct {
 	Limit
 	// Shadow: checks always answer allowed, reporting ShadowRefused instead.
 	Shadow bool `json:"shadow" yaml:"shadow"`
+	// LocalRefusals lets every node answer the policy's refusals from its
+	// over-limit cache (docs/API.md, "Local refusals"). nil in a put means
+	// the server's default, true; a pointer to false turns the cache off for
+	// this policy. GetPolicy and ListPolicies set it (nil only from a server
+	// that predates the field, which means true).
+	LocalRefusals *bool `json:"local_refusals,omitempty" yaml:"local_refusals,omitempty"`
 }
+
+// LocalRefusalsOn reports whether the policy's refusals may be answered from
+// the over-limit cache: LocalRefusals, or true when it is nil.
+func (p Policy) LocalRefusalsOn() bool { return p.LocalRefusals == nil || *p.LocalRefusals }
 
 // Request is one check. Exactly one of Policy and Limit must be set.
 type Request struct {

@@ -165,7 +165,8 @@ func (l *limitdServer) Reset(ctx context.Context, req *limitdv1.ResetRequest) (*
 }
 
 func policyProto(p fsm.Policy) *limitdv1.Policy {
-	return &limitdv1.Policy{Name: p.Name, Limit: limitProto(p.Spec), Shadow: p.Shadow}
+	local := !p.NoLocalRefusals
+	return &limitdv1.Policy{Name: p.Name, Limit: limitProto(p.Spec), Shadow: p.Shadow, LocalRefusals: &local}
 }
 
 func (l *limitdServer) PutPolicy(ctx context.Context, req *limitdv1.PutPolicyRequest) (*limitdv1.Policy, error) {
@@ -173,7 +174,10 @@ func (l *limitdServer) PutPolicy(ctx context.Context, req *limitdv1.PutPolicyReq
 	if p == nil || p.GetLimit() == nil {
 		return nil, toStatus(service.Invalid("policy.limit", "required"))
 	}
-	pol, e := l.svc().PutPolicy(ctx, service.PolicyRequest{Name: p.GetName(), Config: limitConfig(p.GetLimit()), Shadow: p.GetShadow()})
+	// local_refusals has presence: unset is the default, true (GetLocalRefusals
+	// would read it as false).
+	noLocal := p.LocalRefusals != nil && !*p.LocalRefusals
+	pol, e := l.svc().PutPolicy(ctx, service.PolicyRequest{Name: p.GetName(), Config: limitConfig(p.GetLimit()), Shadow: p.GetShadow(), NoLocalRefusals: noLocal})
 	if e != nil {
 		return nil, toStatus(e)
 	}

@@ -10,7 +10,9 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/limitd/limitd/fsm"
 	limitdv1 "github.com/limitd/limitd/proto/limitd/v1"
+	"github.com/limitd/limitd/service"
 )
 
 // wantError checks a gRPC error's code, its ErrorInfo reason and, when
@@ -192,5 +194,50 @@ func TestAdminTokenOnAdminMethods(t *testing.T) {
 	}
 	if !strings.Contains(status.Convert(func() error { _, err := cl.PutPolicy(ctx, put); return err }()).Message(), "Bearer") {
 		t.Fatal("the error does not say how to authenticate")
+	}
+}
+
+// TestPolicyLocalRefusals: local_refusals has presence over gRPC. An explicit
+// false is replicated (the cache is off for the policy), an unset field is
+// the default true — also when it replaces a policy that had it off — and
+// GetPolicy and ListPolicies always say which.
+func TestPolicyLocalRefusals(t *testing.T) {
+	c := newTestCluster(t, 1, testConfig{})
+	cl := c.limitd(0)
+	ctx := ctxT(t)
+	svc := service.New(c.nodes[0], service.Config{})
+	replicated := func() fsm.Policy {
+		t.Helper()
+		p, e := svc.GetPolicy("pay")
+		if e != nil {
+			t.Fatalf("replicated policy: %v", e)
+		}
+		return p
+	}
+
+	off := false
+	pol, err := cl.PutPolicy(ctx, &limitdv1.PutPolicyRequest{Policy: &limitdv1.Policy{Name: "pay", Limit: fixedWindow(5), LocalRefusals: &off}})
+	if err != nil || pol.LocalRefusals == nil || *pol.LocalRefusals {
+		t.Fatalf("PutPolicy local_refusals=false: %v %v", pol, err)
+	}
+	if !replicated().NoLocalRefusals {
+		t.Fatal("local_refusals=false over gRPC was not replicated")
+	}
+	got, err := cl.GetPolicy(ctx, &limitdv1.GetPolicyRequest{Name: "pay"})
+	if err != nil || got.LocalRefusals == nil || *got.LocalRefusals {
+		t.Fatalf("GetPolicy: %v %v, want local_refusals false", got, err)
+	}
+	l, err := cl.ListPolicies(ctx, &limitdv1.ListPoliciesRequest{})
+	if err != nil || len(l.GetPolicies()) != 1 || l.GetPolicies()[0].LocalRefusals == nil || *l.GetPolicies()[0].LocalRefusals {
+		t.Fatalf("ListPolicies: %v %v, want local_refusals false", l, err)
+	}
+
+	// Unset: the default, true, replacing the policy that had it off.
+	pol, err = cl.PutPolicy(ctx, &limitdv1.PutPolicyRequest{Policy: &limitdv1.Policy{Name: "pay", Limit: fixedWindow(5)}})
+	if err != nil || pol.LocalRefusals == nil || !*pol.LocalRefusals {
+		t.Fatalf("PutPolicy without local_refusals: %v %v", pol, err)
+	}
+	if replicated().NoLocalRefusals {
+		t.Fatal("an unset local_refusals turned the cache off")
 	}
 }

@@ -56,6 +56,8 @@ func TestCLIGolden(t *testing.T) {
 		{"policy-put-invalid", []string{"policy", "put", "x", "--algorithm", "fixed_window", "--limit", "0", "--window", "1h", "--token", "secret"}},
 		{"policy-list", []string{"policy", "list"}},
 		{"policy-get-json", []string{"policy", "get", "api", "--output", "json"}},
+		{"policy-put-local-refusals-off", []string{"policy", "put", "pay", "--algorithm", "fixed_window", "--limit", "100", "--window", "1h", "--local-refusals=false", "--token", "secret"}},
+		{"policy-get-local-refusals-off-json", []string{"policy", "get", "pay", "--output", "json"}},
 		{"check-allowed", []string{"check", "--policy", "api", "user:1"}},
 		{"check-allowed-json", []string{"check", "--policy", "api", "user:1", "--output", "json"}},
 		{"check-refused", []string{"check", "--policy", "api", "user:1"}},

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"sort"
+	"strconv"
 
 	"go.yaml.in/yaml/v3"
 
@@ -28,16 +29,40 @@ const policyUsage = `Usage: limitd policy put|get|list|delete [flags] [NAME]
 
 Example:
   limitd policy put api --algorithm sliding_window --limit 100 --window 60s
+  limitd policy put payments --algorithm fixed_window --limit 100 --window 1h --local-refusals=false
   limitd policy put --file policies.yaml
   limitd policy list --output json
 
 Flags:
 `
 
-func policyFlagSet(cf *connFlags, lim *client.Limit, shadow *bool, file *string) *flag.FlagSet {
+// optBool is a boolean flag that remembers whether it was given, so that an
+// absent --local-refusals leaves the field to the server's default.
+type optBool struct{ v *bool }
+
+func (o *optBool) String() string {
+	if o == nil || o.v == nil {
+		return ""
+	}
+	return fmt.Sprint(*o.v)
+}
+
+func (o *optBool) Set(s string) error {
+	b, err := strconv.ParseBool(s)
+	if err != nil {
+		return errors.New("want true or false")
+	}
+	o.v = &b
+	return nil
+}
+
+func (o *optBool) IsBoolFlag() bool { return true }
+
+func policyFlagSet(cf *connFlags, lim *client.Limit, shadow *bool, local *optBool, file *string) *flag.FlagSet {
 	fs := flag.NewFlagSet("policy", flag.ContinueOnError)
 	registerLimit(fs, lim)
 	fs.BoolVar(shadow, "shadow", false, "put: dry run — checks always allow and report shadow_refused")
+	fs.Var(local, "local-refusals", "put: =false sends each refusal of the policy through the log instead of the over-limit cache (default true)")
 	fs.StringVar(file, "file", "", "put: JSON or YAML file of policies (- for stdin)")
 	cf.register(fs)
 	return fs
@@ -47,8 +72,9 @@ func runPolicy(args []string, env cliEnv) int {
 	var cf connFlags
 	var lim client.Limit
 	var shadow bool
+	var local optBool
 	var file string
-	fs := policyFlagSet(&cf, &lim, &shadow, &file)
+	fs := policyFlagSet(&cf, &lim, &shadow, &local, &file)
 	if len(args) == 0 || isHelp(args[0]) {
 		if len(args) > 0 {
 			printUsage(env, policyUsage, fs)
@@ -83,7 +109,7 @@ func runPolicy(args []string, env cliEnv) int {
 	var puts []client.Policy
 	if sub == "put" {
 		if file != "" {
-			if lim != (client.Limit{}) || shadow {
+			if lim != (client.Limit{}) || shadow || local.v != nil {
 				return usageError(env, name, "give --file or limit flags, not both")
 			}
 			var err error
@@ -91,7 +117,7 @@ func runPolicy(args []string, env cliEnv) int {
 				return usageError(env, name, "%v", err)
 			}
 		} else {
-			puts = []client.Policy{{Name: pos[0], Limit: lim, Shadow: shadow}}
+			puts = []client.Policy{{Name: pos[0], Limit: lim, Shadow: shadow, LocalRefusals: local.v}}
 		}
 	}
 	c, err := cf.newClient()
@@ -151,7 +177,7 @@ func runPolicy(args []string, env cliEnv) int {
 
 func printPolicies(w io.Writer, ps []client.Policy) {
 	tw := newTable(w)
-	fmt.Fprintln(tw, "NAME\tALGORITHM\tLIMIT\tWINDOW\tBURST\tSHADOW")
+	fmt.Fprintln(tw, "NAME\tALGORITHM\tLIMIT\tWINDOW\tBURST\tSHADOW\tLOCAL_REFUSALS")
 	for _, p := range ps {
 		win := p.Window
 		if p.Calendar != "" {
@@ -168,14 +194,14 @@ func printPolicies(w io.Writer, ps []client.Policy) {
 		if p.CountRefused {
 			alg += " (count refused)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%v\n", p.Name, alg, p.Limit.Limit, win, burst, p.Shadow)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%v\t%v\n", p.Name, alg, p.Limit.Limit, win, burst, p.Shadow, p.LocalRefusalsOn())
 	}
 	tw.Flush()
 }
 
 // policyFields are the fields a policy object may have in a file.
 var policyFields = map[string]bool{"name": true, "algorithm": true, "limit": true, "window": true, "burst": true,
-	"count_refused": true, "calendar": true, "timezone": true, "shadow": true}
+	"count_refused": true, "calendar": true, "timezone": true, "shadow": true, "local_refusals": true}
 
 // readPolicyFile reads policies from a JSON or YAML file: one policy object
 // with "name", a list of them, or {"policies": {NAME: {...}}}. Unknown

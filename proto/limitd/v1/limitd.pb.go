@@ -869,10 +869,15 @@ func (*ResetResponse) Descriptor() ([]byte, []int) {
 }
 
 type Policy struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Limit         *Limit                 `protobuf:"bytes,2,opt,name=limit,proto3" json:"limit,omitempty"`
-	Shadow        bool                   `protobuf:"varint,3,opt,name=shadow,proto3" json:"shadow,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Name   string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Limit  *Limit                 `protobuf:"bytes,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	Shadow bool                   `protobuf:"varint,3,opt,name=shadow,proto3" json:"shadow,omitempty"`
+	// local_refusals (the HTTP API's "local_refusals"): every node may answer
+	// the policy's refusals from its over-limit cache. Unset in PutPolicy means
+	// the default, true; false sends every refusal through the log. GetPolicy
+	// and ListPolicies always set it.
+	LocalRefusals *bool `protobuf:"varint,4,opt,name=local_refusals,json=localRefusals,proto3,oneof" json:"local_refusals,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -924,6 +929,13 @@ func (x *Policy) GetLimit() *Limit {
 func (x *Policy) GetShadow() bool {
 	if x != nil {
 		return x.Shadow
+	}
+	return false
+}
+
+func (x *Policy) GetLocalRefusals() bool {
+	if x != nil && x.LocalRefusals != nil {
+		return *x.LocalRefusals
 	}
 	return false
 }
@@ -1551,11 +1563,13 @@ const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
 	"\x06policy\x18\x02 \x01(\tR\x06policy\x12&\n" +
 	"\x05limit\x18\x03 \x01(\v2\x10.limitd.v1.LimitR\x05limit\"\x0f\n" +
-	"\rResetResponse\"\\\n" +
+	"\rResetResponse\"\x9b\x01\n" +
 	"\x06Policy\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12&\n" +
 	"\x05limit\x18\x02 \x01(\v2\x10.limitd.v1.LimitR\x05limit\x12\x16\n" +
-	"\x06shadow\x18\x03 \x01(\bR\x06shadow\"=\n" +
+	"\x06shadow\x18\x03 \x01(\bR\x06shadow\x12*\n" +
+	"\x0elocal_refusals\x18\x04 \x01(\bH\x00R\rlocalRefusals\x88\x01\x01B\x11\n" +
+	"\x0f_local_refusals\"=\n" +
 	"\x10PutPolicyRequest\x12)\n" +
 	"\x06policy\x18\x01 \x01(\v2\x11.limitd.v1.PolicyR\x06policy\"&\n" +
 	"\x10GetPolicyRequest\x12\x12\n" +
@@ -1699,6 +1713,7 @@ func file_limitd_v1_limitd_proto_init() {
 		(*BatchResult_Response)(nil),
 		(*BatchResult_Error)(nil),
 	}
+	file_limitd_v1_limitd_proto_msgTypes[13].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
