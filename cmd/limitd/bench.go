@@ -473,9 +473,14 @@ func waitBenchReady(ctx context.Context, addrs []string, wait time.Duration) err
 	for _, a := range addrs {
 		var last error
 		for {
-			last = getReady(ctx, a)
-			if last == nil {
+			err := getReady(ctx, a)
+			if err == nil {
 				break
+			}
+			// An attempt cut off by the deadline says less than the
+			// node's own answer to an earlier one: keep that.
+			if last == nil || ctx.Err() == nil {
+				last = err
 			}
 			select {
 			case <-ctx.Done():

@@ -409,7 +409,7 @@ func TestBenchCPUOfNodesByAddress(t *testing.T) {
 
 func TestBenchFailures(t *testing.T) {
 	old := benchReadyWait
-	benchReadyWait = 300 * time.Millisecond
+	benchReadyWait = time.Second // long enough for one answer under -race on a loaded machine
 	defer func() { benchReadyWait = old }()
 
 	down := newFakeLimitd(t, &fakeLimitd{alwaysFail: true})
