@@ -30,24 +30,11 @@ func runCluster(args []string, env cliEnv) int {
 	raftAddr := fs.String("raft-addr", "", "join: the new node's Raft address, host:port")
 	httpAddr := fs.String("http-addr", "", "join: the new node's HTTP address, host:port")
 	cf.register(fs)
-	if len(args) == 0 || isHelp(args[0]) {
-		if len(args) > 0 {
-			printUsage(env, clusterUsage, fs)
-			return exitOK
-		}
-		return usageError(env, "cluster", "want a subcommand: status, members, join or remove")
-	}
-	sub := args[0]
-	name := "cluster " + sub
-	switch sub {
-	case "status", "members", "join", "remove":
-	default:
-		return usageError(env, "cluster", "unknown subcommand %q (want status, members, join or remove)", sub)
-	}
-	pos, code, ok := parseFlags(fs, args[1:], env, func() { printUsage(env, clusterUsage, fs) })
+	sub, pos, code, ok := parseSubcommand(env, "cluster", clusterUsage, fs, args, "status", "members", "join", "remove")
 	if !ok {
 		return code
 	}
+	name := "cluster " + sub
 	if err := cf.validate(env); err != nil {
 		return usageError(env, name, "%v", err)
 	}

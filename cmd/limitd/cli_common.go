@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -144,6 +145,27 @@ func parseFlags(fs *flag.FlagSet, args []string, env cliEnv, usage func()) ([]st
 }
 
 // usageError reports a bad invocation.
+// parseSubcommand reads "GROUP SUB [flags] [args]" for a command group
+// (cluster, policy, snapshot): SUB must be one of subs; then fs parses the
+// rest. When ok is false, code is the exit status to return (help printed,
+// or a usage error written).
+func parseSubcommand(env cliEnv, group, usage string, fs *flag.FlagSet, args []string, subs ...string) (sub string, pos []string, code int, ok bool) {
+	want := strings.Join(subs[:len(subs)-1], ", ") + " or " + subs[len(subs)-1]
+	if len(args) == 0 || isHelp(args[0]) {
+		if len(args) > 0 {
+			printUsage(env, usage, fs)
+			return "", nil, exitOK, false
+		}
+		return "", nil, usageError(env, group, "want a subcommand: %s", want), false
+	}
+	sub = args[0]
+	if !slices.Contains(subs, sub) {
+		return "", nil, usageError(env, group, "unknown subcommand %q (want %s)", sub, want), false
+	}
+	pos, code, ok = parseFlags(fs, args[1:], env, func() { printUsage(env, usage, fs) })
+	return sub, pos, code, ok
+}
+
 func usageError(env cliEnv, name, format string, a ...any) int {
 	top, _, _ := strings.Cut(name, " ")
 	fmt.Fprintf(env.stderr, "limitd %s: %s\nRun 'limitd help %s' for usage.\n", name, fmt.Sprintf(format, a...), top)

@@ -75,24 +75,11 @@ func runPolicy(args []string, env cliEnv) int {
 	var local optBool
 	var file string
 	fs := policyFlagSet(&cf, &lim, &shadow, &local, &file)
-	if len(args) == 0 || isHelp(args[0]) {
-		if len(args) > 0 {
-			printUsage(env, policyUsage, fs)
-			return exitOK
-		}
-		return usageError(env, "policy", "want a subcommand: put, get, list or delete")
-	}
-	sub := args[0]
-	name := "policy " + sub
-	switch sub {
-	case "put", "get", "list", "delete":
-	default:
-		return usageError(env, "policy", "unknown subcommand %q (want put, get, list or delete)", sub)
-	}
-	pos, code, ok := parseFlags(fs, args[1:], env, func() { printUsage(env, policyUsage, fs) })
+	sub, pos, code, ok := parseSubcommand(env, "policy", policyUsage, fs, args, "put", "get", "list", "delete")
 	if !ok {
 		return code
 	}
+	name := "policy " + sub
 	if err := cf.validate(env); err != nil {
 		return usageError(env, name, "%v", err)
 	}

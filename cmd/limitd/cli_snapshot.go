@@ -43,24 +43,11 @@ func runSnapshot(args []string, env cliEnv) int {
 	nodeID := fs.String("node-id", "", "restore: the restored node's id (default: --raft-addr, as for serve)")
 	raftAddr := fs.String("raft-addr", "127.0.0.1:8300", "restore: the restored node's Raft address (serve's --raft-advertise, else --raft-addr)")
 	logStore := fs.String("log-store", "", "restore: Raft log store, wal (default) or boltdb")
-	if len(args) == 0 || isHelp(args[0]) {
-		if len(args) > 0 {
-			printUsage(env, snapshotUsage, fs)
-			return exitOK
-		}
-		return usageError(env, "snapshot", "want a subcommand: save, restore or inspect")
-	}
-	sub := args[0]
-	name := "snapshot " + sub
-	switch sub {
-	case "save", "restore", "inspect":
-	default:
-		return usageError(env, "snapshot", "unknown subcommand %q (want save, restore or inspect)", sub)
-	}
-	pos, code, ok := parseFlags(fs, args[1:], env, func() { printUsage(env, snapshotUsage, fs) })
+	sub, pos, code, ok := parseSubcommand(env, "snapshot", snapshotUsage, fs, args, "save", "restore", "inspect")
 	if !ok {
 		return code
 	}
+	name := "snapshot " + sub
 	if len(pos) != 1 {
 		return usageError(env, name, "want exactly one FILE, got %d arguments", len(pos))
 	}
