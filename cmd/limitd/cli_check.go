@@ -43,13 +43,11 @@ func runCheck(args []string, env cliEnv) int {
 	if err != nil {
 		return usageError(env, "check", "%v", err)
 	}
-	c, err := cf.newClient()
+	c, ctx, done, err := cf.dial()
 	if err != nil {
 		return usageError(env, "check", "%v", err)
 	}
-	defer c.Close()
-	ctx, cancel := cf.context()
-	defer cancel()
+	defer done()
 	req := client.Request{Key: pos[0], Policy: policy, Limit: lim, Cost: *cost, RequestID: *requestID}
 	var d client.Decision
 	if *cost == 0 {
@@ -118,13 +116,11 @@ func runKey(args []string, env cliEnv) int {
 	if err != nil {
 		return usageError(env, name, "%v", err)
 	}
-	c, err := cf.newClient()
+	c, ctx, done, err := cf.dial()
 	if err != nil {
 		return usageError(env, name, "%v", err)
 	}
-	defer c.Close()
-	ctx, cancel := cf.context()
-	defer cancel()
+	defer done()
 	if sub == "reset" {
 		if err := c.Reset(ctx, pos[0], policy, lim); err != nil {
 			return fail(env, name, err)

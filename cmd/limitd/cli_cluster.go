@@ -51,13 +51,11 @@ func runCluster(args []string, env cliEnv) int {
 	if sub == "join" && (*id == "" || *raftAddr == "") {
 		return usageError(env, name, "--id and --raft-addr are required")
 	}
-	c, err := cf.newClient()
+	c, ctx, done, err := cf.dial()
 	if err != nil {
 		return usageError(env, name, "%v", err)
 	}
-	defer c.Close()
-	ctx, cancel := cf.context()
-	defer cancel()
+	defer done()
 	switch sub {
 	case "join":
 		if err := c.Join(ctx, *id, *raftAddr, *httpAddr); err != nil {

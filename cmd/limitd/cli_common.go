@@ -114,8 +114,15 @@ func (c *connFlags) newClient() (*client.Client, error) {
 	return client.New([]string{c.addr}, opts...)
 }
 
-func (c *connFlags) context() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), c.timeout)
+// dial makes a command's client and the context of its calls (bounded by
+// --timeout); done closes both.
+func (c *connFlags) dial() (cl *client.Client, ctx context.Context, done func(), err error) {
+	cl, err = c.newClient()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	return cl, ctx, func() { cancel(); cl.Close() }, nil
 }
 
 // parseFlags parses flags that may come before, between or after the

@@ -107,13 +107,11 @@ func runPolicy(args []string, env cliEnv) int {
 			puts = []client.Policy{{Name: pos[0], Limit: lim, Shadow: shadow, LocalRefusals: local.v}}
 		}
 	}
-	c, err := cf.newClient()
+	c, ctx, done, err := cf.dial()
 	if err != nil {
 		return usageError(env, name, "%v", err)
 	}
-	defer c.Close()
-	ctx, cancel := cf.context()
-	defer cancel()
+	defer done()
 	var out []client.Policy
 	switch sub {
 	case "put":

@@ -95,13 +95,11 @@ func runSnapshot(args []string, env cliEnv) int {
 // then renames it into place, so FILE is never a partial backup.
 func snapshotSave(env cliEnv, cf *connFlags, file string) int {
 	const name = "snapshot save"
-	c, err := cf.newClient()
+	c, ctx, done, err := cf.dial()
 	if err != nil {
 		return usageError(env, name, "%v", err)
 	}
-	defer c.Close()
-	ctx, cancel := cf.context()
-	defer cancel()
+	defer done()
 	part := file + ".part"
 	f, err := os.OpenFile(part, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
 	if err != nil {
