@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -89,6 +90,7 @@ type benchFlags struct {
 	addrs        string
 	cluster      int
 	serveFlags   string
+	nodeProcs    int
 	leaderOnly   bool
 	check        bench.CheckSpec
 	createPolicy bool
@@ -110,6 +112,7 @@ func newBenchFlagSet(out io.Writer) (*flag.FlagSet, *benchFlags) {
 	fs.StringVar(&f.addrs, "addrs", "", "comma-separated HTTP addresses of running nodes, e.g. http://127.0.0.1:8080,http://127.0.0.1:8081 (default http://127.0.0.1:8080 unless --cluster)")
 	fs.IntVar(&f.cluster, "cluster", 0, "start a cluster of N nodes on loopback in temporary directories and bench it (1 is the single-node default deployment); 0 uses --addrs")
 	fs.StringVar(&f.serveFlags, "serve-flags", "", "extra flags for every node started by --cluster, space-separated (e.g. \"--batch-max-wait=200us\")")
+	fs.IntVar(&f.nodeProcs, "node-procs", 0, "GOMAXPROCS of every node started by --cluster: 0 gives each node an equal share of this machine's CPUs (at least 1), as if each had a machine of its own; -1 leaves Go's default (every node sized for all CPUs)")
 	f.work.AddFlags(fs)
 	fs.StringVar(&f.check.Algorithm, "algorithm", "sliding_window", "algorithm of the inline limit: fixed_window, sliding_log, sliding_window, token_bucket, leaky_bucket")
 	fs.Int64Var(&f.check.Limit, "limit", 100, "limit of the inline limit (or of the policy created by --create-policy)")
@@ -197,6 +200,8 @@ func (f *benchFlags) validate(fs *flag.FlagSet) error {
 		return fmt.Errorf("--cluster must not be negative, got %d", f.cluster)
 	case f.cluster > 0 && f.addrs != "":
 		return errors.New("--cluster and --addrs exclude each other")
+	case f.nodeProcs < -1:
+		return fmt.Errorf("--node-procs must be -1, 0 or a number of CPUs, got %d", f.nodeProcs)
 	case f.check.Cost < 0:
 		return fmt.Errorf("--cost must not be negative, got %d", f.check.Cost)
 	case f.check.Policy == "" && f.createPolicy:
@@ -232,10 +237,19 @@ func (f *benchFlags) run(ctx context.Context, stdout, stderr io.Writer) error {
 	nodes := len(addrs)
 	var c *procCluster
 	if f.cluster > 0 {
-		fmt.Fprintf(stderr, "limitd bench: starting a %d-node cluster on loopback\n", f.cluster)
+		procs := nodeProcs(f.nodeProcs, f.cluster, runtime.NumCPU())
+		share := "Go's default GOMAXPROCS"
+		if procs > 0 {
+			share = fmt.Sprintf("GOMAXPROCS %d each, %d CPUs", procs, runtime.NumCPU())
+		}
+		fmt.Fprintf(stderr, "limitd bench: starting a %d-node cluster on loopback (%s)\n", f.cluster, share)
 		began := time.Now()
 		var err error
-		c, err = startBenchCluster(ctx, f.cluster, strings.Fields(f.serveFlags), f.target == benchTargetGRPC || f.target == benchTargetRLS)
+		c, err = startBenchCluster(ctx, f.cluster, procOptions{
+			Extra: strings.Fields(f.serveFlags),
+			GRPC:  f.target == benchTargetGRPC || f.target == benchTargetRLS,
+			Procs: procs,
+		})
 		if err != nil {
 			return err
 		}
@@ -531,7 +545,23 @@ var benchReadyWait = 5 * time.Second
 
 // startBenchCluster starts n nodes named bench1..benchN in a new temporary
 // directory, which stop removes.
-func startBenchCluster(ctx context.Context, n int, extra []string, withGRPC bool) (*procCluster, error) {
+// nodeProcs is the GOMAXPROCS that --node-procs flag gives each of n nodes
+// on a machine of cpus CPUs (0: none set, Go's default). Nodes sharing one
+// machine stand in for machines of their own: each sized for every CPU,
+// their runtimes' idle threads spin and wake against each other (about an
+// eighth of a node's CPU per request in the 3-node attack run), which
+// separate machines would not pay.
+func nodeProcs(flag, n, cpus int) int {
+	switch {
+	case flag > 0:
+		return flag
+	case flag < 0 || n <= 0:
+		return 0
+	}
+	return max(1, cpus/n)
+}
+
+func startBenchCluster(ctx context.Context, n int, o procOptions) (*procCluster, error) {
 	dir, err := os.MkdirTemp("", "limitd-bench-")
 	if err != nil {
 		return nil, fmt.Errorf("create cluster directory: %w", err)
@@ -540,7 +570,7 @@ func startBenchCluster(ctx context.Context, n int, extra []string, withGRPC bool
 	for i := range ids {
 		ids[i] = fmt.Sprintf("bench%d", i+1)
 	}
-	c, err := startProcClusterGRPC(ctx, dir, ids, extra, withGRPC)
+	c, err := startProcClusterOpts(ctx, dir, ids, o)
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -70,6 +71,7 @@ func fakeNode(args []string) int {
 	os.WriteFile(filepath.Join(*dataDir, "state.db"), make([]byte, 12345), 0o644)
 	dir := os.Getenv(fakeNodeDirEnv)
 	os.WriteFile(filepath.Join(dir, *id+".pid"), []byte(strconv.Itoa(os.Getpid())), 0o644)
+	os.WriteFile(filepath.Join(dir, *id+".procs"), []byte(strconv.Itoa(runtime.GOMAXPROCS(0))), 0o644)
 
 	var mu sync.Mutex
 	members := []string{*id}
@@ -554,6 +556,13 @@ func TestBenchClusterStartsRunsAndStops(t *testing.T) {
 	if total != r.Requests {
 		t.Errorf("nodes answered %d checks, report says %d", total, r.Requests)
 	}
+	// Each node ran with its share of the machine's CPUs (--node-procs 0).
+	for i := 1; i <= 3; i++ {
+		b, _ := os.ReadFile(filepath.Join(reports, fmt.Sprintf("bench%d.procs", i)))
+		if want := strconv.Itoa(max(1, runtime.NumCPU()/3)); string(b) != want {
+			t.Errorf("bench%d ran with GOMAXPROCS %q, want %s", i, b, want)
+		}
+	}
 	// CPU per check for every node, by role, and for the load generator.
 	var roles []string
 	for i, p := range r.CPU {
@@ -724,7 +733,7 @@ func TestBenchRLSAgainstRunningNodes(t *testing.T) {
 		t.Skip("starts a real Raft node")
 	}
 	useTestNodes(t, realNodeEnv)
-	c, err := startProcClusterGRPC(t.Context(), t.TempDir(), []string{"n1"}, nil, true)
+	c, err := startProcClusterOpts(t.Context(), t.TempDir(), []string{"n1"}, procOptions{GRPC: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,6 +38,7 @@ type procNode struct {
 	grpcAddr                                 string   // --grpc-addr, "" for none
 	exe                                      string   // the executable
 	prefix                                   []string // arguments before the flags ("serve")
+	procs                                    int      // GOMAXPROCS of the process, 0: Go's default
 
 	cmd     *exec.Cmd
 	exited  chan struct{} // closed when the process has been reaped
@@ -101,6 +102,9 @@ func (nd *procNode) start(extra ...string) error {
 		if !drop {
 			cmd.Env = append(cmd.Env, kv)
 		}
+	}
+	if nd.procs > 0 { // os/exec keeps the last of duplicate variables
+		cmd.Env = append(cmd.Env, fmt.Sprintf("GOMAXPROCS=%d", nd.procs))
 	}
 	if err := cmd.Start(); err != nil {
 		logf.Close()
@@ -230,12 +234,23 @@ var (
 // On failure everything started is stopped and the error carries the end of
 // the nodes' logs. dir is not removed: stop does that.
 func startProcCluster(ctx context.Context, dir string, ids []string, extra []string) (*procCluster, error) {
-	return startProcClusterGRPC(ctx, dir, ids, extra, false)
+	return startProcClusterOpts(ctx, dir, ids, procOptions{Extra: extra})
 }
 
-// startProcClusterGRPC is startProcCluster, with every node also serving
-// gRPC on a free loopback port of its own (procNode.grpcAddr) if withGRPC.
-func startProcClusterGRPC(ctx context.Context, dir string, ids []string, extra []string, withGRPC bool) (*procCluster, error) {
+// procOptions are the choices of startProcClusterOpts.
+type procOptions struct {
+	Extra []string // flags after the node's identity flags
+	// GRPC: every node also serves gRPC on a free loopback port of its own
+	// (procNode.grpcAddr).
+	GRPC bool
+	// Procs, when > 0, is every node's GOMAXPROCS (an inherited GOMAXPROCS
+	// is replaced).
+	Procs int
+}
+
+// startProcClusterOpts is startProcCluster with options.
+func startProcClusterOpts(ctx context.Context, dir string, ids []string, o procOptions) (*procCluster, error) {
+	extra := o.Extra
 	exe, prefix, err := procServe()
 	if err != nil {
 		return nil, fmt.Errorf("find the limitd executable: %w", err)
@@ -249,9 +264,9 @@ func startProcClusterGRPC(ctx context.Context, dir string, ids []string, extra [
 		nd := &procNode{
 			id: id, httpAddr: ports[2*i], raftAddr: ports[2*i+1],
 			dataDir: filepath.Join(dir, id), logPath: filepath.Join(dir, id+".log"),
-			exe: exe, prefix: prefix,
+			exe: exe, prefix: prefix, procs: o.Procs,
 		}
-		if withGRPC {
+		if o.GRPC {
 			nd.grpcAddr = ports[2*len(ids)+i]
 		}
 		if i > 0 {
