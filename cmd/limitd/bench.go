@@ -29,7 +29,9 @@ then --duration. Requests go round-robin across --addrs, so checks sent to
 followers exercise forwarding to the leader. With --cluster N it starts N
 nodes itself (this executable, "serve", free loopback ports, temporary data
 directories; node 1 bootstraps, the others join it), benchmarks them and stops
-them at the end or on Ctrl-C.
+them at the end or on Ctrl-C. Each node gets an equal share of this machine's
+CPUs as its GOMAXPROCS (3 nodes on 2 CPUs: 1 each; --node-procs), standing in
+for a machine per node.
 
 --target chooses how checks are sent:
   http    POST /v1/check (or /v1/check/batch with --batch), JSON (default)
