@@ -44,7 +44,7 @@ func BenchmarkFrontEnds(b *testing.B) {
 	defer hs.Close()
 	httpURL := "http://" + ln.Addr().String() + "/v1/check"
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
-	if _, err := c.limitd(0).PutRLSDomain(ctxT(b), &limitdv1.PutRLSDomainRequest{
+	if _, err := c.putDomain(ctxT(b), 0, &limitdv1.PutRLSDomainRequest{
 		Config: "domain: bench\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 1000000}\n"}); err != nil {
 		b.Fatal(err)
 	}

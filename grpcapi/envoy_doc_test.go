@@ -162,7 +162,7 @@ func TestEnvoyDocConfig(t *testing.T) {
 	var answers []*rlspb.RateLimitResponse
 	for attempt := 0; ; attempt++ {
 		c := newTestCluster(t, 1, testConfig{})
-		dom, err := c.limitd(0).PutRLSDomain(ctx, &limitdv1.PutRLSDomainRequest{Config: docBlock(t, "rls-config")})
+		dom, err := c.putDomain(ctx, 0, &limitdv1.PutRLSDomainRequest{Config: docBlock(t, "rls-config")})
 		if err != nil {
 			t.Fatalf("limitd configuration: %v", err)
 		}

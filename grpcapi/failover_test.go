@@ -28,7 +28,7 @@ func TestRLSLeaderFailoverNoOverAdmission(t *testing.T) {
 	c := newTestCluster(t, 3, testConfig{})
 	ctx := ctxT(t)
 	cfg := "domain: fo\ndescriptors:\n  - key: user\n    rate_limit: {unit: day, requests_per_unit: 40}\n"
-	d, err := c.limitd(0).PutRLSDomain(ctx, &limitdv1.PutRLSDomainRequest{Config: cfg})
+	d, err := c.putDomain(ctx, 0, &limitdv1.PutRLSDomainRequest{Config: cfg})
 	if err != nil {
 		t.Fatal(err)
 	}

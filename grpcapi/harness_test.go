@@ -10,7 +10,9 @@ import (
 
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/limitd/limitd/cluster"
 	"github.com/limitd/limitd/cluster/clustertest"
@@ -114,6 +116,27 @@ func (c *testCluster) waitDomain(name string, canonical []byte) {
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
+	}
+}
+
+// putDomain installs a domain through node i like a careful operator: a
+// change whose outcome is unknown (Aborted: leadership changed while it was
+// in flight, as on a loaded test machine) or that found no leader
+// (Unavailable) is repeated, which the API documents as safe, until ctx ends.
+// Tests of those errors themselves call PutRLSDomain directly.
+func (c *testCluster) putDomain(ctx context.Context, i int, req *limitdv1.PutRLSDomainRequest) (*limitdv1.RLSDomain, error) {
+	for {
+		resp, err := c.limitd(i).PutRLSDomain(ctx, req)
+		switch status.Code(err) {
+		case codes.Aborted, codes.Unavailable:
+			select {
+			case <-ctx.Done():
+				return nil, err
+			case <-time.After(20 * time.Millisecond):
+			}
+			continue
+		}
+		return resp, err
 	}
 }
 

@@ -19,7 +19,7 @@ import (
 // errors in the HTTP API's shape.
 func TestJSONEndpoint(t *testing.T) {
 	c := newTestCluster(t, 1, testConfig{})
-	if _, err := c.limitd(0).PutRLSDomain(ctxT(t), &limitdv1.PutRLSDomainRequest{
+	if _, err := c.putDomain(ctxT(t), 0, &limitdv1.PutRLSDomainRequest{
 		Config: "domain: j\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 2}\n"}); err != nil {
 		t.Fatal(err)
 	}

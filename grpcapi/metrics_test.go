@@ -20,7 +20,7 @@ func TestRLSMetrics(t *testing.T) {
 	cfg := "domain: m\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 5}\n" +
 		"  - key: trial\n    shadow_mode: true\n    rate_limit: {unit: hour, requests_per_unit: 2}\n" +
 		"  - key: ip\n    detailed_metric: true\n    rate_limit: {unit: hour, requests_per_unit: 100}\n"
-	if _, err := c.limitd(0).PutRLSDomain(ctx, &limitdv1.PutRLSDomainRequest{Config: cfg}); err != nil {
+	if _, err := c.putDomain(ctx, 0, &limitdv1.PutRLSDomainRequest{Config: cfg}); err != nil {
 		t.Fatal(err)
 	}
 	m := c.servers[0].metrics

@@ -57,7 +57,7 @@ func TestRLSReadmeExamplesOverGRPC(t *testing.T) {
 	}
 	c := newTestCluster(t, 3, testConfig{})
 	rlstest.Run(t, func(t *testing.T, s *rlstest.Scenario, d *rls.Domain) func(rls.Request) (rlstest.Answer, error) {
-		if _, err := c.limitd(1).PutRLSDomain(ctxT(t), &limitdv1.PutRLSDomainRequest{Domain: d.Name(), Config: string(s.Raw(t))}); err != nil {
+		if _, err := c.putDomain(ctxT(t), 1, &limitdv1.PutRLSDomainRequest{Domain: d.Name(), Config: string(s.Raw(t))}); err != nil {
 			t.Fatalf("PutRLSDomain: %v", err)
 		}
 		c.waitDomain(d.Name(), d.Canonical())
