@@ -144,3 +144,51 @@ func BenchmarkBatch100(b *testing.B) {
 	body.WriteString(`]}`)
 	benchHandler(b, "/v1/check/batch", body.Bytes())
 }
+
+// readCloser is a request body that can be rewound without allocating.
+type readCloser struct{ bytes.Reader }
+
+func (*readCloser) Close() error { return nil }
+
+// maxCachedRefusalAllocs is the allocation budget of /v1/check answered from
+// the over-limit cache: the key's string, and the RateLimit header values
+// with their slices.
+const maxCachedRefusalAllocs = 3
+
+// TestCachedRefusalHandlerAllocs holds the handler to its budget for a
+// refusal from the over-limit cache (issue 16), under a policy and an inline
+// limit: a new allocation on this path costs every request of an attack.
+func TestCachedRefusalHandlerAllocs(t *testing.T) {
+	spec, err := benchPolicy.Spec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := refusingStore{constStore{newFakeStore()}, overlimit.New(overlimit.Options{})}
+	store.putPolicy(t, "api", benchPolicy, false)
+	store.refuse(overlimit.LimitID{Policy: true, Ident: "api"}, spec, "user:12345")
+	store.refuse(overlimit.LimitID{Ident: string(algo.AppendSpec(nil, spec))}, spec, "user:12345")
+	h := New(store, Config{Logger: discardLogger()}).Handler()
+	for _, body := range []string{
+		`{"key":"user:12345","policy":"api","cost":1}`,
+		`{"key":"user:12345","limit":{"algorithm":"sliding_window","limit":100,"window":"1s"},"cost":1}`,
+	} {
+		var rc readCloser
+		data := []byte(body)
+		req := httptest.NewRequest("POST", "/v1/check", nil)
+		req.Body = &rc
+		req.ContentLength = int64(len(body))
+		w := &discardWriter{h: http.Header{}}
+		serve := func() {
+			rc.Reset(data)
+			clear(w.h)
+			h.ServeHTTP(w, req)
+		}
+		serve()
+		if w.code != http.StatusOK || len(w.h[hdrRetryAfter]) == 0 {
+			t.Fatalf("%s: status %d, headers %v: not a cached refusal", body, w.code, w.h)
+		}
+		if n := testing.AllocsPerRun(200, serve); n > maxCachedRefusalAllocs {
+			t.Errorf("%s: %v allocations per request, budget %d", body, n, maxCachedRefusalAllocs)
+		}
+	}
+}

@@ -818,3 +818,33 @@ func TestCheckOutlivesClient(t *testing.T) {
 		t.Fatalf("status %d %s, store saw context errors %v", rec.Code, rec.Body, store.errs)
 	}
 }
+
+// TestRateLimitHeaderValues: a check response carries exactly one value for
+// each RateLimit header, and Retry-After only when a wait helps: not on an
+// allowed answer, not on a refusal that can never succeed (not even empty).
+func TestRateLimitHeaderValues(t *testing.T) {
+	ts := newTestServer(t, Config{})
+	ts.store.putPolicy(t, "api", algo.Config{Algorithm: "fixed_window", Limit: 1, Window: "1m"}, false)
+	for _, c := range []struct {
+		body, rateLimit string
+		retryAfter      []string
+	}{
+		{`{"key":"k","policy":"api"}`, `"api";r=0;t=60`, nil},
+		{`{"key":"k","policy":"api","cost":2}`, `"api";r=0;t=60`, nil}, // can never fit
+		{`{"key":"k","policy":"api"}`, `"api";r=0;t=60`, []string{"60"}},
+	} {
+		r := ts.do("POST", "/v1/check", c.body)
+		if r.code != http.StatusOK {
+			t.Fatalf("%s: %d %s", c.body, r.code, r.body)
+		}
+		if got := r.header["Ratelimit-Policy"]; len(got) != 1 || got[0] != `"api";q=1;w=60` {
+			t.Errorf("%s: RateLimit-Policy %q", c.body, got)
+		}
+		if got := r.header["Ratelimit"]; len(got) != 1 || got[0] != c.rateLimit {
+			t.Errorf("%s: RateLimit %q, want %q", c.body, got, c.rateLimit)
+		}
+		if got, ok := r.header["Retry-After"]; ok != (c.retryAfter != nil) || strings.Join(got, "|") != strings.Join(c.retryAfter, "|") {
+			t.Errorf("%s: Retry-After %q (present %v), want %q", c.body, got, ok, c.retryAfter)
+		}
+	}
+}
