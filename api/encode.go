@@ -229,11 +229,16 @@ func setRateLimitHeaders(h http.Header, refs []service.Limit, ds []fsm.Decision,
 		b = strconv.AppendInt(b, toSeconds(wait), 10)
 	}
 	all := string(b)
-	vals := make([]string, 3)
-	vals[0], vals[1], vals[2] = all[:policyEnd], all[policyEnd:rateLimitEnd], all[rateLimitEnd:]
+	n := 2
+	if len(all) > rateLimitEnd {
+		n = 3
+	}
+	vals := make([]string, n)
+	vals[0], vals[1] = all[:policyEnd], all[policyEnd:rateLimitEnd]
 	h[hdrRateLimitPolicy] = vals[0:1:1]
 	h[hdrRateLimit] = vals[1:2:2]
-	if vals[2] != "" {
+	if n == 3 {
+		vals[2] = all[rateLimitEnd:]
 		h[hdrRetryAfter] = vals[2:3:3]
 	}
 	return b
