@@ -8,9 +8,12 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/limitd/limitd/algo"
 	"github.com/limitd/limitd/fsm"
+	"github.com/limitd/limitd/overlimit"
+	"github.com/limitd/limitd/service"
 )
 
 // constStore answers every check with the same decision, so the benchmarks
@@ -37,10 +40,39 @@ func (w *discardWriter) Header() http.Header         { return w.h }
 func (w *discardWriter) Write(b []byte) (int, error) { return len(b), nil }
 func (w *discardWriter) WriteHeader(code int)        { w.code = code }
 
+// refusingStore is a store whose over-limit cache (a real overlimit.Cache,
+// looked up as cluster.Node does) holds a refusal for every key it was told
+// about; anything it misses reaches constStore, which allows.
+type refusingStore struct {
+	constStore
+	cache *overlimit.Cache
+}
+
+func (r refusingStore) Refused(id overlimit.LimitID, key string, cost int64) (algo.Decision, bool) {
+	return r.cache.LookupString(id, key, cost, time.Now().UnixNano())
+}
+
+// refuse caches a refusal of key under the limit id for an hour.
+func (r refusingStore) refuse(id overlimit.LimitID, spec algo.Spec, key string) {
+	r.cache.Observe(overlimit.Observation{ID: id, Key: []byte(key), Spec: &spec, Cost: 1, Now: time.Now().UnixNano(),
+		Decision: algo.Decision{Limit: 100, ResetAfter: time.Hour, RetryAfter: time.Hour}})
+}
+
+var _ service.Refuser = refusingStore{}
+
+// benchPolicy is the policy "api" of the benchmarks, and the inline limit of
+// benchInline.
+var benchPolicy = algo.Config{Algorithm: "sliding_window", Limit: 100, Window: "1s"}
+
 func benchHandler(b *testing.B, path string, body []byte) {
 	store := constStore{newFakeStore()}
-	store.putPolicy(&testing.T{}, "api", algo.Config{Algorithm: "sliding_window", Limit: 100, Window: "1s"}, false)
-	h := New(store, Config{Logger: discardLogger()}).Handler()
+	store.putPolicy(&testing.T{}, "api", benchPolicy, false)
+	runBench(b, New(store, Config{Logger: discardLogger()}).Handler(), path, body, nil)
+}
+
+// runBench serves body to h in a loop; check, when set, inspects each
+// response.
+func runBench(b *testing.B, h http.Handler, path string, body []byte, check func(*discardWriter)) {
 	req := httptest.NewRequest("POST", path, nil)
 	rd := bytes.NewReader(body)
 	w := &discardWriter{h: http.Header{}}
@@ -56,6 +88,9 @@ func benchHandler(b *testing.B, path string, body []byte) {
 		if w.code != http.StatusOK {
 			b.Fatalf("status %d", w.code)
 		}
+		if check != nil {
+			check(w)
+		}
 	}
 }
 
@@ -67,6 +102,32 @@ func BenchmarkCheck(b *testing.B) {
 	})
 	b.Run("policy", func(b *testing.B) {
 		benchHandler(b, "/v1/check", []byte(`{"key":"user:12345","policy":"api","cost":1}`))
+	})
+}
+
+// BenchmarkCheckCachedRefusal is /v1/check for a key the over-limit cache
+// refuses (issue 16): the whole request is answered by this layer and the
+// service, so it is their cost per refusal under attack.
+func BenchmarkCheckCachedRefusal(b *testing.B) {
+	spec, err := benchPolicy.Spec()
+	if err != nil {
+		b.Fatal(err)
+	}
+	store := refusingStore{constStore{newFakeStore()}, overlimit.New(overlimit.Options{})}
+	store.putPolicy(&testing.T{}, "api", benchPolicy, false)
+	store.refuse(overlimit.LimitID{Policy: true, Ident: "api"}, spec, "user:12345")
+	store.refuse(overlimit.LimitID{Ident: string(algo.AppendSpec(nil, spec))}, spec, "user:12345")
+	h := New(store, Config{Logger: discardLogger()}).Handler()
+	refused := func(w *discardWriter) {
+		if len(w.h[hdrRetryAfter]) == 0 {
+			b.Fatal("allowed: the over-limit cache missed")
+		}
+	}
+	b.Run("inline", func(b *testing.B) {
+		runBench(b, h, "/v1/check", []byte(`{"key":"user:12345","limit":{"algorithm":"sliding_window","limit":100,"window":"1s"},"cost":1}`), refused)
+	})
+	b.Run("policy", func(b *testing.B) {
+		runBench(b, h, "/v1/check", []byte(`{"key":"user:12345","policy":"api","cost":1}`), refused)
 	})
 }
 
@@ -82,4 +143,52 @@ func BenchmarkBatch100(b *testing.B) {
 	}
 	body.WriteString(`]}`)
 	benchHandler(b, "/v1/check/batch", body.Bytes())
+}
+
+// readCloser is a request body that can be rewound without allocating.
+type readCloser struct{ bytes.Reader }
+
+func (*readCloser) Close() error { return nil }
+
+// maxCachedRefusalAllocs is the allocation budget of /v1/check answered from
+// the over-limit cache: the key's string, and the RateLimit header values
+// with their slices.
+const maxCachedRefusalAllocs = 3
+
+// TestCachedRefusalHandlerAllocs holds the handler to its budget for a
+// refusal from the over-limit cache (issue 16), under a policy and an inline
+// limit: a new allocation on this path costs every request of an attack.
+func TestCachedRefusalHandlerAllocs(t *testing.T) {
+	spec, err := benchPolicy.Spec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := refusingStore{constStore{newFakeStore()}, overlimit.New(overlimit.Options{})}
+	store.putPolicy(t, "api", benchPolicy, false)
+	store.refuse(overlimit.LimitID{Policy: true, Ident: "api"}, spec, "user:12345")
+	store.refuse(overlimit.LimitID{Ident: string(algo.AppendSpec(nil, spec))}, spec, "user:12345")
+	h := New(store, Config{Logger: discardLogger()}).Handler()
+	for _, body := range []string{
+		`{"key":"user:12345","policy":"api","cost":1}`,
+		`{"key":"user:12345","limit":{"algorithm":"sliding_window","limit":100,"window":"1s"},"cost":1}`,
+	} {
+		var rc readCloser
+		data := []byte(body)
+		req := httptest.NewRequest("POST", "/v1/check", nil)
+		req.Body = &rc
+		req.ContentLength = int64(len(body))
+		w := &discardWriter{h: http.Header{}}
+		serve := func() {
+			rc.Reset(data)
+			clear(w.h)
+			h.ServeHTTP(w, req)
+		}
+		serve()
+		if w.code != http.StatusOK || len(w.h[hdrRetryAfter]) == 0 {
+			t.Fatalf("%s: status %d, headers %v: not a cached refusal", body, w.code, w.h)
+		}
+		if n := testing.AllocsPerRun(200, serve); n > maxCachedRefusalAllocs {
+			t.Errorf("%s: %v allocations per request, budget %d", body, n, maxCachedRefusalAllocs)
+		}
+	}
 }

@@ -28,7 +28,7 @@ func (s *Server) handleCheck(w http.ResponseWriter, req *http.Request, _ httprou
 		writeError(w, e)
 		return
 	}
-	res, se := s.svc.Check(service.Detach(req.Context()), &cr)
+	res, se := s.svc.CheckDetached(req.Context(), &cr)
 	s.metrics.observe(endpointCheck, start)
 	s.setLeader(w.Header())
 	if se != nil {

@@ -1,12 +1,14 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -787,5 +789,62 @@ func TestBurstZeroRefused(t *testing.T) {
 	r = ts.do("PUT", "/v1/policies/b", `{"algorithm":"token_bucket","limit":10,"burst":25,"window":"1s"}`)
 	if r.code != 200 || num(t, r.json(t), "burst") != 25 {
 		t.Fatalf("explicit burst: %d %s", r.code, r.body)
+	}
+}
+
+// ctxStore records the context error each Check of the store is given.
+type ctxStore struct {
+	*fakeStore
+	errs []error
+}
+
+func (c *ctxStore) Check(ctx context.Context, ops []fsm.Op) ([]fsm.Result, error) {
+	c.errs = append(c.errs, ctx.Err())
+	return c.fakeStore.Check(ctx, ops)
+}
+
+// TestCheckOutlivesClient: a check whose client has gone is still decided
+// (docs/API.md: a disconnecting client does not cancel its check): the store
+// gets a context without the request's cancellation.
+func TestCheckOutlivesClient(t *testing.T) {
+	store := &ctxStore{fakeStore: newFakeStore()}
+	h := New(store, Config{Logger: discardLogger()}).Handler()
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	req := httptest.NewRequest("POST", "/v1/check", strings.NewReader(`{"key":"k","limit":`+fw3+`}`)).WithContext(gone)
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	if rec.Code != http.StatusOK || len(store.errs) != 1 || store.errs[0] != nil {
+		t.Fatalf("status %d %s, store saw context errors %v", rec.Code, rec.Body, store.errs)
+	}
+}
+
+// TestRateLimitHeaderValues: a check response carries exactly one value for
+// each RateLimit header, and Retry-After only when a wait helps: not on an
+// allowed answer, not on a refusal that can never succeed (not even empty).
+func TestRateLimitHeaderValues(t *testing.T) {
+	ts := newTestServer(t, Config{})
+	ts.store.putPolicy(t, "api", algo.Config{Algorithm: "fixed_window", Limit: 1, Window: "1m"}, false)
+	for _, c := range []struct {
+		body, rateLimit string
+		retryAfter      []string
+	}{
+		{`{"key":"k","policy":"api"}`, `"api";r=0;t=60`, nil},
+		{`{"key":"k","policy":"api","cost":2}`, `"api";r=0;t=60`, nil}, // can never fit
+		{`{"key":"k","policy":"api"}`, `"api";r=0;t=60`, []string{"60"}},
+	} {
+		r := ts.do("POST", "/v1/check", c.body)
+		if r.code != http.StatusOK {
+			t.Fatalf("%s: %d %s", c.body, r.code, r.body)
+		}
+		if got := r.header["Ratelimit-Policy"]; len(got) != 1 || got[0] != `"api";q=1;w=60` {
+			t.Errorf("%s: RateLimit-Policy %q", c.body, got)
+		}
+		if got := r.header["Ratelimit"]; len(got) != 1 || got[0] != c.rateLimit {
+			t.Errorf("%s: RateLimit %q, want %q", c.body, got, c.rateLimit)
+		}
+		if got, ok := r.header["Retry-After"]; ok != (c.retryAfter != nil) || strings.Join(got, "|") != strings.Join(c.retryAfter, "|") {
+			t.Errorf("%s: Retry-After %q (present %v), want %q", c.body, got, ok, c.retryAfter)
+		}
 	}
 }

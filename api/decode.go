@@ -31,11 +31,8 @@ type checkJSON struct {
 // decodeCheck decodes the body of POST /v1/check. The service validates the
 // rest.
 func (s *Server) decodeCheck(body []byte) (service.CheckRequest, *apiError) {
-	if e := scanJSON(body, "", true, 0); e != nil {
-		return service.CheckRequest{}, e
-	}
 	var fc fastCheckJSON
-	if fastCheck(body, &fc) {
+	if fastCheck(body, &fc) { // no scanJSON needed: see fastCheck
 		// One string for the key and the request id; the policy name is
 		// interned. The limit stays in body: the limit cache copies it.
 		var text string
@@ -46,7 +43,7 @@ func (s *Server) decodeCheck(body []byte) (service.CheckRequest, *apiError) {
 		return s.withLimit(r, fc.limit, true)
 	}
 	cj := new(checkJSON) // encoding/json's target escapes: kept off the fast path
-	if e := decodeJSON(body, cj, ""); e != nil {
+	if e := decodeStrict(body, cj, ""); e != nil {
 		return service.CheckRequest{}, e
 	}
 	return s.checkRequest(cj, true)
@@ -86,10 +83,8 @@ type batchFastJSON struct {
 // fails only when its envelope is wrong; an entry that cannot be decoded gets
 // its error in errs[i] and the others are decided.
 func (s *Server) decodeBatch(body []byte) (reqs []service.CheckRequest, errs []*service.Error, e *apiError) {
-	if scanJSON(body, "", true, 0) == nil {
-		if reqs, errs, ok := s.fastDecodeBatch(body); ok {
-			return reqs, errs, nil
-		}
+	if reqs, errs, ok := s.fastDecodeBatch(body); ok { // no scanJSON needed: see fastBatch
+		return reqs, errs, nil
 	}
 	var fast batchFastJSON
 	if decodeStrict(body, &fast, "") != nil {

@@ -208,7 +208,8 @@ func appendRateLimitItem(b []byte, ref *service.Limit, d *fsm.Decision) []byte {
 // refusing checks, in whole seconds rounded up, left out when one of them can
 // never succeed (retry_after_ms -1), since no wait would help.
 func setRateLimitHeaders(h http.Header, refs []service.Limit, ds []fsm.Decision, opAllowed bool, scratch []byte) []byte {
-	// Both values are built in one buffer and converted with one allocation.
+	// The values are built in one buffer and converted with one allocation,
+	// and their slices share one array: two allocations for all three.
 	b := scratch[:0]
 	for i := range ds {
 		if i > 0 {
@@ -216,34 +217,50 @@ func setRateLimitHeaders(h http.Header, refs []service.Limit, ds []fsm.Decision,
 		}
 		b = appendPolicyItem(b, &refs[i], &ds[i])
 	}
-	split := len(b)
+	policyEnd := len(b)
 	for i := range ds {
 		if i > 0 {
 			b = append(b, ", "...)
 		}
 		b = appendRateLimitItem(b, &refs[i], &ds[i])
 	}
-	both := string(b)
-	vals := make([]string, 2)
-	vals[0], vals[1] = both[:split], both[split:]
+	rateLimitEnd := len(b)
+	if wait := retryWait(ds, opAllowed); wait > 0 {
+		b = strconv.AppendInt(b, toSeconds(wait), 10)
+	}
+	all := string(b)
+	n := 2
+	if len(all) > rateLimitEnd {
+		n = 3
+	}
+	vals := make([]string, n)
+	vals[0], vals[1] = all[:policyEnd], all[policyEnd:rateLimitEnd]
 	h[hdrRateLimitPolicy] = vals[0:1:1]
 	h[hdrRateLimit] = vals[1:2:2]
-	if !opAllowed {
-		var wait time.Duration
-		for i := range ds {
-			d := &ds[i]
-			if allowed(d) {
-				continue
-			}
-			if d.RetryAfter == algo.Never {
-				wait = algo.Never
-				break
-			}
-			wait = max(wait, d.RetryAfter)
-		}
-		if wait > 0 {
-			h[hdrRetryAfter] = []string{strconv.FormatInt(toSeconds(wait), 10)}
-		}
+	if n == 3 {
+		vals[2] = all[rateLimitEnd:]
+		h[hdrRetryAfter] = vals[2:3:3]
 	}
 	return b
+}
+
+// retryWait is what Retry-After says for an op (0: nothing): the longest
+// wait among its refusing checks, or algo.Never when one of them can never
+// succeed.
+func retryWait(ds []fsm.Decision, opAllowed bool) time.Duration {
+	if opAllowed {
+		return 0
+	}
+	var wait time.Duration
+	for i := range ds {
+		d := &ds[i]
+		if allowed(d) {
+			continue
+		}
+		if d.RetryAfter == algo.Never {
+			return algo.Never
+		}
+		wait = max(wait, d.RetryAfter)
+	}
+	return wait
 }

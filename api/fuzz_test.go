@@ -68,6 +68,7 @@ func validated(t *testing.T, s *Server, store *fakeStore, run func() []*service.
 func FuzzDecodeCheck(f *testing.F) {
 	s, store := fuzzServer()
 	f.Fuzz(func(t *testing.T, body []byte) {
+		checkAgrees(t, s, body) // the fast decoder and encoding/json agree
 		r, e := s.decodeCheck(body)
 		if e != nil {
 			if e.status != 400 || e.code != CodeInvalidArgument || e.message == "" {
@@ -114,6 +115,7 @@ func FuzzDecodeCheck(f *testing.F) {
 func FuzzDecodeBatch(f *testing.F) {
 	s, store := fuzzServer()
 	f.Fuzz(func(t *testing.T, body []byte) {
+		batchAgrees(t, s, body) // the fast decoder and encoding/json agree
 		reqs, errs, e := s.decodeBatch(body)
 		if e != nil {
 			if e.status != 400 || e.message == "" {

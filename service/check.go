@@ -4,6 +4,8 @@ import (
 	"context"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/limitd/limitd/algo"
 	"github.com/limitd/limitd/fsm"
@@ -34,10 +36,57 @@ func (s *Service) cached(c *fsm.Check) (fsm.Decision, bool) {
 	if c.Spec != nil {
 		// The state machine's identity of an inline limit: its canonical
 		// encoding (the spec was validated by prepare's caller).
-		id = overlimit.LimitID{Ident: string(algo.AppendSpec(nil, *c.Spec))}
+		id = overlimit.LimitID{Ident: s.specIdents.get(c.Spec)}
 	}
 	d, hit := rf.Refused(id, c.Key, c.Cost)
 	return fsm.Decision{Decision: d}, hit
+}
+
+// specIdents interns the canonical encodings (algo.AppendSpec) of inline
+// limits as strings, the identity the over-limit cache knows them by:
+// clients send the same few limits on every check, and building the string
+// would cost two allocations per cached refusal. The zero value is ready.
+type specIdents struct {
+	idents atomic.Pointer[map[string]string] // copied on write
+	mu     sync.Mutex
+}
+
+// maxSpecIdents bounds specIdents; past it, identities are built per check
+// (a client sending endless distinct limits gets no worse than no cache).
+const maxSpecIdents = maxCachedLimits
+
+// get returns string(algo.AppendSpec(nil, *spec)).
+func (si *specIdents) get(spec *algo.Spec) string {
+	var a [64]byte // enough for any spec: time zone names are short
+	b := algo.AppendSpec(a[:0], *spec)
+	if m := si.idents.Load(); m != nil {
+		if id, ok := (*m)[string(b)]; ok {
+			return id
+		}
+	}
+	id := string(b)
+	si.mu.Lock()
+	defer si.mu.Unlock()
+	old := si.idents.Load()
+	if old != nil && len(*old) >= maxSpecIdents {
+		return id
+	}
+	m := make(map[string]string, 1+lenOf(old))
+	if old != nil {
+		for k, v := range *old {
+			m[k] = v
+		}
+	}
+	m[id] = id
+	si.idents.Store(&m)
+	return id
+}
+
+func lenOf(m *map[string]string) int {
+	if m == nil {
+		return 0
+	}
+	return len(*m)
 }
 
 // CheckRequest is one check as a client asked it: may Key spend Cost under
@@ -110,6 +159,17 @@ func ValidateCheckFields(r *CheckRequest, withRequestID bool) *Error {
 
 // Check decides one check.
 func (s *Service) Check(ctx context.Context, r *CheckRequest) (CheckResult, *Error) {
+	return s.check(ctx, r, false)
+}
+
+// CheckDetached is Check(Detach(ctx), r), detaching ctx only when the check
+// goes to the node: a refusal answered from the over-limit cache waits for
+// nothing, and the detached context would be its only allocation.
+func (s *Service) CheckDetached(ctx context.Context, r *CheckRequest) (CheckResult, *Error) {
+	return s.check(ctx, r, true)
+}
+
+func (s *Service) check(ctx context.Context, r *CheckRequest, detach bool) (CheckResult, *Error) {
 	c, l, e := s.prepare(r, true)
 	if e != nil {
 		return CheckResult{}, e
@@ -119,6 +179,9 @@ func (s *Service) Check(ctx context.Context, r *CheckRequest) (CheckResult, *Err
 			s.obs.Decided(l, d)
 			return CheckResult{Decision: d, Limit: l}, nil
 		}
+	}
+	if detach {
+		ctx = Detach(ctx)
 	}
 	return s.decideOne(ctx, c, l, r.RequestID, false)
 }

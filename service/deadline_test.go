@@ -75,3 +75,36 @@ func TestSharedDeadlines(t *testing.T) {
 	cancelOwn()
 	<-c.Done() // the caller's cancellation reaches the node
 }
+
+// recordingNode decides like node and records the context of every check.
+type recordingNode struct {
+	*node
+	ctxs []context.Context
+}
+
+func (r *recordingNode) Check(ctx context.Context, ops []fsm.Op) ([]fsm.Result, error) {
+	r.ctxs = append(r.ctxs, ctx)
+	return r.node.Check(ctx, ops)
+}
+
+// TestCheckDetached: CheckDetached decides a check whose caller has gone
+// (the node gets the shared deadline, not the caller's cancellation), as
+// Check(Detach(ctx)) does; Check passes the caller's cancellation on.
+func TestCheckDetached(t *testing.T) {
+	n := &recordingNode{node: newNode("api")}
+	s := New(n, Config{})
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, e := s.CheckDetached(gone, &CheckRequest{Key: "k", Policy: "api", Cost: 1}); e != nil {
+		t.Fatalf("CheckDetached with a cancelled caller: %v", e)
+	}
+	if got := n.ctxs[0]; got.Err() != nil {
+		t.Fatalf("the node got the caller's cancellation: %v", got.Err())
+	} else if _, ok := got.Deadline(); !ok {
+		t.Fatal("the node got a context without a deadline")
+	}
+	_, _ = s.Check(gone, &CheckRequest{Key: "k", Policy: "api", Cost: 1})
+	if got := n.ctxs[1]; got.Err() == nil {
+		t.Fatal("Check did not pass the caller's cancellation on")
+	}
+}

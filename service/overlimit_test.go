@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"testing"
+	"unsafe"
 
 	"github.com/limitd/limitd/algo"
 	"github.com/limitd/limitd/overlimit"
@@ -95,3 +96,80 @@ func TestCachedRefusals(t *testing.T) {
 }
 
 var _ Refuser = (*refusingNode)(nil)
+
+// hitNode is a node whose over-limit cache refuses every check without
+// allocating, and records the last limit identity it was asked about.
+type hitNode struct {
+	*node
+	last overlimit.LimitID
+}
+
+func (n *hitNode) Refused(id overlimit.LimitID, _ string, _ int64) (algo.Decision, bool) {
+	n.last = id
+	return algo.Decision{Limit: 10, RetryAfter: 7e9, ResetAfter: 9e9}, true
+}
+
+// TestCachedRefusalAllocates: a check answered from the over-limit cache
+// costs the service no allocation, under a policy or an inline limit (whose
+// cache identity is interned, not rebuilt per check), through CheckDetached
+// (which detaches the context only for checks that go to the node).
+func TestCachedRefusalAllocates(t *testing.T) {
+	n := &hitNode{node: newNode("p")}
+	s := New(n, Config{})
+	spec, err := algo.Config{Algorithm: "sliding_window", Limit: 100, Window: "1s"}.Spec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, r := range []CheckRequest{{Key: "k", Policy: "p", Cost: 1}, {Key: "k", Limit: &spec, Cost: 1}} {
+		res, e := s.CheckDetached(ctx, &r)
+		if e != nil || Allowed(&res.Decision) {
+			t.Fatalf("%+v: %+v %v", r, res, e)
+		}
+		if allocs := testing.AllocsPerRun(100, func() { _, _ = s.CheckDetached(ctx, &r) }); allocs != 0 {
+			t.Errorf("%+v: %v allocations per cached refusal, want 0", r, allocs)
+		}
+	}
+	if want := string(algo.AppendSpec(nil, spec)); n.last != (overlimit.LimitID{Ident: want}) {
+		t.Fatalf("inline looked up %+v, want %q", n.last, want)
+	}
+}
+
+// TestSpecIdents: an inline limit's identity is its canonical encoding,
+// interned (the same string for equal specs), and still right, uninterned,
+// once the table is full.
+func TestSpecIdents(t *testing.T) {
+	var si specIdents
+	specs := []algo.Config{
+		{Algorithm: "sliding_window", Limit: 100, Window: "1s"},
+		{Algorithm: "token_bucket", Limit: 10, Window: "1m", Burst: 50},
+		{Algorithm: "fixed_window", Limit: 3, Calendar: "day", Timezone: "America/Argentina/ComodRivadavia"},
+		{Algorithm: "sliding_log", Limit: 5, Window: "1h", CountRefused: true},
+	}
+	for _, c := range specs {
+		spec, err := c.Spec()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := string(algo.AppendSpec(nil, spec))
+		a, b := si.get(&spec), si.get(&spec)
+		if a != want || b != want {
+			t.Fatalf("%+v: %q, %q, want %q", c, a, b, want)
+		}
+		if unsafe.StringData(a) != unsafe.StringData(b) {
+			t.Fatalf("%+v: the identity is not interned", c)
+		}
+	}
+	for i := 1; i <= maxSpecIdents+10; i++ {
+		spec, err := algo.Config{Algorithm: "fixed_window", Limit: int64(i), Window: "1s"}.Spec()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := si.get(&spec), string(algo.AppendSpec(nil, spec)); got != want {
+			t.Fatalf("limit %d: %q, want %q", i, got, want)
+		}
+	}
+	if n := len(*si.idents.Load()); n != maxSpecIdents {
+		t.Fatalf("%d identities interned, want the bound %d", n, maxSpecIdents)
+	}
+}

@@ -102,6 +102,8 @@ type Service struct {
 	timeout   string
 	deadlines sharedDeadlines
 	leader    leaderCache
+	// specIdents interns inline limits' identities in the over-limit cache.
+	specIdents specIdents
 }
 
 // New returns the service for node.
