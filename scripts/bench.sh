@@ -2,7 +2,7 @@
 # Side-by-side benchmark: Redis + Lua with appendfsync always against a durable
 # limitd cluster, same workload generator, same report (issues 5, 12, 13, 14, 16).
 #
-#   scripts/bench.sh                          # every row, 15 s each: about 5 minutes
+#   scripts/bench.sh                          # every row, 15 s each: about 7 minutes
 #   DURATION=5s WARMUP=1s scripts/bench.sh    # a quick look: about 2 minutes
 #   ROWS="redis http grpc client" scripts/bench.sh   # a subset
 #
@@ -15,6 +15,9 @@
 #   redis-attack  the attack workload (below)
 #   bare          scripts/barehttp: decode the check JSON, encode a decision, no
 #                 Raft, no disk: the ceiling of single checks over HTTP/1.1 JSON
+#   bare3         three barehttp processes, requests round robin, each with
+#                 GOMAXPROCS of a third of the CPUs: the same ceiling for three
+#                 servers sharing this machine, as the 3-node limitd rows do
 #   http          limitd 3 nodes, HTTP/JSON single checks, round robin
 #   leader        limitd 3 nodes, HTTP/JSON single checks, all to the leader
 #                 (--leader-only: what a follower costs without serving HTTP)
@@ -62,7 +65,7 @@ RESULTS=${RESULTS:-}
 HOT_KEYS=${HOT_KEYS:-10}
 HOT_FRACTION=${HOT_FRACTION:-0.9}
 HOT_LIMIT=${HOT_LIMIT:-1}
-ALL_ROWS="redis redis-zipf redis-attack bare http leader zipf batch 1node grpc rls client attack attack-nocache hot"
+ALL_ROWS="redis redis-zipf redis-attack bare bare3 http leader zipf batch 1node grpc rls client attack attack-nocache hot"
 ROWS=${ROWS:-$ALL_ROWS}
 for r in $ROWS; do
 	case " $ALL_ROWS " in
@@ -79,7 +82,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 work=$(mktemp -d "${TMPDIR:-/tmp}/limitd-bench.XXXXXX")
 results=$work/results.jsonl
 redis_pid=""
-bare_pid=""
+bare_pid="" # one or more, space-separated
 failed=0
 
 log() { printf '==> %s\n' "$*" >&2; }
@@ -98,10 +101,13 @@ stop_redis() {
 }
 
 stop_bare() {
-	if [[ -n $bare_pid ]] && kill -0 "$bare_pid" 2>/dev/null; then
-		kill -TERM "$bare_pid" 2>/dev/null || true
-		wait "$bare_pid" 2>/dev/null || true
-	fi
+	local p
+	for p in $bare_pid; do
+		if kill -0 "$p" 2>/dev/null; then
+			kill -TERM "$p" 2>/dev/null || true
+			wait "$p" 2>/dev/null || true
+		fi
+	done
 	bare_pid=""
 }
 
@@ -200,14 +206,34 @@ if want redis || want redis-zipf || want redis-attack; then
 	stop_redis # nothing else on the CPU while limitd runs
 fi
 
-if want bare; then
-	for _ in $(seq 20); do
-		bare_port=$((20000 + RANDOM % 40000))
-		port_free "$bare_port" && break
+# start_bare N: N barehttp processes on free ports, each with GOMAXPROCS of
+# an equal share of the CPUs (as limitd bench --cluster gives its nodes);
+# sets bare_addrs and bare_pids (comma-separated) and bare_pid.
+start_bare() {
+	local n=$1 procs=$(( $(nproc) / $1 )) port
+	((procs >= 1)) || procs=1
+	bare_addrs="" bare_pids=""
+	for _ in $(seq "$n"); do
+		for _ in $(seq 20); do
+			port=$((20000 + RANDOM % 40000))
+			port_free "$port" && break
+		done
+		GOMAXPROCS=$procs "$work/barehttp" "127.0.0.1:$port" 2>>"$work/barehttp.log" &
+		bare_pid="$bare_pid $!"
+		bare_addrs="${bare_addrs:+$bare_addrs,}http://127.0.0.1:$port"
+		bare_pids="${bare_pids:+$bare_pids,}$!"
 	done
-	"$work/barehttp" "127.0.0.1:$bare_port" 2>"$work/barehttp.log" &
-	bare_pid=$!
-	run "bare http" "$work/limitd" bench --system barehttp --addrs "http://127.0.0.1:$bare_port" --pids "$bare_pid" \
+}
+
+if want bare; then
+	start_bare 1
+	run "bare http" "$work/limitd" bench --system barehttp --addrs "$bare_addrs" --pids "$bare_pids" \
+		--algorithm sliding_window --dist uniform
+	stop_bare
+fi
+if want bare3; then
+	start_bare 3
+	run "bare x3" "$work/limitd" bench --system barehttp --addrs "$bare_addrs" --pids "$bare_pids" \
 		--algorithm sliding_window --dist uniform
 	stop_bare
 fi
@@ -246,7 +272,7 @@ echo
 echo "targets:  issue 14: 3-node single checks (uniform) >= 0.50x redis with p99 < 25ms; batches of $BATCH >= 3x; 1 node >= 0.80x"
 echo "          issue 12: grpc single checks >= http single checks (same cluster size)"
 echo "          issue 13: client row's loadgen CPU per check < redis row's loadgen; client checks/s >= 1.5x redis"
-echo "          issue 16: hot row's CPU per check summed over the nodes <= 1.2x bare's server CPU per check; attack >= 0.8x bare http"
+echo "          issue 16: hot row's CPU per check summed over the nodes <= 1.2x bare's (or bare3's) server CPU per check; attack >= 0.8x bare http (bare3)"
 echo "                    checks/s and >= 2.5x the attack-nocache row; attack's normal p99 <= the http row's p99"
 if [[ -n $RESULTS ]]; then
 	cp "$results" "$RESULTS"
