@@ -60,7 +60,7 @@ func (s *Server) fastRequest(fc *fastCheckJSON, text string) (service.CheckReque
 	r.Key, text = text[:len(fc.key)], text[len(fc.key):]
 	r.RequestID, text = text[:len(fc.requestID)], text[len(fc.requestID):]
 	if len(fc.policy) > 0 {
-		r.Policy = s.policyNames.get(fc.policy)
+		r.Policy = s.policyNames.Get(fc.policy)
 	}
 	return r, text
 }

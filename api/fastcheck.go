@@ -2,8 +2,6 @@ package api
 
 import (
 	"bytes"
-	"sync"
-	"sync/atomic"
 	"unicode/utf8"
 )
 
@@ -351,44 +349,8 @@ func (p *fastParser) digits() int {
 	return p.i - start
 }
 
-// policyNames interns policy names read from check bodies: a handful of
-// names arrive on every request, and each would otherwise cost a string.
-type policyNames struct {
-	names atomic.Pointer[map[string]string] // copied on write
-	mu    sync.Mutex
-}
-
-// maxInternedPolicies bounds policyNames; past it, names are allocated per
+// maxInternedPolicies bounds the policy names interned from check bodies
+// (Server.policyNames): a handful of names arrive on every request, and each
+// would otherwise cost a string; past the bound, names are allocated per
 // request (a client sending endless distinct names gains nothing).
 const maxInternedPolicies = 256
-
-func (pn *policyNames) get(b []byte) string {
-	if m := pn.names.Load(); m != nil {
-		if s, ok := (*m)[string(b)]; ok {
-			return s
-		}
-	}
-	s := string(b)
-	pn.mu.Lock()
-	defer pn.mu.Unlock()
-	old := pn.names.Load()
-	if old != nil && len(*old) >= maxInternedPolicies {
-		return s
-	}
-	m := make(map[string]string, 1+lenOf(old))
-	if old != nil {
-		for k, v := range *old {
-			m[k] = v
-		}
-	}
-	m[s] = s
-	pn.names.Store(&m)
-	return s
-}
-
-func lenOf(m *map[string]string) int {
-	if m == nil {
-		return 0
-	}
-	return len(*m)
-}

@@ -109,8 +109,8 @@ type Server struct {
 	handler http.Handler
 	metrics *metrics
 	limits  service.LimitCache // inline limits by their JSON bytes
-	// policyNames interns the policy names of check bodies (fastcheck.go).
-	policyNames policyNames
+	// policyNames interns the policy names of check bodies.
+	policyNames service.Interner
 
 	keySource    KeySource
 	keySourceErr error // a bad Config.AuthKeySource fails /v1/auth, not the node
@@ -120,6 +120,7 @@ type Server struct {
 // an invalid AuthKeySource makes /v1/auth answer 500 rather than panicking.
 func New(store Store, cfg Config) *Server {
 	s := &Server{store: store, cfg: cfg.withDefaults()}
+	s.policyNames.Max = maxInternedPolicies
 	s.keySource, s.keySourceErr = ParseKeySource(s.cfg.AuthKeySource)
 	if s.keySourceErr != nil {
 		s.cfg.Logger.Error("bad auth key source; /v1/auth will fail", "auth_key_source", s.cfg.AuthKeySource, "error", s.keySourceErr)

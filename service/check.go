@@ -4,8 +4,6 @@ import (
 	"context"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 
 	"github.com/limitd/limitd/algo"
 	"github.com/limitd/limitd/fsm"
@@ -36,57 +34,24 @@ func (s *Service) cached(c *fsm.Check) (fsm.Decision, bool) {
 	if c.Spec != nil {
 		// The state machine's identity of an inline limit: its canonical
 		// encoding (the spec was validated by prepare's caller).
-		id = overlimit.LimitID{Ident: s.specIdents.get(c.Spec)}
+		id = overlimit.LimitID{Ident: specIdent(&s.specIdents, c.Spec)}
 	}
 	d, hit := rf.Refused(id, c.Key, c.Cost)
 	return fsm.Decision{Decision: d}, hit
 }
 
-// specIdents interns the canonical encodings (algo.AppendSpec) of inline
-// limits as strings, the identity the over-limit cache knows them by:
-// clients send the same few limits on every check, and building the string
-// would cost two allocations per cached refusal. The zero value is ready.
-type specIdents struct {
-	idents atomic.Pointer[map[string]string] // copied on write
-	mu     sync.Mutex
-}
-
-// maxSpecIdents bounds specIdents; past it, identities are built per check
-// (a client sending endless distinct limits gets no worse than no cache).
+// maxSpecIdents bounds the interned identities of inline limits (see
+// Service.specIdents); past it, identities are built per check (a client
+// sending endless distinct limits gets no worse than no cache).
 const maxSpecIdents = maxCachedLimits
 
-// get returns string(algo.AppendSpec(nil, *spec)).
-func (si *specIdents) get(spec *algo.Spec) string {
+// specIdent returns string(algo.AppendSpec(nil, *spec)), interned: the
+// identity the over-limit cache knows an inline limit by. Clients send the
+// same few limits on every check, and building the string would cost two
+// allocations per cached refusal.
+func specIdent(in *Interner, spec *algo.Spec) string {
 	var a [64]byte // enough for any spec: time zone names are short
-	b := algo.AppendSpec(a[:0], *spec)
-	if m := si.idents.Load(); m != nil {
-		if id, ok := (*m)[string(b)]; ok {
-			return id
-		}
-	}
-	id := string(b)
-	si.mu.Lock()
-	defer si.mu.Unlock()
-	old := si.idents.Load()
-	if old != nil && len(*old) >= maxSpecIdents {
-		return id
-	}
-	m := make(map[string]string, 1+lenOf(old))
-	if old != nil {
-		for k, v := range *old {
-			m[k] = v
-		}
-	}
-	m[id] = id
-	si.idents.Store(&m)
-	return id
-}
-
-func lenOf(m *map[string]string) int {
-	if m == nil {
-		return 0
-	}
-	return len(*m)
+	return in.Get(algo.AppendSpec(a[:0], *spec))
 }
 
 // CheckRequest is one check as a client asked it: may Key spend Cost under

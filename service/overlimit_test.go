@@ -139,7 +139,7 @@ func TestCachedRefusalAllocates(t *testing.T) {
 // interned (the same string for equal specs), and still right, uninterned,
 // once the table is full.
 func TestSpecIdents(t *testing.T) {
-	var si specIdents
+	si := Interner{Max: maxSpecIdents}
 	specs := []algo.Config{
 		{Algorithm: "sliding_window", Limit: 100, Window: "1s"},
 		{Algorithm: "token_bucket", Limit: 10, Window: "1m", Burst: 50},
@@ -152,7 +152,7 @@ func TestSpecIdents(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := string(algo.AppendSpec(nil, spec))
-		a, b := si.get(&spec), si.get(&spec)
+		a, b := specIdent(&si, &spec), specIdent(&si, &spec)
 		if a != want || b != want {
 			t.Fatalf("%+v: %q, %q, want %q", c, a, b, want)
 		}
@@ -165,11 +165,11 @@ func TestSpecIdents(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got, want := si.get(&spec), string(algo.AppendSpec(nil, spec)); got != want {
+		if got, want := specIdent(&si, &spec), string(algo.AppendSpec(nil, spec)); got != want {
 			t.Fatalf("limit %d: %q, want %q", i, got, want)
 		}
 	}
-	if n := len(*si.idents.Load()); n != maxSpecIdents {
+	if n := si.Len(); n != maxSpecIdents {
 		t.Fatalf("%d identities interned, want the bound %d", n, maxSpecIdents)
 	}
 }

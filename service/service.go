@@ -103,7 +103,7 @@ type Service struct {
 	deadlines sharedDeadlines
 	leader    leaderCache
 	// specIdents interns inline limits' identities in the over-limit cache.
-	specIdents specIdents
+	specIdents Interner
 }
 
 // New returns the service for node.
@@ -121,6 +121,7 @@ func New(node Node, cfg Config) *Service {
 	s := &Service{node: node, cfg: cfg, obs: obs, timeout: cfg.RequestTimeout.String()}
 	s.deadlines.timeout, s.deadlines.slack = cfg.RequestTimeout, cfg.RequestTimeout/deadlineSlack
 	s.leader.loc, _ = node.(LeaderLocator)
+	s.specIdents.Max = maxSpecIdents
 	return s
 }
 
