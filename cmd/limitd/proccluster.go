@@ -13,11 +13,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -299,7 +301,11 @@ func startProcClusterOpts(ctx context.Context, dir string, ids []string, o procO
 }
 
 // freeLoopbackAddrs reserves n distinct free ports by holding them all open
-// at once, then releases them for the nodes to bind.
+// at once, then releases them for the nodes to bind. The ports are below the
+// kernel's ephemeral range when it leaves room (ephemeralPortsFrom): a port
+// from that range can be taken by any outgoing connection — another test's
+// client — between its release and the node's bind, or while a node
+// restarts on it, which failed process tests with "address already in use".
 func freeLoopbackAddrs(n int) ([]string, error) {
 	var lns []net.Listener
 	defer func() {
@@ -307,16 +313,48 @@ func freeLoopbackAddrs(n int) ([]string, error) {
 			ln.Close()
 		}
 	}()
+	lo, hi := minTestPort, ephemeralPortsFrom()
 	addrs := make([]string, n)
 	for i := range addrs {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("find a free loopback port: %w", err)
+		var ln net.Listener
+		var err error
+		for try := 0; try < 100 && hi-lo > 100; try++ {
+			port := lo + rand.IntN(hi-lo)
+			if ln, err = net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port)); err == nil {
+				break
+			}
+		}
+		if ln == nil { // no room below the range, or all tries taken
+			if ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+				return nil, fmt.Errorf("find a free loopback port: %w", err)
+			}
 		}
 		lns = append(lns, ln)
 		addrs[i] = ln.Addr().String()
 	}
 	return addrs, nil
+}
+
+// minTestPort is the lowest port freeLoopbackAddrs picks (above the
+// well-known and most registered services' ports).
+const minTestPort = 20000
+
+// ephemeralPortsFrom is the first port of the kernel's ephemeral range
+// (Linux's /proc/sys/net/ipv4/ip_local_port_range; 32768 where unreadable).
+func ephemeralPortsFrom() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 32768
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return 32768
+	}
+	lo, err := strconv.Atoi(f[0])
+	if err != nil {
+		return 32768
+	}
+	return lo
 }
 
 func (c *procCluster) addrs() []string {

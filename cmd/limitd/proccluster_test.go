@@ -1,8 +1,10 @@
 package main
 
 import (
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -51,5 +53,35 @@ func TestProcNodeGOMAXPROCS(t *testing.T) {
 		if s := strings.TrimSpace(string(got)); s != "GOMAXPROCS="+c.want {
 			t.Errorf("procs %d: the node's environment has %q, want GOMAXPROCS=%s", c.procs, s, c.want)
 		}
+	}
+}
+
+// TestFreeLoopbackAddrs: distinct free ports, below the ephemeral range when
+// it leaves room, bindable once returned.
+func TestFreeLoopbackAddrs(t *testing.T) {
+	addrs, err := freeLoopbackAddrs(20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hi := ephemeralPortsFrom()
+	seen := map[string]bool{}
+	for _, a := range addrs {
+		if seen[a] {
+			t.Fatalf("%s handed out twice in %v", a, addrs)
+		}
+		seen[a] = true
+		_, p, err := net.SplitHostPort(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		port, _ := strconv.Atoi(p)
+		if hi-minTestPort > 100 && (port < minTestPort || port >= hi) {
+			t.Errorf("port %d outside [%d, %d): the kernel may give it to an outgoing connection", port, minTestPort, hi)
+		}
+		ln, err := net.Listen("tcp", a)
+		if err != nil {
+			t.Fatalf("%s is not free: %v", a, err)
+		}
+		ln.Close()
 	}
 }

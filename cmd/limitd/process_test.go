@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -36,14 +35,14 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// freePort is a free loopback address (freeLoopbackAddrs).
 func freePort(t testing.TB) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addrs, err := freeLoopbackAddrs(1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return addrs[0]
 }
 
 // proc is one limitd process (the shared procNode) bound to a test: start
