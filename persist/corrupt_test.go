@@ -300,3 +300,124 @@ func TestTruncatedFileIsSetAside(t *testing.T) {
 		fillStore(t, path)
 	}
 }
+
+// TestInlineElementOutsideItsPage: a damaged offset in an element of a
+// bucket bbolt keeps inline (in its parent's page) that points at a valid
+// copy of the record elsewhere in the file passes every checksum and bbolt's
+// own check (which skips inline buckets); a reader whose copy of the bucket
+// is elsewhere (a writable transaction copies it to the heap) then reads
+// garbage. The scrub refuses the file: an inline bucket's records must lie
+// in its inline page.
+func TestInlineElementOutsideItsPage(t *testing.T) {
+	// bbolt reads an inline bucket in place, from the mapped file, only
+	// when its value is 8-byte aligned (else from a heap copy, where the
+	// damaged offset would read garbage the checksum catches anyway): pad
+	// the policies, which come before the requests bucket, until it is.
+	// The same with the offset pointing at the next record in the page: two
+	// equal keys, each with a valid checksum.
+	for _, outside := range []bool{true, false} {
+		found := false
+		for pad := 0; pad < 8 && !found; pad++ {
+			found = inlineElementOutsideItsPage(t, pad, outside)
+		}
+		if !found {
+			t.Fatal("the requests bucket's inline value was never 8-byte aligned")
+		}
+	}
+}
+
+// inlineElementOutsideItsPage runs the test with policies padded by pad
+// bytes, element 0 pointing outside the page or at element 1's record;
+// false if the requests bucket's value is not aligned.
+func inlineElementOutsideItsPage(t *testing.T, pad int, outside bool) bool {
+	path := filepath.Join(t.TempDir(), "fsm.db")
+	s, err := Open(path, Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	update(t, s, func(tx *Tx) error {
+		if err := tx.PutPolicy("p", []byte("encoded"+strings.Repeat("x", pad))); err != nil {
+			return err
+		}
+		for _, id := range []string{"ra", "rb"} {
+			if err := tx.PutRequest([]byte(id), Request{}, []byte("result-"+id), 5000); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := verifyFile(path); err != nil {
+		t.Fatalf("the undamaged file: %v", err)
+	}
+
+	// Find the "requests" bucket element in a leaf page (bbolt's layout:
+	// 16-byte page header, 16-byte leaf elements of flags, pos, ksize,
+	// vsize; pos counts from the element).
+	const ps = 4096
+	u32 := binary.LittleEndian.Uint32
+	value := -1
+	for pg := 0; pg*ps < len(b) && value < 0; pg++ {
+		p := b[pg*ps : (pg+1)*ps]
+		if binary.LittleEndian.Uint16(p[8:10])&0x02 == 0 { // not a leaf
+			continue
+		}
+		for i := 0; i < int(binary.LittleEndian.Uint16(p[10:12])); i++ {
+			e := 16 + 16*i
+			pos, ks := int(u32(p[e+4:])), int(u32(p[e+8:]))
+			if u32(p[e:])&1 != 0 && string(p[e+pos:e+pos+ks]) == "requests" {
+				value = pg*ps + e + pos + ks
+				break
+			}
+		}
+	}
+	if value < 0 {
+		t.Fatal("no inline requests bucket found")
+	}
+	if value%8 != 0 {
+		return false
+	}
+	// Element 0 of the inline page (past the 16-byte bucket header): copy
+	// its record to the same place in a page appended to the file, and
+	// point the element there.
+	eh := value + 16 + 16
+	pos, ks, vs := int(u32(b[eh+4:])), int(u32(b[eh+8:])), int(u32(b[eh+12:]))
+	rec := eh + pos
+	if string(b[rec:rec+ks]) != "ra" {
+		t.Fatalf("element 0 is %q, want the request ra", b[rec:rec+ks])
+	}
+	want := "inline page"
+	if outside {
+		end := (len(b) + ps - 1) / ps * ps
+		b = append(b, make([]byte, end-len(b)+ps)...)
+		target := end + rec%ps
+		copy(b[target:], b[rec:rec+ks+vs])
+		binary.LittleEndian.PutUint32(b[eh+4:], uint32(pos+target-rec))
+	} else {
+		next := eh + 16 + int(u32(b[eh+16+4:]))
+		binary.LittleEndian.PutUint32(b[eh+4:], uint32(next-eh))
+		want = "out of order"
+	}
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := verifyFile(path); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("verify: %v, want ErrCorrupt naming %q", err, want)
+	}
+	s, err = Open(path, Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if !s.Recovered() {
+		t.Fatal("the damaged file was trusted: Recovered() is false")
+	}
+	return true
+}
