@@ -426,6 +426,7 @@ func TestBenchFailures(t *testing.T) {
 		{"node not ready", []string{"--addrs", notReady}, 1, "is not ready: GET /readyz: 503 Service Unavailable"},
 		{"nothing listening", []string{"--addrs", "127.0.0.1:1"}, 1, "127.0.0.1:1 is not ready"},
 		{"negative cluster", []string{"--cluster", "-1"}, 2, "--cluster must not be negative"},
+		{"node procs below -1", []string{"--cluster", "3", "--node-procs", "-2"}, 2, "--node-procs must be -1, 0 or a number of CPUs"},
 		{"cluster and addrs", []string{"--cluster", "3", "--addrs", down}, 2, "exclude each other"},
 		{"bad dist", []string{"--dist", "pareto"}, 2, "unknown key distribution"},
 		{"zero batch", []string{"--batch", "0"}, 2, "batch must be at least 1"},
