@@ -545,8 +545,6 @@ func putBenchPolicy(ctx context.Context, addr, token string, c bench.CheckSpec) 
 // benchReadyWait is how long running nodes (--addrs) may take to be ready.
 var benchReadyWait = 5 * time.Second
 
-// startBenchCluster starts n nodes named bench1..benchN in a new temporary
-// directory, which stop removes.
 // nodeProcs is the GOMAXPROCS that --node-procs flag gives each of n nodes
 // on a machine of cpus CPUs (0: none set, Go's default). Nodes sharing one
 // machine stand in for machines of their own: each sized for every CPU,
@@ -563,6 +561,8 @@ func nodeProcs(flag, n, cpus int) int {
 	return max(1, cpus/n)
 }
 
+// startBenchCluster starts n nodes named bench1..benchN in a new temporary
+// directory, which stop removes.
 func startBenchCluster(ctx context.Context, n int, o procOptions) (*procCluster, error) {
 	dir, err := os.MkdirTemp("", "limitd-bench-")
 	if err != nil {
