@@ -545,7 +545,7 @@ func putBenchPolicy(ctx context.Context, addr, token string, c bench.CheckSpec) 
 // benchReadyWait is how long running nodes (--addrs) may take to be ready.
 var benchReadyWait = 5 * time.Second
 
-// nodeProcs is the GOMAXPROCS that --node-procs flag gives each of n nodes
+// nodeProcs is the GOMAXPROCS that the --node-procs flag gives each of n nodes
 // on a machine of cpus CPUs (0: none set, Go's default). Nodes sharing one
 // machine stand in for machines of their own: each sized for every CPU,
 // their runtimes' idle threads spin and wake against each other (about an
