@@ -7,12 +7,13 @@ import (
 
 	"github.com/julienschmidt/httprouter"
 
-	"github.com/limitd/limitd/cluster"
+	"github.com/limitd/limitd/nodeapi"
 )
 
-// backupStore is what GET /v1/cluster/snapshot needs: cluster.Node has it.
+// backupStore is what GET /v1/cluster/snapshot needs of the store:
+// cluster.Node has it.
 type backupStore interface {
-	OpenBackup(ctx context.Context) (*cluster.Backup, error)
+	OpenBackup(ctx context.Context) (nodeapi.Backup, error)
 }
 
 // handleSnapshot serves GET /v1/cluster/snapshot (admin): a consistent
@@ -36,10 +37,11 @@ func (s *Server) handleSnapshot(w http.ResponseWriter, req *http.Request, _ http
 		return
 	}
 	defer bk.Close()
+	index, term := bk.Point()
 	h := w.Header()
 	h.Set("Content-Type", "application/octet-stream")
-	h.Set("X-Limitd-Snapshot-Index", strconv.FormatUint(bk.Header.Index, 10))
-	h.Set("X-Limitd-Snapshot-Term", strconv.FormatUint(bk.Header.Term, 10))
+	h.Set("X-Limitd-Snapshot-Index", strconv.FormatUint(index, 10))
+	h.Set("X-Limitd-Snapshot-Term", strconv.FormatUint(term, 10))
 	w.WriteHeader(http.StatusOK)
 	if _, err := bk.WriteTo(w); err != nil {
 		s.cfg.Logger.Info("snapshot stream ended early", "error", err) // the client sees it too

@@ -14,8 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/limitd/limitd/buildinfo"
-	"github.com/limitd/limitd/cluster"
 	"github.com/limitd/limitd/fsm"
+	"github.com/limitd/limitd/nodeapi"
 	"github.com/limitd/limitd/service"
 )
 
@@ -80,7 +80,7 @@ func newMetrics(extra []prometheus.Collector, logger *log.Logger, deadline time.
 		Help: "Time from receiving a check request to having its decision, by endpoint.",
 		// A decision is a Raft commit: from sub-millisecond on loopback up
 		// to the request deadline, when the request is answered 503.
-		Buckets: cluster.LatencyBuckets(deadline),
+		Buckets: nodeapi.LatencyBuckets(deadline),
 	}, []string{"endpoint"})
 	for i := range m.duration {
 		m.duration[i] = hist.WithLabelValues(endpointNames[i])

@@ -26,7 +26,7 @@ import (
 	"github.com/julienschmidt/httprouter"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/limitd/limitd/cluster"
+	"github.com/limitd/limitd/nodeapi"
 	"github.com/limitd/limitd/service"
 )
 
@@ -94,9 +94,9 @@ func (c Config) Validate() error {
 	if _, err := ParseKeySource(c.AuthKeySource); err != nil {
 		return fmt.Errorf("auth key source: %w", err)
 	}
-	if c.MaxBodyBytes > cluster.MaxEntryBytes {
+	if c.MaxBodyBytes > nodeapi.MaxEntryBytes {
 		// A body that cannot fit one Raft entry could only be refused later.
-		return fmt.Errorf("max body bytes %d is over the Raft entry bound %d", c.MaxBodyBytes, cluster.MaxEntryBytes)
+		return fmt.Errorf("max body bytes %d is over the Raft entry bound %d", c.MaxBodyBytes, nodeapi.MaxEntryBytes)
 	}
 	return nil
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/limitd/limitd/fsm"
+	"github.com/limitd/limitd/nodeapi"
 )
 
 // A backup is a consistent snapshot of the replicated state taken from a
@@ -59,26 +60,55 @@ type Backup struct {
 	rc     io.ReadCloser
 }
 
-// OpenBackup takes a snapshot of this node's state for a backup. On the
+// Backups takes backups of a running node. It is a type of its own so that
+// backup is one responsibility beside the node's others: it reads the
+// node's Raft and state machine and changes neither (beyond the log
+// compaction any Raft snapshot does). Restoring is RestoreBackup, offline.
+type Backups struct {
+	raft         *raft.Raft
+	fsm          *fsm.FSM
+	dataDir      string
+	nodeID       string
+	applyTimeout time.Duration
+	logger       hclog.Logger
+}
+
+// Backups returns the node's backup taker.
+func (n *Node) Backups() *Backups {
+	return &Backups{raft: n.raft, fsm: n.fsm, dataDir: n.cfg.DataDir, nodeID: n.cfg.NodeID,
+		applyTimeout: n.cfg.ApplyTimeout, logger: n.logger}
+}
+
+// OpenBackup is Backups().Open for consumers that know only nodeapi (the
+// HTTP API's GET /v1/cluster/snapshot).
+func (n *Node) OpenBackup(ctx context.Context) (nodeapi.Backup, error) {
+	b, err := n.Backups().Open(ctx)
+	if err != nil {
+		return nil, err // not a typed nil inside the interface
+	}
+	return b, nil
+}
+
+// Open takes a snapshot of this node's state for a backup. On the
 // leader it first waits until everything committed is applied (a barrier),
 // so the backup holds every acknowledged decision. It uses Raft's own
 // snapshot (raft.Snapshot, which also compacts the log as a scheduled
 // snapshot would), or, when Raft has applied nothing since the node started,
 // the latest stored one if it is not behind the state.
 // Everything that can fail before the first byte fails here.
-func (n *Node) OpenBackup(ctx context.Context) (*Backup, error) {
-	if n.IsLeader() {
-		timeout := n.cfg.ApplyTimeout
+func (b *Backups) Open(ctx context.Context) (*Backup, error) {
+	if b.raft.State() == raft.Leader {
+		timeout := b.applyTimeout
 		if dl, ok := ctx.Deadline(); ok {
 			timeout = time.Until(dl)
 		}
-		if err := n.raft.Barrier(timeout).Error(); err != nil {
+		if err := b.raft.Barrier(timeout).Error(); err != nil {
 			return nil, fmt.Errorf("backup: wait for applies: %w", err)
 		}
 	}
 	var meta *raft.SnapshotMeta
 	var rc io.ReadCloser
-	f := n.raft.Snapshot()
+	f := b.raft.Snapshot()
 	err := f.Error()
 	switch {
 	case err == nil:
@@ -88,7 +118,7 @@ func (n *Node) OpenBackup(ctx context.Context) (*Backup, error) {
 		}
 	case errors.Is(err, raft.ErrNothingNewToSnapshot):
 		// The latest stored snapshot is at the applied index already.
-		snaps, serr := raft.NewFileSnapshotStoreWithLogger(n.cfg.DataDir, 2, n.logger)
+		snaps, serr := raft.NewFileSnapshotStoreWithLogger(b.dataDir, 2, b.logger)
 		if serr != nil {
 			return nil, fmt.Errorf("backup: open snapshot store: %w", serr)
 		}
@@ -100,7 +130,7 @@ func (n *Node) OpenBackup(ctx context.Context) (*Backup, error) {
 		// started; the state database may still be ahead of the stored
 		// snapshot (a restarted node before its first entry). Never hand out
 		// an older state than the node has acknowledged.
-		if applied := n.fsm.AppliedIndex(); list[0].Index < applied {
+		if applied := b.fsm.AppliedIndex(); list[0].Index < applied {
 			return nil, fmt.Errorf("backup: this node's latest snapshot (index %d) is behind its state (index %d) and it has applied nothing since it started: take the backup from the leader", list[0].Index, applied)
 		}
 		meta, rc, err = snaps.Open(list[0].ID)
@@ -110,15 +140,19 @@ func (n *Node) OpenBackup(ctx context.Context) (*Backup, error) {
 	default:
 		return nil, fmt.Errorf("backup: take snapshot: %w", err)
 	}
-	h := BackupHeader{Format: BackupFormat, Index: meta.Index, Term: meta.Term, NodeID: n.cfg.NodeID,
+	h := BackupHeader{Format: BackupFormat, Index: meta.Index, Term: meta.Term, NodeID: b.nodeID,
 		CreatedAt: time.Now().UTC().Truncate(time.Millisecond)}
-	nodes := n.fsm.Nodes()
+	nodes := b.fsm.Nodes()
 	for _, s := range meta.Configuration.Servers {
 		h.Members = append(h.Members, Member{ID: string(s.ID), RaftAddr: string(s.Address),
 			HTTPAddr: nodes[string(s.ID)], Suffrage: s.Suffrage.String()})
 	}
 	return &Backup{Header: h, rc: rc}, nil
 }
+
+// Point is the Raft index the backup's state reflects and that entry's term
+// (nodeapi.Backup).
+func (b *Backup) Point() (index, term uint64) { return b.Header.Index, b.Header.Term }
 
 // WriteTo writes the backup file format to w.
 func (b *Backup) WriteTo(w io.Writer) (int64, error) {

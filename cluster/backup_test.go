@@ -19,7 +19,7 @@ func backupBytes(t *testing.T, n *cluster.Node) ([]byte, cluster.BackupHeader) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	b, err := n.OpenBackup(ctx)
+	b, err := n.Backups().Open(ctx)
 	if err != nil {
 		t.Fatalf("open backup on %s: %v", n.ID(), err)
 	}

@@ -1,10 +1,10 @@
 package cluster
 
 import (
-	"errors"
 	"time"
 
 	"github.com/limitd/limitd/fsm"
+	"github.com/limitd/limitd/nodeapi"
 )
 
 // Bounds on what one Raft entry may carry, whatever entry point the ops came
@@ -15,12 +15,9 @@ import (
 const (
 	// MaxEntryOps bounds the ops in one check entry (and Config.BatchMaxOps).
 	MaxEntryOps = 8192
-	// MaxEntryBytes bounds the encoded ops of one check entry, and so the
-	// body of a forwarded batch. A public request within the HTTP API's
-	// default body limit (1 MiB of JSON) always fits: the binary encoding of
-	// a check is smaller than its JSON. The api package should take its
-	// MaxBodyBytes ceiling from here.
-	MaxEntryBytes = 4 << 20
+	// MaxEntryBytes bounds the encoded ops of one check entry (defined
+	// in nodeapi, where the HTTP API takes its body ceiling from).
+	MaxEntryBytes = nodeapi.MaxEntryBytes
 	// MaxCommandBytes bounds one admin command (policy, key reset, node table).
 	MaxCommandBytes = 64 << 10
 	// DefaultBatchMaxOps is the default of Config.BatchMaxOps.
@@ -33,8 +30,7 @@ const (
 
 // ErrTooLarge: the ops cannot be proposed as one entry within MaxEntryOps and
 // MaxEntryBytes and cannot be split (one atomic unit). Nothing was proposed.
-// HTTP answers 413.
-var ErrTooLarge = errors.New("too large for one raft entry")
+var ErrTooLarge = nodeapi.ErrTooLarge
 
 // opsSize is an upper bound on the encoded size of ops (fsm.AppendOps),
 // computed without encoding: every varint counted at its widest.

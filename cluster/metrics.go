@@ -11,6 +11,8 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/limitd/limitd/nodeapi"
 )
 
 // metrics holds the node's Prometheus collectors and the leader's view of
@@ -60,7 +62,7 @@ func newMetrics(n *Node) *metrics {
 		flushSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "limitd_fsm_flush_seconds",
 			Help:    "Time to commit the state machine's pending applies to its bbolt file (the periodic flush, --fsm-flush-interval).",
-			Buckets: LatencyBuckets(raftLatencyTop),
+			Buckets: nodeapi.LatencyBuckets(raftLatencyTop),
 		}),
 		unhealthy: map[string]bool{},
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/limitd/limitd/fsm"
+	"github.com/limitd/limitd/nodeapi"
 )
 
 // Config configures a Node. Zero values take the defaults noted.
@@ -115,7 +116,7 @@ const (
 	DefaultFSMCommitEvery     = 1000
 	DefaultFSMFlushInterval   = 100 * time.Millisecond
 	DefaultRequestIDRetention = 10 * time.Minute
-	DefaultApplyTimeout       = 5 * time.Second
+	DefaultApplyTimeout       = nodeapi.DefaultApplyTimeout
 	DefaultExpireInterval     = time.Second
 	DefaultExpireMax          = 10000
 	DefaultHeartbeatTimeout   = 500 * time.Millisecond

@@ -6,6 +6,8 @@ import (
 
 	gometrics "github.com/hashicorp/go-metrics/compat"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/limitd/limitd/nodeapi"
 )
 
 // hashicorp/raft v1.7.3 reports its internals through go-metrics'
@@ -18,22 +20,6 @@ import (
 //
 // The sink is global because go-metrics is: in a process with several nodes
 // (tests) their samples mix. limitd serve runs one node per process.
-
-// LatencyBuckets are the histogram buckets (seconds) of every limitd
-// latency: 100 µs on loopback up to the request deadline, past which a
-// request has already been answered 503.
-func LatencyBuckets(deadline time.Duration) []float64 {
-	var b []float64
-	top := deadline.Seconds()
-	for d := 0.0001; d < top; d *= 10 {
-		for _, m := range []float64{1, 2.5, 5} {
-			if v := d * m; v < top {
-				b = append(b, v)
-			}
-		}
-	}
-	return append(b, top)
-}
 
 // raftLatencyTop is the top bucket of raft's internal latencies: the
 // default request deadline (--apply-timeout), since a commit slower than
@@ -79,7 +65,7 @@ var contactKeys = map[string]bool{"raft.replication.heartbeat": true, "raft.repl
 
 func newRaftSink() *raftSink {
 	s := &raftSink{byKey: map[string]prometheus.Observer{}, lastContact: map[string]time.Time{}}
-	buckets := LatencyBuckets(raftLatencyTop)
+	buckets := nodeapi.LatencyBuckets(raftLatencyTop)
 	for _, f := range raftFamilies {
 		opts := prometheus.HistogramOpts{Name: f.name, Help: f.help, Buckets: buckets}
 		if f.label == "" {

@@ -2,28 +2,21 @@ package cluster
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/limitd/limitd/nodeapi"
 )
 
-// Errors a caller of Node must tell apart. The HTTP layer maps both to 503.
+// Errors a caller of Node must tell apart, defined in the leaf package
+// nodeapi so that the layers above match them without importing this one.
 var (
-	// ErrNoLeader: no leader could be reached within the wait. Nothing was
-	// proposed, so the request may be retried freely.
-	ErrNoLeader = errors.New("no raft leader available")
-	// ErrOutcomeUnknown: the request reached a leader that lost leadership (or
-	// shut down) before it could confirm the commit. It may or may not have been
-	// applied; retry with the same request_id to find out without double counting.
-	ErrOutcomeUnknown = errors.New("outcome unknown: leadership was lost while the request was in flight")
-	// ErrUnavailable: this node cannot serve at all (its state machine
-	// stopped, for example on a full disk); the error's text names the cause.
-	// Nothing was proposed. Errors matching it also match ErrNoLeader, so a
-	// caller that only knows ErrNoLeader still answers 503 unavailable.
-	ErrUnavailable = errors.New("node unavailable")
+	ErrNoLeader       = nodeapi.ErrNoLeader
+	ErrOutcomeUnknown = nodeapi.ErrOutcomeUnknown
+	ErrUnavailable    = nodeapi.ErrUnavailable
 )
 
 // unavailableError carries the cause of an ErrUnavailable.
@@ -35,42 +28,17 @@ func (e *unavailableError) Is(target error) bool {
 	return target == ErrUnavailable || target == ErrNoLeader
 }
 
-// Status is this node's view of the cluster, served as GET /v1/cluster.
-type Status struct {
-	NodeID       string   `json:"node_id"`
-	State        string   `json:"state"` // Leader, Follower, Candidate, Shutdown
-	LeaderID     string   `json:"leader_id"`
-	LeaderHTTP   string   `json:"leader_http_addr"`
-	Term         uint64   `json:"term"`
-	CommitIndex  uint64   `json:"commit_index"`
-	AppliedIndex uint64   `json:"applied_index"`
-	Members      []Member `json:"members"`
-}
-
-// Member is one server in the Raft configuration.
-type Member struct {
-	ID       string `json:"id"`
-	RaftAddr string `json:"raft_addr"`
-	HTTPAddr string `json:"http_addr"`
-	Suffrage string `json:"suffrage"` // Voter, Nonvoter
-	Leader   bool   `json:"leader"`
-	// Health is this node's knowledge of the member: HealthHealthy or
-	// HealthUnhealthy where it can know (the leader: whether each member
-	// answered replication within the last few heartbeats; a follower:
-	// itself and the leader, by its recent contact with the leader), and
-	// HealthUnknown where it cannot (a follower about the other followers,
-	// a node without a leader about its peers).
-	Health string `json:"health"`
-	// Healthy is Health == HealthHealthy (kept for existing clients:
-	// false also when unknown).
-	Healthy bool `json:"healthy"`
-}
+// Status and Member are the views of GET /v1/cluster (nodeapi).
+type (
+	Status = nodeapi.Status
+	Member = nodeapi.Member
+)
 
 // Member health values.
 const (
-	HealthHealthy   = "healthy"
-	HealthUnhealthy = "unhealthy"
-	HealthUnknown   = "unknown"
+	HealthHealthy   = nodeapi.HealthHealthy
+	HealthUnhealthy = nodeapi.HealthUnhealthy
+	HealthUnknown   = nodeapi.HealthUnknown
 )
 
 func health(ok bool) string {

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/limitd/limitd/algo"
-	"github.com/limitd/limitd/cluster"
 	"github.com/limitd/limitd/fsm"
+	"github.com/limitd/limitd/nodeapi"
 )
 
 // PolicyRequest is a policy as a client gives it: a name, an unvalidated
@@ -165,15 +165,15 @@ func (s *Service) RemoveNode(ctx context.Context, id string) *Error {
 }
 
 // Status is this node's view of the cluster, with Members never nil.
-func (s *Service) Status(ctx context.Context) (cluster.Status, *Error) {
+func (s *Service) Status(ctx context.Context) (nodeapi.Status, *Error) {
 	ctx, cancel := s.context(ctx)
 	defer cancel()
 	st, err := s.node.Status(ctx)
 	if err != nil {
-		return cluster.Status{}, s.nodeError(err)
+		return nodeapi.Status{}, s.nodeError(err)
 	}
 	if st.Members == nil {
-		st.Members = []cluster.Member{} // [] rather than null: keep the shape for clients
+		st.Members = []nodeapi.Member{} // [] rather than null: keep the shape for clients
 	}
 	return st, nil
 }

@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 
-	"github.com/limitd/limitd/cluster"
 	"github.com/limitd/limitd/fsm"
+	"github.com/limitd/limitd/nodeapi"
 )
 
 // Error is the one error type of every operation: a Code, the Field of the
@@ -62,17 +62,17 @@ func fromNode(err error, timeout string) *Error {
 			return &Error{Code: CodeInternal, Field: fe.Field, Message: fe.Message}
 		}
 		return fe
-	case errors.Is(err, cluster.ErrOutcomeUnknown):
+	case errors.Is(err, nodeapi.ErrOutcomeUnknown):
 		return &Error{Code: CodeOutcomeUnknown,
 			Message: "leadership changed while the request was in flight, so it may or may not have been counted; " +
 				"retry with the same request_id to get the original decision without counting it twice"}
-	case errors.Is(err, cluster.ErrTooLarge):
+	case errors.Is(err, nodeapi.ErrTooLarge):
 		return &Error{Code: CodePayloadTooLarge, Message: err.Error() + "; send fewer or smaller checks per request"}
-	case errors.Is(err, cluster.ErrUnavailable):
+	case errors.Is(err, nodeapi.ErrUnavailable):
 		// Before ErrNoLeader, which it also matches: the message names the
 		// cause (a halted state machine, a failed disk, a removal).
 		return &Error{Code: CodeUnavailable, Message: err.Error() + "; nothing was counted"}
-	case errors.Is(err, cluster.ErrNoLeader):
+	case errors.Is(err, nodeapi.ErrNoLeader):
 		return &Error{Code: CodeUnavailable, Message: "no raft leader is available; nothing was counted, retry shortly"}
 	case errors.Is(err, context.DeadlineExceeded):
 		return &Error{Code: CodeUnavailable, Message: "the cluster did not answer within " + timeout +

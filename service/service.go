@@ -7,8 +7,11 @@
 //
 // Front ends (api for HTTP/JSON, the gRPC server) parse their wire format into
 // the request types here and render the results; they make no decisions of
-// their own, so every transport answers alike. Below, a Node (cluster.Node,
-// or a future shard router) decides. service/DESIGN.md says why.
+// their own, so every transport answers alike. Below, a Node decides: the
+// interface is defined here, by its consumer, and cluster.Node (or a future
+// shard router) satisfies it without knowing this package, which imports
+// only the leaf nodeapi for the errors and views they share.
+// service/DESIGN.md says why.
 package service
 
 import (
@@ -18,16 +21,18 @@ import (
 	"time"
 
 	"github.com/limitd/limitd/algo"
-	"github.com/limitd/limitd/cluster"
 	"github.com/limitd/limitd/fsm"
+	"github.com/limitd/limitd/nodeapi"
 )
 
-// Node is what the service needs from the replicated node. cluster.Node
-// implements it; so can anything that routes to several clusters.
+// Node is what the service needs from the replicated node, the one door
+// to it from every front end. cluster.Node implements it (checked in
+// cluster's tests); so can anything that routes to several clusters.
 //
 // Errors: *fsm.Error for refusals decided by the state machine or the node
-// (such as an unknown policy or member), cluster.ErrNoLeader (nothing was
-// proposed), cluster.ErrOutcomeUnknown (may or may not have been applied),
+// (such as an unknown policy or member), nodeapi.ErrNoLeader (nothing was
+// proposed), nodeapi.ErrOutcomeUnknown (may or may not have been applied),
+// nodeapi.ErrUnavailable, nodeapi.ErrTooLarge,
 // context errors, or anything else (a bug or an I/O failure: internal).
 type Node interface {
 	// Check decides ops through the Raft leader, results in order. A per-op
@@ -48,7 +53,7 @@ type Node interface {
 	Join(ctx context.Context, id, raftAddr, httpAddr string) error
 	Remove(ctx context.Context, id string) error
 	// Status is this node's view of the cluster.
-	Status(ctx context.Context) (cluster.Status, error)
+	Status(ctx context.Context) (nodeapi.Status, error)
 	// Ready is nil when there is a leader and this node caught up with it.
 	Ready() error
 }
@@ -78,7 +83,7 @@ type Config struct {
 // Defaults.
 const (
 	DefaultMaxBatch       = 1000
-	DefaultRequestTimeout = cluster.DefaultApplyTimeout
+	DefaultRequestTimeout = nodeapi.DefaultApplyTimeout
 )
 
 // Limits on client input, defined once in fsm (which enforces them again on
@@ -269,9 +274,3 @@ func (c *leaderCache) get() []string {
 	}
 	return e.addr
 }
-
-// cluster.Node is the Node every binary uses.
-var (
-	_ Node          = (*cluster.Node)(nil)
-	_ LeaderLocator = (*cluster.Node)(nil)
-)

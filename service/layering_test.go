@@ -1,0 +1,71 @@
+package service_test
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/limitd/limitd/"
+
+// The service and the front ends reach the cluster only through the Node
+// interface service defines: none of them imports cluster (or anything
+// under it), directly or through another package of ours, nor the Raft log
+// stores it wraps; and nodeapi, the leaf they share with cluster, imports
+// nothing of ours. Checked with go list -deps over the non-test imports, as
+// `go list -f '{{.Imports}}' ./service ./api ./grpcapi` would show them.
+func TestServiceAndFrontEndsDoNotImportCluster(t *testing.T) {
+	imports := goListDeps(t, module+"service", module+"api", module+"grpcapi")
+	for _, root := range []string{"service", "api", "grpcapi"} {
+		for pkg, path := range reachable(imports, module+root) {
+			if pkg == module+"cluster" || strings.HasPrefix(pkg, module+"cluster/") ||
+				strings.Contains(pkg, "raft-wal") || strings.Contains(pkg, "raft-boltdb") {
+				t.Errorf("%s imports %s (via %s): reach the cluster through service.Node", root, pkg, path)
+			}
+		}
+	}
+	leaf := goListDeps(t, module+"nodeapi")
+	for _, imp := range leaf[module+"nodeapi"] {
+		if strings.HasPrefix(imp, module) {
+			t.Errorf("nodeapi imports %s: the leaf must import nothing of limitd's", imp)
+		}
+	}
+}
+
+// goListDeps returns each package's direct imports, for pkgs and everything
+// they depend on.
+func goListDeps(t *testing.T, pkgs ...string) map[string][]string {
+	t.Helper()
+	// go test puts its own GOROOT/bin first in the test's PATH.
+	args := append([]string{"list", "-deps", "-f", "{{.ImportPath}} {{join .Imports \" \"}}"}, pkgs...)
+	out, err := exec.Command("go", args...).Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	m := map[string][]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		m[f[0]] = f[1:]
+	}
+	if len(m) == 0 {
+		t.Fatal("go list listed no packages")
+	}
+	return m
+}
+
+// reachable maps every package root depends on to the import path from root.
+func reachable(imports map[string][]string, root string) map[string]string {
+	seen := map[string]string{root: root}
+	queue := []string{root}
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		for _, imp := range imports[p] {
+			if _, ok := seen[imp]; !ok {
+				seen[imp] = seen[p] + " → " + imp
+				queue = append(queue, imp)
+			}
+		}
+	}
+	return seen
+}
