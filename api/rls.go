@@ -7,20 +7,8 @@ import (
 
 	"github.com/julienschmidt/httprouter"
 
-	"github.com/limitd/limitd/fsm"
-	"github.com/limitd/limitd/rls"
 	"github.com/limitd/limitd/service"
 )
-
-// rlsDomains is what the RLS domain endpoints need from the store.
-// cluster.Node implements it; a store without it answers these endpoints
-// with 404.
-type rlsDomains interface {
-	RLSDomainConfig(name string) ([]byte, bool)
-	RLSDomains() []fsm.Domain
-	PutRLSDomain(ctx context.Context, name string, config []byte) (*rls.Domain, *fsm.Error)
-	DeleteRLSDomain(ctx context.Context, name string) *fsm.Error
-}
 
 // rlsRoutes registers the envoy ratelimit domain endpoints:
 //
@@ -35,39 +23,32 @@ func (s *Server) rlsRoutes(r *httprouter.Router) {
 	r.DELETE("/v1/rls/domains/:domain", s.admin(s.handleDeleteRLSDomain))
 }
 
-func (s *Server) rlsStore(w http.ResponseWriter) (rlsDomains, bool) {
-	d, ok := s.store.(rlsDomains)
-	if !ok {
-		writeError(w, &apiError{status: http.StatusNotFound, code: CodeNotFound, message: "this node serves no RLS domains"})
-	}
-	return d, ok
-}
-
 type rlsDomainOut struct {
 	Domain string          `json:"domain"`
 	Config json.RawMessage `json:"config"`
 }
 
 func (s *Server) handleListRLSDomains(w http.ResponseWriter, _ *http.Request, _ httprouter.Params) {
-	d, ok := s.rlsStore(w)
-	if !ok {
+	doms, e := s.svc.RLSDomains()
+	if e != nil {
+		writeError(w, s.httpError(e))
 		return
 	}
 	out := struct {
 		Domains []rlsDomainOut `json:"domains"`
 	}{Domains: []rlsDomainOut{}}
-	for _, dom := range d.RLSDomains() {
+	for _, dom := range doms {
 		out.Domains = append(out.Domains, rlsDomainOut{Domain: dom.Name, Config: dom.Config})
 	}
 	writeValue(w, http.StatusOK, out)
 }
 
 func (s *Server) handleGetRLSDomain(w http.ResponseWriter, _ *http.Request, ps httprouter.Params) {
-	d, ok := s.rlsStore(w)
-	if !ok {
+	cfg, ok, e := s.svc.RLSDomain(ps.ByName("domain"))
+	if e != nil {
+		writeError(w, s.httpError(e))
 		return
 	}
-	cfg, ok := d.RLSDomainConfig(ps.ByName("domain"))
 	if !ok {
 		writeError(w, s.httpError(&service.Error{Code: service.CodeNotFound, Field: "domain", Message: "no RLS domain named " + ps.ByName("domain")}))
 		return
@@ -76,10 +57,6 @@ func (s *Server) handleGetRLSDomain(w http.ResponseWriter, _ *http.Request, ps h
 }
 
 func (s *Server) handlePutRLSDomain(w http.ResponseWriter, req *http.Request, ps httprouter.Params) {
-	d, ok := s.rlsStore(w)
-	if !ok {
-		return
-	}
 	body, e := s.readBody(w, req, nil)
 	if e != nil {
 		writeError(w, e)
@@ -87,7 +64,7 @@ func (s *Server) handlePutRLSDomain(w http.ResponseWriter, req *http.Request, ps
 	}
 	ctx, cancel := context.WithTimeout(req.Context(), s.cfg.RequestTimeout)
 	defer cancel()
-	dom, fe := d.PutRLSDomain(ctx, ps.ByName("domain"), body)
+	dom, fe := s.svc.PutRLSDomain(ctx, ps.ByName("domain"), body)
 	if fe != nil {
 		writeError(w, s.httpError(fe))
 		return
@@ -96,13 +73,9 @@ func (s *Server) handlePutRLSDomain(w http.ResponseWriter, req *http.Request, ps
 }
 
 func (s *Server) handleDeleteRLSDomain(w http.ResponseWriter, req *http.Request, ps httprouter.Params) {
-	d, ok := s.rlsStore(w)
-	if !ok {
-		return
-	}
 	ctx, cancel := context.WithTimeout(req.Context(), s.cfg.RequestTimeout)
 	defer cancel()
-	if fe := d.DeleteRLSDomain(ctx, ps.ByName("domain")); fe != nil {
+	if fe := s.svc.DeleteRLSDomain(ctx, ps.ByName("domain")); fe != nil {
 		writeError(w, s.httpError(fe))
 		return
 	}

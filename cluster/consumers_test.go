@@ -12,3 +12,5 @@ var (
 	_ service.Node          = (*cluster.Node)(nil)
 	_ service.LeaderLocator = (*cluster.Node)(nil)
 )
+
+var _ service.Domains = (*cluster.Node)(nil)

@@ -34,7 +34,7 @@ type testCluster struct {
 // testConfig is the gRPC server configuration of the test cluster's nodes.
 type testConfig struct {
 	Config
-	wrap func(Domains) Domains // optional: wrap the node's domains (fault injection)
+	wrap func(*cluster.Node) service.Node // optional: wrap the node (fault injection)
 }
 
 func newTestCluster(t testing.TB, size int, cfg testConfig) *testCluster {
@@ -43,13 +43,13 @@ func newTestCluster(t testing.TB, size int, cfg testConfig) *testCluster {
 	t.Cleanup(c.close) // before the harness's own cleanup: gRPC stops first
 	for i := 0; i < size; i++ {
 		n := c.Node(i)
-		var doms Domains = n
+		var node service.Node = n
 		if cfg.wrap != nil {
-			doms = cfg.wrap(n)
+			node = cfg.wrap(n)
 		}
 		gcfg := cfg.Config
 		gcfg.Logger = log.New(io.Discard, "", 0)
-		s, err := New(service.New(n, service.Config{RequestTimeout: 3 * time.Second}), doms, gcfg)
+		s, err := New(service.New(node, service.Config{RequestTimeout: 3 * time.Second}), gcfg)
 		if err != nil {
 			t.Fatal(err)
 		}

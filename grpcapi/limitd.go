@@ -212,7 +212,7 @@ func (l *limitdServer) PutRLSDomain(ctx context.Context, req *limitdv1.PutRLSDom
 	if len(req.GetConfig()) > rls.MaxConfigBytes {
 		return nil, toStatus(service.Invalid("config", "larger than the maximum configuration size"))
 	}
-	d, e := l.s.domains.PutRLSDomain(ctx, req.GetDomain(), []byte(req.GetConfig()))
+	d, e := l.svc().PutRLSDomain(ctx, req.GetDomain(), []byte(req.GetConfig()))
 	if e != nil {
 		return nil, toStatus(e)
 	}
@@ -220,7 +220,10 @@ func (l *limitdServer) PutRLSDomain(ctx context.Context, req *limitdv1.PutRLSDom
 }
 
 func (l *limitdServer) GetRLSDomain(ctx context.Context, req *limitdv1.GetRLSDomainRequest) (*limitdv1.RLSDomain, error) {
-	cfg, ok := l.s.domains.RLSDomainConfig(req.GetDomain())
+	cfg, ok, e := l.svc().RLSDomain(req.GetDomain())
+	if e != nil {
+		return nil, toStatus(e)
+	}
 	if !ok {
 		return nil, toStatus(&service.Error{Code: service.CodeNotFound, Field: "domain", Message: "no such RLS domain"})
 	}
@@ -228,7 +231,10 @@ func (l *limitdServer) GetRLSDomain(ctx context.Context, req *limitdv1.GetRLSDom
 }
 
 func (l *limitdServer) ListRLSDomains(ctx context.Context, req *limitdv1.ListRLSDomainsRequest) (*limitdv1.ListRLSDomainsResponse, error) {
-	ds := l.s.domains.RLSDomains()
+	ds, e := l.svc().RLSDomains()
+	if e != nil {
+		return nil, toStatus(e)
+	}
 	out := &limitdv1.ListRLSDomainsResponse{Domains: make([]*limitdv1.RLSDomain, len(ds))}
 	for i, d := range ds {
 		out.Domains[i] = &limitdv1.RLSDomain{Domain: d.Name, Config: string(d.Config)}
@@ -237,7 +243,7 @@ func (l *limitdServer) ListRLSDomains(ctx context.Context, req *limitdv1.ListRLS
 }
 
 func (l *limitdServer) DeleteRLSDomain(ctx context.Context, req *limitdv1.DeleteRLSDomainRequest) (*limitdv1.DeleteRLSDomainResponse, error) {
-	if e := l.s.domains.DeleteRLSDomain(ctx, req.GetDomain()); e != nil {
+	if e := l.svc().DeleteRLSDomain(ctx, req.GetDomain()); e != nil {
 		return nil, toStatus(e)
 	}
 	return &limitdv1.DeleteRLSDomainResponse{}, nil

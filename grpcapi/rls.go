@@ -3,7 +3,6 @@ package grpcapi
 import (
 	"context"
 	"fmt"
-	"time"
 
 	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -13,14 +12,15 @@ import (
 	"github.com/limitd/limitd/service"
 )
 
-// rlsServer is Envoy's rate-limit service: decode the request into an rls
-// plan, decide its checks through the service, encode rls's answer.
+// rlsServer is Envoy's rate-limit service: decode the request into rls's,
+// let the service decide it, encode rls's answer.
 type rlsServer struct {
 	rlspb.UnimplementedRateLimitServiceServer
 	s *Server
 }
 
-// ShouldRateLimit answers one Envoy rate-limit request. Errors (no leader,
+// ShouldRateLimit answers one Envoy rate-limit request: the service
+// decides (service.RateLimit); this only translates. Errors (no leader,
 // outcome unknown, a bad request) are gRPC errors: Envoy then applies its
 // own failure mode (failure_mode_deny), never a guess by limitd.
 func (r *rlsServer) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
@@ -28,78 +28,12 @@ func (r *rlsServer) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReq
 	if e != nil {
 		return nil, toStatus(e)
 	}
-	d, err := r.s.cache.Get(r.s.domains.RLSDomainsVersion(), rr.Domain, r.s.domains.RLSDomainConfig)
-	if err != nil {
-		return nil, toStatus(service.Internal(fmt.Sprintf("domain %q: stored configuration does not compile: %v", rr.Domain, err)))
-	}
-	plan, err := rls.NewPlan(d, &rr)
-	if err != nil {
-		if re, ok := err.(*rls.RequestError); ok {
-			return nil, toStatus(service.Invalid(re.Field, re.Message))
-		}
-		return nil, toStatus(service.Internal(err.Error()))
-	}
-	results, e := r.decide(ctx, plan)
+	res, e := r.s.svc.RateLimit(ctx, &rr)
 	if e != nil {
 		return nil, toStatus(e)
 	}
-	resp := plan.Respond(results, time.Now())
-	r.s.metrics.observe(d, &rr, plan, results, resp)
-	return encodeRLS(resp, r.s.cfg.RLSHeaders), nil
-}
-
-// decide runs the plan's groups through the service: an all-or-nothing
-// group as CheckAll, the others as a Batch of independent checks.
-func (r *rlsServer) decide(ctx context.Context, plan *rls.Plan) ([]rls.Result, *service.Error) {
-	results := make([]rls.Result, len(plan.Items))
-	for _, g := range plan.Groups {
-		checks := make([]service.CheckRequest, len(g.Items))
-		for j, i := range g.Items {
-			it := &plan.Items[i]
-			checks[j] = service.CheckRequest{Key: it.Key, Limit: &it.Spec, Cost: it.Cost}
-			if g.Peek {
-				checks[j].Cost = 0
-			}
-		}
-		if g.All {
-			res, e := r.s.svc.CheckAll(ctx, checks, "")
-			if e != nil {
-				return nil, descriptorError(e, g)
-			}
-			for j, i := range g.Items {
-				results[i] = rls.Result{Decision: res.Decisions[j].Decision, Consumed: res.Allowed && !g.Peek}
-			}
-			continue
-		}
-		res, e := r.s.svc.Batch(ctx, checks, nil)
-		if e != nil {
-			return nil, descriptorError(e, g)
-		}
-		for j, i := range g.Items {
-			if res[j].Err != nil {
-				return nil, descriptorError(res[j].Err, g)
-			}
-			results[i] = rls.Result{Decision: res[j].Decision.Decision, Consumed: true}
-		}
-	}
-	return results, nil
-}
-
-// descriptorError renames a check's field ("checks[2].key") to the
-// descriptor it came from ("descriptors[5]"). Checks are built from
-// validated rules, so such errors are not expected; the name helps if one is.
-func descriptorError(e *service.Error, g rls.Group) *service.Error {
-	var j int
-	var rest string
-	if n, _ := fmt.Sscanf(e.Field, "checks[%d]", &j); n == 1 && j >= 0 && j < len(g.Items) {
-		if k := len(fmt.Sprintf("checks[%d]", j)); k < len(e.Field) {
-			rest = e.Field[k:]
-		}
-		c := *e
-		c.Field = fmt.Sprintf("descriptors[%d]%s", g.Items[j], rest)
-		return &c
-	}
-	return e
+	r.s.metrics.observe(res.Domain, &rr, res.Plan, res.Results, res.Response)
+	return encodeRLS(res.Response, r.s.cfg.RLSHeaders), nil
 }
 
 // decodeRLS turns the proto request into rls's.

@@ -36,7 +36,6 @@ import (
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
-	"github.com/limitd/limitd/fsm"
 	limitdv1 "github.com/limitd/limitd/proto/limitd/v1"
 	"github.com/limitd/limitd/rls"
 	"github.com/limitd/limitd/service"
@@ -56,22 +55,6 @@ const (
 	// node's readiness.
 	HealthPollInterval = time.Second
 )
-
-// Domains is what the RLS front end needs from the node for envoy ratelimit
-// domains. cluster.Node implements it.
-type Domains interface {
-	// RLSDomainConfig is this replica's canonical configuration of a domain.
-	RLSDomainConfig(name string) ([]byte, bool)
-	// RLSDomains lists this replica's domains sorted by name.
-	RLSDomains() []fsm.Domain
-	// RLSDomainsVersion changes whenever this replica's domains change.
-	RLSDomainsVersion() uint64
-	// PutRLSDomain validates and stores a configuration through the leader;
-	// errors carry a service code (invalid_argument names "config.<path>").
-	PutRLSDomain(ctx context.Context, name string, config []byte) (*rls.Domain, *fsm.Error)
-	// DeleteRLSDomain deletes a domain (not_found when absent).
-	DeleteRLSDomain(ctx context.Context, name string) *fsm.Error
-}
 
 // Config configures the server. The zero value of every field selects its
 // default.
@@ -97,11 +80,9 @@ type Config struct {
 // Server serves limitd.v1 and Envoy RLS over gRPC.
 type Server struct {
 	svc     *service.Service
-	domains Domains
 	cfg     Config
 	gs      *grpc.Server
 	health  *health.Server
-	cache   rls.Cache
 	metrics *rlsMetrics
 
 	stopOnce sync.Once
@@ -112,8 +93,9 @@ type Server struct {
 // The services this server registers, as health and reflection name them.
 var serviceNames = []string{limitdv1.Limitd_ServiceDesc.ServiceName, rlspb.RateLimitService_ServiceDesc.ServiceName}
 
-// New builds the server for a service and the node's domains.
-func New(svc *service.Service, domains Domains, cfg Config) (*Server, error) {
+// New builds the server for a service (which reaches the node's RLS
+// domains).
+func New(svc *service.Service, cfg Config) (*Server, error) {
 	if cfg.RequestTimeout <= 0 {
 		cfg.RequestTimeout = DefaultRequestTimeout
 	}
@@ -126,7 +108,7 @@ func New(svc *service.Service, domains Domains, cfg Config) (*Server, error) {
 	if _, err := rls.ParseHeaderMode(string(cfg.RLSHeaders)); err != nil {
 		return nil, err
 	}
-	s := &Server{svc: svc, domains: domains, cfg: cfg, health: health.NewServer(), stop: make(chan struct{}), metrics: newRLSMetrics()}
+	s := &Server{svc: svc, cfg: cfg, health: health.NewServer(), stop: make(chan struct{}), metrics: newRLSMetrics()}
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(cfg.MaxRecvMsgSize),
 		grpc.ChainUnaryInterceptor(s.recoverPanic, s.deadline, s.authenticate),

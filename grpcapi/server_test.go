@@ -15,9 +15,10 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/limitd/limitd/fsm"
+	"github.com/limitd/limitd/cluster"
 	limitdv1 "github.com/limitd/limitd/proto/limitd/v1"
 	"github.com/limitd/limitd/rls"
+	"github.com/limitd/limitd/service"
 )
 
 func descriptor(kv ...string) *extpb.RateLimitDescriptor {
@@ -71,7 +72,7 @@ func TestHealthAndReflection(t *testing.T) {
 
 // faultyDomains injects failures into the node's domains.
 type faultyDomains struct {
-	Domains
+	*cluster.Node
 	panicOn  string // domain whose lookup panics
 	deadline chan time.Duration
 }
@@ -80,17 +81,17 @@ func (f *faultyDomains) RLSDomainConfig(name string) ([]byte, bool) {
 	if name == f.panicOn {
 		panic("injected")
 	}
-	return f.Domains.RLSDomainConfig(name)
+	return f.Node.RLSDomainConfig(name)
 }
 
-func (f *faultyDomains) PutRLSDomain(ctx context.Context, name string, config []byte) (*rls.Domain, *fsm.Error) {
+func (f *faultyDomains) PutRLSDomain(ctx context.Context, name string, canonical []byte) error {
 	dl, ok := ctx.Deadline()
 	if !ok {
 		f.deadline <- -1
 	} else {
 		f.deadline <- time.Until(dl)
 	}
-	return f.Domains.PutRLSDomain(ctx, name, config)
+	return f.Node.PutRLSDomain(ctx, name, canonical)
 }
 
 // TestInterceptors: a panic answers INTERNAL and the server keeps serving;
@@ -100,7 +101,7 @@ func TestInterceptors(t *testing.T) {
 	fd := &faultyDomains{panicOn: "boom", deadline: make(chan time.Duration, 4)}
 	c := newTestCluster(t, 1, testConfig{
 		Config: Config{RequestTimeout: 3 * time.Second, MaxRecvMsgSize: 64 << 10},
-		wrap:   func(d Domains) Domains { fd.Domains = d; return fd },
+		wrap:   func(n *cluster.Node) service.Node { fd.Node = n; return fd },
 	})
 	_, err := c.rls(0).ShouldRateLimit(ctxT(t), &rlspb.RateLimitRequest{Domain: "boom", Descriptors: []*extpb.RateLimitDescriptor{descriptor("k", "v")}})
 	if status.Code(err) != codes.Internal || !strings.Contains(err.Error(), "injected") {
@@ -236,7 +237,7 @@ func TestRLSResponseHeaders(t *testing.T) {
 			}
 		})
 	}
-	if _, err := New(nil, nil, Config{RLSHeaders: "sometimes"}); err == nil {
+	if _, err := New(nil, Config{RLSHeaders: "sometimes"}); err == nil {
 		t.Fatal("an unknown header mode was accepted")
 	}
 }

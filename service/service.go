@@ -23,6 +23,7 @@ import (
 	"github.com/limitd/limitd/algo"
 	"github.com/limitd/limitd/fsm"
 	"github.com/limitd/limitd/nodeapi"
+	"github.com/limitd/limitd/rls"
 )
 
 // Node is what the service needs from the replicated node, the one door
@@ -109,6 +110,10 @@ type Service struct {
 	leader    leaderCache
 	// specIdents interns inline limits' identities in the over-limit cache.
 	specIdents Interner
+	// domains is the node's RLS domains (nil: it serves none); rlsCache
+	// holds them compiled (rls.go).
+	domains  Domains
+	rlsCache rls.Cache
 }
 
 // New returns the service for node.
@@ -126,6 +131,7 @@ func New(node Node, cfg Config) *Service {
 	s := &Service{node: node, cfg: cfg, obs: obs, timeout: cfg.RequestTimeout.String()}
 	s.deadlines.timeout, s.deadlines.slack = cfg.RequestTimeout, cfg.RequestTimeout/deadlineSlack
 	s.leader.loc, _ = node.(LeaderLocator)
+	s.domains, _ = node.(Domains)
 	s.specIdents.Max = maxSpecIdents
 	return s
 }

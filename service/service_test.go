@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/limitd/limitd/algo"
-	"github.com/limitd/limitd/cluster"
 	"github.com/limitd/limitd/fsm"
+	"github.com/limitd/limitd/nodeapi"
 )
 
 // node is a Node that allows every check with a fixed decision, knows the
@@ -25,7 +25,7 @@ type node struct {
 	resets   []fsm.Check
 	joins    [][3]string
 	removed  []string
-	status   cluster.Status
+	status   nodeapi.Status
 	err      error
 	opErr    *fsm.Error // answers every op when set
 	replay   bool       // answer every op as replayed, with one decision
@@ -115,7 +115,7 @@ func (n *node) Remove(_ context.Context, id string) error {
 	return n.err
 }
 
-func (n *node) Status(context.Context) (cluster.Status, error) { return n.status, nil }
+func (n *node) Status(context.Context) (nodeapi.Status, error) { return n.status, nil }
 func (n *node) Ready() error                                   { return n.err }
 
 func inline(t *testing.T) *algo.Spec {
@@ -212,16 +212,16 @@ func TestNodeErrors(t *testing.T) {
 		code  Code
 		field string
 	}{
-		{cluster.ErrNoLeader, CodeUnavailable, ""},
-		{fmt.Errorf("forward: %w", cluster.ErrOutcomeUnknown), CodeOutcomeUnknown, ""},
+		{nodeapi.ErrNoLeader, CodeUnavailable, ""},
+		{fmt.Errorf("forward: %w", nodeapi.ErrOutcomeUnknown), CodeOutcomeUnknown, ""},
 		{context.DeadlineExceeded, CodeUnavailable, ""},
 		{context.Canceled, CodeUnavailable, ""},
 		{errors.New("disk on fire"), CodeInternal, ""},
 		{&fsm.Error{Code: fsm.CodeNotFound, Field: "policy", Message: "gone"}, CodeNotFound, "policy"},
 		{fmt.Errorf("wrapped: %w", &fsm.Error{Code: fsm.CodeInvalidArgument, Field: "name", Message: "bad"}), CodeInvalidArgument, "name"},
 		{&fsm.Error{Field: "x", Message: "no code"}, CodeInternal, "x"},
-		{fmt.Errorf("%w: 9000 ops", cluster.ErrTooLarge), CodePayloadTooLarge, ""},
-		{fmt.Errorf("%w: raft log write failed: no space left on device", cluster.ErrUnavailable), CodeUnavailable, ""},
+		{fmt.Errorf("%w: 9000 ops", nodeapi.ErrTooLarge), CodePayloadTooLarge, ""},
+		{fmt.Errorf("%w: raft log write failed: no space left on device", nodeapi.ErrUnavailable), CodeUnavailable, ""},
 	} {
 		n := newNode("api")
 		n.err = tc.err
@@ -231,7 +231,7 @@ func TestNodeErrors(t *testing.T) {
 		if tc.err == context.DeadlineExceeded && !strings.Contains(e.Message, "1s") {
 			t.Fatalf("timeout message does not name the wait: %q", e.Message)
 		}
-		if errors.Is(tc.err, cluster.ErrUnavailable) && !strings.Contains(e.Message, "no space left") {
+		if errors.Is(tc.err, nodeapi.ErrUnavailable) && !strings.Contains(e.Message, "no space left") {
 			t.Fatalf("unavailable message does not name the cause: %q", e.Message)
 		}
 		wantErr(t, s.ResetKey(t.Context(), &CheckRequest{Key: "k", Policy: "api"}), tc.code, tc.field)
@@ -303,7 +303,7 @@ func TestBatch(t *testing.T) {
 	n.opErr = &fsm.Error{Code: fsm.CodeNotFound, Field: "policy", Message: "no"}
 	res, _ = s.Batch(t.Context(), []CheckRequest{{Key: "k", Policy: "a", Cost: 1}}, nil)
 	wantErr(t, res[0].Err, CodeNotFound, "checks[0].policy")
-	n.opErr, n.err = nil, cluster.ErrNoLeader
+	n.opErr, n.err = nil, nodeapi.ErrNoLeader
 	_, e = s.Batch(t.Context(), []CheckRequest{{Key: "k", Policy: "a", Cost: 1}}, nil)
 	wantErr(t, e, CodeUnavailable, "")
 }
@@ -441,7 +441,7 @@ type flaky struct {
 func (f *flaky) PutPolicy(ctx context.Context, p fsm.Policy) error {
 	if f.fails > 0 {
 		f.fails--
-		return cluster.ErrNoLeader
+		return nodeapi.ErrNoLeader
 	}
 	return f.node.PutPolicy(ctx, p)
 }
@@ -467,7 +467,7 @@ func TestPutPolicies(t *testing.T) {
 	// Without retries the first failure is returned, naming the policy.
 	n.fails = 1
 	changed := []fsm.Policy{{Name: "c", Spec: spec}}
-	if err := s.PutPolicies(t.Context(), changed, 0); err == nil || !errors.Is(err, cluster.ErrNoLeader) || !strings.Contains(err.Error(), `"c"`) {
+	if err := s.PutPolicies(t.Context(), changed, 0); err == nil || !errors.Is(err, nodeapi.ErrNoLeader) || !strings.Contains(err.Error(), `"c"`) {
 		t.Fatalf("no retry: %v", err)
 	}
 	// A refusal is not retried.

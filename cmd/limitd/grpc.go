@@ -16,6 +16,7 @@ import (
 	"github.com/limitd/limitd/cluster"
 	"github.com/limitd/limitd/grpcapi"
 	"github.com/limitd/limitd/rls"
+	"github.com/limitd/limitd/service"
 )
 
 // grpcFlags are serve's gRPC and Envoy RLS flags (LIMITD_GRPC_ADDR,
@@ -33,7 +34,8 @@ func addGRPCFlags(fs *flag.FlagSet, g *grpcFlags) {
 // rlsFrontEnd is the gRPC server (when --grpc-addr is set), envoy
 // ratelimit's POST /json on the HTTP port, and the --rls-config domains.
 type rlsFrontEnd struct {
-	srv     *grpcapi.Server // built by httpAPI, on the HTTP API's service
+	srv     *grpcapi.Server  // built by httpAPI, on the HTTP API's service
+	svc     *service.Service // that service, which loads --rls-config
 	cfg     grpcapi.Config
 	ln      net.Listener // nil without --grpc-addr
 	node    *cluster.Node
@@ -85,8 +87,9 @@ func newRLSFrontEnd(f *serveFlags, node *cluster.Node, logger *slog.Logger) (*rl
 // HTTP /metrics too.
 func (fe *rlsFrontEnd) httpAPI(cfg api.Config) (*api.Server, http.Handler, error) {
 	srv := api.New(storeWithRLS{fe.node, lateCollector{fe}}, cfg)
+	fe.svc = srv.Service()
 	var err error
-	if fe.srv, err = grpcapi.New(srv.Service(), fe.node, fe.cfg); err != nil {
+	if fe.srv, err = grpcapi.New(srv.Service(), fe.cfg); err != nil {
 		if fe.ln != nil {
 			fe.ln.Close()
 		}
@@ -150,7 +153,7 @@ func (fe *rlsFrontEnd) start(ctx context.Context, background chan<- error) {
 	}
 	if len(fe.domains) > 0 {
 		go func() {
-			if err := fe.node.LoadRLSDomains(ctx, fe.domains); err != nil && ctx.Err() == nil {
+			if err := fe.svc.LoadRLSDomains(ctx, fe.domains); err != nil && ctx.Err() == nil {
 				background <- err
 				return
 			}
