@@ -3,7 +3,6 @@ package api
 import (
 	"fmt"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/limitd/limitd/service"
@@ -23,19 +22,6 @@ const (
 	CodeOutcomeUnknown   = string(service.CodeOutcomeUnknown)  // 503: may have been applied; retry with the same request_id
 	CodeInternal         = string(service.CodeInternal)        // 500: a bug; the message says what
 )
-
-// httpStatus is the one table from the service's codes to HTTP statuses.
-// A code missing here is answered 500.
-var httpStatus = map[service.Code]int{
-	service.CodeInvalidArgument: http.StatusBadRequest,
-	service.CodeUnauthenticated: http.StatusUnauthorized,
-	service.CodeNotFound:        http.StatusNotFound,
-	service.CodeConflict:        http.StatusConflict,
-	service.CodePayloadTooLarge: http.StatusRequestEntityTooLarge,
-	service.CodeUnavailable:     http.StatusServiceUnavailable,
-	service.CodeOutcomeUnknown:  http.StatusServiceUnavailable,
-	service.CodeInternal:        http.StatusInternalServerError,
-}
 
 // apiError is an error answer: an HTTP status and the JSON error body.
 type apiError struct {
@@ -65,18 +51,16 @@ func (e *apiError) serviceError() *service.Error {
 	return &service.Error{Code: service.Code(e.code), Field: e.field, Message: e.message}
 }
 
-// httpError maps a service error to its answer (nil for nil). Unavailable
-// answers carry Retry-After: nothing was decided, a retry may succeed.
+// httpError maps a service error to its answer (nil for nil) by the
+// service's one table (service.AnswerOf, shared with gRPC and POST /json).
+// Answers a client may retry carry Retry-After.
 func (s *Server) httpError(e *service.Error) *apiError {
 	if e == nil {
 		return nil
 	}
-	status, ok := httpStatus[e.Code]
-	if !ok {
-		status = http.StatusInternalServerError
-	}
-	a := &apiError{status: status, code: string(e.Code), field: e.Field, message: e.Message}
-	if status == http.StatusServiceUnavailable {
+	ans := service.AnswerOf(e.Code)
+	a := &apiError{status: ans.HTTPStatus, code: string(e.Code), field: e.Field, message: e.Message}
+	if ans.RetryAfter {
 		a.retryAfter = s.cfg.NoLeaderRetryAfter
 	}
 	return a
@@ -107,7 +91,7 @@ func appendError(b []byte, code, field, message string) []byte {
 // writeError writes e as {"error":{...}} with its status and headers.
 func writeError(w http.ResponseWriter, e *apiError) {
 	if e.retryAfter > 0 {
-		w.Header().Set("Retry-After", strconv.FormatInt(ceilDiv(int64(e.retryAfter), int64(time.Second)), 10))
+		w.Header().Set("Retry-After", service.RetryAfterValue(e.retryAfter))
 	}
 	buf := getBuffer()
 	b := append(buf.b[:0], `{"error":`...)

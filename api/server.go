@@ -68,7 +68,7 @@ type Config struct {
 // Defaults (MaxBatch and RequestTimeout default in the service layer).
 const (
 	DefaultMaxBodyBytes       = 1 << 20
-	DefaultNoLeaderRetryAfter = time.Second
+	DefaultNoLeaderRetryAfter = service.DefaultRetryAfter
 	DefaultAuthKeySource      = "ip"
 )
 

@@ -3,32 +3,25 @@ package grpcapi
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
-)
 
-// httpStatusOf maps the gRPC codes ShouldRateLimit answers with to HTTP.
-var httpStatusOf = map[codes.Code]int{
-	codes.InvalidArgument:  http.StatusBadRequest,
-	codes.Unavailable:      http.StatusServiceUnavailable,
-	codes.Aborted:          http.StatusServiceUnavailable,
-	codes.DeadlineExceeded: http.StatusServiceUnavailable,
-	codes.Canceled:         http.StatusServiceUnavailable,
-}
+	"github.com/limitd/limitd/service"
+)
 
 // JSONHandler serves envoy ratelimit's `POST /json`: the body is a
 // RateLimitRequest in proto3 JSON, the answer the RateLimitResponse in
 // proto3 JSON, status 200 when the overall code is OK and 429 when it is
-// OVER_LIMIT — decided exactly as ShouldRateLimit over gRPC. Errors use the
-// HTTP API's body ({"error":{"code","field","message"}}): 400 for a bad
-// request, 503 (with Retry-After) when the cluster could not decide, 500
-// otherwise. Mount it on the HTTP API's port at /json.
+// OVER_LIMIT — decided exactly as ShouldRateLimit over gRPC (by
+// service.RateLimit). Errors use the HTTP API's body
+// ({"error":{"code","field","message"}}) and the service's one table for
+// the status and Retry-After (service.AnswerOf): 400 for a bad request, 503
+// with Retry-After when the cluster could not decide, and so on. Mount it on
+// the HTTP API's port at /json.
 func (s *Server) JSONHandler() http.Handler {
 	r := &rlsServer{s: s}
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
@@ -39,45 +32,28 @@ func (s *Server) JSONHandler() http.Handler {
 		}
 		body, err := io.ReadAll(io.LimitReader(req.Body, int64(s.cfg.MaxRecvMsgSize)+1))
 		if err != nil {
-			writeJSONError(w, http.StatusBadRequest, "invalid_argument", "", "read body: "+err.Error())
+			writeServiceError(w, service.Invalid("", "read body: "+err.Error()))
 			return
 		}
 		if len(body) > s.cfg.MaxRecvMsgSize {
-			writeJSONError(w, http.StatusRequestEntityTooLarge, "payload_too_large", "", "body larger than the maximum request size")
+			writeServiceError(w, &service.Error{Code: service.CodePayloadTooLarge, Message: "body larger than the maximum request size"})
 			return
 		}
 		var rr rlspb.RateLimitRequest
 		if err := protojson.Unmarshal(body, &rr); err != nil {
-			writeJSONError(w, http.StatusBadRequest, "invalid_argument", "", "not a RateLimitRequest in proto3 JSON: "+err.Error())
+			writeServiceError(w, service.Invalid("", "not a RateLimitRequest in proto3 JSON: "+err.Error()))
 			return
 		}
 		ctx, cancel := context.WithTimeout(req.Context(), s.cfg.RequestTimeout)
 		defer cancel()
-		resp, err := s.callRLS(ctx, r, &rr)
-		if err != nil {
-			st := status.Convert(err)
-			code, ok := httpStatusOf[st.Code()]
-			if !ok {
-				code = http.StatusInternalServerError
-			}
-			reason, field := "internal", ""
-			for _, d := range st.Details() {
-				switch d := d.(type) {
-				case *errdetails.ErrorInfo:
-					reason = d.GetReason()
-				case *errdetails.BadRequest:
-					field = d.GetFieldViolations()[0].GetField()
-				}
-			}
-			if code == http.StatusServiceUnavailable {
-				w.Header().Set("Retry-After", "1")
-			}
-			writeJSONError(w, code, reason, field, st.Message())
+		resp, e := s.callRLS(ctx, r, &rr)
+		if e != nil {
+			writeServiceError(w, e)
 			return
 		}
 		out, err := protojson.Marshal(resp)
 		if err != nil {
-			writeJSONError(w, http.StatusInternalServerError, "internal", "", "encode response: "+err.Error())
+			writeServiceError(w, service.Internal("encode response: "+err.Error()))
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
@@ -88,15 +64,31 @@ func (s *Server) JSONHandler() http.Handler {
 	})
 }
 
-// callRLS runs ShouldRateLimit with the gRPC path's panic recovery.
-func (s *Server) callRLS(ctx context.Context, r *rlsServer, req *rlspb.RateLimitRequest) (resp *rlspb.RateLimitResponse, err error) {
+// callRLS decides a request as ShouldRateLimit does, with the gRPC path's
+// panic recovery.
+func (s *Server) callRLS(ctx context.Context, r *rlsServer, req *rlspb.RateLimitRequest) (resp *rlspb.RateLimitResponse, e *service.Error) {
 	defer func() {
 		if p := recover(); p != nil {
 			s.cfg.Logger.Printf("json: panic: %v", p)
-			resp, err = nil, status.Errorf(codes.Internal, "internal error: %v", p)
+			resp, e = nil, service.Internal(fmt.Sprintf("internal error: %v", p))
 		}
 	}()
-	return r.ShouldRateLimit(ctx, req)
+	return r.rateLimit(ctx, req)
+}
+
+// writeServiceError answers e with the status and Retry-After of the
+// service's one table (service.AnswerOf). The message reads as gRPC's does
+// (toStatus): the field first.
+func writeServiceError(w http.ResponseWriter, e *service.Error) {
+	ans := service.AnswerOf(e.Code)
+	if ans.RetryAfter {
+		w.Header().Set("Retry-After", service.RetryAfterValue(service.DefaultRetryAfter))
+	}
+	msg := e.Message
+	if e.Field != "" {
+		msg = e.Field + ": " + msg
+	}
+	writeJSONError(w, ans.HTTPStatus, string(e.Code), e.Field, msg)
 }
 
 func writeJSONError(w http.ResponseWriter, code int, reason, field, msg string) {

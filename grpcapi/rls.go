@@ -24,13 +24,22 @@ type rlsServer struct {
 // outcome unknown, a bad request) are gRPC errors: Envoy then applies its
 // own failure mode (failure_mode_deny), never a guess by limitd.
 func (r *rlsServer) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
-	rr, e := decodeRLS(req)
+	resp, e := r.rateLimit(ctx, req)
 	if e != nil {
 		return nil, toStatus(e)
 	}
+	return resp, nil
+}
+
+// rateLimit is ShouldRateLimit with the service's error, for POST /json.
+func (r *rlsServer) rateLimit(ctx context.Context, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, *service.Error) {
+	rr, e := decodeRLS(req)
+	if e != nil {
+		return nil, e
+	}
 	res, e := r.s.svc.RateLimit(ctx, &rr)
 	if e != nil {
-		return nil, toStatus(e)
+		return nil, e
 	}
 	r.s.metrics.observe(res.Domain, &rr, res.Plan, res.Results, res.Response)
 	return encodeRLS(res.Response, r.s.cfg.RLSHeaders), nil

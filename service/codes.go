@@ -1,0 +1,63 @@
+package service
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"google.golang.org/grpc/codes"
+)
+
+// Answer is how one Code is answered on every transport: the one table
+// from the service's codes to HTTP statuses, gRPC codes and Retry-After,
+// used by the HTTP API, the gRPC server and POST /json alike, so that a
+// refusal reads the same whichever door it came through.
+type Answer struct {
+	HTTPStatus int
+	GRPC       codes.Code
+	// RetryAfter: nothing was decided (or the outcome is unknown) and a
+	// retry may succeed, so HTTP answers carry Retry-After.
+	RetryAfter bool
+}
+
+// answers is the table. unavailable means nothing was counted (retry);
+// outcome_unknown means it may have been (retry with the same request_id),
+// so on gRPC it is ABORTED, which clients do not retry blindly.
+var answers = map[Code]Answer{
+	CodeInvalidArgument: {http.StatusBadRequest, codes.InvalidArgument, false},
+	CodeUnauthenticated: {http.StatusUnauthorized, codes.Unauthenticated, false},
+	CodeNotFound:        {http.StatusNotFound, codes.NotFound, false},
+	CodeConflict:        {http.StatusConflict, codes.AlreadyExists, false},
+	CodePayloadTooLarge: {http.StatusRequestEntityTooLarge, codes.ResourceExhausted, false},
+	CodeUnavailable:     {http.StatusServiceUnavailable, codes.Unavailable, true},
+	CodeOutcomeUnknown:  {http.StatusServiceUnavailable, codes.Aborted, true},
+	CodeInternal:        {http.StatusInternalServerError, codes.Internal, false},
+}
+
+// Codes lists every code the service answers with, in the order above.
+func Codes() []Code {
+	return []Code{CodeInvalidArgument, CodeUnauthenticated, CodeNotFound, CodeConflict,
+		CodePayloadTooLarge, CodeUnavailable, CodeOutcomeUnknown, CodeInternal}
+}
+
+// AnswerOf is how code is answered. A code missing from the table (a bug)
+// is answered as internal.
+func AnswerOf(code Code) Answer {
+	if a, ok := answers[code]; ok {
+		return a
+	}
+	return answers[CodeInternal]
+}
+
+// DefaultRetryAfter is the wait front ends suggest with Retry-After.
+const DefaultRetryAfter = time.Second
+
+// RetryAfterValue is d as a Retry-After header value: whole seconds,
+// rounded up (a client must not come back sooner than d).
+func RetryAfterValue(d time.Duration) string {
+	s := int64(d / time.Second)
+	if d%time.Second != 0 {
+		s++
+	}
+	return strconv.FormatInt(s, 10)
+}

@@ -1,0 +1,103 @@
+package service
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"net/http"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/limitd/limitd/fsm"
+)
+
+// Every code the state machine and the service define has its answer on
+// each transport, and the ones a client may retry say so. The expected
+// values are written out: a change to the table must change this test.
+func TestEveryCodeHasOneAnswer(t *testing.T) {
+	want := map[Code]Answer{
+		fsm.CodeInvalidArgument: {http.StatusBadRequest, codes.InvalidArgument, false},
+		fsm.CodeUnauthenticated: {http.StatusUnauthorized, codes.Unauthenticated, false},
+		fsm.CodeNotFound:        {http.StatusNotFound, codes.NotFound, false},
+		fsm.CodeConflict:        {http.StatusConflict, codes.AlreadyExists, false},
+		fsm.CodePayloadTooLarge: {http.StatusRequestEntityTooLarge, codes.ResourceExhausted, false},
+		fsm.CodeUnavailable:     {http.StatusServiceUnavailable, codes.Unavailable, true},
+		fsm.CodeOutcomeUnknown:  {http.StatusServiceUnavailable, codes.Aborted, true},
+		fsm.CodeInternal:        {http.StatusInternalServerError, codes.Internal, false},
+	}
+	if len(Codes()) != len(want) || len(answers) != len(want) {
+		t.Fatalf("Codes() lists %d, the table has %d, want %d", len(Codes()), len(answers), len(want))
+	}
+	for _, c := range Codes() {
+		w, ok := want[c]
+		if !ok {
+			t.Errorf("code %q has no expected answer here", c)
+			continue
+		}
+		if got := AnswerOf(c); got != w {
+			t.Errorf("AnswerOf(%q) = %+v, want %+v", c, got, w)
+		}
+	}
+	if got := AnswerOf("no_such_code"); got != want[fsm.CodeInternal] {
+		t.Errorf("an unknown code answers %+v, want internal's", got)
+	}
+}
+
+// Codes lists every Code constant fsm defines (read from its source, so a
+// code added there without an answer here fails).
+func TestCodesListsEveryFSMCode(t *testing.T) {
+	files, err := filepath.Glob("../fsm/*.go")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("fsm sources: %v %v", files, err)
+	}
+	defined := map[Code]bool{}
+	fset := token.NewFileSet()
+	for _, f := range files {
+		af, err := parser.ParseFile(fset, f, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ast.Inspect(af, func(n ast.Node) bool {
+			vs, ok := n.(*ast.ValueSpec)
+			if !ok {
+				return true
+			}
+			if id, ok := vs.Type.(*ast.Ident); !ok || id.Name != "Code" {
+				return true
+			}
+			for _, v := range vs.Values {
+				if lit, ok := v.(*ast.BasicLit); ok && lit.Kind == token.STRING {
+					s, _ := strconv.Unquote(lit.Value)
+					defined[Code(s)] = true
+				}
+			}
+			return true
+		})
+	}
+	listed := map[Code]bool{}
+	for _, c := range Codes() {
+		listed[c] = true
+	}
+	for c := range defined {
+		if !listed[c] {
+			t.Errorf("fsm defines code %q, which Codes() and the answer table lack", c)
+		}
+	}
+	if len(defined) != len(listed) {
+		t.Errorf("fsm defines %d codes, Codes() lists %d", len(defined), len(listed))
+	}
+}
+
+func TestRetryAfterValue(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		time.Second: "1", 1500 * time.Millisecond: "2", 3 * time.Second: "3", time.Millisecond: "1",
+	} {
+		if got := RetryAfterValue(d); got != want {
+			t.Errorf("RetryAfterValue(%v) = %q, want %q", d, got, want)
+		}
+	}
+}
