@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/limitd/limitd/bench"
+	"github.com/limitd/limitd/internal/proccluster"
 )
 
 const benchUsage = `Usage: limitd bench [flags]
@@ -237,7 +238,7 @@ func (f *benchFlags) run(ctx context.Context, stdout, stderr io.Writer) error {
 	addrs := splitAddrs(f.addrs)
 	grpcAddrs := splitList(f.grpcAddrs)
 	nodes := len(addrs)
-	var c *procCluster
+	var c *proccluster.Cluster
 	if f.cluster > 0 {
 		procs := nodeProcs(f.nodeProcs, f.cluster, runtime.NumCPU())
 		share := "Go's default GOMAXPROCS"
@@ -247,7 +248,7 @@ func (f *benchFlags) run(ctx context.Context, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "limitd bench: starting a %d-node cluster on loopback (%s)\n", f.cluster, share)
 		began := time.Now()
 		var err error
-		c, err = startBenchCluster(ctx, f.cluster, procOptions{
+		c, err = startBenchCluster(ctx, f.cluster, proccluster.Options{
 			Extra: strings.Fields(f.serveFlags),
 			GRPC:  f.target == benchTargetGRPC || f.target == benchTargetRLS,
 			Procs: procs,
@@ -256,14 +257,14 @@ func (f *benchFlags) run(ctx context.Context, stdout, stderr io.Writer) error {
 			return err
 		}
 		defer func() {
-			if err := c.stop(); err != nil {
+			if err := c.Stop(); err != nil {
 				fmt.Fprintf(stderr, "limitd bench: %v\n", err)
 			}
 		}()
 		fmt.Fprintf(stderr, "limitd bench: cluster ready in %s\n", time.Since(began).Round(10*time.Millisecond))
-		addrs, nodes = c.addrs(), f.cluster
-		for _, nd := range c.nodes {
-			grpcAddrs = append(grpcAddrs, nd.grpcAddr)
+		addrs, nodes = c.Addrs(), f.cluster
+		for _, nd := range c.Nodes {
+			grpcAddrs = append(grpcAddrs, nd.GRPCAddr)
 		}
 	} else if err := waitBenchReady(ctx, addrs, benchReadyWait); err != nil {
 		return err
@@ -321,7 +322,7 @@ func (f *benchFlags) run(ctx context.Context, stdout, stderr io.Writer) error {
 			st.Batches, st.Checks, float64(st.Checks)/float64(max(st.Batches, 1)), st.Retries, st.LeaderChanges)
 	}
 	if c != nil {
-		res.DiskBytes, res.RSSBytes = c.footprint()
+		res.DiskBytes, res.RSSBytes = c.Footprint()
 	}
 	res.System = f.system
 	res.Label = f.label
@@ -361,13 +362,13 @@ func (f *benchFlags) run(ctx context.Context, stdout, stderr io.Writer) error {
 
 // measuredProcesses lists the processes whose CPU the run measures: every
 // node (by its role now: leader or follower) and this load generator.
-func (f *benchFlags) measuredProcesses(ctx context.Context, c *procCluster, addrs []string) ([]bench.ProcessCPU, error) {
+func (f *benchFlags) measuredProcesses(ctx context.Context, c *proccluster.Cluster, addrs []string) ([]bench.ProcessCPU, error) {
 	var pids []int
 	var names []string
 	switch {
 	case c != nil:
-		for _, nd := range c.nodes {
-			pids, names = append(pids, nd.pid()), append(names, nd.id)
+		for _, nd := range c.Nodes {
+			pids, names = append(pids, nd.PID()), append(names, nd.ID)
 		}
 	case f.pids != "":
 		pids, _ = parsePIDs(f.pids)
@@ -489,7 +490,7 @@ func waitBenchReady(ctx context.Context, addrs []string, wait time.Duration) err
 	for _, a := range addrs {
 		var last error
 		for {
-			err := getReady(ctx, a)
+			err := proccluster.GetReady(ctx, a)
 			if err == nil {
 				break
 			}
@@ -563,7 +564,7 @@ func nodeProcs(flag, n, cpus int) int {
 
 // startBenchCluster starts n nodes named bench1..benchN in a new temporary
 // directory, which stop removes.
-func startBenchCluster(ctx context.Context, n int, o procOptions) (*procCluster, error) {
+func startBenchCluster(ctx context.Context, n int, o proccluster.Options) (*proccluster.Cluster, error) {
 	dir, err := os.MkdirTemp("", "limitd-bench-")
 	if err != nil {
 		return nil, fmt.Errorf("create cluster directory: %w", err)
@@ -572,7 +573,7 @@ func startBenchCluster(ctx context.Context, n int, o procOptions) (*procCluster,
 	for i := range ids {
 		ids[i] = fmt.Sprintf("bench%d", i+1)
 	}
-	c, err := startProcClusterOpts(ctx, dir, ids, o)
+	c, err := proccluster.StartOpts(ctx, dir, ids, o)
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/limitd/limitd/bench"
+	"github.com/limitd/limitd/internal/proccluster"
 )
 
 // Environment of the fake node: the test binary re-executed as "limitd serve"
@@ -498,9 +499,9 @@ func useTestNodes(t *testing.T, env string) (reports, tmp string) {
 	t.Setenv(env, "1")
 	t.Setenv(fakeNodeDirEnv, reports)
 	t.Setenv("TMPDIR", tmp)
-	old := procServe
-	procServe = func() (string, []string, error) { return os.Args[0], []string{"serve"}, nil }
-	t.Cleanup(func() { procServe = old })
+	old := proccluster.Serve
+	proccluster.Serve = func() (string, []string, error) { return os.Args[0], []string{"serve"}, nil }
+	t.Cleanup(func() { proccluster.Serve = old })
 	return reports, tmp
 }
 
@@ -586,9 +587,9 @@ func TestBenchClusterStartsRunsAndStops(t *testing.T) {
 func TestBenchClusterKillsNodesThatIgnoreSIGTERM(t *testing.T) {
 	reports, tmp := useFakeNodes(t)
 	t.Setenv(fakeNodeIgnoreEnv, "1")
-	old := procStopTimeout
-	procStopTimeout = 200 * time.Millisecond
-	defer func() { procStopTimeout = old }()
+	old := proccluster.StopTimeout
+	proccluster.StopTimeout = 200 * time.Millisecond
+	defer func() { proccluster.StopTimeout = old }()
 	_, stderr := runBenchJSON(t, "--cluster", "2", "--duration", "100ms", "--warmup", "0", "--concurrency", "2")
 	if !strings.Contains(stderr, "killed bench1, bench2: no exit within 200ms of SIGTERM") {
 		t.Errorf("stderr %q: want the kill reported", stderr)
@@ -734,23 +735,23 @@ func TestBenchRLSAgainstRunningNodes(t *testing.T) {
 		t.Skip("starts a real Raft node")
 	}
 	useTestNodes(t, realNodeEnv)
-	c, err := startProcClusterOpts(t.Context(), t.TempDir(), []string{"n1"}, procOptions{GRPC: true})
+	c, err := proccluster.StartOpts(t.Context(), t.TempDir(), []string{"n1"}, proccluster.Options{GRPC: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.stop()
-	nd := c.nodes[0]
-	r, stderr := runBenchJSON(t, "--addrs", nd.url(""), "--grpc-addrs", nd.grpcAddr, "--pids", strconv.Itoa(nd.pid()),
+	defer c.Stop()
+	nd := c.Nodes[0]
+	r, stderr := runBenchJSON(t, "--addrs", nd.URL(""), "--grpc-addrs", nd.GRPCAddr, "--pids", strconv.Itoa(nd.PID()),
 		"--target", "rls", "--duration", "300ms", "--warmup", "0", "--concurrency", "4", "--keys", "3",
 		"--limit", "5", "--window", "1m")
-	if r.Errors != 0 || r.Target != nd.grpcAddr || r.Protocol != "rls" {
+	if r.Errors != 0 || r.Target != nd.GRPCAddr || r.Protocol != "rls" {
 		t.Errorf("%d errors (%s), target %q protocol %q\n%s", r.Errors, r.LastError, r.Target, r.Protocol, stderr)
 	}
 	// 3 keys at 5 per minute (the installed domain's rule): exactly 15 allowed.
 	if r.Allowed != 15 || r.Refused == 0 {
 		t.Errorf("allowed %d refused %d, want 15 and refusals", r.Allowed, r.Refused)
 	}
-	if len(r.CPU) != 2 || r.CPU[0].PID != nd.pid() || r.CPU[0].Role != "leader" {
+	if len(r.CPU) != 2 || r.CPU[0].PID != nd.PID() || r.CPU[0].Role != "leader" {
 		t.Errorf("CPU %+v", r.CPU)
 	}
 }

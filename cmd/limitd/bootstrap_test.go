@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/limitd/limitd/internal/proccluster"
 )
 
 // bootView is the part of GET /v1/cluster these tests compare.
@@ -28,7 +30,7 @@ type bootView struct {
 func getView(t testing.TB, p *proc) (bootView, error) {
 	t.Helper()
 	var v bootView
-	resp, err := http.Get(p.url("/v1/cluster"))
+	resp, err := http.Get(p.URL("/v1/cluster"))
 	if err != nil {
 		return v, err
 	}
@@ -45,21 +47,21 @@ func TestProcessBootstrapExpectThree(t *testing.T) {
 	ps := []*proc{newProc(t, "n3", ""), newProc(t, "n1", ""), newProc(t, "n2", "")}
 	var join []string
 	for _, p := range ps {
-		join = append(join, p.httpAddr)
+		join = append(join, p.HTTPAddr)
 	}
 	var wg sync.WaitGroup
 	for _, p := range ps {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := p.procNode.start("--join", strings.Join(join, ","), "--bootstrap-expect", "3", "--log-format", "json"); err != nil {
+			if err := p.Node.Start("--join", strings.Join(join, ","), "--bootstrap-expect", "3", "--log-format", "json"); err != nil {
 				t.Error(err)
 			}
 		}()
 	}
 	wg.Wait()
 	for _, p := range ps {
-		t.Cleanup(p.kill)
+		t.Cleanup(p.Kill)
 	}
 	if t.Failed() {
 		return
@@ -70,11 +72,11 @@ func TestProcessBootstrapExpectThree(t *testing.T) {
 		views = views[:0]
 		ok := true
 		for _, p := range ps {
-			if !p.running() {
-				t.Fatalf("%s exited: %s", p.id, p.logs())
+			if !p.Running() {
+				t.Fatalf("%s exited: %s", p.ID, p.Logs())
 			}
 			v, err := getView(t, p)
-			if err != nil || getReady(context.Background(), p.url("")) != nil || len(v.Members) != 3 || v.LeaderID == "" {
+			if err != nil || proccluster.GetReady(context.Background(), p.URL("")) != nil || len(v.Members) != 3 || v.LeaderID == "" {
 				ok = false
 				break
 			}
@@ -89,7 +91,7 @@ func TestProcessBootstrapExpectThree(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			for _, p := range ps {
-				t.Logf("%s log:\n%s", p.id, p.logs())
+				t.Logf("%s log:\n%s", p.ID, p.Logs())
 			}
 			t.Fatalf("no single 3-node cluster within 30s: %+v", views)
 		}
@@ -97,10 +99,10 @@ func TestProcessBootstrapExpectThree(t *testing.T) {
 	}
 	bootstrapped := 0
 	for _, p := range ps {
-		if strings.Contains(p.logs(), "bootstrapped the cluster") {
+		if strings.Contains(p.Logs(), "bootstrapped the cluster") {
 			bootstrapped++
-			if p.id != "n1" {
-				t.Errorf("%s bootstrapped; the lowest node ID is n1", p.id)
+			if p.ID != "n1" {
+				t.Errorf("%s bootstrapped; the lowest node ID is n1", p.ID)
 			}
 		}
 	}
@@ -109,18 +111,18 @@ func TestProcessBootstrapExpectThree(t *testing.T) {
 	}
 	for _, p := range ps {
 		if err := p.term(); err != nil {
-			t.Errorf("stop %s: %v", p.id, err)
+			t.Errorf("stop %s: %v", p.ID, err)
 		}
 	}
 	for _, p := range ps {
-		for i, line := range strings.Split(strings.TrimSpace(p.logs()), "\n") {
+		for i, line := range strings.Split(strings.TrimSpace(p.Logs()), "\n") {
 			var rec map[string]any
 			if err := json.Unmarshal([]byte(line), &rec); err != nil {
-				t.Errorf("%s log line %d is not JSON (%v): %s", p.id, i+1, err, line)
+				t.Errorf("%s log line %d is not JSON (%v): %s", p.ID, i+1, err, line)
 				continue
 			}
 			if _, ok := rec["level"].(string); !ok {
-				t.Errorf("%s log line %d has no level: %s", p.id, i+1, line)
+				t.Errorf("%s log line %d has no level: %s", p.ID, i+1, line)
 			}
 		}
 	}
@@ -135,36 +137,36 @@ func TestProcessJoinUnreachableDoesNotBootstrap(t *testing.T) {
 		args := append([]string{"--join", freePort(t) + "," + freePort(t), "--join-timeout", "3s"}, extra...)
 		p.start(args...)
 		sawServing := false
-		for p.running() {
+		for p.Running() {
 			if v, err := getView(t, p); err == nil {
 				sawServing = true
 				if len(v.Members) != 0 || v.LeaderID != "" || v.State == "Leader" {
-					t.Fatalf("%v: a node joining nobody formed a cluster: %+v\n%s", args, v, p.logs())
+					t.Fatalf("%v: a node joining nobody formed a cluster: %+v\n%s", args, v, p.Logs())
 				}
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
 		if !sawServing {
-			t.Errorf("%v: the node never answered /v1/cluster while joining:\n%s", args, p.logs())
+			t.Errorf("%v: the node never answered /v1/cluster while joining:\n%s", args, p.Logs())
 		}
-		if err := p.wait(); err == nil {
-			t.Errorf("%v: exited 0 after failing to join:\n%s", args, p.logs())
+		if err := p.Wait(); err == nil {
+			t.Errorf("%v: exited 0 after failing to join:\n%s", args, p.Logs())
 		}
-		if !strings.Contains(p.logs(), "join") || !strings.Contains(p.logs(), "deadline exceeded") {
-			t.Errorf("%v: the exit does not say the join timed out:\n%s", args, p.logs())
+		if !strings.Contains(p.Logs(), "join") || !strings.Contains(p.Logs(), "deadline exceeded") {
+			t.Errorf("%v: the exit does not say the join timed out:\n%s", args, p.Logs())
 		}
 		// Nothing was written as Raft state: started again without --join,
 		// the data directory bootstraps as a fresh node would.
-		entries, _ := os.ReadDir(p.dataDir)
+		entries, _ := os.ReadDir(p.DataDir)
 		for _, e := range entries {
 			if e.Name() == "snapshots" {
-				if s, _ := os.ReadDir(filepath.Join(p.dataDir, "snapshots")); len(s) > 0 {
+				if s, _ := os.ReadDir(filepath.Join(p.DataDir, "snapshots")); len(s) > 0 {
 					t.Errorf("%v: a snapshot was written: %v", args, s)
 				}
 			}
 		}
-		if strings.Contains(p.logs(), "bootstrapped") || strings.Contains(p.logs(), "entering leader state") {
-			t.Errorf("%v: the node bootstrapped:\n%s", args, p.logs())
+		if strings.Contains(p.Logs(), "bootstrapped") || strings.Contains(p.Logs(), "entering leader state") {
+			t.Errorf("%v: the node bootstrapped:\n%s", args, p.Logs())
 		}
 	}
 }
@@ -181,14 +183,14 @@ func TestProcessRestartWithStateDoesNotBootstrapOrJoin(t *testing.T) {
 	}
 	p.start("--join", freePort(t)+","+freePort(t), "--bootstrap-expect", "2", "--join-timeout", "1s")
 	p.waitReady()
-	if exited, err := p.waitTimeout(2 * time.Second); exited {
-		t.Fatalf("exited past --join-timeout although it has state (%v):\n%s", err, p.logs())
+	if exited, err := p.WaitTimeout(2 * time.Second); exited {
+		t.Fatalf("exited past --join-timeout although it has state (%v):\n%s", err, p.Logs())
 	}
 	v, err := getView(t, p)
 	if err != nil || len(v.Members) != 1 || v.LeaderID != "solo" {
 		t.Fatalf("after restart: %+v (%v)", v, err)
 	}
-	if strings.Contains(p.logs(), "bootstrapped") || !strings.Contains(p.logs(), "already a member") {
-		t.Fatalf("restart log:\n%s", p.logs())
+	if strings.Contains(p.Logs(), "bootstrapped") || !strings.Contains(p.Logs(), "already a member") {
+		t.Fatalf("restart log:\n%s", p.Logs())
 	}
 }

@@ -36,7 +36,7 @@ func TestProcessClientExactlyOnceUnderLeaderKills(t *testing.T) {
 	l := newCrashLoad(t, procs)
 	var addrs []string
 	for _, p := range procs {
-		addrs = append(addrs, p.httpAddr)
+		addrs = append(addrs, p.HTTPAddr)
 	}
 	c, err := client.New(addrs)
 	if err != nil {
@@ -95,9 +95,9 @@ func TestProcessClientExactlyOnceUnderLeaderKills(t *testing.T) {
 		}
 		old := l.leader(nil, 20*time.Second)
 		l.setUp(old, false)
-		old.kill()
+		old.Kill()
 		next := l.leader(old, 20*time.Second)
-		t.Logf("at %d checks: killed leader %s, new leader %s", done.Load(), old.id, next.id)
+		t.Logf("at %d checks: killed leader %s, new leader %s", done.Load(), old.ID, next.ID)
 		old.start(crashFlags...)
 		old.waitReady()
 		l.setUp(old, true)

@@ -86,8 +86,8 @@ func TestCLIGolden(t *testing.T) {
 		re   *regexp.Regexp
 		with string
 	}{
-		{regexp.MustCompile(regexp.QuoteMeta(p.httpAddr)), "HTTP_ADDR"},
-		{regexp.MustCompile(regexp.QuoteMeta(p.raftAddr)), "RAFT_ADDR"},
+		{regexp.MustCompile(regexp.QuoteMeta(p.HTTPAddr)), "HTTP_ADDR"},
+		{regexp.MustCompile(regexp.QuoteMeta(p.RaftAddr)), "RAFT_ADDR"},
 		{regexp.MustCompile(`(reset_after +)\S+`), "${1}DURATION"},
 		{regexp.MustCompile(`("reset_after_ms": )\d+`), "${1}MS"},
 		{regexp.MustCompile(`(retry_after +)[1-9]\S*`), "${1}DURATION"},
@@ -97,7 +97,7 @@ func TestCLIGolden(t *testing.T) {
 		var stdout, stderr bytes.Buffer
 		env := cliEnv{stdout: &stdout, stderr: &stderr, getenv: func(k string) string {
 			if k == "LIMITD_ADDR" {
-				return p.httpAddr
+				return p.HTTPAddr
 			}
 			return ""
 		}}

@@ -67,13 +67,13 @@ func TestCLIPolicyLocalRefusals(t *testing.T) {
 		t.Helper()
 		var stdout, stderr bytes.Buffer
 		env.stdout, env.stderr = &stdout, &stderr
-		if code := runMain(append(args, "--addr", p.httpAddr), env); code != exitOK {
+		if code := runMain(append(args, "--addr", p.HTTPAddr), env); code != exitOK {
 			t.Fatalf("%v: exit %d, stderr %s", args, code, stderr.String())
 		}
 	}
 	httpLocal := func(name string) bool {
 		t.Helper()
-		resp, err := http.Get("http://" + p.httpAddr + "/v1/policies/" + name)
+		resp, err := http.Get("http://" + p.HTTPAddr + "/v1/policies/" + name)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -53,7 +53,7 @@ func TestProcessSnapshotRoundTrip(t *testing.T) {
 	procs := startCrashCluster(t, crashFlags...)
 	var addrs []string
 	for _, p := range procs {
-		addrs = append(addrs, p.httpAddr)
+		addrs = append(addrs, p.HTTPAddr)
 	}
 	c, err := client.New(addrs)
 	if err != nil {
@@ -173,28 +173,28 @@ func TestProcessSnapshotRoundTrip(t *testing.T) {
 	// The source cluster is lost; restore n1 from the backup, same identity.
 	for _, p := range procs {
 		if err := p.term(); err != nil {
-			t.Logf("stop %s: %v", p.id, err)
+			t.Logf("stop %s: %v", p.ID, err)
 		}
 	}
 	n1 := procs[0]
-	restored := newProc(t, n1.id, "")
-	restored.httpAddr, restored.raftAddr, restored.dataDir = n1.httpAddr, n1.raftAddr, filepath.Join(t.TempDir(), "restored")
-	code, out, errOut = runCLI(t, "snapshot", "restore", "--data-dir", restored.dataDir, "--node-id", n1.id, "--raft-addr", n1.raftAddr, file)
+	restored := newProc(t, n1.ID, "")
+	restored.HTTPAddr, restored.RaftAddr, restored.DataDir = n1.HTTPAddr, n1.RaftAddr, filepath.Join(t.TempDir(), "restored")
+	code, out, errOut = runCLI(t, "snapshot", "restore", "--data-dir", restored.DataDir, "--node-id", n1.ID, "--raft-addr", n1.RaftAddr, file)
 	if code != 0 {
 		t.Fatalf("snapshot restore: exit %d: %s%s", code, out, errOut)
 	}
-	code, _, errOut = runCLI(t, "snapshot", "restore", "--data-dir", restored.dataDir, "--raft-addr", n1.raftAddr, file)
+	code, _, errOut = runCLI(t, "snapshot", "restore", "--data-dir", restored.DataDir, "--raft-addr", n1.RaftAddr, file)
 	if code != exitError || !strings.Contains(errOut, "not empty") {
 		t.Errorf("restore into a used data dir: exit %d, %q", code, errOut)
 	}
 	restored.start(crashFlags...)
 	restored.waitReady()
-	rc, err := client.New([]string{restored.httpAddr})
+	rc, err := client.New([]string{restored.HTTPAddr})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rc.Close()
-	got, err := rc.NodeDigest(ctx, restored.httpAddr)
+	got, err := rc.NodeDigest(ctx, restored.HTTPAddr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,13 +216,13 @@ func TestProcessSnapshotRoundTrip(t *testing.T) {
 		t.Fatalf("repeat of order-7781 after restore: %+v %v, first %+v", again, err, first)
 	}
 	// The cluster grows by a join and converges.
-	joiner := newProc(t, "n4", restored.url(""))
+	joiner := newProc(t, "n4", restored.URL(""))
 	joiner.start(crashFlags...)
 	joiner.waitReady()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		a, errA := rc.NodeDigest(ctx, restored.httpAddr)
-		b, errB := rc.NodeDigest(ctx, joiner.httpAddr)
+		a, errA := rc.NodeDigest(ctx, restored.HTTPAddr)
+		b, errB := rc.NodeDigest(ctx, joiner.HTTPAddr)
 		if errA == nil && errB == nil && a == b {
 			break
 		}

@@ -18,27 +18,27 @@ func TestProcessCLIOverTLS(t *testing.T) {
 	p.start("--tls-cert", cert, "--tls-key", key, "--tls-ca", cert, "--admin-token", "secret")
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		code, _, errOut := runCLI(t, "cluster", "status", "--addr", p.httpAddr, "--tls-ca", cert, "--timeout", "1s")
+		code, _, errOut := runCLI(t, "cluster", "status", "--addr", p.HTTPAddr, "--tls-ca", cert, "--timeout", "1s")
 		if code == 0 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("node not reachable over TLS: exit %d %s\n%s", code, errOut, p.logs())
+			t.Fatalf("node not reachable over TLS: exit %d %s\n%s", code, errOut, p.Logs())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	if code, out, errOut := runCLI(t, "policy", "put", "api", "--algorithm", "fixed_window", "--limit", "1", "--window", "1h",
-		"--addr", "https://"+p.httpAddr, "--tls-ca", cert, "--token", "secret"); code != 0 {
+		"--addr", "https://"+p.HTTPAddr, "--tls-ca", cert, "--token", "secret"); code != 0 {
 		t.Fatalf("policy put over TLS: exit %d %s%s", code, out, errOut)
 	}
-	if code, out, _ := runCLI(t, "check", "--policy", "api", "k", "--addr", p.httpAddr, "--tls-ca", cert); code != exitOK || !strings.Contains(out, "allowed      true") {
+	if code, out, _ := runCLI(t, "check", "--policy", "api", "k", "--addr", p.HTTPAddr, "--tls-ca", cert); code != exitOK || !strings.Contains(out, "allowed      true") {
 		t.Fatalf("check over TLS: exit %d\n%s", code, out)
 	}
-	if code, _, _ := runCLI(t, "check", "--policy", "api", "k", "--addr", p.httpAddr, "--tls-ca", cert); code != exitRefused {
+	if code, _, _ := runCLI(t, "check", "--policy", "api", "k", "--addr", p.HTTPAddr, "--tls-ca", cert); code != exitRefused {
 		t.Fatalf("second check over TLS: exit %d, want %d (refused)", code, exitRefused)
 	}
 	// Not trusted: the handshake fails, the command reports unavailable.
-	code, _, errOut := runCLI(t, "check", "--policy", "api", "k", "--addr", "https://"+p.httpAddr, "--timeout", "300ms")
+	code, _, errOut := runCLI(t, "check", "--policy", "api", "k", "--addr", "https://"+p.HTTPAddr, "--timeout", "300ms")
 	if code != exitUnavailable || !strings.Contains(errOut, "certificate") {
 		t.Fatalf("untrusted certificate: exit %d, %q", code, errOut)
 	}

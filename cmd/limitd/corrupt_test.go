@@ -27,10 +27,10 @@ func TestProcessRebuildsDamagedStateDatabase(t *testing.T) {
 		}
 	}
 	if err := p.term(); err != nil {
-		t.Fatalf("SIGTERM: %v\n%s", err, p.logs())
+		t.Fatalf("SIGTERM: %v\n%s", err, p.Logs())
 	}
 
-	path := filepath.Join(p.dataDir, "fsm.db")
+	path := filepath.Join(p.DataDir, "fsm.db")
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -59,10 +59,10 @@ func TestProcessRebuildsDamagedStateDatabase(t *testing.T) {
 	p.start()
 	p.waitReady()
 	if d := check(0); d.Remaining != 3 {
-		t.Fatalf("after the damage: remaining %d, want 3 (7 of 10 spent); logs:\n%s", d.Remaining, p.logs())
+		t.Fatalf("after the damage: remaining %d, want 3 (7 of 10 spent); logs:\n%s", d.Remaining, p.Logs())
 	}
-	if !strings.Contains(p.logs(), "integrity check") {
-		t.Errorf("the restart did not report the damaged file; logs:\n%s", p.logs())
+	if !strings.Contains(p.Logs(), "integrity check") {
+		t.Errorf("the restart did not report the damaged file; logs:\n%s", p.Logs())
 	}
 	if _, err := os.Stat(path + ".corrupt"); err != nil {
 		t.Errorf("the damaged file was not kept as %s.corrupt: %v", path, err)

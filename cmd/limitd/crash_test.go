@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/limitd/limitd/fsm"
+	"github.com/limitd/limitd/internal/proccluster"
 )
 
 // Process-level crash tests: real limitd processes on loopback, clients that
@@ -121,19 +122,19 @@ func newCrashLoad(t *testing.T, procs []*proc) *crashLoad {
 		keys:   map[string]*crashKey{},
 	}
 	for _, p := range procs {
-		l.up.Store(p.id, true)
+		l.up.Store(p.ID, true)
 	}
 	t.Cleanup(l.client.CloseIdleConnections)
 	return l
 }
 
-func (l *crashLoad) setUp(p *proc, up bool) { l.up.Store(p.id, up) }
+func (l *crashLoad) setUp(p *proc, up bool) { l.up.Store(p.ID, up) }
 
 // pick returns a random running process, follower or leader alike.
 func (l *crashLoad) pick(rng *rand.Rand) *proc {
 	for {
 		p := l.procs[rng.Intn(len(l.procs))]
-		if up, _ := l.up.Load(p.id); up.(bool) {
+		if up, _ := l.up.Load(p.ID); up.(bool) {
 			return p
 		}
 	}
@@ -144,7 +145,7 @@ func (l *crashLoad) pick(rng *rand.Rand) *proc {
 func (l *crashLoad) send(p *proc, c crashCheck) (crashOutcome, crashAnswer) {
 	body, _ := json.Marshal(c)
 	var a crashAnswer
-	resp, err := l.client.Post(p.url("/v1/check"), "application/json", bytes.NewReader(body))
+	resp, err := l.client.Post(p.URL("/v1/check"), "application/json", bytes.NewReader(body))
 	if err != nil {
 		return crashUnknown, a // refused, reset or timed out: unknown
 	}
@@ -154,7 +155,7 @@ func (l *crashLoad) send(p *proc, c crashCheck) (crashOutcome, crashAnswer) {
 		return crashUnknown, a
 	}
 	if err := json.Unmarshal(data, &a); err != nil {
-		l.oddity(fmt.Sprintf("%s: undecodable answer %d %q", p.id, resp.StatusCode, data))
+		l.oddity(fmt.Sprintf("%s: undecodable answer %d %q", p.ID, resp.StatusCode, data))
 		return crashUnknown, a
 	}
 	switch {
@@ -166,7 +167,7 @@ func (l *crashLoad) send(p *proc, c crashCheck) (crashOutcome, crashAnswer) {
 		(a.Error.Code == "outcome_unknown" || a.Error.Code == "unavailable"):
 		return crashUnknown, a
 	}
-	l.oddity(fmt.Sprintf("%s: answer outside the contract: %d %s", p.id, resp.StatusCode, data))
+	l.oddity(fmt.Sprintf("%s: answer outside the contract: %d %s", p.ID, resp.StatusCode, data))
 	return crashUnknown, a
 }
 
@@ -275,13 +276,13 @@ type clusterView struct {
 
 func (l *crashLoad) view(p *proc) (clusterView, error) {
 	var v clusterView
-	resp, err := l.client.Get(p.url("/v1/cluster"))
+	resp, err := l.client.Get(p.URL("/v1/cluster"))
 	if err != nil {
 		return v, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return v, fmt.Errorf("GET /v1/cluster on %s: %s", p.id, resp.Status)
+		return v, fmt.Errorf("GET /v1/cluster on %s: %s", p.ID, resp.Status)
 	}
 	return v, json.NewDecoder(resp.Body).Decode(&v)
 }
@@ -293,7 +294,7 @@ func (l *crashLoad) leader(not *proc, timeout time.Duration) *proc {
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
 		for _, p := range l.procs {
-			if up, _ := l.up.Load(p.id); p == not || !up.(bool) {
+			if up, _ := l.up.Load(p.ID); p == not || !up.(bool) {
 				continue
 			}
 			v, err := l.view(p)
@@ -301,7 +302,7 @@ func (l *crashLoad) leader(not *proc, timeout time.Duration) *proc {
 				continue
 			}
 			for _, q := range l.procs {
-				if q.id == v.LeaderID && q != not {
+				if q.ID == v.LeaderID && q != not {
 					return q
 				}
 			}
@@ -319,14 +320,14 @@ type digestView struct {
 
 func (l *crashLoad) digest(p *proc) (digestView, error) {
 	var d digestView
-	resp, err := l.client.Get(p.url("/v1/cluster/digest"))
+	resp, err := l.client.Get(p.URL("/v1/cluster/digest"))
 	if err != nil {
 		return d, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(resp.Body)
-		return d, fmt.Errorf("GET /v1/cluster/digest on %s: %s %s", p.id, resp.Status, b)
+		return d, fmt.Errorf("GET /v1/cluster/digest on %s: %s %s", p.ID, resp.Status, b)
 	}
 	return d, json.NewDecoder(resp.Body).Decode(&d)
 }
@@ -372,7 +373,7 @@ func (l *crashLoad) peek(p *proc, k *crashKey) int64 {
 			return a.Remaining
 		}
 		if try == 50 {
-			l.t.Fatalf("peek of %s on %s: no answer", c.Key, p.id)
+			l.t.Fatalf("peek of %s on %s: no answer", c.Key, p.ID)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -398,10 +399,10 @@ func (l *crashLoad) audit() (over int, lost, phantom int64) {
 			switch {
 			case used < k.allowed:
 				lost += k.allowed - used
-				l.t.Errorf("%s on %s: state shows %d used, %d allowed answers were received", name, p.id, used, k.allowed)
+				l.t.Errorf("%s on %s: state shows %d used, %d allowed answers were received", name, p.ID, used, k.allowed)
 			case used > k.allowed:
 				phantom += used - k.allowed
-				l.t.Errorf("%s on %s: state shows %d used, only %d allowed answers (counted twice, or a refused or unknown request counted)", name, p.id, used, k.allowed)
+				l.t.Errorf("%s on %s: state shows %d used, only %d allowed answers (counted twice, or a refused or unknown request counted)", name, p.ID, used, k.allowed)
 			}
 		}
 	}
@@ -416,25 +417,25 @@ func stateDigests(t *testing.T, procs []*proc) map[string]string {
 	digests := map[string]string{}
 	for _, p := range procs {
 		if err := p.term(); err != nil {
-			t.Fatalf("stop %s: %v\n%s", p.id, err, p.logs())
+			t.Fatalf("stop %s: %v\n%s", p.ID, err, p.Logs())
 		}
 	}
 	for _, p := range procs {
-		f, err := fsm.Open(filepath.Join(p.dataDir, "fsm.db"), fsm.Options{})
+		f, err := fsm.Open(filepath.Join(p.DataDir, "fsm.db"), fsm.Options{})
 		if err != nil {
-			t.Fatalf("open %s's state database: %v", p.id, err)
+			t.Fatalf("open %s's state database: %v", p.ID, err)
 		}
 		if f.Recovered() {
-			t.Errorf("%s's state database was not closed cleanly by SIGTERM", p.id)
+			t.Errorf("%s's state database was not closed cleanly by SIGTERM", p.ID)
 		}
 		// Nodes stop one after another, so an expiry sweep may land between
 		// them and move LastTime: compare the data, not the meta record.
 		d, err := f.DataDigest()
 		f.Close()
 		if err != nil {
-			t.Fatalf("digest of %s: %v", p.id, err)
+			t.Fatalf("digest of %s: %v", p.ID, err)
 		}
-		digests[p.id] = d
+		digests[p.ID] = d
 	}
 	return digests
 }
@@ -448,17 +449,17 @@ func crashSummary(t *testing.T, fields map[string]any) {
 // startCrashCluster starts three nodes: n1 bootstraps, n2 and n3 join it.
 func startCrashCluster(t *testing.T, extra ...string) []*proc {
 	t.Helper()
-	old := procServe
-	procServe = func() (string, []string, error) { return limitdBin, []string{"serve"}, nil }
-	defer func() { procServe = old }()
-	c, err := startProcCluster(context.Background(), t.TempDir(), []string{"n1", "n2", "n3"}, extra)
+	old := proccluster.Serve
+	proccluster.Serve = func() (string, []string, error) { return limitdBin, []string{"serve"}, nil }
+	defer func() { proccluster.Serve = old }()
+	c, err := proccluster.Start(context.Background(), t.TempDir(), []string{"n1", "n2", "n3"}, extra)
 	if err != nil {
 		t.Fatal(err)
 	}
-	procs := make([]*proc, len(c.nodes))
-	for i, nd := range c.nodes {
-		procs[i] = &proc{procNode: nd, t: t}
-		t.Cleanup(nd.kill)
+	procs := make([]*proc, len(c.Nodes))
+	for i, nd := range c.Nodes {
+		procs[i] = &proc{Node: nd, t: t}
+		t.Cleanup(nd.Kill)
 	}
 	return procs
 }
@@ -499,10 +500,10 @@ func TestCrashKill9LeaderUnderLoad(t *testing.T) {
 		time.Sleep(time.Duration(500+rng.Intn(700)) * time.Millisecond)
 		old := l.leader(nil, 20*time.Second)
 		l.setUp(old, false)
-		old.kill()
+		old.Kill()
 		next := l.leader(old, 20*time.Second)
 		leaderChanges++
-		t.Logf("round %d: killed leader %s, new leader %s", round, old.id, next.id)
+		t.Logf("round %d: killed leader %s, new leader %s", round, old.ID, next.ID)
 		time.Sleep(time.Duration(300+rng.Intn(500)) * time.Millisecond)
 		old.start(crashFlags...)
 		old.waitReady()
@@ -517,10 +518,10 @@ func TestCrashKill9LeaderUnderLoad(t *testing.T) {
 	over, lost, phantom := l.audit()
 	digests := stateDigests(t, procs)
 	for _, p := range procs {
-		if killed[p] && !strings.Contains(p.logs(), "unclean") {
-			t.Errorf("%s restarted after kill -9 without reporting an unclean stop:\n%s", p.id, p.logs())
+		if killed[p] && !strings.Contains(p.Logs(), "unclean") {
+			t.Errorf("%s restarted after kill -9 without reporting an unclean stop:\n%s", p.ID, p.Logs())
 		}
-		if digests[p.id] != digests[procs[0].id] {
+		if digests[p.ID] != digests[procs[0].ID] {
 			t.Errorf("state digests differ: %v", digests)
 			break
 		}
@@ -576,7 +577,7 @@ func tmpSnapshots(t *testing.T, dataDir string) int {
 // allowed, or an error if the answer was not a decision for every check.
 func checkBatch(client *http.Client, p *proc, checks []crashCheck) (int, error) {
 	body, _ := json.Marshal(map[string]any{"checks": checks})
-	resp, err := client.Post(p.url("/v1/check/batch"), "application/json", bytes.NewReader(body))
+	resp, err := client.Post(p.URL("/v1/check/batch"), "application/json", bytes.NewReader(body))
 	if err != nil {
 		return 0, err
 	}
@@ -640,7 +641,7 @@ func TestCrashKill9DuringSnapshotAndApply(t *testing.T) {
 	midSnapshot, sent := 0, 0
 	var allowed atomic.Int64
 	for round := 0; round < rounds; round++ {
-		before := tmpSnapshots(t, p.dataDir)
+		before := tmpSnapshots(t, p.DataDir)
 		// Four writers of quota batches, each remembering the request ids it
 		// sent but got no answer for.
 		var wg sync.WaitGroup
@@ -679,16 +680,16 @@ func TestCrashKill9DuringSnapshotAndApply(t *testing.T) {
 		// rounds at a random moment of the apply stream.
 		if round%2 == 0 {
 			deadline := time.Now().Add(5 * time.Second)
-			for tmpSnapshots(t, p.dataDir) == before && time.Now().Before(deadline) {
+			for tmpSnapshots(t, p.DataDir) == before && time.Now().Before(deadline) {
 				time.Sleep(200 * time.Microsecond)
 			}
 		} else {
 			time.Sleep(time.Duration(200+rand.Intn(400)) * time.Millisecond)
 		}
-		p.kill()
+		p.Kill()
 		close(stop)
 		wg.Wait()
-		if tmpSnapshots(t, p.dataDir) > before {
+		if tmpSnapshots(t, p.DataDir) > before {
 			midSnapshot++
 		}
 
@@ -707,9 +708,9 @@ func TestCrashKill9DuringSnapshotAndApply(t *testing.T) {
 			t.Fatalf("round %d: quota used %d after kill -9 and restart, %d allowed answers received", round, used, allowed.Load())
 		}
 	}
-	p.kill()
-	if !strings.Contains(p.logs(), "unclean") {
-		t.Errorf("restart after kill -9 did not rebuild from Raft; logs:\n%s", p.logs())
+	p.Kill()
+	if !strings.Contains(p.Logs(), "unclean") {
+		t.Errorf("restart after kill -9 did not rebuild from Raft; logs:\n%s", p.Logs())
 	}
 	t.Logf("%d rounds, %d checks sent, %d allowed; %d kills landed in the middle of a snapshot", rounds, sent, allowed.Load(), midSnapshot)
 	crashSummary(t, map[string]any{
@@ -743,7 +744,7 @@ func TestCrashDamagedFilesAtStart(t *testing.T) {
 		return os.Truncate(path, fi.Size()/2)
 	}
 	snapshotFiles := func(p *proc) []string {
-		m, _ := filepath.Glob(filepath.Join(p.dataDir, "snapshots", "*", "state.bin"))
+		m, _ := filepath.Glob(filepath.Join(p.DataDir, "snapshots", "*", "state.bin"))
 		var done []string
 		for _, f := range m {
 			if !strings.HasSuffix(filepath.Dir(f), ".tmp") {
@@ -774,17 +775,17 @@ func TestCrashDamagedFilesAtStart(t *testing.T) {
 		want      int
 	}{
 		{name: "raft log garbage (boltdb)", flags: []string{"--log-store=boltdb"}, damage: func(t *testing.T, p *proc) string {
-			path := filepath.Join(p.dataDir, "raft.db")
+			path := filepath.Join(p.DataDir, "raft.db")
 			must(t, os.WriteFile(path, bytes.Repeat([]byte("garbage!"), 4096), 0o600))
 			return path
 		}, want: mustRefuse},
 		{name: "raft-wal meta database garbage", damage: func(t *testing.T, p *proc) string {
-			dir := filepath.Join(p.dataDir, "raft-wal")
+			dir := filepath.Join(p.DataDir, "raft-wal")
 			must(t, os.WriteFile(filepath.Join(dir, "wal-meta.db"), bytes.Repeat([]byte("garbage!"), 4096), 0o600))
 			return dir
 		}, want: mustRefuse},
 		{name: "raft-wal segments garbage", damage: func(t *testing.T, p *proc) string {
-			dir := filepath.Join(p.dataDir, "raft-wal")
+			dir := filepath.Join(p.DataDir, "raft-wal")
 			segs, err := filepath.Glob(filepath.Join(dir, "*.wal"))
 			must(t, err)
 			if len(segs) == 0 {
@@ -796,17 +797,17 @@ func TestCrashDamagedFilesAtStart(t *testing.T) {
 			return dir
 		}, want: mustRefuse},
 		{name: "state database halved after a clean stop", damage: func(t *testing.T, p *proc) string {
-			path := filepath.Join(p.dataDir, "fsm.db")
+			path := filepath.Join(p.DataDir, "fsm.db")
 			must(t, truncate(path))
 			return path
 		}, want: refuseOrExact},
 		{name: "state database cut to its meta pages after a clean stop", damage: func(t *testing.T, p *proc) string {
-			path := filepath.Join(p.dataDir, "fsm.db")
+			path := filepath.Join(p.DataDir, "fsm.db")
 			must(t, os.Truncate(path, 8192))
 			return path
 		}, want: refuseOrExact},
 		{name: "state database garbage after kill -9", unclean: true, damage: func(t *testing.T, p *proc) string {
-			path := filepath.Join(p.dataDir, "fsm.db")
+			path := filepath.Join(p.DataDir, "fsm.db")
 			must(t, os.WriteFile(path, bytes.Repeat([]byte("garbage!"), 4096), 0o600))
 			return path
 		}, want: mustRebuild},
@@ -856,7 +857,7 @@ func TestCrashDamagedFilesAtStart(t *testing.T) {
 				}
 			}
 			if tc.unclean {
-				p.kill()
+				p.Kill()
 			} else if err := p.term(); err != nil {
 				t.Fatal(err)
 			}
@@ -868,14 +869,14 @@ func TestCrashDamagedFilesAtStart(t *testing.T) {
 			case !ready && tc.want != mustRebuild:
 				// It refused to start: it must say why, naming the file.
 				if exitErr == nil {
-					t.Fatalf("exited 0 on a damaged %s; logs:\n%s", what, p.logs())
+					t.Fatalf("exited 0 on a damaged %s; logs:\n%s", what, p.Logs())
 				}
-				if !strings.Contains(p.logs(), what) {
-					t.Fatalf("the error does not name the damaged %s:\n%s", what, p.logs())
+				if !strings.Contains(p.Logs(), what) {
+					t.Fatalf("the error does not name the damaged %s:\n%s", what, p.Logs())
 				}
-				t.Logf("refused to start: %s", lastLine(p.logs()))
+				t.Logf("refused to start: %s", lastLine(p.Logs()))
 			case !ready:
-				t.Fatalf("did not start (%v) where it can rebuild its state; logs:\n%s", exitErr, p.logs())
+				t.Fatalf("did not start (%v) where it can rebuild its state; logs:\n%s", exitErr, p.Logs())
 			case tc.want == mustRefuse:
 				d := p.check(mustJSON(crashCheck{Key: "daily-quota", Limit: quota}))
 				t.Fatalf("started on a damaged %s: quota remaining %d with %d checks allowed before", what, d.Remaining, allowed)
@@ -895,16 +896,16 @@ func TestCrashDamagedFilesAtStart(t *testing.T) {
 func startOutcome(p *proc, timeout time.Duration) (ready bool, exitErr error) {
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
-		if exited, err := p.waitTimeout(0); exited {
+		if exited, err := p.WaitTimeout(0); exited {
 			return false, err
 		}
-		if getReady(context.Background(), p.url("")) == nil {
+		if proccluster.GetReady(context.Background(), p.URL("")) == nil {
 			return true, nil // p.start's cleanup kills it
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	p.kill()
-	return false, fmt.Errorf("neither ready nor exited within %s: %w", timeout, p.wait())
+	p.Kill()
+	return false, fmt.Errorf("neither ready nor exited within %s: %w", timeout, p.Wait())
 }
 
 func snapshotOrder(path string) [2]uint64 {

@@ -27,6 +27,8 @@ import (
 	"time"
 
 	yaml "go.yaml.in/yaml/v3"
+
+	"github.com/limitd/limitd/internal/proccluster"
 )
 
 const deployDir = "../../deploy"
@@ -801,28 +803,28 @@ func TestDashboardMetricsExist(t *testing.T) {
 	if len(used) < 20 {
 		t.Fatalf("only %d panels with metrics found in the dashboard", len(used))
 	}
-	old := procServe
-	procServe = func() (string, []string, error) { return limitdBin, []string{"serve"}, nil }
-	defer func() { procServe = old }()
-	c, err := startProcCluster(context.Background(), t.TempDir(), []string{"n1", "n2", "n3"}, nil)
+	old := proccluster.Serve
+	proccluster.Serve = func() (string, []string, error) { return limitdBin, []string{"serve"}, nil }
+	defer func() { proccluster.Serve = old }()
+	c, err := proccluster.Start(context.Background(), t.TempDir(), []string{"n1", "n2", "n3"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.stop()
+	defer c.Stop()
 	for i := 0; i < 5; i++ {
-		for _, nd := range c.nodes {
-			postJSON(t, nd.url("/v1/check"), `{"key":"dash","limit":{"algorithm":"fixed_window","limit":3,"window":"60s"}}`)
+		for _, nd := range c.Nodes {
+			postJSON(t, nd.URL("/v1/check"), `{"key":"dash","limit":{"algorithm":"fixed_window","limit":3,"window":"60s"}}`)
 		}
 	}
-	postJSON(t, c.nodes[0].url("/v1/check"), `{"key":"r","limit":{"algorithm":"fixed_window","limit":3,"window":"60s"},"request_id":"d1"}`)
-	postJSON(t, c.nodes[0].url("/v1/check"), `{"key":"r","limit":{"algorithm":"fixed_window","limit":3,"window":"60s"},"request_id":"d1"}`)
-	postJSON(t, c.nodes[0].url("/v1/check"), `{"key":""}`)
+	postJSON(t, c.Nodes[0].URL("/v1/check"), `{"key":"r","limit":{"algorithm":"fixed_window","limit":3,"window":"60s"},"request_id":"d1"}`)
+	postJSON(t, c.Nodes[0].URL("/v1/check"), `{"key":"r","limit":{"algorithm":"fixed_window","limit":3,"window":"60s"},"request_id":"d1"}`)
+	postJSON(t, c.Nodes[0].URL("/v1/check"), `{"key":""}`)
 	// Leader-only series (last contact per follower) need the leader's /metrics.
-	var leader, follower *procNode
+	var leader, follower *proccluster.Node
 	deadline := time.Now().Add(10 * time.Second)
 	for leader == nil && time.Now().Before(deadline) {
-		for _, nd := range c.nodes {
-			if exposedNames(t, nd.url(""))["limitd_raft_follower_last_contact_seconds"] {
+		for _, nd := range c.Nodes {
+			if exposedNames(t, nd.URL(""))["limitd_raft_follower_last_contact_seconds"] {
 				leader = nd
 			} else {
 				follower = nd
@@ -833,12 +835,12 @@ func TestDashboardMetricsExist(t *testing.T) {
 	if leader == nil || follower == nil {
 		t.Fatal("no node reports follower last contact: no leader with followers")
 	}
-	for _, nd := range []*procNode{leader, follower} {
-		have := exposedNames(t, nd.url(""))
+	for _, nd := range []*proccluster.Node{leader, follower} {
+		have := exposedNames(t, nd.URL(""))
 		for panel, names := range used {
 			for _, n := range names {
 				if !have[n] && !(nd == follower && n == "limitd_raft_follower_last_contact_seconds") {
-					t.Errorf("panel %q queries %s, which %s's /metrics lacks", panel, n, nd.id)
+					t.Errorf("panel %q queries %s, which %s's /metrics lacks", panel, n, nd.ID)
 				}
 			}
 		}

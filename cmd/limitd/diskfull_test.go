@@ -29,7 +29,7 @@ func TestProcessDiskFullStopsThenRecoversOnRestart(t *testing.T) {
 	t.Cleanup(func() { exec.Command("umount", "-l", mnt).Run() })
 
 	p := newProc(t, "full", "")
-	p.dataDir = filepath.Join(mnt, "data")
+	p.DataDir = filepath.Join(mnt, "data")
 	p.start()
 	p.waitReady()
 	// Peeks (cost 0) of long keys: every request adds about 1 MB to the Raft
@@ -40,7 +40,7 @@ func TestProcessDiskFullStopsThenRecoversOnRestart(t *testing.T) {
 	}
 	body := `{"checks":[` + strings.Join(checks, ",") + `]}`
 	exited := make(chan error, 1)
-	go func() { exited <- p.wait() }()
+	go func() { exited <- p.Wait() }()
 	var codes []int
 	var exitErr error
 loop:
@@ -50,7 +50,7 @@ loop:
 			break loop
 		default:
 		}
-		resp, err := httpPost(p.url("/v1/check/batch"), body)
+		resp, err := httpPost(p.URL("/v1/check/batch"), body)
 		if err != nil {
 			continue // the node went away mid-request
 		}
@@ -71,13 +71,13 @@ loop:
 		select {
 		case exitErr = <-exited:
 		case <-time.After(30 * time.Second):
-			t.Fatalf("node still running on a full disk after %d requests (codes %v); logs:\n%s", len(codes), codes, p.logs())
+			t.Fatalf("node still running on a full disk after %d requests (codes %v); logs:\n%s", len(codes), codes, p.Logs())
 		}
 	}
 	if ee, ok := exitErr.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
-		t.Fatalf("exit on a full disk: %v, want status 1; logs:\n%s", exitErr, p.logs())
+		t.Fatalf("exit on a full disk: %v, want status 1; logs:\n%s", exitErr, p.Logs())
 	}
-	logs := p.logs()
+	logs := p.Logs()
 	if !strings.Contains(logs, "no space left on device") || !strings.Contains(logs, "fatal:") {
 		t.Fatalf("logs do not name the cause:\n%s", logs)
 	}

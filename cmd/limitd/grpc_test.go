@@ -62,7 +62,7 @@ func TestProcessServesRLSFromConfigDir(t *testing.T) {
 			break // the domains are loaded in the background once there is a leader
 		}
 		if ctx.Err() != nil {
-			t.Fatalf("domain never loaded: %v %v\n%s", resp, err, p.logs())
+			t.Fatalf("domain never loaded: %v %v\n%s", resp, err, p.Logs())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -74,16 +74,16 @@ func TestProcessServesRLSFromConfigDir(t *testing.T) {
 		t.Fatalf("headers %v", hs)
 	}
 	// envoy ratelimit's POST /json on the HTTP port: 200 while allowed.
-	code, body := postJSON(t, p.url("/json"), `{"domain":"edge_proxy_per_ip","descriptors":[{"entries":[{"key":"remote_address","value":"50.0.0.5"}]}]}`)
+	code, body := postJSON(t, p.URL("/json"), `{"domain":"edge_proxy_per_ip","descriptors":[{"entries":[{"key":"remote_address","value":"50.0.0.5"}]}]}`)
 	if code != 429 || !strings.Contains(string(body), `"overallCode":"OVER_LIMIT"`) {
 		t.Fatalf("POST /json (blocked address): %d %s", code, body)
 	}
-	code, body = postJSON(t, p.url("/json"), `{"domain":"edge_proxy_per_ip","descriptors":[{"entries":[{"key":"remote_address","value":"50.0.0.1"}]}]}`)
+	code, body = postJSON(t, p.URL("/json"), `{"domain":"edge_proxy_per_ip","descriptors":[{"entries":[{"key":"remote_address","value":"50.0.0.1"}]}]}`)
 	if code != 200 || !strings.Contains(string(body), `"overallCode":"OK"`) {
 		t.Fatalf("POST /json: %d %s", code, body)
 	}
 	// The RLS counters are on /metrics.
-	mresp, err := http.Get(p.url("/metrics"))
+	mresp, err := http.Get(p.URL("/metrics"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,10 +93,10 @@ func TestProcessServesRLSFromConfigDir(t *testing.T) {
 		t.Fatalf("/metrics has no RLS counters:\n%s", mb)
 	}
 	// Other paths still reach the API, unclean ones included.
-	if code, body := postJSON(t, p.url("/v1/check"), `{"key":"a//b","limit":{"algorithm":"fixed_window","limit":1,"window":"1s"}}`); code != 200 {
+	if code, body := postJSON(t, p.URL("/v1/check"), `{"key":"a//b","limit":{"algorithm":"fixed_window","limit":1,"window":"1s"}}`); code != 200 {
 		t.Fatalf("POST /v1/check: %d %s", code, body)
 	}
-	peek, err := http.Get(p.url("/v1/keys/a//b?algorithm=fixed_window&limit=1&window=1s"))
+	peek, err := http.Get(p.URL("/v1/keys/a//b?algorithm=fixed_window&limit=1&window=1s"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,12 +120,12 @@ func TestProcessRefusesBadRLSConfig(t *testing.T) {
 	}
 	p := newProc(t, "b", "")
 	p.start("--rls-config", dir, "--grpc-addr", freePort(t))
-	if err := p.wait(); err == nil {
-		t.Fatalf("started with a bad --rls-config:\n%s", p.logs())
+	if err := p.Wait(); err == nil {
+		t.Fatalf("started with a bad --rls-config:\n%s", p.Logs())
 	}
 	for _, want := range []string{filepath.Join(dir, "shop.yaml"), "descriptors[0].rate_limit.unit", "shop.user", "fortnight"} {
-		if !strings.Contains(p.logs(), want) {
-			t.Fatalf("error does not mention %q:\n%s", want, p.logs())
+		if !strings.Contains(p.Logs(), want) {
+			t.Fatalf("error does not mention %q:\n%s", want, p.Logs())
 		}
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/limitd/limitd/internal/proccluster"
 )
 
 var warnOrError = regexp.MustCompile(`(?m)^.* level=(WARN|ERROR) .*$`)
@@ -16,9 +18,9 @@ var warnOrError = regexp.MustCompile(`(?m)^.* level=(WARN|ERROR) .*$`)
 func waitLog(t *testing.T, p *proc, s string, within time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(within)
-	for !strings.Contains(p.logs(), s) {
+	for !strings.Contains(p.Logs(), s) {
 		if time.Now().After(deadline) {
-			t.Fatalf("%s did not log %q within %v:\n%s", p.id, s, within, p.logs())
+			t.Fatalf("%s did not log %q within %v:\n%s", p.ID, s, within, p.Logs())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -33,36 +35,36 @@ func TestProcessNormalOperationLogsNoWarnings(t *testing.T) {
 	a := newProc(t, "a", "")
 	a.start()
 	a.waitReady()
-	b := newProc(t, "b", a.url(""))
-	c := newProc(t, "c", a.url(""))
+	b := newProc(t, "b", a.URL(""))
+	c := newProc(t, "c", a.URL(""))
 	b.start()
 	c.start()
 	b.waitReady()
 	c.waitReady()
 	ctx := context.Background()
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if n, _ := clusterMembers(ctx, a.url("")); n == 3 {
+		if n, _ := proccluster.ClusterMembers(ctx, a.URL("")); n == 3 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("a never listed 3 members:\n%s", a.logs())
+			t.Fatalf("a never listed 3 members:\n%s", a.Logs())
 		}
 	}
 	if err := c.term(); err != nil {
 		t.Fatal(err)
 	}
-	cFirst := c.logs()
+	cFirst := c.Logs()
 	waitLog(t, a, "peer unreachable", 10*time.Second)
 	// Raft retries heartbeats to c many times a second: none of those repeat the report.
 	time.Sleep(2 * time.Second)
 	c.start()
 	c.waitReady()
 	waitLog(t, a, "peer reachable again", 15*time.Second)
-	bLog, cSecond := b.logs(), c.logs()
+	bLog, cSecond := b.Logs(), c.Logs()
 	if err := a.term(); err != nil { // the leader hands over leadership and stops
 		t.Fatal(err)
 	}
-	aLog := a.logs()
+	aLog := a.Logs()
 
 	for name, log := range map[string]string{"a": aLog, "b before a stopped": bLog, "c's first run": cFirst, "c's second run": cSecond} {
 		lines := warnOrError.FindAllString(log, -1)

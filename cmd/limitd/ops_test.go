@@ -18,36 +18,38 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/limitd/limitd/internal/proccluster"
 )
 
 // opsCluster starts three nodes n1..n3 (n1 bootstraps) of the real binary.
-func opsCluster(t *testing.T) *procCluster {
+func opsCluster(t *testing.T) *proccluster.Cluster {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("starts a cluster of processes")
 	}
-	old := procServe
-	procServe = func() (string, []string, error) { return limitdBin, []string{"serve"}, nil }
-	defer func() { procServe = old }()
-	c, err := startProcCluster(context.Background(), t.TempDir(), []string{"n1", "n2", "n3"}, nil)
+	old := proccluster.Serve
+	proccluster.Serve = func() (string, []string, error) { return limitdBin, []string{"serve"}, nil }
+	defer func() { proccluster.Serve = old }()
+	c, err := proccluster.Start(context.Background(), t.TempDir(), []string{"n1", "n2", "n3"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { c.stop() })
+	t.Cleanup(func() { c.Stop() })
 	return c
 }
 
 // opsNode is a new node for c on free loopback ports, joining through join.
-func opsNode(t *testing.T, c *procCluster, id, join string) *procNode {
+func opsNode(t *testing.T, c *proccluster.Cluster, id, join string) *proccluster.Node {
 	t.Helper()
-	ports, err := freeLoopbackAddrs(2)
+	ports, err := proccluster.FreeLoopbackAddrs(2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	nd := &procNode{id: id, httpAddr: ports[0], raftAddr: ports[1], join: join,
-		dataDir: filepath.Join(c.dir, id), logPath: filepath.Join(c.dir, id+".log"),
-		exe: limitdBin, prefix: []string{"serve"}}
-	c.nodes = append(c.nodes, nd) // stopped with the cluster
+	nd := &proccluster.Node{ID: id, HTTPAddr: ports[0], RaftAddr: ports[1], Join: join,
+		DataDir: filepath.Join(c.Dir, id), LogPath: filepath.Join(c.Dir, id+".log"),
+		Exe: limitdBin, Prefix: []string{"serve"}}
+	c.Nodes = append(c.Nodes, nd) // stopped with the cluster
 	return nd
 }
 
@@ -64,24 +66,24 @@ func cli(t *testing.T, args ...string) string {
 
 // waitMembers waits until every node in nodes is ready and the cluster
 // lists members members.
-func waitMembers(t *testing.T, c *procCluster, nodes []*procNode, members int) {
+func waitMembers(t *testing.T, c *proccluster.Cluster, nodes []*proccluster.Node, members int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := c.waitReady(ctx, nodes, members); err != nil {
-		t.Fatalf("%v%s", err, c.logTails(20))
+	if err := c.WaitReady(ctx, nodes, members); err != nil {
+		t.Fatalf("%v%s", err, c.LogTails(20))
 	}
 }
 
 // spend checks key once against a fixed window of 1,000,000 per hour
 // through nd, retrying with the same request_id (on any node) until it is
 // decided; it returns whether the check was allowed.
-func spend(t *testing.T, nodes []*procNode, key, requestID string) bool {
+func spend(t *testing.T, nodes []*proccluster.Node, key, requestID string) bool {
 	body := fmt.Sprintf(`{"key":%q,"limit":{"algorithm":"fixed_window","limit":1000000,"window":"1h"},"request_id":%q}`, key, requestID)
 	deadline := time.Now().Add(30 * time.Second)
 	for i := 0; time.Now().Before(deadline); i++ {
 		nd := nodes[i%len(nodes)]
-		resp, err := http.Post(nd.url("/v1/check"), "application/json", strings.NewReader(body))
+		resp, err := http.Post(nd.URL("/v1/check"), "application/json", strings.NewReader(body))
 		if err == nil {
 			b, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
@@ -101,11 +103,11 @@ func spend(t *testing.T, nodes []*procNode, key, requestID string) bool {
 }
 
 // remaining peeks key's remaining quota (cost 0) through nd.
-func remaining(t *testing.T, nd *procNode, key string) int64 {
+func remaining(t *testing.T, nd *proccluster.Node, key string) int64 {
 	t.Helper()
-	code, b := postJSON(t, nd.url("/v1/check"), fmt.Sprintf(`{"key":%q,"limit":{"algorithm":"fixed_window","limit":1000000,"window":"1h"},"cost":0}`, key))
+	code, b := postJSON(t, nd.URL("/v1/check"), fmt.Sprintf(`{"key":%q,"limit":{"algorithm":"fixed_window","limit":1000000,"window":"1h"},"cost":0}`, key))
 	if code != 200 {
-		t.Fatalf("peek %s on %s: %d %s", key, nd.id, code, b)
+		t.Fatalf("peek %s on %s: %d %s", key, nd.ID, code, b)
 	}
 	var d decision
 	if err := json.Unmarshal(b, &d); err != nil {
@@ -119,17 +121,17 @@ func remaining(t *testing.T, nd *procNode, key string) int64 {
 func TestOpsAddNode(t *testing.T) {
 	c := opsCluster(t)
 	for i := 0; i < 5; i++ {
-		spend(t, c.nodes, "add", fmt.Sprint("add-", i))
+		spend(t, c.Nodes, "add", fmt.Sprint("add-", i))
 	}
-	n4 := opsNode(t, c, "n4", c.nodes[0].url(""))
-	if err := n4.start(); err != nil {
+	n4 := opsNode(t, c, "n4", c.Nodes[0].URL(""))
+	if err := n4.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitMembers(t, c, c.nodes, 4)
+	waitMembers(t, c, c.Nodes, 4)
 	if got := remaining(t, n4, "add"); got != 1000000-5 {
 		t.Fatalf("n4 sees %d remaining, want %d", got, 1000000-5)
 	}
-	if out := cli(t, "cluster", "members", "--addr", n4.httpAddr); !strings.Contains(out, "n4") {
+	if out := cli(t, "cluster", "members", "--addr", n4.HTTPAddr); !strings.Contains(out, "n4") {
 		t.Fatalf("members lists no n4:\n%s", out)
 	}
 }
@@ -138,12 +140,12 @@ func TestOpsAddNode(t *testing.T) {
 // node exits 0 by itself, and the other two keep deciding.
 func TestOpsRemoveNode(t *testing.T) {
 	c := opsCluster(t)
-	n3 := c.nodes[2]
-	cli(t, "cluster", "remove", "n3", "--addr", c.nodes[0].httpAddr)
-	if exited, err := n3.waitTimeout(20 * time.Second); !exited || err != nil {
-		t.Fatalf("removed n3: exited %v, err %v (want exit 0)%s", exited, err, c.logTails(10))
+	n3 := c.Nodes[2]
+	cli(t, "cluster", "remove", "n3", "--addr", c.Nodes[0].HTTPAddr)
+	if exited, err := n3.WaitTimeout(20 * time.Second); !exited || err != nil {
+		t.Fatalf("removed n3: exited %v, err %v (want exit 0)%s", exited, err, c.LogTails(10))
 	}
-	rest := c.nodes[:2]
+	rest := c.Nodes[:2]
 	waitMembers(t, c, rest, 2)
 	if !spend(t, rest, "remove", "r1") {
 		t.Fatal("check refused after the removal")
@@ -156,20 +158,20 @@ func TestOpsRemoveNode(t *testing.T) {
 func TestOpsReplaceNode(t *testing.T) {
 	c := opsCluster(t)
 	for i := 0; i < 7; i++ {
-		spend(t, c.nodes, "replace", fmt.Sprint("rep-", i))
+		spend(t, c.Nodes, "replace", fmt.Sprint("rep-", i))
 	}
-	old := c.nodes[2]
-	if err := old.term(procStopTimeout); err != nil {
+	old := c.Nodes[2]
+	if err := old.Term(proccluster.StopTimeout); err != nil {
 		t.Fatal(err)
 	}
-	cli(t, "cluster", "remove", "n3", "--addr", c.nodes[0].httpAddr)
-	c.nodes = c.nodes[:2]
-	n5 := opsNode(t, c, "n5", c.nodes[1].url(""))
-	if err := n5.start(); err != nil {
+	cli(t, "cluster", "remove", "n3", "--addr", c.Nodes[0].HTTPAddr)
+	c.Nodes = c.Nodes[:2]
+	n5 := opsNode(t, c, "n5", c.Nodes[1].URL(""))
+	if err := n5.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitMembers(t, c, c.nodes, 3)
-	out := cli(t, "cluster", "members", "--addr", n5.httpAddr, "--output", "json")
+	waitMembers(t, c, c.Nodes, 3)
+	out := cli(t, "cluster", "members", "--addr", n5.HTTPAddr, "--output", "json")
 	if !strings.Contains(out, `"n5"`) || strings.Contains(out, `"n3"`) {
 		t.Fatalf("members after the replacement: %s", out)
 	}
@@ -199,22 +201,22 @@ func TestOpsRollingRestartLosesNoDecision(t *testing.T) {
 				}
 				// Rotate the first node tried, so that some requests meet the
 				// node being restarted.
-				nodes := append(append([]*procNode(nil), c.nodes[(i+w)%3:]...), c.nodes[:(i+w)%3]...)
+				nodes := append(append([]*proccluster.Node(nil), c.Nodes[(i+w)%3:]...), c.Nodes[:(i+w)%3]...)
 				if spend(t, nodes, "rolling", fmt.Sprintf("w%d-%d", w, i)) {
 					acked.Add(1)
 				}
 			}
 		}(w)
 	}
-	for _, nd := range c.nodes {
+	for _, nd := range c.Nodes {
 		before := acked.Load()
-		if err := nd.term(procStopTimeout); err != nil {
-			t.Fatalf("stop %s: %v", nd.id, err)
+		if err := nd.Term(proccluster.StopTimeout); err != nil {
+			t.Fatalf("stop %s: %v", nd.ID, err)
 		}
-		if err := nd.start(); err != nil {
+		if err := nd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		waitMembers(t, c, c.nodes, 3)
+		waitMembers(t, c, c.Nodes, 3)
 		// Traffic went on: at least some checks were decided meanwhile.
 		deadline := time.Now().Add(10 * time.Second)
 		for acked.Load() == before && time.Now().Before(deadline) {
@@ -227,9 +229,9 @@ func TestOpsRollingRestartLosesNoDecision(t *testing.T) {
 	if n == 0 {
 		t.Fatal("no check was decided during the rolling restart")
 	}
-	for _, nd := range c.nodes {
+	for _, nd := range c.Nodes {
 		if got := remaining(t, nd, "rolling"); got != 1000000-n {
-			t.Errorf("%s: %d remaining after %d acknowledged checks, want %d", nd.id, got, n, 1000000-n)
+			t.Errorf("%s: %d remaining after %d acknowledged checks, want %d", nd.ID, got, n, 1000000-n)
 		}
 	}
 	t.Logf("%d checks acknowledged across the rolling restart of 3 nodes", n)
@@ -241,34 +243,34 @@ func TestOpsRollingRestartLosesNoDecision(t *testing.T) {
 func TestOpsRestoreFromSnapshot(t *testing.T) {
 	c := opsCluster(t)
 	for i := 0; i < 9; i++ {
-		spend(t, c.nodes, "restore", fmt.Sprint("rs-", i))
+		spend(t, c.Nodes, "restore", fmt.Sprint("rs-", i))
 	}
 	file := filepath.Join(t.TempDir(), "limitd.snap")
-	cli(t, "snapshot", "save", file, "--addr", c.nodes[0].httpAddr)
+	cli(t, "snapshot", "save", file, "--addr", c.Nodes[0].HTTPAddr)
 	cli(t, "snapshot", "inspect", file)
-	if err := c.stopNodes(); err != nil {
+	if err := c.StopNodes(); err != nil {
 		t.Fatal(err)
 	}
 
-	d := &procCluster{dir: t.TempDir()}
-	t.Cleanup(func() { d.stopNodes() })
+	d := &proccluster.Cluster{Dir: t.TempDir()}
+	t.Cleanup(func() { d.StopNodes() })
 	r1 := opsNode(t, d, "r1", "")
-	cli(t, "snapshot", "restore", file, "--data-dir", r1.dataDir, "--node-id", "r1", "--raft-addr", r1.raftAddr)
-	if err := r1.start(); err != nil {
+	cli(t, "snapshot", "restore", file, "--data-dir", r1.DataDir, "--node-id", "r1", "--raft-addr", r1.RaftAddr)
+	if err := r1.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitMembers(t, d, d.nodes, 1)
-	r2 := opsNode(t, d, "r2", r1.url(""))
-	r3 := opsNode(t, d, "r3", r1.url(""))
-	for _, nd := range []*procNode{r2, r3} {
-		if err := nd.start(); err != nil {
+	waitMembers(t, d, d.Nodes, 1)
+	r2 := opsNode(t, d, "r2", r1.URL(""))
+	r3 := opsNode(t, d, "r3", r1.URL(""))
+	for _, nd := range []*proccluster.Node{r2, r3} {
+		if err := nd.Start(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	waitMembers(t, d, d.nodes, 3)
-	for _, nd := range d.nodes {
+	waitMembers(t, d, d.Nodes, 3)
+	for _, nd := range d.Nodes {
 		if got := remaining(t, nd, "restore"); got != 1000000-9 {
-			t.Errorf("%s: %d remaining after the restore, want %d", nd.id, got, 1000000-9)
+			t.Errorf("%s: %d remaining after the restore, want %d", nd.ID, got, 1000000-9)
 		}
 	}
 }
@@ -282,41 +284,41 @@ func TestOpsNodesAdvertiseNames(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a cluster of processes")
 	}
-	c := &procCluster{dir: t.TempDir()}
-	t.Cleanup(func() { c.stopNodes() })
-	named := func(nd *procNode) []string {
-		_, hp, _ := strings.Cut(nd.httpAddr, ":")
-		_, rp, _ := strings.Cut(nd.raftAddr, ":")
+	c := &proccluster.Cluster{Dir: t.TempDir()}
+	t.Cleanup(func() { c.StopNodes() })
+	named := func(nd *proccluster.Node) []string {
+		_, hp, _ := strings.Cut(nd.HTTPAddr, ":")
+		_, rp, _ := strings.Cut(nd.RaftAddr, ":")
 		return []string{"--http-advertise", "localhost:" + hp, "--raft-advertise", "localhost:" + rp}
 	}
 	n1 := opsNode(t, c, "n1", "")
-	if err := n1.start(named(n1)...); err != nil {
+	if err := n1.Start(named(n1)...); err != nil {
 		t.Fatal(err)
 	}
-	waitMembers(t, c, c.nodes, 1)
-	_, h1, _ := strings.Cut(n1.httpAddr, ":")
+	waitMembers(t, c, c.Nodes, 1)
+	_, h1, _ := strings.Cut(n1.HTTPAddr, ":")
 	for _, id := range []string{"n2", "n3"} {
 		nd := opsNode(t, c, id, "http://localhost:"+h1)
-		if err := nd.start(named(nd)...); err != nil {
+		if err := nd.Start(named(nd)...); err != nil {
 			t.Fatal(err)
 		}
 	}
-	waitMembers(t, c, c.nodes, 3)
-	out := cli(t, "cluster", "members", "--addr", n1.httpAddr, "--output", "json")
+	waitMembers(t, c, c.Nodes, 3)
+	out := cli(t, "cluster", "members", "--addr", n1.HTTPAddr, "--output", "json")
 	if strings.Count(out, `"localhost:`) < 3 || strings.Contains(out, `"127.0.0.1:`) {
 		t.Fatalf("members do not carry the advertised names:\n%s", out)
 	}
 	for i := 0; i < 3; i++ {
-		spend(t, c.nodes, "names", fmt.Sprint("nm-", i))
+		spend(t, c.Nodes, "names", fmt.Sprint("nm-", i))
 	}
 	// Restart n1 (the leader first hands leadership over).
-	if err := n1.term(procStopTimeout); err != nil {
+	if err := n1.Term(proccluster.StopTimeout); err != nil {
 		t.Fatal(err)
 	}
-	if err := n1.start(named(n1)...); err != nil {
+	if err := n1.Start(named(n1)...); err != nil {
 		t.Fatal(err)
 	}
-	waitMembers(t, c, c.nodes, 3)
+	waitMembers(t, c, c.Nodes, 3)
 	if got := remaining(t, n1, "names"); got != 1000000-3 {
 		t.Fatalf("n1 sees %d remaining after its restart, want %d", got, 1000000-3)
 	}

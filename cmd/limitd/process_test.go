@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/limitd/limitd/internal/proccluster"
 )
 
 // Process-level tests: the real binary, real TCP, real kill -9.
@@ -35,56 +37,56 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// freePort is a free loopback address (freeLoopbackAddrs).
+// freePort is a free loopback address (proccluster.FreeLoopbackAddrs).
 func freePort(t testing.TB) string {
 	t.Helper()
-	addrs, err := freeLoopbackAddrs(1)
+	addrs, err := proccluster.FreeLoopbackAddrs(1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return addrs[0]
 }
 
-// proc is one limitd process (the shared procNode) bound to a test: start
+// proc is one limitd process (the shared proccluster.Node) bound to a test: start
 // and waitReady fail the test, and the process is killed at its end.
 type proc struct {
-	*procNode
+	*proccluster.Node
 	t testing.TB
 }
 
 // newProc makes a node on free loopback ports with its data in a fresh
 // temporary directory; join is the address of a node to join, or "".
 func newProc(t testing.TB, id, join string) *proc {
-	return &proc{t: t, procNode: &procNode{
-		id: id, httpAddr: freePort(t), raftAddr: freePort(t), dataDir: t.TempDir(),
-		logPath: filepath.Join(t.TempDir(), id+".log"), join: join,
-		exe: limitdBin, prefix: []string{"serve"},
+	return &proc{t: t, Node: &proccluster.Node{
+		ID: id, HTTPAddr: freePort(t), RaftAddr: freePort(t), DataDir: t.TempDir(),
+		LogPath: filepath.Join(t.TempDir(), id+".log"), Join: join,
+		Exe: limitdBin, Prefix: []string{"serve"},
 	}}
 }
 
 func (p *proc) start(extra ...string) {
 	p.t.Helper()
-	if err := p.procNode.start(extra...); err != nil {
+	if err := p.Node.Start(extra...); err != nil {
 		p.t.Fatal(err)
 	}
-	p.t.Cleanup(p.kill)
+	p.t.Cleanup(p.Kill)
 }
 
-func (p *proc) term() error { return p.procNode.term(15 * time.Second) }
+func (p *proc) term() error { return p.Node.Term(15 * time.Second) }
 
 func (p *proc) waitReady() {
 	p.t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
-		if !p.running() {
-			p.t.Fatalf("%s exited: %s", p.id, p.logs())
+		if !p.Running() {
+			p.t.Fatalf("%s exited: %s", p.ID, p.Logs())
 		}
-		if getReady(context.Background(), p.url("")) == nil {
+		if proccluster.GetReady(context.Background(), p.URL("")) == nil {
 			return
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	p.t.Fatalf("%s not ready after 20s; logs:\n%s", p.id, p.logs())
+	p.t.Fatalf("%s not ready after 20s; logs:\n%s", p.ID, p.Logs())
 }
 
 type decision struct {
@@ -106,9 +108,9 @@ func postJSON(t testing.TB, url, body string) (int, []byte) {
 
 func (p *proc) check(body string) decision {
 	p.t.Helper()
-	code, b := postJSON(p.t, p.url("/v1/check"), body)
+	code, b := postJSON(p.t, p.URL("/v1/check"), body)
 	if code != 200 {
-		p.t.Fatalf("check on %s: %d %s", p.id, code, b)
+		p.t.Fatalf("check on %s: %d %s", p.ID, code, b)
 	}
 	var d decision
 	if err := json.Unmarshal(b, &d); err != nil {
@@ -132,26 +134,26 @@ func TestProcessKill9KeepsSpentQuota(t *testing.T) {
 			t.Fatalf("request %d refused: %+v", i+1, d)
 		}
 	}
-	p.kill()
+	p.Kill()
 	p.start()
 	p.waitReady()
 	if d := p.check(body); d.Allowed {
 		t.Fatal("6th request allowed after kill -9: the quota reset")
 	}
-	if !strings.Contains(p.logs(), "unclean") {
-		t.Errorf("restart after kill -9 did not report an unclean stop; logs:\n%s", p.logs())
+	if !strings.Contains(p.Logs(), "unclean") {
+		t.Errorf("restart after kill -9 did not report an unclean stop; logs:\n%s", p.Logs())
 	}
 	// A clean stop and start keeps it too, without a rebuild.
 	if err := p.term(); err != nil {
-		t.Fatalf("SIGTERM: %v\n%s", err, p.logs())
+		t.Fatalf("SIGTERM: %v\n%s", err, p.Logs())
 	}
 	p.start()
 	p.waitReady()
 	if d := p.check(body); d.Allowed {
 		t.Fatal("request allowed after a clean restart: the quota reset")
 	}
-	if strings.Contains(p.logs(), "unclean") {
-		t.Errorf("clean restart reported an unclean stop; logs:\n%s", p.logs())
+	if strings.Contains(p.Logs(), "unclean") {
+		t.Errorf("clean restart reported an unclean stop; logs:\n%s", p.Logs())
 	}
 }
 
@@ -162,17 +164,17 @@ func TestProcessCorruptDataDirFailsLoudly(t *testing.T) {
 	if err := p.term(); err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(p.dataDir, "fsm.db")
+	path := filepath.Join(p.DataDir, "fsm.db")
 	if err := os.WriteFile(path, bytes.Repeat([]byte("garbage!"), 2048), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	p.start()
-	err := p.wait()
+	err := p.Wait()
 	if err == nil {
-		t.Fatalf("started on a corrupted state database; logs:\n%s", p.logs())
+		t.Fatalf("started on a corrupted state database; logs:\n%s", p.Logs())
 	}
-	if !strings.Contains(p.logs(), path) {
-		t.Fatalf("error does not name the corrupted file %s:\n%s", path, p.logs())
+	if !strings.Contains(p.Logs(), path) {
+		t.Fatalf("error does not name the corrupted file %s:\n%s", path, p.Logs())
 	}
 }
 

@@ -87,7 +87,7 @@ func TestProxySnippets(t *testing.T) {
 	p := newProc(t, "px", "")
 	p.start()
 	p.waitReady()
-	code, body := putJSON(t, p.url("/v1/policies/api"), `{"algorithm":"sliding_log","limit":2,"window":"1h"}`)
+	code, body := putJSON(t, p.URL("/v1/policies/api"), `{"algorithm":"sliding_log","limit":2,"window":"1h"}`)
 	if code != 200 {
 		t.Fatalf("create policy: %d %s", code, body)
 	}
@@ -100,7 +100,7 @@ func TestProxySnippets(t *testing.T) {
 	defer app.Close()
 	appAddr := strings.TrimPrefix(app.URL, "http://")
 	addresses := func(s string) string {
-		s = strings.ReplaceAll(s, "127.0.0.1:8080", p.httpAddr)
+		s = strings.ReplaceAll(s, "127.0.0.1:8080", p.HTTPAddr)
 		return strings.ReplaceAll(s, "127.0.0.1:3000", appAddr)
 	}
 
@@ -212,7 +212,7 @@ http {
 		}
 	}
 	// limitd down: fail closed with 503, or fail open to the app.
-	p.kill()
+	p.Kill()
 	for _, px := range proxies {
 		resp, b := get(px)
 		if px.failOpen && (resp.StatusCode != 200 || b != "app /api/x") {

@@ -19,6 +19,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/limitd/limitd/cluster"
+	"github.com/limitd/limitd/internal/proccluster"
 	"github.com/limitd/limitd/internal/testcerts"
 )
 
@@ -66,7 +67,7 @@ func TestSecureByDefault(t *testing.T) {
 // Nodes inherit certificates from the environment when it gives every node
 // one (scripts/chaos.sh runs the process suites so, with SSL_CERT_FILE
 // pointing at the cluster CA for the test's clients).
-func init() { procTLSFromEnv = os.Getenv("LIMITD_TLS_CERT") != "" }
+func init() { proccluster.TLSFromEnv = os.Getenv("LIMITD_TLS_CERT") != "" }
 
 // tlsEnv is a cluster CA and node certificates on disk, and clients that
 // trust the CA: anon presents no certificate, member presents a node's.
@@ -107,7 +108,7 @@ func (e *tlsEnv) flags() []string {
 	return []string{"--tls-cert", e.files.Cert, "--tls-key", e.files.Key, "--tls-ca", e.files.CA, "--admin-token", e.token}
 }
 
-func (e *tlsEnv) url(p *proc, path string) string { return "https://" + p.httpAddr + path }
+func (e *tlsEnv) url(p *proc, path string) string { return "https://" + p.HTTPAddr + path }
 
 func (e *tlsEnv) do(c *http.Client, method, url, auth, body string) (int, string) {
 	e.t.Helper()
@@ -131,8 +132,8 @@ func (e *tlsEnv) waitReady(p *proc) {
 	e.t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
-		if !p.running() {
-			e.t.Fatalf("%s exited: %s", p.id, p.logs())
+		if !p.Running() {
+			e.t.Fatalf("%s exited: %s", p.ID, p.Logs())
 		}
 		if resp, err := e.anon.Get(e.url(p, "/readyz")); err == nil {
 			resp.Body.Close()
@@ -142,7 +143,7 @@ func (e *tlsEnv) waitReady(p *proc) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	e.t.Fatalf("%s not ready after 30s; logs:\n%s", p.id, p.logs())
+	e.t.Fatalf("%s not ready after 30s; logs:\n%s", p.ID, p.Logs())
 }
 
 // forgedStream dials a node's Raft port over TLS with a given client
@@ -203,7 +204,7 @@ func TestProcessTLSClusterRefusesForgeries(t *testing.T) {
 	for i, p := range procs {
 		code, body := e.do(e.anon, "POST", e.url(p, "/v1/check"), "", limit)
 		if code != 200 || !strings.Contains(body, `"allowed":true`) {
-			t.Fatalf("check %d through %s: %d %s", i, p.id, code, body)
+			t.Fatalf("check %d through %s: %d %s", i, p.ID, code, body)
 		}
 	}
 	target := procs[1]
@@ -214,7 +215,7 @@ func TestProcessTLSClusterRefusesForgeries(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer plain.Close()
-	if err := forgedAppend(plain, target.id, target.raftAddr); err == nil {
+	if err := forgedAppend(plain, target.ID, target.RaftAddr); err == nil {
 		t.Fatal("forged AppendEntries over plain TCP was answered")
 	}
 	// 2. Over TLS, well-formed, without a client certificate and with one
@@ -227,8 +228,8 @@ func TestProcessTLSClusterRefusesForgeries(t *testing.T) {
 		"a certificate from another CA": {InsecureSkipVerify: true, Certificates: []tls.Certificate{rogueCert}},
 	} {
 		ln, _ := net.Listen("tcp", "127.0.0.1:0")
-		tr := raft.NewNetworkTransport(&forgedStream{Listener: ln, tls: tc, target: target.id}, 1, 2*time.Second, io.Discard)
-		err := forgedAppend(tr, target.id, target.raftAddr)
+		tr := raft.NewNetworkTransport(&forgedStream{Listener: ln, tls: tc, target: target.ID}, 1, 2*time.Second, io.Discard)
+		err := forgedAppend(tr, target.ID, target.RaftAddr)
 		tr.Close()
 		if err == nil {
 			t.Fatalf("forged AppendEntries over TLS with %s was answered", name)
@@ -240,9 +241,9 @@ func TestProcessTLSClusterRefusesForgeries(t *testing.T) {
 	{
 		ln, _ := net.Listen("tcp", "127.0.0.1:0")
 		tc := e.member.Transport.(*http.Transport).TLSClientConfig
-		tr := raft.NewNetworkTransport(&forgedStream{Listener: ln, tls: tc, target: target.id}, 1, 2*time.Second, io.Discard)
+		tr := raft.NewNetworkTransport(&forgedStream{Listener: ln, tls: tc, target: target.ID}, 1, 2*time.Second, io.Discard)
 		var resp raft.AppendEntriesResponse
-		err := tr.AppendEntries(raft.ServerID(target.id), raft.ServerAddress(target.raftAddr), &raft.AppendEntriesRequest{
+		err := tr.AppendEntries(raft.ServerID(target.ID), raft.ServerAddress(target.RaftAddr), &raft.AppendEntriesRequest{
 			RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte("probe"), Addr: []byte("127.0.0.1:1")},
 		}, &resp)
 		tr.Close()
@@ -273,7 +274,7 @@ func TestProcessTLSClusterRefusesForgeries(t *testing.T) {
 	for _, p := range procs {
 		code, body := e.do(e.anon, "POST", e.url(p, "/v1/check"), "", limit)
 		if code != 200 || !strings.Contains(body, `"allowed":false`) {
-			t.Fatalf("spent key through %s after the attacks: %d %s", p.id, code, body)
+			t.Fatalf("spent key through %s after the attacks: %d %s", p.ID, code, body)
 		}
 	}
 	if code, body := e.do(e.anon, "POST", e.url(target, "/v1/check"), "", strings.Replace(limit, `"sec"`, `"sec2"`, 1)); code != 200 || !strings.Contains(body, `"allowed":true`) {
@@ -300,14 +301,14 @@ func TestProcessRemovedNodeExitsOrStays(t *testing.T) {
 	n1 := newProc(t, "n1", "")
 	n1.start()
 	n1.waitReady()
-	leaves := newProc(t, "leaves", n1.url(""))
+	leaves := newProc(t, "leaves", n1.URL(""))
 	leaves.start()
-	stays := newProc(t, "stays", n1.url(""))
+	stays := newProc(t, "stays", n1.URL(""))
 	stays.start("--stay-after-removal")
 	leaves.waitReady()
 	stays.waitReady()
 	for _, id := range []string{"leaves", "stays"} {
-		req, _ := http.NewRequest(http.MethodDelete, n1.url("/v1/cluster/nodes/"+id), nil)
+		req, _ := http.NewRequest(http.MethodDelete, n1.URL("/v1/cluster/nodes/"+id), nil)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -318,21 +319,21 @@ func TestProcessRemovedNodeExitsOrStays(t *testing.T) {
 		}
 	}
 	done := make(chan error, 1)
-	go func() { done <- leaves.wait() }()
+	go func() { done <- leaves.Wait() }()
 	select {
 	case err := <-done:
 		if err != nil {
-			t.Fatalf("removed node exited with %v, want status 0; logs:\n%s", err, leaves.logs())
+			t.Fatalf("removed node exited with %v, want status 0; logs:\n%s", err, leaves.Logs())
 		}
-		if !strings.Contains(leaves.logs(), "removed from the cluster") {
-			t.Fatalf("removed node's logs do not say why it stopped:\n%s", leaves.logs())
+		if !strings.Contains(leaves.Logs(), "removed from the cluster") {
+			t.Fatalf("removed node's logs do not say why it stopped:\n%s", leaves.Logs())
 		}
 	case <-time.After(20 * time.Second):
-		t.Fatalf("removed node still running after 20 s; logs:\n%s", leaves.logs())
+		t.Fatalf("removed node still running after 20 s; logs:\n%s", leaves.Logs())
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		resp, err := http.Get(stays.url("/readyz"))
+		resp, err := http.Get(stays.URL("/readyz"))
 		if err == nil {
 			b, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
@@ -341,11 +342,11 @@ func TestProcessRemovedNodeExitsOrStays(t *testing.T) {
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("--stay-after-removal: /readyz never said \"removed from cluster\" (%v); logs:\n%s", err, stays.logs())
+			t.Fatalf("--stay-after-removal: /readyz never said \"removed from cluster\" (%v); logs:\n%s", err, stays.Logs())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if !stays.running() {
+	if !stays.Running() {
 		t.Fatal("--stay-after-removal: the process exited")
 	}
 }
@@ -359,8 +360,8 @@ func TestProcessCancelledJoinDoesNotClaimSuccess(t *testing.T) {
 	if err := p.term(); err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(p.logs(), "joined the cluster") {
-		t.Fatalf("a join that never succeeded was logged as done:\n%s", p.logs())
+	if strings.Contains(p.Logs(), "joined the cluster") {
+		t.Fatalf("a join that never succeeded was logged as done:\n%s", p.Logs())
 	}
 }
 

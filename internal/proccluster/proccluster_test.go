@@ -1,4 +1,4 @@
-package main
+package proccluster
 
 import (
 	"net"
@@ -10,25 +10,9 @@ import (
 	"time"
 )
 
-func TestNodeProcs(t *testing.T) {
-	for _, c := range []struct{ flag, n, cpus, want int }{
-		{0, 3, 2, 1},  // a share of 2 CPUs, at least 1
-		{0, 3, 8, 2},  // 8 / 3
-		{0, 1, 2, 2},  // one node: the whole machine
-		{0, 2, 16, 8}, // 16 / 2
-		{4, 3, 2, 4},  // as given
-		{-1, 3, 2, 0}, // Go's default
-		{0, 0, 2, 0},  // no cluster
-	} {
-		if got := nodeProcs(c.flag, c.n, c.cpus); got != c.want {
-			t.Errorf("nodeProcs(%d, %d nodes, %d CPUs) = %d, want %d", c.flag, c.n, c.cpus, got, c.want)
-		}
-	}
-}
-
-// TestProcNodeGOMAXPROCS checks that a node gets its procs as GOMAXPROCS,
+// TestNodeGOMAXPROCS checks that a node gets its procs as GOMAXPROCS,
 // replacing an inherited one, and inherits the environment's otherwise.
-func TestProcNodeGOMAXPROCS(t *testing.T) {
+func TestNodeGOMAXPROCS(t *testing.T) {
 	t.Setenv("GOMAXPROCS", "7")
 	for _, c := range []struct {
 		procs int
@@ -38,12 +22,12 @@ func TestProcNodeGOMAXPROCS(t *testing.T) {
 		out := filepath.Join(dir, "out")
 		t.Setenv("LIMITD_TEST_OUT", out)
 		// The shell prints every GOMAXPROCS it was given, one per line.
-		nd := &procNode{id: "n1", dataDir: dir, logPath: filepath.Join(dir, "log"), exe: "/bin/sh",
-			prefix: []string{"-c", `env | grep '^GOMAXPROCS=' > "$LIMITD_TEST_OUT"`}, procs: c.procs}
-		if err := nd.start(); err != nil {
+		nd := &Node{ID: "n1", DataDir: dir, LogPath: filepath.Join(dir, "log"), Exe: "/bin/sh",
+			Prefix: []string{"-c", `env | grep '^GOMAXPROCS=' > "$LIMITD_TEST_OUT"`}, Procs: c.procs}
+		if err := nd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		if exited, err := nd.waitTimeout(10 * time.Second); !exited || err != nil {
+		if exited, err := nd.WaitTimeout(10 * time.Second); !exited || err != nil {
 			t.Fatalf("procs %d: exited %v, %v", c.procs, exited, err)
 		}
 		got, err := os.ReadFile(out)
@@ -59,7 +43,7 @@ func TestProcNodeGOMAXPROCS(t *testing.T) {
 // TestFreeLoopbackAddrs: distinct free ports, below the ephemeral range when
 // it leaves room, bindable once returned.
 func TestFreeLoopbackAddrs(t *testing.T) {
-	addrs, err := freeLoopbackAddrs(20)
+	addrs, err := FreeLoopbackAddrs(20)
 	if err != nil {
 		t.Fatal(err)
 	}
