@@ -1,20 +1,11 @@
 package api
 
 import (
-	"context"
 	"net/http"
 	"strconv"
 
 	"github.com/julienschmidt/httprouter"
-
-	"github.com/limitd/limitd/nodeapi"
 )
-
-// backupStore is what GET /v1/cluster/snapshot needs of the store:
-// cluster.Node has it.
-type backupStore interface {
-	OpenBackup(ctx context.Context) (nodeapi.Backup, error)
-}
 
 // handleSnapshot serves GET /v1/cluster/snapshot (admin): a consistent
 // snapshot of this node's replicated state in the backup file format of
@@ -23,17 +14,9 @@ type backupStore interface {
 // errors; a failure while streaming cuts the body short, which the file's
 // length and checksums reveal (`limitd snapshot save` verifies the file).
 func (s *Server) handleSnapshot(w http.ResponseWriter, req *http.Request, _ httprouter.Params) {
-	b, ok := s.store.(backupStore)
-	if !ok {
-		writeError(w, internalError("this store cannot take backups"))
-		return
-	}
-	ctx, cancel := context.WithTimeout(req.Context(), s.cfg.RequestTimeout)
-	defer cancel()
-	bk, err := b.OpenBackup(ctx)
-	if err != nil {
-		writeError(w, &apiError{status: http.StatusServiceUnavailable, code: CodeUnavailable,
-			retryAfter: s.cfg.NoLeaderRetryAfter, message: err.Error()})
+	bk, e := s.svc.OpenBackup(req.Context())
+	if e != nil {
+		writeError(w, s.httpError(e))
 		return
 	}
 	defer bk.Close()

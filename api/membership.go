@@ -69,23 +69,12 @@ func (s *Server) handleRemoveNode(w http.ResponseWriter, req *http.Request, ps h
 	}{id})
 }
 
-// digester is implemented by stores that can fingerprint their replicated
-// state (cluster.Node); replicas that applied the same log agree on it.
-type digester interface {
-	Digest() (digest string, appliedIndex uint64, err error)
-}
-
 // handleDigest serves GET /v1/cluster/digest: a hash of this node's key
 // state, policies and request ids, for comparing replicas after chaos runs.
 func (s *Server) handleDigest(w http.ResponseWriter, _ *http.Request, _ httprouter.Params) {
-	d, ok := s.store.(digester)
-	if !ok {
-		writeError(w, internalError("this store cannot compute a digest"))
-		return
-	}
-	sum, applied, err := d.Digest()
-	if err != nil {
-		writeError(w, internalError("digest: %v", err))
+	sum, applied, e := s.svc.Digest()
+	if e != nil {
+		writeError(w, s.httpError(e))
 		return
 	}
 	writeValue(w, http.StatusOK, struct {

@@ -14,3 +14,8 @@ var (
 )
 
 var _ service.Domains = (*cluster.Node)(nil)
+
+var (
+	_ service.Backuper = (*cluster.Node)(nil)
+	_ service.Digester = (*cluster.Node)(nil)
+)
