@@ -9,8 +9,8 @@ import (
 	"testing"
 
 	"github.com/limitd/limitd/algo"
-	"github.com/limitd/limitd/cluster"
 	"github.com/limitd/limitd/fsm"
+	"github.com/limitd/limitd/nodeapi"
 	"github.com/limitd/limitd/service"
 )
 
@@ -18,7 +18,7 @@ import (
 // reads and checks do not.
 func TestAdminAuth(t *testing.T) {
 	ts := newTestServer(t, Config{AdminToken: "t0ken"})
-	ts.store.status = cluster.Status{Members: []cluster.Member{{ID: "n2"}}}
+	ts.store.status = nodeapi.Status{Members: []nodeapi.Member{{ID: "n2"}}}
 	ts.store.putPolicy(t, "api", algo.Config{Algorithm: "fixed_window", Limit: 5, Window: "1m"}, false)
 	admin := []struct{ method, path, body string }{
 		{"PUT", "/v1/policies/p", `{"algorithm":"fixed_window","limit":1,"window":"1s"}`},
@@ -123,7 +123,7 @@ func TestPutPolicy(t *testing.T) {
 	}
 
 	// The store's failures.
-	ts.store.applyErr = cluster.ErrNoLeader
+	ts.store.applyErr = nodeapi.ErrNoLeader
 	r = ts.do("PUT", "/v1/policies/api", `{"algorithm":"fixed_window","limit":1,"window":"5s"}`)
 	if code, _, _ := r.errorBody(t); r.code != 503 || code != CodeUnavailable {
 		t.Fatalf("no leader: %d %s", r.code, r.body)
@@ -195,9 +195,9 @@ func TestGetAndDeletePolicies(t *testing.T) {
 
 func TestCluster(t *testing.T) {
 	ts := newTestServer(t, Config{})
-	ts.store.status = cluster.Status{
+	ts.store.status = nodeapi.Status{
 		NodeID: "n1", State: "Leader", LeaderID: "n1", LeaderHTTP: "127.0.0.1:8080", Term: 3, CommitIndex: 42, AppliedIndex: 41,
-		Members: []cluster.Member{
+		Members: []nodeapi.Member{
 			{ID: "n1", RaftAddr: "127.0.0.1:8300", HTTPAddr: "127.0.0.1:8080", Suffrage: "Voter", Leader: true, Healthy: true},
 			{ID: "n2", RaftAddr: "127.0.0.1:8301", HTTPAddr: "127.0.0.1:8081", Suffrage: "Voter", Healthy: false},
 		},
@@ -237,7 +237,7 @@ func TestCluster(t *testing.T) {
 	if r.code != 200 || len(ts.store.removed) != 1 || ts.store.removed[0] != "n2" {
 		t.Fatalf("remove: %d %s", r.code, r.body)
 	}
-	ts.store.applyErr = cluster.ErrNoLeader
+	ts.store.applyErr = nodeapi.ErrNoLeader
 	r = ts.do("POST", "/v1/cluster/join", `{"id":"n3","raft_addr":"127.0.0.1:8302"}`)
 	if code, _, _ := r.errorBody(t); r.code != 503 || code != CodeUnavailable || r.header.Get("Retry-After") != "1" {
 		t.Fatalf("join without leader: %d %s", r.code, r.body)
@@ -304,11 +304,11 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 	// A body bound over the Raft entry bound could only fail later.
-	if err := (Config{MaxBodyBytes: cluster.MaxEntryBytes + 1}).Validate(); err == nil {
-		t.Error("a body bound over cluster.MaxEntryBytes was accepted")
+	if err := (Config{MaxBodyBytes: nodeapi.MaxEntryBytes + 1}).Validate(); err == nil {
+		t.Error("a body bound over nodeapi.MaxEntryBytes was accepted")
 	}
-	if err := (Config{MaxBodyBytes: cluster.MaxEntryBytes}).Validate(); err != nil {
-		t.Errorf("body bound at cluster.MaxEntryBytes: %v", err)
+	if err := (Config{MaxBodyBytes: nodeapi.MaxEntryBytes}).Validate(); err != nil {
+		t.Errorf("body bound at nodeapi.MaxEntryBytes: %v", err)
 	}
 	// A bad source set anyway fails /v1/auth with 500, not the node.
 	ts := newTestServer(t, Config{AuthKeySource: "cookie:sid"})
@@ -321,9 +321,9 @@ func TestConfigValidate(t *testing.T) {
 // Raft addresses, terms and indexes to admins only (issue 10).
 func TestClusterStatusPublicSubset(t *testing.T) {
 	ts := newTestServer(t, Config{AdminToken: "s3cret"})
-	ts.store.status = cluster.Status{
+	ts.store.status = nodeapi.Status{
 		NodeID: "n1", State: "Leader", LeaderID: "n1", LeaderHTTP: "127.0.0.1:8080", Term: 3, CommitIndex: 42, AppliedIndex: 41,
-		Members: []cluster.Member{{ID: "n1", RaftAddr: "127.0.0.1:8300", HTTPAddr: "127.0.0.1:8080", Suffrage: "Voter", Leader: true, Healthy: true}},
+		Members: []nodeapi.Member{{ID: "n1", RaftAddr: "127.0.0.1:8300", HTTPAddr: "127.0.0.1:8080", Suffrage: "Voter", Leader: true, Healthy: true}},
 	}
 	for _, auth := range []string{"", "Authorization: Bearer wrong"} {
 		var hdr []string

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/limitd/limitd/algo"
-	"github.com/limitd/limitd/cluster"
 	"github.com/limitd/limitd/fsm"
+	"github.com/limitd/limitd/nodeapi"
 	"github.com/limitd/limitd/service"
 )
 
@@ -204,9 +204,9 @@ func TestStoreErrors(t *testing.T) {
 		code       string
 		retryAfter string
 	}{
-		{"no leader", cluster.ErrNoLeader, false, 503, CodeUnavailable, "2"},
-		{"wrapped no leader", fmt.Errorf("forward: %w", cluster.ErrNoLeader), false, 503, CodeUnavailable, "2"},
-		{"outcome unknown", cluster.ErrOutcomeUnknown, false, 503, CodeOutcomeUnknown, "2"},
+		{"no leader", nodeapi.ErrNoLeader, false, 503, CodeUnavailable, "2"},
+		{"wrapped no leader", fmt.Errorf("forward: %w", nodeapi.ErrNoLeader), false, 503, CodeUnavailable, "2"},
+		{"outcome unknown", nodeapi.ErrOutcomeUnknown, false, 503, CodeOutcomeUnknown, "2"},
 		{"deadline", nil, true, 503, CodeUnavailable, "2"},
 		{"other", errors.New("disk on fire"), false, 500, CodeInternal, ""},
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/limitd/limitd/cluster"
 	"github.com/limitd/limitd/cluster/clustertest"
+	"github.com/limitd/limitd/nodeapi"
 )
 
 // apiCluster is the cluster harness with each node's full API (including
@@ -51,7 +52,7 @@ func newAPIClusterJoin(t *testing.T, size int, joinHTTP bool) *apiCluster {
 			case resp.StatusCode == http.StatusOK:
 				return nil
 			case strings.Contains(string(b), `"code":"`+CodeOutcomeUnknown+`"`):
-				return fmt.Errorf("join n%d: %d %s: %w", i, resp.StatusCode, b, cluster.ErrOutcomeUnknown)
+				return fmt.Errorf("join n%d: %d %s: %w", i, resp.StatusCode, b, nodeapi.ErrOutcomeUnknown)
 			default:
 				return fmt.Errorf("join n%d: %d %s", i, resp.StatusCode, b)
 			}

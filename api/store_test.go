@@ -16,8 +16,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/limitd/limitd/algo"
-	"github.com/limitd/limitd/cluster"
 	"github.com/limitd/limitd/fsm"
+	"github.com/limitd/limitd/nodeapi"
 )
 
 // fakeStore is an in-memory Store that decides checks with algo.Decide, with
@@ -38,7 +38,7 @@ type fakeStore struct {
 	applyErr   error
 	readyErr   error
 	healthErr  error // returned by Health (a node that can no longer serve)
-	status     cluster.Status
+	status     nodeapi.Status
 
 	checkCalls [][]fsm.Op
 	applied    [][]byte
@@ -242,7 +242,7 @@ func (f *fakeStore) Remove(_ context.Context, id string) error {
 	return f.applyErr
 }
 
-func (f *fakeStore) Status(context.Context) (cluster.Status, error) {
+func (f *fakeStore) Status(context.Context) (nodeapi.Status, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.status, nil

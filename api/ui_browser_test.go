@@ -27,7 +27,7 @@ import (
 	"time"
 
 	"github.com/limitd/limitd/algo"
-	"github.com/limitd/limitd/cluster"
+	"github.com/limitd/limitd/nodeapi"
 )
 
 // The status page in a real browser: Debian's chromium, headless, driven
@@ -169,9 +169,9 @@ func TestUIInBrowserAdminToken(t *testing.T) {
 	}
 	const token = "s3cret-token"
 	store := newFakeStore()
-	store.status = cluster.Status{NodeID: "n1", State: "Leader", LeaderID: "n1", LeaderHTTP: "127.0.0.1:1",
+	store.status = nodeapi.Status{NodeID: "n1", State: "Leader", LeaderID: "n1", LeaderHTTP: "127.0.0.1:1",
 		Term: 4, CommitIndex: 9, AppliedIndex: 9,
-		Members: []cluster.Member{{ID: "n1", RaftAddr: "127.0.0.1:2", HTTPAddr: "127.0.0.1:1", Suffrage: "Voter", Leader: true, Healthy: true}}}
+		Members: []nodeapi.Member{{ID: "n1", RaftAddr: "127.0.0.1:2", HTTPAddr: "127.0.0.1:1", Suffrage: "Voter", Leader: true, Healthy: true}}}
 	store.putPolicy(t, "api", algo.Config{Algorithm: "token_bucket", Limit: 2, Window: "1m"}, false)
 	srv := httptest.NewServer(New(store, Config{AdminToken: token, Logger: discardLogger()}).Handler())
 	t.Cleanup(srv.Close)
