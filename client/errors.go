@@ -42,7 +42,8 @@ var (
 	ErrNotFound = errors.New("limitd: not found")
 	// ErrUnauthenticated: an admin call without the right token (WithToken).
 	ErrUnauthenticated = errors.New("limitd: unauthenticated")
-	// ErrConflict: a request_id reused for a request of another shape.
+	// ErrConflict: a request_id reused for a different request (another key,
+	// policy, limit, cost or number of checks); Error.Field names what differs.
 	ErrConflict = errors.New("limitd: conflict")
 )
 

@@ -305,7 +305,8 @@ func (s *Service) cachedAll(checks []fsm.Check, limits []Limit) (CheckAllResult,
 // state machine names the field within a check ("policy").
 func (s *Service) locate(fe *Error, op fsm.Op) *Error {
 	e := *s.nodeError(fe) // a copy: fe may be shared with the node
-	if strings.HasPrefix(e.Field, "checks") {
+	// A request_id conflict is about the op's own id, not one check's.
+	if strings.HasPrefix(e.Field, "checks") || e.Field == "request_id" {
 		return &e
 	}
 	idx := -1
