@@ -185,6 +185,9 @@ func (c *Client) Snapshot(ctx context.Context, w io.Writer) (int64, error) {
 		}
 		resp, err := c.hc.Do(req)
 		if err != nil {
+			if kind := configKind(err); kind != "" {
+				return &ConfigError{Addr: host, Kind: kind, Err: unwrapURL(err)}
+			}
 			return &transportError{addr: host, err: err}
 		}
 		defer resp.Body.Close()

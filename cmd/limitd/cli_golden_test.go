@@ -67,6 +67,7 @@ func TestCLIGolden(t *testing.T) {
 		{"check-policy-and-limit", []string{"check", "--policy", "api", "--limit", "3", "k"}},
 		{"check-bad-output", []string{"check", "--policy", "api", "--output", "xml", "k"}},
 		{"check-bad-flag", []string{"check", "--polcy", "api", "k"}},
+		{"check-https-to-plain-node", []string{"check", "--tls-insecure-skip-verify", "--policy", "api", "k"}},
 		{"check-unavailable", []string{"check", "--addr", "127.0.0.1:1", "--timeout", "200ms", "--policy", "api", "k"}},
 		{"key-peek", []string{"key", "peek", "user:1", "--policy", "api"}},
 		{"key-reset", []string{"key", "reset", "user:1", "--policy", "api", "--token", "secret"}},
