@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"net/http"
@@ -9,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 
 	extpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -89,9 +92,12 @@ func TestProcessServesRLSFromConfigDir(t *testing.T) {
 	}
 	mb, _ := io.ReadAll(mresp.Body)
 	mresp.Body.Close()
-	if !strings.Contains(string(mb), `limitd_rls_over_limit{domain="edge_proxy_per_ip",key="edge_proxy_per_ip.remote_address_50.0.0.5"} 1`) {
+	if !strings.Contains(string(mb), `limitd_rls_over_limit_total{domain="edge_proxy_per_ip",key="edge_proxy_per_ip.remote_address_50.0.0.5"} 1`) {
 		t.Fatalf("/metrics has no RLS counters:\n%s", mb)
 	}
+	// Every family a node serves passes Prometheus's lint (promtool check
+	// metrics runs the same checks): counters end in _total, base units...
+	lintMetrics(t, mb)
 	// Other paths still reach the API, unclean ones included.
 	if code, body := postJSON(t, p.url("/v1/check"), `{"key":"a//b","limit":{"algorithm":"fixed_window","limit":1,"window":"1s"}}`); code != 200 {
 		t.Fatalf("POST /v1/check: %d %s", code, body)
@@ -127,5 +133,18 @@ func TestProcessRefusesBadRLSConfig(t *testing.T) {
 		if !strings.Contains(p.logs(), want) {
 			t.Fatalf("error does not mention %q:\n%s", want, p.logs())
 		}
+	}
+}
+
+// lintMetrics fails the test on any problem promlint (the checks of
+// `promtool check metrics`) finds in a /metrics page.
+func lintMetrics(t *testing.T, page []byte) {
+	t.Helper()
+	problems, err := promlint.New(bytes.NewReader(page)).Lint()
+	if err != nil {
+		t.Fatalf("lint /metrics: %v", err)
+	}
+	for _, p := range problems {
+		t.Errorf("/metrics: %s: %s", p.Metric, p.Text)
 	}
 }
