@@ -129,10 +129,56 @@ func TestProcessRefusesBadRLSConfig(t *testing.T) {
 	if err := p.wait(); err == nil {
 		t.Fatalf("started with a bad --rls-config:\n%s", p.logs())
 	}
-	for _, want := range []string{filepath.Join(dir, "shop.yaml"), "descriptors[0].rate_limit.unit", "shop.user", "fortnight"} {
+	for _, want := range []string{"limitd: --rls-config: " + filepath.Join(dir, "shop.yaml") + ":5: ", "descriptors[0].rate_limit.unit", "shop.user", "fortnight"} {
 		if !strings.Contains(p.logs(), want) {
 			t.Fatalf("error does not mention %q:\n%s", want, p.logs())
 		}
+	}
+	assertNothingWritten(t, p.dataDir)
+}
+
+// TestProcessValidatesInputsBeforeWriting: every file input is read and
+// checked before the data directory is touched, and the refusal is one
+// "limitd: --flag: ..." line (issue 24).
+func TestProcessValidatesInputsBeforeWriting(t *testing.T) {
+	dir := t.TempDir()
+	junk := filepath.Join(dir, "junk.pem")
+	if err := os.WriteFile(junk, []byte("not a certificate"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	badPolicies := filepath.Join(dir, "policies.json")
+	if err := os.WriteFile(badPolicies, []byte(`[{"name":"x","algorithm":"fixed_window","limit":0,"window":"1h"}]`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--policies", badPolicies}, "limitd: --policies: "},
+		{[]string{"--tls-cert", junk, "--tls-key", junk}, "limitd: --tls-cert/--tls-key: "},
+		{[]string{"--rls-headers", "loud"}, "limitd: --rls-headers: "},
+	} {
+		p := newProc(t, "v", "")
+		p.start(tc.args...)
+		if err := p.wait(); err == nil {
+			t.Fatalf("%v: started:\n%s", tc.args, p.logs())
+		}
+		if !strings.Contains(p.logs(), tc.want) {
+			t.Fatalf("%v: error is not %q...:\n%s", tc.args, tc.want, p.logs())
+		}
+		assertNothingWritten(t, p.dataDir)
+	}
+}
+
+// assertNothingWritten fails when a refused start left files in dir.
+func assertNothingWritten(t *testing.T, dir string) {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		t.Errorf("a refused start wrote %s", filepath.Join(dir, e.Name()))
 	}
 }
 
