@@ -676,6 +676,23 @@ func sameMethods(got, want string) bool {
 	return true
 }
 
+// GET /healthcheck answers as envoyproxy/ratelimit's: 200 "OK" while the
+// node serves, 500 with an empty body while it is not ready or unhealthy.
+func TestEnvoyHealthcheck(t *testing.T) {
+	ts := newTestServer(t, Config{})
+	if r := ts.do("GET", "/healthcheck", ""); r.code != 200 || string(r.body) != "OK" {
+		t.Fatalf("healthcheck: %d %q, want 200 OK", r.code, r.body)
+	}
+	ts.store.readyErr = errors.New("no leader")
+	if r := ts.do("GET", "/healthcheck", ""); r.code != 500 || len(r.body) != 0 {
+		t.Fatalf("healthcheck while not ready: %d %q, want 500 and no body", r.code, r.body)
+	}
+	ts.store.readyErr, ts.store.healthErr = nil, errors.New("disk full")
+	if r := ts.do("GET", "/healthcheck", ""); r.code != 500 {
+		t.Fatalf("healthcheck while unhealthy: %d %q, want 500", r.code, r.body)
+	}
+}
+
 func TestHealthAndReady(t *testing.T) {
 	ts := newTestServer(t, Config{})
 	if r := ts.do("GET", "/healthz", ""); r.code != 200 {

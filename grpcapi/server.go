@@ -110,7 +110,9 @@ type Server struct {
 }
 
 // The services this server registers, as health and reflection name them.
-var serviceNames = []string{limitdv1.Limitd_ServiceDesc.ServiceName, rlspb.RateLimitService_ServiceDesc.ServiceName}
+// "ratelimit" is the name envoyproxy/ratelimit registers with the health
+// service, so Envoy health checks written for it keep working.
+var serviceNames = []string{limitdv1.Limitd_ServiceDesc.ServiceName, rlspb.RateLimitService_ServiceDesc.ServiceName, "ratelimit"}
 
 // New builds the server for a service and the node's domains.
 func New(svc *service.Service, domains Domains, cfg Config) (*Server, error) {
