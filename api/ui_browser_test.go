@@ -158,6 +158,27 @@ func TestUIInBrowser(t *testing.T) {
 	t.Logf("screenshots in %s", shots)
 }
 
+// TestUIInBrowserEmptyNode: a node without policies or checks says so
+// ("none", "no checks answered yet") rather than showing empty tables, and
+// RLS checks are charted under their domain, not as policy "inline".
+func TestUIInBrowserEmptyNode(t *testing.T) {
+	bin, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Skip("chromium is not installed (apt-get install chromium)")
+	}
+	store := newFakeStore()
+	store.status = cluster.Status{NodeID: "n1", State: "Leader", LeaderID: "n1", LeaderHTTP: "127.0.0.1:1",
+		Members: []cluster.Member{{ID: "n1", RaftAddr: "127.0.0.1:2", HTTPAddr: "127.0.0.1:1", Suffrage: "Voter", Leader: true, Health: "healthy", Healthy: true}}}
+	srv := httptest.NewServer(New(store, Config{Logger: discardLogger()}).Handler())
+	t.Cleanup(srv.Close)
+	b := startBrowser(t, bin)
+	b.navigate(srv.URL + "/ui")
+	b.waitFor(`document.getElementById("status").textContent.startsWith("Updated") &&
+		document.querySelector("#policies tbody tr.empty") !== null && document.querySelector("#policies tbody").textContent === "none" &&
+		document.querySelector("#rates tbody").textContent === "no checks answered yet" &&
+		document.querySelector("#members tbody tr.placeholder") === null`, "the empty policy and rate tables saying so")
+}
+
 // TestUIInBrowserAdminToken: on a node with an admin token the page is
 // read-only and shows the public view until the token is entered; a wrong
 // token is reported; the right one shows the members and lets a key be

@@ -39,7 +39,11 @@ func (r *rlsServer) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReq
 		}
 		return nil, toStatus(service.Internal(err.Error()))
 	}
-	results, e := r.decide(ctx, plan)
+	metricName := ""
+	if d != nil {
+		metricName = RLSMetricPrefix + d.Name() // domains are configured: a bounded label
+	}
+	results, e := r.decide(ctx, plan, metricName)
 	if e != nil {
 		return nil, toStatus(e)
 	}
@@ -50,13 +54,17 @@ func (r *rlsServer) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReq
 
 // decide runs the plan's groups through the service: an all-or-nothing
 // group as CheckAll, the others as a Batch of independent checks.
-func (r *rlsServer) decide(ctx context.Context, plan *rls.Plan) ([]rls.Result, *service.Error) {
+// RLSMetricPrefix and the domain name are the policy label RLS checks are
+// counted under in limitd_checks_total ("rls:shop"), not "inline".
+const RLSMetricPrefix = "rls:"
+
+func (r *rlsServer) decide(ctx context.Context, plan *rls.Plan, metricName string) ([]rls.Result, *service.Error) {
 	results := make([]rls.Result, len(plan.Items))
 	for _, g := range plan.Groups {
 		checks := make([]service.CheckRequest, len(g.Items))
 		for j, i := range g.Items {
 			it := &plan.Items[i]
-			checks[j] = service.CheckRequest{Key: it.Key, Limit: &it.Spec, Cost: it.Cost}
+			checks[j] = service.CheckRequest{Key: it.Key, Limit: &it.Spec, Cost: it.Cost, MetricName: metricName}
 			if g.Peek {
 				checks[j].Cost = 0
 			}

@@ -68,6 +68,11 @@ type CheckRequest struct {
 	// RequestID, when set, makes the check idempotent: a repeat within the
 	// retention gets the first answer and consumes nothing.
 	RequestID string
+	// MetricName, for an inline limit, is the name the check is counted
+	// under in the decision metrics instead of InlineName (the RLS front end
+	// names the domain, so its traffic shows as such). It must come from a
+	// bounded set: it is a metric label.
+	MetricName string
 }
 
 // CheckResult is one check's answer.
@@ -100,7 +105,11 @@ func (s *Service) prepare(r *CheckRequest, withRequestID bool) (fsm.Check, Limit
 		return c, s.limitOf(r.Policy), nil
 	case r.Limit != nil:
 		c.Spec = r.Limit
-		return c, Limit{Name: InlineName, Spec: *r.Limit, Known: true}, nil
+		name := InlineName
+		if r.MetricName != "" {
+			name = r.MetricName
+		}
+		return c, Limit{Name: name, Spec: *r.Limit, Known: true}, nil
 	}
 	return fsm.Check{}, Limit{}, Invalid("policy", "a check needs a policy name or an inline limit")
 }

@@ -95,6 +95,11 @@ func TestProcessServesRLSFromConfigDir(t *testing.T) {
 	if !strings.Contains(string(mb), `limitd_rls_over_limit_total{domain="edge_proxy_per_ip",key="edge_proxy_per_ip.remote_address_50.0.0.5"} 1`) {
 		t.Fatalf("/metrics has no RLS counters:\n%s", mb)
 	}
+	// RLS checks count in limitd_checks_total under their domain, so the
+	// status page charts them as such (not as policy "inline").
+	if !strings.Contains(string(mb), `limitd_checks_total{policy="rls:edge_proxy_per_ip",result="allowed"}`) {
+		t.Errorf("/metrics counts no RLS checks under policy rls:edge_proxy_per_ip:\n%s", mb)
+	}
 	// Every family a node serves passes Prometheus's lint (promtool check
 	// metrics runs the same checks): counters end in _total, base units...
 	lintMetrics(t, mb)
