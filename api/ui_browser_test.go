@@ -142,6 +142,12 @@ func TestUIInBrowser(t *testing.T) {
 		b.screenshot(filepath.Join(shots, "playground-"+name+".png"))
 	}
 	for _, p := range b.problems() {
+		// A follower not caught up answers /readyz 503, which the page
+		// shows ("no: ..."); Chromium logs every non-2xx fetch. Under load
+		// (issue 24: a loaded 2-core machine) that happens mid-test.
+		if notReadyAnswer(p) {
+			continue
+		}
 		t.Errorf("browser console: %s", p)
 	}
 
@@ -151,11 +157,17 @@ func TestUIInBrowser(t *testing.T) {
 	b.eval(`document.getElementById("sim-trace").value = "1 a\n2\n"; document.getElementById("sim-run").click()`)
 	b.waitFor(`document.getElementById("sim-error").textContent.startsWith("trace: line 2: missing key")`, "the trace error")
 	for _, p := range b.problems()[logged:] {
-		if !strings.Contains(p, "status of 400") || !strings.HasSuffix(p, "/v1/simulate") {
+		if (!strings.Contains(p, "status of 400") || !strings.HasSuffix(p, "/v1/simulate")) && !notReadyAnswer(p) {
 			t.Errorf("browser console after a malformed trace: %s", p)
 		}
 	}
 	t.Logf("screenshots in %s", shots)
+}
+
+// notReadyAnswer reports Chromium's log line for a /readyz 503: the page
+// fetched it and shows it; it is not a page error.
+func notReadyAnswer(console string) bool {
+	return strings.Contains(console, "status of 503") && strings.HasSuffix(console, "/readyz")
 }
 
 // TestUIInBrowserEmptyNode: a node without policies or checks says so
