@@ -201,7 +201,7 @@ type BackupSummary struct {
 	// endpoint reports with it: at most Index, which also counts Raft's own
 	// entries (no-ops, configuration) that change no state.
 	StateIndex uint64 `json:"state_index"`
-	Size   int64  `json:"size_bytes"`
+	Size       int64  `json:"size_bytes"`
 }
 
 // InspectBackup verifies a backup completely (header checksum, state length
