@@ -451,6 +451,55 @@ func TestRequestIDReplay(t *testing.T) {
 	}
 }
 
+// TestRequestIDReuseRefused: an id reused for a request with another key,
+// limit, policy or cost is refused with 409 naming the field, counts
+// nothing, and the first request's retry is still replayed (issue 24: ids
+// restarted from 0 after a deploy were silently answered with old decisions).
+func TestRequestIDReuseRefused(t *testing.T) {
+	store := newFSMStore(t) // the real state machine's request table
+	ts := &testServer{t: t, h: New(store, Config{Logger: discardLogger()}).Handler()}
+	for _, name := range []string{"api", "web"} {
+		if r := ts.do("PUT", "/v1/policies/"+name, `{"algorithm":"fixed_window","limit":10,"window":"1m"}`); r.code != 200 {
+			t.Fatalf("put %s: %d %s", name, r.code, r.body)
+		}
+	}
+	const fw = `{"algorithm":"fixed_window","limit":10,"window":"1m"}`
+	first := ts.do("POST", "/v1/check", `{"key":"A","policy":"api","request_id":"dup1"}`)
+	if first.code != 200 {
+		t.Fatalf("first: %d %s", first.code, first.body)
+	}
+	for _, tc := range []struct{ path, body, field string }{
+		{"/v1/check", `{"key":"B","limit":` + fw + `,"cost":5,"request_id":"dup1"}`, "key"},
+		{"/v1/check", `{"key":"A","policy":"web","request_id":"dup1"}`, "policy"},
+		{"/v1/check", `{"key":"A","limit":` + fw + `,"request_id":"dup1"}`, "limit"},
+		{"/v1/check", `{"key":"A","policy":"api","cost":2,"request_id":"dup1"}`, "cost"},
+		{"/v1/check/batch", `{"checks":[{"key":"A","policy":"api","request_id":"fresh"},{"key":"A","policy":"api","cost":3,"request_id":"dup1"}]}`, "checks[1].cost"},
+		{"/v1/check/all", `{"request_id":"dup1","checks":[{"key":"A","policy":"api"},{"key":"B","policy":"api"}]}`, "request_id"},
+	} {
+		r := ts.do("POST", tc.path, tc.body)
+		if tc.path == "/v1/check/batch" {
+			res := r.json(t)["results"].([]any)
+			e, _ := res[1].(map[string]any)["error"].(map[string]any)
+			if r.code != 200 || e["code"] != CodeConflict || e["field"] != tc.field {
+				t.Fatalf("%s %s: %d %s, want a conflict on %s in results[1]", tc.path, tc.body, r.code, r.body, tc.field)
+			}
+			continue
+		}
+		if code, field, msg := r.errorBody(t); r.code != http.StatusConflict || code != CodeConflict || field != tc.field || !strings.Contains(msg, "request_id") {
+			t.Fatalf("%s %s: %d %s, want 409 conflict on %s", tc.path, tc.body, r.code, r.body, tc.field)
+		}
+	}
+	// Only the first request and the batch's fresh id counted.
+	peek := ts.do("GET", "/v1/keys/A?policy=api", "").json(t)
+	if got := num(t, peek["decision"].(map[string]any), "remaining"); got != 8 {
+		t.Fatalf("remaining = %d, want 8: a refused reuse was counted", got)
+	}
+	again := ts.do("POST", "/v1/check", `{"key":"A","policy":"api","request_id":"dup1"}`)
+	if m := again.json(t); again.code != 200 || m["replayed"] != true || num(t, m, "remaining") != num(t, first.json(t), "remaining") {
+		t.Fatalf("true retry: %d %s, want the first decision replayed (%s)", again.code, again.body, first.body)
+	}
+}
+
 func TestShadowPolicy(t *testing.T) {
 	ts := newTestServer(t, Config{})
 	ts.store.putPolicy(t, "dry", algo.Config{Algorithm: "fixed_window", Limit: 1, Window: "1m"}, true)
@@ -625,6 +674,23 @@ func sameMethods(got, want string) bool {
 		}
 	}
 	return true
+}
+
+// GET /healthcheck answers as envoyproxy/ratelimit's: 200 "OK" while the
+// node serves, 500 with an empty body while it is not ready or unhealthy.
+func TestEnvoyHealthcheck(t *testing.T) {
+	ts := newTestServer(t, Config{})
+	if r := ts.do("GET", "/healthcheck", ""); r.code != 200 || string(r.body) != "OK" {
+		t.Fatalf("healthcheck: %d %q, want 200 OK", r.code, r.body)
+	}
+	ts.store.readyErr = errors.New("no leader")
+	if r := ts.do("GET", "/healthcheck", ""); r.code != 500 || len(r.body) != 0 {
+		t.Fatalf("healthcheck while not ready: %d %q, want 500 and no body", r.code, r.body)
+	}
+	ts.store.readyErr, ts.store.healthErr = nil, errors.New("disk full")
+	if r := ts.do("GET", "/healthcheck", ""); r.code != 500 {
+		t.Fatalf("healthcheck while unhealthy: %d %q, want 500", r.code, r.body)
+	}
 }
 
 func TestHealthAndReady(t *testing.T) {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -36,6 +37,14 @@ func scrape(t *testing.T, url string) map[string]*dto.MetricFamily {
 		t.Fatalf("parse /metrics: %v", err)
 	}
 	return mfs
+}
+
+func familyList(mfs map[string]*dto.MetricFamily) []*dto.MetricFamily {
+	out := make([]*dto.MetricFamily, 0, len(mfs))
+	for _, mf := range mfs {
+		out = append(out, mf)
+	}
+	return out
 }
 
 // sample finds the metric of family name whose labels include want
@@ -215,6 +224,15 @@ func TestMetricsFamilies(t *testing.T) {
 			value(sample(mfs, "limitd_fsm_flush_seconds")) >= 1 &&
 			value(sample(mfs, "limitd_raft_snapshot_bytes")) > 0
 	})
+	// The families pass Prometheus's lint (what `promtool check metrics`
+	// checks): counters end in _total, units are base units...
+	problems, err := promlint.NewWithMetricFamilies(familyList(mfs)).Lint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("/metrics: %s: %s", p.Metric, p.Text)
+	}
 	atLeast := func(min float64, name string, labels ...string) {
 		t.Helper()
 		if v := value(sample(mfs, name, labels...)); !(v >= min) {

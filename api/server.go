@@ -181,6 +181,7 @@ func (s *Server) routes() http.Handler {
 	s.rlsRoutes(r) // envoy ratelimit domains (rls.go)
 	r.GET("/healthz", noQuery(s.handleHealthz))
 	r.GET("/readyz", noQuery(s.handleReadyz))
+	r.GET("/healthcheck", s.handleEnvoyHealthcheck) // envoy ratelimit's, for probes carried over
 	r.Handler(http.MethodGet, "/metrics", s.metrics.handler())
 	s.uiRoutes(r) // GET /ui, POST /v1/simulate (ui.go)
 
@@ -323,6 +324,19 @@ func (s *Server) handleHealthz(w http.ResponseWriter, _ *http.Request, _ httprou
 		return
 	}
 	writeJSON(w, http.StatusOK, []byte(`{"status":"ok"}`+"\n"))
+}
+
+// handleEnvoyHealthcheck answers GET /healthcheck as envoyproxy/ratelimit
+// does: 200 with the body "OK" while the node can answer checks (healthy,
+// a leader known, caught up: /healthz and /readyz together), otherwise 500
+// with an empty body. Query parameters are ignored, as there.
+func (s *Server) handleEnvoyHealthcheck(w http.ResponseWriter, _ *http.Request, _ httprouter.Params) {
+	if s.store.Health() != nil || s.svc.Ready() != nil {
+		w.WriteHeader(http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	_, _ = w.Write([]byte("OK"))
 }
 
 func (s *Server) handleReadyz(w http.ResponseWriter, _ *http.Request, _ httprouter.Params) {

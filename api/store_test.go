@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -29,7 +30,7 @@ type fakeStore struct {
 	now      int64             // the leader's clock, ns since the epoch
 	state    map[string][]byte // storage key → algo state
 	policies map[string]fsm.Policy
-	requests map[string]fsm.Result
+	requests map[string]fakeRequest
 
 	checkErr   error // returned by Check (nothing decided)
 	blockCheck bool  // Check waits for its context to end
@@ -56,7 +57,7 @@ func newFakeStore() *fakeStore {
 		now:      testEpoch,
 		state:    map[string][]byte{},
 		policies: map[string]fsm.Policy{},
-		requests: map[string]fsm.Result{},
+		requests: map[string]fakeRequest{},
 		collector: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "limitd_test_store_collector_total", Help: "registered from Store.Collectors",
 		}),
@@ -115,8 +116,14 @@ func (f *fakeStore) Check(ctx context.Context, ops []fsm.Op) ([]fsm.Result, erro
 func (f *fakeStore) applyOp(op fsm.Op) fsm.Result {
 	if op.RequestID != "" {
 		if r, ok := f.requests[op.RequestID]; ok {
-			r.Replayed = true
-			return r
+			// As the state machine: a reuse for another request is a
+			// conflict (it names the field; the fake says "request_id").
+			if !reflect.DeepEqual(r.op, op) {
+				return fsm.Result{Err: &fsm.Error{Code: fsm.CodeConflict, Field: "request_id", Message: "used for a different request"}}
+			}
+			res := r.res
+			res.Replayed = true
+			return res
 		}
 	}
 	specs := make([]algo.Spec, len(op.Checks))
@@ -160,9 +167,16 @@ func (f *fakeStore) applyOp(op fsm.Op) fsm.Result {
 		}
 	}
 	if op.RequestID != "" {
-		f.requests[op.RequestID] = res
+		f.requests[op.RequestID] = fakeRequest{op: op, res: res}
 	}
 	return res
+}
+
+// fakeRequest is a request id's record: the op it was first used for and
+// its result.
+type fakeRequest struct {
+	op  fsm.Op
+	res fsm.Result
 }
 
 func (f *fakeStore) Apply(_ context.Context, cmd []byte) (interface{}, error) {

@@ -142,6 +142,12 @@ func TestUIInBrowser(t *testing.T) {
 		b.screenshot(filepath.Join(shots, "playground-"+name+".png"))
 	}
 	for _, p := range b.problems() {
+		// A follower not caught up answers /readyz 503, which the page
+		// shows ("no: ..."); Chromium logs every non-2xx fetch. Under load
+		// (issue 24: a loaded 2-core machine) that happens mid-test.
+		if notReadyAnswer(p) {
+			continue
+		}
 		t.Errorf("browser console: %s", p)
 	}
 
@@ -151,11 +157,38 @@ func TestUIInBrowser(t *testing.T) {
 	b.eval(`document.getElementById("sim-trace").value = "1 a\n2\n"; document.getElementById("sim-run").click()`)
 	b.waitFor(`document.getElementById("sim-error").textContent.startsWith("trace: line 2: missing key")`, "the trace error")
 	for _, p := range b.problems()[logged:] {
-		if !strings.Contains(p, "status of 400") || !strings.HasSuffix(p, "/v1/simulate") {
+		if (!strings.Contains(p, "status of 400") || !strings.HasSuffix(p, "/v1/simulate")) && !notReadyAnswer(p) {
 			t.Errorf("browser console after a malformed trace: %s", p)
 		}
 	}
 	t.Logf("screenshots in %s", shots)
+}
+
+// notReadyAnswer reports Chromium's log line for a /readyz 503: the page
+// fetched it and shows it; it is not a page error.
+func notReadyAnswer(console string) bool {
+	return strings.Contains(console, "status of 503") && strings.HasSuffix(console, "/readyz")
+}
+
+// TestUIInBrowserEmptyNode: a node without policies or checks says so
+// ("none", "no checks answered yet") rather than showing empty tables, and
+// RLS checks are charted under their domain, not as policy "inline".
+func TestUIInBrowserEmptyNode(t *testing.T) {
+	bin, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Skip("chromium is not installed (apt-get install chromium)")
+	}
+	store := newFakeStore()
+	store.status = nodeapi.Status{NodeID: "n1", State: "Leader", LeaderID: "n1", LeaderHTTP: "127.0.0.1:1",
+		Members: []nodeapi.Member{{ID: "n1", RaftAddr: "127.0.0.1:2", HTTPAddr: "127.0.0.1:1", Suffrage: "Voter", Leader: true, Health: "healthy", Healthy: true}}}
+	srv := httptest.NewServer(New(store, Config{Logger: discardLogger()}).Handler())
+	t.Cleanup(srv.Close)
+	b := startBrowser(t, bin)
+	b.navigate(srv.URL + "/ui")
+	b.waitFor(`document.getElementById("status").textContent.startsWith("Updated") &&
+		document.querySelector("#policies tbody tr.empty") !== null && document.querySelector("#policies tbody").textContent === "none" &&
+		document.querySelector("#rates tbody").textContent === "no checks answered yet" &&
+		document.querySelector("#members tbody tr.placeholder") === null`, "the empty policy and rate tables saying so")
 }
 
 // TestUIInBrowserAdminToken: on a node with an admin token the page is

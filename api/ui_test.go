@@ -79,6 +79,28 @@ func TestUIAssets(t *testing.T) {
 	}
 }
 
+// Before the first poll answers, the page shows placeholders, not blank
+// tables or fields (issue 24).
+func TestUIPlaceholdersBeforeFirstPoll(t *testing.T) {
+	b, err := uiFiles.ReadFile("ui/index.html")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := string(b)
+	for _, table := range []string{"members", "policies", "rates"} {
+		re := regexp.MustCompile(`<table id="` + table + `">.*?<tbody>(.*?)</tbody>`)
+		m := re.FindStringSubmatch(page)
+		if m == nil || !strings.Contains(m[1], `class="placeholder"`) {
+			t.Errorf("table %s has no placeholder row before the first poll: %q", table, m)
+		}
+	}
+	for _, id := range []string{"node", "leader", "state", "ready", "term", "indexes", "rls"} {
+		if regexp.MustCompile(`id="` + id + `"[^>]*></`).MatchString(page) {
+			t.Errorf("#%s is blank before the first poll", id)
+		}
+	}
+}
+
 // TestUIAssetsAreSelfContained scans every asset: no URL of another origin
 // (the CSP would block it, and the page must work offline), no inline script
 // or style (blocked by the CSP too), and the token kept out of storage.

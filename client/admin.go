@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"time"
 )
 
 // keyPath is /v1/keys/{key}?{limit}: the key percent-encoded, the limit as
@@ -94,16 +95,37 @@ func (c *Client) DeletePolicy(ctx context.Context, name string) error {
 	return c.call(ctx, http.MethodDelete, "/v1/policies/"+url.PathEscape(name), nil, true, true, nil)
 }
 
-// Cluster returns the cluster status as the leader (or, while there is
-// none, the first node that answers) sees it.
+// Cluster returns the cluster status as the leader sees it: only the leader
+// knows every member's health (a follower reports the other followers as
+// "unknown"). When the node that answered is a follower, the leader it names
+// is asked directly; when the leader does not answer within LeaderViewWait
+// (or there is none), the follower's own view is returned: its NodeID and
+// State say which node answered.
 func (c *Client) Cluster(ctx context.Context) (ClusterStatus, error) {
 	var st ClusterStatus
 	// The token, when the client has one, gets the full view (Raft
 	// addresses, terms, indexes); without it a node run with a token
 	// answers its public subset.
-	err := c.call(ctx, http.MethodGet, "/v1/cluster", nil, true, true, &st)
-	return st, err
+	if err := c.call(ctx, http.MethodGet, "/v1/cluster", nil, true, true, &st); err != nil {
+		return st, err
+	}
+	if st.State == StateLeader || st.LeaderHTTPAddr == "" {
+		return st, nil
+	}
+	lctx, cancel := context.WithTimeout(ctx, LeaderViewWait)
+	defer cancel()
+	if ls, err := c.NodeStatus(lctx, st.LeaderHTTPAddr); err == nil && ls.State == StateLeader {
+		return ls, nil
+	}
+	return st, nil
 }
+
+// StateLeader is ClusterStatus.State of the leader.
+const StateLeader = "Leader"
+
+// LeaderViewWait bounds Cluster's second request, to the leader a follower
+// named.
+const LeaderViewWait = 2 * time.Second
 
 // NodeStatus returns one node's own view (no leader routing, no retries).
 func (c *Client) NodeStatus(ctx context.Context, addr string) (ClusterStatus, error) {
@@ -163,6 +185,9 @@ func (c *Client) Snapshot(ctx context.Context, w io.Writer) (int64, error) {
 		}
 		resp, err := c.hc.Do(req)
 		if err != nil {
+			if kind := configKind(err); kind != "" {
+				return &ConfigError{Addr: host, Kind: kind, Err: unwrapURL(err)}
+			}
 			return &transportError{addr: host, err: err}
 		}
 		defer resp.Body.Close()

@@ -46,7 +46,9 @@ const (
 )
 
 // FailMode says what Check answers when the cluster cannot decide before
-// the deadline (errors matching ErrUnavailable).
+// the deadline (errors matching ErrUnavailable). A configuration error
+// (ErrConfig: an untrusted certificate, a wrong scheme or host) is always
+// returned: failing open or closed would hide a deploy mistake.
 type FailMode int
 
 const (
@@ -305,6 +307,37 @@ func (c *Client) pick() string {
 	return e
 }
 
+// everyNodeMisconfigured returns the first ConfigError of a learnLeader
+// failure in which every node failed with one, or nil.
+func everyNodeMisconfigured(err error) *ConfigError {
+	var te *transportError
+	if !errors.As(err, &te) {
+		return nil
+	}
+	joined, ok := errors.Unwrap(te.err).(interface{ Unwrap() []error })
+	if !ok {
+		return nil
+	}
+	var first *ConfigError
+	for _, e := range joined.Unwrap() {
+		var ce *ConfigError
+		if !errors.As(e, &ce) {
+			return nil
+		}
+		if first == nil {
+			first = ce
+		}
+	}
+	return first
+}
+
+// endpointCount is the number of nodes the client knows.
+func (c *Client) endpointCount() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.endpoints)
+}
+
 // demote forgets host as the target after it failed, so the next attempt goes
 // to another node until the leader is learned again.
 func (c *Client) demote(host string) {
@@ -417,9 +450,27 @@ func (c *Client) withDeadline(ctx context.Context) (context.Context, context.Can
 func (c *Client) retry(ctx context.Context, unknownOK bool, attempt func(host string) error) error {
 	backoff := retryBackoffMin
 	unknown := false
+	var misconfigured map[string]bool
 	for {
 		host := c.pick()
 		err := attempt(host)
+		var ce *ConfigError
+		if errors.As(err, &ce) {
+			// Not worth a retry on this node; another configured node may
+			// be set up differently (its certificate, its scheme).
+			if misconfigured[host] {
+				return err // back at a node already tried: none left to try
+			}
+			if misconfigured == nil {
+				misconfigured = map[string]bool{}
+			}
+			misconfigured[host] = true
+			c.demote(host)
+			if len(misconfigured) >= c.endpointCount() || ctx.Err() != nil {
+				return err
+			}
+			continue
+		}
 		if err == nil || !retryable(err) {
 			return err
 		}
@@ -445,8 +496,14 @@ func (c *Client) retry(ctx context.Context, unknownOK bool, attempt func(host st
 		}
 		c.retries.Add(1)
 		lctx, cancel := context.WithTimeout(ctx, time.Second)
-		_, _ = c.learnLeader(lctx)
+		_, lerr := c.learnLeader(lctx)
 		cancel()
+		if ce := everyNodeMisconfigured(lerr); ce != nil {
+			// The failure was ambiguous (a plain-HTTP request to an HTTPS
+			// node can end in EOF), but asking every node for the leader
+			// says what is wrong: stop retrying.
+			return ce
+		}
 	}
 }
 
@@ -483,6 +540,9 @@ func (c *Client) send(ctx context.Context, method, host, path string, body []byt
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
+		if kind := configKind(err); kind != "" {
+			return nil, &ConfigError{Addr: host, Kind: kind, Err: unwrapURL(err)}
+		}
 		return nil, &transportError{addr: host, sent: sentMaybe(err), err: err}
 	}
 	defer resp.Body.Close()
@@ -496,9 +556,22 @@ func (c *Client) send(ctx context.Context, method, host, path string, body []byt
 		c.followLeader(v[0]) // a follower answered: go to the leader next time
 	}
 	if resp.StatusCode/100 != 2 {
+		if resp.StatusCode == http.StatusBadRequest && bytes.Contains(b, []byte(tlsRequiredBody)) {
+			return resp.Header, &ConfigError{Addr: host, Kind: ConfigTLSRequired, Err: errors.New(strings.TrimSpace(string(b)))}
+		}
 		return resp.Header, decodeError(resp, b)
 	}
 	return resp.Header, nil
+}
+
+// unwrapURL drops net/http's "Post URL:" wrapper, which names a path the
+// caller did not ask for.
+func unwrapURL(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
 }
 
 // followLeader makes addr, named by a follower's Limitd-Leader header, the

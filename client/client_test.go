@@ -72,6 +72,39 @@ func TestLeaderFollowing(t *testing.T) {
 	}
 }
 
+// Cluster answers with the leader's view (every member's health known)
+// even when the node asked is a follower; when the leader does not answer,
+// with the follower's view, which names the follower.
+func TestClusterAsksTheLeader(t *testing.T) {
+	fc := newFakeCluster(t, 3)
+	fc.setLeader(2)
+	c := mustNew(t, []string{fc.nodes[0].addr()}, WithCoalescing(Coalescing{Disabled: true}))
+	ctx := ctxT(t)
+	st, err := c.Cluster(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.NodeID != "n3" || st.State != StateLeader {
+		t.Fatalf("answered by %s (%s), want the leader n3", st.NodeID, st.State)
+	}
+	for _, m := range st.Members {
+		if m.Health != "healthy" {
+			t.Fatalf("member %s health %q in the leader's view", m.ID, m.Health)
+		}
+	}
+	fc.nodes[2].srv.Close()
+	st, err = c.Cluster(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.State == StateLeader || st.NodeID == "n3" {
+		t.Fatalf("answered by %s (%s) with the leader down, want a follower's own view", st.NodeID, st.State)
+	}
+	if st.Members[1].Health != "unknown" && st.NodeID == "n1" {
+		t.Fatalf("follower n1's view of n2: %q, want unknown", st.Members[1].Health)
+	}
+}
+
 // A follower's answer names the leader (Limitd-Leader): the client sends
 // there next, even when no discovery could tell it.
 func TestFollowsLeaderHeader(t *testing.T) {
@@ -393,9 +426,10 @@ func TestTLSAndToken(t *testing.T) {
 			t.Errorf("request %q: token sent %v, want %v", a, has, admin)
 		}
 	}
-	// Without the CA, the handshake fails and the check is unavailable.
-	c2 := mustNew(t, []string{"https://" + fc.addrs()[0]}, WithTimeout(200*time.Millisecond))
-	if _, err := c2.Check(context.Background(), Request{Key: "k", Policy: "p"}); !errors.Is(err, ErrUnavailable) {
+	// Without the CA, the handshake fails: a configuration error, not
+	// unavailability (TestConfigErrorsAreNotRetried has the details).
+	c2 := mustNew(t, []string{"https://" + fc.addrs()[0]}, WithTimeout(30*time.Second)) // answered at once: no retries
+	if _, err := c2.Check(context.Background(), Request{Key: "k", Policy: "p"}); !errors.Is(err, ErrConfig) || errors.Is(err, ErrUnavailable) {
 		t.Fatalf("untrusted certificate: %v", err)
 	}
 	// A failed handshake sent nothing: not an unknown outcome.

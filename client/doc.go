@@ -30,6 +30,9 @@
 //
 // Errors are *Error values for what a node answered (errors.Is against
 // ErrInvalidArgument, ErrNotFound, ErrUnauthenticated, ErrConflict,
-// ErrUnavailable, ErrOutcomeUnknown; Field names the offending value), and
-// errors matching ErrUnavailable when no node answered in time.
+// ErrUnavailable, ErrOutcomeUnknown; Field names the offending value),
+// errors matching ErrUnavailable when no node answered in time, and a
+// *ConfigError (ErrConfig) when the client's configuration keeps it from
+// every node — an untrusted certificate, HTTP vs HTTPS, an unknown host —
+// which is returned at once, not retried until the deadline.
 package client

@@ -1,9 +1,12 @@
 package client
 
 import (
+	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 )
@@ -42,7 +45,8 @@ var (
 	ErrNotFound = errors.New("limitd: not found")
 	// ErrUnauthenticated: an admin call without the right token (WithToken).
 	ErrUnauthenticated = errors.New("limitd: unauthenticated")
-	// ErrConflict: a request_id reused for a request of another shape.
+	// ErrConflict: a request_id reused for a different request (another key,
+	// policy, limit, cost or number of checks); Error.Field names what differs.
 	ErrConflict = errors.New("limitd: conflict")
 )
 
@@ -111,7 +115,17 @@ type transportError struct {
 	err  error
 }
 
-func (e *transportError) Error() string { return fmt.Sprintf("limitd: %s: %v", e.addr, e.err) }
+// Error names the node and the cause, not the request's URL: the caller
+// knows which operation it asked for, and the path it went by (a check
+// coalesced into /v1/check/batch) would only mislead.
+func (e *transportError) Error() string {
+	err := e.err
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	return fmt.Sprintf("limitd: %s: %v", e.addr, err)
+}
 func (e *transportError) Unwrap() error { return e.err }
 func (e *transportError) Is(target error) bool {
 	return target == ErrUnavailable || (e.sent && target == ErrOutcomeUnknown)
@@ -160,3 +174,73 @@ func (e *deadlineError) Unwrap() []error {
 func (e *deadlineError) Is(target error) bool {
 	return target == ErrUnavailable || (e.unknown && target == ErrOutcomeUnknown)
 }
+
+// ErrConfig: the client, as configured, cannot talk to the node, and
+// retrying will not help: a certificate the client does not trust or that
+// is not valid for the address, HTTPS to a plain-HTTP node or the reverse, a
+// host name that does not resolve, a client certificate the node refuses.
+// The client does not retry it (it goes on to the other configured nodes,
+// if any); errors.As gives the *ConfigError, whose Kind says what to fix. It
+// does not match ErrUnavailable: the cluster may be fine.
+var ErrConfig = errors.New("limitd: configuration error")
+
+// ConfigError is a failure to reach a node that is the client's (or the
+// node's) configuration, not the node's availability.
+type ConfigError struct {
+	Addr string     // the node, host:port
+	Kind ConfigKind // what is wrong
+	Err  error      // the underlying TLS, DNS or HTTP error
+}
+
+// ConfigKind classifies a ConfigError.
+type ConfigKind string
+
+// Kinds of ConfigError.
+const (
+	ConfigUnknownAuthority ConfigKind = "unknown_authority"   // the node's certificate is signed by a CA the client does not trust (WithTLS RootCAs)
+	ConfigHostname         ConfigKind = "hostname"            // the node's certificate is not valid for the address used
+	ConfigBadCertificate   ConfigKind = "invalid_certificate" // the node's certificate is expired or otherwise invalid
+	ConfigNotTLS           ConfigKind = "not_tls"             // HTTPS to a node that serves plain HTTP
+	ConfigTLSRequired      ConfigKind = "tls_required"        // plain HTTP to a node that serves HTTPS
+	ConfigUnknownHost      ConfigKind = "unknown_host"        // the host name does not resolve
+	ConfigClientCert       ConfigKind = "client_certificate"  // the node refused (or wanted) the client's certificate
+)
+
+func (e *ConfigError) Error() string {
+	return fmt.Sprintf("limitd: %s: %s: %v", e.Addr, e.Kind, e.Err)
+}
+func (e *ConfigError) Unwrap() error        { return e.Err }
+func (e *ConfigError) Is(target error) bool { return target == ErrConfig }
+
+// configKind classifies an error of http.Client.Do as a configuration
+// error, or returns "" when it may be transient.
+func configKind(err error) ConfigKind {
+	var ua x509.UnknownAuthorityError
+	var he x509.HostnameError
+	var ci x509.CertificateInvalidError
+	var dns *net.DNSError
+	switch {
+	case errors.As(err, &ua):
+		return ConfigUnknownAuthority
+	case errors.As(err, &he):
+		return ConfigHostname
+	case errors.As(err, &ci):
+		return ConfigBadCertificate
+	case errors.As(err, &dns) && dns.IsNotFound:
+		return ConfigUnknownHost
+	}
+	// net/http and crypto/tls report these as text only.
+	msg := err.Error()
+	switch {
+	case strings.Contains(msg, "server gave HTTP response to HTTPS client"):
+		return ConfigNotTLS
+	case strings.Contains(msg, "remote error: tls: certificate required"),
+		strings.Contains(msg, "remote error: tls: bad certificate"),
+		strings.Contains(msg, "remote error: tls: unknown certificate authority"):
+		return ConfigClientCert
+	}
+	return ""
+}
+
+// tlsRequiredBody is what Go's HTTPS server answers a plain-HTTP request.
+const tlsRequiredBody = "Client sent an HTTP request to an HTTPS server"

@@ -134,7 +134,12 @@ func (n *fakeNode) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		for i, m := range fc.nodes {
-			st.Members = append(st.Members, Member{ID: m.id, HTTPAddr: m.addr(), Leader: i == fc.leader, Healthy: true, Suffrage: "Voter"})
+			// As limitd answers: a follower knows itself and the leader.
+			health := "unknown"
+			if st.State == "Leader" || m == n || i == fc.leader {
+				health = "healthy"
+			}
+			st.Members = append(st.Members, Member{ID: m.id, HTTPAddr: m.addr(), Leader: i == fc.leader, Health: health, Healthy: health == "healthy", Suffrage: "Voter"})
 		}
 		fc.mu.Unlock()
 		json.NewEncoder(w).Encode(st)

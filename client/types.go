@@ -112,7 +112,11 @@ type Member struct {
 	HTTPAddr string `json:"http_addr"`
 	Suffrage string `json:"suffrage"`
 	Leader   bool   `json:"leader"`
-	Healthy  bool   `json:"healthy"`
+	// Health is the answering node's knowledge of the member: "healthy",
+	// "unhealthy" or "unknown" (a follower about the other followers);
+	// empty in the public view and from nodes that predate it.
+	Health  string `json:"health,omitempty"`
+	Healthy bool   `json:"healthy"` // Health == "healthy"
 }
 
 // Digest is GET /v1/cluster/digest: a fingerprint of the node's replicated

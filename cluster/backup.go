@@ -229,8 +229,13 @@ type BackupSummary struct {
 	Policies   []fsm.Policy      `json:"-"`
 	Nodes      map[string]string `json:"nodes"` // node id → HTTP address, as replicated
 	// Digest is GET /v1/cluster/digest of the state: equal to the source's at Index.
+	// It covers the keys, request ids, policies, domains, Nodes and the clock.
 	Digest string `json:"digest"`
-	Size   int64  `json:"size_bytes"`
+	// StateIndex is the state machine's applied index, which the digest
+	// endpoint reports with it: at most Index, which also counts Raft's own
+	// entries (no-ops, configuration) that change no state.
+	StateIndex uint64 `json:"state_index"`
+	Size       int64  `json:"size_bytes"`
 }
 
 // InspectBackup verifies a backup completely (header checksum, state length
@@ -256,7 +261,7 @@ func InspectBackup(r io.Reader, scratchDir string) (BackupSummary, error) {
 	s := BackupSummary{BackupHeader: h, Policies: f.Policies(), Nodes: f.Nodes(), Size: cr.n}
 	st := f.Stats()
 	s.Keys, s.RequestIDs = st.Keys, st.RequestIDs
-	if s.Digest, err = f.Digest(); err != nil {
+	if s.Digest, s.StateIndex, err = f.DigestAt(); err != nil {
 		return s, fmt.Errorf("inspect: digest: %w", err)
 	}
 	return s, nil

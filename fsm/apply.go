@@ -332,12 +332,17 @@ func (a *applier) applyOp(tx *persist.Tx, op *opRef, checks []checkRef, decs []D
 			return Result{}, err
 		}
 		if r.Found && r.Expiry > now {
-			rs, err := DecodeResults(r.Result)
-			if err != nil || len(rs) != 1 {
+			fp, has, res, err := decodeRequestRecord(r.Result)
+			if err != nil {
 				return Result{}, fmt.Errorf("request %q: %w: stored result: %v", op.requestID, persist.ErrCorrupt, err)
 			}
-			rs[0].Replayed = true
-			return rs[0], nil
+			if has {
+				if e := requestConflict(fp, fingerprintOf(op, checks), checks); e != nil {
+					return Result{Err: e}, nil // nothing consumed; the first request's record stays
+				}
+			}
+			res.Replayed = true
+			return res, nil
 		}
 		prevReq = r // absent, or expired but not yet swept: overwritten
 	}
@@ -355,7 +360,7 @@ func (a *applier) applyOp(tx *persist.Tx, op *opRef, checks []checkRef, decs []D
 	if err != nil || res.Err != nil || len(op.requestID) == 0 {
 		return res, err
 	}
-	a.resBuf = appendResult(append(a.resBuf[:0], resultsVersion, 1), &res)
+	a.resBuf = appendRequestRecord(a.resBuf[:0], fingerprintOf(op, checks), &res)
 	if err := tx.PutRequest(op.requestID, prevReq, a.resBuf, now+retention); err != nil {
 		return Result{}, err
 	}

@@ -32,6 +32,7 @@ func testLog(t testing.TB, n int) [][]byte {
 		{Algorithm: "leaky_bucket", Limit: 3, Window: "5s"},
 	}
 	var cmds [][]byte
+	sentOps := map[string]Op{}
 	for i, c := range specs {
 		cmds = append(cmds, EncodePutPolicy(Policy{Name: fmt.Sprintf("p%d", i), Spec: mustSpec(t, c), Shadow: i == 2}))
 	}
@@ -64,6 +65,12 @@ func testLog(t testing.TB, n int) [][]byte {
 				}
 				if rng.Intn(3) == 0 {
 					op.RequestID = fmt.Sprintf("r%d", rng.Intn(30))
+					// Half the reuses of an id are true retries; the
+					// others differ and are refused as conflicts.
+					if sent, ok := sentOps[op.RequestID]; ok && rng.Intn(2) == 0 {
+						op = sent
+					}
+					sentOps[op.RequestID] = op
 				}
 				ops[j] = op
 			}
@@ -98,11 +105,12 @@ func TestApplyIsDeterministicAcrossRestartsAndBatching(t *testing.T) {
 	wantDigest := digest(t, ref)
 
 	// The workload must exercise what it claims to.
-	var replayed, refused, shadow, errs int
+	var replayed, refused, shadow, errs, conflicts int
 	for _, r := range want {
 		if rs, ok := r.([]Result); ok {
 			for _, res := range rs {
 				replayed += b2i(res.Replayed)
+				conflicts += b2i(res.Err != nil && res.Err.Code == CodeConflict)
 				refused += b2i(!res.Allowed && res.Err == nil)
 				errs += b2i(res.Err != nil)
 				for _, d := range res.Decisions {
@@ -111,9 +119,9 @@ func TestApplyIsDeterministicAcrossRestartsAndBatching(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("workload: replayed %d refused %d shadow %d errors %d", replayed, refused, shadow, errs)
-	if replayed == 0 || refused == 0 || shadow == 0 {
-		t.Fatalf("weak workload: replayed %d refused %d shadow %d errors %d", replayed, refused, shadow, errs)
+	t.Logf("workload: replayed %d refused %d shadow %d errors %d (conflicts %d)", replayed, refused, shadow, errs, conflicts)
+	if replayed == 0 || refused == 0 || shadow == 0 || conflicts == 0 {
+		t.Fatalf("weak workload: replayed %d refused %d shadow %d errors %d (conflicts %d)", replayed, refused, shadow, errs, conflicts)
 	}
 
 	for _, tc := range []struct {

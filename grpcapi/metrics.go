@@ -9,8 +9,9 @@ import (
 	"github.com/limitd/limitd/rls"
 )
 
-// Envoy RLS metrics, per domain and rule, named like envoy ratelimit's
-// statistics.
+// Envoy RLS metrics, per domain and rule: envoy ratelimit's statistics
+// (total_hits, over_limit, near_limit, within_limit, shadow_mode) as
+// Prometheus counters, whose names end in _total.
 const (
 	// NearLimitRatio is the share of a limit above which allowed hits count
 	// as near_limit (envoy ratelimit's NEAR_LIMIT_RATIO default).
@@ -38,11 +39,11 @@ func newRLSMetrics() *rlsMetrics {
 			[]string{"domain", "key"})
 	}
 	return &rlsMetrics{
-		totalHits:   vec("total_hits", "Hits (hits_addend) on descriptors that matched a rule."),
-		overLimit:   vec("over_limit", "Hits refused by a rule (shadow rules included)."),
-		nearLimit:   vec("near_limit", "Allowed hits above NearLimitRatio of the limit."),
-		withinLimit: vec("within_limit", "Hits allowed and counted."),
-		shadowMode:  vec("shadow_mode", "Hits a shadow_mode rule would have refused."),
+		totalHits:   vec("hits_total", "Hits (hits_addend) on descriptors that matched a rule (envoy ratelimit's total_hits)."),
+		overLimit:   vec("over_limit_total", "Hits refused by a rule, shadow rules included (envoy ratelimit's over_limit)."),
+		nearLimit:   vec("near_limit_total", "Allowed hits above NearLimitRatio of the limit (envoy ratelimit's near_limit)."),
+		withinLimit: vec("within_limit_total", "Hits allowed and counted (envoy ratelimit's within_limit)."),
+		shadowMode:  vec("shadow_mode_total", "Hits a shadow_mode rule would have refused (envoy ratelimit's shadow_mode)."),
 		seen:        map[[2]string]bool{},
 		maxKeys:     MaxMetricKeys,
 	}
@@ -103,7 +104,8 @@ func (m *rlsMetrics) observe(d *rls.Domain, req *rls.Request, plan *rls.Plan, re
 	}
 }
 
-// Collectors returns the RLS metrics (limitd_rls_total_hits, _over_limit,
-// _near_limit, _within_limit, _shadow_mode, labelled domain and key) to
+// Collectors returns the RLS metrics (limitd_rls_hits_total,
+// _over_limit_total, _near_limit_total, _within_limit_total,
+// _shadow_mode_total, labelled domain and key) to
 // register where /metrics is served.
 func (s *Server) Collectors() []prometheus.Collector { return s.metrics.collectors() }

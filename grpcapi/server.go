@@ -91,7 +91,9 @@ type Server struct {
 }
 
 // The services this server registers, as health and reflection name them.
-var serviceNames = []string{limitdv1.Limitd_ServiceDesc.ServiceName, rlspb.RateLimitService_ServiceDesc.ServiceName}
+// "ratelimit" is the name envoyproxy/ratelimit registers with the health
+// service, so Envoy health checks written for it keep working.
+var serviceNames = []string{limitdv1.Limitd_ServiceDesc.ServiceName, rlspb.RateLimitService_ServiceDesc.ServiceName, "ratelimit"}
 
 // New builds the server for a service (which reaches the node's RLS
 // domains).

@@ -29,12 +29,13 @@ func descriptor(kv ...string) *extpb.RateLimitDescriptor {
 	return d
 }
 
-// TestHealthAndReflection: grpc.health.v1 reports SERVING for the server and
-// both services once the node is ready; reflection lists the services.
+// TestHealthAndReflection: grpc.health.v1 reports SERVING for the server,
+// both services and envoy ratelimit's "ratelimit" once the node is ready;
+// reflection lists the services.
 func TestHealthAndReflection(t *testing.T) {
 	c := newTestCluster(t, 1, testConfig{})
 	h := healthpb.NewHealthClient(c.conns[0])
-	for _, svc := range []string{"", "limitd.v1.Limitd", "envoy.service.ratelimit.v3.RateLimitService"} {
+	for _, svc := range []string{"", "limitd.v1.Limitd", "envoy.service.ratelimit.v3.RateLimitService", "ratelimit"} {
 		deadline := time.Now().Add(5 * time.Second)
 		for {
 			r, err := h.Check(ctxT(t), &healthpb.HealthCheckRequest{Service: svc})

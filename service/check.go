@@ -68,6 +68,11 @@ type CheckRequest struct {
 	// RequestID, when set, makes the check idempotent: a repeat within the
 	// retention gets the first answer and consumes nothing.
 	RequestID string
+	// MetricName, for an inline limit, is the name the check is counted
+	// under in the decision metrics instead of InlineName (the RLS front end
+	// names the domain, so its traffic shows as such). It must come from a
+	// bounded set: it is a metric label.
+	MetricName string
 }
 
 // CheckResult is one check's answer.
@@ -100,7 +105,11 @@ func (s *Service) prepare(r *CheckRequest, withRequestID bool) (fsm.Check, Limit
 		return c, s.limitOf(r.Policy), nil
 	case r.Limit != nil:
 		c.Spec = r.Limit
-		return c, Limit{Name: InlineName, Spec: *r.Limit, Known: true}, nil
+		name := InlineName
+		if r.MetricName != "" {
+			name = r.MetricName
+		}
+		return c, Limit{Name: name, Spec: *r.Limit, Known: true}, nil
 	}
 	return fsm.Check{}, Limit{}, Invalid("policy", "a check needs a policy name or an inline limit")
 }
@@ -305,7 +314,8 @@ func (s *Service) cachedAll(checks []fsm.Check, limits []Limit) (CheckAllResult,
 // state machine names the field within a check ("policy").
 func (s *Service) locate(fe *Error, op fsm.Op) *Error {
 	e := *s.nodeError(fe) // a copy: fe may be shared with the node
-	if strings.HasPrefix(e.Field, "checks") {
+	// A request_id conflict is about the op's own id, not one check's.
+	if strings.HasPrefix(e.Field, "checks") || e.Field == "request_id" {
 		return &e
 	}
 	idx := -1

@@ -203,22 +203,31 @@ func (s *Service) RateLimit(ctx context.Context, req *rls.Request) (*RateLimitRe
 		}
 		return nil, Internal(err.Error())
 	}
-	results, e := s.decidePlan(ctx, plan)
+	metricName := ""
+	if d != nil {
+		metricName = RLSMetricPrefix + d.Name() // domains are configured: a bounded label
+	}
+	results, e := s.decidePlan(ctx, plan, metricName)
 	if e != nil {
 		return nil, e
 	}
 	return &RateLimitResult{Domain: d, Plan: plan, Results: results, Response: plan.Respond(results, time.Now())}, nil
 }
 
+// RLSMetricPrefix and the domain name are the policy label RLS checks are
+// counted under in limitd_checks_total ("rls:shop"), not "inline".
+const RLSMetricPrefix = "rls:"
+
 // decidePlan runs the plan's groups through the service: an all-or-nothing
-// group as CheckAll, the others as a Batch of independent checks.
-func (s *Service) decidePlan(ctx context.Context, plan *rls.Plan) ([]rls.Result, *Error) {
+// group as CheckAll, the others as a Batch of independent checks, each
+// counted under metricName.
+func (s *Service) decidePlan(ctx context.Context, plan *rls.Plan, metricName string) ([]rls.Result, *Error) {
 	results := make([]rls.Result, len(plan.Items))
 	for _, g := range plan.Groups {
 		checks := make([]CheckRequest, len(g.Items))
 		for j, i := range g.Items {
 			it := &plan.Items[i]
-			checks[j] = CheckRequest{Key: it.Key, Limit: &it.Spec, Cost: it.Cost}
+			checks[j] = CheckRequest{Key: it.Key, Limit: &it.Spec, Cost: it.Cost, MetricName: metricName}
 			if g.Peek {
 				checks[j].Cost = 0
 			}

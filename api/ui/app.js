@@ -58,7 +58,13 @@ function errorText(r) {
   return (e.field ? e.field + ": " : "") + e.message + " (" + e.code + ")";
 }
 
-function fill(tbody, rows) {
+// fill replaces a table's rows; an empty list shows one row saying so
+// (emptyText), as the RLS domains line says "none".
+function fill(tbody, rows, emptyText) {
+  if (rows.length === 0 && emptyText) {
+    const cols = tbody.parentElement.tHead.rows[0].cells.length;
+    rows = [el("tr", { class: "empty" }, el("td", { colspan: cols, class: "muted" }, emptyText))];
+  }
   tbody.replaceChildren(...rows);
 }
 
@@ -78,13 +84,13 @@ async function refreshCluster() {
   $("ready").textContent = ready.status === 200 ? "yes" : "no: " + errorText(ready);
   $("term").textContent = full ? c.term : "–";
   $("indexes").textContent = full ? c.commit_index + " / " + c.applied_index : "–";
-  $("node").textContent = c.node_id ? "node " + c.node_id : "";
+  $("node").textContent = c.node_id ? "node " + c.node_id : "node id: needs the admin token";
   const members = c.members || [];
   const health = (m) => m.health || (m.healthy ? "healthy" : "unhealthy");
   fill($("members").tBodies[0], members.map((m) => el("tr", { "data-member": m.id },
     el("td", {}, m.id), el("td", {}, m.http_addr || "–"), el("td", {}, m.raft_addr || "–"), el("td", {}, m.suffrage || "–"),
     el("td", {}, m.leader ? "leader" : "follower"),
-    full ? el("td", { class: health(m) === "healthy" ? "ok" : "bad" }, health(m)) : el("td", {}, "–"))));
+    full ? el("td", { class: health(m) === "healthy" ? "ok" : (health(m) === "unknown" ? "" : "bad") }, health(m)) : el("td", {}, "–"))), "none");
 }
 
 // ---- policies and RLS domains ----
@@ -96,7 +102,7 @@ async function refreshPolicies() {
   fill($("policies").tBodies[0], ps.map((p) => el("tr", { "data-policy": p.name },
     el("td", {}, p.name), el("td", {}, p.algorithm), el("td", {}, p.limit),
     el("td", {}, p.calendar ? p.calendar + (p.timezone ? " (" + p.timezone + ")" : "") : p.window),
-    el("td", {}, p.burst || "–"), el("td", {}, p.shadow ? "shadow" : "enforced"))));
+    el("td", {}, p.burst || "–"), el("td", {}, p.shadow ? "shadow" : "enforced"))), "none");
   const sel = $("lookup-policy");
   const current = sel.value;
   const names = ps.map((p) => p.name);
@@ -215,7 +221,7 @@ function drawChart(now, totals) {
     sw.style.background = colorOf(p);
     return el("tr", { "data-policy": p }, el("td", {}, sw, p), el("td", { class: "ok" }, r.allowed.toFixed(1)),
       el("td", { class: "bad" }, r.refused.toFixed(1)), el("td", {}, totals.get(p).allowed), el("td", {}, totals.get(p).refused));
-  }));
+  }), "no checks answered yet");
 }
 
 // ---- key lookup ----

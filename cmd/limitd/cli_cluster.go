@@ -10,7 +10,8 @@ import (
 const clusterUsage = `Usage: limitd cluster status|members|join|remove [flags]
 
   status                                   the leader's view: leader, term, indexes, members
-  members                                  the members only
+                                           (asked of the leader the answering node names)
+  members                                  the members only, with their health
   join --id ID --raft-addr H:P --http-addr H:P
                                            add a voter (admin; a new node usually
                                            joins itself with serve --join)
@@ -82,8 +83,14 @@ func runCluster(args []string, env cliEnv) int {
 	if err != nil {
 		return fail(env, name, err)
 	}
-	if publicView(st) {
-		fmt.Fprintln(env.stderr, "limitd: the public view: Raft addresses, terms, indexes and health need --token (LIMITD_ADMIN_TOKEN)")
+	public := publicView(st)
+	if public {
+		fmt.Fprintln(env.stderr, "limitd: the public view: the answering node's id, Raft addresses, terms, indexes and health need --token (LIMITD_ADMIN_TOKEN)")
+	} else if st.State != client.StateLeader {
+		// Client.Cluster asks the leader; this is a follower's view because
+		// there is no leader or it did not answer.
+		fmt.Fprintf(env.stderr, "limitd: answered by %s (%s), not the leader: it cannot know the other followers' health (shown as unknown)\n",
+			st.NodeID, st.State)
 	}
 	if cf.output == "json" {
 		if sub == "members" {
@@ -94,39 +101,81 @@ func runCluster(args []string, env cliEnv) int {
 		return exitOK
 	}
 	if sub == "status" {
-		tw := newTable(env.stdout)
+		printStatus(env, st, public)
+		fmt.Fprintln(env.stdout)
+	}
+	printMembers(env, st.Members, public)
+	return exitOK
+}
+
+// needsToken stands where the public view has no value.
+const needsToken = "(needs --token)"
+
+// printStatus prints the header of cluster status. The public view has no
+// node id, term or indexes: it says so instead of printing zeros.
+func printStatus(env cliEnv, st client.ClusterStatus, public bool) {
+	tw := newTable(env.stdout)
+	switch {
+	case !public:
 		fmt.Fprintf(tw, "answered by\t%s (%s)\n", st.NodeID, st.State)
-		fmt.Fprintf(tw, "leader\t%s at %s\n", orDash(st.LeaderID), orDash(st.LeaderHTTPAddr))
+	case st.State == client.StateLeader && st.LeaderID != "":
+		fmt.Fprintf(tw, "answered by\t%s (%s)\n", st.LeaderID, st.State)
+	default:
+		fmt.Fprintf(tw, "answered by\ta %s %s\n", orUnknown(st.State), needsToken)
+	}
+	if st.LeaderID == "" {
+		fmt.Fprintf(tw, "leader\tnone known to this node\n")
+	} else {
+		fmt.Fprintf(tw, "leader\t%s at %s\n", st.LeaderID, orUnknown(st.LeaderHTTPAddr))
+	}
+	if public {
+		fmt.Fprintf(tw, "term\t%s\n", needsToken)
+		fmt.Fprintf(tw, "commit index\t%s\n", needsToken)
+		fmt.Fprintf(tw, "applied index\t%s\n", needsToken)
+	} else {
 		fmt.Fprintf(tw, "term\t%d\n", st.Term)
 		fmt.Fprintf(tw, "commit index\t%d\n", st.CommitIndex)
 		fmt.Fprintf(tw, "applied index\t%d\n", st.AppliedIndex)
-		tw.Flush()
-		fmt.Fprintln(env.stdout)
 	}
-	printMembers(env, st.Members)
-	return exitOK
+	tw.Flush()
 }
 
 // publicView reports whether st is a node's public subset (it runs with an
 // admin token the client did not send): no node id, no Raft addresses.
 func publicView(st client.ClusterStatus) bool { return st.NodeID == "" }
 
-func printMembers(env cliEnv, ms []client.Member) {
+// printMembers prints the member table; the public view has only ids, HTTP
+// addresses and the leader, so the other columns are left out rather than
+// filled with placeholders.
+func printMembers(env cliEnv, ms []client.Member, public bool) {
 	tw := newTable(env.stdout)
-	fmt.Fprintln(tw, "ID\tRAFT ADDR\tHTTP ADDR\tSUFFRAGE\tLEADER\tHEALTHY")
-	for _, m := range ms {
-		healthy := "-"
-		if m.Suffrage != "" {
-			healthy = fmt.Sprint(m.Healthy)
+	if public {
+		fmt.Fprintln(tw, "ID\tHTTP ADDR\tLEADER")
+		for _, m := range ms {
+			fmt.Fprintf(tw, "%s\t%s\t%v\n", m.ID, orUnknown(m.HTTPAddr), m.Leader)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%v\t%s\n", m.ID, orDash(m.RaftAddr), orDash(m.HTTPAddr), orDash(m.Suffrage), m.Leader, healthy)
+		tw.Flush()
+		return
+	}
+	fmt.Fprintln(tw, "ID\tRAFT ADDR\tHTTP ADDR\tSUFFRAGE\tLEADER\tHEALTH")
+	for _, m := range ms {
+		health := m.Health
+		if health == "" { // a node that predates Health
+			health = "unhealthy"
+			if m.Healthy {
+				health = "healthy"
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%v\t%s\n", m.ID, m.RaftAddr, orUnknown(m.HTTPAddr), m.Suffrage, m.Leader, health)
 	}
 	tw.Flush()
 }
 
-func orDash(s string) string {
+// orUnknown names a value the node does not know (an HTTP address not yet
+// registered, a state not reported) rather than printing it blank.
+func orUnknown(s string) string {
 	if s == "" {
-		return "-"
+		return "unknown"
 	}
 	return s
 }

@@ -25,7 +25,8 @@ const (
 	exitRefused     = 1 // check only: the request was refused
 	exitUsage       = 2 // bad flags or arguments, or input the server rejected as invalid (invalid_argument)
 	exitUnavailable = 3 // no node answered in time (no leader, unreachable, timeout)
-	exitError       = 4 // any other error: not found, unauthenticated, conflict, a damaged file…
+	exitError       = 4 // any other error: not found, conflict, a damaged file…
+	exitConfig      = 5 // the client's configuration: certificate, scheme, host, token; retrying will not help
 )
 
 // DefaultCLIAddr is where the client commands look for a node when neither
@@ -179,10 +180,42 @@ func usageError(env cliEnv, name, format string, a ...any) int {
 	return exitUsage
 }
 
-// fail reports err and returns its exit code.
+// fail reports err and returns its exit code. name is the command the user
+// ran ("check"), never the API path it went by.
 func fail(env cliEnv, name string, err error) int {
-	fmt.Fprintf(env.stderr, "limitd %s: %s\n", name, strings.TrimPrefix(err.Error(), "limitd: "))
+	msg := strings.TrimPrefix(err.Error(), "limitd: ")
+	if fix := configFix(err); fix != "" {
+		msg += "\n  " + fix
+	}
+	fmt.Fprintf(env.stderr, "limitd %s: %s\n", name, msg)
 	return exitCode(err)
+}
+
+// configFix names the flag that fixes a configuration error, or "".
+func configFix(err error) string {
+	var ce *client.ConfigError
+	if errors.As(err, &ce) {
+		switch ce.Kind {
+		case client.ConfigUnknownAuthority:
+			return "fix: give the CA bundle that signed the nodes' certificates with --tls-ca FILE"
+		case client.ConfigHostname:
+			return "fix: use in --addr a name or IP the node's certificate lists (or reissue the certificate with it)"
+		case client.ConfigBadCertificate:
+			return "fix: the node's certificate is expired or invalid: renew it (serve --tls-cert)"
+		case client.ConfigNotTLS:
+			return "fix: the node serves plain HTTP: drop --tls and the --tls-* flags, or use http:// in --addr"
+		case client.ConfigTLSRequired:
+			return "fix: the node serves HTTPS: add --tls (and --tls-ca FILE for a private CA), or use https:// in --addr"
+		case client.ConfigUnknownHost:
+			return "fix: the host in --addr (or LIMITD_ADDR) does not resolve"
+		case client.ConfigClientCert:
+			return "fix: the node requires a client certificate it trusts: give --tls-cert and --tls-key"
+		}
+	}
+	if errors.Is(err, client.ErrUnauthenticated) {
+		return "fix: give the node's admin token with --token or LIMITD_ADMIN_TOKEN"
+	}
+	return ""
 }
 
 // exitCode maps an error to the documented exit codes.
@@ -190,6 +223,8 @@ func exitCode(err error) int {
 	switch {
 	case err == nil:
 		return exitOK
+	case errors.Is(err, client.ErrConfig), errors.Is(err, client.ErrUnauthenticated):
+		return exitConfig
 	case errors.Is(err, client.ErrUnavailable):
 		return exitUnavailable
 	case errors.Is(err, client.ErrInvalidArgument):

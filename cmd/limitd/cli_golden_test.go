@@ -67,11 +67,14 @@ func TestCLIGolden(t *testing.T) {
 		{"check-policy-and-limit", []string{"check", "--policy", "api", "--limit", "3", "k"}},
 		{"check-bad-output", []string{"check", "--policy", "api", "--output", "xml", "k"}},
 		{"check-bad-flag", []string{"check", "--polcy", "api", "k"}},
+		{"check-https-to-plain-node", []string{"check", "--tls-insecure-skip-verify", "--policy", "api", "k"}},
 		{"check-unavailable", []string{"check", "--addr", "127.0.0.1:1", "--timeout", "200ms", "--policy", "api", "k"}},
 		{"key-peek", []string{"key", "peek", "user:1", "--policy", "api"}},
 		{"key-reset", []string{"key", "reset", "user:1", "--policy", "api", "--token", "secret"}},
 		{"key-peek-after-reset", []string{"key", "peek", "user:1", "--policy", "api"}},
 		{"key-no-subcommand", []string{"key"}},
+		{"cluster-status", []string{"cluster", "status", "--token", "secret"}},
+		{"cluster-status-public", []string{"cluster", "status"}},
 		{"cluster-members", []string{"cluster", "members", "--token", "secret"}},
 		{"cluster-members-public", []string{"cluster", "members"}},
 		{"cluster-remove-unknown", []string{"cluster", "remove", "n9", "--token", "secret"}},
@@ -92,6 +95,7 @@ func TestCLIGolden(t *testing.T) {
 		{regexp.MustCompile(`("reset_after_ms": )\d+`), "${1}MS"},
 		{regexp.MustCompile(`(retry_after +)[1-9]\S*`), "${1}DURATION"},
 		{regexp.MustCompile(`("retry_after_ms": )[1-9]\d*`), "${1}MS"},
+		{regexp.MustCompile(`(?m)^((term|commit index|applied index) +)\d+$`), "${1}N"},
 	}
 	for _, tc := range cases {
 		var stdout, stderr bytes.Buffer

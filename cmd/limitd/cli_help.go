@@ -40,8 +40,12 @@ The client commands (check, policy, key, cluster, snapshot save) take
 --addr (or LIMITD_ADDR), --token (or LIMITD_ADMIN_TOKEN), TLS flags and
 --output table|json.
 
-Exit status: 0 ok; 1 refused (check); 2 usage or invalid input;
-3 unavailable (no leader, unreachable, timeout); 4 other errors.
+Exit status: 0 ok; 1 refused (check); 2 usage or invalid input (a bad
+flag); 3 unavailable (no leader, unreachable, timeout: retried until
+--timeout); 4 other errors (not found, conflict, a damaged file);
+5 configuration (a certificate --tls-ca does not trust or not valid for
+--addr, HTTP vs HTTPS, an unknown host, a missing or refused --token):
+not retried, and the message names the flag to fix.
 
 Run "limitd help COMMAND" for a command's flags.
 `)

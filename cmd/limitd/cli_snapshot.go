@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/limitd/limitd/cluster"
@@ -154,7 +155,7 @@ func summaryJSON(file string, s cluster.BackupSummary) map[string]any {
 	}
 	return map[string]any{"file": file, "format": s.Format, "index": s.Index, "term": s.Term, "node_id": s.NodeID,
 		"created_at": s.CreatedAt, "members": s.Members, "keys": s.Keys, "request_ids": s.RequestIDs,
-		"policies": names, "nodes": s.Nodes, "digest": s.Digest, "size_bytes": s.Size}
+		"policies": names, "nodes": s.Nodes, "digest": s.Digest, "state_index": s.StateIndex, "size_bytes": s.Size}
 }
 
 func printSummary(env cliEnv, cf *connFlags, file string, s cluster.BackupSummary) {
@@ -178,6 +179,21 @@ func printSummary(env cliEnv, cf *connFlags, file string, s cluster.BackupSummar
 		members = append(members, m.ID+"@"+m.RaftAddr)
 	}
 	fmt.Fprintf(tw, "members\t%s\n", strings.Join(members, " "))
-	fmt.Fprintf(tw, "digest\t%s\n", s.Digest)
+	ids := make([]string, 0, len(s.Nodes))
+	for id := range s.Nodes {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	var nodes []string
+	for _, id := range ids {
+		nodes = append(nodes, id+"="+s.Nodes[id])
+	}
+	fmt.Fprintf(tw, "http addresses\t%s\n", strings.Join(nodes, " "))
+	fmt.Fprintf(tw, "digest\t%s at state index %d\n", s.Digest, s.StateIndex)
 	tw.Flush()
+	// What a restored node's GET /v1/cluster/digest is compared with.
+	fmt.Fprintf(env.stdout, "\nThe digest covers the keys, request ids, policies, domains, the clock and the HTTP addresses\n"+
+		"above. A node restored from this file reports it at state index %d until it applies new entries;\n"+
+		"restored with a node id or HTTP address not listed above, it registers itself at start, which\n"+
+		"changes the digest (and the index).\n", s.StateIndex)
 }

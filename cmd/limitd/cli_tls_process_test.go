@@ -7,8 +7,8 @@ import (
 )
 
 // The client commands speak HTTPS to a node started with --tls-cert:
-// trusting it with --tls-ca (or an https:// address), and failing as
-// unavailable (exit 3) when the certificate is not trusted.
+// trusting it with --tls-ca (or an https:// address), and failing as a
+// configuration error (exit 5) when the certificate is not trusted.
 func TestProcessCLIOverTLS(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a limitd process")
@@ -37,9 +37,26 @@ func TestProcessCLIOverTLS(t *testing.T) {
 	if code, _, _ := runCLI(t, "check", "--policy", "api", "k", "--addr", p.HTTPAddr, "--tls-ca", cert); code != exitRefused {
 		t.Fatalf("second check over TLS: exit %d, want %d (refused)", code, exitRefused)
 	}
-	// Not trusted: the handshake fails, the command reports unavailable.
-	code, _, errOut := runCLI(t, "check", "--policy", "api", "k", "--addr", "https://"+p.HTTPAddr, "--timeout", "300ms")
-	if code != exitUnavailable || !strings.Contains(errOut, "certificate") {
-		t.Fatalf("untrusted certificate: exit %d, %q", code, errOut)
+	// Configuration mistakes: exit 5 at once (not after --timeout of
+	// retries), a message naming the flag to fix, and the command the user
+	// ran rather than the API path (issue 24).
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--addr", "https://" + p.HTTPAddr}, "--tls-ca"},
+		{[]string{"--addr", "http://" + p.HTTPAddr}, "add --tls"},
+		{[]string{"--addr", p.HTTPAddr, "--tls-ca", cert, "--token", "wrong"}, "--token"},
+	} {
+		// Retrying would take all of --timeout: 10m, far beyond any load.
+		args := append([]string{"key", "reset", "k", "--policy", "api", "--timeout", "10m"}, tc.args...)
+		start := time.Now()
+		code, _, errOut := runCLI(t, args...)
+		if code != exitConfig || !strings.Contains(errOut, tc.want) || !strings.HasPrefix(errOut, "limitd key reset: ") || strings.Contains(errOut, "/v1/") {
+			t.Fatalf("%v: exit %d, %q; want exit %d naming %s", tc.args, code, errOut, exitConfig, tc.want)
+		}
+		if took := time.Since(start); took > 5*time.Minute {
+			t.Fatalf("%v: took %v: retried until close to --timeout", tc.args, took)
+		}
 	}
 }

@@ -44,22 +44,15 @@ type rlsFrontEnd struct {
 	logger  *slog.Logger
 }
 
-// newRLSFrontEnd validates --rls-config and --rls-headers, prepares the gRPC
-// server's configuration (same TLS certificate and admin token as HTTP) and
-// listens on --grpc-addr when set. httpAPI builds the server.
-func newRLSFrontEnd(f *serveFlags, node *cluster.Node, logger *slog.Logger) (*rlsFrontEnd, error) {
+// newRLSFrontEnd takes the --rls-config domains and --rls-headers mode that
+// loadStartInputs validated, prepares the gRPC server's configuration (same
+// TLS certificate and admin token as HTTP) and listens on --grpc-addr when
+// set. httpAPI builds the server.
+func newRLSFrontEnd(f *serveFlags, in *startInputs, node *cluster.Node, logger *slog.Logger) (*rlsFrontEnd, error) {
 	g := &f.grpc
-	fe := &rlsFrontEnd{node: node, source: g.rlsConfig, logger: logger}
-	if g.rlsConfig != "" {
-		var err error
-		if fe.domains, err = rls.LoadPath(g.rlsConfig); err != nil {
-			return nil, err
-		}
-	}
-	mode, err := rls.ParseHeaderMode(g.rlsHeaders)
-	if err != nil {
-		return nil, fmt.Errorf("--rls-headers: %w", err)
-	}
+	fe := &rlsFrontEnd{node: node, source: g.rlsConfig, logger: logger, domains: in.domains}
+	mode := in.rlsHeaders
+	var err error
 	var tc *tls.Config
 	if f.tlsCert != "" && g.addr != "" {
 		cert, err := tls.LoadX509KeyPair(f.tlsCert, f.tlsKey)

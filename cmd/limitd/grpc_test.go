@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"net/http"
@@ -9,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 
 	extpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -89,9 +92,17 @@ func TestProcessServesRLSFromConfigDir(t *testing.T) {
 	}
 	mb, _ := io.ReadAll(mresp.Body)
 	mresp.Body.Close()
-	if !strings.Contains(string(mb), `limitd_rls_over_limit{domain="edge_proxy_per_ip",key="edge_proxy_per_ip.remote_address_50.0.0.5"} 1`) {
+	if !strings.Contains(string(mb), `limitd_rls_over_limit_total{domain="edge_proxy_per_ip",key="edge_proxy_per_ip.remote_address_50.0.0.5"} 1`) {
 		t.Fatalf("/metrics has no RLS counters:\n%s", mb)
 	}
+	// RLS checks count in limitd_checks_total under their domain, so the
+	// status page charts them as such (not as policy "inline").
+	if !strings.Contains(string(mb), `limitd_checks_total{policy="rls:edge_proxy_per_ip",result="allowed"}`) {
+		t.Errorf("/metrics counts no RLS checks under policy rls:edge_proxy_per_ip:\n%s", mb)
+	}
+	// Every family a node serves passes Prometheus's lint (promtool check
+	// metrics runs the same checks): counters end in _total, base units...
+	lintMetrics(t, mb)
 	// Other paths still reach the API, unclean ones included.
 	if code, body := postJSON(t, p.URL("/v1/check"), `{"key":"a//b","limit":{"algorithm":"fixed_window","limit":1,"window":"1s"}}`); code != 200 {
 		t.Fatalf("POST /v1/check: %d %s", code, body)
@@ -123,9 +134,68 @@ func TestProcessRefusesBadRLSConfig(t *testing.T) {
 	if err := p.Wait(); err == nil {
 		t.Fatalf("started with a bad --rls-config:\n%s", p.Logs())
 	}
-	for _, want := range []string{filepath.Join(dir, "shop.yaml"), "descriptors[0].rate_limit.unit", "shop.user", "fortnight"} {
+	for _, want := range []string{"limitd: --rls-config: " + filepath.Join(dir, "shop.yaml") + ":5: ", "descriptors[0].rate_limit.unit", "shop.user", "fortnight"} {
 		if !strings.Contains(p.Logs(), want) {
 			t.Fatalf("error does not mention %q:\n%s", want, p.Logs())
 		}
+	}
+	assertNothingWritten(t, p.DataDir)
+}
+
+// TestProcessValidatesInputsBeforeWriting: every file input is read and
+// checked before the data directory is touched, and the refusal is one
+// "limitd: --flag: ..." line (issue 24).
+func TestProcessValidatesInputsBeforeWriting(t *testing.T) {
+	dir := t.TempDir()
+	junk := filepath.Join(dir, "junk.pem")
+	if err := os.WriteFile(junk, []byte("not a certificate"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	badPolicies := filepath.Join(dir, "policies.json")
+	if err := os.WriteFile(badPolicies, []byte(`[{"name":"x","algorithm":"fixed_window","limit":0,"window":"1h"}]`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--policies", badPolicies}, "limitd: --policies: "},
+		{[]string{"--tls-cert", junk, "--tls-key", junk}, "limitd: --tls-cert/--tls-key: "},
+		{[]string{"--rls-headers", "loud"}, "limitd: --rls-headers: "},
+	} {
+		p := newProc(t, "v", "")
+		p.start(tc.args...)
+		if err := p.Wait(); err == nil {
+			t.Fatalf("%v: started:\n%s", tc.args, p.Logs())
+		}
+		if !strings.Contains(p.Logs(), tc.want) {
+			t.Fatalf("%v: error is not %q...:\n%s", tc.args, tc.want, p.Logs())
+		}
+		assertNothingWritten(t, p.DataDir)
+	}
+}
+
+// assertNothingWritten fails when a refused start left files in dir.
+func assertNothingWritten(t *testing.T, dir string) {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		t.Errorf("a refused start wrote %s", filepath.Join(dir, e.Name()))
+	}
+}
+
+// lintMetrics fails the test on any problem promlint (the checks of
+// `promtool check metrics`) finds in a /metrics page.
+func lintMetrics(t *testing.T, page []byte) {
+	t.Helper()
+	problems, err := promlint.New(bytes.NewReader(page)).Lint()
+	if err != nil {
+		t.Fatalf("lint /metrics: %v", err)
+	}
+	for _, p := range problems {
+		t.Errorf("/metrics: %s: %s", p.Metric, p.Text)
 	}
 }

@@ -25,7 +25,7 @@ import (
 func TestGRPCChecksCountInHTTPMetrics(t *testing.T) {
 	c := clustertest.MakeCluster(t, 1, nil)
 	f := &serveFlags{applyTimeout: 2 * time.Second, grpc: grpcFlags{addr: "127.0.0.1:0", rlsHeaders: "off"}}
-	fe, err := newRLSFrontEnd(f, c.Node(0), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	fe, err := newRLSFrontEnd(f, &startInputs{}, c.Node(0), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}

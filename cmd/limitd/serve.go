@@ -22,7 +22,6 @@ import (
 	"github.com/limitd/limitd/api"
 	"github.com/limitd/limitd/buildinfo"
 	"github.com/limitd/limitd/cluster"
-	"github.com/limitd/limitd/fsm"
 	"github.com/limitd/limitd/overlimit"
 	"github.com/limitd/limitd/persist"
 	"github.com/limitd/limitd/service"
@@ -173,7 +172,12 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "limitd:", err)
 		return 2
 	}
-	if err := serve(f, logger); err != nil {
+	in, err := loadStartInputs(f) // startup.go: before anything is written to disk
+	if err != nil {
+		fmt.Fprintln(stderr, "limitd:", err)
+		return 2
+	}
+	if err := serve(f, in, logger); err != nil {
 		logger.Error("exiting", "error", err)
 		return 1
 	}
@@ -194,17 +198,11 @@ func tuneGC(gcPercent int, memoryLimitMiB int64, getenv func(string) string) {
 	}
 }
 
-func serve(f *serveFlags, logger *slog.Logger) error {
+func serve(f *serveFlags, in *startInputs, logger *slog.Logger) error {
 	v := buildinfo.Current()
 	logger.Info("starting limitd", "version", v.Version, "revision", v.Revision, "modified", v.Modified, "go", v.Go)
 	tuneGC(f.gcPercent, f.memoryLimit, os.Getenv)
-	var policies []fsm.Policy
-	if f.policies != "" {
-		var err error
-		if policies, err = api.LoadPolicies(f.policies); err != nil {
-			return err
-		}
-	}
+	policies := in.policies
 	apiCfg := api.Config{
 		AdminToken:    f.adminToken,
 		AuthKeySource: f.authKeySource,
@@ -273,7 +271,7 @@ func serve(f *serveFlags, logger *slog.Logger) error {
 		logger.Warn("previous stop was unclean: rebuilding state from the latest snapshot and the Raft log")
 	}
 
-	rlsFE, err := newRLSFrontEnd(f, node, logger) // gRPC, POST /json, --rls-config (grpc.go)
+	rlsFE, err := newRLSFrontEnd(f, in, node, logger) // gRPC, POST /json, --rls-config (grpc.go)
 	if err != nil {
 		ln.Close()
 		return errors.Join(err, node.Close())

@@ -4,15 +4,22 @@
 //
 //	limitd --data-dir /tmp/limitd &
 //	go run ./examples/client --addr 127.0.0.1:8080
+//
+// Against nodes serving HTTPS with a private CA (the README's cluster):
+//
+//	go run ./examples/client --addr https://127.0.0.1:8180 --tls-ca certs/ca.pem --token "$TOKEN"
 package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"flag"
 	"fmt"
 	"log"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"time"
 
 	"github.com/limitd/limitd/client"
@@ -21,9 +28,22 @@ import (
 func main() {
 	addr := flag.String("addr", "127.0.0.1:8080", "comma-separated limitd nodes")
 	token := flag.String("token", "", "admin token, if the cluster has one")
+	ca := flag.String("tls-ca", "", "CA bundle that signed the nodes' certificates (turns on HTTPS; default for https:// addresses: the system roots)")
 	flag.Parse()
 
-	c, err := client.New([]string{*addr}, client.WithToken(*token), client.WithFailMode(client.FailOpen))
+	opts := []client.Option{client.WithToken(*token), client.WithFailMode(client.FailOpen)}
+	if *ca != "" {
+		pem, err := os.ReadFile(*ca)
+		if err != nil {
+			log.Fatalf("--tls-ca: %v", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			log.Fatalf("--tls-ca %s: no certificates found", *ca)
+		}
+		opts = append(opts, client.WithTLS(&tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool}))
+	}
+	c, err := client.New([]string{*addr}, opts...)
 	if err != nil {
 		log.Fatal(err)
 	}
