@@ -45,6 +45,15 @@ for a machine per node.
           per call, so concurrent calls are coalesced into batches as in a
           Go service); the load generator's CPU per check is the client's
 
+Open loop (--rate R): checks are scheduled at R per second (--arrival
+constant, or poisson for exponential gaps) whatever the server does, and each
+latency counts from the check's scheduled time, so time spent queued behind a
+stall counts (a closed loop hides it: its workers stop sending while they
+wait). At most --max-inflight checks are in flight; a check due while all are
+busy waits, still counted from its schedule. The report adds p99.9 and how
+late checks started (the start lag); a run where more than 1% started over
+1 ms late is flagged BEHIND SCHEDULE. --concurrency does not apply.
+
 The attack workload (--hot-keys N --hot-fraction F): F of the checks go to N
 hot keys whose limit is --hot-limit per --window (inline, same algorithm), far
 below their traffic, and the rest to the normal keys as usual. The report then
@@ -64,6 +73,7 @@ checks/s and p99 so far.
 Examples:
   limitd bench --cluster 3 --duration 15s
   limitd bench --addrs http://10.0.0.1:8080,http://10.0.0.2:8080 --dist zipf
+  limitd bench --cluster 3 --rate 3000 --duration 10s
   limitd bench --cluster 3 --batch 100 --json
   limitd bench --cluster 3 --target client
   limitd bench --cluster 3 --target rls
@@ -102,6 +112,7 @@ type benchFlags struct {
 	label        string
 	pids         string
 	discoverPIDs bool
+	externalRLS  bool
 }
 
 func newBenchFlagSet(out io.Writer) (*flag.FlagSet, *benchFlags) {
@@ -130,6 +141,7 @@ func newBenchFlagSet(out io.Writer) (*flag.FlagSet, *benchFlags) {
 	fs.StringVar(&f.label, "label", "", "name of this run in the JSON line and in comparison tables")
 	fs.StringVar(&f.pids, "pids", "", "comma-separated process ids of the --addrs nodes, in the same order, to report their CPU per check")
 	fs.BoolVar(&f.leaderOnly, "leader-only", false, "send every request to the leader (found once at the start) instead of round robin over the nodes; CPU is still reported for every node")
+	fs.BoolVar(&f.externalRLS, "external-rls", false, "with --target rls and --grpc-addrs: the addresses serve another system's RLS API (e.g. envoyproxy/ratelimit) with the domain \""+benchRLSDomain+"\" configured already; skip the readiness check and the domain install (use --system to name it)")
 	fs.BoolVar(&f.discoverPIDs, "discover-pids", false, "find the process listening on each --addrs port (nodes on this machine) to report their CPU per check")
 	fs.Usage = func() {
 		fmt.Fprint(out, benchUsage)
@@ -188,6 +200,8 @@ func (f *benchFlags) validate(fs *flag.FlagSet) error {
 		return fmt.Errorf("--grpc-addrs lists %d addresses for %d --addrs", len(splitList(f.grpcAddrs)), len(splitAddrs(f.addrs)))
 	case f.target == benchTargetRLS && f.check.Policy != "":
 		return errors.New("--target rls checks the limit of the domain it installs: --policy does not apply")
+	case f.externalRLS && (f.target != benchTargetRLS || f.cluster > 0 || f.grpcAddrs == "" || f.leaderOnly):
+		return errors.New("--external-rls is for --target rls with --grpc-addrs, without --cluster or --leader-only")
 	case f.target == benchTargetClient && f.check.Cost == 0:
 		return errors.New("--target client cannot peek (--cost 0): the Go client's Check always spends")
 	}
@@ -265,8 +279,10 @@ func (f *benchFlags) run(ctx context.Context, stdout, stderr io.Writer) error {
 		for _, nd := range c.nodes {
 			grpcAddrs = append(grpcAddrs, nd.grpcAddr)
 		}
-	} else if err := waitBenchReady(ctx, addrs, benchReadyWait); err != nil {
-		return err
+	} else if !f.externalRLS {
+		if err := waitBenchReady(ctx, addrs, benchReadyWait); err != nil {
+			return err
+		}
 	}
 	if f.check.Policy != "" && (f.createPolicy || f.cluster > 0) {
 		if err := putBenchPolicy(ctx, addrs[0], f.adminToken, f.check); err != nil {
@@ -290,7 +306,7 @@ func (f *benchFlags) run(ctx context.Context, stdout, stderr io.Writer) error {
 			grpcAddrs = grpcAddrs[i : i+1]
 		}
 	}
-	if f.target == benchTargetRLS {
+	if f.target == benchTargetRLS && !f.externalRLS {
 		if err := putBenchRLSDomain(ctx, addrs, f.adminToken, f.check); err != nil {
 			return err
 		}
@@ -391,7 +407,11 @@ func (f *benchFlags) measuredProcesses(ctx context.Context, c *procCluster, addr
 	}
 	var procs []bench.ProcessCPU
 	for i, pid := range pids {
-		procs = append(procs, bench.ProcessCPU{Role: nodeRole(ctx, addrs[i], f.adminToken), Name: names[i], PID: pid})
+		role := "server" // another system's: it has no /v1/cluster
+		if !f.externalRLS {
+			role = nodeRole(ctx, addrs[i], f.adminToken)
+		}
+		procs = append(procs, bench.ProcessCPU{Role: role, Name: names[i], PID: pid})
 	}
 	name := "limitd bench"
 	if f.target == benchTargetClient {
@@ -603,7 +623,7 @@ func (f *benchFlags) newTarget(addrs, grpcAddrs []string) (bench.Target, func(),
 		return t, t.Close, nil
 	}
 	t, err := bench.NewHTTPTarget(bench.HTTPConfig{
-		Addrs: addrs, Check: f.check, Concurrency: f.work.Concurrency, Timeout: f.timeout,
+		Addrs: addrs, Check: f.check, Concurrency: f.work.Conns(), Timeout: f.timeout,
 	})
 	if err != nil {
 		return nil, nil, err

@@ -334,6 +334,34 @@ func TestBenchAgainstFakeServersCountsAddUp(t *testing.T) {
 	}
 }
 
+// The open loop through the command: --rate schedules exactly rate ×
+// duration measured checks (the scheduler's timing itself is tested with a
+// fake clock in package bench), every answer is counted, and the JSON line
+// carries the open-loop fields.
+func TestBenchOpenLoop(t *testing.T) {
+	f := &fakeLimitd{}
+	r, _ := runBenchJSON(t, "--addrs", newFakeLimitd(t, f), "--duration", "500ms", "--warmup", "0",
+		"--rate", "200", "--arrival", "poisson", "--max-inflight", "16", "--keys", "1000")
+	if f.malformed.Load() != 0 {
+		t.Fatalf("%d malformed bodies", f.malformed.Load())
+	}
+	if r.Rate != 200 || r.Arrival != "poisson" || r.Concurrency != 16 {
+		t.Errorf("rate %g arrival %q in flight %d, want 200 poisson 16", r.Rate, r.Arrival, r.Concurrency)
+	}
+	if r.Checks != f.requests.Load() || r.Checks != r.Scheduled || r.Allowed+r.Refused+r.Errors != r.Checks || r.Checks == 0 {
+		t.Errorf("checks %d, scheduled %d, server answered %d: %+v", r.Checks, r.Scheduled, f.requests.Load(), r)
+	}
+	if r.Elapsed != 500*time.Millisecond {
+		t.Errorf("measured interval %s, want the scheduled 500ms", r.Elapsed)
+	}
+	for _, bad := range [][]string{{"--rate", "-1"}, {"--rate", "100", "--arrival", "bursty"}, {"--rate", "100", "--batch", "5"}, {"--rate", "100", "--max-inflight", "0"}} {
+		var out, errb bytes.Buffer
+		if code := runBench(append([]string{"--addrs", "http://127.0.0.1:1"}, bad...), &out, &errb); code != 2 {
+			t.Errorf("%v: exit %d, want 2 (%s)", bad, code, errb.String())
+		}
+	}
+}
+
 func TestBenchBatchCountsEveryCheck(t *testing.T) {
 	f := &fakeLimitd{prefix: `odd"key\`}
 	r, _ := runBenchJSON(t, "--addrs", newFakeLimitd(t, f), "--duration", "300ms", "--warmup", "0",
