@@ -51,8 +51,11 @@ type Result struct {
 	// how many of them started more than BehindThreshold late, the p99 and
 	// max of that start lag, and whether the run fell behind (more than 1%
 	// late). Concurrency is then the bound on checks in flight.
-	Rate                     float64
-	Arrival                  string
+	Rate    float64
+	Arrival string
+	// Set by drivers that scrape the nodes' /metrics around the run: the
+	// per-stage latency budget (StageBudget).
+	Stages                   []StageRow
 	Scheduled, Late          int64
 	StartLagP99, StartLagMax time.Duration
 	Behind                   bool
@@ -180,6 +183,7 @@ type resultJSON struct {
 	StartLagP99ms  float64          `json:"start_lag_p99_ms,omitempty"`
 	StartLagMaxMs  float64          `json:"start_lag_max_ms,omitempty"`
 	Behind         bool             `json:"behind,omitempty"`
+	Stages         []StageRow       `json:"stages,omitempty"`
 	Interrupted    bool             `json:"interrupted,omitempty"`
 	DiskBytes      int64            `json:"disk_bytes,omitempty"`
 	RSSBytes       int64            `json:"rss_bytes,omitempty"`
@@ -225,7 +229,7 @@ func (r Result) MarshalJSON() ([]byte, error) {
 		Errors: r.Errors, ErrorsByClass: errs, LastError: r.LastError,
 		P50ms: ms(r.P50), P90ms: ms(r.P90), P99ms: ms(r.P99), P999ms: ms(r.P999), MaxMs: ms(r.Max),
 		Rate: r.Rate, Arrival: r.Arrival, Scheduled: r.Scheduled, Late: r.Late,
-		StartLagP99ms: ms(r.StartLagP99), StartLagMaxMs: ms(r.StartLagMax), Behind: r.Behind,
+		StartLagP99ms: ms(r.StartLagP99), StartLagMaxMs: ms(r.StartLagMax), Behind: r.Behind, Stages: r.Stages,
 		Interrupted: r.Interrupted, DiskBytes: r.DiskBytes, RSSBytes: r.RSSBytes,
 		CPU: cpuJSON(r), CPUError: r.CPUError,
 	})
@@ -258,7 +262,7 @@ func (r *Result) UnmarshalJSON(b []byte) error {
 		Errors: j.Errors, ErrorsByClass: j.ErrorsByClass, LastError: j.LastError,
 		P50: fromMs(j.P50ms), P90: fromMs(j.P90ms), P99: fromMs(j.P99ms), P999: fromMs(j.P999ms), Max: fromMs(j.MaxMs),
 		Rate: j.Rate, Arrival: j.Arrival, Scheduled: j.Scheduled, Late: j.Late,
-		StartLagP99: fromMs(j.StartLagP99ms), StartLagMax: fromMs(j.StartLagMaxMs), Behind: j.Behind,
+		StartLagP99: fromMs(j.StartLagP99ms), StartLagMax: fromMs(j.StartLagMaxMs), Behind: j.Behind, Stages: j.Stages,
 		Interrupted: j.Interrupted, DiskBytes: j.DiskBytes, RSSBytes: j.RSSBytes,
 		CPUError: j.CPUError,
 	}

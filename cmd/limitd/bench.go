@@ -294,6 +294,7 @@ func (f *benchFlags) run(ctx context.Context, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	allAddrs := addrs
 	f.work.CPU = bench.NewCPUMeter(procs...)
 
 	if f.leaderOnly {
@@ -317,6 +318,19 @@ func (f *benchFlags) run(ctx context.Context, stdout, stderr io.Writer) error {
 	}
 	defer closeTarget()
 
+	// The latency budget: every node's stage histograms before and after.
+	var stageNodes, stageAddrs []string
+	if !f.externalRLS {
+		for i, a := range allAddrs {
+			name := a
+			if i < len(procs) && procs[i].Role != "load generator" {
+				name = procs[i].Role + " " + procs[i].Name
+			}
+			stageNodes, stageAddrs = append(stageNodes, name), append(stageAddrs, a)
+		}
+	}
+	before := scrapeStages(ctx, stageNodes, stageAddrs, f.adminToken)
+
 	var onProgress func(bench.Progress)
 	var bar *bench.ProgressBar
 	if !f.jsonOut && bench.IsTerminal(stderr) {
@@ -329,6 +343,11 @@ func (f *benchFlags) run(ctx context.Context, stdout, stderr io.Writer) error {
 	}
 	if err != nil {
 		return err
+	}
+	if before != nil {
+		if after := scrapeStages(ctx, stageNodes, stageAddrs, f.adminToken); after != nil {
+			res.Stages = bench.StageBudget(before, after)
+		}
 	}
 	if ct, ok := target.(*bench.ClientTarget); ok {
 		// How much the client coalesced explains its CPU per check.
@@ -360,8 +379,9 @@ func (f *benchFlags) run(ctx context.Context, stdout, stderr io.Writer) error {
 	}
 	if f.jsonOut {
 		err = bench.WriteJSONLine(stdout, res)
-	} else {
-		err = bench.WriteTable(stdout, res)
+	} else if err = bench.WriteTable(stdout, res); err == nil && len(res.Stages) > 0 {
+		fmt.Fprintln(stdout)
+		err = bench.WriteStages(stdout, res.Stages)
 	}
 	if err != nil {
 		return err
@@ -467,6 +487,24 @@ func leaderIndex(ctx context.Context, addrs []string, token string) (int, error)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// scrapeStages reads every node's stage series, or nil when one cannot be
+// read (a system that is not limitd, or a node without /metrics): the
+// budget is then left out, not reported for some nodes only.
+func scrapeStages(ctx context.Context, nodes, addrs []string, token string) []bench.Scrape {
+	if len(addrs) == 0 {
+		return nil
+	}
+	out := make([]bench.Scrape, len(addrs))
+	for i, a := range addrs {
+		s, err := bench.ScrapeStages(ctx, http.DefaultClient, nodes[i], a, token)
+		if err != nil {
+			return nil
+		}
+		out[i] = s
+	}
+	return out
 }
 
 // parsePIDs reads "12,34" into process ids.
