@@ -216,6 +216,10 @@ func (f *fakeLimitd) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			w.Write([]byte(`{"ready":false,"reason":"no leader"}`))
 		}
 		return
+	case r.URL.Path == "/metrics":
+		// No stage histograms here: the bench leaves the budget out.
+		w.WriteHeader(http.StatusNotFound)
+		return
 	case r.Method == http.MethodPut && strings.HasPrefix(r.URL.Path, "/v1/policies/"):
 		f.policyPuts.Add(1)
 		f.auth.Store(r.Header.Get("Authorization"))
@@ -700,6 +704,22 @@ func TestBenchRealCluster(t *testing.T) {
 		}
 		if n := r.Nodes; roles["leader"] != 1 || roles["follower"] != n-1 || roles["load generator"] != 1 || r.CPUError != "" {
 			t.Errorf("%s: CPU measured for %v (error %q), want 1 leader, %d followers, the load generator", tc.name, roles, r.CPUError, n-1)
+		}
+		// The latency budget: every node's HTTP stages and the leader's
+		// propose stage were scraped and have the run's samples.
+		stages := map[string]int{}
+		for _, st := range r.Stages {
+			if st.Count > 0 {
+				stages[st.Stage]++
+			}
+		}
+		// (The HTTP stages time POST /v1/check: not batches.)
+		wantHTTP := r.Nodes
+		if r.Batch > 1 {
+			wantHTTP = 0
+		}
+		if stages["HTTP read + decode"] != wantHTTP || stages["propose to result (leader)"] != 1 || stages["batcher wait"] == 0 {
+			t.Errorf("%s: stage budget %v, want read+decode on %d nodes, propose on the leader, batcher wait", tc.name, stages, wantHTTP)
 		}
 	}
 	if left, _ := os.ReadDir(tmp); len(left) != 0 {
