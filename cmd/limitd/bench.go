@@ -233,8 +233,12 @@ func (f *benchFlags) validate(fs *flag.FlagSet) error {
 		if _, err := parsePIDs(f.pids); err != nil {
 			return err
 		}
-		if n, m := len(strings.Split(f.pids, ",")), len(splitAddrs(f.addrs)); n != m {
-			return fmt.Errorf("--pids lists %d process ids for %d --addrs", n, m)
+		n, m, of := len(strings.Split(f.pids, ",")), len(splitAddrs(f.addrs)), "--addrs"
+		if f.externalRLS {
+			m, of = len(splitList(f.grpcAddrs)), "--grpc-addrs" // another system's servers
+		}
+		if n != m {
+			return fmt.Errorf("--pids lists %d process ids for %d %s", n, m, of)
 		}
 	}
 	if f.addrs == "" && f.cluster == 0 {
@@ -408,6 +412,9 @@ func (f *benchFlags) measuredProcesses(ctx context.Context, c *procCluster, addr
 	case f.pids != "":
 		pids, _ = parsePIDs(f.pids)
 		names = addrs
+		if f.externalRLS {
+			names = splitList(f.grpcAddrs)
+		}
 	case f.discoverPIDs:
 		for _, a := range addrs {
 			u, err := url.Parse(a)

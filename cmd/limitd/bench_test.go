@@ -846,3 +846,25 @@ func TestBenchLeaderOnly(t *testing.T) {
 		t.Fatalf("no leader: %v", err)
 	}
 }
+
+// --external-rls benches another system's RLS servers: --pids counts them
+// (not --addrs), and it needs --target rls with --grpc-addrs.
+func TestBenchExternalRLSFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		ok   bool
+	}{
+		{[]string{"--target", "rls", "--external-rls", "--grpc-addrs", "127.0.0.1:1", "--pids", "5"}, true},
+		{[]string{"--target", "rls", "--external-rls", "--grpc-addrs", "127.0.0.1:1,127.0.0.1:2", "--pids", "5"}, false},
+		{[]string{"--target", "rls", "--external-rls", "--cluster", "1"}, false},
+		{[]string{"--target", "http", "--external-rls", "--grpc-addrs", "127.0.0.1:1"}, false},
+	} {
+		fs, f := newBenchFlagSet(io.Discard)
+		if err := fs.Parse(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.validate(fs); (err == nil) != tc.ok {
+			t.Errorf("%v: %v, want ok=%v", tc.args, err, tc.ok)
+		}
+	}
+}
