@@ -28,8 +28,10 @@ func (s *Server) handleCheck(w http.ResponseWriter, req *http.Request, _ httprou
 		writeError(w, e)
 		return
 	}
+	since(stageReadDecode, start)
 	res, se := s.svc.CheckDetached(req.Context(), &cr)
 	s.metrics.observe(endpointCheck, start)
+	decided := time.Now()
 	s.setLeader(w.Header())
 	if se != nil {
 		writeError(w, s.httpError(se))
@@ -42,6 +44,7 @@ func (s *Server) handleCheck(w http.ResponseWriter, req *http.Request, _ httprou
 	b := appendDecision(buf.b[:0], &ds[0], res.Replayed)
 	buf.b = append(b, '\n')
 	writeJSON(w, http.StatusOK, buf.b)
+	since(stageRespond, decided)
 }
 
 // handleCheckAll serves POST /v1/check/all: layered limits decided as one

@@ -90,6 +90,7 @@ func newMetrics(extra []prometheus.Collector, logger *log.Logger, deadline time.
 		hist,
 		m.replays,
 		m.responses.vec,
+		httpStageVec,
 		buildInfo(),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),

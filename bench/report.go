@@ -42,8 +42,23 @@ type Result struct {
 	ErrorsByClass map[string]int64 // by ErrorClass name
 	LastError     string           // one example, to tell what went wrong
 	P50, P90, P99 time.Duration    // per request, answered requests only
+	P999          time.Duration    //
 	Max           time.Duration    //
 	Interrupted   bool             // stopped early (Ctrl-C)
+
+	// Set by Run for the open loop (Workload.Rate > 0): the offered rate and
+	// its spacing; how many checks were scheduled in the measured interval,
+	// how many of them started more than BehindThreshold late, the p99 and
+	// max of that start lag, and whether the run fell behind (more than 1%
+	// late). Concurrency is then the bound on checks in flight.
+	Rate    float64
+	Arrival string
+	// Set by drivers that scrape the nodes' /metrics around the run: the
+	// per-stage latency budget (StageBudget).
+	Stages                   []StageRow
+	Scheduled, Late          int64
+	StartLagP99, StartLagMax time.Duration
+	Behind                   bool
 
 	// Set by drivers that started the servers themselves: the largest
 	// node's data directory and resident memory at the end of the run.
@@ -110,6 +125,7 @@ func (r *Result) setLatencies(h *Histogram) {
 	r.P50 = h.Quantile(0.50)
 	r.P90 = h.Quantile(0.90)
 	r.P99 = h.Quantile(0.99)
+	r.P999 = h.Quantile(0.999)
 	r.Max = h.Max()
 }
 
@@ -158,7 +174,16 @@ type resultJSON struct {
 	P50ms          float64          `json:"p50_ms"`
 	P90ms          float64          `json:"p90_ms"`
 	P99ms          float64          `json:"p99_ms"`
+	P999ms         float64          `json:"p999_ms"`
 	MaxMs          float64          `json:"max_ms"`
+	Rate           float64          `json:"rate,omitempty"`
+	Arrival        string           `json:"arrival,omitempty"`
+	Scheduled      int64            `json:"scheduled,omitempty"`
+	Late           int64            `json:"late,omitempty"`
+	StartLagP99ms  float64          `json:"start_lag_p99_ms,omitempty"`
+	StartLagMaxMs  float64          `json:"start_lag_max_ms,omitempty"`
+	Behind         bool             `json:"behind,omitempty"`
+	Stages         []StageRow       `json:"stages,omitempty"`
 	Interrupted    bool             `json:"interrupted,omitempty"`
 	DiskBytes      int64            `json:"disk_bytes,omitempty"`
 	RSSBytes       int64            `json:"rss_bytes,omitempty"`
@@ -202,7 +227,9 @@ func (r Result) MarshalJSON() ([]byte, error) {
 		RequestsPerSec: math.Round(r.RequestsPerSec()*10) / 10,
 		Requests:       r.Requests, Checks: r.Checks, Allowed: r.Allowed, Refused: r.Refused,
 		Errors: r.Errors, ErrorsByClass: errs, LastError: r.LastError,
-		P50ms: ms(r.P50), P90ms: ms(r.P90), P99ms: ms(r.P99), MaxMs: ms(r.Max),
+		P50ms: ms(r.P50), P90ms: ms(r.P90), P99ms: ms(r.P99), P999ms: ms(r.P999), MaxMs: ms(r.Max),
+		Rate: r.Rate, Arrival: r.Arrival, Scheduled: r.Scheduled, Late: r.Late,
+		StartLagP99ms: ms(r.StartLagP99), StartLagMaxMs: ms(r.StartLagMax), Behind: r.Behind, Stages: r.Stages,
 		Interrupted: r.Interrupted, DiskBytes: r.DiskBytes, RSSBytes: r.RSSBytes,
 		CPU: cpuJSON(r), CPUError: r.CPUError,
 	})
@@ -233,7 +260,9 @@ func (r *Result) UnmarshalJSON(b []byte) error {
 		Elapsed:  time.Duration(math.Round(j.DurationSec * float64(time.Second))),
 		Requests: j.Requests, Checks: j.Checks, Allowed: j.Allowed, Refused: j.Refused,
 		Errors: j.Errors, ErrorsByClass: j.ErrorsByClass, LastError: j.LastError,
-		P50: fromMs(j.P50ms), P90: fromMs(j.P90ms), P99: fromMs(j.P99ms), Max: fromMs(j.MaxMs),
+		P50: fromMs(j.P50ms), P90: fromMs(j.P90ms), P99: fromMs(j.P99ms), P999: fromMs(j.P999ms), Max: fromMs(j.MaxMs),
+		Rate: j.Rate, Arrival: j.Arrival, Scheduled: j.Scheduled, Late: j.Late,
+		StartLagP99: fromMs(j.StartLagP99ms), StartLagMax: fromMs(j.StartLagMaxMs), Behind: j.Behind, Stages: j.Stages,
 		Interrupted: j.Interrupted, DiskBytes: j.DiskBytes, RSSBytes: j.RSSBytes,
 		CPUError: j.CPUError,
 	}
@@ -309,8 +338,14 @@ func WriteTable(w io.Writer, r Result) error {
 	if r.Batch > 1 {
 		per = "latency/request"
 	}
-	row(per, fmt.Sprintf("p50 %s  p90 %s  p99 %s  max %s",
-		fmtDuration(r.P50), fmtDuration(r.P90), fmtDuration(r.P99), fmtDuration(r.Max)))
+	if r.Rate > 0 {
+		per = "latency from schedule"
+	}
+	row(per, fmt.Sprintf("p50 %s  p90 %s  p99 %s  p99.9 %s  max %s",
+		fmtDuration(r.P50), fmtDuration(r.P90), fmtDuration(r.P99), fmtDuration(r.P999), fmtDuration(r.Max)))
+	if r.Rate > 0 {
+		row("schedule", r.behindSummary())
+	}
 	if r.Normal != nil {
 		row("normal keys", r.Normal.summary(r.Elapsed))
 	}
@@ -335,11 +370,16 @@ func WriteTable(w io.Writer, r Result) error {
 // run with the same key distribution (the issue's targets are stated that way).
 func WriteComparison(w io.Writer, results []Result, baseline string) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "system\trun\tproto\tnodes\tdist\tbatch\tchecks/s\tp50\tp90\tp99\tmax\tnormal p99\tallowed\trefused\terrors\tvs %s\tCPU per check\t\n", baseline)
+	fmt.Fprintf(tw, "system\trun\tproto\tnodes\tdist\tbatch\trate\tchecks/s\tp50\tp90\tp99\tp99.9\tmax\tnormal p99\tallowed\trefused\terrors\tvs %s\tCPU per check\t\n", baseline)
 	for _, r := range results {
 		ratio := "-"
 		if r.System != baseline {
-			if b, ok := findBaseline(results, baseline, r); ok && b.ChecksPerSec() > 0 {
+			b, ok := findBaseline(results, baseline, r)
+			switch {
+			case ok && r.Rate > 0 && b.P50 > 0 && b.P99 > 0:
+				// At a fixed rate both do the same work: compare latency.
+				ratio = fmt.Sprintf("p50 %.1fx p99 %.1fx", float64(r.P50)/float64(b.P50), float64(r.P99)/float64(b.P99))
+			case ok && r.Rate == 0 && b.ChecksPerSec() > 0:
 				ratio = fmt.Sprintf("%.2fx", r.ChecksPerSec()/b.ChecksPerSec())
 			}
 		}
@@ -362,10 +402,17 @@ func WriteComparison(w io.Writer, results []Result, baseline string) error {
 		if r.Normal != nil {
 			normalP99 = fmtDuration(r.Normal.P99)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
-			r.System, label, proto, nodes, r.Dist, r.Batch,
+		rate := "closed"
+		if r.Rate > 0 {
+			rate = formatInt(int64(math.Round(r.Rate))) + "/s"
+			if r.Behind {
+				rate += " BEHIND"
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
+			r.System, label, proto, nodes, r.Dist, r.Batch, rate,
 			formatInt(int64(math.Round(r.ChecksPerSec()))),
-			fmtDuration(r.P50), fmtDuration(r.P90), fmtDuration(r.P99), fmtDuration(r.Max), normalP99,
+			fmtDuration(r.P50), fmtDuration(r.P90), fmtDuration(r.P99), fmtDuration(r.P999), fmtDuration(r.Max), normalP99,
 			formatInt(r.Allowed), formatInt(r.Refused), formatInt(r.Errors), ratio, cpu)
 	}
 	return tw.Flush()
@@ -414,7 +461,7 @@ func cpuString(r Result, sep string) string {
 // attack run.
 func findBaseline(results []Result, system string, of Result) (Result, bool) {
 	for _, r := range results {
-		if r.System == system && r.Dist == of.Dist && r.Batch <= 1 && (r.HotKeys > 0) == (of.HotKeys > 0) {
+		if r.System == system && r.Dist == of.Dist && r.Batch <= 1 && (r.HotKeys > 0) == (of.HotKeys > 0) && r.Rate == of.Rate {
 			return r, true
 		}
 	}
@@ -423,6 +470,10 @@ func findBaseline(results []Result, system string, of Result) (Result, bool) {
 
 func workloadString(r Result) string {
 	s := fmt.Sprintf("concurrency %d, %s keys %s", r.Concurrency, formatInt(int64(r.Keys)), r.Dist)
+	if r.Rate > 0 {
+		s = fmt.Sprintf("open loop %s checks/s %s, up to %d in flight, %s keys %s",
+			formatInt(int64(math.Round(r.Rate))), r.Arrival, r.Concurrency, formatInt(int64(r.Keys)), r.Dist)
+	}
 	if r.Batch > 1 {
 		s += fmt.Sprintf(", batches of %d", r.Batch)
 	}

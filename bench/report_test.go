@@ -76,7 +76,7 @@ func TestWriteTable(t *testing.T) {
 		"allowed 900 (89.1%)",
 		"refused 100 (9.9%)",
 		"errors 10 (1.0%) (5xx 7, timeout 3)",
-		"p50 1.23ms p90 2.00ms p99 1.50ms max 40.0ms",
+		"p50 1.23ms p90 2.00ms p99 1.50ms p99.9 0 max 40.0ms",
 		"limitd (3 nodes) http://127.0.0.1:1",
 		"concurrency 64, 100,000 keys uniform, sliding_window 100 per 1s",
 		"largest node 25.0 MiB on disk (262 bytes per key of --keys), RSS 3.00 GiB",

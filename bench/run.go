@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,6 +29,13 @@ type Workload struct {
 	HotKeys     int
 	HotFraction float64
 	HotLimit    int64
+	// The open loop (Rate > 0): checks scheduled at Rate per second with
+	// Arrival spacing (ArrivalConstant or ArrivalPoisson), each latency
+	// counted from its scheduled time, at most MaxInflight in flight;
+	// Concurrency does not apply. See openLoop.
+	Rate        float64
+	Arrival     string
+	MaxInflight int
 	// CPU, if set, measures processes over the measured interval: the
 	// result's CPU and CPUError. (Not a flag: the driver knows the processes.)
 	CPU *CPUMeter
@@ -50,6 +58,8 @@ func DefaultWorkload() Workload {
 		Warmup:      2 * time.Second,
 		Seed:        1,
 		HotLimit:    DefaultHotLimit,
+		Arrival:     ArrivalConstant,
+		MaxInflight: DefaultMaxInflight,
 	}
 }
 
@@ -67,6 +77,18 @@ func (w *Workload) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&w.HotKeys, "hot-keys", w.HotKeys, "attack workload: number of hot keys hammered far over their limit (0: no attack)")
 	fs.Float64Var(&w.HotFraction, "hot-fraction", w.HotFraction, "attack workload: fraction of the checks sent to the hot keys, e.g. 0.9")
 	fs.Int64Var(&w.HotLimit, "hot-limit", w.HotLimit, "attack workload: the hot keys' limit per --window")
+	fs.Float64Var(&w.Rate, "rate", w.Rate, "open loop: schedule this many checks per second, each latency counted from its scheduled time (0: closed loop of --concurrency workers)")
+	fs.StringVar(&w.Arrival, "arrival", w.Arrival, "open loop: spacing of the scheduled checks, constant or poisson")
+	fs.IntVar(&w.MaxInflight, "max-inflight", w.MaxInflight, "open loop: most checks in flight; a check due while all are busy waits, and its latency still counts from its schedule")
+}
+
+// Conns is how many requests may be in flight at once: the size a target's
+// connection pool needs.
+func (w Workload) Conns() int {
+	if w.Rate > 0 {
+		return w.MaxInflight
+	}
+	return w.Concurrency
 }
 
 // Validate reports the first unusable setting.
@@ -84,6 +106,17 @@ func (w Workload) Validate() error {
 		return errors.New("the attack workload (hot keys) sends single checks: batch must be 1")
 	case w.HotKeys > 0 && w.HotLimit < 1:
 		return fmt.Errorf("hot limit must be at least 1, got %d", w.HotLimit)
+	case w.Rate < 0 || math.IsNaN(w.Rate) || math.IsInf(w.Rate, 0):
+		return fmt.Errorf("rate must be a positive number of checks per second (or 0 for the closed loop), got %g", w.Rate)
+	case w.Rate > 0 && w.Batch > 1:
+		return errors.New("the open loop (rate) sends single checks: batch must be 1")
+	case w.Rate > 0 && w.MaxInflight < 1:
+		return fmt.Errorf("max inflight must be at least 1, got %d", w.MaxInflight)
+	}
+	if w.Rate > 0 {
+		if _, err := NewSchedule(w.Rate, w.Arrival, w.Seed); err != nil {
+			return err
+		}
 	}
 	_, err := w.keyGen(0)
 	return err
@@ -150,6 +183,9 @@ func kindOf(key int) int {
 // counted as errors. onProgress, if not nil, is called from one goroutine
 // every ProgressInterval.
 func Run(ctx context.Context, w Workload, t Target, onProgress func(Progress)) (Result, error) {
+	if w.Rate > 0 {
+		return openLoop(ctx, w, t, onProgress, new(realClock))
+	}
 	if err := w.Validate(); err != nil {
 		return Result{}, err
 	}
@@ -246,6 +282,13 @@ func Run(ctx context.Context, w Workload, t Target, onProgress func(Progress)) (
 	if end.After(measureFrom) {
 		r.Elapsed = end.Sub(measureFrom)
 	}
+	r.collect(stats, w)
+	r.CPU, r.CPUError = cpu, cpuErr
+	return r, nil
+}
+
+// collect sums the workers' counts and latencies into r.
+func (r *Result) collect(stats []*workerStats, w Workload) {
 	var h Histogram
 	r.ErrorsByClass = map[string]int64{}
 	for _, s := range stats {
@@ -265,7 +308,6 @@ func Run(ctx context.Context, w Workload, t Target, onProgress func(Progress)) (
 	}
 	r.Checks = r.Allowed + r.Refused + r.Errors
 	r.setLatencies(&h)
-	r.CPU, r.CPUError = cpu, cpuErr
 	if w.Attack() {
 		r.HotKeys, r.HotFraction, r.HotLimit = w.HotKeys, w.HotFraction, w.HotLimit
 		r.Normal, r.Hot = new(KeyClass), new(KeyClass)
@@ -281,7 +323,6 @@ func Run(ctx context.Context, w Workload, t Target, onProgress func(Progress)) (
 			kc.P50, kc.P99, kc.Max = h.Quantile(0.50), h.Quantile(0.99), h.Max()
 		}
 	}
-	return r, nil
 }
 
 func singleWorker(ctx context.Context, t Target, keys KeyGen, st *workerStats, measureFrom time.Time, stop *atomic.Bool) {
@@ -292,27 +333,10 @@ func singleWorker(ctx context.Context, t Target, keys KeyGen, st *workerStats, m
 		if begin.Before(measureFrom) {
 			continue
 		}
-		ks := &st.byKind[kindOf(key)]
-		if err != nil {
-			if ctx.Err() != nil {
-				return // cut off by the caller, not a failure of the target
-			}
-			st.requests.Add(1)
-			st.countError(err, 1)
-			ks.errors.Add(1)
-			continue
+		if err != nil && ctx.Err() != nil {
+			return // cut off by the caller, not a failure of the target
 		}
-		lat := time.Since(begin)
-		st.hist.Record(lat)
-		ks.hist.Record(lat)
-		st.requests.Add(1)
-		if allowed {
-			st.allowed.Add(1)
-			ks.allowed.Add(1)
-		} else {
-			st.refused.Add(1)
-			ks.refused.Add(1)
-		}
+		st.record(key, time.Since(begin), allowed, err)
 	}
 }
 

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/limitd/limitd/fsm"
 )
 
@@ -30,6 +32,10 @@ type batcher struct {
 	// whose deadline passes may go; it must return within a bounded time.
 	send    func(ops []fsm.Op, encoded func()) ([]fsm.Result, error)
 	observe func(ops int)
+	// waitObs (per unit: queued until a flusher takes it) and sendObs (per
+	// batch: send's duration) time the batcher's stages of a check's
+	// latency budget; nil leaves them untimed.
+	waitObs, sendObs prometheus.Observer
 
 	mu      sync.Mutex
 	sentC   *sync.Cond // broadcast when a taken batch has been encoded
@@ -47,12 +53,13 @@ const (
 )
 
 type pending struct {
-	ops   []fsm.Op
-	size  int // opsSize(ops)
-	res   []fsm.Result
-	err   error
-	state int
-	done  chan struct{}
+	queuedAt time.Time
+	ops      []fsm.Op
+	size     int // opsSize(ops)
+	res      []fsm.Result
+	err      error
+	state    int
+	done     chan struct{}
 }
 
 var pendingPool = sync.Pool{New: func() any { return &pending{done: make(chan struct{}, 1)} }}
@@ -80,6 +87,9 @@ func (b *batcher) do(ctx context.Context, ops []fsm.Op) ([]fsm.Result, error) {
 	}
 	p := pendingPool.Get().(*pending)
 	p.ops, p.size, p.res, p.err, p.state = ops, size, nil, nil, stateQueued
+	if b.waitObs != nil {
+		p.queuedAt = time.Now()
+	}
 	b.mu.Lock()
 	b.queue = append(b.queue, p)
 	b.queued += len(ops)
@@ -157,6 +167,10 @@ func (b *batcher) flushLoop() {
 		}
 		batch, ops = batch[:0], ops[:0]
 		n, size := 0, 0
+		var taken time.Time
+		if b.waitObs != nil {
+			taken = time.Now()
+		}
 		for len(b.queue) > 0 {
 			p := b.queue[0]
 			if n > 0 && (n+len(p.ops) > b.maxOps || size+p.size > b.maxBytes) {
@@ -167,6 +181,9 @@ func (b *batcher) flushLoop() {
 			n += len(p.ops)
 			size += p.size
 			p.state = stateTaken
+			if b.waitObs != nil {
+				b.waitObs.Observe(taken.Sub(p.queuedAt).Seconds())
+			}
 			batch = append(batch, p)
 			ops = append(ops, p.ops...)
 		}
@@ -192,7 +209,14 @@ func (b *batcher) flushLoop() {
 			b.sentC.Broadcast()
 			b.mu.Unlock()
 		}
+		var sent time.Time
+		if b.sendObs != nil {
+			sent = time.Now()
+		}
 		res, err := b.send(ops, encoded)
+		if b.sendObs != nil {
+			b.sendObs.Observe(time.Since(sent).Seconds())
+		}
 		encoded()
 		if err == nil && len(res) != len(ops) {
 			err = errShortResponse

@@ -119,3 +119,45 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// countObserver counts samples and keeps the largest.
+type countObserver struct {
+	n   atomic.Int64
+	max atomic.Int64 // nanoseconds
+}
+
+func (o *countObserver) Observe(v float64) {
+	o.n.Add(1)
+	if ns := int64(v * 1e9); ns > o.max.Load() {
+		o.max.Store(ns)
+	}
+}
+
+// The batcher times its stages: one batch_wait sample per unit (a unit that
+// queued behind a busy flusher waited at least until that flusher was free)
+// and one send sample per batch.
+func TestBatcherTimesStages(t *testing.T) {
+	s := newBlockingSend(true)
+	b := newBatcher(100, 1, 0, s.send, nil)
+	var wait, send countObserver
+	b.waitObs, b.sendObs = &wait, &send
+	done := make(chan error, 3)
+	go func() { _, err := b.do(context.Background(), make([]fsm.Op, 1)); done <- err }()
+	<-s.started // the only flusher is busy: the next two units queue
+	for range 2 {
+		go func() { _, err := b.do(context.Background(), make([]fsm.Op, 2)); done <- err }()
+	}
+	waitFor(t, func() bool { b.mu.Lock(); defer b.mu.Unlock(); return b.queued == 4 })
+	close(s.release)
+	for range 3 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := <-s.started; n != 4 {
+		t.Fatalf("second batch had %d ops, want the two queued units (4)", n)
+	}
+	if wait.n.Load() != 3 || send.n.Load() != 2 {
+		t.Fatalf("%d wait samples, %d send samples; want 3 (units) and 2 (batches)", wait.n.Load(), send.n.Load())
+	}
+}

@@ -24,8 +24,15 @@ type metrics struct {
 	fwdErrors     *prometheus.CounterVec
 	leaderChanges prometheus.Counter
 	flushSeconds  prometheus.Histogram
-	mu            sync.Mutex
-	unhealthy     map[string]bool
+	// stages is a check's latency budget inside the node (issue 20):
+	// batch_wait (a unit queued in a batcher until a flusher takes it, on
+	// the leader and on a follower), propose (leader: a batch's raft.Apply
+	// until its results, i.e. log write, replication, commit and apply),
+	// forward (follower: a batch's round trip to the leader).
+	stages                            *prometheus.HistogramVec
+	stageWait, stagePropose, stageFwd prometheus.Observer
+	mu                                sync.Mutex
+	unhealthy                         map[string]bool
 }
 
 var batchBuckets = []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096}
@@ -64,12 +71,27 @@ func newMetrics(n *Node) *metrics {
 			Help:    "Time to commit the state machine's pending applies to its bbolt file (the periodic flush, --fsm-flush-interval).",
 			Buckets: nodeapi.LatencyBuckets(raftLatencyTop),
 		}),
+		stages: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "limitd_check_stage_seconds",
+			Help:    "Stages of a check inside the node: batch_wait (queued in a group-commit batcher until sent, per request), propose (leader: a batch from raft.Apply to its results: log write, replication, commit, apply), forward (follower: a batch's round trip to the leader).",
+			Buckets: nodeapi.LatencyBuckets(raftLatencyTop),
+		}, []string{"stage"}),
 		unhealthy: map[string]bool{},
 	}
+	m.stageWait = m.stages.WithLabelValues("batch_wait")
+	m.stagePropose = m.stages.WithLabelValues("propose")
+	m.stageFwd = m.stages.WithLabelValues("forward")
 	for _, r := range []string{fwdRetry, fwdOutcomeUnknown, fwdUnauthenticated, fwdTooLarge, fwdOther} {
 		m.fwdErrors.WithLabelValues(r) // every reason is present from the start, at 0
 	}
 	return m
+}
+
+// timeBatchers makes the leader's and the follower's batchers time their
+// stages (limitd_check_stage_seconds).
+func (m *metrics) timeBatchers(leader, follower *batcher) {
+	leader.waitObs, leader.sendObs = m.stageWait, m.stagePropose
+	follower.waitObs, follower.sendObs = m.stageWait, m.stageFwd
 }
 
 func (m *metrics) observeBatch(ops int)   { m.batchOps.Observe(float64(ops)) }
@@ -277,6 +299,13 @@ func (n *Node) Collectors() []prometheus.Collector {
 		n.metrics.fwdErrors,
 		n.metrics.leaderChanges,
 		n.metrics.flushSeconds,
+		n.metrics.stages,
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "limitd_fsm_apply_wait_seconds_total",
+			Help: "Time applies waited for the state machine while a flush (or a snapshot, digest) held it; with limitd_fsm_apply_batches_total, the flush's cost to the write path."},
+			func() float64 { return n.fsm.ApplyWait().Seconds() }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "limitd_fsm_apply_batches_total",
+			Help: "Batches of committed entries the state machine applied."},
+			func() float64 { return float64(n.fsm.ApplyBatches()) }),
 		newNodeCollector(n),
 		gauge("limitd_raft_leader", "1 if this node is the Raft leader.", func() float64 {
 			if n.IsLeader() {

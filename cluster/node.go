@@ -283,6 +283,7 @@ func Open(cfg Config, bootstrap bool) (*Node, error) {
 	n.propose = n.raft.Apply
 	n.leaderBatch = newBatcher(cfg.BatchMaxOps, cfg.BatchInflight, cfg.BatchMaxWait, n.proposeChecks, n.metrics.observeBatch)
 	n.forwardBatch = newBatcher(cfg.BatchMaxOps, cfg.BatchInflight, cfg.BatchMaxWait, n.forwardChecks, n.metrics.observeForward)
+	n.metrics.timeBatchers(n.leaderBatch, n.forwardBatch)
 
 	n.wg.Add(4)
 	go n.leaderLoop()

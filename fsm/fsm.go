@@ -16,6 +16,7 @@ import (
 	"log"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -89,6 +90,9 @@ type FSM struct {
 	closing   chan struct{}
 	closeOnce sync.Once
 	fatalOnce sync.Once
+	// applyWait (nanoseconds) and applyBatches: ApplyWait, ApplyBatches.
+	applyWait    atomic.Int64
+	applyBatches atomic.Uint64
 
 	// mu guards the in-memory copies of policies and nodes, read by the
 	// HTTP layer. The apply goroutine is their only writer, so it reads them
@@ -214,7 +218,14 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 // fatal error nothing of the batch is stored, OnFatal is called and the call
 // blocks until Close, then answers every entry with the error.
 func (f *FSM) ApplyBatch(ls []*raft.Log) []interface{} {
-	f.applyMu.Lock()
+	f.applyBatches.Add(1)
+	if !f.applyMu.TryLock() {
+		// A flush (or a snapshot, digest) holds the state machine: time
+		// the wait, the write path's stall.
+		start := time.Now()
+		f.applyMu.Lock()
+		f.applyWait.Add(int64(time.Since(start)))
+	}
 	if f.closed {
 		f.applyMu.Unlock()
 		return fill(len(ls), ErrClosed)
@@ -284,6 +295,14 @@ func (f *FSM) Flush() error {
 	}
 	return err
 }
+
+// ApplyWait is the total time ApplyBatch waited for the state machine held by
+// a flush, snapshot or digest; ApplyBatches counts ApplyBatch calls. Safe from
+// any goroutine.
+func (f *FSM) ApplyWait() time.Duration { return time.Duration(f.applyWait.Load()) }
+
+// ApplyBatches is the number of ApplyBatch calls so far.
+func (f *FSM) ApplyBatches() uint64 { return f.applyBatches.Load() }
 
 // FlushedKeys is the number of key states written to the state database by
 // commits so far (persist.Store.FlushedKeys); safe from any goroutine.

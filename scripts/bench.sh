@@ -35,6 +35,18 @@
 #                 (--overlimit-cache-entries=0): every refusal a Raft round
 #   hot           limitd 3 nodes, every check on the hot keys: what a refusal
 #                 served from the over-limit cache costs a node
+# and the open-loop rows (checks scheduled at a fixed rate, each latency
+# counted from its scheduled time, up to $MAX_INFLIGHT in flight; --rate), run
+# after the rows above at every rate of $RATES, $ROUNDS times over, each round
+# alternating the systems in this order so they share the machine's moods:
+#   open-redis    Redis + Lua, appendfsync always (scripts/redisbench --rate)
+#   open-envoy    envoyproxy/ratelimit on its own Redis (no persistence), over
+#                 its gRPC RLS API (limitd bench --target rls --external-rls);
+#                 needs the ratelimit binary in $ENVOY_RATELIMIT (build it from
+#                 github.com/envoyproxy/ratelimit outside this repository),
+#                 skipped with a note otherwise
+#   open-1node    limitd 1 node, HTTP/JSON
+#   open-3node    limitd 3 nodes, HTTP/JSON, round robin
 # then prints one table with each run's checks/s relative to Redis's on the
 # same workload, the normal keys' p99 of attack runs, and CPU per check of
 # every process (Redis, barehttp, each limitd node by role: leader/follower,
@@ -48,6 +60,8 @@
 # Environment: ROWS (all of the above, in that order) DURATION (15s) WARMUP
 # (2s) CONCURRENCY (64) KEYS (100000) LIMIT (100) WINDOW (1s) BATCH (100)
 # HOT_KEYS (10) HOT_FRACTION (0.9) HOT_LIMIT (1) RUN_TIMEOUT (600)
+# RATES ("1000 3000") ROUNDS (1) MAX_INFLIGHT (256) ARRIVAL (constant)
+# ENVOY_RATELIMIT (path of envoyproxy/ratelimit's binary)
 # SERVE_FLAGS (extra `limitd serve` flags for tuning, e.g.
 # "--batch-max-wait=200us") RESULTS (also copy the JSON lines to this file).
 set -euo pipefail
@@ -65,7 +79,12 @@ RESULTS=${RESULTS:-}
 HOT_KEYS=${HOT_KEYS:-10}
 HOT_FRACTION=${HOT_FRACTION:-0.9}
 HOT_LIMIT=${HOT_LIMIT:-1}
-ALL_ROWS="redis redis-zipf redis-attack bare bare3 http leader zipf batch 1node grpc rls client attack attack-nocache hot"
+RATES=${RATES:-1000 3000}
+ROUNDS=${ROUNDS:-1}
+MAX_INFLIGHT=${MAX_INFLIGHT:-256}
+ARRIVAL=${ARRIVAL:-constant}
+ENVOY_RATELIMIT=${ENVOY_RATELIMIT:-}
+ALL_ROWS="redis redis-zipf redis-attack bare bare3 http leader zipf batch 1node grpc rls client attack attack-nocache hot open-redis open-envoy open-1node open-3node"
 ROWS=${ROWS:-$ALL_ROWS}
 for r in $ROWS; do
 	case " $ALL_ROWS " in
@@ -82,6 +101,8 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 work=$(mktemp -d "${TMPDIR:-/tmp}/limitd-bench.XXXXXX")
 results=$work/results.jsonl
 redis_pid=""
+envoy_pid=""
+envoy_redis_pid=""
 bare_pid="" # one or more, space-separated
 failed=0
 
@@ -100,6 +121,25 @@ stop_redis() {
 	redis_pid=""
 }
 
+stop_pid() {
+	local p=$1
+	if [[ -n $p ]] && kill -0 "$p" 2>/dev/null; then
+		kill -TERM "$p" 2>/dev/null || true
+		for _ in $(seq 50); do
+			kill -0 "$p" 2>/dev/null || break
+			sleep 0.2
+		done
+		kill -KILL "$p" 2>/dev/null || true
+		wait "$p" 2>/dev/null || true
+	fi
+}
+
+stop_envoy() {
+	stop_pid "$envoy_pid"
+	stop_pid "$envoy_redis_pid"
+	envoy_pid="" envoy_redis_pid=""
+}
+
 stop_bare() {
 	local p
 	for p in $bare_pid; do
@@ -115,6 +155,7 @@ cleanup() {
 	local status=$?
 	trap - EXIT INT TERM
 	stop_redis
+	stop_envoy
 	stop_bare
 	# limitd bench stops its nodes itself; if it was killed, its nodes (run
 	# from $work with data under $work) are found by that unique path.
@@ -132,7 +173,7 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 # --- Redis -------------------------------------------------------------------
-if [[ " $ROWS " == *" redis"* ]] && ! command -v redis-server >/dev/null 2>&1; then
+if [[ " $ROWS " == *" redis"* || " $ROWS " == *" open-redis "* || " $ROWS " == *" open-envoy "* ]] && ! command -v redis-server >/dev/null 2>&1; then
 	log "installing redis-server"
 	sudo=""
 	if [[ $(id -u) -ne 0 ]]; then sudo=sudo; fi
@@ -254,13 +295,87 @@ if want attack-nocache; then
 fi
 if want hot; then run "hot keys only" "${lim[@]}" --cluster 3 --dist uniform --hot-keys "$HOT_KEYS" --hot-fraction 1 --hot-limit "$HOT_LIMIT"; fi
 
+# --- Open loop ---------------------------------------------------------------
+# free_port: a port nothing listens on, in $REPLY.
+free_port() {
+	for _ in $(seq 20); do
+		REPLY=$((20000 + RANDOM % 40000))
+		port_free "$REPLY" && return 0
+	done
+	return 1
+}
+
+# start_envoy: envoyproxy/ratelimit on a Redis of its own (no persistence, as
+# it is usually run), with the domain limitd bench --target rls asks for.
+start_envoy() {
+	local rport gport hport dport dir=$work/envoy
+	mkdir -p "$dir/runtime/ratelimit/config"
+	free_port && rport=$REPLY
+	redis-server --bind 127.0.0.1 --port "$rport" --save '' --appendonly no --daemonize no \
+		--logfile "$dir/redis.log" &
+	envoy_redis_pid=$!
+	# envoyproxy/ratelimit has fixed windows and no algorithm key.
+	printf 'domain: limitd-bench\ndescriptors:\n  - key: bench_key\n    rate_limit:\n      unit: second\n      requests_per_unit: %s\n' \
+		"$LIMIT" >"$dir/runtime/ratelimit/config/bench.yaml"
+	free_port && gport=$REPLY
+	free_port && hport=$REPLY
+	free_port && dport=$REPLY
+	REDIS_SOCKET_TYPE=tcp REDIS_URL=127.0.0.1:$rport USE_STATSD=false LOG_LEVEL=warn \
+		RUNTIME_ROOT=$dir/runtime RUNTIME_SUBDIRECTORY=ratelimit RUNTIME_WATCH_ROOT=false \
+		HOST=127.0.0.1 PORT=$hport GRPC_HOST=127.0.0.1 GRPC_PORT=$gport DEBUG_HOST=127.0.0.1 DEBUG_PORT=$dport \
+		"$ENVOY_RATELIMIT" >"$dir/ratelimit.log" 2>&1 &
+	envoy_pid=$!
+	for _ in $(seq 100); do
+		if curl -fsS "http://127.0.0.1:$hport/healthcheck" >/dev/null 2>&1; then
+			envoy_grpc=127.0.0.1:$gport
+			return 0
+		fi
+		kill -0 "$envoy_pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	log "envoyproxy/ratelimit did not start; its log:"
+	cat "$dir/ratelimit.log" >&2 || true
+	stop_envoy
+	return 1
+}
+
+if want open-envoy && [[ -z $ENVOY_RATELIMIT ]]; then
+	log "open-envoy skipped: set ENVOY_RATELIMIT to envoyproxy/ratelimit's binary (go build ./src/service_cmd in a checkout of github.com/envoyproxy/ratelimit)"
+fi
+open_rows=0
+for r in open-redis open-envoy open-1node open-3node; do want "$r" && open_rows=1; done
+if ((open_rows)); then
+	if want open-redis; then start_redis; fi
+	envoy_ok=0
+	if want open-envoy && [[ -n $ENVOY_RATELIMIT ]]; then
+		if start_envoy; then envoy_ok=1; else failed=1; fi
+	fi
+	for round in $(seq "$ROUNDS"); do
+		for rate in $RATES; do
+			open=(--rate "$rate" --arrival "$ARRIVAL" --max-inflight "$MAX_INFLIGHT" --dist uniform)
+			if want open-redis; then
+				run "open $rate/s r$round" "$work/redisbench" --addr "127.0.0.1:$redis_port" --server-pid "$redis_pid" "${open[@]}"
+			fi
+			if ((envoy_ok)); then
+				run "open $rate/s r$round" "$work/limitd" bench --system envoy-ratelimit --target rls --external-rls \
+					--grpc-addrs "$envoy_grpc" --pids "$envoy_pid" --algorithm fixed_window "${open[@]}"
+			fi
+			if want open-1node; then run "open $rate/s r$round" "${lim[@]}" --cluster 1 "${open[@]}"; fi
+			if want open-3node; then run "open $rate/s r$round" "${lim[@]}" --cluster 3 "${open[@]}"; fi
+		done
+	done
+	stop_redis
+	stop_envoy
+fi
+
 # --- Report ------------------------------------------------------------------
 echo
 echo "machine:  $(nproc) CPUs, $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), $(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo), $(uname -sr)"
 redis_version=$(redis-server --version 2>/dev/null | sed -n 's/.*v=\([^ ]*\).*/\1/p')
 echo "software: $(go version | cut -d' ' -f3), redis ${redis_version:-not run}, limitd $(cd "$root" && git describe --always --dirty 2>/dev/null || echo unknown)"
+echo "open loop: rates $RATES checks/s ($ARRIVAL), up to $MAX_INFLIGHT in flight, $ROUNDS round(s), latency from the scheduled time"
 echo "workload: concurrency $CONCURRENCY, $KEYS keys, sliding_window $LIMIT per $WINDOW, $DURATION after $WARMUP warm-up; attack: $HOT_FRACTION of checks on $HOT_KEYS hot keys limited to $HOT_LIMIT per $WINDOW${SERVE_FLAGS:+; serve flags: $SERVE_FLAGS}"
-echo "command:  ROWS=\"$ROWS\" DURATION=$DURATION WARMUP=$WARMUP CONCURRENCY=$CONCURRENCY KEYS=$KEYS scripts/bench.sh"
+echo "command:  ROWS=\"$ROWS\" DURATION=$DURATION WARMUP=$WARMUP CONCURRENCY=$CONCURRENCY KEYS=$KEYS RATES=\"$RATES\" ROUNDS=$ROUNDS scripts/bench.sh"
 echo
 if [[ -s $results ]]; then
 	"$work/redisbench" table "$results" || failed=1
@@ -272,6 +387,8 @@ echo
 echo "targets:  issue 14: 3-node single checks (uniform) >= 0.50x redis with p99 < 25ms; batches of $BATCH >= 3x; 1 node >= 0.80x"
 echo "          issue 12: grpc single checks >= http single checks (same cluster size)"
 echo "          issue 13: client row's loadgen CPU per check < redis row's loadgen; client checks/s >= 1.5x redis"
+echo "          issue 20: open 3-node 3,000/s: p50 <= 2.5x redis's, p99 <= 3x redis's (and <= envoy's), p99.9 <= 25ms;"
+echo "                    open 3-node 1,000/s and 1-node 3,000/s: p99 <= 3x redis's"
 echo "          issue 16: hot row's CPU per check summed over the nodes <= 1.2x bare's (or bare3's) server CPU per check; attack >= 0.8x bare http (bare3)"
 echo "                    checks/s and >= 2.5x the attack-nocache row; attack's normal p99 <= the http row's p99"
 if [[ -n $RESULTS ]]; then

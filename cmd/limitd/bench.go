@@ -46,6 +46,15 @@ for a machine per node.
           per call, so concurrent calls are coalesced into batches as in a
           Go service); the load generator's CPU per check is the client's
 
+Open loop (--rate R): checks are scheduled at R per second (--arrival
+constant, or poisson for exponential gaps) whatever the server does, and each
+latency counts from the check's scheduled time, so time spent queued behind a
+stall counts (a closed loop hides it: its workers stop sending while they
+wait). At most --max-inflight checks are in flight; a check due while all are
+busy waits, still counted from its schedule. The report adds p99.9 and how
+late checks started (the start lag); a run where more than 1% started over
+1 ms late is flagged BEHIND SCHEDULE. --concurrency does not apply.
+
 The attack workload (--hot-keys N --hot-fraction F): F of the checks go to N
 hot keys whose limit is --hot-limit per --window (inline, same algorithm), far
 below their traffic, and the rest to the normal keys as usual. The report then
@@ -65,6 +74,7 @@ checks/s and p99 so far.
 Examples:
   limitd bench --cluster 3 --duration 15s
   limitd bench --addrs http://10.0.0.1:8080,http://10.0.0.2:8080 --dist zipf
+  limitd bench --cluster 3 --rate 3000 --duration 10s
   limitd bench --cluster 3 --batch 100 --json
   limitd bench --cluster 3 --target client
   limitd bench --cluster 3 --target rls
@@ -103,6 +113,7 @@ type benchFlags struct {
 	label        string
 	pids         string
 	discoverPIDs bool
+	externalRLS  bool
 }
 
 func newBenchFlagSet(out io.Writer) (*flag.FlagSet, *benchFlags) {
@@ -131,6 +142,7 @@ func newBenchFlagSet(out io.Writer) (*flag.FlagSet, *benchFlags) {
 	fs.StringVar(&f.label, "label", "", "name of this run in the JSON line and in comparison tables")
 	fs.StringVar(&f.pids, "pids", "", "comma-separated process ids of the --addrs nodes, in the same order, to report their CPU per check")
 	fs.BoolVar(&f.leaderOnly, "leader-only", false, "send every request to the leader (found once at the start) instead of round robin over the nodes; CPU is still reported for every node")
+	fs.BoolVar(&f.externalRLS, "external-rls", false, "with --target rls and --grpc-addrs: the addresses serve another system's RLS API (e.g. envoyproxy/ratelimit) with the domain \""+benchRLSDomain+"\" configured already; skip the readiness check and the domain install (use --system to name it)")
 	fs.BoolVar(&f.discoverPIDs, "discover-pids", false, "find the process listening on each --addrs port (nodes on this machine) to report their CPU per check")
 	fs.Usage = func() {
 		fmt.Fprint(out, benchUsage)
@@ -189,6 +201,8 @@ func (f *benchFlags) validate(fs *flag.FlagSet) error {
 		return fmt.Errorf("--grpc-addrs lists %d addresses for %d --addrs", len(splitList(f.grpcAddrs)), len(splitAddrs(f.addrs)))
 	case f.target == benchTargetRLS && f.check.Policy != "":
 		return errors.New("--target rls checks the limit of the domain it installs: --policy does not apply")
+	case f.externalRLS && (f.target != benchTargetRLS || f.cluster > 0 || f.grpcAddrs == "" || f.leaderOnly):
+		return errors.New("--external-rls is for --target rls with --grpc-addrs, without --cluster or --leader-only")
 	case f.target == benchTargetClient && f.check.Cost == 0:
 		return errors.New("--target client cannot peek (--cost 0): the Go client's Check always spends")
 	}
@@ -220,8 +234,12 @@ func (f *benchFlags) validate(fs *flag.FlagSet) error {
 		if _, err := parsePIDs(f.pids); err != nil {
 			return err
 		}
-		if n, m := len(strings.Split(f.pids, ",")), len(splitAddrs(f.addrs)); n != m {
-			return fmt.Errorf("--pids lists %d process ids for %d --addrs", n, m)
+		n, m, of := len(strings.Split(f.pids, ",")), len(splitAddrs(f.addrs)), "--addrs"
+		if f.externalRLS {
+			m, of = len(splitList(f.grpcAddrs)), "--grpc-addrs" // another system's servers
+		}
+		if n != m {
+			return fmt.Errorf("--pids lists %d process ids for %d %s", n, m, of)
 		}
 	}
 	if f.addrs == "" && f.cluster == 0 {
@@ -266,8 +284,10 @@ func (f *benchFlags) run(ctx context.Context, stdout, stderr io.Writer) error {
 		for _, nd := range c.Nodes {
 			grpcAddrs = append(grpcAddrs, nd.GRPCAddr)
 		}
-	} else if err := waitBenchReady(ctx, addrs, benchReadyWait); err != nil {
-		return err
+	} else if !f.externalRLS {
+		if err := waitBenchReady(ctx, addrs, benchReadyWait); err != nil {
+			return err
+		}
 	}
 	if f.check.Policy != "" && (f.createPolicy || f.cluster > 0) {
 		if err := putBenchPolicy(ctx, addrs[0], f.adminToken, f.check); err != nil {
@@ -279,6 +299,7 @@ func (f *benchFlags) run(ctx context.Context, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	allAddrs := addrs
 	f.work.CPU = bench.NewCPUMeter(procs...)
 
 	if f.leaderOnly {
@@ -291,7 +312,7 @@ func (f *benchFlags) run(ctx context.Context, stdout, stderr io.Writer) error {
 			grpcAddrs = grpcAddrs[i : i+1]
 		}
 	}
-	if f.target == benchTargetRLS {
+	if f.target == benchTargetRLS && !f.externalRLS {
 		if err := putBenchRLSDomain(ctx, addrs, f.adminToken, f.check); err != nil {
 			return err
 		}
@@ -301,6 +322,19 @@ func (f *benchFlags) run(ctx context.Context, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer closeTarget()
+
+	// The latency budget: every node's stage histograms before and after.
+	var stageNodes, stageAddrs []string
+	if !f.externalRLS {
+		for i, a := range allAddrs {
+			name := a
+			if i < len(procs) && procs[i].Role != "load generator" {
+				name = procs[i].Role + " " + procs[i].Name
+			}
+			stageNodes, stageAddrs = append(stageNodes, name), append(stageAddrs, a)
+		}
+	}
+	before := scrapeStages(ctx, stageNodes, stageAddrs, f.adminToken)
 
 	var onProgress func(bench.Progress)
 	var bar *bench.ProgressBar
@@ -314,6 +348,11 @@ func (f *benchFlags) run(ctx context.Context, stdout, stderr io.Writer) error {
 	}
 	if err != nil {
 		return err
+	}
+	if before != nil {
+		if after := scrapeStages(ctx, stageNodes, stageAddrs, f.adminToken); after != nil {
+			res.Stages = bench.StageBudget(before, after)
+		}
 	}
 	if ct, ok := target.(*bench.ClientTarget); ok {
 		// How much the client coalesced explains its CPU per check.
@@ -345,8 +384,9 @@ func (f *benchFlags) run(ctx context.Context, stdout, stderr io.Writer) error {
 	}
 	if f.jsonOut {
 		err = bench.WriteJSONLine(stdout, res)
-	} else {
-		err = bench.WriteTable(stdout, res)
+	} else if err = bench.WriteTable(stdout, res); err == nil && len(res.Stages) > 0 {
+		fmt.Fprintln(stdout)
+		err = bench.WriteStages(stdout, res.Stages)
 	}
 	if err != nil {
 		return err
@@ -373,6 +413,9 @@ func (f *benchFlags) measuredProcesses(ctx context.Context, c *proccluster.Clust
 	case f.pids != "":
 		pids, _ = parsePIDs(f.pids)
 		names = addrs
+		if f.externalRLS {
+			names = splitList(f.grpcAddrs)
+		}
 	case f.discoverPIDs:
 		for _, a := range addrs {
 			u, err := url.Parse(a)
@@ -392,7 +435,11 @@ func (f *benchFlags) measuredProcesses(ctx context.Context, c *proccluster.Clust
 	}
 	var procs []bench.ProcessCPU
 	for i, pid := range pids {
-		procs = append(procs, bench.ProcessCPU{Role: nodeRole(ctx, addrs[i], f.adminToken), Name: names[i], PID: pid})
+		role := "server" // another system's: it has no /v1/cluster
+		if !f.externalRLS {
+			role = nodeRole(ctx, addrs[i], f.adminToken)
+		}
+		procs = append(procs, bench.ProcessCPU{Role: role, Name: names[i], PID: pid})
 	}
 	name := "limitd bench"
 	if f.target == benchTargetClient {
@@ -448,6 +495,24 @@ func leaderIndex(ctx context.Context, addrs []string, token string) (int, error)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// scrapeStages reads every node's stage series, or nil when one cannot be
+// read (a system that is not limitd, or a node without /metrics): the
+// budget is then left out, not reported for some nodes only.
+func scrapeStages(ctx context.Context, nodes, addrs []string, token string) []bench.Scrape {
+	if len(addrs) == 0 {
+		return nil
+	}
+	out := make([]bench.Scrape, len(addrs))
+	for i, a := range addrs {
+		s, err := bench.ScrapeStages(ctx, http.DefaultClient, nodes[i], a, token)
+		if err != nil {
+			return nil
+		}
+		out[i] = s
+	}
+	return out
 }
 
 // parsePIDs reads "12,34" into process ids.
@@ -604,7 +669,7 @@ func (f *benchFlags) newTarget(addrs, grpcAddrs []string) (bench.Target, func(),
 		return t, t.Close, nil
 	}
 	t, err := bench.NewHTTPTarget(bench.HTTPConfig{
-		Addrs: addrs, Check: f.check, Concurrency: f.work.Concurrency, Timeout: f.timeout,
+		Addrs: addrs, Check: f.check, Concurrency: f.work.Conns(), Timeout: f.timeout,
 	})
 	if err != nil {
 		return nil, nil, err

@@ -217,6 +217,10 @@ func (f *fakeLimitd) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			w.Write([]byte(`{"ready":false,"reason":"no leader"}`))
 		}
 		return
+	case r.URL.Path == "/metrics":
+		// No stage histograms here: the bench leaves the budget out.
+		w.WriteHeader(http.StatusNotFound)
+		return
 	case r.Method == http.MethodPut && strings.HasPrefix(r.URL.Path, "/v1/policies/"):
 		f.policyPuts.Add(1)
 		f.auth.Store(r.Header.Get("Authorization"))
@@ -332,6 +336,34 @@ func TestBenchAgainstFakeServersCountsAddUp(t *testing.T) {
 	}
 	if r.ChecksPerSec() <= 0 || r.P99 <= 0 || r.Max < r.P99 {
 		t.Errorf("no throughput/latency: %+v", r)
+	}
+}
+
+// The open loop through the command: --rate schedules exactly rate ×
+// duration measured checks (the scheduler's timing itself is tested with a
+// fake clock in package bench), every answer is counted, and the JSON line
+// carries the open-loop fields.
+func TestBenchOpenLoop(t *testing.T) {
+	f := &fakeLimitd{}
+	r, _ := runBenchJSON(t, "--addrs", newFakeLimitd(t, f), "--duration", "500ms", "--warmup", "0",
+		"--rate", "200", "--arrival", "poisson", "--max-inflight", "16", "--keys", "1000")
+	if f.malformed.Load() != 0 {
+		t.Fatalf("%d malformed bodies", f.malformed.Load())
+	}
+	if r.Rate != 200 || r.Arrival != "poisson" || r.Concurrency != 16 {
+		t.Errorf("rate %g arrival %q in flight %d, want 200 poisson 16", r.Rate, r.Arrival, r.Concurrency)
+	}
+	if r.Checks != f.requests.Load() || r.Checks != r.Scheduled || r.Allowed+r.Refused+r.Errors != r.Checks || r.Checks == 0 {
+		t.Errorf("checks %d, scheduled %d, server answered %d: %+v", r.Checks, r.Scheduled, f.requests.Load(), r)
+	}
+	if r.Elapsed != 500*time.Millisecond {
+		t.Errorf("measured interval %s, want the scheduled 500ms", r.Elapsed)
+	}
+	for _, bad := range [][]string{{"--rate", "-1"}, {"--rate", "100", "--arrival", "bursty"}, {"--rate", "100", "--batch", "5"}, {"--rate", "100", "--max-inflight", "0"}} {
+		var out, errb bytes.Buffer
+		if code := runBench(append([]string{"--addrs", "http://127.0.0.1:1"}, bad...), &out, &errb); code != 2 {
+			t.Errorf("%v: exit %d, want 2 (%s)", bad, code, errb.String())
+		}
 	}
 }
 
@@ -674,6 +706,22 @@ func TestBenchRealCluster(t *testing.T) {
 		if n := r.Nodes; roles["leader"] != 1 || roles["follower"] != n-1 || roles["load generator"] != 1 || r.CPUError != "" {
 			t.Errorf("%s: CPU measured for %v (error %q), want 1 leader, %d followers, the load generator", tc.name, roles, r.CPUError, n-1)
 		}
+		// The latency budget: every node's HTTP stages and the leader's
+		// propose stage were scraped and have the run's samples.
+		stages := map[string]int{}
+		for _, st := range r.Stages {
+			if st.Count > 0 {
+				stages[st.Stage]++
+			}
+		}
+		// (The HTTP stages time POST /v1/check: not batches.)
+		wantHTTP := r.Nodes
+		if r.Batch > 1 {
+			wantHTTP = 0
+		}
+		if stages["HTTP read + decode"] != wantHTTP || stages["propose to result (leader)"] != 1 || stages["batcher wait"] == 0 {
+			t.Errorf("%s: stage budget %v, want read+decode on %d nodes, propose on the leader, batcher wait", tc.name, stages, wantHTTP)
+		}
 	}
 	if left, _ := os.ReadDir(tmp); len(left) != 0 {
 		t.Errorf("temporary files left behind: %v", left)
@@ -797,5 +845,27 @@ func TestBenchLeaderOnly(t *testing.T) {
 	defer func() { benchReadyWait = old }()
 	if _, err := leaderIndex(t.Context(), []string{urls[0], urls[2]}, ""); err == nil || !strings.Contains(err.Error(), "says it leads") {
 		t.Fatalf("no leader: %v", err)
+	}
+}
+
+// --external-rls benches another system's RLS servers: --pids counts them
+// (not --addrs), and it needs --target rls with --grpc-addrs.
+func TestBenchExternalRLSFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		ok   bool
+	}{
+		{[]string{"--target", "rls", "--external-rls", "--grpc-addrs", "127.0.0.1:1", "--pids", "5"}, true},
+		{[]string{"--target", "rls", "--external-rls", "--grpc-addrs", "127.0.0.1:1,127.0.0.1:2", "--pids", "5"}, false},
+		{[]string{"--target", "rls", "--external-rls", "--cluster", "1"}, false},
+		{[]string{"--target", "http", "--external-rls", "--grpc-addrs", "127.0.0.1:1"}, false},
+	} {
+		fs, f := newBenchFlagSet(io.Discard)
+		if err := fs.Parse(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.validate(fs); (err == nil) != tc.ok {
+			t.Errorf("%v: %v, want ok=%v", tc.args, err, tc.ok)
+		}
 	}
 }

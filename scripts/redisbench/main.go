@@ -50,7 +50,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 const usage = `Usage: redisbench [flags]
        redisbench table [FILE...]
 
-Runs limitd bench's closed-loop workload against Redis: one EVALSHA of a
+Runs limitd bench's workload (closed loop, or open loop with --rate) against Redis: one EVALSHA of a
 sliding-window-counter Lua script per check (limit per window, timed by Redis
 TIME). "table" reads JSON result lines (FILEs or standard input) and prints
 them as one table with each run's checks/s relative to the Redis run with the
@@ -105,7 +105,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	t, err := newTarget(ctx, targetConfig{
-		Addr: *addr, Conns: work.Concurrency, Timeout: *timeout, Wait: *wait,
+		Addr: *addr, Conns: work.Conns(), Timeout: *timeout, Wait: *wait,
 		KeyPrefix: *prefix, Limit: *limit, WindowUS: window.Microseconds(), Cost: *cost,
 		HotLimit: work.HotLimit,
 	})
