@@ -28,6 +28,7 @@ import (
 
 	"github.com/limitd/limitd/algo"
 	"github.com/limitd/limitd/cluster"
+	"github.com/limitd/limitd/internal/testtool"
 )
 
 // The status page in a real browser: Debian's chromium, headless, driven
@@ -41,10 +42,7 @@ import (
 // the README's algorithm comparison; the page must log no error. Screenshots
 // go to the test's temp dir, or to $LIMITD_UI_SCREENSHOTS when set.
 func TestUIInBrowser(t *testing.T) {
-	bin, err := exec.LookPath("chromium")
-	if err != nil {
-		t.Skip("chromium is not installed (apt-get install chromium)")
-	}
+	bin := testtool.Path(t, "chromium", "apt-get install chromium")
 	c := newAPICluster(t, 3)
 	leader := c.leader()
 	page := (leader + 1) % 3 // a follower: the leader it shows is not itself
@@ -163,10 +161,7 @@ func TestUIInBrowser(t *testing.T) {
 // token is reported; the right one shows the members and lets a key be
 // reset; the token is kept in no storage, and Forget returns to read-only.
 func TestUIInBrowserAdminToken(t *testing.T) {
-	bin, err := exec.LookPath("chromium")
-	if err != nil {
-		t.Skip("chromium is not installed (apt-get install chromium)")
-	}
+	bin := testtool.Path(t, "chromium", "apt-get install chromium")
 	const token = "s3cret-token"
 	store := newFakeStore()
 	store.status = cluster.Status{NodeID: "n1", State: "Leader", LeaderID: "n1", LeaderHTTP: "127.0.0.1:1",
