@@ -38,7 +38,10 @@ func TestProcessCLIOverTLS(t *testing.T) {
 		t.Fatalf("second check over TLS: exit %d, want %d (refused)", code, exitRefused)
 	}
 	// Not trusted: the handshake fails, the command reports unavailable.
-	code, _, errOut := runCLI(t, "check", "--policy", "api", "k", "--addr", "https://"+p.httpAddr, "--timeout", "300ms")
+	// The client retries until its timeout and reports the last failure:
+	// the timeout leaves a slow (loaded, race-built) CLI time for one
+	// handshake.
+	code, _, errOut := runCLI(t, "check", "--policy", "api", "k", "--addr", "https://"+p.httpAddr, "--timeout", "2s")
 	if code != exitUnavailable || !strings.Contains(errOut, "certificate") {
 		t.Fatalf("untrusted certificate: exit %d, %q", code, errOut)
 	}
