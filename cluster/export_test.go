@@ -25,6 +25,10 @@ func SetPropose(n *Node, propose func(cmd []byte, timeout time.Duration) raft.Ap
 	n.propose = propose
 }
 
+// SetOverLimitReady replaces the readiness the over-limit cache's loop
+// consults (Node.Ready) with ready.
+func SetOverLimitReady(n *Node, ready func() error) { n.ol.ready.Store(&ready) }
+
 // LogStore is the Raft log and stable store a node opens.
 type LogStore = logStore
 

@@ -225,6 +225,7 @@ type Node struct {
 	propose       func(cmd []byte, timeout time.Duration) raft.ApplyFuture
 	leaderBatch   *batcher // on the leader: ops → one CmdCheck entry
 	forwardBatch  *batcher // on a follower: ops → one forwarded request
+	fwd           *forwarder
 	stampMu       sync.Mutex
 	lastStamp     int64
 	metrics       *metrics
@@ -282,7 +283,8 @@ func Open(cfg Config, bootstrap bool) (*Node, error) {
 	}
 	n.propose = n.raft.Apply
 	n.leaderBatch = newBatcher(cfg.BatchMaxOps, cfg.BatchInflight, cfg.BatchMaxWait, n.proposeChecks, n.metrics.observeBatch)
-	n.forwardBatch = newBatcher(cfg.BatchMaxOps, cfg.BatchInflight, cfg.BatchMaxWait, n.forwardChecks, n.metrics.observeForward)
+	n.fwd = newForwarder(n)
+	n.forwardBatch = newBatcher(cfg.BatchMaxOps, cfg.BatchInflight, cfg.BatchMaxWait, n.fwd.checks, n.metrics.observeForward)
 	n.metrics.timeBatchers(n.leaderBatch, n.forwardBatch)
 
 	n.wg.Add(4)

@@ -146,7 +146,7 @@ func (n *Node) Apply(ctx context.Context, cmd []byte) (interface{}, error) {
 	var resp interface{}
 	err := n.onLeader(ctx,
 		func() (err error) { resp, err = n.await(ctx, n.raft.Apply(cmd, n.cfg.ApplyTimeout)); return err },
-		func(addr string) (err error) { resp, err = n.forwardApply(ctx, addr, cmd); return err })
+		func(addr string) (err error) { resp, err = n.fwd.apply(ctx, addr, cmd); return err })
 	return resp, err
 }
 
@@ -159,7 +159,7 @@ func (n *Node) Join(ctx context.Context, id, raftAddr, httpAddr string) error {
 	return n.onLeader(ctx,
 		func() error { return n.joinLocal(id, raftAddr, httpAddr) },
 		func(addr string) error {
-			return n.forwardJSON(ctx, addr, pathJoin, joinRequest{ID: id, RaftAddr: raftAddr, HTTPAddr: httpAddr})
+			return n.fwd.json(ctx, addr, pathJoin, joinRequest{ID: id, RaftAddr: raftAddr, HTTPAddr: httpAddr})
 		})
 }
 
@@ -181,7 +181,7 @@ func (n *Node) joinLocal(id, raftAddr, httpAddr string) error {
 func (n *Node) Remove(ctx context.Context, id string) error {
 	return n.onLeader(ctx,
 		func() error { return n.removeLocal(id) },
-		func(addr string) error { return n.forwardJSON(ctx, addr, pathRemove, joinRequest{ID: id}) })
+		func(addr string) error { return n.fwd.json(ctx, addr, pathRemove, joinRequest{ID: id}) })
 }
 
 func (n *Node) removeLocal(id string) error {

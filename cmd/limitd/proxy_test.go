@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/limitd/limitd/internal/testtool"
 )
 
 // The forward-auth snippets of docs/API.md, run as written against a limitd
@@ -81,8 +83,13 @@ type proxyUnderTest struct {
 func TestProxySnippets(t *testing.T) {
 	nginx, nginxErr := exec.LookPath("nginx")
 	haproxy, haproxyErr := exec.LookPath("haproxy")
-	if nginxErr != nil && haproxyErr != nil {
-		t.Skip("neither nginx nor haproxy is installed (apt-get install -y nginx haproxy)")
+	switch {
+	case testtool.InCI():
+		// CI installs both: there each one is required.
+		nginx = testtool.Path(t, "nginx", "apt-get install -y nginx")
+		haproxy = testtool.Path(t, "haproxy", "apt-get install -y haproxy")
+	case nginxErr != nil && haproxyErr != nil:
+		testtool.Missing(t, "neither nginx nor haproxy is installed (apt-get install -y nginx haproxy)")
 	}
 	p := newProc(t, "px", "")
 	p.start()

@@ -21,6 +21,7 @@ import (
 	"github.com/limitd/limitd/cluster"
 	"github.com/limitd/limitd/internal/proccluster"
 	"github.com/limitd/limitd/internal/testcerts"
+	"github.com/limitd/limitd/internal/testtool"
 )
 
 // A node reachable beyond loopback refuses to start without the admin token
@@ -384,9 +385,7 @@ func TestRequestIDRetentionBounded(t *testing.T) {
 // certificates that verify as TLS server and client for 127.0.0.1 and load
 // as limitd's node-to-node configuration.
 func TestCertsScript(t *testing.T) {
-	if _, err := exec.LookPath("openssl"); err != nil {
-		t.Skip("openssl not installed")
-	}
+	testtool.Path(t, "openssl", "apt-get install openssl")
 	dir := t.TempDir()
 	if out, err := exec.Command("../../scripts/certs.sh", dir, "n1", "n2").CombinedOutput(); err != nil {
 		t.Fatalf("certs.sh: %v\n%s", err, out)
