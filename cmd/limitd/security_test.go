@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
+	"flag"
 	"io"
 	"net"
 	"net/http"
@@ -33,6 +34,8 @@ func TestSecureByDefault(t *testing.T) {
 		{[]string{"--http-addr", "0.0.0.0:8080"}, []string{"--http-addr 0.0.0.0:8080", "--admin-token", "--tls-ca", "--insecure"}},
 		{[]string{"--raft-addr", ":8300", "--admin-token", "t"}, []string{"--raft-addr :8300", "forge Raft RPCs"}},
 		{append([]string{"--http-advertise", "10.0.0.1:8080"}, tls...), []string{"--http-advertise 10.0.0.1:8080", "--admin-token", "change policies"}},
+		// Issue 22: gRPC on the network with HTTP and Raft on loopback.
+		{[]string{"--grpc-addr", "0.0.0.0:9090"}, []string{"--grpc-addr 0.0.0.0:9090", "--admin-token", "--tls-ca"}},
 	}
 	for _, c := range refused {
 		var out bytes.Buffer
@@ -59,6 +62,42 @@ func TestSecureByDefault(t *testing.T) {
 		}
 		if err := checkSecureDefaults(f); err != nil {
 			t.Errorf("%v: refused: %v", args, err)
+		}
+	}
+}
+
+// Every listener is under the secure-default rule: each flag that names an
+// address this node listens on or advertises (by convention *-addr or
+// *-advertise) must be in serveFlags.listeners, and set alone to a
+// non-loopback address without credentials it must be refused, naming the
+// flag. A listener added later without joining the list fails here.
+func TestSecureDefaultsCoverEveryListener(t *testing.T) {
+	fs, f := newServeFlagSet(&bytes.Buffer{})
+	listed := map[string]bool{}
+	for _, l := range f.listeners() {
+		listed[l.flag] = true
+	}
+	var names []string
+	fs.VisitAll(func(fl *flag.Flag) {
+		if strings.HasSuffix(fl.Name, "-addr") || strings.HasSuffix(fl.Name, "-advertise") {
+			names = append(names, fl.Name)
+		}
+	})
+	if len(names) < 5 {
+		t.Fatalf("found only the address flags %v", names)
+	}
+	for _, name := range names {
+		if !listed[name] {
+			t.Errorf("--%s names an address but is not in serveFlags.listeners: the secure-default guard ignores it", name)
+			continue
+		}
+		fs, f := newServeFlagSet(&bytes.Buffer{})
+		if err := fs.Parse([]string{"--" + name, "10.0.0.1:9000"}); err != nil {
+			t.Fatal(err)
+		}
+		err := checkSecureDefaults(f)
+		if err == nil || !strings.Contains(err.Error(), "--"+name+" 10.0.0.1:9000") {
+			t.Errorf("--%s 10.0.0.1:9000 without token or TLS: %v, want refused naming it", name, err)
 		}
 	}
 }

@@ -94,7 +94,7 @@ func newServeFlagSet(out io.Writer) (*flag.FlagSet, *serveFlags) {
 	fs.StringVar(&f.tlsCert, "tls-cert", "", "this node's certificate file: serve HTTPS (with --tls-key); with --tls-ca also the node's identity for Raft and forwarding")
 	fs.StringVar(&f.tlsKey, "tls-key", "", "private key file for --tls-cert")
 	fs.StringVar(&f.tlsCA, "tls-ca", "", "cluster CA bundle: turns on mutual TLS between nodes (Raft and forwarding require a certificate it signed); without it Raft is plain TCP and forwarding verifies the leader against the system roots")
-	fs.BoolVar(&f.insecure, "insecure", false, "allow a non-loopback --http-addr or --raft-addr without --admin-token and mutual TLS (--tls-cert, --tls-key, --tls-ca): anyone who can reach the ports could then change policies, membership and decisions")
+	fs.BoolVar(&f.insecure, "insecure", false, "allow a non-loopback --http-addr, --raft-addr or --grpc-addr without --admin-token and mutual TLS (--tls-cert, --tls-key, --tls-ca): anyone who can reach the ports could then change policies, membership and decisions")
 	fs.StringVar(&f.policies, "policies", "", "JSON file of policies to create or update at start")
 	fs.StringVar(&f.authKeySource, "auth-key-source", api.DefaultAuthKeySource, "where /v1/auth/{policy} takes the key from: header:NAME, query:NAME or ip")
 	fs.IntVar(&f.maxBatch, "max-batch", service.DefaultMaxBatch, "maximum checks in one /v1/check/batch or /v1/check/all request")
@@ -470,21 +470,34 @@ func forwardingClient(f *serveFlags, nodeTLS *tls.Config) (string, *http.Client,
 	return "https", &http.Client{Transport: tr}, nil
 }
 
+// listenerAddr is one address flag of a listener (or the address others
+// reach it at).
+type listenerAddr struct{ flag, addr string }
+
+// listeners is every address this node listens on or advertises, by flag
+// name: the one list checkSecureDefaults guards. A new listener's flags go
+// here; TestSecureDefaultsCoverEveryListener fails for any *-addr or
+// *-advertise flag missing from it.
+func (f *serveFlags) listeners() []listenerAddr {
+	return []listenerAddr{
+		{"http-addr", f.httpAddr}, {"raft-addr", f.raftAddr}, {"grpc-addr", f.grpc.addr},
+		{"http-advertise", f.httpAdvertise}, {"raft-advertise", f.raftAdvertise},
+	}
+}
+
 // checkSecureDefaults refuses a node reachable beyond loopback without
 // credentials, unless --insecure: the admin token guards policy, key and
-// membership changes on the HTTP port, and only mutual TLS keeps strangers
-// from sending Raft RPCs (which can rewrite the log) or forwarded checks.
+// membership changes on the HTTP and gRPC ports, and only mutual TLS keeps
+// strangers from sending Raft RPCs (which can rewrite the log) or forwarded
+// checks, and keeps the token off the network in plain text.
 func checkSecureDefaults(f *serveFlags) error {
 	if f.insecure {
 		return nil
 	}
 	var exposed []string
-	for _, a := range []struct{ flag, addr string }{
-		{"--http-addr", f.httpAddr}, {"--raft-addr", f.raftAddr},
-		{"--http-advertise", f.httpAdvertise}, {"--raft-advertise", f.raftAdvertise},
-	} {
+	for _, a := range f.listeners() {
 		if a.addr != "" && !isLoopback(a.addr) {
-			exposed = append(exposed, a.flag+" "+a.addr)
+			exposed = append(exposed, "--"+a.flag+" "+a.addr)
 		}
 	}
 	if len(exposed) == 0 {
@@ -492,7 +505,7 @@ func checkSecureDefaults(f *serveFlags) error {
 	}
 	var missing []string
 	if f.adminToken == "" {
-		missing = append(missing, "--admin-token (without it anyone who reaches the HTTP port can change policies, reset keys and add or remove voters)")
+		missing = append(missing, "--admin-token (without it anyone who reaches the HTTP or gRPC port can change policies, reset keys and add or remove voters)")
 	}
 	if f.tlsCA == "" {
 		missing = append(missing, "--tls-cert, --tls-key and --tls-ca (without mutual TLS anyone who reaches the Raft port can forge Raft RPCs that rewrite the log)")
