@@ -55,6 +55,7 @@ type serveFlags struct {
 	httpAdvertise, raftAdvertise              string
 	adminToken, tlsCert, tlsKey, tlsCA        string
 	policies, authKeySource, logLevel         string
+	authURIHeader, authAddrHeader             string
 	logStore                                  string
 	batchMaxOps, batchInflight, maxBatch      int
 	fsmCommitEvery                            int
@@ -97,6 +98,8 @@ func newServeFlagSet(out io.Writer) (*flag.FlagSet, *serveFlags) {
 	fs.BoolVar(&f.insecure, "insecure", false, "allow a non-loopback --http-addr, --raft-addr or --grpc-addr without --admin-token and mutual TLS (--tls-cert, --tls-key, --tls-ca): anyone who can reach the ports could then change policies, membership and decisions")
 	fs.StringVar(&f.policies, "policies", "", "JSON file of policies to create or update at start")
 	fs.StringVar(&f.authKeySource, "auth-key-source", api.DefaultAuthKeySource, "where /v1/auth/{policy} takes the key from: header:NAME, query:NAME or ip")
+	fs.StringVar(&f.authURIHeader, "auth-uri-header", api.DefaultAuthURIHeader, "the only header /v1/auth/{policy} reads the original request URI from (for query:NAME key sources); the nginx and HAProxy snippets of docs/API.md set X-Original-URI, Traefik sets X-Forwarded-Uri")
+	fs.StringVar(&f.authAddrHeader, "auth-addr-header", api.DefaultAuthAddrHeader, "the only header /v1/auth/{policy} reads the client address from (key source ip); the proxy must overwrite it")
 	fs.IntVar(&f.maxBatch, "max-batch", service.DefaultMaxBatch, "maximum checks in one /v1/check/batch or /v1/check/all request")
 	fs.IntVar(&f.batchMaxOps, "batch-max-ops", cluster.DefaultBatchMaxOps, "group commit: maximum ops in one Raft log entry")
 	fs.IntVar(&f.batchInflight, "batch-inflight", cluster.DefaultBatchInflight, "group commit: log entries in flight at once; more arrivals wait and form the next entry")
@@ -208,7 +211,8 @@ func serve(f *serveFlags, logger *slog.Logger) error {
 	apiCfg := api.Config{
 		AdminToken:    f.adminToken,
 		AuthKeySource: f.authKeySource,
-		MaxBatch:      f.maxBatch,
+		AuthURIHeader: f.authURIHeader, AuthAddrHeader: f.authAddrHeader,
+		MaxBatch: f.maxBatch,
 		// One deadline for a request, end to end: the cluster answers within
 		// it (its batcher and proposals watch the request's context and say
 		// whether anything was proposed when it ends).
