@@ -9,12 +9,14 @@
 # Writes DIR/ca.pem, DIR/ca-key.pem and, per node, DIR/NODE.pem and
 # DIR/NODE-key.pem (ECDSA P-256). Every node certificate is valid for
 # 127.0.0.1, ::1 and localhost plus SANS, as TLS server and client, for DAYS
-# days (default 365). An existing CA in DIR is reused, so more nodes can be
-# added later; keep ca-key.pem off the nodes.
+# days (default 365), and names its node: NODE is the node's --node-id, in a
+# URI SAN limitd://node/NODE; the cluster accepts the certificate only as
+# that node. An existing CA in DIR is reused, so more nodes can be added
+# later; keep ca-key.pem off the nodes.
 set -euo pipefail
 
 if [[ $# -lt 1 || $1 == -h || $1 == --help ]]; then
-	sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
+	sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
 	exit 2
 fi
 dir=$1
@@ -46,13 +48,13 @@ for node in "${nodes[@]}"; do
 	printf '%s\n' "basicConstraints=CA:FALSE" \
 		"keyUsage=critical,digitalSignature,keyEncipherment" \
 		"extendedKeyUsage=serverAuth,clientAuth" \
-		"subjectAltName=$sans" >"$ext"
+		"subjectAltName=$sans,URI:limitd://node/$node" >"$ext"
 	openssl req -new -key "$key" -subj "/CN=$node" |
 		openssl x509 -req -CA "$dir/ca.pem" -CAkey "$dir/ca-key.pem" -CAcreateserial \
 			-days "$days" -sha256 -extfile "$ext" -out "$crt" 2>/dev/null
 	rm -f "$ext"
 	openssl verify -CAfile "$dir/ca.pem" "$crt" >/dev/null
-	echo "certs.sh: made $crt and $key ($sans)" >&2
+	echo "certs.sh: made $crt and $key ($sans, URI:limitd://node/$node)" >&2
 done
 chmod 644 "$dir/ca.pem"
 for node in "${nodes[@]}"; do chmod 644 "$dir/$node.pem"; done
