@@ -67,6 +67,9 @@ func domainOpError(err error) *fsm.Error {
 			field += "." + re.Field
 		}
 		return &fsm.Error{Code: fsm.CodeInvalidArgument, Field: field, Message: re.Error()}
+	case errors.Is(err, ErrTooLarge):
+		// An admin command over MaxCommandBytes: 413, not 500 (issue 22).
+		return &fsm.Error{Code: fsm.CodePayloadTooLarge, Field: "config", Message: err.Error() + "; split the domain's descriptors into several domains"}
 	case errors.Is(err, ErrOutcomeUnknown):
 		return &fsm.Error{Code: fsm.CodeOutcomeUnknown, Message: "leadership changed while the change was in flight, so it may or may not have been applied; repeating it is safe"}
 	case errors.Is(err, ErrNoLeader), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):

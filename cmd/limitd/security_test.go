@@ -102,6 +102,35 @@ func TestSecureDefaultsCoverEveryListener(t *testing.T) {
 	}
 }
 
+// A request with both Transfer-Encoding and Content-Length is answered and
+// its connection closed (RFC 9112 6.3; issue 22); one with a length only
+// keeps its connection.
+func TestHTTPClosesAfterTransferEncodingWithLength(t *testing.T) {
+	addr := serveTest(t, time.Minute, 10)
+	send := func(req string) string {
+		t.Helper()
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		io.WriteString(c, req)
+		c.SetReadDeadline(time.Now().Add(3 * time.Second))
+		b, err := io.ReadAll(c)
+		if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			return string(b) + "<still open>"
+		}
+		return string(b) + "<closed>"
+	}
+	got := send("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n2\r\n{}\r\n0\r\n\r\n")
+	if !strings.HasPrefix(got, "HTTP/1.1 200") || !strings.HasSuffix(got, "<closed>") {
+		t.Fatalf("TE + CL: %q, want an answer and the connection closed", got)
+	}
+	if got := send("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"); !strings.HasSuffix(got, "<still open>") {
+		t.Fatalf("a request with a length only: %q, want the connection kept", got)
+	}
+}
+
 // Nodes inherit certificates from the environment when it gives every node
 // one (scripts/chaos.sh runs the process suites so, with SSL_CERT_FILE
 // pointing at the cluster CA for the test's clients).

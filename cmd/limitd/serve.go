@@ -375,13 +375,27 @@ func serve(f *serveFlags, logger *slog.Logger) error {
 // connections close after --idle-timeout.
 func newHTTPServer(f *serveFlags, h http.Handler) *http.Server {
 	return &http.Server{
-		Handler:           h,
+		Handler:           closeAfterChunkedBody(h),
 		ReadHeaderTimeout: f.readTimeout,
 		ReadTimeout:       f.readTimeout,
 		WriteTimeout:      f.applyTimeout + writeTimeoutMargin,
 		IdleTimeout:       f.idleTimeout,
 		MaxHeaderBytes:    64 << 10,
 	}
+}
+
+// closeAfterChunkedBody closes the connection after answering a request
+// with a Transfer-Encoding: RFC 9112 (6.3) requires it when the request
+// also had a Content-Length (a sign of request smuggling), and net/http
+// drops that Content-Length before a handler could tell the two apart. A
+// client sending chunked bodies reconnects; API clients send lengths.
+func closeAfterChunkedBody(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if len(r.TransferEncoding) > 0 {
+			w.Header().Set("Connection", "close")
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // noWriteDeadline lifts the server's write deadline for a handler that

@@ -1,0 +1,26 @@
+package cluster_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/limitd/limitd/cluster/clustertest"
+	"github.com/limitd/limitd/fsm"
+)
+
+// An admin command over MaxCommandBytes (an 809 KB RLS configuration in
+// issue 22) is refused as payload_too_large (HTTP 413), not internal (500).
+func TestOversizedAdminCommandIsTooLarge(t *testing.T) {
+	c := clustertest.MakeCluster(t, 1, nil)
+	var y strings.Builder
+	y.WriteString("domain: big\ndescriptors:\n")
+	for i := 0; i < 4000; i++ {
+		fmt.Fprintf(&y, "  - key: k%d\n    value: v%d\n    rate_limit: {unit: minute, requests_per_unit: 5}\n", i, i)
+	}
+	_, e := c.Node(0).PutRLSDomain(context.Background(), "big", []byte(y.String()))
+	if e == nil || e.Code != fsm.CodePayloadTooLarge {
+		t.Fatalf("a %d-byte domain: %+v, want payload_too_large", y.Len(), e)
+	}
+}
