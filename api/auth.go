@@ -211,14 +211,14 @@ func (s *Server) handleAuth(w http.ResponseWriter, req *http.Request, ps httprou
 		case name == "cost":
 			n, err := strconv.ParseInt(v, 10, 64)
 			if err != nil || n < 0 {
-				writeError(w, invalid("cost", "must be zero (a peek) or a positive integer, got "+strconv.Quote(v)))
+				writeError(w, invalid("cost", "must be zero (a peek) or a positive integer, got "+quoteValue(v)))
 				return
 			}
 			cost = n
 		case name == "deny_status":
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 400 || n > 499 {
-				writeError(w, invalid("deny_status", "must be a 4xx status code such as 403 or 429, got "+strconv.Quote(v)))
+				writeError(w, invalid("deny_status", "must be a 4xx status code such as 403 or 429, got "+quoteValue(v)))
 				return
 			}
 			deny = n
