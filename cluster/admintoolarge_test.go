@@ -2,6 +2,7 @@ package cluster_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -22,5 +23,19 @@ func TestOversizedAdminCommandIsTooLarge(t *testing.T) {
 	_, e := c.Node(0).PutRLSDomain(context.Background(), "big", []byte(y.String()))
 	if e == nil || e.Code != fsm.CodePayloadTooLarge {
 		t.Fatalf("a %d-byte domain: %+v, want payload_too_large", y.Len(), e)
+	}
+}
+
+// A join at a Raft address another member has is a conflict naming that
+// member (HTTP 409), on the leader and forwarded from a follower; it
+// answered 500 (issue 22).
+func TestJoinAtTakenAddressConflicts(t *testing.T) {
+	c := clustertest.MakeCluster(t, 2, nil)
+	for i := 0; i < 2; i++ {
+		err := c.Node(i).Join(context.Background(), "intruder", c.RaftAddr(1), "")
+		var fe *fsm.Error
+		if !errors.As(err, &fe) || fe.Code != fsm.CodeConflict || !strings.Contains(fe.Message, c.Node(1).ID()) {
+			t.Fatalf("join through n%d at n1's address: %v, want conflict naming %s", i, err, c.Node(1).ID())
+		}
 	}
 }

@@ -8,7 +8,9 @@ import (
 	"strings"
 	"testing"
 	"testing/iotest"
+	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-msgpack/v2/codec"
 	"github.com/hashicorp/raft"
 )
@@ -126,3 +128,19 @@ func TestRaftGuardBoundsFrames(t *testing.T) {
 }
 
 func bufioReader(r io.Reader) *bufio.Reader { return bufio.NewReaderSize(r, 64<<10) }
+
+// Refused Raft connections are logged at most once a second, with a count
+// of those not logged (8,000 refused connections wrote 1.5 MB of log).
+func TestRefusedConnectionLogsRateLimited(t *testing.T) {
+	var buf bytes.Buffer
+	logger := hclog.New(&hclog.LoggerOptions{Output: &buf, Level: hclog.Info})
+	var l refusalLog
+	start := time.Now()
+	for i := 0; i < 8000; i++ {
+		l.refused(logger, errors.New("raft TLS handshake: bad certificate"))
+	}
+	lines := strings.Count(buf.String(), "\n")
+	if bound := 1 + int(time.Since(start)/time.Second); lines < 1 || lines > bound {
+		t.Fatalf("8,000 refusals in %v logged %d lines, want 1 to %d:\n%.500s", time.Since(start), lines, bound, buf.String())
+	}
+}
