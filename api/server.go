@@ -194,7 +194,8 @@ func (s *Server) routes() http.Handler {
 	s.rlsRoutes(r) // envoy ratelimit domains (rls.go)
 	r.GET("/healthz", noQuery(s.handleHealthz))
 	r.GET("/readyz", noQuery(s.handleReadyz))
-	r.Handler(http.MethodGet, "/metrics", s.metricsHandler()) // term and indexes for admins (metricsgate.go)
+	// The term and indexes for admins only (metricsgate.go).
+	r.Handler(http.MethodGet, "/metrics", s.metricsHandler())
 	s.uiRoutes(r) // GET /ui, POST /v1/simulate (ui.go)
 
 	internal := s.store.Internal()
