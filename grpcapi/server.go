@@ -110,8 +110,7 @@ type Config struct {
 	// RequestTimeout caps each request's deadline (default
 	// DefaultRequestTimeout); a client's shorter deadline stays.
 	RequestTimeout time.Duration
-	// MaxRecvMsgSize bounds a request message (default DefaultMaxRecvMsgSize);
-	// an answer is bounded by the same size.
+	// MaxRecvMsgSize bounds a request message (default DefaultMaxRecvMsgSize).
 	MaxRecvMsgSize int
 	// MaxConcurrentStreams bounds the calls in flight on one connection
 	// (default DefaultMaxConcurrentStreams).
@@ -178,7 +177,6 @@ func New(svc *service.Service, domains Domains, cfg Config) (*Server, error) {
 	// wraps it).
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(cfg.MaxRecvMsgSize),
-		grpc.MaxSendMsgSize(cfg.MaxRecvMsgSize),
 		grpc.MaxConcurrentStreams(cfg.MaxConcurrentStreams),
 		grpc.ConnectionTimeout(cfg.HandshakeTimeout),
 		grpc.MaxHeaderListSize(64 << 10),
