@@ -485,6 +485,21 @@ func TestCertsScript(t *testing.T) {
 			t.Errorf("%s names node %q (%v) in %v, want %q", node, id, ok, cert.URIs, node)
 		}
 	}
+	// SHARED=1: one certificate for every node (deploy/kubernetes) names none.
+	shared := exec.Command("../../scripts/certs.sh", dir, "shared")
+	shared.Env = append(os.Environ(), "SHARED=1")
+	if out, err := shared.CombinedOutput(); err != nil {
+		t.Fatalf("SHARED=1 certs.sh: %v\n%s", err, out)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "shared.pem")); err != nil {
+		t.Fatal(err)
+	} else if block, _ := pem.Decode(b); block == nil {
+		t.Fatal("shared.pem: no PEM")
+	} else if cert, err := x509.ParseCertificate(block.Bytes); err != nil {
+		t.Fatal(err)
+	} else if id, ok := cluster.NodeIDFromCert(cert); ok {
+		t.Errorf("SHARED=1 certificate names node %q", id)
+	}
 	if info, err := os.Stat(filepath.Join(dir, "n1-key.pem")); err != nil || info.Mode().Perm() != 0o600 {
 		t.Errorf("node key mode: %v %v, want 0600", info.Mode(), err)
 	}
