@@ -125,3 +125,51 @@ func TestRaftRefusesOversizedFrame(t *testing.T) {
 		t.Fatalf("check after the refused frame: %v", err)
 	}
 }
+
+// The dialing side too: a server presenting another node's certificate is
+// not the node the RPC is for, even on the right address and ID preamble.
+func TestRaftDialerChecksServerIdentity(t *testing.T) {
+	ca, err := testcerts.NewCA("limitd dialer CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert := func(id string) *tls.Config {
+		pair, err := ca.NodeFor(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tc, err := ca.TLS(pair)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tc
+	}
+	for _, c := range []struct {
+		serverCert string
+		wantOK     bool
+	}{{"n9", false}, {"n1", true}} {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		server := cluster.NewStreamTransport(ln, cert(c.serverCert), "n1")
+		go func() { // answer every RPC
+			for rpc := range server.Consumer() {
+				rpc.Respond(&raft.AppendEntriesResponse{}, nil)
+			}
+		}()
+		legacy, err := ca.Node("client") // names no node: probe's sender ID is free
+		if err != nil {
+			t.Fatal(err)
+		}
+		clientTLS, err := ca.TLS(legacy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = probe(attacker(t, clientTLS), "n1", ln.Addr().String())
+		server.Close()
+		if (err == nil) != c.wantOK {
+			t.Errorf("dialing n1 at a server with %s's certificate: %v, want answered=%v", c.serverCert, err, c.wantOK)
+		}
+	}
+}

@@ -192,6 +192,13 @@ func (s *streamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (n
 			conn.Close()
 			return nil, fmt.Errorf("raft TLS handshake with %s: %w", addr, err)
 		}
+		// The server is the node its certificate names, if it names one
+		// (raftguard.go): another node's certificate at this address is not
+		// the server this RPC is for.
+		if named, ok := NodeIDFromCert(tc.ConnectionState().PeerCertificates[0]); ok && id != "" && named != id {
+			conn.Close()
+			return nil, fmt.Errorf("%w: %s presents the certificate of node %q, not of %q", errWrongTarget, addr, named, id)
+		}
 		conn = tc
 	}
 	conn.SetWriteDeadline(deadline)
