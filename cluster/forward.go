@@ -200,6 +200,9 @@ func (n *Node) authenticate(h http.Handler) http.Handler {
 				return
 			}
 		}
+		if !n.checkPeerIdentity(w, r) { // peerid.go: the certificate's node only
+			return
+		}
 		h.ServeHTTP(w, r)
 	})
 }

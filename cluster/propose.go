@@ -164,6 +164,9 @@ func (n *Node) Join(ctx context.Context, id, raftAddr, httpAddr string) error {
 }
 
 func (n *Node) joinLocal(id, raftAddr, httpAddr string) error {
+	if e := n.addressTaken(id, raftAddr); e != nil { // peerid.go
+		return e
+	}
 	if err := n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, n.cfg.ApplyTimeout).Error(); err != nil {
 		if errors.Is(err, raft.ErrNotLeader) {
 			return errRetry

@@ -70,7 +70,7 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 if [[ $TLS == 1 ]]; then
-	"$root/scripts/certs.sh" "$work/certs" node 2>/dev/null
+	SHARED=1 "$root/scripts/certs.sh" "$work/certs" node 2>/dev/null
 	export LIMITD_TLS_CERT=$work/certs/node.pem LIMITD_TLS_KEY=$work/certs/node-key.pem
 	export LIMITD_TLS_CA=$work/certs/ca.pem SSL_CERT_FILE=$work/certs/ca.pem
 	log "mutual TLS on: certificates in $work/certs"

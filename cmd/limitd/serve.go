@@ -54,6 +54,7 @@ type serveFlags struct {
 	httpAdvertise, raftAdvertise              string
 	adminToken, tlsCert, tlsKey, tlsCA        string
 	policies, authKeySource, logLevel         string
+	authURIHeader, authAddrHeader             string
 	logStore                                  string
 	batchMaxOps, batchInflight, maxBatch      int
 	fsmCommitEvery                            int
@@ -93,9 +94,11 @@ func newServeFlagSet(out io.Writer) (*flag.FlagSet, *serveFlags) {
 	fs.StringVar(&f.tlsCert, "tls-cert", "", "this node's certificate file: serve HTTPS (with --tls-key); with --tls-ca also the node's identity for Raft and forwarding")
 	fs.StringVar(&f.tlsKey, "tls-key", "", "private key file for --tls-cert")
 	fs.StringVar(&f.tlsCA, "tls-ca", "", "cluster CA bundle: turns on mutual TLS between nodes (Raft and forwarding require a certificate it signed); without it Raft is plain TCP and forwarding verifies the leader against the system roots")
-	fs.BoolVar(&f.insecure, "insecure", false, "allow a non-loopback --http-addr or --raft-addr without --admin-token and mutual TLS (--tls-cert, --tls-key, --tls-ca): anyone who can reach the ports could then change policies, membership and decisions")
+	fs.BoolVar(&f.insecure, "insecure", false, "allow a non-loopback --http-addr, --raft-addr or --grpc-addr without --admin-token and mutual TLS (--tls-cert, --tls-key, --tls-ca): anyone who can reach the ports could then change policies, membership and decisions")
 	fs.StringVar(&f.policies, "policies", "", "JSON file of policies to create or update at start")
 	fs.StringVar(&f.authKeySource, "auth-key-source", api.DefaultAuthKeySource, "where /v1/auth/{policy} takes the key from: header:NAME, query:NAME or ip")
+	fs.StringVar(&f.authURIHeader, "auth-uri-header", api.DefaultAuthURIHeader, "the only header /v1/auth/{policy} reads the original request URI from (for query:NAME key sources); the nginx and HAProxy snippets of docs/API.md set X-Original-URI, Traefik sets X-Forwarded-Uri")
+	fs.StringVar(&f.authAddrHeader, "auth-addr-header", api.DefaultAuthAddrHeader, "the only header /v1/auth/{policy} reads the client address from (key source ip); the proxy must overwrite it")
 	fs.IntVar(&f.maxBatch, "max-batch", service.DefaultMaxBatch, "maximum checks in one /v1/check/batch or /v1/check/all request")
 	fs.IntVar(&f.batchMaxOps, "batch-max-ops", cluster.DefaultBatchMaxOps, "group commit: maximum ops in one Raft log entry")
 	fs.IntVar(&f.batchInflight, "batch-inflight", cluster.DefaultBatchInflight, "group commit: log entries in flight at once; more arrivals wait and form the next entry")
@@ -206,7 +209,8 @@ func serve(f *serveFlags, in *startInputs, logger *slog.Logger) error {
 	apiCfg := api.Config{
 		AdminToken:    f.adminToken,
 		AuthKeySource: f.authKeySource,
-		MaxBatch:      f.maxBatch,
+		AuthURIHeader: f.authURIHeader, AuthAddrHeader: f.authAddrHeader,
+		MaxBatch: f.maxBatch,
 		// One deadline for a request, end to end: the cluster answers within
 		// it (its batcher and proposals watch the request's context and say
 		// whether anything was proposed when it ends).
@@ -369,13 +373,27 @@ func serve(f *serveFlags, in *startInputs, logger *slog.Logger) error {
 // connections close after --idle-timeout.
 func newHTTPServer(f *serveFlags, h http.Handler) *http.Server {
 	return &http.Server{
-		Handler:           h,
+		Handler:           closeAfterChunkedBody(h),
 		ReadHeaderTimeout: f.readTimeout,
 		ReadTimeout:       f.readTimeout,
 		WriteTimeout:      f.applyTimeout + writeTimeoutMargin,
 		IdleTimeout:       f.idleTimeout,
 		MaxHeaderBytes:    64 << 10,
 	}
+}
+
+// closeAfterChunkedBody closes the connection after answering a request
+// with a Transfer-Encoding: RFC 9112 (6.3) requires it when the request
+// also had a Content-Length (a sign of request smuggling), and net/http
+// drops that Content-Length before a handler could tell the two apart. A
+// client sending chunked bodies reconnects; API clients send lengths.
+func closeAfterChunkedBody(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if len(r.TransferEncoding) > 0 {
+			w.Header().Set("Connection", "close")
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // noWriteDeadline lifts the server's write deadline for a handler that
@@ -468,21 +486,34 @@ func forwardingClient(f *serveFlags, nodeTLS *tls.Config) (string, *http.Client,
 	return "https", &http.Client{Transport: tr}, nil
 }
 
+// listenerAddr is one address flag of a listener (or the address others
+// reach it at).
+type listenerAddr struct{ flag, addr string }
+
+// listeners is every address this node listens on or advertises, by flag
+// name: the one list checkSecureDefaults guards. A new listener's flags go
+// here; TestSecureDefaultsCoverEveryListener fails for any *-addr or
+// *-advertise flag missing from it.
+func (f *serveFlags) listeners() []listenerAddr {
+	return []listenerAddr{
+		{"http-addr", f.httpAddr}, {"raft-addr", f.raftAddr}, {"grpc-addr", f.grpc.addr},
+		{"http-advertise", f.httpAdvertise}, {"raft-advertise", f.raftAdvertise},
+	}
+}
+
 // checkSecureDefaults refuses a node reachable beyond loopback without
 // credentials, unless --insecure: the admin token guards policy, key and
-// membership changes on the HTTP port, and only mutual TLS keeps strangers
-// from sending Raft RPCs (which can rewrite the log) or forwarded checks.
+// membership changes on the HTTP and gRPC ports, and only mutual TLS keeps
+// strangers from sending Raft RPCs (which can rewrite the log) or forwarded
+// checks, and keeps the token off the network in plain text.
 func checkSecureDefaults(f *serveFlags) error {
 	if f.insecure {
 		return nil
 	}
 	var exposed []string
-	for _, a := range []struct{ flag, addr string }{
-		{"--http-addr", f.httpAddr}, {"--raft-addr", f.raftAddr},
-		{"--http-advertise", f.httpAdvertise}, {"--raft-advertise", f.raftAdvertise},
-	} {
+	for _, a := range f.listeners() {
 		if a.addr != "" && !isLoopback(a.addr) {
-			exposed = append(exposed, a.flag+" "+a.addr)
+			exposed = append(exposed, "--"+a.flag+" "+a.addr)
 		}
 	}
 	if len(exposed) == 0 {
@@ -490,7 +521,7 @@ func checkSecureDefaults(f *serveFlags) error {
 	}
 	var missing []string
 	if f.adminToken == "" {
-		missing = append(missing, "--admin-token (without it anyone who reaches the HTTP port can change policies, reset keys and add or remove voters)")
+		missing = append(missing, "--admin-token (without it anyone who reaches the HTTP or gRPC port can change policies, reset keys and add or remove voters)")
 	}
 	if f.tlsCA == "" {
 		missing = append(missing, "--tls-cert, --tls-key and --tls-ca (without mutual TLS anyone who reaches the Raft port can forge Raft RPCs that rewrite the log)")
