@@ -76,6 +76,12 @@ type bootstrapInfo struct {
 	HasState bool     `json:"has_state"`
 	Expect   int      `json:"expect"`
 	Seen     []string `json:"seen"` // node IDs without state seen in the last round
+	// Incarnation is the data directory's id and Admitted whether it may
+	// vote (vote.go); Applied is the state machine's applied index, which
+	// the leader watches while a re-added member catches up (admit.go).
+	Incarnation string `json:"incarnation,omitempty"`
+	Admitted    bool   `json:"admitted,omitempty"`
+	Applied     uint64 `json:"applied_index,omitempty"`
 }
 
 // discovery is the bootstrap state a node serves to its peers.
@@ -101,6 +107,7 @@ func (n *Node) selfInfo() bootstrapInfo {
 	return bootstrapInfo{
 		ID: n.cfg.NodeID, RaftAddr: string(n.trans.LocalAddr()), HTTPAddr: n.cfg.HTTPAddr,
 		HasState: n.hasState(), Expect: n.disc.expect, Seen: slices.Clone(n.disc.seen),
+		Incarnation: n.adm.inc.ID, Admitted: n.adm.mayVote(), Applied: n.fsm.AppliedIndex(),
 	}
 }
 
@@ -159,6 +166,7 @@ func (n *Node) JoinCluster(ctx context.Context, opts JoinOptions) error {
 			err := n.joinAny(ctx, targets)
 			if err == nil {
 				n.log.Info("joined the cluster", "rounds", round)
+				n.awaitAdmission(opts.Addrs)
 				return nil
 			}
 			var perm *permanentError
@@ -200,7 +208,36 @@ func errString(err error) string {
 // current HTTP address in the node table (nothing for a join to change).
 func (n *Node) registered() bool {
 	_, member := n.membership()
-	return member && n.fsm.Nodes()[n.cfg.NodeID] == n.cfg.HTTPAddr
+	nodes := n.fsm.Nodes()
+	return member && nodes[n.cfg.NodeID] == n.cfg.HTTPAddr && n.adm.mayVote()
+}
+
+// awaitAdmission joins again every JoinBackoffMax while this incarnation is
+// not admitted, so that a leader elected after the join (its predecessor
+// was catching this node up) catches it up and promotes it.
+func (n *Node) awaitAdmission(addrs []string) {
+	if n.adm.mayVote() {
+		return
+	}
+	n.log.Warn("joined as a new incarnation: this node does not vote until a leader has caught it up and promoted it", "incarnation", n.adm.inc.ID)
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		t := time.NewTicker(JoinBackoffMax)
+		defer t.Stop()
+		for !n.adm.mayVote() {
+			select {
+			case <-n.closing:
+				return
+			case <-t.C:
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), JoinBackoffMax)
+			if targets, _ := n.resolveJoin(ctx, addrs); len(targets) > 0 {
+				_ = n.joinAny(ctx, targets)
+			}
+			cancel()
+		}
+	}()
 }
 
 // resolveJoin turns the join list into base URLs, expanding host names to
@@ -346,6 +383,9 @@ func (n *Node) tryBootstrap(peers []bootstrapInfo, expect int) (done bool, why e
 			}
 		}
 	}
+	// Every one of the expected nodes is new and sees the others: there is
+	// no past to lose, so each may vote in the first election.
+	n.adm.admit("bootstrapping a new cluster with --bootstrap-expect")
 	if ids[0] != n.cfg.NodeID {
 		return false, fmt.Errorf("bootstrap: %d nodes see each other; waiting for %s (lowest node ID) to bootstrap", expect, ids[0])
 	}

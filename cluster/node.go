@@ -94,6 +94,10 @@ type Config struct {
 	// directory keeps the store it was created with.
 	LogStore string
 
+	// NoPipeline turns off Raft's AppendEntries pipelining: one request in
+	// flight per follower (see DESIGN.md, bounded shutdown).
+	NoPipeline bool
+
 	// Transport overrides the TCP transport (in-process tests use raft.InmemTransport).
 	Transport raft.Transport
 
@@ -241,6 +245,12 @@ type Node struct {
 	hadState      bool // Raft state existed when the node opened
 	disc          discovery
 	ol            overLimit // over-limit cache (overlimit.go)
+
+	// Incarnation and votes (vote.go, admit.go).
+	adm       *admission
+	gate      *voteGate
+	promoMu   sync.Mutex
+	promoting map[string]bool // members the leader is catching up
 }
 
 // Open starts a node: opens (or recovers) the state machine, the Raft stores
@@ -262,6 +272,18 @@ func Open(cfg Config, bootstrap bool) (*Node, error) {
 	n.log = cfg.Logger.With("component", "cluster")
 	n.metrics = newMetrics(n)
 	n.initOverLimit()
+
+	// The incarnation is created before any Raft state (vote.go).
+	inc, created, err := loadIncarnation(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	n.adm = &admission{dir: cfg.DataDir, nodeID: cfg.NodeID, inc: inc, log: n.log,
+		recorded: func() string { return n.fsm.Nodes()[incarnationKey(cfg.NodeID)] }}
+	n.adm.admitted.Store(inc.Admitted)
+	if created && inc.Admitted {
+		n.log.Info("data directory predates incarnations: it keeps its vote", "incarnation", inc.ID)
+	}
 
 	f, err := fsm.Open(filepath.Join(cfg.DataDir, "fsm.db"), fsm.Options{
 		NoSync: true, OnFatal: n.onFatal, CommitEvery: cfg.FSMCommitEvery, CacheKeys: cfg.FSMCacheKeys,
@@ -370,6 +392,8 @@ func (n *Node) openRaft(bootstrap bool) error {
 		}
 		trans = t
 	}
+	n.gate = newVoteGate(trans, n.adm, cfg.NoPipeline)
+	trans = n.gate
 	n.trans = trans
 
 	existing, err := raft.HasExistingState(cached, logs, snaps)
@@ -401,12 +425,16 @@ func (n *Node) openRaft(bootstrap bool) error {
 			logs.Close()
 			return fmt.Errorf("bootstrap cluster: %w", err)
 		}
+		n.adm.admit("bootstrapped a new cluster")
 	}
 	return nil
 }
 
 func (n *Node) closeTransport() {
 	if n.cfg.Transport != nil {
+		if n.gate != nil {
+			n.gate.halt()
+		}
 		return // the caller owns a transport it passed in
 	}
 	if c, ok := n.trans.(io.Closer); ok {
@@ -617,6 +645,12 @@ func (n *Node) leaderLoop() {
 				f := n.raft.Apply(fsm.EncodeSetNode(n.cfg.NodeID, n.cfg.HTTPAddr), n.cfg.ApplyTimeout)
 				if _, err := n.await(context.Background(), f); err != nil {
 					n.log.Debug("register http address", "error", err)
+				}
+			}
+			if n.IsLeader() && n.adm.mayVote() {
+				// A leader won an election: its incarnation has the history.
+				if err := n.recordIncarnation(n.cfg.NodeID, n.adm.inc.ID); err != nil {
+					n.log.Debug("record incarnation", "error", err)
 				}
 			}
 		case <-t.C:

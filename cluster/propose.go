@@ -164,6 +164,10 @@ func (n *Node) Join(ctx context.Context, id, raftAddr, httpAddr string) error {
 }
 
 func (n *Node) joinLocal(id, raftAddr, httpAddr string) error {
+	handled, inc, err := n.admitJoin(id, raftAddr, httpAddr) // admit.go: a wiped member rejoins as a non-voter
+	if handled || err != nil {
+		return err
+	}
 	if err := n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, n.cfg.ApplyTimeout).Error(); err != nil {
 		if errors.Is(err, raft.ErrNotLeader) {
 			return errRetry
@@ -173,8 +177,10 @@ func (n *Node) joinLocal(id, raftAddr, httpAddr string) error {
 	if httpAddr == "" {
 		return nil
 	}
-	_, err := n.await(context.Background(), n.raft.Apply(fsm.EncodeSetNode(id, httpAddr), n.cfg.ApplyTimeout))
-	return err
+	if _, err := n.await(context.Background(), n.raft.Apply(fsm.EncodeSetNode(id, httpAddr), n.cfg.ApplyTimeout)); err != nil {
+		return err
+	}
+	return n.recordIncarnation(id, inc)
 }
 
 // Remove takes a server out of the Raft configuration through the leader.

@@ -1,0 +1,297 @@
+package cluster
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// No vote without a past (issue 21).
+//
+// hashicorp/raft grants a vote whenever it has no configuration ("very
+// likely trying to bootstrap"). A voter whose data directory was wiped and
+// that comes back under its old node ID has no configuration, so it votes
+// for whichever candidate asks first — possibly one that misses committed
+// entries, which then wins and erases them. limitd therefore gives every data
+// directory an incarnation: a random id written when the directory is created,
+// before any Raft state. A node that has not been admitted in its current
+// incarnation neither grants nor asks for votes or pre-votes (voteGate
+// below). It is admitted when:
+//
+//   - its directory predates incarnations (it has Raft state and no file);
+//   - it bootstrapped the cluster, alone or with its --bootstrap-expect peers
+//     (all of them had no state: there is no past to lose);
+//   - a leader recorded its incarnation in the replicated node table
+//     (incarnationKey): it does so only after the node holds every entry the
+//     leader had when it accepted the join (admit.go).
+//
+// Admission is written to the incarnation file, so it survives restarts; a
+// crash before admission keeps the node voteless.
+
+// incarnationFile is the data directory's identity, beside fsm.db and the log.
+const incarnationFile = "incarnation.json"
+
+// incarnation is the content of incarnationFile.
+type incarnation struct {
+	ID string `json:"incarnation"`
+	// Admitted: a leader (or the bootstrap) has made this incarnation a
+	// voter with the whole history; it may vote.
+	Admitted bool `json:"admitted"`
+}
+
+// incarnationKey is the node table entry under which the leader records a
+// member's admitted incarnation. Node ids never contain '/' in practice (they
+// are names or host:port); the prefix keeps these records apart from the
+// HTTP addresses without a new command.
+func incarnationKey(nodeID string) string { return "incarnation/" + nodeID }
+
+// loadIncarnation reads the data directory's incarnation, creating it (not
+// admitted) for a new directory, or (admitted) for a directory with Raft state
+// from before incarnations existed. It runs before any Raft state is created.
+func loadIncarnation(dir string) (incarnation, bool, error) {
+	path := filepath.Join(dir, incarnationFile)
+	b, err := os.ReadFile(path)
+	if err == nil {
+		var inc incarnation
+		if err := json.Unmarshal(b, &inc); err != nil || inc.ID == "" {
+			return inc, false, fmt.Errorf("incarnation file %s is damaged (%v): if this node's data directory is lost, move the whole directory aside and start the node again with --join (docs/OPERATIONS.md, replacing a broken node)", path, err)
+		}
+		return inc, false, nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return incarnation{}, false, fmt.Errorf("read incarnation %s: %w", path, err)
+	}
+	var r [16]byte
+	if _, err := rand.Read(r[:]); err != nil {
+		return incarnation{}, false, fmt.Errorf("new incarnation: %w", err)
+	}
+	legacy := exists(filepath.Join(dir, walDirName)) || exists(filepath.Join(dir, boltFileName))
+	inc := incarnation{ID: hex.EncodeToString(r[:]), Admitted: legacy}
+	if err := writeIncarnation(dir, inc); err != nil {
+		return inc, false, err
+	}
+	return inc, true, nil
+}
+
+// writeIncarnation replaces the file atomically and durably.
+func writeIncarnation(dir string, inc incarnation) error {
+	path := filepath.Join(dir, incarnationFile)
+	b, _ := json.Marshal(inc)
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	if err != nil {
+		return fmt.Errorf("write incarnation %s: %w", path, err)
+	}
+	_, err = f.Write(append(b, '\n'))
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err == nil {
+		err = syncDir(dir)
+	}
+	if err != nil {
+		return fmt.Errorf("write incarnation %s: %w", path, err)
+	}
+	return nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// admission is a node's incarnation and whether it may vote.
+type admission struct {
+	dir      string
+	nodeID   string
+	inc      incarnation
+	admitted atomic.Bool
+	mu       sync.Mutex // serialises writes of the file
+	log      *slog.Logger
+	// recorded returns the incarnation the replicated node table holds for
+	// this node ("" if none).
+	recorded func() string
+}
+
+// mayVote reports whether this incarnation may grant or ask for votes: it
+// was admitted, or the leader's record of it has just been applied here.
+func (a *admission) mayVote() bool {
+	if a.admitted.Load() {
+		return true
+	}
+	if a.recorded != nil && a.recorded() == a.inc.ID {
+		a.admit("a leader recorded this incarnation after it caught up")
+		return true
+	}
+	return false
+}
+
+// admit marks this incarnation as a voter with a past, durably.
+func (a *admission) admit(why string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.admitted.Load() {
+		return
+	}
+	inc := a.inc
+	inc.Admitted = true
+	if err := writeIncarnation(a.dir, inc); err != nil {
+		// Voting stays allowed in memory: the record is replicated, and on
+		// restart the node reads it again from the node table.
+		a.log.Warn("could not persist admission", "error", err)
+	}
+	a.inc = inc
+	a.admitted.Store(true)
+	a.log.Info("this node may vote now", "incarnation", inc.ID, "reason", why)
+}
+
+// errNoPast is what an unadmitted node answers its own Raft when Raft wants
+// to ask for votes: it must not lead a cluster whose history it lacks.
+var errNoPast = errors.New("this node's data directory is new and not yet admitted by a leader: it does not ask for votes")
+
+// voteReportEvery rate-limits the "refusing votes" line.
+const voteReportEvery = 10 * time.Second
+
+// voteGate wraps the Raft transport of a node: while the node is not
+// admitted it answers every incoming RequestVote and RequestPreVote with
+// Granted=false itself (Raft never sees them) and fails its outgoing ones.
+// Everything else passes through. It also turns off pipelining when asked
+// (noPipeline; see DESIGN.md, bounded shutdown).
+type voteGate struct {
+	raft.Transport
+	adm        *admission
+	out        chan raft.RPC
+	stop       chan struct{}
+	stopOnce   sync.Once
+	noPipeline bool
+	last       atomic.Int64 // unix nanos of the last "refusing" line
+}
+
+func newVoteGate(t raft.Transport, adm *admission, noPipeline bool) *voteGate {
+	g := &voteGate{Transport: t, adm: adm, out: make(chan raft.RPC), stop: make(chan struct{}), noPipeline: noPipeline}
+	go g.run(t.Consumer())
+	return g
+}
+
+// Consumer is the filtered RPC stream Raft reads.
+func (g *voteGate) Consumer() <-chan raft.RPC { return g.out }
+
+func (g *voteGate) run(in <-chan raft.RPC) {
+	for {
+		var rpc raft.RPC
+		select {
+		case rpc = <-in:
+		case <-g.stop:
+			return
+		}
+		if g.refused(rpc) {
+			continue
+		}
+		select {
+		case g.out <- rpc:
+		case <-g.stop:
+			return
+		}
+	}
+}
+
+// refused answers a vote request itself when the node may not vote.
+func (g *voteGate) refused(rpc raft.RPC) bool {
+	var resp any
+	switch req := rpc.Command.(type) {
+	case *raft.RequestVoteRequest:
+		if g.adm.mayVote() {
+			return false
+		}
+		resp = &raft.RequestVoteResponse{RPCHeader: g.header(), Term: req.Term, Granted: false}
+	case *raft.RequestPreVoteRequest:
+		if g.adm.mayVote() {
+			return false
+		}
+		resp = &raft.RequestPreVoteResponse{RPCHeader: g.header(), Term: req.Term, Granted: false}
+	default:
+		return false
+	}
+	g.report()
+	rpc.Respond(resp, nil)
+	return true
+}
+
+func (g *voteGate) header() raft.RPCHeader {
+	return raft.RPCHeader{
+		ProtocolVersion: raft.ProtocolVersionMax,
+		ID:              []byte(g.adm.nodeID),
+		Addr:            g.Transport.EncodePeer(raft.ServerID(g.adm.nodeID), g.Transport.LocalAddr()),
+	}
+}
+
+func (g *voteGate) report() {
+	now := time.Now().UnixNano()
+	if last := g.last.Load(); now-last < int64(voteReportEvery) || !g.last.CompareAndSwap(last, now) {
+		return
+	}
+	g.adm.log.Warn("refusing to vote: this node's data directory is new (incarnation not yet admitted by a leader); it votes once a leader has given it the whole history",
+		"incarnation", g.adm.inc.ID)
+}
+
+func (g *voteGate) RequestVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestVoteRequest, resp *raft.RequestVoteResponse) error {
+	if !g.adm.mayVote() {
+		return errNoPast
+	}
+	return g.Transport.RequestVote(id, target, args, resp)
+}
+
+func (g *voteGate) RequestPreVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestPreVoteRequest, resp *raft.RequestPreVoteResponse) error {
+	if !g.adm.mayVote() {
+		return errNoPast
+	}
+	pv, ok := g.Transport.(raft.WithPreVote)
+	if !ok {
+		return errors.New("transport does not support pre-vote")
+	}
+	return pv.RequestPreVote(id, target, args, resp)
+}
+
+// AppendEntriesPipeline passes through unless pipelining is off: then Raft
+// falls back to one AppendEntries at a time per follower.
+func (g *voteGate) AppendEntriesPipeline(id raft.ServerID, target raft.ServerAddress) (raft.AppendPipeline, error) {
+	if g.noPipeline {
+		return nil, raft.ErrPipelineReplicationNotSupported
+	}
+	return g.Transport.AppendEntriesPipeline(id, target)
+}
+
+// Close stops the filter and closes the wrapped transport if it can be
+// closed (Raft calls it on shutdown, as it would the transport's own).
+func (g *voteGate) Close() error {
+	g.stopOnce.Do(func() { close(g.stop) })
+	if c, ok := g.Transport.(io.Closer); ok {
+		return c.Close()
+	}
+	return nil
+}
+
+// halt stops the filter without closing the wrapped transport (a transport
+// passed in by the caller stays the caller's).
+func (g *voteGate) halt() { g.stopOnce.Do(func() { close(g.stop) }) }
