@@ -94,6 +94,11 @@ type Config struct {
 	// directory keeps the store it was created with.
 	LogStore string
 
+	// ShutdownTimeout bounds Raft's shutdown in Close (default
+	// DefaultShutdownTimeout): past it the transport is closed under Raft,
+	// and past twice it Close gives up on Raft and closes the stores.
+	ShutdownTimeout time.Duration
+
 	// NoPipeline turns off Raft's AppendEntries pipelining: one request in
 	// flight per follower (see DESIGN.md, bounded shutdown).
 	NoPipeline bool
@@ -129,6 +134,9 @@ const (
 	DefaultSnapshotThreshold  = 4096
 	DefaultSnapshotInterval   = 30 * time.Second
 	DefaultTrailingLogs       = 2048
+	// DefaultShutdownTimeout bounds Close's wait for Raft; limitd serve's
+	// whole SIGTERM path is bounded by its --shutdown-timeout (default 10 s).
+	DefaultShutdownTimeout = 3 * time.Second
 )
 
 func (c *Config) setDefaults() {
@@ -188,6 +196,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.TrailingLogs == 0 {
 		c.TrailingLogs = DefaultTrailingLogs
+	}
+	if c.ShutdownTimeout <= 0 {
+		c.ShutdownTimeout = DefaultShutdownTimeout
 	}
 	if c.Logger == nil {
 		if c.LogOutput == nil {
@@ -710,8 +721,8 @@ func (n *Node) Close() error {
 				errs = append(errs, fmt.Errorf("close state machine: %w", err))
 			}
 		}
-		if err := n.raft.Shutdown().Error(); err != nil {
-			errs = append(errs, fmt.Errorf("raft shutdown: %w", err))
+		if err := n.shutdownRaft(); err != nil {
+			errs = append(errs, err)
 		}
 		n.closeTransport()
 		if err := n.logs.Close(); err != nil {

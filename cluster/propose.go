@@ -55,6 +55,9 @@ func (n *Node) onLeader(ctx context.Context, local func() error, forward func(ad
 		if err := n.unavailable(); err != nil {
 			return err
 		}
+		if err := n.leaderGone(); err != nil { // quorum.go: no 5 s wait without a leader
+			return err
+		}
 		if err := n.pause(ctx); err != nil {
 			return err
 		}
