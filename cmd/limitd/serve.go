@@ -71,10 +71,10 @@ type serveFlags struct {
 	raftHeartbeat, raftElection, raftLease time.Duration
 	raftNoPipeline                         bool
 	shutdownTimeout                        time.Duration
-	maxConnections                            int
-	gcPercent                                 int
-	memoryLimit                               int64
-	grpc                                      grpcFlags // grpc.go
+	maxConnections                         int
+	gcPercent                              int
+	memoryLimit                            int64
+	grpc                                   grpcFlags // grpc.go
 
 	join            joinList // --join, with --bootstrap-expect and --join-timeout
 	bootstrapExpect int
