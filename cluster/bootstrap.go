@@ -219,7 +219,7 @@ func (n *Node) awaitAdmission(addrs []string) {
 	if n.adm.mayVote() {
 		return
 	}
-	n.log.Warn("joined as a new incarnation: this node does not vote until a leader has caught it up and promoted it", "incarnation", n.adm.inc.ID)
+	n.log.Info("joined as a new incarnation: this node does not vote until a leader has caught it up and promoted it", "incarnation", n.adm.inc.ID)
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()

@@ -23,7 +23,7 @@ type metrics struct {
 	leaderChanges prometheus.Counter
 	flushSeconds  prometheus.Histogram
 	mu            sync.Mutex
-	unhealthy     map[string]bool
+	unhealthy     map[string]time.Time // follower → when a heartbeat to it failed
 }
 
 var batchBuckets = []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096}
@@ -62,7 +62,7 @@ func newMetrics(n *Node) *metrics {
 			Help:    "Time to commit the state machine's pending applies to its bbolt file (the periodic flush, --fsm-flush-interval).",
 			Buckets: LatencyBuckets(raftLatencyTop),
 		}),
-		unhealthy: map[string]bool{},
+		unhealthy: map[string]time.Time{},
 	}
 	for _, r := range []string{fwdRetry, fwdOutcomeUnknown, fwdUnauthenticated, fwdTooLarge, fwdOther} {
 		m.fwdErrors.WithLabelValues(r) // every reason is present from the start, at 0
@@ -108,7 +108,20 @@ func (n *Node) flushFSM() error {
 func (m *metrics) peerHealthy(id string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return !m.unhealthy[id]
+	failed, down := m.unhealthy[id]
+	if !down {
+		return true
+	}
+	// The flag follows the heartbeats both ways (issue 21): Raft drops an
+	// observation when the channel is full, and a new leadership term starts
+	// its heartbeats afresh without a "resumed". A successful heartbeat or
+	// AppendEntries after the failure says the follower is back.
+	now := time.Now()
+	if d, ok := globalRaftSink.sinceContact(id, now); ok && now.Add(-d).After(failed) {
+		delete(m.unhealthy, id)
+		return true
+	}
+	return false
 }
 
 // watchHeartbeats records failed and resumed heartbeats to followers, and
@@ -137,7 +150,7 @@ func (m *metrics) watchHeartbeats(r *raft.Raft, done <-chan struct{}) {
 			m.mu.Lock()
 			switch d := o.Data.(type) {
 			case raft.FailedHeartbeatObservation:
-				m.unhealthy[string(d.PeerID)] = true
+				m.unhealthy[string(d.PeerID)] = time.Now() // the latest failure
 			case raft.ResumedHeartbeatObservation:
 				delete(m.unhealthy, string(d.PeerID))
 			case raft.LeaderObservation:

@@ -262,6 +262,7 @@ type Node struct {
 	gate      *voteGate
 	promoMu   sync.Mutex
 	promoting map[string]bool // members the leader is catching up
+	guarded   *guardedLogStore
 }
 
 // Open starts a node: opens (or recovers) the state machine, the Raft stores
@@ -325,6 +326,8 @@ func Open(cfg Config, bootstrap bool) (*Node, error) {
 		n.metrics.watchHeartbeats(n.raft, n.closing)
 	}()
 	go n.watchPeers()
+	n.wg.Add(1)
+	go n.watchLogEnd(n.guarded)
 	return n, nil
 }
 
@@ -378,7 +381,9 @@ func (n *Node) openRaft(bootstrap bool) error {
 	if cfg.wrapLogStore != nil {
 		logs = cfg.wrapLogStore(logs)
 	}
-	logs = &guardedLogStore{logStore: logs, failed: n.logStoreFailed}
+	guarded := &guardedLogStore{logStore: logs, failed: n.logStoreFailed, applied: n.fsm.AppliedIndex, diverged: n.historyDiverged}
+	logs = guarded
+	n.guarded = guarded
 	n.logs = logs
 	// Entries can carry thousands of checks: keep the cache and the retained
 	// log (TrailingLogs, SnapshotThreshold) modest so memory and the log on disk stay bounded.
@@ -412,6 +417,11 @@ func (n *Node) openRaft(bootstrap bool) error {
 		n.closeTransport()
 		logs.Close()
 		return fmt.Errorf("inspect raft state in %s: %w", cfg.DataDir, err)
+	}
+	if err := errors.Join(checkLogEnd(logs, logPath), checkLogReadable(logs, logPath)); err != nil { // damage.go
+		n.closeTransport()
+		logs.Close()
+		return err
 	}
 	if err := checkLogCoversState(n.fsm.AppliedIndex(), logs, snaps); err != nil {
 		n.closeTransport()

@@ -46,3 +46,48 @@ func TestCutOffFollowerFailsFast(t *testing.T) {
 		// Within heartbeat+election timeout of the last contact it still waits.
 	}
 }
+
+// The leader's health flag of a member follows its heartbeats both ways,
+// across leadership changes: a follower cut off while l led, healed while
+// another node led, is healthy again when l leads again (Raft's new
+// heartbeat goroutines never report "resumed" for a failure they did not see).
+func TestMemberHealthFollowsHeartbeatsBothWays(t *testing.T) {
+	c := clustertest.MakeClusterOpts(t, clustertest.Options{Nodes: 3, SkipShort: true})
+	l := c.Leader()
+	f, o := (l+1)%3, (l+2)%3
+	health := func(viewer, member int) string {
+		st, err := c.Node(viewer).Status(context.Background())
+		if err != nil {
+			return err.Error()
+		}
+		for _, m := range st.Members {
+			if m.ID == c.Node(member).ID() {
+				return m.Health
+			}
+		}
+		return "absent"
+	}
+	wait := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(clustertest.Timeout)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting: %s", what)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	c.Disconnect(f)
+	wait("leader sees the cut-off member unhealthy", func() bool { return health(l, f) == cluster.HealthUnhealthy })
+	if err := c.Node(l).TransferLeadershipTo(c.Node(o).ID(), c.RaftAddr(o)); err != nil {
+		t.Fatal(err)
+	}
+	wait("o leads", func() bool { return c.Node(o).IsLeader() })
+	c.Heal()
+	wait("o sees the member healthy", func() bool { return health(o, f) == cluster.HealthHealthy })
+	if err := c.Node(o).TransferLeadershipTo(c.Node(l).ID(), c.RaftAddr(l)); err != nil {
+		t.Fatal(err)
+	}
+	wait("l leads again", func() bool { return c.Node(l).IsLeader() })
+	wait("l sees the healed member healthy again", func() bool { return health(l, f) == cluster.HealthHealthy })
+}

@@ -45,6 +45,10 @@ type Status struct {
 	CommitIndex  uint64   `json:"commit_index"`
 	AppliedIndex uint64   `json:"applied_index"`
 	Members      []Member `json:"members"`
+	// Unavailable, when set, is why this node does not serve at all (its
+	// state machine stopped, its log could not be written, its history
+	// diverged from the cluster's, it was removed), with the recovery step.
+	Unavailable string `json:"unavailable,omitempty"`
 }
 
 // Member is one server in the Raft configuration.
@@ -90,6 +94,9 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 		Term:         n.raft.CurrentTerm(),
 		CommitIndex:  n.raft.CommitIndex(),
 		AppliedIndex: n.fsm.AppliedIndex(),
+	}
+	if err := n.unavailable(); err != nil {
+		st.Unavailable = err.Error()
 	}
 	nodes := n.fsm.Nodes()
 	st.LeaderHTTP = nodes[string(leader)]
