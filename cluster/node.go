@@ -326,8 +326,9 @@ func Open(cfg Config, bootstrap bool) (*Node, error) {
 		n.metrics.watchHeartbeats(n.raft, n.closing)
 	}()
 	go n.watchPeers()
-	n.wg.Add(1)
+	n.wg.Add(2)
 	go n.watchLogEnd(n.guarded)
+	go n.watchAdmission()
 	return n, nil
 }
 
@@ -422,6 +423,11 @@ func (n *Node) openRaft(bootstrap bool) error {
 		n.closeTransport()
 		logs.Close()
 		return err
+	}
+	if err := n.adm.admitFromLog(logs, fsm.EncodeSetNode(incarnationKey(cfg.NodeID), n.adm.inc.ID)); err != nil {
+		n.closeTransport()
+		logs.Close()
+		return fmt.Errorf("raft log %s: %w", logPath, err)
 	}
 	if err := checkLogCoversState(n.fsm.AppliedIndex(), logs, snaps); err != nil {
 		n.closeTransport()

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -295,3 +296,50 @@ func (g *voteGate) Close() error {
 // halt stops the filter without closing the wrapped transport (a transport
 // passed in by the caller stays the caller's).
 func (g *voteGate) halt() { g.stopOnce.Do(func() { close(g.stop) }) }
+
+// admitFromLog admits this incarnation if the local log already holds the
+// leader's record of it. The leader appends that record only after the
+// promotion committed, and a log that matches the leader's up to the record
+// holds every entry committed before it. This covers a node killed after it
+// received the record but before it applied and persisted it: after a whole
+// cluster restart its state machine replays the entry only once a leader is
+// elected, which may need its vote. Only an unadmitted node scans.
+func (a *admission) admitFromLog(logs raft.LogStore, record []byte) error {
+	if a.admitted.Load() {
+		return nil
+	}
+	first, err := logs.FirstIndex()
+	if err != nil {
+		return err
+	}
+	last, err := logs.LastIndex()
+	if err != nil {
+		return err
+	}
+	for i := last; i >= first && i > 0; i-- {
+		var l raft.Log
+		if err := logs.GetLog(i, &l); err != nil {
+			return fmt.Errorf("read log entry %d: %w", i, err)
+		}
+		if l.Type == raft.LogCommand && bytes.Equal(l.Data, record) {
+			a.admit(fmt.Sprintf("the log holds the leader's record of this incarnation (entry %d)", i))
+			return nil
+		}
+	}
+	return nil
+}
+
+// watchAdmission persists the admission as soon as the leader's record is
+// applied, rather than at the next vote request.
+func (n *Node) watchAdmission() {
+	defer n.wg.Done()
+	t := time.NewTicker(markLogEndEvery)
+	defer t.Stop()
+	for !n.adm.mayVote() {
+		select {
+		case <-n.closing:
+			return
+		case <-t.C:
+		}
+	}
+}
