@@ -1,8 +1,10 @@
 package cluster
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"runtime"
 	"time"
 )
 
@@ -41,7 +43,7 @@ func (n *Node) shutdownRaft() error {
 		err, ok = wait()
 	}
 	if !ok {
-		n.log.Error("raft did not shut down: closing the stores anyway", "waited", 2*n.cfg.ShutdownTimeout)
+		n.log.Error("raft did not shut down: closing the stores anyway", "waited", 2*n.cfg.ShutdownTimeout, "raft_goroutines", raftStacks())
 		return fmt.Errorf("%w (%v, transport closed after %v)", ErrShutdownTimeout, 2*n.cfg.ShutdownTimeout, n.cfg.ShutdownTimeout)
 	}
 	if err != nil {
@@ -56,4 +58,18 @@ func (n *Node) forceCloseTransport() {
 	if n.gate != nil {
 		n.gate.Close()
 	}
+}
+
+// raftStacks returns the stacks of the goroutines inside hashicorp/raft, for
+// the report of a shutdown that did not finish (what it waits for).
+func raftStacks() string {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	var out [][]byte
+	for _, g := range bytes.Split(buf, []byte("\n\n")) {
+		if bytes.Contains(g, []byte("hashicorp/raft")) {
+			out = append(out, g)
+		}
+	}
+	return string(bytes.Join(out, []byte("\n\n")))
 }

@@ -187,10 +187,12 @@ type voteGate struct {
 	stopOnce   sync.Once
 	noPipeline bool
 	last       atomic.Int64 // unix nanos of the last "refusing" line
+	pipes      pipelines    // pipeline.go
+	pipeBound  time.Duration
 }
 
 func newVoteGate(t raft.Transport, adm *admission, noPipeline bool) *voteGate {
-	g := &voteGate{Transport: t, adm: adm, out: make(chan raft.RPC), stop: make(chan struct{}), noPipeline: noPipeline}
+	g := &voteGate{Transport: t, adm: adm, out: make(chan raft.RPC), stop: make(chan struct{}), noPipeline: noPipeline, pipeBound: pipelineSendBound}
 	go g.run(t.Consumer())
 	return g
 }
@@ -274,19 +276,24 @@ func (g *voteGate) RequestPreVote(id raft.ServerID, target raft.ServerAddress, a
 	return pv.RequestPreVote(id, target, args, resp)
 }
 
-// AppendEntriesPipeline passes through unless pipelining is off: then Raft
-// falls back to one AppendEntries at a time per follower.
+// AppendEntriesPipeline returns a bounded pipeline (pipeline.go), or none
+// when pipelining is off: then Raft sends one AppendEntries at a time.
 func (g *voteGate) AppendEntriesPipeline(id raft.ServerID, target raft.ServerAddress) (raft.AppendPipeline, error) {
 	if g.noPipeline {
 		return nil, raft.ErrPipelineReplicationNotSupported
 	}
-	return g.Transport.AppendEntriesPipeline(id, target)
+	p, err := g.Transport.AppendEntriesPipeline(id, target)
+	if err != nil {
+		return nil, err
+	}
+	return g.pipes.wrap(p, g.pipeBound), nil
 }
 
 // Close stops the filter and closes the wrapped transport if it can be
 // closed (Raft calls it on shutdown, as it would the transport's own).
 func (g *voteGate) Close() error {
 	g.stopOnce.Do(func() { close(g.stop) })
+	g.pipes.closeAll()
 	if c, ok := g.Transport.(io.Closer); ok {
 		return c.Close()
 	}
