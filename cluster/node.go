@@ -266,6 +266,7 @@ type Node struct {
 	promoMu   sync.Mutex
 	promoting map[string]bool // members the leader is catching up
 	guarded   *guardedLogStore
+	openedAt  time.Time // quorum.go: the fast-fail clock before any leader contact
 }
 
 // Open starts a node: opens (or recovers) the state machine, the Raft stores
@@ -282,7 +283,7 @@ func Open(cfg Config, bootstrap bool) (*Node, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("create data dir %s: %w", cfg.DataDir, err)
 	}
-	n := &Node{cfg: cfg, closing: make(chan struct{}), halted: make(chan struct{}), removed: make(chan struct{})}
+	n := &Node{cfg: cfg, closing: make(chan struct{}), halted: make(chan struct{}), removed: make(chan struct{}), openedAt: time.Now()}
 	n.logger = newHCLog(cfg.Logger, "raft")
 	n.log = cfg.Logger.With("component", "cluster")
 	n.metrics = newMetrics(n)

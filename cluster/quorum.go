@@ -24,12 +24,14 @@ func (n *Node) leaderGone() error {
 		return nil
 	}
 	bound := n.cfg.HeartbeatTimeout + n.cfg.ElectionTimeout
-	last := n.raft.LastContact()
+	last, what := n.raft.LastContact(), "no contact with a leader"
 	if last.IsZero() {
-		return fmt.Errorf("%w: this node has not heard from a leader since it started", ErrNoLeader)
+		// Never heard from one: count from the start, so a node that has
+		// just started waits for the first election as before.
+		last, what = n.openedAt, "no contact with a leader since this node started"
 	}
 	if since := time.Since(last); since > bound {
-		return fmt.Errorf("%w: no contact with a leader for %v (no quorum reachable from this node)", ErrNoLeader, since.Round(time.Millisecond))
+		return fmt.Errorf("%w: %s for %v (no quorum reachable from this node)", ErrNoLeader, what, since.Round(time.Millisecond))
 	}
 	return nil
 }
