@@ -156,3 +156,23 @@ func (n *Node) peerInfo(httpAddr string) (bootstrapInfo, error) {
 	err = n.getJSON(context.Background(), u.String()+pathBootstrap, &info)
 	return info, err
 }
+
+// recordBootIncarnations records, on the leader that bootstrapped a
+// --bootstrap-expect cluster, the incarnations its peers reported then.
+func (n *Node) recordBootIncarnations() {
+	n.promoMu.Lock()
+	incs := n.bootIncs
+	n.bootIncs = nil
+	n.promoMu.Unlock()
+	for id, inc := range incs {
+		if err := n.recordIncarnation(id, inc); err != nil {
+			n.log.Debug("record incarnation", "node", id, "error", err)
+			n.promoMu.Lock()
+			if n.bootIncs == nil {
+				n.bootIncs = map[string]string{}
+			}
+			n.bootIncs[id] = inc // again at the next tick
+			n.promoMu.Unlock()
+		}
+	}
+}

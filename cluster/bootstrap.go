@@ -390,8 +390,12 @@ func (n *Node) tryBootstrap(peers []bootstrapInfo, expect int) (done bool, why e
 		return false, fmt.Errorf("bootstrap: %d nodes see each other; waiting for %s (lowest node ID) to bootstrap", expect, ids[0])
 	}
 	conf := raft.Configuration{}
+	incs := map[string]string{}
 	for _, p := range peers {
 		conf.Servers = append(conf.Servers, raft.Server{ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.RaftAddr), Suffrage: raft.Voter})
+		if p.Incarnation != "" && p.ID != n.cfg.NodeID {
+			incs[p.ID] = p.Incarnation
+		}
 	}
 	if err := n.raft.BootstrapCluster(conf).Error(); err != nil {
 		if errors.Is(err, raft.ErrCantBootstrap) {
@@ -400,6 +404,11 @@ func (n *Node) tryBootstrap(peers []bootstrapInfo, expect int) (done bool, why e
 		return false, fmt.Errorf("bootstrap cluster: %w", err)
 	}
 	n.log.Info("bootstrapped the cluster", "voters", ids)
+	// The first leader records the peers' incarnations (admit.go), so they
+	// are admitted without a round of demotion when they join.
+	n.promoMu.Lock()
+	n.bootIncs = incs
+	n.promoMu.Unlock()
 	return true, nil
 }
 

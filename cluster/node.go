@@ -264,7 +264,8 @@ type Node struct {
 	adm       *admission
 	gate      *voteGate
 	promoMu   sync.Mutex
-	promoting map[string]bool // members the leader is catching up
+	promoting map[string]bool   // members the leader is catching up
+	bootIncs  map[string]string // peers' incarnations to record after a --bootstrap-expect bootstrap
 	guarded   *guardedLogStore
 	openedAt  time.Time // quorum.go: the fast-fail clock before any leader contact
 }
@@ -683,6 +684,7 @@ func (n *Node) leaderLoop() {
 				if err := n.recordIncarnation(n.cfg.NodeID, n.adm.inc.ID); err != nil {
 					n.log.Debug("record incarnation", "error", err)
 				}
+				n.recordBootIncarnations()
 			}
 		case <-t.C:
 			if !n.IsLeader() {

@@ -224,12 +224,12 @@ func (g *voteGate) refused(rpc raft.RPC) bool {
 	var resp any
 	switch req := rpc.Command.(type) {
 	case *raft.RequestVoteRequest:
-		if g.adm.mayVote() {
+		if g.adm.mayVote() || noHistory(req.LastLogIndex, req.LastLogTerm) {
 			return false
 		}
 		resp = &raft.RequestVoteResponse{RPCHeader: g.header(), Term: req.Term, Granted: false}
 	case *raft.RequestPreVoteRequest:
-		if g.adm.mayVote() {
+		if g.adm.mayVote() || noHistory(req.LastLogIndex, req.LastLogTerm) {
 			return false
 		}
 		resp = &raft.RequestPreVoteResponse{RPCHeader: g.header(), Term: req.Term, Granted: false}
@@ -240,6 +240,13 @@ func (g *voteGate) refused(rpc raft.RPC) bool {
 	rpc.Respond(resp, nil)
 	return true
 }
+
+// noHistory: a candidate whose log is at most the bootstrap configuration
+// (index 1, term 1) — the first election of a --bootstrap-expect cluster,
+// whose other members are new and not yet admitted. Voting for it cannot
+// lose anything: there is nothing beyond the configuration to lose, and a
+// cluster that has more refuses such a candidate through its own voters.
+func noHistory(lastIndex, lastTerm uint64) bool { return lastIndex <= 1 && lastTerm <= 1 }
 
 func (g *voteGate) header() raft.RPCHeader {
 	return raft.RPCHeader{
