@@ -679,11 +679,9 @@ func (n *Node) leaderLoop() {
 					n.log.Debug("register http address", "error", err)
 				}
 			}
-			if n.IsLeader() && n.adm.mayVote() {
-				// A leader won an election: its incarnation has the history.
-				if err := n.recordIncarnation(n.cfg.NodeID, n.adm.inc.ID); err != nil {
-					n.log.Debug("record incarnation", "error", err)
-				}
+			if n.IsLeader() {
+				// A leader needs no record of its own incarnation (it is
+				// admitted); its --bootstrap-expect peers do (admit.go).
 				n.recordBootIncarnations()
 			}
 		case <-t.C:
