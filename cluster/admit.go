@@ -50,7 +50,15 @@ func (n *Node) admitJoin(id, raftAddr, httpAddr string) (handled bool, inc strin
 	if info.Admitted || known == info.Incarnation || !inConfig {
 		return false, info.Incarnation, nil
 	}
-	// A known member with a new data directory.
+	// A known member with a new data directory (or one added without an
+	// HTTP address, whose incarnation the leader could not ask then).
+	if info.Applied >= n.raft.CommitIndex() {
+		// It holds everything committed: record it now; it is admitted
+		// when it applies the record (and so holds everything before it).
+		n.log.Warn("node came back with a new data directory and has caught up: admitting it",
+			"node", id, "incarnation", info.Incarnation, "previous_incarnation", known, "applied", info.Applied)
+		return false, info.Incarnation, nil
+	}
 	n.log.Warn("node came back with a new data directory: re-adding it as a non-voter until it has caught up",
 		"node", id, "incarnation", info.Incarnation, "previous_incarnation", known)
 	var f raft.IndexFuture

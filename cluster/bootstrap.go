@@ -107,7 +107,7 @@ func (n *Node) selfInfo() bootstrapInfo {
 	return bootstrapInfo{
 		ID: n.cfg.NodeID, RaftAddr: string(n.trans.LocalAddr()), HTTPAddr: n.cfg.HTTPAddr,
 		HasState: n.hasState(), Expect: n.disc.expect, Seen: slices.Clone(n.disc.seen),
-		Incarnation: n.adm.inc.ID, Admitted: n.adm.mayVote(), Applied: n.fsm.AppliedIndex(),
+		Incarnation: n.adm.id, Admitted: n.adm.mayVote(), Applied: n.fsm.AppliedIndex(),
 	}
 }
 
@@ -166,7 +166,10 @@ func (n *Node) JoinCluster(ctx context.Context, opts JoinOptions) error {
 			err := n.joinAny(ctx, targets)
 			if err == nil {
 				n.log.Info("joined the cluster", "rounds", round)
-				n.awaitAdmission(opts.Addrs)
+				if !n.adm.mayVote() {
+					// watchAdmission (vote.go) asks again until a leader admits it.
+					n.log.Info("joined as a new incarnation: this node does not vote until a leader has caught it up", "incarnation", n.adm.id)
+				}
 				return nil
 			}
 			var perm *permanentError
@@ -210,34 +213,6 @@ func (n *Node) registered() bool {
 	_, member := n.membership()
 	nodes := n.fsm.Nodes()
 	return member && nodes[n.cfg.NodeID] == n.cfg.HTTPAddr && n.adm.mayVote()
-}
-
-// awaitAdmission joins again every JoinBackoffMax while this incarnation is
-// not admitted, so that a leader elected after the join (its predecessor
-// was catching this node up) catches it up and promotes it.
-func (n *Node) awaitAdmission(addrs []string) {
-	if n.adm.mayVote() {
-		return
-	}
-	n.log.Info("joined as a new incarnation: this node does not vote until a leader has caught it up and promoted it", "incarnation", n.adm.inc.ID)
-	n.wg.Add(1)
-	go func() {
-		defer n.wg.Done()
-		t := time.NewTicker(JoinBackoffMax)
-		defer t.Stop()
-		for !n.adm.mayVote() {
-			select {
-			case <-n.closing:
-				return
-			case <-t.C:
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), JoinBackoffMax)
-			if targets, _ := n.resolveJoin(ctx, addrs); len(targets) > 0 {
-				_ = n.joinAny(ctx, targets)
-			}
-			cancel()
-		}
-	}()
 }
 
 // resolveJoin turns the join list into base URLs, expanding host names to

@@ -295,7 +295,7 @@ func Open(cfg Config, bootstrap bool) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n.adm = &admission{dir: cfg.DataDir, nodeID: cfg.NodeID, inc: inc, log: n.log,
+	n.adm = &admission{dir: cfg.DataDir, nodeID: cfg.NodeID, id: inc.ID, log: n.log,
 		recorded: func() string { return n.fsm.Nodes()[incarnationKey(cfg.NodeID)] }}
 	n.adm.admitted.Store(inc.Admitted)
 	if created && inc.Admitted {
@@ -429,7 +429,7 @@ func (n *Node) openRaft(bootstrap bool) error {
 		logs.Close()
 		return err
 	}
-	if err := n.adm.admitFromLog(logs, fsm.EncodeSetNode(incarnationKey(cfg.NodeID), n.adm.inc.ID)); err != nil {
+	if err := n.adm.admitFromLog(logs, fsm.EncodeSetNode(incarnationKey(cfg.NodeID), n.adm.id)); err != nil {
 		n.closeTransport()
 		logs.Close()
 		return fmt.Errorf("raft log %s: %w", logPath, err)
@@ -614,6 +614,10 @@ func (n *Node) Ready() error {
 	}
 	if _, id := n.raft.LeaderWithID(); id == "" {
 		return ErrNoLeader
+	}
+	if !n.adm.mayVote() {
+		// vote.go: a new data directory is a member once a leader admits it.
+		return errors.New("not yet admitted: this node's data directory is new and a leader has not yet recorded that it holds the whole history")
 	}
 	commit, applied := n.raft.CommitIndex(), n.fsm.AppliedIndex()
 	// A busy node always trails its commit index by the entries in flight;

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -126,7 +127,7 @@ func syncDir(dir string) error {
 type admission struct {
 	dir      string
 	nodeID   string
-	inc      incarnation
+	id       string // the incarnation id: never changes
 	admitted atomic.Bool
 	mu       sync.Mutex // serialises writes of the file
 	log      *slog.Logger
@@ -141,7 +142,7 @@ func (a *admission) mayVote() bool {
 	if a.admitted.Load() {
 		return true
 	}
-	if a.recorded != nil && a.recorded() == a.inc.ID {
+	if a.recorded != nil && a.recorded() == a.id {
 		a.admit("a leader recorded this incarnation after it caught up")
 		return true
 	}
@@ -155,14 +156,12 @@ func (a *admission) admit(why string) {
 	if a.admitted.Load() {
 		return
 	}
-	inc := a.inc
-	inc.Admitted = true
+	inc := incarnation{ID: a.id, Admitted: true}
 	if err := writeIncarnation(a.dir, inc); err != nil {
 		// Voting stays allowed in memory: the record is replicated, and on
 		// restart the node reads it again from the node table.
 		a.log.Warn("could not persist admission", "error", err)
 	}
-	a.inc = inc
 	a.admitted.Store(true)
 	a.log.Info("this node may vote now", "incarnation", inc.ID, "reason", why)
 }
@@ -262,7 +261,7 @@ func (g *voteGate) report() {
 		return
 	}
 	g.adm.log.Warn("refusing to vote: this node's data directory is new (incarnation not yet admitted by a leader); it votes once a leader has given it the whole history",
-		"incarnation", g.adm.inc.ID)
+		"incarnation", g.adm.id)
 }
 
 func (g *voteGate) RequestVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestVoteRequest, resp *raft.RequestVoteResponse) error {
@@ -344,16 +343,38 @@ func (a *admission) admitFromLog(logs raft.LogStore, record []byte) error {
 }
 
 // watchAdmission persists the admission as soon as the leader's record is
-// applied, rather than at the next vote request.
+// applied, rather than at the next vote request; and while this node is a
+// member that is not admitted, it asks the leader to admit it by joining
+// again (through Join, with its HTTP address: the leader then asks it for its
+// incarnation). That covers a node added without an HTTP address, and a
+// leader elected before it finished a promotion its predecessor began.
 func (n *Node) watchAdmission() {
 	defer n.wg.Done()
 	t := time.NewTicker(markLogEndEvery)
 	defer t.Stop()
+	// The first request a second after start: a node joining normally is
+	// usually admitted by then without one.
+	last := time.Now().Add(time.Second - JoinBackoffMax)
 	for !n.adm.mayVote() {
 		select {
 		case <-n.closing:
 			return
 		case <-t.C:
 		}
+		if n.cfg.HTTPAddr == "" || time.Since(last) < JoinBackoffMax {
+			continue
+		}
+		if _, member := n.membership(); !member {
+			continue
+		}
+		if _, addr := n.leaderHTTP(); addr == "" {
+			continue
+		}
+		last = time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*n.cfg.ApplyTimeout)
+		if err := n.Join(ctx, n.cfg.NodeID, string(n.trans.LocalAddr()), n.cfg.HTTPAddr); err != nil {
+			n.log.Debug("ask the leader for admission", "error", err)
+		}
+		cancel()
 	}
 }

@@ -22,7 +22,7 @@ func TestAdmitFromLogRecord(t *testing.T) {
 	if err != nil || !created || inc.Admitted {
 		t.Fatalf("new directory: %+v created %v, %v; want a new, unadmitted incarnation", inc, created, err)
 	}
-	a := &admission{dir: dir, nodeID: "n2", inc: inc, log: discardLogger()}
+	a := &admission{dir: dir, nodeID: "n2", id: inc.ID, log: discardLogger()}
 	logs := raft.NewInmemStore()
 	if err := logs.StoreLogs([]*raft.Log{
 		{Index: 1, Term: 1, Type: raft.LogCommand, Data: fsm.EncodeSetNode(incarnationKey("n3"), inc.ID)},
