@@ -56,3 +56,6 @@ func NewStreamTransport(ln net.Listener, tc *tls.Config, localID string) interfa
 	nt := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{Stream: layer, MaxPool: 1, Timeout: 2 * time.Second, Logger: hclog.NewNullLogger()})
 	return idTransport{nt}
 }
+
+// MayVote reports whether n's incarnation may vote (vote.go).
+func MayVote(n *Node) bool { return n.adm.mayVote() }

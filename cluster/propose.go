@@ -55,6 +55,9 @@ func (n *Node) onLeader(ctx context.Context, local func() error, forward func(ad
 		if err := n.unavailable(); err != nil {
 			return err
 		}
+		if err := n.leaderGone(); err != nil { // quorum.go: no 5 s wait without a leader
+			return err
+		}
 		if err := n.pause(ctx); err != nil {
 			return err
 		}
@@ -167,6 +170,10 @@ func (n *Node) joinLocal(id, raftAddr, httpAddr string) error {
 	if e := n.addressTaken(id, raftAddr); e != nil { // peerid.go
 		return e
 	}
+	handled, inc, err := n.admitJoin(id, raftAddr, httpAddr) // admit.go: a wiped member rejoins as a non-voter
+	if handled || err != nil {
+		return err
+	}
 	if err := n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, n.cfg.ApplyTimeout).Error(); err != nil {
 		if errors.Is(err, raft.ErrNotLeader) {
 			return errRetry
@@ -176,8 +183,10 @@ func (n *Node) joinLocal(id, raftAddr, httpAddr string) error {
 	if httpAddr == "" {
 		return nil
 	}
-	_, err := n.await(context.Background(), n.raft.Apply(fsm.EncodeSetNode(id, httpAddr), n.cfg.ApplyTimeout))
-	return err
+	if _, err := n.await(context.Background(), n.raft.Apply(fsm.EncodeSetNode(id, httpAddr), n.cfg.ApplyTimeout)); err != nil {
+		return err
+	}
+	return n.recordIncarnation(id, inc)
 }
 
 // Remove takes a server out of the Raft configuration through the leader.

@@ -35,6 +35,8 @@ const (
 	DefaultIdleTimeout    = 120 * time.Second
 	DefaultMaxConnections = 4096
 	writeTimeoutMargin    = 5 * time.Second
+	// DefaultShutdownTimeout bounds a SIGTERM shutdown (--shutdown-timeout).
+	DefaultShutdownTimeout = 10 * time.Second
 )
 
 // Defaults of the serve flags this command owns; the cluster, api and
@@ -65,10 +67,14 @@ type serveFlags struct {
 	snapshotThreshold, trailingLogs           uint64
 	pprof, insecure, stayAfterRemoval         bool
 	readTimeout, idleTimeout                  time.Duration
-	maxConnections                            int
-	gcPercent                                 int
-	memoryLimit                               int64
-	grpc                                      grpcFlags // grpc.go
+	// Raft timing and shutdown (issue 21).
+	raftHeartbeat, raftElection, raftLease time.Duration
+	raftNoPipeline                         bool
+	shutdownTimeout                        time.Duration
+	maxConnections                         int
+	gcPercent                              int
+	memoryLimit                            int64
+	grpc                                   grpcFlags // grpc.go
 
 	join            joinList // --join, with --bootstrap-expect and --join-timeout
 	bootstrapExpect int
@@ -112,6 +118,11 @@ func newServeFlagSet(out io.Writer) (*flag.FlagSet, *serveFlags) {
 	fs.DurationVar(&f.applyTimeout, "apply-timeout", cluster.DefaultApplyTimeout, "the request deadline: every check or admin call answers within it (503 unavailable or outcome_unknown when the cluster could not decide in time)")
 	fs.Uint64Var(&f.snapshotThreshold, "snapshot-threshold", cluster.DefaultSnapshotThreshold, "take a Raft snapshot once this many log entries follow the last one (checked every --snapshot-interval)")
 	fs.DurationVar(&f.snapshotInterval, "snapshot-interval", cluster.DefaultSnapshotInterval, "how often to check whether a snapshot is due")
+	fs.DurationVar(&f.raftHeartbeat, "raft-heartbeat-timeout", cluster.DefaultHeartbeatTimeout, "Raft: a follower that has not heard from the leader for this long starts an election (and its checks answer 503 once an election timeout more has passed without a leader)")
+	fs.DurationVar(&f.raftElection, "raft-election-timeout", cluster.DefaultElectionTimeout, "Raft: how long a candidate waits for votes before trying again")
+	fs.DurationVar(&f.raftLease, "raft-lease-timeout", cluster.DefaultLeaderLeaseTimeout, "Raft: a leader that cannot reach a quorum for this long steps down (at most --raft-heartbeat-timeout)")
+	fs.BoolVar(&f.raftNoPipeline, "raft-no-pipeline", false, "Raft: send one AppendEntries at a time to each follower instead of pipelining them")
+	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", DefaultShutdownTimeout, "bound on a SIGTERM/SIGINT shutdown: HTTP draining and Raft's shutdown share it; past it the process exits anyway (its state is crash-safe)")
 	fs.Uint64Var(&f.trailingLogs, "trailing-logs", cluster.DefaultTrailingLogs, "log entries kept after a snapshot, so a lagging follower can catch up without one")
 	fs.StringVar(&f.logLevel, "log-level", DefaultLogLevel, "log level of the whole process, Raft included: debug, info, warn, error")
 	fs.StringVar(&f.logFormat, "log-format", DefaultLogFormat, "log format: text (key=value) or json (one object a line)")
@@ -164,6 +175,14 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	if f.bootstrapExpect < 0 || f.bootstrapExpect == 1 || (f.bootstrapExpect > 1 && len(f.join) == 0) {
 		// A node with --join never bootstraps alone; one without it does.
 		fmt.Fprintln(stderr, "limitd: --bootstrap-expect N (N of at least 2) needs --join with the addresses of the nodes that bootstrap together; a single node bootstraps without --join")
+		return 2
+	}
+	if f.raftHeartbeat <= 0 || f.raftElection <= 0 || f.raftLease <= 0 || f.raftLease > f.raftHeartbeat {
+		fmt.Fprintln(stderr, "limitd: --raft-heartbeat-timeout, --raft-election-timeout and --raft-lease-timeout must be positive, the lease at most the heartbeat timeout")
+		return 2
+	}
+	if f.shutdownTimeout < 100*time.Millisecond {
+		fmt.Fprintln(stderr, "limitd: --shutdown-timeout must be at least 100ms")
 		return 2
 	}
 	if f.joinTimeout < 0 {
@@ -265,6 +284,11 @@ func serve(f *serveFlags, in *startInputs, logger *slog.Logger) error {
 		SnapshotThreshold:  f.snapshotThreshold,
 		SnapshotInterval:   f.snapshotInterval,
 		TrailingLogs:       f.trailingLogs,
+		HeartbeatTimeout:   f.raftHeartbeat,
+		ElectionTimeout:    f.raftElection,
+		LeaderLeaseTimeout: f.raftLease,
+		NoPipeline:         f.raftNoPipeline,
+		ShutdownTimeout:    f.shutdownTimeout / 4,
 		Logger:             logger,
 	}, len(f.join) == 0)
 	if err != nil {
@@ -357,7 +381,16 @@ func serve(f *serveFlags, in *startInputs, logger *slog.Logger) error {
 	case err := <-background:
 		runErr = err
 	}
-	shutdownCtx, stop := context.WithTimeout(context.Background(), 5*time.Second)
+	// The whole shutdown is bounded (issue 21): HTTP draining gets half of
+	// --shutdown-timeout, Raft a quarter before its transport is closed under
+	// it and as much again before the stores are closed regardless; the
+	// watchdog exits past the bound whatever still hangs.
+	watchdog := time.AfterFunc(f.shutdownTimeout, func() {
+		logger.Error("shutdown exceeded --shutdown-timeout: exiting now; the data directory is crash-safe", "shutdown_timeout", f.shutdownTimeout)
+		os.Exit(1)
+	})
+	defer watchdog.Stop()
+	shutdownCtx, stop := context.WithTimeout(context.Background(), f.shutdownTimeout/2)
 	defer stop()
 	hs.Shutdown(shutdownCtx)
 	rlsFE.stop(shutdownCtx)
