@@ -155,8 +155,11 @@ type Grant struct {
 // nothing remaining it grants nothing (Units 0, next nil): the caller stores
 // nothing.
 func GrantLease(dst []byte, s *Spec, l Lease, state []byte, now int64) (g Grant, next []byte, err error) {
-	if err := ValidateLease(*s, l); err != nil || !l.Enabled() {
-		return g, nil, fmt.Errorf("algo: invalid lease %+v for %s: %v", l, s.Algorithm, err)
+	if !l.Enabled() {
+		return g, nil, fmt.Errorf("algo: no lease option")
+	}
+	if err := ValidateLease(*s, l); err != nil {
+		return g, nil, fmt.Errorf("algo: invalid lease %+v for %s: %w", l, s.Algorithm, err)
 	}
 	peek, _, err := Decide(dst, s, state, now, 0)
 	if err != nil {
