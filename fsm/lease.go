@@ -460,3 +460,24 @@ func (a *applier) holdLeased(tx *persist.Tx, ck *checkRef, lim *limit, key []byt
 	t := tentative{key: key, prev: st, data: append(tx.Alloc(len(next))[:0], next...), expiry: now + int64(resetAfter), changed: true}
 	return writeState(tx, &t)
 }
+
+// StampLeaseCommand returns cmd, a CmdGrantLease or CmdReturnLease entry
+// (built by a follower with any time), stamped with the leader's time now,
+// after checking that it decodes completely and names a holder. A follower
+// forwards its lease commands so; only the leader's clock enters the log.
+func StampLeaseCommand(dst, cmd []byte, now int64) ([]byte, error) {
+	var c command
+	if err := decodeCommand(&c, cmd); err != nil {
+		return nil, err
+	}
+	if c.typ != CmdGrantLease && c.typ != CmdReturnLease {
+		return nil, fmt.Errorf("%w: type %d is not a lease command", ErrBadCommand, c.typ)
+	}
+	if badHolder(c.holder) {
+		return nil, fmt.Errorf("%w: lease holder of %d bytes", ErrBadCommand, len(c.holder))
+	}
+	_, n := binary.Varint(cmd[2:]) // decodeCommand read it
+	dst = append(dst, c.typ, cmdVersion)
+	dst = binary.AppendVarint(dst, now)
+	return append(dst, cmd[2+n:]...), nil
+}

@@ -140,6 +140,10 @@ func (s *Service) check(ctx context.Context, r *CheckRequest, detach bool) (Chec
 		return CheckResult{}, e
 	}
 	if r.RequestID == "" {
+		if d, ok := s.leased(&c, &l); ok { // lease.go
+			s.obs.Decided(l, d)
+			return CheckResult{Decision: d, Limit: l}, nil
+		}
 		if d, hit := s.cached(&c); hit {
 			s.obs.Decided(l, d)
 			return CheckResult{Decision: d, Limit: l}, nil
