@@ -1,6 +1,7 @@
 package api
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -79,4 +80,16 @@ func mustSpecT(t *testing.T, c algo.Config) algo.Spec {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// TestLeaseMetricsRegistered: the lease counters are on /metrics.
+func TestLeaseMetricsRegistered(t *testing.T) {
+	ts := newTestServer(t, Config{})
+	r := ts.do("GET", "/metrics", "")
+	for _, name := range []string{"limitd_leases_taken_total", "limitd_leases_returned_total", "limitd_leases_lost_total",
+		"limitd_leases_revoked_total", "limitd_lease_checks_total", "limitd_leased_keys"} {
+		if !strings.Contains(string(r.body), "\n"+name+" 0\n") {
+			t.Errorf("/metrics has no %s 0", name)
+		}
+	}
 }
