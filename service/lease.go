@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -110,15 +111,33 @@ type leaseTable struct {
 	mu     sync.Mutex
 	slots  map[leaseKey]*leaseSlot
 	closed bool
-	wg     sync.WaitGroup // grants and returns in flight
-	start  sync.Once
-	stop   chan struct{}
+	// Grants and returns wait here for the flusher, which sends all of
+	// them in one grant entry and one return entry: the log carries a
+	// few entries per flush, not two per key.
+	grants  []pendingGrant
+	returns []pendingReturn
+	kick    chan struct{}
+	flushMu sync.Mutex // one flush at a time
+	start   sync.Once
+	stop    chan struct{}
+	done    chan struct{} // the flusher has stopped
 
 	taken, returned, lost, revoked, answered atomic.Uint64
 }
 
 func newLeaseTable(n Leaser) *leaseTable {
-	return &leaseTable{node: n, now: time.Now, slots: make(map[leaseKey]*leaseSlot), stop: make(chan struct{})}
+	return &leaseTable{node: n, now: time.Now, slots: make(map[leaseKey]*leaseSlot),
+		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+}
+
+type pendingGrant struct {
+	k  leaseKey
+	sl *leaseSlot
+	id uint64
+}
+
+type pendingReturn struct {
+	ret fsm.LeaseReturn
 }
 
 // leased answers c from this node's lease on its key, if it holds one that
@@ -151,7 +170,7 @@ func (t *leaseTable) spend(policy, key string, spec algo.Spec, lease algo.Lease,
 		}
 		sl = &leaseSlot{spec: spec, lease: lease, lastUse: now}
 		t.slots[k] = sl
-		t.start.Do(func() { go t.sweeper() })
+		t.start.Do(func() { go t.sweeper(); go t.flusher() })
 	}
 	if now.Sub(sl.lastUse) > leaseIdle {
 		sl.exact = 0
@@ -213,36 +232,116 @@ func (t *leaseTable) refillLocked(k leaseKey, sl *leaseSlot, now time.Time) {
 		return
 	}
 	sl.granting = true
-	t.wg.Add(1)
-	go t.grant(k, sl, newLeaseID())
+	t.grants = append(t.grants, pendingGrant{k: k, sl: sl, id: newLeaseID()})
+	t.kickLocked()
 }
 
-func (t *leaseTable) grant(k leaseKey, sl *leaseSlot, id uint64) {
-	defer t.wg.Done()
-	sent := t.now() // the deadline counts from here, before the leader stamps the grant
+func (t *leaseTable) kickLocked() {
+	select {
+	case t.kick <- struct{}{}:
+	default:
+	}
+}
+
+// flusher sends what waits, whenever something does: while one flush is
+// in flight new requests gather for the next (natural batching, no timer).
+func (t *leaseTable) flusher() {
+	defer close(t.done)
+	for {
+		select {
+		case <-t.stop:
+			return
+		case <-t.kick:
+			t.flush()
+		}
+	}
+}
+
+// flush sends the waiting returns, then the waiting grants, each kind as
+// one entry per fsm.MaxLeaseOps.
+func (t *leaseTable) flush() {
+	t.flushMu.Lock()
+	defer t.flushMu.Unlock()
+	t.mu.Lock()
+	grants, returns := t.grants, t.returns
+	t.grants, t.returns = nil, nil
+	if t.closed {
+		for _, g := range grants {
+			g.sl.granting = false
+		}
+		grants = nil // closing: take nothing more
+	}
+	t.mu.Unlock()
+	for len(returns) > 0 {
+		n := min(len(returns), fsm.MaxLeaseOps)
+		t.sendReturns(returns[:n])
+		returns = returns[n:]
+	}
+	for len(grants) > 0 {
+		n := min(len(grants), fsm.MaxLeaseOps)
+		t.sendGrants(grants[:n])
+		grants = grants[n:]
+	}
+}
+
+func (t *leaseTable) sendReturns(rs []pendingReturn) {
+	rets := make([]fsm.LeaseReturn, len(rs))
+	for i := range rs {
+		rets[i] = rs[i].ret
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), leaseRequestTimeout)
-	gs, err := t.node.GrantLeases(ctx, []fsm.LeaseRequest{{ID: id, Check: fsm.Check{Key: k.key, Policy: k.policy}}})
+	defer cancel()
+	if _, err := t.node.ReturnLeases(ctx, rets); err != nil {
+		t.lost.Add(uint64(len(rets)))
+		return
+	}
+	t.returned.Add(uint64(len(rets)))
+}
+
+func (t *leaseTable) sendGrants(ps []pendingGrant) {
+	reqs := make([]fsm.LeaseRequest, len(ps))
+	for i, p := range ps {
+		reqs[i] = fsm.LeaseRequest{ID: p.id, Check: fsm.Check{Key: p.k.key, Policy: p.k.policy}}
+	}
+	sent := t.now() // the deadlines count from here, before the leader stamps the grants
+	ctx, cancel := context.WithTimeout(context.Background(), leaseRequestTimeout)
+	gs, err := t.node.GrantLeases(ctx, reqs)
 	cancel()
+	if err == nil && len(gs) != len(reqs) {
+		err = errShortGrant
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	for i, p := range ps {
+		var g fsm.LeaseGrant
+		if err == nil {
+			g = gs[i]
+		}
+		t.installLocked(p, g, err, sent)
+	}
+}
+
+var errShortGrant = errors.New("the node answered a different number of grants")
+
+func (t *leaseTable) installLocked(p pendingGrant, g fsm.LeaseGrant, err error, sent time.Time) {
+	k, sl, id := p.k, p.sl, p.id
 	sl.granting = false
 	now := t.now()
 	switch {
-	case err != nil || len(gs) != 1:
+	case err != nil:
 		// Nothing known: the grant may have been made; its units are
 		// lost rather than spent on a guess.
 		t.lost.Add(1)
 		sl.notBefore = now.Add(leaseBackoff)
 		return
-	case gs[0].Err != nil:
+	case g.Err != nil:
 		sl.notBefore = now.Add(leaseIdle) // the policy lost its option, say: the log answers
 		return
-	case gs[0].Units == 0:
+	case g.Units == 0:
 		sl.unleased = 0
-		sl.notBefore = now.Add(min(max(gs[0].RetryAfter, 0), leaseIdle))
+		sl.notBefore = now.Add(min(max(g.RetryAfter, 0), leaseIdle))
 		return
 	}
-	g := gs[0]
 	t.taken.Add(1)
 	h := &heldLease{id: id, units: g.Units, deadline: sent.Add(g.Valid)}
 	if t.closed || t.slots[k] != sl || !now.Before(h.deadline) {
@@ -257,7 +356,7 @@ func (t *leaseTable) grant(k leaseKey, sl *leaseSlot, id uint64) {
 	}
 }
 
-// giveBackLocked returns what h did not spend, in the background. h is no
+// giveBackLocked queues what h did not spend for the flusher. h is no
 // longer spendable once here (the caller has taken it out of the table).
 func (t *leaseTable) giveBackLocked(k leaseKey, h *heldLease) {
 	left := h.left()
@@ -265,17 +364,8 @@ func (t *leaseTable) giveBackLocked(k leaseKey, h *heldLease) {
 	if left <= 0 {
 		return
 	}
-	t.wg.Add(1)
-	go func() {
-		defer t.wg.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), leaseRequestTimeout)
-		defer cancel()
-		if _, err := t.node.ReturnLeases(ctx, []fsm.LeaseReturn{{ID: h.id, Check: fsm.Check{Key: k.key, Policy: k.policy}, Unspent: left}}); err != nil {
-			t.lost.Add(1)
-			return
-		}
-		t.returned.Add(1)
-	}()
+	t.returns = append(t.returns, pendingReturn{ret: fsm.LeaseReturn{ID: h.id, Check: fsm.Check{Key: k.key, Policy: k.policy}, Unspent: left}})
+	t.kickLocked()
 }
 
 // dropLocked takes a key's leases out of the table and gives them back; it
@@ -321,19 +411,27 @@ func (t *leaseTable) sweeper() {
 }
 
 // close gives every lease back and waits (at most until ctx ends) for the
-// returns and the grants in flight.
+// returns and the grants in flight; grants answered after the close are
+// given back too.
 func (t *leaseTable) close(ctx context.Context) {
 	t.mu.Lock()
-	if !t.closed {
-		t.closed = true
-		close(t.stop)
-		for k, sl := range t.slots {
-			t.dropLocked(k, sl)
-		}
+	if t.closed {
+		t.mu.Unlock()
+		return
+	}
+	t.closed = true
+	close(t.stop)
+	for k, sl := range t.slots {
+		t.dropLocked(k, sl)
 	}
 	t.mu.Unlock()
 	done := make(chan struct{})
-	go func() { t.wg.Wait(); close(done) }()
+	go func() {
+		t.start.Do(func() { close(t.done) }) // never started: no flusher to wait for
+		<-t.done
+		t.flush() // the returns; no flush is in flight once the flusher stopped
+		close(done)
+	}()
 	select {
 	case <-done:
 	case <-ctx.Done():

@@ -100,11 +100,12 @@ func leasedServices(t *testing.T, r *replicated, n int, c *clock) []*Service {
 	return ss
 }
 
-// waitGrants waits until the lease tables have no grant or return in
-// flight (the fake node answers at once, so this is short).
+// waitGrants sends the grants and returns the lease tables queued and waits
+// for their answers (and for a flush the background flusher has in flight),
+// so the next check sees them in place: the tests do not depend on timing.
 func waitGrants(ss ...*Service) {
 	for _, s := range ss {
-		s.leases.wg.Wait()
+		s.leases.flush()
 	}
 }
 
