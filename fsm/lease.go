@@ -74,7 +74,11 @@ type LeaseGrant struct {
 	Limit      int64
 	Remaining  int64 // unleased, after the grant
 	RetryAfter time.Duration
-	Err        *Error
+	// ResetAt is when (leader time, ns) the key's state would be fresh
+	// again after the grant if nothing more were spent: for a fixed
+	// window, its end. Answers only; not part of any stored encoding.
+	ResetAt int64
+	Err     *Error
 }
 
 // LeaseReturn gives back what a lease did not spend. The holder must not
@@ -349,6 +353,7 @@ func (a *applier) grantLease(tx *persist.Tx, holder []byte, lr *leaseRef, now in
 		return g, nil
 	}
 	g.Units, g.Window, g.Valid = ag.Units, ag.Window, ag.Valid
+	g.ResetAt = now + int64(ag.ResetAfter)
 	t := tentative{key: key, prev: st, data: next, expiry: now + int64(ag.ResetAfter), changed: true}
 	if err := writeState(tx, &t); err != nil {
 		return g, err

@@ -35,8 +35,10 @@ import (
 // with a request_id, check/all and batches, peeks (cost 0), inline limits and
 // every policy without the option. `remaining` in an answer from a lease is a
 // bound: this node's unspent leases plus what the state machine reported
-// unleased at its last grant. reset_after is the time until this node's
-// lease ends. A check that the lease cannot cover goes through the log.
+// unleased at its last grant. reset_after is an estimate, by this node's
+// wall clock, of when the key's state resets as the grant reported it (for a
+// fixed window, its end). A check that the lease cannot cover goes through
+// the log.
 //
 // Leases are dropped (unspent units returned) when this node sees the
 // policy's limit or lease option change, after a key is idle for
@@ -89,6 +91,7 @@ type heldLease struct {
 	units    int64
 	spent    int64
 	deadline time.Time // local, monotonic: when the grant request was sent + Valid
+	resetAt  int64     // wall clock (ns): fsm.LeaseGrant.ResetAt
 }
 
 func (h *heldLease) left() int64 { return h.units - h.spent }
@@ -186,7 +189,7 @@ func (t *leaseTable) spend(policy, key string, spec algo.Spec, lease algo.Lease,
 				Allowed:    true,
 				Limit:      spec.Limit,
 				Remaining:  t.heldLocked(sl) + sl.unleased,
-				ResetAfter: h.deadline.Sub(now),
+				ResetAfter: time.Duration(max(h.resetAt-now.UnixNano(), 0)),
 			}}
 			return d, true
 		}
@@ -343,7 +346,7 @@ func (t *leaseTable) installLocked(p pendingGrant, g fsm.LeaseGrant, err error, 
 		return
 	}
 	t.taken.Add(1)
-	h := &heldLease{id: id, units: g.Units, deadline: sent.Add(g.Valid)}
+	h := &heldLease{id: id, units: g.Units, deadline: sent.Add(g.Valid), resetAt: g.ResetAt}
 	if t.closed || t.slots[k] != sl || !now.Before(h.deadline) {
 		t.giveBackLocked(k, h) // dropped or closed meanwhile, or already over
 		return
