@@ -446,5 +446,11 @@ func (s *Service) ResetKey(ctx context.Context, r *CheckRequest) *Error {
 	}
 	ctx, cancel := s.context(ctx)
 	defer cancel()
+	if s.leases != nil && c.Policy != "" {
+		// This node's leases on the key go back first: the state machine
+		// keeps outstanding leased units counted across a reset, so a
+		// lease still held would shrink the renewed budget (lease.go).
+		s.leases.forget(c.Policy, c.Key)
+	}
 	return s.nodeError(s.node.ResetKey(ctx, c))
 }

@@ -41,9 +41,9 @@ import (
 // the log.
 //
 // Leases are dropped (unspent units returned) when this node sees the
-// policy's limit or lease option change, after a key is idle for
-// leaseIdle, and at CloseLeases. A key reset made elsewhere does not revoke
-// them: the state machine keeps outstanding leased units counted across a
+// policy's limit or lease option change, before this node proposes a reset
+// of the key, after a key is idle for leaseIdle, and at CloseLeases. A key
+// reset made through another node does not revoke them: the state machine keeps outstanding leased units counted across a
 // reset (fsm/lease.go), so spending them stays exact. A leader change needs
 // nothing either: a grant is an entry in the log, and a new leader has it.
 
@@ -384,6 +384,18 @@ func (t *leaseTable) dropLocked(k leaseKey, sl *leaseSlot) uint64 {
 	sl.cur, sl.next = nil, nil
 	delete(t.slots, k)
 	return n
+}
+
+// forget drops a key's leases (giving back what they did not spend) and
+// sends the returns before it answers.
+func (t *leaseTable) forget(policy, key string) {
+	t.mu.Lock()
+	k := leaseKey{policy, key}
+	if sl := t.slots[k]; sl != nil {
+		t.dropLocked(k, sl)
+	}
+	t.mu.Unlock()
+	t.flush()
 }
 
 // sweep gives back expired leases and those of keys idle for leaseIdle.

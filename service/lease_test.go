@@ -270,3 +270,33 @@ func TestLeaseRevokedOnPolicyChange(t *testing.T) {
 		t.Fatalf("remaining %d after the lease went back, want %d", got, 200-6)
 	}
 }
+
+// TestLeaseReturnedBeforeReset: a reset through this node gives the key's
+// lease back first, so the renewed budget is whole.
+func TestLeaseReturnedBeforeReset(t *testing.T) {
+	r := newReplicated(t)
+	c := &clock{t: time.Unix(1000, 0)}
+	s := leasedServices(t, r, 1, c)[0]
+	spec, _ := algo.Config{Algorithm: "fixed_window", Limit: 100, Window: "1h"}.Spec()
+	if err := s.node.PutPolicy(context.Background(), fsm.Policy{Name: "daily", Spec: spec, Lease: algo.Lease{Share: 500_000, MaxTTL: time.Minute}}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		if _, e := s.Check(context.Background(), &CheckRequest{Key: "k", Policy: "daily", Cost: 1}); e != nil {
+			t.Fatal(e)
+		}
+		waitGrants(s)
+	}
+	if st := s.LeaseStats(); st.Answered != 1 || st.Held != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+	if e := s.ResetKey(context.Background(), &CheckRequest{Key: "k", Policy: "daily"}); e != nil {
+		t.Fatal(e)
+	}
+	if st := s.LeaseStats(); st.Returned != 1 || st.Held != 0 {
+		t.Fatalf("after the reset: %+v", st)
+	}
+	if got := peekRemaining(t, s); got != 100 {
+		t.Fatalf("remaining %d after the reset, want the whole 100", got)
+	}
+}
