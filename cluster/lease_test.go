@@ -8,6 +8,7 @@ import (
 	"github.com/limitd/limitd/algo"
 	"github.com/limitd/limitd/cluster/clustertest"
 	"github.com/limitd/limitd/fsm"
+	"github.com/limitd/limitd/service"
 )
 
 // TestLeasesThroughRaft: a follower's grant and return travel to the leader
@@ -61,4 +62,60 @@ func TestLeasesThroughRaft(t *testing.T) {
 	if _, err := c.Node(f).Apply(ctx, fsm.EncodeGrantLease(nil, 0, "x", []fsm.LeaseRequest{{ID: 1, Check: ck}})); err == nil {
 		t.Fatal("a grant proposed as an admin command")
 	}
+}
+
+// TestLeasedChecksOnCluster: services over the three nodes of a real cluster
+// answer a leased policy's checks mostly from leases (the followers' grants
+// forwarded to the leader and re-stamped there), and once every node gives
+// its leases back the key's remaining is exactly the limit minus what was
+// allowed.
+func TestLeasedChecksOnCluster(t *testing.T) {
+	c := clustertest.MakeCluster(t, 3, nil)
+	l := c.Leader()
+	ctx := context.Background()
+	spec, err := algo.Config{Algorithm: "fixed_window", Limit: 1_000_000, Window: "1h"}.Spec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Node(l).PutPolicy(ctx, fsm.Policy{Name: "q", Spec: spec, Lease: algo.Lease{Share: 10_000, MaxTTL: time.Minute}}); err != nil {
+		t.Fatal(err)
+	}
+	var svcs []*service.Service
+	for i := 0; i < 3; i++ {
+		// Each node's replica must know the policy before its service
+		// can see the option.
+		for {
+			if _, ok := c.Node(i).Policy("q"); ok {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		svcs = append(svcs, service.New(c.Node(i), service.Config{}))
+	}
+	allowed := 0
+	for i := 0; i < 600; i++ {
+		res, e := svcs[i%3].Check(ctx, &service.CheckRequest{Key: "k", Policy: "q", Cost: 1})
+		if e != nil {
+			t.Fatal(e)
+		}
+		if service.Allowed(&res.Decision) {
+			allowed++
+		}
+	}
+	var answered uint64
+	for _, s := range svcs {
+		s.CloseLeases(ctx)
+		answered += s.LeaseStats().Answered
+	}
+	if answered == 0 {
+		t.Fatal("no check was answered from a lease")
+	}
+	rs, err := c.Node(l).Check(ctx, []fsm.Op{{Checks: []fsm.Check{{Key: "k", Policy: "q"}}}})
+	if err != nil || rs[0].Err != nil {
+		t.Fatal(err, rs)
+	}
+	if got, want := rs[0].Decisions[0].Remaining, int64(1_000_000-allowed); got != want {
+		t.Fatalf("remaining %d after every lease went back, want %d (%d allowed, %d from leases)", got, want, allowed, answered)
+	}
+	t.Logf("%d allowed, %d from leases", allowed, answered)
 }
