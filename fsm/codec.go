@@ -355,8 +355,8 @@ func decodePolicy(d *decoder) (p Policy, invalid error) {
 			return Policy{}, nil
 		}
 		if share > uint64(algo.LeaseShareScale) || ttl > uint64(algo.MaxLeaseTTL) {
-			d.fail(fmt.Errorf("policy %q: lease share %d or max_ttl %d out of range", p.Name, share, ttl))
-			return Policy{}, nil
+			// Well formed but invalid: an answer, not a reason to stop.
+			return p, &algo.FieldError{Field: "lease", Message: fmt.Sprintf("share %d or max_ttl %d out of range", share, ttl)}
 		}
 		p.Lease = algo.Lease{Share: int64(share), MaxTTL: time.Duration(ttl)}
 		if err := algo.ValidateLease(s, p.Lease); err != nil {

@@ -1,7 +1,9 @@
 package fsm
 
 import (
+	"bytes"
 	"encoding/hex"
+	"errors"
 	"reflect"
 	"testing"
 	"time"
@@ -187,5 +189,45 @@ func TestLeasesPerKeyBounded(t *testing.T) {
 	}
 	if got := d.remaining(t0, "q", "k"); got != 1_000_000-MaxLeasesPerKey {
 		t.Fatalf("remaining %d", got)
+	}
+}
+
+// TestStampLeaseCommand: the leader re-stamps a follower's lease entry with
+// its own time and changes nothing else; anything but a well-formed lease
+// entry with a holder is refused.
+func TestStampLeaseCommand(t *testing.T) {
+	reqs := []LeaseRequest{{ID: 3, Check: Check{Key: "k", Policy: "q"}}}
+	got, err := StampLeaseCommand(nil, EncodeGrantLease(nil, 5, "n2", reqs), t0)
+	if err != nil || !bytes.Equal(got, EncodeGrantLease(nil, t0, "n2", reqs)) {
+		t.Fatalf("stamped %x, %v", got, err)
+	}
+	rets := []LeaseReturn{{ID: 3, Check: Check{Key: "k", Policy: "q"}, Unspent: 4}}
+	got, err = StampLeaseCommand(nil, EncodeReturnLease(nil, -1, "n2", rets), t0)
+	if err != nil || !bytes.Equal(got, EncodeReturnLease(nil, t0, "n2", rets)) {
+		t.Fatalf("stamped %x, %v", got, err)
+	}
+	for name, cmd := range map[string][]byte{
+		"a check":   EncodeCheck(nil, 5, 0, []Op{single("k", "q", 1)}),
+		"no holder": EncodeGrantLease(nil, 5, "", reqs),
+		"truncated": EncodeGrantLease(nil, 5, "n2", reqs)[:8],
+	} {
+		if _, err := StampLeaseCommand(nil, cmd, t0); !errors.Is(err, ErrBadCommand) && !errors.Is(err, ErrUnknownCommand) {
+			t.Errorf("%s: %v, want a refusal", name, err)
+		}
+	}
+}
+
+// TestLeasePolicyOutOfRange: a policy entry whose lease fields are out of
+// range is answered with an error naming lease, and the node goes on.
+func TestLeasePolicyOutOfRange(t *testing.T) {
+	f := openFSM(t, "", Options{NoSync: true})
+	d := newDriver(t, f)
+	p := leasePolicy(t, algo.Config{Algorithm: "fixed_window", Limit: 5, Window: "1s"}, 1, time.Second)
+	p.Lease.Share = algo.LeaseShareScale + 1
+	if e, ok := d.apply(EncodePutPolicy(p)).(*Error); !ok || e.Field != "lease" {
+		t.Fatalf("share above 1: %v", e)
+	}
+	if err := ValidateCommand(EncodePutPolicy(p)); err == nil {
+		t.Fatal("proposable")
 	}
 }
