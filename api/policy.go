@@ -24,6 +24,10 @@ type policyJSON struct {
 	// LocalRefusals (default true) lets every node answer this policy's
 	// refusals from its over-limit cache; false sends each through the log.
 	LocalRefusals *bool `json:"local_refusals,omitempty"`
+	// Lease lets nodes reserve part of a key's budget and spend it from
+	// memory: {"share": 0.05, "max_ttl": "2s"} (service.ValidateLease).
+	// Raw, so that its errors are located under "lease" (decodeLease).
+	Lease json.RawMessage `json:"lease,omitempty"`
 }
 
 func policyOut(p fsm.Policy) policyJSON {
@@ -31,6 +35,9 @@ func policyOut(p fsm.Policy) policyJSON {
 	pj := policyJSON{Name: p.Name, Config: p.Spec.Config(), Shadow: p.Shadow, LocalRefusals: &local}
 	if pj.Config.Burst != 0 {
 		pj.Burst = &pj.Config.Burst
+	}
+	if p.Lease.Enabled() {
+		pj.Lease, _ = json.Marshal(p.Lease.Config()) // a struct of a float and a string: cannot fail
 	}
 	return pj
 }
@@ -50,7 +57,14 @@ func decodePolicy(body []byte, name, prefix string) (service.PolicyRequest, *api
 			fmt.Sprintf("%q does not match the policy name %q", pj.Name, name))
 	}
 	noLocal := pj.LocalRefusals != nil && !*pj.LocalRefusals
-	return service.PolicyRequest{Name: name, Config: pj.Config, Shadow: pj.Shadow, NoLocalRefusals: noLocal}, nil
+	var lease *algo.LeaseConfig
+	if len(pj.Lease) > 0 && string(pj.Lease) != "null" {
+		lease = new(algo.LeaseConfig)
+		if e := decodeStrict(pj.Lease, lease, joinField(prefix, "lease")); e != nil {
+			return service.PolicyRequest{}, e
+		}
+	}
+	return service.PolicyRequest{Name: name, Config: pj.Config, Shadow: pj.Shadow, NoLocalRefusals: noLocal, Lease: lease}, nil
 }
 
 func (s *Server) handleListPolicies(w http.ResponseWriter, _ *http.Request, _ httprouter.Params) {

@@ -141,6 +141,7 @@ func New(store Store, cfg Config) *Server {
 	s.metrics = newMetrics(store.Collectors(), slog.NewLogLogger(s.cfg.Logger.Handler(), slog.LevelError), s.cfg.RequestTimeout)
 	s.svc = service.New(store, service.Config{
 		MaxBatch: s.cfg.MaxBatch, RequestTimeout: s.cfg.RequestTimeout, Observer: s.metrics})
+	s.metrics.reg.MustRegister(leaseCollectors(s.svc)...) // lease_metrics.go
 	s.cfg.MaxBatch, s.cfg.RequestTimeout = s.svc.Config().MaxBatch, s.svc.Config().RequestTimeout
 	s.handler = s.routes()
 	return s

@@ -19,3 +19,5 @@ var (
 	_ service.Backuper = (*cluster.Node)(nil)
 	_ service.Digester = (*cluster.Node)(nil)
 )
+
+var _ service.Leaser = (*cluster.Node)(nil) // quota leases (lease.go)

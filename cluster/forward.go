@@ -178,6 +178,7 @@ func (n *Node) Internal() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+pathCheck, n.handleCheck)
 	mux.HandleFunc("POST "+pathApply, n.handleApply)
+	mux.HandleFunc("POST "+pathLease, n.handleLease) // lease.go
 	mux.HandleFunc("POST "+pathJoin, n.handleJoin)
 	mux.HandleFunc("POST "+pathRemove, n.handleRemove)
 	mux.HandleFunc("GET "+pathBootstrap, n.handleBootstrap)

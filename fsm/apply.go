@@ -30,6 +30,9 @@ type applier struct {
 	lims                      []limit
 	tent                      []tentative
 	seen                      []bool // per check of an op: its key was decided earlier in the op
+
+	leaseKeyBuf, leaseBuf []byte       // lease.go
+	leaseEntries          []leaseEntry // lease.go: the record being worked on
 }
 
 type nodeChange struct {
@@ -194,6 +197,9 @@ func (a *applier) resetKey(tx *persist.Tx, ck *checkRef) (*Error, error) {
 		return nil, err
 	}
 	if err := tx.DeleteState(key, st); err != nil {
+		return nil, err
+	}
+	if err := a.holdLeased(tx, ck, &lim, key); err != nil { // lease.go
 		return nil, err
 	}
 	if c := a.f.opts.OverLimit; c != nil {

@@ -286,9 +286,10 @@ func DecodeResults(b []byte) ([]Result, error) {
 const (
 	policyShadow          byte = 1
 	policyNoLocalRefusals byte = 2 // Policy.NoLocalRefusals
+	policyLease           byte = 4 // Policy.Lease: uvarint(share) uvarint(max_ttl) after the spec
 )
 
-// appendPolicy writes version ‖ name ‖ flags ‖ spec. It is both the payload
+// appendPolicy writes version ‖ name ‖ flags ‖ spec [‖ lease]. It is both the payload
 // of CmdPutPolicy and the value stored in the policies bucket.
 func appendPolicy(dst []byte, p Policy) []byte {
 	dst = append(dst, policyVersion)
@@ -302,8 +303,18 @@ func appendPolicy(dst []byte, p Policy) []byte {
 		// existed, and every default one, encodes as before.
 		flags |= policyNoLocalRefusals
 	}
+	if p.Lease.Enabled() {
+		// Set only with a lease option, so policies without one encode
+		// as before.
+		flags |= policyLease
+	}
 	dst = append(dst, flags)
-	return algo.AppendSpec(dst, p.Spec)
+	dst = algo.AppendSpec(dst, p.Spec)
+	if p.Lease.Enabled() {
+		dst = binary.AppendUvarint(dst, uint64(p.Lease.Share))
+		dst = binary.AppendUvarint(dst, uint64(p.Lease.MaxTTL))
+	}
+	return dst
 }
 
 // decodePolicy reads appendPolicy output, which must end the input. A spec
@@ -320,7 +331,7 @@ func decodePolicy(d *decoder) (p Policy, invalid error) {
 	if d.err != nil {
 		return Policy{}, nil
 	}
-	if flags&^(policyShadow|policyNoLocalRefusals) != 0 {
+	if flags&^(policyShadow|policyNoLocalRefusals|policyLease) != 0 {
 		d.fail(fmt.Errorf("unknown policy flags %#x", flags))
 		return Policy{}, nil
 	}
@@ -338,6 +349,23 @@ func decodePolicy(d *decoder) (p Policy, invalid error) {
 	}
 	d.off += n
 	p.Spec = s
+	if flags&policyLease != 0 {
+		share, ttl := d.uvarint(), d.uvarint()
+		if d.err != nil {
+			return Policy{}, nil
+		}
+		if share > uint64(algo.LeaseShareScale) || ttl > uint64(algo.MaxLeaseTTL) {
+			// Well formed but invalid: an answer, not a reason to stop.
+			return p, &algo.FieldError{Field: "lease", Message: fmt.Sprintf("share %d or max_ttl %d out of range", share, ttl)}
+		}
+		p.Lease = algo.Lease{Share: int64(share), MaxTTL: time.Duration(ttl)}
+		if err := algo.ValidateLease(s, p.Lease); err != nil {
+			return p, err
+		}
+		if p.Shadow {
+			return p, &algo.FieldError{Field: "lease", Message: "not with shadow (a shadow policy allows every check)"}
+		}
+	}
 	return p, nil
 }
 
@@ -359,6 +387,8 @@ type command struct {
 	name, addr     string     // CmdDeletePolicy, CmdSetNode, CmdRemoveNode
 	max            int        // CmdExpire
 	domain         []byte     // CmdPutDomain (aliases the entry)
+	holder         []byte     // CmdGrantLease, CmdReturnLease (aliases the entry)
+	leases         []leaseRef // CmdGrantLease, CmdReturnLease
 
 	d decoder // decodeCommand's, kept here so it does not escape per entry
 }

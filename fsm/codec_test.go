@@ -80,6 +80,8 @@ func allEncodings(t testing.TB) map[string][]byte {
 		"remove_node":   EncodeRemoveNode("node-1"),
 		"put_domain":    EncodePutDomain("shop", []byte("domain: shop\n")),
 		"delete_domain": EncodeDeleteDomain("shop"),
+		"grant_lease":   EncodeGrantLease(nil, t0, "node-1", []LeaseRequest{{ID: 7, Check: Check{Key: "user:1", Policy: "api"}}}),
+		"return_lease":  EncodeReturnLease(nil, t0, "node-1", []LeaseReturn{{ID: 7, Check: Check{Key: "user:1", Policy: "api"}, Unspent: 3}}),
 	}
 }
 
@@ -102,6 +104,13 @@ func TestCommandsDecode(t *testing.T) {
 		"expire":      func() bool { return c.typ == CmdExpire && c.now == t0 && c.max == 10_000 },
 		"set_node":    func() bool { return c.typ == CmdSetNode && c.name == "node-1" && c.addr == "10.0.0.1:8080" },
 		"remove_node": func() bool { return c.typ == CmdRemoveNode && c.name == "node-1" },
+		"grant_lease": func() bool {
+			return c.typ == CmdGrantLease && c.now == t0 && string(c.holder) == "node-1" && len(c.leases) == 1 &&
+				c.leases[0].id == 7 && string(c.leases[0].check.key) == "user:1" && string(c.leases[0].check.policy) == "api"
+		},
+		"return_lease": func() bool {
+			return c.typ == CmdReturnLease && len(c.leases) == 1 && c.leases[0].id == 7 && c.leases[0].check.cost == 3
+		},
 	} {
 		if err := decodeCommand(&c, enc[name]); err != nil {
 			t.Fatalf("%s: %v", name, err)

@@ -102,6 +102,9 @@ type Policy struct {
 	// over-limit cache does not keep this policy's refusals, so each of them
 	// is decided through the log (linearizable, at the cost of a Raft round).
 	NoLocalRefusals bool
+	// Lease is the policy's lease option (the zero Lease: none). Nodes may
+	// then reserve part of a key's budget and spend it from memory (lease.go).
+	Lease algo.Lease
 }
 
 // Command type bytes: the first byte of every log entry. Never renumber; an
@@ -115,4 +118,5 @@ const (
 	CmdSetNode      byte = 6 // node id, HTTP address → nil
 	CmdRemoveNode   byte = 7 // node id → nil
 	// 8 and 9: CmdPutDomain, CmdDeleteDomain (domain.go)
+	// 10 and 11: CmdGrantLease, CmdReturnLease (lease.go)
 )

@@ -21,6 +21,8 @@ type PolicyRequest struct {
 	Shadow bool
 	// NoLocalRefusals is "local_refusals": false (fsm.Policy.NoLocalRefusals).
 	NoLocalRefusals bool
+	// Lease is the "lease" option (nil: none); see ValidateLease.
+	Lease *algo.LeaseConfig
 }
 
 // ValidatePolicy validates p into a policy. The name's errors name the field
@@ -33,7 +35,44 @@ func ValidatePolicy(p PolicyRequest, prefix string) (fsm.Policy, *Error) {
 	if e != nil {
 		return fsm.Policy{}, e
 	}
-	return fsm.Policy{Name: p.Name, Spec: spec, Shadow: p.Shadow, NoLocalRefusals: p.NoLocalRefusals}, nil
+	lease, e := ValidateLease(p.Lease, spec, p.Shadow, prefix)
+	if e != nil {
+		return fsm.Policy{}, e
+	}
+	return fsm.Policy{Name: p.Name, Spec: spec, Shadow: p.Shadow, NoLocalRefusals: p.NoLocalRefusals, Lease: lease}, nil
+}
+
+// ValidateLease validates a policy's "lease" option (nil: none) for its
+// spec: share in (0, 1], max_ttl positive and at most algo.MaxLeaseTTL (the
+// defaults and bounds are algo's), and only for fixed_window, sliding_window
+// and token_bucket, never with shadow. Errors name "lease", "lease.share" or
+// "lease.max_ttl" under prefix.
+func ValidateLease(c *algo.LeaseConfig, spec algo.Spec, shadow bool, prefix string) (algo.Lease, *Error) {
+	if c == nil {
+		return algo.Lease{}, nil
+	}
+	l, err := c.Lease()
+	if err == nil {
+		err = algo.ValidateLease(spec, l)
+	}
+	if err == nil && shadow {
+		err = &algo.FieldError{Field: "lease", Message: "not with shadow (a shadow policy allows every check)"}
+	}
+	if err != nil {
+		var fe *algo.FieldError
+		if errors.As(err, &fe) {
+			return algo.Lease{}, Invalid(fe.Field, fe.Message).Under(prefix)
+		}
+		return algo.Lease{}, Invalid(joinPrefix(prefix, "lease"), err.Error())
+	}
+	return l, nil
+}
+
+func joinPrefix(prefix, field string) string {
+	if prefix == "" {
+		return field
+	}
+	return prefix + "." + field
 }
 
 // PutPolicy creates or replaces a policy and returns it as stored. Replacing

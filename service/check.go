@@ -149,6 +149,10 @@ func (s *Service) check(ctx context.Context, r *CheckRequest, detach bool) (Chec
 		return CheckResult{}, e
 	}
 	if r.RequestID == "" {
+		if d, ok := s.leased(&c, &l); ok { // lease.go
+			s.obs.Decided(l, d)
+			return CheckResult{Decision: d, Limit: l}, nil
+		}
 		if d, hit := s.cached(&c); hit {
 			s.obs.Decided(l, d)
 			return CheckResult{Decision: d, Limit: l}, nil
@@ -452,5 +456,11 @@ func (s *Service) ResetKey(ctx context.Context, r *CheckRequest) *Error {
 	}
 	ctx, cancel := s.context(ctx)
 	defer cancel()
+	if s.leases != nil && c.Policy != "" {
+		// This node's leases on the key go back first: the state machine
+		// keeps outstanding leased units counted across a reset, so a
+		// lease still held would shrink the renewed budget (lease.go).
+		s.leases.forget(c.Policy, c.Key)
+	}
 	return s.nodeError(s.node.ResetKey(ctx, c))
 }

@@ -114,6 +114,9 @@ type Service struct {
 	// holds them compiled (rls.go).
 	domains  Domains
 	rlsCache rls.Cache
+	// leases is the node's quota leases (lease.go); nil when the node
+	// cannot take any.
+	leases *leaseTable
 }
 
 // New returns the service for node.
@@ -132,6 +135,9 @@ func New(node Node, cfg Config) *Service {
 	s.deadlines.timeout, s.deadlines.slack = cfg.RequestTimeout, cfg.RequestTimeout/deadlineSlack
 	s.leader.loc, _ = node.(LeaderLocator)
 	s.domains, _ = node.(Domains)
+	if l, ok := node.(Leaser); ok {
+		s.leases = newLeaseTable(l)
+	}
 	s.specIdents.Max = maxSpecIdents
 	return s
 }
@@ -210,16 +216,17 @@ func (s *Service) nodeError(err error) *Error { return fromNode(err, s.timeout) 
 // Limit describes the limit a check is decided under, for RateLimit headers
 // and metrics.
 type Limit struct {
-	Name  string    // the policy name, or InlineName
-	Spec  algo.Spec // valid when Known
-	Known bool      // false when the policy is not (yet) known on this node
+	Name  string     // the policy name, or InlineName
+	Spec  algo.Spec  // valid when Known
+	Known bool       // false when the policy is not (yet) known on this node
+	lease algo.Lease // the policy's lease option (lease.go)
 }
 
 // limitOf describes policy from this node's replicated copy; the state
 // machine decides whether it exists.
 func (s *Service) limitOf(policy string) Limit {
 	p, ok := s.node.Policy(policy)
-	return Limit{Name: policy, Spec: p.Spec, Known: ok}
+	return Limit{Name: policy, Spec: p.Spec, Known: ok, lease: p.Lease}
 }
 
 // LeaderLocator is implemented by a Node that can tell where the Raft leader

@@ -107,6 +107,7 @@ type benchFlags struct {
 	leaderOnly   bool
 	check        bench.CheckSpec
 	createPolicy bool
+	lease        string // JSON lease option of the created policy
 	timeout      time.Duration
 	jsonOut      bool
 	adminToken   string
@@ -134,6 +135,7 @@ func newBenchFlagSet(out io.Writer) (*flag.FlagSet, *benchFlags) {
 	fs.Int64Var(&f.check.Burst, "burst", 0, "burst for token_bucket and leaky_bucket (0: the server's default, = limit)")
 	fs.StringVar(&f.check.Policy, "policy", "", "check against this named policy instead of an inline limit")
 	fs.BoolVar(&f.createPolicy, "create-policy", false, "create or replace --policy first (PUT /v1/policies/NAME) from --algorithm, --limit, --window, --burst; always done with --cluster")
+	fs.StringVar(&f.lease, "lease", "", "lease option of the policy created by --create-policy (or --cluster), as its JSON: '{\"share\":0.05,\"max_ttl\":\"2s\"}' (docs/API.md)")
 	fs.Int64Var(&f.check.Cost, "cost", 1, "cost of every check (0 is a peek)")
 	fs.StringVar(&f.check.KeyPrefix, "key-prefix", "bench:", "keys are this prefix followed by a number below --keys")
 	fs.DurationVar(&f.timeout, "timeout", 10*time.Second, "per-request timeout; a request that takes longer counts as a timeout error")
@@ -290,7 +292,7 @@ func (f *benchFlags) run(ctx context.Context, stdout, stderr io.Writer) error {
 		}
 	}
 	if f.check.Policy != "" && (f.createPolicy || f.cluster > 0) {
-		if err := putBenchPolicy(ctx, addrs[0], f.adminToken, f.check); err != nil {
+		if err := putBenchPolicy(ctx, addrs[0], f.adminToken, f.check, f.lease); err != nil {
 			return err
 		}
 	}
@@ -575,13 +577,18 @@ func waitBenchReady(ctx context.Context, addrs []string, wait time.Duration) err
 }
 
 // putBenchPolicy creates or replaces the policy the checks use.
-func putBenchPolicy(ctx context.Context, addr, token string, c bench.CheckSpec) error {
+func putBenchPolicy(ctx context.Context, addr, token string, c bench.CheckSpec, lease string) error {
+	var rawLease json.RawMessage
+	if lease != "" {
+		rawLease = json.RawMessage(lease) // the server validates it and names the field
+	}
 	body, err := json.Marshal(struct {
-		Algorithm string `json:"algorithm"`
-		Limit     int64  `json:"limit"`
-		Window    string `json:"window,omitempty"`
-		Burst     int64  `json:"burst,omitempty"`
-	}{c.Algorithm, c.Limit, c.Window, c.Burst})
+		Algorithm string          `json:"algorithm"`
+		Limit     int64           `json:"limit"`
+		Window    string          `json:"window,omitempty"`
+		Burst     int64           `json:"burst,omitempty"`
+		Lease     json.RawMessage `json:"lease,omitempty"`
+	}{c.Algorithm, c.Limit, c.Window, c.Burst, rawLease})
 	if err != nil {
 		return err
 	}

@@ -394,6 +394,7 @@ func serve(f *serveFlags, in *startInputs, logger *slog.Logger) error {
 	defer stop()
 	hs.Shutdown(shutdownCtx)
 	rlsFE.stop(shutdownCtx)
+	srv.Service().CloseLeases(shutdownCtx) // give unspent quota leases back while the node can still propose
 	if err := node.Close(); err != nil {
 		return errors.Join(runErr, err)
 	}

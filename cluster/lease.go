@@ -1,0 +1,146 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/limitd/limitd/fsm"
+)
+
+// Quota leases (fsm/lease.go): a node asks the leader to grant or take back
+// leases on keys. The entries carry the leader's time, like checks: on the
+// leader they are stamped under stampMu; a follower sends the entry it built
+// to the leader's /internal/v1/lease, which re-stamps it (fsm.StampLeaseCommand)
+// before proposing. The holder named in the entry is this node's id.
+
+const pathLease = "/internal/v1/lease"
+
+// GrantLeases asks for leases (fsm.LeaseRequest) held by this node. An error
+// means no grant is known: with ErrOutcomeUnknown some may have been made,
+// and a repeat with the same ids answers them without taking more.
+func (n *Node) GrantLeases(ctx context.Context, reqs []fsm.LeaseRequest) ([]fsm.LeaseGrant, error) {
+	if len(reqs) == 0 {
+		return nil, nil
+	}
+	if len(reqs) > fsm.MaxLeaseOps {
+		return nil, fmt.Errorf("%w: %d lease requests (bound %d)", ErrTooLarge, len(reqs), fsm.MaxLeaseOps)
+	}
+	var out []fsm.LeaseGrant
+	err := n.leaseCommand(ctx, fsm.EncodeGrantLease(nil, 0, n.cfg.NodeID, reqs), func(resp interface{}) error {
+		gs, ok := resp.([]fsm.LeaseGrant)
+		if !ok || len(gs) != len(reqs) {
+			return fmt.Errorf("%w: grant lease answered %T", errShortResponse, resp)
+		}
+		out = gs
+		return nil
+	}, func(body []byte) error { return json.Unmarshal(body, &out) })
+	if err == nil && len(out) != len(reqs) {
+		return nil, fmt.Errorf("%w: %d grants for %d requests", ErrOutcomeUnknown, len(out), len(reqs))
+	}
+	return out, err
+}
+
+// ReturnLeases gives back what this node's leases did not spend, and returns
+// the units credited. The node must not spend from a lease once it is
+// passed here.
+func (n *Node) ReturnLeases(ctx context.Context, rets []fsm.LeaseReturn) ([]int64, error) {
+	if len(rets) == 0 {
+		return nil, nil
+	}
+	if len(rets) > fsm.MaxLeaseOps {
+		return nil, fmt.Errorf("%w: %d lease returns (bound %d)", ErrTooLarge, len(rets), fsm.MaxLeaseOps)
+	}
+	var out []int64
+	err := n.leaseCommand(ctx, fsm.EncodeReturnLease(nil, 0, n.cfg.NodeID, rets), func(resp interface{}) error {
+		ns, ok := resp.([]int64)
+		if !ok || len(ns) != len(rets) {
+			return fmt.Errorf("%w: return lease answered %T", errShortResponse, resp)
+		}
+		out = ns
+		return nil
+	}, func(body []byte) error { return json.Unmarshal(body, &out) })
+	if err == nil && len(out) != len(rets) {
+		return nil, fmt.Errorf("%w: %d answers for %d returns", ErrOutcomeUnknown, len(out), len(rets))
+	}
+	return out, err
+}
+
+// leaseCommand proposes cmd (stamped by the leader) and hands the state
+// machine's response to local (on the leader) or the leader's JSON answer
+// to remote (on a follower).
+func (n *Node) leaseCommand(ctx context.Context, cmd []byte, local func(interface{}) error, remote func([]byte) error) error {
+	if len(cmd) > MaxCommandBytes {
+		return fmt.Errorf("%w: a lease command of %d bytes (bound %d)", ErrTooLarge, len(cmd), MaxCommandBytes)
+	}
+	if err := n.unavailable(); err != nil {
+		return err
+	}
+	return n.onLeader(ctx,
+		func() error {
+			resp, err := n.proposeLease(ctx, cmd)
+			if err != nil {
+				return err
+			}
+			return local(resp)
+		},
+		func(addr string) error {
+			body, err := n.post(ctx, addr, pathLease, "application/octet-stream", cmd)
+			if err != nil {
+				return err
+			}
+			if err := remote(body); err != nil {
+				return fmt.Errorf("%w: decode leader response: %v", ErrOutcomeUnknown, err)
+			}
+			return nil
+		})
+}
+
+// proposeLease stamps cmd with leader time and proposes it.
+func (n *Node) proposeLease(ctx context.Context, cmd []byte) (interface{}, error) {
+	n.stampMu.Lock()
+	stamped, err := fsm.StampLeaseCommand(nil, cmd, n.stampLocked())
+	if err != nil {
+		n.stampMu.Unlock()
+		return nil, err
+	}
+	f := n.propose(stamped, n.cfg.ApplyTimeout)
+	n.stampMu.Unlock()
+	resp, err := n.await(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	if e, ok := resp.(error); ok {
+		return nil, e
+	}
+	return resp, nil
+}
+
+// handleLease runs a follower's lease command on the leader.
+func (n *Node) handleLease(w http.ResponseWriter, r *http.Request) {
+	cmd, ok := readBody(w, r, MaxCommandBytes)
+	if !ok {
+		return
+	}
+	if !n.IsLeader() {
+		internalError(w, errRetry)
+		return
+	}
+	resp, err := n.proposeLease(r.Context(), cmd)
+	if err != nil {
+		if errorsIsBadCommand(err) {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		internalError(w, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(resp)
+}
+
+func errorsIsBadCommand(err error) bool {
+	return errors.Is(err, fsm.ErrBadCommand) || errors.Is(err, fsm.ErrUnknownCommand)
+}

@@ -1,0 +1,121 @@
+package cluster_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/limitd/limitd/algo"
+	"github.com/limitd/limitd/cluster/clustertest"
+	"github.com/limitd/limitd/fsm"
+	"github.com/limitd/limitd/service"
+)
+
+// TestLeasesThroughRaft: a follower's grant and return travel to the leader
+// (re-stamped there) and are applied on every replica; the leader's work the
+// same way locally. What is leased is counted at once, a return gives back
+// what was not spent, and a repeated grant request takes nothing more.
+func TestLeasesThroughRaft(t *testing.T) {
+	c := clustertest.MakeCluster(t, 3, nil)
+	l := c.Leader()
+	f := (l + 1) % 3
+	ctx := context.Background()
+	spec, err := algo.Config{Algorithm: "fixed_window", Limit: 1000, Window: "1h"}.Spec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Node(l).PutPolicy(ctx, fsm.Policy{Name: "q", Spec: spec, Lease: algo.Lease{Share: 100_000, MaxTTL: time.Minute}}); err != nil {
+		t.Fatal(err)
+	}
+	ck := fsm.Check{Key: "k", Policy: "q"}
+	remaining := func() int64 {
+		t.Helper()
+		rs, err := c.Node(f).Check(ctx, []fsm.Op{{Checks: []fsm.Check{ck}}})
+		if err != nil || rs[0].Err != nil {
+			t.Fatal(err, rs)
+		}
+		return rs[0].Decisions[0].Remaining
+	}
+	for _, i := range []int{f, l} {
+		n := c.Node(i)
+		before := remaining()
+		gs, err := n.GrantLeases(ctx, []fsm.LeaseRequest{{ID: 42, Check: ck}})
+		if err != nil || len(gs) != 1 || gs[0].Err != nil || gs[0].Units != before/10 {
+			t.Fatalf("node %d grant: %+v %v (remaining was %d)", i, gs, err, before)
+		}
+		again, err := n.GrantLeases(ctx, []fsm.LeaseRequest{{ID: 42, Check: ck}})
+		if err != nil || again[0].Units != gs[0].Units {
+			t.Fatalf("node %d repeated grant: %+v %v", i, again, err)
+		}
+		if got := remaining(); got != before-gs[0].Units {
+			t.Fatalf("node %d: remaining %d after a grant of %d, want %d", i, got, gs[0].Units, before-gs[0].Units)
+		}
+		ns, err := n.ReturnLeases(ctx, []fsm.LeaseReturn{{ID: 42, Check: ck, Unspent: gs[0].Units - 1}})
+		if err != nil || len(ns) != 1 || ns[0] != gs[0].Units-1 {
+			t.Fatalf("node %d return: %v %v", i, ns, err)
+		}
+		if got := remaining(); got != before-1 {
+			t.Fatalf("node %d: remaining %d after the return, want %d", i, got, before-1)
+		}
+	}
+	// A lease entry is for leaders only: a client cannot propose one.
+	if _, err := c.Node(f).Apply(ctx, fsm.EncodeGrantLease(nil, 0, "x", []fsm.LeaseRequest{{ID: 1, Check: ck}})); err == nil {
+		t.Fatal("a grant proposed as an admin command")
+	}
+}
+
+// TestLeasedChecksOnCluster: services over the three nodes of a real cluster
+// answer a leased policy's checks mostly from leases (the followers' grants
+// forwarded to the leader and re-stamped there), and once every node gives
+// its leases back the key's remaining is exactly the limit minus what was
+// allowed.
+func TestLeasedChecksOnCluster(t *testing.T) {
+	c := clustertest.MakeCluster(t, 3, nil)
+	l := c.Leader()
+	ctx := context.Background()
+	spec, err := algo.Config{Algorithm: "fixed_window", Limit: 1_000_000, Window: "1h"}.Spec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Node(l).PutPolicy(ctx, fsm.Policy{Name: "q", Spec: spec, Lease: algo.Lease{Share: 10_000, MaxTTL: time.Minute}}); err != nil {
+		t.Fatal(err)
+	}
+	var svcs []*service.Service
+	for i := 0; i < 3; i++ {
+		// Each node's replica must know the policy before its service
+		// can see the option.
+		for {
+			if _, ok := c.Node(i).Policy("q"); ok {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		svcs = append(svcs, service.New(c.Node(i), service.Config{}))
+	}
+	allowed := 0
+	for i := 0; i < 600; i++ {
+		res, e := svcs[i%3].Check(ctx, &service.CheckRequest{Key: "k", Policy: "q", Cost: 1})
+		if e != nil {
+			t.Fatal(e)
+		}
+		if service.Allowed(&res.Decision) {
+			allowed++
+		}
+	}
+	var answered uint64
+	for _, s := range svcs {
+		s.CloseLeases(ctx)
+		answered += s.LeaseStats().Answered
+	}
+	if answered == 0 {
+		t.Fatal("no check was answered from a lease")
+	}
+	rs, err := c.Node(l).Check(ctx, []fsm.Op{{Checks: []fsm.Check{{Key: "k", Policy: "q"}}}})
+	if err != nil || rs[0].Err != nil {
+		t.Fatal(err, rs)
+	}
+	if got, want := rs[0].Decisions[0].Remaining, int64(1_000_000-allowed); got != want {
+		t.Fatalf("remaining %d after every lease went back, want %d (%d allowed, %d from leases)", got, want, allowed, answered)
+	}
+	t.Logf("%d allowed, %d from leases", allowed, answered)
+}

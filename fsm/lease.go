@@ -1,0 +1,488 @@
+package fsm
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"time"
+
+	"github.com/limitd/limitd/algo"
+	"github.com/limitd/limitd/overlimit"
+	"github.com/limitd/limitd/persist"
+)
+
+// Quota leases (algo/lease.go says what is leased and why it is exact).
+//
+// A grant consumes the leased units in the key's state, in the log, so a
+// crash of any node keeps them counted. Every key with leases also has a
+// lease record, stored in the state bucket under 'L' ‖ the key's storage key
+// (so it is in snapshots and digests and expires through the same sweep):
+// the leases outstanding on the key, each with its holder, the holder's id
+// for it, the units, the window they are counted in and their expiry. The
+// record makes the rest exact:
+//
+//   - A return credits only a lease that is in the record, at most its
+//     units, once (the entry is removed): a repeated, forged or late return
+//     (after the lease expired) credits nothing.
+//   - A repeated grant request (the same holder and id, say a retry after an
+//     outcome_unknown) answers the recorded grant again and consumes nothing.
+//   - A key reset keeps the units of leases outstanding in the current window
+//     counted (algo.HoldLeased): a holder that has not heard of the reset
+//     (partitioned) may still spend them, and the renewed budget must not
+//     be handed out on top of them. Returns then credit them as usual.
+//
+// Grants are refused (nothing consumed) beyond MaxLeasesPerKey outstanding
+// leases on a key, so a record stays small.
+
+// Command types for leases (see the list in types.go; never renumber).
+const (
+	CmdGrantLease  byte = 10 // leader time, holder, []LeaseRequest → []LeaseGrant
+	CmdReturnLease byte = 11 // leader time, holder, []LeaseReturn → []int64 (units credited)
+)
+
+// Bounds on lease commands and records.
+const (
+	// MaxLeasesPerKey bounds the leases outstanding on one key (a few per
+	// node: the current lease and its refill).
+	MaxLeasesPerKey = 64
+	// MaxLeaseOps bounds the requests of one lease command.
+	MaxLeaseOps = 1024
+	// maxHolder bounds a holder's name (a node id).
+	maxHolder = maxNodeField
+)
+
+// lease record version.
+const leaseRecordVersion byte = 1
+
+// LeaseRequest asks for a lease on Check's key under its policy (Cost is
+// ignored). ID is the holder's name for the lease, unique among its leases
+// (a random number): a return names it, and a repeated request with the same
+// ID is answered with the same grant.
+type LeaseRequest struct {
+	ID    uint64
+	Check Check
+}
+
+// LeaseGrant answers one LeaseRequest. With Units 0 nothing was leased and
+// RetryAfter says when a unit may be free; Err is set when the request is
+// invalid (unknown policy, a policy without a lease option).
+type LeaseGrant struct {
+	ID         uint64
+	Units      int64
+	Valid      time.Duration // from the entry's time
+	Window     int64         // pass back in the LeaseReturn
+	Limit      int64
+	Remaining  int64 // unleased, after the grant
+	RetryAfter time.Duration
+	// ResetAt is when (leader time, ns) the key's state would be fresh
+	// again after the grant if nothing more were spent: for a fixed
+	// window, its end. Answers only; not part of any stored encoding.
+	ResetAt int64
+	Err     *Error
+}
+
+// LeaseReturn gives back what a lease did not spend. The holder must not
+// spend from the lease after sending it.
+type LeaseReturn struct {
+	ID      uint64
+	Check   Check
+	Unspent int64
+}
+
+// EncodeGrantLease appends a CmdGrantLease entry stamped with the leader's
+// time now, for holder.
+func EncodeGrantLease(dst []byte, now int64, holder string, reqs []LeaseRequest) []byte {
+	dst = append(dst, CmdGrantLease, cmdVersion)
+	dst = binary.AppendVarint(dst, now)
+	dst = appendString(dst, holder)
+	dst = binary.AppendUvarint(dst, uint64(len(reqs)))
+	for i := range reqs {
+		c := reqs[i].Check
+		c.Cost = 0
+		dst = binary.AppendUvarint(dst, reqs[i].ID)
+		dst = appendCheck(dst, &c)
+	}
+	return dst
+}
+
+// EncodeReturnLease appends a CmdReturnLease entry.
+func EncodeReturnLease(dst []byte, now int64, holder string, rets []LeaseReturn) []byte {
+	dst = append(dst, CmdReturnLease, cmdVersion)
+	dst = binary.AppendVarint(dst, now)
+	dst = appendString(dst, holder)
+	dst = binary.AppendUvarint(dst, uint64(len(rets)))
+	for i := range rets {
+		c := rets[i].Check
+		c.Cost = rets[i].Unspent
+		dst = binary.AppendUvarint(dst, rets[i].ID)
+		dst = appendCheck(dst, &c) // the cost carries the unspent units
+	}
+	return dst
+}
+
+// leaseRef is one request of a lease command; for a return, check.cost is
+// the unspent units.
+type leaseRef struct {
+	id    uint64
+	check checkRef
+}
+
+func decodeLeases(c *command, d *decoder) {
+	c.now = d.varint()
+	c.holder = d.bytes()
+	n := d.count(1 + minCheck)
+	if d.err == nil && n > MaxLeaseOps {
+		d.fail(fmt.Errorf("%d lease requests (bound %d)", n, MaxLeaseOps))
+	}
+	c.leases = c.leases[:0]
+	for i := 0; i < n && d.err == nil; i++ {
+		id := d.uvarint()
+		c.leases = append(c.leases, leaseRef{id: id, check: d.check()})
+	}
+}
+
+// badHolder reports a holder no node can have: its requests are answered
+// with an error (grants) or nothing (returns) on every replica alike.
+func badHolder(h []byte) bool { return len(h) == 0 || len(h) > maxHolder }
+
+func init() {
+	registerCommand(CmdGrantLease, commandType{
+		// Not proposable by clients (no validate): the entry carries the
+		// leader's time, so only a leader builds it (cluster/lease.go).
+		name:   "grant lease",
+		decode: decodeLeases,
+		apply: func(a *applier, tx *persist.Tx, c *command) (interface{}, error) {
+			return a.grantLeases(tx, c)
+		},
+	})
+	registerCommand(CmdReturnLease, commandType{
+		name:   "return lease",
+		decode: decodeLeases,
+		apply: func(a *applier, tx *persist.Tx, c *command) (interface{}, error) {
+			return a.returnLeases(tx, c)
+		},
+	})
+}
+
+// leaseEntry is one outstanding lease in a record.
+type leaseEntry struct {
+	holder []byte // aliases the record or the entry
+	id     uint64
+	units  int64
+	window int64
+	expiry int64
+}
+
+// A lease record is a key's outstanding leases. Encoding, version 1:
+//
+//	[1] uvarint(n) n × (holder string, uvarint(id), uvarint(units), varint(window), varint(expiry))
+
+func decodeLeaseRecord(b []byte, into []leaseEntry) ([]leaseEntry, error) {
+	d := decoder{b: b}
+	if v := d.byte(); d.err == nil && v != leaseRecordVersion {
+		return nil, fmt.Errorf("lease record version %d", v)
+	}
+	n := d.count(5)
+	into = into[:0]
+	for i := 0; i < n && d.err == nil; i++ {
+		e := leaseEntry{holder: d.bytes(), id: d.uvarint()}
+		e.units = int64(d.uvarint())
+		e.window = d.varint()
+		e.expiry = d.varint()
+		into = append(into, e)
+	}
+	if d.err == nil && d.off != len(b) {
+		d.err = fmt.Errorf("%d trailing bytes", len(b)-d.off)
+	}
+	if d.err != nil {
+		return nil, d.err
+	}
+	return into, nil
+}
+
+func appendLeaseRecord(dst []byte, es []leaseEntry) []byte {
+	dst = append(dst, leaseRecordVersion)
+	dst = binary.AppendUvarint(dst, uint64(len(es)))
+	for _, e := range es {
+		dst = appendString(dst, string(e.holder))
+		dst = binary.AppendUvarint(dst, e.id)
+		dst = binary.AppendUvarint(dst, uint64(e.units))
+		dst = binary.AppendVarint(dst, e.window)
+		dst = binary.AppendVarint(dst, e.expiry)
+	}
+	return dst
+}
+
+// leaseKey is 'L' ‖ the state's storage key, in a.leaseKeyBuf.
+func (a *applier) leaseKey(stateKey []byte) []byte {
+	a.leaseKeyBuf = append(append(a.leaseKeyBuf[:0], 'L'), stateKey...)
+	return a.leaseKeyBuf
+}
+
+// readLeases reads and prunes (expiry ≤ now) a key's lease record into
+// a.leaseEntries. The entries alias the transaction's memory until the next
+// write of the record.
+func (a *applier) readLeases(tx *persist.Tx, lkey []byte, now int64) (persist.State, error) {
+	st, err := tx.State(lkey)
+	if err != nil {
+		return st, err
+	}
+	a.leaseEntries = a.leaseEntries[:0]
+	if !st.Found {
+		return st, nil
+	}
+	es, err := decodeLeaseRecord(st.Data, a.leaseEntries)
+	if err != nil {
+		return st, fmt.Errorf("lease record %q: %w: %v", lkey, persist.ErrCorrupt, err)
+	}
+	kept := es[:0]
+	for _, e := range es {
+		if e.expiry > now {
+			kept = append(kept, e)
+		}
+	}
+	a.leaseEntries = kept
+	return st, nil
+}
+
+// writeLeases stores a.leaseEntries as the record under lkey (deleting it
+// when empty), to expire with its last lease.
+func (a *applier) writeLeases(tx *persist.Tx, lkey []byte, prev persist.State) error {
+	if len(a.leaseEntries) == 0 {
+		return tx.DeleteState(lkey, prev)
+	}
+	var expiry int64
+	for _, e := range a.leaseEntries {
+		expiry = max(expiry, e.expiry)
+	}
+	b := appendLeaseRecord(a.leaseBuf[:0], a.leaseEntries)
+	a.leaseBuf = b
+	// The entries may alias the old value; the new one is a copy the
+	// transaction owns (PutState keeps it until the commit).
+	return tx.PutState(lkey, prev, append(tx.Alloc(len(b))[:0], b...), expiry)
+}
+
+func (a *applier) findLease(holder []byte, id uint64) int {
+	for i, e := range a.leaseEntries {
+		if e.id == id && bytes.Equal(e.holder, holder) {
+			return i
+		}
+	}
+	return -1
+}
+
+// resolveLease resolves a lease command's limit: a policy, for a grant one
+// with a lease option.
+func (a *applier) resolveLease(ck *checkRef, lim *limit, grant bool) (*Policy, *Error) {
+	if ck.kind != limitPolicy {
+		return nil, &Error{Code: CodeInvalidArgument, Field: "limit", Message: "leases are only taken under a policy with a lease option"}
+	}
+	if e := a.resolve(ck, lim); e != nil {
+		return nil, e
+	}
+	p, _ := a.lookupPolicy(ck.policy)
+	if grant && (!p.Lease.Enabled() || p.Shadow) {
+		return nil, &Error{Code: CodeInvalidArgument, Field: "policy", Message: fmt.Sprintf("policy %q has no lease option", p.Name)}
+	}
+	return p, nil
+}
+
+func (a *applier) grantLeases(tx *persist.Tx, c *command) ([]LeaseGrant, error) {
+	now := clamp(tx, c.now)
+	out := make([]LeaseGrant, len(c.leases))
+	for i := range c.leases {
+		g, err := a.grantLease(tx, c.holder, &c.leases[i], now)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = g
+	}
+	if _, err := tx.Expire(now, 2*len(c.leases)+16); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (a *applier) grantLease(tx *persist.Tx, holder []byte, lr *leaseRef, now int64) (LeaseGrant, error) {
+	g := LeaseGrant{ID: lr.id}
+	if badHolder(holder) {
+		g.Err = &Error{Code: CodeInvalidArgument, Field: "holder", Message: fmt.Sprintf("must be 1 to %d bytes", maxHolder)}
+		return g, nil
+	}
+	var lim limit
+	p, e := a.resolveLease(&lr.check, &lim, true)
+	if e != nil {
+		g.Err = e
+		return g, nil
+	}
+	g.Limit = p.Spec.Limit
+	key := a.storageKey(&lr.check, &lim)
+	lkey := a.leaseKey(key)
+	lprev, err := a.readLeases(tx, lkey, now)
+	if err != nil {
+		return g, err
+	}
+	if i := a.findLease(holder, lr.id); i >= 0 {
+		// A repeat: the same grant, nothing consumed again.
+		le := a.leaseEntries[i]
+		g.Units, g.Window, g.Valid = le.units, le.window, time.Duration(le.expiry-now)
+		return g, nil
+	}
+	if len(a.leaseEntries) >= MaxLeasesPerKey {
+		first := a.leaseEntries[0].expiry
+		for _, le := range a.leaseEntries {
+			first = min(first, le.expiry)
+		}
+		g.RetryAfter = time.Duration(first - now)
+		return g, nil
+	}
+	st, err := tx.State(key)
+	if err != nil {
+		return g, err
+	}
+	ag, next, err := algo.GrantLease(a.decideBuf[:0], &p.Spec, p.Lease, st.Data, now)
+	if err != nil {
+		g.Err = decideError(err)
+		return g, nil
+	}
+	if cap(next) > cap(a.decideBuf) {
+		a.decideBuf = next[:0]
+	}
+	g.Remaining, g.RetryAfter = ag.Remaining, ag.RetryAfter
+	if ag.Units == 0 {
+		return g, nil
+	}
+	g.Units, g.Window, g.Valid = ag.Units, ag.Window, ag.Valid
+	g.ResetAt = now + int64(ag.ResetAfter)
+	t := tentative{key: key, prev: st, data: next, expiry: now + int64(ag.ResetAfter), changed: true}
+	if err := writeState(tx, &t); err != nil {
+		return g, err
+	}
+	a.leaseEntries = append(a.leaseEntries, leaseEntry{
+		holder: holder, id: lr.id, units: ag.Units, window: ag.Window, expiry: now + int64(ag.Valid),
+	})
+	return g, a.writeLeases(tx, a.leaseKey(key), lprev)
+}
+
+func (a *applier) returnLeases(tx *persist.Tx, c *command) ([]int64, error) {
+	now := clamp(tx, c.now)
+	out := make([]int64, len(c.leases))
+	for i := range c.leases {
+		n, err := a.returnLease(tx, c.holder, &c.leases[i], now)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = n
+	}
+	if _, err := tx.Expire(now, 2*len(c.leases)+16); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (a *applier) returnLease(tx *persist.Tx, holder []byte, lr *leaseRef, now int64) (int64, error) {
+	if badHolder(holder) {
+		return 0, nil
+	}
+	var lim limit
+	p, e := a.resolveLease(&lr.check, &lim, false)
+	if e != nil {
+		return 0, nil // the policy is gone: its keys are left to expire
+	}
+	key := a.storageKey(&lr.check, &lim)
+	lkey := a.leaseKey(key)
+	lprev, err := a.readLeases(tx, lkey, now)
+	if err != nil {
+		return 0, err
+	}
+	i := a.findLease(holder, lr.id)
+	if i < 0 {
+		return 0, nil // unknown, already returned, or expired
+	}
+	le := a.leaseEntries[i]
+	a.leaseEntries = append(a.leaseEntries[:i], a.leaseEntries[i+1:]...)
+	if err := a.writeLeases(tx, lkey, lprev); err != nil {
+		return 0, err
+	}
+	unspent := min(max(lr.check.cost, 0), le.units)
+	key = a.storageKey(&lr.check, &lim) // leaseKey's buffer is separate, but be explicit
+	st, err := tx.State(key)
+	if err != nil {
+		return 0, err
+	}
+	credited, next, changed, err := algo.ReturnLease(a.decideBuf[:0], &p.Spec, st.Data, now, le.window, unspent)
+	if err != nil || !changed {
+		return 0, nil // a state algo cannot read, or nothing to credit: a no-op
+	}
+	if cap(next) > cap(a.decideBuf) {
+		a.decideBuf = next[:0]
+	}
+	expiry := st.Expiry
+	if next != nil {
+		// Crediting never moves a state's expiry later; recompute it from
+		// a peek so the sweep files the key where it now ends.
+		d, _, err := algo.Decide(nil, &p.Spec, next, now, 0)
+		if err != nil {
+			return 0, nil
+		}
+		expiry = now + int64(d.ResetAfter)
+	}
+	t := tentative{key: key, prev: st, data: next, expiry: expiry, changed: true}
+	if err := writeState(tx, &t); err != nil {
+		return 0, err
+	}
+	if c := a.f.opts.OverLimit; c != nil && credited > 0 {
+		// A credit can end a cached refusal early.
+		c.Forget(overlimit.LimitID{Policy: true, Ident: lim.name}, lr.check.key)
+	}
+	return credited, nil
+}
+
+// holdLeased is the key-reset hook: after the key's state is deleted, the
+// units of its leases still outstanding are counted again (see above).
+func (a *applier) holdLeased(tx *persist.Tx, ck *checkRef, lim *limit, key []byte) error {
+	if !lim.policy {
+		return nil
+	}
+	now := tx.Meta().LastTime
+	lkey := a.leaseKey(key)
+	if _, err := a.readLeases(tx, lkey, now); err != nil || len(a.leaseEntries) == 0 {
+		return err
+	}
+	held := make([]algo.LeasedUnits, 0, len(a.leaseEntries))
+	for _, e := range a.leaseEntries {
+		held = append(held, algo.LeasedUnits{Window: e.window, Units: e.units})
+	}
+	next, resetAfter, err := algo.HoldLeased(nil, lim.spec, now, held)
+	if err != nil || next == nil {
+		return nil // nothing outstanding in the current window (or unreadable: stays reset)
+	}
+	key = a.storageKey(ck, lim)
+	st, err := tx.State(key)
+	if err != nil {
+		return err
+	}
+	t := tentative{key: key, prev: st, data: append(tx.Alloc(len(next))[:0], next...), expiry: now + int64(resetAfter), changed: true}
+	return writeState(tx, &t)
+}
+
+// StampLeaseCommand returns cmd, a CmdGrantLease or CmdReturnLease entry
+// (built by a follower with any time), stamped with the leader's time now,
+// after checking that it decodes completely and names a holder. A follower
+// forwards its lease commands so; only the leader's clock enters the log.
+func StampLeaseCommand(dst, cmd []byte, now int64) ([]byte, error) {
+	var c command
+	if err := decodeCommand(&c, cmd); err != nil {
+		return nil, err
+	}
+	if c.typ != CmdGrantLease && c.typ != CmdReturnLease {
+		return nil, fmt.Errorf("%w: type %d is not a lease command", ErrBadCommand, c.typ)
+	}
+	if badHolder(c.holder) {
+		return nil, fmt.Errorf("%w: lease holder of %d bytes", ErrBadCommand, len(c.holder))
+	}
+	_, n := binary.Varint(cmd[2:]) // decodeCommand read it
+	dst = append(dst, c.typ, cmdVersion)
+	dst = binary.AppendVarint(dst, now)
+	return append(dst, cmd[2+n:]...), nil
+}

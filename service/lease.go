@@ -1,0 +1,491 @@
+package service
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/limitd/limitd/algo"
+	"github.com/limitd/limitd/fsm"
+)
+
+// Quota leases, the node's side (the replicated accounting is fsm/lease.go).
+//
+// For a policy with a lease option, a node reserves part of a busy key's
+// budget through the log and answers allowed checks from it in memory. What
+// is leased is already counted in the replicated state, so spending it needs
+// no Raft round and can never admit more than the limit. The rules that keep
+// that true here:
+//
+//   - A lease is spent only before its local deadline: the monotonic time at
+//     which this node *sent* the grant request plus the grant's validity.
+//     The leader stamped the grant later than that, so whatever the clocks
+//     of the nodes say, the deadline falls before the end of the window the
+//     units were counted in.
+//   - Never more than granted; a lease given back (returned) is never spent
+//     again: it leaves the table before its return is sent.
+//   - A grant whose answer never came (outcome unknown, timeout) is not
+//     spent: its units, if it was made, are lost (under-admission).
+//
+// What stays exact (the per-check path through the log, as before): checks
+// with a request_id, check/all and batches, peeks (cost 0), inline limits and
+// every policy without the option. `remaining` in an answer from a lease is a
+// bound: this node's unspent leases plus what the state machine reported
+// unleased at its last grant. reset_after is an estimate, by this node's
+// wall clock, of when the key's state resets as the grant reported it (for a
+// fixed window, its end). A check that the lease cannot cover goes through
+// the log.
+//
+// Leases are dropped (unspent units returned) when this node sees the
+// policy's limit or lease option change, before this node proposes a reset
+// of the key, after a key is idle for leaseIdle, and at CloseLeases. A key
+// reset made through another node does not revoke them: the state machine keeps outstanding leased units counted across a
+// reset (fsm/lease.go), so spending them stays exact. A leader change needs
+// nothing either: a grant is an entry in the log, and a new leader has it.
+
+// Leaser is implemented by a Node that can take quota leases (cluster.Node
+// does): GrantLeases asks the leader for leases held by this node and
+// ReturnLeases gives back what they did not spend (see fsm.LeaseRequest,
+// fsm.LeaseGrant, fsm.LeaseReturn for the contract).
+type Leaser interface {
+	GrantLeases(ctx context.Context, reqs []fsm.LeaseRequest) ([]fsm.LeaseGrant, error)
+	ReturnLeases(ctx context.Context, rets []fsm.LeaseReturn) ([]int64, error)
+}
+
+// Tuning of the node's lease table (one place).
+const (
+	// leaseAfterChecks is how many checks of a key through the log, within
+	// leaseIdle of each other, make this node take a lease on it: a key
+	// checked once a minute gains nothing from one.
+	leaseAfterChecks = 2
+	// leaseIdle: a key not checked for this long gives its leases back.
+	leaseIdle = time.Second
+	// leaseSweep is how often the table looks for idle and expired leases.
+	leaseSweep = 250 * time.Millisecond
+	// leaseRequestTimeout bounds a grant or return round.
+	leaseRequestTimeout = 2 * time.Second
+	// leaseBackoff is the wait after a failed grant request.
+	leaseBackoff = time.Second
+	// maxLeaseSlots bounds the keys with leases on one node.
+	maxLeaseSlots = 100_000
+)
+
+// LeaseStats counts the node's leases, for metrics.
+type LeaseStats struct {
+	Taken    uint64 // grants received with units
+	Returned uint64 // leases given back with units unspent (a return entry was applied)
+	Lost     uint64 // leases whose unspent units were not given back (a failed return or grant, an expiry unreturned)
+	Revoked  uint64 // leases dropped because the policy changed
+	Answered uint64 // checks answered from a lease
+	Held     int    // keys with a lease table entry now
+}
+
+type leaseKey struct{ policy, key string }
+
+type heldLease struct {
+	id       uint64
+	units    int64
+	spent    int64
+	deadline time.Time // local, monotonic: when the grant request was sent + Valid
+	resetAt  int64     // wall clock (ns): fsm.LeaseGrant.ResetAt
+}
+
+func (h *heldLease) left() int64 { return h.units - h.spent }
+
+type leaseSlot struct {
+	spec      algo.Spec  // the leases were taken under this limit ...
+	lease     algo.Lease // ... and this option
+	cur, next *heldLease
+	granting  bool
+	notBefore time.Time // no grant request before
+	lastUse   time.Time
+	unleased  int64 // Remaining at the last grant
+	exact     int   // checks that went through the log
+}
+
+type leaseTable struct {
+	node Leaser
+	now  func() time.Time
+
+	mu     sync.Mutex
+	slots  map[leaseKey]*leaseSlot
+	closed bool
+	// Grants and returns wait here for the flusher, which sends all of
+	// them in one grant entry and one return entry: the log carries a
+	// few entries per flush, not two per key.
+	grants  []pendingGrant
+	returns []pendingReturn
+	kick    chan struct{}
+	flushMu sync.Mutex // one flush at a time
+	start   sync.Once
+	stop    chan struct{}
+	done    chan struct{} // the flusher has stopped
+
+	taken, returned, lost, revoked, answered atomic.Uint64
+}
+
+func newLeaseTable(n Leaser) *leaseTable {
+	return &leaseTable{node: n, now: time.Now, slots: make(map[leaseKey]*leaseSlot),
+		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+}
+
+type pendingGrant struct {
+	k  leaseKey
+	sl *leaseSlot
+	id uint64
+}
+
+type pendingReturn struct {
+	ret fsm.LeaseReturn
+}
+
+// leased answers c from this node's lease on its key, if it holds one that
+// covers c; otherwise it may start taking one in the background and reports
+// a miss (the caller decides through the log).
+func (s *Service) leased(c *fsm.Check, l *Limit) (fsm.Decision, bool) {
+	t := s.leases
+	if t == nil || c.Policy == "" || c.Cost <= 0 || !l.Known || !l.lease.Enabled() {
+		return fsm.Decision{}, false
+	}
+	return t.spend(c.Policy, c.Key, l.Spec, l.lease, c.Cost)
+}
+
+func (t *leaseTable) spend(policy, key string, spec algo.Spec, lease algo.Lease, cost int64) (fsm.Decision, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return fsm.Decision{}, false
+	}
+	k := leaseKey{policy, key}
+	now := t.now()
+	sl := t.slots[k]
+	if sl != nil && (sl.spec != spec || sl.lease != lease) {
+		t.revoked.Add(t.dropLocked(k, sl))
+		sl = nil
+	}
+	if sl == nil {
+		if len(t.slots) >= maxLeaseSlots {
+			return fsm.Decision{}, false
+		}
+		sl = &leaseSlot{spec: spec, lease: lease, lastUse: now}
+		t.slots[k] = sl
+		t.start.Do(func() { go t.sweeper(); go t.flusher() })
+	}
+	if now.Sub(sl.lastUse) > leaseIdle {
+		sl.exact = 0
+	}
+	sl.lastUse = now
+	t.rotateLocked(k, sl, now)
+	for _, h := range [2]*heldLease{sl.cur, sl.next} {
+		if h != nil && h.left() >= cost && now.Before(h.deadline) {
+			h.spent += cost
+			t.answered.Add(1)
+			t.refillLocked(k, sl, now)
+			d := fsm.Decision{Decision: algo.Decision{
+				Allowed:    true,
+				Limit:      spec.Limit,
+				Remaining:  t.heldLocked(sl) + sl.unleased,
+				ResetAfter: time.Duration(max(h.resetAt-now.UnixNano(), 0)),
+			}}
+			return d, true
+		}
+	}
+	sl.exact++
+	if sl.exact >= leaseAfterChecks {
+		t.refillLocked(k, sl, now)
+	}
+	return fsm.Decision{}, false
+}
+
+func (t *leaseTable) heldLocked(sl *leaseSlot) int64 {
+	var n int64
+	if sl.cur != nil {
+		n += sl.cur.left()
+	}
+	if sl.next != nil {
+		n += sl.next.left()
+	}
+	return n
+}
+
+// rotateLocked gives back a current lease that expired (whatever is left)
+// or is spent, and promotes the next one.
+func (t *leaseTable) rotateLocked(k leaseKey, sl *leaseSlot, now time.Time) {
+	for i := 0; i < 2 && sl.cur != nil && (sl.cur.left() == 0 || !now.Before(sl.cur.deadline)); i++ {
+		t.giveBackLocked(k, sl.cur)
+		sl.cur, sl.next = sl.next, nil
+	}
+	if sl.next != nil && !now.Before(sl.next.deadline) {
+		t.giveBackLocked(k, sl.next)
+		sl.next = nil
+	}
+}
+
+// refillLocked starts a grant request when the key has no spare lease and
+// its current one is half spent or half way to its deadline.
+func (t *leaseTable) refillLocked(k leaseKey, sl *leaseSlot, now time.Time) {
+	if sl.granting || sl.next != nil || now.Before(sl.notBefore) {
+		return
+	}
+	if c := sl.cur; c != nil && c.left()*2 > c.units && c.deadline.Sub(now) > sl.lease.MaxTTL/2 {
+		return
+	}
+	sl.granting = true
+	t.grants = append(t.grants, pendingGrant{k: k, sl: sl, id: newLeaseID()})
+	t.kickLocked()
+}
+
+func (t *leaseTable) kickLocked() {
+	select {
+	case t.kick <- struct{}{}:
+	default:
+	}
+}
+
+// flusher sends what waits, whenever something does: while one flush is
+// in flight new requests gather for the next (natural batching, no timer).
+func (t *leaseTable) flusher() {
+	defer close(t.done)
+	for {
+		select {
+		case <-t.stop:
+			return
+		case <-t.kick:
+			t.flush()
+		}
+	}
+}
+
+// flush sends the waiting returns, then the waiting grants, each kind as
+// one entry per fsm.MaxLeaseOps.
+func (t *leaseTable) flush() {
+	t.flushMu.Lock()
+	defer t.flushMu.Unlock()
+	t.mu.Lock()
+	grants, returns := t.grants, t.returns
+	t.grants, t.returns = nil, nil
+	if t.closed {
+		for _, g := range grants {
+			g.sl.granting = false
+		}
+		grants = nil // closing: take nothing more
+	}
+	t.mu.Unlock()
+	for len(returns) > 0 {
+		n := min(len(returns), fsm.MaxLeaseOps)
+		t.sendReturns(returns[:n])
+		returns = returns[n:]
+	}
+	for len(grants) > 0 {
+		n := min(len(grants), fsm.MaxLeaseOps)
+		t.sendGrants(grants[:n])
+		grants = grants[n:]
+	}
+}
+
+func (t *leaseTable) sendReturns(rs []pendingReturn) {
+	rets := make([]fsm.LeaseReturn, len(rs))
+	for i := range rs {
+		rets[i] = rs[i].ret
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), leaseRequestTimeout)
+	defer cancel()
+	if _, err := t.node.ReturnLeases(ctx, rets); err != nil {
+		t.lost.Add(uint64(len(rets)))
+		return
+	}
+	t.returned.Add(uint64(len(rets)))
+}
+
+func (t *leaseTable) sendGrants(ps []pendingGrant) {
+	reqs := make([]fsm.LeaseRequest, len(ps))
+	for i, p := range ps {
+		reqs[i] = fsm.LeaseRequest{ID: p.id, Check: fsm.Check{Key: p.k.key, Policy: p.k.policy}}
+	}
+	sent := t.now() // the deadlines count from here, before the leader stamps the grants
+	ctx, cancel := context.WithTimeout(context.Background(), leaseRequestTimeout)
+	gs, err := t.node.GrantLeases(ctx, reqs)
+	cancel()
+	if err == nil && len(gs) != len(reqs) {
+		err = errShortGrant
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for i, p := range ps {
+		var g fsm.LeaseGrant
+		if err == nil {
+			g = gs[i]
+		}
+		t.installLocked(p, g, err, sent)
+	}
+}
+
+var errShortGrant = errors.New("the node answered a different number of grants")
+
+func (t *leaseTable) installLocked(p pendingGrant, g fsm.LeaseGrant, err error, sent time.Time) {
+	k, sl, id := p.k, p.sl, p.id
+	sl.granting = false
+	now := t.now()
+	switch {
+	case err != nil:
+		// Nothing known: the grant may have been made; its units are
+		// lost rather than spent on a guess.
+		t.lost.Add(1)
+		sl.notBefore = now.Add(leaseBackoff)
+		return
+	case g.Err != nil:
+		sl.notBefore = now.Add(leaseIdle) // the policy lost its option, say: the log answers
+		return
+	case g.Units == 0:
+		sl.unleased = 0
+		sl.notBefore = now.Add(min(max(g.RetryAfter, 0), leaseIdle))
+		return
+	}
+	t.taken.Add(1)
+	h := &heldLease{id: id, units: g.Units, deadline: sent.Add(g.Valid), resetAt: g.ResetAt}
+	if t.closed || t.slots[k] != sl || !now.Before(h.deadline) {
+		t.giveBackLocked(k, h) // dropped or closed meanwhile, or already over
+		return
+	}
+	sl.unleased = g.Remaining
+	if sl.cur == nil {
+		sl.cur = h
+	} else {
+		sl.next = h
+	}
+}
+
+// giveBackLocked queues what h did not spend for the flusher. h is no
+// longer spendable once here (the caller has taken it out of the table).
+func (t *leaseTable) giveBackLocked(k leaseKey, h *heldLease) {
+	left := h.left()
+	h.spent = h.units
+	if left <= 0 {
+		return
+	}
+	t.returns = append(t.returns, pendingReturn{ret: fsm.LeaseReturn{ID: h.id, Check: fsm.Check{Key: k.key, Policy: k.policy}, Unspent: left}})
+	t.kickLocked()
+}
+
+// dropLocked takes a key's leases out of the table and gives them back; it
+// returns how many leases it dropped.
+func (t *leaseTable) dropLocked(k leaseKey, sl *leaseSlot) uint64 {
+	var n uint64
+	for _, h := range [2]*heldLease{sl.cur, sl.next} {
+		if h != nil {
+			t.giveBackLocked(k, h)
+			n++
+		}
+	}
+	sl.cur, sl.next = nil, nil
+	delete(t.slots, k)
+	return n
+}
+
+// forget drops a key's leases (giving back what they did not spend) and
+// sends the returns before it answers.
+func (t *leaseTable) forget(policy, key string) {
+	t.mu.Lock()
+	k := leaseKey{policy, key}
+	if sl := t.slots[k]; sl != nil {
+		t.dropLocked(k, sl)
+	}
+	t.mu.Unlock()
+	t.flush()
+}
+
+// sweep gives back expired leases and those of keys idle for leaseIdle.
+func (t *leaseTable) sweep() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := t.now()
+	for k, sl := range t.slots {
+		if now.Sub(sl.lastUse) > leaseIdle && !sl.granting {
+			t.dropLocked(k, sl)
+			continue
+		}
+		t.rotateLocked(k, sl, now)
+	}
+}
+
+func (t *leaseTable) sweeper() {
+	tk := time.NewTicker(leaseSweep)
+	defer tk.Stop()
+	for {
+		select {
+		case <-t.stop:
+			return
+		case <-tk.C:
+			t.sweep()
+		}
+	}
+}
+
+// close gives every lease back and waits (at most until ctx ends) for the
+// returns and the grants in flight; grants answered after the close are
+// given back too.
+func (t *leaseTable) close(ctx context.Context) {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return
+	}
+	t.closed = true
+	close(t.stop)
+	for k, sl := range t.slots {
+		t.dropLocked(k, sl)
+	}
+	t.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		t.start.Do(func() { close(t.done) }) // never started: no flusher to wait for
+		<-t.done
+		t.flush() // the returns; no flush is in flight once the flusher stopped
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+}
+
+func (t *leaseTable) stats() LeaseStats {
+	t.mu.Lock()
+	held := len(t.slots)
+	t.mu.Unlock()
+	return LeaseStats{
+		Taken: t.taken.Load(), Returned: t.returned.Load(), Lost: t.lost.Load(),
+		Revoked: t.revoked.Load(), Answered: t.answered.Load(), Held: held,
+	}
+}
+
+// newLeaseID is a random lease id: unique among a node's leases, so a late
+// return can never be taken for another lease's.
+func newLeaseID() uint64 {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return binary.LittleEndian.Uint64(b[:])
+}
+
+// CloseLeases gives back every lease this node holds and stops taking new
+// ones; call it when the node shuts down, before the node is closed. It
+// waits for the returns at most until ctx ends (what is not returned is
+// lost: under-admission until the leases expire).
+func (s *Service) CloseLeases(ctx context.Context) {
+	if s.leases != nil {
+		s.leases.close(ctx)
+	}
+}
+
+// LeaseStats reports the node's lease counters (zero when the node takes no
+// leases).
+func (s *Service) LeaseStats() LeaseStats {
+	if s.leases == nil {
+		return LeaseStats{}
+	}
+	return s.leases.stats()
+}

@@ -1,0 +1,302 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/limitd/limitd/algo"
+	"github.com/limitd/limitd/fsm"
+	"github.com/limitd/limitd/nodeapi"
+)
+
+// replicated is one state machine shared by several fsmNodes: the log of a
+// cluster whose replicas all agree, driven in-process. The leader's time is
+// its own field, moved by the test.
+type replicated struct {
+	mu      sync.Mutex
+	f       *fsm.FSM
+	index   uint64
+	now     int64
+	entries int
+}
+
+func newReplicated(t *testing.T) *replicated {
+	f, err := fsm.Open(filepath.Join(t.TempDir(), "fsm.db"), fsm.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.Close() })
+	return &replicated{f: f, now: time.Date(2026, 1, 5, 10, 0, 0, 0, time.UTC).UnixNano()}
+}
+
+func (r *replicated) apply(build func(now int64) []byte) interface{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.index++
+	r.entries++
+	return r.f.Apply(&raft.Log{Index: r.index, Term: 1, Type: raft.LogCommand, Data: build(r.now)})
+}
+
+// fsmNode is a Node and Leaser named id over a replicated state machine.
+type fsmNode struct {
+	r  *replicated
+	id string
+}
+
+func (n *fsmNode) Check(_ context.Context, ops []fsm.Op) ([]fsm.Result, error) {
+	return n.r.apply(func(now int64) []byte { return fsm.EncodeCheck(nil, now, 0, ops) }).([]fsm.Result), nil
+}
+func (n *fsmNode) PutPolicy(_ context.Context, p fsm.Policy) error {
+	if e, ok := n.r.apply(func(int64) []byte { return fsm.EncodePutPolicy(p) }).(error); ok {
+		return e
+	}
+	return nil
+}
+func (n *fsmNode) DeletePolicy(context.Context, string) error { return errors.New("unused") }
+func (n *fsmNode) ResetKey(_ context.Context, c fsm.Check) error {
+	n.r.apply(func(int64) []byte { return fsm.EncodeResetKey(c) })
+	return nil
+}
+func (n *fsmNode) Policy(name string) (fsm.Policy, bool)              { return n.r.f.Policy(name) }
+func (n *fsmNode) Policies() []fsm.Policy                             { return nil }
+func (n *fsmNode) Join(context.Context, string, string, string) error { return nil }
+func (n *fsmNode) Remove(context.Context, string) error               { return nil }
+func (n *fsmNode) Status(context.Context) (nodeapi.Status, error)     { return nodeapi.Status{}, nil }
+func (n *fsmNode) Ready() error                                       { return nil }
+func (n *fsmNode) GrantLeases(_ context.Context, reqs []fsm.LeaseRequest) ([]fsm.LeaseGrant, error) {
+	return n.r.apply(func(now int64) []byte { return fsm.EncodeGrantLease(nil, now, n.id, reqs) }).([]fsm.LeaseGrant), nil
+}
+func (n *fsmNode) ReturnLeases(_ context.Context, rets []fsm.LeaseReturn) ([]int64, error) {
+	return n.r.apply(func(now int64) []byte { return fsm.EncodeReturnLease(nil, now, n.id, rets) }).([]int64), nil
+}
+
+// clock is a settable local clock for the lease tables.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+func leasedServices(t *testing.T, r *replicated, n int, c *clock) []*Service {
+	var ss []*Service
+	for i := 0; i < n; i++ {
+		s := New(&fsmNode{r: r, id: string(rune('a' + i))}, Config{})
+		s.leases.now = c.now
+		t.Cleanup(func() { s.CloseLeases(context.Background()) })
+		ss = append(ss, s)
+	}
+	return ss
+}
+
+// waitGrants sends the grants and returns the lease tables queued and waits
+// for their answers (and for a flush the background flusher has in flight),
+// so the next check sees them in place: the tests do not depend on timing.
+func waitGrants(ss ...*Service) {
+	for _, s := range ss {
+		s.leases.flush()
+	}
+}
+
+func peekRemaining(t *testing.T, s *Service) int64 {
+	t.Helper()
+	res, e := s.Peek(context.Background(), &CheckRequest{Key: "k", Policy: "daily"})
+	if e != nil {
+		t.Fatal(e)
+	}
+	return res.Decision.Remaining
+}
+
+// TestLeasedChecksExact: three nodes check one key of a leased daily quota
+// round robin. Most checks are answered from leases, far fewer entries reach
+// the log than checks, the allowed total never exceeds the limit, and once
+// every node gives its leases back the key's remaining is exactly the limit
+// minus what was allowed.
+func TestLeasedChecksExact(t *testing.T) {
+	// Within the quota: checks answered from leases, few entries.
+	t.Run("busy", func(t *testing.T) { leasedRoundRobin(t, 100_000, 1500, true) })
+	// Past it: never more than the limit, and exact at the end.
+	t.Run("exhausted", func(t *testing.T) { leasedRoundRobin(t, 300, 1000, false) })
+}
+
+func leasedRoundRobin(t *testing.T, limit, checks int, busy bool) {
+	r := newReplicated(t)
+	c := &clock{t: time.Unix(1000, 0)}
+	ss := leasedServices(t, r, 3, c)
+	spec, err := algo.Config{Algorithm: "fixed_window", Limit: int64(limit), Calendar: "day"}.Spec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol := fsm.Policy{Name: "daily", Spec: spec, Lease: algo.Lease{Share: 100_000, MaxTTL: time.Minute}}
+	if err := ss[0].node.PutPolicy(context.Background(), pol); err != nil {
+		t.Fatal(err)
+	}
+	entries := r.entries
+	allowed := 0
+	for i := 0; i < checks; i++ {
+		s := ss[i%3]
+		res, e := s.Check(context.Background(), &CheckRequest{Key: "k", Policy: "daily", Cost: 1})
+		if e != nil {
+			t.Fatal(e)
+		}
+		if Allowed(&res.Decision) {
+			allowed++
+		}
+		if allowed > limit {
+			t.Fatalf("check %d: %d allowed, limit %d", i, allowed, limit)
+		}
+		waitGrants(s) // deterministic: a grant asked for is in place before the next check
+	}
+	var answered uint64
+	for _, s := range ss {
+		answered += s.LeaseStats().Answered
+	}
+	if busy && answered < uint64(checks)*9/10 {
+		t.Fatalf("only %d of %d checks answered from leases", answered, checks)
+	}
+	if n := r.entries - entries; busy && n > checks/20 {
+		t.Fatalf("%d log entries for %d checks", n, checks)
+	}
+	if !busy && allowed != limit {
+		// Under steady round robin every node spends what it leased:
+		// nothing stays stuck in a lease while the others refuse.
+		t.Fatalf("%d of %d allowed with more checks than the limit", allowed, limit)
+	}
+	for _, s := range ss {
+		s.CloseLeases(context.Background())
+	}
+	if got := peekRemaining(t, ss[0]); got != int64(limit-allowed) {
+		t.Fatalf("after every lease went back: remaining %d, want %d - %d allowed", got, limit, allowed)
+	}
+	t.Logf("%d checks, %d allowed, %d from leases, %d log entries", checks, allowed, answered, r.entries-entries)
+}
+
+// TestLeaseDeadline: a lease is not spent once its local deadline (sent +
+// valid) has passed, and what it did not spend goes back.
+func TestLeaseDeadline(t *testing.T) {
+	r := newReplicated(t)
+	c := &clock{t: time.Unix(1000, 0)}
+	s := leasedServices(t, r, 1, c)[0]
+	spec, _ := algo.Config{Algorithm: "token_bucket", Limit: 100, Window: "1s"}.Spec()
+	if err := s.node.PutPolicy(context.Background(), fsm.Policy{Name: "daily", Spec: spec, Lease: algo.Lease{Share: 500_000, MaxTTL: time.Second}}); err != nil {
+		t.Fatal(err)
+	}
+	check := func() {
+		if _, e := s.Check(context.Background(), &CheckRequest{Key: "k", Policy: "daily", Cost: 1}); e != nil {
+			t.Fatal(e)
+		}
+		waitGrants(s)
+	}
+	check()
+	check() // the second exact check takes a lease
+	if st := s.LeaseStats(); st.Taken != 1 {
+		t.Fatalf("stats %+v, want one lease", st)
+	}
+	check()
+	if st := s.LeaseStats(); st.Answered != 1 {
+		t.Fatalf("stats %+v, want one check from the lease", st)
+	}
+	c.add(time.Second) // the lease's deadline
+	before := r.entries
+	if res, e := s.Check(context.Background(), &CheckRequest{Key: "k", Policy: "daily", Cost: 1}); e != nil || !res.Decision.Allowed {
+		t.Fatal(e)
+	}
+	waitGrants(s)
+	if st := s.LeaseStats(); st.Answered != 1 || st.Returned != 1 {
+		t.Fatalf("stats %+v: a check was answered from an expired lease, or it was not returned", st)
+	}
+	if r.entries == before {
+		t.Fatal("the check after the deadline did not go through the log")
+	}
+}
+
+// TestLeaseRevokedOnPolicyChange: a node drops its leases when it sees the
+// policy change, and the exact paths never touch them.
+func TestLeaseRevokedOnPolicyChange(t *testing.T) {
+	r := newReplicated(t)
+	c := &clock{t: time.Unix(1000, 0)}
+	s := leasedServices(t, r, 1, c)[0]
+	spec, _ := algo.Config{Algorithm: "fixed_window", Limit: 100, Window: "1h"}.Spec()
+	pol := fsm.Policy{Name: "daily", Spec: spec, Lease: algo.Lease{Share: 500_000, MaxTTL: time.Minute}}
+	if err := s.node.PutPolicy(context.Background(), pol); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		if _, e := s.Check(context.Background(), &CheckRequest{Key: "k", Policy: "daily", Cost: 1}); e != nil {
+			t.Fatal(e)
+		}
+		waitGrants(s)
+	}
+	if st := s.LeaseStats(); st.Answered != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+	// request_id, peeks and check/all go through the log.
+	if _, e := s.Check(context.Background(), &CheckRequest{Key: "k", Policy: "daily", Cost: 1, RequestID: "r1"}); e != nil {
+		t.Fatal(e)
+	}
+	if _, e := s.CheckAll(context.Background(), []CheckRequest{{Key: "k", Policy: "daily", Cost: 1}}, ""); e != nil {
+		t.Fatal(e)
+	}
+	// 2 exact + 1 leased + 1 request_id + 1 all = 5 allowed; the lease of 49 holds 48 more.
+	if got := peekRemaining(t, s); got != 100-2-49-2 { // 10% of 98 leased
+		t.Fatalf("remaining %d with a lease of 50 outstanding", got)
+	}
+	if st := s.LeaseStats(); st.Answered != 1 {
+		t.Fatalf("an exact path used the lease: %+v", st)
+	}
+	pol.Spec.Limit = 200
+	if err := s.node.PutPolicy(context.Background(), pol); err != nil {
+		t.Fatal(err)
+	}
+	if _, e := s.Check(context.Background(), &CheckRequest{Key: "k", Policy: "daily", Cost: 1}); e != nil {
+		t.Fatal(e)
+	}
+	waitGrants(s)
+	if st := s.LeaseStats(); st.Revoked != 1 || st.Returned != 1 {
+		t.Fatalf("after a policy change: %+v", st)
+	}
+	if got := peekRemaining(t, s); got != 200-6 {
+		t.Fatalf("remaining %d after the lease went back, want %d", got, 200-6)
+	}
+}
+
+// TestLeaseReturnedBeforeReset: a reset through this node gives the key's
+// lease back first, so the renewed budget is whole.
+func TestLeaseReturnedBeforeReset(t *testing.T) {
+	r := newReplicated(t)
+	c := &clock{t: time.Unix(1000, 0)}
+	s := leasedServices(t, r, 1, c)[0]
+	spec, _ := algo.Config{Algorithm: "fixed_window", Limit: 100, Window: "1h"}.Spec()
+	if err := s.node.PutPolicy(context.Background(), fsm.Policy{Name: "daily", Spec: spec, Lease: algo.Lease{Share: 500_000, MaxTTL: time.Minute}}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		if _, e := s.Check(context.Background(), &CheckRequest{Key: "k", Policy: "daily", Cost: 1}); e != nil {
+			t.Fatal(e)
+		}
+		waitGrants(s)
+	}
+	if st := s.LeaseStats(); st.Answered != 1 || st.Held != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+	if e := s.ResetKey(context.Background(), &CheckRequest{Key: "k", Policy: "daily"}); e != nil {
+		t.Fatal(e)
+	}
+	if st := s.LeaseStats(); st.Returned != 1 || st.Held != 0 {
+		t.Fatalf("after the reset: %+v", st)
+	}
+	if got := peekRemaining(t, s); got != 100 {
+		t.Fatalf("remaining %d after the reset, want the whole 100", got)
+	}
+}
