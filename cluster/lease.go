@@ -87,7 +87,7 @@ func (n *Node) leaseCommand(ctx context.Context, cmd []byte, local func(interfac
 			return local(resp)
 		},
 		func(addr string) error {
-			body, err := n.post(ctx, addr, pathLease, "application/octet-stream", cmd)
+			body, err := n.fwd.post(ctx, addr, pathLease, "application/octet-stream", cmd)
 			if err != nil {
 				return err
 			}
@@ -131,7 +131,7 @@ func (n *Node) handleLease(w http.ResponseWriter, r *http.Request) {
 	resp, err := n.proposeLease(r.Context(), cmd)
 	if err != nil {
 		if errorsIsBadCommand(err) {
-			http.Error(w, err.Error(), http.StatusBadRequest)
+			writeOutcome(w, outcomeBadRequest, err.Error())
 			return
 		}
 		internalError(w, err)
