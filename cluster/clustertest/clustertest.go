@@ -37,7 +37,7 @@ import (
 
 // Timeout bounds each wait of the harness (leader, readiness, joins,
 // convergence) unless a method takes its own.
-const Timeout = 10 * time.Second
+const Timeout = 30 * time.Second
 
 // FastConfig is a node configuration with Raft timings for loopback tests
 // (elections in a few hundred milliseconds) and logs discarded. tr may be
