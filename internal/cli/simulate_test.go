@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bufio"
@@ -21,7 +21,7 @@ import (
 func simulateRun(t *testing.T, stdin string, args ...string) (int, string, string) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	code := runSimulate(args, strings.NewReader(stdin), &out, &errb)
+	code := Simulate(args, strings.NewReader(stdin), &out, &errb)
 	return code, out.String(), errb.String()
 }
 
