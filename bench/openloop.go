@@ -81,7 +81,9 @@ type Clock interface {
 
 type realClock struct{ timer *time.Timer }
 
-func (realClock) Now() time.Time { return time.Now() }
+// Now has a pointer receiver: a value one would copy the struct, reading
+// timer while the scheduler's SleepUntil writes it (a data race under -race).
+func (*realClock) Now() time.Time { return time.Now() }
 
 func (c *realClock) SleepUntil(ctx context.Context, t time.Time) {
 	d := time.Until(t)

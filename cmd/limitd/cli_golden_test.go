@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/limitd/limitd/buildinfo"
+	"github.com/limitd/limitd/internal/cli"
 )
 
 var updateGolden = flag.Bool("update", false, "rewrite the CLI golden files in testdata/cli")
@@ -99,7 +100,7 @@ func TestCLIGolden(t *testing.T) {
 	}
 	for _, tc := range cases {
 		var stdout, stderr bytes.Buffer
-		env := cliEnv{stdout: &stdout, stderr: &stderr, getenv: func(k string) string {
+		env := cli.Env{Stdout: &stdout, Stderr: &stderr, Getenv: func(k string) string {
 			if k == "LIMITD_ADDR" {
 				return p.HTTPAddr
 			}
@@ -132,7 +133,7 @@ func TestCLIGolden(t *testing.T) {
 func TestCLIHelpToStdout(t *testing.T) {
 	for _, args := range [][]string{{"--help"}, {"help"}, {"-h"}} {
 		var stdout, stderr bytes.Buffer
-		if code := runMain(args, cliEnv{stdout: &stdout, stderr: &stderr, getenv: func(string) string { return "" }}); code != 0 || stderr.Len() != 0 {
+		if code := runMain(args, cli.Env{Stdout: &stdout, Stderr: &stderr, Getenv: func(string) string { return "" }}); code != 0 || stderr.Len() != 0 {
 			t.Fatalf("%v: exit %d, stderr %q", args, code, stderr.String())
 		}
 		for _, c := range []string{"serve", "simulate", "bench", "check", "policy", "key", "cluster", "snapshot", "version"} {
@@ -144,7 +145,7 @@ func TestCLIHelpToStdout(t *testing.T) {
 	for _, c := range []string{"serve", "simulate", "bench", "check", "policy", "key", "cluster", "snapshot", "version"} {
 		for _, args := range [][]string{{"help", c}, {c, "--help"}} {
 			var stdout, stderr bytes.Buffer
-			code := runMain(args, cliEnv{stdout: &stdout, stderr: &stderr, getenv: func(string) string { return "" }})
+			code := runMain(args, cli.Env{Stdout: &stdout, Stderr: &stderr, Getenv: func(string) string { return "" }})
 			if code != 0 || stderr.Len() != 0 || !strings.Contains(stdout.String(), "Usage: limitd") {
 				t.Errorf("%v: exit %d, stderr %q, stdout %.80q", args, code, stderr.String(), stdout.String())
 			}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/limitd/limitd/client"
+	"github.com/limitd/limitd/internal/cli"
 	"github.com/limitd/limitd/internal/testtool"
 )
 
@@ -35,7 +36,7 @@ func noonZone(t *testing.T) string {
 func runCLI(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
-	code := runMain(args, cliEnv{stdout: &stdout, stderr: &stderr, getenv: func(string) string { return "" }})
+	code := runMain(args, cli.Env{Stdout: &stdout, Stderr: &stderr, Getenv: func(string) string { return "" }})
 	return code, stdout.String(), stderr.String()
 }
 
@@ -159,13 +160,13 @@ func TestProcessSnapshotRoundTrip(t *testing.T) {
 			t.Fatal(err)
 		}
 		code, _, errOut := runCLI(t, "snapshot", "inspect", path)
-		if code != exitError || !strings.Contains(errOut, bad.want) {
-			t.Errorf("inspect %s: exit %d, %q; want exit %d mentioning %q", bad.name, code, errOut, exitError, bad.want)
+		if code != cli.ExitError || !strings.Contains(errOut, bad.want) {
+			t.Errorf("inspect %s: exit %d, %q; want exit %d mentioning %q", bad.name, code, errOut, cli.ExitError, bad.want)
 		}
 		dir := filepath.Join(t.TempDir(), "data")
 		code, _, errOut = runCLI(t, "snapshot", "restore", "--data-dir", dir, "--node-id", "x", "--raft-addr", "127.0.0.1:1", path)
-		if code != exitError || !strings.Contains(errOut, bad.want) {
-			t.Errorf("restore %s: exit %d, %q; want exit %d mentioning %q", bad.name, code, errOut, exitError, bad.want)
+		if code != cli.ExitError || !strings.Contains(errOut, bad.want) {
+			t.Errorf("restore %s: exit %d, %q; want exit %d mentioning %q", bad.name, code, errOut, cli.ExitError, bad.want)
 		}
 		if entries, _ := os.ReadDir(dir); len(entries) != 0 {
 			t.Errorf("restore %s left %d entries in the data dir", bad.name, len(entries))
@@ -186,7 +187,7 @@ func TestProcessSnapshotRoundTrip(t *testing.T) {
 		t.Fatalf("snapshot restore: exit %d: %s%s", code, out, errOut)
 	}
 	code, _, errOut = runCLI(t, "snapshot", "restore", "--data-dir", restored.DataDir, "--raft-addr", n1.RaftAddr, file)
-	if code != exitError || !strings.Contains(errOut, "not empty") {
+	if code != cli.ExitError || !strings.Contains(errOut, "not empty") {
 		t.Errorf("restore into a used data dir: exit %d, %q", code, errOut)
 	}
 	restored.start(crashFlags...)

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/limitd/limitd/internal/cli"
 )
 
 // The client commands speak HTTPS to a node started with --tls-cert:
@@ -31,11 +33,11 @@ func TestProcessCLIOverTLS(t *testing.T) {
 		"--addr", "https://"+p.HTTPAddr, "--tls-ca", cert, "--token", "secret"); code != 0 {
 		t.Fatalf("policy put over TLS: exit %d %s%s", code, out, errOut)
 	}
-	if code, out, _ := runCLI(t, "check", "--policy", "api", "k", "--addr", p.HTTPAddr, "--tls-ca", cert); code != exitOK || !strings.Contains(out, "allowed      true") {
+	if code, out, _ := runCLI(t, "check", "--policy", "api", "k", "--addr", p.HTTPAddr, "--tls-ca", cert); code != cli.ExitOK || !strings.Contains(out, "allowed      true") {
 		t.Fatalf("check over TLS: exit %d\n%s", code, out)
 	}
-	if code, _, _ := runCLI(t, "check", "--policy", "api", "k", "--addr", p.HTTPAddr, "--tls-ca", cert); code != exitRefused {
-		t.Fatalf("second check over TLS: exit %d, want %d (refused)", code, exitRefused)
+	if code, _, _ := runCLI(t, "check", "--policy", "api", "k", "--addr", p.HTTPAddr, "--tls-ca", cert); code != cli.ExitRefused {
+		t.Fatalf("second check over TLS: exit %d, want %d (refused)", code, cli.ExitRefused)
 	}
 	// Configuration mistakes: exit 5 at once (not after --timeout of
 	// retries), a message naming the flag to fix, and the command the user
@@ -52,8 +54,8 @@ func TestProcessCLIOverTLS(t *testing.T) {
 		args := append([]string{"key", "reset", "k", "--policy", "api", "--timeout", "10m"}, tc.args...)
 		start := time.Now()
 		code, _, errOut := runCLI(t, args...)
-		if code != exitConfig || !strings.Contains(errOut, tc.want) || !strings.HasPrefix(errOut, "limitd key reset: ") || strings.Contains(errOut, "/v1/") {
-			t.Fatalf("%v: exit %d, %q; want exit %d naming %s", tc.args, code, errOut, exitConfig, tc.want)
+		if code != cli.ExitConfig || !strings.Contains(errOut, tc.want) || !strings.HasPrefix(errOut, "limitd key reset: ") || strings.Contains(errOut, "/v1/") {
+			t.Fatalf("%v: exit %d, %q; want exit %d naming %s", tc.args, code, errOut, cli.ExitConfig, tc.want)
 		}
 		if took := time.Since(start); took > 5*time.Minute {
 			t.Fatalf("%v: took %v: retried until close to --timeout", tc.args, took)

@@ -28,6 +28,7 @@ import (
 
 	yaml "go.yaml.in/yaml/v3"
 
+	"github.com/limitd/limitd/internal/daemon"
 	"github.com/limitd/limitd/internal/proccluster"
 	"github.com/limitd/limitd/internal/testtool"
 )
@@ -54,10 +55,22 @@ var envRE = regexp.MustCompile(`\bLIMITD_([A-Z0-9_]+)`)
 
 // serveFlagNames are the flags `limitd serve --help` lists.
 func serveFlagNames() map[string]bool {
-	fs, _ := newServeFlagSet(io.Discard)
+	fs := daemon.FlagSet(io.Discard)
 	names := map[string]bool{}
 	fs.VisitAll(func(f *flag.Flag) { names[f.Name] = true })
 	return names
+}
+
+// parseServe parses args with serve's flags and returns every flag's value
+// by name (a list's values comma-separated).
+func parseServe(args []string) (map[string]string, error) {
+	fs := daemon.FlagSet(io.Discard)
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	v := map[string]string{}
+	fs.VisitAll(func(f *flag.Flag) { v[f.Name] = f.Value.String() })
+	return v, nil
 }
 
 // deployUses returns the limitd flags each deploy file uses, on the command
@@ -319,30 +332,30 @@ func TestComposeFile(t *testing.T) {
 	}
 	bootstraps := 0
 	for name, s := range c.Services {
-		fs, f := newServeFlagSet(io.Discard)
-		if err := fs.Parse(s.Command); err != nil {
+		f, err := parseServe(s.Command)
+		if err != nil {
 			t.Errorf("%s: command %v: %v", name, s.Command, err)
 			continue
 		}
-		if f.nodeID != name || s.Hostname != name {
-			t.Errorf("%s: node id %q, hostname %q: want the service name", name, f.nodeID, s.Hostname)
+		if f["node-id"] != name || s.Hostname != name {
+			t.Errorf("%s: node id %q, hostname %q: want the service name", name, f["node-id"], s.Hostname)
 		}
-		if f.httpAdvertise != name+":8080" || f.raftAdvertise != name+":8300" {
-			t.Errorf("%s: advertises %s and %s, want its name", name, f.httpAdvertise, f.raftAdvertise)
+		if f["http-advertise"] != name+":8080" || f["raft-advertise"] != name+":8300" {
+			t.Errorf("%s: advertises %s and %s, want its name", name, f["http-advertise"], f["raft-advertise"])
 		}
 		switch {
-		case len(f.join) == 0:
+		case f["join"] == "":
 			bootstraps++
 		default:
-			for _, j := range f.join {
+			for _, j := range strings.Split(f["join"], ",") {
 				target := strings.TrimSuffix(strings.TrimPrefix(j, "https://"), ":8080")
 				if _, ok := c.Services[target]; !ok || target == name {
 					t.Errorf("%s joins %s, not another service of the file", name, j)
 				}
 			}
 		}
-		if !strings.HasPrefix(f.tlsCert, "/certs/") || s.Environment["LIMITD_TLS_CA"] == "" || s.Environment["LIMITD_ADMIN_TOKEN"] == "" {
-			t.Errorf("%s: want mutual TLS and the admin token (cert %q, env %v)", name, f.tlsCert, s.Environment)
+		if !strings.HasPrefix(f["tls-cert"], "/certs/") || s.Environment["LIMITD_TLS_CA"] == "" || s.Environment["LIMITD_ADMIN_TOKEN"] == "" {
+			t.Errorf("%s: want mutual TLS and the admin token (cert %q, env %v)", name, f["tls-cert"], s.Environment)
 		}
 		vol := name + ":/var/lib/limitd"
 		if !contains(s.Volumes, vol) || c.Volumes[name] == nil {
@@ -616,15 +629,15 @@ func TestKubernetesStartScript(t *testing.T) {
 			if argv[0] != "serve" {
 				t.Fatalf("limitd %v: want serve", argv)
 			}
-			fs, f := newServeFlagSet(io.Discard)
-			if err := fs.Parse(argv[1:]); err != nil {
+			f, err := parseServe(argv[1:])
+			if err != nil {
 				t.Fatalf("flags %v: %v", argv[1:], err)
 			}
 			self := c.pod + ".limitd.prod.svc.cluster.local"
-			if f.nodeID != c.pod || f.httpAdvertise != self+":8080" || f.raftAdvertise != self+":8300" {
-				t.Errorf("node id %q, advertise %q %q: want the pod's DNS name", f.nodeID, f.httpAdvertise, f.raftAdvertise)
+			if f["node-id"] != c.pod || f["http-advertise"] != self+":8080" || f["raft-advertise"] != self+":8300" {
+				t.Errorf("node id %q, advertise %q %q: want the pod's DNS name", f["node-id"], f["http-advertise"], f["raft-advertise"])
 			}
-			if got := strings.Join(f.join, ","); got != c.wantJoin {
+			if got := f["join"]; got != c.wantJoin {
 				t.Errorf("--join %q, want %q", got, c.wantJoin)
 			}
 			if _, err := os.Stat(wgets); c.wantNoWgets && err == nil {

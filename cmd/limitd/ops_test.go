@@ -53,9 +53,9 @@ func opsNode(t *testing.T, c *proccluster.Cluster, id, join string) *proccluster
 	return nd
 }
 
-// cli runs `limitd ARGS...` and returns its output, failing the test on a
+// limitdCLI runs `limitd ARGS...` and returns its output, failing the test on a
 // non-zero exit.
-func cli(t *testing.T, args ...string) string {
+func limitdCLI(t *testing.T, args ...string) string {
 	t.Helper()
 	out, err := exec.Command(limitdBin, args...).CombinedOutput()
 	if err != nil {
@@ -131,7 +131,7 @@ func TestOpsAddNode(t *testing.T) {
 	if got := remaining(t, n4, "add"); got != 1000000-5 {
 		t.Fatalf("n4 sees %d remaining, want %d", got, 1000000-5)
 	}
-	if out := cli(t, "cluster", "members", "--addr", n4.HTTPAddr); !strings.Contains(out, "n4") {
+	if out := limitdCLI(t, "cluster", "members", "--addr", n4.HTTPAddr); !strings.Contains(out, "n4") {
 		t.Fatalf("members lists no n4:\n%s", out)
 	}
 }
@@ -141,7 +141,7 @@ func TestOpsAddNode(t *testing.T) {
 func TestOpsRemoveNode(t *testing.T) {
 	c := opsCluster(t)
 	n3 := c.Nodes[2]
-	cli(t, "cluster", "remove", "n3", "--addr", c.Nodes[0].HTTPAddr)
+	limitdCLI(t, "cluster", "remove", "n3", "--addr", c.Nodes[0].HTTPAddr)
 	if exited, err := n3.WaitTimeout(20 * time.Second); !exited || err != nil {
 		t.Fatalf("removed n3: exited %v, err %v (want exit 0)%s", exited, err, c.LogTails(10))
 	}
@@ -164,14 +164,14 @@ func TestOpsReplaceNode(t *testing.T) {
 	if err := old.Term(proccluster.StopTimeout); err != nil {
 		t.Fatal(err)
 	}
-	cli(t, "cluster", "remove", "n3", "--addr", c.Nodes[0].HTTPAddr)
+	limitdCLI(t, "cluster", "remove", "n3", "--addr", c.Nodes[0].HTTPAddr)
 	c.Nodes = c.Nodes[:2]
 	n5 := opsNode(t, c, "n5", c.Nodes[1].URL(""))
 	if err := n5.Start(); err != nil {
 		t.Fatal(err)
 	}
 	waitMembers(t, c, c.Nodes, 3)
-	out := cli(t, "cluster", "members", "--addr", n5.HTTPAddr, "--output", "json")
+	out := limitdCLI(t, "cluster", "members", "--addr", n5.HTTPAddr, "--output", "json")
 	if !strings.Contains(out, `"n5"`) || strings.Contains(out, `"n3"`) {
 		t.Fatalf("members after the replacement: %s", out)
 	}
@@ -246,8 +246,8 @@ func TestOpsRestoreFromSnapshot(t *testing.T) {
 		spend(t, c.Nodes, "restore", fmt.Sprint("rs-", i))
 	}
 	file := filepath.Join(t.TempDir(), "limitd.snap")
-	cli(t, "snapshot", "save", file, "--addr", c.Nodes[0].HTTPAddr)
-	cli(t, "snapshot", "inspect", file)
+	limitdCLI(t, "snapshot", "save", file, "--addr", c.Nodes[0].HTTPAddr)
+	limitdCLI(t, "snapshot", "inspect", file)
 	if err := c.StopNodes(); err != nil {
 		t.Fatal(err)
 	}
@@ -255,7 +255,7 @@ func TestOpsRestoreFromSnapshot(t *testing.T) {
 	d := &proccluster.Cluster{Dir: t.TempDir()}
 	t.Cleanup(func() { d.StopNodes() })
 	r1 := opsNode(t, d, "r1", "")
-	cli(t, "snapshot", "restore", file, "--data-dir", r1.DataDir, "--node-id", "r1", "--raft-addr", r1.RaftAddr)
+	limitdCLI(t, "snapshot", "restore", file, "--data-dir", r1.DataDir, "--node-id", "r1", "--raft-addr", r1.RaftAddr)
 	if err := r1.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -304,7 +304,7 @@ func TestOpsNodesAdvertiseNames(t *testing.T) {
 		}
 	}
 	waitMembers(t, c, c.Nodes, 3)
-	out := cli(t, "cluster", "members", "--addr", n1.HTTPAddr, "--output", "json")
+	out := limitdCLI(t, "cluster", "members", "--addr", n1.HTTPAddr, "--output", "json")
 	if strings.Count(out, `"localhost:`) < 3 || strings.Contains(out, `"127.0.0.1:`) {
 		t.Fatalf("members do not carry the advertised names:\n%s", out)
 	}

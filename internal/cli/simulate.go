@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bufio"
@@ -59,6 +59,12 @@ type simulateFlags struct {
 	compare bool
 }
 
+// SimulateUsage prints `limitd simulate`'s help to out.
+func SimulateUsage(out io.Writer) {
+	fs, _ := newSimulateFlagSet(out)
+	fs.Usage()
+}
+
 func newSimulateFlagSet(out io.Writer) (*flag.FlagSet, *simulateFlags) {
 	f := &simulateFlags{}
 	fs := flag.NewFlagSet("limitd simulate", flag.ContinueOnError)
@@ -100,10 +106,10 @@ func simulate(s algo.Spec, trace []simRequest) (simRun, error) {
 	return simRun{decisions: run.Decisions}, err
 }
 
-// runSimulate is `limitd simulate`. Exit status: 0 after printing the
+// Simulate is `limitd simulate` with args, the words after its name. Exit status: 0 after printing the
 // decisions, 2 for bad flags or a malformed trace, 1 when the trace cannot be
 // read.
-func runSimulate(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+func Simulate(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs, f := newSimulateFlagSet(stderr)
 	// Flags may follow the trace path: parse, take one argument, repeat.
 	var paths []string

@@ -1,4 +1,4 @@
-package main
+package benchcmd
 
 import (
 	"bytes"
@@ -117,6 +117,12 @@ type benchFlags struct {
 	externalRLS  bool
 }
 
+// Usage prints `limitd bench`'s help to out.
+func Usage(out io.Writer) {
+	fs, _ := newBenchFlagSet(out)
+	fs.Usage()
+}
+
 func newBenchFlagSet(out io.Writer) (*flag.FlagSet, *benchFlags) {
 	f := &benchFlags{work: bench.DefaultWorkload()}
 	fs := flag.NewFlagSet("limitd bench", flag.ContinueOnError)
@@ -153,9 +159,9 @@ func newBenchFlagSet(out io.Writer) (*flag.FlagSet, *benchFlags) {
 	return fs, f
 }
 
-// runBench is `limitd bench`. Exit status: 0 when checks were decided, 1 when
+// Main is `limitd bench` with args, the words after its name. Exit status: 0 when checks were decided, 1 when
 // the run could not be set up or nothing was decided, 2 for bad flags.
-func runBench(args []string, stdout, stderr io.Writer) int {
+func Main(args []string, stdout, stderr io.Writer) int {
 	bench.TuneGC()
 	fs, f := newBenchFlagSet(stderr)
 	if err := fs.Parse(args); err != nil {

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"crypto/tls"
@@ -21,7 +21,7 @@ type startInputs struct {
 
 // loadStartInputs reads every file serve was given (--policies,
 // --rls-config, the --tls-* certificates) and checks the settings that are
-// validated only later otherwise. Each error names its flag; runServe
+// validated only later otherwise. Each error names its flag; Main
 // prints it in the one start-up format, "limitd: ...", and exits 2.
 func loadStartInputs(f *serveFlags) (*startInputs, error) {
 	in := &startInputs{}

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"flag"
@@ -36,7 +36,7 @@ Example:
 Flags:
 `
 
-func runSnapshot(args []string, env cliEnv) int {
+func runSnapshot(args []string, env Env) int {
 	fs := flag.NewFlagSet("snapshot", flag.ContinueOnError)
 	var cf connFlags
 	cf.register(fs)
@@ -65,7 +65,7 @@ func runSnapshot(args []string, env cliEnv) int {
 			return fail(env, name, err)
 		}
 		printSummary(env, &cf, file, s)
-		return exitOK
+		return ExitOK
 	}
 	if *dataDir == "" {
 		return usageError(env, name, "--data-dir is required")
@@ -84,17 +84,17 @@ func runSnapshot(args []string, env cliEnv) int {
 		id = *raftAddr
 	}
 	if cf.output == "json" {
-		printJSON(env.stdout, map[string]any{"data_dir": *dataDir, "node_id": id, "raft_addr": *raftAddr, "index": h.Index, "term": h.Term})
-		return exitOK
+		printJSON(env.Stdout, map[string]any{"data_dir": *dataDir, "node_id": id, "raft_addr": *raftAddr, "index": h.Index, "term": h.Term})
+		return ExitOK
 	}
-	fmt.Fprintf(env.stdout, "restored index %d (term %d) into %s as node %s at %s\n", h.Index, h.Term, *dataDir, id, *raftAddr)
-	fmt.Fprintf(env.stdout, "start it with: limitd serve --data-dir %s --node-id %s --raft-addr %s [--http-addr …]\n", *dataDir, id, *raftAddr)
-	return exitOK
+	fmt.Fprintf(env.Stdout, "restored index %d (term %d) into %s as node %s at %s\n", h.Index, h.Term, *dataDir, id, *raftAddr)
+	fmt.Fprintf(env.Stdout, "start it with: limitd serve --data-dir %s --node-id %s --raft-addr %s [--http-addr …]\n", *dataDir, id, *raftAddr)
+	return ExitOK
 }
 
 // snapshotSave streams the backup into FILE.part, verifies it completely,
 // then renames it into place, so FILE is never a partial backup.
-func snapshotSave(env cliEnv, cf *connFlags, file string) int {
+func snapshotSave(env Env, cf *connFlags, file string) int {
 	const name = "snapshot save"
 	c, ctx, done, err := cf.dial()
 	if err != nil {
@@ -127,12 +127,12 @@ func snapshotSave(env cliEnv, cf *connFlags, file string) int {
 		return fail(env, name, err)
 	}
 	if cf.output == "json" {
-		printJSON(env.stdout, summaryJSON(file, s))
-		return exitOK
+		printJSON(env.Stdout, summaryJSON(file, s))
+		return ExitOK
 	}
-	fmt.Fprintf(env.stdout, "saved index %d (term %d) from node %s: %d keys, %d policies, %d request ids, %d bytes to %s\n",
+	fmt.Fprintf(env.Stdout, "saved index %d (term %d) from node %s: %d keys, %d policies, %d request ids, %d bytes to %s\n",
 		s.Index, s.Term, s.NodeID, s.Keys, len(s.Policies), s.RequestIDs, s.Size, file)
-	return exitOK
+	return ExitOK
 }
 
 func inspectFile(path string) (cluster.BackupSummary, error) {
@@ -158,16 +158,16 @@ func summaryJSON(file string, s cluster.BackupSummary) map[string]any {
 		"policies": names, "nodes": s.Nodes, "digest": s.Digest, "state_index": s.StateIndex, "size_bytes": s.Size}
 }
 
-func printSummary(env cliEnv, cf *connFlags, file string, s cluster.BackupSummary) {
+func printSummary(env Env, cf *connFlags, file string, s cluster.BackupSummary) {
 	if cf.output == "json" {
-		printJSON(env.stdout, summaryJSON(file, s))
+		printJSON(env.Stdout, summaryJSON(file, s))
 		return
 	}
 	names := make([]string, 0, len(s.Policies))
 	for _, p := range s.Policies {
 		names = append(names, p.Name)
 	}
-	tw := newTable(env.stdout)
+	tw := newTable(env.Stdout)
 	fmt.Fprintf(tw, "file\t%s (%d bytes, format %d)\n", file, s.Size, s.Format)
 	fmt.Fprintf(tw, "index\t%d (term %d)\n", s.Index, s.Term)
 	fmt.Fprintf(tw, "taken\t%s on node %s\n", s.CreatedAt.Format("2006-01-02T15:04:05.000Z07:00"), s.NodeID)
@@ -192,7 +192,7 @@ func printSummary(env cliEnv, cf *connFlags, file string, s cluster.BackupSummar
 	fmt.Fprintf(tw, "digest\t%s at state index %d\n", s.Digest, s.StateIndex)
 	tw.Flush()
 	// What a restored node's GET /v1/cluster/digest is compared with.
-	fmt.Fprintf(env.stdout, "\nThe digest covers the keys, request ids, policies, domains, the clock and the HTTP addresses\n"+
+	fmt.Fprintf(env.Stdout, "\nThe digest covers the keys, request ids, policies, domains, the clock and the HTTP addresses\n"+
 		"above. A node restored from this file reports it at state index %d until it applies new entries;\n"+
 		"restored with a node id or HTTP address not listed above, it registers itself at start, which\n"+
 		"changes the digest (and the index).\n", s.StateIndex)

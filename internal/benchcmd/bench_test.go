@@ -1,4 +1,4 @@
-package main
+package benchcmd
 
 import (
 	"bytes"
@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/limitd/limitd/bench"
+	"github.com/limitd/limitd/internal/daemon"
 	"github.com/limitd/limitd/internal/proccluster"
 )
 
@@ -34,7 +35,7 @@ const (
 	fakeNodeIgnoreEnv = "LIMITD_BENCH_FAKE_IGNORE_TERM" // "1": ignore SIGTERM
 	fakeNodeFailEnv   = "LIMITD_BENCH_FAKE_FAIL"        // "1": fail at start
 	fakeNodeCrashEnv  = "LIMITD_BENCH_FAKE_CRASH_AFTER" // N: exit after answering N checks
-	realNodeEnv       = "LIMITD_BENCH_REAL_NODE"        // "1": be a real node (runServe)
+	realNodeEnv       = "LIMITD_BENCH_REAL_NODE"        // "1": be a real node (daemon.Main)
 )
 
 func init() {
@@ -42,7 +43,7 @@ func init() {
 		os.Exit(fakeNode(os.Args[1:]))
 	}
 	if os.Getenv(realNodeEnv) == "1" && len(os.Args) > 1 && os.Args[1] == "serve" {
-		os.Exit(runServe(os.Args[2:], os.Stdout, os.Stderr))
+		os.Exit(daemon.Main(os.Args[2:], os.Stderr))
 	}
 }
 
@@ -288,7 +289,7 @@ func newFakeLimitd(t *testing.T, f *fakeLimitd) string {
 func runBenchJSON(t *testing.T, args ...string) (bench.Result, string) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	if code := runBench(append(args, "--json"), &out, &errb); code != 0 {
+	if code := Main(append(args, "--json"), &out, &errb); code != 0 {
 		t.Fatalf("runBench %v: exit %d\nstdout: %s\nstderr: %s", args, code, out.String(), errb.String())
 	}
 	if strings.Count(out.String(), "\n") != 1 {
@@ -361,7 +362,7 @@ func TestBenchOpenLoop(t *testing.T) {
 	}
 	for _, bad := range [][]string{{"--rate", "-1"}, {"--rate", "100", "--arrival", "bursty"}, {"--rate", "100", "--batch", "5"}, {"--rate", "100", "--max-inflight", "0"}} {
 		var out, errb bytes.Buffer
-		if code := runBench(append([]string{"--addrs", "http://127.0.0.1:1"}, bad...), &out, &errb); code != 2 {
+		if code := Main(append([]string{"--addrs", "http://127.0.0.1:1"}, bad...), &out, &errb); code != 2 {
 			t.Errorf("%v: exit %d, want 2 (%s)", bad, code, errb.String())
 		}
 	}
@@ -391,7 +392,7 @@ func TestBenchBatchCountsEveryCheck(t *testing.T) {
 func TestBenchCreatesPolicyAndTable(t *testing.T) {
 	f := &fakeLimitd{}
 	var out, errb bytes.Buffer
-	code := runBench([]string{"--addrs", strings.TrimPrefix(newFakeLimitd(t, f), "http://"), "--duration", "200ms", "--warmup", "0",
+	code := Main([]string{"--addrs", strings.TrimPrefix(newFakeLimitd(t, f), "http://"), "--duration", "200ms", "--warmup", "0",
 		"--concurrency", "2", "--policy", "api/v1", "--create-policy", "--algorithm", "token_bucket", "--limit", "7",
 		"--window", "1m", "--burst", "9", "--admin-token", "s3cret"}, &out, &errb)
 	if code != 0 {
@@ -488,7 +489,7 @@ func TestBenchFailures(t *testing.T) {
 	}
 	for _, tt := range tests {
 		var out, errb bytes.Buffer
-		code := runBench(tt.args, &out, &errb)
+		code := Main(tt.args, &out, &errb)
 		if code != tt.code || !strings.Contains(errb.String(), tt.msg) {
 			t.Errorf("%s: exit %d, stderr %q; want exit %d and %q", tt.name, code, errb.String(), tt.code, tt.msg)
 		}
@@ -497,7 +498,7 @@ func TestBenchFailures(t *testing.T) {
 
 func TestBenchUsageDocumentsEveryFlag(t *testing.T) {
 	var out, errb bytes.Buffer
-	if code := runBench([]string{"--help"}, &out, &errb); code != 0 {
+	if code := Main([]string{"--help"}, &out, &errb); code != 0 {
 		t.Fatalf("--help exit %d", code)
 	}
 	fs, _ := newBenchFlagSet(io.Discard)
@@ -633,7 +634,7 @@ func TestBenchClusterStartFailureShowsLogs(t *testing.T) {
 	reports, tmp := useFakeNodes(t)
 	t.Setenv(fakeNodeFailEnv, "1")
 	var out, errb bytes.Buffer
-	code := runBench([]string{"--cluster", "3", "--duration", "100ms"}, &out, &errb)
+	code := Main([]string{"--cluster", "3", "--duration", "100ms"}, &out, &errb)
 	if code != 1 {
 		t.Errorf("exit %d, want 1", code)
 	}
@@ -663,7 +664,7 @@ func TestBenchClusterReportsCrashedNodes(t *testing.T) {
 	assertNodesGone(t, reports, tmp, 2)
 }
 
-// The bench against real nodes (this test binary running runServe): the API
+// The bench against real nodes (this test binary running daemon.Main): the API
 // contract, forwarding from followers, policy creation and batches end to end.
 func TestBenchRealCluster(t *testing.T) {
 	if testing.Short() {
@@ -729,7 +730,7 @@ func TestBenchRealCluster(t *testing.T) {
 }
 
 // Every --target against a real 1-node cluster (this test binary running
-// runServe, with --grpc-addr for grpc and rls), each under the attack
+// daemon.Main, with --grpc-addr for grpc and rls), each under the attack
 // workload: the checks are decided by the node over the chosen protocol,
 // the hot keys by the hot limit, and the report splits the two kinds.
 func TestBenchTargetsAndAttackRealNode(t *testing.T) {
@@ -832,7 +833,7 @@ func TestBenchLeaderOnly(t *testing.T) {
 	}
 	var out, errOut bytes.Buffer
 	args := []string{"--addrs", strings.Join(urls, ","), "--leader-only", "--duration", "200ms", "--warmup", "0", "--concurrency", "4", "--json"}
-	if code := runBench(args, &out, &errOut); code != 0 {
+	if code := Main(args, &out, &errOut); code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut.String())
 	}
 	if hits[1].Load() == 0 || hits[0].Load() != 0 || hits[2].Load() != 0 {

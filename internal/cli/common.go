@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -18,15 +18,15 @@ import (
 	"github.com/limitd/limitd/client"
 )
 
-// Exit codes of the client commands (check, policy, key, cluster, snapshot),
-// documented in README.md:
+// Exit codes of the client commands (check, policy, key, cluster, snapshot)
+// and of `limitd help`, documented in README.md:
 const (
-	exitOK          = 0 // done; for check: allowed
-	exitRefused     = 1 // check only: the request was refused
-	exitUsage       = 2 // bad flags or arguments, or input the server rejected as invalid (invalid_argument)
-	exitUnavailable = 3 // no node answered in time (no leader, unreachable, timeout)
-	exitError       = 4 // any other error: not found, conflict, a damaged file…
-	exitConfig      = 5 // the client's configuration: certificate, scheme, host, token; retrying will not help
+	ExitOK          = 0 // done; for check: allowed
+	ExitRefused     = 1 // check only: the request was refused
+	ExitUsage       = 2 // bad flags or arguments, or input the server rejected as invalid (invalid_argument)
+	ExitUnavailable = 3 // no node answered in time (no leader, unreachable, timeout)
+	ExitError       = 4 // any other error: not found, conflict, a damaged file…
+	ExitConfig      = 5 // the client's configuration: certificate, scheme, host, token; retrying will not help
 )
 
 // DefaultCLIAddr is where the client commands look for a node when neither
@@ -36,13 +36,47 @@ const DefaultCLIAddr = "127.0.0.1:8080"
 // DefaultCLITimeout bounds one client command, retries included.
 const DefaultCLITimeout = 10 * time.Second
 
-// cliEnv is what a client command reads and writes; tests replace it.
-type cliEnv struct {
-	stdout, stderr io.Writer
-	getenv         func(string) string
+// Env is what a client command reads and writes: its output streams and
+// its environment variables (LIMITD_ADDR, LIMITD_ADMIN_TOKEN); tests
+// replace it.
+type Env struct {
+	Stdout, Stderr io.Writer
+	Getenv         func(string) string
 }
 
-func osEnv() cliEnv { return cliEnv{stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv} }
+// OSEnv is the process's own Env.
+func OSEnv() Env { return Env{Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv} }
+
+// commands are the client commands (and version), by name.
+var commands = map[string]func([]string, Env) int{
+	"check":    runCheck,
+	"policy":   runPolicy,
+	"key":      runKey,
+	"cluster":  runCluster,
+	"snapshot": runSnapshot,
+	"version":  runVersion,
+}
+
+// Run runs the client command name (check, policy, key, cluster, snapshot or
+// version) with args, the words after its name, and returns its exit
+// status; ok is false, and nothing is run, for another name.
+func Run(name string, args []string, env Env) (code int, ok bool) {
+	run, ok := commands[name]
+	if !ok {
+		return 0, false
+	}
+	return run(args, env), true
+}
+
+// isHelp reports a help flag given in place of a subcommand.
+func isHelp(a string) bool { return a == "-h" || a == "-help" || a == "--help" || a == "help" }
+
+func printUsage(env Env, text string, fs *flag.FlagSet) {
+	fmt.Fprint(env.Stdout, text)
+	fs.SetOutput(env.Stdout)
+	fs.PrintDefaults()
+	fs.SetOutput(io.Discard)
+}
 
 // connFlags are the flags every client command shares.
 type connFlags struct {
@@ -66,15 +100,15 @@ func (c *connFlags) register(fs *flag.FlagSet) {
 }
 
 // validate checks the shared flags and fills defaults from the environment.
-func (c *connFlags) validate(env cliEnv) error {
+func (c *connFlags) validate(env Env) error {
 	if c.addr == "" {
-		c.addr = env.getenv("LIMITD_ADDR")
+		c.addr = env.Getenv("LIMITD_ADDR")
 	}
 	if c.addr == "" {
 		c.addr = DefaultCLIAddr
 	}
 	if c.token == "" {
-		c.token = env.getenv("LIMITD_ADMIN_TOKEN")
+		c.token = env.Getenv("LIMITD_ADMIN_TOKEN")
 	}
 	if c.output != "table" && c.output != "json" {
 		return fmt.Errorf("--output %q: want table or json", c.output)
@@ -128,7 +162,7 @@ func (c *connFlags) dial() (cl *client.Client, ctx context.Context, done func(),
 
 // parseFlags parses flags that may come before, between or after the
 // positional arguments, and returns the positional ones. Help goes to stdout.
-func parseFlags(fs *flag.FlagSet, args []string, env cliEnv, usage func()) ([]string, int, bool) {
+func parseFlags(fs *flag.FlagSet, args []string, env Env, usage func()) ([]string, int, bool) {
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
 	var pos []string
@@ -136,7 +170,7 @@ func parseFlags(fs *flag.FlagSet, args []string, env cliEnv, usage func()) ([]st
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
 				usage()
-				return nil, exitOK, false
+				return nil, ExitOK, false
 			}
 			return nil, usageError(env, fs.Name(), "%v", err), false
 		}
@@ -157,12 +191,12 @@ func parseFlags(fs *flag.FlagSet, args []string, env cliEnv, usage func()) ([]st
 // (cluster, policy, snapshot): SUB must be one of subs; then fs parses the
 // rest. When ok is false, code is the exit status to return (help printed,
 // or a usage error written).
-func parseSubcommand(env cliEnv, group, usage string, fs *flag.FlagSet, args []string, subs ...string) (sub string, pos []string, code int, ok bool) {
+func parseSubcommand(env Env, group, usage string, fs *flag.FlagSet, args []string, subs ...string) (sub string, pos []string, code int, ok bool) {
 	want := strings.Join(subs[:len(subs)-1], ", ") + " or " + subs[len(subs)-1]
 	if len(args) == 0 || isHelp(args[0]) {
 		if len(args) > 0 {
 			printUsage(env, usage, fs)
-			return "", nil, exitOK, false
+			return "", nil, ExitOK, false
 		}
 		return "", nil, usageError(env, group, "want a subcommand: %s", want), false
 	}
@@ -174,20 +208,20 @@ func parseSubcommand(env cliEnv, group, usage string, fs *flag.FlagSet, args []s
 	return sub, pos, code, ok
 }
 
-func usageError(env cliEnv, name, format string, a ...any) int {
+func usageError(env Env, name, format string, a ...any) int {
 	top, _, _ := strings.Cut(name, " ")
-	fmt.Fprintf(env.stderr, "limitd %s: %s\nRun 'limitd help %s' for usage.\n", name, fmt.Sprintf(format, a...), top)
-	return exitUsage
+	fmt.Fprintf(env.Stderr, "limitd %s: %s\nRun 'limitd help %s' for usage.\n", name, fmt.Sprintf(format, a...), top)
+	return ExitUsage
 }
 
 // fail reports err and returns its exit code. name is the command the user
 // ran ("check"), never the API path it went by.
-func fail(env cliEnv, name string, err error) int {
+func fail(env Env, name string, err error) int {
 	msg := strings.TrimPrefix(err.Error(), "limitd: ")
 	if fix := configFix(err); fix != "" {
 		msg += "\n  " + fix
 	}
-	fmt.Fprintf(env.stderr, "limitd %s: %s\n", name, msg)
+	fmt.Fprintf(env.Stderr, "limitd %s: %s\n", name, msg)
 	return exitCode(err)
 }
 
@@ -222,15 +256,15 @@ func configFix(err error) string {
 func exitCode(err error) int {
 	switch {
 	case err == nil:
-		return exitOK
+		return ExitOK
 	case errors.Is(err, client.ErrConfig), errors.Is(err, client.ErrUnauthenticated):
-		return exitConfig
+		return ExitConfig
 	case errors.Is(err, client.ErrUnavailable):
-		return exitUnavailable
+		return ExitUnavailable
 	case errors.Is(err, client.ErrInvalidArgument):
-		return exitUsage
+		return ExitUsage
 	}
-	return exitError
+	return ExitError
 }
 
 func printJSON(w io.Writer, v any) {

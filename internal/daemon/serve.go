@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -82,6 +82,13 @@ type serveFlags struct {
 	logFormat       string
 }
 
+// FlagSet is the serve flag set, its usage text written to out: for help
+// (`limitd help serve`) and for checks of deploy files against the flags.
+func FlagSet(out io.Writer) *flag.FlagSet {
+	fs, _ := newServeFlagSet(out)
+	return fs
+}
+
 func newServeFlagSet(out io.Writer) (*flag.FlagSet, *serveFlags) {
 	f := &serveFlags{}
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
@@ -141,7 +148,12 @@ func newServeFlagSet(out io.Writer) (*flag.FlagSet, *serveFlags) {
 	return fs, f
 }
 
-func runServe(args []string, stdout, stderr io.Writer) int {
+// Main runs `limitd serve` with args (the flags after the command name) until
+// SIGINT or SIGTERM and returns the exit status: 0 after a clean shutdown (or
+// -h), 2 for a bad flag, environment variable, config file or start-up input
+// (refused before anything is written), 1 when the node fails once started.
+// Logs, errors and the usage of a bad flag go to stderr.
+func Main(args []string, stderr io.Writer) int {
 	f, err := loadServeFlags(args, os.LookupEnv, stderr)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -68,7 +68,7 @@ func policyFlagSet(cf *connFlags, lim *client.Limit, shadow *bool, local *optBoo
 	return fs
 }
 
-func runPolicy(args []string, env cliEnv) int {
+func runPolicy(args []string, env Env) int {
 	var cf connFlags
 	var lim client.Limit
 	var shadow bool
@@ -137,27 +137,27 @@ func runPolicy(args []string, env cliEnv) int {
 			return fail(env, name, err)
 		}
 		if cf.output == "json" {
-			printJSON(env.stdout, map[string]any{"name": pos[0], "deleted": true})
+			printJSON(env.Stdout, map[string]any{"name": pos[0], "deleted": true})
 		} else {
-			fmt.Fprintf(env.stdout, "policy %q deleted\n", pos[0])
+			fmt.Fprintf(env.Stdout, "policy %q deleted\n", pos[0])
 		}
-		return exitOK
+		return ExitOK
 	}
 	if cf.output == "json" {
 		if sub == "list" {
 			if out == nil {
 				out = []client.Policy{}
 			}
-			printJSON(env.stdout, map[string]any{"policies": out})
+			printJSON(env.Stdout, map[string]any{"policies": out})
 		} else if len(out) == 1 {
-			printJSON(env.stdout, out[0])
+			printJSON(env.Stdout, out[0])
 		} else {
-			printJSON(env.stdout, out)
+			printJSON(env.Stdout, out)
 		}
-		return exitOK
+		return ExitOK
 	}
-	printPolicies(env.stdout, out)
-	return exitOK
+	printPolicies(env.Stdout, out)
+	return ExitOK
 }
 
 func printPolicies(w io.Writer, ps []client.Policy) {

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bufio"
@@ -21,7 +21,7 @@ import (
 func simulateRun(t *testing.T, stdin string, args ...string) (int, string, string) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	code := runSimulate(args, strings.NewReader(stdin), &out, &errb)
+	code := Simulate(args, strings.NewReader(stdin), &out, &errb)
 	return code, out.String(), errb.String()
 }
 
@@ -44,14 +44,16 @@ func jsonLines(t *testing.T, out string) (decisions, summaries []map[string]any)
 }
 
 // TestSimulateIssueTable is the issue's table (limit 10 per 60 s) through
-// the command, for each algorithm alone and for --compare.
+// the command, for each algorithm alone and for --compare. The traces are
+// the ones the README runs with `go run ./cmd/limitd simulate`, kept beside
+// the binary (api's TestSimulateEndpointMatchesEngine reads them too).
 func TestSimulateIssueTable(t *testing.T) {
 	want := map[string]map[string]float64{
 		"edge.trace":             {"fixed_window": 20, "sliding_log": 10, "sliding_window": 10, "token_bucket": 10, "leaky_bucket": 10},
 		"early_then_later.trace": {"fixed_window": 20, "sliding_log": 20, "sliding_window": 15, "token_bucket": 20, "leaky_bucket": 20},
 	}
 	for trace, byAlgo := range want {
-		path := filepath.Join("testdata", "simulate", trace)
+		path := filepath.Join("..", "..", "cmd", "limitd", "testdata", "simulate", trace)
 		for alg, admitted := range byAlgo {
 			code, out, errs := simulateRun(t, "", "--algorithm", alg, "--limit", "10", "--window", "60s", "--format", "jsonl", path)
 			if code != 0 {

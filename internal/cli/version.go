@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"encoding/json"
@@ -17,7 +17,7 @@ Also: limitd --version.
 Flags:
 `
 
-func runVersion(args []string, env cliEnv) int {
+func runVersion(args []string, env Env) int {
 	fs := flag.NewFlagSet("version", flag.ContinueOnError)
 	output := fs.String("output", "table", "output format: table or json")
 	pos, code, ok := parseFlags(fs, args, env, func() { printUsage(env, versionUsage, fs) })
@@ -31,22 +31,22 @@ func runVersion(args []string, env cliEnv) int {
 	switch *output {
 	case "json":
 		b, _ := json.Marshal(v)
-		fmt.Fprintf(env.stdout, "%s\n", b)
+		fmt.Fprintf(env.Stdout, "%s\n", b)
 	case "table":
-		fmt.Fprintf(env.stdout, "limitd %s\n", v.Version)
+		fmt.Fprintf(env.Stdout, "limitd %s\n", v.Version)
 		rev := v.Revision
 		if rev == "" {
 			rev = "unknown (built without VCS information)"
 		} else if v.Modified {
 			rev += " (modified)"
 		}
-		fmt.Fprintf(env.stdout, "revision: %s\n", rev)
+		fmt.Fprintf(env.Stdout, "revision: %s\n", rev)
 		if v.Time != "" {
-			fmt.Fprintf(env.stdout, "time:     %s\n", v.Time)
+			fmt.Fprintf(env.Stdout, "time:     %s\n", v.Time)
 		}
-		fmt.Fprintf(env.stdout, "go:       %s\n", v.Go)
+		fmt.Fprintf(env.Stdout, "go:       %s\n", v.Go)
 	default:
 		return usageError(env, "version", "--output %q: want table or json", *output)
 	}
-	return exitOK
+	return ExitOK
 }

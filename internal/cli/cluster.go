@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"flag"
@@ -24,7 +24,7 @@ Example:
 Flags:
 `
 
-func runCluster(args []string, env cliEnv) int {
+func runCluster(args []string, env Env) int {
 	fs := flag.NewFlagSet("cluster", flag.ContinueOnError)
 	var cf connFlags
 	id := fs.String("id", "", "join: the new node's id (its serve --node-id)")
@@ -63,21 +63,21 @@ func runCluster(args []string, env cliEnv) int {
 			return fail(env, name, err)
 		}
 		if cf.output == "json" {
-			printJSON(env.stdout, map[string]string{"joined": *id})
+			printJSON(env.Stdout, map[string]string{"joined": *id})
 		} else {
-			fmt.Fprintf(env.stdout, "node %q joined\n", *id)
+			fmt.Fprintf(env.Stdout, "node %q joined\n", *id)
 		}
-		return exitOK
+		return ExitOK
 	case "remove":
 		if err := c.Remove(ctx, pos[0]); err != nil {
 			return fail(env, name, err)
 		}
 		if cf.output == "json" {
-			printJSON(env.stdout, map[string]string{"removed": pos[0]})
+			printJSON(env.Stdout, map[string]string{"removed": pos[0]})
 		} else {
-			fmt.Fprintf(env.stdout, "node %q removed\n", pos[0])
+			fmt.Fprintf(env.Stdout, "node %q removed\n", pos[0])
 		}
-		return exitOK
+		return ExitOK
 	}
 	st, err := c.Cluster(ctx)
 	if err != nil {
@@ -85,27 +85,27 @@ func runCluster(args []string, env cliEnv) int {
 	}
 	public := publicView(st)
 	if public {
-		fmt.Fprintln(env.stderr, "limitd: the public view: the answering node's id, Raft addresses, terms, indexes and health need --token (LIMITD_ADMIN_TOKEN)")
+		fmt.Fprintln(env.Stderr, "limitd: the public view: the answering node's id, Raft addresses, terms, indexes and health need --token (LIMITD_ADMIN_TOKEN)")
 	} else if st.State != client.StateLeader {
 		// Client.Cluster asks the leader; this is a follower's view because
 		// there is no leader or it did not answer.
-		fmt.Fprintf(env.stderr, "limitd: answered by %s (%s), not the leader: it cannot know the other followers' health (shown as unknown)\n",
+		fmt.Fprintf(env.Stderr, "limitd: answered by %s (%s), not the leader: it cannot know the other followers' health (shown as unknown)\n",
 			st.NodeID, st.State)
 	}
 	if cf.output == "json" {
 		if sub == "members" {
-			printJSON(env.stdout, map[string]any{"members": st.Members})
+			printJSON(env.Stdout, map[string]any{"members": st.Members})
 		} else {
-			printJSON(env.stdout, st)
+			printJSON(env.Stdout, st)
 		}
-		return exitOK
+		return ExitOK
 	}
 	if sub == "status" {
 		printStatus(env, st, public)
-		fmt.Fprintln(env.stdout)
+		fmt.Fprintln(env.Stdout)
 	}
 	printMembers(env, st.Members, public)
-	return exitOK
+	return ExitOK
 }
 
 // needsToken stands where the public view has no value.
@@ -113,8 +113,8 @@ const needsToken = "(needs --token)"
 
 // printStatus prints the header of cluster status. The public view has no
 // node id, term or indexes: it says so instead of printing zeros.
-func printStatus(env cliEnv, st client.ClusterStatus, public bool) {
-	tw := newTable(env.stdout)
+func printStatus(env Env, st client.ClusterStatus, public bool) {
+	tw := newTable(env.Stdout)
 	switch {
 	case !public:
 		fmt.Fprintf(tw, "answered by\t%s (%s)\n", st.NodeID, st.State)
@@ -147,8 +147,8 @@ func publicView(st client.ClusterStatus) bool { return st.NodeID == "" }
 // printMembers prints the member table; the public view has only ids, HTTP
 // addresses and the leader, so the other columns are left out rather than
 // filled with placeholders.
-func printMembers(env cliEnv, ms []client.Member, public bool) {
-	tw := newTable(env.stdout)
+func printMembers(env Env, ms []client.Member, public bool) {
+	tw := newTable(env.Stdout)
 	if public {
 		fmt.Fprintln(tw, "ID\tHTTP ADDR\tLEADER")
 		for _, m := range ms {

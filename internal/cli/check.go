@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"flag"
@@ -21,7 +21,7 @@ Example:
 Flags:
 `
 
-func runCheck(args []string, env cliEnv) int {
+func runCheck(args []string, env Env) int {
 	fs := flag.NewFlagSet("check", flag.ContinueOnError)
 	var cf connFlags
 	var lf limitFlags
@@ -59,14 +59,14 @@ func runCheck(args []string, env cliEnv) int {
 		return fail(env, "check", err)
 	}
 	if cf.output == "json" {
-		printJSON(env.stdout, toDecisionJSON(d))
+		printJSON(env.Stdout, toDecisionJSON(d))
 	} else {
-		printDecision(env.stdout, pos[0], d)
+		printDecision(env.Stdout, pos[0], d)
 	}
 	if !d.Allowed {
-		return exitRefused
+		return ExitRefused
 	}
-	return exitOK
+	return ExitOK
 }
 
 const keyUsage = `Usage: limitd key peek|reset [flags] KEY
@@ -82,7 +82,7 @@ Example:
 Flags:
 `
 
-func runKey(args []string, env cliEnv) int {
+func runKey(args []string, env Env) int {
 	if len(args) == 0 || (args[0] != "peek" && args[0] != "reset") {
 		if len(args) > 0 && isHelp(args[0]) {
 			fs := flag.NewFlagSet("key", flag.ContinueOnError)
@@ -91,7 +91,7 @@ func runKey(args []string, env cliEnv) int {
 			lf.register(fs)
 			cf.register(fs)
 			printUsage(env, keyUsage, fs)
-			return exitOK
+			return ExitOK
 		}
 		return usageError(env, "key", "want a subcommand: peek or reset")
 	}
@@ -126,20 +126,20 @@ func runKey(args []string, env cliEnv) int {
 			return fail(env, name, err)
 		}
 		if cf.output == "json" {
-			printJSON(env.stdout, map[string]any{"key": pos[0], "reset": true})
+			printJSON(env.Stdout, map[string]any{"key": pos[0], "reset": true})
 		} else {
-			fmt.Fprintf(env.stdout, "key %q reset\n", pos[0])
+			fmt.Fprintf(env.Stdout, "key %q reset\n", pos[0])
 		}
-		return exitOK
+		return ExitOK
 	}
 	d, err := c.Peek(ctx, pos[0], policy, lim)
 	if err != nil {
 		return fail(env, name, err)
 	}
 	if cf.output == "json" {
-		printJSON(env.stdout, toDecisionJSON(d))
+		printJSON(env.Stdout, toDecisionJSON(d))
 	} else {
-		printDecision(env.stdout, pos[0], d)
+		printDecision(env.Stdout, pos[0], d)
 	}
-	return exitOK
+	return ExitOK
 }
