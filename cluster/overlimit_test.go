@@ -26,11 +26,11 @@ type cachedCluster struct {
 }
 
 func newCachedCluster(t *testing.T, entries int) *cachedCluster {
-	c := clustertest.MakeClusterOpts(t, clustertest.Options{Nodes: 3, SkipShort: true, Config: func(_ int, cfg *cluster.Config) {
+	c := clustertest.MakeClusterOpts(t, clustertest.Options{Nodes: 3, SkipShort: true, Config: func(i int, cfg *cluster.Config) {
 		cfg.OverLimitEntries = entries
 		// The two runs must see the same outcomes: no leadership change
 		// (an outcome_unknown in one run only) on a loaded test host.
-		cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = time.Second, time.Second, 500*time.Millisecond
+		clustertest.SteadyTimers(i, cfg)
 	}})
 	cc := &cachedCluster{c: c}
 	for _, n := range c.Nodes() {

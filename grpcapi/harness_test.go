@@ -39,7 +39,9 @@ type testConfig struct {
 
 func newTestCluster(t testing.TB, size int, cfg testConfig) *testCluster {
 	t.Helper()
-	c := &testCluster{t: t, Cluster: clustertest.MakeCluster(t, size, nil)}
+	// Daemon timers: answers a leadership change would alter (an aborted
+	// forward) must not depend on the test host's load.
+	c := &testCluster{t: t, Cluster: clustertest.MakeCluster(t, size, clustertest.SteadyTimers)}
 	t.Cleanup(c.close) // before the harness's own cleanup: gRPC stops first
 	for i := 0; i < size; i++ {
 		n := c.Node(i)

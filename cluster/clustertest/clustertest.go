@@ -57,6 +57,16 @@ func FastConfig(id, dir, httpAddr string, tr raft.Transport) cluster.Config {
 	return cfg
 }
 
+// SteadyTimers gives cfg the daemon's default Raft timers instead of
+// FastConfig's: for tests whose answers a leadership change would alter (an
+// outcome_unknown, a retried forward) on a loaded or race-built test host.
+// Elections and failovers then take a second or two.
+func SteadyTimers(_ int, cfg *cluster.Config) {
+	cfg.HeartbeatTimeout = cluster.DefaultHeartbeatTimeout
+	cfg.ElectionTimeout = cluster.DefaultElectionTimeout
+	cfg.LeaderLeaseTimeout = cluster.DefaultLeaderLeaseTimeout
+}
+
 // SnapshotPolicy is when Raft snapshots (every Threshold entries, checked
 // every Interval) and how many log entries it keeps after one. Zero fields
 // keep cluster.Config's defaults.
