@@ -122,6 +122,7 @@ func Open(path string, opts Options) (*FSM, error) {
 		MaxSize:         opts.MaxSizeBytes,
 		InitialMmapSize: 256 << 20,
 		CommitEvery:     opts.CommitEvery,
+		Background:      opts.CommitEvery > 1,
 		CacheKeys:       opts.CacheKeys,
 		Logger:          opts.Logger,
 	})
@@ -274,18 +275,22 @@ func (f *FSM) reportFatal(err error) {
 	})
 }
 
-// Flush commits the applies that share an open transaction (CommitEvery).
-// The caller runs it on a timer so that the file, its digest and its
-// snapshots are never far behind. A failed commit loses applied entries, so
-// it stops the state machine like a failed apply (OnFatal; the next
-// ApplyBatch parks), but Flush itself returns instead of parking.
+// Flush starts committing the applies that share an open transaction
+// (CommitEvery): it freezes them and the file is written on a goroutine of
+// its own while later applies go on (persist.Store.StartCommit); if the last
+// commit is still being written it does nothing. The caller runs it on a
+// timer so that the file, its digest and its snapshots are never far behind.
+// A failed commit loses applied entries, so it stops the state machine like a
+// failed apply (OnFatal; the next ApplyBatch parks), but Flush itself returns
+// instead of parking: it reports the failure of a commit it started earlier,
+// or ApplyBatch does.
 func (f *FSM) Flush() error {
 	f.applyMu.Lock()
-	if f.closed || f.halted != nil || f.store.Pending() == 0 {
+	if f.closed || f.halted != nil {
 		f.applyMu.Unlock()
 		return nil
 	}
-	err := f.store.Commit()
+	err := f.store.StartCommit()
 	if err != nil {
 		f.halted = err
 	}

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-
-	bolt "go.etcd.io/bbolt"
 )
 
 // DefaultCacheKeys bounds the state cache when Options.CacheKeys is 0: about
@@ -286,7 +284,7 @@ type due struct {
 // position moved since the last flush are stale and passed without counting
 // (on a replica that flushed they are gone); entries up to sweepPos were
 // passed already.
-func (t *Tx) nextDue(cur *bolt.Cursor, now int64) (due, bool, error) {
+func (t *Tx) nextDue(cur *lcursor, now int64) (due, bool, error) {
 	c := t.cache
 	for {
 		var fk, fv []byte
