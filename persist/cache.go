@@ -19,7 +19,7 @@ const DefaultCacheKeys = 250_000
 // The writer's transaction reads a key's state from the file once and then
 // keeps it, with its expiry and index position, in an entry; PutState and
 // DeleteState change only the entry and mark it dirty. Commit flushes the
-// dirty entries, sorted by key, into the transaction it commits, together
+// dirty entries, sorted by key, into the generation it commits, together
 // with the applied index (flush): a key written a hundred times between two
 // commits is written to bbolt once, and a key created and deleted between two
 // commits never reaches it. Only clean entries are evicted, after a commit.
@@ -460,7 +460,7 @@ func (t *Tx) nextDueHint() (int64, bool) {
 	if h, _, hok := c.top(); hok && (!ok || h.at < next) {
 		next, ok = h.at, true
 	}
-	if k, _ := rcur.First(); len(k) >= 8 {
+	if k, _ := t.firstRequestDue(rcur); len(k) >= 8 {
 		if at := indexTime(k); !ok || at < next {
 			next, ok = at, true
 		}

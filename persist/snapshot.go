@@ -135,6 +135,7 @@ func (s *Store) Restore(r io.Reader) error {
 	}
 	s.cache.reset() // describes the old file
 	s.cur.reset()
+	s.wtx.reqSkip = s.wtx.reqSkip[:0]
 	db, err := s.openDB(s.path)
 	if err != nil {
 		return fmt.Errorf("restore snapshot: %w", err)

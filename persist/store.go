@@ -142,6 +142,9 @@ type Store struct {
 	// testHookCommit, when set, runs on the committing goroutine before it
 	// writes a generation to the file (tests block it there).
 	testHookCommit func()
+	// testNoSkip turns off the request sweep's skip (firstRequestDue), for
+	// a reference store in tests.
+	testNoSkip bool
 }
 
 // Open opens (or creates) the database at path. If the dirty marker of an
@@ -541,6 +544,7 @@ func (s *Store) collect(wait bool) error {
 	g, err := s.frozen, s.flightErr
 	s.frozen, s.flight, s.flightErr = nil, nil, nil
 	if err != nil {
+		s.wtx.reqSkip = s.wtx.reqSkip[:0]
 		g.reset()
 		s.cur.reset()
 		s.cache.reset()
@@ -569,6 +573,7 @@ func (s *Store) releaseRead() {
 
 // rollbackLocked drops the Updates since the last commit started.
 func (s *Store) rollbackLocked() {
+	s.wtx.reqSkip = s.wtx.reqSkip[:0]
 	s.cur.reset()
 	s.cache.reset() // its dirty entries were in the generation
 	s.pending = 0

@@ -1,6 +1,7 @@
 package persist
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -46,6 +47,7 @@ type Tx struct {
 	arena   *arena // the writer's: the current generation's
 	scratch []byte
 	dueKey  []byte
+	reqSkip []byte // firstRequestDue
 	cache   *stateCache
 
 	// Cursors on the expiry indexes, kept for the transaction: a new
@@ -234,6 +236,9 @@ func (t *Tx) PutRequest(id []byte, prev Request, result []byte, expiry int64) er
 	if err := t.requests.Put(t.copyBytes(id), seal(id, v)); err != nil {
 		return fmt.Errorf("put request: %w", err)
 	}
+	if len(t.reqSkip) > 0 && bytes.Compare(t.indexKey(expiry, id), t.reqSkip) <= 0 {
+		t.reqSkip = t.reqSkip[:0]
+	}
 	if err := t.putIndex(t.requestExp, expiry, id); err != nil {
 		return fmt.Errorf("put request expiry entry: %w", err)
 	}
@@ -259,8 +264,8 @@ func (t *Tx) Expire(now int64, max int) (removed int, err error) {
 		if err != nil {
 			return removed, err
 		}
-		// Re-seek every round: deleting under a bbolt cursor can skip keys.
-		rk, rv := rc.First()
+		// Re-seek every round: deleting under a cursor can skip keys.
+		rk, rv := t.firstRequestDue(rc)
 		if rk != nil {
 			if _, err := t.store.unseal(bucketRequestExp, rk, rv); err != nil {
 				return removed, err
@@ -271,6 +276,7 @@ func (t *Tx) Expire(now int64, max int) (removed int, err error) {
 		case sdue && (!rdue || sd.at <= indexTime(rk)):
 			removed += t.expireDue(sd, now)
 		case rdue:
+			t.reqSkip = append(t.reqSkip[:0], rk...)
 			n, err := t.expireRequest(rk)
 			if err != nil {
 				return removed, err
@@ -281,6 +287,23 @@ func (t *Tx) Expire(now int64, max int) (removed int, err error) {
 		}
 	}
 	return removed, nil
+}
+
+// firstRequestDue positions rc on the first entry of the request expiry
+// index. The sweep removes entries from the front, and until the next commit
+// the file still holds them, hidden by deletions in the generations: reqSkip,
+// the last entry the sweep removed, lets it seek past them instead of
+// stepping over every one again (every key up to reqSkip is deleted; a put
+// at or below it clears it).
+func (t *Tx) firstRequestDue(rc *lcursor) ([]byte, []byte) {
+	if len(t.reqSkip) == 0 || t.store.testNoSkip {
+		return rc.First()
+	}
+	k, v := rc.Seek(t.reqSkip)
+	if k != nil && bytes.Equal(k, t.reqSkip) {
+		k, v = rc.Next()
+	}
+	return k, v
 }
 
 func (t *Tx) expireRequest(ik []byte) (int, error) {
