@@ -313,8 +313,8 @@ func (f *FSM) ApplyBatches() uint64 { return f.applyBatches.Load() }
 // commits so far (persist.Store.FlushedKeys); safe from any goroutine.
 func (f *FSM) FlushedKeys() uint64 { return f.store.FlushedKeys() }
 
-// Pending is the number of applied batches not yet committed to the file
-// (always 0 without CommitEvery).
+// Pending is the number of applied batches not yet in a commit, started or
+// finished (always 0 without CommitEvery).
 func (f *FSM) Pending() int {
 	f.applyMu.Lock()
 	defer f.applyMu.Unlock()

@@ -6,7 +6,9 @@
 // algorithms: the fsm package decides, persist stores. Every change happens in
 // a write transaction (Store.Update) that also records the applied index, so
 // a Raft entry is applied entirely or not at all; with Options.CommitEvery
-// several Updates share one transaction and one commit.
+// several Updates share one transaction and one commit, and with
+// Options.Background that commit is written to the file on a goroutine of its
+// own while later Updates go on in memory (overlay.go).
 //
 // The file is opened with NoSync for throughput: the Raft log is the durable
 // record. A marker file (<path>.dirty) exists while the database is open; if it
