@@ -353,3 +353,27 @@ func FuzzDecide(f *testing.F) {
 		}
 	})
 }
+
+// A bucket written under a larger burst and read under a smaller one holds
+// no more than the new capacity: nothing remains (not a wrapped-around
+// count), and the retry and reset times are the new capacity's.
+func TestBucketBurstShrinkClampsLevel(t *testing.T) {
+	for _, a := range []string{"token_bucket", "leaky_bucket"} {
+		t.Run(a, func(t *testing.T) {
+			wide := mustSpec(t, Config{Algorithm: a, Limit: 10, Burst: 20, Window: "10s"})
+			narrow := mustSpec(t, Config{Algorithm: a, Limit: 10, Burst: 5, Window: "10s"})
+			d, full, err := Decide(nil, &wide, nil, 0, 20) // the whole burst of 20
+			if err != nil || !d.Allowed || d.Remaining != 0 {
+				t.Fatalf("drain the wide bucket: %+v %v", d, err)
+			}
+			d, _, err = Decide(nil, &narrow, full, 0, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := Decision{Limit: 10, Remaining: 0, RetryAfter: time.Second, ResetAfter: 5 * time.Second}
+			if d != want {
+				t.Fatalf("peek under burst 5 of a bucket drained under burst 20:\n got %+v\nwant %+v", d, want)
+			}
+		})
+	}
+}

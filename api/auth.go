@@ -34,15 +34,63 @@ type KeySource struct {
 	name string // header or query parameter name
 }
 
+// The headers a proxy reports the original request in. Only the configured
+// one is read (Config.AuthURIHeader, Config.AuthAddrHeader, or the request's
+// ?uri_header= and ?addr_header=): a proxy passes the client's own headers
+// on to the auth request, so a header of any other name may be the client's
+// forgery (issue 22: X-Forwarded-Uri was read before the X-Original-URI the
+// nginx snippet sets, and a client chose its key with it).
+const (
+	// DefaultAuthURIHeader carries the original request URI, for query:
+	// key sources: what the nginx and HAProxy snippets of docs/API.md set.
+	// Traefik sets X-Forwarded-Uri: its snippet says uri_header.
+	DefaultAuthURIHeader = "X-Original-URI"
+	// DefaultAuthAddrHeader carries the client address, for the ip key
+	// source: every documented proxy sets (or, Envoy, appends to) it.
+	DefaultAuthAddrHeader = "X-Forwarded-For"
+)
+
+// authHeaders are the trusted header names, canonical.
+type authHeaders struct{ uri, addr string }
+
+// authHeaders returns the configured trusted headers with their defaults.
+func (c Config) authHeaders() (authHeaders, error) {
+	h := authHeaders{uri: c.AuthURIHeader, addr: c.AuthAddrHeader}
+	if h.uri == "" {
+		h.uri = DefaultAuthURIHeader
+	}
+	if h.addr == "" {
+		h.addr = DefaultAuthAddrHeader
+	}
+	var err error
+	if h.uri, err = headerName(h.uri); err != nil {
+		return h, fmt.Errorf("auth URI header: %w", err)
+	}
+	if h.addr, err = headerName(h.addr); err != nil {
+		return h, fmt.Errorf("auth address header: %w", err)
+	}
+	return h, nil
+}
+
+// headerName validates and canonicalizes a header name.
+func headerName(s string) (string, error) {
+	if s == "" || len(s) > 128 || strings.ContainsAny(s, " \t\r\n:,;\"") {
+		return "", fmt.Errorf("%.40q is not a header name", s)
+	}
+	return http.CanonicalHeaderKey(s), nil
+}
+
 // ParseKeySource parses "ip", "header:<Name>" or "query:<name>".
 //
-//   - ip: the first address in X-Forwarded-For, else the connection's peer
-//     address. The proxy in front must overwrite X-Forwarded-For (not
-//     append to a client-supplied one), or clients can pick their key.
+//   - ip: the first address in the trusted address header (default
+//     X-Forwarded-For), else the connection's peer address. The proxy in
+//     front must overwrite that header (not append to a client-supplied
+//     one), or clients can pick their key.
 //   - header:X-Api-Key: that request header.
 //   - query:api_key: that query parameter of the auth request, else of the
-//     original URI the proxy reports in X-Forwarded-Uri (Traefik) or
-//     X-Original-URI (the nginx snippet in docs/API.md).
+//     original URI the proxy reports in the trusted URI header (default
+//     X-Original-URI, as the nginx snippet in docs/API.md sets); no other
+//     header is read.
 func ParseKeySource(s string) (KeySource, error) {
 	kind, name, _ := strings.Cut(s, ":")
 	switch kind {
@@ -77,11 +125,12 @@ func (k KeySource) String() string {
 	return ""
 }
 
-// key extracts the key from req; "" when the request does not carry one.
-func (k KeySource) key(req *http.Request, q url.Values) string {
+// key extracts the key from req, reading only the trusted headers h; ""
+// when the request does not carry one.
+func (k KeySource) key(req *http.Request, q url.Values, h authHeaders) string {
 	switch k.kind {
 	case keyFromIP:
-		if xff := req.Header.Get("X-Forwarded-For"); xff != "" {
+		if xff := req.Header.Get(h.addr); xff != "" {
 			first, _, _ := strings.Cut(xff, ",")
 			if first = strings.TrimSpace(first); first != "" {
 				return first
@@ -97,13 +146,9 @@ func (k KeySource) key(req *http.Request, q url.Values) string {
 		if v := q.Get(k.name); v != "" {
 			return v
 		}
-		for _, h := range []string{"X-Forwarded-Uri", "X-Original-Uri"} {
-			if u := req.Header.Get(h); u != "" {
-				if parsed, err := url.ParseRequestURI(u); err == nil {
-					if v := parsed.Query().Get(k.name); v != "" {
-						return v
-					}
-				}
+		if u := req.Header.Get(h.uri); u != "" {
+			if parsed, err := url.ParseRequestURI(u); err == nil {
+				return parsed.Query().Get(k.name)
 			}
 		}
 	}
@@ -142,6 +187,7 @@ func (s *Server) handleAuth(w http.ResponseWriter, req *http.Request, ps httprou
 		writeError(w, internalError("the node's --auth-key-source is invalid: %v", s.keySourceErr))
 		return
 	}
+	hdrs := s.authHeaders
 	cost := int64(1)
 	deny := http.StatusTooManyRequests
 	for name, vs := range q {
@@ -151,27 +197,38 @@ func (s *Server) handleAuth(w http.ResponseWriter, req *http.Request, ps httprou
 		v := vs[0]
 		switch {
 		case name == "key_source":
+		case name == "uri_header" || name == "addr_header":
+			h, err := headerName(v)
+			if err != nil {
+				writeError(w, invalid(name, err.Error()))
+				return
+			}
+			if name == "uri_header" {
+				hdrs.uri = h
+			} else {
+				hdrs.addr = h
+			}
 		case name == "cost":
 			n, err := strconv.ParseInt(v, 10, 64)
 			if err != nil || n < 0 {
-				writeError(w, invalid("cost", "must be zero (a peek) or a positive integer, got "+strconv.Quote(v)))
+				writeError(w, invalid("cost", "must be zero (a peek) or a positive integer, got "+quoteValue(v)))
 				return
 			}
 			cost = n
 		case name == "deny_status":
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 400 || n > 499 {
-				writeError(w, invalid("deny_status", "must be a 4xx status code such as 403 or 429, got "+strconv.Quote(v)))
+				writeError(w, invalid("deny_status", "must be a 4xx status code such as 403 or 429, got "+quoteValue(v)))
 				return
 			}
 			deny = n
 		case src.kind == keyFromQuery && name == src.name:
 		default:
-			writeError(w, invalid(name, "unknown query parameter (known: key_source, cost, deny_status)"))
+			writeError(w, invalid(name, "unknown query parameter (known: key_source, uri_header, addr_header, cost, deny_status)"))
 			return
 		}
 	}
-	key := src.key(req, q)
+	key := src.key(req, q, hdrs)
 	if key == "" {
 		writeError(w, invalid(src.String(), "the request carries no key: expected it in "+src.String()))
 		return

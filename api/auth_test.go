@@ -21,8 +21,12 @@ func TestAuthKeySources(t *testing.T) {
 		{"header", "header:X-Api-Key", "/v1/auth/api", []string{"X-Api-Key: key-123"}, "key-123"},
 		{"header, any case", "header:x-api-key", "/v1/auth/api", []string{"X-API-KEY: key-123"}, "key-123"},
 		{"query", "query:api_key", "/v1/auth/api?api_key=abc", nil, "abc"},
-		{"query via Traefik", "query:api_key", "/v1/auth/api", []string{"X-Forwarded-Uri: /orders?api_key=from-traefik&x=1"}, "from-traefik"},
+		{"query via Traefik", "query:api_key", "/v1/auth/api?uri_header=X-Forwarded-Uri", []string{"X-Forwarded-Uri: /orders?api_key=from-traefik&x=1", "X-Original-URI: /?api_key=forged"}, "from-traefik"},
 		{"query via nginx", "query:api_key", "/v1/auth/api", []string{"X-Original-URI: /orders?api_key=from-nginx"}, "from-nginx"},
+		// Issue 22: nginx passes the client's own headers on; a forged one
+		// of another name is never read.
+		{"query via nginx, forged X-Forwarded-Uri", "query:api_key", "/v1/auth/api", []string{"X-Forwarded-Uri: /?api_key=VICTIM", "X-Original-URI: /orders?api_key=mine"}, "mine"},
+		{"ip from a configured header", "ip", "/v1/auth/api?addr_header=X-Real-IP", []string{"X-Real-IP: 198.51.100.9", "X-Forwarded-For: 203.0.113.66"}, "198.51.100.9"},
 		{"per-request override", "ip", "/v1/auth/api?key_source=header:X-User", []string{"X-User: alice"}, "alice"},
 		{"Envoy path suffix", "header:X-Api-Key", "/v1/auth/api/orders/17", []string{"X-Api-Key: envoy"}, "envoy"},
 	}
@@ -39,6 +43,29 @@ func TestAuthKeySources(t *testing.T) {
 				t.Fatalf("checked %+v, want key %q under api", got, c.wantKey)
 			}
 		})
+	}
+}
+
+// TestAuthUntrustedHeadersIgnored: a key source reads only the configured
+// URI and address headers; a request carrying its key only in another
+// proxy's header has none (400), and the node's configuration picks the
+// header.
+func TestAuthUntrustedHeadersIgnored(t *testing.T) {
+	ts := newTestServer(t, Config{AuthKeySource: "query:api_key"})
+	ts.store.putPolicy(t, "api", algo.Config{Algorithm: "fixed_window", Limit: 2, Window: "1m"}, false)
+	if r := ts.do("GET", "/v1/auth/api", "", "X-Forwarded-Uri: /?api_key=VICTIM"); r.code != 400 || len(ts.store.checkCalls) != 0 {
+		t.Fatalf("key only in X-Forwarded-Uri, default configuration: %d %s, want 400 and no check", r.code, r.body)
+	}
+	ts = newTestServer(t, Config{AuthKeySource: "query:api_key", AuthURIHeader: "x-forwarded-uri"})
+	ts.store.putPolicy(t, "api", algo.Config{Algorithm: "fixed_window", Limit: 2, Window: "1m"}, false)
+	if r := ts.do("GET", "/v1/auth/api", "", "X-Forwarded-Uri: /?api_key=t", "X-Original-URI: /?api_key=forged"); r.code != 200 || ts.store.checkCalls[0][0].Checks[0].Key != "t" {
+		t.Fatalf("AuthURIHeader X-Forwarded-Uri: %d %s %+v", r.code, r.body, ts.store.checkCalls)
+	}
+	if err := (Config{AuthURIHeader: "X-Bad Header"}).Validate(); err == nil {
+		t.Fatal("a header name with a space validated")
+	}
+	if r := ts.do("GET", "/v1/auth/api?uri_header=a:b", ""); r.code != 400 || !strings.Contains(string(r.body), "uri_header") {
+		t.Fatalf("?uri_header=a:b: %d %s, want 400 naming uri_header", r.code, r.body)
 	}
 }
 

@@ -262,7 +262,7 @@ func configFromQuery(q url.Values) (algo.Config, bool, *apiError) {
 			if name == "count_refused" {
 				what = "true or false"
 			}
-			return c, false, invalid(name, "must be "+what+", got "+strconv.Quote(v))
+			return c, false, invalid(name, "must be "+what+", got "+quoteValue(v))
 		}
 		has = true
 	}

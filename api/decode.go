@@ -324,7 +324,7 @@ func jsonError(err error, prefix string) *apiError {
 		return invalid(prefix, "malformed JSON at byte "+strconv.FormatInt(syntax.Offset, 10)+": "+
 			strings.TrimPrefix(syntax.Error(), "json: "))
 	case errors.As(err, &typ):
-		return invalid(joinField(prefix, typ.Field), "must be "+describeType(typ.Type)+", got "+typ.Value)
+		return invalid(joinField(prefix, typ.Field), "must be "+describeType(typ.Type)+", got "+clip(typ.Value, maxQuoted))
 	}
 	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
 		if n, err := strconv.Unquote(name); err == nil {

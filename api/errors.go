@@ -95,7 +95,7 @@ func writeError(w http.ResponseWriter, e *apiError) {
 	}
 	buf := getBuffer()
 	b := append(buf.b[:0], `{"error":`...)
-	b = appendError(b, e.code, e.field, e.message)
+	b = appendError(b, e.code, clip(e.field, maxErrorField), clip(e.message, maxErrorMessage)) // clip.go
 	b = append(b, '}', '\n')
 	errorCode(w, e.code)
 	writeJSON(w, e.status, b)

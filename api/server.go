@@ -51,6 +51,10 @@ type Config struct {
 	// "ip" (default: first X-Forwarded-For entry, else the peer address),
 	// "header:<Name>" or "query:<name>". See ParseKeySource.
 	AuthKeySource string
+	// AuthURIHeader and AuthAddrHeader name the only headers /v1/auth/{policy}
+	// trusts for the original URI (query: key sources) and the client
+	// address (ip): defaults DefaultAuthURIHeader, DefaultAuthAddrHeader.
+	AuthURIHeader, AuthAddrHeader string
 	// MaxBatch bounds the checks in one /v1/check/batch or /v1/check/all
 	// request (default 1000).
 	MaxBatch int
@@ -94,6 +98,9 @@ func (c Config) Validate() error {
 	if _, err := ParseKeySource(c.AuthKeySource); err != nil {
 		return fmt.Errorf("auth key source: %w", err)
 	}
+	if _, err := c.authHeaders(); err != nil {
+		return err
+	}
 	if c.MaxBodyBytes > nodeapi.MaxEntryBytes {
 		// A body that cannot fit one Raft entry could only be refused later.
 		return fmt.Errorf("max body bytes %d is over the Raft entry bound %d", c.MaxBodyBytes, nodeapi.MaxEntryBytes)
@@ -114,6 +121,7 @@ type Server struct {
 
 	keySource    KeySource
 	keySourceErr error // a bad Config.AuthKeySource fails /v1/auth, not the node
+	authHeaders  authHeaders
 }
 
 // New returns a server for store. Call cfg.Validate first to reject bad flags;
@@ -122,6 +130,11 @@ func New(store Store, cfg Config) *Server {
 	s := &Server{store: store, cfg: cfg.withDefaults()}
 	s.policyNames.Max = maxInternedPolicies
 	s.keySource, s.keySourceErr = ParseKeySource(s.cfg.AuthKeySource)
+	if h, err := s.cfg.authHeaders(); err != nil && s.keySourceErr == nil {
+		s.keySourceErr = err
+	} else {
+		s.authHeaders = h
+	}
 	if s.keySourceErr != nil {
 		s.cfg.Logger.Error("bad auth key source; /v1/auth will fail", "auth_key_source", s.cfg.AuthKeySource, "error", s.keySourceErr)
 	}
@@ -182,7 +195,8 @@ func (s *Server) routes() http.Handler {
 	r.GET("/healthz", noQuery(s.handleHealthz))
 	r.GET("/readyz", noQuery(s.handleReadyz))
 	r.GET("/healthcheck", s.handleEnvoyHealthcheck) // envoy ratelimit's, for probes carried over
-	r.Handler(http.MethodGet, "/metrics", s.metrics.handler())
+	// The term and indexes for admins only (metricsgate.go).
+	r.Handler(http.MethodGet, "/metrics", s.metricsHandler())
 	s.uiRoutes(r) // GET /ui, POST /v1/simulate (ui.go)
 
 	internal := s.store.Internal()

@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/limitd/limitd/algo"
+	"github.com/limitd/limitd/internal/testtool"
 	"github.com/limitd/limitd/nodeapi"
 )
 
@@ -41,10 +42,7 @@ import (
 // the README's algorithm comparison; the page must log no error. Screenshots
 // go to the test's temp dir, or to $LIMITD_UI_SCREENSHOTS when set.
 func TestUIInBrowser(t *testing.T) {
-	bin, err := exec.LookPath("chromium")
-	if err != nil {
-		t.Skip("chromium is not installed (apt-get install chromium)")
-	}
+	bin := testtool.Path(t, "chromium", "apt-get install chromium")
 	c := newAPICluster(t, 3)
 	leader := c.leader()
 	page := (leader + 1) % 3 // a follower: the leader it shows is not itself
@@ -174,10 +172,7 @@ func notReadyAnswer(console string) bool {
 // ("none", "no checks answered yet") rather than showing empty tables, and
 // RLS checks are charted under their domain, not as policy "inline".
 func TestUIInBrowserEmptyNode(t *testing.T) {
-	bin, err := exec.LookPath("chromium")
-	if err != nil {
-		t.Skip("chromium is not installed (apt-get install chromium)")
-	}
+	bin := testtool.Path(t, "chromium", "apt-get install chromium")
 	store := newFakeStore()
 	store.status = nodeapi.Status{NodeID: "n1", State: "Leader", LeaderID: "n1", LeaderHTTP: "127.0.0.1:1",
 		Members: []nodeapi.Member{{ID: "n1", RaftAddr: "127.0.0.1:2", HTTPAddr: "127.0.0.1:1", Suffrage: "Voter", Leader: true, Health: "healthy", Healthy: true}}}
@@ -196,10 +191,7 @@ func TestUIInBrowserEmptyNode(t *testing.T) {
 // token is reported; the right one shows the members and lets a key be
 // reset; the token is kept in no storage, and Forget returns to read-only.
 func TestUIInBrowserAdminToken(t *testing.T) {
-	bin, err := exec.LookPath("chromium")
-	if err != nil {
-		t.Skip("chromium is not installed (apt-get install chromium)")
-	}
+	bin := testtool.Path(t, "chromium", "apt-get install chromium")
 	const token = "s3cret-token"
 	store := newFakeStore()
 	store.status = nodeapi.Status{NodeID: "n1", State: "Leader", LeaderID: "n1", LeaderHTTP: "127.0.0.1:1",

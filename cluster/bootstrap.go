@@ -76,6 +76,12 @@ type bootstrapInfo struct {
 	HasState bool     `json:"has_state"`
 	Expect   int      `json:"expect"`
 	Seen     []string `json:"seen"` // node IDs without state seen in the last round
+	// Incarnation is the data directory's id and Admitted whether it may
+	// vote (vote.go); Applied is the state machine's applied index, which
+	// the leader watches while a re-added member catches up (admit.go).
+	Incarnation string `json:"incarnation,omitempty"`
+	Admitted    bool   `json:"admitted,omitempty"`
+	Applied     uint64 `json:"applied_index,omitempty"`
 }
 
 // discovery is the bootstrap state a node serves to its peers.
@@ -101,6 +107,7 @@ func (n *Node) selfInfo() bootstrapInfo {
 	return bootstrapInfo{
 		ID: n.cfg.NodeID, RaftAddr: string(n.trans.LocalAddr()), HTTPAddr: n.cfg.HTTPAddr,
 		HasState: n.hasState(), Expect: n.disc.expect, Seen: slices.Clone(n.disc.seen),
+		Incarnation: n.adm.id, Admitted: n.adm.mayVote(), Applied: n.fsm.AppliedIndex(),
 	}
 }
 
@@ -159,6 +166,10 @@ func (n *Node) JoinCluster(ctx context.Context, opts JoinOptions) error {
 			err := n.joinAny(ctx, targets)
 			if err == nil {
 				n.log.Info("joined the cluster", "rounds", round)
+				if !n.adm.mayVote() {
+					// watchAdmission (vote.go) asks again until a leader admits it.
+					n.log.Info("joined as a new incarnation: this node does not vote until a leader has caught it up", "incarnation", n.adm.id)
+				}
 				return nil
 			}
 			var perm *permanentError
@@ -200,7 +211,8 @@ func errString(err error) string {
 // current HTTP address in the node table (nothing for a join to change).
 func (n *Node) registered() bool {
 	_, member := n.membership()
-	return member && n.fsm.Nodes()[n.cfg.NodeID] == n.cfg.HTTPAddr
+	nodes := n.fsm.Nodes()
+	return member && nodes[n.cfg.NodeID] == n.cfg.HTTPAddr && n.adm.mayVote()
 }
 
 // resolveJoin turns the join list into base URLs, expanding host names to
@@ -346,12 +358,19 @@ func (n *Node) tryBootstrap(peers []bootstrapInfo, expect int) (done bool, why e
 			}
 		}
 	}
+	// Every one of the expected nodes is new and sees the others: there is
+	// no past to lose, so each may vote in the first election.
+	n.adm.admit("bootstrapping a new cluster with --bootstrap-expect")
 	if ids[0] != n.cfg.NodeID {
 		return false, fmt.Errorf("bootstrap: %d nodes see each other; waiting for %s (lowest node ID) to bootstrap", expect, ids[0])
 	}
 	conf := raft.Configuration{}
+	incs := map[string]string{}
 	for _, p := range peers {
 		conf.Servers = append(conf.Servers, raft.Server{ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.RaftAddr), Suffrage: raft.Voter})
+		if p.Incarnation != "" && p.ID != n.cfg.NodeID {
+			incs[p.ID] = p.Incarnation
+		}
 	}
 	if err := n.raft.BootstrapCluster(conf).Error(); err != nil {
 		if errors.Is(err, raft.ErrCantBootstrap) {
@@ -360,6 +379,11 @@ func (n *Node) tryBootstrap(peers []bootstrapInfo, expect int) (done bool, why e
 		return false, fmt.Errorf("bootstrap cluster: %w", err)
 	}
 	n.log.Info("bootstrapped the cluster", "voters", ids)
+	// The first leader records the peers' incarnations (admit.go), so they
+	// are admitted without a round of demotion when they join.
+	n.promoMu.Lock()
+	n.bootIncs = incs
+	n.promoMu.Unlock()
 	return true, nil
 }
 

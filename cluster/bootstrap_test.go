@@ -47,7 +47,8 @@ func TestTryBootstrapDecision(t *testing.T) {
 	all := []string{"a", "b", "c"}
 	n := &Node{cfg: Config{NodeID: "b"}}
 	n.log = discardLogger()
-	for _, c := range []struct {
+	n.adm = &admission{dir: t.TempDir(), nodeID: "b", log: n.log}
+	for i, c := range []struct {
 		peers []bootstrapInfo
 		want  string
 	}{
@@ -61,6 +62,11 @@ func TestTryBootstrapDecision(t *testing.T) {
 		done, why := n.tryBootstrap(c.peers, 3)
 		if done || why == nil || !strings.Contains(why.Error(), c.want) {
 			t.Errorf("%+v: done %v, %v; want %q", c.peers, done, why, c.want)
+		}
+		// Only agreeing to bootstrap (all three new, seeing each other)
+		// lets a node without a past vote.
+		if got, want := n.adm.admitted.Load(), i >= 2; got != want {
+			t.Errorf("case %d: admitted %v, want %v", i, got, want)
 		}
 	}
 }

@@ -25,6 +25,10 @@ func SetPropose(n *Node, propose func(cmd []byte, timeout time.Duration) raft.Ap
 	n.propose = propose
 }
 
+// SetOverLimitReady replaces the readiness the over-limit cache's loop
+// consults (Node.Ready) with ready.
+func SetOverLimitReady(n *Node, ready func() error) { n.ol.ready.Store(&ready) }
+
 // LogStore is the Raft log and stable store a node opens.
 type LogStore = logStore
 
@@ -52,3 +56,6 @@ func NewStreamTransport(ln net.Listener, tc *tls.Config, localID string) interfa
 	nt := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{Stream: layer, MaxPool: 1, Timeout: 2 * time.Second, Logger: hclog.NewNullLogger()})
 	return idTransport{nt}
 }
+
+// MayVote reports whether n's incarnation may vote (vote.go).
+func MayVote(n *Node) bool { return n.adm.mayVote() }

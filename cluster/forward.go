@@ -11,24 +11,20 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/limitd/limitd/fsm"
 )
 
 // Node-to-node protocol. A follower forwards a whole batch of ops in one
 // request (one HTTP hop per batch, not per check); the leader feeds it to its
-// own batcher as one unit. Failures say whether anything was proposed:
-// X-Limitd-Error: not_leader / no_leader (safe to retry) or outcome_unknown.
+// own batcher as one unit. Every answer carries an outcome (outcome.go) that
+// says whether anything was proposed.
 const (
 	pathCheck  = "/internal/v1/check"
 	pathApply  = "/internal/v1/apply"
 	pathJoin   = "/internal/v1/join"
 	pathRemove = "/internal/v1/remove"
-
-	errHeader         = "X-Limitd-Error"
-	errNotLeader      = "not_leader"
-	errNoLeader       = "no_leader"
-	errUnknownOutcome = "outcome_unknown"
 
 	// maxResponseBody bounds a leader's answer read by a follower (results
 	// of up to MaxEntryBytes of ops).
@@ -50,17 +46,38 @@ type applyResponse struct {
 	Count   *int       `json:"count,omitempty"`
 }
 
-// forwardChecks is the follower's batcher send.
-func (n *Node) forwardChecks(ops []fsm.Op, encoded func()) ([]fsm.Result, error) {
-	id, addr := n.leaderHTTP()
-	if addr == "" || id == n.cfg.NodeID {
+// forwarder is a follower's side of forwarding: it sends requests to the
+// leader's HTTP address and turns the leader's outcome into an error that
+// says whether anything was proposed (errRetry: no; ErrOutcomeUnknown: maybe).
+// It never retries itself; Node.onLeader does, on errRetry only.
+type forwarder struct {
+	self    string                       // this node's ID
+	leader  func() (id, httpAddr string) // the current leader, "" when unknown
+	client  *http.Client
+	scheme  string // http or https
+	token   string // admin token sent as a bearer token ("" none)
+	timeout time.Duration
+	failed  func(error) // counts a failed forward
+}
+
+func newForwarder(n *Node) *forwarder {
+	return &forwarder{
+		self: n.cfg.NodeID, leader: n.leaderHTTP, client: n.cfg.HTTPClient, scheme: n.cfg.HTTPScheme,
+		token: n.cfg.AdminToken, timeout: n.cfg.ApplyTimeout, failed: n.metrics.forwardFailed,
+	}
+}
+
+// checks is the follower's batcher send: ops go to the leader in one request.
+func (f *forwarder) checks(ops []fsm.Op, encoded func()) ([]fsm.Result, error) {
+	id, addr := f.leader()
+	if addr == "" || id == f.self {
 		return nil, errRetry
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.ApplyTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
 	defer cancel()
 	req := fsm.AppendOps(nil, ops)
 	encoded()
-	body, err := n.post(ctx, addr, pathCheck, "application/octet-stream", req)
+	body, err := f.post(ctx, addr, pathCheck, "application/octet-stream", req)
 	if err != nil {
 		return nil, err
 	}
@@ -71,10 +88,11 @@ func (n *Node) forwardChecks(ops []fsm.Op, encoded func()) ([]fsm.Result, error)
 	return res, nil
 }
 
-func (n *Node) forwardApply(ctx context.Context, addr string, cmd []byte) (interface{}, error) {
-	ctx, cancel := context.WithTimeout(ctx, n.cfg.ApplyTimeout)
+// apply forwards an admin command and returns the state machine's response.
+func (f *forwarder) apply(ctx context.Context, addr string, cmd []byte) (interface{}, error) {
+	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
-	body, err := n.post(ctx, addr, pathApply, "application/octet-stream", cmd)
+	body, err := f.post(ctx, addr, pathApply, "application/octet-stream", cmd)
 	if err != nil {
 		return nil, err
 	}
@@ -93,20 +111,21 @@ func (n *Node) forwardApply(ctx context.Context, addr string, cmd []byte) (inter
 	return nil, nil
 }
 
-func (n *Node) forwardJSON(ctx context.Context, addr, path string, v any) error {
+// json forwards a membership change (v as JSON) and returns its error.
+func (f *forwarder) json(ctx context.Context, addr, path string, v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, n.cfg.ApplyTimeout)
+	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
-	body, err := n.post(ctx, addr, path, "application/json", b)
+	body, err := f.post(ctx, addr, path, "application/json", b)
 	if err != nil {
 		return err
 	}
 	var ar applyResponse
 	if err := json.Unmarshal(body, &ar); err != nil {
-		return fmt.Errorf("decode leader response: %w", err)
+		return fmt.Errorf("%w: decode leader response: %v", ErrOutcomeUnknown, err)
 	}
 	if ar.Error != nil {
 		return ar.Error
@@ -118,19 +137,20 @@ func (n *Node) forwardJSON(ctx context.Context, addr, path string, v any) error 
 }
 
 // post sends one node-to-node request and classifies failures. A request
-// that could not be delivered (dial failure, leader redirect) is errRetry; one
-// that may have reached the leader without an answer is ErrOutcomeUnknown.
-func (n *Node) post(ctx context.Context, addr, path, ctype string, body []byte) (_ []byte, err error) {
-	defer func() { n.metrics.forwardFailed(err) }()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, n.cfg.HTTPScheme+"://"+addr+path, bytes.NewReader(body))
+// that could not be delivered (dial failure) is errRetry; one that may have
+// reached the leader without an answer is ErrOutcomeUnknown; an answer is
+// read through decodeOutcome.
+func (f *forwarder) post(ctx context.Context, addr, path, ctype string, body []byte) (_ []byte, err error) {
+	defer func() { f.failed(err) }()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, f.scheme+"://"+addr+path, bytes.NewReader(body))
 	if err != nil {
 		return nil, err
 	}
 	req.Header.Set("Content-Type", ctype)
-	if n.cfg.AdminToken != "" {
-		req.Header.Set("Authorization", "Bearer "+n.cfg.AdminToken)
+	if f.token != "" {
+		req.Header.Set("Authorization", "Bearer "+f.token)
 	}
-	resp, err := n.cfg.HTTPClient.Do(req)
+	resp, err := f.client.Do(req)
 	if err != nil {
 		var op *net.OpError
 		if errors.As(err, &op) && op.Op == "dial" {
@@ -143,25 +163,14 @@ func (n *Node) post(ctx context.Context, addr, path, ctype string, body []byte) 
 	if err != nil {
 		return nil, fmt.Errorf("%w: read leader response: %v", ErrOutcomeUnknown, err)
 	}
-	if resp.StatusCode == http.StatusOK {
+	o, err := decodeOutcome(resp.StatusCode, resp.Header.Get(errHeader))
+	if err != nil {
+		return nil, fmt.Errorf("leader %s: %w: %s", addr, err, strings.TrimSpace(string(data)))
+	}
+	if o == outcomeOK {
 		return data, nil
 	}
-	if resp.StatusCode == http.StatusUnauthorized {
-		// Nothing was proposed. Nodes disagree on the token or CA (a
-		// rotation in progress, or a misconfiguration): say so.
-		return nil, &unavailableError{fmt.Errorf("the leader %s refused this node's credentials (admin token or certificate): %s",
-			addr, strings.TrimSpace(string(data)))}
-	}
-	if resp.StatusCode == http.StatusRequestEntityTooLarge {
-		return nil, fmt.Errorf("%w: leader %s: %s", ErrTooLarge, addr, strings.TrimSpace(string(data)))
-	}
-	switch resp.Header.Get(errHeader) {
-	case errNotLeader, errNoLeader:
-		return nil, errRetry
-	case errUnknownOutcome:
-		return nil, ErrOutcomeUnknown
-	}
-	return nil, fmt.Errorf("leader %s answered %s: %s", addr, resp.Status, strings.TrimSpace(string(data)))
+	return nil, outcomeError(o, addr, string(data))
 }
 
 // Internal returns the handler for node-to-node requests, mounted under /internal/.
@@ -181,55 +190,43 @@ func (n *Node) Internal() http.Handler {
 func (n *Node) authenticate(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if n.cfg.TLS != nil && (r.TLS == nil || len(r.TLS.VerifiedChains) == 0) {
-			http.Error(w, "node-to-node endpoints require a client certificate signed by the cluster CA", http.StatusUnauthorized)
+			writeOutcome(w, outcomeUnauthenticated, "node-to-node endpoints require a client certificate signed by the cluster CA")
 			return
 		}
 		if n.cfg.AdminToken != "" {
 			got := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
 			if subtle.ConstantTimeCompare([]byte(got), []byte(n.cfg.AdminToken)) != 1 {
-				http.Error(w, "unauthenticated", http.StatusUnauthorized)
+				writeOutcome(w, outcomeUnauthenticated, "unauthenticated")
 				return
 			}
+		}
+		if !n.checkPeerIdentity(w, r) { // peerid.go: the certificate's node only
+			return
 		}
 		h.ServeHTTP(w, r)
 	})
 }
 
+// internalError answers a node-to-node request that failed with err.
 func internalError(w http.ResponseWriter, err error) {
-	code := ""
-	switch {
-	case errors.Is(err, ErrOutcomeUnknown):
-		code = errUnknownOutcome
-	case errors.Is(err, errRetry):
-		code = errNotLeader
-	case errors.Is(err, ErrNoLeader), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		// Nothing was proposed (an unavailable node, or a unit withdrawn from
-		// the queue when the forwarding follower gave up).
-		code = errNoLeader
-	}
-	if code != "" {
-		w.Header().Set(errHeader, code)
-		http.Error(w, err.Error(), http.StatusServiceUnavailable)
-		return
-	}
-	http.Error(w, err.Error(), http.StatusInternalServerError)
+	writeOutcome(w, outcomeOf(err), err.Error())
 }
 
 // readBody reads a node-to-node request body of at most limit bytes; a
 // larger one is refused with 413 before it is read.
 func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, bool) {
 	if r.ContentLength > limit {
-		http.Error(w, fmt.Sprintf("request body of %d bytes is over the limit of %d", r.ContentLength, limit), http.StatusRequestEntityTooLarge)
+		writeOutcome(w, outcomeTooLarge, fmt.Sprintf("request body of %d bytes is over the limit of %d", r.ContentLength, limit))
 		return nil, false
 	}
 	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
-			http.Error(w, fmt.Sprintf("request body over the limit of %d bytes", limit), http.StatusRequestEntityTooLarge)
+			writeOutcome(w, outcomeTooLarge, fmt.Sprintf("request body over the limit of %d bytes", limit))
 			return nil, false
 		}
-		http.Error(w, "read body: "+err.Error(), http.StatusBadRequest)
+		writeOutcome(w, outcomeBadRequest, "read body: "+err.Error())
 		return nil, false
 	}
 	return b, true
@@ -246,12 +243,12 @@ func (n *Node) handleCheck(w http.ResponseWriter, r *http.Request) {
 	}
 	ops, err := fsm.DecodeOps(body)
 	if err != nil {
-		http.Error(w, "decode ops: "+err.Error(), http.StatusBadRequest)
+		writeOutcome(w, outcomeBadRequest, "decode ops: "+err.Error())
 		return
 	}
 	chunks, err := n.splitOps(ops)
 	if err != nil {
-		http.Error(w, err.Error(), http.StatusRequestEntityTooLarge)
+		internalError(w, err)
 		return
 	}
 	if err := n.unavailable(); err != nil {
@@ -309,7 +306,7 @@ func (n *Node) handleApply(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := fsm.ValidateCommand(cmd); err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
+		writeOutcome(w, outcomeBadRequest, err.Error())
 		return
 	}
 	if !n.IsLeader() {
@@ -359,7 +356,7 @@ func (n *Node) handleMembership(w http.ResponseWriter, r *http.Request, change f
 		return
 	}
 	if err := json.Unmarshal(body, &jr); err != nil {
-		http.Error(w, "decode membership request: "+err.Error(), http.StatusBadRequest)
+		writeOutcome(w, outcomeBadRequest, "decode membership request: "+err.Error())
 		return
 	}
 	if !n.IsLeader() {

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -150,9 +151,37 @@ func checkLogCoversState(applied uint64, logs raft.LogStore, snaps raft.Snapshot
 // store. Raft itself only logs such an error and steps down, so a node whose
 // disk is full (a WAL segment it cannot create) would otherwise go on
 // winning and losing elections (finding 10 of issue 10).
+//
+// It also keeps the log's end durable (keyLogEnd in the stable store, see
+// markEnd) so that a log that lost its tail is noticed at the next start,
+// and refuses a leader's truncation of entries this node has already
+// applied: that node's history diverged (issue 21).
 type guardedLogStore struct {
 	logStore
 	failed func(error)
+	// applied returns the state machine's applied index (nil: not checked).
+	applied func() uint64
+	// diverged is called once when the log is truncated at or below applied.
+	diverged func(error)
+
+	endMu sync.Mutex
+	end   uint64 // last value written under keyLogEnd
+}
+
+// keyLogEnd is the stable-store key of the log's last index as last marked.
+var keyLogEnd = []byte("LimitdLogEnd")
+
+// markEnd records the log's current last index durably, if it moved. A log
+// that reopens shorter than this lost entries it had fsynced: raft-wal
+// drops every frame after a damaged one without an error.
+func (g *guardedLogStore) markEnd() error {
+	g.endMu.Lock()
+	defer g.endMu.Unlock()
+	last, err := g.logStore.LastIndex()
+	if err != nil || last == g.end {
+		return err
+	}
+	return g.setEnd(last)
 }
 
 func (g *guardedLogStore) check(what string, err error) error {
@@ -171,7 +200,46 @@ func (g *guardedLogStore) StoreLogs(ls []*raft.Log) error {
 }
 
 func (g *guardedLogStore) DeleteRange(min, max uint64) error {
+	g.endMu.Lock()
+	defer g.endMu.Unlock()
+	first, err := g.logStore.FirstIndex()
+	if err != nil {
+		return g.check("delete log entries", err)
+	}
+	last, err := g.logStore.LastIndex()
+	if err != nil {
+		return g.check("delete log entries", err)
+	}
+	switch {
+	case max < last: // compaction of the head: the end stays
+	case min <= first: // the whole log, for an installed snapshot
+		if err := g.setEnd(0); err != nil {
+			return err
+		}
+	default:
+		// A suffix: Raft replaces entries a new leader does not have. An
+		// applied entry is committed and never replaced, unless this node's
+		// history diverged from the cluster's.
+		if g.applied != nil {
+			if applied := g.applied(); min <= applied {
+				err := fmt.Errorf("history diverged: the leader replaces log entries from index %d, but this node's state machine already applied up to %d, so its state reflects entries the cluster does not have; to recover, %s", min, applied, recoveryStep)
+				g.diverged(err)
+				return err
+			}
+		}
+		if err := g.setEnd(min - 1); err != nil {
+			return err
+		}
+	}
 	return g.check("delete log entries", g.logStore.DeleteRange(min, max))
+}
+
+func (g *guardedLogStore) setEnd(v uint64) error {
+	if err := g.SetUint64(keyLogEnd, v); err != nil {
+		return err
+	}
+	g.end = v
+	return nil
 }
 
 func (g *guardedLogStore) Set(k, v []byte) error {

@@ -32,7 +32,7 @@ type metrics struct {
 	stages                            *prometheus.HistogramVec
 	stageWait, stagePropose, stageFwd prometheus.Observer
 	mu                                sync.Mutex
-	unhealthy                         map[string]bool
+	unhealthy                         map[string]time.Time // follower → when a heartbeat to it failed
 }
 
 var batchBuckets = []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096}
@@ -76,7 +76,7 @@ func newMetrics(n *Node) *metrics {
 			Help:    "Stages of a check inside the node: batch_wait (queued in a group-commit batcher until sent, per request), propose (leader: a batch from raft.Apply to its results: log write, replication, commit, apply), forward (follower: a batch's round trip to the leader).",
 			Buckets: nodeapi.LatencyBuckets(raftLatencyTop),
 		}, []string{"stage"}),
-		unhealthy: map[string]bool{},
+		unhealthy: map[string]time.Time{},
 	}
 	m.stageWait = m.stages.WithLabelValues("batch_wait")
 	m.stagePropose = m.stages.WithLabelValues("propose")
@@ -132,7 +132,20 @@ func (n *Node) flushFSM() error {
 func (m *metrics) peerHealthy(id string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return !m.unhealthy[id]
+	failed, down := m.unhealthy[id]
+	if !down {
+		return true
+	}
+	// The flag follows the heartbeats both ways (issue 21): Raft drops an
+	// observation when the channel is full, and a new leadership term starts
+	// its heartbeats afresh without a "resumed". A successful heartbeat or
+	// AppendEntries after the failure says the follower is back.
+	now := time.Now()
+	if d, ok := globalRaftSink.sinceContact(id, now); ok && now.Add(-d).After(failed) {
+		delete(m.unhealthy, id)
+		return true
+	}
+	return false
 }
 
 // watchHeartbeats records failed and resumed heartbeats to followers, and
@@ -161,7 +174,7 @@ func (m *metrics) watchHeartbeats(r *raft.Raft, done <-chan struct{}) {
 			m.mu.Lock()
 			switch d := o.Data.(type) {
 			case raft.FailedHeartbeatObservation:
-				m.unhealthy[string(d.PeerID)] = true
+				m.unhealthy[string(d.PeerID)] = time.Now() // the latest failure
 			case raft.ResumedHeartbeatObservation:
 				delete(m.unhealthy, string(d.PeerID))
 			case raft.LeaderObservation:

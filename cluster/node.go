@@ -80,7 +80,8 @@ type Config struct {
 	ExpireInterval time.Duration
 	ExpireMax      int
 
-	// Raft timing (defaults tuned for loopback/LAN).
+	// Raft timing (limitd serve: --raft-heartbeat-timeout, --raft-election-timeout,
+	// --raft-lease-timeout).
 	HeartbeatTimeout   time.Duration
 	ElectionTimeout    time.Duration
 	LeaderLeaseTimeout time.Duration
@@ -94,6 +95,15 @@ type Config struct {
 	// (hashicorp/raft-boltdb: one bbolt file, two fsyncs per append). A data
 	// directory keeps the store it was created with.
 	LogStore string
+
+	// ShutdownTimeout bounds Raft's shutdown in Close (default
+	// DefaultShutdownTimeout): past it the transport is closed under Raft,
+	// and past twice it Close gives up on Raft and closes the stores.
+	ShutdownTimeout time.Duration
+
+	// NoPipeline turns off Raft's AppendEntries pipelining: one request in
+	// flight per follower (see DESIGN.md, bounded shutdown).
+	NoPipeline bool
 
 	// Transport overrides the TCP transport (in-process tests use raft.InmemTransport).
 	Transport raft.Transport
@@ -119,13 +129,18 @@ const (
 	DefaultApplyTimeout       = nodeapi.DefaultApplyTimeout
 	DefaultExpireInterval     = time.Second
 	DefaultExpireMax          = 10000
-	DefaultHeartbeatTimeout   = 500 * time.Millisecond
-	DefaultElectionTimeout    = 500 * time.Millisecond
-	DefaultLeaderLeaseTimeout = 250 * time.Millisecond
+	// Raft timers: hashicorp/raft's own defaults, measured to hold on a busy
+	// 2-core host where 500/500/250 ms did not (cluster/DESIGN.md).
+	DefaultHeartbeatTimeout   = time.Second
+	DefaultElectionTimeout    = time.Second
+	DefaultLeaderLeaseTimeout = 500 * time.Millisecond
 	DefaultCommitTimeout      = 10 * time.Millisecond
 	DefaultSnapshotThreshold  = 4096
 	DefaultSnapshotInterval   = 30 * time.Second
 	DefaultTrailingLogs       = 2048
+	// DefaultShutdownTimeout bounds Close's wait for Raft; limitd serve's
+	// whole SIGTERM path is bounded by its --shutdown-timeout (default 10 s).
+	DefaultShutdownTimeout = 3 * time.Second
 )
 
 func (c *Config) setDefaults() {
@@ -186,6 +201,9 @@ func (c *Config) setDefaults() {
 	if c.TrailingLogs == 0 {
 		c.TrailingLogs = DefaultTrailingLogs
 	}
+	if c.ShutdownTimeout <= 0 {
+		c.ShutdownTimeout = DefaultShutdownTimeout
+	}
 	if c.Logger == nil {
 		if c.LogOutput == nil {
 			c.LogOutput = os.Stderr
@@ -225,6 +243,7 @@ type Node struct {
 	propose       func(cmd []byte, timeout time.Duration) raft.ApplyFuture
 	leaderBatch   *batcher // on the leader: ops → one CmdCheck entry
 	forwardBatch  *batcher // on a follower: ops → one forwarded request
+	fwd           *forwarder
 	stampMu       sync.Mutex
 	lastStamp     int64
 	metrics       *metrics
@@ -242,6 +261,15 @@ type Node struct {
 	hadState      bool // Raft state existed when the node opened
 	disc          discovery
 	ol            overLimit // over-limit cache (overlimit.go)
+
+	// Incarnation and votes (vote.go, admit.go).
+	adm       *admission
+	gate      *voteGate
+	promoMu   sync.Mutex
+	promoting map[string]bool   // members the leader is catching up
+	bootIncs  map[string]string // peers' incarnations to record after a --bootstrap-expect bootstrap
+	guarded   *guardedLogStore
+	openedAt  time.Time // quorum.go: the fast-fail clock before any leader contact
 }
 
 // Open starts a node: opens (or recovers) the state machine, the Raft stores
@@ -258,11 +286,23 @@ func Open(cfg Config, bootstrap bool) (*Node, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("create data dir %s: %w", cfg.DataDir, err)
 	}
-	n := &Node{cfg: cfg, closing: make(chan struct{}), halted: make(chan struct{}), removed: make(chan struct{})}
+	n := &Node{cfg: cfg, closing: make(chan struct{}), halted: make(chan struct{}), removed: make(chan struct{}), openedAt: time.Now()}
 	n.logger = newHCLog(cfg.Logger, "raft")
 	n.log = cfg.Logger.With("component", "cluster")
 	n.metrics = newMetrics(n)
 	n.initOverLimit()
+
+	// The incarnation is created before any Raft state (vote.go).
+	inc, created, err := loadIncarnation(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	n.adm = &admission{dir: cfg.DataDir, nodeID: cfg.NodeID, id: inc.ID, log: n.log,
+		recorded: func() string { return n.fsm.Nodes()[incarnationKey(cfg.NodeID)] }}
+	n.adm.admitted.Store(inc.Admitted)
+	if created && inc.Admitted {
+		n.log.Info("data directory predates incarnations: it keeps its vote", "incarnation", inc.ID)
+	}
 
 	f, err := fsm.Open(filepath.Join(cfg.DataDir, "fsm.db"), fsm.Options{
 		NoSync: true, OnFatal: n.onFatal, CommitEvery: cfg.FSMCommitEvery, CacheKeys: cfg.FSMCacheKeys,
@@ -282,7 +322,8 @@ func Open(cfg Config, bootstrap bool) (*Node, error) {
 	}
 	n.propose = n.raft.Apply
 	n.leaderBatch = newBatcher(cfg.BatchMaxOps, cfg.BatchInflight, cfg.BatchMaxWait, n.proposeChecks, n.metrics.observeBatch)
-	n.forwardBatch = newBatcher(cfg.BatchMaxOps, cfg.BatchInflight, cfg.BatchMaxWait, n.forwardChecks, n.metrics.observeForward)
+	n.fwd = newForwarder(n)
+	n.forwardBatch = newBatcher(cfg.BatchMaxOps, cfg.BatchInflight, cfg.BatchMaxWait, n.fwd.checks, n.metrics.observeForward)
 	n.metrics.timeBatchers(n.leaderBatch, n.forwardBatch)
 
 	n.wg.Add(4)
@@ -294,6 +335,9 @@ func Open(cfg Config, bootstrap bool) (*Node, error) {
 		n.metrics.watchHeartbeats(n.raft, n.closing)
 	}()
 	go n.watchPeers()
+	n.wg.Add(2)
+	go n.watchLogEnd(n.guarded)
+	go n.watchAdmission()
 	return n, nil
 }
 
@@ -347,7 +391,9 @@ func (n *Node) openRaft(bootstrap bool) error {
 	if cfg.wrapLogStore != nil {
 		logs = cfg.wrapLogStore(logs)
 	}
-	logs = &guardedLogStore{logStore: logs, failed: n.logStoreFailed}
+	guarded := &guardedLogStore{logStore: logs, failed: n.logStoreFailed, applied: n.fsm.AppliedIndex, diverged: n.historyDiverged}
+	logs = guarded
+	n.guarded = guarded
 	n.logs = logs
 	// Entries can carry thousands of checks: keep the cache and the retained
 	// log (TrailingLogs, SnapshotThreshold) modest so memory and the log on disk stay bounded.
@@ -372,6 +418,8 @@ func (n *Node) openRaft(bootstrap bool) error {
 		}
 		trans = t
 	}
+	n.gate = newVoteGate(trans, n.adm, cfg.NoPipeline)
+	trans = n.gate
 	n.trans = trans
 
 	existing, err := raft.HasExistingState(cached, logs, snaps)
@@ -379,6 +427,16 @@ func (n *Node) openRaft(bootstrap bool) error {
 		n.closeTransport()
 		logs.Close()
 		return fmt.Errorf("inspect raft state in %s: %w", cfg.DataDir, err)
+	}
+	if err := errors.Join(checkLogEnd(logs, logPath), checkLogReadable(logs, logPath)); err != nil { // damage.go
+		n.closeTransport()
+		logs.Close()
+		return err
+	}
+	if err := n.adm.admitFromLog(logs, fsm.EncodeSetNode(incarnationKey(cfg.NodeID), n.adm.id)); err != nil {
+		n.closeTransport()
+		logs.Close()
+		return fmt.Errorf("raft log %s: %w", logPath, err)
 	}
 	if err := checkLogCoversState(n.fsm.AppliedIndex(), logs, snaps); err != nil {
 		n.closeTransport()
@@ -403,12 +461,16 @@ func (n *Node) openRaft(bootstrap bool) error {
 			logs.Close()
 			return fmt.Errorf("bootstrap cluster: %w", err)
 		}
+		n.adm.admit("bootstrapped a new cluster")
 	}
 	return nil
 }
 
 func (n *Node) closeTransport() {
 	if n.cfg.Transport != nil {
+		if n.gate != nil {
+			n.gate.halt()
+		}
 		return // the caller owns a transport it passed in
 	}
 	if c, ok := n.trans.(io.Closer); ok {
@@ -557,6 +619,10 @@ func (n *Node) Ready() error {
 	if _, id := n.raft.LeaderWithID(); id == "" {
 		return ErrNoLeader
 	}
+	if !n.adm.mayVote() {
+		// vote.go: a new data directory is a member once a leader admits it.
+		return errors.New("not yet admitted: this node's data directory is new and a leader has not yet recorded that it holds the whole history")
+	}
 	commit, applied := n.raft.CommitIndex(), n.fsm.AppliedIndex()
 	// A busy node always trails its commit index by the entries in flight;
 	// "caught up" means within a few batches, not equal.
@@ -621,6 +687,11 @@ func (n *Node) leaderLoop() {
 					n.log.Debug("register http address", "error", err)
 				}
 			}
+			if n.IsLeader() {
+				// A leader needs no record of its own incarnation (it is
+				// admitted); its --bootstrap-expect peers do (admit.go).
+				n.recordBootIncarnations()
+			}
 		case <-t.C:
 			if !n.IsLeader() {
 				continue
@@ -678,8 +749,8 @@ func (n *Node) Close() error {
 				errs = append(errs, fmt.Errorf("close state machine: %w", err))
 			}
 		}
-		if err := n.raft.Shutdown().Error(); err != nil {
-			errs = append(errs, fmt.Errorf("raft shutdown: %w", err))
+		if err := n.shutdownRaft(); err != nil {
+			errs = append(errs, err)
 		}
 		n.closeTransport()
 		if err := n.logs.Close(); err != nil {

@@ -27,6 +27,8 @@ const overLimitRefresh = 50 * time.Millisecond
 type overLimit struct {
 	cache  *overlimit.Cache // nil: disabled (Config.OverLimitEntries 0)
 	usable atomic.Bool
+	// ready replaces Node.Ready in overLimitLoop when set (tests).
+	ready atomic.Pointer[func() error]
 }
 
 // initOverLimit builds the cache from the configuration (before the state
@@ -72,7 +74,11 @@ func (n *Node) overLimitLoop() {
 }
 
 func (n *Node) refreshOverLimit() {
-	if n.Ready() == nil {
+	ready := n.Ready
+	if f := n.ol.ready.Load(); f != nil {
+		ready = *f
+	}
+	if ready() == nil {
 		n.ol.usable.Store(true)
 		return
 	}
@@ -93,8 +99,11 @@ func (n *Node) disableOverLimit() {
 // Refused answers a check of cost on key under the limit id from the
 // over-limit cache: a refusal the state machine made (or an equivalent one),
 // with RetryAfter counted from now = max(local clock, the state machine's
-// last leader time). It reports a miss when the cache is disabled or the
-// node is not Ready. It never answers "allowed"; a miss is decided through
+// last leader time): entries expire in leader time, and a node whose clock
+// is behind the leader's would otherwise serve them past their end. It
+// reports a miss when the cache is disabled or overLimitLoop last found the
+// node not Ready (entries the state machine adds meanwhile, as a lagging
+// node applies, are not served). It never answers "allowed"; a miss is decided through
 // the log as before.
 func (n *Node) Refused(id overlimit.LimitID, key string, cost int64) (algo.Decision, bool) {
 	if n.ol.cache == nil || !n.ol.usable.Load() {

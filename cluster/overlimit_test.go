@@ -2,8 +2,10 @@ package cluster_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 	"github.com/limitd/limitd/algo"
 	"github.com/limitd/limitd/cluster"
 	"github.com/limitd/limitd/cluster/clustertest"
+	"github.com/limitd/limitd/fsm"
 	"github.com/limitd/limitd/overlimit"
 	"github.com/limitd/limitd/service"
 )
@@ -329,4 +332,120 @@ func TestOverLimitMetricsAndReadiness(t *testing.T) {
 
 func overLimitID(policy string) overlimit.LimitID {
 	return overlimit.LimitID{Policy: true, Ident: policy}
+}
+
+// overLimitRefusal sets up policy p (fixed_window, 1 per 10 s) and refuses
+// key k once through the log on the leader, so every node's cache holds the
+// refusal, and waits until the follower f answers from it.
+func overLimitRefusal(t *testing.T, cc *cachedCluster, l, f int) {
+	t.Helper()
+	ctx := context.Background()
+	if _, e := cc.svcs[l].PutPolicy(ctx, service.PolicyRequest{Name: "p", Config: algo.Config{Algorithm: "fixed_window", Limit: 1, Window: "10s"}}); e != nil {
+		t.Fatal(e)
+	}
+	for i := 0; i < 2; i++ {
+		if _, e := cc.svcs[l].Check(ctx, &service.CheckRequest{Key: "k", Policy: "p", Cost: 1}); e != nil {
+			t.Fatal(e)
+		}
+	}
+	cc.caughtUp(t)
+	deadline := time.Now().Add(clustertest.Timeout)
+	for {
+		if _, hit := cc.c.Node(f).Refused(overLimitID("p"), "k", 1); hit {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the follower never answered from its cache")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func newSmallCachedCluster(t *testing.T) *cachedCluster {
+	c := clustertest.MakeClusterOpts(t, clustertest.Options{Nodes: 3, Config: func(_ int, cfg *cluster.Config) {
+		cfg.OverLimitEntries = 1024
+	}})
+	cc := &cachedCluster{c: c}
+	for _, n := range c.Nodes() {
+		cc.svcs = append(cc.svcs, service.New(n, service.Config{}))
+	}
+	return cc
+}
+
+// A node that is not Ready does not answer from its cache, even while its
+// state machine, applying entries as a lagging node does, adds refusals to
+// it between two of the readiness loop's rounds.
+func TestOverLimitCacheUnusedWhileNotReady(t *testing.T) {
+	cc := newSmallCachedCluster(t)
+	l := cc.c.Leader()
+	f := (l + 1) % 3
+	fn := cc.c.Node(f)
+	overLimitRefusal(t, cc, l, f)
+
+	// The loop finds the node not Ready (and clears the cache), then stays
+	// inside its next readiness check until released: no round clears the
+	// cache while the test adds to it.
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	defer close(release)
+	var calls atomic.Int32
+	cluster.SetOverLimitReady(fn, func() error {
+		if calls.Add(1) > 1 {
+			select {
+			case entered <- struct{}{}:
+			default:
+			}
+			<-release
+		}
+		return errors.New("test: not ready")
+	})
+	select {
+	case <-entered:
+	case <-time.After(clustertest.Timeout):
+		t.Fatal("the over-limit loop did not run")
+	}
+	if n := fn.OverLimitCache().Stats().Entries; n != 0 {
+		t.Fatalf("a node found not Ready kept %d cache entries", n)
+	}
+	spec, err := algo.Config{Algorithm: "fixed_window", Limit: 1, Window: "10s"}.Spec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fn.OverLimitCache().Observe(overlimit.Observation{
+		ID: overLimitID("p"), Key: []byte("k"), Spec: &spec, Cost: 1, Now: fn.FSM().LastTime(),
+		Decision: algo.Decision{Limit: 1, RetryAfter: 5 * time.Second, ResetAfter: 5 * time.Second},
+	})
+	if n := fn.OverLimitCache().Stats().Entries; n != 1 {
+		t.Fatalf("the cache holds %d entries after a refusal, want 1", n)
+	}
+	if d, hit := fn.Refused(overLimitID("p"), "k", 1); hit {
+		t.Fatalf("a node not Ready answered from its cache: %+v", d)
+	}
+}
+
+// Cache entries expire in leader time. A node whose clock is behind the
+// leader's (here: the log's time is an hour ahead of every node's clock)
+// counts RetryAfter from the leader time it has applied, not from its own
+// clock, which would stretch a 10 s window's refusal to an hour.
+func TestOverLimitCacheCountsFromLeaderTime(t *testing.T) {
+	cc := newSmallCachedCluster(t)
+	l := cc.c.Leader()
+	f := (l + 1) % 3
+	// One entry stamped an hour ahead: the leader stamps every later entry
+	// at least as late (leader time never runs backwards).
+	ahead := time.Now().Add(time.Hour).UnixNano()
+	if err := cc.c.Node(l).Raft().Apply(fsm.EncodeCheck(nil, ahead, 0, nil), clustertest.Timeout).Error(); err != nil {
+		t.Fatal(err)
+	}
+	overLimitRefusal(t, cc, l, f)
+	fn := cc.c.Node(f)
+	if fn.FSM().LastTime() < ahead {
+		t.Fatalf("the follower's leader time %d is before the entry's %d", fn.FSM().LastTime(), ahead)
+	}
+	d, hit := fn.Refused(overLimitID("p"), "k", 1)
+	if !hit {
+		t.Fatal("no cached refusal")
+	}
+	if d.Allowed || d.RetryAfter <= 0 || d.RetryAfter > 10*time.Second {
+		t.Fatalf("cached refusal on a node whose clock is an hour behind the leader's: %+v, want RetryAfter within the 10 s window", d)
+	}
 }

@@ -55,6 +55,9 @@ func (n *Node) onLeader(ctx context.Context, local func() error, forward func(ad
 		if err := n.unavailable(); err != nil {
 			return err
 		}
+		if err := n.leaderGone(); err != nil { // quorum.go: no 5 s wait without a leader
+			return err
+		}
 		if err := n.pause(ctx); err != nil {
 			return err
 		}
@@ -146,7 +149,7 @@ func (n *Node) Apply(ctx context.Context, cmd []byte) (interface{}, error) {
 	var resp interface{}
 	err := n.onLeader(ctx,
 		func() (err error) { resp, err = n.await(ctx, n.raft.Apply(cmd, n.cfg.ApplyTimeout)); return err },
-		func(addr string) (err error) { resp, err = n.forwardApply(ctx, addr, cmd); return err })
+		func(addr string) (err error) { resp, err = n.fwd.apply(ctx, addr, cmd); return err })
 	return resp, err
 }
 
@@ -159,11 +162,18 @@ func (n *Node) Join(ctx context.Context, id, raftAddr, httpAddr string) error {
 	return n.onLeader(ctx,
 		func() error { return n.joinLocal(id, raftAddr, httpAddr) },
 		func(addr string) error {
-			return n.forwardJSON(ctx, addr, pathJoin, joinRequest{ID: id, RaftAddr: raftAddr, HTTPAddr: httpAddr})
+			return n.fwd.json(ctx, addr, pathJoin, joinRequest{ID: id, RaftAddr: raftAddr, HTTPAddr: httpAddr})
 		})
 }
 
 func (n *Node) joinLocal(id, raftAddr, httpAddr string) error {
+	if e := n.addressTaken(id, raftAddr); e != nil { // peerid.go
+		return e
+	}
+	handled, inc, err := n.admitJoin(id, raftAddr, httpAddr) // admit.go: a wiped member rejoins as a non-voter
+	if handled || err != nil {
+		return err
+	}
 	if err := n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, n.cfg.ApplyTimeout).Error(); err != nil {
 		if errors.Is(err, raft.ErrNotLeader) {
 			return errRetry
@@ -173,15 +183,17 @@ func (n *Node) joinLocal(id, raftAddr, httpAddr string) error {
 	if httpAddr == "" {
 		return nil
 	}
-	_, err := n.await(context.Background(), n.raft.Apply(fsm.EncodeSetNode(id, httpAddr), n.cfg.ApplyTimeout))
-	return err
+	if _, err := n.await(context.Background(), n.raft.Apply(fsm.EncodeSetNode(id, httpAddr), n.cfg.ApplyTimeout)); err != nil {
+		return err
+	}
+	return n.recordIncarnation(id, inc)
 }
 
 // Remove takes a server out of the Raft configuration through the leader.
 func (n *Node) Remove(ctx context.Context, id string) error {
 	return n.onLeader(ctx,
 		func() error { return n.removeLocal(id) },
-		func(addr string) error { return n.forwardJSON(ctx, addr, pathRemove, joinRequest{ID: id}) })
+		func(addr string) error { return n.fwd.json(ctx, addr, pathRemove, joinRequest{ID: id}) })
 }
 
 func (n *Node) removeLocal(id string) error {

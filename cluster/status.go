@@ -59,6 +59,9 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 		CommitIndex:  n.raft.CommitIndex(),
 		AppliedIndex: n.fsm.AppliedIndex(),
 	}
+	if err := n.unavailable(); err != nil {
+		st.Unavailable = err.Error()
+	}
 	nodes := n.fsm.Nodes()
 	st.LeaderHTTP = nodes[string(leader)]
 	f := n.raft.GetConfiguration()

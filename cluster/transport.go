@@ -31,6 +31,9 @@ import (
 //     started on a stopped member's address was replicated to as that member
 //     (finding 11). The ID reaches the stream layer through the target
 //     address: idTransport passes "<id>@<host:port>" to NetworkTransport.
+//   - The sender's identity and bounded frames (raftguard.go): a node
+//     certificate naming a node ID speaks only as that node, and no RPC
+//     field may claim more than MaxRaftField bytes.
 const (
 	preambleMagic = "limitd-raft/1 "
 	// handshakeTimeout bounds the TLS handshake and preamble of an accepted
@@ -146,6 +149,8 @@ type streamLayer struct {
 	tls     *tls.Config // nil: plain TCP
 	localID string
 	logger  hclog.Logger
+
+	refusals refusalLog // raftguard.go
 }
 
 func (s *streamLayer) Accept() (net.Conn, error) {
@@ -187,6 +192,13 @@ func (s *streamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (n
 			conn.Close()
 			return nil, fmt.Errorf("raft TLS handshake with %s: %w", addr, err)
 		}
+		// The server is the node its certificate names, if it names one
+		// (raftguard.go): another node's certificate at this address is not
+		// the server this RPC is for.
+		if named, ok := NodeIDFromCert(tc.ConnectionState().PeerCertificates[0]); ok && id != "" && named != id {
+			conn.Close()
+			return nil, fmt.Errorf("%w: %s presents the certificate of node %q, not of %q", errWrongTarget, addr, named, id)
+		}
 		conn = tc
 	}
 	conn.SetWriteDeadline(deadline)
@@ -206,6 +218,7 @@ type acceptedConn struct {
 	layer *streamLayer
 	once  sync.Once
 	err   error
+	rpcs  io.Reader // the RPCs that passed the guard (raftguard.go)
 }
 
 // errWrongTarget: a connection meant for another server ID.
@@ -217,13 +230,17 @@ func (c *acceptedConn) open() error {
 		defer c.Conn.SetDeadline(time.Time{})
 		defer func() {
 			if c.err != nil {
-				c.layer.logger.Warn("refused raft connection", "error", c.err)
+				c.layer.refusals.refused(c.layer.logger, c.err)
 			}
 		}()
+		sender := "" // the node the peer's certificate names; "": any
 		if tc, ok := c.Conn.(*tls.Conn); ok {
 			if err := tc.Handshake(); err != nil {
 				c.err = fmt.Errorf("raft TLS handshake from %s: %w", c.RemoteAddr(), err)
 				return
+			}
+			if certs := tc.ConnectionState().PeerCertificates; len(certs) > 0 {
+				sender, _ = NodeIDFromCert(certs[0])
 			}
 		}
 		id, err := readPreamble(c.Conn)
@@ -234,7 +251,9 @@ func (c *acceptedConn) open() error {
 		if id != c.layer.localID {
 			c.err = fmt.Errorf("%w: a connection from %s is meant for server %q, this is %q (is this node on another member's address?)",
 				errWrongTarget, c.RemoteAddr(), id, c.layer.localID)
+			return
 		}
+		c.rpcs = guardRPCs(c.Conn, sender, c.layer)
 	})
 	return c.err
 }
@@ -243,7 +262,7 @@ func (c *acceptedConn) Read(b []byte) (int, error) {
 	if err := c.open(); err != nil {
 		return 0, err
 	}
-	return c.Conn.Read(b)
+	return c.rpcs.Read(b)
 }
 
 func (c *acceptedConn) Write(b []byte) (int, error) {

@@ -118,3 +118,29 @@ func TestCheckEntriesSweepAsTheyGo(t *testing.T) {
 		t.Fatalf("Keys = %d, want only the fresh key left", got)
 	}
 }
+
+// A count_refused refusal that leaves the log's bytes as they were still
+// moves its expiry when the policy's window grew: the key must live until
+// the new window's end, not reopen at the old one's.
+func TestRefusalUnderLongerWindowMovesExpiry(t *testing.T) {
+	spec := func(window string) algo.Spec {
+		return mustSpec(t, algo.Config{Algorithm: "sliding_log", Limit: 2, Window: window, CountRefused: true})
+	}
+	d := newChecker(t, Policy{Name: "p", Spec: spec("1m")})
+	for i := 0; i < 2; i++ {
+		if r := d.one(t0, "p", "k", 1); !r.Allowed {
+			t.Fatalf("check %d refused", i)
+		}
+	}
+	d.putPolicy(Policy{Name: "p", Spec: spec("1h")})
+	// Refused at the same instant: logged and trimmed back to the limit,
+	// the log encodes to the same bytes; only the expiry is later.
+	if r := d.one(t0, "p", "k", 1); r.Allowed {
+		t.Fatalf("check over the limit allowed: %+v", r)
+	}
+	later := t0 + 2*int64(time.Minute) // past the old window, inside the new one
+	d.apply(EncodeExpire(later, 1000))
+	if got := d.remaining(later, "p", "k"); got != 0 {
+		t.Fatalf("remaining %d two minutes into a one-hour window spent at t0: the key expired at the old window's end", got)
+	}
+}

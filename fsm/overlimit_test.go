@@ -54,6 +54,36 @@ func TestDecisionThatConsumesNothingStoresNothing(t *testing.T) {
 	})
 }
 
+// An allowed peek (cost 0 on a key with budget left) stores nothing either:
+// later in time, where algo re-encodes the state (a bucket refilled to
+// now, a sliding window rolled), the stored bytes and expiry stay as the
+// last consuming check left them.
+func TestAllowedPeekStoresNothing(t *testing.T) {
+	for _, c := range []algo.Config{
+		{Algorithm: "token_bucket", Limit: 3, Window: "1m"},
+		{Algorithm: "leaky_bucket", Limit: 3, Window: "1m"},
+		{Algorithm: "sliding_window", Limit: 3, Window: "1m"},
+		{Algorithm: "fixed_window", Limit: 3, Window: "1m"},
+		{Algorithm: "sliding_log", Limit: 3, Window: "1m"},
+	} {
+		t.Run(c.Algorithm, func(t *testing.T) {
+			d := newChecker(t, Policy{Name: "p", Spec: mustSpec(t, c)})
+			d.one(t0, "p", "k", 1)
+			before := digestData(t, d.f)
+			// Before the key's expiry (a bucket is full again after 20 s),
+			// where the sweep would delete it.
+			for _, at := range []int64{t0 + sec, t0 + 5*sec, t0 + 19*sec} {
+				if r := d.one(at, "p", "k", 0); !r.Allowed {
+					t.Fatalf("peek at +%ds refused: %+v", (at-t0)/sec, r)
+				}
+				if after := digestData(t, d.f); after != before {
+					t.Fatalf("an allowed peek at +%ds changed the stored state", (at-t0)/sec)
+				}
+			}
+		})
+	}
+}
+
 func digestData(t *testing.T, f *FSM) string {
 	t.Helper()
 	d, err := f.DataDigest()

@@ -51,6 +51,31 @@ const (
 	// cluster, so the service, not this deadline, tells "no leader" from
 	// "outcome unknown".
 	DefaultRequestTimeout = service.DefaultRequestTimeout + 2*time.Second
+	// DefaultMaxConcurrentStreams is the streams (calls in flight) one
+	// connection may have open, advertised in HTTP/2 SETTINGS; a client that
+	// opens more has them refused. Envoy opens another connection instead.
+	// With the connection cap (DefaultMaxConnections) it bounds the memory
+	// a client can pin with calls that never send their message (about 10
+	// KB each).
+	DefaultMaxConcurrentStreams = 100
+	// DefaultMaxConnections is the gRPC connections served at once
+	// (serve's --grpc-max-connections); more wait in the listen backlog.
+	DefaultMaxConnections = 256
+	// DefaultHandshakeTimeout bounds a new connection's TLS and HTTP/2
+	// handshake: a client that connects and says nothing is cut off.
+	DefaultHandshakeTimeout = 10 * time.Second
+	// DefaultIdleTimeout closes a connection without calls for this long
+	// (the HTTP port's --idle-timeout).
+	DefaultIdleTimeout = 120 * time.Second
+	// MaxConnectionAge bounds a connection's life, and so how long a call
+	// that never sends its request message (the client set no deadline)
+	// can hold a stream: after it the server sends GOAWAY and gives calls
+	// in flight MaxConnectionAgeGrace. Clients reconnect transparently.
+	MaxConnectionAge      = 10 * time.Minute
+	MaxConnectionAgeGrace = 30 * time.Second
+	// KeepaliveMinTime is the shortest ping interval a client may use; a
+	// client pinging more often is disconnected (ENHANCE_YOUR_CALM).
+	KeepaliveMinTime = 10 * time.Second
 	// HealthPollInterval is how often the health status follows the
 	// node's readiness.
 	HealthPollInterval = time.Second
@@ -70,6 +95,15 @@ type Config struct {
 	RequestTimeout time.Duration
 	// MaxRecvMsgSize bounds a request message (default DefaultMaxRecvMsgSize).
 	MaxRecvMsgSize int
+	// MaxConcurrentStreams bounds the calls in flight on one connection
+	// (default DefaultMaxConcurrentStreams).
+	MaxConcurrentStreams uint32
+	// HandshakeTimeout bounds a new connection's handshake (default
+	// DefaultHandshakeTimeout).
+	HandshakeTimeout time.Duration
+	// IdleTimeout closes a connection without calls (default
+	// DefaultIdleTimeout).
+	IdleTimeout time.Duration
 	// RLSHeaders selects the response headers ShouldRateLimit asks Envoy to
 	// add (default none).
 	RLSHeaders rls.HeaderMode
@@ -104,6 +138,15 @@ func New(svc *service.Service, cfg Config) (*Server, error) {
 	if cfg.MaxRecvMsgSize <= 0 {
 		cfg.MaxRecvMsgSize = DefaultMaxRecvMsgSize
 	}
+	if cfg.MaxConcurrentStreams == 0 {
+		cfg.MaxConcurrentStreams = DefaultMaxConcurrentStreams
+	}
+	if cfg.HandshakeTimeout <= 0 {
+		cfg.HandshakeTimeout = DefaultHandshakeTimeout
+	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = log.Default()
 	}
@@ -111,13 +154,24 @@ func New(svc *service.Service, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{svc: svc, cfg: cfg, health: health.NewServer(), stop: make(chan struct{}), metrics: newRLSMetrics()}
+	// The HTTP port's bounds (issue 22): calls per connection, handshake
+	// time, idle and total connection life, message sizes, a deadline on
+	// every unary call (the streams, reflection and health Watch, end with
+	// their connection's age); the connection cap is the listener's (serve
+	// wraps it).
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(cfg.MaxRecvMsgSize),
+		grpc.MaxConcurrentStreams(cfg.MaxConcurrentStreams),
+		grpc.ConnectionTimeout(cfg.HandshakeTimeout),
+		grpc.MaxHeaderListSize(64 << 10),
 		grpc.ChainUnaryInterceptor(s.recoverPanic, s.deadline, s.authenticate),
 		grpc.ChainStreamInterceptor(s.recoverStream),
 		// Envoy keeps its connection open; ping it so dead peers are noticed.
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 2 * time.Minute, Timeout: 20 * time.Second}),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			Time: 2 * time.Minute, Timeout: 20 * time.Second,
+			MaxConnectionIdle: cfg.IdleTimeout, MaxConnectionAge: MaxConnectionAge, MaxConnectionAgeGrace: MaxConnectionAgeGrace,
+		}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: KeepaliveMinTime, PermitWithoutStream: true}),
 	}
 	if cfg.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))

@@ -57,6 +57,10 @@ type Status struct {
 	CommitIndex  uint64   `json:"commit_index"`
 	AppliedIndex uint64   `json:"applied_index"`
 	Members      []Member `json:"members"`
+	// Unavailable, when set, is why this node does not serve at all (its
+	// state machine stopped, its log could not be written, its history
+	// diverged from the cluster's, it was removed), with the recovery step.
+	Unavailable string `json:"unavailable,omitempty"`
 }
 
 // Member is one server in the Raft configuration.

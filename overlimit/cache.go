@@ -67,8 +67,11 @@ type Observation struct {
 
 // Cache is the over-limit cache. Lookup is safe for any number of concurrent
 // goroutines; Observe, Forget, ForgetLimit and Clear may run concurrently
-// with them and with each other, and are meant to be called by the one
-// goroutine that applies log entries, in log order.
+// with them and with each other. Observe, Forget and ForgetLimit are meant to
+// be called by the one goroutine that applies log entries, in log order;
+// Clear also by whatever decides the cache may no longer be trusted (the
+// node's readiness loop), at any time, since dropping entries only costs
+// misses.
 type Cache struct {
 	seedPolicy, seedSpec, seedKey maphash.Seed
 	shards                        []shard

@@ -3,6 +3,8 @@ package persist
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/binary"
+	"errors"
 	"strings"
 	"testing"
 )
@@ -130,6 +132,46 @@ func TestRestoreRejectsInconsistentFile(t *testing.T) {
 	}
 	if !readState(t, dst, "mine").Found {
 		t.Fatal("failed restore lost state")
+	}
+}
+
+// TestRestoreRejectsSnapshotMissingItsLastPage: a well-formed stream (size
+// and checksum agree) around a file that lacks only its last page, as a
+// sender that stopped copying one page early would send, is refused before
+// bbolt reads past the file's end, and the live state is kept.
+func TestRestoreRejectsSnapshotMissingItsLastPage(t *testing.T) {
+	src, _ := openTemp(t, Options{})
+	var keys []string
+	for i := 0; i < 200; i++ {
+		keys = append(keys, strings.Repeat("k", 40)+string(rune('a'+i%26))+strings.Repeat("x", i))
+	}
+	putStates(t, src, 5, 100, keys...)
+	snap := snapshotBytes(t, src)
+	file := snap[16 : len(snap)-sha256.Size]
+	page := int(binary.LittleEndian.Uint32(file[16+8:])) // meta: page header, magic, version, page size
+	if page < 512 || len(file)%page != 0 || len(file) < 6*page {
+		t.Fatalf("snapshot file of %d bytes, page size %d: not what this test expects", len(file), page)
+	}
+	short := file[:len(file)-page]
+	var buf bytes.Buffer
+	buf.Write(snap[:8])
+	buf.Write(binary.BigEndian.AppendUint64(nil, uint64(len(short))))
+	buf.Write(short)
+	sum := sha256Sum(short)
+	buf.Write(sum[:])
+
+	dst, _ := openTemp(t, Options{})
+	putStates(t, dst, 9, 900, "mine")
+	before, _ := dst.Digest()
+	err := dst.Restore(&buf)
+	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "truncated") {
+		t.Fatalf("Restore of a snapshot missing its last page = %v, want ErrCorrupt (truncated)", err)
+	}
+	if after, _ := dst.Digest(); after != before || dst.Meta().AppliedIndex != 9 {
+		t.Fatal("failed restore changed the state")
+	}
+	if exists(dst.Path() + ".restore") {
+		t.Fatal("temporary restore file left behind")
 	}
 }
 

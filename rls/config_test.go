@@ -298,3 +298,67 @@ func TestMetricKeys(t *testing.T) {
 		}
 	}
 }
+
+// TestWildcardValuesMatchLikeEnvoy: a '*' matches any run of characters,
+// the empty one included (envoy ratelimit's wildcardMatch, config_impl.go);
+// the literal parts of a pattern match where they do not overlap, in order;
+// and where several wildcard values match, the first in the configuration
+// wins. A value that no wildcard matches falls to the key-only rule.
+func TestWildcardValuesMatchLikeEnvoy(t *testing.T) {
+	d, err := rls.Parse("", []byte(`domain: d
+descriptors:
+  - key: a
+    value: foo*
+    rate_limit: {unit: second, requests_per_unit: 1}
+  - key: a
+    value: ab*ba
+    rate_limit: {unit: second, requests_per_unit: 2}
+  - key: a
+    value: f*
+    rate_limit: {unit: second, requests_per_unit: 4}
+  - key: a
+    rate_limit: {unit: second, requests_per_unit: 9}
+  - key: b
+    value: "x*"
+    rate_limit: {unit: second, requests_per_unit: 5}
+  - key: b
+    value: "*y"
+    rate_limit: {unit: second, requests_per_unit: 6}
+  - key: c
+    value: "*aba*aba*"
+    rate_limit: {unit: second, requests_per_unit: 3}
+  - key: c
+    rate_limit: {unit: second, requests_per_unit: 8}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		key, value string
+		want       uint32 // RequestsPerUnit of the rule matched
+	}{
+		{"a", "foo", 1},    // the value equals the prefix: '*' matches nothing
+		{"a", "foobar", 1}, // also matches f*, later in the configuration
+		{"a", "fo", 4},     // not foo*; f* matches
+		{"a", "abba", 2},   // prefix and suffix meet
+		{"a", "abxba", 2},  // something between
+		{"a", "aba", 9},    // prefix "ab" and suffix "ba" would overlap
+		{"c", "abaaba", 3}, // both literal parts, one after the other
+		{"c", "xabazabay", 3},
+		{"c", "ababa", 8}, // the two "aba" only overlapping
+		{"c", "xabay", 8}, // one "aba" is not two
+		{"b", "xy", 5},    // both patterns match: the first wins
+		{"b", "zy", 6},    // only the second
+		{"a", "zzz", 9},   // no wildcard: the key-only rule
+		{"a", "foo*", 1},  // a literal '*' in the value is a character
+	} {
+		m := d.Match([]rls.Entry{{c.key, c.value}})
+		if m == nil {
+			t.Errorf("%s=%q: no match, want the rule of %d/s", c.key, c.value, c.want)
+			continue
+		}
+		if m.Rule.RequestsPerUnit != c.want {
+			t.Errorf("%s=%q: matched %s (%d/s), want the rule of %d/s", c.key, c.value, m.Rule.FullKey, m.Rule.RequestsPerUnit, c.want)
+		}
+	}
+}

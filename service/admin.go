@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/limitd/limitd/algo"
@@ -122,6 +123,11 @@ func ValidateJoin(j JoinRequest) *Error {
 	}
 	if len(j.ID) > MaxPolicyName {
 		return Invalid("id", "must be at most "+strconv.Itoa(MaxPolicyName)+" bytes")
+	}
+	if strings.Contains(j.ID, "/") {
+		// The replicated node table keeps a member's incarnation under
+		// "incarnation/<id>": an id with a slash could name another's.
+		return Invalid("id", "must not contain '/'")
 	}
 	if j.RaftAddr == "" {
 		return Invalid("raft_addr", "is required, as host:port")

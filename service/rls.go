@@ -161,6 +161,9 @@ func domainOpError(err error) *Error {
 			field += "." + re.Field
 		}
 		return Invalid(field, re.Error())
+	case errors.Is(err, nodeapi.ErrTooLarge):
+		// An admin command over MaxCommandBytes: 413, not 500 (issue 22).
+		return &Error{Code: CodePayloadTooLarge, Field: "config", Message: err.Error() + "; split the domain's descriptors into several domains"}
 	case errors.Is(err, nodeapi.ErrOutcomeUnknown):
 		return &Error{Code: CodeOutcomeUnknown, Message: "leadership changed while the change was in flight, so it may or may not have been applied; repeating it is safe"}
 	case errors.Is(err, nodeapi.ErrNoLeader), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):

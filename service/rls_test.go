@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -99,6 +100,10 @@ func TestPutRLSDomainValidatesBeforeReplicating(t *testing.T) {
 	n.putErr = nodeapi.ErrOutcomeUnknown
 	_, e = s.PutRLSDomain(t.Context(), "shop", []byte(shopYAML))
 	wantErr(t, e, CodeOutcomeUnknown, "")
+	// An admin command over the node's bound is 413, not 500 (issue 22).
+	n.putErr = fmt.Errorf("%w: command of 900000 bytes", nodeapi.ErrTooLarge)
+	_, e = s.PutRLSDomain(t.Context(), "shop", []byte(shopYAML))
+	wantErr(t, e, CodePayloadTooLarge, "config")
 
 	wantErr(t, s.DeleteRLSDomain(t.Context(), "nope"), CodeNotFound, "domain")
 	if e := s.DeleteRLSDomain(t.Context(), "shop"); e != nil {

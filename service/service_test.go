@@ -362,6 +362,7 @@ func TestJoinValidation(t *testing.T) {
 	}{
 		{JoinRequest{RaftAddr: "127.0.0.1:1"}, "id"},
 		{JoinRequest{ID: strings.Repeat("n", MaxPolicyName+1), RaftAddr: "127.0.0.1:1"}, "id"},
+		{JoinRequest{ID: "incarnation/n1", RaftAddr: "127.0.0.1:1"}, "id"},
 		{JoinRequest{ID: "n"}, "raft_addr"},
 		{JoinRequest{ID: "n", RaftAddr: "localhost"}, "raft_addr"},
 		{JoinRequest{ID: "n", RaftAddr: "127.0.0.1:0"}, "raft_addr"},

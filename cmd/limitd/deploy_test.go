@@ -29,6 +29,7 @@ import (
 	yaml "go.yaml.in/yaml/v3"
 
 	"github.com/limitd/limitd/internal/proccluster"
+	"github.com/limitd/limitd/internal/testtool"
 )
 
 const deployDir = "../../deploy"
@@ -137,10 +138,7 @@ func TestSystemdUnit(t *testing.T) {
 	if !strings.Contains(readDeploy(t, "systemd/limitd.sysusers"), "u limitd ") {
 		t.Error("limitd.sysusers does not create the limitd user")
 	}
-	sa, err := exec.LookPath("systemd-analyze")
-	if err != nil {
-		t.Skip("systemd-analyze is not installed (apt-get install systemd): the unit was not verified")
-	}
+	sa := testtool.Path(t, "systemd-analyze", "apt-get install systemd; without it the unit is not verified")
 	// The unit as installed, with the binary and environment file of this
 	// test (verify checks that the executable exists).
 	dir := t.TempDir()
@@ -568,10 +566,7 @@ func keys[V any](m map[string]V) []string {
 // new cluster, pod 0 with an empty volume while the others run, a
 // restarted pod 0, and pod 2; and parses the flags it passes.
 func TestKubernetesStartScript(t *testing.T) {
-	sh, err := exec.LookPath("sh")
-	if err != nil {
-		t.Skip("no sh")
-	}
+	sh := testtool.Path(t, "sh", "a POSIX shell")
 	c := k8sObjects(t)["StatefulSet/limitd"].Spec.Template.Spec.Containers[0]
 	if len(c.Command) != 3 || c.Command[0] != "/bin/sh" {
 		t.Fatalf("command %v: want /bin/sh -c SCRIPT", c.Command)
@@ -649,7 +644,7 @@ func TestKubernetesSchemas(t *testing.T) {
 	}
 	node, err := exec.LookPath("node")
 	if _, statErr := os.Stat(filepath.Join(dir, "node_modules", "kubernetes-models")); err != nil || statErr != nil {
-		t.Skipf("schema validator not installed (node: %v; %s: %v): run deploy/kubernetes/validate.sh --install", err, dir, statErr)
+		testtool.Missing(t, "the Kubernetes schema validator is not installed (node: %v; %s: %v): run deploy/kubernetes/validate.sh --install", err, dir, statErr)
 	}
 	run := func(files ...string) (string, error) {
 		cmd := exec.Command(node, append([]string{filepath.Join(deployDir, "kubernetes", "validate.mjs")}, files...)...)

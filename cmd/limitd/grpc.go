@@ -23,11 +23,14 @@ import (
 // LIMITD_RLS_CONFIG and LIMITD_RLS_HEADERS through applyEnv).
 type grpcFlags struct {
 	addr, rlsConfig, rlsHeaders string
+	maxConnections, maxStreams  int
 }
 
 func addGRPCFlags(fs *flag.FlagSet, g *grpcFlags) {
 	fs.StringVar(&g.addr, "grpc-addr", "", "address the gRPC API (limitd.v1, Envoy RLS, health, reflection) listens on; empty: no gRPC")
 	fs.StringVar(&g.rlsConfig, "rls-config", "", "envoy ratelimit configuration to load at start: a YAML file or a directory of *.yaml files (domains are replicated; the file adds and replaces, DELETE /v1/rls/domains/{domain} removes)")
+	fs.IntVar(&g.maxConnections, "grpc-max-connections", grpcapi.DefaultMaxConnections, "gRPC: connections served at once; more wait in the listen backlog until one closes (a new connection has --read-timeout for its handshake, an idle one closes after --idle-timeout)")
+	fs.IntVar(&g.maxStreams, "grpc-max-streams", grpcapi.DefaultMaxConcurrentStreams, "gRPC: calls in flight on one connection (HTTP/2 MAX_CONCURRENT_STREAMS); more are refused")
 	fs.StringVar(&g.rlsHeaders, "rls-headers", "off", "response headers ShouldRateLimit asks Envoy to add: off, draft (RateLimit, RateLimit-Policy) or envoy (RateLimit-Limit, -Remaining, -Reset)")
 }
 
@@ -52,7 +55,6 @@ func newRLSFrontEnd(f *serveFlags, in *startInputs, node *cluster.Node, logger *
 	g := &f.grpc
 	fe := &rlsFrontEnd{node: node, source: g.rlsConfig, logger: logger, domains: in.domains}
 	mode := in.rlsHeaders
-	var err error
 	var tc *tls.Config
 	if f.tlsCert != "" && g.addr != "" {
 		cert, err := tls.LoadX509KeyPair(f.tlsCert, f.tlsKey)
@@ -61,14 +63,25 @@ func newRLSFrontEnd(f *serveFlags, in *startInputs, node *cluster.Node, logger *
 		}
 		tc = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
 	}
+	if g.maxConnections <= 0 || g.maxStreams <= 0 {
+		return nil, fmt.Errorf("--grpc-max-connections and --grpc-max-streams must be positive")
+	}
+	// The HTTP port's bounds: its handshake time (--read-timeout), idle
+	// time and a connection cap through the same limiter (its own slots,
+	// so a flood of one port does not starve the other).
 	fe.cfg = grpcapi.Config{
 		AdminToken: f.adminToken, TLS: tc, RLSHeaders: mode, Logger: slog.NewLogLogger(logger.Handler(), slog.LevelError), // it logs panics
-		RequestTimeout: f.applyTimeout + 4*time.Second,
+		RequestTimeout:       f.applyTimeout + 4*time.Second,
+		MaxConcurrentStreams: uint32(g.maxStreams),
+		HandshakeTimeout:     f.readTimeout,
+		IdleTimeout:          f.idleTimeout,
 	}
 	if g.addr != "" {
-		if fe.ln, err = net.Listen("tcp", g.addr); err != nil {
+		ln, err := net.Listen("tcp", g.addr)
+		if err != nil {
 			return nil, fmt.Errorf("listen grpc %s: %w", g.addr, err)
 		}
+		fe.ln = limitListener(ln, g.maxConnections)
 	}
 	return fe, nil
 }

@@ -24,7 +24,7 @@ import (
 // TestProcessServesRLSFromConfigDir.)
 func TestGRPCChecksCountInHTTPMetrics(t *testing.T) {
 	c := clustertest.MakeCluster(t, 1, nil)
-	f := &serveFlags{applyTimeout: 2 * time.Second, grpc: grpcFlags{addr: "127.0.0.1:0", rlsHeaders: "off"}}
+	f := &serveFlags{applyTimeout: 2 * time.Second, grpc: grpcFlags{addr: "127.0.0.1:0", rlsHeaders: "off", maxConnections: 8, maxStreams: 8}}
 	fe, err := newRLSFrontEnd(f, &startInputs{}, c.Node(0), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)

@@ -27,12 +27,28 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	limitdBin = filepath.Join(dir, "limitd")
-	out, err := exec.Command("go", "build", "-o", limitdBin, ".").CombinedOutput()
+	build := []string{"build", "-o", limitdBin}
+	raceLog := filepath.Join(dir, "race")
+	if raceEnabled {
+		// The processes run under the race detector as well; they write
+		// their reports to files (the tests do not read their stderr),
+		// and any report fails the run below.
+		build = append(build, "-race")
+		os.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" log_path="+raceLog))
+	}
+	out, err := exec.Command("go", append(build, ".")...).CombinedOutput()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "build limitd: %v\n%s", err, out)
 		os.Exit(1)
 	}
 	code := m.Run()
+	if reports, _ := filepath.Glob(raceLog + ".*"); len(reports) > 0 {
+		for _, r := range reports {
+			b, _ := os.ReadFile(r)
+			fmt.Fprintf(os.Stderr, "a limitd process reported a data race (%s):\n%s\n", r, b)
+		}
+		code = 1
+	}
 	os.RemoveAll(dir)
 	os.Exit(code)
 }

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/limitd/limitd/internal/testtool"
 )
 
 // The forward-auth snippets of docs/API.md, run as written against a limitd
@@ -81,8 +83,13 @@ type proxyUnderTest struct {
 func TestProxySnippets(t *testing.T) {
 	nginx, nginxErr := exec.LookPath("nginx")
 	haproxy, haproxyErr := exec.LookPath("haproxy")
-	if nginxErr != nil && haproxyErr != nil {
-		t.Skip("neither nginx nor haproxy is installed (apt-get install -y nginx haproxy)")
+	switch {
+	case testtool.InCI():
+		// CI installs both: there each one is required.
+		nginx = testtool.Path(t, "nginx", "apt-get install -y nginx")
+		haproxy = testtool.Path(t, "haproxy", "apt-get install -y haproxy")
+	case nginxErr != nil && haproxyErr != nil:
+		testtool.Missing(t, "neither nginx nor haproxy is installed (apt-get install -y nginx haproxy)")
 	}
 	p := newProc(t, "px", "")
 	p.start()
@@ -113,28 +120,7 @@ func TestProxySnippets(t *testing.T) {
 			t.Fatal("the nginx snippet has no location @limitd_down block to swap for the fail-open one")
 		}
 		for i, cfg := range []string{full, down.ReplaceAllLiteralString(full, open)} {
-			dir := t.TempDir()
-			listen := freePort(t)
-			server := strings.Replace(addresses(cfg), "listen 80;", "listen "+listen+";", 1)
-			conf := fmt.Sprintf(`daemon off;
-master_process off;
-pid %[1]s/nginx.pid;
-error_log %[1]s/error.log;
-events {}
-http {
-    access_log off;
-    client_body_temp_path %[1]s/body;
-    proxy_temp_path %[1]s/proxy;
-    fastcgi_temp_path %[1]s/fastcgi;
-    uwsgi_temp_path %[1]s/uwsgi;
-    scgi_temp_path %[1]s/scgi;
-%[2]s
-}
-`, dir, server)
-			if err := os.WriteFile(filepath.Join(dir, "nginx.conf"), []byte(conf), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			startProxy(t, listen, nginx, "-p", dir, "-e", filepath.Join(dir, "error.log"), "-c", filepath.Join(dir, "nginx.conf"))
+			listen := startNginx(t, nginx, addresses(cfg))
 			proxies = append(proxies, proxyUnderTest{name: []string{"nginx", "nginx fail-open"}[i], addr: listen, from: fmt.Sprintf("127.0.0.%d", 11+i), failOpen: i == 1})
 		}
 	} else {
@@ -221,6 +207,86 @@ http {
 		if !px.failOpen && resp.StatusCode != 503 {
 			t.Errorf("%s with limitd down: %d %q, want 503", px.name, resp.StatusCode, b)
 		}
+	}
+}
+
+// startNginx runs nginx with a server block (listening on port 80) until
+// the test ends, and returns the address it listens on instead.
+func startNginx(t *testing.T, nginx, server string) string {
+	t.Helper()
+	dir := t.TempDir()
+	listen := freePort(t)
+	server = strings.Replace(server, "listen 80;", "listen "+listen+";", 1)
+	conf := fmt.Sprintf(`daemon off;
+master_process off;
+pid %[1]s/nginx.pid;
+error_log %[1]s/error.log;
+events {}
+http {
+    access_log off;
+    client_body_temp_path %[1]s/body;
+    proxy_temp_path %[1]s/proxy;
+    fastcgi_temp_path %[1]s/fastcgi;
+    uwsgi_temp_path %[1]s/uwsgi;
+    scgi_temp_path %[1]s/scgi;
+%[2]s
+}
+`, dir, server)
+	if err := os.WriteFile(filepath.Join(dir, "nginx.conf"), []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	startProxy(t, listen, nginx, "-p", dir, "-e", filepath.Join(dir, "error.log"), "-c", filepath.Join(dir, "nginx.conf"))
+	return listen
+}
+
+// TestProxyForgedURIHeader: the nginx snippet of docs/API.md keyed by a
+// query parameter (query:api_key), with real nginx, which passes the
+// client's own headers to the auth subrequest. A client that adds
+// X-Forwarded-Uri naming a victim's key spends its own key, not the
+// victim's (issue 22, finding 4): limitd reads only X-Original-URI, which
+// the snippet sets.
+func TestProxyForgedURIHeader(t *testing.T) {
+	nginx, err := exec.LookPath("nginx")
+	if err != nil {
+		t.Skip("nginx is not installed (apt-get install -y nginx)")
+	}
+	p := newProc(t, "pxq", "")
+	p.start()
+	p.waitReady()
+	if code, body := putJSON(t, p.URL("/v1/policies/api"), `{"algorithm":"sliding_log","limit":2,"window":"1h"}`); code != 200 {
+		t.Fatalf("create policy: %d %s", code, body)
+	}
+	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "app") }))
+	defer app.Close()
+	cfg := docSnippet(t, "nginx")
+	if !strings.Contains(cfg, "key_source=ip&") {
+		t.Fatal("the nginx snippet no longer asks with key_source=ip&")
+	}
+	cfg = strings.Replace(cfg, "key_source=ip&", "key_source=query:api_key&", 1)
+	cfg = strings.ReplaceAll(cfg, "127.0.0.1:8080", p.HTTPAddr)
+	cfg = strings.ReplaceAll(cfg, "127.0.0.1:3000", strings.TrimPrefix(app.URL, "http://"))
+	listen := startNginx(t, nginx, cfg)
+
+	get := func(key, forged string) int {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodGet, "http://"+listen+"/api/x?api_key="+key, nil)
+		if forged != "" {
+			req.Header.Set("X-Forwarded-Uri", "/?api_key="+forged)
+		}
+		resp, err := clientFrom("127.0.0.31").Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for i, want := range []int{200, 200, 429} {
+		if got := get("mine", "VICTIM"); got != want {
+			t.Fatalf("request %d with a forged X-Forwarded-Uri: %d, want %d (its own key, limit 2)", i+1, got, want)
+		}
+	}
+	if got := get("VICTIM", ""); got != 200 {
+		t.Fatalf("the victim's first request: %d, want 200: the forged header spent the victim's key", got)
 	}
 }
 

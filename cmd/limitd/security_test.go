@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
+	"flag"
 	"io"
 	"net"
 	"net/http"
@@ -21,6 +22,7 @@ import (
 	"github.com/limitd/limitd/cluster"
 	"github.com/limitd/limitd/internal/proccluster"
 	"github.com/limitd/limitd/internal/testcerts"
+	"github.com/limitd/limitd/internal/testtool"
 )
 
 // A node reachable beyond loopback refuses to start without the admin token
@@ -34,6 +36,8 @@ func TestSecureByDefault(t *testing.T) {
 		{[]string{"--http-addr", "0.0.0.0:8080"}, []string{"--http-addr 0.0.0.0:8080", "--admin-token", "--tls-ca", "--insecure"}},
 		{[]string{"--raft-addr", ":8300", "--admin-token", "t"}, []string{"--raft-addr :8300", "forge Raft RPCs"}},
 		{append([]string{"--http-advertise", "10.0.0.1:8080"}, tls...), []string{"--http-advertise 10.0.0.1:8080", "--admin-token", "change policies"}},
+		// Issue 22: gRPC on the network with HTTP and Raft on loopback.
+		{[]string{"--grpc-addr", "0.0.0.0:9090"}, []string{"--grpc-addr 0.0.0.0:9090", "--admin-token", "--tls-ca"}},
 	}
 	for _, c := range refused {
 		var out bytes.Buffer
@@ -61,6 +65,71 @@ func TestSecureByDefault(t *testing.T) {
 		if err := checkSecureDefaults(f); err != nil {
 			t.Errorf("%v: refused: %v", args, err)
 		}
+	}
+}
+
+// Every listener is under the secure-default rule: each flag that names an
+// address this node listens on or advertises (by convention *-addr or
+// *-advertise) must be in serveFlags.listeners, and set alone to a
+// non-loopback address without credentials it must be refused, naming the
+// flag. A listener added later without joining the list fails here.
+func TestSecureDefaultsCoverEveryListener(t *testing.T) {
+	fs, f := newServeFlagSet(&bytes.Buffer{})
+	listed := map[string]bool{}
+	for _, l := range f.listeners() {
+		listed[l.flag] = true
+	}
+	var names []string
+	fs.VisitAll(func(fl *flag.Flag) {
+		if strings.HasSuffix(fl.Name, "-addr") || strings.HasSuffix(fl.Name, "-advertise") {
+			names = append(names, fl.Name)
+		}
+	})
+	if len(names) < 5 {
+		t.Fatalf("found only the address flags %v", names)
+	}
+	for _, name := range names {
+		if !listed[name] {
+			t.Errorf("--%s names an address but is not in serveFlags.listeners: the secure-default guard ignores it", name)
+			continue
+		}
+		fs, f := newServeFlagSet(&bytes.Buffer{})
+		if err := fs.Parse([]string{"--" + name, "10.0.0.1:9000"}); err != nil {
+			t.Fatal(err)
+		}
+		err := checkSecureDefaults(f)
+		if err == nil || !strings.Contains(err.Error(), "--"+name+" 10.0.0.1:9000") {
+			t.Errorf("--%s 10.0.0.1:9000 without token or TLS: %v, want refused naming it", name, err)
+		}
+	}
+}
+
+// A request with both Transfer-Encoding and Content-Length is answered and
+// its connection closed (RFC 9112 6.3; issue 22); one with a length only
+// keeps its connection.
+func TestHTTPClosesAfterTransferEncodingWithLength(t *testing.T) {
+	addr := serveTest(t, time.Minute, 10)
+	send := func(req string) string {
+		t.Helper()
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		io.WriteString(c, req)
+		c.SetReadDeadline(time.Now().Add(3 * time.Second))
+		b, err := io.ReadAll(c)
+		if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			return string(b) + "<still open>"
+		}
+		return string(b) + "<closed>"
+	}
+	got := send("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n2\r\n{}\r\n0\r\n\r\n")
+	if !strings.HasPrefix(got, "HTTP/1.1 200") || !strings.HasSuffix(got, "<closed>") {
+		t.Fatalf("TE + CL: %q, want an answer and the connection closed", got)
+	}
+	if got := send("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"); !strings.HasSuffix(got, "<still open>") {
+		t.Fatalf("a request with a length only: %q, want the connection kept", got)
 	}
 }
 
@@ -384,9 +453,7 @@ func TestRequestIDRetentionBounded(t *testing.T) {
 // certificates that verify as TLS server and client for 127.0.0.1 and load
 // as limitd's node-to-node configuration.
 func TestCertsScript(t *testing.T) {
-	if _, err := exec.LookPath("openssl"); err != nil {
-		t.Skip("openssl not installed")
-	}
+	testtool.Path(t, "openssl", "apt-get install openssl")
 	dir := t.TempDir()
 	if out, err := exec.Command("../../scripts/certs.sh", dir, "n1", "n2").CombinedOutput(); err != nil {
 		t.Fatalf("certs.sh: %v\n%s", err, out)
@@ -413,6 +480,25 @@ func TestCertsScript(t *testing.T) {
 		if _, err := cert.Verify(x509.VerifyOptions{Roots: tc.RootCAs, DNSName: "localhost"}); err != nil {
 			t.Errorf("%s for localhost: %v", node, err)
 		}
+		// Issue 22: the certificate names its node, which the cluster binds.
+		if id, ok := cluster.NodeIDFromCert(cert); !ok || id != node {
+			t.Errorf("%s names node %q (%v) in %v, want %q", node, id, ok, cert.URIs, node)
+		}
+	}
+	// SHARED=1: one certificate for every node (deploy/kubernetes) names none.
+	shared := exec.Command("../../scripts/certs.sh", dir, "shared")
+	shared.Env = append(os.Environ(), "SHARED=1")
+	if out, err := shared.CombinedOutput(); err != nil {
+		t.Fatalf("SHARED=1 certs.sh: %v\n%s", err, out)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "shared.pem")); err != nil {
+		t.Fatal(err)
+	} else if block, _ := pem.Decode(b); block == nil {
+		t.Fatal("shared.pem: no PEM")
+	} else if cert, err := x509.ParseCertificate(block.Bytes); err != nil {
+		t.Fatal(err)
+	} else if id, ok := cluster.NodeIDFromCert(cert); ok {
+		t.Errorf("SHARED=1 certificate names node %q", id)
 	}
 	if info, err := os.Stat(filepath.Join(dir, "n1-key.pem")); err != nil || info.Mode().Perm() != 0o600 {
 		t.Errorf("node key mode: %v %v, want 0600", info.Mode(), err)

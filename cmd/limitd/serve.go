@@ -35,6 +35,8 @@ const (
 	DefaultIdleTimeout    = 120 * time.Second
 	DefaultMaxConnections = 4096
 	writeTimeoutMargin    = 5 * time.Second
+	// DefaultShutdownTimeout bounds a SIGTERM shutdown (--shutdown-timeout).
+	DefaultShutdownTimeout = 10 * time.Second
 )
 
 // Defaults of the serve flags this command owns; the cluster, api and
@@ -54,6 +56,7 @@ type serveFlags struct {
 	httpAdvertise, raftAdvertise              string
 	adminToken, tlsCert, tlsKey, tlsCA        string
 	policies, authKeySource, logLevel         string
+	authURIHeader, authAddrHeader             string
 	logStore                                  string
 	batchMaxOps, batchInflight, maxBatch      int
 	fsmCommitEvery                            int
@@ -64,10 +67,14 @@ type serveFlags struct {
 	snapshotThreshold, trailingLogs           uint64
 	pprof, insecure, stayAfterRemoval         bool
 	readTimeout, idleTimeout                  time.Duration
-	maxConnections                            int
-	gcPercent                                 int
-	memoryLimit                               int64
-	grpc                                      grpcFlags // grpc.go
+	// Raft timing and shutdown (issue 21).
+	raftHeartbeat, raftElection, raftLease time.Duration
+	raftNoPipeline                         bool
+	shutdownTimeout                        time.Duration
+	maxConnections                         int
+	gcPercent                              int
+	memoryLimit                            int64
+	grpc                                   grpcFlags // grpc.go
 
 	join            joinList // --join, with --bootstrap-expect and --join-timeout
 	bootstrapExpect int
@@ -93,9 +100,11 @@ func newServeFlagSet(out io.Writer) (*flag.FlagSet, *serveFlags) {
 	fs.StringVar(&f.tlsCert, "tls-cert", "", "this node's certificate file: serve HTTPS (with --tls-key); with --tls-ca also the node's identity for Raft and forwarding")
 	fs.StringVar(&f.tlsKey, "tls-key", "", "private key file for --tls-cert")
 	fs.StringVar(&f.tlsCA, "tls-ca", "", "cluster CA bundle: turns on mutual TLS between nodes (Raft and forwarding require a certificate it signed); without it Raft is plain TCP and forwarding verifies the leader against the system roots")
-	fs.BoolVar(&f.insecure, "insecure", false, "allow a non-loopback --http-addr or --raft-addr without --admin-token and mutual TLS (--tls-cert, --tls-key, --tls-ca): anyone who can reach the ports could then change policies, membership and decisions")
+	fs.BoolVar(&f.insecure, "insecure", false, "allow a non-loopback --http-addr, --raft-addr or --grpc-addr without --admin-token and mutual TLS (--tls-cert, --tls-key, --tls-ca): anyone who can reach the ports could then change policies, membership and decisions")
 	fs.StringVar(&f.policies, "policies", "", "JSON file of policies to create or update at start")
 	fs.StringVar(&f.authKeySource, "auth-key-source", api.DefaultAuthKeySource, "where /v1/auth/{policy} takes the key from: header:NAME, query:NAME or ip")
+	fs.StringVar(&f.authURIHeader, "auth-uri-header", api.DefaultAuthURIHeader, "the only header /v1/auth/{policy} reads the original request URI from (for query:NAME key sources); the nginx and HAProxy snippets of docs/API.md set X-Original-URI, Traefik sets X-Forwarded-Uri")
+	fs.StringVar(&f.authAddrHeader, "auth-addr-header", api.DefaultAuthAddrHeader, "the only header /v1/auth/{policy} reads the client address from (key source ip); the proxy must overwrite it")
 	fs.IntVar(&f.maxBatch, "max-batch", service.DefaultMaxBatch, "maximum checks in one /v1/check/batch or /v1/check/all request")
 	fs.IntVar(&f.batchMaxOps, "batch-max-ops", cluster.DefaultBatchMaxOps, "group commit: maximum ops in one Raft log entry")
 	fs.IntVar(&f.batchInflight, "batch-inflight", cluster.DefaultBatchInflight, "group commit: log entries in flight at once; more arrivals wait and form the next entry")
@@ -109,6 +118,11 @@ func newServeFlagSet(out io.Writer) (*flag.FlagSet, *serveFlags) {
 	fs.DurationVar(&f.applyTimeout, "apply-timeout", cluster.DefaultApplyTimeout, "the request deadline: every check or admin call answers within it (503 unavailable or outcome_unknown when the cluster could not decide in time)")
 	fs.Uint64Var(&f.snapshotThreshold, "snapshot-threshold", cluster.DefaultSnapshotThreshold, "take a Raft snapshot once this many log entries follow the last one (checked every --snapshot-interval)")
 	fs.DurationVar(&f.snapshotInterval, "snapshot-interval", cluster.DefaultSnapshotInterval, "how often to check whether a snapshot is due")
+	fs.DurationVar(&f.raftHeartbeat, "raft-heartbeat-timeout", cluster.DefaultHeartbeatTimeout, "Raft: a follower that has not heard from the leader for this long starts an election (and its checks answer 503 once an election timeout more has passed without a leader)")
+	fs.DurationVar(&f.raftElection, "raft-election-timeout", cluster.DefaultElectionTimeout, "Raft: how long a candidate waits for votes before trying again")
+	fs.DurationVar(&f.raftLease, "raft-lease-timeout", cluster.DefaultLeaderLeaseTimeout, "Raft: a leader that cannot reach a quorum for this long steps down (at most --raft-heartbeat-timeout)")
+	fs.BoolVar(&f.raftNoPipeline, "raft-no-pipeline", false, "Raft: send one AppendEntries at a time to each follower instead of pipelining them")
+	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", DefaultShutdownTimeout, "bound on a SIGTERM/SIGINT shutdown: HTTP draining and Raft's shutdown share it; past it the process exits anyway (its state is crash-safe)")
 	fs.Uint64Var(&f.trailingLogs, "trailing-logs", cluster.DefaultTrailingLogs, "log entries kept after a snapshot, so a lagging follower can catch up without one")
 	fs.StringVar(&f.logLevel, "log-level", DefaultLogLevel, "log level of the whole process, Raft included: debug, info, warn, error")
 	fs.StringVar(&f.logFormat, "log-format", DefaultLogFormat, "log format: text (key=value) or json (one object a line)")
@@ -163,6 +177,14 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "limitd: --bootstrap-expect N (N of at least 2) needs --join with the addresses of the nodes that bootstrap together; a single node bootstraps without --join")
 		return 2
 	}
+	if f.raftHeartbeat <= 0 || f.raftElection <= 0 || f.raftLease <= 0 || f.raftLease > f.raftHeartbeat {
+		fmt.Fprintln(stderr, "limitd: --raft-heartbeat-timeout, --raft-election-timeout and --raft-lease-timeout must be positive, the lease at most the heartbeat timeout")
+		return 2
+	}
+	if f.shutdownTimeout < 100*time.Millisecond {
+		fmt.Fprintln(stderr, "limitd: --shutdown-timeout must be at least 100ms")
+		return 2
+	}
 	if f.joinTimeout < 0 {
 		fmt.Fprintln(stderr, "limitd: --join-timeout must not be negative (0: retry until stopped)")
 		return 2
@@ -206,7 +228,8 @@ func serve(f *serveFlags, in *startInputs, logger *slog.Logger) error {
 	apiCfg := api.Config{
 		AdminToken:    f.adminToken,
 		AuthKeySource: f.authKeySource,
-		MaxBatch:      f.maxBatch,
+		AuthURIHeader: f.authURIHeader, AuthAddrHeader: f.authAddrHeader,
+		MaxBatch: f.maxBatch,
 		// One deadline for a request, end to end: the cluster answers within
 		// it (its batcher and proposals watch the request's context and say
 		// whether anything was proposed when it ends).
@@ -261,6 +284,11 @@ func serve(f *serveFlags, in *startInputs, logger *slog.Logger) error {
 		SnapshotThreshold:  f.snapshotThreshold,
 		SnapshotInterval:   f.snapshotInterval,
 		TrailingLogs:       f.trailingLogs,
+		HeartbeatTimeout:   f.raftHeartbeat,
+		ElectionTimeout:    f.raftElection,
+		LeaderLeaseTimeout: f.raftLease,
+		NoPipeline:         f.raftNoPipeline,
+		ShutdownTimeout:    f.shutdownTimeout / 4,
 		Logger:             logger,
 	}, len(f.join) == 0)
 	if err != nil {
@@ -353,7 +381,16 @@ func serve(f *serveFlags, in *startInputs, logger *slog.Logger) error {
 	case err := <-background:
 		runErr = err
 	}
-	shutdownCtx, stop := context.WithTimeout(context.Background(), 5*time.Second)
+	// The whole shutdown is bounded (issue 21): HTTP draining gets half of
+	// --shutdown-timeout, Raft a quarter before its transport is closed under
+	// it and as much again before the stores are closed regardless; the
+	// watchdog exits past the bound whatever still hangs.
+	watchdog := time.AfterFunc(f.shutdownTimeout, func() {
+		logger.Error("shutdown exceeded --shutdown-timeout: exiting now; the data directory is crash-safe", "shutdown_timeout", f.shutdownTimeout)
+		os.Exit(1)
+	})
+	defer watchdog.Stop()
+	shutdownCtx, stop := context.WithTimeout(context.Background(), f.shutdownTimeout/2)
 	defer stop()
 	hs.Shutdown(shutdownCtx)
 	rlsFE.stop(shutdownCtx)
@@ -369,13 +406,27 @@ func serve(f *serveFlags, in *startInputs, logger *slog.Logger) error {
 // connections close after --idle-timeout.
 func newHTTPServer(f *serveFlags, h http.Handler) *http.Server {
 	return &http.Server{
-		Handler:           h,
+		Handler:           closeAfterChunkedBody(h),
 		ReadHeaderTimeout: f.readTimeout,
 		ReadTimeout:       f.readTimeout,
 		WriteTimeout:      f.applyTimeout + writeTimeoutMargin,
 		IdleTimeout:       f.idleTimeout,
 		MaxHeaderBytes:    64 << 10,
 	}
+}
+
+// closeAfterChunkedBody closes the connection after answering a request
+// with a Transfer-Encoding: RFC 9112 (6.3) requires it when the request
+// also had a Content-Length (a sign of request smuggling), and net/http
+// drops that Content-Length before a handler could tell the two apart. A
+// client sending chunked bodies reconnects; API clients send lengths.
+func closeAfterChunkedBody(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if len(r.TransferEncoding) > 0 {
+			w.Header().Set("Connection", "close")
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // noWriteDeadline lifts the server's write deadline for a handler that
@@ -468,21 +519,34 @@ func forwardingClient(f *serveFlags, nodeTLS *tls.Config) (string, *http.Client,
 	return "https", &http.Client{Transport: tr}, nil
 }
 
+// listenerAddr is one address flag of a listener (or the address others
+// reach it at).
+type listenerAddr struct{ flag, addr string }
+
+// listeners is every address this node listens on or advertises, by flag
+// name: the one list checkSecureDefaults guards. A new listener's flags go
+// here; TestSecureDefaultsCoverEveryListener fails for any *-addr or
+// *-advertise flag missing from it.
+func (f *serveFlags) listeners() []listenerAddr {
+	return []listenerAddr{
+		{"http-addr", f.httpAddr}, {"raft-addr", f.raftAddr}, {"grpc-addr", f.grpc.addr},
+		{"http-advertise", f.httpAdvertise}, {"raft-advertise", f.raftAdvertise},
+	}
+}
+
 // checkSecureDefaults refuses a node reachable beyond loopback without
 // credentials, unless --insecure: the admin token guards policy, key and
-// membership changes on the HTTP port, and only mutual TLS keeps strangers
-// from sending Raft RPCs (which can rewrite the log) or forwarded checks.
+// membership changes on the HTTP and gRPC ports, and only mutual TLS keeps
+// strangers from sending Raft RPCs (which can rewrite the log) or forwarded
+// checks, and keeps the token off the network in plain text.
 func checkSecureDefaults(f *serveFlags) error {
 	if f.insecure {
 		return nil
 	}
 	var exposed []string
-	for _, a := range []struct{ flag, addr string }{
-		{"--http-addr", f.httpAddr}, {"--raft-addr", f.raftAddr},
-		{"--http-advertise", f.httpAdvertise}, {"--raft-advertise", f.raftAdvertise},
-	} {
+	for _, a := range f.listeners() {
 		if a.addr != "" && !isLoopback(a.addr) {
-			exposed = append(exposed, a.flag+" "+a.addr)
+			exposed = append(exposed, "--"+a.flag+" "+a.addr)
 		}
 	}
 	if len(exposed) == 0 {
@@ -490,7 +554,7 @@ func checkSecureDefaults(f *serveFlags) error {
 	}
 	var missing []string
 	if f.adminToken == "" {
-		missing = append(missing, "--admin-token (without it anyone who reaches the HTTP port can change policies, reset keys and add or remove voters)")
+		missing = append(missing, "--admin-token (without it anyone who reaches the HTTP or gRPC port can change policies, reset keys and add or remove voters)")
 	}
 	if f.tlsCA == "" {
 		missing = append(missing, "--tls-cert, --tls-key and --tls-ca (without mutual TLS anyone who reaches the Raft port can forge Raft RPCs that rewrite the log)")

@@ -499,14 +499,14 @@ func (c *Cluster) Footprint() (disk, rss int64) {
 		})
 		disk = max(disk, size)
 		if nd.Running() {
-			rss = max(rss, processRSS(nd.PID()))
+			rss = max(rss, ProcessRSS(nd.PID()))
 		}
 	}
 	return disk, rss
 }
 
-// processRSS reads VmRSS from /proc (Linux); 0 elsewhere.
-func processRSS(pid int) int64 {
+// ProcessRSS reads VmRSS from /proc (Linux); 0 elsewhere.
+func ProcessRSS(pid int) int64 {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"math/big"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"sync/atomic"
@@ -62,8 +63,17 @@ type Pair struct {
 }
 
 // Node signs a certificate for a node named cn, usable as TLS server and
-// client, for 127.0.0.1, ::1 and localhost.
-func (ca *CA) Node(cn string) (Pair, error) {
+// client, for 127.0.0.1, ::1 and localhost. It names no node ID, so the
+// cluster accepts it as any node (see NodeFor).
+func (ca *CA) Node(cn string) (Pair, error) { return ca.sign(cn, nil) }
+
+// NodeFor signs a certificate like Node's that names node id as scripts/certs.sh
+// does (URI SAN limitd://node/<id>): the cluster accepts it only as that node.
+func (ca *CA) NodeFor(id string) (Pair, error) {
+	return ca.sign(id, []*url.URL{{Scheme: "limitd", Host: "node", Path: "/" + id}})
+}
+
+func (ca *CA) sign(cn string, uris []*url.URL) (Pair, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return Pair{}, err
@@ -75,6 +85,7 @@ func (ca *CA) Node(cn string) (Pair, error) {
 		NotAfter:     time.Now().Add(24 * time.Hour),
 		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1"), net.IPv6loopback},
 		DNSNames:     []string{"localhost"},
+		URIs:         uris,
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 	}

@@ -14,16 +14,14 @@ import (
 
 	"github.com/limitd/limitd/algo"
 	"github.com/limitd/limitd/bench"
+	"github.com/limitd/limitd/internal/testtool"
 )
 
 // startRedis runs a throwaway redis-server on a free loopback port, or skips
 // the test when Redis is not installed (scripts/bench.sh installs it).
 func startRedis(t *testing.T) string {
 	t.Helper()
-	path, err := exec.LookPath("redis-server")
-	if err != nil {
-		t.Skip("redis-server not installed")
-	}
+	path := testtool.Path(t, "redis-server", "apt-get install redis-server")
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

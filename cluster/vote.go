@@ -1,0 +1,380 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// No vote without a past (issue 21).
+//
+// hashicorp/raft grants a vote whenever it has no configuration ("very
+// likely trying to bootstrap"). A voter whose data directory was wiped and
+// that comes back under its old node ID has no configuration, so it votes
+// for whichever candidate asks first — possibly one that misses committed
+// entries, which then wins and erases them. limitd therefore gives every data
+// directory an incarnation: a random id written when the directory is created,
+// before any Raft state. A node that has not been admitted in its current
+// incarnation neither grants nor asks for votes or pre-votes (voteGate
+// below). It is admitted when:
+//
+//   - its directory predates incarnations (it has Raft state and no file);
+//   - it bootstrapped the cluster, alone or with its --bootstrap-expect peers
+//     (all of them had no state: there is no past to lose);
+//   - a leader recorded its incarnation in the replicated node table
+//     (incarnationKey): it does so only after the node holds every entry the
+//     leader had when it accepted the join (admit.go).
+//
+// Admission is written to the incarnation file, so it survives restarts; a
+// crash before admission keeps the node voteless.
+
+// incarnationFile is the data directory's identity, beside fsm.db and the log.
+const incarnationFile = "incarnation.json"
+
+// incarnation is the content of incarnationFile.
+type incarnation struct {
+	ID string `json:"incarnation"`
+	// Admitted: a leader (or the bootstrap) has made this incarnation a
+	// voter with the whole history; it may vote.
+	Admitted bool `json:"admitted"`
+}
+
+// incarnationKey is the node table entry under which the leader records a
+// member's admitted incarnation. Node ids never contain '/' in practice (they
+// are names or host:port); the prefix keeps these records apart from the
+// HTTP addresses without a new command.
+func incarnationKey(nodeID string) string { return "incarnation/" + nodeID }
+
+// loadIncarnation reads the data directory's incarnation, creating it (not
+// admitted) for a new directory, or (admitted) for a directory with Raft state
+// from before incarnations existed. It runs before any Raft state is created.
+func loadIncarnation(dir string) (incarnation, bool, error) {
+	path := filepath.Join(dir, incarnationFile)
+	b, err := os.ReadFile(path)
+	if err == nil {
+		var inc incarnation
+		if err := json.Unmarshal(b, &inc); err != nil || inc.ID == "" {
+			return inc, false, fmt.Errorf("incarnation file %s is damaged (%v): if this node's data directory is lost, move the whole directory aside and start the node again with --join (docs/OPERATIONS.md, replacing a broken node)", path, err)
+		}
+		return inc, false, nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return incarnation{}, false, fmt.Errorf("read incarnation %s: %w", path, err)
+	}
+	var r [16]byte
+	if _, err := rand.Read(r[:]); err != nil {
+		return incarnation{}, false, fmt.Errorf("new incarnation: %w", err)
+	}
+	legacy := exists(filepath.Join(dir, walDirName)) || exists(filepath.Join(dir, boltFileName))
+	inc := incarnation{ID: hex.EncodeToString(r[:]), Admitted: legacy}
+	if err := writeIncarnation(dir, inc); err != nil {
+		return inc, false, err
+	}
+	return inc, true, nil
+}
+
+// writeIncarnation replaces the file atomically and durably.
+func writeIncarnation(dir string, inc incarnation) error {
+	path := filepath.Join(dir, incarnationFile)
+	b, _ := json.Marshal(inc)
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	if err != nil {
+		return fmt.Errorf("write incarnation %s: %w", path, err)
+	}
+	_, err = f.Write(append(b, '\n'))
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err == nil {
+		err = syncDir(dir)
+	}
+	if err != nil {
+		return fmt.Errorf("write incarnation %s: %w", path, err)
+	}
+	return nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// admission is a node's incarnation and whether it may vote.
+type admission struct {
+	dir      string
+	nodeID   string
+	id       string // the incarnation id: never changes
+	admitted atomic.Bool
+	mu       sync.Mutex // serialises writes of the file
+	log      *slog.Logger
+	// recorded returns the incarnation the replicated node table holds for
+	// this node ("" if none).
+	recorded func() string
+}
+
+// mayVote reports whether this incarnation may grant or ask for votes: it
+// was admitted, or the leader's record of it has just been applied here.
+func (a *admission) mayVote() bool {
+	if a.admitted.Load() {
+		return true
+	}
+	if a.recorded != nil && a.recorded() == a.id {
+		a.admit("a leader recorded this incarnation after it caught up")
+		return true
+	}
+	return false
+}
+
+// admit marks this incarnation as a voter with a past, durably.
+func (a *admission) admit(why string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.admitted.Load() {
+		return
+	}
+	inc := incarnation{ID: a.id, Admitted: true}
+	if err := writeIncarnation(a.dir, inc); err != nil {
+		// Voting stays allowed in memory: the record is replicated, and on
+		// restart the node reads it again from the node table.
+		a.log.Warn("could not persist admission", "error", err)
+	}
+	a.admitted.Store(true)
+	a.log.Info("this node may vote now", "incarnation", inc.ID, "reason", why)
+}
+
+// errNoPast is what an unadmitted node answers its own Raft when Raft wants
+// to ask for votes: it must not lead a cluster whose history it lacks.
+var errNoPast = errors.New("this node's data directory is new and not yet admitted by a leader: it does not ask for votes")
+
+// voteReportEvery rate-limits the "refusing votes" line.
+const voteReportEvery = 10 * time.Second
+
+// voteGate wraps the Raft transport of a node: while the node is not
+// admitted it answers every incoming RequestVote and RequestPreVote with
+// Granted=false itself (Raft never sees them) and fails its outgoing ones.
+// Everything else passes through. It also turns off pipelining when asked
+// (noPipeline; see DESIGN.md, bounded shutdown).
+type voteGate struct {
+	raft.Transport
+	adm        *admission
+	out        chan raft.RPC
+	stop       chan struct{}
+	stopOnce   sync.Once
+	noPipeline bool
+	last       atomic.Int64 // unix nanos of the last "refusing" line
+	pipes      pipelines    // pipeline.go
+	pipeBound  time.Duration
+}
+
+func newVoteGate(t raft.Transport, adm *admission, noPipeline bool) *voteGate {
+	g := &voteGate{Transport: t, adm: adm, out: make(chan raft.RPC), stop: make(chan struct{}), noPipeline: noPipeline, pipeBound: pipelineSendBound}
+	go g.run(t.Consumer())
+	return g
+}
+
+// Consumer is the filtered RPC stream Raft reads.
+func (g *voteGate) Consumer() <-chan raft.RPC { return g.out }
+
+func (g *voteGate) run(in <-chan raft.RPC) {
+	for {
+		var rpc raft.RPC
+		select {
+		case rpc = <-in:
+		case <-g.stop:
+			return
+		}
+		if g.refused(rpc) {
+			continue
+		}
+		select {
+		case g.out <- rpc:
+		case <-g.stop:
+			return
+		}
+	}
+}
+
+// refused answers a vote request itself when the node may not vote.
+func (g *voteGate) refused(rpc raft.RPC) bool {
+	var resp any
+	switch req := rpc.Command.(type) {
+	case *raft.RequestVoteRequest:
+		if g.adm.mayVote() || noHistory(req.LastLogIndex, req.LastLogTerm) {
+			return false
+		}
+		resp = &raft.RequestVoteResponse{RPCHeader: g.header(), Term: req.Term, Granted: false}
+	case *raft.RequestPreVoteRequest:
+		if g.adm.mayVote() || noHistory(req.LastLogIndex, req.LastLogTerm) {
+			return false
+		}
+		resp = &raft.RequestPreVoteResponse{RPCHeader: g.header(), Term: req.Term, Granted: false}
+	default:
+		return false
+	}
+	g.report()
+	rpc.Respond(resp, nil)
+	return true
+}
+
+// noHistory: a candidate whose log is at most the bootstrap configuration
+// (index 1, term 1) — the first election of a --bootstrap-expect cluster,
+// whose other members are new and not yet admitted. Voting for it cannot
+// lose anything: there is nothing beyond the configuration to lose, and a
+// cluster that has more refuses such a candidate through its own voters.
+func noHistory(lastIndex, lastTerm uint64) bool { return lastIndex <= 1 && lastTerm <= 1 }
+
+func (g *voteGate) header() raft.RPCHeader {
+	return raft.RPCHeader{
+		ProtocolVersion: raft.ProtocolVersionMax,
+		ID:              []byte(g.adm.nodeID),
+		Addr:            g.Transport.EncodePeer(raft.ServerID(g.adm.nodeID), g.Transport.LocalAddr()),
+	}
+}
+
+func (g *voteGate) report() {
+	now := time.Now().UnixNano()
+	if last := g.last.Load(); now-last < int64(voteReportEvery) || !g.last.CompareAndSwap(last, now) {
+		return
+	}
+	g.adm.log.Warn("refusing to vote: this node's data directory is new (incarnation not yet admitted by a leader); it votes once a leader has given it the whole history",
+		"incarnation", g.adm.id)
+}
+
+func (g *voteGate) RequestVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestVoteRequest, resp *raft.RequestVoteResponse) error {
+	if !g.adm.mayVote() {
+		return errNoPast
+	}
+	return g.Transport.RequestVote(id, target, args, resp)
+}
+
+func (g *voteGate) RequestPreVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestPreVoteRequest, resp *raft.RequestPreVoteResponse) error {
+	if !g.adm.mayVote() {
+		return errNoPast
+	}
+	pv, ok := g.Transport.(raft.WithPreVote)
+	if !ok {
+		return errors.New("transport does not support pre-vote")
+	}
+	return pv.RequestPreVote(id, target, args, resp)
+}
+
+// AppendEntriesPipeline returns a bounded pipeline (pipeline.go), or none
+// when pipelining is off: then Raft sends one AppendEntries at a time.
+func (g *voteGate) AppendEntriesPipeline(id raft.ServerID, target raft.ServerAddress) (raft.AppendPipeline, error) {
+	if g.noPipeline {
+		return nil, raft.ErrPipelineReplicationNotSupported
+	}
+	p, err := g.Transport.AppendEntriesPipeline(id, target)
+	if err != nil {
+		return nil, err
+	}
+	return g.pipes.wrap(p, g.pipeBound), nil
+}
+
+// Close stops the filter and closes the wrapped transport if it can be
+// closed (Raft calls it on shutdown, as it would the transport's own).
+func (g *voteGate) Close() error {
+	g.stopOnce.Do(func() { close(g.stop) })
+	g.pipes.closeAll()
+	if c, ok := g.Transport.(io.Closer); ok {
+		return c.Close()
+	}
+	return nil
+}
+
+// halt stops the filter without closing the wrapped transport (a transport
+// passed in by the caller stays the caller's).
+func (g *voteGate) halt() { g.stopOnce.Do(func() { close(g.stop) }) }
+
+// admitFromLog admits this incarnation if the local log already holds the
+// leader's record of it. The leader appends that record only after the
+// promotion committed, and a log that matches the leader's up to the record
+// holds every entry committed before it. This covers a node killed after it
+// received the record but before it applied and persisted it: after a whole
+// cluster restart its state machine replays the entry only once a leader is
+// elected, which may need its vote. Only an unadmitted node scans.
+func (a *admission) admitFromLog(logs raft.LogStore, record []byte) error {
+	if a.admitted.Load() {
+		return nil
+	}
+	first, err := logs.FirstIndex()
+	if err != nil {
+		return err
+	}
+	last, err := logs.LastIndex()
+	if err != nil {
+		return err
+	}
+	for i := last; i >= first && i > 0; i-- {
+		var l raft.Log
+		if err := logs.GetLog(i, &l); err != nil {
+			return fmt.Errorf("read log entry %d: %w", i, err)
+		}
+		if l.Type == raft.LogCommand && bytes.Equal(l.Data, record) {
+			a.admit(fmt.Sprintf("the log holds the leader's record of this incarnation (entry %d)", i))
+			return nil
+		}
+	}
+	return nil
+}
+
+// watchAdmission persists the admission as soon as the leader's record is
+// applied, rather than at the next vote request; and while this node is a
+// member that is not admitted, it asks the leader to admit it by joining
+// again (through Join, with its HTTP address: the leader then asks it for its
+// incarnation). That covers a node added without an HTTP address, and a
+// leader elected before it finished a promotion its predecessor began.
+func (n *Node) watchAdmission() {
+	defer n.wg.Done()
+	t := time.NewTicker(markLogEndEvery)
+	defer t.Stop()
+	// The first request a second after start: a node joining normally is
+	// usually admitted by then without one.
+	last := time.Now().Add(time.Second - JoinBackoffMax)
+	for !n.adm.mayVote() {
+		select {
+		case <-n.closing:
+			return
+		case <-t.C:
+		}
+		if n.cfg.HTTPAddr == "" || time.Since(last) < JoinBackoffMax {
+			continue
+		}
+		if _, member := n.membership(); !member {
+			continue
+		}
+		if _, addr := n.leaderHTTP(); addr == "" {
+			continue
+		}
+		last = time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*n.cfg.ApplyTimeout)
+		if err := n.Join(ctx, n.cfg.NodeID, string(n.trans.LocalAddr()), n.cfg.HTTPAddr); err != nil {
+			n.log.Debug("ask the leader for admission", "error", err)
+		}
+		cancel()
+	}
+}

@@ -1,0 +1,37 @@
+package grpcapi
+
+import (
+	"testing"
+
+	limitdv1 "github.com/limitd/limitd/proto/limitd/v1"
+)
+
+// publicMethods are the limitd.v1 methods open without the admin token, as
+// their HTTP counterparts are (checks, peeks, reads).
+var publicMethods = map[string]bool{
+	"Check": true, "CheckAll": true, "Batch": true, "Peek": true,
+	"GetPolicy": true, "ListPolicies": true, "GetRLSDomain": true, "ListRLSDomains": true,
+}
+
+// Every limitd.v1 method is classified: admin (token, as over HTTP) or
+// public. A method added to the proto without a decision fails here instead
+// of being open by default.
+func TestEveryMethodClassified(t *testing.T) {
+	desc := limitdv1.Limitd_ServiceDesc
+	if len(desc.Streams) != 0 {
+		t.Errorf("limitd.v1 has streaming methods %v: authenticate has no stream interceptor for them", desc.Streams)
+	}
+	seen := map[string]bool{}
+	for _, m := range desc.Methods {
+		full := "/" + desc.ServiceName + "/" + m.MethodName
+		seen[full] = true
+		if adminMethods[full] == publicMethods[m.MethodName] {
+			t.Errorf("%s: admin=%v public=%v; classify it in adminMethods or publicMethods", full, adminMethods[full], publicMethods[m.MethodName])
+		}
+	}
+	for m := range adminMethods {
+		if !seen[m] {
+			t.Errorf("adminMethods lists %s, which limitd.v1 does not have (a typo leaves the real method open)", m)
+		}
+	}
+}
