@@ -84,6 +84,9 @@ func TestApplyIsNotBlockedByAFlush(t *testing.T) {
 	if view(); inFile.AppliedIndex != 13 {
 		t.Fatalf("after the flushes the file is at %d, want 13", inFile.AppliedIndex)
 	}
+	if n, _ := f.Commits(); n != 2 {
+		t.Fatalf("%d commits counted, want 2 (the held one and the rest)", n)
+	}
 	if d, want := digest(t, f), digest(t, ref); d != want {
 		t.Fatalf("digest %s, the reference's %s", d, want)
 	}

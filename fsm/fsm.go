@@ -309,6 +309,12 @@ func (f *FSM) ApplyWait() time.Duration { return time.Duration(f.applyWait.Load(
 // ApplyBatches is the number of ApplyBatch calls so far.
 func (f *FSM) ApplyBatches() uint64 { return f.applyBatches.Load() }
 
+// Commits is the number of commits of the state database so far and the time
+// they took in all (persist.Store.CommitStats): with CommitEvery they run
+// beside the applies, so this is not time the applies waited (ApplyWait is).
+// Safe from any goroutine.
+func (f *FSM) Commits() (uint64, time.Duration) { return f.store.CommitStats() }
+
 // FlushedKeys is the number of key states written to the state database by
 // commits so far (persist.Store.FlushedKeys); safe from any goroutine.
 func (f *FSM) FlushedKeys() uint64 { return f.store.FlushedKeys() }

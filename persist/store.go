@@ -120,6 +120,10 @@ type Store struct {
 	// flushedKeys counts key states written to the file by commits (each
 	// dirty key once per commit, however many applies changed it).
 	flushedKeys atomic.Uint64
+	// commits and commitNanos: the commits that wrote a generation to the
+	// file, and the time they took (CommitStats).
+	commits     atomic.Uint64
+	commitNanos atomic.Int64
 
 	// Touched only by the single writer.
 	meta      Meta // as of the last Update, committed or not
@@ -476,6 +480,13 @@ func (s *Store) Pending() int { return s.pending }
 // Committing reports a commit in flight (Background).
 func (s *Store) Committing() bool { return s.flight != nil }
 
+// CommitStats is the number of commits that wrote Updates to the file so far
+// and the time they took in all: with Background, time spent beside the
+// Updates, not in their way. Safe to call from any goroutine.
+func (s *Store) CommitStats() (n uint64, total time.Duration) {
+	return s.commits.Load(), time.Duration(s.commitNanos.Load())
+}
+
 // FlushedKeys is the number of key states commits have written to the file
 // so far: with the state cache, fewer than the checks applied. Safe to call
 // from any goroutine.
@@ -514,7 +525,10 @@ func (s *Store) commitLocked(wait bool) error {
 		if hook != nil {
 			hook()
 		}
+		start := time.Now()
 		s.flightErr = db.Update(g.writeTo)
+		s.commitNanos.Add(int64(time.Since(start)))
+		s.commits.Add(1)
 		close(done)
 	}
 	if !wait {
