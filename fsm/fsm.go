@@ -122,6 +122,7 @@ func Open(path string, opts Options) (*FSM, error) {
 		MaxSize:         opts.MaxSizeBytes,
 		InitialMmapSize: 256 << 20,
 		CommitEvery:     opts.CommitEvery,
+		Background:      opts.CommitEvery > 1,
 		CacheKeys:       opts.CacheKeys,
 		Logger:          opts.Logger,
 	})
@@ -274,18 +275,22 @@ func (f *FSM) reportFatal(err error) {
 	})
 }
 
-// Flush commits the applies that share an open transaction (CommitEvery).
-// The caller runs it on a timer so that the file, its digest and its
-// snapshots are never far behind. A failed commit loses applied entries, so
-// it stops the state machine like a failed apply (OnFatal; the next
-// ApplyBatch parks), but Flush itself returns instead of parking.
+// Flush starts committing the applies that share an open transaction
+// (CommitEvery): it freezes them and the file is written on a goroutine of
+// its own while later applies go on (persist.Store.StartCommit); if the last
+// commit is still being written it does nothing. The caller runs it on a
+// timer so that the file, its digest and its snapshots are never far behind.
+// A failed commit loses applied entries, so it stops the state machine like a
+// failed apply (OnFatal; the next ApplyBatch parks), but Flush itself returns
+// instead of parking: it reports the failure of a commit it started earlier,
+// or ApplyBatch does.
 func (f *FSM) Flush() error {
 	f.applyMu.Lock()
-	if f.closed || f.halted != nil || f.store.Pending() == 0 {
+	if f.closed || f.halted != nil {
 		f.applyMu.Unlock()
 		return nil
 	}
-	err := f.store.Commit()
+	err := f.store.StartCommit()
 	if err != nil {
 		f.halted = err
 	}
@@ -304,12 +309,18 @@ func (f *FSM) ApplyWait() time.Duration { return time.Duration(f.applyWait.Load(
 // ApplyBatches is the number of ApplyBatch calls so far.
 func (f *FSM) ApplyBatches() uint64 { return f.applyBatches.Load() }
 
+// Commits is the number of commits of the state database so far and the time
+// they took in all (persist.Store.CommitStats): with CommitEvery they run
+// beside the applies, so this is not time the applies waited (ApplyWait is).
+// Safe from any goroutine.
+func (f *FSM) Commits() (uint64, time.Duration) { return f.store.CommitStats() }
+
 // FlushedKeys is the number of key states written to the state database by
 // commits so far (persist.Store.FlushedKeys); safe from any goroutine.
 func (f *FSM) FlushedKeys() uint64 { return f.store.FlushedKeys() }
 
-// Pending is the number of applied batches not yet committed to the file
-// (always 0 without CommitEvery).
+// Pending is the number of applied batches not yet in a commit, started or
+// finished (always 0 without CommitEvery).
 func (f *FSM) Pending() int {
 	f.applyMu.Lock()
 	defer f.applyMu.Unlock()

@@ -496,7 +496,8 @@ func TestNonCommandEntriesAdvanceTheIndex(t *testing.T) {
 }
 
 // Flush commits the applies that share an open transaction, so the file
-// (and what a reader of it sees) catches up with the applied index.
+// (and what a reader of it sees) catches up with the applied index once the
+// commit it started (on a goroutine of its own) has finished.
 func TestFlushCommitsSharedApplies(t *testing.T) {
 	f := openFSM(t, "", Options{NoSync: true, CommitEvery: 1000})
 	d := newDriver(t, f)
@@ -516,6 +517,10 @@ func TestFlushCommitsSharedApplies(t *testing.T) {
 	if err := f.Flush(); err != nil {
 		t.Fatal(err)
 	}
+	if f.Pending() != 0 {
+		t.Fatalf("after Flush %d applies are not in a commit", f.Pending())
+	}
+	waitCommit(t, f)
 	if m := committed(); m.AppliedIndex != 2 || m.Keys != 2 {
 		t.Fatalf("after Flush the file holds %+v, want applied 2 with 2 keys", m)
 	}

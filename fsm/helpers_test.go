@@ -112,3 +112,14 @@ func digest(t testing.TB, f *FSM) string {
 	}
 	return d
 }
+
+// waitCommit waits for the commit Flush started, if it is still being
+// written.
+func waitCommit(t testing.TB, f *FSM) {
+	t.Helper()
+	f.applyMu.Lock()
+	defer f.applyMu.Unlock()
+	if err := f.store.Commit(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-
-	bolt "go.etcd.io/bbolt"
 )
 
 // DefaultCacheKeys bounds the state cache when Options.CacheKeys is 0: about
@@ -21,7 +19,7 @@ const DefaultCacheKeys = 250_000
 // The writer's transaction reads a key's state from the file once and then
 // keeps it, with its expiry and index position, in an entry; PutState and
 // DeleteState change only the entry and mark it dirty. Commit flushes the
-// dirty entries, sorted by key, into the transaction it commits, together
+// dirty entries, sorted by key, into the generation it commits, together
 // with the applied index (flush): a key written a hundred times between two
 // commits is written to bbolt once, and a key created and deleted between two
 // commits never reaches it. Only clean entries are evicted, after a commit.
@@ -286,7 +284,7 @@ type due struct {
 // position moved since the last flush are stale and passed without counting
 // (on a replica that flushed they are gone); entries up to sweepPos were
 // passed already.
-func (t *Tx) nextDue(cur *bolt.Cursor, now int64) (due, bool, error) {
+func (t *Tx) nextDue(cur *lcursor, now int64) (due, bool, error) {
 	c := t.cache
 	for {
 		var fk, fv []byte
@@ -462,7 +460,7 @@ func (t *Tx) nextDueHint() (int64, bool) {
 	if h, _, hok := c.top(); hok && (!ok || h.at < next) {
 		next, ok = h.at, true
 	}
-	if k, _ := rcur.First(); len(k) >= 8 {
+	if k, _ := t.firstRequestDue(rcur); len(k) >= 8 {
 		if at := indexTime(k); !ok || at < next {
 			next, ok = at, true
 		}

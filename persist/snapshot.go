@@ -48,7 +48,7 @@ func (s *Store) Snapshot() (*Snapshot, error) {
 	if s.db == nil {
 		return nil, ErrClosed
 	}
-	if err := s.commitLocked(); err != nil {
+	if err := s.commitLocked(true); err != nil {
 		return nil, fmt.Errorf("snapshot: %w", err)
 	}
 	tx, err := s.db.Begin(false)
@@ -118,7 +118,7 @@ func (s *Store) Restore(r io.Reader) error {
 	}
 	// Commit first, so that a failure below leaves every applied Update in
 	// the file it keeps.
-	if err := s.commitLocked(); err != nil {
+	if err := s.commitLocked(true); err != nil {
 		_ = os.Remove(tmp)
 		return fmt.Errorf("restore snapshot: %w", err)
 	}
@@ -134,6 +134,8 @@ func (s *Store) Restore(r io.Reader) error {
 		return fmt.Errorf("restore snapshot: %w", err)
 	}
 	s.cache.reset() // describes the old file
+	s.cur.reset()
+	s.wtx.reqSkip = s.wtx.reqSkip[:0]
 	db, err := s.openDB(s.path)
 	if err != nil {
 		return fmt.Errorf("restore snapshot: %w", err)

@@ -6,7 +6,9 @@
 // algorithms: the fsm package decides, persist stores. Every change happens in
 // a write transaction (Store.Update) that also records the applied index, so
 // a Raft entry is applied entirely or not at all; with Options.CommitEvery
-// several Updates share one transaction and one commit.
+// several Updates share one transaction and one commit, and with
+// Options.Background that commit is written to the file on a goroutine of its
+// own while later Updates go on in memory (overlay.go).
 //
 // The file is opened with NoSync for throughput: the Raft log is the durable
 // record. A marker file (<path>.dirty) exists while the database is open; if it
@@ -77,6 +79,10 @@ type Options struct {
 	// with NoSync's rule that the file is rebuilt from Raft after an unclean
 	// stop, because an open transaction is lost by a crash.
 	CommitEvery int
+	// Background runs the commits that CommitEvery triggers and StartCommit
+	// on a goroutine of their own: Updates go on against a new in-memory
+	// generation while the last one is written to the file (overlay.go).
+	Background bool
 	// CacheKeys bounds the state cache (cache.go) in keys; 0 means
 	// DefaultCacheKeys. The bound holds after every commit; between commits
 	// the cache also holds every key written since the last one.
@@ -114,13 +120,37 @@ type Store struct {
 	// flushedKeys counts key states written to the file by commits (each
 	// dirty key once per commit, however many applies changed it).
 	flushedKeys atomic.Uint64
+	// commits and commitNanos: the commits that wrote a generation to the
+	// file, and the time they took (CommitStats).
+	commits     atomic.Uint64
+	commitNanos atomic.Int64
 
 	// Touched only by the single writer.
 	meta      Meta // as of the last Update, committed or not
-	committed Meta // as of the last commit
-	pending   int  // Updates in the open transaction (wtx.tx != nil)
-	wtx       Tx   // reused by every Update: its arena outlives transactions
+	committed Meta // as of the last commit started (what cur sits on)
+	fileMeta  Meta // as of the last commit finished
+	pending   int  // Updates in the current generation
+	wtx       Tx   // reused by every Update
 	cache     *stateCache
+
+	// The write overlay (overlay.go): Updates write cur; frozen is being
+	// committed while flight is open (nil: no commit in flight); spare is a
+	// recycled generation.
+	cur, frozen, spare *generation
+	flight             chan struct{}
+	flightErr          error // set before flight closes
+	// rtx is the writer's read transaction on the file, kept between
+	// Updates while no commit is in flight (bbolt allocates for every
+	// transaction and bucket); released before any commit starts, since a
+	// commit that must remap the file waits for every read transaction.
+	rtx *bolt.Tx
+
+	// testHookCommit, when set, runs on the committing goroutine before it
+	// writes a generation to the file (tests block it there).
+	testHookCommit func()
+	// testNoSkip turns off the request sweep's skip (firstRequestDue), for
+	// a reference store in tests.
+	testNoSkip bool
 }
 
 // Open opens (or creates) the database at path. If the dirty marker of an
@@ -184,6 +214,8 @@ func Open(path string, opts Options) (*Store, error) {
 	s.db = db
 	s.wtx.store = s
 	s.wtx.cache = s.cache
+	s.cur = new(generation)
+	s.wtx.bind(s.cur, nil)
 	return s, nil
 }
 
@@ -276,7 +308,7 @@ func (s *Store) openDB(path string) (db *bolt.DB, err error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("open fsm database %s: %w", path, err)
 	}
-	s.meta, s.committed = m, m
+	s.meta, s.committed, s.fileMeta = m, m, m
 	s.publish(m)
 	if err := db.View(func(tx *bolt.Tx) error {
 		t, ok := nextExpiry(tx)
@@ -349,30 +381,49 @@ func (s *Store) NextExpiry() (int64, bool) {
 
 // Update runs fn in a write transaction. With CommitEvery ≤ 1 it commits at
 // once; otherwise the transaction stays open for the next Update until
-// CommitEvery Updates share it or Commit is called. If fn or a commit fails,
-// every Update since the last commit is rolled back, and the error is
-// returned: the caller (the state machine) must then stop, because answers it
-// gave for the lost Updates are no longer in the file. Update must not be
-// called concurrently with itself or with Commit (a single writer).
+// CommitEvery Updates share it or Commit is called (with Background, the
+// CommitEvery-th Update starts the commit on its own goroutine instead). If
+// fn or a commit fails, every Update since the last commit is rolled back,
+// and the error is returned: the caller (the state machine) must then stop,
+// because answers it gave for the lost Updates are no longer in the file.
+// Update must not be called concurrently with itself or with Commit (a single
+// writer).
+//
+// fn's writes go to the current in-memory generation (overlay.go); reads go
+// through it and a commit in flight to the file, through a read transaction
+// held for this call only, so that a commit needing to remap the file never
+// waits for more than one Update.
 func (s *Store) Update(fn func(*Tx) error) error {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.db == nil {
 		return ErrClosed
 	}
+	if err := s.collect(false); err != nil {
+		return err
+	}
 	t := &s.wtx
-	if t.tx == nil {
-		btx, err := s.db.Begin(true)
-		if err != nil {
+	var err error
+	if s.rtx == nil {
+		if s.rtx, err = s.db.Begin(false); err != nil {
+			s.rtx = nil
 			return fmt.Errorf("begin transaction on %s: %w", s.path, err)
 		}
-		if err := t.begin(btx, s.meta); err != nil {
-			_ = btx.Rollback()
-			t.reset()
-			return err
-		}
+		err = t.begin(s.rtx, s.meta)
 	}
-	if err := fn(t); err != nil {
+	t.meta = s.meta
+	if err == nil {
+		err = fn(t)
+	}
+	var next int64
+	var hasNext bool
+	if err == nil {
+		next, hasNext = t.NextExpiry()
+	}
+	if err != nil || s.flight != nil {
+		s.releaseRead()
+	}
+	if err != nil {
 		s.rollbackLocked()
 		return err
 	}
@@ -381,14 +432,15 @@ func (s *Store) Update(fn func(*Tx) error) error {
 	// Readers see progress at once, not at the next commit: the applied
 	// index and expiry hint describe what the writer has applied.
 	s.publish(t.meta)
-	s.publishNext(t.NextExpiry())
+	s.publishNext(next, hasNext)
 	if s.pending >= s.opts.CommitEvery {
-		return s.commitLocked()
+		return s.commitLocked(!(s.opts.Background && s.opts.CommitEvery > 1))
 	}
 	return nil
 }
 
-// Commit commits the transaction Updates left open, if any. Same caller
+// Commit commits the Updates not yet in the file, waiting for a commit in
+// flight first, and returns when the file holds every Update. Same caller
 // rules as Update.
 func (s *Store) Commit() error {
 	s.mu.RLock()
@@ -396,55 +448,154 @@ func (s *Store) Commit() error {
 	if s.db == nil {
 		return ErrClosed
 	}
-	return s.commitLocked()
+	return s.commitLocked(true)
 }
 
-// Pending reports how many Updates wait in the open transaction.
+// StartCommit is Commit without the wait when Options.Background is set: it
+// freezes the Updates since the last commit and writes them to the file on a
+// goroutine of its own, while later Updates go on. If a commit is still in
+// flight it does nothing (the next call takes everything). It returns the
+// error of a commit that finished since the last call, if any: the Updates it
+// carried are lost and the caller must stop, as for a failed Update. Same
+// caller rules as Update.
+func (s *Store) StartCommit() error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.db == nil {
+		return ErrClosed
+	}
+	return s.commitLocked(!s.opts.Background)
+}
+
+// SetCommitHook sets a function that every later commit runs first, on the
+// goroutine that writes the file (nil: none). For tests of callers: a hook
+// that blocks holds a Background commit in flight. Same caller rules as
+// Update.
+func (s *Store) SetCommitHook(fn func()) { s.testHookCommit = fn }
+
+// Pending reports how many Updates are not yet in a commit (started or
+// finished).
 func (s *Store) Pending() int { return s.pending }
+
+// Committing reports a commit in flight (Background).
+func (s *Store) Committing() bool { return s.flight != nil }
+
+// CommitStats is the number of commits that wrote Updates to the file so far
+// and the time they took in all: with Background, time spent beside the
+// Updates, not in their way. Safe to call from any goroutine.
+func (s *Store) CommitStats() (n uint64, total time.Duration) {
+	return s.commits.Load(), time.Duration(s.commitNanos.Load())
+}
 
 // FlushedKeys is the number of key states commits have written to the file
 // so far: with the state cache, fewer than the checks applied. Safe to call
 // from any goroutine.
 func (s *Store) FlushedKeys() uint64 { return s.flushedKeys.Load() }
 
-func (s *Store) commitLocked() error {
-	t := &s.wtx
-	if t.tx == nil {
+// commitLocked freezes the current generation and commits it: inline when
+// wait is set (after the commit in flight, if any), else on a goroutine of
+// its own unless one is in flight.
+func (s *Store) commitLocked(wait bool) error {
+	s.releaseRead()
+	if err := s.collect(wait); err != nil {
+		return err
+	}
+	if s.flight != nil || s.pending == 0 {
 		return nil
 	}
+	t := &s.wtx
 	if err := t.flush(); err != nil {
 		s.rollbackLocked()
 		return fmt.Errorf("flush state cache to %s: %w", s.path, err)
 	}
-	if err := t.metaB.Put(keyMeta, encodeMeta(t.meta)); err != nil {
-		s.rollbackLocked()
-		return fmt.Errorf("write meta to %s: %w", s.path, err)
-	}
-	err := t.tx.Commit() // on failure bbolt has rolled back
-	t.reset()
+	s.cache.flushed()
+	g := s.cur
+	g.meta = s.meta
+	s.committed = s.meta
 	s.pending = 0
+	s.cur, s.spare = s.spare, nil
+	if s.cur == nil {
+		s.cur = new(generation)
+	}
+	s.frozen = g
+	s.flight = make(chan struct{})
+	t.bind(s.cur, g)
+	db, hook, done := s.db, s.testHookCommit, s.flight
+	run := func() {
+		if hook != nil {
+			hook()
+		}
+		start := time.Now()
+		s.flightErr = db.Update(g.writeTo)
+		s.commitNanos.Add(int64(time.Since(start)))
+		s.commits.Add(1)
+		close(done)
+	}
+	if !wait {
+		go run()
+		return nil
+	}
+	run()
+	return s.collect(true)
+}
+
+// collect ends the commit in flight if it has finished (or, with wait, once
+// it has): the frozen generation is dropped, the file now holds it. A failed
+// commit loses every Update since the last one that succeeded: the store
+// falls back to the file and the error is returned.
+func (s *Store) collect(wait bool) error {
+	if s.flight == nil {
+		return nil
+	}
+	s.releaseRead() // it may predate the commit: the next one sees its file
+	if wait {
+		<-s.flight
+	} else {
+		select {
+		case <-s.flight:
+		default:
+			return nil
+		}
+	}
+	g, err := s.frozen, s.flightErr
+	s.frozen, s.flight, s.flightErr = nil, nil, nil
 	if err != nil {
+		s.wtx.reqSkip = s.wtx.reqSkip[:0]
+		g.reset()
+		s.cur.reset()
 		s.cache.reset()
-		s.meta = s.committed
+		s.pending = 0
+		s.meta, s.committed = s.fileMeta, s.fileMeta
 		s.publish(s.meta)
+		s.spare = g
+		s.wtx.bind(s.cur, nil)
 		return fmt.Errorf("commit to %s: %w", s.path, err)
 	}
-	s.cache.flushed()
-	s.committed = s.meta
+	s.fileMeta = g.meta
+	g.reset()
+	s.spare = g
+	s.wtx.bind(s.cur, nil)
 	return nil
 }
 
-func (s *Store) rollbackLocked() {
-	t := &s.wtx
-	if t.tx == nil {
-		return
+// releaseRead ends the writer's read transaction, if it holds one.
+func (s *Store) releaseRead() {
+	if s.rtx != nil {
+		s.wtx.end()
+		_ = s.rtx.Rollback()
+		s.rtx = nil
 	}
-	_ = t.tx.Rollback()
-	t.reset()
-	s.cache.reset() // its dirty entries were in the transaction
+}
+
+// rollbackLocked drops the Updates since the last commit started.
+func (s *Store) rollbackLocked() {
+	s.wtx.reqSkip = s.wtx.reqSkip[:0]
+	s.cur.reset()
+	s.cache.reset() // its dirty entries were in the generation
 	s.pending = 0
 	s.meta = s.committed
 	s.publish(s.meta)
+	s.wtx.bind(s.cur, s.frozen)
 }
 
 // View runs fn in a read-only transaction. Write methods of the Tx fail.
@@ -484,10 +635,12 @@ func (s *Store) close(clean bool) error {
 	}
 	var err error
 	if clean {
-		err = s.commitLocked()
+		err = s.commitLocked(true)
 	} else {
+		_ = s.collect(true) // the file must not close under a commit
 		s.rollbackLocked()
 	}
+	s.releaseRead()
 	if clean && err == nil {
 		if err = s.db.Sync(); err != nil {
 			err = fmt.Errorf("sync %s: %w", s.path, err)

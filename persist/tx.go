@@ -1,6 +1,7 @@
 package persist
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -34,43 +35,80 @@ const MaxKeySize = bolt.MaxKeySize - 8
 // only until the transaction ends. Values passed to Put methods are copied.
 type Tx struct {
 	store *Store
-	tx    *bolt.Tx
+	tx    *bolt.Tx // the file: a read transaction (the writer's too, see overlay.go)
 
-	metaB, state, stateExp, requests, requestExp, policies, nodes *bolt.Bucket
+	metaB                                                  *bolt.Bucket
+	state, stateExp, requests, requestExp, policies, nodes *lbucket
+
+	lb  [ovBuckets]lbucket
+	lay [ovBuckets][2]*ovBucket // the writer's layers per bucket, top first
 
 	meta    Meta
-	arena   arena
+	arena   *arena // the writer's: the current generation's
 	scratch []byte
 	dueKey  []byte
+	reqSkip []byte // firstRequestDue
 	cache   *stateCache
 
 	// Cursors on the expiry indexes, kept for the transaction: a new
 	// bbolt cursor allocates its stack on first use.
-	stateExpCur, requestExpCur *bolt.Cursor // the writer's; nil in read-only transactions
+	stateExpCur, requestExpCur lcursor
+	curOK                      bool // the cursors are on this read transaction
 }
 
+// begin binds t to the file's transaction btx; the writer's layers stay as
+// bind set them.
 func (t *Tx) begin(btx *bolt.Tx, m Meta) error {
 	t.tx, t.meta = btx, m
 	t.metaB = btx.Bucket(bucketMeta)
-	t.state = btx.Bucket(bucketState)
-	t.stateExp = btx.Bucket(bucketStateExp)
-	t.requests = btx.Bucket(bucketRequests)
-	t.requestExp = btx.Bucket(bucketRequestExp)
-	t.policies = btx.Bucket(bucketPolicies)
-	t.nodes = btx.Bucket(bucketNodes)
-	for _, b := range []*bolt.Bucket{t.metaB, t.state, t.stateExp, t.requests, t.requestExp, t.policies, t.nodes} {
+	if t.metaB == nil {
+		return fmt.Errorf("%w: missing bucket in %s", ErrCorrupt, t.store.path)
+	}
+	if t.arena == nil {
+		t.arena = new(arena)
+	}
+	for i := range t.lb {
+		b := btx.Bucket(ovNames[i])
 		if b == nil {
 			return fmt.Errorf("%w: missing bucket in %s", ErrCorrupt, t.store.path)
 		}
+		t.lb[i].file, t.lb[i].id, t.lb[i].arena = b, i, t.arena
 	}
+	t.state, t.stateExp, t.requests = &t.lb[ovState], &t.lb[ovStateExp], &t.lb[ovRequests]
+	t.requestExp, t.policies, t.nodes = &t.lb[ovRequestExp], &t.lb[ovPolicies], &t.lb[ovNodes]
+	t.curOK = false
 	return nil
 }
 
-func (t *Tx) reset() {
-	t.tx = nil
-	t.stateExpCur, t.requestExpCur = nil, nil
-	t.metaB, t.state, t.stateExp, t.requests, t.requestExp, t.policies, t.nodes = nil, nil, nil, nil, nil, nil, nil
-	t.arena.reset()
+// bind sets the writer's layers: the current generation, then the frozen
+// one while its commit is in flight.
+func (t *Tx) bind(cur, frozen *generation) {
+	t.arena = &cur.arena
+	for i := range t.lb {
+		t.lay[i][0] = &cur.b[i]
+		n := 1
+		if frozen != nil {
+			t.lay[i][1] = &frozen.b[i]
+			n = 2
+		} else {
+			t.lay[i][1] = nil
+		}
+		t.lb[i].layers = t.lay[i][:n]
+		t.lb[i].arena = t.arena
+	}
+	t.state, t.stateExp, t.requests = &t.lb[ovState], &t.lb[ovStateExp], &t.lb[ovRequests]
+	t.requestExp, t.policies, t.nodes = &t.lb[ovRequestExp], &t.lb[ovPolicies], &t.lb[ovNodes]
+	t.curOK = false
+}
+
+// end forgets the file's transaction (the caller closes it).
+func (t *Tx) end() {
+	t.tx, t.metaB = nil, nil
+	for i := range t.lb {
+		t.lb[i].file = nil
+	}
+	t.curOK = false
+	t.stateExpCur, t.requestExpCur = lcursor{}, lcursor{}
 }
 
 // Meta is the meta record as changed so far by this transaction.
@@ -198,6 +236,9 @@ func (t *Tx) PutRequest(id []byte, prev Request, result []byte, expiry int64) er
 	if err := t.requests.Put(t.copyBytes(id), seal(id, v)); err != nil {
 		return fmt.Errorf("put request: %w", err)
 	}
+	if len(t.reqSkip) > 0 && bytes.Compare(t.indexKey(expiry, id), t.reqSkip) <= 0 {
+		t.reqSkip = t.reqSkip[:0]
+	}
 	if err := t.putIndex(t.requestExp, expiry, id); err != nil {
 		return fmt.Errorf("put request expiry entry: %w", err)
 	}
@@ -223,8 +264,8 @@ func (t *Tx) Expire(now int64, max int) (removed int, err error) {
 		if err != nil {
 			return removed, err
 		}
-		// Re-seek every round: deleting under a bbolt cursor can skip keys.
-		rk, rv := rc.First()
+		// Re-seek every round: deleting under a cursor can skip keys.
+		rk, rv := t.firstRequestDue(rc)
 		if rk != nil {
 			if _, err := t.store.unseal(bucketRequestExp, rk, rv); err != nil {
 				return removed, err
@@ -235,6 +276,7 @@ func (t *Tx) Expire(now int64, max int) (removed int, err error) {
 		case sdue && (!rdue || sd.at <= indexTime(rk)):
 			removed += t.expireDue(sd, now)
 		case rdue:
+			t.reqSkip = append(t.reqSkip[:0], rk...)
 			n, err := t.expireRequest(rk)
 			if err != nil {
 				return removed, err
@@ -245,6 +287,23 @@ func (t *Tx) Expire(now int64, max int) (removed int, err error) {
 		}
 	}
 	return removed, nil
+}
+
+// firstRequestDue positions rc on the first entry of the request expiry
+// index. The sweep removes entries from the front, and until the next commit
+// the file still holds them, hidden by deletions in the generations: reqSkip,
+// the last entry the sweep removed, lets it seek past them instead of
+// stepping over every one again (every key up to reqSkip is deleted; a put
+// at or below it clears it).
+func (t *Tx) firstRequestDue(rc *lcursor) ([]byte, []byte) {
+	if len(t.reqSkip) == 0 || t.store.testNoSkip {
+		return rc.First()
+	}
+	k, v := rc.Seek(t.reqSkip)
+	if k != nil && bytes.Equal(k, t.reqSkip) {
+		k, v = rc.Next()
+	}
+	return k, v
 }
 
 func (t *Tx) expireRequest(ik []byte) (int, error) {
@@ -271,11 +330,13 @@ func (t *Tx) expireRequest(ik []byte) (int, error) {
 // cursors returns the transaction's cursors on the state and request expiry
 // indexes. Every use positions them first (First or Seek), as bbolt requires
 // after writes.
-func (t *Tx) cursors() (state, request *bolt.Cursor) {
-	if t.stateExpCur == nil {
-		t.stateExpCur, t.requestExpCur = t.stateExp.Cursor(), t.requestExp.Cursor()
+func (t *Tx) cursors() (state, request *lcursor) {
+	if !t.curOK {
+		t.stateExpCur.init(t.stateExp)
+		t.requestExpCur.init(t.requestExp)
+		t.curOK = true
 	}
-	return t.stateExpCur, t.requestExpCur
+	return &t.stateExpCur, &t.requestExpCur
 }
 
 // NextExpiry is the earliest expiry-index entry in this transaction (a lower
@@ -387,7 +448,7 @@ func (t *Tx) sealed(key, payload []byte) []byte {
 
 // putIndex adds the index entry sortable(at) ‖ key, whose value is the
 // checksum of its key.
-func (t *Tx) putIndex(b *bolt.Bucket, at int64, key []byte) error {
+func (t *Tx) putIndex(b *lbucket, at int64, key []byte) error {
 	ik := t.arenaIndexKey(at, key)
 	return b.Put(ik, seal(ik, t.arena.alloc(sumLen)))
 }
