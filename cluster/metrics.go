@@ -68,7 +68,7 @@ func newMetrics(n *Node) *metrics {
 		}),
 		flushSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "limitd_fsm_flush_seconds",
-			Help:    "Time to commit the state machine's pending applies to its bbolt file (the periodic flush, --fsm-flush-interval).",
+			Help:    "Time the periodic flush (--fsm-flush-interval) holds the applies: it freezes the pending generation, which a background commit then writes (limitd_fsm_commits_total, limitd_fsm_commit_seconds_total).",
 			Buckets: nodeapi.LatencyBuckets(raftLatencyTop),
 		}),
 		stages: prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -336,6 +336,12 @@ func (n *Node) Collectors() []prometheus.Collector {
 			}
 			return float64(c - a)
 		}),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "limitd_fsm_commits_total",
+			Help: "Background commits of frozen generations to the state machine's bbolt file (beside the applies)."},
+			func() float64 { c, _ := n.fsm.Commits(); return float64(c) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "limitd_fsm_commit_seconds_total",
+			Help: "Time the background commits of the state machine's bbolt file took (the applies go on meanwhile)."},
+			func() float64 { _, d := n.fsm.Commits(); return d.Seconds() }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "limitd_fsm_flushed_keys_total",
 			Help: "Key states the state machine's commits wrote to its bbolt file (dirty keys, each once per commit however many checks changed it)."},
 			func() float64 { return float64(n.fsm.FlushedKeys()) }),
