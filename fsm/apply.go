@@ -18,6 +18,8 @@ type applier struct {
 	f   *FSM
 	cmd command
 
+	keepBuf []byte // keepExpired's decision buffer
+
 	// Staged by entries of the current transaction: a nil *Policy or a
 	// deleted node records a removal. Later entries of the same
 	// transaction see them; publish makes them visible after commit.
@@ -321,7 +323,7 @@ func (a *applier) check(tx *persist.Tx, c *command) ([]Result, error) {
 		}
 		results[i] = res
 	}
-	if _, err := tx.Expire(now, 2*len(c.ops)+16); err != nil {
+	if _, err := tx.ExpireWith(now, 2*len(c.ops)+16, a.keepExpired); err != nil {
 		return nil, err
 	}
 	return results, nil
@@ -520,4 +522,35 @@ func decideError(err error) *Error {
 		return fieldError(err, "limit")
 	}
 	return &Error{Code: CodeInternal, Field: "state", Message: err.Error()}
+}
+
+// keepExpired is the expiry sweep's KeepFunc. A key state's stored expiry was
+// computed under the policy as it was when the state was last written; a
+// policy whose window has grown since (or whose algorithm changed) may still
+// count what the state holds after that time, and removing the state then
+// would reopen the key early. So before a policy key's state is removed, it
+// is decided afresh as a peek under the policy now in force: a state that is
+// not back to empty lives until that decision's ResetAfter. Inline limits
+// need no such check (their spec is part of the storage key), nor do keys of
+// deleted policies (nothing counts them any more).
+func (a *applier) keepExpired(key, data []byte, now int64) int64 {
+	if len(key) < 2 || key[0] != 'p' {
+		return 0
+	}
+	n, w := binary.Uvarint(key[1:])
+	if w <= 0 || uint64(len(key)-1-w) < n {
+		return 0
+	}
+	p, ok := a.lookupPolicy(key[1+w : 1+w+int(n)])
+	if !ok {
+		return 0
+	}
+	d, next, err := algo.Decide(a.keepBuf[:0], &p.Spec, data, now, 0)
+	if cap(next) > cap(a.keepBuf) {
+		a.keepBuf = next[:0]
+	}
+	if err != nil || d.ResetAfter <= 0 {
+		return 0
+	}
+	return now + int64(d.ResetAfter)
 }

@@ -119,7 +119,7 @@ func init() {
 		},
 		apply: func(a *applier, tx *persist.Tx, c *command) (interface{}, error) {
 			now := clamp(tx, c.now)
-			n, err := tx.Expire(now, c.max)
+			n, err := tx.ExpireWith(now, c.max, a.keepExpired)
 			if err != nil {
 				return nil, err
 			}

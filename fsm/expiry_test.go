@@ -144,3 +144,39 @@ func TestRefusalUnderLongerWindowMovesExpiry(t *testing.T) {
 		t.Fatalf("remaining %d two minutes into a one-hour window spent at t0: the key expired at the old window's end", got)
 	}
 }
+
+// TestLongerWindowKeepsStateBeyondOldExpiry: a key spent under a policy whose
+// window then grows, with no check after the change, is not removed by the
+// sweep at the old window's end (it would reopen early: remaining 2 instead
+// of 0 two minutes into a one-hour window, issue 21's F10), for the
+// algorithms whose state records what was spent; a state that is empty under
+// the new policy too is still removed. (The buckets store a theoretical
+// arrival time, which a new window reinterprets: two minutes after t0 a
+// 2-per-minute bucket's TAT lies in the past, so the bucket is full under the
+// new rate as well, and removing it changes nothing.)
+func TestLongerWindowKeepsStateBeyondOldExpiry(t *testing.T) {
+	for _, alg := range []string{"sliding_log", "sliding_window"} {
+		t.Run(alg, func(t *testing.T) {
+			spec := func(window string) algo.Spec {
+				return mustSpec(t, algo.Config{Algorithm: alg, Limit: 2, Window: window})
+			}
+			d := newChecker(t, Policy{Name: "p", Spec: spec("1m")})
+			for i := 0; i < 2; i++ {
+				if r := d.one(t0, "p", "k", 1); !r.Allowed {
+					t.Fatalf("check %d refused", i)
+				}
+			}
+			d.putPolicy(Policy{Name: "p", Spec: spec("1h")})
+			later := t0 + 2*int64(time.Minute) // past the old window's expiry, inside the new one
+			d.apply(EncodeExpire(later, 1000))
+			if got := d.remaining(later, "p", "k"); got != 0 {
+				t.Fatalf("remaining %d two minutes into a one-hour window spent at t0: the sweep removed the key at the old window's end", got)
+			}
+			// Past the new window the state is empty under it too: removed.
+			end := t0 + 2*int64(time.Hour)
+			if n := d.apply(EncodeExpire(end, 1000)); n != 1 {
+				t.Fatalf("sweep past the new window removed %v keys, want 1", n)
+			}
+		})
+	}
+}

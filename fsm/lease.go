@@ -297,7 +297,7 @@ func (a *applier) grantLeases(tx *persist.Tx, c *command) ([]LeaseGrant, error) 
 		}
 		out[i] = g
 	}
-	if _, err := tx.Expire(now, 2*len(c.leases)+16); err != nil {
+	if _, err := tx.ExpireWith(now, 2*len(c.leases)+16, a.keepExpired); err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -374,7 +374,7 @@ func (a *applier) returnLeases(tx *persist.Tx, c *command) ([]int64, error) {
 		}
 		out[i] = n
 	}
-	if _, err := tx.Expire(now, 2*len(c.leases)+16); err != nil {
+	if _, err := tx.ExpireWith(now, 2*len(c.leases)+16, a.keepExpired); err != nil {
 		return nil, err
 	}
 	return out, nil

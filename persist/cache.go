@@ -335,10 +335,10 @@ func (t *Tx) nextDue(cur *lcursor, now int64) (due, bool, error) {
 	}
 }
 
-// expireDue consumes d: it removes d's key if it has expired by now, or
-// re-files it at its current expiry (the index holds lower bounds). It
-// returns the number of keys removed.
-func (t *Tx) expireDue(d due, now int64) int {
+// expireDue consumes d: it removes d's key if it has expired by now (and
+// keep, when set, does not extend it), or re-files it at its current expiry
+// (the index holds lower bounds). It returns the number of keys removed.
+func (t *Tx) expireDue(d due, now int64, keep KeepFunc) int {
 	c := t.cache
 	if d.fromHeap {
 		c.pop()
@@ -351,6 +351,11 @@ func (t *Tx) expireDue(d due, now int64) int {
 	}
 	e := d.e
 	c.markDirty(e)
+	if e.expiry <= now && keep != nil && e.found {
+		if exp := keep([]byte(e.key), e.bytes(), now); exp > now {
+			e.expiry = exp // written with the state at the next flush (markDirty above)
+		}
+	}
 	if e.expiry <= now {
 		e.found = false
 		e.setBytes(nil)

@@ -255,6 +255,19 @@ func (t *Tx) PutRequest(id []byte, prev Request, result []byte, expiry int64) er
 // of entries removed. States are swept on the logical index of the state
 // cache (see cache.go), so the result does not depend on when it flushed.
 func (t *Tx) Expire(now int64, max int) (removed int, err error) {
+	return t.ExpireWith(now, max, nil)
+}
+
+// KeepFunc is asked, by ExpireWith, about a key state whose stored expiry has
+// passed: it returns a later expiry when the state still holds something
+// under the rules that now apply to it (a policy whose window grew since the
+// state was written), or 0 to let it be removed. It must be deterministic:
+// every replica sweeps the same keys.
+type KeepFunc func(key, data []byte, now int64) int64
+
+// ExpireWith is Expire asking keep (when not nil) before it removes a key
+// state; a kept state is re-filed at the expiry keep returns.
+func (t *Tx) ExpireWith(now int64, max int, keep KeepFunc) (removed int, err error) {
 	if t.cache == nil {
 		return 0, errReadOnly
 	}
@@ -274,7 +287,7 @@ func (t *Tx) Expire(now int64, max int) (removed int, err error) {
 		rdue := len(rk) > 8 && indexTime(rk) <= now
 		switch {
 		case sdue && (!rdue || sd.at <= indexTime(rk)):
-			removed += t.expireDue(sd, now)
+			removed += t.expireDue(sd, now, keep)
 		case rdue:
 			t.reqSkip = append(t.reqSkip[:0], rk...)
 			n, err := t.expireRequest(rk)
