@@ -470,14 +470,7 @@ var crashFlags = []string{"--request-id-retention", "2h", "--apply-timeout", "2s
 
 func TestCrashKill9LeaderUnderLoad(t *testing.T) {
 	rounds := crashRounds(t, 2)
-	seed := time.Now().UnixNano()
-	if v := os.Getenv("LIMITD_CHAOS_SEED"); v != "" {
-		var err error
-		if seed, err = strconv.ParseInt(v, 10, 64); err != nil {
-			t.Fatalf("LIMITD_CHAOS_SEED=%q: %v", v, err)
-		}
-	}
-	t.Logf("seed %d (LIMITD_CHAOS_SEED)", seed)
+	seed := chaosSeed(t)
 	rng := rand.New(rand.NewSource(seed))
 	began := time.Now()
 	procs := startCrashCluster(t, crashFlags...)
@@ -930,4 +923,19 @@ func lastLine(s string) string {
 		return s[i+1:]
 	}
 	return s
+}
+
+// chaosSeed is a random seed for a chaos test's fault and client choices, or
+// LIMITD_CHAOS_SEED's to repeat them; it is logged either way.
+func chaosSeed(t *testing.T) int64 {
+	t.Helper()
+	seed := time.Now().UnixNano()
+	if v := os.Getenv("LIMITD_CHAOS_SEED"); v != "" {
+		var err error
+		if seed, err = strconv.ParseInt(v, 10, 64); err != nil {
+			t.Fatalf("LIMITD_CHAOS_SEED=%q: %v", v, err)
+		}
+	}
+	t.Logf("seed %d (LIMITD_CHAOS_SEED)", seed)
+	return seed
 }

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"math/rand"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -26,14 +25,7 @@ func TestFaultsWipeKillPause(t *testing.T) {
 		t.Skip("starts three limitd processes and restarts them many times")
 	}
 	rounds := crashRounds(t, 3)
-	seed := time.Now().UnixNano()
-	if v := os.Getenv("LIMITD_CHAOS_SEED"); v != "" {
-		var err error
-		if seed, err = strconv.ParseInt(v, 10, 64); err != nil {
-			t.Fatalf("LIMITD_CHAOS_SEED=%q: %v", v, err)
-		}
-	}
-	t.Logf("seed %d (LIMITD_CHAOS_SEED)", seed)
+	seed := chaosSeed(t)
 	rng := rand.New(rand.NewSource(seed))
 	began := time.Now()
 	procs := startCrashCluster(t, crashFlags...)
