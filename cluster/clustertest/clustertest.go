@@ -57,14 +57,14 @@ func FastConfig(id, dir, httpAddr string, tr raft.Transport) cluster.Config {
 	return cfg
 }
 
-// SteadyTimers gives cfg the daemon's default Raft timers instead of
-// FastConfig's: for tests whose answers a leadership change would alter (an
-// outcome_unknown, a retried forward) on a loaded or race-built test host.
-// Elections and failovers then take a second or two.
+// SteadyTimers gives cfg Raft timers at half the daemon's defaults instead
+// of FastConfig's: for tests whose answers a leadership change would alter
+// (an outcome_unknown, a retried forward) on a loaded or race-built test
+// host. Elections and failovers then take about a second.
 func SteadyTimers(_ int, cfg *cluster.Config) {
-	cfg.HeartbeatTimeout = cluster.DefaultHeartbeatTimeout
-	cfg.ElectionTimeout = cluster.DefaultElectionTimeout
-	cfg.LeaderLeaseTimeout = cluster.DefaultLeaderLeaseTimeout
+	cfg.HeartbeatTimeout = cluster.DefaultHeartbeatTimeout / 2
+	cfg.ElectionTimeout = cluster.DefaultElectionTimeout / 2
+	cfg.LeaderLeaseTimeout = cluster.DefaultLeaderLeaseTimeout / 2
 }
 
 // SnapshotPolicy is when Raft snapshots (every Threshold entries, checked

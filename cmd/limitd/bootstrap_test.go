@@ -44,6 +44,7 @@ func getView(t testing.TB, p *proc) (bootView, error) {
 // with their HTTP addresses, the same term everywhere. Run with JSON logs:
 // every line of every node's log is a JSON object with a level.
 func TestProcessBootstrapExpectThree(t *testing.T) {
+	t.Parallel() // long, mostly waiting on its own processes (see TestMain)
 	ps := []*proc{newProc(t, "n3", ""), newProc(t, "n1", ""), newProc(t, "n2", "")}
 	var join []string
 	for _, p := range ps {
@@ -132,6 +133,7 @@ func TestProcessBootstrapExpectThree(t *testing.T) {
 // answers, it keeps retrying (no leader, no members) and exits with an
 // error at --join-timeout; with --bootstrap-expect too it waits for peers.
 func TestProcessJoinUnreachableDoesNotBootstrap(t *testing.T) {
+	t.Parallel() // long, mostly waiting on its own processes (see TestMain)
 	for _, extra := range [][]string{nil, {"--bootstrap-expect", "2"}} {
 		p := newProc(t, "alone", "")
 		args := append([]string{"--join", freePort(t) + "," + freePort(t), "--join-timeout", "3s"}, extra...)
@@ -175,6 +177,7 @@ func TestProcessJoinUnreachableDoesNotBootstrap(t *testing.T) {
 // its flags: restarted with --join to nobody and --bootstrap-expect, it
 // resumes as the member it was (no join needed, no timeout) and serves.
 func TestProcessRestartWithStateDoesNotBootstrapOrJoin(t *testing.T) {
+	t.Parallel() // long, mostly waiting on its own processes (see TestMain)
 	p := newProc(t, "solo", "")
 	p.start()
 	p.waitReady()

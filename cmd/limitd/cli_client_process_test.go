@@ -21,6 +21,7 @@ import (
 // It reuses the process harness of process_test.go and crash_test.go
 // (newProc, startCrashCluster, crashLoad.leader) rather than its own.
 func TestProcessClientExactlyOnceUnderLeaderKills(t *testing.T) {
+	t.Parallel() // long, mostly waiting on its own processes (see TestMain)
 	if testing.Short() {
 		t.Skip("starts and kills a 3-node process cluster")
 	}

@@ -48,6 +48,7 @@ func runCLI(t *testing.T, args ...string) (int, string, string) {
 // is still remembered, and the cluster grows again by a join. Damaged and
 // truncated files are refused with a clear message and leave nothing behind.
 func TestProcessSnapshotRoundTrip(t *testing.T) {
+	t.Parallel() // long, mostly waiting on its own processes (see TestMain)
 	if testing.Short() {
 		t.Skip("starts a 3-node process cluster")
 	}

@@ -14,6 +14,7 @@ import (
 // aside, rebuilds from the Raft log and answers from exactly the state it had
 // acknowledged.
 func TestProcessRebuildsDamagedStateDatabase(t *testing.T) {
+	t.Parallel() // long, mostly waiting on its own processes (see TestMain)
 	p := newProc(t, "solo", "")
 	p.start()
 	p.waitReady()

@@ -469,6 +469,7 @@ func startCrashCluster(t *testing.T, extra ...string) []*proc {
 var crashFlags = []string{"--request-id-retention", "2h", "--apply-timeout", "2s"}
 
 func TestCrashKill9LeaderUnderLoad(t *testing.T) {
+	t.Parallel() // long, mostly waiting on its own processes (see TestMain)
 	rounds := crashRounds(t, 2)
 	seed := chaosSeed(t)
 	rng := rand.New(rand.NewSource(seed))
@@ -621,6 +622,7 @@ func fillKeys(t *testing.T, client *http.Client, p *proc, n int) {
 // hold exactly the allowed answers received, after retrying the requests cut
 // off by the kill with their request_id.
 func TestCrashKill9DuringSnapshotAndApply(t *testing.T) {
+	t.Parallel() // long, mostly waiting on its own processes (see TestMain)
 	snap := snapshotFlags(t)
 	flags := append(append([]string{}, crashFlags...), snap...)
 	p := newProc(t, "solo", "")
@@ -728,6 +730,7 @@ func mustJSON(v any) string {
 // where the file is one the node rebuilds anyway — be rebuilt exactly; it
 // must never start with silently empty or partial state.
 func TestCrashDamagedFilesAtStart(t *testing.T) {
+	t.Parallel() // long, mostly waiting on its own processes (see TestMain)
 	snap := snapshotFlags(t)
 	truncate := func(path string) error {
 		fi, err := os.Stat(path)

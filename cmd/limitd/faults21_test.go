@@ -21,6 +21,7 @@ import (
 // key audited through every node: 0 over-admitted, 0 lost. scripts/chaos.sh
 // runs it with LIMITD_CHAOS_ROUNDS rounds (default 3: one of each).
 func TestFaultsWipeKillPause(t *testing.T) {
+	t.Parallel() // long, mostly waiting on its own processes (see TestMain)
 	if testing.Short() {
 		t.Skip("starts three limitd processes and restarts them many times")
 	}

@@ -30,6 +30,7 @@ func waitLog(t *testing.T, p *proc, s string, within time.Duration) {
 // reported once at WARN however many heartbeats fail, and once more (INFO)
 // when it is back. The version is in the start-up line.
 func TestProcessNormalOperationLogsNoWarnings(t *testing.T) {
+	t.Parallel() // long, mostly waiting on its own processes (see TestMain)
 	a := newProc(t, "a", "")
 	a.start()
 	a.waitReady()

@@ -81,6 +81,7 @@ type proxyUnderTest struct {
 }
 
 func TestProxySnippets(t *testing.T) {
+	t.Parallel() // long, mostly waiting on its own processes (see TestMain)
 	nginx, nginxErr := exec.LookPath("nginx")
 	haproxy, haproxyErr := exec.LookPath("haproxy")
 	switch {

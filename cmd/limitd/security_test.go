@@ -257,6 +257,7 @@ func TestProcessTLSClusterRefusesForgeries(t *testing.T) {
 // A node removed from the cluster exits (status 0, saying why); with
 // --stay-after-removal it keeps running and /readyz says "removed from cluster".
 func TestProcessRemovedNodeExitsOrStays(t *testing.T) {
+	t.Parallel() // long, mostly waiting on its own processes (see TestMain)
 	n1 := newProc(t, "n1", "")
 	n1.start()
 	n1.waitReady()
