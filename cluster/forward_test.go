@@ -1,10 +1,12 @@
 package cluster_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -146,5 +148,32 @@ func TestLeaderChangeMidForward(t *testing.T) {
 		if got := remaining(t, n, "moved", spec); got != 4 {
 			t.Errorf("node%d: remaining %d, want 4 (counted once)", i, got)
 		}
+	}
+}
+
+// The leader's lease endpoint refuses what is not a lease command (a policy
+// change smuggled through it, junk) with 400 labelled bad_request, so a
+// follower reads it as refused, not as an outcome it cannot know; nothing is
+// proposed.
+func TestLeaseEndpointRefusesOtherCommands(t *testing.T) {
+	c := clustertest.MakeCluster(t, 1, nil)
+	n := c.Node(0)
+	before := n.FSM().AppliedIndex()
+	h := n.Internal()
+	for name, body := range map[string][]byte{
+		"policy": fsm.EncodePutPolicy(fsm.Policy{Name: "p", Spec: algo.Spec{Algorithm: algo.FixedWindow, Limit: 1, Window: time.Minute}}),
+		"junk":   []byte("not a command"),
+	} {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/internal/v1/lease", bytes.NewReader(body)))
+		if rec.Code != http.StatusBadRequest || rec.Header().Get("X-Limitd-Error") != "bad_request" {
+			t.Errorf("%s: %d %q %s, want 400 bad_request", name, rec.Code, rec.Header().Get("X-Limitd-Error"), rec.Body)
+		}
+	}
+	if got := n.FSM().AppliedIndex(); got != before {
+		t.Fatalf("applied index %d → %d: something was proposed", before, got)
+	}
+	if _, ok := n.Policy("p"); ok {
+		t.Fatal("a policy change went through the lease endpoint")
 	}
 }
