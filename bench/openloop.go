@@ -186,24 +186,9 @@ func openLoop(ctx context.Context, w Workload, t Target, onProgress func(Progres
 		}()
 	}
 
-	done := make(chan struct{})
-	var progressDone sync.WaitGroup
-	if onProgress != nil {
-		progressDone.Add(1)
-		go func() {
-			defer progressDone.Done()
-			tick := time.NewTicker(ProgressInterval)
-			defer tick.Stop()
-			for {
-				select {
-				case <-done:
-					return
-				case <-tick.C:
-					onProgress(snapshot(stats, start, measureFrom, clk.Now(), w.Warmup+w.Duration))
-				}
-			}
-		}()
-	}
+	stopProgress := reportProgress(onProgress, func() Progress {
+		return snapshot(stats, start, measureFrom, clk.Now(), w.Warmup+w.Duration)
+	})
 
 	var scheduled int64
 	for ctx.Err() == nil {
@@ -237,8 +222,7 @@ func openLoop(ctx context.Context, w Workload, t Target, onProgress func(Progres
 			cpuErr = err.Error()
 		}
 	}
-	close(done)
-	progressDone.Wait()
+	stopProgress()
 
 	var lag Histogram
 	var nLate int64

@@ -241,24 +241,9 @@ func Run(ctx context.Context, w Workload, t Target, onProgress func(Progress)) (
 		}()
 	}
 
-	done := make(chan struct{})
-	var progressDone sync.WaitGroup
-	if onProgress != nil {
-		progressDone.Add(1)
-		go func() {
-			defer progressDone.Done()
-			tick := time.NewTicker(ProgressInterval)
-			defer tick.Stop()
-			for {
-				select {
-				case <-done:
-					return
-				case now := <-tick.C:
-					onProgress(snapshot(stats, start, measureFrom, now, w.Warmup+w.Duration))
-				}
-			}
-		}()
-	}
+	stopProgress := reportProgress(onProgress, func() Progress {
+		return snapshot(stats, start, measureFrom, time.Now(), w.Warmup+w.Duration)
+	})
 	wg.Wait()
 	end := time.Now()
 	var cpu []ProcessCPU
@@ -269,8 +254,7 @@ func Run(ctx context.Context, w Workload, t Target, onProgress func(Progress)) (
 			cpuErr = err.Error()
 		}
 	}
-	close(done)
-	progressDone.Wait()
+	stopProgress()
 
 	r := Result{
 		Concurrency: w.Concurrency,
@@ -382,6 +366,32 @@ func batchWorker(ctx context.Context, t BatchTarget, keys KeyGen, size int, st *
 func (st *workerStats) countError(err error, n int64) {
 	st.errs[Classify(err)].Add(n)
 	st.lastErr.Store(&err)
+}
+
+// reportProgress calls onProgress (when not nil) with snap's figures every
+// ProgressInterval until the returned stop is called; stop waits for the
+// last call to return. Closed and open loop share it.
+func reportProgress(onProgress func(Progress), snap func() Progress) (stop func()) {
+	if onProgress == nil {
+		return func() {}
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(ProgressInterval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				onProgress(snap())
+			}
+		}
+	}()
+	return func() { close(done); wg.Wait() }
 }
 
 func snapshot(stats []*workerStats, start, measureFrom, now time.Time, total time.Duration) Progress {
