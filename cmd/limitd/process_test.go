@@ -25,9 +25,10 @@ var limitdBin string
 // fault, snapshot, proxy, bootstrap and damage runs: 2-19 s each, most of it
 // waiting on their own processes' starts, fsyncs and timeouts) call
 // t.Parallel, so two run at a time after the package's other tests (issue
-// 24: the suite's time on 2 cores; this package 150 -> 104 s in full). Each has its own temporary directories and
-// random loopback ports (proccluster.FreeLoopbackAddrs) and changes no
-// process-wide setting (no t.Setenv), as running beside another requires.
+// 24: the suite's time on 2 cores; this package 150 -> 104 s in full). Each
+// has its own temporary directories and random loopback ports
+// (proccluster.FreeLoopbackAddrs) and changes no process-wide setting (no
+// t.Setenv), as running beside another requires.
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "limitd-bin")
 	if err != nil {
@@ -35,13 +36,13 @@ func TestMain(m *testing.M) {
 	}
 	limitdBin = filepath.Join(dir, "limitd")
 	build := []string{"build", "-o", limitdBin}
-	raceLog := filepath.Join(dir, "race")
+	races := func(io.Writer, string) bool { return false }
 	if raceEnabled {
 		// The processes run under the race detector as well; they write
 		// their reports to files (the tests do not read their stderr),
 		// and any report fails the run below.
 		build = append(build, "-race")
-		os.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" log_path="+raceLog))
+		races = proccluster.ChildRaces(dir)
 	}
 	out, err := exec.Command("go", append(build, ".")...).CombinedOutput()
 	if err != nil {
@@ -49,11 +50,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	code := m.Run()
-	if reports, _ := filepath.Glob(raceLog + ".*"); len(reports) > 0 {
-		for _, r := range reports {
-			b, _ := os.ReadFile(r)
-			fmt.Fprintf(os.Stderr, "a limitd process reported a data race (%s):\n%s\n", r, b)
-		}
+	if races(os.Stderr, "a limitd process") {
 		code = 1
 	}
 	os.RemoveAll(dir)

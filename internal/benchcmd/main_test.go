@@ -1,11 +1,10 @@
 package benchcmd
 
 import (
-	"fmt"
 	"os"
-	"path/filepath"
-	"strings"
 	"testing"
+
+	"github.com/limitd/limitd/internal/proccluster"
 )
 
 // TestMain: under -race, the nodes this test binary starts as itself (fake
@@ -20,16 +19,9 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
-	raceLog := filepath.Join(dir, "race")
-	// Read by the children at their start; this process's own setting was
-	// read at its start, so its reports still go to stderr.
-	os.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" log_path="+raceLog))
+	races := proccluster.ChildRaces(dir)
 	code := m.Run()
-	if reports, _ := filepath.Glob(raceLog + ".*"); len(reports) > 0 {
-		for _, r := range reports {
-			b, _ := os.ReadFile(r)
-			fmt.Fprintf(os.Stderr, "a node started by the bench tests reported a data race (%s):\n%s\n", r, b)
-		}
+	if races(os.Stderr, "a node started by the bench tests") {
 		code = 1
 	}
 	os.RemoveAll(dir)

@@ -531,3 +531,21 @@ func (c *Cluster) LogTails(lines int) string {
 	}
 	return b.String()
 }
+
+// ChildRaces makes the processes this (race-built) test binary starts from
+// now on write their data-race reports under dir (GORACE log_path: read by
+// each child at its start; this process's own reports still go to stderr).
+// The returned report prints every report found, saying whose they are, and
+// is true when there was any, so a TestMain can fail the run on them.
+func ChildRaces(dir string) (report func(w io.Writer, whose string) bool) {
+	raceLog := filepath.Join(dir, "race")
+	os.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" log_path="+raceLog))
+	return func(w io.Writer, whose string) bool {
+		reports, _ := filepath.Glob(raceLog + ".*")
+		for _, r := range reports {
+			b, _ := os.ReadFile(r)
+			fmt.Fprintf(w, "%s reported a data race (%s):\n%s\n", whose, r, b)
+		}
+		return len(reports) > 0
+	}
+}
