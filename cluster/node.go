@@ -443,7 +443,7 @@ func (n *Node) openRaft(bootstrap bool) error {
 		logs.Close()
 		return fmt.Errorf("raft log %s: %w", logPath, err)
 	}
-	r, err := raft.NewRaft(rc, n.fsm, cached, logs, snaps, trans)
+	r, err := raft.NewRaft(rc, restoreGuard{n.fsm, n.historyDiverged}, cached, logs, snaps, trans)
 	if err != nil {
 		n.closeTransport()
 		logs.Close()
