@@ -26,7 +26,7 @@ func (s *Server) handleClusterStatus(w http.ResponseWriter, req *http.Request, _
 		writeError(w, s.httpError(e))
 		return
 	}
-	writeValue(w, http.StatusOK, st)
+	writeValue(w, http.StatusOK, s.withLeases(st)) // the status page's leases panel (ui.go)
 }
 
 // joinJSON is the body of POST /v1/cluster/join (sent by `limitd --join`).

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/julienschmidt/httprouter"
+
+	"github.com/limitd/limitd/nodeapi"
 )
 
 // The status page: static HTML, CSS and JavaScript embedded in the binary,
@@ -15,6 +17,9 @@ import (
 // server-side state and no endpoint of its own beyond the playground's
 // POST /v1/simulate; an admin token typed into the page stays in the page's
 // memory and is sent only as the Authorization header of its own requests.
+// Its leases panel reads the lease counters from /metrics and the leased
+// keys from the admin view of GET /v1/cluster ("leases", below): key names
+// are for admins, as they are everywhere else (the digest, the snapshot).
 
 //go:embed ui
 var uiFiles embed.FS
@@ -70,4 +75,48 @@ func (s *Server) handleUI(w http.ResponseWriter, _ *http.Request, ps httprouter.
 	h.Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(body)
+}
+
+// StatusLeaseKeys caps the leased keys the admin view of GET /v1/cluster
+// lists (the most spent first); "more" counts the rest.
+const StatusLeaseKeys = 50
+
+// clusterStatusJSON is the admin view of GET /v1/cluster: the node's
+// status and the quota leases it holds.
+type clusterStatusJSON struct {
+	nodeapi.Status
+	Leases leasesJSON `json:"leases"`
+}
+
+// leasesJSON is this node's lease table: its counters (as on /metrics) and
+// up to StatusLeaseKeys of the keys it holds leases with units left on.
+type leasesJSON struct {
+	Taken          uint64         `json:"taken"`
+	Returned       uint64         `json:"returned"`
+	Lost           uint64         `json:"lost"`
+	Revoked        uint64         `json:"revoked"`
+	ChecksAnswered uint64         `json:"checks_answered"`
+	LeasedKeys     int            `json:"leased_keys"` // keys in the table (limitd_leased_keys), listed or not
+	Keys           []leaseKeyJSON `json:"keys"`
+	More           int            `json:"more"`
+}
+
+type leaseKeyJSON struct {
+	Policy      string `json:"policy"`
+	Key         string `json:"key"`
+	Left        int64  `json:"left"`
+	Spent       int64  `json:"spent"`
+	ExpiresInMS int64  `json:"expires_in_ms"`
+}
+
+// withLeases adds the node's leases to its status, for admins.
+func (s *Server) withLeases(st nodeapi.Status) clusterStatusJSON {
+	stats := s.svc.LeaseStats()
+	views, more := s.svc.LeaseSnapshot(StatusLeaseKeys)
+	l := leasesJSON{Taken: stats.Taken, Returned: stats.Returned, Lost: stats.Lost, Revoked: stats.Revoked,
+		ChecksAnswered: stats.Answered, LeasedKeys: stats.Held, Keys: make([]leaseKeyJSON, len(views)), More: more}
+	for i, v := range views {
+		l.Keys[i] = leaseKeyJSON{Policy: v.Policy, Key: v.Key, Left: v.Left, Spent: v.Spent, ExpiresInMS: v.ExpiresIn.Milliseconds()}
+	}
+	return clusterStatusJSON{Status: st, Leases: l}
 }

@@ -261,6 +261,66 @@ func TestUIInBrowserAdminToken(t *testing.T) {
 	}
 }
 
+// TestUIInBrowserLeases: the leases panel shows the lease counters to
+// anyone and, once the admin token is entered, the keys this node holds
+// leases on (key, policy, units left and spent, expiry), capped at
+// StatusLeaseKeys with the rest counted below the table.
+func TestUIInBrowserLeases(t *testing.T) {
+	bin := testtool.Path(t, "chromium", "apt-get install chromium")
+	const token = "s3cret-token"
+	c := leaseNode(t, token)
+	keys := []string{}
+	for i := 0; i < StatusLeaseKeys+8; i++ {
+		keys = append(keys, fmt.Sprintf("tenant/%02d", i))
+	}
+	// Checks keep every key busy (an idle key's leases go back after a second).
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for !stop.Load() {
+			for _, k := range keys {
+				resp, err := http.Post(c.URL(0)+"/v1/check", "application/json", strings.NewReader(`{"key":"`+k+`","policy":"quota"}`))
+				if err != nil {
+					return
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		}
+	}()
+	defer wg.Wait()
+	defer stop.Store(true)
+
+	b := startBrowser(t, bin)
+	b.navigate(c.URL(0) + "/ui")
+	b.waitFor(`Number(document.getElementById("lease-taken").textContent) > 0 &&
+		Number(document.getElementById("lease-answered").textContent) > 0 &&
+		document.querySelector("#leases tbody").textContent === "the admin token is needed to see leased keys" &&
+		document.querySelector("#leases tr[data-key]") === null`, "the public view: counters, no key names")
+
+	b.eval(fmt.Sprintf(`document.getElementById("token").value = %q; document.querySelector("#token-form button[type=submit]").click()`, token))
+	b.waitFor(fmt.Sprintf(`document.querySelectorAll("#leases tbody tr[data-key]").length === %d &&
+		!document.getElementById("leases-more").hidden &&
+		document.getElementById("leases-more").textContent.startsWith("and 8 more keys")`, StatusLeaseKeys), "the capped list of leased keys")
+	row := b.eval(`Array.from(document.querySelector("#leases tbody tr[data-key]").cells, (td) => td.textContent).join("|")`).(string)
+	cells := strings.Split(row, "|")
+	if len(cells) != 5 || !strings.HasPrefix(cells[0], "tenant/") || cells[1] != "quota" || !strings.HasSuffix(cells[4], " s") {
+		t.Fatalf("a leased key's row: %q", row)
+	}
+	if left, spent := b.evalInt(`Number(document.querySelector("#leases tbody tr[data-key] td:nth-child(3)").textContent)`),
+		b.evalInt(`Number(document.querySelector("#leases tbody tr[data-key] td:nth-child(4)").textContent)`); left <= 0 || spent <= 0 {
+		t.Fatalf("a leased key's row: %q", row)
+	}
+	b.screenshot(filepath.Join(t.TempDir(), "leases.png"))
+	for _, p := range b.problems() {
+		if !notReadyAnswer(p) {
+			t.Errorf("browser console: %s", p)
+		}
+	}
+}
+
 // browser is one headless chromium with one page attached.
 type browser struct {
 	t       *testing.T

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"io/fs"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path"
@@ -12,8 +14,11 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/limitd/limitd/algo"
+	"github.com/limitd/limitd/cluster"
+	"github.com/limitd/limitd/cluster/clustertest"
 	"github.com/limitd/limitd/simulate"
 )
 
@@ -303,5 +308,137 @@ func TestSimulateEndpointOneAtATime(t *testing.T) {
 	}
 	if r := ts.do("POST", "/v1/simulate", simulateBody(t, "1 a\n", nil)); r.code != 200 {
 		t.Fatalf("after the slot is free: %d %s", r.code, r.body)
+	}
+}
+
+// leaseNode is a one-node cluster whose API needs an admin token, with a
+// leased policy "quota" (a fixed window of an hour, 20% leases): the
+// harness of the status page's leases panel.
+func leaseNode(t *testing.T, token string) *clustertest.Cluster {
+	t.Helper()
+	c := clustertest.MakeClusterOpts(t, clustertest.Options{Nodes: 1, SkipShort: true,
+		Handler: func(_ int, n *cluster.Node) http.Handler {
+			return New(n, Config{AdminToken: token, Logger: discardLogger()}).Handler()
+		}})
+	code, body := httpDo(t, "PUT", c.URL(0)+"/v1/policies/quota", token,
+		`{"algorithm":"fixed_window","limit":1000000,"window":"1h","lease":{"share":0.2,"max_ttl":"10m"}}`)
+	if code != 200 {
+		t.Fatalf("put policy: %d %s", code, body)
+	}
+	return c
+}
+
+// httpDo sends one request, with the admin token when token is not "".
+func httpDo(t *testing.T, method, url, token, body string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// checkKeys sends one check of each key under the policy quota.
+func checkKeys(t *testing.T, base string, keys []string) {
+	t.Helper()
+	for _, k := range keys {
+		if code, body := httpDo(t, "POST", base+"/v1/check", "", `{"key":"`+k+`","policy":"quota"}`); code != 200 {
+			t.Fatalf("check %s: %d %s", k, code, body)
+		}
+	}
+}
+
+type leasesView struct {
+	Taken          uint64 `json:"taken"`
+	ChecksAnswered uint64 `json:"checks_answered"`
+	LeasedKeys     int    `json:"leased_keys"`
+	Keys           []struct {
+		Policy      string `json:"policy"`
+		Key         string `json:"key"`
+		Left        int64  `json:"left"`
+		Spent       int64  `json:"spent"`
+		ExpiresInMS int64  `json:"expires_in_ms"`
+	} `json:"keys"`
+	More int `json:"more"`
+}
+
+// TestClusterStatusLeases: the admin view of GET /v1/cluster lists the keys
+// this node holds leases on (policy, key, units left and spent, expiry) and
+// the lease counters; at most StatusLeaseKeys of them, the rest counted.
+// Key names are for admins: the public view has no "leases".
+func TestClusterStatusLeases(t *testing.T) {
+	const token = "s3cret"
+	c := leaseNode(t, token)
+	read := func() leasesView {
+		t.Helper()
+		code, body := httpDo(t, "GET", c.URL(0)+"/v1/cluster", token, "")
+		var v struct {
+			NodeID string     `json:"node_id"`
+			Leases leasesView `json:"leases"`
+		}
+		if err := json.Unmarshal([]byte(body), &v); code != 200 || err != nil || v.NodeID == "" {
+			t.Fatalf("admin view: %d %s (%v)", code, body, err)
+		}
+		return v.Leases
+	}
+	if l := read(); len(l.Keys) != 0 || l.More != 0 || l.Taken != 0 {
+		t.Fatalf("leases before any check: %+v", l)
+	}
+
+	// One busy key: a lease is taken in the background after its first
+	// checks; keep checking until the view lists it (an idle key's lease
+	// goes back after a second).
+	var l leasesView
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		checkKeys(t, c.URL(0), []string{"busy/1"})
+		if l = read(); len(l.Keys) == 1 && l.Keys[0].Spent > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no lease listed: %+v", l)
+		}
+	}
+	k := l.Keys[0]
+	// 20% of what remained after the checks through the log.
+	if k.Policy != "quota" || k.Key != "busy/1" || k.Left <= 0 || k.Left+k.Spent > 200_000 || k.Left+k.Spent < 190_000 ||
+		k.ExpiresInMS <= 0 || k.ExpiresInMS > (10*time.Minute).Milliseconds() || l.More != 0 {
+		t.Fatalf("the lease listed: %+v", l)
+	}
+	if l.Taken == 0 || l.ChecksAnswered == 0 || l.LeasedKeys != 1 {
+		t.Fatalf("lease counters: %+v", l)
+	}
+
+	// The public view shows no key names.
+	if code, body := httpDo(t, "GET", c.URL(0)+"/v1/cluster", "", ""); code != 200 || strings.Contains(body, "busy/1") || strings.Contains(body, "leases") {
+		t.Fatalf("public view: %d %s", code, body)
+	}
+
+	// More keys than the cap: the view lists StatusLeaseKeys and counts the rest.
+	keys := []string{"busy/1"}
+	for i := 0; i < StatusLeaseKeys+7; i++ {
+		keys = append(keys, fmt.Sprintf("many/%02d", i))
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		checkKeys(t, c.URL(0), keys)
+		if l = read(); len(l.Keys) == StatusLeaseKeys && l.More == len(keys)-StatusLeaseKeys {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d keys listed, %d more; want %d and %d", len(l.Keys), l.More, StatusLeaseKeys, len(keys)-StatusLeaseKeys)
+		}
+	}
+	for i := 1; i < len(l.Keys); i++ {
+		if l.Keys[i].Spent > l.Keys[i-1].Spent {
+			t.Fatalf("not the most spent first: %+v", l.Keys)
+		}
 	}
 }

@@ -7,7 +7,7 @@
 #   ROUNDS=100 scripts/chaos.sh       # longer
 #   SEED=42 SUITES=inprocess scripts/chaos.sh   # same fault and client choices
 #
-# Suites (SUITES, default "inprocess process"):
+# Suites (SUITES, default "inprocess process rejoin lease"):
 #   inprocess  cluster.TestFaultsThreeNodes, TestFaultsFiveNodes: 3 and 5 nodes
 #              over raft.InmemTransport; clients check keys while the leader is
 #              partitioned away, minorities are isolated, leadership is
@@ -29,6 +29,19 @@
 #              bounded (60 s waits); the audit through every node must find 0
 #              over-admitted and 0 lost. Loopback only: no network namespaces
 #              (partitions are the inprocess suite's).
+#   lease      cmd/limitd TestLeaseChaosKill9 (issue 25; 3 limitd processes,
+#              two policies with quota leases, share 0.2, max_ttl 2s: a 10 s
+#              fixed window of 300 on four keys checked at three times that
+#              rate, and an hours-long window of 1,000,000 on two keys);
+#              clients check round robin through every node without request
+#              ids (those bypass leases); each round kills -9 the leader,
+#              then a follower holding leases (limitd_leased_keys > 0), and
+#              restarts each. The audit: per key and window the allowed
+#              answers <= the limit (over), and once every lease went back
+#              the replicated usage read through every node >= the allowed
+#              answers (lost). Its line also reports under_admitted (usage
+#              beyond the allowed answers) beside leased_at_kills (units
+#              the victims held) and leased_all_nodes_at_kills.
 #
 # Every test prints a CHAOS-SUMMARY JSON line; the table adds them up. The
 # script fails if a test fails, any key was over-admitted, an acknowledged
@@ -38,13 +51,13 @@
 # from scripts/certs.sh through LIMITD_TLS_CERT/KEY/CA; the tests' clients trust
 # the CA through SSL_CERT_FILE). TLS=0 runs them on plain HTTP and TCP.
 #
-# Environment: ROUNDS (20) SEED (random) SUITES ("inprocess process rejoin") TLS (1)
+# Environment: ROUNDS (20) SEED (random) SUITES ("inprocess process rejoin lease") TLS (1)
 # TIMEOUT (go test -timeout, 60m) RESULTS (also copy the JSON lines to this file).
 set -euo pipefail
 
 ROUNDS=${ROUNDS:-20}
 SEED=${SEED:-}
-SUITES=${SUITES:-inprocess process rejoin}
+SUITES=${SUITES:-inprocess process rejoin lease}
 TIMEOUT=${TIMEOUT:-60m}
 RESULTS=${RESULTS:-}
 TLS=${TLS:-1}
@@ -115,8 +128,9 @@ for suite in $SUITES; do
 	inprocess) run_tests ./cluster '^(TestFaultsThreeNodes|TestFaultsFiveNodes)$' inprocess ;;
 	process) run_tests ./cmd/limitd '^(TestCrashKill9LeaderUnderLoad|TestCrashKill9DuringSnapshotAndApply)$' process ;;
 	rejoin) run_tests ./cmd/limitd '^TestFaultsWipeKillPause$' rejoin ;;
+	lease) run_tests ./cmd/limitd '^TestLeaseChaosKill9$' lease ;;
 	*)
-		log "unknown suite $suite (want inprocess, process or rejoin)"
+		log "unknown suite $suite (want inprocess, process, rejoin or lease)"
 		exit 2
 		;;
 	esac

@@ -85,12 +85,47 @@ async function refreshCluster() {
   $("term").textContent = full ? c.term : "–";
   $("indexes").textContent = full ? c.commit_index + " / " + c.applied_index : "–";
   $("node").textContent = c.node_id ? "node " + c.node_id : "node id: needs the admin token";
+  refreshLeaseKeys(full ? c.leases : null);
   const members = c.members || [];
   const health = (m) => m.health || (m.healthy ? "healthy" : "unhealthy");
   fill($("members").tBodies[0], members.map((m) => el("tr", { "data-member": m.id },
     el("td", {}, m.id), el("td", {}, m.http_addr || "–"), el("td", {}, m.raft_addr || "–"), el("td", {}, m.suffrage || "–"),
     el("td", {}, m.leader ? "leader" : "follower"),
     full ? el("td", { class: health(m) === "healthy" ? "ok" : (health(m) === "unknown" ? "" : "bad") }, health(m)) : el("td", {}, "–"))), "none");
+}
+
+// ---- leases: the keys from the admin view of /v1/cluster, the counters from /metrics ----
+
+// refreshLeaseKeys lists the leased keys (the most spent first, as many as
+// the node sends); leases is null in the public view: key names are for admins.
+function refreshLeaseKeys(leases) {
+  const more = $("leases-more");
+  if (!leases) {
+    fill($("leases").tBodies[0], [], "the admin token is needed to see leased keys");
+    more.hidden = true;
+    return;
+  }
+  const keys = leases.keys || [];
+  fill($("leases").tBodies[0], keys.map((k) => el("tr", { "data-key": k.key, "data-policy": k.policy },
+    el("td", {}, k.key), el("td", {}, k.policy), el("td", {}, k.left), el("td", {}, k.spent),
+    el("td", {}, (k.expires_in_ms / 1000).toFixed(1) + " s"))), "none");
+  more.hidden = !leases.more;
+  more.textContent = leases.more ? "and " + leases.more + " more keys with leases (the " + keys.length + " most spent are listed)" : "";
+}
+
+const LEASE_COUNTERS = {
+  limitd_leases_taken_total: "lease-taken", limitd_leases_returned_total: "lease-returned",
+  limitd_leases_lost_total: "lease-lost", limitd_leases_revoked_total: "lease-revoked",
+  limitd_lease_checks_total: "lease-answered", limitd_leased_keys: "lease-keys",
+};
+
+// refreshLeaseCounters shows the lease metrics (unlabelled lines of the
+// Prometheus text); a node without them leaves "–".
+function refreshLeaseCounters(text) {
+  for (const line of text.split("\n")) {
+    const [name, value] = line.split(" ");
+    if (Object.hasOwn(LEASE_COUNTERS, name)) $(LEASE_COUNTERS[name]).textContent = Number(value);
+  }
 }
 
 // ---- policies and RLS domains ----
@@ -147,7 +182,9 @@ async function refreshDecisions() {
   const resp = await fetch("/metrics", { cache: "no-store" });
   if (!resp.ok) throw new Error("/metrics: HTTP " + resp.status);
   const now = Date.now();
-  const values = parseCounters(await resp.text());
+  const text = await resp.text();
+  refreshLeaseCounters(text);
+  const values = parseCounters(text);
   const totals = new Map(); // policy -> {allowed, refused}
   for (const [k, v] of values) {
     const [policy, result] = k.split("\u0000");
