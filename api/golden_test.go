@@ -3,10 +3,12 @@ package api
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -18,6 +20,7 @@ import (
 	"time"
 
 	"github.com/limitd/limitd/algo"
+	"github.com/limitd/limitd/fsm"
 	"github.com/limitd/limitd/nodeapi"
 )
 
@@ -313,4 +316,29 @@ func checkMetrics(t *testing.T, url string) []byte {
 		t.Fatal(err)
 	}
 	return out.Bytes()
+}
+
+// abortingStore panics with http.ErrAbortHandler, as a handler does to
+// drop a connection without an answer.
+type abortingStore struct{ *fakeStore }
+
+func (abortingStore) Check(context.Context, []fsm.Op) ([]fsm.Result, error) {
+	panic(http.ErrAbortHandler)
+}
+
+// TestCheckAbortPanicDropsConnection: on the check path (served without
+// the router) a panic of http.ErrAbortHandler still reaches net/http, which
+// drops the connection without an answer, rather than becoming a 500.
+func TestCheckAbortPanicDropsConnection(t *testing.T) {
+	store := newFakeStore()
+	store.putPolicy(t, "api", algo.Config{Algorithm: "fixed_window", Limit: 3, Window: "1s"}, false)
+	hs := httptest.NewUnstartedServer(New(abortingStore{store}, Config{Logger: discardLogger()}).Handler())
+	hs.Config.ErrorLog = log.New(io.Discard, "", 0)
+	hs.Start()
+	defer hs.Close()
+	resp, err := http.Post(hs.URL+"/v1/check", "application/json", strings.NewReader(`{"key":"k","policy":"api"}`))
+	if err == nil {
+		resp.Body.Close()
+		t.Fatalf("answered %d; want the connection dropped", resp.StatusCode)
+	}
 }
