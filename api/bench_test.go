@@ -3,10 +3,10 @@ package api
 import (
 	"bytes"
 	"context"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -74,14 +74,16 @@ func benchHandler(b *testing.B, path string, body []byte) {
 // response.
 func runBench(b *testing.B, h http.Handler, path string, body []byte, check func(*discardWriter)) {
 	req := httptest.NewRequest("POST", path, nil)
-	rd := bytes.NewReader(body)
+	var rc readCloser // rewound, not rewrapped: the loop allocates nothing of its own
+	req.Body = &rc
 	w := &discardWriter{h: http.Header{}}
 	b.ReportAllocs()
 	b.SetBytes(int64(len(body)))
-	b.ResetTimer()
+	cpu := processCPU()
+	n := 0
 	for b.Loop() {
-		rd.Reset(body)
-		req.Body = io.NopCloser(rd)
+		n++
+		rc.Reset(body)
 		req.ContentLength = int64(len(body))
 		clear(w.h)
 		h.ServeHTTP(w, req)
@@ -92,6 +94,7 @@ func runBench(b *testing.B, h http.Handler, path string, body []byte, check func
 			check(w)
 		}
 	}
+	b.ReportMetric(float64(processCPU()-cpu)/float64(n), "cpu-ns/op")
 }
 
 // BenchmarkCheck is the /v1/check handler against a store that answers at
@@ -103,6 +106,100 @@ func BenchmarkCheck(b *testing.B) {
 	b.Run("policy", func(b *testing.B) {
 		benchHandler(b, "/v1/check", []byte(`{"key":"user:12345","policy":"api","cost":1}`))
 	})
+}
+
+// leasingStore is a follower whose leader grants every lease asked for at
+// once, with units for the whole run: its checks are answered from the
+// service's lease table, as a busy key's checks are on every node of a
+// cluster with leases (issue 25), so a benchmark of them is the front
+// end's cost per leased check.
+type leasingStore struct {
+	constStore
+	granted, checks atomic.Int64
+}
+
+func (l *leasingStore) Check(ctx context.Context, ops []fsm.Op) ([]fsm.Result, error) {
+	l.checks.Add(1)
+	return l.constStore.Check(ctx, ops)
+}
+
+func (*leasingStore) LeaderID() (string, bool)         { return "n1", false }
+func (*leasingStore) LeaderHTTPAddr() (string, string) { return "n1", "http://127.0.0.1:8080" }
+
+func (l *leasingStore) GrantLeases(_ context.Context, reqs []fsm.LeaseRequest) ([]fsm.LeaseGrant, error) {
+	gs := make([]fsm.LeaseGrant, len(reqs))
+	for i, r := range reqs {
+		gs[i] = fsm.LeaseGrant{ID: r.ID, Units: 500_000_000, Valid: time.Hour, Limit: 1_000_000_000, Remaining: 500_000_000,
+			ResetAt: time.Now().Add(time.Hour).UnixNano()}
+	}
+	l.granted.Add(int64(len(reqs)))
+	return gs, nil
+}
+
+func (*leasingStore) ReturnLeases(_ context.Context, rets []fsm.LeaseReturn) ([]int64, error) {
+	return make([]int64, len(rets)), nil
+}
+
+var _ service.Leaser = (*leasingStore)(nil)
+
+// BenchmarkCheckRoles is /v1/check through the whole handler chain as each
+// node of a cluster answers it: the leader (decided by the store), a
+// follower (the same, plus the Limitd-Leader hint) and a follower
+// answering from a quota lease (issue 25's leased check: no store call).
+func BenchmarkCheckRoles(b *testing.B) {
+	body := []byte(`{"key":"user:12345","policy":"api"}`)
+	b.Run("leader", func(b *testing.B) {
+		store := constStore{newFakeStore()}
+		store.putPolicy(&testing.T{}, "api", benchPolicy, false)
+		runBench(b, New(store, Config{Logger: discardLogger()}).Handler(), "/v1/check", body, nil)
+	})
+	b.Run("follower", func(b *testing.B) {
+		store := &leasingStore{constStore: constStore{newFakeStore()}}
+		store.putPolicy(&testing.T{}, "api", benchPolicy, false)
+		runBench(b, New(store, Config{Logger: discardLogger()}).Handler(), "/v1/check", body, func(w *discardWriter) {
+			if len(w.h[hdrLeader]) != 1 {
+				b.Fatal("no leader hint")
+			}
+		})
+	})
+	b.Run("leased", func(b *testing.B) {
+		store := &leasingStore{constStore: constStore{newFakeStore()}}
+		spec, err := algo.Config{Algorithm: "fixed_window", Limit: 1_000_000_000, Window: "24h"}.Spec()
+		if err != nil {
+			b.Fatal(err)
+		}
+		store.mu.Lock()
+		store.policies["api"] = fsm.Policy{Name: "api", Spec: spec, Lease: algo.Lease{Share: algo.DefaultLeaseShare, MaxTTL: time.Minute}}
+		store.mu.Unlock()
+		srv := New(store, Config{Logger: discardLogger()})
+		defer srv.Service().CloseLeases(context.Background())
+		h := srv.Handler()
+		// The lease is taken in the background after the key's first checks.
+		for deadline := time.Now().Add(10 * time.Second); store.granted.Load() == 0; {
+			if time.Now().After(deadline) {
+				b.Fatal("no lease granted")
+			}
+			runOnce(b, h, "/v1/check", body)
+			time.Sleep(time.Millisecond)
+		}
+		runOnce(b, h, "/v1/check", body)
+		before := store.checks.Load()
+		runBench(b, h, "/v1/check", body, nil)
+		b.StopTimer()
+		if n := store.checks.Load() - before; n > int64(b.N/100) {
+			b.Fatalf("%d of %d checks went to the store: not leased", n, b.N)
+		}
+	})
+}
+
+// runOnce serves body to h once.
+func runOnce(b *testing.B, h http.Handler, path string, body []byte) {
+	req := httptest.NewRequest("POST", path, bytes.NewReader(body))
+	w := &discardWriter{h: http.Header{}}
+	h.ServeHTTP(w, req)
+	if w.code != http.StatusOK {
+		b.Fatalf("status %d", w.code)
+	}
 }
 
 // BenchmarkCheckCachedRefusal is /v1/check for a key the over-limit cache

@@ -52,6 +52,13 @@ func (s *Server) setLeader(h http.Header) {
 	}
 }
 
+// setLeaderAt is setLeader for a caller that read the clock (now) already.
+func (s *Server) setLeaderAt(h http.Header, now time.Time) {
+	if addr := s.svc.LeaderAt(now); addr != nil {
+		h[hdrLeader] = addr
+	}
+}
+
 func writeJSON(w http.ResponseWriter, status int, body []byte) {
 	h := w.Header()
 	h[hdrContentType] = contentTypeJSON

@@ -110,6 +110,8 @@ func (m *metrics) handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
 }
 
+// observe times a decision that took from start to now: time.Since reads
+// only the monotonic clock.
 func (m *metrics) observe(ep endpoint, start time.Time) {
 	m.duration[ep].Observe(time.Since(start).Seconds())
 }
@@ -311,17 +313,29 @@ func (rc *responseCounters) count(route, status int, code string) {
 // instrument counts every response of h by route, status and error code.
 func (m *metrics) instrument(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		rec := recorderPool.Get().(*recorder)
-		rec.ResponseWriter, rec.status, rec.code = w, 0, ""
+		rec := m.record(w)
 		h.ServeHTTP(rec, req)
-		status := rec.status
-		if status == 0 {
-			status = http.StatusOK // nothing written: net/http sends 200
-		}
-		m.responses.count(routeOf(req.URL.Path), status, rec.code)
-		rec.ResponseWriter = nil
-		recorderPool.Put(rec)
+		m.recorded(rec, routeOf(req.URL.Path))
 	})
+}
+
+// record wraps w for one response; recorded counts it under route and
+// releases the wrapper. A handler that panics past them leaves the wrapper
+// to the garbage collector and the response uncounted.
+func (m *metrics) record(w http.ResponseWriter) *recorder {
+	rec := recorderPool.Get().(*recorder)
+	rec.ResponseWriter, rec.status, rec.code = w, 0, ""
+	return rec
+}
+
+func (m *metrics) recorded(rec *recorder, route int) {
+	status := rec.status
+	if status == 0 {
+		status = http.StatusOK // nothing written: net/http sends 200
+	}
+	m.responses.count(route, status, rec.code)
+	rec.ResponseWriter = nil
+	recorderPool.Put(rec)
 }
 
 var recorderPool = sync.Pool{New: func() any { return new(recorder) }}

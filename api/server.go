@@ -200,14 +200,46 @@ func (s *Server) routes() http.Handler {
 	r.Handler(http.MethodGet, "/metrics", s.metricsHandler())
 	s.uiRoutes(r) // GET /ui, POST /v1/simulate (ui.go)
 
-	internal := s.store.Internal()
-	return s.metrics.instrument(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		if internal != nil && strings.HasPrefix(req.URL.Path, "/internal/") {
-			internal.ServeHTTP(w, req)
-			return
+	return &rootHandler{s: s, router: r, internal: s.store.Internal()}
+}
+
+// rootHandler is the API's handler: it counts every response by route,
+// status and error code (metrics.go), sends the node-to-node endpoints to
+// the store, and everything else to the router — except POST /v1/check
+// without a query string, the hot path, which it serves itself as the
+// router would (the same handler, and a panic answered by recoverPanic),
+// without the router's lookup, the noQuery wrapper and the route's
+// classification by string comparisons.
+type rootHandler struct {
+	s        *Server
+	router   *httprouter.Router
+	internal http.Handler // nil: the store has none
+}
+
+func (h *rootHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	m := h.s.metrics
+	rec := m.record(w)
+	if req.URL.Path == "/v1/check" && req.Method == http.MethodPost && req.URL.RawQuery == "" {
+		h.check(rec, req)
+		m.recorded(rec, routeCheck)
+		return
+	}
+	if h.internal != nil && strings.HasPrefix(req.URL.Path, "/internal/") {
+		h.internal.ServeHTTP(rec, req)
+	} else {
+		h.router.ServeHTTP(rec, req)
+	}
+	m.recorded(rec, routeOf(req.URL.Path))
+}
+
+// check is handleCheck with the router's panic handling.
+func (h *rootHandler) check(w http.ResponseWriter, req *http.Request) {
+	defer func() {
+		if v := recover(); v != nil {
+			h.s.recoverPanic(w, req, v)
 		}
-		r.ServeHTTP(w, req)
-	}))
+	}()
+	h.s.handleCheck(w, req, nil)
 }
 
 // noQuery refuses query parameters on an endpoint that takes none, so that a

@@ -1,8 +1,6 @@
 package api
 
 import (
-	"time"
-
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/limitd/limitd/nodeapi"
@@ -22,10 +20,3 @@ var (
 	stageReadDecode = httpStageVec.WithLabelValues("read_decode")
 	stageRespond    = httpStageVec.WithLabelValues("respond")
 )
-
-// since observes the time from start to now on o and returns now.
-func since(o prometheus.Observer, start time.Time) time.Time {
-	now := time.Now()
-	o.Observe(now.Sub(start).Seconds())
-	return now
-}

@@ -159,7 +159,10 @@ func (s *Service) check(ctx context.Context, r *CheckRequest, detach bool) (Chec
 		}
 	}
 	if detach {
-		ctx = Detach(ctx)
+		// Detach(ctx) would be replaced by s.context with a shared
+		// deadline, as any context that is never cancelled: Background
+		// is, without the allocation.
+		ctx = context.Background()
 	}
 	return s.decideOne(ctx, c, l, r.RequestID, false)
 }

@@ -246,7 +246,11 @@ type LeaderLocator interface {
 // and nil when this node is the leader, no leader is known, or the Node
 // cannot tell. Front ends call it on every check response: it allocates
 // nothing while the leader stays the same.
-func (s *Service) Leader() []string { return s.leader.get() }
+func (s *Service) Leader() []string { return s.leader.get(time.Now()) }
+
+// LeaderAt is Leader for a caller that has just read the clock: now
+// dates the cached address, and saves Leader its own clock read.
+func (s *Service) LeaderAt(now time.Time) []string { return s.leader.get(now) }
 
 // leaderRefresh bounds how long a cached leader address is trusted for an
 // unchanged leader id (a node may re-register another address).
@@ -263,7 +267,7 @@ type leaderEntry struct {
 	at   time.Time
 }
 
-func (c *leaderCache) get() []string {
+func (c *leaderCache) get(now time.Time) []string {
 	if c.loc == nil {
 		return nil
 	}
@@ -271,7 +275,6 @@ func (c *leaderCache) get() []string {
 	if self || id == "" {
 		return nil
 	}
-	now := time.Now()
 	if e := c.cur.Load(); e != nil && e.id == id && now.Sub(e.at) < leaderRefresh {
 		return e.addr
 	}

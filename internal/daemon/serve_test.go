@@ -134,3 +134,52 @@ func TestHTTPServerCapsConnections(t *testing.T) {
 		t.Fatalf("after the held connections closed: %s", resp.Status)
 	}
 }
+
+// With --pprof the profiling endpoints are served and every other path
+// reaches the API as it is: no redirect of a path a mux deems unclean
+// (keys may hold "//" or "/./").
+func TestPprofLeavesOtherPathsAlone(t *testing.T) {
+	h := withPprof(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "api "+r.URL.Path)
+	}))
+	srv := httptestServer(t, h)
+	for path, want := range map[string]string{
+		"/v1/keys/a//b": "api /v1/keys/a//b", "/v1/keys/./x": "api /v1/keys/./x", "/v1/check": "api /v1/check",
+		"/debug/pprofx": "api /debug/pprofx",
+	} {
+		req, _ := http.NewRequest("GET", srv+path, nil)
+		req.URL.Opaque = path // sent as written, not cleaned by the client
+		resp, err := (&http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || string(body) != want {
+			t.Errorf("GET %s: %d %q, want 200 %q", path, resp.StatusCode, body, want)
+		}
+	}
+	for _, path := range []string{"/debug/pprof/goroutine?debug=1", "/debug/pprof"} {
+		resp, err := http.Get(srv + path) // the second is redirected to the index
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.Contains(string(body), "goroutine") {
+			t.Fatalf("GET %s: %d %.80q, want the profiler's answer", path, resp.StatusCode, body)
+		}
+	}
+}
+
+func httptestServer(t *testing.T, h http.Handler) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := &http.Server{Handler: h}
+	go hs.Serve(ln)
+	t.Cleanup(func() { hs.Close() })
+	return "http://" + ln.Addr().String()
+}
