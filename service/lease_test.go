@@ -432,3 +432,44 @@ func BenchmarkLeasedCheck(b *testing.B) {
 		b.Fatalf("%d of %d checks from the lease", got, b.N)
 	}
 }
+
+// TestLeaseGivenBackBeforeExpiry: a lease stops being spent leaseReturnLead
+// before its deadline and goes back then, while the leader still has it:
+// its unspent units are credited (a return after the expiry credits
+// nothing, which lost a slow key's leases whole).
+func TestLeaseGivenBackBeforeExpiry(t *testing.T) {
+	r := newReplicated(t)
+	c := &clock{t: time.Unix(1000, 0)}
+	s := leasedServices(t, r, 1, c)[0]
+	spec, _ := algo.Config{Algorithm: "fixed_window", Limit: 100, Window: "1h"}.Spec()
+	if err := s.node.PutPolicy(context.Background(), fsm.Policy{Name: "daily", Spec: spec, Lease: algo.Lease{Share: 500_000, MaxTTL: 2 * time.Second}}); err != nil {
+		t.Fatal(err)
+	}
+	check := func() {
+		t.Helper()
+		if res, e := s.Check(context.Background(), &CheckRequest{Key: "k", Policy: "daily", Cost: 1}); e != nil || !res.Decision.Allowed {
+			t.Fatalf("%+v %v", res.Decision, e)
+		}
+		waitGrants(s)
+	}
+	check()
+	check() // takes a lease of 49 (half of 98), valid 2 s
+	check() // from it
+	if st := s.LeaseStats(); st.Answered != 1 || st.Taken != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+	// Both clocks move 1.6 s: past the lease's end (2 s - 500 ms), before
+	// its expiry on the leader.
+	c.add(1600 * time.Millisecond)
+	r.mu.Lock()
+	r.now += int64(1600 * time.Millisecond)
+	r.mu.Unlock()
+	check() // through the log; the lease goes back (and a new one is asked for)
+	if st := s.LeaseStats(); st.Answered != 1 || st.Returned != 1 {
+		t.Fatalf("stats %+v: the lease was spent past its end, or not given back", st)
+	}
+	s.CloseLeases(context.Background())
+	if got := peekRemaining(t, s); got != 100-4 {
+		t.Fatalf("remaining %d after every lease went back, want %d: the return was not credited", got, 100-4)
+	}
+}
