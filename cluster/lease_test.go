@@ -165,7 +165,7 @@ func TestLeaseStrictOnCluster(t *testing.T) {
 	}
 	holder, other := svcs[0], svcs[1]
 	check(holder)
-	check(holder) // asks for a lease of everything left
+	check(holder)                                // asks for a lease of everything left
 	deadline := time.Now().Add(30 * time.Second) // only against a hang: nothing here waits on time
 	for holder.LeaseStats().Taken == 0 {
 		if time.Now().After(deadline) {
