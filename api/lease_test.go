@@ -1,6 +1,8 @@
 package api
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -112,5 +114,29 @@ func TestLeaseMetricsRegistered(t *testing.T) {
 		if !strings.Contains(string(r.body), "\n"+name+" 0\n") {
 			t.Errorf("/metrics has no %s 0", name)
 		}
+	}
+}
+
+// TestLoadPoliciesLease: a policies file carries the lease option, strict
+// included, as a PUT does, and a bad strict names the policy and the field.
+func TestLoadPoliciesLease(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.json")
+	if err := os.WriteFile(good, []byte(`{"policies":{"q":{"algorithm":"fixed_window","limit":10,"window":"1h","lease":{"share":0.5,"max_ttl":"1m","strict":false}}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ps, err := LoadPolicies(good)
+	if err != nil || len(ps) != 1 {
+		t.Fatal(ps, err)
+	}
+	if want := (algo.Lease{Share: 500_000, MaxTTL: time.Minute, NoStrict: true}); ps[0].Lease != want {
+		t.Fatalf("lease %+v, want %+v", ps[0].Lease, want)
+	}
+	bad := filepath.Join(dir, "bad.json")
+	if err := os.WriteFile(bad, []byte(`{"policies":{"q":{"algorithm":"fixed_window","limit":10,"window":"1h","lease":{"strict":"no"}}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadPolicies(bad); err == nil || !strings.Contains(err.Error(), `policy "q": lease.strict`) {
+		t.Fatalf("bad strict: %v", err)
 	}
 }
