@@ -116,7 +116,8 @@ type heldLease struct {
 	// leaseReturnLead, at most a quarter of Valid.
 	end      time.Time
 	deadline time.Time
-	resetAt  int64 // wall clock (ns): fsm.LeaseGrant.ResetAt
+	halfway  time.Time // between the grant request and end: refill from here
+	resetAt  int64     // wall clock (ns): fsm.LeaseGrant.ResetAt
 }
 
 // spentLease is a lease spent to the last unit and not given back (nothing
@@ -292,12 +293,12 @@ func (t *leaseTable) retireLocked(k leaseKey, sl *leaseSlot, h *heldLease, now t
 }
 
 // refillLocked starts a grant request when the key has no spare lease and
-// its current one is half spent or half way to its deadline.
+// its current one is half spent or half way to its end.
 func (t *leaseTable) refillLocked(k leaseKey, sl *leaseSlot, now time.Time) {
 	if sl.granting || sl.next != nil || now.Before(sl.notBefore) {
 		return
 	}
-	if c := sl.cur; c != nil && c.left()*2 > c.units && c.end.Sub(now) > sl.lease.MaxTTL/2 {
+	if c := sl.cur; c != nil && c.left()*2 > c.units && now.Before(c.halfway) {
 		return
 	}
 	sl.granting = true
@@ -412,8 +413,9 @@ func (t *leaseTable) installLocked(p pendingGrant, g fsm.LeaseGrant, err error, 
 		return
 	}
 	t.taken.Add(1)
-	h := &heldLease{id: id, units: g.Units, end: sent.Add(g.Valid - min(g.Valid/4, leaseReturnLead)),
-		deadline: sent.Add(g.Valid), resetAt: g.ResetAt}
+	spendable := g.Valid - min(g.Valid/4, leaseReturnLead)
+	h := &heldLease{id: id, units: g.Units, end: sent.Add(spendable), deadline: sent.Add(g.Valid),
+		halfway: sent.Add(spendable / 2), resetAt: g.ResetAt}
 	if t.closed || t.slots[k] != sl || !now.Before(h.end) {
 		t.giveBackLocked(k, h, false) // dropped or closed meanwhile, or already over
 		return

@@ -473,3 +473,35 @@ func TestLeaseGivenBackBeforeExpiry(t *testing.T) {
 		t.Fatalf("remaining %d after every lease went back, want %d: the return was not credited", got, 100-4)
 	}
 }
+
+// TestLeaseRefillHalfway: a lease barely spent is refilled once half of the
+// time it may be spent has passed, not before (each early refill is a grant
+// entry and a return of the lease it replaces).
+func TestLeaseRefillHalfway(t *testing.T) {
+	r := newReplicated(t)
+	c := &clock{t: time.Unix(1000, 0)}
+	s := leasedServices(t, r, 1, c)[0]
+	spec, _ := algo.Config{Algorithm: "fixed_window", Limit: 1000, Window: "1h"}.Spec()
+	if err := s.node.PutPolicy(context.Background(), fsm.Policy{Name: "daily", Spec: spec, Lease: algo.Lease{Share: 500_000, MaxTTL: 2 * time.Second}}); err != nil {
+		t.Fatal(err)
+	}
+	check := func() {
+		t.Helper()
+		if res, e := s.Check(context.Background(), &CheckRequest{Key: "k", Policy: "daily", Cost: 1}); e != nil || !res.Decision.Allowed {
+			t.Fatalf("%+v %v", res.Decision, e)
+		}
+		waitGrants(s)
+	}
+	check()
+	check() // a lease of 499, spent until 1.5 s (2 s less the return lead), refilled from 0.75 s
+	c.add(700 * time.Millisecond)
+	check()
+	if st := s.LeaseStats(); st.Taken != 1 || st.Answered != 1 {
+		t.Fatalf("at 0.7 s: %+v, want no refill yet", st)
+	}
+	c.add(100 * time.Millisecond)
+	check()
+	if st := s.LeaseStats(); st.Taken != 2 || st.Answered != 2 {
+		t.Fatalf("at 0.8 s: %+v, want the refill", st)
+	}
+}
