@@ -40,7 +40,8 @@ import (
 // fixed window, its end). A check that the lease cannot cover goes through
 // the log.
 //
-// Leases are dropped (unspent units returned) when this node sees the
+// Leases are dropped (unspent units returned) when the state machine recalls
+// them (a strict refusal elsewhere, Recall), when this node sees the
 // policy's limit or lease option change, before this node proposes a reset
 // of the key, after a key is idle for leaseIdle, and at CloseLeases. A key
 // reset made through another node does not revoke them: the state machine keeps outstanding leased units counted across a
@@ -165,8 +166,8 @@ type leaseTable struct {
 	stop    chan struct{}
 	done    chan struct{} // the flusher has stopped
 
-	// waiters are the strict retries waiting for a return on a key
-	// (awaitReturn); Returned wakes them.
+	// waiters are the strict retries watching for a return on a key
+	// (watchReturns); Returned wakes them.
 	waiters    map[leaseKey][]chan struct{}
 	strictWait time.Duration // leaseStrictWait; tests lengthen it
 
