@@ -58,16 +58,28 @@ type Lease struct {
 	Share int64
 	// MaxTTL bounds how long a grant may be spent, in (0, MaxLeaseTTL].
 	MaxTTL time.Duration
+	// NoStrict is "strict": false. Strict (the default, so the zero value)
+	// means a check refused through the log while leases on its key are
+	// outstanding makes their holders give them back, and is tried again
+	// once: it is refused only if the key has nothing left once they have
+	// (service/lease.go). Without it the refusal is answered at once, with
+	// a retry_after no later than the first of those leases ends.
+	NoStrict bool
 }
 
 // Enabled reports whether l is a lease option (not the zero Lease).
-func (l Lease) Enabled() bool { return l != Lease{} }
+func (l Lease) Enabled() bool { return l.Share != 0 || l.MaxTTL != 0 }
 
-// LeaseConfig is the JSON form of a Lease: {"share": 0.05, "max_ttl": "2s"}.
-// Omitted fields take DefaultLeaseShare and DefaultLeaseTTL.
+// Strict reports the "strict" field (see NoStrict).
+func (l Lease) Strict() bool { return !l.NoStrict }
+
+// LeaseConfig is the JSON form of a Lease:
+// {"share": 0.05, "max_ttl": "2s", "strict": true}. Omitted fields take
+// DefaultLeaseShare, DefaultLeaseTTL and strict.
 type LeaseConfig struct {
 	Share  *float64 `json:"share,omitempty"`
 	MaxTTL string   `json:"max_ttl,omitempty"`
+	Strict *bool    `json:"strict,omitempty"`
 }
 
 // Lease validates the config and returns the Lease, or a *FieldError whose
@@ -91,6 +103,9 @@ func (c LeaseConfig) Lease() (Lease, error) {
 		}
 		l.MaxTTL = d
 	}
+	if c.Strict != nil {
+		l.NoStrict = !*c.Strict
+	}
 	return l, l.validTTL()
 }
 
@@ -104,7 +119,8 @@ func (l Lease) validTTL() error {
 // Config returns the JSON form of l (inverse of LeaseConfig.Lease).
 func (l Lease) Config() LeaseConfig {
 	s := float64(l.Share) / float64(LeaseShareScale)
-	return LeaseConfig{Share: &s, MaxTTL: FormatWindow(l.MaxTTL)}
+	strict := l.Strict()
+	return LeaseConfig{Share: &s, MaxTTL: FormatWindow(l.MaxTTL), Strict: &strict}
 }
 
 // CanLease reports whether an algorithm has a sound leased form (see above).

@@ -91,6 +91,7 @@ func TestHoldLeased(t *testing.T) {
 
 func TestLeaseConfig(t *testing.T) {
 	half := 0.5
+	yes, no := true, false
 	for _, c := range []struct {
 		in    LeaseConfig
 		want  Lease
@@ -98,6 +99,8 @@ func TestLeaseConfig(t *testing.T) {
 	}{
 		{LeaseConfig{}, Lease{Share: DefaultLeaseShare, MaxTTL: DefaultLeaseTTL}, ""},
 		{LeaseConfig{Share: &half, MaxTTL: "1m"}, Lease{Share: 500_000, MaxTTL: time.Minute}, ""},
+		{LeaseConfig{Strict: &yes}, Lease{Share: DefaultLeaseShare, MaxTTL: DefaultLeaseTTL}, ""},
+		{LeaseConfig{Strict: &no}, Lease{Share: DefaultLeaseShare, MaxTTL: DefaultLeaseTTL, NoStrict: true}, ""},
 		{LeaseConfig{MaxTTL: "11m"}, Lease{}, "lease.max_ttl"},
 		{LeaseConfig{MaxTTL: "-1s"}, Lease{}, "lease.max_ttl"},
 	} {

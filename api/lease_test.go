@@ -1,6 +1,8 @@
 package api
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -33,6 +35,25 @@ func TestPutPolicyLease(t *testing.T) {
 	if r := ts.do("PUT", "/v1/policies/daily", string(r.body)); r.code != 200 {
 		t.Fatalf("round trip of the response: %d %s", r.code, r.body)
 	}
+	if lease["strict"] != true {
+		t.Fatalf("put response without the default strict: %s", r.body)
+	}
+	// strict false is proposed, answered and read back as given.
+	r = ts.do("PUT", "/v1/policies/loose", `{"algorithm":"fixed_window","limit":10,"window":"1h","lease":{"strict":false}}`)
+	if r.code != 200 {
+		t.Fatalf("put strict false: %d %s", r.code, r.body)
+	}
+	want = fsm.EncodePutPolicy(fsm.Policy{Name: "loose", Spec: mustSpecT(t, algo.Config{Algorithm: "fixed_window", Limit: 10, Window: "1h"}),
+		Lease: algo.Lease{Share: algo.DefaultLeaseShare, MaxTTL: algo.DefaultLeaseTTL, NoStrict: true}})
+	if got := ts.store.applied[len(ts.store.applied)-1]; string(got) != string(want) {
+		t.Fatalf("proposed %x, want %x", got, want)
+	}
+	if lease, _ := r.json(t)["lease"].(map[string]any); lease["strict"] != false {
+		t.Fatalf("put strict false answered %s", r.body)
+	}
+	if r := ts.do("PUT", "/v1/policies/loose", string(r.body)); r.code != 200 || string(ts.store.applied[len(ts.store.applied)-1]) != string(want) {
+		t.Fatalf("round trip of the strict false response: %d %s", r.code, r.body)
+	}
 	// An empty option takes algo's defaults.
 	if r := ts.do("PUT", "/v1/policies/tb", `{"algorithm":"token_bucket","limit":10,"window":"1s","lease":{}}`); r.code != 200 {
 		t.Fatalf("put with defaults: %d %s", r.code, r.body)
@@ -56,7 +77,9 @@ func TestPutPolicyLease(t *testing.T) {
 		{"share type", `{"algorithm":"fixed_window","limit":1,"window":"1s","lease":{"share":"half"}}`, "lease.share"},
 		{"ttl", `{"algorithm":"fixed_window","limit":1,"window":"1s","lease":{"max_ttl":"soon"}}`, "lease.max_ttl"},
 		{"ttl too long", `{"algorithm":"fixed_window","limit":1,"window":"1s","lease":{"max_ttl":"1h"}}`, "lease.max_ttl"},
-		{"unknown field", `{"algorithm":"fixed_window","limit":1,"window":"1s","lease":{"strict":true}}`, "lease.strict"},
+		{"unknown field", `{"algorithm":"fixed_window","limit":1,"window":"1s","lease":{"stict":true}}`, "lease.stict"},
+		{"strict type", `{"algorithm":"fixed_window","limit":1,"window":"1s","lease":{"strict":"yes"}}`, "lease.strict"},
+		{"strict number", `{"algorithm":"fixed_window","limit":1,"window":"1s","lease":{"strict":1}}`, "lease.strict"},
 		{"sliding log", `{"algorithm":"sliding_log","limit":1,"window":"1s","lease":{}}`, "lease"},
 		{"leaky bucket", `{"algorithm":"leaky_bucket","limit":1,"window":"1s","lease":{}}`, "lease"},
 		{"shadow", `{"algorithm":"fixed_window","limit":1,"window":"1s","shadow":true,"lease":{}}`, "lease"},
@@ -91,5 +114,29 @@ func TestLeaseMetricsRegistered(t *testing.T) {
 		if !strings.Contains(string(r.body), "\n"+name+" 0\n") {
 			t.Errorf("/metrics has no %s 0", name)
 		}
+	}
+}
+
+// TestLoadPoliciesLease: a policies file carries the lease option, strict
+// included, as a PUT does, and a bad strict names the policy and the field.
+func TestLoadPoliciesLease(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.json")
+	if err := os.WriteFile(good, []byte(`{"policies":{"q":{"algorithm":"fixed_window","limit":10,"window":"1h","lease":{"share":0.5,"max_ttl":"1m","strict":false}}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ps, err := LoadPolicies(good)
+	if err != nil || len(ps) != 1 {
+		t.Fatal(ps, err)
+	}
+	if want := (algo.Lease{Share: 500_000, MaxTTL: time.Minute, NoStrict: true}); ps[0].Lease != want {
+		t.Fatalf("lease %+v, want %+v", ps[0].Lease, want)
+	}
+	bad := filepath.Join(dir, "bad.json")
+	if err := os.WriteFile(bad, []byte(`{"policies":{"q":{"algorithm":"fixed_window","limit":10,"window":"1h","lease":{"strict":"no"}}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadPolicies(bad); err == nil || !strings.Contains(err.Error(), `policy "q": lease.strict`) {
+		t.Fatalf("bad strict: %v", err)
 	}
 }

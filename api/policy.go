@@ -25,7 +25,7 @@ type policyJSON struct {
 	// refusals from its over-limit cache; false sends each through the log.
 	LocalRefusals *bool `json:"local_refusals,omitempty"`
 	// Lease lets nodes reserve part of a key's budget and spend it from
-	// memory: {"share": 0.05, "max_ttl": "2s"} (service.ValidateLease).
+	// memory: {"share": 0.05, "max_ttl": "2s", "strict": true} (service.ValidateLease).
 	// Raw, so that its errors are located under "lease" (decodeLease).
 	Lease json.RawMessage `json:"lease,omitempty"`
 }
@@ -37,7 +37,7 @@ func policyOut(p fsm.Policy) policyJSON {
 		pj.Burst = &pj.Config.Burst
 	}
 	if p.Lease.Enabled() {
-		pj.Lease, _ = json.Marshal(p.Lease.Config()) // a struct of a float and a string: cannot fail
+		pj.Lease, _ = json.Marshal(p.Lease.Config()) // a float, a string and a bool: cannot fail
 	}
 	return pj
 }

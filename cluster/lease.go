@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync/atomic"
 
 	"github.com/limitd/limitd/fsm"
 )
@@ -17,6 +18,27 @@ import (
 // before proposing. The holder named in the entry is this node's id.
 
 const pathLease = "/internal/v1/lease"
+
+// leaseHook passes the state machine's lease events (fsm.LeaseHook) to the
+// lease table set with SetLeaseHook; before one is set they go nowhere (a
+// node that holds no leases has nothing to give back).
+type leaseHook struct{ to atomic.Pointer[fsm.LeaseHook] }
+
+func (h *leaseHook) Recall(policy, key string) {
+	if to := h.to.Load(); to != nil {
+		(*to).Recall(policy, key)
+	}
+}
+
+func (h *leaseHook) Returned(policy, key string) {
+	if to := h.to.Load(); to != nil {
+		(*to).Returned(policy, key)
+	}
+}
+
+// SetLeaseHook makes h hear of lease recalls and returns as this node's
+// state machine applies them (the service's lease table sets it).
+func (n *Node) SetLeaseHook(h fsm.LeaseHook) { n.leaseHook.to.Store(&h) }
 
 // GrantLeases asks for leases (fsm.LeaseRequest) held by this node. An error
 // means no grant is known: with ErrOutcomeUnknown some may have been made,

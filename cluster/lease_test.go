@@ -119,3 +119,88 @@ func TestLeasedChecksOnCluster(t *testing.T) {
 	}
 	t.Logf("%d allowed, %d from leases", allowed, answered)
 }
+
+// TestLeaseStrictOnCluster: the recall reaches a lease's holder through its
+// own replica (fsm.LeaseHook wired by Node.SetLeaseHook). One node's service
+// holds every unit left of a key in a lease valid for a minute; a strict
+// check on another node is refused at first only until the holder has
+// given the lease back, not for the minute.
+func TestLeaseStrictOnCluster(t *testing.T) {
+	c := clustertest.MakeCluster(t, 3, nil)
+	l := c.Leader()
+	ctx := context.Background()
+	spec, err := algo.Config{Algorithm: "fixed_window", Limit: 1_000_000, Window: "1h"}.Spec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Node(l).PutPolicy(ctx, fsm.Policy{Name: "q", Spec: spec, Lease: algo.Lease{Share: 1_000_000, MaxTTL: time.Minute}}); err != nil {
+		t.Fatal(err)
+	}
+	var svcs []*service.Service
+	for i := 0; i < 2; i++ {
+		for {
+			if _, ok := c.Node(i).Policy("q"); ok {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		s := service.New(c.Node(i), service.Config{})
+		t.Cleanup(func() { s.CloseLeases(context.Background()) })
+		svcs = append(svcs, s)
+	}
+	// A check that fails (a leadership change on a loaded machine) is
+	// sent again: what is tested is the answers.
+	check := func(s *service.Service) fsm.Decision {
+		t.Helper()
+		for i := 0; ; i++ {
+			res, e := s.Check(ctx, &service.CheckRequest{Key: "k", Policy: "q", Cost: 1})
+			if e == nil {
+				return res.Decision
+			}
+			if i == 20 {
+				t.Fatal(e)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	holder, other := svcs[0], svcs[1]
+	check(holder)
+	check(holder)                                // asks for a lease of everything left
+	deadline := time.Now().Add(30 * time.Second) // only against a hang: nothing here waits on time
+	for holder.LeaseStats().Taken == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no lease taken")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// The holder keeps checking, so its lease never goes back for being
+	// idle: only a recall can end it before its minute.
+	stop := make(chan struct{})
+	busy := make(chan struct{})
+	go func() {
+		defer close(busy)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(50 * time.Millisecond):
+				_, _ = holder.Check(ctx, &service.CheckRequest{Key: "k", Policy: "q", Cost: 1})
+			}
+		}
+	}()
+	defer func() { close(stop); <-busy }()
+	// Without the recall the other node is refused until the lease's
+	// minute is over; with it, as soon as the holder has given back.
+	for d := check(other); !d.Allowed; d = check(other) {
+		if !d.LeasedElsewhere || d.RetryAfter > time.Minute {
+			t.Fatalf("refusal %+v while a lease holds the rest", d)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still refused after 30 s: %+v, holder %+v", d, holder.LeaseStats())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if st := holder.LeaseStats(); st.Recalled == 0 {
+		t.Fatalf("holder %+v: allowed without a recall", st)
+	}
+}

@@ -245,6 +245,7 @@ type Node struct {
 	forwardBatch  *batcher // on a follower: ops → one forwarded request
 	fwd           *forwarder
 	stampMu       sync.Mutex
+	leaseHook     leaseHook // lease.go
 	lastStamp     int64
 	metrics       *metrics
 	fatal         atomic.Pointer[error]
@@ -306,7 +307,7 @@ func Open(cfg Config, bootstrap bool) (*Node, error) {
 
 	f, err := fsm.Open(filepath.Join(cfg.DataDir, "fsm.db"), fsm.Options{
 		NoSync: true, OnFatal: n.onFatal, CommitEvery: cfg.FSMCommitEvery, CacheKeys: cfg.FSMCacheKeys,
-		OverLimit: n.ol.cache,
+		OverLimit: n.ol.cache, Leases: &n.leaseHook, // lease.go
 		// It says why a file was set aside, or why applying stopped.
 		Logger: slog.NewLogLogger(cfg.Logger.With("component", "fsm").Handler(), slog.LevelWarn),
 	})

@@ -459,6 +459,11 @@ func (a *applier) decideOp(tx *persist.Tx, checks []checkRef, lims []limit, decs
 			}
 			t.data, t.expiry, t.changed = next, now+int64(d.ResetAfter), true
 		}
+		if !d.Allowed && ck.cost > 0 && lim.policy && !lim.shadow {
+			if err := a.leasedRefusal(tx, ck, lim, key, now, &dec); err != nil { // lease.go
+				return Result{}, err
+			}
+		}
 		allowed = allowed && dec.Allowed
 		decs[j] = dec
 	}

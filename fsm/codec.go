@@ -37,8 +37,9 @@ const (
 	resReplayed byte = 2
 	resErr      byte = 4
 
-	decAllowed       byte = 1
-	decShadowRefused byte = 2
+	decAllowed         byte = 1
+	decShadowRefused   byte = 2
+	decLeasedElsewhere byte = 4 // Decision.LeasedElsewhere
 )
 
 var (
@@ -250,6 +251,9 @@ func appendResult(dst []byte, r *Result) []byte {
 		if dd.ShadowRefused {
 			f |= decShadowRefused
 		}
+		if dd.LeasedElsewhere {
+			f |= decLeasedElsewhere
+		}
 		dst = append(dst, f)
 		dst = binary.AppendVarint(dst, dd.Limit)
 		dst = binary.AppendVarint(dst, dd.Remaining)
@@ -287,6 +291,7 @@ const (
 	policyShadow          byte = 1
 	policyNoLocalRefusals byte = 2 // Policy.NoLocalRefusals
 	policyLease           byte = 4 // Policy.Lease: uvarint(share) uvarint(max_ttl) after the spec
+	policyLeaseNoStrict   byte = 8 // Policy.Lease.NoStrict ("strict": false); only with policyLease
 )
 
 // appendPolicy writes version ‖ name ‖ flags ‖ spec [‖ lease]. It is both the payload
@@ -307,6 +312,11 @@ func appendPolicy(dst []byte, p Policy) []byte {
 		// Set only with a lease option, so policies without one encode
 		// as before.
 		flags |= policyLease
+		if p.Lease.NoStrict {
+			// Set only when off, so a lease option with the default
+			// strict encodes as before the field existed.
+			flags |= policyLeaseNoStrict
+		}
 	}
 	dst = append(dst, flags)
 	dst = algo.AppendSpec(dst, p.Spec)
@@ -331,8 +341,12 @@ func decodePolicy(d *decoder) (p Policy, invalid error) {
 	if d.err != nil {
 		return Policy{}, nil
 	}
-	if flags&^(policyShadow|policyNoLocalRefusals|policyLease) != 0 {
+	if flags&^(policyShadow|policyNoLocalRefusals|policyLease|policyLeaseNoStrict) != 0 {
 		d.fail(fmt.Errorf("unknown policy flags %#x", flags))
+		return Policy{}, nil
+	}
+	if flags&(policyLease|policyLeaseNoStrict) == policyLeaseNoStrict {
+		d.fail(fmt.Errorf("policy flags %#x: strict off without a lease option", flags))
 		return Policy{}, nil
 	}
 	p.Shadow = flags&policyShadow != 0
@@ -358,7 +372,7 @@ func decodePolicy(d *decoder) (p Policy, invalid error) {
 			// Well formed but invalid: an answer, not a reason to stop.
 			return p, &algo.FieldError{Field: "lease", Message: fmt.Sprintf("share %d or max_ttl %d out of range", share, ttl)}
 		}
-		p.Lease = algo.Lease{Share: int64(share), MaxTTL: time.Duration(ttl)}
+		p.Lease = algo.Lease{Share: int64(share), MaxTTL: time.Duration(ttl), NoStrict: flags&policyLeaseNoStrict != 0}
 		if err := algo.ValidateLease(s, p.Lease); err != nil {
 			return p, err
 		}
@@ -583,13 +597,14 @@ func (d *decoder) result() Result {
 	}
 	for i := 0; i < n && d.err == nil; i++ {
 		f := d.byte()
-		if f&^(decAllowed|decShadowRefused) != 0 {
+		if f&^(decAllowed|decShadowRefused|decLeasedElsewhere) != 0 {
 			d.fail(fmt.Errorf("unknown decision flags %#x", f))
 			break
 		}
 		dd := &r.Decisions[i]
 		dd.Allowed = f&decAllowed != 0
 		dd.ShadowRefused = f&decShadowRefused != 0
+		dd.LeasedElsewhere = f&decLeasedElsewhere != 0
 		dd.Limit = d.varint()
 		dd.Remaining = d.varint()
 		dd.ResetAfter = time.Duration(d.varint())

@@ -68,6 +68,9 @@ type Options struct {
 	// (Clear), in log order on the apply goroutine, so that the node can
 	// answer refusals from it (package overlimit). nil: no cache.
 	OverLimit *overlimit.Cache
+	// Leases, when set, hears of lease recalls and returns at apply time
+	// (LeaseHook, lease.go). nil: nobody listens.
+	Leases LeaseHook
 }
 
 // Stats are counters for metrics and the cluster status.

@@ -164,6 +164,53 @@ func init() {
 	})
 }
 
+// LeaseHook hears, on the apply goroutine of every replica and in log
+// order, of what a node holding leases must act on. It must not block (the
+// apply waits) and must not keep the strings' backing memory beyond the call
+// (they are copies, but cheap ones are not promised).
+type LeaseHook interface {
+	// Recall: a check under a policy with a strict lease option was
+	// refused while leases on key were outstanding. Their holders should
+	// give them back, so that the check, tried again, is refused only if
+	// the key truly has nothing left (service/lease.go).
+	Recall(policy, key string)
+	// Returned: a return of a lease on key was applied.
+	Returned(policy, key string)
+}
+
+// leasedRefusal is decideOp's hook for a refused check (cost > 0) under a
+// policy: when the policy has a lease option and leases on the key are
+// outstanding, the refusal may be false for now (their holders may give
+// units back), so dec says so (LeasedElsewhere) and its RetryAfter is at
+// most the time until the first of them expires: by then its holder has
+// given back what it did not spend (holders return before the expiry,
+// service/lease.go) or lost it. Under a strict lease option the holders are
+// also told to give their leases back (LeaseHook.Recall).
+func (a *applier) leasedRefusal(tx *persist.Tx, ck *checkRef, lim *limit, key []byte, now int64, dec *Decision) error {
+	p, ok := a.lookupPolicy(lim.ident)
+	if !ok || !p.Lease.Enabled() || dec.RetryAfter == algo.Never {
+		return nil // Never: no amount given back lets the cost pass
+	}
+	if _, err := a.readLeases(tx, a.leaseKey(key), now); err != nil || len(a.leaseEntries) == 0 {
+		return err
+	}
+	dec.LeasedElsewhere = true
+	dec.RetryAfter = min(dec.RetryAfter, time.Duration(max(a.firstLeaseExpiry()-now, 1)))
+	if h := a.f.opts.Leases; h != nil && p.Lease.Strict() {
+		h.Recall(p.Name, string(ck.key))
+	}
+	return nil
+}
+
+// firstLeaseExpiry is the earliest expiry in a.leaseEntries (not empty).
+func (a *applier) firstLeaseExpiry() int64 {
+	first := a.leaseEntries[0].expiry
+	for _, le := range a.leaseEntries[1:] {
+		first = min(first, le.expiry)
+	}
+	return first
+}
+
 // leaseEntry is one outstanding lease in a record.
 type leaseEntry struct {
 	holder []byte // aliases the record or the entry
@@ -329,11 +376,7 @@ func (a *applier) grantLease(tx *persist.Tx, holder []byte, lr *leaseRef, now in
 		return g, nil
 	}
 	if len(a.leaseEntries) >= MaxLeasesPerKey {
-		first := a.leaseEntries[0].expiry
-		for _, le := range a.leaseEntries {
-			first = min(first, le.expiry)
-		}
-		g.RetryAfter = time.Duration(first - now)
+		g.RetryAfter = time.Duration(a.firstLeaseExpiry() - now)
 		return g, nil
 	}
 	st, err := tx.State(key)
@@ -350,6 +393,11 @@ func (a *applier) grantLease(tx *persist.Tx, holder []byte, lr *leaseRef, now in
 	}
 	g.Remaining, g.RetryAfter = ag.Remaining, ag.RetryAfter
 	if ag.Units == 0 {
+		if len(a.leaseEntries) > 0 && g.RetryAfter != algo.Never {
+			// Everything left is leased: a unit may be free again when
+			// the first lease ends (given back, see leasedRefusal).
+			g.RetryAfter = min(g.RetryAfter, time.Duration(max(a.firstLeaseExpiry()-now, 1)))
+		}
 		return g, nil
 	}
 	g.Units, g.Window, g.Valid = ag.Units, ag.Window, ag.Valid
@@ -403,6 +451,9 @@ func (a *applier) returnLease(tx *persist.Tx, holder []byte, lr *leaseRef, now i
 	a.leaseEntries = append(a.leaseEntries[:i], a.leaseEntries[i+1:]...)
 	if err := a.writeLeases(tx, lkey, lprev); err != nil {
 		return 0, err
+	}
+	if h := a.f.opts.Leases; h != nil {
+		h.Returned(p.Name, string(lr.check.key))
 	}
 	unspent := min(max(lr.check.cost, 0), le.units)
 	key = a.storageKey(&lr.check, &lim) // leaseKey's buffer is separate, but be explicit

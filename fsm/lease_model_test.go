@@ -153,6 +153,27 @@ func (m *leaseModel) expire() {
 	}
 }
 
+// checkRefusal: a refusal while a live lease is outstanding says so, and its
+// retry_after is no later than the first live lease's deadline (when its
+// units come back or are lost), not the window's end.
+func (m *leaseModel) checkRefusal(d Decision) {
+	first := int64(-1)
+	for _, ls := range m.nodes {
+		for _, l := range ls {
+			if first < 0 || l.deadline < first {
+				first = l.deadline
+			}
+		}
+	}
+	if first < 0 || d.RetryAfter == algo.Never {
+		return
+	}
+	if !d.LeasedElsewhere || int64(d.RetryAfter) > first-m.now {
+		m.t.Fatalf("refused with a lease outstanding until %d (now %d): leased elsewhere %v, retry after %v",
+			first, m.now, d.LeasedElsewhere, d.RetryAfter)
+	}
+}
+
 func (m *leaseModel) drop(i int) {
 	for _, l := range m.nodes[i] {
 		m.lost[l.windowFrom] += l.units - l.spent
@@ -240,6 +261,8 @@ func runLeaseModel(t *testing.T, alg algo.Algorithm) {
 						rt.Fatal(res.Err)
 					} else if res.Allowed {
 						m.admit(cost)
+					} else {
+						m.checkRefusal(res.Decisions[0])
 					}
 				}
 			case 3, 4: // a grant

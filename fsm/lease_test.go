@@ -231,3 +231,36 @@ func TestLeasePolicyOutOfRange(t *testing.T) {
 		t.Fatal("proposable")
 	}
 }
+
+// TestLeaseStrictEncoding: "strict": false travels in the policy's flags
+// (the default, strict, encodes as before the field existed), decodes back,
+// is what a snapshot's policy bucket holds, and the flag without a lease
+// option is damaged input.
+func TestLeaseStrictEncoding(t *testing.T) {
+	spec, err := algo.Spec{Algorithm: algo.FixedWindow, Limit: 1000, Window: time.Hour}.Validate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol := Policy{Name: "p", Spec: spec, Lease: algo.Lease{Share: 50_000, MaxTTL: 2 * time.Second, NoStrict: true}}
+	const golden = "02010101700c0101e80780c0e285e36800000000d0860380a8d6b907"
+	if got := hex.EncodeToString(EncodePutPolicy(pol)); got != golden {
+		t.Fatalf("policy with strict false = %s, want %s", got, golden)
+	}
+	var c command
+	b, _ := hex.DecodeString(golden)
+	if err := decodeCommand(&c, b); err != nil || c.policyErr != nil || !reflect.DeepEqual(c.policy, pol) {
+		t.Fatalf("decodes as %+v (%v, %v)", c.policy, err, c.policyErr)
+	}
+	b[5] = 8 // the strict-off flag alone
+	if err := decodeCommand(&c, b); err == nil {
+		t.Fatal("strict off without a lease option decoded")
+	}
+	// Through apply (the policies bucket, which snapshots copy).
+	f := openFSM(t, "", Options{NoSync: true})
+	if r := newDriver(t, f).apply(EncodePutPolicy(pol)); r != nil {
+		t.Fatalf("put: %v", r)
+	}
+	if got, ok := f.Policy("p"); !ok || !reflect.DeepEqual(got, pol) {
+		t.Fatalf("applied policy %+v", got)
+	}
+}

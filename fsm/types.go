@@ -25,6 +25,11 @@ type Op struct {
 type Decision struct {
 	algo.Decision
 	ShadowRefused bool // the policy is in shadow mode and would have refused
+	// LeasedElsewhere: a refusal under a policy with a lease option while
+	// leases on the key were outstanding (their unspent units may come
+	// back); RetryAfter is then no later than the first of them ends
+	// (lease.go).
+	LeasedElsewhere bool
 }
 
 // Result is one op's answer. When Err is set nothing was consumed and

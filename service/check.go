@@ -164,6 +164,9 @@ func (s *Service) check(ctx context.Context, r *CheckRequest, detach bool) (Chec
 		// is, without the allocation.
 		ctx = context.Background()
 	}
+	if r.RequestID == "" && s.leases != nil && l.lease.Enabled() && l.lease.Strict() {
+		return s.decideStrict(ctx, c, l) // lease.go
+	}
 	return s.decideOne(ctx, c, l, r.RequestID, false)
 }
 

@@ -24,15 +24,36 @@ type replicated struct {
 	index   uint64
 	now     int64
 	entries int
+	hooks   hooks
 }
 
+// hooks passes the state machine's lease events to every node's lease
+// table, as each node's own replica would.
+type hooks struct {
+	mu sync.Mutex
+	hs []fsm.LeaseHook
+}
+
+func (h *hooks) each(f func(fsm.LeaseHook)) {
+	h.mu.Lock()
+	hs := h.hs
+	h.mu.Unlock()
+	for _, x := range hs {
+		f(x)
+	}
+}
+func (h *hooks) Recall(p, k string)   { h.each(func(x fsm.LeaseHook) { x.Recall(p, k) }) }
+func (h *hooks) Returned(p, k string) { h.each(func(x fsm.LeaseHook) { x.Returned(p, k) }) }
+
 func newReplicated(t *testing.T) *replicated {
-	f, err := fsm.Open(filepath.Join(t.TempDir(), "fsm.db"), fsm.Options{NoSync: true})
+	r := &replicated{now: time.Date(2026, 1, 5, 10, 0, 0, 0, time.UTC).UnixNano()}
+	f, err := fsm.Open(filepath.Join(t.TempDir(), "fsm.db"), fsm.Options{NoSync: true, Leases: &r.hooks})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = f.Close() })
-	return &replicated{f: f, now: time.Date(2026, 1, 5, 10, 0, 0, 0, time.UTC).UnixNano()}
+	r.f = f
+	return r
 }
 
 func (r *replicated) apply(build func(now int64) []byte) interface{} {
@@ -76,6 +97,12 @@ func (n *fsmNode) ReturnLeases(_ context.Context, rets []fsm.LeaseReturn) ([]int
 	return n.r.apply(func(now int64) []byte { return fsm.EncodeReturnLease(nil, now, n.id, rets) }).([]int64), nil
 }
 
+func (n *fsmNode) SetLeaseHook(h fsm.LeaseHook) {
+	n.r.hooks.mu.Lock()
+	n.r.hooks.hs = append(n.r.hooks.hs, h)
+	n.r.hooks.mu.Unlock()
+}
+
 // clock is a settable local clock for the lease tables.
 type clock struct {
 	mu sync.Mutex
@@ -94,6 +121,7 @@ func leasedServices(t *testing.T, r *replicated, n int, c *clock) []*Service {
 	for i := 0; i < n; i++ {
 		s := New(&fsmNode{r: r, id: string(rune('a' + i))}, Config{})
 		s.leases.now = c.now
+		s.leases.strictWait = 10 * time.Second // a return ends a strict wait, not this: no timing in the tests
 		t.Cleanup(func() { s.CloseLeases(context.Background()) })
 		ss = append(ss, s)
 	}
@@ -298,5 +326,182 @@ func TestLeaseReturnedBeforeReset(t *testing.T) {
 	}
 	if got := peekRemaining(t, s); got != 100 {
 		t.Fatalf("remaining %d after the reset, want the whole 100", got)
+	}
+}
+
+// leaseAll sets up two nodes and a key of limit 100 per hour whose whole
+// remaining budget node b then holds in a lease (share 1, max_ttl 1m), with
+// strict as given.
+func leaseAll(t *testing.T, strict bool) (r *replicated, a, b *Service) {
+	r = newReplicated(t)
+	c := &clock{t: time.Unix(1000, 0)}
+	ss := leasedServices(t, r, 2, c)
+	spec, _ := algo.Config{Algorithm: "fixed_window", Limit: 100, Window: "1h"}.Spec()
+	pol := fsm.Policy{Name: "daily", Spec: spec, Lease: algo.Lease{Share: 1_000_000, MaxTTL: time.Minute, NoStrict: !strict}}
+	if err := ss[0].node.PutPolicy(context.Background(), pol); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ { // two exact checks, the lease of 98, one check from it
+		if res, e := ss[1].Check(context.Background(), &CheckRequest{Key: "k", Policy: "daily", Cost: 1}); e != nil || !res.Decision.Allowed {
+			t.Fatalf("check %d on b: %+v %v", i, res, e)
+		}
+		waitGrants(ss[1])
+	}
+	if st := ss[1].LeaseStats(); st.Taken != 1 || st.Answered != 1 {
+		t.Fatalf("b: %+v", st)
+	}
+	return r, ss[0], ss[1]
+}
+
+// TestLeasedRefusalRetryAfter: without strict, a node with no lease is
+// refused while another holds everything left, and its retry_after is when
+// that lease ends at the latest (its holder gives back by then), not the
+// window's end an hour away.
+func TestLeasedRefusalRetryAfter(t *testing.T) {
+	_, a, _ := leaseAll(t, false)
+	res, e := a.Check(context.Background(), &CheckRequest{Key: "k", Policy: "daily", Cost: 1})
+	if e != nil {
+		t.Fatal(e)
+	}
+	d := res.Decision
+	if d.Allowed || !d.LeasedElsewhere || d.RetryAfter <= 0 || d.RetryAfter > time.Minute {
+		t.Fatalf("refusal with 97 units leased on b: %+v, want retry_after within the lease's minute", d)
+	}
+}
+
+// TestLeaseStrictRecall: with strict (the default), the same refusal makes b
+// give its lease back and is tried again: a is allowed. b then takes no new
+// lease for a while, and once the key is truly spent a refusal says no lease
+// is outstanding.
+func TestLeaseStrictRecall(t *testing.T) {
+	_, a, b := leaseAll(t, true)
+	res, e := a.Check(context.Background(), &CheckRequest{Key: "k", Policy: "daily", Cost: 1})
+	if e != nil || !res.Decision.Allowed {
+		t.Fatalf("strict check on a while b holds 97 unspent: %+v %v", res.Decision, e)
+	}
+	if st := b.LeaseStats(); st.Recalled != 1 || st.Held != 1 {
+		t.Fatalf("b after the recall: %+v", st)
+	}
+	if got := peekRemaining(t, a); got != 100-3-1 {
+		t.Fatalf("remaining %d after b gave back, want %d", got, 100-4)
+	}
+	spent := 4
+	for ; spent < 100; spent++ {
+		s := []*Service{a, b}[spent%2]
+		if res, e := s.Check(context.Background(), &CheckRequest{Key: "k", Policy: "daily", Cost: 1}); e != nil || !res.Decision.Allowed {
+			t.Fatalf("check %d: %+v %v", spent, res.Decision, e)
+		}
+		waitGrants(s)
+	}
+	for _, s := range []*Service{a, b} {
+		res, e := s.Check(context.Background(), &CheckRequest{Key: "k", Policy: "daily", Cost: 1})
+		if e != nil || res.Decision.Allowed || res.Decision.LeasedElsewhere {
+			t.Fatalf("past the limit: %+v %v", res.Decision, e)
+		}
+	}
+}
+
+// BenchmarkLeasedCheck: a check answered from a lease, through Service.Check
+// (validation, the lease table, the observer), the node-side share of a
+// leased check's CPU.
+func BenchmarkLeasedCheck(b *testing.B) {
+	r := newReplicated(&testing.T{})
+	s := New(&fsmNode{r: r, id: "a"}, Config{})
+	defer s.CloseLeases(context.Background())
+	spec, _ := algo.Config{Algorithm: "fixed_window", Limit: 1_000_000_000, Window: "24h"}.Spec()
+	if err := s.node.PutPolicy(context.Background(), fsm.Policy{Name: "daily", Spec: spec, Lease: algo.Lease{Share: 500_000, MaxTTL: 10 * time.Minute}}); err != nil {
+		b.Fatal(err)
+	}
+	req := &CheckRequest{Key: "k", Policy: "daily", Cost: 1}
+	for i := 0; i < 3; i++ {
+		if _, e := s.Check(context.Background(), req); e != nil {
+			b.Fatal(e)
+		}
+		waitGrants(s)
+	}
+	before := s.LeaseStats().Answered
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, e := s.Check(context.Background(), req); e != nil {
+			b.Fatal(e)
+		}
+	}
+	b.StopTimer()
+	if got := s.LeaseStats().Answered - before; got != uint64(b.N) {
+		b.Fatalf("%d of %d checks from the lease", got, b.N)
+	}
+}
+
+// TestLeaseGivenBackBeforeExpiry: a lease stops being spent leaseReturnLead
+// before its deadline and goes back then, while the leader still has it:
+// its unspent units are credited (a return after the expiry credits
+// nothing, which lost a slow key's leases whole).
+func TestLeaseGivenBackBeforeExpiry(t *testing.T) {
+	r := newReplicated(t)
+	c := &clock{t: time.Unix(1000, 0)}
+	s := leasedServices(t, r, 1, c)[0]
+	spec, _ := algo.Config{Algorithm: "fixed_window", Limit: 100, Window: "1h"}.Spec()
+	if err := s.node.PutPolicy(context.Background(), fsm.Policy{Name: "daily", Spec: spec, Lease: algo.Lease{Share: 500_000, MaxTTL: 2 * time.Second}}); err != nil {
+		t.Fatal(err)
+	}
+	check := func() {
+		t.Helper()
+		if res, e := s.Check(context.Background(), &CheckRequest{Key: "k", Policy: "daily", Cost: 1}); e != nil || !res.Decision.Allowed {
+			t.Fatalf("%+v %v", res.Decision, e)
+		}
+		waitGrants(s)
+	}
+	check()
+	check() // takes a lease of 49 (half of 98), valid 2 s
+	check() // from it
+	if st := s.LeaseStats(); st.Answered != 1 || st.Taken != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+	// Both clocks move 1.6 s: past the lease's end (2 s - 500 ms), before
+	// its expiry on the leader.
+	c.add(1600 * time.Millisecond)
+	r.mu.Lock()
+	r.now += int64(1600 * time.Millisecond)
+	r.mu.Unlock()
+	check() // through the log; the lease goes back (and a new one is asked for)
+	if st := s.LeaseStats(); st.Answered != 1 || st.Returned != 1 {
+		t.Fatalf("stats %+v: the lease was spent past its end, or not given back", st)
+	}
+	s.CloseLeases(context.Background())
+	if got := peekRemaining(t, s); got != 100-4 {
+		t.Fatalf("remaining %d after every lease went back, want %d: the return was not credited", got, 100-4)
+	}
+}
+
+// TestLeaseRefillHalfway: a lease barely spent is refilled once half of the
+// time it may be spent has passed, not before (each early refill is a grant
+// entry and a return of the lease it replaces).
+func TestLeaseRefillHalfway(t *testing.T) {
+	r := newReplicated(t)
+	c := &clock{t: time.Unix(1000, 0)}
+	s := leasedServices(t, r, 1, c)[0]
+	spec, _ := algo.Config{Algorithm: "fixed_window", Limit: 1000, Window: "1h"}.Spec()
+	if err := s.node.PutPolicy(context.Background(), fsm.Policy{Name: "daily", Spec: spec, Lease: algo.Lease{Share: 500_000, MaxTTL: 2 * time.Second}}); err != nil {
+		t.Fatal(err)
+	}
+	check := func() {
+		t.Helper()
+		if res, e := s.Check(context.Background(), &CheckRequest{Key: "k", Policy: "daily", Cost: 1}); e != nil || !res.Decision.Allowed {
+			t.Fatalf("%+v %v", res.Decision, e)
+		}
+		waitGrants(s)
+	}
+	check()
+	check() // a lease of 499, spent until 1.5 s (2 s less the return lead), refilled from 0.75 s
+	c.add(700 * time.Millisecond)
+	check()
+	if st := s.LeaseStats(); st.Taken != 1 || st.Answered != 1 {
+		t.Fatalf("at 0.7 s: %+v, want no refill yet", st)
+	}
+	c.add(100 * time.Millisecond)
+	check()
+	if st := s.LeaseStats(); st.Taken != 2 || st.Answered != 2 {
+		t.Fatalf("at 0.8 s: %+v, want the refill", st)
 	}
 }
