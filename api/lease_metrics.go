@@ -22,6 +22,8 @@ func leaseCollectors(svc *service.Service) []prometheus.Collector {
 			func(s service.LeaseStats) uint64 { return s.Lost }),
 		counter("limitd_leases_revoked_total", "Quota leases dropped because their policy changed.",
 			func(s service.LeaseStats) uint64 { return s.Revoked }),
+		counter("limitd_leases_recalled_total", "Quota leases this node gave back early because a strict refusal recalled them.",
+			func(s service.LeaseStats) uint64 { return s.Recalled }),
 		counter("limitd_lease_checks_total", "Checks this node answered from a quota lease, without a Raft round.",
 			func(s service.LeaseStats) uint64 { return s.Answered }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "limitd_leased_keys", Help: "Keys this node holds quota leases for."},

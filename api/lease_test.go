@@ -110,7 +110,7 @@ func TestLeaseMetricsRegistered(t *testing.T) {
 	ts := newTestServer(t, Config{})
 	r := ts.do("GET", "/metrics", "")
 	for _, name := range []string{"limitd_leases_taken_total", "limitd_leases_returned_total", "limitd_leases_lost_total",
-		"limitd_leases_revoked_total", "limitd_lease_checks_total", "limitd_leased_keys"} {
+		"limitd_leases_revoked_total", "limitd_leases_recalled_total", "limitd_lease_checks_total", "limitd_leased_keys"} {
 		if !strings.Contains(string(r.body), "\n"+name+" 0\n") {
 			t.Errorf("/metrics has no %s 0", name)
 		}

@@ -42,10 +42,10 @@ func (s *Service) LeaseSnapshot(limit int) (views []LeaseView, more int) {
 	for k, sl := range t.slots {
 		v := LeaseView{Policy: k.policy, Key: k.key}
 		for _, h := range [2]*heldLease{sl.cur, sl.next} {
-			if h != nil && now.Before(h.deadline) {
+			if h != nil && now.Before(h.end) {
 				v.Left += h.left()
 				v.Spent += h.spent
-				v.ExpiresIn = max(v.ExpiresIn, h.deadline.Sub(now))
+				v.ExpiresIn = max(v.ExpiresIn, h.end.Sub(now))
 			}
 		}
 		if v.Left <= 0 {
