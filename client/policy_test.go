@@ -3,7 +3,9 @@ package client_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
+	"reflect"
 	"testing"
 	"time"
 
@@ -80,6 +82,144 @@ func TestPolicyLocalRefusals(t *testing.T) {
 		t.Fatal("GET over HTTP: a put without LocalRefusals left the cache off")
 	}
 	if err := c.DeletePolicy(ctx, "lr-pay"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// httpLease reads a policy's "lease" straight from the HTTP API, bypassing
+// the client's decoding ("" when the policy has none).
+func httpLease(t *testing.T, name string) string {
+	t.Helper()
+	resp, err := http.Get("http://" + exampleAddr + "/v1/policies/" + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Lease json.RawMessage `json:"lease"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /v1/policies/%s: %d %v", name, resp.StatusCode, err)
+	}
+	return string(body.Lease)
+}
+
+// TestPolicyLease: the client carries "lease": a put stores it (GET over
+// HTTP shows it), GetPolicy and ListPolicies answer what PutPolicy did, a
+// get-modify-put keeps it, a nil share and empty max_ttl are the server's
+// defaults, and a put without it turns leases off.
+func TestPolicyLease(t *testing.T) {
+	c, err := client.New([]string{exampleAddr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	lim := client.Limit{Algorithm: "fixed_window", Limit: 1_000_000, Calendar: "day"}
+
+	share := 0.25
+	p, err := c.PutPolicy(ctx, client.Policy{Name: "lease-quota", Limit: lim, Lease: &client.Lease{Share: &share, MaxTTL: "3s"}})
+	want := &client.Lease{Share: &share, MaxTTL: "3s"}
+	if err != nil || !reflect.DeepEqual(p.Lease, want) {
+		t.Fatalf("PutPolicy with a lease: %+v %v, want lease %+v", p, err, want)
+	}
+	if got := httpLease(t, "lease-quota"); got != `{"share":0.25,"max_ttl":"3s"}` {
+		t.Fatalf("GET over HTTP: lease %s", got)
+	}
+	got, err := c.GetPolicy(ctx, "lease-quota")
+	if err != nil || !reflect.DeepEqual(got, p) {
+		t.Fatalf("GetPolicy: %+v %v, want %+v", got, err, p)
+	}
+	ps, err := c.ListPolicies(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, lp := range ps {
+		if lp.Name == "lease-quota" {
+			found = true
+			if !reflect.DeepEqual(lp, p) {
+				t.Fatalf("ListPolicies: %+v, want %+v", lp, p)
+			}
+		}
+	}
+	if !found {
+		t.Fatal("ListPolicies: no lease-quota")
+	}
+
+	// Read-modify-write: raise the limit of what GetPolicy answered.
+	got.Limit.Limit = 2_000_000
+	if p, err = c.PutPolicy(ctx, got); err != nil || !reflect.DeepEqual(p.Lease, want) {
+		t.Fatalf("get-modify-put: %+v %v, want lease %+v", p, err, want)
+	}
+	if l := httpLease(t, "lease-quota"); l != `{"share":0.25,"max_ttl":"3s"}` {
+		t.Fatalf("GET over HTTP after a get-modify-put: lease %s", l)
+	}
+
+	// An empty Lease is the server's defaults.
+	if p, err = c.PutPolicy(ctx, client.Policy{Name: "lease-quota", Limit: lim, Lease: &client.Lease{}}); err != nil ||
+		p.Lease == nil || p.Lease.Share == nil || *p.Lease.Share != 0.05 || p.Lease.MaxTTL != "2s" {
+		t.Fatalf("PutPolicy with an empty Lease: %+v %v", p, err)
+	}
+	// strict reaches the server: stored, or refused by name by a server
+	// that does not know it — never dropped.
+	p, err = c.PutPolicy(ctx, client.Policy{Name: "lease-quota", Limit: lim, Lease: &client.Lease{Strict: true}})
+	var ce *client.Error
+	if err == nil && (p.Lease == nil || !p.Lease.Strict) || err != nil && (!errors.As(err, &ce) || ce.Field != "lease.strict") {
+		t.Fatalf("PutPolicy with Strict: %+v %v, want it stored or refused naming lease.strict", p, err)
+	}
+	// A put without it has no leases.
+	if p, err = c.PutPolicy(ctx, client.Policy{Name: "lease-quota", Limit: lim}); err != nil || p.Lease != nil || httpLease(t, "lease-quota") != "" {
+		t.Fatalf("PutPolicy without a lease: %+v %v", p, err)
+	}
+	if err := c.DeletePolicy(ctx, "lease-quota"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPolicyLeaseErrors: a bad lease is ErrInvalidArgument naming the field
+// as the HTTP API does, and the stored policy is unchanged.
+func TestPolicyLeaseErrors(t *testing.T) {
+	c, err := client.New([]string{exampleAddr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	fixed := client.Limit{Algorithm: "fixed_window", Limit: 100, Window: "1h"}
+	share := 0.1
+	good := &client.Lease{Share: &share, MaxTTL: "1s"}
+	if _, err := c.PutPolicy(ctx, client.Policy{Name: "lease-bad", Limit: fixed, Lease: good}); err != nil {
+		t.Fatal(err)
+	}
+	zero, big := 0.0, 1.5
+	for _, tc := range []struct {
+		name  string
+		pol   client.Policy
+		field string
+	}{
+		{"share 0", client.Policy{Limit: fixed, Lease: &client.Lease{Share: &zero}}, "lease.share"},
+		{"share above 1", client.Policy{Limit: fixed, Lease: &client.Lease{Share: &big}}, "lease.share"},
+		{"max_ttl not a duration", client.Policy{Limit: fixed, Lease: &client.Lease{MaxTTL: "2"}}, "lease.max_ttl"},
+		{"max_ttl above 10m", client.Policy{Limit: fixed, Lease: &client.Lease{MaxTTL: "11m"}}, "lease.max_ttl"},
+		{"sliding_log", client.Policy{Limit: client.Limit{Algorithm: "sliding_log", Limit: 5, Window: "1m"}, Lease: good}, "lease"},
+		{"shadow", client.Policy{Limit: fixed, Shadow: true, Lease: good}, "lease"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.pol.Name = "lease-bad"
+			_, err := c.PutPolicy(ctx, tc.pol)
+			var ce *client.Error
+			if !errors.Is(err, client.ErrInvalidArgument) || !errors.As(err, &ce) || ce.Field != tc.field {
+				t.Fatalf("PutPolicy: %v, want invalid_argument naming %q", err, tc.field)
+			}
+		})
+	}
+	if got, err := c.GetPolicy(ctx, "lease-bad"); err != nil || !reflect.DeepEqual(got.Lease, good) || got.Limit.Limit != 100 {
+		t.Fatalf("after refused puts: %+v %v, want the first policy unchanged", got, err)
+	}
+	if err := c.DeletePolicy(ctx, "lease-bad"); err != nil {
 		t.Fatal(err)
 	}
 }

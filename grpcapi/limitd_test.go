@@ -301,6 +301,15 @@ func TestPolicyLease(t *testing.T) {
 		t.Fatalf("replicated default lease %+v", got)
 	}
 
+	// strict is stored and answered, or refused by name while the service
+	// does not carry it — never dropped.
+	pol, err = cl.PutPolicy(ctx, &limitdv1.PutPolicyRequest{Policy: &limitdv1.Policy{Name: "quota", Limit: daily, Lease: &limitdv1.Lease{Strict: true}}})
+	if err != nil {
+		wantError(t, err, codes.InvalidArgument, "invalid_argument", "policy.lease.strict")
+	} else if !pol.GetLease().GetStrict() {
+		t.Fatalf("PutPolicy with strict: %v, strict dropped", pol)
+	}
+
 	// A replace without the field has no leases.
 	pol, err = cl.PutPolicy(ctx, &limitdv1.PutPolicyRequest{Policy: &limitdv1.Policy{Name: "quota", Limit: daily}})
 	if err != nil || pol.Lease != nil || replicated().Enabled() {
@@ -332,7 +341,6 @@ func TestPolicyLeaseErrors(t *testing.T) {
 		{"sliding_log", &limitdv1.Policy{Limit: &limitdv1.Limit{Algorithm: "sliding_log", Limit: 5, Window: "1m"}, Lease: good}, "policy.lease"},
 		{"leaky_bucket", &limitdv1.Policy{Limit: &limitdv1.Limit{Algorithm: "leaky_bucket", Limit: 5, Window: "1s"}, Lease: good}, "policy.lease"},
 		{"shadow", &limitdv1.Policy{Limit: fixedWindow(100), Shadow: true, Lease: good}, "policy.lease"},
-		{"strict (not carried by the service yet)", &limitdv1.Policy{Limit: fixedWindow(100), Lease: &limitdv1.Lease{Strict: true}}, "policy.lease.strict"},
 		{"limit", &limitdv1.Policy{Limit: &limitdv1.Limit{Algorithm: "fixed_window", Limit: 100, Window: "60"}, Lease: good}, "policy.limit.window"},
 	} {
 		tc.pol.Name = "q"
