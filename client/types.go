@@ -54,10 +54,11 @@ type Lease struct {
 	// "2s" or "500ms", at most "10m". Empty is the server's default, "2s";
 	// GetPolicy always sets it.
 	MaxTTL string `json:"max_ttl,omitempty" yaml:"max_ttl,omitempty"`
-	// Strict is the HTTP API's "lease.strict" (docs/API.md, "Leases"). A
-	// server that does not know it refuses the policy (400 naming
+	// Strict is the HTTP API's "lease.strict" (docs/API.md, "Leases"); nil
+	// is the server's default, and GetPolicy sets it when the server has the
+	// field. A server that does not know it refuses it (400 naming
 	// "lease.strict") rather than drop it.
-	Strict bool `json:"strict,omitempty" yaml:"strict,omitempty"`
+	Strict *bool `json:"strict,omitempty" yaml:"strict,omitempty"`
 }
 
 // LocalRefusalsOn reports whether the policy's refusals may be answered from

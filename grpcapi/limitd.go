@@ -191,8 +191,9 @@ func leaseConfig(l *limitdv1.Lease) (*algo.LeaseConfig, *service.Error) {
 		share := l.GetShare()
 		c.Share = &share
 	}
-	if l.GetStrict() {
-		// The service does not carry "strict" yet: refused, never dropped.
+	if l.Strict != nil {
+		// algo.LeaseConfig has no "strict" on this server: refused, never
+		// dropped (nor read as a default it may not mean).
 		return nil, service.Invalid("policy.lease.strict", "not supported by this server")
 	}
 	return c, nil

@@ -92,7 +92,7 @@ type leaseFlags struct {
 	on     bool
 	share  optFloat
 	maxTTL string
-	strict bool
+	strict optBool
 }
 
 func (l *leaseFlags) register(fs *flag.FlagSet) {
@@ -102,17 +102,19 @@ func (l *leaseFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&l.on, "lease", false, "put: quota leases with the server's defaults (share "+share+", max_ttl "+ttl+"); implied by the other --lease-* flags")
 	fs.Var(&l.share, "lease-share", "put: quota leases: the part of what remains one lease takes, 0 < S <= 1 (default "+share+")")
 	fs.StringVar(&l.maxTTL, "lease-max-ttl", "", "put: quota leases: how long a lease may be spent, at most "+maxTTL+" (default "+ttl+")")
-	fs.BoolVar(&l.strict, "lease-strict", false, "put: quota leases: the lease option's \"strict\" (docs/API.md, Leases)")
+	fs.Var(&l.strict, "lease-strict", "put: quota leases: the lease option's \"strict\", true or false (docs/API.md, Leases; default: the server's)")
 }
 
-func (l *leaseFlags) given() bool { return l.on || l.share.v != nil || l.maxTTL != "" || l.strict }
+func (l *leaseFlags) given() bool {
+	return l.on || l.share.v != nil || l.maxTTL != "" || l.strict.v != nil
+}
 
 // lease is the policy's lease option (nil: no flag given).
 func (l *leaseFlags) lease() *client.Lease {
 	if !l.given() {
 		return nil
 	}
-	return &client.Lease{Share: l.share.v, MaxTTL: l.maxTTL, Strict: l.strict}
+	return &client.Lease{Share: l.share.v, MaxTTL: l.maxTTL, Strict: l.strict.v}
 }
 
 func policyFlagSet(cf *connFlags, lim *client.Limit, shadow *bool, local *optBool, lease *leaseFlags, file *string) *flag.FlagSet {
@@ -244,8 +246,8 @@ func printPolicies(w io.Writer, ps []client.Policy) {
 }
 
 // leaseText is a lease option in the table: "-" for none, else
-// "share=0.05,max_ttl=2s" (",strict" when set). The server sets share and
-// max_ttl; "default" stands for one left out.
+// "share=0.05,max_ttl=2s" (",strict=true" or false when the server answers
+// it). The server sets share and max_ttl; "default" stands for one left out.
 func leaseText(l *client.Lease) string {
 	if l == nil {
 		return "-"
@@ -258,8 +260,8 @@ func leaseText(l *client.Lease) string {
 		ttl = l.MaxTTL
 	}
 	s := "share=" + share + ",max_ttl=" + ttl
-	if l.Strict {
-		s += ",strict"
+	if l.Strict != nil {
+		s += ",strict=" + strconv.FormatBool(*l.Strict)
 	}
 	return s
 }

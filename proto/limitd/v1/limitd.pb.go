@@ -966,10 +966,11 @@ type Lease struct {
 	// Limit.window ("2s", "500ms"), at most "10m". Empty: the default, "2s";
 	// GetPolicy always sets it.
 	MaxTtl string `protobuf:"bytes,2,opt,name=max_ttl,json=maxTtl,proto3" json:"max_ttl,omitempty"`
-	// strict: the HTTP API's "lease.strict" (docs/API.md, "Leases"). A server
-	// that does not carry it refuses true (INVALID_ARGUMENT naming
+	// strict: the HTTP API's "lease.strict" (docs/API.md, "Leases"). Unset:
+	// the server's default; GetPolicy sets it when the server has the field. A
+	// server that does not carry it refuses it set (INVALID_ARGUMENT naming
 	// "policy.lease.strict") rather than drop it.
-	Strict        bool `protobuf:"varint,3,opt,name=strict,proto3" json:"strict,omitempty"`
+	Strict        *bool `protobuf:"varint,3,opt,name=strict,proto3,oneof" json:"strict,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1019,8 +1020,8 @@ func (x *Lease) GetMaxTtl() string {
 }
 
 func (x *Lease) GetStrict() bool {
-	if x != nil {
-		return x.Strict
+	if x != nil && x.Strict != nil {
+		return *x.Strict
 	}
 	return false
 }
@@ -1656,12 +1657,13 @@ const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"\x0elocal_refusals\x18\x04 \x01(\bH\x00R\rlocalRefusals\x88\x01\x01\x12+\n" +
 	"\x05lease\x18\x05 \x01(\v2\x10.limitd.v1.LeaseH\x01R\x05lease\x88\x01\x01B\x11\n" +
 	"\x0f_local_refusalsB\b\n" +
-	"\x06_lease\"]\n" +
+	"\x06_lease\"m\n" +
 	"\x05Lease\x12\x19\n" +
 	"\x05share\x18\x01 \x01(\x01H\x00R\x05share\x88\x01\x01\x12\x17\n" +
-	"\amax_ttl\x18\x02 \x01(\tR\x06maxTtl\x12\x16\n" +
-	"\x06strict\x18\x03 \x01(\bR\x06strictB\b\n" +
-	"\x06_share\"=\n" +
+	"\amax_ttl\x18\x02 \x01(\tR\x06maxTtl\x12\x1b\n" +
+	"\x06strict\x18\x03 \x01(\bH\x01R\x06strict\x88\x01\x01B\b\n" +
+	"\x06_shareB\t\n" +
+	"\a_strict\"=\n" +
 	"\x10PutPolicyRequest\x12)\n" +
 	"\x06policy\x18\x01 \x01(\v2\x11.limitd.v1.PolicyR\x06policy\"&\n" +
 	"\x10GetPolicyRequest\x12\x12\n" +
