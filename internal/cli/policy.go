@@ -23,6 +23,7 @@ const policyUsage = `Usage: limitd policy put|get|list|delete [flags] [NAME]
                            replace is the whole policy: give every flag it
                            keeps (--lease-*, --shadow, ...), or use
                            get --output json and put --file to edit one field
+                           (a replace that turns a lease off says so)
   put --file FILE          create or replace the policies in a JSON or YAML
                            file (admin): one policy object with "name", a list
                            of them, or the --policies file format
@@ -177,9 +178,17 @@ func runPolicy(args []string, env Env) int {
 	switch sub {
 	case "put":
 		for _, p := range puts {
+			// A put replaces the whole policy: read what it replaces, so
+			// that turning a lease off is said, not silent. (A failed read
+			// only loses the note.)
+			prev, prevErr := c.GetPolicy(ctx, p.Name)
 			stored, err := c.PutPolicy(ctx, p)
 			if err != nil {
 				return fail(env, fmt.Sprintf("%s %s", name, p.Name), err)
+			}
+			if prevErr == nil && prev.Lease != nil && stored.Lease == nil {
+				fmt.Fprintf(env.Stderr, "limitd %s %s: note: the policy had a lease (%s) and this put has none, so its leases are off; give --lease-* flags (or \"lease\" in a --file) to keep one\n",
+					name, p.Name, leaseText(prev.Lease))
 			}
 			out = append(out, stored)
 		}

@@ -140,9 +140,16 @@ func TestPolicyLeaseCLI(t *testing.T) {
 			t.Fatalf("put --lease-strict=%v: exit %d, stderr %q, lease %v", strict, code, errs, n.httpLease("quota"))
 		}
 	}
-	n.mustRun("policy", "put", "quota", "--algorithm", "fixed_window", "--limit", "1000000", "--calendar", "day")
+	// A replace without the flags turns leases off, and says so.
+	code, _, errs := n.run("policy", "put", "quota", "--algorithm", "fixed_window", "--limit", "1000000", "--calendar", "day")
+	if code != ExitOK || !strings.Contains(errs, "note: the policy had a lease (share=0.05,max_ttl=2s") {
+		t.Fatalf("put without --lease flags over a leased policy: exit %d, stderr %q, want a note", code, errs)
+	}
 	if got := n.httpLease("quota"); got != nil {
 		t.Fatalf("after a put without --lease flags: lease %v, want none", got)
+	}
+	if code, _, errs := n.run("policy", "put", "quota", "--algorithm", "fixed_window", "--limit", "1000000", "--calendar", "day"); code != ExitOK || errs != "" {
+		t.Fatalf("put over a policy without a lease: exit %d, stderr %q, want no note", code, errs)
 	}
 	if out := n.mustRun("policy", "list"); !strings.Contains(out, "quota") || strings.Contains(out, "share=") {
 		t.Fatalf("policy list without a lease: %s", out)
