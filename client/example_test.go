@@ -111,6 +111,31 @@ func ExampleError() {
 	// Output: true invalid_argument limit.window
 }
 
+// A daily quota whose busy keys are answered from quota leases; a
+// get-modify-put keeps the lease (PutPolicy replaces the whole policy).
+func ExampleLease() {
+	c, _ := client.New([]string{exampleAddr})
+	defer c.Close()
+	ctx := context.Background()
+	share := 0.05
+	_, err := c.PutPolicy(ctx, client.Policy{Name: "quota",
+		Limit: client.Limit{Algorithm: "fixed_window", Limit: 1_000_000, Calendar: "day"},
+		Lease: &client.Lease{Share: &share, MaxTTL: "2s"}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	p, err := c.GetPolicy(ctx, "quota")
+	if err != nil {
+		log.Fatal(err)
+	}
+	p.Limit.Limit = 2_000_000
+	if p, err = c.PutPolicy(ctx, p); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(p.Limit.Limit, *p.Lease.Share, p.Lease.MaxTTL)
+	// Output: 2000000 0.05 2s
+}
+
 // Layered limits decided as one atomic step.
 func ExampleClient_CheckAll() {
 	c, _ := client.New([]string{exampleAddr})

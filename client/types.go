@@ -36,6 +36,29 @@ type Policy struct {
 	// this policy. GetPolicy and ListPolicies set it (nil only from a server
 	// that predates the field, which means true).
 	LocalRefusals *bool `json:"local_refusals,omitempty" yaml:"local_refusals,omitempty"`
+	// Lease lets nodes reserve part of a busy key's budget and answer its
+	// allowed checks from memory (docs/API.md, "Leases"); nil: no leases.
+	// PutPolicy replaces the whole policy, so a put without it turns leases
+	// off; GetPolicy and ListPolicies set it when the policy has one, so a
+	// get-modify-put keeps it.
+	Lease *Lease `json:"lease,omitempty" yaml:"lease,omitempty"`
+}
+
+// Lease is a policy's lease option, with the HTTP API's fields and rules.
+type Lease struct {
+	// Share is the part of what remains that one lease takes, 0 < Share <= 1.
+	// nil is the server's default, 0.05 (a pointer, so that an explicit 0 is
+	// refused rather than read as the default); GetPolicy always sets it.
+	Share *float64 `json:"share,omitempty" yaml:"share,omitempty"`
+	// MaxTTL bounds how long a lease may be spent: a duration string such as
+	// "2s" or "500ms", at most "10m". Empty is the server's default, "2s";
+	// GetPolicy always sets it.
+	MaxTTL string `json:"max_ttl,omitempty" yaml:"max_ttl,omitempty"`
+	// Strict is the HTTP API's "lease.strict" (docs/API.md, "Leases"); nil
+	// is the server's default, and GetPolicy sets it when the server has the
+	// field. A server that does not know it refuses it (400 naming
+	// "lease.strict") rather than drop it.
+	Strict *bool `json:"strict,omitempty" yaml:"strict,omitempty"`
 }
 
 // LocalRefusalsOn reports whether the policy's refusals may be answered from

@@ -166,18 +166,73 @@ func (l *limitdServer) Reset(ctx context.Context, req *limitdv1.ResetRequest) (*
 
 func policyProto(p fsm.Policy) *limitdv1.Policy {
 	local := !p.NoLocalRefusals
-	return &limitdv1.Policy{Name: p.Name, Limit: limitProto(p.Spec), Shadow: p.Shadow, LocalRefusals: &local}
+	return &limitdv1.Policy{Name: p.Name, Limit: limitProto(p.Spec), Shadow: p.Shadow, LocalRefusals: &local, Lease: leaseProto(p.Lease)}
 }
 
-func (l *limitdServer) PutPolicy(ctx context.Context, req *limitdv1.PutPolicyRequest) (*limitdv1.Policy, error) {
-	p := req.GetPolicy()
+// leaseProto is a policy's lease option on the wire (nil: none); share and
+// max_ttl are always set, so that a get-modify-put keeps them exactly.
+func leaseProto(l algo.Lease) *limitdv1.Lease {
+	if !l.Enabled() {
+		return nil
+	}
+	c := l.Config()
+	return &limitdv1.Lease{Share: c.Share, MaxTtl: c.MaxTTL, Strict: c.Strict}
+}
+
+// leaseConfig decodes a policy's lease option (nil: none) into the HTTP
+// API's form, which service.ValidateLease validates; an unset share or an
+// empty max_ttl take the defaults, as omitted JSON fields do.
+func leaseConfig(l *limitdv1.Lease) (*algo.LeaseConfig, *service.Error) {
+	if l == nil {
+		return nil, nil
+	}
+	c := &algo.LeaseConfig{MaxTTL: l.GetMaxTtl()}
+	if l.Share != nil { // presence: an explicit 0 is refused, not the default
+		share := l.GetShare()
+		c.Share = &share
+	}
+	if l.Strict != nil {
+		strict := l.GetStrict()
+		c.Strict = &strict
+	}
+	return c, nil
+}
+
+// policyRequest decodes a PutPolicy request's policy. It validates it as
+// service.PutPolicy does, so that errors name the field's path in the
+// request ("policy.name", "policy.limit.window", "policy.lease.share")
+// rather than in the HTTP body; PutPolicy validates the same request again.
+func policyRequest(p *limitdv1.Policy) (service.PolicyRequest, *service.Error) {
 	if p == nil || p.GetLimit() == nil {
-		return nil, toStatus(service.Invalid("policy.limit", "required"))
+		return service.PolicyRequest{}, service.Invalid("policy.limit", "required")
+	}
+	lease, e := leaseConfig(p.GetLease())
+	if e != nil {
+		return service.PolicyRequest{}, e
 	}
 	// local_refusals has presence: unset is the default, true (GetLocalRefusals
 	// would read it as false).
 	noLocal := p.LocalRefusals != nil && !*p.LocalRefusals
-	pol, e := l.svc().PutPolicy(ctx, service.PolicyRequest{Name: p.GetName(), Config: limitConfig(p.GetLimit()), Shadow: p.GetShadow(), NoLocalRefusals: noLocal})
+	r := service.PolicyRequest{Name: p.GetName(), Config: limitConfig(p.GetLimit()), Shadow: p.GetShadow(), NoLocalRefusals: noLocal, Lease: lease}
+	if e := service.ValidatePolicyName(r.Name, "policy.name"); e != nil {
+		return r, e
+	}
+	spec, e := service.ValidateLimit(r.Config, "policy.limit")
+	if e != nil {
+		return r, e
+	}
+	if _, e := service.ValidateLease(r.Lease, spec, r.Shadow, "policy"); e != nil {
+		return r, e
+	}
+	return r, nil
+}
+
+func (l *limitdServer) PutPolicy(ctx context.Context, req *limitdv1.PutPolicyRequest) (*limitdv1.Policy, error) {
+	r, e := policyRequest(req.GetPolicy())
+	if e != nil {
+		return nil, toStatus(e)
+	}
+	pol, e := l.svc().PutPolicy(ctx, r)
 	if e != nil {
 		return nil, toStatus(e)
 	}

@@ -59,6 +59,8 @@ func TestCLIGolden(t *testing.T) {
 		{"policy-get-json", []string{"policy", "get", "api", "--output", "json"}},
 		{"policy-put-local-refusals-off", []string{"policy", "put", "pay", "--algorithm", "fixed_window", "--limit", "100", "--window", "1h", "--local-refusals=false", "--token", "secret"}},
 		{"policy-get-local-refusals-off-json", []string{"policy", "get", "pay", "--output", "json"}},
+		{"policy-put-lease", []string{"policy", "put", "quota", "--algorithm", "fixed_window", "--limit", "1000000", "--calendar", "day", "--lease-share", "0.05", "--lease-max-ttl", "2s", "--token", "secret"}},
+		{"policy-get-lease-json", []string{"policy", "get", "quota", "--output", "json"}},
 		{"check-allowed", []string{"check", "--policy", "api", "user:1"}},
 		{"check-allowed-json", []string{"check", "--policy", "api", "user:1", "--output", "json"}},
 		{"check-refused", []string{"check", "--policy", "api", "user:1"}},

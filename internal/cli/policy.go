@@ -13,12 +13,17 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/limitd/limitd/algo"
 	"github.com/limitd/limitd/client"
 )
 
 const policyUsage = `Usage: limitd policy put|get|list|delete [flags] [NAME]
 
-  put NAME [limit flags]   create or replace a policy from flags (admin)
+  put NAME [limit flags]   create or replace a policy from flags (admin); a
+                           replace is the whole policy: give every flag it
+                           keeps (--lease-*, --shadow, ...), or use
+                           get --output json and put --file to edit one field
+                           (a replace that turns a lease off says so)
   put --file FILE          create or replace the policies in a JSON or YAML
                            file (admin): one policy object with "name", a list
                            of them, or the --policies file format
@@ -30,6 +35,9 @@ const policyUsage = `Usage: limitd policy put|get|list|delete [flags] [NAME]
 Example:
   limitd policy put api --algorithm sliding_window --limit 100 --window 60s
   limitd policy put payments --algorithm fixed_window --limit 100 --window 1h --local-refusals=false
+  limitd policy put quota --algorithm fixed_window --limit 1000000 --calendar day --lease-share 0.05 --lease-max-ttl 2s
+  limitd policy get quota --output json > quota.json   # edit, then:
+  limitd policy put --file quota.json
   limitd policy put --file policies.yaml
   limitd policy list --output json
 
@@ -58,11 +66,64 @@ func (o *optBool) Set(s string) error {
 
 func (o *optBool) IsBoolFlag() bool { return true }
 
-func policyFlagSet(cf *connFlags, lim *client.Limit, shadow *bool, local *optBool, file *string) *flag.FlagSet {
+// optFloat is a float flag that remembers whether it was given, so that an
+// absent --lease-share leaves the share to the server's default while an
+// explicit 0 is sent (and refused by the server, naming lease.share).
+type optFloat struct{ v *float64 }
+
+func (o *optFloat) String() string {
+	if o == nil || o.v == nil {
+		return ""
+	}
+	return strconv.FormatFloat(*o.v, 'g', -1, 64)
+}
+
+func (o *optFloat) Set(s string) error {
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return errors.New("want a number")
+	}
+	o.v = &f
+	return nil
+}
+
+// leaseFlags are put's --lease* flags: any of them gives the policy a lease
+// option; the values the flags leave out take the server's defaults.
+type leaseFlags struct {
+	on     bool
+	share  optFloat
+	maxTTL string
+	strict optBool
+}
+
+func (l *leaseFlags) register(fs *flag.FlagSet) {
+	// The defaults and bounds are the server's (algo), quoted for the help.
+	share := strconv.FormatFloat(float64(algo.DefaultLeaseShare)/float64(algo.LeaseShareScale), 'g', -1, 64)
+	ttl, maxTTL := algo.FormatWindow(algo.DefaultLeaseTTL), algo.FormatWindow(algo.MaxLeaseTTL)
+	fs.BoolVar(&l.on, "lease", false, "put: quota leases with the server's defaults (share "+share+", max_ttl "+ttl+"); implied by the other --lease-* flags")
+	fs.Var(&l.share, "lease-share", "put: quota leases: the part of what remains one lease takes, 0 < S <= 1 (default "+share+")")
+	fs.StringVar(&l.maxTTL, "lease-max-ttl", "", "put: quota leases: how long a lease may be spent, at most "+maxTTL+" (default "+ttl+")")
+	fs.Var(&l.strict, "lease-strict", "put: quota leases: the lease option's \"strict\", true or false (docs/API.md, Leases; default: the server's)")
+}
+
+func (l *leaseFlags) given() bool {
+	return l.on || l.share.v != nil || l.maxTTL != "" || l.strict.v != nil
+}
+
+// lease is the policy's lease option (nil: no flag given).
+func (l *leaseFlags) lease() *client.Lease {
+	if !l.given() {
+		return nil
+	}
+	return &client.Lease{Share: l.share.v, MaxTTL: l.maxTTL, Strict: l.strict.v}
+}
+
+func policyFlagSet(cf *connFlags, lim *client.Limit, shadow *bool, local *optBool, lease *leaseFlags, file *string) *flag.FlagSet {
 	fs := flag.NewFlagSet("policy", flag.ContinueOnError)
 	registerLimit(fs, lim)
 	fs.BoolVar(shadow, "shadow", false, "put: dry run — checks always allow and report shadow_refused")
 	fs.Var(local, "local-refusals", "put: =false sends each refusal of the policy through the log instead of the over-limit cache (default true)")
+	lease.register(fs)
 	fs.StringVar(file, "file", "", "put: JSON or YAML file of policies (- for stdin)")
 	cf.register(fs)
 	return fs
@@ -73,8 +134,9 @@ func runPolicy(args []string, env Env) int {
 	var lim client.Limit
 	var shadow bool
 	var local optBool
+	var lease leaseFlags
 	var file string
-	fs := policyFlagSet(&cf, &lim, &shadow, &local, &file)
+	fs := policyFlagSet(&cf, &lim, &shadow, &local, &lease, &file)
 	sub, pos, code, ok := parseSubcommand(env, "policy", policyUsage, fs, args, "put", "get", "list", "delete")
 	if !ok {
 		return code
@@ -96,7 +158,7 @@ func runPolicy(args []string, env Env) int {
 	var puts []client.Policy
 	if sub == "put" {
 		if file != "" {
-			if lim != (client.Limit{}) || shadow || local.v != nil {
+			if lim != (client.Limit{}) || shadow || local.v != nil || lease.given() {
 				return usageError(env, name, "give --file or limit flags, not both")
 			}
 			var err error
@@ -104,7 +166,7 @@ func runPolicy(args []string, env Env) int {
 				return usageError(env, name, "%v", err)
 			}
 		} else {
-			puts = []client.Policy{{Name: pos[0], Limit: lim, Shadow: shadow, LocalRefusals: local.v}}
+			puts = []client.Policy{{Name: pos[0], Limit: lim, Shadow: shadow, LocalRefusals: local.v, Lease: lease.lease()}}
 		}
 	}
 	c, ctx, done, err := cf.dial()
@@ -116,9 +178,17 @@ func runPolicy(args []string, env Env) int {
 	switch sub {
 	case "put":
 		for _, p := range puts {
+			// A put replaces the whole policy: read what it replaces, so
+			// that turning a lease off is said, not silent. (A failed read
+			// only loses the note.)
+			prev, prevErr := c.GetPolicy(ctx, p.Name)
 			stored, err := c.PutPolicy(ctx, p)
 			if err != nil {
 				return fail(env, fmt.Sprintf("%s %s", name, p.Name), err)
+			}
+			if prevErr == nil && prev.Lease != nil && stored.Lease == nil {
+				fmt.Fprintf(env.Stderr, "limitd %s %s: note: the policy had a lease (%s) and this put has none, so its leases are off; give --lease-* flags (or \"lease\" in a --file) to keep one\n",
+					name, p.Name, leaseText(prev.Lease))
 			}
 			out = append(out, stored)
 		}
@@ -162,7 +232,7 @@ func runPolicy(args []string, env Env) int {
 
 func printPolicies(w io.Writer, ps []client.Policy) {
 	tw := newTable(w)
-	fmt.Fprintln(tw, "NAME\tALGORITHM\tLIMIT\tWINDOW\tBURST\tSHADOW\tLOCAL_REFUSALS")
+	fmt.Fprintln(tw, "NAME\tALGORITHM\tLIMIT\tWINDOW\tBURST\tSHADOW\tLOCAL_REFUSALS\tLEASE")
 	for _, p := range ps {
 		win := p.Window
 		if p.Calendar != "" {
@@ -179,14 +249,38 @@ func printPolicies(w io.Writer, ps []client.Policy) {
 		if p.CountRefused {
 			alg += " (count refused)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%v\t%v\n", p.Name, alg, p.Limit.Limit, win, burst, p.Shadow, p.LocalRefusalsOn())
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%v\t%v\t%s\n", p.Name, alg, p.Limit.Limit, win, burst, p.Shadow, p.LocalRefusalsOn(), leaseText(p.Lease))
 	}
 	tw.Flush()
 }
 
+// leaseText is a lease option in the table: "-" for none, else
+// "share=0.05,max_ttl=2s" (",strict=true" or false when the server answers
+// it). The server sets share and max_ttl; "default" stands for one left out.
+func leaseText(l *client.Lease) string {
+	if l == nil {
+		return "-"
+	}
+	share, ttl := "default", "default"
+	if l.Share != nil {
+		share = strconv.FormatFloat(*l.Share, 'g', -1, 64)
+	}
+	if l.MaxTTL != "" {
+		ttl = l.MaxTTL
+	}
+	s := "share=" + share + ",max_ttl=" + ttl
+	if l.Strict != nil {
+		s += ",strict=" + strconv.FormatBool(*l.Strict)
+	}
+	return s
+}
+
 // policyFields are the fields a policy object may have in a file.
 var policyFields = map[string]bool{"name": true, "algorithm": true, "limit": true, "window": true, "burst": true,
-	"count_refused": true, "calendar": true, "timezone": true, "shadow": true, "local_refusals": true}
+	"count_refused": true, "calendar": true, "timezone": true, "shadow": true, "local_refusals": true, "lease": true}
+
+// leaseFields are the fields of a policy's "lease" object in a file.
+var leaseFields = map[string]bool{"share": true, "max_ttl": true, "strict": true}
 
 // readPolicyFile reads policies from a JSON or YAML file: one policy object
 // with "name", a list of them, or {"policies": {NAME: {...}}}. Unknown
@@ -255,6 +349,17 @@ func readPolicyFile(path string, stdin io.Reader) ([]client.Policy, error) {
 		for k := range o {
 			if !policyFields[k] {
 				return nil, fmt.Errorf("%s: %s: unknown field %q", path, label, k)
+			}
+		}
+		if l, ok := o["lease"]; ok && l != nil { // null is no lease, as over HTTP
+			lm, ok := l.(map[string]any)
+			if !ok {
+				return nil, fmt.Errorf("%s: %s: lease: want an object such as {\"share\": 0.05, \"max_ttl\": \"2s\"}", path, label)
+			}
+			for k := range lm {
+				if !leaseFields[k] {
+					return nil, fmt.Errorf("%s: %s: unknown field %q", path, label, "lease."+k)
+				}
 			}
 		}
 		b, err := json.Marshal(o)

@@ -6,12 +6,13 @@
 // "conflict", "unauthenticated", "unavailable", "outcome_unknown",
 // "internal") and domain "limitd.dev"; an invalid field adds a
 // google.rpc.BadRequest naming the field with the HTTP API's names
-// ("checks[1].limit.window"). Status codes: invalid_argument →
-// INVALID_ARGUMENT, not_found → NOT_FOUND, conflict → ALREADY_EXISTS,
-// unauthenticated → UNAUTHENTICATED, unavailable → UNAVAILABLE (nothing was
-// counted: retry), outcome_unknown → ABORTED (may or may not have been
-// counted: retry with the same request_id), internal → INTERNAL, and a
-// deadline → DEADLINE_EXCEEDED.
+// ("checks[1].limit.window"); PutPolicy names it by its path in the
+// request ("policy.name", "policy.limit.window", "policy.lease.share").
+// Status codes: invalid_argument → INVALID_ARGUMENT, not_found → NOT_FOUND,
+// conflict → ALREADY_EXISTS, unauthenticated → UNAUTHENTICATED, unavailable
+// → UNAVAILABLE (nothing was counted: retry), outcome_unknown → ABORTED (may
+// or may not have been counted: retry with the same request_id), internal →
+// INTERNAL, and a deadline → DEADLINE_EXCEEDED.
 //
 // Admin RPCs (Reset, PutPolicy, DeletePolicy, PutRLSDomain, DeleteRLSDomain)
 // need the metadata "authorization: Bearer <token>" when the node runs with
@@ -878,6 +879,12 @@ type Policy struct {
 	// the default, true; false sends every refusal through the log. GetPolicy
 	// and ListPolicies always set it.
 	LocalRefusals *bool `protobuf:"varint,4,opt,name=local_refusals,json=localRefusals,proto3,oneof" json:"local_refusals,omitempty"`
+	// lease (the HTTP API's "lease"): nodes may reserve part of a key's budget
+	// and answer allowed checks from memory (docs/API.md, "Leases"). Unset: no
+	// leases. PutPolicy replaces the whole policy, so a replace without it
+	// turns leases off; GetPolicy and ListPolicies set it when the policy has
+	// one, so a get-modify-put keeps it.
+	Lease         *Lease `protobuf:"bytes,5,opt,name=lease,proto3,oneof" json:"lease,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -940,6 +947,86 @@ func (x *Policy) GetLocalRefusals() bool {
 	return false
 }
 
+func (x *Policy) GetLease() *Lease {
+	if x != nil {
+		return x.Lease
+	}
+	return nil
+}
+
+// Lease is a policy's lease option, with the HTTP API's field names, rules
+// and defaults; errors name "policy.lease.share", "policy.lease.max_ttl",
+// "policy.lease.strict" or "policy.lease" (an algorithm without a leased
+// form, or a shadow policy).
+type Lease struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// share of what remains that one lease takes: 0 < share <= 1. Unset: the
+	// default, 0.05; GetPolicy always sets it.
+	Share *float64 `protobuf:"fixed64,1,opt,name=share,proto3,oneof" json:"share,omitempty"`
+	// max_ttl bounds how long a lease may be spent: a duration string like
+	// Limit.window ("2s", "500ms"), at most "10m". Empty: the default, "2s";
+	// GetPolicy always sets it.
+	MaxTtl string `protobuf:"bytes,2,opt,name=max_ttl,json=maxTtl,proto3" json:"max_ttl,omitempty"`
+	// strict: the HTTP API's "lease.strict" (docs/API.md, "Leases"). Unset:
+	// the server's default; GetPolicy sets it when the server has the field. A
+	// server that does not carry it refuses it set (INVALID_ARGUMENT naming
+	// "policy.lease.strict") rather than drop it.
+	Strict        *bool `protobuf:"varint,3,opt,name=strict,proto3,oneof" json:"strict,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Lease) Reset() {
+	*x = Lease{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Lease) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Lease) ProtoMessage() {}
+
+func (x *Lease) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Lease.ProtoReflect.Descriptor instead.
+func (*Lease) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *Lease) GetShare() float64 {
+	if x != nil && x.Share != nil {
+		return *x.Share
+	}
+	return 0
+}
+
+func (x *Lease) GetMaxTtl() string {
+	if x != nil {
+		return x.MaxTtl
+	}
+	return ""
+}
+
+func (x *Lease) GetStrict() bool {
+	if x != nil && x.Strict != nil {
+		return *x.Strict
+	}
+	return false
+}
+
 type PutPolicyRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Policy        *Policy                `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
@@ -949,7 +1036,7 @@ type PutPolicyRequest struct {
 
 func (x *PutPolicyRequest) Reset() {
 	*x = PutPolicyRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[14]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -961,7 +1048,7 @@ func (x *PutPolicyRequest) String() string {
 func (*PutPolicyRequest) ProtoMessage() {}
 
 func (x *PutPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[14]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -974,7 +1061,7 @@ func (x *PutPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutPolicyRequest.ProtoReflect.Descriptor instead.
 func (*PutPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{14}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PutPolicyRequest) GetPolicy() *Policy {
@@ -993,7 +1080,7 @@ type GetPolicyRequest struct {
 
 func (x *GetPolicyRequest) Reset() {
 	*x = GetPolicyRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[15]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1005,7 +1092,7 @@ func (x *GetPolicyRequest) String() string {
 func (*GetPolicyRequest) ProtoMessage() {}
 
 func (x *GetPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[15]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1018,7 +1105,7 @@ func (x *GetPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPolicyRequest.ProtoReflect.Descriptor instead.
 func (*GetPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{15}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GetPolicyRequest) GetName() string {
@@ -1036,7 +1123,7 @@ type ListPoliciesRequest struct {
 
 func (x *ListPoliciesRequest) Reset() {
 	*x = ListPoliciesRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[16]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1048,7 +1135,7 @@ func (x *ListPoliciesRequest) String() string {
 func (*ListPoliciesRequest) ProtoMessage() {}
 
 func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[16]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1061,7 +1148,7 @@ func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ListPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{16}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{17}
 }
 
 type ListPoliciesResponse struct {
@@ -1073,7 +1160,7 @@ type ListPoliciesResponse struct {
 
 func (x *ListPoliciesResponse) Reset() {
 	*x = ListPoliciesResponse{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[17]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1085,7 +1172,7 @@ func (x *ListPoliciesResponse) String() string {
 func (*ListPoliciesResponse) ProtoMessage() {}
 
 func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[17]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1098,7 +1185,7 @@ func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ListPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{17}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListPoliciesResponse) GetPolicies() []*Policy {
@@ -1117,7 +1204,7 @@ type DeletePolicyRequest struct {
 
 func (x *DeletePolicyRequest) Reset() {
 	*x = DeletePolicyRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[18]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1129,7 +1216,7 @@ func (x *DeletePolicyRequest) String() string {
 func (*DeletePolicyRequest) ProtoMessage() {}
 
 func (x *DeletePolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[18]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1142,7 +1229,7 @@ func (x *DeletePolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePolicyRequest.ProtoReflect.Descriptor instead.
 func (*DeletePolicyRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{18}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *DeletePolicyRequest) GetName() string {
@@ -1160,7 +1247,7 @@ type DeletePolicyResponse struct {
 
 func (x *DeletePolicyResponse) Reset() {
 	*x = DeletePolicyResponse{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[19]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1172,7 +1259,7 @@ func (x *DeletePolicyResponse) String() string {
 func (*DeletePolicyResponse) ProtoMessage() {}
 
 func (x *DeletePolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[19]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1185,7 +1272,7 @@ func (x *DeletePolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePolicyResponse.ProtoReflect.Descriptor instead.
 func (*DeletePolicyResponse) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{19}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{20}
 }
 
 // RLSDomain is one domain's configuration.
@@ -1201,7 +1288,7 @@ type RLSDomain struct {
 
 func (x *RLSDomain) Reset() {
 	*x = RLSDomain{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[20]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1213,7 +1300,7 @@ func (x *RLSDomain) String() string {
 func (*RLSDomain) ProtoMessage() {}
 
 func (x *RLSDomain) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[20]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1226,7 +1313,7 @@ func (x *RLSDomain) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RLSDomain.ProtoReflect.Descriptor instead.
 func (*RLSDomain) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{20}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RLSDomain) GetDomain() string {
@@ -1254,7 +1341,7 @@ type PutRLSDomainRequest struct {
 
 func (x *PutRLSDomainRequest) Reset() {
 	*x = PutRLSDomainRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[21]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1266,7 +1353,7 @@ func (x *PutRLSDomainRequest) String() string {
 func (*PutRLSDomainRequest) ProtoMessage() {}
 
 func (x *PutRLSDomainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[21]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1279,7 +1366,7 @@ func (x *PutRLSDomainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutRLSDomainRequest.ProtoReflect.Descriptor instead.
 func (*PutRLSDomainRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{21}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *PutRLSDomainRequest) GetDomain() string {
@@ -1305,7 +1392,7 @@ type GetRLSDomainRequest struct {
 
 func (x *GetRLSDomainRequest) Reset() {
 	*x = GetRLSDomainRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[22]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1317,7 +1404,7 @@ func (x *GetRLSDomainRequest) String() string {
 func (*GetRLSDomainRequest) ProtoMessage() {}
 
 func (x *GetRLSDomainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[22]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1330,7 +1417,7 @@ func (x *GetRLSDomainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRLSDomainRequest.ProtoReflect.Descriptor instead.
 func (*GetRLSDomainRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{22}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GetRLSDomainRequest) GetDomain() string {
@@ -1348,7 +1435,7 @@ type ListRLSDomainsRequest struct {
 
 func (x *ListRLSDomainsRequest) Reset() {
 	*x = ListRLSDomainsRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[23]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1360,7 +1447,7 @@ func (x *ListRLSDomainsRequest) String() string {
 func (*ListRLSDomainsRequest) ProtoMessage() {}
 
 func (x *ListRLSDomainsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[23]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1373,7 +1460,7 @@ func (x *ListRLSDomainsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRLSDomainsRequest.ProtoReflect.Descriptor instead.
 func (*ListRLSDomainsRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{23}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{24}
 }
 
 type ListRLSDomainsResponse struct {
@@ -1385,7 +1472,7 @@ type ListRLSDomainsResponse struct {
 
 func (x *ListRLSDomainsResponse) Reset() {
 	*x = ListRLSDomainsResponse{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[24]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1397,7 +1484,7 @@ func (x *ListRLSDomainsResponse) String() string {
 func (*ListRLSDomainsResponse) ProtoMessage() {}
 
 func (x *ListRLSDomainsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[24]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1410,7 +1497,7 @@ func (x *ListRLSDomainsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRLSDomainsResponse.ProtoReflect.Descriptor instead.
 func (*ListRLSDomainsResponse) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{24}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListRLSDomainsResponse) GetDomains() []*RLSDomain {
@@ -1429,7 +1516,7 @@ type DeleteRLSDomainRequest struct {
 
 func (x *DeleteRLSDomainRequest) Reset() {
 	*x = DeleteRLSDomainRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[25]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1441,7 +1528,7 @@ func (x *DeleteRLSDomainRequest) String() string {
 func (*DeleteRLSDomainRequest) ProtoMessage() {}
 
 func (x *DeleteRLSDomainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[25]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1454,7 +1541,7 @@ func (x *DeleteRLSDomainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRLSDomainRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRLSDomainRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{25}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *DeleteRLSDomainRequest) GetDomain() string {
@@ -1472,7 +1559,7 @@ type DeleteRLSDomainResponse struct {
 
 func (x *DeleteRLSDomainResponse) Reset() {
 	*x = DeleteRLSDomainResponse{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[26]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1484,7 +1571,7 @@ func (x *DeleteRLSDomainResponse) String() string {
 func (*DeleteRLSDomainResponse) ProtoMessage() {}
 
 func (x *DeleteRLSDomainResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[26]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1497,7 +1584,7 @@ func (x *DeleteRLSDomainResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRLSDomainResponse.ProtoReflect.Descriptor instead.
 func (*DeleteRLSDomainResponse) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{26}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{27}
 }
 
 var File_limitd_v1_limitd_proto protoreflect.FileDescriptor
@@ -1563,13 +1650,21 @@ const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
 	"\x06policy\x18\x02 \x01(\tR\x06policy\x12&\n" +
 	"\x05limit\x18\x03 \x01(\v2\x10.limitd.v1.LimitR\x05limit\"\x0f\n" +
-	"\rResetResponse\"\x9b\x01\n" +
+	"\rResetResponse\"\xd2\x01\n" +
 	"\x06Policy\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12&\n" +
 	"\x05limit\x18\x02 \x01(\v2\x10.limitd.v1.LimitR\x05limit\x12\x16\n" +
 	"\x06shadow\x18\x03 \x01(\bR\x06shadow\x12*\n" +
-	"\x0elocal_refusals\x18\x04 \x01(\bH\x00R\rlocalRefusals\x88\x01\x01B\x11\n" +
-	"\x0f_local_refusals\"=\n" +
+	"\x0elocal_refusals\x18\x04 \x01(\bH\x00R\rlocalRefusals\x88\x01\x01\x12+\n" +
+	"\x05lease\x18\x05 \x01(\v2\x10.limitd.v1.LeaseH\x01R\x05lease\x88\x01\x01B\x11\n" +
+	"\x0f_local_refusalsB\b\n" +
+	"\x06_lease\"m\n" +
+	"\x05Lease\x12\x19\n" +
+	"\x05share\x18\x01 \x01(\x01H\x00R\x05share\x88\x01\x01\x12\x17\n" +
+	"\amax_ttl\x18\x02 \x01(\tR\x06maxTtl\x12\x1b\n" +
+	"\x06strict\x18\x03 \x01(\bH\x01R\x06strict\x88\x01\x01B\b\n" +
+	"\x06_shareB\t\n" +
+	"\a_strict\"=\n" +
 	"\x10PutPolicyRequest\x12)\n" +
 	"\x06policy\x18\x01 \x01(\v2\x11.limitd.v1.PolicyR\x06policy\"&\n" +
 	"\x10GetPolicyRequest\x12\x12\n" +
@@ -1621,7 +1716,7 @@ func file_limitd_v1_limitd_proto_rawDescGZIP() []byte {
 	return file_limitd_v1_limitd_proto_rawDescData
 }
 
-var file_limitd_v1_limitd_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_limitd_v1_limitd_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_limitd_v1_limitd_proto_goTypes = []any{
 	(*Limit)(nil),                   // 0: limitd.v1.Limit
 	(*CheckRequest)(nil),            // 1: limitd.v1.CheckRequest
@@ -1637,26 +1732,27 @@ var file_limitd_v1_limitd_proto_goTypes = []any{
 	(*ResetRequest)(nil),            // 11: limitd.v1.ResetRequest
 	(*ResetResponse)(nil),           // 12: limitd.v1.ResetResponse
 	(*Policy)(nil),                  // 13: limitd.v1.Policy
-	(*PutPolicyRequest)(nil),        // 14: limitd.v1.PutPolicyRequest
-	(*GetPolicyRequest)(nil),        // 15: limitd.v1.GetPolicyRequest
-	(*ListPoliciesRequest)(nil),     // 16: limitd.v1.ListPoliciesRequest
-	(*ListPoliciesResponse)(nil),    // 17: limitd.v1.ListPoliciesResponse
-	(*DeletePolicyRequest)(nil),     // 18: limitd.v1.DeletePolicyRequest
-	(*DeletePolicyResponse)(nil),    // 19: limitd.v1.DeletePolicyResponse
-	(*RLSDomain)(nil),               // 20: limitd.v1.RLSDomain
-	(*PutRLSDomainRequest)(nil),     // 21: limitd.v1.PutRLSDomainRequest
-	(*GetRLSDomainRequest)(nil),     // 22: limitd.v1.GetRLSDomainRequest
-	(*ListRLSDomainsRequest)(nil),   // 23: limitd.v1.ListRLSDomainsRequest
-	(*ListRLSDomainsResponse)(nil),  // 24: limitd.v1.ListRLSDomainsResponse
-	(*DeleteRLSDomainRequest)(nil),  // 25: limitd.v1.DeleteRLSDomainRequest
-	(*DeleteRLSDomainResponse)(nil), // 26: limitd.v1.DeleteRLSDomainResponse
-	(*durationpb.Duration)(nil),     // 27: google.protobuf.Duration
+	(*Lease)(nil),                   // 14: limitd.v1.Lease
+	(*PutPolicyRequest)(nil),        // 15: limitd.v1.PutPolicyRequest
+	(*GetPolicyRequest)(nil),        // 16: limitd.v1.GetPolicyRequest
+	(*ListPoliciesRequest)(nil),     // 17: limitd.v1.ListPoliciesRequest
+	(*ListPoliciesResponse)(nil),    // 18: limitd.v1.ListPoliciesResponse
+	(*DeletePolicyRequest)(nil),     // 19: limitd.v1.DeletePolicyRequest
+	(*DeletePolicyResponse)(nil),    // 20: limitd.v1.DeletePolicyResponse
+	(*RLSDomain)(nil),               // 21: limitd.v1.RLSDomain
+	(*PutRLSDomainRequest)(nil),     // 22: limitd.v1.PutRLSDomainRequest
+	(*GetRLSDomainRequest)(nil),     // 23: limitd.v1.GetRLSDomainRequest
+	(*ListRLSDomainsRequest)(nil),   // 24: limitd.v1.ListRLSDomainsRequest
+	(*ListRLSDomainsResponse)(nil),  // 25: limitd.v1.ListRLSDomainsResponse
+	(*DeleteRLSDomainRequest)(nil),  // 26: limitd.v1.DeleteRLSDomainRequest
+	(*DeleteRLSDomainResponse)(nil), // 27: limitd.v1.DeleteRLSDomainResponse
+	(*durationpb.Duration)(nil),     // 28: google.protobuf.Duration
 }
 var file_limitd_v1_limitd_proto_depIdxs = []int32{
 	0,  // 0: limitd.v1.CheckRequest.limit:type_name -> limitd.v1.Limit
-	27, // 1: limitd.v1.Decision.reset_after:type_name -> google.protobuf.Duration
-	27, // 2: limitd.v1.Decision.retry_after:type_name -> google.protobuf.Duration
-	27, // 3: limitd.v1.Decision.delay:type_name -> google.protobuf.Duration
+	28, // 1: limitd.v1.Decision.reset_after:type_name -> google.protobuf.Duration
+	28, // 2: limitd.v1.Decision.retry_after:type_name -> google.protobuf.Duration
+	28, // 3: limitd.v1.Decision.delay:type_name -> google.protobuf.Duration
 	2,  // 4: limitd.v1.CheckResponse.decision:type_name -> limitd.v1.Decision
 	1,  // 5: limitd.v1.CheckAllRequest.checks:type_name -> limitd.v1.CheckRequest
 	2,  // 6: limitd.v1.CheckAllResponse.decisions:type_name -> limitd.v1.Decision
@@ -1667,40 +1763,41 @@ var file_limitd_v1_limitd_proto_depIdxs = []int32{
 	0,  // 11: limitd.v1.PeekRequest.limit:type_name -> limitd.v1.Limit
 	0,  // 12: limitd.v1.ResetRequest.limit:type_name -> limitd.v1.Limit
 	0,  // 13: limitd.v1.Policy.limit:type_name -> limitd.v1.Limit
-	13, // 14: limitd.v1.PutPolicyRequest.policy:type_name -> limitd.v1.Policy
-	13, // 15: limitd.v1.ListPoliciesResponse.policies:type_name -> limitd.v1.Policy
-	20, // 16: limitd.v1.ListRLSDomainsResponse.domains:type_name -> limitd.v1.RLSDomain
-	1,  // 17: limitd.v1.Limitd.Check:input_type -> limitd.v1.CheckRequest
-	4,  // 18: limitd.v1.Limitd.CheckAll:input_type -> limitd.v1.CheckAllRequest
-	6,  // 19: limitd.v1.Limitd.Batch:input_type -> limitd.v1.BatchRequest
-	10, // 20: limitd.v1.Limitd.Peek:input_type -> limitd.v1.PeekRequest
-	11, // 21: limitd.v1.Limitd.Reset:input_type -> limitd.v1.ResetRequest
-	14, // 22: limitd.v1.Limitd.PutPolicy:input_type -> limitd.v1.PutPolicyRequest
-	15, // 23: limitd.v1.Limitd.GetPolicy:input_type -> limitd.v1.GetPolicyRequest
-	16, // 24: limitd.v1.Limitd.ListPolicies:input_type -> limitd.v1.ListPoliciesRequest
-	18, // 25: limitd.v1.Limitd.DeletePolicy:input_type -> limitd.v1.DeletePolicyRequest
-	21, // 26: limitd.v1.Limitd.PutRLSDomain:input_type -> limitd.v1.PutRLSDomainRequest
-	22, // 27: limitd.v1.Limitd.GetRLSDomain:input_type -> limitd.v1.GetRLSDomainRequest
-	23, // 28: limitd.v1.Limitd.ListRLSDomains:input_type -> limitd.v1.ListRLSDomainsRequest
-	25, // 29: limitd.v1.Limitd.DeleteRLSDomain:input_type -> limitd.v1.DeleteRLSDomainRequest
-	3,  // 30: limitd.v1.Limitd.Check:output_type -> limitd.v1.CheckResponse
-	5,  // 31: limitd.v1.Limitd.CheckAll:output_type -> limitd.v1.CheckAllResponse
-	9,  // 32: limitd.v1.Limitd.Batch:output_type -> limitd.v1.BatchResponse
-	3,  // 33: limitd.v1.Limitd.Peek:output_type -> limitd.v1.CheckResponse
-	12, // 34: limitd.v1.Limitd.Reset:output_type -> limitd.v1.ResetResponse
-	13, // 35: limitd.v1.Limitd.PutPolicy:output_type -> limitd.v1.Policy
-	13, // 36: limitd.v1.Limitd.GetPolicy:output_type -> limitd.v1.Policy
-	17, // 37: limitd.v1.Limitd.ListPolicies:output_type -> limitd.v1.ListPoliciesResponse
-	19, // 38: limitd.v1.Limitd.DeletePolicy:output_type -> limitd.v1.DeletePolicyResponse
-	20, // 39: limitd.v1.Limitd.PutRLSDomain:output_type -> limitd.v1.RLSDomain
-	20, // 40: limitd.v1.Limitd.GetRLSDomain:output_type -> limitd.v1.RLSDomain
-	24, // 41: limitd.v1.Limitd.ListRLSDomains:output_type -> limitd.v1.ListRLSDomainsResponse
-	26, // 42: limitd.v1.Limitd.DeleteRLSDomain:output_type -> limitd.v1.DeleteRLSDomainResponse
-	30, // [30:43] is the sub-list for method output_type
-	17, // [17:30] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	14, // 14: limitd.v1.Policy.lease:type_name -> limitd.v1.Lease
+	13, // 15: limitd.v1.PutPolicyRequest.policy:type_name -> limitd.v1.Policy
+	13, // 16: limitd.v1.ListPoliciesResponse.policies:type_name -> limitd.v1.Policy
+	21, // 17: limitd.v1.ListRLSDomainsResponse.domains:type_name -> limitd.v1.RLSDomain
+	1,  // 18: limitd.v1.Limitd.Check:input_type -> limitd.v1.CheckRequest
+	4,  // 19: limitd.v1.Limitd.CheckAll:input_type -> limitd.v1.CheckAllRequest
+	6,  // 20: limitd.v1.Limitd.Batch:input_type -> limitd.v1.BatchRequest
+	10, // 21: limitd.v1.Limitd.Peek:input_type -> limitd.v1.PeekRequest
+	11, // 22: limitd.v1.Limitd.Reset:input_type -> limitd.v1.ResetRequest
+	15, // 23: limitd.v1.Limitd.PutPolicy:input_type -> limitd.v1.PutPolicyRequest
+	16, // 24: limitd.v1.Limitd.GetPolicy:input_type -> limitd.v1.GetPolicyRequest
+	17, // 25: limitd.v1.Limitd.ListPolicies:input_type -> limitd.v1.ListPoliciesRequest
+	19, // 26: limitd.v1.Limitd.DeletePolicy:input_type -> limitd.v1.DeletePolicyRequest
+	22, // 27: limitd.v1.Limitd.PutRLSDomain:input_type -> limitd.v1.PutRLSDomainRequest
+	23, // 28: limitd.v1.Limitd.GetRLSDomain:input_type -> limitd.v1.GetRLSDomainRequest
+	24, // 29: limitd.v1.Limitd.ListRLSDomains:input_type -> limitd.v1.ListRLSDomainsRequest
+	26, // 30: limitd.v1.Limitd.DeleteRLSDomain:input_type -> limitd.v1.DeleteRLSDomainRequest
+	3,  // 31: limitd.v1.Limitd.Check:output_type -> limitd.v1.CheckResponse
+	5,  // 32: limitd.v1.Limitd.CheckAll:output_type -> limitd.v1.CheckAllResponse
+	9,  // 33: limitd.v1.Limitd.Batch:output_type -> limitd.v1.BatchResponse
+	3,  // 34: limitd.v1.Limitd.Peek:output_type -> limitd.v1.CheckResponse
+	12, // 35: limitd.v1.Limitd.Reset:output_type -> limitd.v1.ResetResponse
+	13, // 36: limitd.v1.Limitd.PutPolicy:output_type -> limitd.v1.Policy
+	13, // 37: limitd.v1.Limitd.GetPolicy:output_type -> limitd.v1.Policy
+	18, // 38: limitd.v1.Limitd.ListPolicies:output_type -> limitd.v1.ListPoliciesResponse
+	20, // 39: limitd.v1.Limitd.DeletePolicy:output_type -> limitd.v1.DeletePolicyResponse
+	21, // 40: limitd.v1.Limitd.PutRLSDomain:output_type -> limitd.v1.RLSDomain
+	21, // 41: limitd.v1.Limitd.GetRLSDomain:output_type -> limitd.v1.RLSDomain
+	25, // 42: limitd.v1.Limitd.ListRLSDomains:output_type -> limitd.v1.ListRLSDomainsResponse
+	27, // 43: limitd.v1.Limitd.DeleteRLSDomain:output_type -> limitd.v1.DeleteRLSDomainResponse
+	31, // [31:44] is the sub-list for method output_type
+	18, // [18:31] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_limitd_v1_limitd_proto_init() }
@@ -1714,13 +1811,14 @@ func file_limitd_v1_limitd_proto_init() {
 		(*BatchResult_Error)(nil),
 	}
 	file_limitd_v1_limitd_proto_msgTypes[13].OneofWrappers = []any{}
+	file_limitd_v1_limitd_proto_msgTypes[14].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_limitd_v1_limitd_proto_rawDesc), len(file_limitd_v1_limitd_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   27,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

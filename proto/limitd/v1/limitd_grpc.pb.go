@@ -6,12 +6,13 @@
 // "conflict", "unauthenticated", "unavailable", "outcome_unknown",
 // "internal") and domain "limitd.dev"; an invalid field adds a
 // google.rpc.BadRequest naming the field with the HTTP API's names
-// ("checks[1].limit.window"). Status codes: invalid_argument →
-// INVALID_ARGUMENT, not_found → NOT_FOUND, conflict → ALREADY_EXISTS,
-// unauthenticated → UNAUTHENTICATED, unavailable → UNAVAILABLE (nothing was
-// counted: retry), outcome_unknown → ABORTED (may or may not have been
-// counted: retry with the same request_id), internal → INTERNAL, and a
-// deadline → DEADLINE_EXCEEDED.
+// ("checks[1].limit.window"); PutPolicy names it by its path in the
+// request ("policy.name", "policy.limit.window", "policy.lease.share").
+// Status codes: invalid_argument → INVALID_ARGUMENT, not_found → NOT_FOUND,
+// conflict → ALREADY_EXISTS, unauthenticated → UNAUTHENTICATED, unavailable
+// → UNAVAILABLE (nothing was counted: retry), outcome_unknown → ABORTED (may
+// or may not have been counted: retry with the same request_id), internal →
+// INTERNAL, and a deadline → DEADLINE_EXCEEDED.
 //
 // Admin RPCs (Reset, PutPolicy, DeletePolicy, PutRLSDomain, DeleteRLSDomain)
 // need the metadata "authorization: Bearer <token>" when the node runs with
