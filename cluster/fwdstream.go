@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,7 +21,7 @@ import (
 
 // The check stream: a follower's checks travel to the leader on one
 // persistent connection, many requests in flight on it, instead of one HTTP
-// request per forwarded batch (DESIGN.md, "Followers forward batches").
+// request per forwarded batch (DESIGN.md, "Followers forward on a stream").
 //
 // The follower opens it with an HTTP Upgrade on pathCheckStream, so the
 // listener, TLS and authenticate (client certificate bound to the node ID,
@@ -426,6 +427,9 @@ func (s *streamSession) writeLoop() {
 		case <-s.closed:
 			return
 		}
+		// The answers of one committed batch become ready together: let
+		// them all queue before writing (see streamConn.writeLoop).
+		runtime.Gosched()
 		s.mu.Lock()
 		buf := s.out
 		s.out, s.idle = s.idle[:0], nil

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -388,6 +389,10 @@ func (c *streamConn) writeLoop() {
 			idle.Reset(streamClientIdle)
 			continue
 		}
+		// Let the callers that are already runnable queue first: under load
+		// they share this write (and the leader's work per frame) instead
+		// of a write each; idle, this returns at once. No timer.
+		runtime.Gosched()
 		c.mu.Lock()
 		buf, ends, ids, scratch = c.pack(buf[:0], ends[:0], ids[:0], scratch)
 		c.mu.Unlock()
