@@ -252,7 +252,9 @@ func (c *streamConn) closeWith(cause error) {
 func (c *streamConn) do(ctx context.Context, ops []fsm.Op) ([]fsm.Result, error) {
 	now := time.Now()
 	deadline := now.Add(c.f.timeout)
-	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
+	dl, ok := ctx.Deadline()
+	capped := !ok || dl.After(deadline) // ctx alone does not end the wait in time
+	if !capped {
 		deadline = dl
 	}
 	call := &streamCall{ops: ops, nops: len(ops), size: opsSize(ops), queuedAt: now, deadline: deadline, done: make(chan struct{}, 1)}
@@ -267,14 +269,18 @@ func (c *streamConn) do(ctx context.Context, ops []fsm.Op) ([]fsm.Result, error)
 	case c.wake <- struct{}{}:
 	default:
 	}
-	timer := time.NewTimer(time.Until(deadline))
-	defer timer.Stop()
+	var expired <-chan time.Time // a timer only when ctx's deadline is later (callers' usually is not)
+	if capped {
+		timer := time.NewTimer(time.Until(deadline))
+		defer timer.Stop()
+		expired = timer.C
+	}
 	select {
 	case <-call.done:
 		return call.res, call.err
 	case <-ctx.Done():
 		return c.abandon(call, ctx.Err())
-	case <-timer.C:
+	case <-expired:
 		return c.abandon(call, fmt.Errorf("no answer within %v", c.f.timeout))
 	}
 }

@@ -335,3 +335,21 @@ func TestStreamRefusesBadFrames(t *testing.T) {
 		}
 	})
 }
+
+// A request written to the stream whose answer does not come within the
+// forward timeout (a caller without a deadline of its own) is outcome
+// unknown, never retried. Fails if the wait is not bounded (the test then
+// hangs) or an unanswered request is reported not sent.
+func TestStreamNoAnswerInTimeIsOutcomeUnknown(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	c, _ := streamPair(t, func(context.Context, []fsm.Op) ([]fsm.Result, error) {
+		<-release // a leader that never answers in time
+		return []fsm.Result{{}}, nil
+	})
+	c.f.timeout = 50 * time.Millisecond
+	_, err := c.do(context.Background(), oneCheck("k"))
+	if !errors.Is(err, ErrOutcomeUnknown) || errors.Is(err, errRetry) {
+		t.Fatalf("no answer within the forward timeout: %v, want ErrOutcomeUnknown, not retryable", err)
+	}
+}
