@@ -215,6 +215,12 @@ func TestStreamLeaderChange(t *testing.T) {
 // none) and returns the status, and the connection after a 101.
 func upgrade(t *testing.T, rt http.RoundTripper, url, token string) (int, io.ReadWriteCloser) {
 	t.Helper()
+	return upgradeAs(t, rt, url, token, "")
+}
+
+// upgradeAs is upgrade naming the node that asks ("": none).
+func upgradeAs(t *testing.T, rt http.RoundTripper, url, token, node string) (int, io.ReadWriteCloser) {
+	t.Helper()
 	req, err := http.NewRequest(http.MethodGet, url+cluster.PathCheckStream, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -223,6 +229,9 @@ func upgrade(t *testing.T, rt http.RoundTripper, url, token string) (int, io.Rea
 	req.Header.Set("Upgrade", cluster.StreamProto)
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	if node != "" {
+		req.Header.Set("X-Limitd-Node", node)
 	}
 	resp, err := rt.RoundTrip(req)
 	if err != nil {
@@ -317,5 +326,25 @@ func TestStreamOversizedFrameClosesConnection(t *testing.T) {
 	}
 	if got := c.Node(0).FSM().AppliedIndex(); got != before {
 		t.Fatalf("applied index %d → %d: something was proposed", before, got)
+	}
+}
+
+// A leader serves at most 4 check streams per peer: a fifth Upgrade from
+// the same node is refused (503 no_leader, so the follower forwards over
+// HTTP), while another node still gets its stream. Fails without the
+// per-peer bound.
+func TestStreamConnectionsPerPeerBound(t *testing.T) {
+	c := clustertest.MakeCluster(t, 1, nil)
+	rt := &http.Transport{}
+	for i := 0; i < 4; i++ {
+		if code, _ := upgradeAs(t, rt, c.URL(0), "", "n7"); code != http.StatusSwitchingProtocols {
+			t.Fatalf("stream %d of n7: %d, want 101", i+1, code)
+		}
+	}
+	if code, _ := upgradeAs(t, rt, c.URL(0), "", "n7"); code != http.StatusServiceUnavailable {
+		t.Fatalf("a fifth stream of n7: %d, want 503", code)
+	}
+	if code, _ := upgradeAs(t, rt, c.URL(0), "", "n8"); code != http.StatusSwitchingProtocols {
+		t.Fatalf("n8's first stream beside n7's four: %d, want 101", code)
 	}
 }

@@ -201,11 +201,25 @@ func checkPayload(ops []fsm.Op) []byte {
 	return fsm.AppendOps(binary.BigEndian.AppendUint32(nil, 1000), ops)
 }
 
-// The leader reads at most maxInflight requests of one stream before their
-// answers: the reader then waits, and TCP pushes back on the follower. It
-// starts no more deciders than the bound. Fails without the bound (a fifth
-// decider starts at once, or the reader never waits).
+// The leader reads at most maxInflight requests, and maxBytes of frames,
+// of one stream before their answers: the reader then waits, and TCP pushes
+// back on the follower. It starts no more deciders than the bound. Fails
+// without either bound (a fifth decider starts at once, or the reader never
+// waits).
 func TestStreamInflightBound(t *testing.T) {
+	frameSize := len(rawFrame(1, frameCheck, checkPayload(oneCheck("k")))) - 4
+	for _, tc := range []struct {
+		name                  string
+		maxInflight, maxBytes int
+	}{
+		{"requests", 4, streamMaxInflightBytes},
+		{"bytes", streamMaxInflight, 4 * frameSize},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testInflightBound(t, tc.maxInflight, tc.maxBytes) })
+	}
+}
+
+func testInflightBound(t *testing.T, maxInflight, maxBytes int) {
 	const bound, sent = 4, 10
 	a, b := net.Pipe()
 	defer a.Close()
@@ -225,7 +239,7 @@ func TestStreamInflightBound(t *testing.T) {
 		decided.Add(1)
 		return []fsm.Result{{}}, nil
 	}, 5*time.Second)
-	s.maxInflight = bound
+	s.maxInflight, s.maxBytes = maxInflight, maxBytes
 	go s.readLoop()
 	go s.writeLoop()
 	defer s.close("test over")
