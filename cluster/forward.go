@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
@@ -16,10 +17,12 @@ import (
 	"github.com/limitd/limitd/fsm"
 )
 
-// Node-to-node protocol. A follower forwards a whole batch of ops in one
-// request (one HTTP hop per batch, not per check); the leader feeds it to its
-// own batcher as one unit. Every answer carries an outcome (outcome.go) that
-// says whether anything was proposed.
+// Node-to-node protocol. A follower's checks go to the leader on the check
+// stream (fwdstream.go), each caller's ops one unit of the leader's batcher;
+// with a leader that refuses the stream (an older release) the follower
+// batches them and forwards a whole batch in one request to pathCheck. Every
+// answer carries an outcome (outcome.go) that says whether anything was
+// proposed.
 const (
 	pathCheck  = "/internal/v1/check"
 	pathApply  = "/internal/v1/apply"
@@ -49,7 +52,8 @@ type applyResponse struct {
 // forwarder is a follower's side of forwarding: it sends requests to the
 // leader's HTTP address and turns the leader's outcome into an error that
 // says whether anything was proposed (errRetry: no; ErrOutcomeUnknown: maybe).
-// It never retries itself; Node.onLeader does, on errRetry only.
+// It never retries itself; Node.onLeader does, on errRetry only. It also
+// holds the registry of the check streams this node serves as leader.
 type forwarder struct {
 	self    string                       // this node's ID
 	leader  func() (id, httpAddr string) // the current leader, "" when unknown
@@ -58,12 +62,67 @@ type forwarder struct {
 	token   string // admin token sent as a bearer token ("" none)
 	timeout time.Duration
 	failed  func(error) // counts a failed forward
+	log     *slog.Logger
+	closing <-chan struct{}
+	// batched forwards over HTTP through the follower's batcher (a leader
+	// that refuses the check stream).
+	batched func(ctx context.Context, ops []fsm.Op) ([]fsm.Result, error)
+	maxOps  int // ops per stream frame (BatchMaxOps)
+	// The check stream's observers: a unit's wait for the writer (the
+	// batch_wait stage) and its round trip (forward), a frame's ops
+	// (limitd_forward_batch_ops).
+	waited, sent func(time.Duration)
+	framed       func(ops int)
+	stream       streamClient // to the leader (fwdstream_client.go)
+	streams      streamServer // served as leader (fwdstream.go)
 }
 
 func newForwarder(n *Node) *forwarder {
-	return &forwarder{
+	f := &forwarder{
 		self: n.cfg.NodeID, leader: n.leaderHTTP, client: n.cfg.HTTPClient, scheme: n.cfg.HTTPScheme,
 		token: n.cfg.AdminToken, timeout: n.cfg.ApplyTimeout, failed: n.metrics.forwardFailed,
+		log: n.log, closing: n.closing,
+		batched: func(ctx context.Context, ops []fsm.Op) ([]fsm.Result, error) { return n.forwardBatch.do(ctx, ops) },
+		maxOps:  n.cfg.BatchMaxOps,
+		waited:  func(d time.Duration) { n.metrics.stageWait.Observe(d.Seconds()) },
+		sent:    func(d time.Duration) { n.metrics.stageFwd.Observe(d.Seconds()) },
+		framed:  n.metrics.observeForward,
+	}
+	f.stream.f = f
+	return f
+}
+
+// check forwards one caller's ops to the leader: on the check stream, as
+// one request, without waiting for other callers; over HTTP in the
+// follower's batcher when the leader refused the stream. Like batcher.do,
+// a unit over the entry bounds is refused with ErrTooLarge, and the error
+// says whether anything was proposed.
+func (f *forwarder) check(ctx context.Context, ops []fsm.Op) ([]fsm.Result, error) {
+	if size := opsSize(ops); len(ops) > MaxEntryOps || size > MaxEntryBytes {
+		return nil, fmt.Errorf("%w: %d ops, up to %d bytes encoded (bounds: %d ops, %d bytes)",
+			ErrTooLarge, len(ops), size, MaxEntryOps, MaxEntryBytes)
+	}
+	for attempt := 0; ; attempt++ {
+		id, addr := f.leader()
+		if addr == "" || id == f.self {
+			return nil, errRetry
+		}
+		c, err := f.stream.conn(ctx, addr)
+		if err != nil {
+			f.failed(err)
+			return nil, err
+		}
+		if c == nil {
+			return f.batched(ctx, ops)
+		}
+		start := time.Now()
+		res, err := c.do(ctx, ops)
+		if errors.Is(err, errNotSent) && attempt < 2 {
+			continue // the stream closed (idle, or the leader moved) before it was sent: a new one
+		}
+		f.sent(time.Since(start))
+		f.failed(err)
+		return res, err
 	}
 }
 
@@ -177,6 +236,7 @@ func (f *forwarder) post(ctx context.Context, addr, path, ctype string, body []b
 func (n *Node) Internal() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+pathCheck, n.handleCheck)
+	mux.HandleFunc("GET "+pathCheckStream, n.handleCheckStream) // fwdstream.go
 	mux.HandleFunc("POST "+pathApply, n.handleApply)
 	mux.HandleFunc("POST "+pathLease, n.handleLease) // lease.go
 	mux.HandleFunc("POST "+pathJoin, n.handleJoin)
@@ -233,10 +293,9 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, bool
 	return b, true
 }
 
-// handleCheck decides a follower's forwarded batch. The body is bounded by
-// MaxEntryBytes; ops are proposed in entries of at most BatchMaxOps ops and
-// MaxEntryBytes (so a batch from a follower with other settings, or a forged
-// one, is split), and an op too large for one entry is refused with 413.
+// handleCheck decides a follower's forwarded batch (decideForwarded). The
+// body is bounded by MaxEntryBytes, and an op too large for one entry is
+// refused with 413.
 func (n *Node) handleCheck(w http.ResponseWriter, r *http.Request) {
 	body, ok := readBody(w, r, MaxEntryBytes)
 	if !ok {
@@ -247,32 +306,10 @@ func (n *Node) handleCheck(w http.ResponseWriter, r *http.Request) {
 		writeOutcome(w, outcomeBadRequest, "decode ops: "+err.Error())
 		return
 	}
-	chunks, err := n.splitOps(ops)
+	res, err := n.decideForwarded(r.Context(), ops)
 	if err != nil {
 		internalError(w, err)
 		return
-	}
-	if err := n.unavailable(); err != nil {
-		internalError(w, err)
-		return
-	}
-	if !n.IsLeader() {
-		internalError(w, errRetry)
-		return
-	}
-	res := make([]fsm.Result, 0, len(ops))
-	for i, chunk := range chunks {
-		part, err := n.leaderBatch.do(r.Context(), chunk)
-		if err != nil {
-			if i > 0 && !errors.Is(err, ErrOutcomeUnknown) {
-				// Earlier chunks were proposed: the batch as a whole was not
-				// "not proposed", whatever this chunk's failure says.
-				err = fmt.Errorf("%w: part %d of %d failed: %v", ErrOutcomeUnknown, i+1, len(chunks), err)
-			}
-			internalError(w, err)
-			return
-		}
-		res = append(res, part...)
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Write(fsm.AppendResults(nil, res))

@@ -103,9 +103,11 @@ func TestSplitForwardedBatchLaterPartFailsIsOutcomeUnknown(t *testing.T) {
 	}
 }
 
-// Leadership moves while a follower's check is on its way: the old leader
-// answers "not leader" without proposing, the follower forwards to the new
-// leader, and the check is counted exactly once.
+// Leadership moves while a follower's check is on its way over HTTP (the
+// leaders refuse the check stream, as releases without it do; the stream's
+// case is TestStreamLeaderChange): the old leader answers "not leader"
+// without proposing, the follower forwards to the new leader, and the check
+// is counted exactly once.
 func TestLeaderChangeMidForward(t *testing.T) {
 	var moved atomic.Bool
 	c := clustertest.MakeClusterOpts(t, clustertest.Options{Nodes: 3,
@@ -113,6 +115,10 @@ func TestLeaderChangeMidForward(t *testing.T) {
 			mux := http.NewServeMux()
 			inner := n.Internal()
 			mux.Handle("/internal/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == cluster.PathCheckStream {
+					http.NotFound(w, r)
+					return
+				}
 				if r.URL.Path == cluster.PathCheck {
 					if moved.CompareAndSwap(false, true) {
 						// The check arrives at a leader that hands leadership

@@ -18,7 +18,9 @@ import (
 // On the wire an outcome is the response's status code and its
 // X-Limitd-Error header, both written by writeOutcome and read by
 // decodeOutcome; the header's values are those of earlier releases, so
-// nodes of both can forward to each other during a rolling upgrade.
+// nodes of both can forward to each other during a rolling upgrade. On the
+// check stream (fwdstream.go) it is one byte, outcomeWire's code, read by
+// decodeStreamOutcome.
 type outcome uint8
 
 const (
@@ -50,19 +52,21 @@ const (
 // errHeader carries the outcome of a failed node-to-node request.
 const errHeader = "X-Limitd-Error"
 
-// outcomeWire is each outcome's header value and status code.
+// outcomeWire is each outcome's header value and status code, and its code
+// on the check stream. The codes are fixed: a new outcome takes a new one.
 var outcomeWire = [numOutcomes]struct {
 	name   string
 	status int
+	code   byte
 }{
-	outcomeOK:              {"", http.StatusOK},
-	outcomeNotLeader:       {"not_leader", http.StatusServiceUnavailable},
-	outcomeNoLeader:        {"no_leader", http.StatusServiceUnavailable},
-	outcomeUnknown:         {"outcome_unknown", http.StatusServiceUnavailable},
-	outcomeTooLarge:        {"too_large", http.StatusRequestEntityTooLarge},
-	outcomeBadRequest:      {"bad_request", http.StatusBadRequest},
-	outcomeUnauthenticated: {"unauthenticated", http.StatusUnauthorized},
-	outcomeFailed:          {"failed", http.StatusInternalServerError},
+	outcomeOK:              {"", http.StatusOK, 0},
+	outcomeNotLeader:       {"not_leader", http.StatusServiceUnavailable, 1},
+	outcomeNoLeader:        {"no_leader", http.StatusServiceUnavailable, 2},
+	outcomeUnknown:         {"outcome_unknown", http.StatusServiceUnavailable, 3},
+	outcomeTooLarge:        {"too_large", http.StatusRequestEntityTooLarge, 4},
+	outcomeBadRequest:      {"bad_request", http.StatusBadRequest, 5},
+	outcomeUnauthenticated: {"unauthenticated", http.StatusUnauthorized, 6},
+	outcomeFailed:          {"failed", http.StatusInternalServerError, 7},
 }
 
 func (o outcome) String() string {
@@ -142,6 +146,18 @@ func decodeOutcome(status int, header string) (outcome, error) {
 		return o, nil
 	}
 	return outcomeUnknown, fmt.Errorf("%w: unknown outcome %q (status %d)", ErrOutcomeUnknown, header, status)
+}
+
+// decodeStreamOutcome is the follower's side of the contract on the check
+// stream: the outcome with this code. A code it does not know is an error
+// matching ErrOutcomeUnknown (never retried).
+func decodeStreamOutcome(code byte) (outcome, error) {
+	for o := outcomeOK; o < numOutcomes; o++ {
+		if outcomeWire[o].code == code {
+			return o, nil
+		}
+	}
+	return outcomeUnknown, fmt.Errorf("%w: unknown outcome code %d", ErrOutcomeUnknown, code)
 }
 
 // outcomeError is the error a follower returns for a failed outcome o from

@@ -135,3 +135,29 @@ func TestOutcomeContractLeaderToFollower(t *testing.T) {
 		t.Errorf("an authentication refusal reads as %s, %v", o, err)
 	}
 }
+
+// On the check stream every outcome is one byte that reads back as itself,
+// no two share a code, and a code the follower does not know is outcome
+// unknown (never retried, never success).
+func TestStreamOutcomeCodes(t *testing.T) {
+	seen := map[byte]outcome{}
+	for o := outcome(0); o < numOutcomes; o++ {
+		code := outcomeWire[o].code
+		if prev, dup := seen[code]; dup {
+			t.Fatalf("outcomes %s and %s share the stream code %d", prev, o, code)
+		}
+		seen[code] = o
+		if got, err := decodeStreamOutcome(code); err != nil || got != o {
+			t.Errorf("%s: code %d read back as %s, %v", o, code, got, err)
+		}
+	}
+	for code := 0; code < 256; code++ {
+		if _, known := seen[byte(code)]; known {
+			continue
+		}
+		o, err := decodeStreamOutcome(byte(code))
+		if !errors.Is(err, ErrOutcomeUnknown) || o != outcomeUnknown {
+			t.Fatalf("code %d: %s, %v; want outcome unknown", code, o, err)
+		}
+	}
+}

@@ -19,8 +19,7 @@ var errRetry = errors.New("not proposed: retry with the current leader")
 var errShortResponse = errors.New("state machine returned the wrong number of results")
 
 // Check decides ops through the Raft leader. On the leader they join the
-// group-commit batcher; on a follower they are forwarded to the leader in
-// batches. It retries internally while no leader is known or leadership moves
+// group-commit batcher; on a follower they are forwarded to the leader (forward.go). It retries internally while no leader is known or leadership moves
 // before anything was proposed, until ctx ends (ErrNoLeader). If a proposal
 // was made but its fate is unknown, it returns ErrOutcomeUnknown.
 func (n *Node) Check(ctx context.Context, ops []fsm.Op) ([]fsm.Result, error) {
@@ -33,7 +32,7 @@ func (n *Node) Check(ctx context.Context, ops []fsm.Op) ([]fsm.Result, error) {
 	var res []fsm.Result
 	err := n.onLeader(ctx,
 		func() (err error) { res, err = n.leaderBatch.do(ctx, ops); return err },
-		func(string) (err error) { res, err = n.forwardBatch.do(ctx, ops); return err })
+		func(string) (err error) { res, err = n.fwd.check(ctx, ops); return err })
 	return res, err
 }
 

@@ -134,12 +134,44 @@ func (ft *faultTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, err
 	}
+	if rwc, ok := resp.Body.(io.ReadWriteCloser); ok && known && resp.StatusCode == http.StatusSwitchingProtocols {
+		// A check stream: it crosses the same faults for as long as it lives.
+		resp.Body = &faultStream{ReadWriteCloser: rwc, from: ft.from, to: to, net: ft.net}
+		return resp, nil
+	}
 	if known && (ft.net.blocked(to, ft.from) || ft.net.dropResponse()) {
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 		return nil, fmt.Errorf("response from %s lost: %w", req.URL.Host, ErrPartitioned)
 	}
 	return resp, nil
+}
+
+// faultStream is an upgraded connection from node `from` to node `to`: a
+// write across a cut fails before anything is sent; a read across one, or
+// one the injector picks, loses what arrived and closes the stream (the
+// leader handled the requests, their answers are lost).
+type faultStream struct {
+	io.ReadWriteCloser
+	from, to int
+	net      *network
+}
+
+func (fs *faultStream) Write(p []byte) (int, error) {
+	if fs.net.blocked(fs.from, fs.to) {
+		fs.Close()
+		return 0, fmt.Errorf("write to node%d: %w", fs.to, ErrPartitioned)
+	}
+	return fs.ReadWriteCloser.Write(p)
+}
+
+func (fs *faultStream) Read(p []byte) (int, error) {
+	n, err := fs.ReadWriteCloser.Read(p)
+	if n > 0 && (fs.net.blocked(fs.to, fs.from) || fs.net.dropResponse()) {
+		fs.Close()
+		return 0, fmt.Errorf("read from node%d lost: %w", fs.to, ErrPartitioned)
+	}
+	return n, err
 }
 
 func (c *Cluster) needInmem(what string) {
