@@ -242,7 +242,7 @@ type Node struct {
 	// failures after a proposal (set before the first Check).
 	propose       func(cmd []byte, timeout time.Duration) raft.ApplyFuture
 	leaderBatch   *batcher // on the leader: ops → one CmdCheck entry
-	forwardBatch  *batcher // on a follower: ops → one forwarded request
+	forwardBatch  *batcher // on a follower whose leader has no check stream: ops → one forwarded HTTP request
 	fwd           *forwarder
 	stampMu       sync.Mutex
 	leaseHook     leaseHook // lease.go
