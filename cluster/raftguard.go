@@ -293,19 +293,22 @@ func (r *rpcReader) step() (bool, error) {
 		return false, err
 	}
 	b := h[0]
+	n := headerLen(b)
 	if isKey {
+		// The decoder takes a key in any string or binary encoding: each
+		// short one is read as a name, or a key "ID" written as str8 after
+		// a checked one would set the sender unchecked.
 		r.key = keyOther
-		if b >= 0xa0 && b <= 0xbf { // a short string: the key's name
-			k, err := r.peek(1 + int(b&0x1f))
+		if l, ok := keyLen(b, r); ok && l <= maxKeyName {
+			k, err := r.peek(n + l)
 			if err != nil {
 				return false, err
 			}
-			r.key = keyOf(k[1:])
+			r.key = keyOf(k[n:])
 			r.take(k)
 			return r.valueDone(), nil
 		}
 	}
-	n := headerLen(b)
 	if n == 0 {
 		return false, r.refuse("not msgpack (byte 0x%02x)", b)
 	}
@@ -358,6 +361,25 @@ func (r *rpcReader) step() (bool, error) {
 	}
 	r.take(h) // nil, booleans, floats, fixext: all in the header
 	return r.valueDone(), nil
+}
+
+// maxKeyName bounds a top-level key read as a field name ("ID", "Size").
+const maxKeyName = 32
+
+// keyLen is the length of the string or binary whose header starts with b
+// (peeking at its length bytes); ok is false for other types.
+func keyLen(b byte, r *rpcReader) (int, bool) {
+	switch {
+	case b >= 0xa0 && b <= 0xbf:
+		return int(b & 0x1f), true
+	case b == 0xc4 || b == 0xc5 || b == 0xc6 || b == 0xd9 || b == 0xda || b == 0xdb:
+		h, err := r.peek(headerLen(b))
+		if err != nil {
+			return 0, false // scanned as a value, which reports the error
+		}
+		return int(min(beUint(h[1:]), maxKeyName+1)), true
+	}
+	return 0, false
 }
 
 // headerLen is the length of the msgpack header starting with b, payload

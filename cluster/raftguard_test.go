@@ -107,6 +107,9 @@ func TestRaftGuardBindsSender(t *testing.T) {
 		"no ID": &raft.AppendEntriesRequest{RPCHeader: header(""), Term: 51},
 		// No ID field at all: known only at the request's last byte.
 		"no ID field": []byte{0, 0x81, 0xa4, 'T', 'e', 'r', 'm', 0x33},
+		// The decoder takes any string or binary key, the last "ID" winning.
+		"second ID as str8": []byte{0, 0x82, 0xa2, 'I', 'D', 0xa2, 'n', '3', 0xd9, 2, 'I', 'D', 0xa2, 'n', '2'},
+		"second ID as bin8": []byte{0, 0x82, 0xa2, 'I', 'D', 0xa2, 'n', '3', 0xc4, 2, 'I', 'D', 0xa2, 'n', '2'},
 	} {
 		bad := rpcBytes(t, rpc)
 		out, err := guard(append(append([]byte{}, ok...), bad...), "n3")
