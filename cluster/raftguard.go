@@ -196,7 +196,7 @@ func (r *rpcReader) peek(n int) ([]byte, error) {
 	return b, err
 }
 
-// take moves n peeked bytes to out.
+// take moves the peeked bytes b from the connection to out.
 func (r *rpcReader) take(b []byte) {
 	r.out = append(r.out, b...)
 	r.src.Discard(len(b))
