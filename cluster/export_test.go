@@ -54,7 +54,7 @@ func NewStreamTransport(ln net.Listener, tc *tls.Config, localID string) interfa
 } {
 	layer := &streamLayer{ln: ln, adv: ln.Addr(), tls: tc, localID: localID, logger: hclog.NewNullLogger()}
 	nt := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{Stream: layer, MaxPool: 1, Timeout: 2 * time.Second, Logger: hclog.NewNullLogger()})
-	return idTransport{nt}
+	return idTransport{nt, layer}
 }
 
 // MayVote reports whether n's incarnation may vote (vote.go).

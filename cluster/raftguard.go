@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/go-msgpack/v2/codec"
+	"github.com/hashicorp/raft"
 )
 
 // Node identity in certificates, and the guard in front of raft's decoder
@@ -33,8 +35,9 @@ import (
 // before raft reads it and refuses, before the bytes reach raft, a string or
 // binary longer than MaxRaftField, a container of more than maxRaftItems,
 // nesting deeper than maxRaftDepth, an unknown RPC type, or a sender ID other
-// than the certificate's. It holds back the last byte of each request until
-// the request is checked, so raft never completes decoding a refused one.
+// than the certificate's. It reads in raft's own goroutine and hands raft an
+// RPC's end only once the RPC is checked, so raft never completes decoding a
+// refused one (rpcReader).
 
 // NodeURIPrefix starts the URI SAN naming a node's ID in its certificate.
 const NodeURIPrefix = "limitd://node/"
@@ -49,8 +52,16 @@ const (
 	// rpc types of hashicorp/raft's NetworkTransport (0 AppendEntries ...
 	// 4 RequestPreVote).
 	maxRPCType         = 4
+	rpcRequestVote     = 1
 	rpcInstallSnapshot = 2
-	guardFlushBytes    = 64 << 10
+	rpcRequestPreVote  = 4
+	// guardFlushBytes: the most checked bytes of one RPC a connection
+	// keeps before handing them to raft (rpcReader).
+	guardFlushBytes  = 64 << 10
+	guardBufferBytes = 64 << 10
+	// guardOutBytes: the most a connection keeps, guardFlushBytes plus the
+	// largest piece scanned at once (a sender ID with its header).
+	guardOutBytes = guardFlushBytes + maxServerIDLen + 8
 )
 
 // errRaftFrame: an RPC the guard refused.
@@ -72,309 +83,440 @@ func NodeURI(id string) *url.URL {
 	return &url.URL{Scheme: "limitd", Host: "node", Path: "/" + id}
 }
 
-// guardRPCs returns a reader of conn's bytes that passes on only RPCs that
-// hold to the bounds and, when sender is not "", claim sender as their ID.
-// A refused RPC ends the stream with an error and closes conn.
-func guardRPCs(conn net.Conn, sender string, layer *streamLayer) io.Reader {
-	pr, pw := io.Pipe()
-	g := &rpcGuard{src: bufio.NewReaderSize(conn, 64<<10), dst: pw, sender: sender}
-	go func() {
-		err := g.run()
-		if errors.Is(err, errRaftFrame) {
-			layer.refusals.refused(layer.logger, fmt.Errorf("raft connection from %s: %w", conn.RemoteAddr(), err))
-			conn.Close()
-		}
-		pw.CloseWithError(err)
-	}()
-	return pr
-}
-
-type rpcGuard struct {
+// rpcReader is what raft reads an accepted connection through: each Read
+// scans the connection's next bytes (in raft's own per-connection goroutine,
+// synchronously) and hands raft only bytes it has checked. The scanned bytes
+// of an RPC are kept (out) until the RPC is complete and checked, and then
+// handed over, so raft never completes decoding a refused RPC. An RPC longer
+// than guardFlushBytes is handed over in pieces of that size before its end:
+// a piece that does not end an RPC cannot complete one. So one connection
+// holds at most guardFlushBytes plus one header (maxServerIDLen for a sender
+// ID) of checked bytes, whatever the RPC's size; an InstallSnapshot's data
+// after its request passes through unread and unbuffered.
+//
+// A Read returns at most up to the end of one RPC: raft asks for the next
+// bytes only when it has decoded and answered every RPC before them, which
+// lets the reader answer a refused vote on the connection itself (vote.go).
+type rpcReader struct {
 	src    *bufio.Reader
-	dst    io.Writer
-	out    []byte
-	sender string
+	sender string       // "": any
+	conn   net.Conn     // written for a refused vote, closed on a refusal; nil in tests
+	layer  *streamLayer // nil in tests
 
-	// Per request, at the top level of its map.
-	sawID bool
-	size  int64 // InstallSnapshot's Size
+	out   []byte // scanned bytes not yet handed to raft
+	ready []byte // the part of out being handed to raft
+	err   error  // sticky: the connection is done
+	snap  int64  // InstallSnapshot data still to pass through unread
+
+	// The RPC being scanned.
+	inRPC   bool
+	rpcType byte
+	stack   []rpcFrame // open containers; stack[0] holds the request itself
+	skip    int64      // bytes of a string, binary or ext still to pass on unread
+	key     fieldKey   // the top-level map key of the next value
+	sawID   bool
+	size    int64 // InstallSnapshot's Size
 }
 
-func (g *rpcGuard) refuse(format string, args ...any) error {
+// fieldKey is a top-level map key the guard looks at.
+type fieldKey uint8
+
+const (
+	keyOther fieldKey = iota
+	keyID             // the sender ("ID", in any case, as the decoder matches it)
+	keySize           // InstallSnapshot's Size
+)
+
+func keyOf(k []byte) fieldKey {
+	switch {
+	case strings.EqualFold(string(k), "ID"):
+		return keyID
+	case string(k) == "Size":
+		return keySize
+	}
+	return keyOther
+}
+
+// rpcFrame is an open msgpack container: the values it still holds (a map
+// of n entries holds 2n: keys and values).
+type rpcFrame struct {
+	left  int
+	isMap bool
+}
+
+// newRPCReader reads the RPCs on an accepted connection (conn, after its
+// preamble) that pass the guard; sender is the node the certificate names.
+func newRPCReader(conn net.Conn, sender string, layer *streamLayer) *rpcReader {
+	return &rpcReader{src: bufio.NewReaderSize(conn, guardBufferBytes), conn: conn, sender: sender, layer: layer}
+}
+
+func (r *rpcReader) Read(b []byte) (int, error) {
+	for {
+		if len(r.ready) > 0 {
+			n := copy(b, r.ready)
+			r.ready = r.ready[n:]
+			if len(r.ready) == 0 {
+				r.out = r.out[:0]
+			}
+			return n, nil
+		}
+		if r.err != nil {
+			return 0, r.err
+		}
+		if r.snap > 0 {
+			n, err := r.src.Read(b[:min(int64(len(b)), r.snap)])
+			r.snap -= int64(n)
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return n, err
+		}
+		if err := r.scan(); err != nil {
+			r.err, r.out = err, r.out[:0]
+			if errors.Is(err, errRaftFrame) && r.layer != nil {
+				r.layer.refusals.refused(r.layer.logger, fmt.Errorf("raft connection from %s: %w", r.conn.RemoteAddr(), err))
+				r.conn.Close()
+			}
+			continue
+		}
+		r.ready = r.out
+	}
+}
+
+func (r *rpcReader) refuse(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{errRaftFrame}, args...)...)
 }
 
-// flush passes the scanned bytes on; it is called only before waiting for
-// more input, so a request is never complete downstream before it is checked.
-func (g *rpcGuard) flush() error {
-	if len(g.out) == 0 {
-		return nil
-	}
-	_, err := g.dst.Write(g.out)
-	g.out = g.out[:0]
-	return err
-}
-
-func (g *rpcGuard) readByte() (byte, error) {
-	if g.src.Buffered() == 0 {
-		if err := g.flush(); err != nil {
-			return 0, err
-		}
-	}
-	b, err := g.src.ReadByte()
-	if err == nil {
-		g.out = append(g.out, b)
+// peek returns the next n bytes, unconsumed.
+func (r *rpcReader) peek(n int) ([]byte, error) {
+	b, err := r.src.Peek(n)
+	if err == io.EOF {
+		err = io.ErrUnexpectedEOF // the RPC is cut short
 	}
 	return b, err
 }
 
-// copyN passes n bytes on unread, in chunks.
-func (g *rpcGuard) copyN(n int64) error {
-	for n > 0 {
-		if g.src.Buffered() == 0 || len(g.out) >= guardFlushBytes {
-			if err := g.flush(); err != nil {
-				return err
-			}
-		}
-		chunk, err := g.src.Peek(min(max(g.src.Buffered(), 1), int(min(n, guardFlushBytes))))
-		if len(chunk) == 0 && err != nil {
-			return err
-		}
-		g.out = append(g.out, chunk...)
-		g.src.Discard(len(chunk))
-		n -= int64(len(chunk))
-	}
-	return nil
+// take moves the peeked bytes b from the connection to out.
+func (r *rpcReader) take(b []byte) {
+	r.out = append(r.out, b...)
+	r.src.Discard(len(b))
 }
 
-// readN reads n (small) bytes, passing them on too.
-func (g *rpcGuard) readN(n int) ([]byte, error) {
-	b := make([]byte, n)
-	for i := range b {
-		c, err := g.readByte() // a flush may empty g.out meanwhile
-		if err != nil {
-			return nil, err
-		}
-		b[i] = c
+// scan reads on until out holds a whole checked RPC, or guardFlushBytes of
+// an RPC that is not yet complete; nil means out may be handed to raft.
+func (r *rpcReader) scan() error {
+	if r.out == nil {
+		r.out = make([]byte, 0, guardOutBytes) // never grows (guardOutBytes)
 	}
-	return b, nil
-}
-
-func (g *rpcGuard) readUint(n int) (uint64, error) {
-	var v uint64
-	for i := 0; i < n; i++ {
-		c, err := g.readByte()
-		if err != nil {
-			return 0, err
-		}
-		v = v<<8 | uint64(c)
-	}
-	return v, nil
-}
-
-func (g *rpcGuard) run() error {
 	for {
-		t, err := g.readByte()
+		if !r.inRPC {
+			t, err := r.src.ReadByte()
+			if err != nil {
+				return err // io.EOF here is a clean end between RPCs
+			}
+			if t > maxRPCType {
+				return r.refuse("unknown RPC type %d", t)
+			}
+			r.out = append(r.out, t)
+			r.inRPC, r.rpcType, r.sawID, r.size, r.key, r.skip = true, t, false, 0, keyOther, 0
+			r.stack = append(r.stack[:0], rpcFrame{left: 1})
+		}
+		if len(r.out) >= guardFlushBytes {
+			if r.rpcType == rpcRequestVote || r.rpcType == rpcRequestPreVote {
+				// Answered from out when refused (vote.go): kept whole,
+				// so bounded (a real one is ~100 bytes).
+				return r.refuse("a vote request of more than %d bytes", guardFlushBytes)
+			}
+			return nil // not the end of the RPC: raft cannot complete it
+		}
+		done, err := r.step()
 		if err != nil {
 			return err
 		}
-		if t > maxRPCType {
-			return g.refuse("unknown RPC type %d", t)
+		if !done {
+			continue
 		}
-		g.sawID, g.size = false, 0
-		// Scanned bytes go on only before the guard waits for more input,
-		// so the request's last byte stays here until it is checked below.
-		if err := g.value(0, ""); err != nil {
-			return err
+		r.inRPC = false
+		if r.sender != "" && !r.sawID {
+			return r.refuse("the RPC names no sender; the certificate names %q", r.sender)
 		}
-		if g.sender != "" && !g.sawID {
-			return g.refuse("the RPC names no sender; the certificate names %q", g.sender)
-		}
-		if t == rpcInstallSnapshot {
-			if g.size < 0 {
-				return g.refuse("snapshot size %d", g.size)
+		switch r.rpcType {
+		case rpcInstallSnapshot:
+			if r.size < 0 {
+				return r.refuse("snapshot size %d", r.size)
 			}
-			if err := g.copyN(g.size); err != nil {
+			r.snap = r.size
+		case rpcRequestVote, rpcRequestPreVote:
+			answered, err := r.answerVote()
+			if err != nil {
 				return err
 			}
+			if answered {
+				r.out = r.out[:0]
+				continue
+			}
 		}
+		return nil
 	}
 }
 
-// value scans one msgpack value at depth; key is the top-level map key it
-// is the value of ("" elsewhere).
-func (g *rpcGuard) value(depth int, key string) error {
-	if depth > maxRaftDepth {
-		return g.refuse("nested deeper than %d", maxRaftDepth)
+// step scans the next piece of the RPC: part of a string, binary or ext, or
+// one value's header. It reports whether the RPC is complete.
+func (r *rpcReader) step() (bool, error) {
+	if r.skip > 0 {
+		room := guardFlushBytes - len(r.out) // > 0: scan hands out over before
+		chunk, err := r.peek(int(min(r.skip, int64(max(r.src.Buffered(), 1)), int64(room))))
+		if len(chunk) == 0 {
+			return false, err
+		}
+		r.take(chunk)
+		r.skip -= int64(len(chunk))
+		if r.skip > 0 {
+			return false, nil
+		}
+		return r.valueDone(), nil
 	}
-	b, err := g.readByte()
+	top := &r.stack[len(r.stack)-1]
+	depth := len(r.stack) - 1 // of the value starting here
+	topMap := len(r.stack) == 2 && top.isMap
+	isKey := topMap && top.left%2 == 0
+	key := keyOther
+	if topMap && !isKey {
+		key = r.key
+	}
+	top.left--
+	if depth > maxRaftDepth {
+		return false, r.refuse("nested deeper than %d", maxRaftDepth)
+	}
+	h, err := r.peek(1)
 	if err != nil {
-		return err
+		return false, err
+	}
+	b := h[0]
+	n := headerLen(b)
+	if isKey {
+		// The decoder takes a key in any string or binary encoding: each
+		// short one is read as a name, or a key "ID" written as str8 after
+		// a checked one would set the sender unchecked.
+		r.key = keyOther
+		if l, ok := keyLen(b, r); ok && l <= maxKeyName {
+			k, err := r.peek(n + l)
+			if err != nil {
+				return false, err
+			}
+			r.key = keyOf(k[n:])
+			r.take(k)
+			return r.valueDone(), nil
+		}
+	}
+	if n == 0 {
+		return false, r.refuse("not msgpack (byte 0x%02x)", b)
+	}
+	if h, err = r.peek(n); err != nil {
+		return false, err
 	}
 	switch {
 	case b <= 0x7f || b >= 0xe0: // fixints
-		if key == "Size" {
-			g.size = int64(int8(b))
+		if key == keySize {
+			r.size = int64(int8(b))
 			if b <= 0x7f {
-				g.size = int64(b)
+				r.size = int64(b)
 			}
 		}
-		return nil
-	case b >= 0x80 && b <= 0x8f:
-		return g.container(depth, int(b&0x0f), true)
-	case b >= 0x90 && b <= 0x9f:
-		return g.container(depth, int(b&0x0f), false)
-	case b >= 0xa0 && b <= 0xbf:
-		return g.bytesValue(int64(b&0x1f), key)
-	}
-	switch b {
-	case 0xc0, 0xc2, 0xc3:
-		return nil
-	case 0xc4, 0xd9:
-		return g.sized(1, key)
-	case 0xc5, 0xda:
-		return g.sized(2, key)
-	case 0xc6, 0xdb:
-		return g.sized(4, key)
-	case 0xc7, 0xc8, 0xc9: // ext: length, type, data
-		n, err := g.readUint(1 << (b - 0xc7))
-		if err != nil {
-			return err
+	case b <= 0x8f:
+		return r.open(h, int(b&0x0f), true)
+	case b <= 0x9f:
+		return r.open(h, int(b&0x0f), false)
+	case b <= 0xbf:
+		return r.bytesValue(h, int64(b&0x1f), key)
+	case b == 0xc4 || b == 0xc5 || b == 0xc6 || b == 0xd9 || b == 0xda || b == 0xdb:
+		return r.bytesValue(h, int64(beUint(h[1:])), key)
+	case b == 0xc7 || b == 0xc8 || b == 0xc9: // ext: length, type, data
+		l := beUint(h[1 : n-1])
+		if l > MaxRaftField {
+			return false, r.refuse("a field of %d bytes (bound %d)", l, MaxRaftField)
 		}
-		if n > MaxRaftField {
-			return g.refuse("a field of %d bytes (bound %d)", n, MaxRaftField)
+		r.take(h)
+		r.skip = int64(l)
+		if r.skip > 0 {
+			return false, nil
 		}
-		if _, err := g.readByte(); err != nil {
-			return err
-		}
-		return g.copyN(int64(n))
-	case 0xca:
-		_, err := g.readN(4)
-		return err
-	case 0xcb:
-		_, err := g.readN(8)
-		return err
-	case 0xcc, 0xcd, 0xce, 0xcf:
-		v, err := g.readUint(1 << (b - 0xcc))
-		if key == "Size" {
-			g.size = int64(v)
+		return r.valueDone(), nil
+	case b >= 0xcc && b <= 0xcf:
+		if v := beUint(h[1:]); key == keySize {
+			r.size = int64(v)
 			if v > 1<<62 {
-				g.size = -1
+				r.size = -1
 			}
 		}
-		return err
-	case 0xd0, 0xd1, 0xd2, 0xd3:
-		n := 1 << (b - 0xd0)
-		v, err := g.readUint(n)
-		if key == "Size" {
-			g.size = int64(v) << (64 - 8*n) >> (64 - 8*n)
+	case b >= 0xd0 && b <= 0xd3:
+		if key == keySize {
+			bits := 8 * (n - 1)
+			r.size = int64(beUint(h[1:])) << (64 - bits) >> (64 - bits)
 		}
-		return err
-	case 0xd4, 0xd5, 0xd6, 0xd7, 0xd8: // fixext: type, 1..16 bytes
-		_, err := g.readN(1 + 1<<(b-0xd4))
-		return err
-	case 0xdc:
-		n, err := g.readUint(2)
-		if err != nil {
-			return err
-		}
-		return g.container(depth, int(n), false)
-	case 0xdd:
-		n, err := g.readUint(4)
-		if err != nil {
-			return err
-		}
-		return g.container(depth, int(n), false)
-	case 0xde:
-		n, err := g.readUint(2)
-		if err != nil {
-			return err
-		}
-		return g.container(depth, int(n), true)
-	case 0xdf:
-		n, err := g.readUint(4)
-		if err != nil {
-			return err
-		}
-		return g.container(depth, int(n), true)
+	case b == 0xdc || b == 0xdd:
+		return r.open(h, int(beUint(h[1:])), false)
+	case b == 0xde || b == 0xdf:
+		return r.open(h, int(beUint(h[1:])), true)
 	}
-	return g.refuse("not msgpack (byte 0x%02x)", b)
+	r.take(h) // nil, booleans, floats, fixext: all in the header
+	return r.valueDone(), nil
 }
 
-func (g *rpcGuard) sized(lenBytes int, key string) error {
-	n, err := g.readUint(lenBytes)
-	if err != nil {
-		return err
+// maxKeyName bounds a top-level key read as a field name ("ID", "Size").
+const maxKeyName = 32
+
+// keyLen is the length of the string or binary whose header starts with b
+// (peeking at its length bytes); ok is false for other types.
+func keyLen(b byte, r *rpcReader) (int, bool) {
+	switch {
+	case b >= 0xa0 && b <= 0xbf:
+		return int(b & 0x1f), true
+	case b == 0xc4 || b == 0xc5 || b == 0xc6 || b == 0xd9 || b == 0xda || b == 0xdb:
+		h, err := r.peek(headerLen(b))
+		if err != nil {
+			return 0, false // scanned as a value, which reports the error
+		}
+		return int(min(beUint(h[1:]), maxKeyName+1)), true
 	}
-	return g.bytesValue(int64(n), key)
+	return 0, false
 }
 
-// bytesValue scans a string or binary of n bytes; the sender ID is checked.
-func (g *rpcGuard) bytesValue(n int64, key string) error {
+// headerLen is the length of the msgpack header starting with b, payload
+// included for fixed-size values; 0 for a byte that starts no value.
+func headerLen(b byte) int {
+	switch {
+	case b <= 0xbf || b >= 0xe0:
+		return 1
+	case b == 0xc0 || b == 0xc2 || b == 0xc3:
+		return 1
+	case b == 0xc4 || b == 0xd9:
+		return 2
+	case b == 0xc5 || b == 0xda || b == 0xdc || b == 0xde:
+		return 3
+	case b == 0xc6 || b == 0xdb || b == 0xdd || b == 0xdf:
+		return 5
+	case b >= 0xc7 && b <= 0xc9:
+		return 2 + 1<<(b-0xc7)
+	case b == 0xca:
+		return 5
+	case b == 0xcb:
+		return 9
+	case b >= 0xcc && b <= 0xcf:
+		return 1 + 1<<(b-0xcc)
+	case b >= 0xd0 && b <= 0xd3:
+		return 1 + 1<<(b-0xd0)
+	case b >= 0xd4 && b <= 0xd8:
+		return 2 + 1<<(b-0xd4)
+	}
+	return 0 // 0xc1
+}
+
+// beUint decodes a big-endian unsigned integer of up to 8 bytes.
+func beUint(b []byte) uint64 {
+	var v uint64
+	for _, c := range b {
+		v = v<<8 | uint64(c)
+	}
+	return v
+}
+
+// open starts a container of n items whose header is h.
+func (r *rpcReader) open(h []byte, n int, isMap bool) (bool, error) {
+	if n > maxRaftItems {
+		return false, r.refuse("%d items in one container (bound %d)", n, maxRaftItems)
+	}
+	r.take(h)
+	if isMap {
+		n *= 2
+	}
+	if n == 0 {
+		return r.valueDone(), nil
+	}
+	r.stack = append(r.stack, rpcFrame{left: n, isMap: isMap})
+	return false, nil
+}
+
+// bytesValue starts a string or binary of n bytes whose header is h; the
+// sender ID is checked.
+func (r *rpcReader) bytesValue(h []byte, n int64, key fieldKey) (bool, error) {
 	if n > MaxRaftField {
-		return g.refuse("a field of %d bytes (bound %d)", n, MaxRaftField)
+		return false, r.refuse("a field of %d bytes (bound %d)", n, MaxRaftField)
 	}
-	if !strings.EqualFold(key, "ID") {
-		return g.copyN(n)
+	if key != keyID {
+		r.take(h)
+		r.skip = n
+		if n > 0 {
+			return false, nil
+		}
+		return r.valueDone(), nil
 	}
 	if n > maxServerIDLen {
-		return g.refuse("a sender ID of %d bytes", n)
+		return false, r.refuse("a sender ID of %d bytes", n)
 	}
-	id, err := g.readN(int(n))
+	hl := len(h)
+	v, err := r.peek(hl + int(n))
 	if err != nil {
-		return err
+		return false, err
 	}
-	g.sawID = true
-	if g.sender != "" && !bytes.Equal(id, []byte(g.sender)) {
-		return g.refuse("the RPC claims to come from %.64q; the certificate names %q", id, g.sender)
+	r.sawID = true
+	if id := v[hl:]; r.sender != "" && string(id) != r.sender {
+		return false, r.refuse("the RPC claims to come from %.64q; the certificate names %q", id, r.sender)
 	}
-	return nil
+	r.take(v)
+	return r.valueDone(), nil
 }
 
-func (g *rpcGuard) container(depth, n int, isMap bool) error {
-	if n > maxRaftItems {
-		return g.refuse("%d items in one container (bound %d)", n, maxRaftItems)
+// valueDone closes the containers a value just finished; it reports whether
+// that completed the request.
+func (r *rpcReader) valueDone() bool {
+	for len(r.stack) > 0 && r.stack[len(r.stack)-1].left == 0 {
+		r.stack = r.stack[:len(r.stack)-1]
 	}
-	for i := 0; i < n; i++ {
-		key := ""
-		if isMap {
-			if depth == 0 {
-				k, err := g.mapKey()
-				if err != nil {
-					return err
-				}
-				key = k
-			} else if err := g.value(depth+1, ""); err != nil {
-				return err
-			}
-		}
-		if err := g.value(depth+1, key); err != nil {
-			return err
-		}
-	}
-	return nil
+	return len(r.stack) == 0
 }
 
-// mapKey scans a top-level key, returning it when it is a short string.
-func (g *rpcGuard) mapKey() (string, error) {
-	if g.src.Buffered() == 0 {
-		if err := g.flush(); err != nil {
-			return "", err
-		}
+// answerVote answers a complete vote or pre-vote request in out itself when
+// the node may not vote (vote.go), writing the refusal where raft would
+// write its answer; raft never sees the request. Raft is between RPCs on
+// this connection (it asks for bytes only then), so the answer cannot
+// interleave with one of its own.
+func (r *rpcReader) answerVote() (bool, error) {
+	if r.layer == nil {
+		return false, nil
 	}
-	b, err := g.src.Peek(1)
+	g := r.layer.votes.Load()
+	if g == nil {
+		return false, nil
+	}
+	var req any = &raft.RequestVoteRequest{}
+	if r.rpcType == rpcRequestPreVote {
+		req = &raft.RequestPreVoteRequest{}
+	}
+	if err := codec.NewDecoderBytes(r.out[1:], &codec.MsgpackHandle{}).Decode(req); err != nil {
+		return false, r.refuse("a vote request raft cannot decode: %v", err)
+	}
+	resp := g.refusal(req)
+	if resp == nil {
+		return false, nil
+	}
+	var buf bytes.Buffer
+	// As raft's NetworkTransport answers: an error string, then the
+	// response (which holds no time, the one thing its handle sets).
+	enc := codec.NewEncoder(&buf, &codec.MsgpackHandle{})
+	if err := enc.Encode(""); err != nil {
+		return false, fmt.Errorf("encode vote refusal: %w", err)
+	}
+	if err := enc.Encode(resp); err != nil {
+		return false, fmt.Errorf("encode vote refusal: %w", err)
+	}
+	r.conn.SetWriteDeadline(time.Now().Add(raftIOTimeout))
+	_, err := r.conn.Write(buf.Bytes())
+	r.conn.SetWriteDeadline(time.Time{})
 	if err != nil {
-		return "", err
+		return false, fmt.Errorf("answer vote request: %w", err)
 	}
-	if b[0] >= 0xa0 && b[0] <= 0xbf {
-		n := int(b[0] & 0x1f)
-		if _, err := g.readByte(); err != nil {
-			return "", err
-		}
-		k, err := g.readN(n)
-		return string(k), err
-	}
-	return "", g.value(1, "")
+	return true, nil
 }
 
 // refusalLog logs refused Raft connections at most once a second, with the

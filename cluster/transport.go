@@ -11,6 +11,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -87,7 +88,7 @@ func newRaftTransport(cfg Config, logger hclog.Logger) (raft.Transport, error) {
 	nt := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream: layer, MaxPool: raftMaxPool, Timeout: raftIOTimeout, Logger: logger,
 	})
-	return idTransport{nt}, nil
+	return idTransport{nt, layer}, nil
 }
 
 // advertisedAddr is the Raft address as configured: it is what this node
@@ -102,8 +103,12 @@ type advertisedAddr struct {
 func (a advertisedAddr) String() string { return a.name }
 
 // idTransport hands the target's server ID to the stream layer inside the
-// address of every outgoing RPC.
-type idTransport struct{ *raft.NetworkTransport }
+// address of every outgoing RPC; layer is its stream layer (the vote gate
+// answers refused votes there, vote.go).
+type idTransport struct {
+	*raft.NetworkTransport
+	layer *streamLayer
+}
 
 func withID(id raft.ServerID, target raft.ServerAddress) raft.ServerAddress {
 	return raft.ServerAddress(string(id) + "@" + string(target))
@@ -151,6 +156,9 @@ type streamLayer struct {
 	logger  hclog.Logger
 
 	refusals refusalLog // raftguard.go
+	// votes, when set, answers vote requests the node may not grant on
+	// the connection, before raft (vote.go).
+	votes atomic.Pointer[voteGate]
 }
 
 func (s *streamLayer) Accept() (net.Conn, error) {
@@ -218,7 +226,7 @@ type acceptedConn struct {
 	layer *streamLayer
 	once  sync.Once
 	err   error
-	rpcs  io.Reader // the RPCs that passed the guard (raftguard.go)
+	rpcs  *rpcReader // the RPCs that passed the guard (raftguard.go)
 }
 
 // errWrongTarget: a connection meant for another server ID.
@@ -253,7 +261,7 @@ func (c *acceptedConn) open() error {
 				errWrongTarget, c.RemoteAddr(), id, c.layer.localID)
 			return
 		}
-		c.rpcs = guardRPCs(c.Conn, sender, c.layer)
+		c.rpcs = newRPCReader(c.Conn, sender, c.layer)
 	})
 	return c.err
 }

@@ -176,12 +176,17 @@ const voteReportEvery = 10 * time.Second
 // voteGate wraps the Raft transport of a node: while the node is not
 // admitted it answers every incoming RequestVote and RequestPreVote with
 // Granted=false itself (Raft never sees them) and fails its outgoing ones.
-// Everything else passes through. It also turns off pipelining when asked
-// (noPipeline; see DESIGN.md, bounded shutdown).
+// Everything else passes through. On limitd's own transport the refusal is
+// written on the connection by the guard that reads it (raftguard.go,
+// answerVote), and Raft reads the transport's RPC channel directly: no RPC
+// takes an extra goroutine hop. On a transport passed in (tests' in-memory
+// one) a goroutine filters the channel. It also turns off pipelining when
+// asked (noPipeline; see DESIGN.md, bounded shutdown).
 type voteGate struct {
 	raft.Transport
 	adm        *admission
-	out        chan raft.RPC
+	layer      *streamLayer  // limitd's transport: votes refused in its stream
+	out        chan raft.RPC // otherwise: the filtered channel
 	stop       chan struct{}
 	stopOnce   sync.Once
 	noPipeline bool
@@ -191,13 +196,24 @@ type voteGate struct {
 }
 
 func newVoteGate(t raft.Transport, adm *admission, noPipeline bool) *voteGate {
-	g := &voteGate{Transport: t, adm: adm, out: make(chan raft.RPC), stop: make(chan struct{}), noPipeline: noPipeline, pipeBound: pipelineSendBound}
+	g := &voteGate{Transport: t, adm: adm, stop: make(chan struct{}), noPipeline: noPipeline, pipeBound: pipelineSendBound}
+	if it, ok := t.(idTransport); ok && it.layer != nil {
+		g.layer = it.layer
+		g.layer.votes.Store(g)
+		return g
+	}
+	g.out = make(chan raft.RPC)
 	go g.run(t.Consumer())
 	return g
 }
 
-// Consumer is the filtered RPC stream Raft reads.
-func (g *voteGate) Consumer() <-chan raft.RPC { return g.out }
+// Consumer is the RPC stream Raft reads, without refused votes.
+func (g *voteGate) Consumer() <-chan raft.RPC {
+	if g.layer != nil {
+		return g.Transport.Consumer()
+	}
+	return g.out
+}
 
 func (g *voteGate) run(in <-chan raft.RPC) {
 	for {
@@ -207,7 +223,8 @@ func (g *voteGate) run(in <-chan raft.RPC) {
 		case <-g.stop:
 			return
 		}
-		if g.refused(rpc) {
+		if resp := g.refusal(rpc.Command); resp != nil {
+			rpc.Respond(resp, nil)
 			continue
 		}
 		select {
@@ -218,26 +235,26 @@ func (g *voteGate) run(in <-chan raft.RPC) {
 	}
 }
 
-// refused answers a vote request itself when the node may not vote.
-func (g *voteGate) refused(rpc raft.RPC) bool {
+// refusal is the answer to req when it is a vote or pre-vote request this
+// node may not grant; nil when Raft is to handle req.
+func (g *voteGate) refusal(req any) any {
 	var resp any
-	switch req := rpc.Command.(type) {
+	switch req := req.(type) {
 	case *raft.RequestVoteRequest:
 		if g.adm.mayVote() || noHistory(req.LastLogIndex, req.LastLogTerm) {
-			return false
+			return nil
 		}
 		resp = &raft.RequestVoteResponse{RPCHeader: g.header(), Term: req.Term, Granted: false}
 	case *raft.RequestPreVoteRequest:
 		if g.adm.mayVote() || noHistory(req.LastLogIndex, req.LastLogTerm) {
-			return false
+			return nil
 		}
 		resp = &raft.RequestPreVoteResponse{RPCHeader: g.header(), Term: req.Term, Granted: false}
 	default:
-		return false
+		return nil
 	}
 	g.report()
-	rpc.Respond(resp, nil)
-	return true
+	return resp
 }
 
 // noHistory: a candidate whose log is at most the bootstrap configuration
@@ -298,7 +315,7 @@ func (g *voteGate) AppendEntriesPipeline(id raft.ServerID, target raft.ServerAdd
 // Close stops the filter and closes the wrapped transport if it can be
 // closed (Raft calls it on shutdown, as it would the transport's own).
 func (g *voteGate) Close() error {
-	g.stopOnce.Do(func() { close(g.stop) })
+	g.halt()
 	g.pipes.closeAll()
 	if c, ok := g.Transport.(io.Closer); ok {
 		return c.Close()
@@ -308,7 +325,12 @@ func (g *voteGate) Close() error {
 
 // halt stops the filter without closing the wrapped transport (a transport
 // passed in by the caller stays the caller's).
-func (g *voteGate) halt() { g.stopOnce.Do(func() { close(g.stop) }) }
+func (g *voteGate) halt() {
+	g.stopOnce.Do(func() { close(g.stop) })
+	if g.layer != nil {
+		g.layer.votes.CompareAndSwap(g, nil)
+	}
+}
 
 // admitFromLog admits this incarnation if the local log already holds the
 // leader's record of it. The leader appends that record only after the
