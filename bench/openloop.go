@@ -142,14 +142,7 @@ func openLoop(ctx context.Context, w Workload, t Target, onProgress func(Progres
 	start := clk.Now()
 	measureFrom := start.Add(w.Warmup)
 	end := measureFrom.Add(w.Duration)
-	if w.CPU != nil {
-		if w.Warmup == 0 {
-			w.CPU.Begin()
-		} else {
-			begin := time.AfterFunc(w.Warmup, w.CPU.Begin)
-			defer begin.Stop()
-		}
-	}
+	defer w.beginMeasure()()
 
 	step, _ := clk.(stepClock)
 	lags := make([]Histogram, inflight)

@@ -55,7 +55,11 @@ type Result struct {
 	Arrival string
 	// Set by drivers that scrape the nodes' /metrics around the run: the
 	// per-stage latency budget (StageBudget).
-	Stages                   []StageRow
+	Stages []StageRow
+	// RaftEntries is how many Raft entries the cluster committed over the
+	// measured interval (RaftEntries), when the nodes showed their commit
+	// index; 0 when not measured.
+	RaftEntries              uint64
 	Scheduled, Late          int64
 	StartLagP99, StartLagMax time.Duration
 	Behind                   bool
@@ -184,6 +188,7 @@ type resultJSON struct {
 	StartLagMaxMs  float64          `json:"start_lag_max_ms,omitempty"`
 	Behind         bool             `json:"behind,omitempty"`
 	Stages         []StageRow       `json:"stages,omitempty"`
+	RaftEntries    uint64           `json:"raft_entries,omitempty"`
 	Interrupted    bool             `json:"interrupted,omitempty"`
 	DiskBytes      int64            `json:"disk_bytes,omitempty"`
 	RSSBytes       int64            `json:"rss_bytes,omitempty"`
@@ -230,7 +235,7 @@ func (r Result) MarshalJSON() ([]byte, error) {
 		P50ms: ms(r.P50), P90ms: ms(r.P90), P99ms: ms(r.P99), P999ms: ms(r.P999), MaxMs: ms(r.Max),
 		Rate: r.Rate, Arrival: r.Arrival, Scheduled: r.Scheduled, Late: r.Late,
 		StartLagP99ms: ms(r.StartLagP99), StartLagMaxMs: ms(r.StartLagMax), Behind: r.Behind, Stages: r.Stages,
-		Interrupted: r.Interrupted, DiskBytes: r.DiskBytes, RSSBytes: r.RSSBytes,
+		RaftEntries: r.RaftEntries, Interrupted: r.Interrupted, DiskBytes: r.DiskBytes, RSSBytes: r.RSSBytes,
 		CPU: cpuJSON(r), CPUError: r.CPUError,
 	})
 }
@@ -263,7 +268,7 @@ func (r *Result) UnmarshalJSON(b []byte) error {
 		P50: fromMs(j.P50ms), P90: fromMs(j.P90ms), P99: fromMs(j.P99ms), P999: fromMs(j.P999ms), Max: fromMs(j.MaxMs),
 		Rate: j.Rate, Arrival: j.Arrival, Scheduled: j.Scheduled, Late: j.Late,
 		StartLagP99: fromMs(j.StartLagP99ms), StartLagMax: fromMs(j.StartLagMaxMs), Behind: j.Behind, Stages: j.Stages,
-		Interrupted: j.Interrupted, DiskBytes: j.DiskBytes, RSSBytes: j.RSSBytes,
+		RaftEntries: j.RaftEntries, Interrupted: j.Interrupted, DiskBytes: j.DiskBytes, RSSBytes: j.RSSBytes,
 		CPUError: j.CPUError,
 	}
 	for _, p := range j.CPU {
@@ -357,6 +362,10 @@ func WriteTable(w io.Writer, r Result) error {
 	}
 	if r.CPUError != "" {
 		row("CPU not measured", r.CPUError)
+	}
+	if r.RaftEntries > 0 {
+		row("Raft entries", fmt.Sprintf("%s (%.1f per 1,000 checks)", formatInt(int64(r.RaftEntries)),
+			1000*float64(r.RaftEntries)/float64(max(r.Checks, 1))))
 	}
 	if r.DiskBytes > 0 || r.RSSBytes > 0 {
 		row("largest node", fmt.Sprintf("%s on disk (%s bytes per key of --keys), RSS %s",

@@ -39,6 +39,30 @@ type Workload struct {
 	// CPU, if set, measures processes over the measured interval: the
 	// result's CPU and CPUError. (Not a flag: the driver knows the processes.)
 	CPU *CPUMeter
+	// Measuring, if set, is called when the measured interval starts (after
+	// the warm-up), on a goroutine of its own: drivers read counters there
+	// that must cover the measured interval only.
+	Measuring func()
+}
+
+// beginMeasure starts what covers the measured interval only (CPU,
+// Measuring): now without a warm-up, else when it ends. cancel stops a start
+// still pending.
+func (w Workload) beginMeasure() (cancel func()) {
+	begin := func() {
+		if w.CPU != nil {
+			w.CPU.Begin()
+		}
+		if w.Measuring != nil {
+			w.Measuring()
+		}
+	}
+	if w.Warmup == 0 {
+		begin()
+		return func() {}
+	}
+	t := time.AfterFunc(w.Warmup, begin)
+	return func() { t.Stop() }
 }
 
 // DefaultHotLimit is the hot keys' limit per window in the attack workload:
@@ -213,15 +237,8 @@ func Run(ctx context.Context, w Workload, t Target, onProgress func(Progress)) (
 	start := time.Now()
 	measureFrom := start.Add(w.Warmup)
 	var stop atomic.Bool
-	if w.CPU != nil {
-		// CPU is measured over the measured interval only.
-		if w.Warmup == 0 {
-			w.CPU.Begin()
-		} else {
-			begin := time.AfterFunc(w.Warmup, w.CPU.Begin)
-			defer begin.Stop()
-		}
-	}
+	// CPU is measured over the measured interval only.
+	defer w.beginMeasure()()
 	timer := time.AfterFunc(w.Warmup+w.Duration, func() { stop.Store(true) })
 	defer timer.Stop()
 	// Ctrl-C stops new requests at once; in-flight ones end with ctx.

@@ -260,3 +260,30 @@ func TestRunRejectsBadWorkloads(t *testing.T) {
 		t.Errorf("zero workload validated: %v", err)
 	}
 }
+
+// Measuring is called once, when the measured interval starts: after the
+// warm-up (calls the target had by then are warm-up calls), or at once
+// without one.
+func TestRunMeasuringAtMeasuredStart(t *testing.T) {
+	for _, warmup := range []time.Duration{0, 200 * time.Millisecond} {
+		f := &fakeTarget{keys: 50, delay: time.Millisecond}
+		w := testWorkload()
+		w.Warmup, w.Duration = warmup, 200*time.Millisecond
+		var calls atomic.Int64
+		var seen atomic.Int64 // target calls when Measuring ran
+		w.Measuring = func() { calls.Add(1); seen.Store(f.calls.Load()) }
+		r, err := Run(context.Background(), w, f, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if calls.Load() != 1 {
+			t.Errorf("warm-up %v: Measuring called %d times, want once", warmup, calls.Load())
+		}
+		if warmup == 0 && seen.Load() != 0 {
+			t.Errorf("no warm-up: Measuring ran after %d calls, want before any", seen.Load())
+		}
+		if warmup > 0 && (seen.Load() == 0 || seen.Load() >= f.calls.Load() || r.Requests == 0) {
+			t.Errorf("warm-up %v: Measuring ran after %d of %d calls (%d measured), want between the warm-up's and the run's", warmup, seen.Load(), f.calls.Load(), r.Requests)
+		}
+	}
+}

@@ -51,6 +51,29 @@ const (
 	applyWaitName      = "apply waited for a flush (per batch)"
 )
 
+// commitIndexFamily is the Raft commit index a node knows (shown without an
+// admin token only on nodes that have none, or with the bench's token).
+const commitIndexFamily = "limitd_raft_commit_index"
+
+// RaftEntries is how many Raft entries the cluster committed between before
+// and after: the largest advance of a node's commit index (the leader's,
+// which knows every commit first). ok is false when no node showed its index
+// at both scrapes. Every entry counts: check entries, lease grants and
+// returns, expiry sweeps and admin commands.
+func RaftEntries(before, after []Scrape) (n uint64, ok bool) {
+	for i := range after {
+		if i >= len(before) {
+			break
+		}
+		a, okA := after[i].counts[commitIndexFamily]
+		b, okB := before[i].counts[commitIndexFamily]
+		if okA && okB && a >= b {
+			n, ok = max(n, uint64(a-b)), true
+		}
+	}
+	return n, ok
+}
+
 // series is one histogram's cumulative state.
 type series struct {
 	count   uint64
@@ -118,6 +141,9 @@ func ParseStages(node string, r io.Reader) (Scrape, error) {
 		if f := fams[name]; f != nil && len(f.GetMetric()) == 1 {
 			s.counts[name] = f.GetMetric()[0].GetCounter().GetValue()
 		}
+	}
+	if f := fams[commitIndexFamily]; f != nil && len(f.GetMetric()) == 1 {
+		s.counts[commitIndexFamily] = f.GetMetric()[0].GetGauge().GetValue()
 	}
 	return s, nil
 }

@@ -58,3 +58,37 @@ func TestStageBudget(t *testing.T) {
 		t.Fatalf("table:\n%s", out.String())
 	}
 }
+
+// Raft entries over a run: the largest advance of a node's commit index
+// between the scrapes (the leader's); unknown when no node showed it.
+func TestRaftEntries(t *testing.T) {
+	scrape := func(node, index string) Scrape {
+		t.Helper()
+		text := ""
+		if index != "" {
+			text = "# TYPE limitd_raft_commit_index gauge\nlimitd_raft_commit_index " + index + "\n"
+		}
+		s, err := ParseStages(node, strings.NewReader(text))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	before := []Scrape{scrape("leader", "1000"), scrape("follower", "990"), scrape("hidden", "")}
+	after := []Scrape{scrape("leader", "1250"), scrape("follower", "1240"), scrape("hidden", "")}
+	if n, ok := RaftEntries(before, after); !ok || n != 250 {
+		t.Errorf("RaftEntries = %d, %v; want 250 (the leader's advance), true", n, ok)
+	}
+	hidden := []Scrape{scrape("hidden", "")}
+	if n, ok := RaftEntries(hidden, hidden); ok || n != 0 {
+		t.Errorf("RaftEntries without commit indexes = %d, %v; want 0, false", n, ok)
+	}
+	var out bytes.Buffer
+	r := Result{System: "limitd", Checks: 50_000, Allowed: 50_000, Elapsed: 10 * time.Second, RaftEntries: 750}
+	if err := WriteTable(&out, r); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "750 (15.0 per 1,000 checks)") {
+		t.Errorf("report does not give the Raft entries per 1,000 checks:\n%s", out.String())
+	}
+}

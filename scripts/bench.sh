@@ -35,6 +35,11 @@
 #                 (--overlimit-cache-entries=0): every refusal a Raft round
 #   hot           limitd 3 nodes, every check on the hot keys: what a refusal
 #                 served from the over-limit cache costs a node
+#   lease         limitd 3 nodes, $LEASE_KEYS busy keys under a daily quota of
+#                 10^9 (fixed window) with the lease option $LEASE: allowed
+#                 checks answered from quota leases (issue 25); compare with
+#                 the bare and bare3 rows, and read "Raft entries" per 1,000
+#                 checks in limitd bench's report (--json: raft_entries)
 # and the open-loop rows (checks scheduled at a fixed rate, each latency
 # counted from its scheduled time, up to $MAX_INFLIGHT in flight; --rate), run
 # after the rows above at every rate of $RATES, $ROUNDS times over, each round
@@ -60,6 +65,7 @@
 # Environment: ROWS (all of the above, in that order) DURATION (15s) WARMUP
 # (2s) CONCURRENCY (64) KEYS (100000) LIMIT (100) WINDOW (1s) BATCH (100)
 # HOT_KEYS (10) HOT_FRACTION (0.9) HOT_LIMIT (1) RUN_TIMEOUT (600)
+# LEASE ('{"share":0.05,"max_ttl":"2s"}') LEASE_KEYS (100)
 # RATES ("1000 3000") ROUNDS (1) MAX_INFLIGHT (256) ARRIVAL (constant)
 # ENVOY_RATELIMIT (path of envoyproxy/ratelimit's binary)
 # SERVE_FLAGS (extra `limitd serve` flags for tuning, e.g.
@@ -79,12 +85,14 @@ RESULTS=${RESULTS:-}
 HOT_KEYS=${HOT_KEYS:-10}
 HOT_FRACTION=${HOT_FRACTION:-0.9}
 HOT_LIMIT=${HOT_LIMIT:-1}
+LEASE=${LEASE:-'{"share":0.05,"max_ttl":"2s"}'}
+LEASE_KEYS=${LEASE_KEYS:-100}
 RATES=${RATES:-1000 3000}
 ROUNDS=${ROUNDS:-1}
 MAX_INFLIGHT=${MAX_INFLIGHT:-256}
 ARRIVAL=${ARRIVAL:-constant}
 ENVOY_RATELIMIT=${ENVOY_RATELIMIT:-}
-ALL_ROWS="redis redis-zipf redis-attack bare bare3 http leader zipf batch 1node grpc rls client attack attack-nocache hot open-redis open-envoy open-1node open-3node"
+ALL_ROWS="redis redis-zipf redis-attack bare bare3 http leader zipf batch 1node grpc rls client attack attack-nocache hot lease open-redis open-envoy open-1node open-3node"
 ROWS=${ROWS:-$ALL_ROWS}
 for r in $ROWS; do
 	case " $ALL_ROWS " in
@@ -294,6 +302,17 @@ if want attack-nocache; then
 		--cluster 3 --dist uniform "${attack[@]}"
 fi
 if want hot; then run "hot keys only" "${lim[@]}" --cluster 3 --dist uniform --hot-keys "$HOT_KEYS" --hot-fraction 1 --hot-limit "$HOT_LIMIT"; fi
+if want lease; then
+	# Its own keys, limit and window: run's common flags would override them.
+	log "limitd lease"
+	if ! TMPDIR=$work timeout --foreground -k 15 "$RUN_TIMEOUT" "$work/limitd" bench "${serve[@]}" --cluster 3 \
+		--policy leased --lease "$LEASE" --algorithm fixed_window --limit 1000000000 --window 24h \
+		--keys "$LEASE_KEYS" --dist uniform --concurrency "$CONCURRENCY" --duration "$DURATION" --warmup "$WARMUP" \
+		--json --label "lease" >>"$results"; then
+		log "FAILED: lease"
+		failed=1
+	fi
+fi
 
 # --- Open loop ---------------------------------------------------------------
 # free_port: a port nothing listens on, in $REPLY.

@@ -15,6 +15,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -343,6 +344,17 @@ func (f *benchFlags) run(ctx context.Context, stdout, stderr io.Writer) error {
 		}
 	}
 	before := scrapeStages(ctx, stageNodes, stageAddrs, f.adminToken)
+	// Raft entries count over the measured interval only, like the checks.
+	var measured []bench.Scrape
+	var measuredMu sync.Mutex
+	if before != nil {
+		f.work.Measuring = func() {
+			s := scrapeStages(ctx, stageNodes, stageAddrs, f.adminToken)
+			measuredMu.Lock()
+			measured = s
+			measuredMu.Unlock()
+		}
+	}
 
 	var onProgress func(bench.Progress)
 	var bar *bench.ProgressBar
@@ -360,6 +372,11 @@ func (f *benchFlags) run(ctx context.Context, stdout, stderr io.Writer) error {
 	if before != nil {
 		if after := scrapeStages(ctx, stageNodes, stageAddrs, f.adminToken); after != nil {
 			res.Stages = bench.StageBudget(before, after)
+			measuredMu.Lock()
+			if measured != nil {
+				res.RaftEntries, _ = bench.RaftEntries(measured, after)
+			}
+			measuredMu.Unlock()
 		}
 	}
 	if ct, ok := target.(*bench.ClientTarget); ok {
