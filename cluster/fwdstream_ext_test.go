@@ -20,7 +20,6 @@ import (
 
 	"github.com/limitd/limitd/cluster"
 	"github.com/limitd/limitd/cluster/clustertest"
-	"github.com/limitd/limitd/internal/testcerts"
 )
 
 // pathCounter counts, per serving node, the node-to-node requests by path,
@@ -251,21 +250,7 @@ func upgradeAs(t *testing.T, rt http.RoundTripper, url, token, node string) (int
 // outside the cluster, the Upgrade is refused; a member with the token gets
 // its stream. Fails if the stream bypasses authenticate.
 func TestStreamUpgradeAuthenticated(t *testing.T) {
-	ca, err := testcerts.NewCA("limitd stream CA")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert := func(id string) *tls.Config {
-		pair, err := ca.NodeFor(id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tc, err := ca.TLS(pair)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tc
-	}
+	_, cert := nodeCerts(t, "limitd stream CA")
 	c := clustertest.MakeClusterOpts(t, clustertest.Options{Nodes: 3,
 		TLS:    func(i int) *tls.Config { return cert(fmt.Sprintf("n%d", i)) },
 		Config: func(i int, cfg *cluster.Config) { clustertest.SteadyTimers(i, cfg); cfg.AdminToken = "s3cret" },

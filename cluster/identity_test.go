@@ -19,15 +19,15 @@ import (
 	"github.com/limitd/limitd/internal/testcerts"
 )
 
-// identityCluster is a 3-node mutual-TLS cluster whose certificates name
-// their nodes (testcerts.NodeFor, as scripts/certs.sh issues them).
-func identityCluster(t *testing.T) (*clustertest.Cluster, func(id string) *tls.Config) {
+// nodeCerts makes a CA named name and returns it with a maker of TLS
+// configurations whose certificates name their node (testcerts.NodeFor).
+func nodeCerts(t *testing.T, name string) (*testcerts.CA, func(id string) *tls.Config) {
 	t.Helper()
-	ca, err := testcerts.NewCA("limitd identity CA")
+	ca, err := testcerts.NewCA(name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cert := func(id string) *tls.Config {
+	return ca, func(id string) *tls.Config {
 		pair, err := ca.NodeFor(id)
 		if err != nil {
 			t.Fatal(err)
@@ -38,6 +38,13 @@ func identityCluster(t *testing.T) (*clustertest.Cluster, func(id string) *tls.C
 		}
 		return tc
 	}
+}
+
+// identityCluster is a 3-node mutual-TLS cluster whose certificates name
+// their nodes (testcerts.NodeFor, as scripts/certs.sh issues them).
+func identityCluster(t *testing.T) (*clustertest.Cluster, func(id string) *tls.Config) {
+	t.Helper()
+	_, cert := nodeCerts(t, "limitd identity CA")
 	c := clustertest.MakeClusterOpts(t, clustertest.Options{
 		Nodes: 3, TLS: func(i int) *tls.Config { return cert(fmt.Sprintf("n%d", i)) },
 	})
@@ -129,21 +136,7 @@ func TestRaftRefusesOversizedFrame(t *testing.T) {
 // The dialing side too: a server presenting another node's certificate is
 // not the node the RPC is for, even on the right address and ID preamble.
 func TestRaftDialerChecksServerIdentity(t *testing.T) {
-	ca, err := testcerts.NewCA("limitd dialer CA")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert := func(id string) *tls.Config {
-		pair, err := ca.NodeFor(id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tc, err := ca.TLS(pair)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tc
-	}
+	ca, cert := nodeCerts(t, "limitd dialer CA")
 	for _, c := range []struct {
 		serverCert string
 		wantOK     bool
