@@ -73,24 +73,10 @@ func TestLeasedChecksOnCluster(t *testing.T) {
 	c := clustertest.MakeCluster(t, 3, nil)
 	l := c.Leader()
 	ctx := context.Background()
-	spec, err := algo.Config{Algorithm: "fixed_window", Limit: 1_000_000, Window: "1h"}.Spec()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Node(l).PutPolicy(ctx, fsm.Policy{Name: "q", Spec: spec, Lease: algo.Lease{Share: 10_000, MaxTTL: time.Minute}}); err != nil {
-		t.Fatal(err)
-	}
+	putLeasedPolicy(t, c, algo.Lease{Share: 10_000, MaxTTL: time.Minute})
 	var svcs []*service.Service
 	for i := 0; i < 3; i++ {
-		// Each node's replica must know the policy before its service
-		// can see the option.
-		for {
-			if _, ok := c.Node(i).Policy("q"); ok {
-				break
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		svcs = append(svcs, service.New(c.Node(i), service.Config{}))
+		svcs = append(svcs, leasedService(t, c, i))
 	}
 	allowed := 0
 	for i := 0; i < 600; i++ {
@@ -127,24 +113,11 @@ func TestLeasedChecksOnCluster(t *testing.T) {
 // given the lease back, not for the minute.
 func TestLeaseStrictOnCluster(t *testing.T) {
 	c := clustertest.MakeCluster(t, 3, nil)
-	l := c.Leader()
 	ctx := context.Background()
-	spec, err := algo.Config{Algorithm: "fixed_window", Limit: 1_000_000, Window: "1h"}.Spec()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Node(l).PutPolicy(ctx, fsm.Policy{Name: "q", Spec: spec, Lease: algo.Lease{Share: 1_000_000, MaxTTL: time.Minute}}); err != nil {
-		t.Fatal(err)
-	}
+	putLeasedPolicy(t, c, algo.Lease{Share: 1_000_000, MaxTTL: time.Minute})
 	var svcs []*service.Service
 	for i := 0; i < 2; i++ {
-		for {
-			if _, ok := c.Node(i).Policy("q"); ok {
-				break
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		s := service.New(c.Node(i), service.Config{})
+		s := leasedService(t, c, i)
 		t.Cleanup(func() { s.CloseLeases(context.Background()) })
 		svcs = append(svcs, s)
 	}
@@ -203,4 +176,30 @@ func TestLeaseStrictOnCluster(t *testing.T) {
 	if st := holder.LeaseStats(); st.Recalled == 0 {
 		t.Fatalf("holder %+v: allowed without a recall", st)
 	}
+}
+
+// putLeasedPolicy puts policy "q", a fixed window of 1,000,000 per hour with
+// lease, through the leader.
+func putLeasedPolicy(t *testing.T, c *clustertest.Cluster, lease algo.Lease) {
+	t.Helper()
+	spec, err := algo.Config{Algorithm: "fixed_window", Limit: 1_000_000, Window: "1h"}.Spec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Node(c.Leader()).PutPolicy(context.Background(), fsm.Policy{Name: "q", Spec: spec, Lease: lease}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// leasedService is a service over node i once its replica knows policy "q"
+// (before, the service could not see the lease option).
+func leasedService(t *testing.T, c *clustertest.Cluster, i int) *service.Service {
+	t.Helper()
+	for deadline := time.Now().Add(clustertest.Timeout); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if _, ok := c.Node(i).Policy("q"); ok {
+			return service.New(c.Node(i), service.Config{})
+		}
+	}
+	t.Fatalf("node %d's replica has no policy q after %v", i, clustertest.Timeout)
+	return nil
 }
