@@ -438,20 +438,7 @@ func BenchmarkLeasedCheck(b *testing.B) {
 // its unspent units are credited (a return after the expiry credits
 // nothing, which lost a slow key's leases whole).
 func TestLeaseGivenBackBeforeExpiry(t *testing.T) {
-	r := newReplicated(t)
-	c := &clock{t: time.Unix(1000, 0)}
-	s := leasedServices(t, r, 1, c)[0]
-	spec, _ := algo.Config{Algorithm: "fixed_window", Limit: 100, Window: "1h"}.Spec()
-	if err := s.node.PutPolicy(context.Background(), fsm.Policy{Name: "daily", Spec: spec, Lease: algo.Lease{Share: 500_000, MaxTTL: 2 * time.Second}}); err != nil {
-		t.Fatal(err)
-	}
-	check := func() {
-		t.Helper()
-		if res, e := s.Check(context.Background(), &CheckRequest{Key: "k", Policy: "daily", Cost: 1}); e != nil || !res.Decision.Allowed {
-			t.Fatalf("%+v %v", res.Decision, e)
-		}
-		waitGrants(s)
-	}
+	r, s, c, check := dailyLeased(t, 100)
 	check()
 	check() // takes a lease of 49 (half of 98), valid 2 s
 	check() // from it
@@ -478,20 +465,7 @@ func TestLeaseGivenBackBeforeExpiry(t *testing.T) {
 // time it may be spent has passed, not before (each early refill is a grant
 // entry and a return of the lease it replaces).
 func TestLeaseRefillHalfway(t *testing.T) {
-	r := newReplicated(t)
-	c := &clock{t: time.Unix(1000, 0)}
-	s := leasedServices(t, r, 1, c)[0]
-	spec, _ := algo.Config{Algorithm: "fixed_window", Limit: 1000, Window: "1h"}.Spec()
-	if err := s.node.PutPolicy(context.Background(), fsm.Policy{Name: "daily", Spec: spec, Lease: algo.Lease{Share: 500_000, MaxTTL: 2 * time.Second}}); err != nil {
-		t.Fatal(err)
-	}
-	check := func() {
-		t.Helper()
-		if res, e := s.Check(context.Background(), &CheckRequest{Key: "k", Policy: "daily", Cost: 1}); e != nil || !res.Decision.Allowed {
-			t.Fatalf("%+v %v", res.Decision, e)
-		}
-		waitGrants(s)
-	}
+	_, s, c, check := dailyLeased(t, 1000)
 	check()
 	check() // a lease of 499, spent until 1.5 s (2 s less the return lead), refilled from 0.75 s
 	c.add(700 * time.Millisecond)
@@ -504,4 +478,27 @@ func TestLeaseRefillHalfway(t *testing.T) {
 	if st := s.LeaseStats(); st.Taken != 2 || st.Answered != 2 {
 		t.Fatalf("at 0.8 s: %+v, want the refill", st)
 	}
+}
+
+// dailyLeased is one service on replicated node r with a hand-set clock and
+// policy "daily" (fixed window of limit per hour, leases of half of what
+// remains for 2 s); check makes one allowed check of key "k" and waits for
+// the grants it set off.
+func dailyLeased(t *testing.T, limit int64) (r *replicated, s *Service, c *clock, check func()) {
+	t.Helper()
+	r = newReplicated(t)
+	c = &clock{t: time.Unix(1000, 0)}
+	s = leasedServices(t, r, 1, c)[0]
+	spec, _ := algo.Config{Algorithm: "fixed_window", Limit: limit, Window: "1h"}.Spec()
+	if err := s.node.PutPolicy(context.Background(), fsm.Policy{Name: "daily", Spec: spec, Lease: algo.Lease{Share: 500_000, MaxTTL: 2 * time.Second}}); err != nil {
+		t.Fatal(err)
+	}
+	check = func() {
+		t.Helper()
+		if res, e := s.Check(context.Background(), &CheckRequest{Key: "k", Policy: "daily", Cost: 1}); e != nil || !res.Decision.Allowed {
+			t.Fatalf("%+v %v", res.Decision, e)
+		}
+		waitGrants(s)
+	}
+	return r, s, c, check
 }
