@@ -80,6 +80,8 @@ const (
 	leaseRequestTimeout = 2 * time.Second
 	// leaseBackoff is the wait after a failed grant request.
 	leaseBackoff = time.Second
+	// leaseReturnRetry is the wait before a failed return is sent again.
+	leaseReturnRetry = 200 * time.Millisecond
 	// maxLeaseSlots bounds the keys with leases on one node.
 	maxLeaseSlots = 100_000
 	// leaseReturnLead: a lease stops being spent this long (at most a
@@ -192,6 +194,9 @@ type pendingGrant struct {
 
 type pendingReturn struct {
 	ret fsm.LeaseReturn
+	// until is the lease's deadline: after it the leader has dropped the
+	// lease, and a return credits nothing, so none is sent again.
+	until time.Time
 }
 
 // leased answers c from this node's lease on its key, if it holds one that
@@ -363,10 +368,39 @@ func (t *leaseTable) sendReturns(rs []pendingReturn) {
 	ctx, cancel := context.WithTimeout(context.Background(), leaseRequestTimeout)
 	defer cancel()
 	if _, err := t.node.ReturnLeases(ctx, rets); err != nil {
-		t.lost.Add(uint64(len(rets)))
+		t.retryReturns(rs)
 		return
 	}
 	t.returned.Add(uint64(len(rets)))
+}
+
+// retryReturns queues returns whose round failed for another one after
+// leaseReturnRetry. A return may be sent again whatever became of the first:
+// the state machine credits a lease id once and a lease it no longer has
+// not at all (fsm returnLease). Returns are lost (under-admission until the
+// lease expires) only when the lease would be gone before the next round or
+// the table is closing. A leader's election used to cost every node's
+// returns in flight this way.
+func (t *leaseTable) retryReturns(rs []pendingReturn) {
+	now := t.now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	again := 0
+	for _, r := range rs {
+		if t.closed || !now.Add(leaseReturnRetry).Before(r.until) {
+			t.lost.Add(1)
+			continue
+		}
+		t.returns = append(t.returns, r)
+		again++
+	}
+	if again > 0 {
+		time.AfterFunc(leaseReturnRetry, func() {
+			t.mu.Lock()
+			t.kickLocked()
+			t.mu.Unlock()
+		})
+	}
 }
 
 func (t *leaseTable) sendGrants(ps []pendingGrant) {
@@ -440,7 +474,7 @@ func (t *leaseTable) giveBackLocked(k leaseKey, h *heldLease, always bool) {
 	if left <= 0 && !always {
 		return
 	}
-	t.returns = append(t.returns, pendingReturn{ret: fsm.LeaseReturn{ID: h.id, Check: fsm.Check{Key: k.key, Policy: k.policy}, Unspent: left}})
+	t.returns = append(t.returns, pendingReturn{ret: fsm.LeaseReturn{ID: h.id, Check: fsm.Check{Key: k.key, Policy: k.policy}, Unspent: left}, until: h.deadline})
 	t.kickLocked()
 }
 
