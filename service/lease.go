@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"errors"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -434,10 +435,17 @@ func (t *leaseTable) installLocked(p pendingGrant, g fsm.LeaseGrant, err error, 
 	now := t.now()
 	switch {
 	case err != nil:
-		// Nothing known: the grant may have been made; its units are
-		// lost rather than spent on a guess.
+		// Nothing known: the grant may have been made. Its units are not
+		// spent on a guess; they are asked back whole instead: a return
+		// credits at most the lease's units, and nothing for a lease the
+		// state machine does not have (fsm returnLease), and this node
+		// spent none of them. (A grant committed after that return stays
+		// lost until it expires.)
 		t.lost.Add(1)
 		sl.notBefore = now.Add(leaseBackoff)
+		t.returns = append(t.returns, pendingReturn{ret: fsm.LeaseReturn{ID: id, Check: fsm.Check{Key: k.key, Policy: k.policy}, Unspent: math.MaxInt64},
+			until: sent.Add(sl.lease.MaxTTL)})
+		t.kickLocked()
 		return
 	case g.Err != nil:
 		sl.notBefore = now.Add(leaseIdle) // the policy lost its option, say: the log answers

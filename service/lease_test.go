@@ -576,3 +576,55 @@ func TestLeaseReturnRetried(t *testing.T) {
 		}
 	}
 }
+
+// failingGrants applies its first fail grant rounds and then loses their
+// answers (an unknown outcome).
+type failingGrants struct {
+	*fsmNode
+	mu   sync.Mutex
+	fail int
+}
+
+func (n *failingGrants) GrantLeases(ctx context.Context, reqs []fsm.LeaseRequest) ([]fsm.LeaseGrant, error) {
+	n.mu.Lock()
+	fail := n.fail > 0
+	if fail {
+		n.fail--
+	}
+	n.mu.Unlock()
+	gs, err := n.fsmNode.GrantLeases(ctx, reqs)
+	if fail {
+		return nil, nodeapi.ErrOutcomeUnknown
+	}
+	return gs, err
+}
+
+// TestLeaseUnknownGrantAskedBack: a grant whose answer was lost is never
+// spent, and its units are asked back whole (a return credits at most the
+// lease's units): the key's budget is whole again. Before, they were lost
+// until the lease expired.
+func TestLeaseUnknownGrantAskedBack(t *testing.T) {
+	r := newReplicated(t)
+	c := &clock{t: time.Unix(1000, 0)}
+	s := New(&failingGrants{fsmNode: &fsmNode{r: r, id: "a"}, fail: 1}, Config{})
+	s.leases.now = c.now
+	s.leases.strictWait = 10 * time.Second
+	t.Cleanup(func() { s.CloseLeases(context.Background()) })
+	spec, _ := algo.Config{Algorithm: "fixed_window", Limit: 100, Window: "1h"}.Spec()
+	if err := s.node.PutPolicy(context.Background(), fsm.Policy{Name: "daily", Spec: spec, Lease: algo.Lease{Share: 500_000, MaxTTL: 2 * time.Second}}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ { // the second sets off a grant of 49: made, its answer lost
+		if res, e := s.Check(context.Background(), &CheckRequest{Key: "k", Policy: "daily", Cost: 1}); e != nil || !res.Decision.Allowed {
+			t.Fatalf("%+v %v", res.Decision, e)
+		}
+		waitGrants(s)
+	}
+	waitGrants(s) // the return asking it back
+	if st := s.LeaseStats(); st.Lost != 1 || st.Answered != 0 {
+		t.Fatalf("stats %+v: want the unknown grant counted lost and never spent", st)
+	}
+	if got := peekRemaining(t, s); got != 100-2 {
+		t.Fatalf("remaining %d, want %d: the unknown grant's units were not asked back", got, 100-2)
+	}
+}
