@@ -81,6 +81,9 @@ const (
 	leaseRequestTimeout = 2 * time.Second
 	// leaseBackoff is the wait after a failed grant request.
 	leaseBackoff = time.Second
+	// leaseFlushLinger is how long the flusher lets grant and return
+	// requests gather before it sends them as one entry of each kind.
+	leaseFlushLinger = 50 * time.Millisecond
 	// leaseReturnRetry is the wait before a failed return is sent again.
 	leaseReturnRetry = 200 * time.Millisecond
 	// maxLeaseSlots bounds the keys with leases on one node.
@@ -173,14 +176,16 @@ type leaseTable struct {
 	// (watchReturns); Returned wakes them.
 	waiters    map[leaseKey][]chan struct{}
 	strictWait time.Duration // leaseStrictWait; tests lengthen it
+	linger     time.Duration // leaseFlushLinger; tests lengthen it
 
 	taken, returned, lost, revoked, recalled, answered atomic.Uint64
+	urgent                                             atomic.Bool // flush without lingering (a recall)
 }
 
 func newLeaseTable(n Leaser) *leaseTable {
 	t := &leaseTable{node: n, now: time.Now, slots: make(map[leaseKey]*leaseSlot),
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
-		waiters: make(map[leaseKey][]chan struct{}), strictWait: leaseStrictWait}
+		waiters: make(map[leaseKey][]chan struct{}), strictWait: leaseStrictWait, linger: leaseFlushLinger}
 	if h, ok := n.(interface{ SetLeaseHook(fsm.LeaseHook) }); ok {
 		h.SetLeaseHook(t) // cluster.Node: recalls and returns as its state machine applies them
 	}
@@ -320,17 +325,44 @@ func (t *leaseTable) kickLocked() {
 	}
 }
 
-// flusher sends what waits, whenever something does: while one flush is
-// in flight new requests gather for the next (natural batching, no timer).
+// flusher sends what waits: leaseFlushLinger after the first request of a
+// flush (while one flush is in flight or lingers, new requests gather for
+// it), at once for a recall. Measured (limitd bench --cluster 3, 100 busy
+// keys, {"share":0.05,"max_ttl":"2s"}, two alternated rounds): no linger
+// 16.9–19.1 Raft entries per 1,000 leased checks at 32–39 µs CPU per check
+// per node; 20 ms 8.5–10.8 at 28–37 µs; 50 ms 4.6–6.3 at 24–33 µs.
 func (t *leaseTable) flusher() {
 	defer close(t.done)
+	linger := time.NewTimer(time.Hour)
+	linger.Stop()
 	for {
 		select {
 		case <-t.stop:
 			return
 		case <-t.kick:
-			t.flush()
 		}
+		// Let the requests of other keys join this one's entries: grants
+		// and returns run ahead of need (a refill starts halfway through
+		// a lease), so no check waits for this — except the returns of a
+		// recall, which a strict check on another node waits for.
+		if !t.urgent.Swap(false) {
+			linger.Reset(t.linger) // go 1.23+ timers: no stale tick after Stop
+		wait:
+			for {
+				select {
+				case <-t.stop:
+					return
+				case <-linger.C:
+					break wait
+				case <-t.kick:
+					if t.urgent.Swap(false) {
+						linger.Stop()
+						break wait
+					}
+				}
+			}
+		}
+		t.flush()
 	}
 }
 
@@ -538,6 +570,8 @@ func (t *leaseTable) Recall(policy, key string) {
 	t.returnSpentLocked(k, sl)
 	sl.exact = 0
 	sl.notBefore = t.now().Add(leaseIdle)
+	t.urgent.Store(true) // a strict check elsewhere waits for these returns
+	t.kickLocked()
 }
 
 // Returned is the state machine's word (fsm.LeaseHook) that a return on the

@@ -628,3 +628,42 @@ func TestLeaseUnknownGrantAskedBack(t *testing.T) {
 		t.Fatalf("remaining %d, want %d: the unknown grant's units were not asked back", got, 100-2)
 	}
 }
+
+// TestLeaseFlusherLingersButNotForRecall: the background flusher lets the
+// grant requests of several keys gather into one entry (here it would
+// linger an hour), and a recall, which a strict check elsewhere waits for,
+// sends what waits at once.
+func TestLeaseFlusherLingersButNotForRecall(t *testing.T) {
+	r := newReplicated(t)
+	c := &clock{t: time.Unix(1000, 0)}
+	s := leasedServices(t, r, 1, c)[0]
+	s.leases.linger = time.Hour
+	spec, _ := algo.Config{Algorithm: "fixed_window", Limit: 1000, Window: "1h"}.Spec()
+	if err := s.node.PutPolicy(context.Background(), fsm.Policy{Name: "daily", Spec: spec, Lease: algo.Lease{Share: 500_000, MaxTTL: 2 * time.Second}}); err != nil {
+		t.Fatal(err)
+	}
+	entries := func() int {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.entries
+	}
+	start := entries()
+	for _, key := range []string{"a", "b", "c"} {
+		for i := 0; i < 2; i++ { // each through the log; the second sets off a grant request
+			if res, e := s.Check(context.Background(), &CheckRequest{Key: key, Policy: "daily", Cost: 1}); e != nil || !res.Decision.Allowed {
+				t.Fatalf("%+v %v", res.Decision, e)
+			}
+		}
+	}
+	s.leases.Recall("daily", "a") // nothing held yet: it only sets off the flush
+	for deadline := time.Now().Add(10 * time.Second); s.LeaseStats().Taken < 3; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("a recall did not set off a flush (stats %+v): the flusher still lingers", s.LeaseStats())
+		}
+	}
+	// Six checks and one grant entry for the three keys (without the
+	// linger: three grant entries, and a return of a's lease).
+	if got := entries() - start; got != 7 {
+		t.Fatalf("%d entries for six checks and three keys' grants (stats %+v), want 7: one grant entry", got, s.LeaseStats())
+	}
+}
