@@ -487,9 +487,22 @@ func TestLeaseRefillHalfway(t *testing.T) {
 // the grants it set off.
 func dailyLeased(t *testing.T, limit int64) (r *replicated, s *Service, c *clock, check func()) {
 	t.Helper()
+	return dailyLeasedOver(t, limit, nil)
+}
+
+// dailyLeasedOver is dailyLeased with the node wrapped by wrap (nil: as is).
+func dailyLeasedOver(t *testing.T, limit int64, wrap func(*fsmNode) Node) (r *replicated, s *Service, c *clock, check func()) {
+	t.Helper()
 	r = newReplicated(t)
 	c = &clock{t: time.Unix(1000, 0)}
-	s = leasedServices(t, r, 1, c)[0]
+	var n Node = &fsmNode{r: r, id: "a"}
+	if wrap != nil {
+		n = wrap(n.(*fsmNode))
+	}
+	s = New(n, Config{})
+	s.leases.now = c.now
+	s.leases.strictWait = 10 * time.Second
+	t.Cleanup(func() { s.CloseLeases(context.Background()) })
 	spec, _ := algo.Config{Algorithm: "fixed_window", Limit: limit, Window: "1h"}.Spec()
 	if err := s.node.PutPolicy(context.Background(), fsm.Policy{Name: "daily", Spec: spec, Lease: algo.Lease{Share: 500_000, MaxTTL: 2 * time.Second}}); err != nil {
 		t.Fatal(err)
@@ -537,23 +550,11 @@ func (n *failingReturns) ReturnLeases(ctx context.Context, rets []fsm.LeaseRetur
 // when a leader died was lost.
 func TestLeaseReturnRetried(t *testing.T) {
 	for _, applied := range []bool{false, true} {
-		r := newReplicated(t)
-		c := &clock{t: time.Unix(1000, 0)}
-		node := &failingReturns{fsmNode: &fsmNode{r: r, id: "a"}, fail: 1, applied: applied}
-		s := New(node, Config{})
-		s.leases.now = c.now
-		s.leases.strictWait = 10 * time.Second
-		spec, _ := algo.Config{Algorithm: "fixed_window", Limit: 100, Window: "1h"}.Spec()
-		if err := s.node.PutPolicy(context.Background(), fsm.Policy{Name: "daily", Spec: spec, Lease: algo.Lease{Share: 500_000, MaxTTL: 2 * time.Second}}); err != nil {
-			t.Fatal(err)
-		}
-		check := func() {
-			t.Helper()
-			if res, e := s.Check(context.Background(), &CheckRequest{Key: "k", Policy: "daily", Cost: 1}); e != nil || !res.Decision.Allowed {
-				t.Fatalf("%+v %v", res.Decision, e)
-			}
-			waitGrants(s)
-		}
+		var node *failingReturns
+		r, s, c, check := dailyLeasedOver(t, 100, func(n *fsmNode) Node {
+			node = &failingReturns{fsmNode: n, fail: 1, applied: applied}
+			return node
+		})
 		check()
 		check()                        // takes a lease
 		check()                        // from it
@@ -604,22 +605,9 @@ func (n *failingGrants) GrantLeases(ctx context.Context, reqs []fsm.LeaseRequest
 // lease's units): the key's budget is whole again. Before, they were lost
 // until the lease expired.
 func TestLeaseUnknownGrantAskedBack(t *testing.T) {
-	r := newReplicated(t)
-	c := &clock{t: time.Unix(1000, 0)}
-	s := New(&failingGrants{fsmNode: &fsmNode{r: r, id: "a"}, fail: 1}, Config{})
-	s.leases.now = c.now
-	s.leases.strictWait = 10 * time.Second
-	t.Cleanup(func() { s.CloseLeases(context.Background()) })
-	spec, _ := algo.Config{Algorithm: "fixed_window", Limit: 100, Window: "1h"}.Spec()
-	if err := s.node.PutPolicy(context.Background(), fsm.Policy{Name: "daily", Spec: spec, Lease: algo.Lease{Share: 500_000, MaxTTL: 2 * time.Second}}); err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i < 2; i++ { // the second sets off a grant of 49: made, its answer lost
-		if res, e := s.Check(context.Background(), &CheckRequest{Key: "k", Policy: "daily", Cost: 1}); e != nil || !res.Decision.Allowed {
-			t.Fatalf("%+v %v", res.Decision, e)
-		}
-		waitGrants(s)
-	}
+	_, s, _, check := dailyLeasedOver(t, 100, func(n *fsmNode) Node { return &failingGrants{fsmNode: n, fail: 1} })
+	check()
+	check()       // sets off a grant of 49: made, its answer lost
 	waitGrants(s) // the return asking it back
 	if st := s.LeaseStats(); st.Lost != 1 || st.Answered != 0 {
 		t.Fatalf("stats %+v: want the unknown grant counted lost and never spent", st)
@@ -634,14 +622,8 @@ func TestLeaseUnknownGrantAskedBack(t *testing.T) {
 // linger an hour), and a recall, which a strict check elsewhere waits for,
 // sends what waits at once.
 func TestLeaseFlusherLingersButNotForRecall(t *testing.T) {
-	r := newReplicated(t)
-	c := &clock{t: time.Unix(1000, 0)}
-	s := leasedServices(t, r, 1, c)[0]
-	s.leases.linger = time.Hour
-	spec, _ := algo.Config{Algorithm: "fixed_window", Limit: 1000, Window: "1h"}.Spec()
-	if err := s.node.PutPolicy(context.Background(), fsm.Policy{Name: "daily", Spec: spec, Lease: algo.Lease{Share: 500_000, MaxTTL: 2 * time.Second}}); err != nil {
-		t.Fatal(err)
-	}
+	r, s, _, _ := dailyLeased(t, 1000)
+	s.leases.linger = time.Hour // before the first check starts the flusher
 	entries := func() int {
 		r.mu.Lock()
 		defer r.mu.Unlock()
