@@ -148,10 +148,13 @@ type leaseSlot struct {
 	cur, next *heldLease
 	granting  bool
 	notBefore time.Time // no grant request before
-	lastUse   time.Time
-	unleased  int64 // Remaining at the last grant
-	exact     int   // checks that went through the log
-	spent     []spentLease
+	// recalledAt is the last recall: a grant sent before it and answered
+	// after it goes straight back.
+	recalledAt time.Time
+	lastUse    time.Time
+	unleased   int64 // Remaining at the last grant
+	exact      int   // checks that went through the log
+	spent      []spentLease
 }
 
 type leaseTable struct {
@@ -495,6 +498,13 @@ func (t *leaseTable) installLocked(p pendingGrant, g fsm.LeaseGrant, err error, 
 		t.giveBackLocked(k, h, false) // dropped or closed meanwhile, or already over
 		return
 	}
+	if !sl.recalledAt.Before(sent) {
+		// Recalled while the grant was on its way: a strict check on
+		// another node is waiting for this key's units.
+		t.urgent.Store(true)
+		t.giveBackLocked(k, h, false)
+		return
+	}
 	sl.unleased = g.Remaining
 	if sl.cur == nil {
 		sl.cur = h
@@ -569,7 +579,8 @@ func (t *leaseTable) Recall(policy, key string) {
 	sl.cur, sl.next = nil, nil
 	t.returnSpentLocked(k, sl)
 	sl.exact = 0
-	sl.notBefore = t.now().Add(leaseIdle)
+	sl.recalledAt = t.now()
+	sl.notBefore = sl.recalledAt.Add(leaseIdle)
 	t.urgent.Store(true) // a strict check elsewhere waits for these returns
 	t.kickLocked()
 }

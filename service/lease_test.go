@@ -637,15 +637,57 @@ func TestLeaseFlusherLingersButNotForRecall(t *testing.T) {
 			}
 		}
 	}
-	s.leases.Recall("daily", "a") // nothing held yet: it only sets off the flush
+	// A key checked once has a slot and no grant: its recall only sets off
+	// the flush.
+	if _, e := s.Check(context.Background(), &CheckRequest{Key: "d", Policy: "daily", Cost: 1}); e != nil {
+		t.Fatal(e)
+	}
+	s.leases.Recall("daily", "d")
 	for deadline := time.Now().Add(10 * time.Second); s.LeaseStats().Taken < 3; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("a recall did not set off a flush (stats %+v): the flusher still lingers", s.LeaseStats())
 		}
 	}
-	// Six checks and one grant entry for the three keys (without the
-	// linger: three grant entries, and a return of a's lease).
-	if got := entries() - start; got != 7 {
-		t.Fatalf("%d entries for six checks and three keys' grants (stats %+v), want 7: one grant entry", got, s.LeaseStats())
+	// Seven checks and one grant entry for the three keys (without the
+	// linger: three grant entries).
+	if got := entries() - start; got != 8 {
+		t.Fatalf("%d entries for seven checks and three keys' grants (stats %+v), want 8: one grant entry", got, s.LeaseStats())
+	}
+}
+
+// recallingGrants applies each grant and then has its key recalled, as if
+// a strict refusal on another node were applied while the grant's answer
+// was on its way.
+type recallingGrants struct {
+	*fsmNode
+	s *Service
+}
+
+func (n *recallingGrants) GrantLeases(ctx context.Context, reqs []fsm.LeaseRequest) ([]fsm.LeaseGrant, error) {
+	gs, err := n.fsmNode.GrantLeases(ctx, reqs)
+	for _, r := range reqs {
+		n.s.leases.Recall(r.Check.Policy, r.Check.Key)
+	}
+	return gs, err
+}
+
+// TestLeaseRecalledInFlightGoesBack: a grant answered after a recall of its
+// key is given back at once, never spent: the strict check that recalled
+// it waits for those units.
+func TestLeaseRecalledInFlightGoesBack(t *testing.T) {
+	var node *recallingGrants
+	_, s, _, check := dailyLeasedOver(t, 100, func(n *fsmNode) Node {
+		node = &recallingGrants{fsmNode: n}
+		return node
+	})
+	node.s = s
+	check()
+	check()       // sets off a grant of 49, recalled on its way
+	waitGrants(s) // its return
+	if st := s.LeaseStats(); st.Taken != 1 || st.Returned != 1 || st.Answered != 0 {
+		t.Fatalf("stats %+v: want the grant taken and given straight back", st)
+	}
+	if got := peekRemaining(t, s); got != 100-2 {
+		t.Fatalf("remaining %d, want %d: the recalled grant was kept", got, 100-2)
 	}
 }
