@@ -39,6 +39,7 @@ func SetWrapLogStore(cfg *Config, wrap func(LogStore) LogStore) { cfg.wrapLogSto
 // Internal endpoint paths.
 const (
 	PathCheck = pathCheck
+	PathLease = pathLease
 	PathApply = pathApply
 )
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/limitd/limitd/cluster"
 	"github.com/limitd/limitd/cluster/clustertest"
+	"github.com/limitd/limitd/fsm"
 	"github.com/limitd/limitd/internal/testcerts"
 )
 
@@ -104,6 +105,26 @@ func TestInternalEndpointsBindCertificate(t *testing.T) {
 	}
 	if code, body := post(cert("n1"), cluster.PathCheck, ""); code == http.StatusForbidden || code == http.StatusUnauthorized {
 		t.Fatalf("member n1 forwarding: %d %s, want past authentication", code, body)
+	}
+
+	// Lease commands: a member takes and gives back only its own leases.
+	// (Giving back n3's lease while n3 goes on spending it would let the
+	// key admit more than its limit.)
+	before := c.Node(c.Leader()).FSM().AppliedIndex()
+	ret := fsm.EncodeReturnLease(nil, 0, "n3", []fsm.LeaseReturn{{ID: 7, Check: fsm.Check{Key: "k", Policy: "q"}, Unspent: 5}})
+	if code, body := post(cert("n2"), cluster.PathLease, string(ret)); code != http.StatusForbidden || !strings.Contains(body, "n3") {
+		t.Fatalf("n2 giving back n3's lease: %d %s, want 403 naming n3", code, body)
+	}
+	grant := fsm.EncodeGrantLease(nil, 0, "n3", []fsm.LeaseRequest{{ID: 8, Check: fsm.Check{Key: "k", Policy: "q"}}})
+	if code, body := post(cert("n2"), cluster.PathLease, string(grant)); code != http.StatusForbidden {
+		t.Fatalf("n2 taking a lease for n3: %d %s, want 403", code, body)
+	}
+	if got := c.Node(c.Leader()).FSM().AppliedIndex(); got != before {
+		t.Fatalf("applied index %d → %d: a refused lease command was proposed", before, got)
+	}
+	own := fsm.EncodeReturnLease(nil, 0, "n2", []fsm.LeaseReturn{{ID: 7, Check: fsm.Check{Key: "k", Policy: "q"}, Unspent: 5}})
+	if code, body := post(cert("n2"), cluster.PathLease, string(own)); code == http.StatusForbidden {
+		t.Fatalf("n2 giving back its own lease: %d %s, want past the holder check", code, body)
 	}
 }
 

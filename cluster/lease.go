@@ -146,6 +146,9 @@ func (n *Node) handleLease(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	if !n.leaseHolderIsPeer(w, r, cmd) {
+		return
+	}
 	if !n.IsLeader() {
 		internalError(w, errRetry)
 		return
@@ -165,4 +168,30 @@ func (n *Node) handleLease(w http.ResponseWriter, r *http.Request) {
 
 func errorsIsBadCommand(err error) bool {
 	return errors.Is(err, fsm.ErrBadCommand) || errors.Is(err, fsm.ErrUnknownCommand)
+}
+
+// leaseHolderIsPeer admits a follower's lease command only for the node its
+// certificate names (a certificate naming no node is accepted as any, as
+// everywhere: checkPeerIdentity). Without it one member could give back
+// another's leases, which that node would go on spending: the key would admit
+// more than its limit. It writes the refusal itself: 400 bad_request for a
+// command it cannot read, 403 for another node's.
+func (n *Node) leaseHolderIsPeer(w http.ResponseWriter, r *http.Request, cmd []byte) bool {
+	if n.cfg.TLS == nil || r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
+		return true
+	}
+	id, named := NodeIDFromCert(r.TLS.PeerCertificates[0])
+	if !named {
+		return true
+	}
+	holder, err := fsm.LeaseCommandHolder(cmd)
+	if err != nil {
+		writeOutcome(w, outcomeBadRequest, err.Error())
+		return false
+	}
+	if holder != id {
+		http.Error(w, fmt.Sprintf("this certificate names node %.64q, which may take and give back only its own leases (the command is %.64q's)", id, holder), http.StatusForbidden)
+		return false
+	}
+	return true
 }

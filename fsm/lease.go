@@ -517,6 +517,19 @@ func (a *applier) holdLeased(tx *persist.Tx, ck *checkRef, lim *limit, key []byt
 	return writeState(tx, &t)
 }
 
+// LeaseCommandHolder returns the holder a grant or return command names (the
+// node whose leases it takes or gives back), or ErrBadCommand.
+func LeaseCommandHolder(cmd []byte) (string, error) {
+	var c command
+	if err := decodeCommand(&c, cmd); err != nil {
+		return "", err
+	}
+	if c.typ != CmdGrantLease && c.typ != CmdReturnLease {
+		return "", fmt.Errorf("%w: type %d is not a lease command", ErrBadCommand, c.typ)
+	}
+	return string(c.holder), nil
+}
+
 // StampLeaseCommand returns cmd, a CmdGrantLease or CmdReturnLease entry
 // (built by a follower with any time), stamped with the leader's time now,
 // after checking that it decodes completely and names a holder. A follower
