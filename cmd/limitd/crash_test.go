@@ -470,12 +470,7 @@ var crashFlags = []string{"--request-id-retention", "2h", "--apply-timeout", "2s
 
 func TestCrashKill9LeaderUnderLoad(t *testing.T) {
 	t.Parallel() // long, mostly waiting on its own processes (see TestMain)
-	rounds := crashRounds(t, 2)
-	seed := chaosSeed(t)
-	rng := rand.New(rand.NewSource(seed))
-	began := time.Now()
-	procs := startCrashCluster(t, crashFlags...)
-	l := newCrashLoad(t, procs)
+	rounds, rng, began, procs, l := startChaos(t, 2)
 
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -926,6 +921,18 @@ func lastLine(s string) string {
 		return s[i+1:]
 	}
 	return s
+}
+
+// startChaos starts what every process chaos test starts from: its rounds
+// (crashRounds, defaultRounds without LIMITD_CHAOS_ROUNDS), a random source
+// seeded by chaosSeed, its start time, three nodes and a load on them.
+func startChaos(t *testing.T, defaultRounds int) (rounds int, rng *rand.Rand, began time.Time, procs []*proc, load *crashLoad) {
+	t.Helper()
+	rounds = crashRounds(t, defaultRounds)
+	rng = rand.New(rand.NewSource(chaosSeed(t)))
+	began = time.Now()
+	procs = startCrashCluster(t, crashFlags...)
+	return rounds, rng, began, procs, newCrashLoad(t, procs)
 }
 
 // chaosSeed is a random seed for a chaos test's fault and client choices, or

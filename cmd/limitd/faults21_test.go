@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"math/rand"
 	"os"
 	"strings"
 	"sync"
@@ -25,12 +24,7 @@ func TestFaultsWipeKillPause(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts three limitd processes and restarts them many times")
 	}
-	rounds := crashRounds(t, 3)
-	seed := chaosSeed(t)
-	rng := rand.New(rand.NewSource(seed))
-	began := time.Now()
-	procs := startCrashCluster(t, crashFlags...)
-	l := newCrashLoad(t, procs)
+	rounds, rng, began, procs, l := startChaos(t, 3)
 
 	stop := make(chan struct{})
 	var wg sync.WaitGroup

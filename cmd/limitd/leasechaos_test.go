@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math/rand"
 	"net/http"
 	"sort"
 	"strconv"
@@ -214,12 +213,8 @@ func TestLeaseChaosKill9(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts three limitd processes and kills them -9 (the chaos run with quota leases; scripts/chaos.sh SUITES=lease)")
 	}
-	rounds := crashRounds(t, 1)
-	seed := chaosSeed(t)
-	rng := rand.New(rand.NewSource(seed))
-	began := time.Now()
-	procs := startCrashCluster(t, crashFlags...)
-	lc := &leaseChaos{crashLoad: newCrashLoad(t, procs), allowed: map[leaseWindowKey]int64{}, windows: map[string]time.Duration{}}
+	rounds, rng, began, procs, load := startChaos(t, 1)
+	lc := &leaseChaos{crashLoad: load, allowed: map[leaseWindowKey]int64{}, windows: map[string]time.Duration{}}
 
 	quotaWindow := crashWindow(time.Duration(rounds)*time.Minute + 30*time.Minute)
 	qw, err := time.ParseDuration(quotaWindow)
