@@ -40,13 +40,7 @@ func httpLocalRefusals(t *testing.T, name string) *bool {
 // ListPolicies), nil is the server's default, true — also when it replaces a
 // policy that had it off.
 func TestPolicyLocalRefusals(t *testing.T) {
-	c, err := client.New([]string{exampleAddr})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	c, ctx := policyClient(t)
 	lim := client.Limit{Algorithm: "fixed_window", Limit: 5, Window: "1h"}
 
 	off := false
@@ -132,13 +126,7 @@ func httpLeaseIs(m map[string]any, share float64, maxTTL string) bool {
 // defaults, strict is stored as given or refused by name, and a put without
 // it turns leases off.
 func TestPolicyLease(t *testing.T) {
-	c, err := client.New([]string{exampleAddr})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	c, ctx := policyClient(t)
 	lim := client.Limit{Algorithm: "fixed_window", Limit: 1_000_000, Calendar: "day"}
 
 	share := 0.25
@@ -207,13 +195,7 @@ func TestPolicyLease(t *testing.T) {
 // ways. A seed the server refuses only because it does not know "strict"
 // is tried without it.
 func TestPolicyGetPutKeepsHTTP(t *testing.T) {
-	c, err := client.New([]string{exampleAddr})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	c, ctx := policyClient(t)
 	for i, seed := range []string{
 		`{"algorithm":"fixed_window","limit":1000,"calendar":"month","timezone":"Europe/Paris","local_refusals":false,"lease":{"share":0.1,"max_ttl":"1s"}}`,
 		`{"algorithm":"sliding_window","limit":50,"window":"90s","lease":{"share":1,"max_ttl":"10m","strict":false}}`,
@@ -264,13 +246,7 @@ func httpPut(t *testing.T, name, body string) (int, string) {
 // TestPolicyLeaseErrors: a bad lease is ErrInvalidArgument naming the field
 // as the HTTP API does, and the stored policy is unchanged.
 func TestPolicyLeaseErrors(t *testing.T) {
-	c, err := client.New([]string{exampleAddr})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	c, ctx := policyClient(t)
 	fixed := client.Limit{Algorithm: "fixed_window", Limit: 100, Window: "1h"}
 	share := 0.1
 	good := &client.Lease{Share: &share, MaxTTL: "1s"}
@@ -306,4 +282,18 @@ func TestPolicyLeaseErrors(t *testing.T) {
 	if err := c.DeletePolicy(ctx, "lease-bad"); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// policyClient is a client of the example node, closed at the end of the
+// test, and a context with the test's 10 s deadline.
+func policyClient(t *testing.T) (*client.Client, context.Context) {
+	t.Helper()
+	c, err := client.New([]string{exampleAddr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return c, ctx
 }
