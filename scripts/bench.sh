@@ -50,6 +50,9 @@
 #                 needs the ratelimit binary in $ENVOY_RATELIMIT (build it from
 #                 github.com/envoyproxy/ratelimit outside this repository),
 #                 skipped with a note otherwise
+#   open-bare3    three barehttp processes, round robin, one CPU's share each:
+#                 the floor at that rate of three servers on this machine
+#                 answering HTTP/JSON checks with no Raft, disk or forwarding
 #   open-1node    limitd 1 node, HTTP/JSON
 #   open-3node    limitd 3 nodes, HTTP/JSON, round robin
 # then prints one table with each run's checks/s relative to Redis's on the
@@ -92,7 +95,7 @@ ROUNDS=${ROUNDS:-1}
 MAX_INFLIGHT=${MAX_INFLIGHT:-256}
 ARRIVAL=${ARRIVAL:-constant}
 ENVOY_RATELIMIT=${ENVOY_RATELIMIT:-}
-ALL_ROWS="redis redis-zipf redis-attack bare bare3 http leader zipf batch 1node grpc rls client attack attack-nocache hot lease open-redis open-envoy open-1node open-3node"
+ALL_ROWS="redis redis-zipf redis-attack bare bare3 http leader zipf batch 1node grpc rls client attack attack-nocache hot lease open-redis open-envoy open-bare3 open-1node open-3node"
 ROWS=${ROWS:-$ALL_ROWS}
 for r in $ROWS; do
 	case " $ALL_ROWS " in
@@ -362,7 +365,7 @@ if want open-envoy && [[ -z $ENVOY_RATELIMIT ]]; then
 	log "open-envoy skipped: set ENVOY_RATELIMIT to envoyproxy/ratelimit's binary (go build ./src/service_cmd in a checkout of github.com/envoyproxy/ratelimit)"
 fi
 open_rows=0
-for r in open-redis open-envoy open-1node open-3node; do want "$r" && open_rows=1; done
+for r in open-redis open-envoy open-bare3 open-1node open-3node; do want "$r" && open_rows=1; done
 if ((open_rows)); then
 	if want open-redis; then start_redis; fi
 	envoy_ok=0
@@ -378,6 +381,12 @@ if ((open_rows)); then
 			if ((envoy_ok)); then
 				run "open $rate/s r$round" "$work/limitd" bench --system envoy-ratelimit --target rls --external-rls \
 					--grpc-addrs "$envoy_grpc" --pids "$envoy_pid" --algorithm fixed_window "${open[@]}"
+			fi
+			if want open-bare3; then
+				start_bare 3
+				run "open $rate/s r$round" "$work/limitd" bench --system barehttp --addrs "$bare_addrs" --pids "$bare_pids" \
+					--algorithm sliding_window "${open[@]}"
+				stop_bare
 			fi
 			if want open-1node; then run "open $rate/s r$round" "${lim[@]}" --cluster 1 "${open[@]}"; fi
 			if want open-3node; then run "open $rate/s r$round" "${lim[@]}" --cluster 3 "${open[@]}"; fi
