@@ -55,6 +55,8 @@
 #                 answering HTTP/JSON checks with no Raft, disk or forwarding
 #   open-1node    limitd 1 node, HTTP/JSON
 #   open-3node    limitd 3 nodes, HTTP/JSON, round robin
+#   open-client   limitd 3 nodes through limitd's Go client (leader-aware,
+#                 coalescing concurrent calls into batches): no forward hop
 # then prints one table with each run's checks/s relative to Redis's on the
 # same workload, the normal keys' p99 of attack runs, and CPU per check of
 # every process (Redis, barehttp, each limitd node by role: leader/follower,
@@ -95,7 +97,7 @@ ROUNDS=${ROUNDS:-1}
 MAX_INFLIGHT=${MAX_INFLIGHT:-256}
 ARRIVAL=${ARRIVAL:-constant}
 ENVOY_RATELIMIT=${ENVOY_RATELIMIT:-}
-ALL_ROWS="redis redis-zipf redis-attack bare bare3 http leader zipf batch 1node grpc rls client attack attack-nocache hot lease open-redis open-envoy open-bare3 open-1node open-3node"
+ALL_ROWS="redis redis-zipf redis-attack bare bare3 http leader zipf batch 1node grpc rls client attack attack-nocache hot lease open-redis open-envoy open-bare3 open-1node open-3node open-client"
 ROWS=${ROWS:-$ALL_ROWS}
 for r in $ROWS; do
 	case " $ALL_ROWS " in
@@ -365,7 +367,7 @@ if want open-envoy && [[ -z $ENVOY_RATELIMIT ]]; then
 	log "open-envoy skipped: set ENVOY_RATELIMIT to envoyproxy/ratelimit's binary (go build ./src/service_cmd in a checkout of github.com/envoyproxy/ratelimit)"
 fi
 open_rows=0
-for r in open-redis open-envoy open-bare3 open-1node open-3node; do want "$r" && open_rows=1; done
+for r in open-redis open-envoy open-bare3 open-1node open-3node open-client; do want "$r" && open_rows=1; done
 if ((open_rows)); then
 	if want open-redis; then start_redis; fi
 	envoy_ok=0
@@ -390,6 +392,7 @@ if ((open_rows)); then
 			fi
 			if want open-1node; then run "open $rate/s r$round" "${lim[@]}" --cluster 1 "${open[@]}"; fi
 			if want open-3node; then run "open $rate/s r$round" "${lim[@]}" --cluster 3 "${open[@]}"; fi
+			if want open-client; then run "open $rate/s r$round" "${lim[@]}" --cluster 3 --target client "${open[@]}"; fi
 		done
 	done
 	stop_redis
