@@ -49,9 +49,10 @@ import (
 //     the rest, so a late return must not take them off the renewed budget.
 //
 // Grants are refused (nothing consumed) beyond MaxLeasesPerKey outstanding
-// leases on a key, and a record keeps at most maxLeaseRecord leases (those in
-// their grace beyond it are dropped, the first to expire first), so a record
-// stays small.
+// leases on a key; a lease in its grace leaves the record once its window is
+// over (graceUseless), and a record keeps at most maxLeaseRecord leases
+// (those in their grace beyond it are dropped, the first to expire first),
+// so a record stays small.
 
 // Command types for leases (see the list in types.go; never renumber).
 const (
@@ -70,7 +71,8 @@ const (
 	maxHolder = maxNodeField
 	// maxLeaseRecord bounds the leases a record keeps, outstanding and in
 	// their grace (LeaseReturnGrace): a key whose leases are spent to the
-	// last unit (never returned) at a high rate would otherwise gather
+	// last unit (never returned) at a high rate, under a token bucket or a
+	// long window (graceUseless prunes short ones), would otherwise gather
 	// grace entries, and every grant rewrites the record.
 	maxLeaseRecord = 2 * MaxLeasesPerKey
 )
@@ -226,7 +228,7 @@ func (a *applier) leasedRefusal(tx *persist.Tx, ck *checkRef, lim *limit, key []
 	if !ok || !p.Lease.Enabled() || dec.RetryAfter == algo.Never {
 		return nil // Never: no amount given back lets the cost pass
 	}
-	if _, err := a.readLeases(tx, a.leaseKey(key), now); err != nil || a.liveLeases(now) == 0 {
+	if _, err := a.readLeases(tx, a.leaseKey(key), &p.Spec, now); err != nil || a.liveLeases(now) == 0 {
 		return err
 	}
 	dec.LeasedElsewhere = true
@@ -318,10 +320,12 @@ func (a *applier) leaseKey(stateKey []byte) []byte {
 }
 
 // readLeases reads a key's lease record into a.leaseEntries, pruning the
-// leases whose grace is over (expiry + LeaseReturnGrace ≤ now); those past
-// their expiry but in their grace are kept (see liveLeases). The entries
-// alias the transaction's memory until the next write of the record.
-func (a *applier) readLeases(tx *persist.Tx, lkey []byte, now int64) (persist.State, error) {
+// leases whose grace is over (expiry + LeaseReturnGrace ≤ now) and those
+// past their expiry that no return could credit any more under spec (the
+// key's policy now: graceUseless); the others past their expiry are kept
+// (see liveLeases). The entries alias the transaction's memory until the
+// next write of the record.
+func (a *applier) readLeases(tx *persist.Tx, lkey []byte, spec *algo.Spec, now int64) (persist.State, error) {
 	st, err := tx.State(lkey)
 	if err != nil {
 		return st, err
@@ -337,12 +341,33 @@ func (a *applier) readLeases(tx *persist.Tx, lkey []byte, now int64) (persist.St
 	kept := es[:0]
 	graceFrom := now - int64(LeaseReturnGrace) // now ≥ 0 (clamped): no overflow
 	for _, e := range es {
-		if e.expiry > graceFrom {
+		if e.expiry > graceFrom && !graceUseless(spec, &e, now) {
 			kept = append(kept, e)
 		}
 	}
 	a.leaseEntries = kept
 	return st, nil
+}
+
+// graceUseless reports a lease past its expiry whose window (of a fixed
+// window of fixed length, or a sliding window) is over at now: algo.ReturnLease
+// credits a return only in the lease's window, so keeping it would only
+// grow the record. A key with short windows whose leases are spent to the
+// last unit (never returned) would otherwise keep a grant rate × the grace
+// of them. Calendar windows (a day at least) and token buckets keep theirs
+// for the whole grace.
+func graceUseless(spec *algo.Spec, e *leaseEntry, now int64) bool {
+	if e.expiry > now || spec.Calendar != algo.CalendarNone || spec.Window <= 0 {
+		return false
+	}
+	switch spec.Algorithm {
+	case algo.FixedWindow, algo.SlidingWindow:
+		// Both count in [window, window + Window): ReturnLease wants
+		// window to be the key's current one, which starts after now
+		// - Window.
+		return e.window <= now-int64(spec.Window)
+	}
+	return false
 }
 
 // writeLeases stores a.leaseEntries as the record under lkey (deleting it
@@ -436,7 +461,7 @@ func (a *applier) grantLease(tx *persist.Tx, holder []byte, lr *leaseRef, now in
 	g.Limit = p.Spec.Limit
 	key := a.storageKey(&lr.check, &lim)
 	lkey := a.leaseKey(key)
-	lprev, err := a.readLeases(tx, lkey, now)
+	lprev, err := a.readLeases(tx, lkey, &p.Spec, now)
 	if err != nil {
 		return g, err
 	}
@@ -513,7 +538,7 @@ func (a *applier) returnLease(tx *persist.Tx, holder []byte, lr *leaseRef, now i
 	}
 	key := a.storageKey(&lr.check, &lim)
 	lkey := a.leaseKey(key)
-	lprev, err := a.readLeases(tx, lkey, now)
+	lprev, err := a.readLeases(tx, lkey, &p.Spec, now)
 	if err != nil {
 		return 0, err
 	}
@@ -572,7 +597,7 @@ func (a *applier) holdLeased(tx *persist.Tx, ck *checkRef, lim *limit, key []byt
 	}
 	now := tx.Meta().LastTime
 	lkey := a.leaseKey(key)
-	lprev, err := a.readLeases(tx, lkey, now)
+	lprev, err := a.readLeases(tx, lkey, lim.spec, now)
 	if err != nil || len(a.leaseEntries) == 0 {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/limitd/limitd/algo"
+	"github.com/limitd/limitd/persist"
 )
 
 // recallCounter is a LeaseHook that counts recalls.
@@ -169,5 +170,49 @@ func TestLeaseGraceDroppedByReset(t *testing.T) {
 	}
 	if n := d.giveBack(at+sec, "n2", 2, "q", 2); n != 2 {
 		t.Fatalf("the held lease's return credited %d, want 2", n)
+	}
+}
+
+// leaseRecordLen is the number of leases in the record of key "k" under
+// policy name.
+func leaseRecordLen(t *testing.T, f *FSM, name string) int {
+	t.Helper()
+	lkey := append([]byte{'L', 'p', byte(len(name))}, name+"k"...)
+	var n int
+	err := f.store.View(func(tx *persist.Tx) error {
+		st, err := tx.State(lkey)
+		if err != nil || !st.Found {
+			return err
+		}
+		es, err := decodeLeaseRecord(st.Data, nil)
+		n = len(es)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestLeaseGracePrunedAfterWindow: a lease past its expiry whose window is
+// over leaves the record, grace or not (no return could credit it), so a key
+// of short windows whose leases are spent out, never returned, keeps a small
+// record; a repeated grant request then gets a fresh grant.
+func TestLeaseGracePrunedAfterWindow(t *testing.T) {
+	f := openFSM(t, "", Options{NoSync: true})
+	d := newDriver(t, f)
+	d.putPolicy(leasePolicy(t, algo.Config{Algorithm: "fixed_window", Limit: 1000, Window: "1s"}, 1000, 2*time.Second))
+	for i := int64(0); i < 40; i++ {
+		if g := d.grant(t0+i*sec, "n1", uint64(i), "q"); g.Units != 1 || g.Valid != time.Second {
+			t.Fatalf("grant %d: %+v", i, g)
+		}
+	}
+	if n := leaseRecordLen(t, f, "q"); n != 1 {
+		t.Fatalf("%d leases in the record, want 1 (those of past windows pruned)", n)
+	}
+	// Lease 39 expired at t0+40s; in the next window, in its grace, it is
+	// gone: the same id is granted afresh.
+	if g := d.grant(t0+40*sec, "n1", 39, "q"); g.Units != 1 || g.Valid != time.Second || g.Window != t0+40*sec {
+		t.Fatalf("repeat after the window: %+v, want a fresh grant", g)
 	}
 }

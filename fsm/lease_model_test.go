@@ -37,8 +37,8 @@ import (
 //   - a late return (after the lease's expiry) credits exactly its unspent
 //     units (moved back out of lost) while within LeaseReturnGrace of the
 //     expiry, in the lease's window, and not across a reset that came
-//     after the expiry; otherwise nothing. A repeated grant request in the
-//     grace answers the same units with Valid 0 and consumes nothing;
+//     after the expiry; otherwise nothing. A repeated grant request then
+//     answers the same units with Valid 0 and consumes nothing;
 //   - a refusal says leased elsewhere only while a lease is outstanding
 //     (leases in their grace are not).
 type leaseModel struct {
@@ -235,7 +235,9 @@ func (m *leaseModel) lateAction(i int) {
 	}
 	k := rapid.IntRange(0, len(m.late[i])-1).Draw(m.t, "late lease")
 	l := m.late[i][k]
-	inGrace := !l.void && m.now < l.deadline+int64(LeaseReturnGrace)
+	// Still in the record: in its grace, not dropped by a reset, and in
+	// its window (after it no return could credit it: pruned).
+	inGrace := !l.void && m.now < l.deadline+int64(LeaseReturnGrace) && m.start(m.now) == l.windowFrom
 	unspent := l.units - l.spent
 	if rapid.Bool().Draw(m.t, "late repeat") {
 		if !inGrace {
@@ -249,7 +251,7 @@ func (m *leaseModel) lateAction(i int) {
 		return
 	}
 	want := int64(0)
-	if inGrace && m.start(m.now) == l.windowFrom {
+	if inGrace {
 		want = unspent
 	}
 	got := m.ret(i, l.id, unspent)
