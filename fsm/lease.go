@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/limitd/limitd/algo"
@@ -22,17 +23,36 @@ import (
 // record makes the rest exact:
 //
 //   - A return credits only a lease that is in the record, at most its
-//     units, once (the entry is removed): a repeated, forged or late return
-//     (after the lease expired) credits nothing.
+//     units, once (the entry is removed): a repeated or forged return credits
+//     nothing, nor does one later than LeaseReturnGrace after the lease's
+//     expiry.
+//   - A lease stays in the record for LeaseReturnGrace after its expiry, so
+//     that a return its holder could not get applied in time (a leader died:
+//     returns fail until a new one is elected) is still credited: once, at
+//     most its units, in its window only (algo.ReturnLease). That is exact
+//     because a holder stops spending a lease before its expiry
+//     (service/lease.go), so what it reports unspent afterwards is final.
+//     During the grace the lease is expired everywhere else: it is not
+//     outstanding for MaxLeasesPerKey, LeasedElsewhere, retry_after, a
+//     strict recall or a key reset.
 //   - A repeated grant request (the same holder and id, say a retry after an
-//     outcome_unknown) answers the recorded grant again and consumes nothing.
+//     outcome_unknown) answers the recorded grant again and consumes nothing;
+//     for a lease past its expiry, with Valid 0 (nothing to spend; its
+//     holder gives the units back, credited within the grace). A fresh grant
+//     under that id would make the id name two leases, or drop the expired
+//     one's units beyond any return.
 //   - A key reset keeps the units of leases outstanding in the current window
 //     counted (algo.HoldLeased): a holder that has not heard of the reset
 //     (partitioned) may still spend them, and the renewed budget must not
-//     be handed out on top of them. Returns then credit them as usual.
+//     be handed out on top of them. Returns then credit them as usual. The
+//     reset drops the leases in their grace: their units were forgiven with
+//     the rest, so a late return must not take them off the renewed budget.
 //
 // Grants are refused (nothing consumed) beyond MaxLeasesPerKey outstanding
-// leases on a key, so a record stays small.
+// leases on a key; a lease in its grace leaves the record once its window is
+// over (graceUseless), and a record keeps at most maxLeaseRecord leases
+// (those in their grace beyond it are dropped, the first to expire first),
+// so a record stays small.
 
 // Command types for leases (see the list in types.go; never renumber).
 const (
@@ -49,7 +69,24 @@ const (
 	MaxLeaseOps = 1024
 	// maxHolder bounds a holder's name (a node id).
 	maxHolder = maxNodeField
+	// maxLeaseRecord bounds the leases a record keeps, outstanding and in
+	// their grace (LeaseReturnGrace): a key whose leases are spent to the
+	// last unit (never returned) at a high rate, under a token bucket or a
+	// long window (graceUseless prunes short ones), would otherwise gather
+	// grace entries, and every grant rewrites the record.
+	maxLeaseRecord = 2 * MaxLeasesPerKey
 )
+
+// LeaseReturnGrace is how long after a lease's expiry (leader time) its
+// return is still credited. A holder whose return fails retries it until
+// this long after the lease's deadline (service/lease.go): a leader's death
+// makes returns fail until a new leader is elected (1–2.5 s, plus rounds of
+// leaseRequestTimeout), and with a short max_ttl the leases have expired by
+// then; without the grace their unspent units stayed consumed for the rest
+// of the window (a whole day for a daily quota). Longer costs only record
+// space (maxLeaseRecord bounds it). The one source of the value: it is part
+// of the replicated rules, so every replica must agree on it.
+const LeaseReturnGrace = 30 * time.Second
 
 // lease record version.
 const leaseRecordVersion byte = 1
@@ -191,27 +228,43 @@ func (a *applier) leasedRefusal(tx *persist.Tx, ck *checkRef, lim *limit, key []
 	if !ok || !p.Lease.Enabled() || dec.RetryAfter == algo.Never {
 		return nil // Never: no amount given back lets the cost pass
 	}
-	if _, err := a.readLeases(tx, a.leaseKey(key), now); err != nil || len(a.leaseEntries) == 0 {
+	if _, err := a.readLeases(tx, a.leaseKey(key), &p.Spec, now); err != nil || a.liveLeases(now) == 0 {
 		return err
 	}
 	dec.LeasedElsewhere = true
-	dec.RetryAfter = min(dec.RetryAfter, time.Duration(max(a.firstLeaseExpiry()-now, 1)))
+	dec.RetryAfter = min(dec.RetryAfter, time.Duration(max(a.firstLeaseExpiry(now)-now, 1)))
 	if h := a.f.opts.Leases; h != nil && p.Lease.Strict() {
 		h.Recall(p.Name, string(ck.key))
 	}
 	return nil
 }
 
-// firstLeaseExpiry is the earliest expiry in a.leaseEntries (not empty).
-func (a *applier) firstLeaseExpiry() int64 {
-	first := a.leaseEntries[0].expiry
-	for _, le := range a.leaseEntries[1:] {
-		first = min(first, le.expiry)
+// liveLeases counts the leases in a.leaseEntries outstanding at now (not
+// past their expiry: those in their grace are over but for a return).
+func (a *applier) liveLeases(now int64) int {
+	n := 0
+	for _, e := range a.leaseEntries {
+		if e.expiry > now {
+			n++
+		}
+	}
+	return n
+}
+
+// firstLeaseExpiry is the earliest expiry of the leases in a.leaseEntries
+// outstanding at now (there must be one: liveLeases > 0).
+func (a *applier) firstLeaseExpiry(now int64) int64 {
+	first := int64(math.MaxInt64)
+	for _, e := range a.leaseEntries {
+		if e.expiry > now {
+			first = min(first, e.expiry)
+		}
 	}
 	return first
 }
 
-// leaseEntry is one outstanding lease in a record.
+// leaseEntry is one lease in a record: outstanding until its expiry, then
+// kept for LeaseReturnGrace for a late return only.
 type leaseEntry struct {
 	holder []byte // aliases the record or the entry
 	id     uint64
@@ -266,10 +319,13 @@ func (a *applier) leaseKey(stateKey []byte) []byte {
 	return a.leaseKeyBuf
 }
 
-// readLeases reads and prunes (expiry ≤ now) a key's lease record into
-// a.leaseEntries. The entries alias the transaction's memory until the next
-// write of the record.
-func (a *applier) readLeases(tx *persist.Tx, lkey []byte, now int64) (persist.State, error) {
+// readLeases reads a key's lease record into a.leaseEntries, pruning the
+// leases whose grace is over (expiry + LeaseReturnGrace ≤ now) and those
+// past their expiry that no return could credit any more under spec (the
+// key's policy now: graceUseless); the others past their expiry are kept
+// (see liveLeases). The entries alias the transaction's memory until the
+// next write of the record.
+func (a *applier) readLeases(tx *persist.Tx, lkey []byte, spec *algo.Spec, now int64) (persist.State, error) {
 	st, err := tx.State(lkey)
 	if err != nil {
 		return st, err
@@ -283,8 +339,9 @@ func (a *applier) readLeases(tx *persist.Tx, lkey []byte, now int64) (persist.St
 		return st, fmt.Errorf("lease record %q: %w: %v", lkey, persist.ErrCorrupt, err)
 	}
 	kept := es[:0]
+	graceFrom := now - int64(LeaseReturnGrace) // now ≥ 0 (clamped): no overflow
 	for _, e := range es {
-		if e.expiry > now {
+		if e.expiry > graceFrom && !graceUseless(spec, &e, now) {
 			kept = append(kept, e)
 		}
 	}
@@ -292,8 +349,29 @@ func (a *applier) readLeases(tx *persist.Tx, lkey []byte, now int64) (persist.St
 	return st, nil
 }
 
+// graceUseless reports a lease past its expiry whose window (of a fixed
+// window of fixed length, or a sliding window) is over at now: algo.ReturnLease
+// credits a return only in the lease's window, so keeping it would only
+// grow the record. A key with short windows whose leases are spent to the
+// last unit (never returned) would otherwise keep a grant rate × the grace
+// of them. Calendar windows (a day at least) and token buckets keep theirs
+// for the whole grace.
+func graceUseless(spec *algo.Spec, e *leaseEntry, now int64) bool {
+	if e.expiry > now || spec.Calendar != algo.CalendarNone || spec.Window <= 0 {
+		return false
+	}
+	switch spec.Algorithm {
+	case algo.FixedWindow, algo.SlidingWindow:
+		// Both count in [window, window + Window): ReturnLease wants
+		// window to be the key's current one, which starts after now
+		// - Window.
+		return e.window <= now-int64(spec.Window)
+	}
+	return false
+}
+
 // writeLeases stores a.leaseEntries as the record under lkey (deleting it
-// when empty), to expire with its last lease.
+// when empty), to expire at the end of its last lease's grace.
 func (a *applier) writeLeases(tx *persist.Tx, lkey []byte, prev persist.State) error {
 	if len(a.leaseEntries) == 0 {
 		return tx.DeleteState(lkey, prev)
@@ -306,7 +384,25 @@ func (a *applier) writeLeases(tx *persist.Tx, lkey []byte, prev persist.State) e
 	a.leaseBuf = b
 	// The entries may alias the old value; the new one is a copy the
 	// transaction owns (PutState keeps it until the commit).
-	return tx.PutState(lkey, prev, append(tx.Alloc(len(b))[:0], b...), expiry)
+	return tx.PutState(lkey, prev, append(tx.Alloc(len(b))[:0], b...), expiry+int64(LeaseReturnGrace))
+}
+
+// evictGraceLease makes room for one more lease in a full record
+// (maxLeaseRecord) by dropping the lease in its grace that expired first;
+// at most MaxLeasesPerKey are outstanding, so there is one.
+func (a *applier) evictGraceLease(now int64) {
+	if len(a.leaseEntries) < maxLeaseRecord {
+		return
+	}
+	j := -1
+	for i, e := range a.leaseEntries {
+		if e.expiry <= now && (j < 0 || e.expiry < a.leaseEntries[j].expiry) {
+			j = i
+		}
+	}
+	if j >= 0 {
+		a.leaseEntries = append(a.leaseEntries[:j], a.leaseEntries[j+1:]...)
+	}
 }
 
 func (a *applier) findLease(holder []byte, id uint64) int {
@@ -365,18 +461,20 @@ func (a *applier) grantLease(tx *persist.Tx, holder []byte, lr *leaseRef, now in
 	g.Limit = p.Spec.Limit
 	key := a.storageKey(&lr.check, &lim)
 	lkey := a.leaseKey(key)
-	lprev, err := a.readLeases(tx, lkey, now)
+	lprev, err := a.readLeases(tx, lkey, &p.Spec, now)
 	if err != nil {
 		return g, err
 	}
 	if i := a.findLease(holder, lr.id); i >= 0 {
-		// A repeat: the same grant, nothing consumed again.
+		// A repeat: the same grant, nothing consumed again. Past its
+		// expiry (in its grace) it is valid no more: Valid 0, and its
+		// holder gives the units back (see the top of this file).
 		le := a.leaseEntries[i]
-		g.Units, g.Window, g.Valid = le.units, le.window, time.Duration(le.expiry-now)
+		g.Units, g.Window, g.Valid = le.units, le.window, time.Duration(max(le.expiry-now, 0))
 		return g, nil
 	}
-	if len(a.leaseEntries) >= MaxLeasesPerKey {
-		g.RetryAfter = time.Duration(a.firstLeaseExpiry() - now)
+	if a.liveLeases(now) >= MaxLeasesPerKey {
+		g.RetryAfter = time.Duration(a.firstLeaseExpiry(now) - now)
 		return g, nil
 	}
 	st, err := tx.State(key)
@@ -393,10 +491,10 @@ func (a *applier) grantLease(tx *persist.Tx, holder []byte, lr *leaseRef, now in
 	}
 	g.Remaining, g.RetryAfter = ag.Remaining, ag.RetryAfter
 	if ag.Units == 0 {
-		if len(a.leaseEntries) > 0 && g.RetryAfter != algo.Never {
+		if a.liveLeases(now) > 0 && g.RetryAfter != algo.Never {
 			// Everything left is leased: a unit may be free again when
 			// the first lease ends (given back, see leasedRefusal).
-			g.RetryAfter = min(g.RetryAfter, time.Duration(max(a.firstLeaseExpiry()-now, 1)))
+			g.RetryAfter = min(g.RetryAfter, time.Duration(max(a.firstLeaseExpiry(now)-now, 1)))
 		}
 		return g, nil
 	}
@@ -406,6 +504,7 @@ func (a *applier) grantLease(tx *persist.Tx, holder []byte, lr *leaseRef, now in
 	if err := writeState(tx, &t); err != nil {
 		return g, err
 	}
+	a.evictGraceLease(now)
 	a.leaseEntries = append(a.leaseEntries, leaseEntry{
 		holder: holder, id: lr.id, units: ag.Units, window: ag.Window, expiry: now + int64(ag.Valid),
 	})
@@ -439,13 +538,13 @@ func (a *applier) returnLease(tx *persist.Tx, holder []byte, lr *leaseRef, now i
 	}
 	key := a.storageKey(&lr.check, &lim)
 	lkey := a.leaseKey(key)
-	lprev, err := a.readLeases(tx, lkey, now)
+	lprev, err := a.readLeases(tx, lkey, &p.Spec, now)
 	if err != nil {
 		return 0, err
 	}
 	i := a.findLease(holder, lr.id)
 	if i < 0 {
-		return 0, nil // unknown, already returned, or expired
+		return 0, nil // unknown, already returned, past its grace, or dropped by a reset
 	}
 	le := a.leaseEntries[i]
 	a.leaseEntries = append(a.leaseEntries[:i], a.leaseEntries[i+1:]...)
@@ -490,15 +589,32 @@ func (a *applier) returnLease(tx *persist.Tx, holder []byte, lr *leaseRef, now i
 }
 
 // holdLeased is the key-reset hook: after the key's state is deleted, the
-// units of its leases still outstanding are counted again (see above).
+// units of its leases still outstanding are counted again, and the leases in
+// their grace are dropped from the record (see above).
 func (a *applier) holdLeased(tx *persist.Tx, ck *checkRef, lim *limit, key []byte) error {
 	if !lim.policy {
 		return nil
 	}
 	now := tx.Meta().LastTime
 	lkey := a.leaseKey(key)
-	if _, err := a.readLeases(tx, lkey, now); err != nil || len(a.leaseEntries) == 0 {
+	lprev, err := a.readLeases(tx, lkey, lim.spec, now)
+	if err != nil || len(a.leaseEntries) == 0 {
 		return err
+	}
+	if live := a.liveLeases(now); live < len(a.leaseEntries) {
+		kept := a.leaseEntries[:0]
+		for _, e := range a.leaseEntries {
+			if e.expiry > now {
+				kept = append(kept, e)
+			}
+		}
+		a.leaseEntries = kept
+		if err := a.writeLeases(tx, lkey, lprev); err != nil {
+			return err
+		}
+		if live == 0 {
+			return nil
+		}
 	}
 	held := make([]algo.LeasedUnits, 0, len(a.leaseEntries))
 	for _, e := range a.leaseEntries {

@@ -18,9 +18,11 @@ import (
 // A node spends from a lease it holds while its deadline (the grant's time +
 // Valid, on the one clock of the model) has not passed, and otherwise checks
 // through the log. Between checks, any of: grants, repeated grant requests,
-// returns (honest and forged), node crashes (unspent units lost), policy
-// changes and key resets (each node either drops its leases or, partitioned,
-// keeps spending them), and time passing over window boundaries.
+// returns (honest and forged), late returns and repeated grant requests of
+// expired leases (a holder whose returns failed through an election),
+// node crashes (unspent units lost), policy changes and key resets (each
+// node either drops its leases or, partitioned, keeps spending them), and
+// time passing over window boundaries.
 //
 // Checked after every step:
 //   - over-admission: the units allowed in a window since its last reset
@@ -30,8 +32,15 @@ import (
 //     holders lost + what live leases hold unspent. So under-admission in a
 //     window is exactly the lost units plus what is still held;
 //   - a return credits exactly the unspent units of a live lease, and
-//     nothing for a forged, repeated or expired one; a repeated grant
-//     request consumes nothing.
+//     nothing for a forged or repeated one; a repeated grant request
+//     consumes nothing;
+//   - a late return (after the lease's expiry) credits exactly its unspent
+//     units (moved back out of lost) while within LeaseReturnGrace of the
+//     expiry, in the lease's window, and not across a reset that came
+//     after the expiry; otherwise nothing. A repeated grant request then
+//     answers the same units with Valid 0 and consumes nothing;
+//   - a refusal says leased elsewhere only while a lease is outstanding
+//     (leases in their grace are not).
 type leaseModel struct {
 	t      *rapid.T
 	f      *FSM
@@ -41,6 +50,12 @@ type leaseModel struct {
 	policy Policy
 	nodes  [3][]*modelLease
 	nextID uint64
+	// late are the expired leases each node still knows of (their unspent
+	// units are in lost until a late return credits them); ghosts are
+	// the deadlines of leases dropped while live, which the record still
+	// lists as outstanding until then.
+	late   [3][]*modelLease
+	ghosts []int64
 
 	epoch       int                // resets so far
 	allowed     map[[2]int64]int64 // (window start, epoch) → units allowed
@@ -54,6 +69,8 @@ type modelLease struct {
 	id                   uint64
 	units, spent         int64
 	deadline, windowFrom int64
+	// void: expired before a key reset, which dropped it from the record.
+	void bool
 }
 
 const modelKey = "k"
@@ -135,13 +152,30 @@ func (m *leaseModel) checkAccounting() {
 }
 
 // expire drops leases whose deadline has passed: what they did not spend
-// is lost.
+// is lost, unless a late return credits it within the grace.
 func (m *leaseModel) expire() {
+	for i, ls := range m.late {
+		kept := ls[:0]
+		for _, l := range ls {
+			if m.now < l.deadline+int64(LeaseReturnGrace) {
+				kept = append(kept, l)
+			}
+		}
+		m.late[i] = kept
+	}
+	ghosts := m.ghosts[:0]
+	for _, g := range m.ghosts {
+		if m.now < g {
+			ghosts = append(ghosts, g)
+		}
+	}
+	m.ghosts = ghosts
 	for i, ls := range m.nodes {
 		kept := ls[:0]
 		for _, l := range ls {
 			if m.now >= l.deadline {
 				m.lost[l.windowFrom] += l.units - l.spent
+				m.late[i] = append(m.late[i], l)
 				continue
 			}
 			if m.start(m.now) != l.windowFrom {
@@ -165,7 +199,15 @@ func (m *leaseModel) checkRefusal(d Decision) {
 			}
 		}
 	}
-	if first < 0 || d.RetryAfter == algo.Never {
+	if d.RetryAfter == algo.Never {
+		return
+	}
+	if first < 0 {
+		// No live lease the model holds; the record may still list
+		// dropped ones (ghosts), but none in their grace counts.
+		if d.LeasedElsewhere && len(m.ghosts) == 0 {
+			m.t.Fatalf("refused as leased elsewhere with no lease outstanding (now %d, retry after %v)", m.now, d.RetryAfter)
+		}
 		return
 	}
 	if !d.LeasedElsewhere || int64(d.RetryAfter) > first-m.now {
@@ -177,8 +219,51 @@ func (m *leaseModel) checkRefusal(d Decision) {
 func (m *leaseModel) drop(i int) {
 	for _, l := range m.nodes[i] {
 		m.lost[l.windowFrom] += l.units - l.spent
+		m.ghosts = append(m.ghosts, l.deadline)
 	}
 	m.nodes[i] = nil
+	m.late[i] = nil // what a crashed node knew of its expired leases is gone too
+}
+
+// lateAction is a late return or repeated grant request, by node i, of a
+// lease of its that expired (its returns failed, say, through a leader's
+// election): credited within the grace, in the lease's window, unless a
+// reset dropped it.
+func (m *leaseModel) lateAction(i int) {
+	if len(m.late[i]) == 0 {
+		return
+	}
+	k := rapid.IntRange(0, len(m.late[i])-1).Draw(m.t, "late lease")
+	l := m.late[i][k]
+	// Still in the record: in its grace, not dropped by a reset, and in
+	// its window (after it no return could credit it: pruned).
+	inGrace := !l.void && m.now < l.deadline+int64(LeaseReturnGrace) && m.start(m.now) == l.windowFrom
+	unspent := l.units - l.spent
+	if rapid.Bool().Draw(m.t, "late repeat") {
+		if !inGrace {
+			return // the record has forgotten it: a fresh grant (not modelled)
+		}
+		before := m.count()
+		if g := m.grant(i, l.id); g.Units != l.units || g.Valid != 0 || m.count() != before {
+			m.t.Fatalf("repeated grant of an expired lease in its grace: %d units valid %v (had %d), count %d → %d",
+				g.Units, g.Valid, l.units, before, m.count())
+		}
+		return
+	}
+	want := int64(0)
+	if inGrace {
+		want = unspent
+	}
+	got := m.ret(i, l.id, unspent)
+	if got != want {
+		m.t.Fatalf("late return of %d unspent (deadline %d, now %d, grace %v, void %v, window %d → %d) credited %d, want %d",
+			unspent, l.deadline, m.now, LeaseReturnGrace, l.void, l.windowFrom, m.start(m.now), got, want)
+	}
+	m.lost[l.windowFrom] -= got
+	m.late[i] = append(m.late[i][:k], m.late[i][k+1:]...)
+	if got := m.ret(rapid.IntRange(0, len(m.nodes)-1).Draw(m.t, "late again"), l.id, l.units); got != 0 {
+		m.t.Fatalf("a second late return credited %d", got)
+	}
 }
 
 func (m *leaseModel) grant(i int, id uint64) LeaseGrant {
@@ -231,7 +316,10 @@ func runLeaseModel(t *testing.T, alg algo.Algorithm) {
 		}
 		defer f.Close()
 		m := &leaseModel{
-			t: rt, f: f, next: 1, now: t0, window: 10 * sec,
+			t: rt, f: f, next: 1, now: t0,
+			// A window shorter and one longer than the grace, so late
+			// returns are tried in their window after the grace too.
+			window:  rapid.SampledFrom([]int64{10 * sec, 100 * sec}).Draw(rt, "window"),
 			allowed: map[[2]int64]int64{}, maxLimit: map[[2]int64]int64{}, carried: map[[2]int64]int64{},
 			lost: map[int64]int64{}, resetWindow: map[int64]bool{},
 		}
@@ -243,7 +331,7 @@ func runLeaseModel(t *testing.T, alg algo.Algorithm) {
 		steps := rapid.IntRange(1, 120).Draw(rt, "steps")
 		for s := 0; s < steps; s++ {
 			i := rapid.IntRange(0, len(m.nodes)-1).Draw(rt, "node")
-			switch rapid.IntRange(0, 9).Draw(rt, "action") {
+			switch rapid.IntRange(0, 10).Draw(rt, "action") {
 			case 0, 1, 2: // a check
 				cost := rapid.Int64Range(1, 3).Draw(rt, "cost")
 				spent := false
@@ -337,6 +425,15 @@ func runLeaseModel(t *testing.T, alg algo.Algorithm) {
 					}
 					m.epoch++
 					m.noteLimit()
+					// The reset drops the leases in their grace as of
+					// the last time applied (the reset carries none).
+					for _, ls := range m.late {
+						for _, l := range ls {
+							if l.deadline <= m.f.LastTime() {
+								l.void = true
+							}
+						}
+					}
 					m.resetWindow[m.start(m.now)] = true
 					for n := range m.nodes {
 						if !rapid.Bool().Draw(rt, "partitioned") {
@@ -347,8 +444,10 @@ func runLeaseModel(t *testing.T, alg algo.Algorithm) {
 						}
 					}
 				}
+			case 10: // a late return or repeated grant request
+				m.lateAction(i)
 			default: // time passes
-				m.now += rapid.SampledFrom([]int64{1, sec, 3 * sec, m.window, 2*m.window + 7}).Draw(rt, "dt")
+				m.now += rapid.SampledFrom([]int64{1, sec, 3 * sec, int64(LeaseReturnGrace), m.window, 2*m.window + 7}).Draw(rt, "dt")
 				m.noteLimit()
 			}
 			m.expire()

@@ -154,8 +154,8 @@ func TestLeaseSlidingWindow(t *testing.T) {
 	}
 }
 
-// TestLeaseRecordExpires: a key's lease record goes with its last lease, so
-// leases leave nothing behind on disk.
+// TestLeaseRecordExpires: a key's lease record goes at the end of its last
+// lease's grace (LeaseReturnGrace), so leases leave nothing behind on disk.
 func TestLeaseRecordExpires(t *testing.T) {
 	f := openFSM(t, "", Options{NoSync: true})
 	d := newDriver(t, f)
@@ -167,6 +167,10 @@ func TestLeaseRecordExpires(t *testing.T) {
 		t.Fatalf("%d keys after a grant, want 2 (state and lease record)", n)
 	}
 	d.apply(EncodeExpire(t0+11*sec, 100))
+	if n := f.Stats().Keys; n != 1 {
+		t.Fatalf("%d keys after the state expired, want 1 (the lease record, in its grace)", n)
+	}
+	d.apply(EncodeExpire(t0+sec+int64(LeaseReturnGrace), 100))
 	if n := f.Stats().Keys; n != 0 {
 		t.Fatalf("%d keys after both expired, want 0", n)
 	}

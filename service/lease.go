@@ -47,7 +47,9 @@ import (
 // of the key, after a key is idle for leaseIdle, and at CloseLeases. A key
 // reset made through another node does not revoke them: the state machine keeps outstanding leased units counted across a
 // reset (fsm/lease.go), so spending them stays exact. A leader change needs
-// nothing either: a grant is an entry in the log, and a new leader has it.
+// nothing either: a grant is an entry in the log, and a new leader has it;
+// a return that fails meanwhile is sent again until its lease's deadline +
+// fsm.LeaseReturnGrace, and the state machine credits it until then.
 
 // Leaser is implemented by a Node that can take quota leases (cluster.Node
 // does): GrantLeases asks the leader for leases held by this node and
@@ -90,8 +92,10 @@ const (
 	maxLeaseSlots = 100_000
 	// leaseReturnLead: a lease stops being spent this long (at most a
 	// quarter of its validity) before its deadline and is given back then,
-	// so that the return reaches the leader before the lease expires there
-	// (a late return credits nothing): two sweeps and a round to spare.
+	// so that the return usually reaches the leader before the lease
+	// expires there (its units are free again for other nodes at once; a
+	// later return is credited only within fsm.LeaseReturnGrace): two
+	// sweeps and a round to spare.
 	leaseReturnLead = 2 * leaseSweep
 	// leaseStrictTries and leaseStrictWait bound the strict retry
 	// (decideStrict): a refusal while leases elsewhere are outstanding is
@@ -133,7 +137,7 @@ type heldLease struct {
 // (empty) to take it out of the record.
 type spentLease struct {
 	id       uint64
-	deadline time.Time // after it, the record has dropped it too
+	deadline time.Time // after it, the record no longer counts it as outstanding
 }
 
 // maxSpentLeases bounds the spent leases a slot remembers (the record holds
@@ -203,8 +207,12 @@ type pendingGrant struct {
 
 type pendingReturn struct {
 	ret fsm.LeaseReturn
-	// until is the lease's deadline: after it the leader has dropped the
-	// lease, and a return credits nothing, so none is sent again.
+	// until is the lease's deadline + fsm.LeaseReturnGrace: after it the
+	// leader has dropped the lease, and a return credits nothing, so none
+	// is sent again. Within the grace a late return is still credited
+	// (this node stopped spending before the deadline, so what it reports
+	// unspent is final), which is what keeps a leader's election from
+	// costing the units leased at the time.
 	until time.Time
 }
 
@@ -413,10 +421,12 @@ func (t *leaseTable) sendReturns(rs []pendingReturn) {
 // retryReturns queues returns whose round failed for another one after
 // leaseReturnRetry. A return may be sent again whatever became of the first:
 // the state machine credits a lease id once and a lease it no longer has
-// not at all (fsm returnLease). Returns are lost (under-admission until the
-// lease expires) only when the lease would be gone before the next round or
-// the table is closing. A leader's election used to cost every node's
-// returns in flight this way.
+// not at all (fsm returnLease). Returns are lost (under-admission for the
+// rest of the window) only when the lease would be gone before the next
+// round — past its deadline + fsm.LeaseReturnGrace — or the table is
+// closing. A leader's election used to cost every node's returns in flight
+// this way, and with the grace it no longer costs those of leases that
+// expired meanwhile.
 func (t *leaseTable) retryReturns(rs []pendingReturn) {
 	now := t.now()
 	t.mu.Lock()
@@ -479,7 +489,7 @@ func (t *leaseTable) installLocked(p pendingGrant, g fsm.LeaseGrant, err error, 
 		t.lost.Add(1)
 		sl.notBefore = now.Add(leaseBackoff)
 		t.returns = append(t.returns, pendingReturn{ret: fsm.LeaseReturn{ID: id, Check: fsm.Check{Key: k.key, Policy: k.policy}, Unspent: math.MaxInt64},
-			until: sent.Add(sl.lease.MaxTTL)})
+			until: sent.Add(sl.lease.MaxTTL + fsm.LeaseReturnGrace)})
 		t.kickLocked()
 		return
 	case g.Err != nil:
@@ -524,7 +534,7 @@ func (t *leaseTable) giveBackLocked(k leaseKey, h *heldLease, always bool) {
 	if left <= 0 && !always {
 		return
 	}
-	t.returns = append(t.returns, pendingReturn{ret: fsm.LeaseReturn{ID: h.id, Check: fsm.Check{Key: k.key, Policy: k.policy}, Unspent: left}, until: h.deadline})
+	t.returns = append(t.returns, pendingReturn{ret: fsm.LeaseReturn{ID: h.id, Check: fsm.Check{Key: k.key, Policy: k.policy}, Unspent: left}, until: h.deadline.Add(fsm.LeaseReturnGrace)})
 	t.kickLocked()
 }
 
