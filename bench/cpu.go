@@ -115,12 +115,15 @@ type CPUMeter struct {
 	start   []time.Duration
 	begun   bool
 	readCPU func(pid int) (time.Duration, error)
+	now     func() time.Time
+	began   time.Time
+	wall    time.Duration // Begin to End
 	errs    []error
 }
 
 // NewCPUMeter measures procs (Role, Name and PID set; CPU is filled in).
 func NewCPUMeter(procs ...ProcessCPU) *CPUMeter {
-	return &CPUMeter{procs: append([]ProcessCPU(nil), procs...), readCPU: ReadCPU}
+	return &CPUMeter{procs: append([]ProcessCPU(nil), procs...), readCPU: ReadCPU, now: time.Now}
 }
 
 // Begin records every process's CPU time so far.
@@ -128,6 +131,7 @@ func (m *CPUMeter) Begin() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.start = make([]time.Duration, len(m.procs))
+	m.began = m.now()
 	for i, p := range m.procs {
 		t, err := m.readCPU(p.PID)
 		if err != nil {
@@ -139,6 +143,14 @@ func (m *CPUMeter) Begin() {
 	m.begun = true
 }
 
+// Interval is the wall time from Begin to End (0 before End): what the
+// processes' CPU times were measured over.
+func (m *CPUMeter) Interval() time.Duration {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.wall
+}
+
 // End returns each process's CPU time since Begin. A process that could not
 // be read at both ends is left out and named in the error.
 func (m *CPUMeter) End() ([]ProcessCPU, error) {
@@ -147,6 +159,7 @@ func (m *CPUMeter) End() ([]ProcessCPU, error) {
 	if !m.begun {
 		return nil, errors.New("CPU not measured: the run ended before its warm-up did")
 	}
+	m.wall = m.now().Sub(m.began)
 	out := make([]ProcessCPU, 0, len(m.procs))
 	errs := m.errs
 	for i, p := range m.procs {

@@ -169,3 +169,64 @@ func TestListeningInodes(t *testing.T) {
 		t.Errorf("ListeningPID = %d, %v; want %d", pid, err, os.Getpid())
 	}
 }
+
+// The meter's interval is its clock's Begin to End; BusyCPUs divides the
+// processes' CPU time by it, and the table and JSON carry it (issue 20: a
+// latency measured on a shared machine depends on how busy it was).
+func TestBusyCPUs(t *testing.T) {
+	cpu := map[int]time.Duration{1: time.Second, 2: 3 * time.Second}
+	m := NewCPUMeter(ProcessCPU{Role: "leader", Name: "n1", PID: 1}, ProcessCPU{Role: "load generator", PID: 2})
+	m.readCPU = func(pid int) (time.Duration, error) { return cpu[pid], nil }
+	clock := time.Unix(1000, 0)
+	m.now = func() time.Time { return clock }
+	if m.Interval() != 0 {
+		t.Errorf("interval before End: %v", m.Interval())
+	}
+	m.Begin()
+	clock = clock.Add(4 * time.Second)
+	cpu[1] += 5 * time.Second
+	cpu[2] += 1200 * time.Millisecond
+	got, err := m.End()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Interval() != 4*time.Second {
+		t.Fatalf("interval %v, want 4s", m.Interval())
+	}
+	r := Result{Allowed: 1000, CPU: got, CPUInterval: m.Interval(), CPUs: 2}
+	if b := r.BusyCPUs(); b != 1.55 { // (5 + 1.2) CPU-seconds over 4 s
+		t.Errorf("busy %v CPUs, want 1.55", b)
+	}
+	var buf bytes.Buffer
+	if err := WriteTable(&buf, r); err != nil {
+		t.Fatal(err)
+	}
+	if out := squeeze(buf.String()); !strings.Contains(out, "CPU busy 1.55 of 2 CPUs (78%)") {
+		t.Errorf("table lacks the busy row:\n%s", out)
+	}
+	buf.Reset()
+	if err := WriteJSONLine(&buf, r); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(buf.String(), `"cpu_interval_s":4,"cpus":2,"busy_cpus":1.55`) {
+		t.Errorf("JSON %s", buf.String())
+	}
+	back, err := ReadJSONLines(&buf)
+	if err != nil || len(back) != 1 || back[0].CPUInterval != 4*time.Second || back[0].CPUs != 2 || back[0].BusyCPUs() != 1.55 {
+		t.Errorf("read back %+v, %v", back, err)
+	}
+	buf.Reset()
+	if err := WriteComparison(&buf, []Result{r}, "redis"); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(buf.String(), "leader=5.00ms loadgen=1.20ms busy=1.55/2") {
+		t.Errorf("comparison lacks the busy figure:\n%s", buf.String())
+	}
+	// Not measured: no row, no figure.
+	buf.Reset()
+	r.CPUInterval = 0
+	WriteTable(&buf, r)
+	if strings.Contains(buf.String(), "CPU busy") || r.BusyCPUs() != 0 {
+		t.Errorf("busy shown without an interval:\n%s", buf.String())
+	}
+}

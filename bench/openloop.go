@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"time"
 )
@@ -248,6 +249,9 @@ func openLoop(ctx context.Context, w Workload, t Target, onProgress func(Progres
 	}
 	r.collect(stats, w)
 	r.CPU, r.CPUError = cpu, cpuErr
+	if w.CPU != nil {
+		r.CPUInterval, r.CPUs = w.CPU.Interval(), runtime.NumCPU()
+	}
 	return r, nil
 }
 

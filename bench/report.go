@@ -73,6 +73,12 @@ type Result struct {
 	// not be measured.
 	CPU      []ProcessCPU
 	CPUError string
+	// CPUInterval is the wall time the CPU times cover and CPUs the
+	// machine's CPU count: together they say how busy the machine was
+	// (BusyCPUs), which is what a latency measured on a shared box
+	// depends on. Set by Run with CPU.
+	CPUInterval time.Duration
+	CPUs        int
 
 	// Set by Run for the attack workload (Workload.HotKeys > 0): its mix,
 	// and the normal and the hot keys' checks apart.
@@ -131,6 +137,20 @@ func (r *Result) setLatencies(h *Histogram) {
 	r.P99 = h.Quantile(0.99)
 	r.P999 = h.Quantile(0.999)
 	r.Max = h.Max()
+}
+
+// BusyCPUs is how many CPUs the measured processes kept busy on average:
+// their CPU time over the interval it was measured in (0 if not measured).
+// Near the machine's CPU count, checks queue for a core at every hop.
+func (r Result) BusyCPUs() float64 {
+	if r.CPUInterval <= 0 {
+		return 0
+	}
+	var sum time.Duration
+	for _, p := range r.CPU {
+		sum += p.CPU
+	}
+	return sum.Seconds() / r.CPUInterval.Seconds()
 }
 
 // ChecksPerSec is decided checks (allowed + refused) per second of the
@@ -194,6 +214,9 @@ type resultJSON struct {
 	RSSBytes       int64            `json:"rss_bytes,omitempty"`
 	CPU            []processCPUJSON `json:"cpu,omitempty"`
 	CPUError       string           `json:"cpu_error,omitempty"`
+	CPUIntervalSec float64          `json:"cpu_interval_s,omitempty"`
+	CPUs           int              `json:"cpus,omitempty"`
+	BusyCPUs       float64          `json:"busy_cpus,omitempty"`
 	HotKeys        int              `json:"hot_keys,omitempty"`
 	HotFraction    float64          `json:"hot_fraction,omitempty"`
 	HotLimit       int64            `json:"hot_limit,omitempty"`
@@ -237,6 +260,8 @@ func (r Result) MarshalJSON() ([]byte, error) {
 		StartLagP99ms: ms(r.StartLagP99), StartLagMaxMs: ms(r.StartLagMax), Behind: r.Behind, Stages: r.Stages,
 		RaftEntries: r.RaftEntries, Interrupted: r.Interrupted, DiskBytes: r.DiskBytes, RSSBytes: r.RSSBytes,
 		CPU: cpuJSON(r), CPUError: r.CPUError,
+		CPUIntervalSec: math.Round(r.CPUInterval.Seconds()*1e6) / 1e6, CPUs: r.CPUs,
+		BusyCPUs: math.Round(r.BusyCPUs()*1000) / 1000,
 	})
 }
 
@@ -269,7 +294,8 @@ func (r *Result) UnmarshalJSON(b []byte) error {
 		Rate: j.Rate, Arrival: j.Arrival, Scheduled: j.Scheduled, Late: j.Late,
 		StartLagP99: fromMs(j.StartLagP99ms), StartLagMax: fromMs(j.StartLagMaxMs), Behind: j.Behind, Stages: j.Stages,
 		RaftEntries: j.RaftEntries, Interrupted: j.Interrupted, DiskBytes: j.DiskBytes, RSSBytes: j.RSSBytes,
-		CPUError: j.CPUError,
+		CPUError: j.CPUError, CPUs: j.CPUs,
+		CPUInterval: time.Duration(math.Round(j.CPUIntervalSec * float64(time.Second))),
 	}
 	for _, p := range j.CPU {
 		r.CPU = append(r.CPU, ProcessCPU{Role: p.Role, Name: p.Name, PID: p.PID,
@@ -360,6 +386,10 @@ func WriteTable(w io.Writer, r Result) error {
 	if len(r.CPU) > 0 {
 		row("CPU per check", cpuString(r, ", "))
 	}
+	if busy := r.BusyCPUs(); busy > 0 && r.CPUs > 0 {
+		row("CPU busy", fmt.Sprintf("%.2f of %d CPUs (%.0f%%): the processes above, over the measured interval",
+			busy, r.CPUs, 100*busy/float64(r.CPUs)))
+	}
 	if r.CPUError != "" {
 		row("CPU not measured", r.CPUError)
 	}
@@ -401,6 +431,9 @@ func WriteComparison(w io.Writer, results []Result, baseline string) error {
 			label = "-"
 		}
 		cpu := cpuString(r, " ")
+		if busy := r.BusyCPUs(); busy > 0 && r.CPUs > 0 && cpu != "" {
+			cpu += fmt.Sprintf(" busy=%.2f/%d", busy, r.CPUs)
+		}
 		if cpu == "" {
 			cpu = "-"
 		}

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"math"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -285,6 +286,9 @@ func Run(ctx context.Context, w Workload, t Target, onProgress func(Progress)) (
 	}
 	r.collect(stats, w)
 	r.CPU, r.CPUError = cpu, cpuErr
+	if w.CPU != nil {
+		r.CPUInterval, r.CPUs = w.CPU.Interval(), runtime.NumCPU()
+	}
 	return r, nil
 }
 

@@ -67,7 +67,10 @@ refused counts, p50/p90/p99/max latency per request, errors by class and CPU
 per check, or one JSON line with --json. CPU per check is each process's user
 + system CPU time over the measured interval (/proc/PID/stat) divided by the
 checks answered: every node by role (leader, follower) and the load
-generator itself. With --cluster the nodes are known; with --addrs give their
+generator itself. "CPU busy" adds those CPU times up over the measured
+interval: how many of the machine's CPUs the run kept busy (near all of
+them, checks queue for a core and latency says more about the machine than
+the system). With --cluster the nodes are known; with --addrs give their
 process ids with --pids, or --discover-pids to find the process listening on
 each address's port (nodes on this machine). On a terminal a progress bar shows elapsed time,
 checks/s and p99 so far.
