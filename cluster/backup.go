@@ -71,12 +71,13 @@ type Backups struct {
 	nodeID       string
 	applyTimeout time.Duration
 	logger       hclog.Logger
+	ahead        *ahead // nil: this node never applies ahead of raft
 }
 
 // Backups returns the node's backup taker.
 func (n *Node) Backups() *Backups {
 	return &Backups{raft: n.raft, fsm: n.fsm, dataDir: n.cfg.DataDir, nodeID: n.cfg.NodeID,
-		applyTimeout: n.cfg.ApplyTimeout, logger: n.logger}
+		applyTimeout: n.cfg.ApplyTimeout, logger: n.logger, ahead: n.ahead}
 }
 
 // OpenBackup is Backups().Open for consumers that know only nodeapi (the
@@ -96,14 +97,27 @@ func (n *Node) OpenBackup(ctx context.Context) (nodeapi.Backup, error) {
 // snapshot would), or, when Raft has applied nothing since the node started,
 // the latest stored one if it is not behind the state.
 // Everything that can fail before the first byte fails here.
+//
+// A follower may have applied committed entries ahead of raft (ahead.go), so
+// that its state is past the index of the snapshot raft would take now; a
+// backup's state must be at its header's index (RestoreBackup refuses one
+// ahead of it), so on a follower applying ahead pauses and the snapshot
+// waits for raft to catch up with the state.
 func (b *Backups) Open(ctx context.Context) (*Backup, error) {
+	timeout := b.applyTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = time.Until(dl)
+	}
 	if b.raft.State() == raft.Leader {
-		timeout := b.applyTimeout
-		if dl, ok := ctx.Deadline(); ok {
-			timeout = time.Until(dl)
-		}
 		if err := b.raft.Barrier(timeout).Error(); err != nil {
 			return nil, fmt.Errorf("backup: wait for applies: %w", err)
+		}
+	}
+	if b.ahead != nil {
+		resume := b.ahead.pause()
+		defer resume()
+		if err := b.awaitRaftApplied(ctx, time.Now().Add(timeout)); err != nil {
+			return nil, err
 		}
 	}
 	var meta *raft.SnapshotMeta
@@ -148,6 +162,26 @@ func (b *Backups) Open(ctx context.Context) (*Backup, error) {
 			HTTPAddr: nodes[string(s.ID)], Suffrage: s.Suffrage.String()})
 	}
 	return &Backup{Header: h, rc: rc}, nil
+}
+
+// awaitRaftApplied waits until raft has handed the state machine every entry
+// applied ahead of it (with applying ahead paused, raft's commit index soon
+// reaches them), so the snapshot raft takes next is at or after the state.
+func (b *Backups) awaitRaftApplied(ctx context.Context, deadline time.Time) error {
+	for {
+		state, applied := b.ahead.highest.Load(), b.fsm.RaftApplied()
+		if applied >= state {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("backup: this node applied entries up to index %d ahead of raft, which has applied up to %d and did not catch up in time: try again, or take the backup from the leader", state, applied)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("backup: wait for raft to apply up to the state: %w", ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
 }
 
 // Point is the Raft index the backup's state reflects and that entry's term

@@ -30,7 +30,8 @@ type batcher struct {
 	// send proposes or forwards ops and waits for the results. It calls
 	// encoded once it no longer reads ops (before it waits), so callers
 	// whose deadline passes may go; it must return within a bounded time.
-	send    func(ops []fsm.Op, encoded func()) ([]fsm.Result, error)
+	// ext is the batch's tagged units (appendTags), nil when none is.
+	send    func(ops []fsm.Op, ext []byte, encoded func()) ([]fsm.Result, error)
 	observe func(ops int)
 	// waitObs (per unit: queued until a flusher takes it) and sendObs (per
 	// batch: send's duration) time the batcher's stages of a check's
@@ -56,6 +57,7 @@ type pending struct {
 	queuedAt time.Time
 	ops      []fsm.Op
 	size     int // opsSize(ops)
+	tag      unitTag
 	res      []fsm.Result
 	err      error
 	state    int
@@ -64,7 +66,7 @@ type pending struct {
 
 var pendingPool = sync.Pool{New: func() any { return &pending{done: make(chan struct{}, 1)} }}
 
-func newBatcher(maxOps, inflight int, maxWait time.Duration, send func([]fsm.Op, func()) ([]fsm.Result, error), observe func(int)) *batcher {
+func newBatcher(maxOps, inflight int, maxWait time.Duration, send func([]fsm.Op, []byte, func()) ([]fsm.Result, error), observe func(int)) *batcher {
 	b := &batcher{
 		maxOps: maxOps, maxBytes: MaxEntryBytes, inflight: inflight, maxWait: maxWait,
 		send: send, observe: observe, wake: make(chan struct{}, 1),
@@ -80,13 +82,19 @@ func newBatcher(maxOps, inflight int, maxWait time.Duration, send func([]fsm.Op,
 // over MaxEntryOps ops or maxBytes is refused with ErrTooLarge; a unit over
 // maxOps (but within those) travels alone.
 func (b *batcher) do(ctx context.Context, ops []fsm.Op) ([]fsm.Result, error) {
+	return b.doTagged(ctx, ops, unitTag{})
+}
+
+// doTagged is do for a follower's forwarded unit: a non-zero tag goes into
+// the entry's Extensions with the unit's place (ahead.go).
+func (b *batcher) doTagged(ctx context.Context, ops []fsm.Op, tag unitTag) ([]fsm.Result, error) {
 	size := opsSize(ops)
 	if len(ops) > MaxEntryOps || size > b.maxBytes {
 		return nil, fmt.Errorf("%w: %d ops, up to %d bytes encoded (bounds: %d ops, %d bytes)",
 			ErrTooLarge, len(ops), size, MaxEntryOps, b.maxBytes)
 	}
 	p := pendingPool.Get().(*pending)
-	p.ops, p.size, p.res, p.err, p.state = ops, size, nil, nil, stateQueued
+	p.ops, p.size, p.tag, p.res, p.err, p.state = ops, size, tag, nil, nil, stateQueued
 	if b.waitObs != nil {
 		p.queuedAt = time.Now()
 	}
@@ -148,6 +156,8 @@ func (b *batcher) abandon(p *pending, cause error) error {
 func (b *batcher) flushLoop() {
 	var batch []*pending
 	var ops []fsm.Op
+	var units []taggedUnit
+	var ext []byte
 	for {
 		b.mu.Lock()
 		if b.maxWait > 0 && b.queued < b.maxOps && b.queued > 0 {
@@ -185,6 +195,9 @@ func (b *batcher) flushLoop() {
 				b.waitObs.Observe(taken.Sub(p.queuedAt).Seconds())
 			}
 			batch = append(batch, p)
+			if p.tag.nonce != 0 {
+				units = append(units, taggedUnit{tag: p.tag, off: len(ops), n: len(p.ops)})
+			}
 			ops = append(ops, p.ops...)
 		}
 		b.queued -= n
@@ -213,7 +226,12 @@ func (b *batcher) flushLoop() {
 		if b.sendObs != nil {
 			sent = time.Now()
 		}
-		res, err := b.send(ops, encoded)
+		ext = nil // raft keeps an entry's Extensions: a new buffer each time
+		if len(units) > 0 {
+			ext = appendTags(nil, units)
+		}
+		units = units[:0]
+		res, err := b.send(ops, ext, encoded)
 		if b.sendObs != nil {
 			b.sendObs.Observe(time.Since(sent).Seconds())
 		}

@@ -19,7 +19,7 @@ type blockingSend struct {
 	encodedAt   atomic.Bool
 }
 
-func (s *blockingSend) send(ops []fsm.Op, encoded func()) ([]fsm.Result, error) {
+func (s *blockingSend) send(ops []fsm.Op, _ []byte, encoded func()) ([]fsm.Result, error) {
 	s.started <- len(ops)
 	if s.encodeFirst {
 		s.encodedAt.Store(true)

@@ -22,7 +22,7 @@ func (n *Node) Raft() *raft.Raft { return n.raft }
 // SetPropose replaces how n proposes check entries (fault injection
 // between raft.Apply and its future). Call before the node sees checks.
 func SetPropose(n *Node, propose func(cmd []byte, timeout time.Duration) raft.ApplyFuture) {
-	n.propose = propose
+	n.propose = func(cmd, _ []byte, timeout time.Duration) raft.ApplyFuture { return propose(cmd, timeout) }
 }
 
 // SetOverLimitReady replaces the readiness the over-limit cache's loop

@@ -127,7 +127,7 @@ func (f *forwarder) check(ctx context.Context, ops []fsm.Op) ([]fsm.Result, erro
 }
 
 // checks is the follower's batcher send: ops go to the leader in one request.
-func (f *forwarder) checks(ops []fsm.Op, encoded func()) ([]fsm.Result, error) {
+func (f *forwarder) checks(ops []fsm.Op, _ []byte, encoded func()) ([]fsm.Result, error) {
 	id, addr := f.leader()
 	if addr == "" || id == f.self {
 		return nil, errRetry

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -45,6 +46,12 @@ const (
 	// nodeHeader names the node opening a stream (its certificate, when it
 	// names a node, takes precedence): the key of the per-peer bound.
 	nodeHeader = "X-Limitd-Node"
+	// nonceHeader carries the follower's random name for the stream (hex),
+	// which the leader puts in the entries beside the stream's units so the
+	// follower can answer them from its own log (ahead.go). An older leader
+	// ignores it; an older follower sends none and gets only the leader's
+	// answers.
+	nonceHeader = "X-Limitd-Stream-Nonce"
 
 	frameCheck  = 1 // follower → leader: u32 ms left, ops
 	frameResult = 2 // leader → follower: u8 outcome code, results or text
@@ -127,6 +134,10 @@ func frameParts(f []byte) (id uint64, kind byte, payload []byte) {
 
 var errBadFrame = errors.New("bad frame")
 
+// unitTagKey is the context key of a stream unit's tag (streamSession.serve
+// to decideForwarded).
+type unitTagKey struct{}
+
 // streamServer is a node's registry of the streams it serves as leader.
 type streamServer struct {
 	mu     sync.Mutex
@@ -134,8 +145,33 @@ type streamServer struct {
 	total  int
 	// beforeDecide, when set (tests), runs before each request is decided.
 	beforeDecide func()
+	// dropAnswers (tests) makes the sessions drop their successful
+	// answers, as if lost: the follower then has only its own log.
+	dropAnswers atomic.Bool
 	// sessions, for tests that cut streams.
 	sessions map[*streamSession]struct{}
+	// nonces of the open sessions: a nonce already in use is not used for
+	// another peer's units, so no node can have its units answered to
+	// another's frames.
+	nonces map[uint64]string
+}
+
+// claimNonce returns the stream nonce the header value names, or 0 (the
+// stream's units are then not tagged) when it names none or one an open
+// stream already uses. Under srv.mu.
+func (srv *streamServer) claimNonce(header, peer string) uint64 {
+	nonce, err := strconv.ParseUint(header, 16, 64)
+	if err != nil || nonce == 0 {
+		return 0
+	}
+	if _, taken := srv.nonces[nonce]; taken {
+		return 0
+	}
+	if srv.nonces == nil {
+		srv.nonces = map[uint64]string{}
+	}
+	srv.nonces[nonce] = peer
+	return nonce
 }
 
 // handleCheckStream upgrades an authenticated node-to-node request to a
@@ -184,7 +220,9 @@ func (n *Node) handleCheckStream(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s := newStreamSession(conn, brw.Reader, n.log.With("peer", peer, "remote", r.RemoteAddr), n.decideForwarded, n.cfg.ApplyTimeout)
+	s.dropAnswers = &srv.dropAnswers
 	srv.mu.Lock()
+	s.nonce = srv.claimNonce(r.Header.Get(nonceHeader), peer)
 	if hook := srv.beforeDecide; hook != nil {
 		decide := s.decide
 		s.decide = func(ctx context.Context, ops []fsm.Op) ([]fsm.Result, error) { hook(); return decide(ctx, ops) }
@@ -204,6 +242,9 @@ func (n *Node) handleCheckStream(w http.ResponseWriter, r *http.Request) {
 		defer func() {
 			srv.mu.Lock()
 			delete(srv.sessions, s)
+			if s.nonce != 0 {
+				delete(srv.nonces, s.nonce)
+			}
 			srv.mu.Unlock()
 			release()
 		}()
@@ -252,8 +293,11 @@ type streamSession struct {
 	log     *slog.Logger
 	decide  func(ctx context.Context, ops []fsm.Op) ([]fsm.Result, error)
 	timeout time.Duration // the longest a request is given (ApplyTimeout)
-	ctx     context.Context
-	cancel  context.CancelFunc
+	nonce   uint64        // the follower's name for the stream; 0: its units are not tagged
+	// dropAnswers: streamServer.dropAnswers (tests); may be nil.
+	dropAnswers *atomic.Bool
+	ctx         context.Context
+	cancel      context.CancelFunc
 
 	// The in-flight bound, and how long the rest of a frame may take.
 	maxInflight, maxBytes int
@@ -386,6 +430,9 @@ func (s *streamSession) serve(id uint64, payload []byte, size int) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(s.ctx, timeout)
+	if s.nonce != 0 {
+		ctx = context.WithValue(ctx, unitTagKey{}, unitTag{nonce: s.nonce, id: id})
+	}
 	res, err := s.decide(ctx, ops)
 	cancel()
 	if err != nil {
@@ -402,6 +449,9 @@ func (s *streamSession) answer(id uint64, o outcome, res []fsm.Result, msg strin
 	}
 	if len(msg) > maxStreamMessage {
 		msg = msg[:maxStreamMessage]
+	}
+	if o == outcomeOK && s.dropAnswers != nil && s.dropAnswers.Load() {
+		return
 	}
 	s.mu.Lock()
 	start := len(s.out)
@@ -456,10 +506,18 @@ func (s *streamSession) writeLoop() {
 // settings, or a forged one, is split), in order; a failure after the first
 // entry is ErrOutcomeUnknown, whatever its own cause, since the earlier
 // entries were proposed.
+//
+// A unit from a check stream whose follower named it (ctx carries its
+// unitTag) goes into its entry's tags when it is one entry, so that the
+// follower can answer it from its own log (ahead.go).
 func (n *Node) decideForwarded(ctx context.Context, ops []fsm.Op) ([]fsm.Result, error) {
 	chunks, err := n.splitOps(ops)
 	if err != nil {
 		return nil, err
+	}
+	tag, _ := ctx.Value(unitTagKey{}).(unitTag)
+	if len(chunks) != 1 {
+		tag = unitTag{}
 	}
 	if err := n.unavailable(); err != nil {
 		return nil, err
@@ -469,7 +527,7 @@ func (n *Node) decideForwarded(ctx context.Context, ops []fsm.Op) ([]fsm.Result,
 	}
 	res := make([]fsm.Result, 0, len(ops))
 	for i, chunk := range chunks {
-		part, err := n.leaderBatch.do(ctx, chunk)
+		part, err := n.leaderBatch.doTagged(ctx, chunk, tag)
 		if err != nil {
 			if i > 0 && !errors.Is(err, ErrOutcomeUnknown) {
 				// Earlier chunks were proposed: the batch as a whole was not

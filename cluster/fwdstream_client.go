@@ -3,6 +3,7 @@ package cluster
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"runtime"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,6 +38,9 @@ type streamClient struct {
 	cur          *streamConn
 	refusedAddr  string // a leader that refused the upgrade, until refusedUntil
 	refusedUntil time.Time
+
+	nonceMu sync.Mutex             // not mu: a stream closes under mu (drain)
+	byNonce map[uint64]*streamConn // open streams, for answers from the log (early)
 }
 
 // conn returns a usable stream to the leader at addr, opening one if needed.
@@ -55,6 +60,17 @@ func (sc *streamClient) conn(ctx context.Context, addr string) (*streamConn, err
 		}
 		c = newStreamConn(sc.f, addr)
 		sc.cur = c
+		sc.nonceMu.Lock()
+		if sc.byNonce == nil {
+			sc.byNonce = map[uint64]*streamConn{}
+		}
+		sc.byNonce[c.nonce] = c
+		sc.nonceMu.Unlock()
+		c.forget = func() {
+			sc.nonceMu.Lock()
+			delete(sc.byNonce, c.nonce)
+			sc.nonceMu.Unlock()
+		}
 		go sc.open(c)
 	}
 	sc.mu.Unlock()
@@ -75,7 +91,7 @@ func (sc *streamClient) conn(ctx context.Context, addr string) (*streamConn, err
 // open upgrades a request to the leader to a check stream.
 func (sc *streamClient) open(c *streamConn) {
 	defer close(c.ready)
-	rwc, err := sc.f.dialStream(c.addr)
+	rwc, err := sc.f.dialStream(c.addr, c.nonce)
 	if err == nil {
 		c.start(rwc)
 		return
@@ -100,7 +116,7 @@ func (sc *streamClient) open(c *streamConn) {
 // connection it switched. It goes through the HTTP client's transport (its
 // TLS configuration and client certificate), not the client, whose Timeout
 // would cut the stream.
-func (f *forwarder) dialStream(addr string) (io.ReadWriteCloser, error) {
+func (f *forwarder) dialStream(addr string, nonce uint64) (io.ReadWriteCloser, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
 	defer cancel() // after a 101 the connection is ours: the context no longer governs it
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, f.scheme+"://"+addr+pathCheckStream, nil)
@@ -110,6 +126,7 @@ func (f *forwarder) dialStream(addr string) (io.ReadWriteCloser, error) {
 	req.Header.Set("Connection", "Upgrade")
 	req.Header.Set("Upgrade", streamProto)
 	req.Header.Set(nodeHeader, f.self)
+	req.Header.Set(nonceHeader, strconv.FormatUint(nonce, 16))
 	if f.token != "" {
 		req.Header.Set("Authorization", "Bearer "+f.token)
 	}
@@ -138,9 +155,13 @@ func (f *forwarder) dialStream(addr string) (io.ReadWriteCloser, error) {
 // grow with the load without a timer. At most streamMaxInflight frames are
 // unanswered; beyond that callers queue for the next frame.
 type streamConn struct {
-	f     *forwarder
-	addr  string
-	ready chan struct{} // closed when the handshake ended
+	f    *forwarder
+	addr string
+	// nonce names this stream in the leader's entries (ahead.go): random,
+	// so that answers read from the log reach only its frames.
+	nonce  uint64
+	forget func()        // drops the stream from its client's byNonce; may be nil
+	ready  chan struct{} // closed when the handshake ended
 	// Set before ready closes: the handshake's failure.
 	dialErr error
 	refused bool
@@ -165,6 +186,7 @@ type streamCall struct {
 	queuedAt time.Time // for the batch-wait stage
 	deadline time.Time
 	written  bool
+	answered bool  // delivered: later answers (the leader's after the log's) are dropped
 	sentAt   int64 // UnixNano when written
 	res      []fsm.Result
 	err      error
@@ -172,8 +194,55 @@ type streamCall struct {
 }
 
 func newStreamConn(f *forwarder, addr string) *streamConn {
-	return &streamConn{f: f, addr: addr, ready: make(chan struct{}), frames: map[uint64][]*streamCall{},
+	return &streamConn{f: f, addr: addr, nonce: newNonce(), ready: make(chan struct{}), frames: map[uint64][]*streamCall{},
 		wake: make(chan struct{}, 1), done: make(chan struct{})}
+}
+
+// newNonce returns a random non-zero stream nonce.
+func newNonce() uint64 {
+	var b [8]byte
+	for {
+		if _, err := rand.Read(b[:]); err != nil {
+			panic(fmt.Sprintf("crypto/rand: %v", err)) // never on a supported system
+		}
+		if v := binary.BigEndian.Uint64(b[:]); v != 0 {
+			return v
+		}
+	}
+}
+
+// early delivers the results of frame id read from this node's own log
+// (ahead.go) and reports whether a waiting call took them. The frame stays
+// in flight until the leader's answer, which is then dropped, so the bound
+// on frames in flight still counts what the leader holds.
+func (c *streamConn) early(id uint64, res []fsm.Result) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	calls, ok := c.frames[id]
+	if !ok || len(calls) == 0 || calls[0].answered {
+		return false
+	}
+	nops := 0
+	for _, call := range calls {
+		nops += call.nops
+	}
+	if nops != len(res) {
+		return false // not this frame's entry: the leader answers
+	}
+	off := 0
+	for _, call := range calls {
+		call.deliver(res[off:off+call.nops:off+call.nops], nil)
+		off += call.nops
+	}
+	return true
+}
+
+// early delivers results read from the log to the stream named by t.
+func (sc *streamClient) early(t unitTag, res []fsm.Result) bool {
+	sc.nonceMu.Lock()
+	c := sc.byNonce[t.nonce]
+	sc.nonceMu.Unlock()
+	return c != nil && c.early(t.id, res)
 }
 
 func (c *streamConn) start(rwc io.ReadWriteCloser) {
@@ -212,8 +281,13 @@ func (c *streamConn) closeIfDrained() {
 	}
 }
 
-// deliver answers call (under mu).
+// deliver answers call (under mu), once: a call answered from the log
+// (early) ignores the leader's answer that follows.
 func (call *streamCall) deliver(res []fsm.Result, err error) {
+	if call.answered {
+		return
+	}
+	call.answered = true
 	call.res, call.err, call.ops = res, err, nil
 	call.done <- struct{}{}
 }
@@ -227,6 +301,9 @@ func (c *streamConn) closeWith(cause error) {
 		return
 	}
 	c.closed = true
+	if c.forget != nil {
+		defer c.forget() // after mu
+	}
 	lost := fmt.Errorf("%w: the check stream to leader %s closed without an answer: %v", ErrOutcomeUnknown, c.addr, cause)
 	for id, calls := range c.frames {
 		for _, call := range calls {

@@ -34,3 +34,23 @@ func SetStreamBeforeDecide(n *Node, hook func()) {
 	n.fwd.streams.beforeDecide = hook
 	n.fwd.streams.mu.Unlock()
 }
+
+// SetStreamDropAnswers makes the check streams n serves as leader drop their
+// successful answers (drop true), as if every one were lost on the way.
+func SetStreamDropAnswers(n *Node, drop bool) { n.fwd.streams.dropAnswers.Store(drop) }
+
+// AnswersFromLog is how many forwarded requests n answered from its own log
+// (ahead.go), and EntriesAhead how many entries it applied ahead of raft.
+func AnswersFromLog(n *Node) uint64 {
+	if n.ahead == nil {
+		return 0
+	}
+	return n.ahead.answered.Load()
+}
+
+func EntriesAhead(n *Node) uint64 {
+	if n.ahead == nil {
+		return 0
+	}
+	return n.ahead.entries.Load()
+}

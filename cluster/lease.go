@@ -128,7 +128,7 @@ func (n *Node) proposeLease(ctx context.Context, cmd []byte) (interface{}, error
 		n.stampMu.Unlock()
 		return nil, err
 	}
-	f := n.propose(stamped, n.cfg.ApplyTimeout)
+	f := n.propose(stamped, nil, n.cfg.ApplyTimeout)
 	n.stampMu.Unlock()
 	resp, err := n.await(ctx, f)
 	if err != nil {

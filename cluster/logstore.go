@@ -163,6 +163,9 @@ type guardedLogStore struct {
 	applied func() uint64
 	// diverged is called once when the log is truncated at or below applied.
 	diverged func(error)
+	// stored, when set, is told of every successful StoreLogs (ahead.go);
+	// set before raft starts.
+	stored func([]*raft.Log)
 
 	endMu sync.Mutex
 	end   uint64 // last value written under keyLogEnd
@@ -196,7 +199,13 @@ func (g *guardedLogStore) StoreLog(l *raft.Log) error {
 }
 
 func (g *guardedLogStore) StoreLogs(ls []*raft.Log) error {
-	return g.check("store log entries", g.logStore.StoreLogs(ls))
+	if err := g.check("store log entries", g.logStore.StoreLogs(ls)); err != nil {
+		return err
+	}
+	if g.stored != nil {
+		g.stored(ls)
+	}
+	return nil
 }
 
 func (g *guardedLogStore) DeleteRange(min, max uint64) error {

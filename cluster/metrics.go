@@ -359,6 +359,15 @@ func (n *Node) Collectors() []prometheus.Collector {
 			return float64(u.Pages) * float64(os.Getpagesize())
 		}),
 	}
+	if a := n.ahead; a != nil {
+		cs = append(cs,
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "limitd_raft_applied_ahead_entries_total",
+				Help: "Entries this follower applied from its own log before raft's commit index reached them: committed because the leader and this node, a majority, hold them (see cluster/DESIGN.md)."},
+				func() float64 { return float64(a.entries.Load()) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "limitd_forward_answers_from_log_total",
+				Help: "Forwarded check requests this follower answered from its own log, before the leader's answer arrived."},
+				func() float64 { return float64(a.answered.Load()) }))
+	}
 	cs = append(cs, n.overLimitCollectors()...)
 	return append(cs, globalRaftSink.all...)
 }

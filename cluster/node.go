@@ -105,6 +105,11 @@ type Config struct {
 	// flight per follower (see DESIGN.md, bounded shutdown).
 	NoPipeline bool
 
+	// NoApplyAhead turns off answers from a follower's own log: a follower
+	// then waits for the leader's answer to every check it forwards, as a
+	// cluster of more than three voters always does (ahead.go, DESIGN.md).
+	NoApplyAhead bool
+
 	// Transport overrides the TCP transport (in-process tests use raft.InmemTransport).
 	Transport raft.Transport
 
@@ -238,9 +243,9 @@ type Node struct {
 	logger hclog.Logger // Raft's, into log
 	log    *slog.Logger // the node's own events
 
-	// propose is raft.Apply for check entries; tests replace it to inject
+	// propose is raft.ApplyLog for check entries (ext: Extensions); tests replace it to inject
 	// failures after a proposal (set before the first Check).
-	propose       func(cmd []byte, timeout time.Duration) raft.ApplyFuture
+	propose       func(cmd, ext []byte, timeout time.Duration) raft.ApplyFuture
 	leaderBatch   *batcher // on the leader: ops → one CmdCheck entry
 	forwardBatch  *batcher // on a follower whose leader has no check stream: ops → one forwarded HTTP request
 	fwd           *forwarder
@@ -270,6 +275,7 @@ type Node struct {
 	promoting map[string]bool   // members the leader is catching up
 	bootIncs  map[string]string // peers' incarnations to record after a --bootstrap-expect bootstrap
 	guarded   *guardedLogStore
+	ahead     *ahead    // nil with NoApplyAhead
 	openedAt  time.Time // quorum.go: the fast-fail clock before any leader contact
 }
 
@@ -321,7 +327,9 @@ func Open(cfg Config, bootstrap bool) (*Node, error) {
 		f.Close()
 		return nil, err
 	}
-	n.propose = n.raft.Apply
+	n.propose = func(cmd, ext []byte, timeout time.Duration) raft.ApplyFuture {
+		return n.raft.ApplyLog(raft.Log{Data: cmd, Extensions: ext}, timeout)
+	}
 	n.leaderBatch = newBatcher(cfg.BatchMaxOps, cfg.BatchInflight, cfg.BatchMaxWait, n.proposeChecks, n.metrics.observeBatch)
 	n.fwd = newForwarder(n)
 	n.forwardBatch = newBatcher(cfg.BatchMaxOps, cfg.BatchInflight, cfg.BatchMaxWait, n.fwd.checks, n.metrics.observeForward)
@@ -339,6 +347,13 @@ func Open(cfg Config, bootstrap bool) (*Node, error) {
 	n.wg.Add(2)
 	go n.watchLogEnd(n.guarded)
 	go n.watchAdmission()
+	if n.ahead != nil {
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			n.ahead.run(n.closing)
+		}()
+	}
 	return n, nil
 }
 
@@ -403,6 +418,12 @@ func (n *Node) openRaft(bootstrap bool) error {
 		logs.Close()
 		return fmt.Errorf("raft log cache: %w", err)
 	}
+	if !cfg.NoApplyAhead {
+		n.ahead = newAhead(raft.ServerID(cfg.NodeID), cached, n.fsm, func(t unitTag, res []fsm.Result) bool {
+			return n.fwd.stream.early(t, res)
+		})
+		guarded.stored = n.ahead.stored // a no-op until raft is set below
+	}
 	snapDir := filepath.Join(cfg.DataDir, "snapshots")
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, 2, n.logger)
 	if err != nil {
@@ -451,6 +472,9 @@ func (n *Node) openRaft(bootstrap bool) error {
 		return fmt.Errorf("start raft in %s: %w", cfg.DataDir, err)
 	}
 	n.raft = r
+	if n.ahead != nil {
+		n.ahead.raft.Store(r)
+	}
 	n.hadState = existing
 	if !existing && bootstrap {
 		conf := raft.Configuration{Servers: []raft.Server{{

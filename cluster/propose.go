@@ -77,14 +77,16 @@ func (n *Node) pause(ctx context.Context) error {
 	}
 }
 
-// proposeChecks is the leader's batcher send: one CmdCheck entry for all ops.
-func (n *Node) proposeChecks(ops []fsm.Op, encoded func()) ([]fsm.Result, error) {
+// proposeChecks is the leader's batcher send: one CmdCheck entry for all
+// ops; ext (the forwarded units' tags, ahead.go) travels in the entry's
+// Extensions.
+func (n *Node) proposeChecks(ops []fsm.Op, ext []byte, encoded func()) ([]fsm.Result, error) {
 	// Stamping and enqueueing under one lock keeps leader time monotonic in
 	// log order even with several batches in flight.
 	n.stampMu.Lock()
 	cmd := fsm.EncodeCheck(nil, n.stampLocked(), int64(n.cfg.RequestIDRetention), ops)
 	encoded()
-	f := n.propose(cmd, n.cfg.ApplyTimeout)
+	f := n.propose(cmd, ext, n.cfg.ApplyTimeout)
 	n.stampMu.Unlock()
 	resp, err := n.await(context.Background(), f)
 	if err != nil {

@@ -39,6 +39,9 @@ var (
 	ErrAlreadyApplied = errors.New("entry already applied")
 	// ErrClosed is the response for entries offered after Close.
 	ErrClosed = errors.New("state machine closed")
+	// ErrApplyGap: ApplyAhead was given entries that do not start right
+	// after the applied index; nothing was applied.
+	ErrApplyGap = errors.New("entries do not follow the applied index")
 )
 
 // Options configures Open.
@@ -96,6 +99,8 @@ type FSM struct {
 	// applyWait (nanoseconds) and applyBatches: ApplyWait, ApplyBatches.
 	applyWait    atomic.Int64
 	applyBatches atomic.Uint64
+	// raftSeen is the highest index ApplyBatch was given (RaftApplied).
+	raftSeen atomic.Uint64
 
 	// mu guards the in-memory copies of policies and nodes, read by the
 	// HTTP layer. The apply goroutine is their only writer, so it reads them
@@ -222,6 +227,9 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 // fatal error nothing of the batch is stored, OnFatal is called and the call
 // blocks until Close, then answers every entry with the error.
 func (f *FSM) ApplyBatch(ls []*raft.Log) []interface{} {
+	if len(ls) > 0 {
+		defer f.raftSeen.Store(ls[len(ls)-1].Index)
+	}
 	f.applyBatches.Add(1)
 	if !f.applyMu.TryLock() {
 		// A flush (or a snapshot, digest) holds the state machine: time
@@ -233,6 +241,12 @@ func (f *FSM) ApplyBatch(ls []*raft.Log) []interface{} {
 	if f.closed {
 		f.applyMu.Unlock()
 		return fill(len(ls), ErrClosed)
+	}
+	if f.halted == nil && len(ls) > 0 && ls[len(ls)-1].Index <= f.store.Meta().AppliedIndex {
+		// Applied ahead of raft (ApplyAhead) or before a restart: no
+		// transaction for nothing.
+		f.applyMu.Unlock()
+		return fill(len(ls), ErrAlreadyApplied)
 	}
 	err := f.halted
 	var resps []interface{}
@@ -248,6 +262,58 @@ func (f *FSM) ApplyBatch(ls []*raft.Log) []interface{} {
 		return fill(len(ls), err)
 	}
 	return resps
+}
+
+// ApplyAhead applies committed entries before raft hands them to ApplyBatch,
+// which then skips them (ErrAlreadyApplied). The caller must know they are
+// committed: a follower that holds an entry of its leader's term which the
+// leader wrote before sending, in a configuration where the two are a
+// majority (cluster/ahead.go). Entries at or below the applied index are
+// dropped; the rest must start right after it (else ErrApplyGap, nothing
+// applied). The responses are ApplyBatch's, for the entries applied, which
+// are returned with them. A fatal error stops the state machine as in
+// ApplyBatch (OnFatal), but ApplyAhead returns instead of parking: raft's
+// next ApplyBatch parks.
+func (f *FSM) ApplyAhead(ls []*raft.Log) ([]*raft.Log, []interface{}, error) {
+	f.applyMu.Lock()
+	if f.closed {
+		f.applyMu.Unlock()
+		return nil, nil, ErrClosed
+	}
+	if f.halted != nil {
+		err := f.halted
+		f.applyMu.Unlock()
+		return nil, nil, err
+	}
+	applied := f.store.Meta().AppliedIndex
+	for len(ls) > 0 && ls[0].Index <= applied {
+		ls = ls[1:]
+	}
+	if len(ls) == 0 {
+		f.applyMu.Unlock()
+		return nil, nil, nil
+	}
+	if ls[0].Index != applied+1 {
+		f.applyMu.Unlock()
+		return nil, nil, fmt.Errorf("%w: the first is %d, the applied index %d", ErrApplyGap, ls[0].Index, applied)
+	}
+	for i := 1; i < len(ls); i++ {
+		if ls[i].Index != ls[i-1].Index+1 {
+			f.applyMu.Unlock()
+			return nil, nil, fmt.Errorf("%w: %d follows %d", ErrApplyGap, ls[i].Index, ls[i-1].Index)
+		}
+	}
+	f.applyBatches.Add(1)
+	resps, err := f.applyEntries(ls)
+	if err != nil {
+		f.halted = err
+	}
+	f.applyMu.Unlock()
+	if err != nil {
+		f.reportFatal(err)
+		return nil, nil, err
+	}
+	return ls, resps, nil
 }
 
 func fill(n int, v interface{}) []interface{} {
@@ -308,6 +374,11 @@ func (f *FSM) Flush() error {
 // a flush, snapshot or digest; ApplyBatches counts ApplyBatch calls. Safe from
 // any goroutine.
 func (f *FSM) ApplyWait() time.Duration { return time.Duration(f.applyWait.Load()) }
+
+// RaftApplied is the highest index raft has handed to ApplyBatch (applied
+// then, or skipped as applied ahead or before a restart); AppliedIndex may be
+// ahead of it after ApplyAhead. Safe from any goroutine.
+func (f *FSM) RaftApplied() uint64 { return f.raftSeen.Load() }
 
 // ApplyBatches is the number of ApplyBatch calls so far.
 func (f *FSM) ApplyBatches() uint64 { return f.applyBatches.Load() }

@@ -525,3 +525,59 @@ func TestFlushCommitsSharedApplies(t *testing.T) {
 		t.Fatalf("after Flush the file holds %+v, want applied 2 with 2 keys", m)
 	}
 }
+
+// Entries applied ahead of raft (a follower that knows them committed) are
+// skipped when raft applies them, and the replica ends where one that only
+// applied through raft does. Entries that do not follow the applied index
+// are refused whole. Fails if raft's later apply counts an entry twice, a
+// gap is applied over, or ahead and in-order replicas diverge.
+func TestApplyAhead(t *testing.T) {
+	spec := mustSpec(t, algo.Config{Algorithm: "token_bucket", Limit: 3, Window: "1h"})
+	op := Op{Checks: []Check{{Key: "k", Spec: &spec, Cost: 1}}}
+	var cmds [][]byte
+	for i := 0; i < 6; i++ {
+		cmds = append(cmds, EncodeCheck(nil, int64(1000+i), 0, []Op{op}))
+	}
+	ahead := openFSM(t, "", Options{})
+	plain := openFSM(t, "", Options{})
+	ls := logOf(1, cmds...)
+
+	applied, resps, err := ahead.ApplyAhead(ls[:2])
+	if err != nil || len(applied) != 2 || len(resps) != 2 {
+		t.Fatalf("ApplyAhead(1, 2): %d applied, %d responses, %v", len(applied), len(resps), err)
+	}
+	if r := resps[1].([]Result); !r[0].Allowed || r[0].Decisions[0].Remaining != 1 {
+		t.Fatalf("second check ahead: %+v, want allowed with 1 remaining", r)
+	}
+	// A gap: entry 4 when 2 is applied.
+	if _, _, err := ahead.ApplyAhead(ls[3:4]); !errors.Is(err, ErrApplyGap) || ahead.AppliedIndex() != 2 {
+		t.Fatalf("ApplyAhead over a gap: %v, applied %d; want ErrApplyGap and 2", err, ahead.AppliedIndex())
+	}
+	// Not consecutive.
+	if _, _, err := ahead.ApplyAhead([]*raft.Log{ls[2], ls[4]}); !errors.Is(err, ErrApplyGap) || ahead.AppliedIndex() != 2 {
+		t.Fatalf("ApplyAhead of 3 and 5: %v, applied %d; want ErrApplyGap and 2", err, ahead.AppliedIndex())
+	}
+	// Raft applies 1..3: 1 and 2 were applied ahead, 3 is new.
+	got := ahead.ApplyBatch(ls[:3])
+	if got[0] != ErrAlreadyApplied || got[1] != ErrAlreadyApplied {
+		t.Fatalf("raft's apply of entries applied ahead: %v, want ErrAlreadyApplied", got[:2])
+	}
+	if r, ok := got[2].([]Result); !ok || !r[0].Allowed || r[0].Decisions[0].Remaining != 0 {
+		t.Fatalf("third check: %+v, want allowed with 0 remaining", got[2])
+	}
+	// Ahead again, overlapping what is applied: 3 is dropped, 4 and 5 applied.
+	applied, _, err = ahead.ApplyAhead(ls[2:5])
+	if err != nil || len(applied) != 2 || applied[0].Index != 4 {
+		t.Fatalf("ApplyAhead(3..5) with 3 applied: %d applied from %v, %v", len(applied), applied, err)
+	}
+	for i, r := range ahead.ApplyBatch(ls[3:5]) {
+		if r != ErrAlreadyApplied {
+			t.Fatalf("raft's apply of entry %d, applied ahead: %v", 4+i, r)
+		}
+	}
+	ahead.ApplyBatch(ls[5:])
+	plain.ApplyBatch(ls)
+	if a, p := digest(t, ahead), digest(t, plain); a != p || ahead.AppliedIndex() != 6 || plain.AppliedIndex() != 6 {
+		t.Fatalf("replica applied ahead %s at %d, in order %s at %d", a, ahead.AppliedIndex(), p, plain.AppliedIndex())
+	}
+}

@@ -70,6 +70,7 @@ type serveFlags struct {
 	// Raft timing and shutdown (issue 21).
 	raftHeartbeat, raftElection, raftLease time.Duration
 	raftNoPipeline                         bool
+	noApplyAhead                           bool
 	shutdownTimeout                        time.Duration
 	maxConnections                         int
 	gcPercent                              int
@@ -129,6 +130,7 @@ func newServeFlagSet(out io.Writer) (*flag.FlagSet, *serveFlags) {
 	fs.DurationVar(&f.raftElection, "raft-election-timeout", cluster.DefaultElectionTimeout, "Raft: how long a candidate waits for votes before trying again")
 	fs.DurationVar(&f.raftLease, "raft-lease-timeout", cluster.DefaultLeaderLeaseTimeout, "Raft: a leader that cannot reach a quorum for this long steps down (at most --raft-heartbeat-timeout)")
 	fs.BoolVar(&f.raftNoPipeline, "raft-no-pipeline", false, "Raft: send one AppendEntries at a time to each follower instead of pipelining them")
+	fs.BoolVar(&f.noApplyAhead, "no-apply-ahead", false, "a follower waits for the leader's answer to every check it forwards instead of answering from its own log once the entry is committed (clusters of up to three voters)")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", DefaultShutdownTimeout, "bound on a SIGTERM/SIGINT shutdown: HTTP draining and Raft's shutdown share it; past it the process exits anyway (its state is crash-safe)")
 	fs.Uint64Var(&f.trailingLogs, "trailing-logs", cluster.DefaultTrailingLogs, "log entries kept after a snapshot, so a lagging follower can catch up without one")
 	fs.StringVar(&f.logLevel, "log-level", DefaultLogLevel, "log level of the whole process, Raft included: debug, info, warn, error")
@@ -300,6 +302,7 @@ func serve(f *serveFlags, in *startInputs, logger *slog.Logger) error {
 		ElectionTimeout:    f.raftElection,
 		LeaderLeaseTimeout: f.raftLease,
 		NoPipeline:         f.raftNoPipeline,
+		NoApplyAhead:       f.noApplyAhead,
 		ShutdownTimeout:    f.shutdownTimeout / 4,
 		Logger:             logger,
 	}, len(f.join) == 0)
