@@ -117,7 +117,7 @@ func TestUnitTags(t *testing.T) {
 func TestStreamEarlyAnswer(t *testing.T) {
 	release := make(chan struct{})
 	leaderRes := []fsm.Result{{Allowed: false}}
-	c, s := streamPair(t, func(ctx context.Context, ops []fsm.Op) ([]fsm.Result, error) {
+	c, _ := streamPair(t, func(context.Context, []fsm.Op, unitTag) ([]fsm.Result, error) {
 		<-release
 		return leaderRes, nil
 	})
@@ -165,7 +165,6 @@ func TestStreamEarlyAnswer(t *testing.T) {
 	if _, err := c.do(context.Background(), oneCheck("after")); err != nil {
 		t.Fatalf("next check on the stream: %v", err)
 	}
-	_ = s
 }
 
 // ApplyAhead's caller reads the log through raft's cache; a target beyond

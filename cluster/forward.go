@@ -306,7 +306,7 @@ func (n *Node) handleCheck(w http.ResponseWriter, r *http.Request) {
 		writeOutcome(w, outcomeBadRequest, "decode ops: "+err.Error())
 		return
 	}
-	res, err := n.decideForwarded(r.Context(), ops)
+	res, err := n.decideForwarded(r.Context(), ops, unitTag{}) // over HTTP: not tagged
 	if err != nil {
 		internalError(w, err)
 		return

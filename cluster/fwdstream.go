@@ -134,10 +134,6 @@ func frameParts(f []byte) (id uint64, kind byte, payload []byte) {
 
 var errBadFrame = errors.New("bad frame")
 
-// unitTagKey is the context key of a stream unit's tag (streamSession.serve
-// to decideForwarded).
-type unitTagKey struct{}
-
 // streamServer is a node's registry of the streams it serves as leader.
 type streamServer struct {
 	mu     sync.Mutex
@@ -225,7 +221,10 @@ func (n *Node) handleCheckStream(w http.ResponseWriter, r *http.Request) {
 	s.nonce = srv.claimNonce(r.Header.Get(nonceHeader), peer)
 	if hook := srv.beforeDecide; hook != nil {
 		decide := s.decide
-		s.decide = func(ctx context.Context, ops []fsm.Op) ([]fsm.Result, error) { hook(); return decide(ctx, ops) }
+		s.decide = func(ctx context.Context, ops []fsm.Op, tag unitTag) ([]fsm.Result, error) {
+			hook()
+			return decide(ctx, ops, tag)
+		}
 	}
 	if srv.sessions == nil {
 		srv.sessions = map[*streamSession]struct{}{}
@@ -291,7 +290,7 @@ type streamSession struct {
 	conn    net.Conn
 	r       *bufio.Reader
 	log     *slog.Logger
-	decide  func(ctx context.Context, ops []fsm.Op) ([]fsm.Result, error)
+	decide  func(ctx context.Context, ops []fsm.Op, tag unitTag) ([]fsm.Result, error)
 	timeout time.Duration // the longest a request is given (ApplyTimeout)
 	nonce   uint64        // the follower's name for the stream; 0: its units are not tagged
 	// dropAnswers: streamServer.dropAnswers (tests); may be nil.
@@ -315,7 +314,7 @@ type streamSession struct {
 }
 
 func newStreamSession(conn net.Conn, r *bufio.Reader, log *slog.Logger,
-	decide func(context.Context, []fsm.Op) ([]fsm.Result, error), timeout time.Duration) *streamSession {
+	decide func(context.Context, []fsm.Op, unitTag) ([]fsm.Result, error), timeout time.Duration) *streamSession {
 	s := &streamSession{conn: conn, r: r, log: log, decide: decide, timeout: timeout,
 		maxInflight: streamMaxInflight, maxBytes: streamMaxInflightBytes, frameTimeout: streamFrameTimeout,
 		wake: make(chan struct{}, 1), closed: make(chan struct{})}
@@ -430,10 +429,11 @@ func (s *streamSession) serve(id uint64, payload []byte, size int) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(s.ctx, timeout)
+	var tag unitTag // zero: the follower named no stream, its units are not tagged
 	if s.nonce != 0 {
-		ctx = context.WithValue(ctx, unitTagKey{}, unitTag{nonce: s.nonce, id: id})
+		tag = unitTag{nonce: s.nonce, id: id}
 	}
-	res, err := s.decide(ctx, ops)
+	res, err := s.decide(ctx, ops, tag)
 	cancel()
 	if err != nil {
 		s.answer(id, outcomeOf(err), nil, err.Error())
@@ -507,15 +507,14 @@ func (s *streamSession) writeLoop() {
 // entry is ErrOutcomeUnknown, whatever its own cause, since the earlier
 // entries were proposed.
 //
-// A unit from a check stream whose follower named it (ctx carries its
-// unitTag) goes into its entry's tags when it is one entry, so that the
-// follower can answer it from its own log (ahead.go).
-func (n *Node) decideForwarded(ctx context.Context, ops []fsm.Op) ([]fsm.Result, error) {
+// A unit with a tag (from a check stream whose follower named it) goes into
+// its entry's tags when it is one entry, so that the follower can answer it
+// from its own log (ahead.go).
+func (n *Node) decideForwarded(ctx context.Context, ops []fsm.Op, tag unitTag) ([]fsm.Result, error) {
 	chunks, err := n.splitOps(ops)
 	if err != nil {
 		return nil, err
 	}
-	tag, _ := ctx.Value(unitTagKey{}).(unitTag)
 	if len(chunks) != 1 {
 		tag = unitTag{}
 	}

@@ -25,7 +25,7 @@ func discardLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard,
 
 // streamPair serves decide on one end of a pipe and returns the follower's
 // connection on the other, and the session.
-func streamPair(t *testing.T, decide func(context.Context, []fsm.Op) ([]fsm.Result, error)) (*streamConn, *streamSession) {
+func streamPair(t *testing.T, decide func(context.Context, []fsm.Op, unitTag) ([]fsm.Result, error)) (*streamConn, *streamSession) {
 	t.Helper()
 	a, b := net.Pipe()
 	s := newStreamSession(b, bufio.NewReader(b), discardLog(), decide, 5*time.Second)
@@ -66,7 +66,7 @@ func TestStreamOutcomes(t *testing.T) {
 		{name: "failed", err: errors.New("state machine refused")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c, _ := streamPair(t, func(context.Context, []fsm.Op) ([]fsm.Result, error) {
+			c, _ := streamPair(t, func(context.Context, []fsm.Op, unitTag) ([]fsm.Result, error) {
 				if tc.err != nil {
 					return nil, tc.err
 				}
@@ -136,7 +136,7 @@ func TestStreamUnknownOutcomeCode(t *testing.T) {
 // sent" when its connection closes.
 func TestStreamDropMidRequestIsOutcomeUnknown(t *testing.T) {
 	entered := make(chan struct{})
-	c, s := streamPair(t, func(ctx context.Context, _ []fsm.Op) ([]fsm.Result, error) {
+	c, s := streamPair(t, func(ctx context.Context, _ []fsm.Op, _ unitTag) ([]fsm.Result, error) {
 		close(entered)
 		<-ctx.Done() // until the connection closes
 		return nil, fmt.Errorf("%w: cut", ErrOutcomeUnknown)
@@ -160,7 +160,7 @@ func TestStreamDropMidRequestIsOutcomeUnknown(t *testing.T) {
 // Fails if results are split at the wrong offsets.
 func TestStreamSplitsAnswersPerCaller(t *testing.T) {
 	var frames atomic.Int32
-	c, _ := streamPair(t, func(_ context.Context, ops []fsm.Op) ([]fsm.Result, error) {
+	c, _ := streamPair(t, func(_ context.Context, ops []fsm.Op, _ unitTag) ([]fsm.Result, error) {
 		frames.Add(1)
 		res := make([]fsm.Result, len(ops))
 		for i, op := range ops {
@@ -226,7 +226,7 @@ func testInflightBound(t *testing.T, maxInflight, maxBytes int) {
 	release := make(chan struct{})
 	var active, peak atomic.Int32
 	var decided atomic.Int32
-	s := newStreamSession(b, bufio.NewReader(b), discardLog(), func(context.Context, []fsm.Op) ([]fsm.Result, error) {
+	s := newStreamSession(b, bufio.NewReader(b), discardLog(), func(context.Context, []fsm.Op, unitTag) ([]fsm.Result, error) {
 		n := active.Add(1)
 		for {
 			p := peak.Load()
@@ -305,7 +305,7 @@ func TestStreamRefusesBadFrames(t *testing.T) {
 			a, b := net.Pipe()
 			defer a.Close()
 			var decided atomic.Int32
-			s := newStreamSession(b, bufio.NewReader(b), discardLog(), func(context.Context, []fsm.Op) ([]fsm.Result, error) {
+			s := newStreamSession(b, bufio.NewReader(b), discardLog(), func(context.Context, []fsm.Op, unitTag) ([]fsm.Result, error) {
 				decided.Add(1)
 				return []fsm.Result{{}}, nil
 			}, 5*time.Second)
@@ -326,7 +326,7 @@ func TestStreamRefusesBadFrames(t *testing.T) {
 	t.Run("ops that do not decode", func(t *testing.T) {
 		a, b := net.Pipe()
 		defer a.Close()
-		s := newStreamSession(b, bufio.NewReader(b), discardLog(), func(context.Context, []fsm.Op) ([]fsm.Result, error) {
+		s := newStreamSession(b, bufio.NewReader(b), discardLog(), func(context.Context, []fsm.Op, unitTag) ([]fsm.Result, error) {
 			return []fsm.Result{{}}, nil
 		}, 5*time.Second)
 		go s.readLoop()
@@ -357,7 +357,7 @@ func TestStreamRefusesBadFrames(t *testing.T) {
 func TestStreamNoAnswerInTimeIsOutcomeUnknown(t *testing.T) {
 	release := make(chan struct{})
 	defer close(release)
-	c, _ := streamPair(t, func(context.Context, []fsm.Op) ([]fsm.Result, error) {
+	c, _ := streamPair(t, func(context.Context, []fsm.Op, unitTag) ([]fsm.Result, error) {
 		<-release // a leader that never answers in time
 		return []fsm.Result{{}}, nil
 	})
