@@ -68,6 +68,10 @@ type Result struct {
 	// node's data directory and resident memory at the end of the run.
 	DiskBytes, RSSBytes int64
 
+	// Set by Run with Workload.FsyncProbeDir: the disk's append + fsync
+	// time, taken before the run.
+	Fsync *FsyncProbe
+
 	// Set by Run when Workload.CPU is set: the CPU time of each measured
 	// process over the measured interval (see CPUPerCheck), and what could
 	// not be measured.
@@ -212,6 +216,11 @@ type resultJSON struct {
 	Interrupted    bool             `json:"interrupted,omitempty"`
 	DiskBytes      int64            `json:"disk_bytes,omitempty"`
 	RSSBytes       int64            `json:"rss_bytes,omitempty"`
+	FsyncDir       string           `json:"fsync_dir,omitempty"`
+	FsyncAppends   int              `json:"fsync_appends,omitempty"`
+	FsyncP50ms     float64          `json:"fsync_p50_ms,omitempty"`
+	FsyncP99ms     float64          `json:"fsync_p99_ms,omitempty"`
+	FsyncMaxMs     float64          `json:"fsync_max_ms,omitempty"`
 	CPU            []processCPUJSON `json:"cpu,omitempty"`
 	CPUError       string           `json:"cpu_error,omitempty"`
 	CPUIntervalSec float64          `json:"cpu_interval_s,omitempty"`
@@ -244,7 +253,7 @@ func (r Result) MarshalJSON() ([]byte, error) {
 	if len(errs) == 0 {
 		errs = nil
 	}
-	return json.Marshal(resultJSON{
+	j := resultJSON{
 		System: r.System, Label: r.Label, Target: r.Target, Protocol: r.Protocol, Nodes: r.Nodes,
 		Algorithm: r.Algorithm, Limit: r.Limit, Window: r.Window, Cost: r.Cost,
 		Concurrency: r.Concurrency, Keys: r.Keys, Dist: r.Dist, Batch: r.Batch,
@@ -262,7 +271,12 @@ func (r Result) MarshalJSON() ([]byte, error) {
 		CPU: cpuJSON(r), CPUError: r.CPUError,
 		CPUIntervalSec: math.Round(r.CPUInterval.Seconds()*1e6) / 1e6, CPUs: r.CPUs,
 		BusyCPUs: math.Round(r.BusyCPUs()*1000) / 1000,
-	})
+	}
+	if p := r.Fsync; p != nil {
+		j.FsyncDir, j.FsyncAppends = p.Dir, p.Appends
+		j.FsyncP50ms, j.FsyncP99ms, j.FsyncMaxMs = ms(p.P50), ms(p.P99), ms(p.Max)
+	}
+	return json.Marshal(j)
 }
 
 func cpuJSON(r Result) []processCPUJSON {
@@ -296,6 +310,10 @@ func (r *Result) UnmarshalJSON(b []byte) error {
 		RaftEntries: j.RaftEntries, Interrupted: j.Interrupted, DiskBytes: j.DiskBytes, RSSBytes: j.RSSBytes,
 		CPUError: j.CPUError, CPUs: j.CPUs,
 		CPUInterval: time.Duration(math.Round(j.CPUIntervalSec * float64(time.Second))),
+	}
+	if j.FsyncAppends > 0 {
+		r.Fsync = &FsyncProbe{Dir: j.FsyncDir, Appends: j.FsyncAppends,
+			P50: fromMs(j.FsyncP50ms), P99: fromMs(j.FsyncP99ms), Max: fromMs(j.FsyncMaxMs)}
 	}
 	for _, p := range j.CPU {
 		r.CPU = append(r.CPU, ProcessCPU{Role: p.Role, Name: p.Name, PID: p.PID,
@@ -377,6 +395,9 @@ func WriteTable(w io.Writer, r Result) error {
 	if r.Rate > 0 {
 		row("schedule", r.behindSummary())
 	}
+	if r.Fsync != nil {
+		row("disk", r.Fsync.summary())
+	}
 	if r.Normal != nil {
 		row("normal keys", r.Normal.summary(r.Elapsed))
 	}
@@ -409,7 +430,7 @@ func WriteTable(w io.Writer, r Result) error {
 // run with the same key distribution (the issue's targets are stated that way).
 func WriteComparison(w io.Writer, results []Result, baseline string) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "system\trun\tproto\tnodes\tdist\tbatch\trate\tchecks/s\tp50\tp90\tp99\tp99.9\tmax\tnormal p99\tallowed\trefused\terrors\tvs %s\tCPU per check\t\n", baseline)
+	fmt.Fprintf(tw, "system\trun\tproto\tnodes\tdist\tbatch\trate\tchecks/s\tp50\tp90\tp99\tp99.9\tmax\tnormal p99\tallowed\trefused\terrors\tvs %s\tCPU per check\tfsync p50/p99\t\n", baseline)
 	for _, r := range results {
 		ratio := "-"
 		if r.System != baseline {
@@ -451,11 +472,15 @@ func WriteComparison(w io.Writer, results []Result, baseline string) error {
 				rate += " BEHIND"
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
+		fsync := "-"
+		if r.Fsync != nil {
+			fsync = fmtDuration(r.Fsync.P50) + "/" + fmtDuration(r.Fsync.P99)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
 			r.System, label, proto, nodes, r.Dist, r.Batch, rate,
 			formatInt(int64(math.Round(r.ChecksPerSec()))),
 			fmtDuration(r.P50), fmtDuration(r.P90), fmtDuration(r.P99), fmtDuration(r.P999), fmtDuration(r.Max), normalP99,
-			formatInt(r.Allowed), formatInt(r.Refused), formatInt(r.Errors), ratio, cpu)
+			formatInt(r.Allowed), formatInt(r.Refused), formatInt(r.Errors), ratio, cpu, fsync)
 	}
 	return tw.Flush()
 }

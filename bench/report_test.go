@@ -131,9 +131,10 @@ func TestWriteComparisonRatios(t *testing.T) {
 	}
 	wantEnd := []string{"-", "-", "0.50x", "1.20x", "4.00x", "-"}
 	for i, w := range wantEnd {
-		// The ratio, then the CPU per check column ("-": not measured).
-		if f := strings.Fields(lines[i+1]); f[len(f)-2] != w || f[len(f)-1] != "-" {
-			t.Errorf("row %d ends %q, want %q -: %s", i, f[len(f)-2:], w, lines[i+1])
+		// The ratio, then the CPU per check and fsync columns ("-": not
+		// measured).
+		if f := strings.Fields(lines[i+1]); f[len(f)-3] != w || f[len(f)-2] != "-" || f[len(f)-1] != "-" {
+			t.Errorf("row %d ends %q, want %q - -: %s", i, f[len(f)-3:], w, lines[i+1])
 		}
 	}
 	if !strings.Contains(lines[5], "80,000") {

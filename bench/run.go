@@ -40,6 +40,10 @@ type Workload struct {
 	// CPU, if set, measures processes over the measured interval: the
 	// result's CPU and CPUError. (Not a flag: the driver knows the processes.)
 	CPU *CPUMeter
+	// FsyncProbeDir, if set, is the system's data directory: Run times
+	// FsyncProbeAppends appends + fsync there before it starts (the
+	// result's Fsync), so a run is read beside the disk it had.
+	FsyncProbeDir string
 	// Measuring, if set, is called when the measured interval starts (after
 	// the warm-up), on a goroutine of its own: drivers read counters there
 	// that must cover the measured interval only.
@@ -105,6 +109,7 @@ func (w *Workload) AddFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&w.Rate, "rate", w.Rate, "open loop: schedule this many checks per second, each latency counted from its scheduled time (0: closed loop of --concurrency workers)")
 	fs.StringVar(&w.Arrival, "arrival", w.Arrival, "open loop: spacing of the scheduled checks, constant or poisson")
 	fs.IntVar(&w.MaxInflight, "max-inflight", w.MaxInflight, "open loop: most checks in flight; a check due while all are busy waits, and its latency still counts from its schedule")
+	fs.StringVar(&w.FsyncProbeDir, "fsync-probe", w.FsyncProbeDir, "before the run, time appends + fsync in this directory (the system's data directory's file system) and report them beside the latencies")
 }
 
 // Conns is how many requests may be in flight at once: the size a target's
@@ -207,7 +212,23 @@ func kindOf(key int) int {
 // measured so far and has Interrupted set; requests cut off by ctx are not
 // counted as errors. onProgress, if not nil, is called from one goroutine
 // every ProgressInterval.
+//
+// With w.FsyncProbeDir set, Run first times the disk there (Result.Fsync).
 func Run(ctx context.Context, w Workload, t Target, onProgress func(Progress)) (Result, error) {
+	var probe *FsyncProbe
+	if w.FsyncProbeDir != "" {
+		p, err := ProbeFsync(w.FsyncProbeDir, FsyncProbeAppends)
+		if err != nil {
+			return Result{}, err
+		}
+		probe = &p
+	}
+	r, err := run(ctx, w, t, onProgress)
+	r.Fsync = probe
+	return r, err
+}
+
+func run(ctx context.Context, w Workload, t Target, onProgress func(Progress)) (Result, error) {
 	if w.Rate > 0 {
 		return openLoop(ctx, w, t, onProgress, new(realClock))
 	}

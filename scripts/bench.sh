@@ -62,7 +62,9 @@
 # every process (Redis, barehttp, each limitd node by role: leader/follower,
 # and the load generator — for the client row that is the Go client's cost;
 # user + system CPU from /proc/PID/stat over the measured interval divided by
-# the checks answered). limitd bench --cluster gives each node an equal share
+# the checks answered), and the disk each durable system's run had: append +
+# fsync p50/p99 timed before the run in its data directory (limitd's cluster
+# directory, Redis's AOF directory; --fsync-probe). limitd bench --cluster gives each node an equal share
 # of the machine's CPUs as GOMAXPROCS (--node-procs; 3 nodes on 2 CPUs: 1
 # each), standing in for a machine per node. Everything it starts is stopped on exit, Ctrl-C
 # included; each run is capped at RUN_TIMEOUT seconds.
@@ -253,7 +255,7 @@ attack=(--hot-keys "$HOT_KEYS" --hot-fraction "$HOT_FRACTION" --hot-limit "$HOT_
 if want redis || want redis-zipf || want redis-attack; then
 	start_redis
 	log "redis $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p') on 127.0.0.1:$redis_port, appendonly yes, appendfsync always"
-	redis=("$work/redisbench" --addr "127.0.0.1:$redis_port" --server-pid "$redis_pid")
+	redis=("$work/redisbench" --addr "127.0.0.1:$redis_port" --server-pid "$redis_pid" --fsync-probe "$work/redis")
 	if want redis; then run "uniform" "${redis[@]}" --dist uniform; fi
 	if want redis-zipf; then run "zipf" "${redis[@]}" --dist zipf; fi
 	if want redis-attack; then run "attack" "${redis[@]}" --dist uniform "${attack[@]}"; fi
@@ -378,7 +380,7 @@ if ((open_rows)); then
 		for rate in $RATES; do
 			open=(--rate "$rate" --arrival "$ARRIVAL" --max-inflight "$MAX_INFLIGHT" --dist uniform)
 			if want open-redis; then
-				run "open $rate/s r$round" "$work/redisbench" --addr "127.0.0.1:$redis_port" --server-pid "$redis_pid" "${open[@]}"
+				run "open $rate/s r$round" "$work/redisbench" --addr "127.0.0.1:$redis_port" --server-pid "$redis_pid" --fsync-probe "$work/redis" "${open[@]}"
 			fi
 			if ((envoy_ok)); then
 				run "open $rate/s r$round" "$work/limitd" bench --system envoy-ratelimit --target rls --external-rls \

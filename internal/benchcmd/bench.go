@@ -70,7 +70,11 @@ checks answered: every node by role (leader, follower) and the load
 generator itself. "CPU busy" adds those CPU times up over the measured
 interval: how many of the machine's CPUs the run kept busy (near all of
 them, checks queue for a core and latency says more about the machine than
-the system). With --cluster the nodes are known; with --addrs give their
+the system). Before the run it times 200 appends + fsync in the nodes' data
+directory (--cluster: the one it made; --fsync-probe DIR otherwise) and prints
+them as "disk": every durable check waits for such an append, so that is the
+floor of its latency on this disk, which moves from hour to hour on a shared
+machine. With --cluster the nodes are known; with --addrs give their
 process ids with --pids, or --discover-pids to find the process listening on
 each address's port (nodes on this machine). On a terminal a progress bar shows elapsed time,
 checks/s and p99 so far.
@@ -292,6 +296,10 @@ func (f *benchFlags) run(ctx context.Context, stdout, stderr io.Writer) error {
 			}
 		}()
 		fmt.Fprintf(stderr, "limitd bench: cluster ready in %s\n", time.Since(began).Round(10*time.Millisecond))
+		if f.work.FsyncProbeDir == "" {
+			// The nodes' logs share this directory's disk.
+			f.work.FsyncProbeDir = c.Dir
+		}
 		addrs, nodes = c.Addrs(), f.cluster
 		for _, nd := range c.Nodes {
 			grpcAddrs = append(grpcAddrs, nd.GRPCAddr)

@@ -574,6 +574,10 @@ func TestBenchClusterStartsRunsAndStops(t *testing.T) {
 	if r.Algorithm != "policy:api" || r.Limit != 100 {
 		t.Errorf("algorithm %q limit %d, want the created policy", r.Algorithm, r.Limit)
 	}
+	// The disk under the nodes' directories was timed before the run.
+	if r.Fsync == nil || r.Fsync.Appends != bench.FsyncProbeAppends || !strings.HasPrefix(filepath.Base(r.Fsync.Dir), "limitd-bench-") {
+		t.Errorf("fsync probe %+v, want %d appends in the cluster's directory", r.Fsync, bench.FsyncProbeAppends)
+	}
 	// Every node got a third of the checks (round-robin), and the nodes
 	// wrote their counts on SIGTERM: they were stopped, not killed.
 	var total int64
