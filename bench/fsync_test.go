@@ -149,3 +149,24 @@ func TestFsyncReported(t *testing.T) {
 		t.Errorf("table without a probe:\n%s", table.String())
 	}
 }
+
+// The probe's quantiles follow Histogram.Quantile's rank rule, for any
+// number of appends (values in nanoseconds, which a Histogram holds exactly).
+func TestProbeFsyncRanksLikeHistogram(t *testing.T) {
+	for _, n := range []int{1, 7, 100, 150, 200} {
+		steps := make([]time.Duration, n)
+		var h Histogram
+		for i := range steps {
+			steps[i] = time.Duration(n - i)
+			h.Record(steps[i])
+		}
+		p, err := probeFsync(t.TempDir(), n, stepNow(steps))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.P50 != h.Quantile(0.50) || p.P99 != h.Quantile(0.99) || p.Max != h.Max() {
+			t.Errorf("n=%d: probe p50 %v p99 %v max %v, histogram %v %v %v",
+				n, p.P50, p.P99, p.Max, h.Quantile(0.50), h.Quantile(0.99), h.Max())
+		}
+	}
+}
