@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -247,66 +249,74 @@ func TestHTTPTargetAgainstServer(t *testing.T) {
 			}
 		}
 	}
-	s0 := httptest.NewServer(handler(0))
-	defer s0.Close()
-	s1 := httptest.NewServer(handler(1))
-	defer s1.Close()
+	for _, netHTTP := range []bool{false, true} {
+		t.Run(fmt.Sprintf("net-http=%v", netHTTP), func(t *testing.T) {
+			hits[0].Store(0)
+			hits[1].Store(0)
+			bodies.Store(0)
+			s0 := httptest.NewServer(handler(0))
+			defer s0.Close()
+			s1 := httptest.NewServer(handler(1))
+			defer s1.Close()
 
-	tg, err := NewHTTPTarget(HTTPConfig{
-		Addrs:       []string{s0.URL, s1.URL + "/"},
-		Check:       CheckSpec{KeyPrefix: "t:", Algorithm: "fixed_window", Limit: 1, Window: "1s", Cost: 1},
-		Concurrency: 4,
-		Timeout:     100 * time.Millisecond,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tg.Close()
-	ctx := context.Background()
-	cases := []struct {
-		key     int
-		allowed bool
-		class   ErrorClass
-		isErr   bool
-	}{
-		{1, true, 0, false},
-		{2, false, 0, false},
-		{3, false, Err5xx, true},
-		{4, false, Err4xx, true},
-		{5, false, ErrTimeout, true},
-		{6, false, ErrOther, true},
-	}
-	for _, c := range cases {
-		allowed, err := tg.Do(ctx, c.key)
-		if c.isErr {
-			if err == nil || Classify(err) != c.class {
-				t.Errorf("key %d: err %v (class %v), want class %v", c.key, err, Classify(err), c.class)
+			tg, err := NewHTTPTarget(HTTPConfig{
+				Addrs:       []string{s0.URL, s1.URL + "/"},
+				Check:       CheckSpec{KeyPrefix: "t:", Algorithm: "fixed_window", Limit: 1, Window: "1s", Cost: 1},
+				Concurrency: 4,
+				Timeout:     100 * time.Millisecond,
+				NetHTTP:     netHTTP,
+			})
+			if err != nil {
+				t.Fatal(err)
 			}
-			continue
-		}
-		if err != nil || allowed != c.allowed {
-			t.Errorf("key %d: allowed %v err %v, want %v", c.key, allowed, err, c.allowed)
-		}
-	}
-	var se *StatusError
-	if _, err := tg.Do(ctx, 3); !errors.As(err, &se) || se.Code != "unavailable" || se.Message != "no leader" {
-		t.Errorf("503 body not decoded: %v", err)
-	}
-	out := make([]Outcome, 3)
-	if err := tg.DoBatch(ctx, []int{1, 2, 3}, out); err != nil {
-		t.Fatal(err)
-	}
-	for i, o := range out {
-		if !o.Allowed || o.Err != nil {
-			t.Errorf("batch slot %d: %+v", i, o)
-		}
-	}
-	// Round robin: the 8 requests alternate between the two nodes.
-	if a, b := hits[0].Load(), hits[1].Load(); a != 4 || b != 4 {
-		t.Errorf("requests per node %d and %d, want 4 and 4", a, b)
-	}
-	if bodies.Load() != 7 {
-		t.Errorf("%d well-formed check bodies, want 7", bodies.Load())
+			defer tg.Close()
+			ctx := context.Background()
+			cases := []struct {
+				key     int
+				allowed bool
+				class   ErrorClass
+				isErr   bool
+			}{
+				{1, true, 0, false},
+				{2, false, 0, false},
+				{3, false, Err5xx, true},
+				{4, false, Err4xx, true},
+				{5, false, ErrTimeout, true},
+				{6, false, ErrOther, true},
+			}
+			for _, c := range cases {
+				allowed, err := tg.Do(ctx, c.key)
+				if c.isErr {
+					if err == nil || Classify(err) != c.class {
+						t.Errorf("key %d: err %v (class %v), want class %v", c.key, err, Classify(err), c.class)
+					}
+					continue
+				}
+				if err != nil || allowed != c.allowed {
+					t.Errorf("key %d: allowed %v err %v, want %v", c.key, allowed, err, c.allowed)
+				}
+			}
+			var se *StatusError
+			if _, err := tg.Do(ctx, 3); !errors.As(err, &se) || se.Code != "unavailable" || se.Message != "no leader" {
+				t.Errorf("503 body not decoded: %v", err)
+			}
+			out := make([]Outcome, 3)
+			if err := tg.DoBatch(ctx, []int{1, 2, 3}, out); err != nil {
+				t.Fatal(err)
+			}
+			for i, o := range out {
+				if !o.Allowed || o.Err != nil {
+					t.Errorf("batch slot %d: %+v", i, o)
+				}
+			}
+			// Round robin: the 8 requests alternate between the two nodes.
+			if a, b := hits[0].Load(), hits[1].Load(); a != 4 || b != 4 {
+				t.Errorf("requests per node %d and %d, want 4 and 4", a, b)
+			}
+			if bodies.Load() != 7 {
+				t.Errorf("%d well-formed check bodies, want 7", bodies.Load())
+			}
+		})
 	}
 }
 
@@ -330,27 +340,48 @@ func BenchmarkParseDecision(b *testing.B) {
 }
 
 // BenchmarkHTTPTargetDo is the client's cost per check on loopback, which
-// shares the CPU with the server in a one-machine benchmark.
+// shares the CPU with the server in a one-machine benchmark: the bench's own
+// client and net/http's against the same in-process server, so the
+// difference in cpu-ns/op (the whole process: client and server) is the
+// clients'.
 func BenchmarkHTTPTargetDo(b *testing.B) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
 		w.Write([]byte(`{"allowed":true,"limit":100,"remaining":99,"reset_after_ms":2000,"retry_after_ms":0,"delay_ms":0}`))
 	}))
 	defer srv.Close()
-	tg, err := NewHTTPTarget(HTTPConfig{Addrs: []string{srv.URL}, Concurrency: 8,
-		Check: CheckSpec{KeyPrefix: "bench:", Algorithm: "sliding_window", Limit: 100, Window: "1s", Cost: 1}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer tg.Close()
-	b.ReportAllocs()
-	b.RunParallel(func(pb *testing.PB) {
-		i := 0
-		for pb.Next() {
-			i++
-			if _, err := tg.Do(context.Background(), i); err != nil {
+	for _, netHTTP := range []bool{false, true} {
+		name := "client=own"
+		if netHTTP {
+			name = "client=net-http"
+		}
+		b.Run(name, func(b *testing.B) {
+			tg, err := NewHTTPTarget(HTTPConfig{Addrs: []string{srv.URL}, Concurrency: 8, NetHTTP: netHTTP,
+				Check: CheckSpec{KeyPrefix: "bench:", Algorithm: "sliding_window", Limit: 100, Window: "1s", Cost: 1}})
+			if err != nil {
 				b.Fatal(err)
 			}
-		}
-	})
+			defer tg.Close()
+			cpu0, err := ReadCPU(os.Getpid())
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				i := 0
+				for pb.Next() {
+					i++
+					if _, err := tg.Do(context.Background(), i); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			cpu1, err := ReadCPU(os.Getpid())
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64((cpu1-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/op")
+		})
+	}
 }

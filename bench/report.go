@@ -20,7 +20,7 @@ type Result struct {
 	System    string // "limitd", "redis"
 	Label     string // free text naming the run in a comparison table
 	Target    string // addresses
-	Protocol  string // how checks were sent: "http", "grpc", "rls", "client" (limitd's Go client), "redis"
+	Protocol  string // how checks were sent: "http", "net/http" (HTTP through net/http's client), "grpc", "rls", "client" (limitd's Go client), "redis"
 	Nodes     int    // cluster size, when known
 	Algorithm string // or the policy, as "policy:NAME"
 	Limit     int64

@@ -36,7 +36,11 @@ CPUs as its GOMAXPROCS (3 nodes on 2 CPUs: 1 each; --node-procs), standing in
 for a machine per node.
 
 --target chooses how checks are sent:
-  http    POST /v1/check (or /v1/check/batch with --batch), JSON (default)
+  http    POST /v1/check (or /v1/check/batch with --batch), JSON (default);
+          sent by the bench's own HTTP/1.1 client, which writes each request
+          and reads its answer on the caller's goroutine (--net-http: through
+          net/http's client, which costs the generator about three times the
+          CPU per check; on one machine that CPU is taken from the nodes)
   grpc    limitd.v1.Limitd/Check, one check per call (nodes need --grpc-addr:
           --cluster starts them with it; with --addrs give --grpc-addrs)
   rls     envoy.service.ratelimit.v3 ShouldRateLimit, one descriptor with one
@@ -123,6 +127,7 @@ type benchFlags struct {
 	pids         string
 	discoverPIDs bool
 	externalRLS  bool
+	netHTTP      bool
 }
 
 // Usage prints `limitd bench`'s help to out.
@@ -159,6 +164,7 @@ func newBenchFlagSet(out io.Writer) (*flag.FlagSet, *benchFlags) {
 	fs.StringVar(&f.pids, "pids", "", "comma-separated process ids of the --addrs nodes, in the same order, to report their CPU per check")
 	fs.BoolVar(&f.leaderOnly, "leader-only", false, "send every request to the leader (found once at the start) instead of round robin over the nodes; CPU is still reported for every node")
 	fs.BoolVar(&f.externalRLS, "external-rls", false, "with --target rls and --grpc-addrs: the addresses serve another system's RLS API (e.g. envoyproxy/ratelimit) with the domain \""+benchRLSDomain+"\" configured already; skip the readiness check and the domain install (use --system to name it)")
+	fs.BoolVar(&f.netHTTP, "net-http", false, "with --target http: send through net/http's client instead of the bench's own")
 	fs.BoolVar(&f.discoverPIDs, "discover-pids", false, "find the process listening on each --addrs port (nodes on this machine) to report their CPU per check")
 	fs.Usage = func() {
 		fmt.Fprint(out, benchUsage)
@@ -205,6 +211,8 @@ func (f *benchFlags) validate(fs *flag.FlagSet) error {
 	}
 	grpc := f.target == benchTargetGRPC || f.target == benchTargetRLS
 	switch {
+	case f.netHTTP && f.target != benchTargetHTTP:
+		return fmt.Errorf("--net-http is for --target http, not --target %s", f.target)
 	case f.work.Batch > 1 && f.target != benchTargetHTTP:
 		return fmt.Errorf("--batch is for --target http: --target %s sends single checks", f.target)
 	case f.grpcAddrs != "" && !grpc:
@@ -402,6 +410,9 @@ func (f *benchFlags) run(ctx context.Context, stdout, stderr io.Writer) error {
 	res.System = f.system
 	res.Label = f.label
 	res.Protocol = f.target
+	if f.netHTTP {
+		res.Protocol = "net/http" // HTTP through net/http's client, not the bench's own
+	}
 	res.Target = strings.Join(addrs, ",")
 	if f.target == benchTargetGRPC || f.target == benchTargetRLS {
 		res.Target = strings.Join(grpcAddrs, ",")
@@ -710,7 +721,7 @@ func (f *benchFlags) newTarget(addrs, grpcAddrs []string) (bench.Target, func(),
 		return t, t.Close, nil
 	}
 	t, err := bench.NewHTTPTarget(bench.HTTPConfig{
-		Addrs: addrs, Check: f.check, Concurrency: f.work.Conns(), Timeout: f.timeout,
+		Addrs: addrs, Check: f.check, Concurrency: f.work.Conns(), Timeout: f.timeout, NetHTTP: f.netHTTP,
 	})
 	if err != nil {
 		return nil, nil, err

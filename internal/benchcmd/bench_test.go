@@ -340,6 +340,26 @@ func TestBenchAgainstFakeServersCountsAddUp(t *testing.T) {
 	}
 }
 
+// --net-http sends the same checks through net/http's client, and the report
+// says which client sent them.
+func TestBenchNetHTTP(t *testing.T) {
+	for _, netHTTP := range []bool{false, true} {
+		f := &fakeLimitd{}
+		args := []string{"--addrs", newFakeLimitd(t, f), "--duration", "200ms", "--warmup", "0", "--concurrency", "4", "--keys", "100"}
+		want := "http"
+		if netHTTP {
+			args, want = append(args, "--net-http"), "net/http"
+		}
+		r, _ := runBenchJSON(t, args...)
+		if f.malformed.Load() != 0 || r.Checks == 0 || r.Checks != f.requests.Load() {
+			t.Errorf("net-http=%v: %d checks, server answered %d, %d malformed", netHTTP, r.Checks, f.requests.Load(), f.malformed.Load())
+		}
+		if r.Protocol != want {
+			t.Errorf("net-http=%v: protocol %q, want %q", netHTTP, r.Protocol, want)
+		}
+	}
+}
+
 // The open loop through the command: --rate schedules exactly rate ×
 // duration measured checks (the scheduler's timing itself is tested with a
 // fake clock in package bench), every answer is counted, and the JSON line
@@ -479,6 +499,7 @@ func TestBenchFailures(t *testing.T) {
 		{"grpc addrs for http", []string{"--grpc-addrs", "a:3"}, 2, "--grpc-addrs is for --target grpc and rls"},
 		{"grpc addrs with cluster", []string{"--cluster", "1", "--target", "grpc", "--grpc-addrs", "a:3"}, 2, "--cluster starts its nodes with gRPC"},
 		{"batch over grpc", []string{"--cluster", "1", "--target", "grpc", "--batch", "10"}, 2, "--batch is for --target http"},
+		{"net/http over grpc", []string{"--cluster", "1", "--target", "grpc", "--net-http"}, 2, "--net-http is for --target http, not --target grpc"},
 		{"rls window", []string{"--cluster", "1", "--target", "rls", "--window", "90s"}, 2, "--target rls: the RLS target needs a window of one rate-limit unit"},
 		{"rls policy", []string{"--cluster", "1", "--target", "rls", "--policy", "api"}, 2, "--policy does not apply"},
 		{"client peek", []string{"--cluster", "1", "--target", "client", "--cost", "0"}, 2, "cannot peek"},
