@@ -93,6 +93,7 @@ func newMetrics(extra []prometheus.Collector, logger *log.Logger, deadline time.
 		httpStageVec,
 		buildInfo(),
 		collectors.NewGoCollector(),
+		newSchedWaitCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	}, extra...)
 	for _, c := range cs {

@@ -280,7 +280,7 @@ func TestMetricsFamilies(t *testing.T) {
 		}
 	}
 	for _, name := range []string{"limitd_raft_commit_lag", "limitd_raft_applied_index", "limitd_raft_term", "limitd_fsm_pending_batches",
-		"limitd_raft_election_seconds", "limitd_group_commit_batch_ops", "limitd_keys_stored", "limitd_fsm_flushed_keys_total", "limitd_fsm_commits_total", "limitd_fsm_commit_seconds_total"} {
+		"limitd_raft_election_seconds", "limitd_group_commit_batch_ops", "limitd_keys_stored", "limitd_fsm_flushed_keys_total", "limitd_fsm_commits_total", "limitd_fsm_commit_seconds_total", "limitd_go_sched_wait_seconds"} {
 		if mfs[name] == nil {
 			t.Errorf("family %s missing", name)
 		}

@@ -42,6 +42,7 @@ var Stages = []Stage{
 	{"└ apply (per batch)", "limitd_raft_fsm_apply_seconds", ""},
 	{"state flush (per flush)", "limitd_fsm_flush_seconds", ""},
 	{"response", "limitd_http_check_stage_seconds", "stage=respond"},
+	{"wait for a CPU (per goroutine wake-up)", "limitd_go_sched_wait_seconds", ""},
 }
 
 // applyWait is the counter pair that gives the applies' wait behind a flush.
