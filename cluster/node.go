@@ -654,7 +654,7 @@ func (n *Node) Ready() error {
 	if commit > applied+64 {
 		return fmt.Errorf("catching up: applied index %d, commit index %d", applied, commit)
 	}
-	if _, ok := n.fsm.Nodes()[n.leaderID()]; !ok {
+	if _, ok := n.fsm.NodeAddr(n.leaderID()); !ok {
 		return errors.New("leader has not registered its HTTP address yet")
 	}
 	return nil
@@ -671,7 +671,8 @@ func (n *Node) leaderHTTP() (string, string) {
 	if id == "" {
 		return "", ""
 	}
-	return string(id), n.fsm.Nodes()[string(id)]
+	addr, _ := n.fsm.NodeAddr(string(id))
+	return string(id), addr
 }
 
 // WaitLeader blocks until some leader is known and registered, or ctx ends.

@@ -534,6 +534,16 @@ func (f *FSM) Policies() []Policy {
 	return ps
 }
 
+// NodeAddr returns the HTTP address registered for node id, without the
+// copy Nodes makes (a follower looks up its leader's address for every
+// check it forwards).
+func (f *FSM) NodeAddr(id string) (string, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	a, ok := f.nodes[id]
+	return a, ok
+}
+
 // Nodes returns a copy of node id → HTTP address.
 func (f *FSM) Nodes() map[string]string {
 	f.mu.RLock()

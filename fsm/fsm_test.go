@@ -435,6 +435,12 @@ func TestPoliciesAndNodes(t *testing.T) {
 		if got := f.Nodes(); !reflect.DeepEqual(got, wantNodes) {
 			t.Fatalf("%s: nodes %v", phase, got)
 		}
+		if a, ok := f.NodeAddr("n1"); !ok || a != "h1:2" {
+			t.Fatalf("%s: NodeAddr(n1) = %q, %v", phase, a, ok)
+		}
+		if a, ok := f.NodeAddr("n2"); ok || a != "" {
+			t.Fatalf("%s: NodeAddr(n2) = %q, %v for an unknown node", phase, a, ok)
+		}
 		if err := f.Close(); err != nil {
 			t.Fatal(err)
 		}
