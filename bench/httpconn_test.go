@@ -89,22 +89,35 @@ func TestReadResponseRefuses(t *testing.T) {
 	}
 }
 
+// connCountingServer serves h and counts the connections its requests came
+// on (by remote address).
+func connCountingServer(h http.HandlerFunc) (*httptest.Server, func() int) {
+	var mu sync.Mutex
+	remotes := map[string]bool{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		remotes[r.RemoteAddr] = true
+		mu.Unlock()
+		h(w, r)
+	}))
+	return srv, func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(remotes)
+	}
+}
+
 // TestOwnClientKeepsAlive: sequential requests share one connection, and a
 // base URL's path prefixes the request path.
 func TestOwnClientKeepsAlive(t *testing.T) {
-	var mu sync.Mutex
-	remotes := map[string]int{}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		remotes[r.RemoteAddr]++
-		mu.Unlock()
+	srv, conns := connCountingServer(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		if r.URL.Path != "/prefix/v1/check" || r.Header.Get("Content-Type") != "application/json" || r.ContentLength != int64(len(b)) {
 			http.Error(w, "bad request shape "+r.URL.Path, 400)
 			return
 		}
 		w.Write(b) // echo
-	}))
+	})
 	defer srv.Close()
 	c, err := newConnClient([]string{srv.URL + "/prefix/"}, 4, time.Second)
 	if err != nil {
@@ -118,23 +131,18 @@ func TestOwnClientKeepsAlive(t *testing.T) {
 			t.Fatalf("request %d: %d %q %v", i, status, got, err)
 		}
 	}
-	if len(remotes) != 1 {
-		t.Errorf("20 sequential requests used %d connections, want 1: %v", len(remotes), remotes)
+	if n := conns(); n != 1 {
+		t.Errorf("20 sequential requests used %d connections, want 1", n)
 	}
 }
 
 // TestOwnClientClosesOnConnectionClose: a response with Connection: close
 // is answered, and the next request dials again.
 func TestOwnClientClosesOnConnectionClose(t *testing.T) {
-	var mu sync.Mutex
-	remotes := map[string]int{}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		remotes[r.RemoteAddr]++
-		mu.Unlock()
+	srv, conns := connCountingServer(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Connection", "close")
 		w.Write([]byte("bye"))
-	}))
+	})
 	defer srv.Close()
 	c, err := newConnClient([]string{srv.URL}, 4, time.Second)
 	if err != nil {
@@ -146,8 +154,8 @@ func TestOwnClientClosesOnConnectionClose(t *testing.T) {
 			t.Fatalf("request %d: %d %q %v", i, status, got, err)
 		}
 	}
-	if len(remotes) != 3 {
-		t.Errorf("3 requests answered with Connection: close used %d connections, want 3", len(remotes))
+	if n := conns(); n != 3 {
+		t.Errorf("3 requests answered with Connection: close used %d connections, want 3", n)
 	}
 	if n := len(c.hosts[0].idle); n != 0 {
 		t.Errorf("%d closed connections kept idle", n)
