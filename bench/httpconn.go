@@ -27,7 +27,7 @@ import (
 // client spent 114 µs per check where redisbench's Redis client (go-redis,
 // which writes and reads on the caller's goroutine) spent 38.5. Here the caller
 // writes the request and reads the answer itself on a kept-alive connection:
-// one write, one read, one park. --http-client net keeps net/http's client.
+// one write, one read, one park. --net-http keeps net/http's client.
 
 // Bounds on what a server may send back: a check's answer is a few hundred
 // bytes and a batch's a few hundred per check.
@@ -219,10 +219,11 @@ func readResponse(r *bufio.Reader, dst []byte) (status int, keep bool, body []by
 		if len(l) < 12 || !bytes.HasPrefix(l, []byte("HTTP/1.")) || l[8] != ' ' || (len(l) > 12 && l[12] != ' ') {
 			return 0, false, nil, malformed("status line %q", l)
 		}
-		status, err = strconv.Atoi(string(l[9:12]))
-		if err != nil || status < 100 {
+		code, ok := parseDecimal(l[9:12])
+		if !ok || code < 100 {
 			return 0, false, nil, malformed("status line %q", l)
 		}
+		status = int(code)
 		keep = l[7] == '1' // HTTP/1.0 closes unless told otherwise; we never ask
 		length, chunked := int64(-1), false
 		for {
@@ -240,8 +241,8 @@ func readResponse(r *bufio.Reader, dst []byte) (status int, keep bool, body []by
 			value = bytes.TrimSpace(value)
 			switch {
 			case asciiEqualFold(name, "content-length"):
-				n, err := strconv.ParseInt(string(value), 10, 64)
-				if err != nil || n < 0 || (length >= 0 && n != length) {
+				n, ok := parseDecimal(value)
+				if !ok || (length >= 0 && n != length) {
 					return 0, false, nil, malformed("Content-Length %q", value)
 				}
 				length = n
@@ -355,6 +356,22 @@ func (lr *lineReader) line() ([]byte, error) {
 		return nil, err
 	}
 	return bytes.TrimRight(l, "\r\n"), nil
+}
+
+// parseDecimal reads 1 to 18 decimal digits, nothing else: Content-Length
+// and a status code are digits only (strconv would also take a sign).
+func parseDecimal(b []byte) (int64, bool) {
+	if len(b) == 0 || len(b) > 18 {
+		return 0, false
+	}
+	var n int64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return n, true
 }
 
 // noEOF: a body cut short is an unexpected EOF, not the end of a stream.
