@@ -39,7 +39,7 @@ for a machine per node.
   http    POST /v1/check (or /v1/check/batch with --batch), JSON (default);
           sent by the bench's own HTTP/1.1 client, which writes each request
           and reads its answer on the caller's goroutine (--net-http: through
-          net/http's client, which costs the generator about three times the
+          net/http's client, which costs the generator 1.7–2.6 times the
           CPU per check; on one machine that CPU is taken from the nodes)
   grpc    limitd.v1.Limitd/Check, one check per call (nodes need --grpc-addr:
           --cluster starts them with it; with --addrs give --grpc-addrs)
