@@ -38,8 +38,8 @@ type KeySource struct {
 // one is read (Config.AuthURIHeader, Config.AuthAddrHeader, or the request's
 // ?uri_header= and ?addr_header=): a proxy passes the client's own headers
 // on to the auth request, so a header of any other name may be the client's
-// forgery (issue 22: X-Forwarded-Uri was read before the X-Original-URI the
-// nginx snippet sets, and a client chose its key with it).
+// forgery (reading X-Forwarded-Uri before the X-Original-URI the
+// nginx snippet sets let a client choose its own key).
 const (
 	// DefaultAuthURIHeader carries the original request URI, for query:
 	// key sources: what the nginx and HAProxy snippets of docs/API.md set.

@@ -6,7 +6,7 @@ import (
 )
 
 // Error messages quote at most a few dozen bytes of what the client sent
-// (issue 22: a 900 KB number came back whole in a 900 KB answer).
+// (otherwise a 900 KB number comes back whole in a 900 KB error answer).
 const (
 	// maxQuoted bounds a client's value quoted in a message.
 	maxQuoted = 40

@@ -9,7 +9,7 @@ import (
 )
 
 // adminMetrics are the /metrics families only admins see, by the rule of
-// GET /v1/cluster (issue 22): the Raft term and indexes tell an outsider
+// GET /v1/cluster (term and indexes for admins only): they tell an outsider
 // the cluster's history and write rate. limitd_raft_commit_lag, the number
 // to alert on, stays public.
 var adminMetrics = map[string]bool{

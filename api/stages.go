@@ -6,7 +6,7 @@ import (
 	"github.com/limitd/limitd/nodeapi"
 )
 
-// The HTTP stages of a check's latency budget (issue 20): reading and
+// The HTTP stages of a check's latency budget (its time per stage): reading and
 // decoding the request, and encoding and writing the answer. What lies
 // between (batching, forwarding, Raft, apply) is timed by the node
 // (limitd_check_stage_seconds, limitd_raft_*). One histogram family, the

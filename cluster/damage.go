@@ -15,7 +15,7 @@ import (
 	"github.com/limitd/limitd/fsm"
 )
 
-// Clear damage (issue 21): 64 damaged bytes in a raft-wal segment stopped a
+// Damage is named, with its fix: 64 damaged bytes in a raft-wal segment used to stop a
 // node with Raft's "failed to get last log at index 87259: log not found",
 // naming neither the file nor what to do. Before Raft starts, the entries it
 // reads first (the first and last in the log) are read here, and a failure

@@ -150,12 +150,12 @@ func checkLogCoversState(applied uint64, logs raft.LogStore, snaps raft.Snapshot
 // guardedLogStore reports the first failed write to the Raft log or stable
 // store. Raft itself only logs such an error and steps down, so a node whose
 // disk is full (a WAL segment it cannot create) would otherwise go on
-// winning and losing elections (finding 10 of issue 10).
+// winning and losing elections instead of stopping.
 //
 // It also keeps the log's end durable (keyLogEnd in the stable store, see
 // markEnd) so that a log that lost its tail is noticed at the next start,
 // and refuses a leader's truncation of entries this node has already
-// applied: that node's history diverged (issue 21).
+// applied: that node's history diverged, and applying on would fork its state.
 type guardedLogStore struct {
 	logStore
 	failed func(error)

@@ -24,7 +24,7 @@ type metrics struct {
 	fwdErrors     *prometheus.CounterVec
 	leaderChanges prometheus.Counter
 	flushSeconds  prometheus.Histogram
-	// stages is a check's latency budget inside the node (issue 20):
+	// stages is a check's latency budget inside the node, per stage:
 	// batch_wait (a unit queued in a batcher until a flusher takes it, on
 	// the leader and on a follower), propose (leader: a batch's raft.Apply
 	// until its results, i.e. log write, replication, commit and apply),
@@ -136,7 +136,7 @@ func (m *metrics) peerHealthy(id string) bool {
 	if !down {
 		return true
 	}
-	// The flag follows the heartbeats both ways (issue 21): Raft drops an
+	// The flag follows the heartbeats both ways (a peer is never stuck "down"): Raft drops an
 	// observation when the channel is full, and a new leadership term starts
 	// its heartbeats afresh without a "resumed". A successful heartbeat or
 	// AppendEntries after the failure says the follower is back.

@@ -7,7 +7,7 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// The netPipeline hang (issue 21), reproduced by TestFaultsWipeKillPause
+// The netPipeline hang (a leader whose replication to a stalled follower never ends), reproduced by TestFaultsWipeKillPause
 // with a paused leader: hashicorp/raft v1.7.3's pipelineDecode returns on the
 // first unsuccessful response (a rejected append, or a read that timed out
 // on a stalled follower), and nothing reads the pipeline's done channel any

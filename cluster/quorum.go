@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Fail fast without a quorum (issue 21). A follower cut off from the leader
+// Fail fast without a quorum: 503 at once, not after the apply timeout. A follower cut off from the leader
 // used to take every check and retry until the apply timeout (5 s) before
 // answering 503. Raft already knows better: a follower records its last
 // contact with a leader, and a leader that cannot reach a quorum for

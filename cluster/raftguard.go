@@ -19,7 +19,7 @@ import (
 )
 
 // Node identity in certificates, and the guard in front of raft's decoder
-// on every accepted Raft connection (issue 22, finding 5).
+// on every accepted Raft connection: a node's certificate is the only sender it may claim.
 //
 // A node certificate names its node with a URI SAN "limitd://node/<id>"
 // (scripts/certs.sh issues one). On an accepted Raft connection whose

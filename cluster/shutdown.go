@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// Bounded shutdown (issue 21). hashicorp/raft's Shutdown waits for every
+// Bounded shutdown: SIGTERM ends the process in time. hashicorp/raft's Shutdown waits for every
 // replication goroutine; one blocked in the network transport's pipeline
 // (netPipeline.AppendEntries waiting on a follower that stalled after a
 // rejected append) held a leader's SIGTERM for over 85 s, with its ports and

@@ -24,13 +24,13 @@ import (
 //   - Mutual TLS (when Config.TLS is set): every Raft connection is TLS, and
 //     the accepting node requires a client certificate signed by the cluster
 //     CA (Config.TLS.ClientCAs), so nobody without a node certificate can send
-//     an RPC (finding 1 of issue 10: forged AppendEntries were applied).
+//     an RPC (without it, anyone reaching the port could have forged AppendEntries applied).
 //   - The target's server ID: the dialer sends a one-line preamble naming the
 //     server it means to reach ("limitd-raft/1 <id>"), and the accepting node
 //     closes any connection meant for another ID. Raft's own RPC header
 //     carries only the sender's ID and address, so without this a fresh node
 //     started on a stopped member's address was replicated to as that member
-//     (finding 11). The ID reaches the stream layer through the target
+//     and took its place. The ID reaches the stream layer through the target
 //     address: idTransport passes "<id>@<host:port>" to NetworkTransport.
 //   - The sender's identity and bounded frames (raftguard.go): a node
 //     certificate naming a node ID speaks only as that node, and no RPC

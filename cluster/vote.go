@@ -19,7 +19,7 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// No vote without a past (issue 21).
+// No vote without a past: a wiped voter must not vote in a leader that lacks committed entries.
 //
 // hashicorp/raft grants a vote whenever it has no configuration ("very
 // likely trying to bootstrap"). A voter whose data directory was wiped and

@@ -154,7 +154,7 @@ func New(svc *service.Service, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{svc: svc, cfg: cfg, health: health.NewServer(), stop: make(chan struct{}), metrics: newRLSMetrics()}
-	// The HTTP port's bounds (issue 22): calls per connection, handshake
+	// The HTTP port's bounds, so gRPC is no softer target: calls per connection, handshake
 	// time, idle and total connection life, message sizes, a deadline on
 	// every unary call (the streams, reflection and health Watch, end with
 	// their connection's age); the connection cap is the listener's (serve

@@ -162,7 +162,7 @@ func domainOpError(err error) *Error {
 		}
 		return Invalid(field, re.Error())
 	case errors.Is(err, nodeapi.ErrTooLarge):
-		// An admin command over MaxCommandBytes: 413, not 500 (issue 22).
+		// An admin command over MaxCommandBytes is the client's to split: 413, not 500.
 		return &Error{Code: CodePayloadTooLarge, Field: "config", Message: err.Error() + "; split the domain's descriptors into several domains"}
 	case errors.Is(err, nodeapi.ErrOutcomeUnknown):
 		return &Error{Code: CodeOutcomeUnknown, Message: "leadership changed while the change was in flight, so it may or may not have been applied; repeating it is safe"}

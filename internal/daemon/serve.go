@@ -67,7 +67,7 @@ type serveFlags struct {
 	snapshotThreshold, trailingLogs           uint64
 	pprof, insecure, stayAfterRemoval         bool
 	readTimeout, idleTimeout                  time.Duration
-	// Raft timing and shutdown (issue 21).
+	// Raft timing and shutdown: failover speed and a bounded SIGTERM.
 	raftHeartbeat, raftElection, raftLease time.Duration
 	raftNoPipeline                         bool
 	noApplyAhead                           bool
@@ -390,7 +390,7 @@ func serve(f *serveFlags, in *startInputs, logger *slog.Logger) error {
 	case err := <-background:
 		runErr = err
 	}
-	// The whole shutdown is bounded (issue 21): HTTP draining gets half of
+	// The whole shutdown is bounded (no hung SIGTERM): HTTP draining gets half of
 	// --shutdown-timeout, Raft a quarter before its transport is closed under
 	// it and as much again before the stores are closed regardless; the
 	// watchdog exits past the bound whatever still hangs.

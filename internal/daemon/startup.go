@@ -11,7 +11,7 @@ import (
 
 // startInputs are serve's file inputs, read and validated by
 // loadStartInputs before anything is written to disk: a node refused at
-// start leaves its data directory as it found it (issue 24: a bad
+// start leaves its data directory as it found it (a bad
 // --rls-config used to be found after fsm.db and raft-wal were created).
 type startInputs struct {
 	policies   []fsm.Policy   // --policies

@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// Issue 21's faults on three limitd processes under load with request ids,
+// Wiped, killed and paused nodes: three limitd processes under load with request ids,
 // each round one of: a follower killed -9, its data directory wiped, and
 // started again under the same id with --join (it must come back as a new
 // incarnation: non-voter until caught up); the whole cluster killed -9 and
