@@ -4,13 +4,13 @@
 // Nothing here reads a clock, the network or the disk: the instant of a
 // decision arrives as int64 nanoseconds since the Unix epoch, stamped by the
 // Raft leader, so every replica that applies the same command reaches the same
-// decision (README.md says why it is not a time.Time). Lengths of time — the
+// decision (an int64 has no monotonic reading or zone to differ). Lengths of time — the
 // window, RetryAfter, ResetAfter, Delay — are time.Duration. All arithmetic on
 // counts and time is exact integer arithmetic (128-bit where products can
 // overflow) on the nanosecond counts; floats appear only in what is printed.
 //
 // The five algorithms, their guarantees, memory and burst behaviour are
-// compared in README.md. In short: fixed_window counts per aligned (or
+// compared in docs/ALGORITHMS.md. In short: fixed_window counts per aligned (or
 // calendar) window; sliding_log is exact over every interval of one window;
 // sliding_window approximates it in O(1); token_bucket allows bursts up to
 // burst and refills continuously; leaky_bucket admits like token_bucket but

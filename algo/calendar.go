@@ -7,7 +7,7 @@ import (
 
 	// Embedded zone database: a node without system tzdata still knows every
 	// zone. (time.LoadLocation prefers the system database when present, so
-	// nodes should run the same OS tzdata release; see README.)
+	// nodes should run the same OS tzdata release; see docs/CLUSTER.md, "Time".)
 	_ "time/tzdata"
 )
 

@@ -39,7 +39,7 @@ import (
 // TestUIInBrowser loads /ui from a follower of a 3-node cluster and checks
 // that it shows the leader, the members, the policy and the RLS domain, that the decisions chart moves
 // while checks run, that a key can be peeked, and that the playground draws
-// the README's algorithm comparison; the page must log no error. Screenshots
+// docs/ALGORITHMS.md's algorithm comparison; the page must log no error. Screenshots
 // go to the test's temp dir, or to $LIMITD_UI_SCREENSHOTS when set.
 func TestUIInBrowser(t *testing.T) {
 	bin := testtool.Path(t, "chromium", "apt-get install chromium")
@@ -105,7 +105,7 @@ func TestUIInBrowser(t *testing.T) {
 		t.Errorf("reset button shown without a token: hidden = %v", hidden)
 	}
 
-	// The playground on the README's comparison.
+	// The playground on docs/ALGORITHMS.md's comparison.
 	readme := map[string]map[string]int{
 		"edge":             {"fixed_window": 20, "sliding_log": 10, "sliding_window": 10, "token_bucket": 10, "leaky_bucket": 10},
 		"early_then_later": {"fixed_window": 20, "sliding_log": 20, "sliding_window": 15, "token_bucket": 20, "leaky_bucket": 20},

@@ -170,9 +170,9 @@ type simulateAnswer struct {
 	} `json:"runs"`
 }
 
-// TestSimulateEndpointMatchesEngine: the README's algorithm comparison
+// TestSimulateEndpointMatchesEngine: docs/ALGORITHMS.md's algorithm comparison
 // (cmd/limitd/testdata/simulate) through POST /v1/simulate gives the
-// README's admitted counts, and every decision is the one `limitd simulate`
+// documented admitted counts, and every decision is the one `limitd simulate`
 // prints (the same engine and JSON form).
 func TestSimulateEndpointMatchesEngine(t *testing.T) {
 	ts := newTestServer(t, Config{})
@@ -222,7 +222,7 @@ func TestSimulateEndpointMatchesEngine(t *testing.T) {
 				t.Errorf("%s %s: keys %v admitted %d refused %d", name, run.Algorithm, run.Keys, run.Admitted, run.Refused)
 			}
 		}
-		// Without a burst, the README's table exactly.
+		// Without a burst, docs/ALGORITHMS.md's table exactly.
 		r = ts.do("POST", "/v1/simulate", simulateBody(t, string(raw), nil))
 		if err := json.Unmarshal(r.body, &got); err != nil || r.code != 200 {
 			t.Fatalf("%s: %d %s", name, r.code, r.body)

@@ -19,7 +19,7 @@ import (
 )
 
 // Exit codes of the client commands (check, policy, key, cluster, snapshot)
-// and of `limitd help`, documented in README.md:
+// and of `limitd help`, documented in docs/CLIENT.md:
 const (
 	ExitOK          = 0 // done; for check: allowed
 	ExitRefused     = 1 // check only: the request was refused

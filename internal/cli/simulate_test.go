@@ -43,9 +43,9 @@ func jsonLines(t *testing.T, out string) (decisions, summaries []map[string]any)
 	return decisions, summaries
 }
 
-// TestSimulateIssueTable is the issue's table (limit 10 per 60 s) through
+// TestSimulateIssueTable is the algorithm comparison table (limit 10 per 60 s) through
 // the command, for each algorithm alone and for --compare. The traces are
-// the ones the README runs with `go run ./cmd/limitd simulate`, kept beside
+// the ones docs/ALGORITHMS.md runs with `go run ./cmd/limitd simulate`, kept beside
 // the binary (api's TestSimulateEndpointMatchesEngine reads them too).
 func TestSimulateIssueTable(t *testing.T) {
 	want := map[string]map[string]float64{
