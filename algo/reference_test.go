@@ -6,7 +6,7 @@ import (
 )
 
 // Brute-force reference models of the five algorithms, written from the
-// issue's definitions with no shared code: they keep every request (or an
+// algorithms' definitions with no shared code: they keep every request (or an
 // exact rational level), answer "would cost c be allowed at t?" directly, and
 // find retry and reset times by trying every nanosecond. Windows in the
 // property tests are a few nanoseconds long so that scanning is cheap.

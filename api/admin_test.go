@@ -318,7 +318,7 @@ func TestConfigValidate(t *testing.T) {
 }
 
 // TestClusterStatusPublicSubset: with an admin token, GET /v1/cluster shows
-// Raft addresses, terms and indexes to admins only (issue 10).
+// Raft addresses, terms and indexes to admins only (what a forged Raft RPC needs).
 func TestClusterStatusPublicSubset(t *testing.T) {
 	ts := newTestServer(t, Config{AdminToken: "s3cret"})
 	ts.store.status = nodeapi.Status{

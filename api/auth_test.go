@@ -23,7 +23,7 @@ func TestAuthKeySources(t *testing.T) {
 		{"query", "query:api_key", "/v1/auth/api?api_key=abc", nil, "abc"},
 		{"query via Traefik", "query:api_key", "/v1/auth/api?uri_header=X-Forwarded-Uri", []string{"X-Forwarded-Uri: /orders?api_key=from-traefik&x=1", "X-Original-URI: /?api_key=forged"}, "from-traefik"},
 		{"query via nginx", "query:api_key", "/v1/auth/api", []string{"X-Original-URI: /orders?api_key=from-nginx"}, "from-nginx"},
-		// Issue 22: nginx passes the client's own headers on; a forged one
+		// nginx passes the client's own headers on; a forged one
 		// of another name is never read.
 		{"query via nginx, forged X-Forwarded-Uri", "query:api_key", "/v1/auth/api", []string{"X-Forwarded-Uri: /?api_key=VICTIM", "X-Original-URI: /orders?api_key=mine"}, "mine"},
 		{"ip from a configured header", "ip", "/v1/auth/api?addr_header=X-Real-IP", []string{"X-Real-IP: 198.51.100.9", "X-Forwarded-For: 203.0.113.66"}, "198.51.100.9"},
@@ -133,7 +133,7 @@ func TestAuthDecisions(t *testing.T) {
 
 // TestAuthSuffixQueryIsTheClients: behind Envoy's ext_authz the original
 // path and query follow the policy name, so a client must not be able to
-// choose its key, its cost or the deny status there (issue 10 #7).
+// choose its key, its cost or the deny status there.
 func TestAuthSuffixQueryIsTheClients(t *testing.T) {
 	ts := newTestServer(t, Config{AuthKeySource: "ip"})
 	ts.store.putPolicy(t, "one", algo.Config{Algorithm: "fixed_window", Limit: 1, Window: "1h"}, false)

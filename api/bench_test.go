@@ -111,7 +111,7 @@ func BenchmarkCheck(b *testing.B) {
 // leasingStore is a follower whose leader grants every lease asked for at
 // once, with units for the whole run: its checks are answered from the
 // service's lease table, as a busy key's checks are on every node of a
-// cluster with leases (issue 25), so a benchmark of them is the front
+// cluster with leases, so a benchmark of them is the front
 // end's cost per leased check.
 type leasingStore struct {
 	constStore
@@ -145,7 +145,7 @@ var _ service.Leaser = (*leasingStore)(nil)
 // BenchmarkCheckRoles is /v1/check through the whole handler chain as each
 // node of a cluster answers it: the leader (decided by the store), a
 // follower (the same, plus the Limitd-Leader hint) and a follower
-// answering from a quota lease (issue 25's leased check: no store call).
+// answering from a quota lease (a leased check: no store call).
 func BenchmarkCheckRoles(b *testing.B) {
 	body := []byte(`{"key":"user:12345","policy":"api"}`)
 	b.Run("leader", func(b *testing.B) {
@@ -203,7 +203,7 @@ func runOnce(b *testing.B, h http.Handler, path string, body []byte) {
 }
 
 // BenchmarkCheckCachedRefusal is /v1/check for a key the over-limit cache
-// refuses (issue 16): the whole request is answered by this layer and the
+// refuses (the over-limit cache): the whole request is answered by this layer and the
 // service, so it is their cost per refusal under attack.
 func BenchmarkCheckCachedRefusal(b *testing.B) {
 	spec, err := benchPolicy.Spec()
@@ -253,7 +253,7 @@ func (*readCloser) Close() error { return nil }
 const maxCachedRefusalAllocs = 3
 
 // TestCachedRefusalHandlerAllocs holds the handler to its budget for a
-// refusal from the over-limit cache (issue 16), under a policy and an inline
+// refusal from the over-limit cache, under a policy and an inline
 // limit: a new allocation on this path costs every request of an attack.
 func TestCachedRefusalHandlerAllocs(t *testing.T) {
 	spec, err := benchPolicy.Spec()

@@ -453,7 +453,7 @@ func TestRequestIDReplay(t *testing.T) {
 
 // TestRequestIDReuseRefused: an id reused for a request with another key,
 // limit, policy or cost is refused with 409 naming the field, counts
-// nothing, and the first request's retry is still replayed (issue 24: ids
+// nothing, and the first request's retry is still replayed (otherwise ids
 // restarted from 0 after a deploy were silently answered with old decisions).
 func TestRequestIDReuseRefused(t *testing.T) {
 	store := newFSMStore(t) // the real state machine's request table
@@ -768,7 +768,7 @@ func TestAppendString(t *testing.T) {
 }
 
 // TestUnknownQueryParameters: every endpoint refuses query parameters it does
-// not know, naming the parameter, before doing anything (issue 11).
+// not know, naming the parameter, before doing anything (no silent ignoring).
 func TestUnknownQueryParameters(t *testing.T) {
 	ts := newTestServer(t, Config{})
 	ts.store.putPolicy(t, "api", algo.Config{Algorithm: "fixed_window", Limit: 5, Window: "1m"}, false)
@@ -802,7 +802,7 @@ func TestUnknownQueryParameters(t *testing.T) {
 }
 
 // TestRateLimitHeadersBuckets: for token and leaky buckets RateLimit-Policy's
-// q is the capacity, so that RateLimit's r never exceeds it (issue 11).
+// q is the capacity, so that RateLimit's r never exceeds it.
 func TestRateLimitHeadersBuckets(t *testing.T) {
 	for _, alg := range []string{"token_bucket", "leaky_bucket"} {
 		ts := newTestServer(t, Config{})
@@ -826,7 +826,7 @@ func TestRateLimitHeadersBuckets(t *testing.T) {
 }
 
 // TestBurstZeroRefused: an explicit burst of 0 is a 400 naming the field,
-// not a silent "use the default" (issue 11); leaving burst out still gives
+// not a silent "use the default"; leaving burst out still gives
 // the default.
 func TestBurstZeroRefused(t *testing.T) {
 	ts := newTestServer(t, Config{})

@@ -7,7 +7,7 @@ import (
 
 // Errors quote at most a few dozen bytes of what the client sent: a 900 KB
 // number, a 900 KB unknown field name and a 900 KB query value each answer
-// a short 400 that still names the field (issue 22).
+// a short 400 that still names the field (no echo of a huge value).
 func TestErrorsQuoteBoundedValues(t *testing.T) {
 	ts := newTestServer(t, Config{AuthKeySource: "header:X-Api-Key"})
 	huge := strings.Repeat("9", 900_000)

@@ -171,7 +171,7 @@ func TestClusterForwardingAndIdempotency(t *testing.T) {
 	}
 }
 
-// TestJoinWithoutHTTPAddr: http_addr is optional in a join (issue 11: it
+// TestJoinWithoutHTTPAddr: http_addr is optional in a join (a join without it once
 // answered 500). A node joined without it registers its own address when it
 // becomes leader, so the others forward to it.
 func TestJoinWithoutHTTPAddr(t *testing.T) {

@@ -156,7 +156,7 @@ func goldenSteps() []goldenStep {
 // TestResponsesGolden holds every byte of the answers above (status line,
 // headers in order, body; only Date is masked) to testdata/responses.golden,
 // written from the handlers before the check path was restructured for CPU
-// (issue 25): the restructuring must change no answer, header or error. Then
+// (for leases): the restructuring must change no answer, header or error. Then
 // the check metrics, which must count alike. A follower's answers carry
 // Limitd-Leader. Run with -update-golden to rewrite the file after a
 // deliberate change of an answer.

@@ -13,7 +13,7 @@ import (
 // TestKeysAreExactBytes: a string that encoding/json would silently change
 // (invalid UTF-8, an unpaired surrogate escape) is a 400 naming the field,
 // in bodies and in paths, so two different keys never share a budget
-// (issue 10 #9).
+// (no normalisation merges them).
 func TestKeysAreExactBytes(t *testing.T) {
 	ts := newTestServer(t, Config{AuthKeySource: "header:X-Api-Key"})
 	ts.store.putPolicy(t, "api", algo.Config{Algorithm: "fixed_window", Limit: 5, Window: "1m"}, false)
@@ -59,7 +59,7 @@ func TestKeysAreExactBytes(t *testing.T) {
 
 // TestDuplicateFieldsRefused: encoding/json takes the last of duplicate
 // members (names matched case-insensitively); a request must mean one thing,
-// so duplicates are a 400 naming the field (issue 11).
+// so duplicates are a 400 naming the field.
 func TestDuplicateFieldsRefused(t *testing.T) {
 	ts := newTestServer(t, Config{})
 	ts.store.putPolicy(t, "api", algo.Config{Algorithm: "fixed_window", Limit: 5, Window: "1m"}, false)

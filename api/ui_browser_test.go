@@ -142,7 +142,7 @@ func TestUIInBrowser(t *testing.T) {
 	for _, p := range b.problems() {
 		// A follower not caught up answers /readyz 503, which the page
 		// shows ("no: ..."); Chromium logs every non-2xx fetch. Under load
-		// (issue 24: a loaded 2-core machine) that happens mid-test.
+		// (a loaded 2-core machine) that happens mid-test.
 		if notReadyAnswer(p) {
 			continue
 		}

@@ -85,7 +85,7 @@ func TestUIAssets(t *testing.T) {
 }
 
 // Before the first poll answers, the page shows placeholders, not blank
-// tables or fields (issue 24).
+// tables or fields.
 func TestUIPlaceholdersBeforeFirstPoll(t *testing.T) {
 	b, err := uiFiles.ReadFile("ui/index.html")
 	if err != nil {

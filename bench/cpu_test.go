@@ -171,7 +171,7 @@ func TestListeningInodes(t *testing.T) {
 }
 
 // The meter's interval is its clock's Begin to End; BusyCPUs divides the
-// processes' CPU time by it, and the table and JSON carry it (issue 20: a
+// processes' CPU time by it, and the table and JSON carry it (because a
 // latency measured on a shared machine depends on how busy it was).
 func TestBusyCPUs(t *testing.T) {
 	cpu := map[int]time.Duration{1: time.Second, 2: 3 * time.Second}

@@ -13,7 +13,7 @@ import (
 
 // Configuration mistakes are told from unavailability: no retries (one
 // request reaches the node), errors.Is ErrConfig and not ErrUnavailable, a
-// Kind saying what to fix, and no request path in the message (issue 24:
+// Kind saying what to fix, and no request path in the message (once
 // a missing CA retried for 10 s and named /v1/check/batch).
 func TestConfigErrorsAreNotRetried(t *testing.T) {
 	tlsNode := newFakeClusterTLS(t, 1, true)

@@ -13,7 +13,7 @@ import (
 )
 
 // An admin command over MaxCommandBytes (an 809 KB RLS configuration in
-// issue 22) is refused with ErrTooLarge, which the service answers as
+// a report) is refused with ErrTooLarge, which the service answers as
 // payload_too_large (HTTP 413), not internal (500).
 func TestOversizedAdminCommandIsTooLarge(t *testing.T) {
 	c := clustertest.MakeCluster(t, 1, nil)
@@ -30,7 +30,7 @@ func TestOversizedAdminCommandIsTooLarge(t *testing.T) {
 
 // A join at a Raft address another member has is a conflict naming that
 // member (HTTP 409), on the leader and forwarded from a follower; it
-// answered 500 (issue 22).
+// answered 500.
 func TestJoinAtTakenAddressConflicts(t *testing.T) {
 	c := clustertest.MakeCluster(t, 2, nil)
 	for i := 0; i < 2; i++ {

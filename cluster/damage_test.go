@@ -16,7 +16,7 @@ import (
 )
 
 // 64 damaged bytes in the middle of a raft-wal segment: opening the log
-// names the segment file, the entry and the recovery step (issue 21).
+// names the segment file, the entry and the recovery step.
 func TestDamagedWALNamesFileIndexAndRecovery(t *testing.T) {
 	cfg := Config{DataDir: t.TempDir(), LogStore: LogStoreWAL}
 	raw, path, err := openLogStore(cfg, testLogger())

@@ -52,7 +52,7 @@ func identityCluster(t *testing.T) (*clustertest.Cluster, func(id string) *tls.C
 	return c, cert
 }
 
-// Node identity in the certificate (issue 22, finding 5): with n2's
+// Node identity in the certificate (a node speaks only as itself): with n2's
 // certificate, an AppendEntries claiming to come from n0 at a higher term is
 // refused at the transport, and n1 keeps its term; claiming n2 it is
 // answered. A certificate naming no node is accepted as any (compatibility).

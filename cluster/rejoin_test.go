@@ -31,7 +31,7 @@ func peekWithin(n *cluster.Node, key string, cost int64, wait time.Duration) (in
 	return res[0].Decisions[0].Remaining, nil
 }
 
-// Issue 21's wiped voter: follower A stops; B (leader) and C acknowledge
+// The wiped voter that could elect a stale leader: follower A stops; B (leader) and C acknowledge
 // checks A never saw; B and C stop; C's data directory is wiped; A and C
 // start. Before incarnations, C (no configuration) voted for A, which won
 // and served the day's quota afresh. Now C refuses to vote, so no leader

@@ -13,7 +13,7 @@ import (
 
 // stallTransport is an in-memory transport whose AppendEntries to stalled
 // never returns until the transport is closed: a follower that stopped
-// reading, as in the netPipeline hang of issue 21.
+// reading, as in the netPipeline hang (pipeline.go).
 type stallTransport struct {
 	*raft.InmemTransport
 	stalled   raft.ServerAddress

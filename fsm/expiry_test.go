@@ -148,7 +148,7 @@ func TestRefusalUnderLongerWindowMovesExpiry(t *testing.T) {
 // TestLongerWindowKeepsStateBeyondOldExpiry: a key spent under a policy whose
 // window then grows, with no check after the change, is not removed by the
 // sweep at the old window's end (it would reopen early: remaining 2 instead
-// of 0 two minutes into a one-hour window, issue 21's F10), for the
+// of 0 two minutes into a one-hour window), for the
 // algorithms whose state records what was spent; a state that is empty under
 // the new policy too is still removed. (The buckets store a theoretical
 // arrival time, which a new window reinterprets: two minutes after t0 a

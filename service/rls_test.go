@@ -100,7 +100,7 @@ func TestPutRLSDomainValidatesBeforeReplicating(t *testing.T) {
 	n.putErr = nodeapi.ErrOutcomeUnknown
 	_, e = s.PutRLSDomain(t.Context(), "shop", []byte(shopYAML))
 	wantErr(t, e, CodeOutcomeUnknown, "")
-	// An admin command over the node's bound is 413, not 500 (issue 22).
+	// An admin command over the node's bound is 413, not 500.
 	n.putErr = fmt.Errorf("%w: command of 900000 bytes", nodeapi.ErrTooLarge)
 	_, e = s.PutRLSDomain(t.Context(), "shop", []byte(shopYAML))
 	wantErr(t, e, CodePayloadTooLarge, "config")

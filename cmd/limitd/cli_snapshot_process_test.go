@@ -203,7 +203,7 @@ func TestProcessSnapshotRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Same identity: nothing registers, so the node reports inspect's
-	// digest at inspect's state index (issue 24 saw 231 against the
+	// digest at inspect's state index (a reader once saw 231 against the
 	// header's 232 and took it for a lost entry).
 	if got.Digest != sum.Digest || got.AppliedIndex != sum.StateIndex || sum.StateIndex > sum.Index {
 		t.Fatalf("restored digest %s at %d, inspect %s at state index %d (header index %d)", got.Digest, got.AppliedIndex, sum.Digest, sum.StateIndex, sum.Index)

@@ -41,7 +41,7 @@ func TestProcessCLIOverTLS(t *testing.T) {
 	}
 	// Configuration mistakes: exit 5 at once (not after --timeout of
 	// retries), a message naming the flag to fix, and the command the user
-	// ran rather than the API path (issue 24).
+	// ran rather than the API path.
 	for _, tc := range []struct {
 		args []string
 		want string

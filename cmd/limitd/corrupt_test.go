@@ -9,7 +9,7 @@ import (
 )
 
 // TestProcessRebuildsDamagedStateDatabase: a byte flipped in a stored value
-// of a cleanly stopped node's fsm.db (issue 10: it used to be served as a
+// of a cleanly stopped node's fsm.db (it used to be served as a
 // different count) is caught by the scrub at start: the node sets the file
 // aside, rebuilds from the Raft log and answers from exactly the state it had
 // acknowledged.

@@ -144,7 +144,7 @@ func TestProcessRefusesBadRLSConfig(t *testing.T) {
 
 // TestProcessValidatesInputsBeforeWriting: every file input is read and
 // checked before the data directory is touched, and the refusal is one
-// "limitd: --flag: ..." line (issue 24).
+// "limitd: --flag: ..." line.
 func TestProcessValidatesInputsBeforeWriting(t *testing.T) {
 	dir := t.TempDir()
 	junk := filepath.Join(dir, "junk.pem")

@@ -22,7 +22,7 @@ import (
 	limitdv1 "github.com/limitd/limitd/proto/limitd/v1"
 )
 
-// The gRPC port holds the HTTP port's bounds (issue 22, findings 2 and 3):
+// The gRPC port holds the HTTP port's bounds (no softer door to the same node):
 // a client opening thousands of calls that never send their message on a
 // few connections, and hundreds of connections that never handshake, pins
 // neither memory nor file descriptors beyond the caps, and checks are still

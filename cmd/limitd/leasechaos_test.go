@@ -15,7 +15,7 @@ import (
 	"time"
 )
 
-// The chaos run with quota leases on (issue 25): three limitd processes serve
+// The chaos run with quota leases on: three limitd processes serve
 // two leased policies (share 0.2, max_ttl 2s): "window", a fixed window of
 // 10 s with a limit of 300 on four keys checked at about 3 times that rate
 // (each window runs out, then refuses), and "quota", a fixed window of whole

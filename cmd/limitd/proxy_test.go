@@ -244,7 +244,7 @@ http {
 // query parameter (query:api_key), with real nginx, which passes the
 // client's own headers to the auth subrequest. A client that adds
 // X-Forwarded-Uri naming a victim's key spends its own key, not the
-// victim's (issue 22, finding 4): limitd reads only X-Original-URI, which
+// victim's (a forged header must not choose the key): limitd reads only X-Original-URI, which
 // the snippet sets.
 func TestProxyForgedURIHeader(t *testing.T) {
 	nginx, err := exec.LookPath("nginx")

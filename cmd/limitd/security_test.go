@@ -354,7 +354,7 @@ func TestCertsScript(t *testing.T) {
 		if _, err := cert.Verify(x509.VerifyOptions{Roots: tc.RootCAs, DNSName: "localhost"}); err != nil {
 			t.Errorf("%s for localhost: %v", node, err)
 		}
-		// Issue 22: the certificate names its node, which the cluster binds.
+		// The certificate names its node, which the cluster binds.
 		if id, ok := cluster.NodeIDFromCert(cert); !ok || id != node {
 			t.Errorf("%s names node %q (%v) in %v, want %q", node, id, ok, cert.URIs, node)
 		}

@@ -23,7 +23,7 @@ func TestSecureByDefault(t *testing.T) {
 		{[]string{"--http-addr", "0.0.0.0:8080"}, []string{"--http-addr 0.0.0.0:8080", "--admin-token", "--tls-ca", "--insecure"}},
 		{[]string{"--raft-addr", ":8300", "--admin-token", "t"}, []string{"--raft-addr :8300", "forge Raft RPCs"}},
 		{append([]string{"--http-advertise", "10.0.0.1:8080"}, tls...), []string{"--http-advertise 10.0.0.1:8080", "--admin-token", "change policies"}},
-		// Issue 22: gRPC on the network with HTTP and Raft on loopback.
+		// gRPC on the network with HTTP and Raft on loopback.
 		{[]string{"--grpc-addr", "0.0.0.0:9090"}, []string{"--grpc-addr 0.0.0.0:9090", "--admin-token", "--tls-ca"}},
 	}
 	for _, c := range refused {
@@ -92,7 +92,7 @@ func TestSecureDefaultsCoverEveryListener(t *testing.T) {
 }
 
 // A request with both Transfer-Encoding and Content-Length is answered and
-// its connection closed (RFC 9112 6.3; issue 22); one with a length only
+// its connection closed (RFC 9112 6.3); one with a length only
 // keeps its connection.
 func TestHTTPClosesAfterTransferEncodingWithLength(t *testing.T) {
 	addr := serveTest(t, time.Minute, 10)
