@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/limitd/limitd/fsm"
 	"github.com/limitd/limitd/nodeapi"
 	"github.com/limitd/limitd/rls"
 )
@@ -27,13 +26,13 @@ type Domains interface {
 	// RLSDomainConfig is this replica's canonical configuration of a domain.
 	RLSDomainConfig(name string) ([]byte, bool)
 	// RLSDomains lists this replica's domains sorted by name.
-	RLSDomains() []fsm.Domain
+	RLSDomains() []nodeapi.Domain
 	// RLSDomainsVersion changes whenever this replica's domains change.
 	RLSDomainsVersion() uint64
 	// PutRLSDomain stores a canonical configuration through the leader.
 	// Errors as Node's.
 	PutRLSDomain(ctx context.Context, name string, canonical []byte) error
-	// DeleteRLSDomain deletes a domain through the leader; *fsm.Error
+	// DeleteRLSDomain deletes a domain through the leader; *nodeapi.Error
 	// not_found when it does not exist.
 	DeleteRLSDomain(ctx context.Context, name string) error
 }
@@ -49,7 +48,7 @@ func (s *Service) rlsDomains() (Domains, *Error) {
 }
 
 // RLSDomains returns this replica's domains sorted by name.
-func (s *Service) RLSDomains() ([]fsm.Domain, *Error) {
+func (s *Service) RLSDomains() ([]nodeapi.Domain, *Error) {
 	d, e := s.rlsDomains()
 	if e != nil {
 		return nil, e
@@ -150,7 +149,7 @@ func (s *Service) LoadRLSDomains(ctx context.Context, domains []*rls.Domain) err
 // a client may do about a configuration change (repeat it: a put or a
 // delete is idempotent), unlike fromNode's, which are about checks.
 func domainOpError(err error) *Error {
-	var fe *fsm.Error
+	var fe *nodeapi.Error
 	var re *rls.Error
 	switch {
 	case errors.As(err, &fe) && fe.Code != "":

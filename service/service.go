@@ -21,7 +21,6 @@ import (
 	"time"
 
 	"github.com/limitd/limitd/algo"
-	"github.com/limitd/limitd/fsm"
 	"github.com/limitd/limitd/nodeapi"
 	"github.com/limitd/limitd/rls"
 )
@@ -30,7 +29,7 @@ import (
 // to it from every front end. cluster.Node implements it (checked in
 // cluster's tests); so can anything that routes to several clusters.
 //
-// Errors: *fsm.Error for refusals decided by the state machine or the node
+// Errors: *nodeapi.Error for refusals decided by the state machine or the node
 // (such as an unknown policy or member), nodeapi.ErrNoLeader (nothing was
 // proposed), nodeapi.ErrOutcomeUnknown (may or may not have been applied),
 // nodeapi.ErrUnavailable, nodeapi.ErrTooLarge,
@@ -38,17 +37,17 @@ import (
 type Node interface {
 	// Check decides ops through the Raft leader, results in order. A per-op
 	// refusal is in Result.Err; a returned error means no op was decided.
-	Check(ctx context.Context, ops []fsm.Op) ([]fsm.Result, error)
+	Check(ctx context.Context, ops []nodeapi.Op) ([]nodeapi.Result, error)
 	// PutPolicy creates or replaces a policy (validated by the caller).
-	PutPolicy(ctx context.Context, p fsm.Policy) error
-	// DeletePolicy deletes a policy; *fsm.Error not_found when absent.
+	PutPolicy(ctx context.Context, p nodeapi.Policy) error
+	// DeletePolicy deletes a policy; *nodeapi.Error not_found when absent.
 	DeletePolicy(ctx context.Context, name string) error
 	// ResetKey forgets c.Key's state under c's limit (c.Cost is ignored).
-	ResetKey(ctx context.Context, c fsm.Check) error
+	ResetKey(ctx context.Context, c nodeapi.Check) error
 	// Policy and Policies read this node's replicated copy (Policies sorted
 	// by name); they may lag the leader.
-	Policy(name string) (fsm.Policy, bool)
-	Policies() []fsm.Policy
+	Policy(name string) (nodeapi.Policy, bool)
+	Policies() []nodeapi.Policy
 	// Join adds (or updates) a voter; Remove takes one out. Both go through
 	// the leader.
 	Join(ctx context.Context, id, raftAddr, httpAddr string) error
@@ -65,7 +64,7 @@ type Node interface {
 // through an interface would move every check's result to the heap.
 type Observer interface {
 	// Decided reports a fresh decision: not a replay, not a peek.
-	Decided(l Limit, d fsm.Decision)
+	Decided(l Limit, d nodeapi.Decision)
 	// Failed reports a check that got no decision.
 	Failed(l Limit)
 }
@@ -87,12 +86,12 @@ const (
 	DefaultRequestTimeout = nodeapi.DefaultApplyTimeout
 )
 
-// Limits on client input, defined once in fsm (which enforces them again on
+// Limits on client input, defined once in nodeapi (fsm enforces them again on
 // every log entry).
 const (
-	MaxKeyBytes       = fsm.MaxKeyBytes
-	MaxRequestIDBytes = fsm.MaxRequestIDBytes
-	MaxPolicyName     = fsm.MaxPolicyName
+	MaxKeyBytes       = nodeapi.MaxKeyBytes
+	MaxRequestIDBytes = nodeapi.MaxRequestIDBytes
+	MaxPolicyName     = nodeapi.MaxPolicyName
 )
 
 // InlineName names inline limits (given with the check rather than by a
@@ -147,8 +146,8 @@ func (s *Service) Config() Config { return s.cfg }
 
 type nopObserver struct{}
 
-func (nopObserver) Decided(Limit, fsm.Decision) {}
-func (nopObserver) Failed(Limit)                {}
+func (nopObserver) Decided(Limit, nodeapi.Decision) {}
+func (nopObserver) Failed(Limit)                    {}
 
 // context bounds one operation's wait for the cluster by RequestTimeout.
 // context.WithTimeout costs four allocations and a timer per request, so it
