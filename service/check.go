@@ -10,8 +10,7 @@ import (
 	"github.com/limitd/limitd/overlimit"
 )
 
-// Refuser is implemented by a Node that keeps an over-limit cache (package
-// overlimit; cluster.Node does): Refused answers a refusal of cost under the
+// Refuser is the Node's over-limit cache (package overlimit): Refused answers a refusal of cost under the
 // limit for key from memory, or reports a miss. It never answers "allowed".
 // The service consults it before the log for checks without a request id
 // (a cached refusal consumes nothing and is not remembered, but a retry of
@@ -20,14 +19,13 @@ type Refuser interface {
 	Refused(id overlimit.LimitID, key string, cost int64) (algo.Decision, bool)
 }
 
-// cached answers c from the node's over-limit cache, if it has one and it
-// holds a refusal covering c.
+// cached answers c from the node's over-limit cache, if it holds a refusal
+// covering c.
 //
 // A check of cost 0 is a peek wherever it comes from: peeks are linearizable
 // reads of the key's state, so they always go through the log.
 func (s *Service) cached(c *nodeapi.Check) (nodeapi.Decision, bool) {
-	rf, ok := s.node.(Refuser)
-	if !ok || c.Cost == 0 {
+	if c.Cost == 0 {
 		return nodeapi.Decision{}, false
 	}
 	id := overlimit.LimitID{Policy: true, Ident: c.Policy}
@@ -36,7 +34,7 @@ func (s *Service) cached(c *nodeapi.Check) (nodeapi.Decision, bool) {
 		// encoding (the spec was validated by prepare's caller).
 		id = overlimit.LimitID{Ident: specIdent(&s.specIdents, c.Spec)}
 	}
-	d, hit := rf.Refused(id, c.Key, c.Cost)
+	d, hit := s.node.Refused(id, c.Key, c.Cost)
 	return nodeapi.Decision{Decision: d}, hit
 }
 
@@ -164,7 +162,7 @@ func (s *Service) check(ctx context.Context, r *CheckRequest, detach bool) (Chec
 		// is, without the allocation.
 		ctx = context.Background()
 	}
-	if r.RequestID == "" && s.leases != nil && l.lease.Enabled() && l.lease.Strict() {
+	if r.RequestID == "" && l.lease.Enabled() && l.lease.Strict() {
 		return s.decideStrict(ctx, c, l) // lease.go
 	}
 	return s.decideOne(ctx, c, l, r.RequestID, false)
@@ -303,9 +301,6 @@ func (s *Service) CheckAll(ctx context.Context, checks []CheckRequest, requestID
 // check's decision is one the state machine made (exact, and still consumes
 // nothing when it refuses).
 func (s *Service) cachedAll(checks []nodeapi.Check, limits []Limit) (CheckAllResult, bool) {
-	if _, ok := s.node.(Refuser); !ok {
-		return CheckAllResult{}, false
-	}
 	ds := make([]nodeapi.Decision, len(checks))
 	for i := range checks {
 		d, hit := s.cached(&checks[i])
@@ -462,7 +457,7 @@ func (s *Service) ResetKey(ctx context.Context, r *CheckRequest) *Error {
 	}
 	ctx, cancel := s.context(ctx)
 	defer cancel()
-	if s.leases != nil && c.Policy != "" {
+	if c.Policy != "" {
 		// This node's leases on the key go back first: the state machine
 		// keeps outstanding leased units counted across a reset, so a
 		// lease still held would shrink the renewed budget (lease.go).

@@ -51,13 +51,19 @@ import (
 // a return that fails meanwhile is sent again until its lease's deadline +
 // nodeapi.LeaseReturnGrace, and the state machine credits it until then.
 
-// Leaser is implemented by a Node that can take quota leases (cluster.Node
-// does): GrantLeases asks the leader for leases held by this node and
-// ReturnLeases gives back what they did not spend (see nodeapi.LeaseRequest,
-// nodeapi.LeaseGrant, nodeapi.LeaseReturn for the contract).
+// Leaser is the Node's part in quota leases: GrantLeases asks the leader
+// for leases held by this node and ReturnLeases gives back what they did
+// not spend (see nodeapi.LeaseRequest, nodeapi.LeaseGrant,
+// nodeapi.LeaseReturn for the contract); SetLeaseHook installs the lease
+// table as the one listener to the recalls and returns the node's state
+// machine applies (nodeapi.LeaseHook), without which a strict recall would
+// never reach the holders. A node that takes no leases answers every grant
+// with an error: checks then go through the log, as for any lease that
+// could not be taken.
 type Leaser interface {
 	GrantLeases(ctx context.Context, reqs []nodeapi.LeaseRequest) ([]nodeapi.LeaseGrant, error)
 	ReturnLeases(ctx context.Context, rets []nodeapi.LeaseReturn) ([]int64, error)
+	SetLeaseHook(h nodeapi.LeaseHook)
 }
 
 // Tuning of the node's lease table (one place).
@@ -193,9 +199,7 @@ func newLeaseTable(n Leaser) *leaseTable {
 	t := &leaseTable{node: n, now: time.Now, slots: make(map[leaseKey]*leaseSlot),
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 		waiters: make(map[leaseKey][]chan struct{}), strictWait: leaseStrictWait, linger: leaseFlushLinger}
-	if h, ok := n.(interface{ SetLeaseHook(nodeapi.LeaseHook) }); ok {
-		h.SetLeaseHook(t) // cluster.Node: recalls and returns as its state machine applies them
-	}
+	n.SetLeaseHook(t) // recalls and returns, as the node's state machine applies them
 	return t
 }
 
@@ -221,7 +225,7 @@ type pendingReturn struct {
 // a miss (the caller decides through the log).
 func (s *Service) leased(c *nodeapi.Check, l *Limit) (nodeapi.Decision, bool) {
 	t := s.leases
-	if t == nil || c.Policy == "" || c.Cost <= 0 || !l.Known || !l.lease.Enabled() {
+	if c.Policy == "" || c.Cost <= 0 || !l.Known || !l.lease.Enabled() {
 		return nodeapi.Decision{}, false
 	}
 	return t.spend(c.Policy, c.Key, l.Spec, l.lease, c.Cost)
@@ -769,16 +773,10 @@ func newLeaseID() uint64 {
 // waits for the returns at most until ctx ends (what is not returned is
 // lost: under-admission until the leases expire).
 func (s *Service) CloseLeases(ctx context.Context) {
-	if s.leases != nil {
-		s.leases.close(ctx)
-	}
+	s.leases.close(ctx)
 }
 
-// LeaseStats reports the node's lease counters (zero when the node takes no
-// leases).
+// LeaseStats reports the node's lease counters.
 func (s *Service) LeaseStats() LeaseStats {
-	if s.leases == nil {
-		return LeaseStats{}
-	}
 	return s.leases.stats()
 }

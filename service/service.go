@@ -25,9 +25,16 @@ import (
 	"github.com/limitd/limitd/rls"
 )
 
-// Node is what the service needs from the replicated node, the one door
-// to it from every front end. cluster.Node implements it (checked in
-// cluster's tests); so can anything that routes to several clusters.
+// Node is everything the service needs from the replicated node, the one
+// door to it from every front end: the operations below and each capability
+// the service builds on (LeaderLocator, Refuser, Leaser, Domains, Backuper,
+// Digester), named so that a fake can be read against them, all required so
+// that no capability is found by a type assertion at run time. A node that
+// loses one (a renamed method, a changed signature) then fails to compile
+// where it is passed to New, rather than silently switching off the leader
+// hint, the over-limit cache or leases. cluster.Node implements it (checked
+// in cluster's tests, capability by capability); so can anything that
+// routes to several clusters.
 //
 // Errors: *nodeapi.Error for refusals decided by the state machine or the node
 // (such as an unknown policy or member), nodeapi.ErrNoLeader (nothing was
@@ -35,6 +42,13 @@ import (
 // nodeapi.ErrUnavailable, nodeapi.ErrTooLarge,
 // context errors, or anything else (a bug or an I/O failure: internal).
 type Node interface {
+	LeaderLocator
+	Refuser
+	Leaser
+	Domains
+	Backuper
+	Digester
+
 	// Check decides ops through the Raft leader, results in order. A per-op
 	// refusal is in Result.Err; a returned error means no op was decided.
 	Check(ctx context.Context, ops []nodeapi.Op) ([]nodeapi.Result, error)
@@ -109,12 +123,9 @@ type Service struct {
 	leader    leaderCache
 	// specIdents interns inline limits' identities in the over-limit cache.
 	specIdents Interner
-	// domains is the node's RLS domains (nil: it serves none); rlsCache
-	// holds them compiled (rls.go).
-	domains  Domains
+	// rlsCache holds the node's RLS domains compiled (rls.go).
 	rlsCache rls.Cache
-	// leases is the node's quota leases (lease.go); nil when the node
-	// cannot take any.
+	// leases is the node's quota leases (lease.go).
 	leases *leaseTable
 }
 
@@ -132,11 +143,8 @@ func New(node Node, cfg Config) *Service {
 	}
 	s := &Service{node: node, cfg: cfg, obs: obs, timeout: cfg.RequestTimeout.String()}
 	s.deadlines.timeout, s.deadlines.slack = cfg.RequestTimeout, cfg.RequestTimeout/deadlineSlack
-	s.leader.loc, _ = node.(LeaderLocator)
-	s.domains, _ = node.(Domains)
-	if l, ok := node.(Leaser); ok {
-		s.leases = newLeaseTable(l)
-	}
+	s.leader.loc = node
+	s.leases = newLeaseTable(node)
 	s.specIdents.Max = maxSpecIdents
 	return s
 }
@@ -228,8 +236,8 @@ func (s *Service) limitOf(policy string) Limit {
 	return Limit{Name: policy, Spec: p.Spec, Known: ok, lease: p.Lease}
 }
 
-// LeaderLocator is implemented by a Node that can tell where the Raft leader
-// is (cluster.Node does); front ends pass it on to clients as a hint.
+// LeaderLocator is the Node's word on where the Raft leader is; front ends
+// pass it on to clients as a hint.
 type LeaderLocator interface {
 	// LeaderID is the leader's id ("" when unknown) and whether it is this
 	// node; it must be cheap enough to call on every request.
