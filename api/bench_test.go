@@ -67,7 +67,7 @@ var benchPolicy = algo.Config{Algorithm: "sliding_window", Limit: 100, Window: "
 func benchHandler(b *testing.B, path string, body []byte) {
 	store := constStore{newFakeStore()}
 	store.putPolicy(&testing.T{}, "api", benchPolicy, false)
-	runBench(b, New(store, Config{Logger: discardLogger()}).Handler(), path, body, nil)
+	runBench(b, newAPI(store, Config{Logger: discardLogger()}).Handler(), path, body, nil)
 }
 
 // runBench serves body to h in a loop; check, when set, inspects each
@@ -151,12 +151,12 @@ func BenchmarkCheckRoles(b *testing.B) {
 	b.Run("leader", func(b *testing.B) {
 		store := constStore{newFakeStore()}
 		store.putPolicy(&testing.T{}, "api", benchPolicy, false)
-		runBench(b, New(store, Config{Logger: discardLogger()}).Handler(), "/v1/check", body, nil)
+		runBench(b, newAPI(store, Config{Logger: discardLogger()}).Handler(), "/v1/check", body, nil)
 	})
 	b.Run("follower", func(b *testing.B) {
 		store := &leasingStore{constStore: constStore{newFakeStore()}}
 		store.putPolicy(&testing.T{}, "api", benchPolicy, false)
-		runBench(b, New(store, Config{Logger: discardLogger()}).Handler(), "/v1/check", body, func(w *discardWriter) {
+		runBench(b, newAPI(store, Config{Logger: discardLogger()}).Handler(), "/v1/check", body, func(w *discardWriter) {
 			if len(w.h[hdrLeader]) != 1 {
 				b.Fatal("no leader hint")
 			}
@@ -171,7 +171,7 @@ func BenchmarkCheckRoles(b *testing.B) {
 		store.mu.Lock()
 		store.policies["api"] = fsm.Policy{Name: "api", Spec: spec, Lease: algo.Lease{Share: algo.DefaultLeaseShare, MaxTTL: time.Minute}}
 		store.mu.Unlock()
-		srv := New(store, Config{Logger: discardLogger()})
+		srv := newAPI(store, Config{Logger: discardLogger()})
 		defer srv.Service().CloseLeases(context.Background())
 		h := srv.Handler()
 		// The lease is taken in the background after the key's first checks.
@@ -214,7 +214,7 @@ func BenchmarkCheckCachedRefusal(b *testing.B) {
 	store.putPolicy(&testing.T{}, "api", benchPolicy, false)
 	store.refuse(overlimit.LimitID{Policy: true, Ident: "api"}, spec, "user:12345")
 	store.refuse(overlimit.LimitID{Ident: string(algo.AppendSpec(nil, spec))}, spec, "user:12345")
-	h := New(store, Config{Logger: discardLogger()}).Handler()
+	h := newAPI(store, Config{Logger: discardLogger()}).Handler()
 	refused := func(w *discardWriter) {
 		if len(w.h[hdrRetryAfter]) == 0 {
 			b.Fatal("allowed: the over-limit cache missed")
@@ -264,7 +264,7 @@ func TestCachedRefusalHandlerAllocs(t *testing.T) {
 	store.putPolicy(t, "api", benchPolicy, false)
 	store.refuse(overlimit.LimitID{Policy: true, Ident: "api"}, spec, "user:12345")
 	store.refuse(overlimit.LimitID{Ident: string(algo.AppendSpec(nil, spec))}, spec, "user:12345")
-	h := New(store, Config{Logger: discardLogger()}).Handler()
+	h := newAPI(store, Config{Logger: discardLogger()}).Handler()
 	for _, body := range []string{
 		`{"key":"user:12345","policy":"api","cost":1}`,
 		`{"key":"user:12345","limit":{"algorithm":"sliding_window","limit":100,"window":"1s"},"cost":1}`,

@@ -14,7 +14,7 @@ import (
 
 func fuzzServer() (*Server, *fakeStore) {
 	store := newFakeStore()
-	return New(store, Config{Logger: discardLogger(), MaxBatch: 8}), store
+	return newAPI(store, Config{Logger: discardLogger()}, service.Config{MaxBatch: 8}).Server, store
 }
 
 // checkInvariants holds for every check that reaches the store, whatever the
@@ -152,7 +152,7 @@ func FuzzDecodeBatch(f *testing.F) {
 		if err := json.Unmarshal(body, &env); err != nil {
 			t.Fatalf("accepted %q: %v", body, err)
 		}
-		if len(reqs) != len(env.Checks) || len(reqs) == 0 || len(reqs) > s.cfg.MaxBatch {
+		if len(reqs) != len(env.Checks) || len(reqs) == 0 || len(reqs) > s.maxBatch {
 			t.Fatalf("%d results for %d entries", len(reqs), len(env.Checks))
 		}
 		var results []service.BatchResult

@@ -1,6 +1,7 @@
 package cluster_test
 
 import (
+	"github.com/limitd/limitd/api"
 	"github.com/limitd/limitd/cluster"
 	"github.com/limitd/limitd/service"
 )
@@ -20,3 +21,5 @@ var (
 	_ service.Backuper      = (*cluster.Node)(nil) // GET /v1/cluster/snapshot (backup.go)
 	_ service.Digester      = (*cluster.Node)(nil) // GET /v1/cluster/digest (status.go)
 )
+
+var _ api.Store = (*cluster.Node)(nil) // /healthz: whether the node can serve at all
