@@ -461,7 +461,7 @@ func (s *Service) ResetKey(ctx context.Context, r *CheckRequest) *Error {
 		// This node's leases on the key go back first: the state machine
 		// keeps outstanding leased units counted across a reset, so a
 		// lease still held would shrink the renewed budget (lease.go).
-		s.leases.forget(c.Policy, c.Key)
+		s.leases.Forget(c.Policy, c.Key)
 	}
 	return s.nodeError(s.node.ResetKey(ctx, c))
 }

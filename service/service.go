@@ -10,7 +10,8 @@
 // their own, so every transport answers alike. Below, a Node decides: the
 // interface is defined here, by its consumer, and cluster.Node (or a future
 // shard router) satisfies it without knowing this package, which imports
-// only the leaf nodeapi for the errors and views they share.
+// only the leaf nodeapi for the values, errors and views they share. The
+// lease runtime is package lease; what a lease means to a check is here.
 // service/DESIGN.md says why.
 package service
 
@@ -21,6 +22,7 @@ import (
 	"time"
 
 	"github.com/limitd/limitd/algo"
+	"github.com/limitd/limitd/lease"
 	"github.com/limitd/limitd/nodeapi"
 	"github.com/limitd/limitd/rls"
 )
@@ -92,6 +94,8 @@ type Config struct {
 	RequestTimeout time.Duration
 	// Observer, when set, is told every check's outcome.
 	Observer Observer
+	// leases tunes the lease table; the package's tests set its clock.
+	leases lease.Options
 }
 
 // Defaults.
@@ -125,8 +129,8 @@ type Service struct {
 	specIdents Interner
 	// rlsCache holds the node's RLS domains compiled (rls.go).
 	rlsCache rls.Cache
-	// leases is the node's quota leases (lease.go).
-	leases *leaseTable
+	// leases is the node's quota leases (lease.go, package lease).
+	leases *lease.Table
 }
 
 // New returns the service for node.
@@ -144,7 +148,7 @@ func New(node Node, cfg Config) *Service {
 	s := &Service{node: node, cfg: cfg, obs: obs, timeout: cfg.RequestTimeout.String()}
 	s.deadlines.timeout, s.deadlines.slack = cfg.RequestTimeout, cfg.RequestTimeout/deadlineSlack
 	s.leader.loc = node
-	s.leases = newLeaseTable(node)
+	s.leases = newLeases(node, cfg.leases)
 	s.specIdents.Max = maxSpecIdents
 	return s
 }
