@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/limitd/limitd/fsm"
+	"github.com/limitd/limitd/nodeapi"
 	"github.com/limitd/limitd/service"
 )
 
@@ -19,7 +19,7 @@ func fuzzServer() (*Server, *fakeStore) {
 
 // checkInvariants holds for every check that reaches the store, whatever the
 // input.
-func checkInvariants(t *testing.T, c fsm.Check, requestID string) {
+func checkInvariants(t *testing.T, c nodeapi.Check, requestID string) {
 	t.Helper()
 	if len(c.Key) == 0 || len(c.Key) > service.MaxKeyBytes {
 		t.Fatalf("accepted key of %d bytes", len(c.Key))
@@ -46,7 +46,7 @@ func checkInvariants(t *testing.T, c fsm.Check, requestID string) {
 // validated runs decoded checks through the service against the fake store
 // and returns what reached the store, one op per check decided; a check the
 // service refused must have been refused for its input (or its unknown policy).
-func validated(t *testing.T, s *Server, store *fakeStore, run func() []*service.Error) []fsm.Op {
+func validated(t *testing.T, s *Server, store *fakeStore, run func() []*service.Error) []nodeapi.Op {
 	t.Helper()
 	store.mu.Lock()
 	store.checkCalls = nil
@@ -58,7 +58,7 @@ func validated(t *testing.T, s *Server, store *fakeStore, run func() []*service.
 	}
 	store.mu.Lock()
 	defer store.mu.Unlock()
-	var ops []fsm.Op
+	var ops []nodeapi.Op
 	for _, call := range store.checkCalls {
 		ops = append(ops, call...)
 	}

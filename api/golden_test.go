@@ -20,7 +20,6 @@ import (
 	"time"
 
 	"github.com/limitd/limitd/algo"
-	"github.com/limitd/limitd/fsm"
 	"github.com/limitd/limitd/nodeapi"
 )
 
@@ -322,7 +321,7 @@ func checkMetrics(t *testing.T, url string) []byte {
 // drop a connection without an answer.
 type abortingStore struct{ *fakeStore }
 
-func (abortingStore) Check(context.Context, []fsm.Op) ([]fsm.Result, error) {
+func (abortingStore) Check(context.Context, []nodeapi.Op) ([]nodeapi.Result, error) {
 	panic(http.ErrAbortHandler)
 }
 

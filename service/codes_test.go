@@ -12,7 +12,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 
-	"github.com/limitd/limitd/fsm"
+	"github.com/limitd/limitd/nodeapi"
 )
 
 // Every code the state machine and the service define has its answer on
@@ -20,14 +20,14 @@ import (
 // values are written out: a change to the table must change this test.
 func TestEveryCodeHasOneAnswer(t *testing.T) {
 	want := map[Code]Answer{
-		fsm.CodeInvalidArgument: {http.StatusBadRequest, codes.InvalidArgument, false},
-		fsm.CodeUnauthenticated: {http.StatusUnauthorized, codes.Unauthenticated, false},
-		fsm.CodeNotFound:        {http.StatusNotFound, codes.NotFound, false},
-		fsm.CodeConflict:        {http.StatusConflict, codes.AlreadyExists, false},
-		fsm.CodePayloadTooLarge: {http.StatusRequestEntityTooLarge, codes.ResourceExhausted, false},
-		fsm.CodeUnavailable:     {http.StatusServiceUnavailable, codes.Unavailable, true},
-		fsm.CodeOutcomeUnknown:  {http.StatusServiceUnavailable, codes.Aborted, true},
-		fsm.CodeInternal:        {http.StatusInternalServerError, codes.Internal, false},
+		nodeapi.CodeInvalidArgument: {http.StatusBadRequest, codes.InvalidArgument, false},
+		nodeapi.CodeUnauthenticated: {http.StatusUnauthorized, codes.Unauthenticated, false},
+		nodeapi.CodeNotFound:        {http.StatusNotFound, codes.NotFound, false},
+		nodeapi.CodeConflict:        {http.StatusConflict, codes.AlreadyExists, false},
+		nodeapi.CodePayloadTooLarge: {http.StatusRequestEntityTooLarge, codes.ResourceExhausted, false},
+		nodeapi.CodeUnavailable:     {http.StatusServiceUnavailable, codes.Unavailable, true},
+		nodeapi.CodeOutcomeUnknown:  {http.StatusServiceUnavailable, codes.Aborted, true},
+		nodeapi.CodeInternal:        {http.StatusInternalServerError, codes.Internal, false},
 	}
 	if len(Codes()) != len(want) || len(answers) != len(want) {
 		t.Fatalf("Codes() lists %d, the table has %d, want %d", len(Codes()), len(answers), len(want))
@@ -42,7 +42,7 @@ func TestEveryCodeHasOneAnswer(t *testing.T) {
 			t.Errorf("AnswerOf(%q) = %+v, want %+v", c, got, w)
 		}
 	}
-	if got := AnswerOf("no_such_code"); got != want[fsm.CodeInternal] {
+	if got := AnswerOf("no_such_code"); got != want[nodeapi.CodeInternal] {
 		t.Errorf("an unknown code answers %+v, want internal's", got)
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/limitd/limitd/fsm"
 	"github.com/limitd/limitd/nodeapi"
 	"github.com/limitd/limitd/rls"
 )
@@ -27,10 +26,10 @@ func (d *domainNode) RLSDomainConfig(name string) ([]byte, bool) {
 	return c, ok
 }
 
-func (d *domainNode) RLSDomains() []fsm.Domain {
-	var out []fsm.Domain
+func (d *domainNode) RLSDomains() []nodeapi.Domain {
+	var out []nodeapi.Domain
 	for name, c := range d.domains {
-		out = append(out, fsm.Domain{Name: name, Config: c})
+		out = append(out, nodeapi.Domain{Name: name, Config: c})
 	}
 	return out
 }
@@ -49,7 +48,7 @@ func (d *domainNode) PutRLSDomain(_ context.Context, name string, canonical []by
 
 func (d *domainNode) DeleteRLSDomain(_ context.Context, name string) error {
 	if _, ok := d.domains[name]; !ok {
-		return &fsm.Error{Code: fsm.CodeNotFound, Field: "domain", Message: "no such domain"}
+		return &nodeapi.Error{Code: nodeapi.CodeNotFound, Field: "domain", Message: "no such domain"}
 	}
 	delete(d.domains, name)
 	d.version++
