@@ -194,11 +194,10 @@ func (s *Server) routes() http.Handler {
 
 // rootHandler is the API's handler: it counts every response by route,
 // status and error code (metrics.go), and sends every request to the
-// router — except POST /v1/check
-// without a query string, the hot path, which it serves itself as the
-// router would (the same handler, and a panic answered by recoverPanic),
-// without the router's lookup, the noQuery wrapper and the route's
-// classification by string comparisons.
+// router — except POST /v1/check without a query string, the hot path,
+// which it serves itself as the router would (the same handler, and a
+// panic answered by recoverPanic), without the router's lookup, the
+// noQuery wrapper and the route's classification by string comparisons.
 type rootHandler struct {
 	s      *Server
 	router *httprouter.Router
