@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/limitd/limitd/algo"
-	"github.com/limitd/limitd/fsm"
+	"github.com/limitd/limitd/nodeapi"
 	"github.com/limitd/limitd/overlimit"
 	"github.com/limitd/limitd/service"
 )
@@ -20,10 +20,10 @@ import (
 // measure the HTTP layer alone: decoding, validation, headers, encoding.
 type constStore struct{ *fakeStore }
 
-func (constStore) Check(_ context.Context, ops []fsm.Op) ([]fsm.Result, error) {
-	out := make([]fsm.Result, len(ops))
+func (constStore) Check(_ context.Context, ops []nodeapi.Op) ([]nodeapi.Result, error) {
+	out := make([]nodeapi.Result, len(ops))
 	for i := range ops {
-		out[i] = fsm.Result{Allowed: true, Decisions: []fsm.Decision{{Decision: algo.Decision{
+		out[i] = nodeapi.Result{Allowed: true, Decisions: []nodeapi.Decision{{Decision: algo.Decision{
 			Allowed: true, Limit: 100, Remaining: 42, ResetAfter: 1_500_000_000}}}}
 	}
 	return out, nil
@@ -67,7 +67,7 @@ var benchPolicy = algo.Config{Algorithm: "sliding_window", Limit: 100, Window: "
 func benchHandler(b *testing.B, path string, body []byte) {
 	store := constStore{newFakeStore()}
 	store.putPolicy(&testing.T{}, "api", benchPolicy, false)
-	runBench(b, New(store, Config{Logger: discardLogger()}).Handler(), path, body, nil)
+	runBench(b, newAPI(store, Config{Logger: discardLogger()}).Handler(), path, body, nil)
 }
 
 // runBench serves body to h in a loop; check, when set, inspects each
@@ -118,7 +118,7 @@ type leasingStore struct {
 	granted, checks atomic.Int64
 }
 
-func (l *leasingStore) Check(ctx context.Context, ops []fsm.Op) ([]fsm.Result, error) {
+func (l *leasingStore) Check(ctx context.Context, ops []nodeapi.Op) ([]nodeapi.Result, error) {
 	l.checks.Add(1)
 	return l.constStore.Check(ctx, ops)
 }
@@ -126,17 +126,17 @@ func (l *leasingStore) Check(ctx context.Context, ops []fsm.Op) ([]fsm.Result, e
 func (*leasingStore) LeaderID() (string, bool)         { return "n1", false }
 func (*leasingStore) LeaderHTTPAddr() (string, string) { return "n1", "http://127.0.0.1:8080" }
 
-func (l *leasingStore) GrantLeases(_ context.Context, reqs []fsm.LeaseRequest) ([]fsm.LeaseGrant, error) {
-	gs := make([]fsm.LeaseGrant, len(reqs))
+func (l *leasingStore) GrantLeases(_ context.Context, reqs []nodeapi.LeaseRequest) ([]nodeapi.LeaseGrant, error) {
+	gs := make([]nodeapi.LeaseGrant, len(reqs))
 	for i, r := range reqs {
-		gs[i] = fsm.LeaseGrant{ID: r.ID, Units: 500_000_000, Valid: time.Hour, Limit: 1_000_000_000, Remaining: 500_000_000,
+		gs[i] = nodeapi.LeaseGrant{ID: r.ID, Units: 500_000_000, Valid: time.Hour, Limit: 1_000_000_000, Remaining: 500_000_000,
 			ResetAt: time.Now().Add(time.Hour).UnixNano()}
 	}
 	l.granted.Add(int64(len(reqs)))
 	return gs, nil
 }
 
-func (*leasingStore) ReturnLeases(_ context.Context, rets []fsm.LeaseReturn) ([]int64, error) {
+func (*leasingStore) ReturnLeases(_ context.Context, rets []nodeapi.LeaseReturn) ([]int64, error) {
 	return make([]int64, len(rets)), nil
 }
 
@@ -151,12 +151,12 @@ func BenchmarkCheckRoles(b *testing.B) {
 	b.Run("leader", func(b *testing.B) {
 		store := constStore{newFakeStore()}
 		store.putPolicy(&testing.T{}, "api", benchPolicy, false)
-		runBench(b, New(store, Config{Logger: discardLogger()}).Handler(), "/v1/check", body, nil)
+		runBench(b, newAPI(store, Config{Logger: discardLogger()}).Handler(), "/v1/check", body, nil)
 	})
 	b.Run("follower", func(b *testing.B) {
 		store := &leasingStore{constStore: constStore{newFakeStore()}}
 		store.putPolicy(&testing.T{}, "api", benchPolicy, false)
-		runBench(b, New(store, Config{Logger: discardLogger()}).Handler(), "/v1/check", body, func(w *discardWriter) {
+		runBench(b, newAPI(store, Config{Logger: discardLogger()}).Handler(), "/v1/check", body, func(w *discardWriter) {
 			if len(w.h[hdrLeader]) != 1 {
 				b.Fatal("no leader hint")
 			}
@@ -169,9 +169,9 @@ func BenchmarkCheckRoles(b *testing.B) {
 			b.Fatal(err)
 		}
 		store.mu.Lock()
-		store.policies["api"] = fsm.Policy{Name: "api", Spec: spec, Lease: algo.Lease{Share: algo.DefaultLeaseShare, MaxTTL: time.Minute}}
+		store.policies["api"] = nodeapi.Policy{Name: "api", Spec: spec, Lease: algo.Lease{Share: algo.DefaultLeaseShare, MaxTTL: time.Minute}}
 		store.mu.Unlock()
-		srv := New(store, Config{Logger: discardLogger()})
+		srv := newAPI(store, Config{Logger: discardLogger()})
 		defer srv.Service().CloseLeases(context.Background())
 		h := srv.Handler()
 		// The lease is taken in the background after the key's first checks.
@@ -214,7 +214,7 @@ func BenchmarkCheckCachedRefusal(b *testing.B) {
 	store.putPolicy(&testing.T{}, "api", benchPolicy, false)
 	store.refuse(overlimit.LimitID{Policy: true, Ident: "api"}, spec, "user:12345")
 	store.refuse(overlimit.LimitID{Ident: string(algo.AppendSpec(nil, spec))}, spec, "user:12345")
-	h := New(store, Config{Logger: discardLogger()}).Handler()
+	h := newAPI(store, Config{Logger: discardLogger()}).Handler()
 	refused := func(w *discardWriter) {
 		if len(w.h[hdrRetryAfter]) == 0 {
 			b.Fatal("allowed: the over-limit cache missed")
@@ -264,7 +264,7 @@ func TestCachedRefusalHandlerAllocs(t *testing.T) {
 	store.putPolicy(t, "api", benchPolicy, false)
 	store.refuse(overlimit.LimitID{Policy: true, Ident: "api"}, spec, "user:12345")
 	store.refuse(overlimit.LimitID{Ident: string(algo.AppendSpec(nil, spec))}, spec, "user:12345")
-	h := New(store, Config{Logger: discardLogger()}).Handler()
+	h := newAPI(store, Config{Logger: discardLogger()}).Handler()
 	for _, body := range []string{
 		`{"key":"user:12345","policy":"api","cost":1}`,
 		`{"key":"user:12345","limit":{"algorithm":"sliding_window","limit":100,"window":"1s"},"cost":1}`,

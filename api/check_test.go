@@ -212,7 +212,7 @@ func TestStoreErrors(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			ts := newTestServer(t, Config{RequestTimeout: 20 * time.Millisecond, NoLeaderRetryAfter: 1500 * time.Millisecond})
+			ts := newTestServer(t, Config{NoLeaderRetryAfter: 1500 * time.Millisecond}, service.Config{RequestTimeout: 20 * time.Millisecond})
 			ts.store.checkErr, ts.store.blockCheck = c.err, c.block
 			for _, path := range []string{"/v1/check", "/v1/check/all", "/v1/check/batch", "/v1/auth/api", "/v1/keys/k?policy=api"} {
 				method, body := "POST", `{"checks":[{"key":"k","policy":"api"}]}`
@@ -313,7 +313,7 @@ func TestCheckAllAtomic(t *testing.T) {
 }
 
 func TestCheckAllInputErrors(t *testing.T) {
-	ts := newTestServer(t, Config{MaxBatch: 3})
+	ts := newTestServer(t, Config{}, service.Config{MaxBatch: 3})
 	inline := `{"key":"k","limit":` + fw3 + `}`
 	cases := []struct {
 		body, field string
@@ -344,7 +344,7 @@ func TestCheckAllInputErrors(t *testing.T) {
 // TestBatch: independent decisions in order; an invalid entry gets its own
 // error and the others are decided.
 func TestBatch(t *testing.T) {
-	ts := newTestServer(t, Config{MaxBatch: 5})
+	ts := newTestServer(t, Config{}, service.Config{MaxBatch: 5})
 	ts.store.putPolicy(t, "one", algo.Config{Algorithm: "fixed_window", Limit: 1, Window: "1m"}, false)
 	body := `{"checks":[
 		{"key":"a","policy":"one"},
@@ -457,7 +457,7 @@ func TestRequestIDReplay(t *testing.T) {
 // restarted from 0 after a deploy were silently answered with old decisions).
 func TestRequestIDReuseRefused(t *testing.T) {
 	store := newFSMStore(t) // the real state machine's request table
-	ts := &testServer{t: t, h: New(store, Config{Logger: discardLogger()}).Handler()}
+	ts := &testServer{t: t, h: newAPI(store, Config{Logger: discardLogger()}).Handler()}
 	for _, name := range []string{"api", "web"} {
 		if r := ts.do("PUT", "/v1/policies/"+name, `{"algorithm":"fixed_window","limit":10,"window":"1m"}`); r.code != 200 {
 			t.Fatalf("put %s: %d %s", name, r.code, r.body)
@@ -646,9 +646,16 @@ func TestRoutingErrors(t *testing.T) {
 			t.Errorf("%s %s: Allow = %q, want %q", c.method, c.path, r.header.Get("Allow"), c.allow)
 		}
 	}
-	// The store's node-to-node endpoints are mounted under /internal/.
+	// The node's node-to-node endpoints are served beside the API, on the
+	// same listener, as the daemon composes them; the API's own handler
+	// does not mount them.
 	if r := ts.do("POST", "/internal/v1/check", ""); r.code != http.StatusTeapot || r.header.Get("X-Fake-Internal") != "/internal/v1/check" {
-		t.Fatalf("/internal/ not routed to the store: %d", r.code)
+		t.Fatalf("/internal/ not routed to the node: %d", r.code)
+	}
+	rec := httptest.NewRecorder()
+	newAPI(newFakeStore(), Config{Logger: discardLogger()}).Server.Handler().ServeHTTP(rec, httptest.NewRequest("POST", "/internal/v1/check", nil))
+	if rec.Code != http.StatusNotFound {
+		t.Fatalf("the API's own handler answers /internal/ with %d; want 404 (not its route)", rec.Code)
 	}
 }
 
@@ -874,7 +881,7 @@ func (c *ctxStore) Check(ctx context.Context, ops []fsm.Op) ([]fsm.Result, error
 // gets a context without the request's cancellation.
 func TestCheckOutlivesClient(t *testing.T) {
 	store := &ctxStore{fakeStore: newFakeStore()}
-	h := New(store, Config{Logger: discardLogger()}).Handler()
+	h := newAPI(store, Config{Logger: discardLogger()}).Handler()
 	gone, cancel := context.WithCancel(context.Background())
 	cancel()
 	req := httptest.NewRequest("POST", "/v1/check", strings.NewReader(`{"key":"k","limit":`+fw3+`}`)).WithContext(gone)

@@ -34,7 +34,7 @@ func newAPIClusterJoin(t *testing.T, size int, joinHTTP bool) *apiCluster {
 	c.Cluster = clustertest.MakeClusterOpts(t, clustertest.Options{
 		Nodes: size, SkipShort: true,
 		Handler: func(_ int, n *cluster.Node) http.Handler {
-			return New(n, Config{Logger: discardLogger()}).Handler()
+			return newAPI(n, Config{Logger: discardLogger()}).Handler()
 		},
 		// Join through the HTTP API of node 0, as `limitd --join` does.
 		Join: func(h *clustertest.Cluster, i int) error {

@@ -110,7 +110,7 @@ func (s *Server) decodeBatch(body []byte) (reqs []service.CheckRequest, errs []*
 // fastDecodeBatch is decodeBatch for the shape fastBatch reads: the keys
 // and request ids of all checks share one string. false: decode otherwise.
 func (s *Server) fastDecodeBatch(body []byte) (reqs []service.CheckRequest, errs []*service.Error, ok bool) {
-	fcs, ok := fastBatch(body, make([]fastCheckJSON, 0, 16), s.cfg.MaxBatch)
+	fcs, ok := fastBatch(body, make([]fastCheckJSON, 0, 16), s.maxBatch)
 	if !ok || len(fcs) == 0 {
 		return nil, nil, false // the slow path names the error
 	}

@@ -18,7 +18,7 @@ func (d *digestStore) Digest() (string, uint64, error) { return d.digest, d.appl
 
 func TestDigestEndpoint(t *testing.T) {
 	ds := &digestStore{fakeStore: newFakeStore(), digest: "abc123", applied: 42}
-	ts := &testServer{t: t, store: ds.fakeStore, h: New(ds, Config{Logger: discardLogger()}).Handler()}
+	ts := &testServer{t: t, store: ds.fakeStore, h: newAPI(ds, Config{Logger: discardLogger()}).Handler()}
 	r := ts.do(http.MethodGet, "/v1/cluster/digest", "")
 	if r.code != http.StatusOK {
 		t.Fatalf("status %d: %s", r.code, r.body)
@@ -46,7 +46,7 @@ func TestDigestEndpoint(t *testing.T) {
 // applied index) is for admins, like the full /v1/cluster view.
 func TestDigestAdminOnly(t *testing.T) {
 	ds := &digestStore{fakeStore: newFakeStore(), digest: "abc123", applied: 42}
-	ts := &testServer{t: t, store: ds.fakeStore, h: New(ds, Config{Logger: discardLogger(), AdminToken: "s3cret"}).Handler()}
+	ts := &testServer{t: t, store: ds.fakeStore, h: newAPI(ds, Config{Logger: discardLogger(), AdminToken: "s3cret"}).Handler()}
 	if r := ts.do(http.MethodGet, "/v1/cluster/digest", ""); r.code != http.StatusUnauthorized {
 		t.Fatalf("without the token: %d %s", r.code, r.body)
 	}

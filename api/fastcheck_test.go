@@ -232,7 +232,7 @@ func checkAgrees(t *testing.T, s *Server, body []byte) bool {
 // batchAgrees is checkAgrees for a batch body.
 func batchAgrees(t *testing.T, s *Server, body []byte) bool {
 	t.Helper()
-	_, fast := fastBatch(body, nil, s.cfg.MaxBatch)
+	_, fast := fastBatch(body, nil, s.maxBatch)
 	if fast {
 		if e := scanJSON(body, "", true, 0); e != nil {
 			t.Fatalf("%q: fastBatch accepts what scanJSON refuses: %+v", body, e)

@@ -74,7 +74,7 @@ func (s *fsmStore) Policies() []fsm.Policy                { return s.f.Policies(
 // written through the API is enforced, listed, reset and deleted.
 func TestWithStateMachine(t *testing.T) {
 	store := newFSMStore(t)
-	ts := &testServer{t: t, h: New(store, Config{Logger: discardLogger()}).Handler()}
+	ts := &testServer{t: t, h: newAPI(store, Config{Logger: discardLogger()}).Handler()}
 
 	r := ts.do("PUT", "/v1/policies/api", `{"algorithm":"fixed_window","limit":2,"window":"1m"}`)
 	if r.code != 200 {

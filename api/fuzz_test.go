@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/limitd/limitd/fsm"
+	"github.com/limitd/limitd/nodeapi"
 	"github.com/limitd/limitd/service"
 )
 
@@ -14,12 +14,12 @@ import (
 
 func fuzzServer() (*Server, *fakeStore) {
 	store := newFakeStore()
-	return New(store, Config{Logger: discardLogger(), MaxBatch: 8}), store
+	return newAPI(store, Config{Logger: discardLogger()}, service.Config{MaxBatch: 8}).Server, store
 }
 
 // checkInvariants holds for every check that reaches the store, whatever the
 // input.
-func checkInvariants(t *testing.T, c fsm.Check, requestID string) {
+func checkInvariants(t *testing.T, c nodeapi.Check, requestID string) {
 	t.Helper()
 	if len(c.Key) == 0 || len(c.Key) > service.MaxKeyBytes {
 		t.Fatalf("accepted key of %d bytes", len(c.Key))
@@ -46,7 +46,7 @@ func checkInvariants(t *testing.T, c fsm.Check, requestID string) {
 // validated runs decoded checks through the service against the fake store
 // and returns what reached the store, one op per check decided; a check the
 // service refused must have been refused for its input (or its unknown policy).
-func validated(t *testing.T, s *Server, store *fakeStore, run func() []*service.Error) []fsm.Op {
+func validated(t *testing.T, s *Server, store *fakeStore, run func() []*service.Error) []nodeapi.Op {
 	t.Helper()
 	store.mu.Lock()
 	store.checkCalls = nil
@@ -58,7 +58,7 @@ func validated(t *testing.T, s *Server, store *fakeStore, run func() []*service.
 	}
 	store.mu.Lock()
 	defer store.mu.Unlock()
-	var ops []fsm.Op
+	var ops []nodeapi.Op
 	for _, call := range store.checkCalls {
 		ops = append(ops, call...)
 	}
@@ -152,7 +152,7 @@ func FuzzDecodeBatch(f *testing.F) {
 		if err := json.Unmarshal(body, &env); err != nil {
 			t.Fatalf("accepted %q: %v", body, err)
 		}
-		if len(reqs) != len(env.Checks) || len(reqs) == 0 || len(reqs) > s.cfg.MaxBatch {
+		if len(reqs) != len(env.Checks) || len(reqs) == 0 || len(reqs) > s.maxBatch {
 			t.Fatalf("%d results for %d entries", len(reqs), len(env.Checks))
 		}
 		var results []service.BatchResult

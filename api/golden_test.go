@@ -20,7 +20,6 @@ import (
 	"time"
 
 	"github.com/limitd/limitd/algo"
-	"github.com/limitd/limitd/fsm"
 	"github.com/limitd/limitd/nodeapi"
 )
 
@@ -167,11 +166,11 @@ func TestResponsesGolden(t *testing.T) {
 		store.putPolicy(t, "api", algo.Config{Algorithm: "fixed_window", Limit: 3, Window: "1s"}, false)
 		store.putPolicy(t, "shadow", algo.Config{Algorithm: "fixed_window", Limit: 1, Window: "1m"}, true)
 		cfg := Config{Logger: discardLogger(), MaxBodyBytes: 512, AuthKeySource: "header:X-Real-IP"}
-		var srv *Server
+		var srv *testAPI
 		if role == "leader" {
-			srv = New(store, cfg)
+			srv = newAPI(store, cfg)
 		} else {
-			srv = New(followerStore{store}, cfg)
+			srv = newAPI(followerStore{store}, cfg)
 		}
 		hs := httptest.NewServer(srv.Handler())
 		for _, st := range goldenSteps() {
@@ -322,7 +321,7 @@ func checkMetrics(t *testing.T, url string) []byte {
 // drop a connection without an answer.
 type abortingStore struct{ *fakeStore }
 
-func (abortingStore) Check(context.Context, []fsm.Op) ([]fsm.Result, error) {
+func (abortingStore) Check(context.Context, []nodeapi.Op) ([]nodeapi.Result, error) {
 	panic(http.ErrAbortHandler)
 }
 
@@ -332,7 +331,7 @@ func (abortingStore) Check(context.Context, []fsm.Op) ([]fsm.Result, error) {
 func TestCheckAbortPanicDropsConnection(t *testing.T) {
 	store := newFakeStore()
 	store.putPolicy(t, "api", algo.Config{Algorithm: "fixed_window", Limit: 3, Window: "1s"}, false)
-	hs := httptest.NewUnstartedServer(New(abortingStore{store}, Config{Logger: discardLogger()}).Handler())
+	hs := httptest.NewUnstartedServer(newAPI(abortingStore{store}, Config{Logger: discardLogger()}).Handler())
 	hs.Config.ErrorLog = log.New(io.Discard, "", 0)
 	hs.Start()
 	defer hs.Close()

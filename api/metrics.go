@@ -2,6 +2,7 @@ package api
 
 import (
 	"log"
+	"log/slog"
 	"net/http"
 	"runtime"
 	"strconv"
@@ -14,7 +15,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/limitd/limitd/buildinfo"
-	"github.com/limitd/limitd/fsm"
 	"github.com/limitd/limitd/nodeapi"
 	"github.com/limitd/limitd/service"
 )
@@ -48,10 +48,15 @@ var resultNames = [numResults]string{"allowed", "refused", "shadow_refused", "er
 // client sending made-up names cannot create unbounded label values.
 const unknownPolicy = "unknown"
 
-// metrics is the API's Prometheus registry. Counters are resolved once per
-// policy and cached: WithLabelValues on every check would hash and allocate.
-type metrics struct {
+// Metrics is the HTTP API's Prometheus metrics, on the registry the process
+// builds once and serves on /metrics. It is also the service's Observer
+// (limitd_checks_total), so it exists before the service it counts for:
+// NewMetrics, then service.New with it, then New. Counters are resolved
+// once per policy and cached: WithLabelValues on every check would hash and
+// allocate.
+type Metrics struct {
 	reg       *prometheus.Registry
+	logger    *log.Logger
 	checks    *prometheus.CounterVec
 	duration  [numEndpoints]prometheus.Observer
 	byPolicy  sync.Map // policy label → *[numResults]prometheus.Counter
@@ -59,13 +64,24 @@ type metrics struct {
 	responses responseCounters
 }
 
-// newMetrics registers the API's metrics and extra (the node's); deadline
-// is the request deadline, the top latency bucket.
-func newMetrics(extra []prometheus.Collector, logger *log.Logger, deadline time.Duration) *metrics {
+// NewMetrics registers the HTTP API's metrics (and the process's: Go
+// runtime, process, build info) on reg, which /metrics serves whole:
+// register the node's and the other front ends' collectors on it too
+// (Register). requestTimeout is the service's (0: its default), the top
+// latency bucket; logger (nil: slog.Default()) hears of collectors that
+// fail to register.
+func NewMetrics(reg *prometheus.Registry, requestTimeout time.Duration, logger *slog.Logger) *Metrics {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	return newMetrics(reg, slog.NewLogLogger(logger.Handler(), slog.LevelError), requestTimeout)
+}
+
+func newMetrics(reg *prometheus.Registry, logger *log.Logger, deadline time.Duration) *Metrics {
 	if deadline <= 0 {
 		deadline = service.DefaultRequestTimeout
 	}
-	m := &metrics{reg: prometheus.NewRegistry()}
+	m := &Metrics{reg: reg, logger: logger}
 	m.replays = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "limitd_request_id_replays_total",
 		Help: "Check requests answered from the request_id table (a retry of a decided request: nothing consumed).",
@@ -85,7 +101,7 @@ func newMetrics(extra []prometheus.Collector, logger *log.Logger, deadline time.
 	for i := range m.duration {
 		m.duration[i] = hist.WithLabelValues(endpointNames[i])
 	}
-	cs := append([]prometheus.Collector{
+	m.register(
 		m.checks,
 		hist,
 		m.replays,
@@ -95,29 +111,37 @@ func newMetrics(extra []prometheus.Collector, logger *log.Logger, deadline time.
 		collectors.NewGoCollector(),
 		newSchedWaitCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-	}, extra...)
+	)
+	return m
+}
+
+// Register adds collectors (the node's, the gRPC server's) to the registry
+// /metrics serves; nil ones are skipped, and one that fails to register is
+// logged rather than taking the node down.
+func (m *Metrics) Register(cs ...prometheus.Collector) { m.register(cs...) }
+
+func (m *Metrics) register(cs ...prometheus.Collector) {
 	for _, c := range cs {
 		if c == nil {
 			continue
 		}
 		if err := m.reg.Register(c); err != nil {
-			logger.Printf("api: register metrics collector: %v", err)
+			m.logger.Printf("api: register metrics collector: %v", err)
 		}
 	}
-	return m
 }
 
-func (m *metrics) handler() http.Handler {
+func (m *Metrics) handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
 }
 
 // observe times a decision that took from start to now: time.Since reads
 // only the monotonic clock.
-func (m *metrics) observe(ep endpoint, start time.Time) {
+func (m *Metrics) observe(ep endpoint, start time.Time) {
 	m.duration[ep].Observe(time.Since(start).Seconds())
 }
 
-func (m *metrics) counters(policy string) *[numResults]prometheus.Counter {
+func (m *Metrics) counters(policy string) *[numResults]prometheus.Counter {
 	if c, ok := m.byPolicy.Load(policy); ok {
 		return c.(*[numResults]prometheus.Counter)
 	}
@@ -132,7 +156,7 @@ func (m *metrics) counters(policy string) *[numResults]prometheus.Counter {
 // Decided counts a decided check (service.Observer). Its policy exists (the
 // state machine decided it), so the names are bounded by the policies ever
 // created.
-func (m *metrics) Decided(l service.Limit, d fsm.Decision) {
+func (m *Metrics) Decided(l service.Limit, d nodeapi.Decision) {
 	r := resultRefused
 	switch {
 	case d.ShadowRefused:
@@ -144,7 +168,7 @@ func (m *metrics) Decided(l service.Limit, d fsm.Decision) {
 }
 
 // Failed counts a check that got no decision (service.Observer).
-func (m *metrics) Failed(l service.Limit) {
+func (m *Metrics) Failed(l service.Limit) {
 	name := l.Name
 	if !l.Known {
 		name = unknownPolicy
@@ -153,7 +177,7 @@ func (m *metrics) Failed(l service.Limit) {
 }
 
 // replayed counts a check answered from the request_id table.
-func (m *metrics) replayed(r bool) {
+func (m *Metrics) replayed(r bool) {
 	if r {
 		m.replays.Inc()
 	}
@@ -311,8 +335,11 @@ func (rc *responseCounters) count(route, status int, code string) {
 	c.Inc()
 }
 
-// instrument counts every response of h by route, status and error code.
-func (m *metrics) instrument(h http.Handler) http.Handler {
+// Instrument counts every response of h by route, status and error code
+// in limitd_http_responses_total, as the API's own: for the handlers
+// served beside it on the same listener (the cluster's /internal/
+// endpoints, route "internal").
+func (m *Metrics) Instrument(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		rec := m.record(w)
 		h.ServeHTTP(rec, req)
@@ -323,13 +350,13 @@ func (m *metrics) instrument(h http.Handler) http.Handler {
 // record wraps w for one response; recorded counts it under route and
 // releases the wrapper. A handler that panics past them leaves the wrapper
 // to the garbage collector and the response uncounted.
-func (m *metrics) record(w http.ResponseWriter) *recorder {
+func (m *Metrics) record(w http.ResponseWriter) *recorder {
 	rec := recorderPool.Get().(*recorder)
 	rec.ResponseWriter, rec.status, rec.code = w, 0, ""
 	return rec
 }
 
-func (m *metrics) recorded(rec *recorder, route int) {
+func (m *Metrics) recorded(rec *recorder, route int) {
 	status := rec.status
 	if status == 0 {
 		status = http.StatusOK // nothing written: net/http sends 200

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -123,7 +124,7 @@ func metricsCluster(t *testing.T) (nodes []*cluster.Node, urls []string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		srv := httptest.NewUnstartedServer(New(n, Config{Logger: discardLogger()}).Handler())
+		srv := httptest.NewUnstartedServer(newAPI(n, Config{Logger: discardLogger()}).Handler())
 		srv.Listener.Close()
 		srv.Listener = ln
 		srv.Start()
@@ -324,8 +325,8 @@ func TestRouteOfIsBounded(t *testing.T) {
 // The response counter takes the error code from the body written by
 // writeError: outcome_unknown and unavailable share status 503.
 func TestResponsesCountErrorCodes(t *testing.T) {
-	m := newMetrics(nil, slog.NewLogLogger(discardLogger().Handler(), slog.LevelError), 0)
-	h := m.instrument(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+	m := newMetrics(prometheus.NewRegistry(), slog.NewLogLogger(discardLogger().Handler(), slog.LevelError), 0)
+	h := m.Instrument(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		switch req.URL.Path {
 		case "/v1/check":
 			writeError(w, &apiError{status: http.StatusServiceUnavailable, code: CodeOutcomeUnknown, message: "x"})

@@ -15,7 +15,7 @@ func TestMetricsTermAndIndexesForAdmins(t *testing.T) {
 	for _, name := range []string{"limitd_raft_term", "limitd_raft_commit_index", "limitd_raft_applied_index", "limitd_raft_commit_lag"} {
 		cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: name}, func() float64 { return 7 }))
 	}
-	ts := &testServer{t: t, store: store, h: New(multiCollectorStore{store, cs}, Config{AdminToken: "tok", Logger: discardLogger()}).Handler()}
+	ts := &testServer{t: t, store: store, h: newAPI(multiCollectorStore{store, cs}, Config{AdminToken: "tok", Logger: discardLogger()}).Handler()}
 	anon := string(ts.do("GET", "/metrics", "").body)
 	admin := string(ts.do("GET", "/metrics", "", "Authorization: Bearer tok").body)
 	for name := range adminMetrics {

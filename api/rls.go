@@ -62,7 +62,7 @@ func (s *Server) handlePutRLSDomain(w http.ResponseWriter, req *http.Request, ps
 		writeError(w, e)
 		return
 	}
-	ctx, cancel := context.WithTimeout(req.Context(), s.cfg.RequestTimeout)
+	ctx, cancel := context.WithTimeout(req.Context(), s.requestTimeout)
 	defer cancel()
 	dom, fe := s.svc.PutRLSDomain(ctx, ps.ByName("domain"), body)
 	if fe != nil {
@@ -73,7 +73,7 @@ func (s *Server) handlePutRLSDomain(w http.ResponseWriter, req *http.Request, ps
 }
 
 func (s *Server) handleDeleteRLSDomain(w http.ResponseWriter, req *http.Request, ps httprouter.Params) {
-	ctx, cancel := context.WithTimeout(req.Context(), s.cfg.RequestTimeout)
+	ctx, cancel := context.WithTimeout(req.Context(), s.requestTimeout)
 	defer cancel()
 	if fe := s.svc.DeleteRLSDomain(ctx, ps.ByName("domain")); fe != nil {
 		writeError(w, s.httpError(fe))

@@ -6,8 +6,11 @@
 //
 // It is a thin adapter over package service, which validates requests and
 // owns their semantics, so that every front end answers alike; decisions are
-// made by the Store (the Raft node), so any node can serve any request.
-// docs/API.md is the reference for clients.
+// made by the node under the service, so any node can serve any request.
+// The process that serves it (internal/daemon) builds the service and the
+// Prometheus registry once and hands them to New; the cluster's
+// node-to-node endpoints are not this package's: the daemon serves them
+// beside this handler. docs/API.md is the reference for clients.
 package api
 
 import (
@@ -20,23 +23,18 @@ import (
 	"runtime/debug"
 	"sort"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/julienschmidt/httprouter"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/limitd/limitd/nodeapi"
 	"github.com/limitd/limitd/service"
 )
 
-// Store is what the HTTP layer needs from the node: what the service layer
-// needs, plus the node-to-node endpoints and metrics to serve. cluster.Node
+// Store is what the HTTP layer needs from the node beyond the service:
+// whether it can serve at all (/healthz, /healthcheck). cluster.Node
 // implements it.
 type Store interface {
-	service.Node
-	Internal() http.Handler             // node-to-node endpoints (forwarding); mounted under /internal/
-	Collectors() []prometheus.Collector // raft/batcher/storage metrics to register on /metrics
 	// Health is nil while the node can serve; otherwise it names why not
 	// (a halted state machine, a failed disk, removal from the cluster).
 	Health() error
@@ -55,21 +53,15 @@ type Config struct {
 	// trusts for the original URI (query: key sources) and the client
 	// address (ip): defaults DefaultAuthURIHeader, DefaultAuthAddrHeader.
 	AuthURIHeader, AuthAddrHeader string
-	// MaxBatch bounds the checks in one /v1/check/batch or /v1/check/all
-	// request (default 1000).
-	MaxBatch int
 	// MaxBodyBytes bounds request bodies (default 1 MiB); larger ones get 413.
 	MaxBodyBytes int64
 	// NoLeaderRetryAfter is the Retry-After sent with 503s (default 1s).
 	NoLeaderRetryAfter time.Duration
-	// RequestTimeout bounds how long a request waits for the cluster
-	// (default 5s), so that nothing hangs when there is no quorum.
-	RequestTimeout time.Duration
 	// Logger receives handler panics and misconfiguration; nil means slog.Default().
 	Logger *slog.Logger
 }
 
-// Defaults (MaxBatch and RequestTimeout default in the service layer).
+// Defaults (the batch bound and the request timeout are the service's).
 const (
 	DefaultMaxBodyBytes       = 1 << 20
 	DefaultNoLeaderRetryAfter = service.DefaultRetryAfter
@@ -110,12 +102,15 @@ func (c Config) Validate() error {
 
 // Server serves the HTTP API.
 type Server struct {
-	store   Store
-	svc     *service.Service
-	cfg     Config
-	handler http.Handler
-	metrics *metrics
-	limits  service.LimitCache // inline limits by their JSON bytes
+	store Store
+	svc   *service.Service
+	cfg   Config
+	// maxBatch and requestTimeout are the service's (service.Config).
+	maxBatch       int
+	requestTimeout time.Duration
+	handler        http.Handler
+	metrics        *Metrics
+	limits         service.LimitCache // inline limits by their JSON bytes
 	// policyNames interns the policy names of check bodies.
 	policyNames service.Interner
 
@@ -124,10 +119,13 @@ type Server struct {
 	authHeaders  authHeaders
 }
 
-// New returns a server for store. Call cfg.Validate first to reject bad flags;
-// an invalid AuthKeySource makes /v1/auth answer 500 rather than panicking.
-func New(store Store, cfg Config) *Server {
-	s := &Server{store: store, cfg: cfg.withDefaults()}
+// New returns the HTTP API over svc, whose node is store, counting on m,
+// which must be svc's Observer (service.Config) for limitd_checks_total
+// to count its checks. Call cfg.Validate first to reject bad flags; an
+// invalid AuthKeySource makes /v1/auth answer 500 rather than panicking.
+func New(svc *service.Service, store Store, m *Metrics, cfg Config) *Server {
+	s := &Server{store: store, svc: svc, metrics: m, cfg: cfg.withDefaults(),
+		maxBatch: svc.Config().MaxBatch, requestTimeout: svc.Config().RequestTimeout}
 	s.policyNames.Max = maxInternedPolicies
 	s.keySource, s.keySourceErr = ParseKeySource(s.cfg.AuthKeySource)
 	if h, err := s.cfg.authHeaders(); err != nil && s.keySourceErr == nil {
@@ -138,21 +136,12 @@ func New(store Store, cfg Config) *Server {
 	if s.keySourceErr != nil {
 		s.cfg.Logger.Error("bad auth key source; /v1/auth will fail", "auth_key_source", s.cfg.AuthKeySource, "error", s.keySourceErr)
 	}
-	s.metrics = newMetrics(store.Collectors(), slog.NewLogLogger(s.cfg.Logger.Handler(), slog.LevelError), s.cfg.RequestTimeout)
-	s.svc = service.New(store, service.Config{
-		MaxBatch: s.cfg.MaxBatch, RequestTimeout: s.cfg.RequestTimeout, Observer: s.metrics})
-	s.metrics.reg.MustRegister(leaseCollectors(s.svc)...) // lease_metrics.go
-	s.cfg.MaxBatch, s.cfg.RequestTimeout = s.svc.Config().MaxBatch, s.svc.Config().RequestTimeout
+	m.register(leaseCollectors(svc)...) // lease_metrics.go
 	s.handler = s.routes()
 	return s
 }
 
-// Service returns the service the server adapts, for other front ends (gRPC)
-// and startup tasks to share: one set of limits, caches and metrics.
-func (s *Server) Service() *service.Service { return s.svc }
-
-// Handler returns the root handler: the API, and the store's node-to-node
-// endpoints under /internal/.
+// Handler returns the root handler of the API.
 func (s *Server) Handler() http.Handler { return s.handler }
 
 func (s *Server) routes() http.Handler {
@@ -200,20 +189,18 @@ func (s *Server) routes() http.Handler {
 	r.Handler(http.MethodGet, "/metrics", s.metricsHandler())
 	s.uiRoutes(r) // GET /ui, POST /v1/simulate (ui.go)
 
-	return &rootHandler{s: s, router: r, internal: s.store.Internal()}
+	return &rootHandler{s: s, router: r}
 }
 
 // rootHandler is the API's handler: it counts every response by route,
-// status and error code (metrics.go), sends the node-to-node endpoints to
-// the store, and everything else to the router — except POST /v1/check
-// without a query string, the hot path, which it serves itself as the
-// router would (the same handler, and a panic answered by recoverPanic),
-// without the router's lookup, the noQuery wrapper and the route's
-// classification by string comparisons.
+// status and error code (metrics.go), and sends every request to the
+// router — except POST /v1/check without a query string, the hot path,
+// which it serves itself as the router would (the same handler, and a
+// panic answered by recoverPanic), without the router's lookup, the
+// noQuery wrapper and the route's classification by string comparisons.
 type rootHandler struct {
-	s        *Server
-	router   *httprouter.Router
-	internal http.Handler // nil: the store has none
+	s      *Server
+	router *httprouter.Router
 }
 
 func (h *rootHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
@@ -224,11 +211,7 @@ func (h *rootHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		m.recorded(rec, routeCheck)
 		return
 	}
-	if h.internal != nil && strings.HasPrefix(req.URL.Path, "/internal/") {
-		h.internal.ServeHTTP(rec, req)
-	} else {
-		h.router.ServeHTTP(rec, req)
-	}
+	h.router.ServeHTTP(rec, req)
 	m.recorded(rec, routeOf(req.URL.Path))
 }
 

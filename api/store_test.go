@@ -19,6 +19,7 @@ import (
 	"github.com/limitd/limitd/algo"
 	"github.com/limitd/limitd/fsm"
 	"github.com/limitd/limitd/nodeapi"
+	"github.com/limitd/limitd/service"
 )
 
 // fakeStore is an in-memory Store that decides checks with algo.Decide, with
@@ -26,6 +27,7 @@ import (
 // replay, not_found policies), so handler tests see real decisions. Errors and
 // panics can be injected.
 type fakeStore struct {
+	noCapabilities
 	mu       sync.Mutex
 	now      int64             // the leader's clock, ns since the epoch
 	state    map[string][]byte // storage key → algo state
@@ -289,13 +291,13 @@ type testServer struct {
 	h     http.Handler
 }
 
-func newTestServer(t *testing.T, cfg Config) *testServer {
+func newTestServer(t *testing.T, cfg Config, sc ...service.Config) *testServer {
 	t.Helper()
 	if cfg.Logger == nil {
 		cfg.Logger = discardLogger()
 	}
 	store := newFakeStore()
-	return &testServer{t: t, store: store, h: New(store, cfg).Handler()}
+	return &testServer{t: t, store: store, h: newAPI(store, cfg, sc...).Handler()}
 }
 
 type response struct {

@@ -176,7 +176,7 @@ func TestUIInBrowserEmptyNode(t *testing.T) {
 	store := newFakeStore()
 	store.status = nodeapi.Status{NodeID: "n1", State: "Leader", LeaderID: "n1", LeaderHTTP: "127.0.0.1:1",
 		Members: []nodeapi.Member{{ID: "n1", RaftAddr: "127.0.0.1:2", HTTPAddr: "127.0.0.1:1", Suffrage: "Voter", Leader: true, Health: "healthy", Healthy: true}}}
-	srv := httptest.NewServer(New(store, Config{Logger: discardLogger()}).Handler())
+	srv := httptest.NewServer(newAPI(store, Config{Logger: discardLogger()}).Handler())
 	t.Cleanup(srv.Close)
 	b := startBrowser(t, bin)
 	b.navigate(srv.URL + "/ui")
@@ -198,7 +198,7 @@ func TestUIInBrowserAdminToken(t *testing.T) {
 		Term: 4, CommitIndex: 9, AppliedIndex: 9,
 		Members: []nodeapi.Member{{ID: "n1", RaftAddr: "127.0.0.1:2", HTTPAddr: "127.0.0.1:1", Suffrage: "Voter", Leader: true, Healthy: true}}}
 	store.putPolicy(t, "api", algo.Config{Algorithm: "token_bucket", Limit: 2, Window: "1m"}, false)
-	srv := httptest.NewServer(New(store, Config{AdminToken: token, Logger: discardLogger()}).Handler())
+	srv := httptest.NewServer(newAPI(store, Config{AdminToken: token, Logger: discardLogger()}).Handler())
 	t.Cleanup(srv.Close)
 	for i := 0; i < 2; i++ {
 		resp, err := http.Post(srv.URL+"/v1/check", "application/json", strings.NewReader(`{"key":"k","policy":"api"}`))

@@ -318,7 +318,7 @@ func leaseNode(t *testing.T, token string) *clustertest.Cluster {
 	t.Helper()
 	c := clustertest.MakeClusterOpts(t, clustertest.Options{Nodes: 1, SkipShort: true,
 		Handler: func(_ int, n *cluster.Node) http.Handler {
-			return New(n, Config{AdminToken: token, Logger: discardLogger()}).Handler()
+			return newAPI(n, Config{AdminToken: token, Logger: discardLogger()}).Handler()
 		}})
 	code, body := httpDo(t, "PUT", c.URL(0)+"/v1/policies/quota", token,
 		`{"algorithm":"fixed_window","limit":1000000,"window":"1h","lease":{"share":0.2,"max_ttl":"10m"}}`)

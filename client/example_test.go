@@ -17,9 +17,12 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/limitd/limitd/api"
 	"github.com/limitd/limitd/client"
 	"github.com/limitd/limitd/cluster"
+	"github.com/limitd/limitd/service"
 )
 
 // exampleAddr is a single-node limitd started in-process by TestMain, so
@@ -56,7 +59,11 @@ func startNode() (func(), error) {
 	if err != nil {
 		return nil, err
 	}
-	srv := httptest.NewUnstartedServer(api.New(n, api.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}).Handler())
+	// The HTTP API as the daemon composes it: its metrics are the service's
+	// Observer. (One node: no /internal/ endpoints are needed.)
+	m := api.NewMetrics(prometheus.NewRegistry(), 0, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	h := api.New(service.New(n, service.Config{Observer: m}), n, m, api.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}).Handler()
+	srv := httptest.NewUnstartedServer(h)
 	srv.Listener.Close()
 	srv.Listener = ln
 	srv.Start()

@@ -15,8 +15,11 @@ import (
 	extpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/limitd/limitd/api"
 	limitdv1 "github.com/limitd/limitd/proto/limitd/v1"
+	"github.com/limitd/limitd/service"
 )
 
 func cpuTime() time.Duration {
@@ -35,7 +38,11 @@ func cpuTime() time.Duration {
 func BenchmarkFrontEnds(b *testing.B) {
 	c := newTestCluster(b, 1, testConfig{})
 	defer c.close()
-	hs := &http.Server{Handler: api.New(c.nodes[0], api.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}).Handler()}
+	// The HTTP API as the daemon composes it: its metrics are the service's
+	// Observer. (One node: no /internal/ endpoints are needed.)
+	m := api.NewMetrics(prometheus.NewRegistry(), 0, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	h := api.New(service.New(c.nodes[0], service.Config{Observer: m}), c.nodes[0], m, api.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}).Handler()
+	hs := &http.Server{Handler: h}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)

@@ -14,7 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/limitd/limitd/algo"
-	"github.com/limitd/limitd/fsm"
+	"github.com/limitd/limitd/nodeapi"
 	limitdv1 "github.com/limitd/limitd/proto/limitd/v1"
 	"github.com/limitd/limitd/service"
 )
@@ -212,7 +212,7 @@ func TestPolicyLocalRefusals(t *testing.T) {
 	cl := c.limitd(0)
 	ctx := ctxT(t)
 	svc := service.New(c.nodes[0], service.Config{})
-	replicated := func() fsm.Policy {
+	replicated := func() nodeapi.Policy {
 		t.Helper()
 		p, e := svc.GetPolicy("pay")
 		if e != nil {

@@ -12,7 +12,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 
-	"github.com/limitd/limitd/fsm"
+	"github.com/limitd/limitd/nodeapi"
 )
 
 // Every code the state machine and the service define has its answer on
@@ -20,14 +20,14 @@ import (
 // values are written out: a change to the table must change this test.
 func TestEveryCodeHasOneAnswer(t *testing.T) {
 	want := map[Code]Answer{
-		fsm.CodeInvalidArgument: {http.StatusBadRequest, codes.InvalidArgument, false},
-		fsm.CodeUnauthenticated: {http.StatusUnauthorized, codes.Unauthenticated, false},
-		fsm.CodeNotFound:        {http.StatusNotFound, codes.NotFound, false},
-		fsm.CodeConflict:        {http.StatusConflict, codes.AlreadyExists, false},
-		fsm.CodePayloadTooLarge: {http.StatusRequestEntityTooLarge, codes.ResourceExhausted, false},
-		fsm.CodeUnavailable:     {http.StatusServiceUnavailable, codes.Unavailable, true},
-		fsm.CodeOutcomeUnknown:  {http.StatusServiceUnavailable, codes.Aborted, true},
-		fsm.CodeInternal:        {http.StatusInternalServerError, codes.Internal, false},
+		nodeapi.CodeInvalidArgument: {http.StatusBadRequest, codes.InvalidArgument, false},
+		nodeapi.CodeUnauthenticated: {http.StatusUnauthorized, codes.Unauthenticated, false},
+		nodeapi.CodeNotFound:        {http.StatusNotFound, codes.NotFound, false},
+		nodeapi.CodeConflict:        {http.StatusConflict, codes.AlreadyExists, false},
+		nodeapi.CodePayloadTooLarge: {http.StatusRequestEntityTooLarge, codes.ResourceExhausted, false},
+		nodeapi.CodeUnavailable:     {http.StatusServiceUnavailable, codes.Unavailable, true},
+		nodeapi.CodeOutcomeUnknown:  {http.StatusServiceUnavailable, codes.Aborted, true},
+		nodeapi.CodeInternal:        {http.StatusInternalServerError, codes.Internal, false},
 	}
 	if len(Codes()) != len(want) || len(answers) != len(want) {
 		t.Fatalf("Codes() lists %d, the table has %d, want %d", len(Codes()), len(answers), len(want))
@@ -42,18 +42,21 @@ func TestEveryCodeHasOneAnswer(t *testing.T) {
 			t.Errorf("AnswerOf(%q) = %+v, want %+v", c, got, w)
 		}
 	}
-	if got := AnswerOf("no_such_code"); got != want[fsm.CodeInternal] {
+	if got := AnswerOf("no_such_code"); got != want[nodeapi.CodeInternal] {
 		t.Errorf("an unknown code answers %+v, want internal's", got)
 	}
 }
 
-// Codes lists every Code constant fsm defines (read from its source, so a
-// code added there without an answer here fails).
-func TestCodesListsEveryFSMCode(t *testing.T) {
-	files, err := filepath.Glob("../fsm/*.go")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("fsm sources: %v %v", files, err)
+// Codes lists every Code constant the contract defines (read from nodeapi's
+// source, and fsm's in case one is added there, so a code added without an
+// answer here fails).
+func TestCodesListsEveryContractCode(t *testing.T) {
+	files, err := filepath.Glob("../nodeapi/*.go")
+	more, err2 := filepath.Glob("../fsm/*.go")
+	if err != nil || err2 != nil || len(files) == 0 || len(more) == 0 {
+		t.Fatalf("nodeapi and fsm sources: %v %v %v %v", files, more, err, err2)
 	}
+	files = append(files, more...)
 	defined := map[Code]bool{}
 	fset := token.NewFileSet()
 	for _, f := range files {
@@ -84,11 +87,11 @@ func TestCodesListsEveryFSMCode(t *testing.T) {
 	}
 	for c := range defined {
 		if !listed[c] {
-			t.Errorf("fsm defines code %q, which Codes() and the answer table lack", c)
+			t.Errorf("the contract defines code %q, which Codes() and the answer table lack", c)
 		}
 	}
 	if len(defined) != len(listed) {
-		t.Errorf("fsm defines %d codes, Codes() lists %d", len(defined), len(listed))
+		t.Errorf("the contract defines %d codes, Codes() lists %d", len(defined), len(listed))
 	}
 }
 

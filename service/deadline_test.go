@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/limitd/limitd/fsm"
+	"github.com/limitd/limitd/nodeapi"
 )
 
 // blockingNode answers no check: it waits for the context the service gives
@@ -16,7 +16,7 @@ type blockingNode struct {
 	got chan context.Context
 }
 
-func (b blockingNode) Check(ctx context.Context, _ []fsm.Op) ([]fsm.Result, error) {
+func (b blockingNode) Check(ctx context.Context, _ []nodeapi.Op) ([]nodeapi.Result, error) {
 	b.got <- ctx
 	<-ctx.Done()
 	return nil, ctx.Err()
@@ -82,7 +82,7 @@ type recordingNode struct {
 	ctxs []context.Context
 }
 
-func (r *recordingNode) Check(ctx context.Context, ops []fsm.Op) ([]fsm.Result, error) {
+func (r *recordingNode) Check(ctx context.Context, ops []nodeapi.Op) ([]nodeapi.Result, error) {
 	r.ctxs = append(r.ctxs, ctx)
 	return r.node.Check(ctx, ops)
 }

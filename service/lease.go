@@ -2,638 +2,64 @@ package service
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/binary"
-	"errors"
-	"math"
-	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/limitd/limitd/algo"
-	"github.com/limitd/limitd/fsm"
+	"github.com/limitd/limitd/lease"
+	"github.com/limitd/limitd/nodeapi"
 )
 
-// Quota leases, the node's side (the replicated accounting is fsm/lease.go).
+// Quota leases, what they mean to a check (the runtime that holds them is
+// package lease; the replicated accounting is fsm/lease.go).
 //
 // For a policy with a lease option, a node reserves part of a busy key's
-// budget through the log and answers allowed checks from it in memory. What
-// is leased is already counted in the replicated state, so spending it needs
-// no Raft round and can never admit more than the limit. The rules that keep
-// that true here:
-//
-//   - A lease is spent only before its local deadline: the monotonic time at
-//     which this node *sent* the grant request plus the grant's validity.
-//     The leader stamped the grant later than that, so whatever the clocks
-//     of the nodes say, the deadline falls before the end of the window the
-//     units were counted in.
-//   - Never more than granted; a lease given back (returned) is never spent
-//     again: it leaves the table before its return is sent.
-//   - A grant whose answer never came (outcome unknown, timeout) is not
-//     spent: its units, if it was made, are lost (under-admission).
-//
-// What stays exact (the per-check path through the log, as before): checks
-// with a request_id, check/all and batches, peeks (cost 0), inline limits and
-// every policy without the option. `remaining` in an answer from a lease is a
-// bound: this node's unspent leases plus what the state machine reported
-// unleased at its last grant. reset_after is an estimate, by this node's
-// wall clock, of when the key's state resets as the grant reported it (for a
-// fixed window, its end). A check that the lease cannot cover goes through
-// the log.
-//
-// Leases are dropped (unspent units returned) when the state machine recalls
-// them (a strict refusal elsewhere, Recall), when this node sees the
-// policy's limit or lease option change, before this node proposes a reset
-// of the key, after a key is idle for leaseIdle, and at CloseLeases. A key
-// reset made through another node does not revoke them: the state machine keeps outstanding leased units counted across a
-// reset (fsm/lease.go), so spending them stays exact. A leader change needs
-// nothing either: a grant is an entry in the log, and a new leader has it;
-// a return that fails meanwhile is sent again until its lease's deadline +
-// fsm.LeaseReturnGrace, and the state machine credits it until then.
+// budget through the log and answers allowed checks from it in memory
+// (package lease says what keeps that exact). What stays exact (the
+// per-check path through the log, as before): checks with a request_id,
+// check/all and batches, peeks (cost 0), inline limits and every policy
+// without the option. `remaining` in an answer from a lease is a bound:
+// this node's unspent leases plus what the state machine reported unleased
+// at its last grant. reset_after is an estimate, by this node's wall clock,
+// of when the key's state resets as the grant reported it (for a fixed
+// window, its end). A check that the lease cannot cover goes through the
+// log. This node's leases on a key go back before it proposes a reset of
+// the key (ResetKey), and all of them at CloseLeases.
 
-// Leaser is implemented by a Node that can take quota leases (cluster.Node
-// does): GrantLeases asks the leader for leases held by this node and
-// ReturnLeases gives back what they did not spend (see fsm.LeaseRequest,
-// fsm.LeaseGrant, fsm.LeaseReturn for the contract).
+// Leaser is the Node's part in quota leases: GrantLeases asks the leader
+// for leases held by this node and ReturnLeases gives back what they did
+// not spend (see nodeapi.LeaseRequest, nodeapi.LeaseGrant,
+// nodeapi.LeaseReturn for the contract); SetLeaseHook installs the lease
+// table as the one listener to the recalls and returns the node's state
+// machine applies (nodeapi.LeaseHook), without which a strict recall would
+// never reach the holders. A node that takes no leases answers every grant
+// with an error: checks then go through the log, as for any lease that
+// could not be taken.
 type Leaser interface {
-	GrantLeases(ctx context.Context, reqs []fsm.LeaseRequest) ([]fsm.LeaseGrant, error)
-	ReturnLeases(ctx context.Context, rets []fsm.LeaseReturn) ([]int64, error)
+	lease.Node
+	SetLeaseHook(h nodeapi.LeaseHook)
 }
-
-// Tuning of the node's lease table (one place).
-const (
-	// leaseAfterChecks is how many checks of a key through the log, within
-	// leaseIdle of each other, make this node take a lease on it: a key
-	// checked once a minute gains nothing from one. Measured (3 nodes, a
-	// leased daily quota, Zipf keys: many at a low rate, a few busy;
-	// limitd bench --cluster 3 --policy quota --algorithm fixed_window
-	// --limit 1000000000 --window 24h --dist zipf --keys 100000 (two
-	// rounds) and 20000 (one), 10 s each, load average ~20), leader CPU per
-	// check / Raft entries per 1,000 checks: 1 → 144–194 µs / 93–110
-	// (every rare key pays a grant and a return it barely uses), 2 →
-	// 114–138 / 96–102, 5 → 111–153 / 96–104, 20 → 134–155 / 87–103. 2
-	// to 20 are alike within the noise; 2 leases the most checks (48% on
-	// 20,000 keys against 39% for 20), so 2.
-	leaseAfterChecks = 2
-	// leaseIdle: a key not checked for this long gives its leases back.
-	leaseIdle = time.Second
-	// leaseSweep is how often the table looks for idle and expired leases.
-	leaseSweep = 250 * time.Millisecond
-	// leaseRequestTimeout bounds a grant or return round.
-	leaseRequestTimeout = 2 * time.Second
-	// leaseBackoff is the wait after a failed grant request.
-	leaseBackoff = time.Second
-	// leaseFlushLinger is how long the flusher lets grant and return
-	// requests gather before it sends them as one entry of each kind.
-	leaseFlushLinger = 50 * time.Millisecond
-	// leaseReturnRetry is the wait before a failed return is sent again.
-	leaseReturnRetry = 200 * time.Millisecond
-	// maxLeaseSlots bounds the keys with leases on one node.
-	maxLeaseSlots = 100_000
-	// leaseReturnLead: a lease stops being spent this long (at most a
-	// quarter of its validity) before its deadline and is given back then,
-	// so that the return usually reaches the leader before the lease
-	// expires there (its units are free again for other nodes at once; a
-	// later return is credited only within fsm.LeaseReturnGrace): two
-	// sweeps and a round to spare.
-	leaseReturnLead = 2 * leaseSweep
-	// leaseStrictTries and leaseStrictWait bound the strict retry
-	// (decideStrict): a refusal while leases elsewhere are outstanding is
-	// tried again after each return on the key, at most this many tries in
-	// all, and not after leaseStrictWait without a return.
-	leaseStrictTries = 4
-	leaseStrictWait  = 100 * time.Millisecond
-)
 
 // LeaseStats counts the node's leases, for metrics.
-type LeaseStats struct {
-	Taken    uint64 // grants received with units
-	Returned uint64 // leases given back with units unspent (a return entry was applied)
-	Lost     uint64 // leases whose unspent units were not given back (a failed return or grant, an expiry unreturned)
-	Revoked  uint64 // leases dropped because the policy changed
-	Recalled uint64 // leases given back because a strict refusal recalled them
-	Answered uint64 // checks answered from a lease
-	Held     int    // keys with a lease table entry now
-}
+type LeaseStats = lease.Stats
 
-type leaseKey struct{ policy, key string }
+// LeaseView is one key's quota leases on this node, as the status page
+// shows them.
+type LeaseView = lease.View
 
-type heldLease struct {
-	id    uint64
-	units int64
-	spent int64
-	// end is when the lease stops being spent and goes back: its deadline
-	// (local, monotonic: when the grant request was sent + Valid) less
-	// leaseReturnLead, at most a quarter of Valid.
-	end      time.Time
-	deadline time.Time
-	halfway  time.Time // between the grant request and end: refill from here
-	resetAt  int64     // wall clock (ns): fsm.LeaseGrant.ResetAt
-}
-
-// spentLease is a lease spent to the last unit and not given back (nothing
-// to credit, so no return was worth an entry): the leader's record still
-// counts it as outstanding until its expiry, so a recall gives it back
-// (empty) to take it out of the record.
-type spentLease struct {
-	id       uint64
-	deadline time.Time // after it, the record no longer counts it as outstanding
-}
-
-// maxSpentLeases bounds the spent leases a slot remembers (the record holds
-// at most fsm.MaxLeasesPerKey on a key).
-const maxSpentLeases = fsm.MaxLeasesPerKey
-
-func (h *heldLease) left() int64 { return h.units - h.spent }
-
-type leaseSlot struct {
-	spec      algo.Spec  // the leases were taken under this limit ...
-	lease     algo.Lease // ... and this option
-	cur, next *heldLease
-	granting  bool
-	notBefore time.Time // no grant request before
-	// recalledAt is the last recall: a grant sent before it and answered
-	// after it goes straight back.
-	recalledAt time.Time
-	lastUse    time.Time
-	unleased   int64 // Remaining at the last grant
-	exact      int   // checks that went through the log
-	spent      []spentLease
-}
-
-type leaseTable struct {
-	node Leaser
-	now  func() time.Time
-
-	mu     sync.Mutex
-	slots  map[leaseKey]*leaseSlot
-	closed bool
-	// Grants and returns wait here for the flusher, which sends all of
-	// them in one grant entry and one return entry: the log carries a
-	// few entries per flush, not two per key.
-	grants  []pendingGrant
-	returns []pendingReturn
-	kick    chan struct{}
-	flushMu sync.Mutex // one flush at a time
-	start   sync.Once
-	stop    chan struct{}
-	done    chan struct{} // the flusher has stopped
-
-	// waiters are the strict retries watching for a return on a key
-	// (watchReturns); Returned wakes them.
-	waiters    map[leaseKey][]chan struct{}
-	strictWait time.Duration // leaseStrictWait; tests lengthen it
-	linger     time.Duration // leaseFlushLinger; tests lengthen it
-
-	taken, returned, lost, revoked, recalled, answered atomic.Uint64
-	urgent                                             atomic.Bool // flush without lingering (a recall)
-}
-
-func newLeaseTable(n Leaser) *leaseTable {
-	t := &leaseTable{node: n, now: time.Now, slots: make(map[leaseKey]*leaseSlot),
-		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
-		waiters: make(map[leaseKey][]chan struct{}), strictWait: leaseStrictWait, linger: leaseFlushLinger}
-	if h, ok := n.(interface{ SetLeaseHook(fsm.LeaseHook) }); ok {
-		h.SetLeaseHook(t) // cluster.Node: recalls and returns as its state machine applies them
-	}
+// newLeases is the node's lease table, installed as its lease hook.
+func newLeases(n Leaser, o lease.Options) *lease.Table {
+	t := lease.New(n, o)
+	n.SetLeaseHook(t) // recalls and returns, as the node's state machine applies them
 	return t
-}
-
-type pendingGrant struct {
-	k  leaseKey
-	sl *leaseSlot
-	id uint64
-}
-
-type pendingReturn struct {
-	ret fsm.LeaseReturn
-	// until is the lease's deadline + fsm.LeaseReturnGrace: after it the
-	// leader has dropped the lease, and a return credits nothing, so none
-	// is sent again. Within the grace a late return is still credited
-	// (this node stopped spending before the deadline, so what it reports
-	// unspent is final), which is what keeps a leader's election from
-	// costing the units leased at the time.
-	until time.Time
 }
 
 // leased answers c from this node's lease on its key, if it holds one that
 // covers c; otherwise it may start taking one in the background and reports
 // a miss (the caller decides through the log).
-func (s *Service) leased(c *fsm.Check, l *Limit) (fsm.Decision, bool) {
-	t := s.leases
-	if t == nil || c.Policy == "" || c.Cost <= 0 || !l.Known || !l.lease.Enabled() {
-		return fsm.Decision{}, false
+func (s *Service) leased(c *nodeapi.Check, l *Limit) (nodeapi.Decision, bool) {
+	if c.Policy == "" || c.Cost <= 0 || !l.Known || !l.lease.Enabled() {
+		return nodeapi.Decision{}, false
 	}
-	return t.spend(c.Policy, c.Key, l.Spec, l.lease, c.Cost)
-}
-
-func (t *leaseTable) spend(policy, key string, spec algo.Spec, lease algo.Lease, cost int64) (fsm.Decision, bool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.closed {
-		return fsm.Decision{}, false
-	}
-	k := leaseKey{policy, key}
-	now := t.now()
-	sl := t.slots[k]
-	if sl != nil && (sl.spec != spec || sl.lease != lease) {
-		t.revoked.Add(t.dropLocked(k, sl))
-		sl = nil
-	}
-	if sl == nil {
-		if len(t.slots) >= maxLeaseSlots {
-			return fsm.Decision{}, false
-		}
-		sl = &leaseSlot{spec: spec, lease: lease, lastUse: now}
-		t.slots[k] = sl
-		t.start.Do(func() { go t.sweeper(); go t.flusher() })
-	}
-	if now.Sub(sl.lastUse) > leaseIdle {
-		sl.exact = 0
-	}
-	sl.lastUse = now
-	t.rotateLocked(k, sl, now)
-	for _, h := range [2]*heldLease{sl.cur, sl.next} {
-		if h != nil && h.left() >= cost && now.Before(h.end) {
-			h.spent += cost
-			t.answered.Add(1)
-			t.refillLocked(k, sl, now)
-			d := fsm.Decision{Decision: algo.Decision{
-				Allowed:    true,
-				Limit:      spec.Limit,
-				Remaining:  t.heldLocked(sl) + sl.unleased,
-				ResetAfter: time.Duration(max(h.resetAt-now.UnixNano(), 0)),
-			}}
-			return d, true
-		}
-	}
-	sl.exact++
-	if sl.exact >= leaseAfterChecks {
-		t.refillLocked(k, sl, now)
-	}
-	return fsm.Decision{}, false
-}
-
-func (t *leaseTable) heldLocked(sl *leaseSlot) int64 {
-	var n int64
-	if sl.cur != nil {
-		n += sl.cur.left()
-	}
-	if sl.next != nil {
-		n += sl.next.left()
-	}
-	return n
-}
-
-// rotateLocked gives back a current lease that expired (whatever is left)
-// or is spent, and promotes the next one.
-func (t *leaseTable) rotateLocked(k leaseKey, sl *leaseSlot, now time.Time) {
-	for i := 0; i < 2 && sl.cur != nil && (sl.cur.left() == 0 || !now.Before(sl.cur.end)); i++ {
-		t.retireLocked(k, sl, sl.cur, now)
-		sl.cur, sl.next = sl.next, nil
-	}
-	if sl.next != nil && !now.Before(sl.next.end) {
-		t.retireLocked(k, sl, sl.next, now)
-		sl.next = nil
-	}
-}
-
-// retireLocked gives back h, a lease of sl leaving the table, and
-// remembers it if it was spent to the last unit (see spentLease); it also
-// forgets spent leases past their deadline.
-func (t *leaseTable) retireLocked(k leaseKey, sl *leaseSlot, h *heldLease, now time.Time) {
-	kept := sl.spent[:0]
-	for _, sp := range sl.spent {
-		if now.Before(sp.deadline) {
-			kept = append(kept, sp)
-		}
-	}
-	sl.spent = kept
-	if h.left() == 0 && now.Before(h.deadline) && len(sl.spent) < maxSpentLeases {
-		sl.spent = append(sl.spent, spentLease{id: h.id, deadline: h.deadline})
-	}
-	t.giveBackLocked(k, h, false)
-}
-
-// refillLocked starts a grant request when the key has no spare lease and
-// its current one is half spent or half way to its end.
-func (t *leaseTable) refillLocked(k leaseKey, sl *leaseSlot, now time.Time) {
-	if sl.granting || sl.next != nil || now.Before(sl.notBefore) {
-		return
-	}
-	if c := sl.cur; c != nil && c.left()*2 > c.units && now.Before(c.halfway) {
-		return
-	}
-	sl.granting = true
-	t.grants = append(t.grants, pendingGrant{k: k, sl: sl, id: newLeaseID()})
-	t.kickLocked()
-}
-
-func (t *leaseTable) kickLocked() {
-	select {
-	case t.kick <- struct{}{}:
-	default:
-	}
-}
-
-// flusher sends what waits: leaseFlushLinger after the first request of a
-// flush (while one flush is in flight or lingers, new requests gather for
-// it), at once for a recall. Measured (limitd bench --cluster 3, 100 busy
-// keys, {"share":0.05,"max_ttl":"2s"}, two alternated rounds): no linger
-// 16.9–19.1 Raft entries per 1,000 leased checks at 32–39 µs CPU per check
-// per node; 20 ms 8.5–10.8 at 28–37 µs; 50 ms 4.6–6.3 at 24–33 µs.
-func (t *leaseTable) flusher() {
-	defer close(t.done)
-	linger := time.NewTimer(time.Hour)
-	linger.Stop()
-	for {
-		select {
-		case <-t.stop:
-			return
-		case <-t.kick:
-		}
-		// Let the requests of other keys join this one's entries: grants
-		// and returns run ahead of need (a refill starts halfway through
-		// a lease), so no check waits for this — except the returns of a
-		// recall, which a strict check on another node waits for.
-		if !t.urgent.Swap(false) {
-			linger.Reset(t.linger) // go 1.23+ timers: no stale tick after Stop
-		wait:
-			for {
-				select {
-				case <-t.stop:
-					return
-				case <-linger.C:
-					break wait
-				case <-t.kick:
-					if t.urgent.Swap(false) {
-						linger.Stop()
-						break wait
-					}
-				}
-			}
-		}
-		t.flush()
-	}
-}
-
-// flush sends the waiting returns, then the waiting grants, each kind as
-// one entry per fsm.MaxLeaseOps.
-func (t *leaseTable) flush() {
-	t.flushMu.Lock()
-	defer t.flushMu.Unlock()
-	t.mu.Lock()
-	grants, returns := t.grants, t.returns
-	t.grants, t.returns = nil, nil
-	if t.closed {
-		for _, g := range grants {
-			g.sl.granting = false
-		}
-		grants = nil // closing: take nothing more
-	}
-	t.mu.Unlock()
-	for len(returns) > 0 {
-		n := min(len(returns), fsm.MaxLeaseOps)
-		t.sendReturns(returns[:n])
-		returns = returns[n:]
-	}
-	for len(grants) > 0 {
-		n := min(len(grants), fsm.MaxLeaseOps)
-		t.sendGrants(grants[:n])
-		grants = grants[n:]
-	}
-}
-
-func (t *leaseTable) sendReturns(rs []pendingReturn) {
-	rets := make([]fsm.LeaseReturn, len(rs))
-	for i := range rs {
-		rets[i] = rs[i].ret
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), leaseRequestTimeout)
-	defer cancel()
-	if _, err := t.node.ReturnLeases(ctx, rets); err != nil {
-		t.retryReturns(rs)
-		return
-	}
-	t.returned.Add(uint64(len(rets)))
-}
-
-// retryReturns queues returns whose round failed for another one after
-// leaseReturnRetry. A return may be sent again whatever became of the first:
-// the state machine credits a lease id once and a lease it no longer has
-// not at all (fsm returnLease). Returns are lost (under-admission for the
-// rest of the window) only when the lease would be gone before the next
-// round — past its deadline + fsm.LeaseReturnGrace — or the table is
-// closing. A leader's election used to cost every node's returns in flight
-// this way, and with the grace it no longer costs those of leases that
-// expired meanwhile.
-func (t *leaseTable) retryReturns(rs []pendingReturn) {
-	now := t.now()
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	again := 0
-	for _, r := range rs {
-		if t.closed || !now.Add(leaseReturnRetry).Before(r.until) {
-			t.lost.Add(1)
-			continue
-		}
-		t.returns = append(t.returns, r)
-		again++
-	}
-	if again > 0 {
-		time.AfterFunc(leaseReturnRetry, func() {
-			t.mu.Lock()
-			t.kickLocked()
-			t.mu.Unlock()
-		})
-	}
-}
-
-func (t *leaseTable) sendGrants(ps []pendingGrant) {
-	reqs := make([]fsm.LeaseRequest, len(ps))
-	for i, p := range ps {
-		reqs[i] = fsm.LeaseRequest{ID: p.id, Check: fsm.Check{Key: p.k.key, Policy: p.k.policy}}
-	}
-	sent := t.now() // the deadlines count from here, before the leader stamps the grants
-	ctx, cancel := context.WithTimeout(context.Background(), leaseRequestTimeout)
-	gs, err := t.node.GrantLeases(ctx, reqs)
-	cancel()
-	if err == nil && len(gs) != len(reqs) {
-		err = errShortGrant
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for i, p := range ps {
-		var g fsm.LeaseGrant
-		if err == nil {
-			g = gs[i]
-		}
-		t.installLocked(p, g, err, sent)
-	}
-}
-
-var errShortGrant = errors.New("the node answered a different number of grants")
-
-func (t *leaseTable) installLocked(p pendingGrant, g fsm.LeaseGrant, err error, sent time.Time) {
-	k, sl, id := p.k, p.sl, p.id
-	sl.granting = false
-	now := t.now()
-	switch {
-	case err != nil:
-		// Nothing known: the grant may have been made. Its units are not
-		// spent on a guess; they are asked back whole instead: a return
-		// credits at most the lease's units, and nothing for a lease the
-		// state machine does not have (fsm returnLease), and this node
-		// spent none of them. (A grant committed after that return stays
-		// lost until it expires.)
-		t.lost.Add(1)
-		sl.notBefore = now.Add(leaseBackoff)
-		t.returns = append(t.returns, pendingReturn{ret: fsm.LeaseReturn{ID: id, Check: fsm.Check{Key: k.key, Policy: k.policy}, Unspent: math.MaxInt64},
-			until: sent.Add(sl.lease.MaxTTL + fsm.LeaseReturnGrace)})
-		t.kickLocked()
-		return
-	case g.Err != nil:
-		sl.notBefore = now.Add(leaseIdle) // the policy lost its option, say: the log answers
-		return
-	case g.Units == 0:
-		sl.unleased = 0
-		sl.notBefore = now.Add(min(max(g.RetryAfter, 0), leaseIdle))
-		return
-	}
-	t.taken.Add(1)
-	spendable := g.Valid - min(g.Valid/4, leaseReturnLead)
-	h := &heldLease{id: id, units: g.Units, end: sent.Add(spendable), deadline: sent.Add(g.Valid),
-		halfway: sent.Add(spendable / 2), resetAt: g.ResetAt}
-	if t.closed || t.slots[k] != sl || !now.Before(h.end) {
-		t.giveBackLocked(k, h, false) // dropped or closed meanwhile, or already over
-		return
-	}
-	if !sl.recalledAt.Before(sent) {
-		// Recalled while the grant was on its way: a strict check on
-		// another node is waiting for this key's units.
-		t.urgent.Store(true)
-		t.giveBackLocked(k, h, false)
-		return
-	}
-	sl.unleased = g.Remaining
-	if sl.cur == nil {
-		sl.cur = h
-	} else {
-		sl.next = h
-	}
-}
-
-// giveBackLocked queues what h did not spend for the flusher. h is no
-// longer spendable once here (the caller has taken it out of the table). A
-// spent lease is given back only when always is set (a recall): the return
-// then takes it out of the key's lease record, so the strict retry no longer
-// counts it as outstanding.
-func (t *leaseTable) giveBackLocked(k leaseKey, h *heldLease, always bool) {
-	left := h.left()
-	h.spent = h.units
-	if left <= 0 && !always {
-		return
-	}
-	t.returns = append(t.returns, pendingReturn{ret: fsm.LeaseReturn{ID: h.id, Check: fsm.Check{Key: k.key, Policy: k.policy}, Unspent: left}, until: h.deadline.Add(fsm.LeaseReturnGrace)})
-	t.kickLocked()
-}
-
-// dropLocked takes a key's leases out of the table and gives them back; it
-// returns how many leases it dropped.
-func (t *leaseTable) dropLocked(k leaseKey, sl *leaseSlot) uint64 {
-	var n uint64
-	for _, h := range [2]*heldLease{sl.cur, sl.next} {
-		if h != nil {
-			t.giveBackLocked(k, h, false)
-			n++
-		}
-	}
-	sl.cur, sl.next = nil, nil
-	t.returnSpentLocked(k, sl)
-	delete(t.slots, k)
-	return n
-}
-
-// returnSpentLocked gives back (empty) the spent leases sl remembers, so
-// that the key's lease record no longer counts them: a refusal then reports
-// leases outstanding only where units may really come back.
-func (t *leaseTable) returnSpentLocked(k leaseKey, sl *leaseSlot) {
-	now := t.now()
-	for _, sp := range sl.spent {
-		if now.Before(sp.deadline) {
-			t.giveBackLocked(k, &heldLease{id: sp.id}, true)
-		}
-	}
-	sl.spent = nil
-}
-
-// Recall is the state machine's word (fsm.LeaseHook) that a check on the
-// key was refused under a strict lease option while leases on it were
-// outstanding: this node gives back every lease it holds on the key, spent
-// ones included, and takes no new one for leaseIdle (the key is near its
-// limit: checks are decided exactly).
-func (t *leaseTable) Recall(policy, key string) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	k := leaseKey{policy, key}
-	sl := t.slots[k]
-	if sl == nil || t.closed {
-		return
-	}
-	for _, h := range [2]*heldLease{sl.cur, sl.next} {
-		if h != nil {
-			t.giveBackLocked(k, h, true)
-			t.recalled.Add(1)
-		}
-	}
-	sl.cur, sl.next = nil, nil
-	t.returnSpentLocked(k, sl)
-	sl.exact = 0
-	sl.recalledAt = t.now()
-	sl.notBefore = sl.recalledAt.Add(leaseIdle)
-	t.urgent.Store(true) // a strict check elsewhere waits for these returns
-	t.kickLocked()
-}
-
-// Returned is the state machine's word (fsm.LeaseHook) that a return on the
-// key was applied: strict retries waiting on the key try again.
-func (t *leaseTable) Returned(policy, key string) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	k := leaseKey{policy, key}
-	if ws := t.waiters[k]; ws != nil {
-		for _, w := range ws {
-			close(w)
-		}
-		delete(t.waiters, k)
-	}
-}
-
-// watchReturns registers a wait for the next return on the key applied on
-// this node (Returned closes the channel); unwatch undoes it.
-func (t *leaseTable) watchReturns(k leaseKey) chan struct{} {
-	w := make(chan struct{})
-	t.mu.Lock()
-	t.waiters[k] = append(t.waiters[k], w)
-	t.mu.Unlock()
-	return w
-}
-
-func (t *leaseTable) unwatch(k leaseKey, w chan struct{}) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	ws := t.waiters[k]
-	for i := range ws {
-		if ws[i] == w {
-			ws = append(ws[:i], ws[i+1:]...)
-			break
-		}
-	}
-	if len(ws) == 0 {
-		delete(t.waiters, k)
-	} else {
-		t.waiters[k] = ws
-	}
+	return s.leases.Spend(c.Policy, c.Key, l.Spec, l.lease, c.Cost)
 }
 
 // decideStrict decides c through the log under a strict lease option. A
@@ -641,25 +67,24 @@ func (t *leaseTable) unwatch(k leaseKey, w chan struct{}) {
 // state machine has told their holders to give them back) is tried again
 // each time a return on the key is applied here, until it is allowed, or
 // refused with no lease outstanding, or no return came within
-// t.strictWait, or after leaseStrictTries tries. So it is refused only if
+// the table's StrictWait, or after lease.StrictTries tries. So it is refused only if
 // the key has nothing left once the holders that can answer have given
 // their leases back; a holder that cannot (crashed, partitioned) keeps its
 // units until its lease expires, which the refusal's retry_after bounds.
-func (s *Service) decideStrict(ctx context.Context, c fsm.Check, l Limit) (CheckResult, *Error) {
+func (s *Service) decideStrict(ctx context.Context, c nodeapi.Check, l Limit) (CheckResult, *Error) {
 	t := s.leases
-	k := leaseKey{c.Policy, c.Key}
 	var res CheckResult
 	var e *Error
 	for i := 0; ; i++ {
 		// Watched before the decision: a return applied after it was
 		// made (the recall's answer) cannot slip by unseen.
-		w := t.watchReturns(k)
+		w := t.WatchReturns(c.Policy, c.Key)
 		res, e = s.decideOne(ctx, c, l, "", true) // peek = true: counted once, below
-		if e != nil || Allowed(&res.Decision) || !res.Decision.LeasedElsewhere || i+1 >= leaseStrictTries {
-			t.unwatch(k, w)
+		if e != nil || Allowed(&res.Decision) || !res.Decision.LeasedElsewhere || i+1 >= lease.StrictTries {
+			t.Unwatch(c.Policy, c.Key, w)
 			break
 		}
-		tm := time.NewTimer(t.strictWait)
+		tm := time.NewTimer(t.StrictWait())
 		var returned bool
 		select {
 		case <-w:
@@ -669,7 +94,7 @@ func (s *Service) decideStrict(ctx context.Context, c fsm.Check, l Limit) (Check
 		}
 		tm.Stop()
 		if !returned {
-			t.unwatch(k, w)
+			t.Unwatch(c.Policy, c.Key, w)
 			break
 		}
 	}
@@ -679,106 +104,22 @@ func (s *Service) decideStrict(ctx context.Context, c fsm.Check, l Limit) (Check
 	return res, e
 }
 
-// forget drops a key's leases (giving back what they did not spend) and
-// sends the returns before it answers.
-func (t *leaseTable) forget(policy, key string) {
-	t.mu.Lock()
-	k := leaseKey{policy, key}
-	if sl := t.slots[k]; sl != nil {
-		t.dropLocked(k, sl)
-	}
-	t.mu.Unlock()
-	t.flush()
-}
-
-// sweep gives back expired leases and those of keys idle for leaseIdle.
-func (t *leaseTable) sweep() {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	now := t.now()
-	for k, sl := range t.slots {
-		if now.Sub(sl.lastUse) > leaseIdle && !sl.granting {
-			t.dropLocked(k, sl)
-			continue
-		}
-		t.rotateLocked(k, sl, now)
-	}
-}
-
-func (t *leaseTable) sweeper() {
-	tk := time.NewTicker(leaseSweep)
-	defer tk.Stop()
-	for {
-		select {
-		case <-t.stop:
-			return
-		case <-tk.C:
-			t.sweep()
-		}
-	}
-}
-
-// close gives every lease back and waits (at most until ctx ends) for the
-// returns and the grants in flight; grants answered after the close are
-// given back too.
-func (t *leaseTable) close(ctx context.Context) {
-	t.mu.Lock()
-	if t.closed {
-		t.mu.Unlock()
-		return
-	}
-	t.closed = true
-	close(t.stop)
-	for k, sl := range t.slots {
-		t.dropLocked(k, sl)
-	}
-	t.mu.Unlock()
-	done := make(chan struct{})
-	go func() {
-		t.start.Do(func() { close(t.done) }) // never started: no flusher to wait for
-		<-t.done
-		t.flush() // the returns; no flush is in flight once the flusher stopped
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-ctx.Done():
-	}
-}
-
-func (t *leaseTable) stats() LeaseStats {
-	t.mu.Lock()
-	held := len(t.slots)
-	t.mu.Unlock()
-	return LeaseStats{
-		Taken: t.taken.Load(), Returned: t.returned.Load(), Lost: t.lost.Load(),
-		Revoked: t.revoked.Load(), Recalled: t.recalled.Load(), Answered: t.answered.Load(), Held: held,
-	}
-}
-
-// newLeaseID is a random lease id: unique among a node's leases, so a late
-// return can never be taken for another lease's.
-func newLeaseID() uint64 {
-	var b [8]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
-	return binary.LittleEndian.Uint64(b[:])
-}
-
 // CloseLeases gives back every lease this node holds and stops taking new
 // ones; call it when the node shuts down, before the node is closed. It
 // waits for the returns at most until ctx ends (what is not returned is
 // lost: under-admission until the leases expire).
 func (s *Service) CloseLeases(ctx context.Context) {
-	if s.leases != nil {
-		s.leases.close(ctx)
-	}
+	s.leases.Close(ctx)
 }
 
-// LeaseStats reports the node's lease counters (zero when the node takes no
-// leases).
+// LeaseStats reports the node's lease counters.
 func (s *Service) LeaseStats() LeaseStats {
-	if s.leases == nil {
-		return LeaseStats{}
-	}
-	return s.leases.stats()
+	return s.leases.Stats()
+}
+
+// LeaseSnapshot lists up to limit of the keys this node holds unexpired
+// leases with units left on, the most spent first (then by policy and
+// key), and how many more such keys it holds (lease.Table.Snapshot).
+func (s *Service) LeaseSnapshot(limit int) (views []LeaseView, more int) {
+	return s.leases.Snapshot(limit)
 }

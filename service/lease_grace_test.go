@@ -4,12 +4,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/limitd/limitd/fsm"
+	"github.com/limitd/limitd/nodeapi"
 )
 
 // TestLeaseReturnRetriedInGrace: a return that fails (no leader: an
 // election) is sent again past its lease's deadline, while within
-// fsm.LeaseReturnGrace, and the state machine credits it then: a leader's
+// nodeapi.LeaseReturnGrace, and the state machine credits it then: a leader's
 // death no longer costs the key the units leased at the time. Past the
 // grace the return is given up (lost), not retried for ever. The clocks are
 // the test's: the node's (c) and the leader's (r.now).
@@ -44,7 +44,7 @@ func TestLeaseReturnRetriedInGrace(t *testing.T) {
 }
 
 // TestLeaseReturnGivenUpAfterGrace: a return that keeps failing is sent
-// again until its lease's deadline + fsm.LeaseReturnGrace and then given
+// again until its lease's deadline + nodeapi.LeaseReturnGrace and then given
 // up (lost: the state machine would credit nothing).
 func TestLeaseReturnGivenUpAfterGrace(t *testing.T) {
 	var node *failingReturns
@@ -61,7 +61,7 @@ func TestLeaseReturnGivenUpAfterGrace(t *testing.T) {
 	if st := s.LeaseStats(); st.Lost != 0 || st.Returned != 0 {
 		t.Fatalf("within the grace: %+v, want the return still retried", st)
 	}
-	c.add(fsm.LeaseReturnGrace)
+	c.add(nodeapi.LeaseReturnGrace)
 	waitGrants(s) // the last retry fails; none after it
 	st := s.LeaseStats()
 	node.mu.Lock()

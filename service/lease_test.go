@@ -13,6 +13,7 @@ import (
 
 	"github.com/limitd/limitd/algo"
 	"github.com/limitd/limitd/fsm"
+	"github.com/limitd/limitd/lease"
 	"github.com/limitd/limitd/nodeapi"
 )
 
@@ -67,6 +68,7 @@ func (r *replicated) apply(build func(now int64) []byte) interface{} {
 
 // fsmNode is a Node and Leaser named id over a replicated state machine.
 type fsmNode struct {
+	noCapabilities
 	r  *replicated
 	id string
 }
@@ -120,9 +122,8 @@ func (c *clock) add(d time.Duration) {
 func leasedServices(t *testing.T, r *replicated, n int, c *clock) []*Service {
 	var ss []*Service
 	for i := 0; i < n; i++ {
-		s := New(&fsmNode{r: r, id: string(rune('a' + i))}, Config{})
-		s.leases.now = c.now
-		s.leases.strictWait = 10 * time.Second // a return ends a strict wait, not this: no timing in the tests
+		// A return ends a strict wait, not StrictWait: no timing in the tests.
+		s := New(&fsmNode{r: r, id: string(rune('a' + i))}, Config{leases: lease.Options{Now: c.now, StrictWait: 10 * time.Second}})
 		t.Cleanup(func() { s.CloseLeases(context.Background()) })
 		ss = append(ss, s)
 	}
@@ -134,7 +135,7 @@ func leasedServices(t *testing.T, r *replicated, n int, c *clock) []*Service {
 // so the next check sees them in place: the tests do not depend on timing.
 func waitGrants(ss ...*Service) {
 	for _, s := range ss {
-		s.leases.flush()
+		s.leases.Flush()
 	}
 }
 
@@ -493,15 +494,21 @@ func dailyLeased(t *testing.T, limit int64) (r *replicated, s *Service, c *clock
 // dailyLeasedOver is dailyLeased with the node wrapped by wrap (nil: as is).
 func dailyLeasedOver(t *testing.T, limit int64, wrap func(*fsmNode) Node) (r *replicated, s *Service, c *clock, check func()) {
 	t.Helper()
+	return dailyLeasedWith(t, limit, wrap, lease.Options{})
+}
+
+// dailyLeasedWith is dailyLeasedOver with the lease table tuned by o (its
+// clock and strict wait are the test's).
+func dailyLeasedWith(t *testing.T, limit int64, wrap func(*fsmNode) Node, o lease.Options) (r *replicated, s *Service, c *clock, check func()) {
+	t.Helper()
 	r = newReplicated(t)
 	c = &clock{t: time.Unix(1000, 0)}
 	var n Node = &fsmNode{r: r, id: "a"}
 	if wrap != nil {
 		n = wrap(n.(*fsmNode))
 	}
-	s = New(n, Config{})
-	s.leases.now = c.now
-	s.leases.strictWait = 10 * time.Second
+	o.Now, o.StrictWait = c.now, 10*time.Second
+	s = New(n, Config{leases: o})
 	t.Cleanup(func() { s.CloseLeases(context.Background()) })
 	spec, _ := algo.Config{Algorithm: "fixed_window", Limit: limit, Window: "1h"}.Spec()
 	if err := s.node.PutPolicy(context.Background(), fsm.Policy{Name: "daily", Spec: spec, Lease: algo.Lease{Share: 500_000, MaxTTL: 2 * time.Second}}); err != nil {
@@ -622,8 +629,7 @@ func TestLeaseUnknownGrantAskedBack(t *testing.T) {
 // linger an hour), and a recall, which a strict check elsewhere waits for,
 // sends what waits at once.
 func TestLeaseFlusherLingersButNotForRecall(t *testing.T) {
-	r, s, _, _ := dailyLeased(t, 1000)
-	s.leases.linger = time.Hour // before the first check starts the flusher
+	r, s, _, _ := dailyLeasedWith(t, 1000, nil, lease.Options{Linger: time.Hour})
 	entries := func() int {
 		r.mu.Lock()
 		defer r.mu.Unlock()

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/limitd/limitd/fsm"
 	"github.com/limitd/limitd/nodeapi"
 	"github.com/limitd/limitd/rls"
 )
@@ -27,10 +26,10 @@ func (d *domainNode) RLSDomainConfig(name string) ([]byte, bool) {
 	return c, ok
 }
 
-func (d *domainNode) RLSDomains() []fsm.Domain {
-	var out []fsm.Domain
+func (d *domainNode) RLSDomains() []nodeapi.Domain {
+	var out []nodeapi.Domain
 	for name, c := range d.domains {
-		out = append(out, fsm.Domain{Name: name, Config: c})
+		out = append(out, nodeapi.Domain{Name: name, Config: c})
 	}
 	return out
 }
@@ -49,7 +48,7 @@ func (d *domainNode) PutRLSDomain(_ context.Context, name string, canonical []by
 
 func (d *domainNode) DeleteRLSDomain(_ context.Context, name string) error {
 	if _, ok := d.domains[name]; !ok {
-		return &fsm.Error{Code: fsm.CodeNotFound, Field: "domain", Message: "no such domain"}
+		return &nodeapi.Error{Code: nodeapi.CodeNotFound, Field: "domain", Message: "no such domain"}
 	}
 	delete(d.domains, name)
 	d.version++
@@ -111,18 +110,23 @@ func TestPutRLSDomainValidatesBeforeReplicating(t *testing.T) {
 	}
 }
 
-// A node without domains serves none: every RLS operation answers
-// not_found rather than failing.
+// A node without domains lists none, writes answer its not_found, and a
+// request under an unknown domain is decided as one matching no rule:
+// nothing goes to the log.
 func TestRLSWithoutDomains(t *testing.T) {
-	s := New(newNode(), Config{})
-	_, e := s.RLSDomains()
+	n := newNode()
+	s := New(n, Config{})
+	if ds, e := s.RLSDomains(); e != nil || len(ds) != 0 {
+		t.Fatalf("RLSDomains() = %v, %v: want none", ds, e)
+	}
+	if _, ok, e := s.RLSDomain("shop"); ok || e != nil {
+		t.Fatalf("RLSDomain(shop) = %v, %v: want no such domain", ok, e)
+	}
+	_, e := s.PutRLSDomain(t.Context(), "", []byte(shopYAML))
 	wantErr(t, e, CodeNotFound, "")
-	_, _, e = s.RLSDomain("shop")
-	wantErr(t, e, CodeNotFound, "")
-	_, e = s.PutRLSDomain(t.Context(), "", []byte(shopYAML))
-	wantErr(t, e, CodeNotFound, "")
-	_, e = s.RateLimit(t.Context(), &rls.Request{Domain: "shop"})
-	wantErr(t, e, CodeNotFound, "")
+	if _, e = s.RateLimit(t.Context(), &rls.Request{Domain: "shop", Descriptors: []rls.RequestDescriptor{{Entries: []rls.Entry{{Key: "user", Value: "alice"}}}}}); e != nil || len(n.ops) != 0 {
+		t.Fatalf("RateLimit under an unknown domain: %v, %d ops: want an answer and none", e, len(n.ops))
+	}
 }
 
 // RateLimit plans the request under the stored domain and sends its

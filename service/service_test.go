@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/limitd/limitd/algo"
-	"github.com/limitd/limitd/fsm"
 	"github.com/limitd/limitd/nodeapi"
 )
 
@@ -18,38 +17,39 @@ import (
 // policies it is given, and records what reaches it. err, when set, is what
 // every call returns.
 type node struct {
+	noCapabilities
 	mu       sync.Mutex
-	policies map[string]fsm.Policy
-	ops      []fsm.Op
-	puts     []fsm.Policy
-	resets   []fsm.Check
+	policies map[string]nodeapi.Policy
+	ops      []nodeapi.Op
+	puts     []nodeapi.Policy
+	resets   []nodeapi.Check
 	joins    [][3]string
 	removed  []string
 	status   nodeapi.Status
 	err      error
-	opErr    *fsm.Error // answers every op when set
-	replay   bool       // answer every op as replayed, with one decision
+	opErr    *nodeapi.Error // answers every op when set
+	replay   bool           // answer every op as replayed, with one decision
 }
 
 func newNode(names ...string) *node {
-	n := &node{policies: map[string]fsm.Policy{}}
+	n := &node{policies: map[string]nodeapi.Policy{}}
 	spec, err := algo.Config{Algorithm: "fixed_window", Limit: 10, Window: "1m"}.Spec()
 	if err != nil {
 		panic(err)
 	}
 	for _, name := range names {
-		n.policies[name] = fsm.Policy{Name: name, Spec: spec}
+		n.policies[name] = nodeapi.Policy{Name: name, Spec: spec}
 	}
 	return n
 }
 
-func (n *node) Check(_ context.Context, ops []fsm.Op) ([]fsm.Result, error) {
+func (n *node) Check(_ context.Context, ops []nodeapi.Op) ([]nodeapi.Result, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.err != nil {
 		return nil, n.err
 	}
-	out := make([]fsm.Result, len(ops))
+	out := make([]nodeapi.Result, len(ops))
 	for i, op := range ops {
 		n.ops = append(n.ops, op)
 		if n.opErr != nil {
@@ -57,19 +57,19 @@ func (n *node) Check(_ context.Context, ops []fsm.Op) ([]fsm.Result, error) {
 			out[i].Err = &e
 			continue
 		}
-		out[i] = fsm.Result{Allowed: true, Replayed: n.replay}
+		out[i] = nodeapi.Result{Allowed: true, Replayed: n.replay}
 		k := len(op.Checks)
 		if n.replay {
 			k = 1
 		}
 		for j := 0; j < k; j++ {
-			out[i].Decisions = append(out[i].Decisions, fsm.Decision{Decision: algo.Decision{Allowed: true, Limit: 10, Remaining: 9}})
+			out[i].Decisions = append(out[i].Decisions, nodeapi.Decision{Decision: algo.Decision{Allowed: true, Limit: 10, Remaining: 9}})
 		}
 	}
 	return out, nil
 }
 
-func (n *node) PutPolicy(_ context.Context, p fsm.Policy) error {
+func (n *node) PutPolicy(_ context.Context, p nodeapi.Policy) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.puts = append(n.puts, p)
@@ -83,27 +83,27 @@ func (n *node) DeletePolicy(_ context.Context, name string) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if _, ok := n.policies[name]; !ok {
-		return &fsm.Error{Code: fsm.CodeNotFound, Field: "policy", Message: fmt.Sprintf("policy %q does not exist", name)}
+		return &nodeapi.Error{Code: nodeapi.CodeNotFound, Field: "policy", Message: fmt.Sprintf("policy %q does not exist", name)}
 	}
 	delete(n.policies, name)
 	return n.err
 }
 
-func (n *node) ResetKey(_ context.Context, c fsm.Check) error {
+func (n *node) ResetKey(_ context.Context, c nodeapi.Check) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.resets = append(n.resets, c)
 	return n.err
 }
 
-func (n *node) Policy(name string) (fsm.Policy, bool) {
+func (n *node) Policy(name string) (nodeapi.Policy, bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	p, ok := n.policies[name]
 	return p, ok
 }
 
-func (n *node) Policies() []fsm.Policy { return nil }
+func (n *node) Policies() []nodeapi.Policy { return nil }
 
 func (n *node) Join(_ context.Context, id, raftAddr, httpAddr string) error {
 	n.joins = append(n.joins, [3]string{id, raftAddr, httpAddr})
@@ -217,9 +217,9 @@ func TestNodeErrors(t *testing.T) {
 		{context.DeadlineExceeded, CodeUnavailable, ""},
 		{context.Canceled, CodeUnavailable, ""},
 		{errors.New("disk on fire"), CodeInternal, ""},
-		{&fsm.Error{Code: fsm.CodeNotFound, Field: "policy", Message: "gone"}, CodeNotFound, "policy"},
-		{fmt.Errorf("wrapped: %w", &fsm.Error{Code: fsm.CodeInvalidArgument, Field: "name", Message: "bad"}), CodeInvalidArgument, "name"},
-		{&fsm.Error{Field: "x", Message: "no code"}, CodeInternal, "x"},
+		{&nodeapi.Error{Code: nodeapi.CodeNotFound, Field: "policy", Message: "gone"}, CodeNotFound, "policy"},
+		{fmt.Errorf("wrapped: %w", &nodeapi.Error{Code: nodeapi.CodeInvalidArgument, Field: "name", Message: "bad"}), CodeInvalidArgument, "name"},
+		{&nodeapi.Error{Field: "x", Message: "no code"}, CodeInternal, "x"},
 		{fmt.Errorf("%w: 9000 ops", nodeapi.ErrTooLarge), CodePayloadTooLarge, ""},
 		{fmt.Errorf("%w: raft log write failed: no space left on device", nodeapi.ErrUnavailable), CodeUnavailable, ""},
 	} {
@@ -265,7 +265,7 @@ func TestCheckAll(t *testing.T) {
 	}
 	// The state machine's not_found is located at the check whose policy
 	// this node does not know either.
-	n.opErr = &fsm.Error{Code: fsm.CodeNotFound, Field: "policy", Message: `policy "zz" does not exist`}
+	n.opErr = &nodeapi.Error{Code: nodeapi.CodeNotFound, Field: "policy", Message: `policy "zz" does not exist`}
 	_, e = s.CheckAll(t.Context(), []CheckRequest{checks[0], {Key: "k", Policy: "zz", Cost: 1}}, "")
 	wantErr(t, e, CodeNotFound, "checks[1].policy")
 	if n.opErr.Field != "policy" {
@@ -300,7 +300,7 @@ func TestBatch(t *testing.T) {
 	}
 	_, e = s.Batch(t.Context(), []CheckRequest{{Key: "k", Policy: "a", Cost: 1}}, make([]*Error, 2))
 	wantErr(t, e, CodeInternal, "")
-	n.opErr = &fsm.Error{Code: fsm.CodeNotFound, Field: "policy", Message: "no"}
+	n.opErr = &nodeapi.Error{Code: nodeapi.CodeNotFound, Field: "policy", Message: "no"}
 	res, _ = s.Batch(t.Context(), []CheckRequest{{Key: "k", Policy: "a", Cost: 1}}, nil)
 	wantErr(t, res[0].Err, CodeNotFound, "checks[0].policy")
 	n.opErr, n.err = nil, nodeapi.ErrNoLeader
@@ -387,8 +387,8 @@ func TestJoinValidation(t *testing.T) {
 // observer records what the service reports.
 type observer struct{ decided, failed []string }
 
-func (o *observer) Decided(l Limit, d fsm.Decision) { o.decided = append(o.decided, l.Name) }
-func (o *observer) Failed(l Limit)                  { o.failed = append(o.failed, l.Name) }
+func (o *observer) Decided(l Limit, d nodeapi.Decision) { o.decided = append(o.decided, l.Name) }
+func (o *observer) Failed(l Limit)                      { o.failed = append(o.failed, l.Name) }
 
 // TestObserver: fresh decisions and failures are reported; peeks and
 // replays, which consume nothing, are not counted as decisions.
@@ -399,7 +399,7 @@ func TestObserver(t *testing.T) {
 	s.Check(t.Context(), &CheckRequest{Key: "k", Policy: "a", Cost: 1})
 	s.Peek(t.Context(), &CheckRequest{Key: "k", Policy: "a"})
 	s.CheckAll(t.Context(), []CheckRequest{{Key: "k", Policy: "a", Cost: 1}, {Key: "k", Limit: inline(t), Cost: 1}}, "")
-	n.opErr = &fsm.Error{Code: fsm.CodeNotFound, Field: "policy", Message: "no"}
+	n.opErr = &nodeapi.Error{Code: nodeapi.CodeNotFound, Field: "policy", Message: "no"}
 	s.Check(t.Context(), &CheckRequest{Key: "k", Policy: "zz", Cost: 1})
 	n.opErr, n.replay = nil, true
 	s.Check(t.Context(), &CheckRequest{Key: "k", Policy: "a", Cost: 1, RequestID: "r"})
@@ -439,7 +439,7 @@ type flaky struct {
 	fails int
 }
 
-func (f *flaky) PutPolicy(ctx context.Context, p fsm.Policy) error {
+func (f *flaky) PutPolicy(ctx context.Context, p nodeapi.Policy) error {
 	if f.fails > 0 {
 		f.fails--
 		return nodeapi.ErrNoLeader
@@ -452,7 +452,7 @@ func (f *flaky) PutPolicy(ctx context.Context, p fsm.Policy) error {
 // cluster answers, and stops at a refusal naming the policy.
 func TestPutPolicies(t *testing.T) {
 	spec, _ := algo.Config{Algorithm: "fixed_window", Limit: 1, Window: "1s"}.Spec()
-	ps := []fsm.Policy{{Name: "a", Spec: spec}, {Name: "b", Spec: spec}}
+	ps := []nodeapi.Policy{{Name: "a", Spec: spec}, {Name: "b", Spec: spec}}
 	n := &flaky{node: newNode(), fails: 2}
 	s := New(n, Config{})
 	if err := s.PutPolicies(t.Context(), ps, time.Millisecond); err != nil {
@@ -467,12 +467,12 @@ func TestPutPolicies(t *testing.T) {
 	}
 	// Without retries the first failure is returned, naming the policy.
 	n.fails = 1
-	changed := []fsm.Policy{{Name: "c", Spec: spec}}
+	changed := []nodeapi.Policy{{Name: "c", Spec: spec}}
 	if err := s.PutPolicies(t.Context(), changed, 0); err == nil || !errors.Is(err, nodeapi.ErrNoLeader) || !strings.Contains(err.Error(), `"c"`) {
 		t.Fatalf("no retry: %v", err)
 	}
 	// A refusal is not retried.
-	n.err = &fsm.Error{Code: fsm.CodeInvalidArgument, Field: "limit", Message: "no"}
+	n.err = &nodeapi.Error{Code: nodeapi.CodeInvalidArgument, Field: "limit", Message: "no"}
 	if err := s.PutPolicies(t.Context(), changed, time.Millisecond); err == nil || !strings.Contains(err.Error(), `"c"`) {
 		t.Fatalf("refusal: %v", err)
 	}

@@ -13,10 +13,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/limitd/limitd/api"
 	"github.com/limitd/limitd/client"
 	"github.com/limitd/limitd/cluster"
 	"github.com/limitd/limitd/cluster/clustertest"
+	"github.com/limitd/limitd/service"
 )
 
 // leaseNode is one in-process node serving the HTTP API, for the CLI's
@@ -30,7 +33,11 @@ func newLeaseNode(t *testing.T) *leaseNode {
 	c := clustertest.MakeClusterOpts(t, clustertest.Options{
 		Nodes: 1, SkipShort: true,
 		Handler: func(_ int, n *cluster.Node) http.Handler {
-			return api.New(n, api.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}).Handler()
+			// The HTTP API as the daemon composes it: its metrics are the service's
+			// Observer. (One node: no /internal/ endpoints are needed.)
+			m := api.NewMetrics(prometheus.NewRegistry(), 0, slog.New(slog.NewTextHandler(io.Discard, nil)))
+			h := api.New(service.New(n, service.Config{Observer: m}), n, m, api.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}).Handler()
+			return h
 		},
 	})
 	return &leaseNode{t: t, addr: c.HTTPAddr(0)}

@@ -11,8 +11,11 @@
 //   - secure defaults: every address the node listens on or advertises is in
 //     one list (serveFlags.listeners), and a non-loopback one needs the admin
 //     token and mutual TLS unless --insecure (checkSecureDefaults);
-//   - wiring: the cluster node, the service, the HTTP API with its server
-//     limits, and the gRPC and Envoy RLS front ends (serve.go, grpc.go), and
+//   - wiring, as the one composition root: the cluster node; one Prometheus
+//     registry and one service.Service, handed to the HTTP API and the gRPC
+//     and Envoy RLS front ends; the HTTP port's handler, which serves the
+//     public API, POST /json and the cluster's /internal/ endpoints side by
+//     side (frontends.go); the HTTP server limits (serve.go, grpc.go); and
 //     the process's logger (logging.go);
 //   - shutdown: SIGTERM or SIGINT stops the front ends, then the node, within
 //     --shutdown-timeout; past it the process exits, its data crash-safe.

@@ -7,13 +7,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/limitd/limitd/api"
-	"github.com/limitd/limitd/cluster"
 	"github.com/limitd/limitd/grpcapi"
 	"github.com/limitd/limitd/rls"
 	"github.com/limitd/limitd/service"
@@ -37,23 +32,20 @@ func addGRPCFlags(fs *flag.FlagSet, g *grpcFlags) {
 // rlsFrontEnd is the gRPC server (when --grpc-addr is set), envoy
 // ratelimit's POST /json on the HTTP port, and the --rls-config domains.
 type rlsFrontEnd struct {
-	srv     *grpcapi.Server  // built by httpAPI, on the HTTP API's service
-	svc     *service.Service // that service, which loads --rls-config
-	cfg     grpcapi.Config
-	ln      net.Listener // nil without --grpc-addr
-	node    *cluster.Node
+	srv     *grpcapi.Server  // on the one service
+	svc     *service.Service // which loads --rls-config
+	ln      net.Listener     // nil without --grpc-addr
 	domains []*rls.Domain
 	source  string
 	logger  *slog.Logger
 }
 
 // newRLSFrontEnd takes the --rls-config domains and --rls-headers mode that
-// loadStartInputs validated, prepares the gRPC server's configuration (same
-// TLS certificate and admin token as HTTP) and listens on --grpc-addr when
-// set. httpAPI builds the server.
-func newRLSFrontEnd(f *serveFlags, in *startInputs, node *cluster.Node, logger *slog.Logger) (*rlsFrontEnd, error) {
+// loadStartInputs validated, builds the gRPC server on svc (same TLS
+// certificate and admin token as HTTP) and listens on --grpc-addr when set.
+func newRLSFrontEnd(f *serveFlags, in *startInputs, svc *service.Service, logger *slog.Logger) (*rlsFrontEnd, error) {
 	g := &f.grpc
-	fe := &rlsFrontEnd{node: node, source: g.rlsConfig, logger: logger, domains: in.domains}
+	fe := &rlsFrontEnd{svc: svc, source: g.rlsConfig, logger: logger, domains: in.domains}
 	mode := in.rlsHeaders
 	var tc *tls.Config
 	if f.tlsCert != "" && g.addr != "" {
@@ -69,12 +61,16 @@ func newRLSFrontEnd(f *serveFlags, in *startInputs, node *cluster.Node, logger *
 	// The HTTP port's bounds: its handshake time (--read-timeout), idle
 	// time and a connection cap through the same limiter (its own slots,
 	// so a flood of one port does not starve the other).
-	fe.cfg = grpcapi.Config{
+	cfg := grpcapi.Config{
 		AdminToken: f.adminToken, TLS: tc, RLSHeaders: mode, Logger: slog.NewLogLogger(logger.Handler(), slog.LevelError), // it logs panics
 		RequestTimeout:       f.applyTimeout + 4*time.Second,
 		MaxConcurrentStreams: uint32(g.maxStreams),
 		HandshakeTimeout:     f.readTimeout,
 		IdleTimeout:          f.idleTimeout,
+	}
+	var err error
+	if fe.srv, err = grpcapi.New(svc, cfg); err != nil {
+		return nil, err
 	}
 	if g.addr != "" {
 		ln, err := net.Listen("tcp", g.addr)
@@ -84,66 +80,6 @@ func newRLSFrontEnd(f *serveFlags, in *startInputs, node *cluster.Node, logger *
 		fe.ln = limitListener(ln, g.maxConnections)
 	}
 	return fe, nil
-}
-
-// httpAPI builds the HTTP API on the node and the gRPC server on the same
-// service.Service, so that one set of limits, caches and check metrics
-// (limitd_checks_total on /metrics) serves both; it returns the API and its
-// root handler with POST /json mounted. The RLS metrics are served on the
-// HTTP /metrics too.
-func (fe *rlsFrontEnd) httpAPI(cfg api.Config) (*api.Server, http.Handler, error) {
-	srv := api.New(storeWithRLS{fe.node, lateCollector{fe}}, cfg)
-	fe.svc = srv.Service()
-	var err error
-	if fe.srv, err = grpcapi.New(srv.Service(), fe.cfg); err != nil {
-		if fe.ln != nil {
-			fe.ln.Close()
-		}
-		return nil, nil, err
-	}
-	return srv, fe.mount(srv.Handler()), nil
-}
-
-// storeWithRLS is the node as the HTTP API's store, with the RLS metrics
-// added to its collectors (served on /metrics).
-type storeWithRLS struct {
-	*cluster.Node
-	rls prometheus.Collector
-}
-
-func (s storeWithRLS) Collectors() []prometheus.Collector {
-	return append(s.Node.Collectors(), s.rls)
-}
-
-// lateCollector collects the gRPC server's RLS metrics. The server is built
-// on the HTTP API's service, so after the API registered its collectors: it
-// describes nothing (an unchecked collector, in prometheus's terms) and
-// collects whatever the server has once it exists.
-type lateCollector struct{ fe *rlsFrontEnd }
-
-func (lateCollector) Describe(chan<- *prometheus.Desc) {}
-
-func (l lateCollector) Collect(ch chan<- prometheus.Metric) {
-	if l.fe.srv == nil {
-		return
-	}
-	for _, c := range l.fe.srv.Collectors() {
-		c.Collect(ch)
-	}
-}
-
-// mount adds POST /json (envoy ratelimit's JSON endpoint) to the HTTP API.
-// Not an http.ServeMux: it would redirect key paths it deems unclean
-// ("/v1/keys/a//b").
-func (fe *rlsFrontEnd) mount(h http.Handler) http.Handler {
-	j := fe.srv.JSONHandler()
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/json" {
-			j.ServeHTTP(w, r)
-			return
-		}
-		h.ServeHTTP(w, r)
-	})
 }
 
 // start serves gRPC and writes the --rls-config domains through the leader

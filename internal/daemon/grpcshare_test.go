@@ -18,21 +18,19 @@ import (
 	limitdv1 "github.com/limitd/limitd/proto/limitd/v1"
 )
 
-// TestGRPCChecksCountInHTTPMetrics: serve builds the gRPC server on the HTTP
-// API's service, so a check over gRPC shows in /metrics' decision counters
+// TestGRPCChecksCountInHTTPMetrics: serve builds the gRPC server and the
+// HTTP API on one service and one registry, so a check over gRPC shows in /metrics' decision counters
 // (limitd_checks_total) like one over HTTP. (The RLS metrics on /metrics:
 // TestProcessServesRLSFromConfigDir.)
 func TestGRPCChecksCountInHTTPMetrics(t *testing.T) {
 	c := clustertest.MakeCluster(t, 1, nil)
 	f := &serveFlags{applyTimeout: 2 * time.Second, grpc: grpcFlags{addr: "127.0.0.1:0", rlsHeaders: "off", maxConnections: 8, maxStreams: 8}}
-	fe, err := newRLSFrontEnd(f, &startInputs{}, c.Node(0), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	fes, err := newFrontEnds(f, &startInputs{}, c.Node(0), api.Config{Logger: logger}, logger)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, handler, err := fe.httpAPI(api.Config{RequestTimeout: f.applyTimeout})
-	if err != nil {
-		t.Fatal(err)
-	}
+	fe, handler := fes.rls, fes.handler
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	background := make(chan error, 1)

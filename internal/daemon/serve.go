@@ -243,12 +243,7 @@ func serve(f *serveFlags, in *startInputs, logger *slog.Logger) error {
 		AdminToken:    f.adminToken,
 		AuthKeySource: f.authKeySource,
 		AuthURIHeader: f.authURIHeader, AuthAddrHeader: f.authAddrHeader,
-		MaxBatch: f.maxBatch,
-		// One deadline for a request, end to end: the cluster answers within
-		// it (its batcher and proposals watch the request's context and say
-		// whether anything was proposed when it ends).
-		RequestTimeout: f.applyTimeout,
-		Logger:         logger.With("component", "api"),
+		Logger: logger.With("component", "api"),
 	}
 	if err := apiCfg.Validate(); err != nil {
 		return err
@@ -314,16 +309,12 @@ func serve(f *serveFlags, in *startInputs, logger *slog.Logger) error {
 		logger.Warn("previous stop was unclean: rebuilding state from the latest snapshot and the Raft log")
 	}
 
-	rlsFE, err := newRLSFrontEnd(f, in, node, logger) // gRPC, POST /json, --rls-config (grpc.go)
+	fe, err := newFrontEnds(f, in, node, apiCfg, logger) // HTTP and gRPC on one service (frontends.go)
 	if err != nil {
 		ln.Close()
 		return errors.Join(err, node.Close())
 	}
-	srv, handler, err := rlsFE.httpAPI(apiCfg) // HTTP and gRPC on one service (grpc.go)
-	if err != nil {
-		ln.Close()
-		return errors.Join(err, node.Close())
-	}
+	rlsFE, handler := fe.rls, fe.handler
 	if f.pprof {
 		handler = withPprof(handler)
 	}
@@ -363,7 +354,7 @@ func serve(f *serveFlags, in *startInputs, logger *slog.Logger) error {
 	}
 	if len(policies) > 0 {
 		go func() {
-			if err := srv.Service().PutPolicies(ctx, policies, 200*time.Millisecond); err != nil && ctx.Err() == nil {
+			if err := fe.svc.PutPolicies(ctx, policies, 200*time.Millisecond); err != nil && ctx.Err() == nil {
 				background <- err
 			}
 		}()
@@ -403,7 +394,7 @@ func serve(f *serveFlags, in *startInputs, logger *slog.Logger) error {
 	defer stop()
 	hs.Shutdown(shutdownCtx)
 	rlsFE.stop(shutdownCtx)
-	srv.Service().CloseLeases(shutdownCtx) // give unspent quota leases back while the node can still propose
+	fe.svc.CloseLeases(shutdownCtx) // give unspent quota leases back while the node can still propose
 	if err := node.Close(); err != nil {
 		return errors.Join(runErr, err)
 	}

@@ -47,7 +47,7 @@ func loadStartInputs(f *serveFlags) (*startInputs, error) {
 	if _, err := clusterTLS(f); err != nil {
 		return nil, err
 	}
-	if err := (api.Config{AuthKeySource: f.authKeySource, MaxBatch: f.maxBatch}).Validate(); err != nil {
+	if err := (api.Config{AuthKeySource: f.authKeySource}).Validate(); err != nil {
 		return nil, fmt.Errorf("--auth-key-source/--max-batch: %w", err)
 	}
 	return in, nil

@@ -1,0 +1,68 @@
+package daemon
+
+import (
+	"log/slog"
+	"net/http"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/limitd/limitd/api"
+	"github.com/limitd/limitd/cluster"
+	"github.com/limitd/limitd/service"
+)
+
+// frontEnds is everything serve builds over the node, once: one Prometheus
+// registry and one service.Service, handed to the HTTP API and the gRPC
+// server, so that every front end shares one set of limits, caches, leases
+// and check metrics (limitd_checks_total counts gRPC's checks too), and
+// /metrics serves the node's, the HTTP API's and the RLS metrics from the
+// one registry.
+type frontEnds struct {
+	svc *service.Service
+	rls *rlsFrontEnd // gRPC, POST /json, --rls-config (grpc.go)
+	// handler is the HTTP listener's: the API, POST /json and the
+	// cluster's node-to-node endpoints under /internal/.
+	handler http.Handler
+}
+
+// newFrontEnds composes the front ends over node. The API's metrics come
+// first: they are the service's Observer.
+func newFrontEnds(f *serveFlags, in *startInputs, node *cluster.Node, apiCfg api.Config, logger *slog.Logger) (*frontEnds, error) {
+	metrics := api.NewMetrics(prometheus.NewRegistry(), f.applyTimeout, apiCfg.Logger)
+	metrics.Register(node.Collectors()...) // raft, batcher, storage
+	svc := service.New(node, service.Config{
+		MaxBatch: f.maxBatch,
+		// One deadline for a request, end to end: the cluster answers within
+		// it (its batcher and proposals watch the request's context and say
+		// whether anything was proposed when it ends).
+		RequestTimeout: f.applyTimeout,
+		Observer:       metrics,
+	})
+	rlsFE, err := newRLSFrontEnd(f, in, svc, logger)
+	if err != nil {
+		return nil, err
+	}
+	metrics.Register(rlsFE.srv.Collectors()...)
+	srv := api.New(svc, node, metrics, apiCfg)
+	return &frontEnds{svc: svc, rls: rlsFE,
+		handler: listenerHandler(srv.Handler(), rlsFE.srv.JSONHandler(), metrics.Instrument(node.Internal()))}, nil
+}
+
+// listenerHandler serves the HTTP port: envoy ratelimit's POST /json, the
+// cluster's node-to-node endpoints (their own handler, counted in the
+// API's response metrics as route "internal"), and the public API for
+// everything else. Not an http.ServeMux: it would redirect key paths it
+// deems unclean ("/v1/keys/a//b").
+func listenerHandler(public, json, internal http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch p := r.URL.Path; {
+		case p == "/json":
+			json.ServeHTTP(w, r)
+		case strings.HasPrefix(p, "/internal/"):
+			internal.ServeHTTP(w, r)
+		default:
+			public.ServeHTTP(w, r)
+		}
+	})
+}
