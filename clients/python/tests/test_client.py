@@ -141,6 +141,26 @@ class ClientTest(unittest.TestCase):
             self.assertFalse(self.c.check(key, policy=p).replayed)
         self.assertEqual(self.c.peek(key, policy=p).remaining, 95)
 
+    def test_threads_share_one_client(self):
+        import threading
+        p = self.policy(limit=1000, window="1h", algorithm="fixed_window")
+        key = uniq("user")
+        errors = []
+
+        def work():
+            try:
+                for _ in range(20):
+                    self.assertTrue(self.c.check(key, policy=p).allowed)
+            except Exception as e:  # reported below
+                errors.append(e)
+        ts = [threading.Thread(target=work) for _ in range(8)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        self.assertEqual(errors, [])
+        self.assertEqual(self.c.peek(key, policy=p).remaining, 1000 - 160)
+
     def test_peek_and_reset(self):
         p = self.policy(limit=3)
         key = "user/with ?odd% chars-" + uniq("k")
