@@ -123,12 +123,12 @@ export interface ClientOptions {
   /** Milliseconds for one TCP (and TLS) connect (default 2000). */
   connectTimeout?: number;
   /** PEM CA bundle to verify the nodes with (https), or its file. */
-  ca?: string | Buffer;
+  ca?: string | Uint8Array;
   caFile?: string;
   /** Client certificate and key (mutual TLS), or their files. */
-  cert?: string | Buffer;
+  cert?: string | Uint8Array;
   certFile?: string;
-  key?: string | Buffer;
+  key?: string | Uint8Array;
   keyFile?: string;
   /** false: no generated request ids (an unknown outcome then throws OutcomeUnknown, unretried). */
   requestIds?: boolean;
