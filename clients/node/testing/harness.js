@@ -23,7 +23,10 @@ function limitdBin() {
     bin = process.env.LIMITD_BIN;
     return bin;
   }
+  // Once per test process (node --test runs each file in its own): the Go
+  // build cache makes the later builds a link step.
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'limitd-nodetest-bin-'));
+  process.on('exit', () => fs.rmSync(dir, { recursive: true, force: true }));
   const out = path.join(dir, 'limitd');
   execFileSync('go', ['build', '-o', out, './cmd/limitd'], { cwd: REPO, stdio: 'inherit' });
   bin = out;

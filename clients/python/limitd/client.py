@@ -30,6 +30,7 @@ import itertools
 import json
 import random
 import secrets
+import select
 import socket
 import ssl
 import threading
@@ -596,6 +597,8 @@ class Client:
         conn = self._conn(host)
         sent = False
         try:
+            if conn.sock is not None and select.select([conn.sock], [], [], 0)[0]:
+                conn.close()  # a kept-alive connection the node closed (or answered unasked): start afresh
             if conn.sock is None:
                 conn.timeout = min(self.connect_timeout, remaining)
                 conn.connect()

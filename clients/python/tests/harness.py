@@ -2,6 +2,7 @@
 injecting proxy. The limitd binary is $LIMITD_BIN, or built once with
 `go build ./cmd/limitd` from the repository root."""
 
+import atexit
 import http.client
 import http.server
 import json
@@ -43,6 +44,7 @@ def limitd_bin():
     if go is None:
         raise RuntimeError("LIMITD_BIN is unset and there is no go to build limitd with")
     _bin_dir = tempfile.mkdtemp(prefix="limitd-pytest-bin-")
+    atexit.register(shutil.rmtree, _bin_dir, True)
     out = os.path.join(_bin_dir, "limitd")
     subprocess.run([go, "build", "-o", out, "./cmd/limitd"], cwd=REPO, check=True)
     _bin = out
