@@ -118,7 +118,7 @@ export interface ClientOptions {
   timeout?: number;
   /** What check/checkAll answer when no decision came in time (default 'error': throw Unavailable). */
   failMode?: FailMode;
-  /** Milliseconds after which a call gives up when every known node refuses connections (default 500; null: never). */
+  /** Milliseconds after which a call gives up when every known node refuses connections (default 500; null: never); for a second after, calls give up after one round. */
   failFast?: number | null;
   /** Milliseconds for one TCP (and TLS) connect (default 2000). */
   connectTimeout?: number;

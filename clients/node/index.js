@@ -266,6 +266,9 @@ class Client {
     this._lastLearnTry = -Infinity;
     this._learning = null;
     this._failed = new Map();
+    // Until when every node is taken to be down (a call just found every one
+    // refusing connections): calls then give up after one round.
+    this._downUntil = 0;
     this._idPrefix = crypto.randomBytes(12).toString('hex') + '-';
     this._idSeq = 0;
     /** Counters since the client was made. */
@@ -481,11 +484,14 @@ class Client {
     const misconfigured = new Set();
     let refusedSince = null;
     let refusedHosts = new Set();
+    const failFast = this.failFast !== null && Date.now() < this._downUntil ? 0 : this.failFast;
     for (;;) {
       const host = await this._pick(deadline);
       let err;
       try {
-        return await attempt(host);
+        const out = await attempt(host);
+        this._downUntil = 0;
+        return out;
       } catch (e) {
         err = e;
       }
@@ -508,7 +514,8 @@ class Client {
       if (connectFailed) {
         if (refusedSince === null) refusedSince = now;
         refusedHosts.add(host);
-        if (this.failFast !== null && now - refusedSince >= this.failFast && this._endpoints.every((h) => refusedHosts.has(h))) {
+        if (failFast !== null && now - refusedSince >= failFast && this._endpoints.every((h) => refusedHosts.has(h))) {
+          this._downUntil = now + FAILED_HOST_PAUSE;
           throw this._final(err, unknown, `every known node refused the connection for ${now - refusedSince} ms`);
         }
       } else {

@@ -227,6 +227,23 @@ describe('failover and fail modes', () => {
     assert.deepEqual([d.allowed, d.degraded], [true, true]);
   });
 
+  test('once every node refused, the next calls give up after one round', async () => {
+    const f = new limitd.Client([await deadAddr(), await deadAddr()], { timeout: 10000, failMode: 'open' });
+    try {
+      let t0 = Date.now();
+      assert.equal((await f.check({ key: 'k', policy: 'p' })).degraded, true);
+      assert.ok(Date.now() - t0 >= limitd.DEFAULT_FAIL_FAST);
+      for (let i = 0; i < 3; i++) {
+        t0 = Date.now();
+        assert.equal((await f.check({ key: 'k', policy: 'p' })).degraded, true);
+        assert.ok(Date.now() - t0 < 400, `took ${Date.now() - t0} ms`);
+      }
+      assert.equal(f.stats.failedOpen, 4);
+    } finally {
+      f.close();
+    }
+  });
+
   test('fail closed answers quickly, degraded', async () => {
     const d = await runMode('closed');
     assert.deepEqual([d.allowed, d.degraded, d.retryAfterMs], [false, true, 1000]);

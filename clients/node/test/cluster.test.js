@@ -32,9 +32,17 @@ test('the leader is learned from a follower; failover after the leader dies', as
     const t0 = Date.now();
     for (let i = 0; i < 5; i++) assert.equal((await c.check({ key, policy: name })).allowed, true);
     assert.ok(Date.now() - t0 < 15000);
+    // Right after the election the client may still be going round the
+    // nodes (the target unknown); within a refresh it names the new leader.
+    let extra = 0;
+    while (!followers.some((nd) => nd.httpAddr === c.target) && Date.now() - t0 < 20000) {
+      await new Promise((r) => setTimeout(r, 200));
+      assert.equal((await c.check({ key, policy: name })).allowed, true);
+      extra++;
+    }
     assert.notEqual(c.target, leader);
     assert.ok(followers.some((nd) => nd.httpAddr === c.target), `target ${c.target}`);
-    assert.equal((await c.peek(key, { policy: name })).remaining, 94);
+    assert.equal((await c.peek(key, { policy: name })).remaining, 94 - extra);
     assert.ok(c.stats.leaderChanges >= 2);
   } finally {
     c.close();

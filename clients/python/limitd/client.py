@@ -141,7 +141,8 @@ class Client:
       when no decision came in time. A :class:`ConfigError` is always raised.
     * ``fail_fast``: seconds after which a call gives up when every known
       node refuses connections (default 0.5), instead of retrying until the
-      timeout. ``None`` retries until the timeout.
+      timeout; for a second after that, calls give up once every node has
+      refused them once. ``None`` retries until the timeout.
     * ``connect_timeout``: seconds to wait for one TCP (and TLS) connect.
     * ``ca_file``: PEM bundle to verify the nodes' certificates with (https);
       ``cert_file``/``key_file``: a client certificate (mutual TLS);
@@ -198,6 +199,9 @@ class Client:
         self._last_learn = 0.0
         self._last_learn_try = -1.0
         self._failed: Dict[str, float] = {}
+        # Until when every node is taken to be down (a call just found every
+        # one refusing connections): calls then give up after one round.
+        self._down_until = 0.0
         self._id_prefix = secrets.token_hex(12) + "-"
         self._id_seq = itertools.count(1)
         self._local = threading.local()
@@ -492,10 +496,15 @@ class Client:
         misconfigured = set()
         refused_since: Optional[float] = None
         refused_hosts = set()
+        fail_fast = self.fail_fast
+        if fail_fast is not None and time.monotonic() < self._down_until:
+            fail_fast = 0.0
         while True:
             host = self._pick(deadline)
             try:
-                return attempt(host)
+                out = attempt(host)
+                self._down_until = 0.0
+                return out
             except ConfigError:
                 # Not worth a retry on this node; another configured node may be set up differently.
                 if host in misconfigured:
@@ -522,8 +531,9 @@ class Client:
                 if refused_since is None:
                     refused_since = now
                 refused_hosts.add(host)
-                if (self.fail_fast is not None and now - refused_since >= self.fail_fast
+                if (fail_fast is not None and now - refused_since >= fail_fast
                         and refused_hosts.issuperset(self.endpoints)):
+                    self._down_until = now + _FAILED_HOST_PAUSE
                     raise self._final(err, unknown, "every known node refused the connection for %.1fs"
                                       % (now - refused_since))
             else:

@@ -241,6 +241,19 @@ class FailModeTest(unittest.TestCase):
         self.assertTrue(d.allowed)
         self.assertTrue(d.degraded)
 
+    def test_once_down_the_next_calls_fail_after_one_round(self):
+        c = limitd.Client([dead_addr(), dead_addr()], timeout=10, fail_mode="open")
+        self.addCleanup(c.close)
+        t0 = time.monotonic()
+        self.assertTrue(c.check("k", policy="p").degraded)
+        first = time.monotonic() - t0
+        self.assertGreaterEqual(first, limitd.DEFAULT_FAIL_FAST)
+        for _ in range(3):
+            t0 = time.monotonic()
+            self.assertTrue(c.check("k", policy="p").degraded)
+            self.assertLess(time.monotonic() - t0, 0.4)
+        self.assertEqual(c.stats["failed_open"], 4)
+
     def test_fail_closed(self):
         d = self.run_mode("closed")
         self.assertFalse(d.allowed)

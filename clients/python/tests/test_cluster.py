@@ -53,9 +53,16 @@ class ClusterTest(unittest.TestCase):
             self.assertTrue(c.check(key, policy=name).allowed)
         took = time.monotonic() - t0
         self.assertLess(took, 15)
+        # Right after the election the client may still be going round the
+        # nodes (the target unknown); within a refresh it names the new leader.
+        extra = 0
+        while c.target not in {nd.http_addr for nd in followers} and time.monotonic() - t0 < 20:
+            time.sleep(0.2)
+            self.assertTrue(c.check(key, policy=name).allowed)
+            extra += 1
         self.assertNotEqual(c.target, leader)
         self.assertIn(c.target, {nd.http_addr for nd in followers})
-        self.assertEqual(c.peek(key, policy=name).remaining, 94)
+        self.assertEqual(c.peek(key, policy=name).remaining, 94 - extra)
         self.assertGreaterEqual(c.stats["leader_changes"], 2)
 
 
