@@ -617,7 +617,7 @@ class Client:
             conn.request(method, path, body=body, headers=headers)
             resp = conn.getresponse()
             data = resp.read(_MAX_RESPONSE)
-            if resp.will_close:
+            if resp.will_close or not resp.isclosed():  # closing, or an answer larger than we read
                 self._drop(host)
         except ssl.SSLCertVerificationError as e:
             self._drop(host)
