@@ -269,6 +269,9 @@ func serve(f *serveFlags, in *startInputs, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	if err := privateDataDir(f.dataDir, logger); err != nil { // datadir.go: 0700/0600 before anything is written
+		return err
+	}
 	// Listen before Raft starts so a bad --http-addr fails fast, and so the
 	// node can answer forwarded requests as soon as it is a member.
 	ln, err := net.Listen("tcp", f.httpAddr)
