@@ -394,6 +394,7 @@ func appendString(dst []byte, s string) []byte {
 type command struct {
 	typ            byte
 	now, retention int64      // CmdCheck, CmdExpire (now)
+	bounds         Bounds     // CmdCheck: the leader's (budget.go)
 	ops            []opRef    // CmdCheck
 	checks         []checkRef // CmdCheck; CmdResetKey uses checks[0]
 	policy         Policy     // CmdPutPolicy

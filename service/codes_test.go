@@ -20,14 +20,15 @@ import (
 // values are written out: a change to the table must change this test.
 func TestEveryCodeHasOneAnswer(t *testing.T) {
 	want := map[Code]Answer{
-		fsm.CodeInvalidArgument: {http.StatusBadRequest, codes.InvalidArgument, false},
-		fsm.CodeUnauthenticated: {http.StatusUnauthorized, codes.Unauthenticated, false},
-		fsm.CodeNotFound:        {http.StatusNotFound, codes.NotFound, false},
-		fsm.CodeConflict:        {http.StatusConflict, codes.AlreadyExists, false},
-		fsm.CodePayloadTooLarge: {http.StatusRequestEntityTooLarge, codes.ResourceExhausted, false},
-		fsm.CodeUnavailable:     {http.StatusServiceUnavailable, codes.Unavailable, true},
-		fsm.CodeOutcomeUnknown:  {http.StatusServiceUnavailable, codes.Aborted, true},
-		fsm.CodeInternal:        {http.StatusInternalServerError, codes.Internal, false},
+		fsm.CodeInvalidArgument:    {http.StatusBadRequest, codes.InvalidArgument, false},
+		fsm.CodeUnauthenticated:    {http.StatusUnauthorized, codes.Unauthenticated, false},
+		fsm.CodeNotFound:           {http.StatusNotFound, codes.NotFound, false},
+		fsm.CodeConflict:           {http.StatusConflict, codes.AlreadyExists, false},
+		fsm.CodePayloadTooLarge:    {http.StatusRequestEntityTooLarge, codes.ResourceExhausted, false},
+		fsm.CodeUnavailable:        {http.StatusServiceUnavailable, codes.Unavailable, true},
+		fsm.CodeOutcomeUnknown:     {http.StatusServiceUnavailable, codes.Aborted, true},
+		fsm.CodeInternal:           {http.StatusInternalServerError, codes.Internal, false},
+		fsm.CodeKeyBudgetExhausted: {http.StatusTooManyRequests, codes.ResourceExhausted, true},
 	}
 	if len(Codes()) != len(want) || len(answers) != len(want) {
 		t.Fatalf("Codes() lists %d, the table has %d, want %d", len(Codes()), len(answers), len(want))

@@ -28,6 +28,9 @@ const (
 	CodeUnavailable     = fsm.CodeUnavailable
 	CodeOutcomeUnknown  = fsm.CodeOutcomeUnknown
 	CodeInternal        = fsm.CodeInternal
+	// CodeKeyBudgetExhausted: a new key (or request id) past the cluster's
+	// bounds; nothing was counted (fsm/budget.go).
+	CodeKeyBudgetExhausted = fsm.CodeKeyBudgetExhausted
 )
 
 // Invalid returns an invalid_argument error about field.
