@@ -67,6 +67,9 @@ type Config struct {
 	RequestTimeout time.Duration
 	// Logger receives handler panics and misconfiguration; nil means slog.Default().
 	Logger *slog.Logger
+	// MaxInlineWindow and NoInlineLimits: service.Config's, for every front end.
+	MaxInlineWindow time.Duration
+	NoInlineLimits  bool
 }
 
 // Defaults (MaxBatch and RequestTimeout default in the service layer).
@@ -140,7 +143,8 @@ func New(store Store, cfg Config) *Server {
 	}
 	s.metrics = newMetrics(store.Collectors(), slog.NewLogLogger(s.cfg.Logger.Handler(), slog.LevelError), s.cfg.RequestTimeout)
 	s.svc = service.New(store, service.Config{
-		MaxBatch: s.cfg.MaxBatch, RequestTimeout: s.cfg.RequestTimeout, Observer: s.metrics})
+		MaxBatch: s.cfg.MaxBatch, RequestTimeout: s.cfg.RequestTimeout, Observer: s.metrics,
+		MaxInlineWindow: s.cfg.MaxInlineWindow, NoInlineLimits: s.cfg.NoInlineLimits})
 	s.metrics.reg.MustRegister(leaseCollectors(s.svc)...) // lease_metrics.go
 	s.cfg.MaxBatch, s.cfg.RequestTimeout = s.svc.Config().MaxBatch, s.svc.Config().RequestTimeout
 	s.handler = s.routes()

@@ -104,6 +104,9 @@ func (s *Service) prepare(r *CheckRequest, withRequestID bool) (fsm.Check, Limit
 		c.Policy = r.Policy
 		return c, s.limitOf(r.Policy), nil
 	case r.Limit != nil:
+		if e := s.checkInline(r.Limit); e != nil {
+			return fsm.Check{}, Limit{}, e
+		}
 		c.Spec = r.Limit
 		name := InlineName
 		if r.MetricName != "" {

@@ -79,6 +79,11 @@ type Config struct {
 	RequestTimeout time.Duration
 	// Observer, when set, is told every check's outcome.
 	Observer Observer
+	// MaxInlineWindow bounds how long an inline limit may keep a key
+	// (inline.go; 0: no bound, limitd serve defaults to
+	// DefaultMaxInlineWindow); NoInlineLimits refuses inline limits.
+	MaxInlineWindow time.Duration
+	NoInlineLimits  bool
 }
 
 // Defaults.
