@@ -70,6 +70,10 @@ type Config struct {
 	// MaxInlineWindow and NoInlineLimits: service.Config's, for every front end.
 	MaxInlineWindow time.Duration
 	NoInlineLimits  bool
+	// AllowedHosts are the names (host or host:port) a node without an
+	// admin token answers besides IP addresses and localhost: its listen
+	// and advertised addresses (browserguard.go). Empty: no Host rule.
+	AllowedHosts []string
 }
 
 // Defaults (MaxBatch and RequestTimeout default in the service layer).
@@ -125,6 +129,7 @@ type Server struct {
 	keySource    KeySource
 	keySourceErr error // a bad Config.AuthKeySource fails /v1/auth, not the node
 	authHeaders  authHeaders
+	guard        *browserGuard // browserguard.go
 }
 
 // New returns a server for store. Call cfg.Validate first to reject bad flags;
@@ -147,6 +152,7 @@ func New(store Store, cfg Config) *Server {
 		MaxInlineWindow: s.cfg.MaxInlineWindow, NoInlineLimits: s.cfg.NoInlineLimits})
 	s.metrics.reg.MustRegister(leaseCollectors(s.svc)...) // lease_metrics.go
 	s.cfg.MaxBatch, s.cfg.RequestTimeout = s.svc.Config().MaxBatch, s.svc.Config().RequestTimeout
+	s.guard = newBrowserGuard(s.cfg)
 	s.handler = s.routes()
 	return s
 }
@@ -223,6 +229,11 @@ type rootHandler struct {
 func (h *rootHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	m := h.s.metrics
 	rec := m.record(w)
+	if e := h.s.guard.check(req); e != nil { // browsers cannot act on a node (browserguard.go)
+		writeError(rec, e)
+		m.recorded(rec, routeOf(req.URL.Path))
+		return
+	}
 	if req.URL.Path == "/v1/check" && req.Method == http.MethodPost && req.URL.RawQuery == "" {
 		h.check(rec, req)
 		m.recorded(rec, routeCheck)

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -31,12 +32,14 @@ const (
 	DefaultMinFreeDiskMiB = 256
 )
 
-// boundsFlags are serve's flags for bounded state.
+// boundsFlags are serve's flags for bounded state, and the names a node
+// without an admin token answers (api.Config.AllowedHosts).
 type boundsFlags struct {
 	maxKeys, maxRequestIDs int64
 	minFreeDiskMiB         int64
 	maxInlineWindow        time.Duration
 	noInlineLimits         bool
+	allowedHosts           string
 }
 
 func addBoundsFlags(fs *flag.FlagSet, b *boundsFlags) {
@@ -45,6 +48,22 @@ func addBoundsFlags(fs *flag.FlagSet, b *boundsFlags) {
 	fs.Int64Var(&b.minFreeDiskMiB, "min-free-disk-mib", DefaultMinFreeDiskMiB, "below this free space in the leader's --data-dir no new key is created (key_budget_exhausted); existing keys are still decided (0: no guard)")
 	fs.DurationVar(&b.maxInlineWindow, "max-inline-window", service.DefaultMaxInlineWindow, "longest an inline limit (given in the check, not a policy) may keep a key: its window, calendar period or bucket refill time (0: no bound)")
 	fs.BoolVar(&b.noInlineLimits, "no-inline-limits", false, "refuse inline limits: every check names a policy (for nodes whose HTTP or gRPC port is public)")
+	fs.StringVar(&b.allowedHosts, "allowed-hosts", "", "without --admin-token: host names (comma-separated) the HTTP API answers besides IP addresses, localhost and the names in --http-addr and --http-advertise (a request naming another Host is refused: DNS rebinding)")
+}
+
+// hosts are api.Config.AllowedHosts: the names in the HTTP listen and
+// advertised addresses and --allowed-hosts.
+func (b *boundsFlags) hosts(httpAddr, httpAdvertise string) []string {
+	hs := []string{httpAddr}
+	if httpAdvertise != "" {
+		hs = append(hs, httpAdvertise)
+	}
+	for _, h := range strings.Split(b.allowedHosts, ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			hs = append(hs, h)
+		}
+	}
+	return hs
 }
 
 func (b *boundsFlags) validate() error {

@@ -257,6 +257,7 @@ func serve(f *serveFlags, in *startInputs, logger *slog.Logger) error {
 		Logger:         logger.With("component", "api"),
 	}
 	apiCfg.MaxInlineWindow, apiCfg.NoInlineLimits = f.bounds.maxInlineWindow, f.bounds.noInlineLimits // bounds.go
+	apiCfg.AllowedHosts = f.bounds.hosts(f.httpAddr, f.httpAdvertise)
 	if err := apiCfg.Validate(); err != nil {
 		return err
 	}
