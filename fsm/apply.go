@@ -69,6 +69,8 @@ type limit struct {
 	// noCache: the policy has local_refusals off; its decisions are not
 	// observed by the over-limit cache.
 	noCache bool
+	// maxKeys: the policy's key budget (0: none; budget.go).
+	maxKeys int64
 }
 
 // tentative is a key's state while an op is being decided: the stored state,
@@ -258,7 +260,7 @@ func (a *applier) resolve(ck *checkRef, lim *limit) *Error {
 		if !ok {
 			return notFound(string(ck.policy))
 		}
-		*lim = limit{spec: &p.Spec, shadow: p.Shadow, policy: true, ident: ck.policy, name: p.Name, noCache: p.NoLocalRefusals}
+		*lim = limit{spec: &p.Spec, shadow: p.Shadow, policy: true, ident: ck.policy, name: p.Name, noCache: p.NoLocalRefusals, maxKeys: p.MaxKeys}
 		return nil
 	case ck.kind == limitSpec:
 		se := a.specs[string(ck.spec)]
@@ -486,6 +488,11 @@ func (a *applier) decideOp(tx *persist.Tx, checks []checkRef, lims []limit, decs
 		}
 		if e := a.refuseNewKeys(tx.Meta().Keys, created, &a.cmd.bounds); e != nil {
 			return Result{Err: e}, nil
+		}
+		if created > 0 {
+			if e := a.refusePolicyKeys(tx, checks, lims); e != nil {
+				return Result{Err: e}, nil
+			}
 		}
 		for k := range a.tent {
 			if err := writeState(tx, &a.tent[k]); err != nil {

@@ -1,9 +1,12 @@
 package fsm
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"sync/atomic"
+
+	"github.com/limitd/limitd/persist"
 )
 
 // CodeKeyBudgetExhausted: a check would create a key (or an op would record
@@ -140,6 +143,45 @@ func (a *applier) refuseNewRequestID(live uint64, b *Bounds) *Error {
 	if b.MaxRequestIDs > 0 && live >= uint64(b.MaxRequestIDs) {
 		a.budget.requestIDs.Add(1)
 		return &Error{Code: CodeKeyBudgetExhausted, Field: "request_id", Message: fmt.Sprintf("the cluster remembers its maximum of %d request ids; retry later, or without a request_id", b.MaxRequestIDs)}
+	}
+	return nil
+}
+
+// policyOfKey is persist's KeyGroup: the policy name of a policy key's
+// storage key ('p' ‖ uvarint(len) ‖ name ‖ key), nil for inline limits and
+// lease records, whose keys the policy budgets do not count.
+func policyOfKey(key []byte) []byte {
+	if len(key) < 2 || key[0] != 'p' {
+		return nil
+	}
+	n, w := binary.Uvarint(key[1:])
+	if w <= 0 || uint64(len(key)-1-w) < n {
+		return nil
+	}
+	return key[1+w : 1+w+int(n)]
+}
+
+// refusePolicyKeys refuses an op whose new keys would take a policy past its
+// MaxKeys: the live keys of each policy (persist's count of its group,
+// exact like Meta.Keys) plus the op's new keys under it. a.tent[k] is the
+// state of the k-th distinct key of the op, in the order of its checks.
+func (a *applier) refusePolicyKeys(tx *persist.Tx, checks []checkRef, lims []limit) *Error {
+	for j := range lims {
+		lim := &lims[j]
+		if !lim.policy || lim.maxKeys <= 0 {
+			continue
+		}
+		var n int64
+		for k := range a.tent {
+			t := &a.tent[k]
+			if t.changed && !t.prev.Found && t.data != nil && bytes.Equal(policyOfKey(t.key), lim.ident) {
+				n++
+			}
+		}
+		if n > 0 && tx.GroupKeys(lim.ident)+n > lim.maxKeys {
+			a.budget.keys.Add(1)
+			return &Error{Code: CodeKeyBudgetExhausted, Field: "key", Message: fmt.Sprintf("policy %q holds its maximum of %d keys (max_keys) and creates no new ones until keys expire; existing keys are still decided", lim.name, lim.maxKeys)}
+		}
 	}
 	return nil
 }

@@ -5,12 +5,14 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"pgregory.net/rapid"
 
 	"github.com/limitd/limitd/algo"
+	"github.com/limitd/limitd/persist"
 )
 
 func (d *driver) checkBounded(now int64, b Bounds, ops ...Op) []Result {
@@ -119,10 +121,11 @@ func TestBoundsEncoding(t *testing.T) {
 // The model of the key count: random checks (creating, spending, refused,
 // peeks), resets, expiry sweeps, restarts and snapshot restores into a new
 // replica, with a key budget and the disk guard varying per entry as a
-// leader's configuration and disk would. After every entry the stored count
-// is exactly the number of live keys of the model, which is also what the
-// file holds after a commit; a check is refused for the budget exactly when
-// it would create a key past the entry's bounds.
+// leader's configuration and disk would, and a policy with a key budget of
+// its own (max_keys). After every entry the stored count, and the count of
+// the policy's keys, are exactly the live keys of the model, which is also
+// what the file holds after a commit; a check is refused for the budget
+// exactly when it would create a key past the entry's bounds or the policy's.
 func TestKeyBudgetModel(t *testing.T) {
 	dir := t.TempDir()
 	run := 0
@@ -148,7 +151,20 @@ func TestKeyBudgetModel(t *testing.T) {
 			return rs[0]
 		}
 		now := t0
-		model := map[string]st{} // the keys the store holds
+		// Policy pk's keys: a budget of its own (max_keys).
+		pk := Policy{Name: "pk", Spec: spec, MaxKeys: rapid.Int64Range(1, 4).Draw(rt, "policy_max_keys")}
+		if r := apply(EncodePutPolicy(pk)); r != nil {
+			rt.Fatalf("put policy: %v", r)
+		}
+		model := map[string]st{} // the keys the store holds: "s:" inline, "p:" under pk
+		policyKeys := func() (n int64) {
+			for k := range model {
+				if k[0] == 'p' {
+					n++
+				}
+			}
+			return n
+		}
 		sweep := func() {
 			for k, s := range model {
 				if s.start+window <= now {
@@ -166,12 +182,20 @@ func TestKeyBudgetModel(t *testing.T) {
 				n := rapid.IntRange(1, 3).Draw(rt, "ops")
 				ops := make([]Op, n)
 				for i := range ops {
-					ops[i] = Op{Checks: []Check{{Key: rapid.SampledFrom(keys).Draw(rt, "key"), Spec: &spec, Cost: rapid.Int64Range(0, 2).Draw(rt, "cost")}}}
+					ck := Check{Key: rapid.SampledFrom(keys).Draw(rt, "key"), Spec: &spec, Cost: rapid.Int64Range(0, 2).Draw(rt, "cost")}
+					if rapid.Bool().Draw(rt, "policy") {
+						ck.Spec, ck.Policy = nil, pk.Name
+					}
+					ops[i] = Op{Checks: []Check{ck}}
 				}
 				rs := apply(EncodeCheckBounded(nil, now, 0, b, ops)).([]Result)
 				for i, op := range ops {
 					ck := op.Checks[0]
-					cur, present := model[ck.Key]
+					mk := "s:" + ck.Key
+					if ck.Policy != "" {
+						mk = "p:" + ck.Key
+					}
+					cur, present := model[mk]
 					ws := now - now%window
 					cnt := int64(0)
 					if present && cur.start == ws {
@@ -183,27 +207,32 @@ func TestKeyBudgetModel(t *testing.T) {
 					}
 					r := rs[i]
 					create := allowed && ck.Cost > 0 && !present
-					refuse := create && (b.NoNewKeys || b.MaxKeys > 0 && int64(len(model))+1 > b.MaxKeys)
+					refuse := create && (b.NoNewKeys || b.MaxKeys > 0 && int64(len(model))+1 > b.MaxKeys ||
+						ck.Policy != "" && policyKeys()+1 > pk.MaxKeys)
 					switch {
 					case refuse:
 						if r.Err == nil || r.Err.Code != CodeKeyBudgetExhausted || r.Err.Field != "key" {
-							rt.Fatalf("op %d (%s cost %d) with %d keys under %+v: %+v, want key_budget_exhausted", i, ck.Key, ck.Cost, len(model), b, r)
+							rt.Fatalf("op %d (%s cost %d) with %d keys (%d of policy max %d) under %+v: %+v, want key_budget_exhausted", i, mk, ck.Cost, len(model), policyKeys(), pk.MaxKeys, b, r)
 						}
 						continue
 					case r.Err != nil || r.Allowed != allowed:
-						rt.Fatalf("op %d (%s cost %d, count %d) with %d keys under %+v: %+v, want allowed=%v", i, ck.Key, ck.Cost, cnt, len(model), b, r, allowed)
+						rt.Fatalf("op %d (%s cost %d, count %d) with %d keys (%d of policy max %d) under %+v: %+v, want allowed=%v", i, mk, ck.Cost, cnt, len(model), policyKeys(), pk.MaxKeys, b, r, allowed)
 					}
 					if allowed && ck.Cost > 0 {
-						model[ck.Key] = st{ws, cnt + ck.Cost}
+						model[mk] = st{ws, cnt + ck.Cost}
 					}
 				}
 				sweep() // every check entry sweeps 2×ops+16 due entries: all of these keys
 			case 5: // a reset
 				k := rapid.SampledFrom(keys).Draw(rt, "reset")
-				if r := apply(EncodeResetKey(Check{Key: k, Spec: &spec})); r != nil {
+				c, mk := Check{Key: k, Spec: &spec}, "s:"+k
+				if rapid.Bool().Draw(rt, "policy") {
+					c, mk = Check{Key: k, Policy: pk.Name}, "p:"+k
+				}
+				if r := apply(EncodeResetKey(c)); r != nil {
 					rt.Fatalf("reset: %v", r)
 				}
-				delete(model, k)
+				delete(model, mk)
 			case 6: // an expiry sweep
 				now += rapid.SampledFrom([]int64{0, sec, 11 * sec}).Draw(rt, "advance")
 				apply(EncodeExpire(now, 1000))
@@ -255,7 +284,72 @@ func TestKeyBudgetModel(t *testing.T) {
 			if got := f.Stats().Keys; got != int64(len(model)) {
 				rt.Fatalf("step %d: stored count %d, live keys %d (%v)", s, got, len(model), model)
 			}
+			f.applyMu.Lock()
+			var got int64
+			err := f.store.Update(func(tx *persist.Tx) error { got = tx.GroupKeys([]byte(pk.Name)); return nil })
+			f.applyMu.Unlock()
+			if err != nil {
+				rt.Fatal(err)
+			}
+			if want := policyKeys(); got != want {
+				rt.Fatalf("step %d: policy %s counts %d keys, live %d (%v)", s, pk.Name, got, want, model)
+			}
 		}
 	})
 	_ = os.RemoveAll(dir)
+}
+
+// A policy's max_keys bounds its own keys: past it a new key under the
+// policy is refused, its existing keys and other limits' keys are decided,
+// and the count survives a restart and a snapshot restored elsewhere.
+func TestPolicyKeyBudget(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "fsm.db")
+	f, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := newDriver(t, f)
+	spec := mustSpec(t, algo.Config{Algorithm: "fixed_window", Limit: 5, Window: "1h"})
+	d.putPolicy(Policy{Name: "anon", Spec: spec, MaxKeys: 2})
+	d.putPolicy(Policy{Name: "other", Spec: spec})
+	for _, k := range []string{"a", "b"} {
+		if r := d.one(t0, "anon", k, 1); r.Err != nil || !r.Allowed {
+			t.Fatalf("key %s within max_keys: %+v", k, r)
+		}
+	}
+	refusedC := func(d *driver) {
+		t.Helper()
+		if r := d.one(t0, "anon", "c", 1); r.Err == nil || r.Err.Code != CodeKeyBudgetExhausted || r.Err.Field != "key" || !strings.Contains(r.Err.Message, `"anon"`) {
+			t.Fatalf("a third key under max_keys 2: %+v", r)
+		}
+		if r := d.one(t0, "anon", "a", 1); r.Err != nil || !r.Allowed {
+			t.Fatalf("an existing key past max_keys: %+v", r)
+		}
+	}
+	refusedC(d)
+	if r := d.one(t0, "other", "c", 1); r.Err != nil || !r.Allowed {
+		t.Fatalf("another policy's new key: %+v", r)
+	}
+	snap := takeSnapshot(t, f)
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if f, err = Open(path, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	refusedC(newDriver(t, f))
+	g := openFSM(t, "", Options{})
+	if err := g.Restore(io.NopCloser(bytes.NewReader(snap))); err != nil {
+		t.Fatal(err)
+	}
+	refusedC(newDriver(t, g))
+	// A reset makes room.
+	gd := newDriver(t, g)
+	if r := gd.apply(EncodeResetKey(Check{Key: "b", Policy: "anon"})); r != nil {
+		t.Fatalf("reset: %v", r)
+	}
+	if r := gd.one(t0, "anon", "c", 1); r.Err != nil || !r.Allowed {
+		t.Fatalf("a new key after a reset: %+v", r)
+	}
 }

@@ -110,6 +110,9 @@ type Policy struct {
 	// Lease is the policy's lease option (the zero Lease: none). Nodes may
 	// then reserve part of a key's budget and spend it from memory (lease.go).
 	Lease algo.Lease
+	// MaxKeys bounds the live keys under the policy (0: none): a check that
+	// would create one more is refused with key_budget_exhausted (budget.go).
+	MaxKeys int64
 }
 
 // Command type bytes: the first byte of every log entry. Never renumber; an
