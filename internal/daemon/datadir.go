@@ -53,7 +53,7 @@ func privateDataDir(dir string, logger *slog.Logger) error {
 			return fmt.Errorf("data directory: tighten %s: %w", path, err)
 		}
 		if path == dir {
-			logger.Warn("data directory was readable by others: tightened", "path", path, "was", fi.Mode().Perm().String(), "now", (fi.Mode().Perm() & want).String())
+			logger.Info("data directory was readable by others: tightened", "path", path, "was", fi.Mode().Perm().String(), "now", (fi.Mode().Perm() & want).String())
 		} else {
 			logger.Info("data file was readable by others: tightened", "path", path, "was", fi.Mode().Perm().String())
 		}
