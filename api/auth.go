@@ -126,34 +126,59 @@ func (k KeySource) String() string {
 }
 
 // key extracts the key from req, reading only the trusted headers h; ""
-// when the request does not carry one.
-func (k KeySource) key(req *http.Request, q url.Values, h authHeaders) string {
+// when the request does not carry one. A key given more than once (a
+// repeated parameter or header) is ambiguous: applications disagree on which
+// value counts (Go and Express read the first, PHP and Rails the last), so a
+// client could be limited on a random first value while the application
+// acts on the second. repeated is then true and nothing is counted.
+func (k KeySource) key(req *http.Request, q url.Values, h authHeaders) (key string, repeated bool) {
 	switch k.kind {
 	case keyFromIP:
 		if xff := req.Header.Get(h.addr); xff != "" {
 			first, _, _ := strings.Cut(xff, ",")
 			if first = strings.TrimSpace(first); first != "" {
-				return first
+				return first, false
 			}
 		}
 		if host, _, err := net.SplitHostPort(req.RemoteAddr); err == nil {
-			return host
+			return host, false
 		}
-		return req.RemoteAddr
+		return req.RemoteAddr, false
 	case keyFromHeader:
-		return req.Header.Get(k.name)
+		vs := req.Header.Values(k.name)
+		if len(vs) > 1 {
+			return "", true
+		}
+		if len(vs) == 1 {
+			return vs[0], false
+		}
 	case keyFromQuery:
-		if v := q.Get(k.name); v != "" {
-			return v
+		if vs := q[k.name]; len(vs) > 1 {
+			return "", true
+		} else if len(vs) == 1 && vs[0] != "" {
+			return vs[0], false
 		}
 		if u := req.Header.Get(h.uri); u != "" {
 			if parsed, err := url.ParseRequestURI(u); err == nil {
-				return parsed.Query().Get(k.name)
+				vs := parsed.Query()[k.name]
+				if len(vs) > 1 {
+					return "", true
+				}
+				if len(vs) == 1 {
+					return vs[0], false
+				}
 			}
 		}
 	}
-	return ""
+	return "", false
 }
+
+// countedKey is the key a forward-auth check spends: the source's name, a
+// colon, then the key ("ip:192.0.2.7", "header:X-Api-Key:k",
+// "query:api_key:k"). Each source is its own name space, so a value sent in
+// one source never spends the budget of the same value from another (an
+// API key "192.0.2.7" is not that address's budget).
+func (k KeySource) countedKey(key string) string { return k.String() + ":" + key }
 
 // handleAuth serves /v1/auth/{policy}: 200 when allowed, 429 (or
 // ?deny_status) when refused, with RateLimit headers either way and
@@ -228,11 +253,16 @@ func (s *Server) handleAuth(w http.ResponseWriter, req *http.Request, ps httprou
 			return
 		}
 	}
-	key := src.key(req, q, hdrs)
+	key, repeated := src.key(req, q, hdrs)
+	if repeated {
+		writeError(w, invalid(src.String(), "given more than once: the key must be unambiguous"))
+		return
+	}
 	if key == "" {
 		writeError(w, invalid(src.String(), "the request carries no key: expected it in "+src.String()))
 		return
 	}
+	key = src.countedKey(key)
 	if e := service.ValidateKey(key, src.String()); e != nil {
 		writeError(w, s.httpError(e))
 		return

@@ -9,26 +9,27 @@ import (
 	"github.com/limitd/limitd/service"
 )
 
-// TestAuthKeySources: each source finds the key where proxies put it.
+// TestAuthKeySources: each source finds the key where proxies put it, and
+// counts it in the source's own name space ("ip:", "header:X-Api-Key:"...).
 func TestAuthKeySources(t *testing.T) {
 	cases := []struct {
 		name, source, path string
 		header             []string
 		wantKey            string
 	}{
-		{"ip from X-Forwarded-For", "ip", "/v1/auth/api", []string{"X-Forwarded-For: 203.0.113.5, 10.0.0.1"}, "203.0.113.5"},
-		{"ip from the peer", "ip", "/v1/auth/api", nil, "192.0.2.7"},
-		{"header", "header:X-Api-Key", "/v1/auth/api", []string{"X-Api-Key: key-123"}, "key-123"},
-		{"header, any case", "header:x-api-key", "/v1/auth/api", []string{"X-API-KEY: key-123"}, "key-123"},
-		{"query", "query:api_key", "/v1/auth/api?api_key=abc", nil, "abc"},
-		{"query via Traefik", "query:api_key", "/v1/auth/api?uri_header=X-Forwarded-Uri", []string{"X-Forwarded-Uri: /orders?api_key=from-traefik&x=1", "X-Original-URI: /?api_key=forged"}, "from-traefik"},
-		{"query via nginx", "query:api_key", "/v1/auth/api", []string{"X-Original-URI: /orders?api_key=from-nginx"}, "from-nginx"},
+		{"ip from X-Forwarded-For", "ip", "/v1/auth/api", []string{"X-Forwarded-For: 203.0.113.5, 10.0.0.1"}, "ip:203.0.113.5"},
+		{"ip from the peer", "ip", "/v1/auth/api", nil, "ip:192.0.2.7"},
+		{"header", "header:X-Api-Key", "/v1/auth/api", []string{"X-Api-Key: key-123"}, "header:X-Api-Key:key-123"},
+		{"header, any case", "header:x-api-key", "/v1/auth/api", []string{"X-API-KEY: key-123"}, "header:X-Api-Key:key-123"},
+		{"query", "query:api_key", "/v1/auth/api?api_key=abc", nil, "query:api_key:abc"},
+		{"query via Traefik", "query:api_key", "/v1/auth/api?uri_header=X-Forwarded-Uri", []string{"X-Forwarded-Uri: /orders?api_key=from-traefik&x=1", "X-Original-URI: /?api_key=forged"}, "query:api_key:from-traefik"},
+		{"query via nginx", "query:api_key", "/v1/auth/api", []string{"X-Original-URI: /orders?api_key=from-nginx"}, "query:api_key:from-nginx"},
 		// nginx passes the client's own headers on; a forged one
 		// of another name is never read.
-		{"query via nginx, forged X-Forwarded-Uri", "query:api_key", "/v1/auth/api", []string{"X-Forwarded-Uri: /?api_key=VICTIM", "X-Original-URI: /orders?api_key=mine"}, "mine"},
-		{"ip from a configured header", "ip", "/v1/auth/api?addr_header=X-Real-IP", []string{"X-Real-IP: 198.51.100.9", "X-Forwarded-For: 203.0.113.66"}, "198.51.100.9"},
-		{"per-request override", "ip", "/v1/auth/api?key_source=header:X-User", []string{"X-User: alice"}, "alice"},
-		{"Envoy path suffix", "header:X-Api-Key", "/v1/auth/api/orders/17", []string{"X-Api-Key: envoy"}, "envoy"},
+		{"query via nginx, forged X-Forwarded-Uri", "query:api_key", "/v1/auth/api", []string{"X-Forwarded-Uri: /?api_key=VICTIM", "X-Original-URI: /orders?api_key=mine"}, "query:api_key:mine"},
+		{"ip from a configured header", "ip", "/v1/auth/api?addr_header=X-Real-IP", []string{"X-Real-IP: 198.51.100.9", "X-Forwarded-For: 203.0.113.66"}, "ip:198.51.100.9"},
+		{"per-request override", "ip", "/v1/auth/api?key_source=header:X-User", []string{"X-User: alice"}, "header:X-User:alice"},
+		{"Envoy path suffix", "header:X-Api-Key", "/v1/auth/api/orders/17", []string{"X-Api-Key: envoy"}, "header:X-Api-Key:envoy"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -58,7 +59,7 @@ func TestAuthUntrustedHeadersIgnored(t *testing.T) {
 	}
 	ts = newTestServer(t, Config{AuthKeySource: "query:api_key", AuthURIHeader: "x-forwarded-uri"})
 	ts.store.putPolicy(t, "api", algo.Config{Algorithm: "fixed_window", Limit: 2, Window: "1m"}, false)
-	if r := ts.do("GET", "/v1/auth/api", "", "X-Forwarded-Uri: /?api_key=t", "X-Original-URI: /?api_key=forged"); r.code != 200 || ts.store.checkCalls[0][0].Checks[0].Key != "t" {
+	if r := ts.do("GET", "/v1/auth/api", "", "X-Forwarded-Uri: /?api_key=t", "X-Original-URI: /?api_key=forged"); r.code != 200 || ts.store.checkCalls[0][0].Checks[0].Key != "query:api_key:t" {
 		t.Fatalf("AuthURIHeader X-Forwarded-Uri: %d %s %+v", r.code, r.body, ts.store.checkCalls)
 	}
 	if err := (Config{AuthURIHeader: "X-Bad Header"}).Validate(); err == nil {
@@ -152,7 +153,7 @@ func TestAuthSuffixQueryIsTheClients(t *testing.T) {
 			t.Fatalf("%s: %d %s, want 429 (the limit of 1 is spent)", path, r.code, r.body)
 		}
 		got := ts.store.checkCalls[len(ts.store.checkCalls)-1][0].Checks[0]
-		if got.Key != "192.0.2.7" || got.Cost != 1 {
+		if got.Key != "ip:192.0.2.7" || got.Cost != 1 {
 			t.Fatalf("%s: checked %+v, want the peer address at cost 1", path, got)
 		}
 	}
@@ -162,7 +163,43 @@ func TestAuthSuffixQueryIsTheClients(t *testing.T) {
 	if r := ts.do("GET", "/v1/auth/one/orders?api_key=k1&page=2", ""); r.code != 200 {
 		t.Fatalf("query source behind a suffix: %d %s", r.code, r.body)
 	}
-	if got := ts.store.checkCalls[0][0].Checks[0]; got.Key != "k1" {
+	if got := ts.store.checkCalls[0][0].Checks[0]; got.Key != "query:api_key:k1" {
 		t.Fatalf("checked %+v, want key k1", got)
+	}
+}
+
+// TestAuthRepeatedKeyIsRefused: a key given twice is ambiguous (Go reads the
+// first value, PHP and Rails the last: a random first value was never
+// limited while the application used the second), so it answers 400 naming
+// the source and counts nothing; and the same value from two sources never
+// shares a budget.
+func TestAuthRepeatedKeyIsRefused(t *testing.T) {
+	cases := []struct {
+		source, path string
+		header       []string
+	}{
+		{"query:api_key", "/v1/auth/api?api_key=r4nd0m&api_key=victim", nil},
+		{"query:api_key", "/v1/auth/api", []string{"X-Original-URI: /orders?api_key=r4nd0m&api_key=victim"}},
+		{"query:api_key", "/v1/auth/api/orders?api_key=r4nd0m&api_key=victim", nil},
+		{"header:X-Api-Key", "/v1/auth/api", []string{"X-Api-Key: r4nd0m", "X-Api-Key: victim"}},
+	}
+	for _, c := range cases {
+		ts := newTestServer(t, Config{AuthKeySource: c.source})
+		ts.store.putPolicy(t, "api", algo.Config{Algorithm: "fixed_window", Limit: 2, Window: "1m"}, false)
+		r := ts.do("GET", c.path, "", c.header...)
+		if r.code != 400 || !strings.Contains(string(r.body), `"field":"`+c.source+`"`) || len(ts.store.checkCalls) != 0 {
+			t.Fatalf("%s %s %v: %d %s, want 400 naming the source and no check", c.source, c.path, c.header, r.code, r.body)
+		}
+	}
+	// One value, two sources: two keys.
+	ts := newTestServer(t, Config{AuthKeySource: "ip"})
+	ts.store.putPolicy(t, "api", algo.Config{Algorithm: "fixed_window", Limit: 2, Window: "1m"}, false)
+	ts.do("GET", "/v1/auth/api", "", "X-Forwarded-For: 192.0.2.7")
+	ts.do("GET", "/v1/auth/api?key_source=header:X-Api-Key", "", "X-Api-Key: 192.0.2.7")
+	if len(ts.store.checkCalls) != 2 {
+		t.Fatalf("%d checks, want 2", len(ts.store.checkCalls))
+	}
+	if a, b := ts.store.checkCalls[0][0].Checks[0].Key, ts.store.checkCalls[1][0].Checks[0].Key; a == b {
+		t.Fatalf("ip and header:X-Api-Key both counted %q", a)
 	}
 }

@@ -28,11 +28,13 @@ type policyJSON struct {
 	// memory: {"share": 0.05, "max_ttl": "2s", "strict": true} (service.ValidateLease).
 	// Raw, so that its errors are located under "lease" (decodeLease).
 	Lease json.RawMessage `json:"lease,omitempty"`
+	// MaxKeys bounds the live keys under the policy (0 or absent: none).
+	MaxKeys int64 `json:"max_keys,omitempty"`
 }
 
 func policyOut(p nodeapi.Policy) policyJSON {
 	local := !p.NoLocalRefusals
-	pj := policyJSON{Name: p.Name, Config: p.Spec.Config(), Shadow: p.Shadow, LocalRefusals: &local}
+	pj := policyJSON{Name: p.Name, Config: p.Spec.Config(), Shadow: p.Shadow, LocalRefusals: &local, MaxKeys: p.MaxKeys}
 	if pj.Config.Burst != 0 {
 		pj.Burst = &pj.Config.Burst
 	}
@@ -64,7 +66,7 @@ func decodePolicy(body []byte, name, prefix string) (service.PolicyRequest, *api
 			return service.PolicyRequest{}, e
 		}
 	}
-	return service.PolicyRequest{Name: name, Config: pj.Config, Shadow: pj.Shadow, NoLocalRefusals: noLocal, Lease: lease}, nil
+	return service.PolicyRequest{Name: name, Config: pj.Config, Shadow: pj.Shadow, NoLocalRefusals: noLocal, Lease: lease, MaxKeys: pj.MaxKeys}, nil
 }
 
 func (s *Server) handleListPolicies(w http.ResponseWriter, _ *http.Request, _ httprouter.Params) {

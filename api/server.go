@@ -59,6 +59,10 @@ type Config struct {
 	NoLeaderRetryAfter time.Duration
 	// Logger receives handler panics and misconfiguration; nil means slog.Default().
 	Logger *slog.Logger
+	// AllowedHosts are the names (host or host:port) a node without an
+	// admin token answers besides IP addresses and localhost: its listen
+	// and advertised addresses (browserguard.go). Empty: no Host rule.
+	AllowedHosts []string
 }
 
 // Defaults (the batch bound and the request timeout are the service's).
@@ -117,6 +121,7 @@ type Server struct {
 	keySource    KeySource
 	keySourceErr error // a bad Config.AuthKeySource fails /v1/auth, not the node
 	authHeaders  authHeaders
+	guard        *browserGuard // browserguard.go
 }
 
 // New returns the HTTP API over svc, whose node is store, counting on m,
@@ -137,6 +142,7 @@ func New(svc *service.Service, store Store, m *Metrics, cfg Config) *Server {
 		s.cfg.Logger.Error("bad auth key source; /v1/auth will fail", "auth_key_source", s.cfg.AuthKeySource, "error", s.keySourceErr)
 	}
 	m.register(leaseCollectors(svc)...) // lease_metrics.go
+	s.guard = newBrowserGuard(s.cfg)
 	s.handler = s.routes()
 	return s
 }
@@ -206,6 +212,11 @@ type rootHandler struct {
 func (h *rootHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	m := h.s.metrics
 	rec := m.record(w)
+	if e := h.s.guard.check(req); e != nil { // browsers cannot act on a node (browserguard.go)
+		writeError(rec, e)
+		m.recorded(rec, routeOf(req.URL.Path))
+		return
+	}
 	if req.URL.Path == "/v1/check" && req.Method == http.MethodPost && req.URL.RawQuery == "" {
 		h.check(rec, req)
 		m.recorded(rec, routeCheck)

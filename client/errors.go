@@ -23,6 +23,12 @@ const (
 	CodeUnavailable      = "unavailable"
 	CodeOutcomeUnknown   = "outcome_unknown"
 	CodeInternal         = "internal"
+	// The server refuses a new key (or request id) past the cluster's or a
+	// policy's key budget: nothing was counted; existing keys are decided.
+	CodeKeyBudgetExhausted = "key_budget_exhausted"
+	// The browser guard (docs/SECURITY.md, "Browsers cannot act on a node").
+	CodeForbidden            = "forbidden"
+	CodeUnsupportedMediaType = "unsupported_media_type"
 )
 
 // Sentinel errors for errors.Is. An *Error matches the sentinel of its code;

@@ -42,6 +42,10 @@ type Policy struct {
 	// off; GetPolicy and ListPolicies set it when the policy has one, so a
 	// get-modify-put keeps it.
 	Lease *Lease `json:"lease,omitempty" yaml:"lease,omitempty"`
+	// MaxKeys bounds the live keys under the policy (0: no bound of its
+	// own); past it a check that would create a key is refused with
+	// key_budget_exhausted. GetPolicy sets it, so a get-modify-put keeps it.
+	MaxKeys int64 `json:"max_keys,omitempty" yaml:"max_keys,omitempty"`
 }
 
 // Lease is a policy's lease option, with the HTTP API's fields and rules.

@@ -73,6 +73,11 @@ type Config struct {
 	// RequestIDRetention is how long a request_id's result is remembered
 	// (default 10 minutes, at most MaxRequestIDRetention). It travels in every check entry, so replicas agree.
 	RequestIDRetention time.Duration
+	// CheckBounds, when set, is asked by the leader for the bounds it
+	// stamps in every check entry (key and request-id budgets, the
+	// free-disk guard: fsm.Bounds), so that every replica refuses the same
+	// new keys. nil: no bounds.
+	CheckBounds func() fsm.Bounds
 	// ApplyTimeout bounds one proposal (default 5 s).
 	ApplyTimeout time.Duration
 	// ExpireInterval: how often the leader proposes an expiry sweep when

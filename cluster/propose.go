@@ -84,7 +84,11 @@ func (n *Node) proposeChecks(ops []fsm.Op, ext []byte, encoded func()) ([]fsm.Re
 	// Stamping and enqueueing under one lock keeps leader time monotonic in
 	// log order even with several batches in flight.
 	n.stampMu.Lock()
-	cmd := fsm.EncodeCheck(nil, n.stampLocked(), int64(n.cfg.RequestIDRetention), ops)
+	var bounds fsm.Bounds
+	if n.cfg.CheckBounds != nil {
+		bounds = n.cfg.CheckBounds()
+	}
+	cmd := fsm.EncodeCheckBounded(nil, n.stampLocked(), int64(n.cfg.RequestIDRetention), bounds, ops)
 	encoded()
 	f := n.propose(cmd, ext, n.cfg.ApplyTimeout)
 	n.stampMu.Unlock()

@@ -35,6 +35,8 @@ type applier struct {
 
 	leaseKeyBuf, leaseBuf []byte       // lease.go
 	leaseEntries          []leaseEntry // lease.go: the record being worked on
+
+	budget budgetCounters // budget.go
 }
 
 type nodeChange struct {
@@ -67,6 +69,8 @@ type limit struct {
 	// noCache: the policy has local_refusals off; its decisions are not
 	// observed by the over-limit cache.
 	noCache bool
+	// maxKeys: the policy's key budget (0: none; budget.go).
+	maxKeys int64
 }
 
 // tentative is a key's state while an op is being decided: the stored state,
@@ -256,7 +260,7 @@ func (a *applier) resolve(ck *checkRef, lim *limit) *Error {
 		if !ok {
 			return notFound(string(ck.policy))
 		}
-		*lim = limit{spec: &p.Spec, shadow: p.Shadow, policy: true, ident: ck.policy, name: p.Name, noCache: p.NoLocalRefusals}
+		*lim = limit{spec: &p.Spec, shadow: p.Shadow, policy: true, ident: ck.policy, name: p.Name, noCache: p.NoLocalRefusals, maxKeys: p.MaxKeys}
 		return nil
 	case ck.kind == limitSpec:
 		se := a.specs[string(ck.spec)]
@@ -353,6 +357,11 @@ func (a *applier) applyOp(tx *persist.Tx, op *opRef, checks []checkRef, decs []D
 			return res, nil
 		}
 		prevReq = r // absent, or expired but not yet swept: overwritten
+		if !r.Found {
+			if e := a.refuseNewRequestID(tx.Meta().RequestIDs, &a.cmd.bounds); e != nil {
+				return Result{Err: e}, nil // nothing consumed, nothing remembered
+			}
+		}
 	}
 	if len(checks) == 0 {
 		return Result{Err: &Error{Code: CodeInvalidArgument, Field: "checks", Message: "at least one check is required"}}, nil
@@ -469,6 +478,22 @@ func (a *applier) decideOp(tx *persist.Tx, checks []checkRef, lims []limit, decs
 	}
 	res := Result{Allowed: allowed, Decisions: decs}
 	if !all || allowed {
+		// The key budget (budget.go): an op that would create keys past
+		// the leader's bounds is refused before anything of it is written.
+		created := 0
+		for k := range a.tent {
+			if t := &a.tent[k]; t.changed && !t.prev.Found && t.data != nil {
+				created++
+			}
+		}
+		if e := a.refuseNewKeys(tx.Meta().Keys, created, &a.cmd.bounds); e != nil {
+			return Result{Err: e}, nil
+		}
+		if created > 0 {
+			if e := a.refusePolicyKeys(tx, checks, lims); e != nil {
+				return Result{Err: e}, nil
+			}
+		}
 		for k := range a.tent {
 			if err := writeState(tx, &a.tent[k]); err != nil {
 				return Result{}, err

@@ -289,9 +289,10 @@ func DecodeResults(b []byte) ([]Result, error) {
 // knows it.
 const (
 	policyShadow          byte = 1
-	policyNoLocalRefusals byte = 2 // Policy.NoLocalRefusals
-	policyLease           byte = 4 // Policy.Lease: uvarint(share) uvarint(max_ttl) after the spec
-	policyLeaseNoStrict   byte = 8 // Policy.Lease.NoStrict ("strict": false); only with policyLease
+	policyNoLocalRefusals byte = 2  // Policy.NoLocalRefusals
+	policyLease           byte = 4  // Policy.Lease: uvarint(share) uvarint(max_ttl) after the spec
+	policyLeaseNoStrict   byte = 8  // Policy.Lease.NoStrict ("strict": false); only with policyLease
+	policyMaxKeys         byte = 16 // Policy.MaxKeys: uvarint after the spec and lease
 )
 
 // appendPolicy writes version ‖ name ‖ flags ‖ spec [‖ lease]. It is both the payload
@@ -318,11 +319,17 @@ func appendPolicy(dst []byte, p Policy) []byte {
 			flags |= policyLeaseNoStrict
 		}
 	}
+	if p.MaxKeys > 0 {
+		flags |= policyMaxKeys // set only with a budget: other policies encode as before
+	}
 	dst = append(dst, flags)
 	dst = algo.AppendSpec(dst, p.Spec)
 	if p.Lease.Enabled() {
 		dst = binary.AppendUvarint(dst, uint64(p.Lease.Share))
 		dst = binary.AppendUvarint(dst, uint64(p.Lease.MaxTTL))
+	}
+	if p.MaxKeys > 0 {
+		dst = binary.AppendUvarint(dst, uint64(p.MaxKeys))
 	}
 	return dst
 }
@@ -341,7 +348,7 @@ func decodePolicy(d *decoder) (p Policy, invalid error) {
 	if d.err != nil {
 		return Policy{}, nil
 	}
-	if flags&^(policyShadow|policyNoLocalRefusals|policyLease|policyLeaseNoStrict) != 0 {
+	if flags&^(policyShadow|policyNoLocalRefusals|policyLease|policyLeaseNoStrict|policyMaxKeys) != 0 {
 		d.fail(fmt.Errorf("unknown policy flags %#x", flags))
 		return Policy{}, nil
 	}
@@ -363,11 +370,19 @@ func decodePolicy(d *decoder) (p Policy, invalid error) {
 	}
 	d.off += n
 	p.Spec = s
+	var share, ttl uint64
 	if flags&policyLease != 0 {
-		share, ttl := d.uvarint(), d.uvarint()
-		if d.err != nil {
-			return Policy{}, nil
-		}
+		share, ttl = d.uvarint(), d.uvarint()
+	}
+	if flags&policyMaxKeys != 0 {
+		// Read before the lease is judged: an invalid lease is an answer,
+		// and the entry must still decode to its end.
+		p.MaxKeys = clampCount(d.uvarint())
+	}
+	if d.err != nil {
+		return Policy{}, nil
+	}
+	if flags&policyLease != 0 {
 		if share > uint64(algo.LeaseShareScale) || ttl > uint64(algo.MaxLeaseTTL) {
 			// Well formed but invalid: an answer, not a reason to stop.
 			return p, &algo.FieldError{Field: "lease", Message: fmt.Sprintf("share %d or max_ttl %d out of range", share, ttl)}
@@ -394,6 +409,7 @@ func appendString(dst []byte, s string) []byte {
 type command struct {
 	typ            byte
 	now, retention int64      // CmdCheck, CmdExpire (now)
+	bounds         Bounds     // CmdCheck: the leader's (budget.go)
 	ops            []opRef    // CmdCheck
 	checks         []checkRef // CmdCheck; CmdResetKey uses checks[0]
 	policy         Policy     // CmdPutPolicy

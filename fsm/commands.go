@@ -49,6 +49,7 @@ func init() {
 				d.fail(fmt.Errorf("unknown ops version %d", v))
 			}
 			c.ops, c.checks = d.ops(c.ops[:0], c.checks[:0])
+			c.bounds = d.bounds()
 		},
 		apply: func(a *applier, tx *persist.Tx, c *command) (interface{}, error) {
 			rs, err := a.check(tx, c)

@@ -132,6 +132,7 @@ func Open(path string, opts Options) (*FSM, error) {
 		CommitEvery:     opts.CommitEvery,
 		Background:      opts.CommitEvery > 1,
 		CacheKeys:       opts.CacheKeys,
+		KeyGroup:        policyOfKey, // budget.go: per-policy key counts
 		Logger:          opts.Logger,
 	})
 	if err != nil {

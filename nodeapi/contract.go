@@ -64,6 +64,12 @@ const (
 	CodeUnavailable     Code = "unavailable"       // no leader, or no answer in time: nothing was counted or a retry is safe
 	CodeOutcomeUnknown  Code = "outcome_unknown"   // may have been applied; retry with the same request_id
 	CodeInternal        Code = "internal"          // a bug; Message says what
+	// CodeKeyBudgetExhausted: a check would create a key (or an op would
+	// record a new request id) beyond what the cluster holds: the key
+	// budget, the request-id budget, or the leader's free-disk guard.
+	// Nothing was counted; existing keys are still decided. Retrying helps
+	// once keys expire.
+	CodeKeyBudgetExhausted Code = "key_budget_exhausted"
 )
 
 // Error is limitd's one typed error: a per-op failure decided inside the state
@@ -116,6 +122,9 @@ type Policy struct {
 	// Lease is the policy's lease option (the zero Lease: none). Nodes may
 	// then reserve part of a key's budget and spend it from memory (fsm/lease.go).
 	Lease algo.Lease
+	// MaxKeys bounds the live keys under the policy (0: none): a check that
+	// would create one more is refused with key_budget_exhausted (fsm/budget.go).
+	MaxKeys int64
 }
 
 // Domain is an RLS domain's replicated configuration.

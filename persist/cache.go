@@ -250,6 +250,7 @@ func (t *Tx) putEntry(key, data []byte, expiry int64) error {
 	}
 	if !e.found {
 		t.meta.Keys++
+		t.grouped(key, 1)
 	}
 	e.setBytes(data)
 	e.expiry, e.indexed, e.found = expiry, indexed, true
@@ -266,6 +267,7 @@ func (t *Tx) deleteEntry(key []byte) error {
 	e.found = false
 	e.setBytes(nil)
 	t.meta.Keys--
+	t.grouped(key, -1)
 	t.cache.markDirty(e)
 	return nil
 }
@@ -360,6 +362,7 @@ func (t *Tx) expireDue(d due, now int64, keep KeepFunc) int {
 		e.found = false
 		e.setBytes(nil)
 		t.meta.Keys--
+		t.grouped([]byte(e.key), -1)
 		return 1
 	}
 	e.indexed, e.moved = e.expiry, true

@@ -129,9 +129,10 @@ func (b *ovBucket) reset() {
 // generation is the changes of the Updates since one commit, and the meta
 // record they bring the store to.
 type generation struct {
-	b     [ovBuckets]ovBucket
-	arena arena
-	meta  Meta
+	b      [ovBuckets]ovBucket
+	arena  arena
+	meta   Meta
+	groups groupCounts // the key groups' counts as of meta (groups.go)
 }
 
 func (g *generation) reset() {

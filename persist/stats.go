@@ -106,3 +106,17 @@ func (s *Store) FileSize() int64 {
 	}
 	return fi.Size()
 }
+
+// CountStates counts the entries of the state bucket as of the last commit
+// (key states and lease records, what Meta.Keys counts): O(keys), for tests
+// and diagnostics. After a commit it equals Meta().Keys.
+func (s *Store) CountStates() (int, error) {
+	n := 0
+	err := s.View(func(t *Tx) error {
+		return t.state.ForEach(func(k, v []byte) error {
+			n++
+			return nil
+		})
+	})
+	return n, err
+}

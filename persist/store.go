@@ -87,7 +87,11 @@ type Options struct {
 	// DefaultCacheKeys. The bound holds after every commit; between commits
 	// the cache also holds every key written since the last one.
 	CacheKeys int
-	Logger    *log.Logger
+	// KeyGroup, when set, names the group of a state key (nil: none); the
+	// store counts the live states of each group (groups.go, GroupKeys).
+	// It must be a pure function of the key.
+	KeyGroup func(key []byte) []byte
+	Logger   *log.Logger
 }
 
 // Meta is what the store records about the commands applied to it.
@@ -132,6 +136,11 @@ type Store struct {
 	pending   int  // Updates in the current generation
 	wtx       Tx   // reused by every Update
 	cache     *stateCache
+
+	// groups, groupsCommitted, groupsFile: the live states per key group
+	// (groups.go) as of the last Update, commit started and commit finished,
+	// as meta, committed and fileMeta.
+	groups, groupsCommitted, groupsFile groupCounts
 
 	// The write overlay (overlay.go): Updates write cur; frozen is being
 	// committed while flight is open (nil: no commit in flight); spare is a
@@ -310,6 +319,12 @@ func (s *Store) openDB(path string) (db *bolt.DB, err error) {
 	}
 	s.meta, s.committed, s.fileMeta = m, m, m
 	s.publish(m)
+	g, err := s.countGroups(db)
+	if err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("open fsm database %s: count key groups: %w", path, err)
+	}
+	s.groups, s.groupsCommitted, s.groupsFile = g, g.clone(), g.clone()
 	if err := db.View(func(tx *bolt.Tx) error {
 		t, ok := nextExpiry(tx)
 		s.publishNext(t, ok)
@@ -512,6 +527,8 @@ func (s *Store) commitLocked(wait bool) error {
 	g := s.cur
 	g.meta = s.meta
 	s.committed = s.meta
+	s.groupsCommitted = s.groups.clone()
+	g.groups = s.groupsCommitted
 	s.pending = 0
 	s.cur, s.spare = s.spare, nil
 	if s.cur == nil {
@@ -566,12 +583,14 @@ func (s *Store) collect(wait bool) error {
 		s.cache.reset()
 		s.pending = 0
 		s.meta, s.committed = s.fileMeta, s.fileMeta
+		s.groups, s.groupsCommitted = s.groupsFile.clone(), s.groupsFile.clone()
 		s.publish(s.meta)
 		s.spare = g
 		s.wtx.bind(s.cur, nil)
 		return fmt.Errorf("commit to %s: %w", s.path, err)
 	}
 	s.fileMeta = g.meta
+	s.groupsFile = g.groups
 	g.reset()
 	s.spare = g
 	s.wtx.bind(s.cur, nil)
@@ -594,6 +613,7 @@ func (s *Store) rollbackLocked() {
 	s.cache.reset() // its dirty entries were in the generation
 	s.pending = 0
 	s.meta = s.committed
+	s.groups = s.groupsCommitted.clone()
 	s.publish(s.meta)
 	s.wtx.bind(s.cur, s.frozen)
 }

@@ -22,6 +22,9 @@ type PolicyRequest struct {
 	NoLocalRefusals bool
 	// Lease is the "lease" option (nil: none); see ValidateLease.
 	Lease *algo.LeaseConfig
+	// MaxKeys is "max_keys": the live keys the policy may hold (0: no
+	// bound of its own; the cluster's --max-keys still holds).
+	MaxKeys int64
 }
 
 // ValidatePolicy validates p into a policy. The name's errors name the field
@@ -38,7 +41,10 @@ func ValidatePolicy(p PolicyRequest, prefix string) (nodeapi.Policy, *Error) {
 	if e != nil {
 		return nodeapi.Policy{}, e
 	}
-	return nodeapi.Policy{Name: p.Name, Spec: spec, Shadow: p.Shadow, NoLocalRefusals: p.NoLocalRefusals, Lease: lease}, nil
+	if p.MaxKeys < 0 {
+		return nodeapi.Policy{}, Invalid(joinPrefix(prefix, "max_keys"), "must be zero (no bound of its own) or a positive number of keys")
+	}
+	return nodeapi.Policy{Name: p.Name, Spec: spec, Shadow: p.Shadow, NoLocalRefusals: p.NoLocalRefusals, Lease: lease, MaxKeys: p.MaxKeys}, nil
 }
 
 // ValidateLease validates a policy's "lease" option (nil: none) for its

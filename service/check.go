@@ -102,6 +102,9 @@ func (s *Service) prepare(r *CheckRequest, withRequestID bool) (nodeapi.Check, L
 		c.Policy = r.Policy
 		return c, s.limitOf(r.Policy), nil
 	case r.Limit != nil:
+		if e := s.checkInline(r.Limit); e != nil {
+			return nodeapi.Check{}, Limit{}, e
+		}
 		c.Spec = r.Limit
 		name := InlineName
 		if r.MetricName != "" {

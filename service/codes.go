@@ -32,12 +32,19 @@ var answers = map[Code]Answer{
 	CodeUnavailable:     {http.StatusServiceUnavailable, codes.Unavailable, true},
 	CodeOutcomeUnknown:  {http.StatusServiceUnavailable, codes.Aborted, true},
 	CodeInternal:        {http.StatusInternalServerError, codes.Internal, false},
+	// key_budget_exhausted is 429, not 503: 503 here means "no leader or
+	// no answer in time, retry (elsewhere)", which clients and proxies
+	// retry on another node that shares the same replicated budget, and
+	// which load balancers take for a sick node. The refusal is a quota
+	// on new keys, decided and counted nothing; Retry-After because keys
+	// expiring make room again.
+	CodeKeyBudgetExhausted: {http.StatusTooManyRequests, codes.ResourceExhausted, true},
 }
 
 // Codes lists every code the service answers with, in the order above.
 func Codes() []Code {
 	return []Code{CodeInvalidArgument, CodeUnauthenticated, CodeNotFound, CodeConflict,
-		CodePayloadTooLarge, CodeUnavailable, CodeOutcomeUnknown, CodeInternal}
+		CodePayloadTooLarge, CodeUnavailable, CodeOutcomeUnknown, CodeInternal, CodeKeyBudgetExhausted}
 }
 
 // AnswerOf is how code is answered. A code missing from the table (a bug)

@@ -28,6 +28,7 @@ func TestEveryCodeHasOneAnswer(t *testing.T) {
 		nodeapi.CodeUnavailable:     {http.StatusServiceUnavailable, codes.Unavailable, true},
 		nodeapi.CodeOutcomeUnknown:  {http.StatusServiceUnavailable, codes.Aborted, true},
 		nodeapi.CodeInternal:        {http.StatusInternalServerError, codes.Internal, false},
+		nodeapi.CodeKeyBudgetExhausted: {http.StatusTooManyRequests, codes.ResourceExhausted, true},
 	}
 	if len(Codes()) != len(want) || len(answers) != len(want) {
 		t.Fatalf("Codes() lists %d, the table has %d, want %d", len(Codes()), len(answers), len(want))

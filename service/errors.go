@@ -27,6 +27,9 @@ const (
 	CodeUnavailable     = nodeapi.CodeUnavailable
 	CodeOutcomeUnknown  = nodeapi.CodeOutcomeUnknown
 	CodeInternal        = nodeapi.CodeInternal
+	// CodeKeyBudgetExhausted: a new key (or request id) past the cluster's
+	// bounds; nothing was counted (fsm/budget.go).
+	CodeKeyBudgetExhausted = nodeapi.CodeKeyBudgetExhausted
 )
 
 // Invalid returns an invalid_argument error about field.

@@ -96,6 +96,11 @@ type Config struct {
 	Observer Observer
 	// leases tunes the lease table; the package's tests set its clock.
 	leases lease.Options
+	// MaxInlineWindow bounds how long an inline limit may keep a key
+	// (inline.go; 0: no bound, limitd serve defaults to
+	// DefaultMaxInlineWindow); NoInlineLimits refuses inline limits.
+	MaxInlineWindow time.Duration
+	NoInlineLimits  bool
 }
 
 // Defaults.

@@ -44,10 +44,13 @@ func TestProcessClientExactlyOnceUnderLeaderKills(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	// A window far longer than the test, aligned to the epoch: no rollover.
+	// A window longer than the test with no boundary within it (fixed
+	// windows are aligned to the epoch): no rollover. Whole hours, within
+	// --max-inline-window's default day.
+	w := crashWindow(10 * time.Minute)
 	lims := [2]*client.Limit{
-		{Algorithm: "fixed_window", Limit: limitLow, Window: "3650d"},
-		{Algorithm: "fixed_window", Limit: limitHigh, Window: "3650d"},
+		{Algorithm: "fixed_window", Limit: limitLow, Window: w},
+		{Algorithm: "fixed_window", Limit: limitHigh, Window: w},
 	}
 	lim := func(k int) *client.Limit { return lims[k%2] }
 	run := time.Now().UnixNano()

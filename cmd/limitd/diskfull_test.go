@@ -32,7 +32,7 @@ func TestProcessDiskFullStopsThenRecoversOnRestart(t *testing.T) {
 
 	p := newProc(t, "full", "")
 	p.DataDir = filepath.Join(mnt, "data")
-	p.start()
+	p.start("--min-free-disk-mib", "0") // the full disk itself, not the guard that keeps it from filling
 	p.waitReady()
 	// Peeks (cost 0) of long keys: every request adds about 1 MB to the Raft
 	// log and nothing to the state database.
@@ -91,7 +91,7 @@ loop:
 	if out, err := exec.Command("mount", "-o", "remount,size=96m", mnt).CombinedOutput(); err != nil {
 		t.Fatalf("remount: %v %s", err, out)
 	}
-	p.start()
+	p.start("--min-free-disk-mib", "0") // the full disk itself, not the guard that keeps it from filling
 	p.waitReady()
 	if d := p.check(`{"key":"after","limit":{"algorithm":"fixed_window","limit":5,"window":"1h"}}`); !d.Allowed {
 		t.Fatalf("after restart: %+v", d)

@@ -38,6 +38,9 @@ func newFrontEnds(f *serveFlags, in *startInputs, node *cluster.Node, apiCfg api
 		// whether anything was proposed when it ends).
 		RequestTimeout: f.applyTimeout,
 		Observer:       metrics,
+		// Inline limits' bounds (bounds.go), for every front end alike.
+		MaxInlineWindow: f.bounds.maxInlineWindow,
+		NoInlineLimits:  f.bounds.noInlineLimits,
 	})
 	rlsFE, err := newRLSFrontEnd(f, in, svc, logger)
 	if err != nil {

@@ -75,7 +75,8 @@ type serveFlags struct {
 	maxConnections                         int
 	gcPercent                              int
 	memoryLimit                            int64
-	grpc                                   grpcFlags // grpc.go
+	grpc                                   grpcFlags   // grpc.go
+	bounds                                 boundsFlags // bounds.go
 
 	join            joinList // --join, with --bootstrap-expect and --join-timeout
 	bootstrapExpect int
@@ -143,6 +144,7 @@ func newServeFlagSet(out io.Writer) (*flag.FlagSet, *serveFlags) {
 	fs.BoolVar(&f.stayAfterRemoval, "stay-after-removal", false, "keep running (not ready, answering 503) after this node is removed from the cluster, instead of exiting")
 	fs.BoolVar(&f.pprof, "pprof", false, "serve Go profiling endpoints under /debug/pprof/")
 	addGRPCFlags(fs, &f.grpc)
+	addBoundsFlags(fs, &f.bounds)
 	fs.Usage = func() {
 		fmt.Fprint(out, serveUsage)
 		fs.PrintDefaults()
@@ -180,6 +182,10 @@ func Main(args []string, stderr io.Writer) int {
 	}
 	if f.readTimeout <= 0 || f.idleTimeout <= 0 || f.maxConnections <= 0 {
 		fmt.Fprintln(stderr, "limitd: --read-timeout, --idle-timeout and --max-connections must be positive")
+		return 2
+	}
+	if err := f.bounds.validate(); err != nil {
+		fmt.Fprintln(stderr, "limitd:", err)
 		return 2
 	}
 	if err := checkSecureDefaults(f); err != nil {
@@ -245,6 +251,7 @@ func serve(f *serveFlags, in *startInputs, logger *slog.Logger) error {
 		AuthURIHeader: f.authURIHeader, AuthAddrHeader: f.authAddrHeader,
 		Logger: logger.With("component", "api"),
 	}
+	apiCfg.AllowedHosts = f.bounds.hosts(f.httpAddr, f.httpAdvertise)
 	if err := apiCfg.Validate(); err != nil {
 		return err
 	}
@@ -264,6 +271,11 @@ func serve(f *serveFlags, in *startInputs, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	if err := privateDataDir(f.dataDir, logger); err != nil { // datadir.go: 0700/0600 before anything is written
+		return err
+	}
+	disk := startDiskGuard(f.dataDir, f.bounds.minFreeDiskMiB, logger) // bounds.go
+	defer disk.Close()
 	// Listen before Raft starts so a bad --http-addr fails fast, and so the
 	// node can answer forwarded requests as soon as it is a member.
 	ln, err := net.Listen("tcp", f.httpAddr)
@@ -289,6 +301,7 @@ func serve(f *serveFlags, in *startInputs, logger *slog.Logger) error {
 		FSMFlushInterval:   f.fsmFlushInterval,
 		LogStore:           f.logStore,
 		RequestIDRetention: f.retention,
+		CheckBounds:        f.bounds.checkBounds(disk),
 		ApplyTimeout:       f.applyTimeout,
 		SnapshotThreshold:  f.snapshotThreshold,
 		SnapshotInterval:   f.snapshotInterval,
