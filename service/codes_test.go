@@ -20,14 +20,14 @@ import (
 // values are written out: a change to the table must change this test.
 func TestEveryCodeHasOneAnswer(t *testing.T) {
 	want := map[Code]Answer{
-		nodeapi.CodeInvalidArgument: {http.StatusBadRequest, codes.InvalidArgument, false},
-		nodeapi.CodeUnauthenticated: {http.StatusUnauthorized, codes.Unauthenticated, false},
-		nodeapi.CodeNotFound:        {http.StatusNotFound, codes.NotFound, false},
-		nodeapi.CodeConflict:        {http.StatusConflict, codes.AlreadyExists, false},
-		nodeapi.CodePayloadTooLarge: {http.StatusRequestEntityTooLarge, codes.ResourceExhausted, false},
-		nodeapi.CodeUnavailable:     {http.StatusServiceUnavailable, codes.Unavailable, true},
-		nodeapi.CodeOutcomeUnknown:  {http.StatusServiceUnavailable, codes.Aborted, true},
-		nodeapi.CodeInternal:        {http.StatusInternalServerError, codes.Internal, false},
+		nodeapi.CodeInvalidArgument:    {http.StatusBadRequest, codes.InvalidArgument, false},
+		nodeapi.CodeUnauthenticated:    {http.StatusUnauthorized, codes.Unauthenticated, false},
+		nodeapi.CodeNotFound:           {http.StatusNotFound, codes.NotFound, false},
+		nodeapi.CodeConflict:           {http.StatusConflict, codes.AlreadyExists, false},
+		nodeapi.CodePayloadTooLarge:    {http.StatusRequestEntityTooLarge, codes.ResourceExhausted, false},
+		nodeapi.CodeUnavailable:        {http.StatusServiceUnavailable, codes.Unavailable, true},
+		nodeapi.CodeOutcomeUnknown:     {http.StatusServiceUnavailable, codes.Aborted, true},
+		nodeapi.CodeInternal:           {http.StatusInternalServerError, codes.Internal, false},
 		nodeapi.CodeKeyBudgetExhausted: {http.StatusTooManyRequests, codes.ResourceExhausted, true},
 	}
 	if len(Codes()) != len(want) || len(answers) != len(want) {
