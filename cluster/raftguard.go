@@ -19,7 +19,7 @@ import (
 )
 
 // Node identity in certificates, and the guard in front of raft's decoder
-// on every accepted Raft connection (issue 22, finding 5).
+// on every accepted Raft connection.
 //
 // A node certificate names its node with a URI SAN "limitd://node/<id>"
 // (scripts/certs.sh issues one). On an accepted Raft connection whose
@@ -38,6 +38,15 @@ import (
 // than the certificate's. It reads in raft's own goroutine and hands raft an
 // RPC's end only once the RPC is checked, so raft never completes decoding a
 // refused one (rpcReader).
+//
+// The guard and raft's decoder must read the same sender from the same
+// bytes: the decoder keeps the last of two equal keys, matches names in any
+// case and takes a []byte from a string, a binary, an array of integers or
+// nil. So the guard accepts a request only in the shape raft v1.7.3's
+// encoder writes it (rpcFields): a map holding each of the request's fields
+// exactly once, named as raft names it (a fixstr), each of the msgpack type
+// raft writes for it, the sender's ID and Addr as non-empty strings. Any
+// other reading of the header is refused, not interpreted.
 
 // NodeURIPrefix starts the URI SAN naming a node's ID in its certificate.
 const NodeURIPrefix = "limitd://node/"
@@ -113,28 +122,97 @@ type rpcReader struct {
 	rpcType byte
 	stack   []rpcFrame // open containers; stack[0] holds the request itself
 	skip    int64      // bytes of a string, binary or ext still to pass on unread
-	key     fieldKey   // the top-level map key of the next value
-	sawID   bool
-	size    int64 // InstallSnapshot's Size
+	field   int        // the request's field whose value is next (rpcFields index)
+	seen    uint32     // the request's fields read so far, a bit each
+	size    int64      // InstallSnapshot's Size
+	id      []byte     // the sender ID the request names, as checked
+
+	// checked, if set (tests), sees each RPC the guard passed: its type and
+	// the sender ID it read.
+	checked func(rpcType byte, id []byte)
 }
 
-// fieldKey is a top-level map key the guard looks at.
-type fieldKey uint8
+// fieldKind is the msgpack a field of a request may hold: what raft's
+// encoder (go-msgpack with raft's handle) writes for the field's Go type.
+type fieldKind uint8
 
 const (
-	keyOther fieldKey = iota
-	keyID             // the sender ("ID", in any case, as the decoder matches it)
-	keySize           // InstallSnapshot's Size
+	kindBytes   fieldKind = iota // []byte: nil, or a string (fixstr, str16, str32)
+	kindSender                   // ID, Addr: a non-empty string; raft always sets them
+	kindUint                     // uint64, LogType: a positive fixint or uint8-64
+	kindInt                      // int, int64: a fixint or int8-64
+	kindBool                     // true or false
+	kindEntries                  // []*Log: nil or an array
 )
 
-func keyOf(k []byte) fieldKey {
-	switch {
-	case strings.EqualFold(string(k), "ID"):
-		return keyID
-	case string(k) == "Size":
-		return keySize
+func (k fieldKind) String() string {
+	return [...]string{"nil or a string", "a non-empty string", "an unsigned integer", "an integer", "a boolean", "nil or an array"}[k]
+}
+
+// allows reports whether a value starting with b is of kind k.
+func (k fieldKind) allows(b byte) bool {
+	isStr := (b >= 0xa0 && b <= 0xbf) || b == 0xda || b == 0xdb // never str8 nor bin: raft's handle writes the old spec
+	switch k {
+	case kindBytes:
+		return b == 0xc0 || isStr
+	case kindSender:
+		return isStr && b != 0xa0
+	case kindUint:
+		return b <= 0x7f || (b >= 0xcc && b <= 0xcf)
+	case kindInt:
+		return b <= 0x7f || b >= 0xe0 || (b >= 0xd0 && b <= 0xd3)
+	case kindBool:
+		return b == 0xc2 || b == 0xc3
+	case kindEntries:
+		return b == 0xc0 || (b >= 0x90 && b <= 0x9f) || b == 0xdc || b == 0xdd
 	}
-	return keyOther
+	return false
+}
+
+// rpcField is one field of a request as raft's encoder writes it.
+type rpcField struct {
+	name string
+	kind fieldKind
+}
+
+// rpcFields are the fields of each request raft v1.7.3 sends, by RPC type
+// (its commands.go; RPCHeader's fields are inlined): every one is written,
+// nil or zero included, so a request holds exactly these. fieldID and
+// fieldSize are the indexes the guard reads values of.
+var rpcFields = [maxRPCType + 1][]rpcField{
+	0: withHeader( // AppendEntries
+		rpcField{"Term", kindUint}, rpcField{"Leader", kindBytes}, rpcField{"PrevLogEntry", kindUint},
+		rpcField{"PrevLogTerm", kindUint}, rpcField{"Entries", kindEntries}, rpcField{"LeaderCommitIndex", kindUint}),
+	rpcRequestVote: withHeader(
+		rpcField{"Term", kindUint}, rpcField{"Candidate", kindBytes}, rpcField{"LastLogIndex", kindUint},
+		rpcField{"LastLogTerm", kindUint}, rpcField{"LeadershipTransfer", kindBool}),
+	rpcInstallSnapshot: withHeader(
+		rpcField{"Size", kindInt}, // fieldSize
+		rpcField{"SnapshotVersion", kindInt}, rpcField{"Term", kindUint}, rpcField{"Leader", kindBytes},
+		rpcField{"LastLogIndex", kindUint}, rpcField{"LastLogTerm", kindUint}, rpcField{"Peers", kindBytes},
+		rpcField{"Configuration", kindBytes}, rpcField{"ConfigurationIndex", kindUint}),
+	3: withHeader(), // TimeoutNow
+	rpcRequestPreVote: withHeader(
+		rpcField{"Term", kindUint}, rpcField{"LastLogIndex", kindUint}, rpcField{"LastLogTerm", kindUint}),
+}
+
+const (
+	fieldID   = 0 // RPCHeader.ID: the sender
+	fieldSize = 3 // InstallSnapshotRequest.Size
+)
+
+func withHeader(fields ...rpcField) []rpcField {
+	return append([]rpcField{{"ID", kindSender}, {"Addr", kindSender}, {"ProtocolVersion", kindInt}}, fields...)
+}
+
+// fieldIndex is the index of the field named k in fields, or -1.
+func fieldIndex(fields []rpcField, k []byte) int {
+	for i, f := range fields {
+		if f.name == string(k) {
+			return i
+		}
+	}
+	return -1
 }
 
 // rpcFrame is an open msgpack container: the values it still holds (a map
@@ -218,7 +296,7 @@ func (r *rpcReader) scan() error {
 				return r.refuse("unknown RPC type %d", t)
 			}
 			r.out = append(r.out, t)
-			r.inRPC, r.rpcType, r.sawID, r.size, r.key, r.skip = true, t, false, 0, keyOther, 0
+			r.inRPC, r.rpcType, r.seen, r.field, r.size, r.skip, r.id = true, t, 0, -1, 0, 0, r.id[:0]
 			r.stack = append(r.stack[:0], rpcFrame{left: 1})
 		}
 		if len(r.out) >= guardFlushBytes {
@@ -237,8 +315,12 @@ func (r *rpcReader) scan() error {
 			continue
 		}
 		r.inRPC = false
-		if r.sender != "" && !r.sawID {
-			return r.refuse("the RPC names no sender; the certificate names %q", r.sender)
+		if fields := rpcFields[r.rpcType]; r.seen != 1<<len(fields)-1 {
+			// Not reached: the request's map holds len(fields) distinct fields.
+			return r.refuse("a request without all of its fields")
+		}
+		if r.checked != nil {
+			r.checked(r.rpcType, r.id)
 		}
 		switch r.rpcType {
 		case rpcInstallSnapshot:
@@ -278,12 +360,8 @@ func (r *rpcReader) step() (bool, error) {
 	}
 	top := &r.stack[len(r.stack)-1]
 	depth := len(r.stack) - 1 // of the value starting here
-	topMap := len(r.stack) == 2 && top.isMap
-	isKey := topMap && top.left%2 == 0
-	key := keyOther
-	if topMap && !isKey {
-		key = r.key
-	}
+	topLevel := depth == 1    // a field of the request, or its name
+	isKey := topLevel && top.left%2 == 0
 	top.left--
 	if depth > maxRaftDepth {
 		return false, r.refuse("nested deeper than %d", maxRaftDepth)
@@ -294,20 +372,43 @@ func (r *rpcReader) step() (bool, error) {
 	}
 	b := h[0]
 	n := headerLen(b)
-	if isKey {
-		// The decoder takes a key in any string or binary encoding: each
-		// short one is read as a name, or a key "ID" written as str8 after
-		// a checked one would set the sender unchecked.
-		r.key = keyOther
-		if l, ok := keyLen(b, r); ok && l <= maxKeyName {
-			k, err := r.peek(n + l)
-			if err != nil {
-				return false, err
-			}
-			r.key = keyOf(k[n:])
-			r.take(k)
-			return r.valueDone(), nil
+	fields := rpcFields[r.rpcType]
+	switch {
+	case depth == 0:
+		// The request: a map of its fields (the decoder would also fill a
+		// struct from an array, by position).
+		if l, ok := mapLen(b, r); !ok || l != len(fields) {
+			return false, r.refuse("RPC type %d: not a map of its %d fields (byte 0x%02x)", r.rpcType, len(fields), b)
 		}
+	case isKey:
+		// Named as raft's encoder names it, once: the decoder keeps the
+		// last of two equal names and matches them in any case.
+		if b < 0xa0 || b > 0xbf {
+			return false, r.refuse("a field name that is not a short string (byte 0x%02x)", b)
+		}
+		k, err := r.peek(1 + int(b&0x1f))
+		if err != nil {
+			return false, err
+		}
+		i := fieldIndex(fields, k[1:])
+		if i < 0 {
+			return false, r.refuse("RPC type %d has no field %.40q", r.rpcType, k[1:])
+		}
+		if r.seen&(1<<i) != 0 {
+			return false, r.refuse("field %s twice", fields[i].name)
+		}
+		r.seen |= 1 << i
+		r.field = i
+		r.take(k)
+		return r.valueDone(), nil
+	case topLevel:
+		if f := fields[r.field]; !f.kind.allows(b) {
+			return false, r.refuse("field %s: byte 0x%02x, raft writes %s", f.name, b, f.kind)
+		}
+	}
+	field := -1 // the request's field this value is, if it is one
+	if topLevel {
+		field = r.field
 	}
 	if n == 0 {
 		return false, r.refuse("not msgpack (byte 0x%02x)", b)
@@ -317,7 +418,7 @@ func (r *rpcReader) step() (bool, error) {
 	}
 	switch {
 	case b <= 0x7f || b >= 0xe0: // fixints
-		if key == keySize {
+		if r.isSize(field) {
 			r.size = int64(int8(b))
 			if b <= 0x7f {
 				r.size = int64(b)
@@ -328,9 +429,9 @@ func (r *rpcReader) step() (bool, error) {
 	case b <= 0x9f:
 		return r.open(h, int(b&0x0f), false)
 	case b <= 0xbf:
-		return r.bytesValue(h, int64(b&0x1f), key)
+		return r.bytesValue(h, int64(b&0x1f), field)
 	case b == 0xc4 || b == 0xc5 || b == 0xc6 || b == 0xd9 || b == 0xda || b == 0xdb:
-		return r.bytesValue(h, int64(beUint(h[1:])), key)
+		return r.bytesValue(h, int64(beUint(h[1:])), field)
 	case b == 0xc7 || b == 0xc8 || b == 0xc9: // ext: length, type, data
 		l := beUint(h[1 : n-1])
 		if l > MaxRaftField {
@@ -343,14 +444,14 @@ func (r *rpcReader) step() (bool, error) {
 		}
 		return r.valueDone(), nil
 	case b >= 0xcc && b <= 0xcf:
-		if v := beUint(h[1:]); key == keySize {
+		if v := beUint(h[1:]); r.isSize(field) {
 			r.size = int64(v)
 			if v > 1<<62 {
 				r.size = -1
 			}
 		}
 	case b >= 0xd0 && b <= 0xd3:
-		if key == keySize {
+		if r.isSize(field) {
 			bits := 8 * (n - 1)
 			r.size = int64(beUint(h[1:])) << (64 - bits) >> (64 - bits)
 		}
@@ -363,21 +464,24 @@ func (r *rpcReader) step() (bool, error) {
 	return r.valueDone(), nil
 }
 
-// maxKeyName bounds a top-level key read as a field name ("ID", "Size").
-const maxKeyName = 32
+// isSize reports whether field (an index of rpcFields, -1 for a nested
+// value) is InstallSnapshot's Size.
+func (r *rpcReader) isSize(field int) bool {
+	return r.rpcType == rpcInstallSnapshot && field == fieldSize
+}
 
-// keyLen is the length of the string or binary whose header starts with b
-// (peeking at its length bytes); ok is false for other types.
-func keyLen(b byte, r *rpcReader) (int, bool) {
+// mapLen is the length of the map whose header starts with b (peeking at
+// its length bytes); ok is false for other types.
+func mapLen(b byte, r *rpcReader) (int, bool) {
 	switch {
-	case b >= 0xa0 && b <= 0xbf:
-		return int(b & 0x1f), true
-	case b == 0xc4 || b == 0xc5 || b == 0xc6 || b == 0xd9 || b == 0xda || b == 0xdb:
+	case b >= 0x80 && b <= 0x8f:
+		return int(b & 0x0f), true
+	case b == 0xde || b == 0xdf:
 		h, err := r.peek(headerLen(b))
 		if err != nil {
-			return 0, false // scanned as a value, which reports the error
+			return 0, false
 		}
-		return int(min(beUint(h[1:]), maxKeyName+1)), true
+		return int(min(beUint(h[1:]), maxRaftItems+1)), true
 	}
 	return 0, false
 }
@@ -438,12 +542,16 @@ func (r *rpcReader) open(h []byte, n int, isMap bool) (bool, error) {
 }
 
 // bytesValue starts a string or binary of n bytes whose header is h; the
-// sender ID is checked.
-func (r *rpcReader) bytesValue(h []byte, n int64, key fieldKey) (bool, error) {
+// sender ID (field fieldID of the request) is checked.
+func (r *rpcReader) bytesValue(h []byte, n int64, field int) (bool, error) {
 	if n > MaxRaftField {
 		return false, r.refuse("a field of %d bytes (bound %d)", n, MaxRaftField)
 	}
-	if key != keyID {
+	if field >= 0 && !shortestString(h[0], n) {
+		// As raft's encoder writes it: one string has one encoding.
+		return false, r.refuse("field %s: a string of %d bytes in header 0x%02x", rpcFields[r.rpcType][field].name, n, h[0])
+	}
+	if field != fieldID {
 		r.take(h)
 		r.skip = n
 		if n > 0 {
@@ -459,12 +567,27 @@ func (r *rpcReader) bytesValue(h []byte, n int64, key fieldKey) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	r.sawID = true
-	if id := v[hl:]; r.sender != "" && string(id) != r.sender {
+	id := v[hl:]
+	if r.sender != "" && string(id) != r.sender {
 		return false, r.refuse("the RPC claims to come from %.64q; the certificate names %q", id, r.sender)
 	}
+	r.id = append(r.id[:0], id...)
 	r.take(v)
 	return r.valueDone(), nil
+}
+
+// shortestString reports whether a string of n bytes in header b is in the
+// encoding raft's encoder writes for n: fixstr, str16, str32.
+func shortestString(b byte, n int64) bool {
+	switch {
+	case b >= 0xa0 && b <= 0xbf:
+		return true
+	case b == 0xda:
+		return n >= 32
+	case b == 0xdb:
+		return n > 0xffff
+	}
+	return false
 }
 
 // valueDone closes the containers a value just finished; it reports whether

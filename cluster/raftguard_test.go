@@ -309,3 +309,236 @@ func processCPU() time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// kv is one field of a request as raft encodes it: its name and the msgpack
+// of its value.
+type kv struct {
+	key string
+	raw []byte
+}
+
+// raftFields encodes rpc as raft v1.7.3's NetworkTransport does (its
+// handle) and splits the request's map into its fields, in order.
+func raftFields(t testing.TB, rpc any) (byte, []kv) {
+	t.Helper()
+	var typ byte
+	switch rpc.(type) {
+	case *raft.AppendEntriesRequest:
+		typ = 0
+	case *raft.RequestVoteRequest:
+		typ = 1
+	case *raft.InstallSnapshotRequest:
+		typ = 2
+	case *raft.TimeoutNowRequest:
+		typ = 3
+	case *raft.RequestPreVoteRequest:
+		typ = 4
+	default:
+		t.Fatalf("raftFields: %T", rpc)
+	}
+	var b []byte
+	codec.NewEncoderBytes(&b, &codec.MsgpackHandle{BasicHandle: codec.BasicHandle{TimeNotBuiltin: true}}).MustEncode(rpc)
+	if b[0]&0xf0 != 0x80 {
+		t.Fatalf("raftFields: %T is not a fixmap: % x", rpc, b[:1])
+	}
+	dec := codec.NewDecoderBytes(b[1:], &codec.MsgpackHandle{})
+	var kvs []kv
+	for range int(b[0] & 0x0f) {
+		var key string
+		var v any
+		dec.MustDecode(&key)
+		at := dec.NumBytesRead()
+		dec.MustDecode(&v)
+		kvs = append(kvs, kv{key, b[1+at : 1+dec.NumBytesRead()]})
+	}
+	return typ, kvs
+}
+
+// frame is the RPC of type typ whose request holds fields, in order.
+func frame(typ byte, fields []kv) []byte {
+	b := []byte{typ, 0x80 | byte(len(fields))}
+	for _, f := range fields {
+		b = append(append(append(b, 0xa0|byte(len(f.key))), f.key...), f.raw...)
+	}
+	return b
+}
+
+// edited returns fields with key's value replaced by raw (dropped if raw is
+// nil), or with key added at the end when add is set.
+func edited(fields []kv, key string, raw []byte, add bool) []kv {
+	var out []kv
+	for _, f := range fields {
+		if f.key == key && !add {
+			if raw != nil {
+				out = append(out, kv{key, raw})
+			}
+			continue
+		}
+		out = append(out, f)
+	}
+	if add {
+		out = append(out, kv{key, raw})
+	}
+	return out
+}
+
+// allRPCs is one request of each type raft v1.7.3 sends, from id.
+func allRPCs(id string) []any {
+	h := header(id)
+	return []any{
+		&raft.AppendEntriesRequest{RPCHeader: h, Term: 7, Leader: h.Addr, PrevLogEntry: 3, PrevLogTerm: 6, LeaderCommitIndex: 3,
+			Entries: []*raft.Log{{Index: 4, Term: 7, Type: raft.LogCommand, Data: []byte("x"), AppendedAt: time.Unix(1, 0)}}},
+		&raft.RequestVoteRequest{RPCHeader: h, Term: 8, LastLogIndex: 4, LastLogTerm: 7, LeadershipTransfer: true},
+		&raft.RequestPreVoteRequest{RPCHeader: h, Term: 8, LastLogIndex: 4, LastLogTerm: 7},
+		&raft.TimeoutNowRequest{RPCHeader: h},
+		&raft.InstallSnapshotRequest{RPCHeader: h, SnapshotVersion: 1, Term: 8, LastLogIndex: 4, LastLogTerm: 7,
+			Configuration: []byte("c"), ConfigurationIndex: 1},
+	}
+}
+
+// headerBypasses are edits of a well-formed request from n3 under which the
+// guard and raft's decoder could read different senders, or raft none:
+// each must be refused whatever the certificate names.
+var headerBypasses = []struct {
+	name string
+	key  string
+	raw  []byte
+	add  bool
+}{
+	{"ID twice, then n2 as an array of bytes", "ID", []byte{0x92, 'n', '2'}, true},
+	{"ID twice, then n2 as str8", "ID", []byte{0xd9, 2, 'n', '2'}, true},
+	{"ID twice, then n2 as bin8", "ID", []byte{0xc4, 2, 'n', '2'}, true},
+	{"ID twice, then nil", "ID", []byte{0xc0}, true},
+	{"ID twice, the same", "ID", []byte{0xa2, 'n', '3'}, true},
+	{"id in lower case after ID", "id", []byte{0xa2, 'n', '2'}, true},
+	{"ID nil", "ID", []byte{0xc0}, false},
+	{"ID empty", "ID", []byte{0xa0}, false},
+	{"ID missing", "ID", nil, false},
+	{"ID as an array of bytes", "ID", []byte{0x92, 'n', '3'}, false},
+	{"ID as bin8", "ID", []byte{0xc4, 2, 'n', '3'}, false},
+	{"ID as str8", "ID", []byte{0xd9, 2, 'n', '3'}, false},
+	{"ID as str16", "ID", []byte{0xda, 0, 2, 'n', '3'}, false},
+	{"Addr nil", "Addr", []byte{0xc0}, false},
+	{"Addr missing", "Addr", nil, false},
+	{"Addr twice", "Addr", []byte{0xa1, 'x'}, true},
+	{"Addr as an array of bytes", "Addr", []byte{0x91, 'x'}, false},
+	{"ProtocolVersion as a string", "ProtocolVersion", []byte{0xa1, '3'}, false},
+	{"ProtocolVersion twice", "ProtocolVersion", []byte{0x03}, true},
+	{"a field raft does not send", "Sender", []byte{0xa2, 'n', '2'}, true},
+}
+
+// Every header bypass is refused for every RPC type, and the refused RPC
+// does not reach raft whole: the guard reads the header exactly as raft
+// writes it, so it and raft's decoder cannot read two senders from one
+// request. Fails if the guard compares only some encodings of ID (a second
+// ID as an array of bytes passed), or lets a nil ID or Addr through.
+func TestRaftGuardRefusesHeaderBypasses(t *testing.T) {
+	for _, rpc := range allRPCs("n3") {
+		typ, fields := raftFields(t, rpc)
+		ok := frame(typ, fields)
+		for _, sender := range []string{"n3", ""} {
+			if out, err := guard(ok, sender); err != nil || !bytes.Equal(out, ok) {
+				t.Fatalf("%T, certificate naming %q: the request as raft writes it: %v", rpc, sender, err)
+			}
+			for _, c := range headerBypasses {
+				bad := frame(typ, edited(fields, c.key, c.raw, c.add))
+				out, err := guard(append(append([]byte{}, ok...), bad...), sender)
+				if !errors.Is(err, errRaftFrame) {
+					t.Errorf("%T, %s, certificate naming %q: %v, want refused", rpc, c.name, sender, err)
+					continue
+				}
+				if len(out) != len(ok) {
+					t.Errorf("%T, %s: passed %d bytes of %d+%d", rpc, c.name, len(out), len(ok), len(bad))
+				}
+			}
+		}
+	}
+	// Every field holds the type raft writes for it: an integer where raft
+	// writes a string or nil, a string where it writes anything else.
+	for _, rpc := range allRPCs("n3") {
+		typ, fields := raftFields(t, rpc)
+		for _, f := range fields {
+			wrong := []byte{0xa1, '7'}
+			if c := f.raw[0]; c == 0xc0 || (c >= 0xa0 && c <= 0xbf) || c == 0xda || c == 0xdb {
+				wrong = []byte{0x07}
+			}
+			in := frame(typ, edited(fields, f.key, wrong, false))
+			if _, err := guard(in, "n3"); !errors.Is(err, errRaftFrame) {
+				t.Errorf("%T, %s as % x (raft writes % x): %v, want refused", rpc, f.key, wrong, f.raw[:1], err)
+			}
+		}
+	}
+}
+
+// FuzzRaftGuardMatchesRaftDecoder feeds the same bytes to the guard and to
+// raft's decoder, read as NetworkTransport.handleCommand reads a connection
+// (go-msgpack with raft's handle, one decoder for the connection): on every
+// input, each RPC the guard passes decodes, if it decodes, to the sender the
+// guard checked (the certificate's node, when it names one) with an address,
+// and raft cannot complete decoding any RPC the guard did not pass.
+func FuzzRaftGuardMatchesRaftDecoder(f *testing.F) {
+	for _, rpc := range allRPCs("n3") {
+		typ, fields := raftFields(f, rpc)
+		f.Add(frame(typ, fields))
+		for _, c := range headerBypasses {
+			f.Add(frame(typ, edited(fields, c.key, c.raw, c.add)))
+		}
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		for _, sender := range []string{"n3", ""} {
+			var types []byte
+			var ids []string
+			r := newTestReader(bytes.NewReader(in), sender)
+			r.checked = func(typ byte, id []byte) {
+				types = append(types, typ)
+				ids = append(ids, string(id))
+			}
+			out, _, _ := readGuarded(r)
+			br := bufio.NewReader(bytes.NewReader(out))
+			dec := codec.NewDecoder(br, &codec.MsgpackHandle{})
+			for i := 0; ; i++ {
+				typ, err := br.ReadByte()
+				if err != nil {
+					break
+				}
+				var h *raft.RPCHeader
+				var req any
+				var size int64
+				switch typ {
+				case 0:
+					r := &raft.AppendEntriesRequest{}
+					req, h = r, &r.RPCHeader
+				case 1:
+					r := &raft.RequestVoteRequest{}
+					req, h = r, &r.RPCHeader
+				case 2:
+					r := &raft.InstallSnapshotRequest{}
+					req, h = r, &r.RPCHeader
+				case 3:
+					r := &raft.TimeoutNowRequest{}
+					req, h = r, &r.RPCHeader
+				case 4:
+					r := &raft.RequestPreVoteRequest{}
+					req, h = r, &r.RPCHeader
+				default:
+					t.Fatalf("sender %q: the guard passed RPC type %d", sender, typ)
+				}
+				if err := dec.Decode(req); err != nil {
+					break // raft closes the connection
+				}
+				if i >= len(types) {
+					t.Fatalf("sender %q: raft decoded RPC %d (type %d), which the guard did not pass: %+v", sender, i, typ, req)
+				}
+				if string(h.ID) != ids[i] || (sender != "" && string(h.ID) != sender) || len(h.ID) == 0 || len(h.Addr) == 0 {
+					t.Fatalf("sender %q: raft decoded RPC %d as from ID %q, Addr %q; the guard checked %q", sender, i, h.ID, h.Addr, ids[i])
+				}
+				if s, ok := req.(*raft.InstallSnapshotRequest); ok {
+					size = s.Size
+				}
+				if _, err := io.CopyN(io.Discard, br, size); err != nil {
+					break
+				}
+			}
+		}
+	})
+}
