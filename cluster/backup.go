@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
+	"github.com/limitd/limitd/cluster/logstore"
 	"github.com/limitd/limitd/fsm"
 	"github.com/limitd/limitd/nodeapi"
 )
@@ -404,7 +405,7 @@ func RestoreBackup(cfg RestoreConfig, r io.Reader) (h BackupHeader, err error) {
 	if err := f.Close(); err != nil {
 		return h, fmt.Errorf("restore: close state database: %w", err)
 	}
-	logs, _, err := openLogStore(Config{DataDir: cfg.DataDir, LogStore: cfg.LogStore}, logger)
+	logs, _, err := logstore.Open(cfg.DataDir, cfg.LogStore, logger)
 	if err != nil {
 		return h, fmt.Errorf("restore: %w", err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
+	"github.com/limitd/limitd/cluster/logstore"
 	"github.com/limitd/limitd/fsm"
 )
 
@@ -30,7 +31,7 @@ func SetPropose(n *Node, propose func(cmd []byte, timeout time.Duration) raft.Ap
 func SetOverLimitReady(n *Node, ready func() error) { n.ol.ready.Store(&ready) }
 
 // LogStore is the Raft log and stable store a node opens.
-type LogStore = logStore
+type LogStore = logstore.Store
 
 // SetWrapLogStore makes a node opened with cfg wrap its Raft log store
 // (storage fault injection).

@@ -23,6 +23,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
+	"github.com/limitd/limitd/cluster/logstore"
 	"github.com/limitd/limitd/fsm"
 	"github.com/limitd/limitd/nodeapi"
 )
@@ -114,7 +115,7 @@ type Config struct {
 	Transport raft.Transport
 
 	// wrapLogStore lets tests inject storage faults into the Raft log store.
-	wrapLogStore func(logStore) logStore
+	wrapLogStore func(logstore.Store) logstore.Store
 
 	// Logger receives the node's log, Raft's included (hashicorp/raft's hclog
 	// output is routed into it, with events of normal operation lowered to
@@ -123,6 +124,12 @@ type Config struct {
 	LogOutput io.Writer // without Logger: default os.Stderr
 	LogLevel  string    // without Logger: debug, info, warn (default) or error
 }
+
+// Log store kinds (Config.LogStore).
+const (
+	LogStoreWAL    = logstore.WAL
+	LogStoreBoltDB = logstore.BoltDB
+)
 
 // Defaults of Config, the single source for limitd serve's flag defaults too
 // (DefaultBatchMaxOps is with the entry bounds in limits.go).
@@ -238,7 +245,7 @@ type Node struct {
 	cfg    Config
 	fsm    *fsm.FSM
 	raft   *raft.Raft
-	logs   logStore
+	logs   logstore.Store
 	trans  raft.Transport
 	logger hclog.Logger // Raft's, into log
 	log    *slog.Logger // the node's own events
@@ -274,7 +281,7 @@ type Node struct {
 	promoMu   sync.Mutex
 	promoting map[string]bool   // members the leader is catching up
 	bootIncs  map[string]string // peers' incarnations to record after a --bootstrap-expect bootstrap
-	guarded   *guardedLogStore
+	guarded   *logstore.Guarded
 	ahead     *ahead    // nil with NoApplyAhead
 	openedAt  time.Time // quorum.go: the fast-fail clock before any leader contact
 }
@@ -345,7 +352,7 @@ func Open(cfg Config, bootstrap bool) (*Node, error) {
 	}()
 	go n.watchPeers()
 	n.wg.Add(2)
-	go n.watchLogEnd(n.guarded)
+	go func() { defer n.wg.Done(); n.guarded.WatchEnd(n.closing) }()
 	go n.watchAdmission()
 	if n.ahead != nil {
 		n.wg.Add(1)
@@ -400,14 +407,14 @@ func (n *Node) openRaft(bootstrap bool) error {
 		return fmt.Errorf("raft config: %w", err)
 	}
 
-	logs, logPath, err := openLogStore(cfg, n.logger)
+	logs, logPath, err := logstore.Open(cfg.DataDir, cfg.LogStore, n.logger)
 	if err != nil {
 		return err
 	}
 	if cfg.wrapLogStore != nil {
 		logs = cfg.wrapLogStore(logs)
 	}
-	guarded := &guardedLogStore{logStore: logs, failed: n.logStoreFailed, applied: n.fsm.AppliedIndex, diverged: n.historyDiverged}
+	guarded := &logstore.Guarded{Store: logs, Failed: n.logStoreFailed, Applied: n.fsm.AppliedIndex, Diverged: n.historyDiverged}
 	logs = guarded
 	n.guarded = guarded
 	n.logs = logs
@@ -422,7 +429,7 @@ func (n *Node) openRaft(bootstrap bool) error {
 		n.ahead = newAhead(raft.ServerID(cfg.NodeID), cached, n.fsm, func(t unitTag, res []fsm.Result) bool {
 			return n.fwd.stream.early(t, res)
 		})
-		guarded.stored = n.ahead.stored // a no-op until raft is set below
+		guarded.Stored = n.ahead.stored // a no-op until raft is set below
 	}
 	snapDir := filepath.Join(cfg.DataDir, "snapshots")
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, 2, n.logger)
@@ -450,7 +457,7 @@ func (n *Node) openRaft(bootstrap bool) error {
 		logs.Close()
 		return fmt.Errorf("inspect raft state in %s: %w", cfg.DataDir, err)
 	}
-	if err := errors.Join(checkLogEnd(logs, logPath), checkLogReadable(logs, logPath)); err != nil { // damage.go
+	if err := errors.Join(logstore.CheckEnd(logs, logPath), logstore.CheckReadable(logs, logPath)); err != nil {
 		n.closeTransport()
 		logs.Close()
 		return err
@@ -460,7 +467,7 @@ func (n *Node) openRaft(bootstrap bool) error {
 		logs.Close()
 		return fmt.Errorf("raft log %s: %w", logPath, err)
 	}
-	if err := checkLogCoversState(n.fsm.AppliedIndex(), logs, snaps); err != nil {
+	if err := logstore.CoversState(n.fsm.AppliedIndex(), logs, snaps); err != nil {
 		n.closeTransport()
 		logs.Close()
 		return fmt.Errorf("raft log %s: %w", logPath, err)

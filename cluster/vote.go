@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/limitd/limitd/cluster/logstore"
 )
 
 // No vote without a past (issue 21).
@@ -78,7 +80,7 @@ func loadIncarnation(dir string) (incarnation, bool, error) {
 	if _, err := rand.Read(r[:]); err != nil {
 		return incarnation{}, false, fmt.Errorf("new incarnation: %w", err)
 	}
-	legacy := exists(filepath.Join(dir, walDirName)) || exists(filepath.Join(dir, boltFileName))
+	legacy := logstore.HasLog(dir)
 	inc := incarnation{ID: hex.EncodeToString(r[:]), Admitted: legacy}
 	if err := writeIncarnation(dir, inc); err != nil {
 		return inc, false, err
@@ -372,7 +374,7 @@ func (a *admission) admitFromLog(logs raft.LogStore, record []byte) error {
 // leader elected before it finished a promotion its predecessor began.
 func (n *Node) watchAdmission() {
 	defer n.wg.Done()
-	t := time.NewTicker(markLogEndEvery)
+	t := time.NewTicker(logstore.MarkEndEvery)
 	defer t.Stop()
 	// The first request a second after start: a node joining normally is
 	// usually admitted by then without one.

@@ -54,7 +54,7 @@ func TestAdmitFromLogRecord(t *testing.T) {
 // damaged incarnation file stops the node with the recovery step.
 func TestIncarnationLegacyAndDamaged(t *testing.T) {
 	dir := t.TempDir()
-	if err := os.Mkdir(filepath.Join(dir, walDirName), 0o755); err != nil {
+	if err := os.Mkdir(filepath.Join(dir, "raft-wal"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	inc, created, err := loadIncarnation(dir)

@@ -1,4 +1,10 @@
-package cluster
+// Package logstore owns a node's Raft log and stable store: which store a
+// data directory uses (raft-wal or raft-boltdb) and opening it, and the
+// checks that keep a damaged or diverged log from serving: the first failed
+// write reported (Guarded), the log's end marked durably and checked at the
+// next start, entries a node already applied never replaced, and damage
+// named by file, index and recovery step (damage.go).
+package logstore
 
 import (
 	"errors"
@@ -18,10 +24,10 @@ import (
 	"go.etcd.io/bbolt"
 )
 
-// Log store kinds (Config.LogStore).
+// Log store kinds.
 const (
-	LogStoreWAL    = "wal"
-	LogStoreBoltDB = "boltdb"
+	WAL    = "wal"
+	BoltDB = "boltdb"
 )
 
 const (
@@ -32,40 +38,41 @@ const (
 	walSegmentBytes = 16 << 20
 )
 
-// logStore is Raft's log and stable store in one: both raft-wal and
+// Store is Raft's log and stable store in one: both raft-wal and
 // raft-boltdb provide the two interfaces from one file set.
-type logStore interface {
+type Store interface {
 	raft.LogStore
 	raft.StableStore
 	io.Closer
 }
 
-// logStoreKind decides which store a data directory uses: the one it was
-// created with, else the configured one. Switching a directory in place would
-// silently start an empty log next to the real one, so it is refused.
-func logStoreKind(cfg Config) (string, error) {
-	want := cfg.LogStore
+// Kind decides which store the data directory dataDir uses: the one it was
+// created with, else asked ("" for either, WAL for a new directory).
+// Switching a directory in place would silently start an empty log next to
+// the real one, so it is refused.
+func Kind(dataDir, asked string) (string, error) {
+	want := asked
 	if want == "" {
-		want = LogStoreWAL
+		want = WAL
 	}
-	if want != LogStoreWAL && want != LogStoreBoltDB {
-		return "", fmt.Errorf("log store %q: want %q or %q", cfg.LogStore, LogStoreWAL, LogStoreBoltDB)
+	if want != WAL && want != BoltDB {
+		return "", fmt.Errorf("log store %q: want %q or %q", asked, WAL, BoltDB)
 	}
-	hasBolt := exists(filepath.Join(cfg.DataDir, boltFileName))
-	hasWAL := exists(filepath.Join(cfg.DataDir, walDirName))
+	hasBolt := exists(filepath.Join(dataDir, boltFileName))
+	hasWAL := exists(filepath.Join(dataDir, walDirName))
 	switch {
 	case hasBolt && hasWAL:
-		return "", fmt.Errorf("data dir %s holds both %s and %s: remove the one that is not in use", cfg.DataDir, boltFileName, walDirName)
+		return "", fmt.Errorf("data dir %s holds both %s and %s: remove the one that is not in use", dataDir, boltFileName, walDirName)
 	case hasBolt:
-		if cfg.LogStore == LogStoreWAL {
-			return "", fmt.Errorf("data dir %s was created with --log-store=%s", cfg.DataDir, LogStoreBoltDB)
+		if asked == WAL {
+			return "", fmt.Errorf("data dir %s was created with --log-store=%s", dataDir, BoltDB)
 		}
-		return LogStoreBoltDB, nil
+		return BoltDB, nil
 	case hasWAL:
-		if cfg.LogStore == LogStoreBoltDB {
-			return "", fmt.Errorf("data dir %s was created with --log-store=%s", cfg.DataDir, LogStoreWAL)
+		if asked == BoltDB {
+			return "", fmt.Errorf("data dir %s was created with --log-store=%s", dataDir, WAL)
 		}
-		return LogStoreWAL, nil
+		return WAL, nil
 	}
 	return want, nil
 }
@@ -75,15 +82,15 @@ func exists(path string) bool {
 	return err == nil || !errors.Is(err, fs.ErrNotExist)
 }
 
-// openLogStore opens the data directory's Raft log and returns it with its
-// path (for messages).
-func openLogStore(cfg Config, logger hclog.Logger) (logStore, string, error) {
-	kind, err := logStoreKind(cfg)
+// Open opens the Raft log of the data directory dataDir (of the kind Kind
+// decides) and returns it with its path (for messages).
+func Open(dataDir, asked string, logger hclog.Logger) (Store, string, error) {
+	kind, err := Kind(dataDir, asked)
 	if err != nil {
 		return nil, "", err
 	}
-	if kind == LogStoreBoltDB {
-		path := filepath.Join(cfg.DataDir, boltFileName)
+	if kind == BoltDB {
+		path := filepath.Join(dataDir, boltFileName)
 		// The freelist is rebuilt at open instead of written at every commit:
 		// fewer pages per log append on the fsync path.
 		s, err := raftboltdb.New(raftboltdb.Options{Path: path, BoltOptions: &bbolt.Options{
@@ -94,7 +101,7 @@ func openLogStore(cfg Config, logger hclog.Logger) (logStore, string, error) {
 		}
 		return s, path, nil
 	}
-	dir := filepath.Join(cfg.DataDir, walDirName)
+	dir := filepath.Join(dataDir, walDirName)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, "", fmt.Errorf("create raft log dir %s: %w", dir, err)
 	}
@@ -118,13 +125,13 @@ func (s *walStore) Close() error {
 	return errors.Join(s.WAL.Close(), s.meta.Close())
 }
 
-// checkLogCoversState refuses a log that ends before what the state machine
+// CoversState refuses a log that ends before what the state machine
 // has applied. A replica applies only entries it holds, and compaction drops
 // only entries a snapshot covers, so applied ≤ max(last log index, last
 // snapshot index) always. A log that lost its tail (damaged or replaced
 // files) would otherwise start a node that can never be elected or that
 // rewrites committed history.
-func checkLogCoversState(applied uint64, logs raft.LogStore, snaps raft.SnapshotStore) error {
+func CoversState(applied uint64, logs raft.LogStore, snaps raft.SnapshotStore) error {
 	if applied == 0 {
 		return nil
 	}
@@ -147,25 +154,25 @@ func checkLogCoversState(applied uint64, logs raft.LogStore, snaps raft.Snapshot
 	return nil
 }
 
-// guardedLogStore reports the first failed write to the Raft log or stable
-// store. Raft itself only logs such an error and steps down, so a node whose
-// disk is full (a WAL segment it cannot create) would otherwise go on
-// winning and losing elections (finding 10 of issue 10).
+// Guarded reports the first failed write to the Raft log or stable store.
+// Raft itself only logs such an error and steps down, so a node whose disk
+// is full (a WAL segment it cannot create) would otherwise go on winning and
+// losing elections.
 //
 // It also keeps the log's end durable (keyLogEnd in the stable store, see
-// markEnd) so that a log that lost its tail is noticed at the next start,
+// MarkEnd) so that a log that lost its tail is noticed at the next start,
 // and refuses a leader's truncation of entries this node has already
-// applied: that node's history diverged (issue 21).
-type guardedLogStore struct {
-	logStore
-	failed func(error)
-	// applied returns the state machine's applied index (nil: not checked).
-	applied func() uint64
-	// diverged is called once when the log is truncated at or below applied.
-	diverged func(error)
-	// stored, when set, is told of every successful StoreLogs (ahead.go);
+// applied: that node's history diverged.
+type Guarded struct {
+	Store
+	Failed func(error)
+	// Applied returns the state machine's applied index (nil: not checked).
+	Applied func() uint64
+	// Diverged is called once when the log is truncated at or below Applied.
+	Diverged func(error)
+	// Stored, when set, is told of every successful StoreLogs (apply-ahead);
 	// set before raft starts.
-	stored func([]*raft.Log)
+	Stored func([]*raft.Log)
 
 	endMu sync.Mutex
 	end   uint64 // last value written under keyLogEnd
@@ -174,48 +181,48 @@ type guardedLogStore struct {
 // keyLogEnd is the stable-store key of the log's last index as last marked.
 var keyLogEnd = []byte("LimitdLogEnd")
 
-// markEnd records the log's current last index durably, if it moved. A log
+// MarkEnd records the log's current last index durably, if it moved. A log
 // that reopens shorter than this lost entries it had fsynced: raft-wal
 // drops every frame after a damaged one without an error.
-func (g *guardedLogStore) markEnd() error {
+func (g *Guarded) MarkEnd() error {
 	g.endMu.Lock()
 	defer g.endMu.Unlock()
-	last, err := g.logStore.LastIndex()
+	last, err := g.Store.LastIndex()
 	if err != nil || last == g.end {
 		return err
 	}
 	return g.setEnd(last)
 }
 
-func (g *guardedLogStore) check(what string, err error) error {
+func (g *Guarded) check(what string, err error) error {
 	if err != nil {
-		g.failed(fmt.Errorf("%s: %w", what, err))
+		g.Failed(fmt.Errorf("%s: %w", what, err))
 	}
 	return err
 }
 
-func (g *guardedLogStore) StoreLog(l *raft.Log) error {
-	return g.check("store log entry", g.logStore.StoreLog(l))
+func (g *Guarded) StoreLog(l *raft.Log) error {
+	return g.check("store log entry", g.Store.StoreLog(l))
 }
 
-func (g *guardedLogStore) StoreLogs(ls []*raft.Log) error {
-	if err := g.check("store log entries", g.logStore.StoreLogs(ls)); err != nil {
+func (g *Guarded) StoreLogs(ls []*raft.Log) error {
+	if err := g.check("store log entries", g.Store.StoreLogs(ls)); err != nil {
 		return err
 	}
-	if g.stored != nil {
-		g.stored(ls)
+	if g.Stored != nil {
+		g.Stored(ls)
 	}
 	return nil
 }
 
-func (g *guardedLogStore) DeleteRange(min, max uint64) error {
+func (g *Guarded) DeleteRange(min, max uint64) error {
 	g.endMu.Lock()
 	defer g.endMu.Unlock()
-	first, err := g.logStore.FirstIndex()
+	first, err := g.Store.FirstIndex()
 	if err != nil {
 		return g.check("delete log entries", err)
 	}
-	last, err := g.logStore.LastIndex()
+	last, err := g.Store.LastIndex()
 	if err != nil {
 		return g.check("delete log entries", err)
 	}
@@ -229,10 +236,10 @@ func (g *guardedLogStore) DeleteRange(min, max uint64) error {
 		// A suffix: Raft replaces entries a new leader does not have. An
 		// applied entry is committed and never replaced, unless this node's
 		// history diverged from the cluster's.
-		if g.applied != nil {
-			if applied := g.applied(); min <= applied {
-				err := fmt.Errorf("history diverged: the leader replaces log entries from index %d, but this node's state machine already applied up to %d, so its state reflects entries the cluster does not have; to recover, %s", min, applied, recoveryStep)
-				g.diverged(err)
+		if g.Applied != nil {
+			if applied := g.Applied(); min <= applied {
+				err := fmt.Errorf("history diverged: the leader replaces log entries from index %d, but this node's state machine already applied up to %d, so its state reflects entries the cluster does not have; to recover, %s", min, applied, RecoveryStep)
+				g.Diverged(err)
 				return err
 			}
 		}
@@ -240,10 +247,10 @@ func (g *guardedLogStore) DeleteRange(min, max uint64) error {
 			return err
 		}
 	}
-	return g.check("delete log entries", g.logStore.DeleteRange(min, max))
+	return g.check("delete log entries", g.Store.DeleteRange(min, max))
 }
 
-func (g *guardedLogStore) setEnd(v uint64) error {
+func (g *Guarded) setEnd(v uint64) error {
 	if err := g.SetUint64(keyLogEnd, v); err != nil {
 		return err
 	}
@@ -251,17 +258,23 @@ func (g *guardedLogStore) setEnd(v uint64) error {
 	return nil
 }
 
-func (g *guardedLogStore) Set(k, v []byte) error {
-	return g.check("write stable store", g.logStore.Set(k, v))
+func (g *Guarded) Set(k, v []byte) error {
+	return g.check("write stable store", g.Store.Set(k, v))
 }
 
-func (g *guardedLogStore) SetUint64(k []byte, v uint64) error {
-	return g.check("write stable store", g.logStore.SetUint64(k, v))
+func (g *Guarded) SetUint64(k []byte, v uint64) error {
+	return g.check("write stable store", g.Store.SetUint64(k, v))
 }
 
 // IsMonotonic passes on raft.MonotonicLogStore (raft-wal is; raft relies on
 // it after restoring a snapshot).
-func (g *guardedLogStore) IsMonotonic() bool {
-	m, ok := g.logStore.(raft.MonotonicLogStore)
+func (g *Guarded) IsMonotonic() bool {
+	m, ok := g.Store.(raft.MonotonicLogStore)
 	return ok && m.IsMonotonic()
+}
+
+// HasLog reports whether the data directory dataDir holds a Raft log of
+// either kind.
+func HasLog(dataDir string) bool {
+	return exists(filepath.Join(dataDir, walDirName)) || exists(filepath.Join(dataDir, boltFileName))
 }

@@ -1,4 +1,4 @@
-package cluster
+package logstore
 
 import (
 	"os"
@@ -18,12 +18,12 @@ func TestLogStoreKind(t *testing.T) {
 		kind    string
 		errWith string
 	}{
-		{name: "new dir, default", kind: LogStoreWAL},
-		{name: "new dir, boltdb", want: LogStoreBoltDB, kind: LogStoreBoltDB},
-		{name: "existing boltdb, default", files: []string{boltFileName}, kind: LogStoreBoltDB},
-		{name: "existing wal, default", files: []string{walDirName + "/"}, kind: LogStoreWAL},
-		{name: "existing boltdb, wal asked", files: []string{boltFileName}, want: LogStoreWAL, errWith: "created with --log-store=boltdb"},
-		{name: "existing wal, boltdb asked", files: []string{walDirName + "/"}, want: LogStoreBoltDB, errWith: "created with --log-store=wal"},
+		{name: "new dir, default", kind: WAL},
+		{name: "new dir, boltdb", want: BoltDB, kind: BoltDB},
+		{name: "existing boltdb, default", files: []string{boltFileName}, kind: BoltDB},
+		{name: "existing wal, default", files: []string{walDirName + "/"}, kind: WAL},
+		{name: "existing boltdb, wal asked", files: []string{boltFileName}, want: WAL, errWith: "created with --log-store=boltdb"},
+		{name: "existing wal, boltdb asked", files: []string{walDirName + "/"}, want: BoltDB, errWith: "created with --log-store=wal"},
 		{name: "both", files: []string{boltFileName, walDirName + "/"}, errWith: "holds both"},
 		{name: "unknown", want: "rocksdb", errWith: `log store "rocksdb"`},
 	}
@@ -42,7 +42,7 @@ func TestLogStoreKind(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			kind, err := logStoreKind(Config{DataDir: dir, LogStore: tc.want})
+			kind, err := Kind(dir, tc.want)
 			if tc.errWith != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.errWith) {
 					t.Fatalf("err = %v, want one containing %q", err, tc.errWith)
@@ -59,10 +59,10 @@ func TestLogStoreKind(t *testing.T) {
 // Both stores keep entries and stable values across a close and reopen in
 // the same process (raft-wal's own Close leaves its meta database locked).
 func TestLogStoresReopen(t *testing.T) {
-	for _, kind := range []string{LogStoreWAL, LogStoreBoltDB} {
+	for _, kind := range []string{WAL, BoltDB} {
 		t.Run(kind, func(t *testing.T) {
-			cfg := Config{DataDir: t.TempDir(), LogStore: kind}
-			s, _, err := openLogStore(cfg, testLogger())
+			dir := t.TempDir()
+			s, _, err := Open(dir, kind, testLogger())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -76,7 +76,7 @@ func TestLogStoresReopen(t *testing.T) {
 			if err := s.Close(); err != nil {
 				t.Fatal(err)
 			}
-			s, _, err = openLogStore(cfg, testLogger())
+			s, _, err = Open(dir, kind, testLogger())
 			if err != nil {
 				t.Fatalf("reopen: %v", err)
 			}
@@ -100,10 +100,10 @@ func TestCheckLogCoversState(t *testing.T) {
 		t.Fatal(err)
 	}
 	snaps := raft.NewInmemSnapshotStore()
-	if err := checkLogCoversState(2, logs, snaps); err != nil {
+	if err := CoversState(2, logs, snaps); err != nil {
 		t.Fatalf("applied 2 with log to 2: %v", err)
 	}
-	if err := checkLogCoversState(3, logs, snaps); err == nil || !strings.Contains(err.Error(), "log entries were lost") {
+	if err := CoversState(3, logs, snaps); err == nil || !strings.Contains(err.Error(), "log entries were lost") {
 		t.Fatalf("applied 3 with log to 2: %v", err)
 	}
 	sink, err := snaps.Create(raft.SnapshotVersionMax, 5, 1, raft.Configuration{}, 1, nil)
@@ -111,7 +111,7 @@ func TestCheckLogCoversState(t *testing.T) {
 		t.Fatal(err)
 	}
 	sink.Close()
-	if err := checkLogCoversState(5, logs, snaps); err != nil {
+	if err := CoversState(5, logs, snaps); err != nil {
 		t.Fatalf("applied 5 with a snapshot at 5: %v", err)
 	}
 }
