@@ -229,6 +229,10 @@ func (a *ahead) run(done <-chan struct{}) {
 // pause stops applying ahead until the returned resume is called, once any
 // step in progress has ended: a backup needs the state machine at raft's
 // applied index, not ahead of it (backup.go).
+// Pause and Highest are what a backup needs of applying ahead (backup.Ahead).
+func (a *ahead) Pause() (resume func()) { return a.pause() }
+func (a *ahead) Highest() uint64        { return a.highest.Load() }
+
 func (a *ahead) pause() (resume func()) {
 	a.mu.Lock()
 	a.paused++
