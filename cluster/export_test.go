@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/limitd/limitd/cluster/logstore"
+	"github.com/limitd/limitd/cluster/raftnet"
 	"github.com/limitd/limitd/fsm"
 )
 
@@ -54,9 +55,7 @@ func NewStreamTransport(ln net.Listener, tc *tls.Config, localID string) interfa
 	raft.Transport
 	raft.WithClose
 } {
-	layer := &streamLayer{ln: ln, adv: ln.Addr(), tls: tc, localID: localID, logger: hclog.NewNullLogger()}
-	nt := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{Stream: layer, MaxPool: 1, Timeout: 2 * time.Second, Logger: hclog.NewNullLogger()})
-	return idTransport{nt, layer}
+	return raftnet.NewOn(ln, tc, localID, 2*time.Second, hclog.NewNullLogger())
 }
 
 // MayVote reports whether n's incarnation may vote (vote.go).

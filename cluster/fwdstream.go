@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/limitd/limitd/cluster/raftnet"
 	"github.com/limitd/limitd/fsm"
 )
 
@@ -233,7 +234,7 @@ func (n *Node) handleCheckStream(w http.ResponseWriter, r *http.Request) {
 	srv.mu.Unlock()
 	certID := ""
 	if n.cfg.TLS != nil && r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
-		certID, _ = NodeIDFromCert(r.TLS.PeerCertificates[0])
+		certID, _ = raftnet.NodeIDFromCert(r.TLS.PeerCertificates[0])
 	}
 	go s.readLoop()
 	go s.writeLoop()
@@ -269,7 +270,7 @@ func (n *Node) handleCheckStream(w http.ResponseWriter, r *http.Request) {
 // certificate names, else the node it says it is, else its host.
 func streamPeer(r *http.Request) string {
 	if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
-		if id, ok := NodeIDFromCert(r.TLS.PeerCertificates[0]); ok {
+		if id, ok := raftnet.NodeIDFromCert(r.TLS.PeerCertificates[0]); ok {
 			return "cert:" + id
 		}
 	}

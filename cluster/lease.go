@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"sync/atomic"
 
+	"github.com/limitd/limitd/cluster/raftnet"
 	"github.com/limitd/limitd/fsm"
 )
 
@@ -180,7 +181,7 @@ func (n *Node) leaseHolderIsPeer(w http.ResponseWriter, r *http.Request, cmd []b
 	if n.cfg.TLS == nil || r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
 		return true
 	}
-	id, named := NodeIDFromCert(r.TLS.PeerCertificates[0])
+	id, named := raftnet.NodeIDFromCert(r.TLS.PeerCertificates[0])
 	if !named {
 		return true
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/limitd/limitd/cluster/logstore"
+	"github.com/limitd/limitd/cluster/raftnet"
 	"github.com/limitd/limitd/fsm"
 	"github.com/limitd/limitd/nodeapi"
 )
@@ -277,7 +278,7 @@ type Node struct {
 
 	// Incarnation and votes (vote.go, admit.go).
 	adm       *admission
-	gate      *voteGate
+	gate      *raftnet.VoteGate
 	promoMu   sync.Mutex
 	promoting map[string]bool   // members the leader is catching up
 	bootIncs  map[string]string // peers' incarnations to record after a --bootstrap-expect bootstrap
@@ -440,14 +441,14 @@ func (n *Node) openRaft(bootstrap bool) error {
 
 	trans := cfg.Transport
 	if trans == nil {
-		t, err := newRaftTransport(cfg, n.logger)
+		t, err := raftnet.Listen(raftnet.Config{NodeID: cfg.NodeID, Addr: cfg.RaftAddr, Bind: cfg.RaftBind, TLS: cfg.TLS}, n.logger)
 		if err != nil {
 			logs.Close()
 			return err
 		}
 		trans = t
 	}
-	n.gate = newVoteGate(trans, n.adm, cfg.NoPipeline)
+	n.gate = raftnet.NewVoteGate(trans, cfg.NodeID, n.adm.mayVote, n.adm.refusingVotes, cfg.NoPipeline)
 	trans = n.gate
 	n.trans = trans
 
@@ -501,7 +502,7 @@ func (n *Node) openRaft(bootstrap bool) error {
 func (n *Node) closeTransport() {
 	if n.cfg.Transport != nil {
 		if n.gate != nil {
-			n.gate.halt()
+			n.gate.Halt()
 		}
 		return // the caller owns a transport it passed in
 	}

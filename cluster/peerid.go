@@ -9,11 +9,12 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/limitd/limitd/cluster/raftnet"
 	"github.com/limitd/limitd/fsm"
 )
 
 // checkPeerIdentity admits a node-to-node request only as the node its
-// certificate names (raftguard.go: the URI SAN limitd://node/<id>): a member
+// certificate names (raftnet: the URI SAN limitd://node/<id>): a member
 // of the configuration may call every internal endpoint (it forwards checks,
 // admin commands and operators' joins); any other named node may only ask
 // the bootstrap information and join as itself. So a certificate of a node
@@ -24,7 +25,7 @@ func (n *Node) checkPeerIdentity(w http.ResponseWriter, r *http.Request) bool {
 	if n.cfg.TLS == nil || r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
 		return true // authenticate has required what TLS requires
 	}
-	id, named := NodeIDFromCert(r.TLS.PeerCertificates[0])
+	id, named := raftnet.NodeIDFromCert(r.TLS.PeerCertificates[0])
 	if !named || n.isMember(id) {
 		return true
 	}

@@ -21,9 +21,9 @@ const verifiedRaft = "v1.7.3"
 var raftDependents = map[string]string{
 	"cluster/ahead.go": "apply-ahead: the leader stores an entry in its own log (dispatchLogs: StoreLogs) " +
 		"before it sends it to any follower, so a follower holding an entry of the leader's term means two logs hold it",
-	"cluster/pipeline.go": "works around pipelineDecode returning on the first unsuccessful response, " +
+	"cluster/raftnet/pipeline.go": "works around pipelineDecode returning on the first unsuccessful response, " +
 		"after which netPipeline.AppendEntries blocks until Close",
-	"cluster/raftguard.go": "parses NetworkTransport's framing: the RPC type bytes, and each request's fields " +
+	"cluster/raftnet/guard.go": "parses NetworkTransport's framing: the RPC type bytes, and each request's fields " +
 		"and msgpack types as commands.go's structs encode with net_transport.go's handle (rpcFields)",
 }
 

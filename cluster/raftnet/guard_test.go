@@ -1,4 +1,4 @@
-package cluster
+package raftnet
 
 import (
 	"bufio"
@@ -254,25 +254,23 @@ func TestRaftGuardReadsOneRPCAtATime(t *testing.T) {
 // gate); the receiving side answers at once, as a follower's Raft would
 // after its log write. Run with -cpu 1, as the nodes of `limitd bench`.
 func BenchmarkRaftAppendEntriesRoundTrip(b *testing.B) {
-	transport := func(id string) raft.Transport {
+	transport := func(id string) Transport {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			b.Fatal(err)
 		}
 		addr := ln.Addr().String()
 		ln.Close()
-		t, err := newRaftTransport(Config{NodeID: id, RaftAddr: addr, RaftBind: addr}, hclog.NewNullLogger())
+		t, err := Listen(Config{NodeID: id, Addr: addr, Bind: addr}, hclog.NewNullLogger())
 		if err != nil {
 			b.Fatal(err)
 		}
 		return t
 	}
-	adm := &admission{dir: b.TempDir(), nodeID: "n1", id: "inc", log: discardLogger()}
-	adm.admitted.Store(true)
-	server := newVoteGate(transport("n1"), adm, false)
+	server := NewVoteGate(transport("n1"), "n1", func() bool { return true }, func() {}, false)
 	defer server.Close()
 	client := transport("n2")
-	defer client.(io.Closer).Close()
+	defer client.Close()
 	go func() {
 		for {
 			select {

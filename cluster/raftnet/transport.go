@@ -1,4 +1,12 @@
-package cluster
+// Package raftnet owns a node's Raft transport: hashicorp/raft's
+// NetworkTransport over limitd's stream layer (mutual TLS, the target's
+// server ID in a preamble), the guard that checks every accepted RPC before
+// raft decodes it (guard.go: the sender bound to its certificate, bounded
+// frames, one reading of every header), the vote gate that keeps a node
+// without a past from voting (votegate.go), and the bound on pipelined
+// sends (pipeline.go). It knows nothing of the state machine, forwarding
+// or membership: the node passes its addresses, TLS and a may-vote callback.
+package raftnet
 
 import (
 	"context"
@@ -19,22 +27,22 @@ import (
 )
 
 // The Raft transport: hashicorp/raft's NetworkTransport over our own stream
-// layer, which adds two things to plain TCP.
+// layer, which adds three things to plain TCP.
 //
 //   - Mutual TLS (when Config.TLS is set): every Raft connection is TLS, and
 //     the accepting node requires a client certificate signed by the cluster
 //     CA (Config.TLS.ClientCAs), so nobody without a node certificate can send
-//     an RPC (finding 1 of issue 10: forged AppendEntries were applied).
+//     an RPC (forged AppendEntries were applied without it).
 //   - The target's server ID: the dialer sends a one-line preamble naming the
 //     server it means to reach ("limitd-raft/1 <id>"), and the accepting node
 //     closes any connection meant for another ID. Raft's own RPC header
 //     carries only the sender's ID and address, so without this a fresh node
-//     started on a stopped member's address was replicated to as that member
-//     (finding 11). The ID reaches the stream layer through the target
-//     address: idTransport passes "<id>@<host:port>" to NetworkTransport.
-//   - The sender's identity and bounded frames (raftguard.go): a node
+//     started on a stopped member's address was replicated to as that member.
+//     The ID reaches the stream layer through the target
+//     address: Transport passes "<id>@<host:port>" to NetworkTransport.
+//   - The sender's identity and bounded frames (guard.go): a node
 //     certificate naming a node ID speaks only as that node, and no RPC
-//     field may claim more than MaxRaftField bytes.
+//     field may claim more than MaxField bytes.
 const (
 	preambleMagic = "limitd-raft/1 "
 	// handshakeTimeout bounds the TLS handshake and preamble of an accepted
@@ -46,7 +54,7 @@ const (
 )
 
 // LoadTLS reads a node's certificate, key and cluster CA bundle (PEM files)
-// into the configuration Config.TLS expects: it presents the certificate as
+// into the configuration Config.TLS (and cluster.Config.TLS) expects: it presents the certificate as
 // server and client, trusts only the CA for servers and clients, and requires
 // client certificates. Rotation is a rolling restart (docs/SECURITY.md).
 func LoadTLS(certFile, keyFile, caFile string) (*tls.Config, error) {
@@ -71,24 +79,43 @@ func LoadTLS(certFile, keyFile, caFile string) (*tls.Config, error) {
 	}, nil
 }
 
-// newRaftTransport listens on bind and returns the node's Raft transport.
-func newRaftTransport(cfg Config, logger hclog.Logger) (raft.Transport, error) {
-	adv, err := net.ResolveTCPAddr("tcp", cfg.RaftAddr)
+// Config is what a node's Raft transport needs.
+type Config struct {
+	NodeID string      // this node's server ID: accepted connections must name it
+	Addr   string      // the advertised address (host:port), as peers dial it
+	Bind   string      // the address to listen on
+	TLS    *tls.Config // nil: plain TCP
+}
+
+// Listen listens on cfg.Bind and returns the node's Raft transport.
+func Listen(cfg Config, logger hclog.Logger) (Transport, error) {
+	adv, err := net.ResolveTCPAddr("tcp", cfg.Addr)
 	if err != nil {
-		return nil, fmt.Errorf("resolve raft address %s: %w", cfg.RaftAddr, err)
+		return Transport{}, fmt.Errorf("resolve raft address %s: %w", cfg.Addr, err)
 	}
 	if adv.IP == nil || adv.IP.IsUnspecified() {
-		return nil, fmt.Errorf("raft address %s is not advertisable: give the address other nodes reach this one at", cfg.RaftAddr)
+		return Transport{}, fmt.Errorf("raft address %s is not advertisable: give the address other nodes reach this one at", cfg.Addr)
 	}
-	ln, err := net.Listen("tcp", cfg.RaftBind)
+	ln, err := net.Listen("tcp", cfg.Bind)
 	if err != nil {
-		return nil, fmt.Errorf("listen raft %s: %w", cfg.RaftBind, err)
+		return Transport{}, fmt.Errorf("listen raft %s: %w", cfg.Bind, err)
 	}
-	layer := &streamLayer{ln: ln, adv: advertisedAddr{adv, cfg.RaftAddr}, tls: cfg.TLS, localID: cfg.NodeID, logger: logger}
+	return newTransport(ln, advertisedAddr{adv, cfg.Addr}, cfg.TLS, cfg.NodeID, raftMaxPool, raftIOTimeout, logger), nil
+}
+
+// NewOn is a Raft transport on ln (advertised as its address) over the
+// stream layer, with one pooled connection per peer: for tests and tools
+// that bring their own listener.
+func NewOn(ln net.Listener, tc *tls.Config, localID string, timeout time.Duration, logger hclog.Logger) Transport {
+	return newTransport(ln, ln.Addr(), tc, localID, 1, timeout, logger)
+}
+
+func newTransport(ln net.Listener, adv net.Addr, tc *tls.Config, localID string, pool int, timeout time.Duration, logger hclog.Logger) Transport {
+	layer := &streamLayer{ln: ln, adv: adv, tls: tc, localID: localID, logger: logger}
 	nt := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-		Stream: layer, MaxPool: raftMaxPool, Timeout: raftIOTimeout, Logger: logger,
+		Stream: layer, MaxPool: pool, Timeout: timeout, Logger: logger,
 	})
-	return idTransport{nt, layer}, nil
+	return Transport{nt, layer}
 }
 
 // advertisedAddr is the Raft address as configured: it is what this node
@@ -102,10 +129,10 @@ type advertisedAddr struct {
 
 func (a advertisedAddr) String() string { return a.name }
 
-// idTransport hands the target's server ID to the stream layer inside the
+// Transport hands the target's server ID to the stream layer inside the
 // address of every outgoing RPC; layer is its stream layer (the vote gate
-// answers refused votes there, vote.go).
-type idTransport struct {
+// answers refused votes there, votegate.go).
+type Transport struct {
 	*raft.NetworkTransport
 	layer *streamLayer
 }
@@ -122,27 +149,27 @@ func splitTarget(s string) (id, addr string) {
 	return "", s
 }
 
-func (t idTransport) AppendEntriesPipeline(id raft.ServerID, target raft.ServerAddress) (raft.AppendPipeline, error) {
+func (t Transport) AppendEntriesPipeline(id raft.ServerID, target raft.ServerAddress) (raft.AppendPipeline, error) {
 	return t.NetworkTransport.AppendEntriesPipeline(id, withID(id, target))
 }
 
-func (t idTransport) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
+func (t Transport) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
 	return t.NetworkTransport.AppendEntries(id, withID(id, target), args, resp)
 }
 
-func (t idTransport) RequestVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestVoteRequest, resp *raft.RequestVoteResponse) error {
+func (t Transport) RequestVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestVoteRequest, resp *raft.RequestVoteResponse) error {
 	return t.NetworkTransport.RequestVote(id, withID(id, target), args, resp)
 }
 
-func (t idTransport) RequestPreVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestPreVoteRequest, resp *raft.RequestPreVoteResponse) error {
+func (t Transport) RequestPreVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestPreVoteRequest, resp *raft.RequestPreVoteResponse) error {
 	return t.NetworkTransport.RequestPreVote(id, withID(id, target), args, resp)
 }
 
-func (t idTransport) InstallSnapshot(id raft.ServerID, target raft.ServerAddress, args *raft.InstallSnapshotRequest, resp *raft.InstallSnapshotResponse, data io.Reader) error {
+func (t Transport) InstallSnapshot(id raft.ServerID, target raft.ServerAddress, args *raft.InstallSnapshotRequest, resp *raft.InstallSnapshotResponse, data io.Reader) error {
 	return t.NetworkTransport.InstallSnapshot(id, withID(id, target), args, resp, data)
 }
 
-func (t idTransport) TimeoutNow(id raft.ServerID, target raft.ServerAddress, args *raft.TimeoutNowRequest, resp *raft.TimeoutNowResponse) error {
+func (t Transport) TimeoutNow(id raft.ServerID, target raft.ServerAddress, args *raft.TimeoutNowRequest, resp *raft.TimeoutNowResponse) error {
 	return t.NetworkTransport.TimeoutNow(id, withID(id, target), args, resp)
 }
 
@@ -155,10 +182,10 @@ type streamLayer struct {
 	localID string
 	logger  hclog.Logger
 
-	refusals refusalLog // raftguard.go
+	refusals refusalLog // guard.go
 	// votes, when set, answers vote requests the node may not grant on
-	// the connection, before raft (vote.go).
-	votes atomic.Pointer[voteGate]
+	// the connection, before raft (votegate.go).
+	votes atomic.Pointer[VoteGate]
 }
 
 func (s *streamLayer) Accept() (net.Conn, error) {
@@ -177,7 +204,7 @@ func (s *streamLayer) Accept() (net.Conn, error) {
 func (s *streamLayer) Close() error   { return s.ln.Close() }
 func (s *streamLayer) Addr() net.Addr { return s.adv }
 
-// Dial connects to the server whose ID and address idTransport encoded in
+// Dial connects to the server whose ID and address Transport encoded in
 // address, completes the TLS handshake (verifying the server's certificate
 // against the cluster CA) and sends the preamble.
 func (s *streamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
@@ -201,7 +228,7 @@ func (s *streamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (n
 			return nil, fmt.Errorf("raft TLS handshake with %s: %w", addr, err)
 		}
 		// The server is the node its certificate names, if it names one
-		// (raftguard.go): another node's certificate at this address is not
+		// (guard.go): another node's certificate at this address is not
 		// the server this RPC is for.
 		if named, ok := NodeIDFromCert(tc.ConnectionState().PeerCertificates[0]); ok && id != "" && named != id {
 			conn.Close()
@@ -226,7 +253,7 @@ type acceptedConn struct {
 	layer *streamLayer
 	once  sync.Once
 	err   error
-	rpcs  *rpcReader // the RPCs that passed the guard (raftguard.go)
+	rpcs  *rpcReader // the RPCs that passed the guard (guard.go)
 }
 
 // errWrongTarget: a connection meant for another server ID.

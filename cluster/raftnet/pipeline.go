@@ -1,4 +1,4 @@
-package cluster
+package raftnet
 
 import (
 	"sync"
@@ -7,7 +7,7 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// The netPipeline hang (issue 21), reproduced by TestFaultsWipeKillPause
+// The netPipeline hang, reproduced by TestFaultsWipeKillPause
 // with a paused leader: hashicorp/raft v1.7.3's pipelineDecode returns on the
 // first unsuccessful response (a rejected append, or a read that timed out
 // on a stalled follower), and nothing reads the pipeline's done channel any
@@ -22,7 +22,7 @@ import (
 // boundedPipeline closes a pipeline whose AppendEntries has not returned
 // within pipelineSendBound: the blocked call returns ErrPipelineShutdown,
 // pipelineSend stops, and Raft falls back to one AppendEntries at a time
-// for that follower, as it does after any pipeline error. The voteGate
+// for that follower, as it does after any pipeline error. The VoteGate
 // also closes every open pipeline when Close forces the transport shut.
 
 // pipelineSendBound: a send blocked this long (twice the transport's I/O

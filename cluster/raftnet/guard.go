@@ -1,4 +1,4 @@
-package cluster
+package raftnet
 
 import (
 	"bufio"
@@ -16,6 +16,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-msgpack/v2/codec"
 	"github.com/hashicorp/raft"
+
+	"github.com/limitd/limitd/nodeapi"
 )
 
 // Node identity in certificates, and the guard in front of raft's decoder
@@ -33,7 +35,7 @@ import (
 // connection and allocates what a length prefix claims (a frame claiming a
 // 2 GB field grew the leader by 600 MB). The guard scans each RPC's msgpack
 // before raft reads it and refuses, before the bytes reach raft, a string or
-// binary longer than MaxRaftField, a container of more than maxRaftItems,
+// binary longer than MaxField, a container of more than maxRaftItems,
 // nesting deeper than maxRaftDepth, an unknown RPC type, or a sender ID other
 // than the certificate's. It reads in raft's own goroutine and hands raft an
 // RPC's end only once the RPC is checked, so raft never completes decoding a
@@ -53,9 +55,9 @@ const NodeURIPrefix = "limitd://node/"
 
 // Bounds of one Raft RPC as the guard reads it.
 const (
-	// MaxRaftField bounds a string or binary in a Raft RPC: a log entry's
+	// MaxField bounds a string or binary in a Raft RPC: a log entry's
 	// data is at most MaxEntryBytes, plus room for its framing.
-	MaxRaftField = MaxEntryBytes + 1<<20
+	MaxField     = nodeapi.MaxEntryBytes + 1<<20
 	maxRaftItems = 1 << 16
 	maxRaftDepth = 16
 	// rpc types of hashicorp/raft's NetworkTransport (0 AppendEntries ...
@@ -105,7 +107,7 @@ func NodeURI(id string) *url.URL {
 //
 // A Read returns at most up to the end of one RPC: raft asks for the next
 // bytes only when it has decoded and answered every RPC before them, which
-// lets the reader answer a refused vote on the connection itself (vote.go).
+// lets the reader answer a refused vote on the connection itself (votegate.go).
 type rpcReader struct {
 	src    *bufio.Reader
 	sender string       // "": any
@@ -301,7 +303,7 @@ func (r *rpcReader) scan() error {
 		}
 		if len(r.out) >= guardFlushBytes {
 			if r.rpcType == rpcRequestVote || r.rpcType == rpcRequestPreVote {
-				// Answered from out when refused (vote.go): kept whole,
+				// Answered from out when refused (votegate.go): kept whole,
 				// so bounded (a real one is ~100 bytes).
 				return r.refuse("a vote request of more than %d bytes", guardFlushBytes)
 			}
@@ -434,8 +436,8 @@ func (r *rpcReader) step() (bool, error) {
 		return r.bytesValue(h, int64(beUint(h[1:])), field)
 	case b == 0xc7 || b == 0xc8 || b == 0xc9: // ext: length, type, data
 		l := beUint(h[1 : n-1])
-		if l > MaxRaftField {
-			return false, r.refuse("a field of %d bytes (bound %d)", l, MaxRaftField)
+		if l > MaxField {
+			return false, r.refuse("a field of %d bytes (bound %d)", l, MaxField)
 		}
 		r.take(h)
 		r.skip = int64(l)
@@ -544,8 +546,8 @@ func (r *rpcReader) open(h []byte, n int, isMap bool) (bool, error) {
 // bytesValue starts a string or binary of n bytes whose header is h; the
 // sender ID (field fieldID of the request) is checked.
 func (r *rpcReader) bytesValue(h []byte, n int64, field int) (bool, error) {
-	if n > MaxRaftField {
-		return false, r.refuse("a field of %d bytes (bound %d)", n, MaxRaftField)
+	if n > MaxField {
+		return false, r.refuse("a field of %d bytes (bound %d)", n, MaxField)
 	}
 	if field >= 0 && !shortestString(h[0], n) {
 		// As raft's encoder writes it: one string has one encoding.
@@ -600,7 +602,7 @@ func (r *rpcReader) valueDone() bool {
 }
 
 // answerVote answers a complete vote or pre-vote request in out itself when
-// the node may not vote (vote.go), writing the refusal where raft would
+// the node may not vote (votegate.go), writing the refusal where raft would
 // write its answer; raft never sees the request. Raft is between RPCs on
 // this connection (it asks for bytes only then), so the answer cannot
 // interleave with one of its own.
