@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/limitd/limitd/cluster/forward"
 )
 
 // Start-up: how a node becomes a member of a cluster.
@@ -51,7 +53,7 @@ const (
 	// maxJoinAddrs bounds the addresses a join list (after DNS) may name.
 	maxJoinAddrs = 64
 
-	pathBootstrap = "/internal/v1/bootstrap"
+	pathBootstrap = forward.PathBootstrap
 )
 
 // JoinOptions says how JoinCluster finds the cluster.
@@ -389,7 +391,7 @@ func (n *Node) tryBootstrap(peers []bootstrapInfo, expect int) (done bool, why e
 
 // joinAny asks each target in turn to add this node; nil on the first success.
 func (n *Node) joinAny(ctx context.Context, targets []string) error {
-	b, _ := json.Marshal(joinRequest{ID: n.cfg.NodeID, RaftAddr: string(n.trans.LocalAddr()), HTTPAddr: n.cfg.HTTPAddr})
+	b, _ := json.Marshal(forward.JoinRequest{ID: n.cfg.NodeID, RaftAddr: string(n.trans.LocalAddr()), HTTPAddr: n.cfg.HTTPAddr})
 	var errs []error
 	for _, t := range targets {
 		err := n.joinOne(ctx, t+"/v1/cluster/join", b)

@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
+	"github.com/limitd/limitd/cluster/forward"
 	"github.com/limitd/limitd/cluster/logstore"
 	"github.com/limitd/limitd/cluster/raftnet"
 	"github.com/limitd/limitd/fsm"
@@ -40,9 +41,9 @@ func SetWrapLogStore(cfg *Config, wrap func(LogStore) LogStore) { cfg.wrapLogSto
 
 // Internal endpoint paths.
 const (
-	PathCheck = pathCheck
+	PathCheck = forward.PathCheck
 	PathLease = pathLease
-	PathApply = pathApply
+	PathApply = forward.PathApply
 )
 
 // OpsSize is the bound on the entry size of ops that batching uses.

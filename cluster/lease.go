@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"sync/atomic"
 
+	"github.com/limitd/limitd/cluster/forward"
 	"github.com/limitd/limitd/cluster/raftnet"
 	"github.com/limitd/limitd/fsm"
 )
@@ -18,7 +19,7 @@ import (
 // to the leader's /internal/v1/lease, which re-stamps it (fsm.StampLeaseCommand)
 // before proposing. The holder named in the entry is this node's id.
 
-const pathLease = "/internal/v1/lease"
+const pathLease = forward.PathLease
 
 // leaseHook passes the state machine's lease events (fsm.LeaseHook) to the
 // lease table set with SetLeaseHook; before one is set they go nowhere (a
@@ -110,7 +111,7 @@ func (n *Node) leaseCommand(ctx context.Context, cmd []byte, local func(interfac
 			return local(resp)
 		},
 		func(addr string) error {
-			body, err := n.fwd.post(ctx, addr, pathLease, "application/octet-stream", cmd)
+			body, err := n.fwd.Post(ctx, addr, pathLease, "application/octet-stream", cmd)
 			if err != nil {
 				return err
 			}
@@ -143,7 +144,7 @@ func (n *Node) proposeLease(ctx context.Context, cmd []byte) (interface{}, error
 
 // handleLease runs a follower's lease command on the leader.
 func (n *Node) handleLease(w http.ResponseWriter, r *http.Request) {
-	cmd, ok := readBody(w, r, MaxCommandBytes)
+	cmd, ok := forward.ReadBody(w, r, MaxCommandBytes)
 	if !ok {
 		return
 	}
@@ -151,16 +152,16 @@ func (n *Node) handleLease(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !n.IsLeader() {
-		internalError(w, errRetry)
+		forward.WriteError(w, errRetry)
 		return
 	}
 	resp, err := n.proposeLease(r.Context(), cmd)
 	if err != nil {
 		if errorsIsBadCommand(err) {
-			writeOutcome(w, outcomeBadRequest, err.Error())
+			forward.WriteBadRequest(w, err.Error())
 			return
 		}
-		internalError(w, err)
+		forward.WriteError(w, err)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -173,7 +174,7 @@ func errorsIsBadCommand(err error) bool {
 
 // leaseHolderIsPeer admits a follower's lease command only for the node its
 // certificate names (a certificate naming no node is accepted as any, as
-// everywhere: checkPeerIdentity). Without it one member could give back
+// everywhere: forward.Server.Authenticate). Without it one member could give back
 // another's leases, which that node would go on spending: the key would admit
 // more than its limit. It writes the refusal itself: 400 bad_request for a
 // command it cannot read, 403 for another node's.
@@ -187,7 +188,7 @@ func (n *Node) leaseHolderIsPeer(w http.ResponseWriter, r *http.Request, cmd []b
 	}
 	holder, err := fsm.LeaseCommandHolder(cmd)
 	if err != nil {
-		writeOutcome(w, outcomeBadRequest, err.Error())
+		forward.WriteBadRequest(w, err.Error())
 		return false
 	}
 	if holder != id {

@@ -23,6 +23,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
+	"github.com/limitd/limitd/cluster/forward"
 	"github.com/limitd/limitd/cluster/logstore"
 	"github.com/limitd/limitd/cluster/raftnet"
 	"github.com/limitd/limitd/fsm"
@@ -256,7 +257,8 @@ type Node struct {
 	propose       func(cmd, ext []byte, timeout time.Duration) raft.ApplyFuture
 	leaderBatch   *batcher // on the leader: ops → one CmdCheck entry
 	forwardBatch  *batcher // on a follower whose leader has no check stream: ops → one forwarded HTTP request
-	fwd           *forwarder
+	fwd           *forward.Forwarder
+	fwdSrv        *forward.Server
 	stampMu       sync.Mutex
 	leaseHook     leaseHook // lease.go
 	lastStamp     int64
@@ -339,8 +341,18 @@ func Open(cfg Config, bootstrap bool) (*Node, error) {
 		return n.raft.ApplyLog(raft.Log{Data: cmd, Extensions: ext}, timeout)
 	}
 	n.leaderBatch = newBatcher(cfg.BatchMaxOps, cfg.BatchInflight, cfg.BatchMaxWait, n.proposeChecks, n.metrics.observeBatch)
-	n.fwd = newForwarder(n)
-	n.forwardBatch = newBatcher(cfg.BatchMaxOps, cfg.BatchInflight, cfg.BatchMaxWait, n.fwd.checks, n.metrics.observeForward)
+	n.fwd = forward.New(forward.Config{
+		Self: cfg.NodeID, Leader: n.leaderHTTP, Client: cfg.HTTPClient, Scheme: cfg.HTTPScheme,
+		Token: cfg.AdminToken, Timeout: cfg.ApplyTimeout, MaxOps: cfg.BatchMaxOps, Log: n.log, Closing: n.closing,
+		Overflow: func(ctx context.Context, ops []fsm.Op) ([]fsm.Result, error) { return n.forwardBatch.do(ctx, ops) },
+		Failed:   n.metrics.forwardFailed,
+		Waited:   func(d time.Duration) { n.metrics.stageWait.Observe(d.Seconds()) },
+		Sent:     func(d time.Duration) { n.metrics.stageFwd.Observe(d.Seconds()) },
+		Framed:   n.metrics.observeForward,
+	})
+	n.fwdSrv = forward.NewServer(forward.ServerConfig{TLS: cfg.TLS != nil, Token: cfg.AdminToken, Timeout: cfg.ApplyTimeout,
+		Log: n.log, Closing: n.closing, MaxCommandBytes: MaxCommandBytes}, leaderSide{n})
+	n.forwardBatch = newBatcher(cfg.BatchMaxOps, cfg.BatchInflight, cfg.BatchMaxWait, n.fwd.Checks, n.metrics.observeForward)
 	n.metrics.timeBatchers(n.leaderBatch, n.forwardBatch)
 
 	n.wg.Add(4)
@@ -427,8 +439,8 @@ func (n *Node) openRaft(bootstrap bool) error {
 		return fmt.Errorf("raft log cache: %w", err)
 	}
 	if !cfg.NoApplyAhead {
-		n.ahead = newAhead(raft.ServerID(cfg.NodeID), cached, n.fsm, func(t unitTag, res []fsm.Result) bool {
-			return n.fwd.stream.early(t, res)
+		n.ahead = newAhead(raft.ServerID(cfg.NodeID), cached, n.fsm, func(t forward.Tag, res []fsm.Result) bool {
+			return n.fwd.Early(t, res)
 		})
 		guarded.Stored = n.ahead.stored // a no-op until raft is set below
 	}
@@ -630,10 +642,10 @@ func (n *Node) Removed() <-chan struct{} { return n.removed }
 // cause) when this node cannot serve checks at all.
 func (n *Node) unavailable() error {
 	if p := n.fatal.Load(); p != nil {
-		return &unavailableError{*p}
+		return &unavailableError{Cause: *p}
 	}
 	if n.removedFlag.Load() {
-		return &unavailableError{errRemoved}
+		return &unavailableError{Cause: errRemoved}
 	}
 	return nil
 }

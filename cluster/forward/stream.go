@@ -1,4 +1,4 @@
-package cluster
+package forward
 
 import (
 	"bufio"
@@ -19,13 +19,14 @@ import (
 
 	"github.com/limitd/limitd/cluster/raftnet"
 	"github.com/limitd/limitd/fsm"
+	"github.com/limitd/limitd/nodeapi"
 )
 
 // The check stream: a follower's checks travel to the leader on one
 // persistent connection, many requests in flight on it, instead of one HTTP
-// request per forwarded batch (DESIGN.md, "Followers forward on a stream").
+// request per forwarded batch (cluster/DESIGN.md, "Followers forward on a stream").
 //
-// The follower opens it with an HTTP Upgrade on pathCheckStream, so the
+// The follower opens it with an HTTP Upgrade on PathCheckStream, so the
 // listener, TLS and authenticate (client certificate bound to the node ID,
 // admin token) are those of every internal endpoint. After the 101 both
 // directions carry frames:
@@ -34,14 +35,13 @@ import (
 //
 // A request (frameCheck) carries u32 milliseconds left to the caller's
 // deadline and the ops in fsm.AppendOps encoding; the leader decides it as
-// one unit of /internal/v1/check would be (decideForwarded). An answer
+// one unit of /internal/v1/check would be (Leader.Decide). An answer
 // (frameResult) carries the request's id, its outcome's wire code
 // (outcome.go) and either the results (fsm.AppendResults) or the failure's
 // text. Answers come in any order. Each side writes with one goroutine that
 // sends everything queued in one write: frames coalesce under load without
 // a timer.
 const (
-	pathCheckStream = "/internal/v1/check-stream"
 	// streamProto is the Upgrade token; a new frame layout gets a new one.
 	streamProto = "limitd-check/1"
 	// nodeHeader names the node opening a stream (its certificate, when it
@@ -49,7 +49,7 @@ const (
 	nodeHeader = "X-Limitd-Node"
 	// nonceHeader carries the follower's random name for the stream (hex),
 	// which the leader puts in the entries beside the stream's units so the
-	// follower can answer them from its own log (ahead.go). An older leader
+	// follower can answer them from its own log (tags.go). An older leader
 	// ignores it; an older follower sends none and gets only the leader's
 	// answers.
 	nonceHeader = "X-Limitd-Stream-Nonce"
@@ -58,9 +58,9 @@ const (
 	frameResult = 2 // leader → follower: u8 outcome code, results or text
 
 	// maxStreamRequest bounds a request frame after its length: id, kind,
-	// the deadline and at most MaxEntryBytes of ops (the bound of the
+	// the deadline and at most nodeapi.MaxEntryBytes of ops (the bound of the
 	// /internal/v1/check body).
-	maxStreamRequest = 8 + 1 + 4 + MaxEntryBytes
+	maxStreamRequest = 8 + 1 + 4 + nodeapi.MaxEntryBytes
 	// maxStreamAnswer bounds an answer frame a follower reads.
 	maxStreamAnswer = 8 + 1 + 1 + maxResponseBody
 	// maxStreamMessage bounds a failure's text in an answer.
@@ -71,7 +71,7 @@ const (
 	// for them. A leader at either bound stops reading, and TCP pushes
 	// back on the follower.
 	streamMaxInflight      = 256
-	streamMaxInflightBytes = 4 * MaxEntryBytes
+	streamMaxInflightBytes = 4 * nodeapi.MaxEntryBytes
 	// streamMaxConnsPerPeer and streamMaxConns bound the streams a leader
 	// serves (a follower uses one; more appear briefly after a reconnect).
 	streamMaxConnsPerPeer = 4
@@ -88,6 +88,12 @@ const (
 	// streamMemberCheck: how often a leader checks that the node a stream's
 	// certificate names is still a member (authenticate checked it once).
 	streamMemberCheck = 2 * time.Second
+)
+
+// StreamProto and MaxStreamRequest, for tests that speak the stream by hand.
+const (
+	StreamProto      = streamProto
+	MaxStreamRequest = maxStreamRequest
 )
 
 // appendFrameHeader appends a frame's header for a payload of n bytes.
@@ -173,13 +179,13 @@ func (srv *streamServer) claimNonce(header, peer string) uint64 {
 
 // handleCheckStream upgrades an authenticated node-to-node request to a
 // check stream and serves it until either side closes it.
-func (n *Node) handleCheckStream(w http.ResponseWriter, r *http.Request) {
+func (sv *Server) handleCheckStream(w http.ResponseWriter, r *http.Request) {
 	if !strings.EqualFold(r.Header.Get("Upgrade"), streamProto) {
 		writeOutcome(w, outcomeBadRequest, "the check stream needs Upgrade: "+streamProto)
 		return
 	}
 	peer := streamPeer(r)
-	srv := &n.fwd.streams
+	srv := &sv.streams
 	srv.mu.Lock()
 	if srv.total >= streamMaxConns || srv.byPeer[peer] >= streamMaxConnsPerPeer {
 		srv.mu.Unlock()
@@ -216,13 +222,13 @@ func (n *Node) handleCheckStream(w http.ResponseWriter, r *http.Request) {
 		conn.Close()
 		return
 	}
-	s := newStreamSession(conn, brw.Reader, n.log.With("peer", peer, "remote", r.RemoteAddr), n.decideForwarded, n.cfg.ApplyTimeout)
+	s := newStreamSession(conn, brw.Reader, sv.cfg.Log.With("peer", peer, "remote", r.RemoteAddr), sv.leader.Decide, sv.cfg.Timeout)
 	s.dropAnswers = &srv.dropAnswers
 	srv.mu.Lock()
 	s.nonce = srv.claimNonce(r.Header.Get(nonceHeader), peer)
 	if hook := srv.beforeDecide; hook != nil {
 		decide := s.decide
-		s.decide = func(ctx context.Context, ops []fsm.Op, tag unitTag) ([]fsm.Result, error) {
+		s.decide = func(ctx context.Context, ops []fsm.Op, tag Tag) ([]fsm.Result, error) {
 			hook()
 			return decide(ctx, ops, tag)
 		}
@@ -233,7 +239,7 @@ func (n *Node) handleCheckStream(w http.ResponseWriter, r *http.Request) {
 	srv.sessions[s] = struct{}{}
 	srv.mu.Unlock()
 	certID := ""
-	if n.cfg.TLS != nil && r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
+	if sv.cfg.TLS && r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
 		certID, _ = raftnet.NodeIDFromCert(r.TLS.PeerCertificates[0])
 	}
 	go s.readLoop()
@@ -254,11 +260,11 @@ func (n *Node) handleCheckStream(w http.ResponseWriter, r *http.Request) {
 			select {
 			case <-s.closed:
 				return
-			case <-n.closing:
+			case <-sv.cfg.Closing:
 				s.close("the node is shutting down")
 			case <-t.C:
 				// A node removed from the configuration forwards no more.
-				if certID != "" && !n.isMember(certID) {
+				if certID != "" && !sv.leader.IsMember(certID) {
 					s.close(fmt.Sprintf("node %.64q is no longer a member", certID))
 				}
 			}
@@ -291,7 +297,7 @@ type streamSession struct {
 	conn    net.Conn
 	r       *bufio.Reader
 	log     *slog.Logger
-	decide  func(ctx context.Context, ops []fsm.Op, tag unitTag) ([]fsm.Result, error)
+	decide  func(ctx context.Context, ops []fsm.Op, tag Tag) ([]fsm.Result, error)
 	timeout time.Duration // the longest a request is given (ApplyTimeout)
 	nonce   uint64        // the follower's name for the stream; 0: its units are not tagged
 	// dropAnswers: streamServer.dropAnswers (tests); may be nil.
@@ -315,7 +321,7 @@ type streamSession struct {
 }
 
 func newStreamSession(conn net.Conn, r *bufio.Reader, log *slog.Logger,
-	decide func(context.Context, []fsm.Op, unitTag) ([]fsm.Result, error), timeout time.Duration) *streamSession {
+	decide func(context.Context, []fsm.Op, Tag) ([]fsm.Result, error), timeout time.Duration) *streamSession {
 	s := &streamSession{conn: conn, r: r, log: log, decide: decide, timeout: timeout,
 		maxInflight: streamMaxInflight, maxBytes: streamMaxInflightBytes, frameTimeout: streamFrameTimeout,
 		wake: make(chan struct{}, 1), closed: make(chan struct{})}
@@ -430,9 +436,9 @@ func (s *streamSession) serve(id uint64, payload []byte, size int) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(s.ctx, timeout)
-	var tag unitTag // zero: the follower named no stream, its units are not tagged
+	var tag Tag // zero: the follower named no stream, its units are not tagged
 	if s.nonce != 0 {
-		tag = unitTag{nonce: s.nonce, id: id}
+		tag = Tag{Nonce: s.nonce, ID: id}
 	}
 	res, err := s.decide(ctx, ops, tag)
 	cancel()
@@ -499,44 +505,4 @@ func (s *streamSession) writeLoop() {
 		}
 		s.mu.Unlock()
 	}
-}
-
-// decideForwarded decides a follower's forwarded unit, from the check
-// stream or /internal/v1/check. Its ops are proposed in entries of at most
-// BatchMaxOps ops and MaxEntryBytes (so a batch from a follower with other
-// settings, or a forged one, is split), in order; a failure after the first
-// entry is ErrOutcomeUnknown, whatever its own cause, since the earlier
-// entries were proposed.
-//
-// A unit with a tag (from a check stream whose follower named it) goes into
-// its entry's tags when it is one entry, so that the follower can answer it
-// from its own log (ahead.go).
-func (n *Node) decideForwarded(ctx context.Context, ops []fsm.Op, tag unitTag) ([]fsm.Result, error) {
-	chunks, err := n.splitOps(ops)
-	if err != nil {
-		return nil, err
-	}
-	if len(chunks) != 1 {
-		tag = unitTag{}
-	}
-	if err := n.unavailable(); err != nil {
-		return nil, err
-	}
-	if !n.IsLeader() {
-		return nil, errRetry
-	}
-	res := make([]fsm.Result, 0, len(ops))
-	for i, chunk := range chunks {
-		part, err := n.leaderBatch.doTagged(ctx, chunk, tag)
-		if err != nil {
-			if i > 0 && !errors.Is(err, ErrOutcomeUnknown) {
-				// Earlier chunks were proposed: the batch as a whole was not
-				// "not proposed", whatever this chunk's failure says.
-				err = fmt.Errorf("%w: part %d of %d failed: %v", ErrOutcomeUnknown, i+1, len(chunks), err)
-			}
-			return nil, err
-		}
-		res = append(res, part...)
-	}
-	return res, nil
 }

@@ -1,4 +1,4 @@
-package cluster
+package forward
 
 import (
 	"bufio"
@@ -16,6 +16,7 @@ import (
 
 	"github.com/limitd/limitd/algo"
 	"github.com/limitd/limitd/fsm"
+	"github.com/limitd/limitd/nodeapi"
 )
 
 // The check stream's two ends over an in-memory pipe, without a cluster:
@@ -25,14 +26,14 @@ func discardLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard,
 
 // streamPair serves decide on one end of a pipe and returns the follower's
 // connection on the other, and the session.
-func streamPair(t *testing.T, decide func(context.Context, []fsm.Op, unitTag) ([]fsm.Result, error)) (*streamConn, *streamSession) {
+func streamPair(t *testing.T, decide func(context.Context, []fsm.Op, Tag) ([]fsm.Result, error)) (*streamConn, *streamSession) {
 	t.Helper()
 	a, b := net.Pipe()
 	s := newStreamSession(b, bufio.NewReader(b), discardLog(), decide, 5*time.Second)
 	go s.readLoop()
 	go s.writeLoop()
 	closing := make(chan struct{})
-	f := &forwarder{timeout: 5 * time.Second, maxOps: DefaultBatchMaxOps, log: discardLog(), closing: closing,
+	f := &Forwarder{timeout: 5 * time.Second, maxOps: 2048, log: discardLog(), closing: closing,
 		waited: func(time.Duration) {}, sent: func(time.Duration) {}, framed: func(int) {}}
 	c := newStreamConn(f, "leader")
 	c.start(a)
@@ -47,7 +48,7 @@ func oneCheck(key string) []fsm.Op {
 
 // Every outcome a leader answers on the stream reaches the follower's
 // caller as the HTTP forward would report it: only "nothing proposed" is
-// retried, "maybe proposed" is ErrOutcomeUnknown, success carries the
+// retried, "maybe proposed" is nodeapi.ErrOutcomeUnknown, success carries the
 // results. Fails if the stream loses or relabels an outcome.
 func TestStreamOutcomes(t *testing.T) {
 	ok := []fsm.Result{{Allowed: true, Decisions: []fsm.Decision{{Decision: algo.Decision{Allowed: true, Remaining: 7}}}}}
@@ -58,28 +59,28 @@ func TestStreamOutcomes(t *testing.T) {
 		tooLarge, unavail bool
 	}{
 		{name: "ok"},
-		{name: "not_leader", err: errRetry, retry: true},
-		{name: "no_leader", err: ErrNoLeader, retry: true},
+		{name: "not_leader", err: ErrRetry, retry: true},
+		{name: "no_leader", err: nodeapi.ErrNoLeader, retry: true},
 		{name: "withdrawn", err: fmt.Errorf("not proposed before the request's deadline: %w", context.DeadlineExceeded), retry: true},
-		{name: "outcome_unknown", err: fmt.Errorf("%w: leadership lost", ErrOutcomeUnknown), unknown: true},
-		{name: "too_large", err: fmt.Errorf("%w: op 0", ErrTooLarge), tooLarge: true},
+		{name: "outcome_unknown", err: fmt.Errorf("%w: leadership lost", nodeapi.ErrOutcomeUnknown), unknown: true},
+		{name: "too_large", err: fmt.Errorf("%w: op 0", nodeapi.ErrTooLarge), tooLarge: true},
 		{name: "failed", err: errors.New("state machine refused")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c, _ := streamPair(t, func(context.Context, []fsm.Op, unitTag) ([]fsm.Result, error) {
+			c, _ := streamPair(t, func(context.Context, []fsm.Op, Tag) ([]fsm.Result, error) {
 				if tc.err != nil {
 					return nil, tc.err
 				}
 				return ok, nil
 			})
 			res, err := c.do(context.Background(), oneCheck("k"))
-			if got := errors.Is(err, errRetry); got != tc.retry {
+			if got := errors.Is(err, ErrRetry); got != tc.retry {
 				t.Errorf("%v: retryable %v, want %v", err, got, tc.retry)
 			}
-			if got := errors.Is(err, ErrOutcomeUnknown); got != tc.unknown {
+			if got := errors.Is(err, nodeapi.ErrOutcomeUnknown); got != tc.unknown {
 				t.Errorf("%v: outcome unknown %v, want %v", err, got, tc.unknown)
 			}
-			if got := errors.Is(err, ErrTooLarge); got != tc.tooLarge {
+			if got := errors.Is(err, nodeapi.ErrTooLarge); got != tc.tooLarge {
 				t.Errorf("%v: too large %v, want %v", err, got, tc.tooLarge)
 			}
 			if tc.err == nil && (err != nil || len(res) != 1 || res[0].Decisions[0].Remaining != 7) {
@@ -107,7 +108,7 @@ func TestStreamUnknownOutcomeCode(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			a, b := net.Pipe()
 			defer b.Close()
-			f := &forwarder{timeout: 5 * time.Second, maxOps: DefaultBatchMaxOps, log: discardLog(), closing: make(chan struct{}),
+			f := &Forwarder{timeout: 5 * time.Second, maxOps: 2048, log: discardLog(), closing: make(chan struct{}),
 				waited: func(time.Duration) {}, sent: func(time.Duration) {}, framed: func(int) {}}
 			c := newStreamConn(f, "leader")
 			c.start(a)
@@ -123,34 +124,34 @@ func TestStreamUnknownOutcomeCode(t *testing.T) {
 				b.Write(out)
 			}()
 			_, err := c.do(context.Background(), oneCheck("k"))
-			if !errors.Is(err, ErrOutcomeUnknown) || errors.Is(err, errRetry) {
-				t.Fatalf("%v; want ErrOutcomeUnknown, not retryable", err)
+			if !errors.Is(err, nodeapi.ErrOutcomeUnknown) || errors.Is(err, ErrRetry) {
+				t.Fatalf("%v; want nodeapi.ErrOutcomeUnknown, not retryable", err)
 			}
 		})
 	}
 }
 
 // The stream to the leader drops while the leader decides a request: the
-// follower's caller learns ErrOutcomeUnknown (the leader may have proposed
+// follower's caller learns nodeapi.ErrOutcomeUnknown (the leader may have proposed
 // it), not a retryable error. Fails if a written request is reported "not
 // sent" when its connection closes.
 func TestStreamDropMidRequestIsOutcomeUnknown(t *testing.T) {
 	entered := make(chan struct{})
-	c, s := streamPair(t, func(ctx context.Context, _ []fsm.Op, _ unitTag) ([]fsm.Result, error) {
+	c, s := streamPair(t, func(ctx context.Context, _ []fsm.Op, _ Tag) ([]fsm.Result, error) {
 		close(entered)
 		<-ctx.Done() // until the connection closes
-		return nil, fmt.Errorf("%w: cut", ErrOutcomeUnknown)
+		return nil, fmt.Errorf("%w: cut", nodeapi.ErrOutcomeUnknown)
 	})
 	done := make(chan error, 1)
 	go func() { _, err := c.do(context.Background(), oneCheck("k")); done <- err }()
 	<-entered
 	s.close("dropped by the test")
 	err := <-done
-	if !errors.Is(err, ErrOutcomeUnknown) || errors.Is(err, errRetry) {
-		t.Fatalf("request in flight when its stream dropped: %v, want ErrOutcomeUnknown, not retryable", err)
+	if !errors.Is(err, nodeapi.ErrOutcomeUnknown) || errors.Is(err, ErrRetry) {
+		t.Fatalf("request in flight when its stream dropped: %v, want nodeapi.ErrOutcomeUnknown, not retryable", err)
 	}
 	// The next request on the closed stream was never sent: retryable.
-	if _, err := c.do(context.Background(), oneCheck("k")); !errors.Is(err, errNotSent) || !errors.Is(err, errRetry) {
+	if _, err := c.do(context.Background(), oneCheck("k")); !errors.Is(err, errNotSent) || !errors.Is(err, ErrRetry) {
 		t.Fatalf("request on a closed stream: %v, want errNotSent (retryable)", err)
 	}
 }
@@ -160,7 +161,7 @@ func TestStreamDropMidRequestIsOutcomeUnknown(t *testing.T) {
 // Fails if results are split at the wrong offsets.
 func TestStreamSplitsAnswersPerCaller(t *testing.T) {
 	var frames atomic.Int32
-	c, _ := streamPair(t, func(_ context.Context, ops []fsm.Op, _ unitTag) ([]fsm.Result, error) {
+	c, _ := streamPair(t, func(_ context.Context, ops []fsm.Op, _ Tag) ([]fsm.Result, error) {
 		frames.Add(1)
 		res := make([]fsm.Result, len(ops))
 		for i, op := range ops {
@@ -226,7 +227,7 @@ func testInflightBound(t *testing.T, maxInflight, maxBytes int) {
 	release := make(chan struct{})
 	var active, peak atomic.Int32
 	var decided atomic.Int32
-	s := newStreamSession(b, bufio.NewReader(b), discardLog(), func(context.Context, []fsm.Op, unitTag) ([]fsm.Result, error) {
+	s := newStreamSession(b, bufio.NewReader(b), discardLog(), func(context.Context, []fsm.Op, Tag) ([]fsm.Result, error) {
 		n := active.Add(1)
 		for {
 			p := peak.Load()
@@ -305,7 +306,7 @@ func TestStreamRefusesBadFrames(t *testing.T) {
 			a, b := net.Pipe()
 			defer a.Close()
 			var decided atomic.Int32
-			s := newStreamSession(b, bufio.NewReader(b), discardLog(), func(context.Context, []fsm.Op, unitTag) ([]fsm.Result, error) {
+			s := newStreamSession(b, bufio.NewReader(b), discardLog(), func(context.Context, []fsm.Op, Tag) ([]fsm.Result, error) {
 				decided.Add(1)
 				return []fsm.Result{{}}, nil
 			}, 5*time.Second)
@@ -326,7 +327,7 @@ func TestStreamRefusesBadFrames(t *testing.T) {
 	t.Run("ops that do not decode", func(t *testing.T) {
 		a, b := net.Pipe()
 		defer a.Close()
-		s := newStreamSession(b, bufio.NewReader(b), discardLog(), func(context.Context, []fsm.Op, unitTag) ([]fsm.Result, error) {
+		s := newStreamSession(b, bufio.NewReader(b), discardLog(), func(context.Context, []fsm.Op, Tag) ([]fsm.Result, error) {
 			return []fsm.Result{{}}, nil
 		}, 5*time.Second)
 		go s.readLoop()
@@ -357,13 +358,13 @@ func TestStreamRefusesBadFrames(t *testing.T) {
 func TestStreamNoAnswerInTimeIsOutcomeUnknown(t *testing.T) {
 	release := make(chan struct{})
 	defer close(release)
-	c, _ := streamPair(t, func(context.Context, []fsm.Op, unitTag) ([]fsm.Result, error) {
+	c, _ := streamPair(t, func(context.Context, []fsm.Op, Tag) ([]fsm.Result, error) {
 		<-release // a leader that never answers in time
 		return []fsm.Result{{}}, nil
 	})
 	c.f.timeout = 50 * time.Millisecond
 	_, err := c.do(context.Background(), oneCheck("k"))
-	if !errors.Is(err, ErrOutcomeUnknown) || errors.Is(err, errRetry) {
-		t.Fatalf("no answer within the forward timeout: %v, want ErrOutcomeUnknown, not retryable", err)
+	if !errors.Is(err, nodeapi.ErrOutcomeUnknown) || errors.Is(err, ErrRetry) {
+		t.Fatalf("no answer within the forward timeout: %v, want nodeapi.ErrOutcomeUnknown, not retryable", err)
 	}
 }

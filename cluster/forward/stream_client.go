@@ -1,4 +1,4 @@
-package cluster
+package forward
 
 import (
 	"bufio"
@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/limitd/limitd/fsm"
+	"github.com/limitd/limitd/nodeapi"
 )
 
 // streamRefusedRetry: after a leader refused the check stream (an older
@@ -26,13 +27,13 @@ const streamRefusedRetry = 30 * time.Second
 
 // errNotSent: the request never left this node (the stream closed before it
 // was written); nothing was proposed.
-var errNotSent = fmt.Errorf("%w: the check stream closed before the request was sent", errRetry)
+var errNotSent = fmt.Errorf("%w: the check stream closed before the request was sent", ErrRetry)
 
 // streamClient is a follower's side of the check stream: one connection to
 // the current leader, opened on first use and replaced when the leader
 // changes (the old one closes once its requests are answered).
 type streamClient struct {
-	f *forwarder
+	f *Forwarder
 
 	mu           sync.Mutex
 	cur          *streamConn
@@ -45,7 +46,7 @@ type streamClient struct {
 
 // conn returns a usable stream to the leader at addr, opening one if needed.
 // It returns nil and no error when the follower should forward over HTTP
-// (the leader refused the upgrade), and an error matching errRetry when the
+// (the leader refused the upgrade), and an error matching ErrRetry when the
 // leader could not be reached.
 func (sc *streamClient) conn(ctx context.Context, addr string) (*streamConn, error) {
 	sc.mu.Lock()
@@ -99,7 +100,7 @@ func (sc *streamClient) open(c *streamConn) {
 	var op *net.OpError
 	if errors.As(err, &op) && op.Op == "dial" {
 		// Nothing reached the leader: onLeader tries again.
-		c.dialErr = fmt.Errorf("%w: dial leader %s: %v", errRetry, c.addr, err)
+		c.dialErr = fmt.Errorf("%w: dial leader %s: %v", ErrRetry, c.addr, err)
 	} else {
 		// Refused (an older leader: 404; its bound of streams), or broken
 		// mid-handshake: forward over HTTP, which classifies every failure.
@@ -116,10 +117,10 @@ func (sc *streamClient) open(c *streamConn) {
 // connection it switched. It goes through the HTTP client's transport (its
 // TLS configuration and client certificate), not the client, whose Timeout
 // would cut the stream.
-func (f *forwarder) dialStream(addr string, nonce uint64) (io.ReadWriteCloser, error) {
+func (f *Forwarder) dialStream(addr string, nonce uint64) (io.ReadWriteCloser, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
 	defer cancel() // after a 101 the connection is ours: the context no longer governs it
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, f.scheme+"://"+addr+pathCheckStream, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, f.scheme+"://"+addr+PathCheckStream, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -150,14 +151,14 @@ func (f *forwarder) dialStream(addr string, nonce uint64) (io.ReadWriteCloser, e
 // streamConn is one check stream to a leader.
 // streamConn is one check stream to a leader. Callers queue their ops; one
 // writer packs everything queued into frames (each at most the batcher's
-// bounds: BatchMaxOps ops, MaxEntryBytes) and sends them in one write, so a
+// bounds: BatchMaxOps ops, nodeapi.MaxEntryBytes) and sends them in one write, so a
 // caller waits only for the writer, not for a frame in flight, and frames
 // grow with the load without a timer. At most streamMaxInflight frames are
 // unanswered; beyond that callers queue for the next frame.
 type streamConn struct {
-	f    *forwarder
+	f    *Forwarder
 	addr string
-	// nonce names this stream in the leader's entries (ahead.go): random,
+	// nonce names this stream in the leader's entries (tags.go): random,
 	// so that answers read from the log reach only its frames.
 	nonce  uint64
 	forget func()        // drops the stream from its client's byNonce; may be nil
@@ -182,7 +183,7 @@ type streamConn struct {
 type streamCall struct {
 	ops      []fsm.Op // the caller's, until written (the writer encodes them under mu)
 	nops     int
-	size     int       // opsSize(ops)
+	size     int       // OpsSize(ops)
 	queuedAt time.Time // for the batch-wait stage
 	deadline time.Time
 	written  bool
@@ -193,7 +194,7 @@ type streamCall struct {
 	done     chan struct{} // buffered: delivered under mu, once
 }
 
-func newStreamConn(f *forwarder, addr string) *streamConn {
+func newStreamConn(f *Forwarder, addr string) *streamConn {
 	return &streamConn{f: f, addr: addr, nonce: newNonce(), ready: make(chan struct{}), frames: map[uint64][]*streamCall{},
 		wake: make(chan struct{}, 1), done: make(chan struct{})}
 }
@@ -212,7 +213,7 @@ func newNonce() uint64 {
 }
 
 // early delivers the results of frame id read from this node's own log
-// (ahead.go) and reports whether a waiting call took them. The frame stays
+// (tags.go) and reports whether a waiting call took them. The frame stays
 // in flight until the leader's answer, which is then dropped, so the bound
 // on frames in flight still counts what the leader holds.
 func (c *streamConn) early(id uint64, res []fsm.Result) bool {
@@ -238,11 +239,11 @@ func (c *streamConn) early(id uint64, res []fsm.Result) bool {
 }
 
 // early delivers results read from the log to the stream named by t.
-func (sc *streamClient) early(t unitTag, res []fsm.Result) bool {
+func (sc *streamClient) early(t Tag, res []fsm.Result) bool {
 	sc.nonceMu.Lock()
-	c := sc.byNonce[t.nonce]
+	c := sc.byNonce[t.Nonce]
 	sc.nonceMu.Unlock()
-	return c != nil && c.early(t.id, res)
+	return c != nil && c.early(t.ID, res)
 }
 
 func (c *streamConn) start(rwc io.ReadWriteCloser) {
@@ -292,7 +293,7 @@ func (call *streamCall) deliver(res []fsm.Result, err error) {
 	call.done <- struct{}{}
 }
 
-// closeWith closes c: a request already written gets ErrOutcomeUnknown (it
+// closeWith closes c: a request already written gets nodeapi.ErrOutcomeUnknown (it
 // may have been proposed), one not yet written errNotSent.
 func (c *streamConn) closeWith(cause error) {
 	c.mu.Lock()
@@ -304,7 +305,7 @@ func (c *streamConn) closeWith(cause error) {
 	if c.forget != nil {
 		defer c.forget() // after mu
 	}
-	lost := fmt.Errorf("%w: the check stream to leader %s closed without an answer: %v", ErrOutcomeUnknown, c.addr, cause)
+	lost := fmt.Errorf("%w: the check stream to leader %s closed without an answer: %v", nodeapi.ErrOutcomeUnknown, c.addr, cause)
 	for id, calls := range c.frames {
 		for _, call := range calls {
 			call.deliver(nil, lost)
@@ -325,7 +326,7 @@ func (c *streamConn) closeWith(cause error) {
 // do sends ops as one unit and waits for its answer, at most until ctx
 // ends or the forward timeout. When it gives up, the error says whether the
 // unit was sent: not sent is a context error or errNotSent (nothing
-// proposed), sent is ErrOutcomeUnknown.
+// proposed), sent is nodeapi.ErrOutcomeUnknown.
 func (c *streamConn) do(ctx context.Context, ops []fsm.Op) ([]fsm.Result, error) {
 	now := time.Now()
 	deadline := now.Add(c.f.timeout)
@@ -334,7 +335,7 @@ func (c *streamConn) do(ctx context.Context, ops []fsm.Op) ([]fsm.Result, error)
 	if !capped {
 		deadline = dl
 	}
-	call := &streamCall{ops: ops, nops: len(ops), size: opsSize(ops), queuedAt: now, deadline: deadline, done: make(chan struct{}, 1)}
+	call := &streamCall{ops: ops, nops: len(ops), size: OpsSize(ops), queuedAt: now, deadline: deadline, done: make(chan struct{}, 1)}
 	c.mu.Lock()
 	if c.closed || c.draining {
 		c.mu.Unlock()
@@ -393,7 +394,7 @@ func (c *streamConn) abandon(call *streamCall, cause error) ([]fsm.Result, error
 	if stuck {
 		c.closeWith(fmt.Errorf("no answer from leader %s since a request was sent", c.addr))
 	}
-	return nil, fmt.Errorf("%w: no answer from leader %s before the request's deadline (%v)", ErrOutcomeUnknown, c.addr, cause)
+	return nil, fmt.Errorf("%w: no answer from leader %s before the request's deadline (%v)", nodeapi.ErrOutcomeUnknown, c.addr, cause)
 }
 
 // pack takes queued calls into frames appended to buf while fewer than
@@ -407,7 +408,7 @@ func (c *streamConn) pack(buf []byte, ends []int, ids []uint64, scratch []fsm.Op
 		latest := c.queue[0].deadline
 		for len(c.queue) > 0 {
 			call := c.queue[0]
-			if n > 0 && (n+call.nops > c.f.maxOps || size+call.size > MaxEntryBytes) {
+			if n > 0 && (n+call.nops > c.f.maxOps || size+call.size > nodeapi.MaxEntryBytes) {
 				break
 			}
 			c.queue[0] = nil
@@ -577,10 +578,10 @@ func (c *streamConn) result(payload []byte, nops int) ([]fsm.Result, error) {
 	}
 	res, err := fsm.DecodeResults(payload[1:])
 	if err != nil {
-		return nil, fmt.Errorf("%w: decode leader response: %v", ErrOutcomeUnknown, err)
+		return nil, fmt.Errorf("%w: decode leader response: %v", nodeapi.ErrOutcomeUnknown, err)
 	}
 	if len(res) != nops {
-		return nil, fmt.Errorf("%w: %d results for %d ops", ErrOutcomeUnknown, len(res), nops)
+		return nil, fmt.Errorf("%w: %d results for %d ops", nodeapi.ErrOutcomeUnknown, len(res), nops)
 	}
 	return res, nil
 }

@@ -1,4 +1,4 @@
-package cluster
+package forward
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/limitd/limitd/fsm"
+	"github.com/limitd/limitd/nodeapi"
 )
 
 // Every outcome a leader writes reads back as itself on the follower.
@@ -50,11 +51,11 @@ func TestOutcomeUnknownValuesAreOutcomeUnknown(t *testing.T) {
 		{404, ""},
 	} {
 		o, err := decodeOutcome(c.status, c.header)
-		if !errors.Is(err, ErrOutcomeUnknown) || o != outcomeUnknown {
+		if !errors.Is(err, nodeapi.ErrOutcomeUnknown) || o != outcomeUnknown {
 			t.Errorf("decodeOutcome(%d, %q) = %s, %v; want outcome unknown", c.status, c.header, o, err)
 		}
-		if err := outcomeError(o, "l", "x"); !errors.Is(err, ErrOutcomeUnknown) || errors.Is(err, errRetry) {
-			t.Errorf("decodeOutcome(%d, %q): follower error %v; want ErrOutcomeUnknown, not retryable", c.status, c.header, err)
+		if err := outcomeError(o, "l", "x"); !errors.Is(err, nodeapi.ErrOutcomeUnknown) || errors.Is(err, ErrRetry) {
+			t.Errorf("decodeOutcome(%d, %q): follower error %v; want nodeapi.ErrOutcomeUnknown, not retryable", c.status, c.header, err)
 		}
 	}
 	// Leaders of earlier releases label only the 503s; their other
@@ -82,37 +83,37 @@ func TestOutcomeContractLeaderToFollower(t *testing.T) {
 		err  error
 		want int
 	}{
-		{errRetry, retry},
-		{ErrNoLeader, retry},
-		{&unavailableError{errors.New("disk full")}, retry},
+		{ErrRetry, retry},
+		{nodeapi.ErrNoLeader, retry},
+		{&UnavailableError{errors.New("disk full")}, retry},
 		{fmt.Errorf("not proposed before the request's deadline: %w", context.Canceled), retry},
 		{fmt.Errorf("not proposed before the request's deadline: %w", context.DeadlineExceeded), retry},
-		{ErrOutcomeUnknown, unknown},
-		{fmt.Errorf("%w: the entry was not applied within 5s", ErrOutcomeUnknown), unknown},
-		{fmt.Errorf("%w: no answer before the request's deadline (%w)", ErrOutcomeUnknown, context.Canceled), unknown},
-		{fmt.Errorf("%w: node unavailable (%w)", ErrOutcomeUnknown, ErrNoLeader), unknown},
+		{nodeapi.ErrOutcomeUnknown, unknown},
+		{fmt.Errorf("%w: the entry was not applied within 5s", nodeapi.ErrOutcomeUnknown), unknown},
+		{fmt.Errorf("%w: no answer before the request's deadline (%w)", nodeapi.ErrOutcomeUnknown, context.Canceled), unknown},
+		{fmt.Errorf("%w: node unavailable (%w)", nodeapi.ErrOutcomeUnknown, nodeapi.ErrNoLeader), unknown},
 		// handleCheck's label for a later part of a split batch.
-		{fmt.Errorf("%w: part 2 of 2 failed: %v", ErrOutcomeUnknown, errRetry), unknown},
-		{fmt.Errorf("%w: op 3 is too big", ErrTooLarge), tooLarge},
+		{fmt.Errorf("%w: part 2 of 2 failed: %v", nodeapi.ErrOutcomeUnknown, ErrRetry), unknown},
+		{fmt.Errorf("%w: op 3 is too big", nodeapi.ErrTooLarge), tooLarge},
 		{&fsm.Error{Code: fsm.CodeInvalidArgument, Field: "key", Message: "bad"}, final},
 		{errors.New("unexpected check response"), final},
 	} {
 		rec := httptest.NewRecorder()
-		internalError(rec, c.err)
+		WriteError(rec, c.err)
 		o, err := decodeOutcome(rec.Code, rec.Header().Get(errHeader))
 		if err != nil {
 			t.Errorf("%v: the follower cannot read the leader's answer (%d %q): %v", c.err, rec.Code, rec.Header().Get(errHeader), err)
 			continue
 		}
 		got := outcomeError(o, "leader", rec.Body.String())
-		var ue *unavailableError
+		var ue *UnavailableError
 		var class int
 		switch {
-		case errors.Is(got, ErrOutcomeUnknown):
+		case errors.Is(got, nodeapi.ErrOutcomeUnknown):
 			class = unknown
-		case errors.Is(got, errRetry):
+		case errors.Is(got, ErrRetry):
 			class = retry
-		case errors.Is(got, ErrTooLarge):
+		case errors.Is(got, nodeapi.ErrTooLarge):
 			class = tooLarge
 		case errors.As(got, &ue):
 			class = unauthenticated
@@ -122,7 +123,7 @@ func TestOutcomeContractLeaderToFollower(t *testing.T) {
 		if class != c.want {
 			t.Errorf("leader error %v → outcome %s → follower error %v: class %d, want %d", c.err, o, got, class, c.want)
 		}
-		if errors.Is(got, ErrOutcomeUnknown) && errors.Is(got, errRetry) {
+		if errors.Is(got, nodeapi.ErrOutcomeUnknown) && errors.Is(got, ErrRetry) {
 			t.Errorf("follower error %v is both unknown and retryable", got)
 		}
 	}
@@ -130,7 +131,7 @@ func TestOutcomeContractLeaderToFollower(t *testing.T) {
 	rec := httptest.NewRecorder()
 	writeOutcome(rec, outcomeUnauthenticated, "unauthenticated")
 	o, err := decodeOutcome(rec.Code, rec.Header().Get(errHeader))
-	var ue *unavailableError
+	var ue *UnavailableError
 	if err != nil || !errors.As(outcomeError(o, "leader", "x"), &ue) {
 		t.Errorf("an authentication refusal reads as %s, %v", o, err)
 	}
@@ -156,7 +157,7 @@ func TestStreamOutcomeCodes(t *testing.T) {
 			continue
 		}
 		o, err := decodeStreamOutcome(byte(code))
-		if !errors.Is(err, ErrOutcomeUnknown) || o != outcomeUnknown {
+		if !errors.Is(err, nodeapi.ErrOutcomeUnknown) || o != outcomeUnknown {
 			t.Fatalf("code %d: %s, %v; want outcome unknown", code, o, err)
 		}
 	}

@@ -1,4 +1,4 @@
-package cluster
+package forward
 
 import (
 	"context"
@@ -6,20 +6,37 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+
+	"github.com/limitd/limitd/nodeapi"
 )
+
+// ErrRetry marks a failure that happened before anything was proposed (this
+// node is not the leader, or the leader's address is not known yet): the
+// caller may try again, with the new leader, without any risk of double counting.
+var ErrRetry = errors.New("not proposed: retry with the current leader")
+
+// UnavailableError carries the cause of an ErrUnavailable (nodeapi): a node
+// that cannot serve, or a leader that refused this node's credentials.
+type UnavailableError struct{ Cause error }
+
+func (e *UnavailableError) Error() string { return "node unavailable: " + e.Cause.Error() }
+func (e *UnavailableError) Unwrap() error { return e.Cause }
+func (e *UnavailableError) Is(target error) bool {
+	return target == nodeapi.ErrUnavailable || target == nodeapi.ErrNoLeader
+}
 
 // outcome is how a node-to-node request ended, as the leader tells the
 // follower that forwarded it. It is the whole contract between them on the
 // one question that matters for counting: was anything proposed? A follower
 // retries only outcomes that say "not proposed" (outcomeNotLeader,
 // outcomeNoLeader); everything else, and anything it cannot read, it returns
-// to its caller — an unreadable answer as ErrOutcomeUnknown.
+// to its caller — an unreadable answer as nodeapi.ErrOutcomeUnknown.
 //
 // On the wire an outcome is the response's status code and its
 // X-Limitd-Error header, both written by writeOutcome and read by
 // decodeOutcome; the header's values are those of earlier releases, so
 // nodes of both can forward to each other during a rolling upgrade. On the
-// check stream (fwdstream.go) it is one byte, outcomeWire's code, read by
+// check stream (stream.go) it is one byte, outcomeWire's code, read by
 // decodeStreamOutcome.
 type outcome uint8
 
@@ -90,16 +107,16 @@ func outcomeOf(err error) outcome {
 	switch {
 	case err == nil:
 		return outcomeOK
-	case errors.Is(err, ErrOutcomeUnknown):
+	case errors.Is(err, nodeapi.ErrOutcomeUnknown):
 		return outcomeUnknown
-	case errors.Is(err, errRetry):
+	case errors.Is(err, ErrRetry):
 		return outcomeNotLeader
-	case errors.Is(err, ErrNoLeader), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		// ErrNoLeader covers ErrUnavailable. A context error that is not
-		// ErrOutcomeUnknown is a unit withdrawn from the queue when the
+	case errors.Is(err, nodeapi.ErrNoLeader), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		// nodeapi.ErrNoLeader covers nodeapi.ErrUnavailable. A context error that is not
+		// nodeapi.ErrOutcomeUnknown is a unit withdrawn from the queue when the
 		// forwarding follower gave up: nothing was proposed.
 		return outcomeNoLeader
-	case errors.Is(err, ErrTooLarge):
+	case errors.Is(err, nodeapi.ErrTooLarge):
 		return outcomeTooLarge
 	}
 	return outcomeFailed
@@ -119,7 +136,7 @@ func writeOutcome(w http.ResponseWriter, o outcome, msg string) {
 // decodeOutcome is the follower's side of the contract: the outcome of an
 // answer with this status and X-Limitd-Error header. A header value it does
 // not know, or one that contradicts the status, is an error matching
-// ErrOutcomeUnknown (never retried). Without the header (a release before
+// nodeapi.ErrOutcomeUnknown (never retried). Without the header (a release before
 // the header named every failure) the status decides, and a failure it
 // cannot place is outcome unknown too.
 func decodeOutcome(status int, header string) (outcome, error) {
@@ -134,50 +151,62 @@ func decodeOutcome(status int, header string) (outcome, error) {
 		case http.StatusBadRequest:
 			return outcomeBadRequest, nil
 		}
-		return outcomeUnknown, fmt.Errorf("%w: an answer with status %d and no outcome", ErrOutcomeUnknown, status)
+		return outcomeUnknown, fmt.Errorf("%w: an answer with status %d and no outcome", nodeapi.ErrOutcomeUnknown, status)
 	}
 	for o := outcomeNotLeader; o < numOutcomes; o++ {
 		if outcomeWire[o].name != header {
 			continue
 		}
 		if outcomeWire[o].status != status {
-			return outcomeUnknown, fmt.Errorf("%w: outcome %s with status %d (want %d)", ErrOutcomeUnknown, header, status, outcomeWire[o].status)
+			return outcomeUnknown, fmt.Errorf("%w: outcome %s with status %d (want %d)", nodeapi.ErrOutcomeUnknown, header, status, outcomeWire[o].status)
 		}
 		return o, nil
 	}
-	return outcomeUnknown, fmt.Errorf("%w: unknown outcome %q (status %d)", ErrOutcomeUnknown, header, status)
+	return outcomeUnknown, fmt.Errorf("%w: unknown outcome %q (status %d)", nodeapi.ErrOutcomeUnknown, header, status)
 }
 
 // decodeStreamOutcome is the follower's side of the contract on the check
 // stream: the outcome with this code. A code it does not know is an error
-// matching ErrOutcomeUnknown (never retried).
+// matching nodeapi.ErrOutcomeUnknown (never retried).
 func decodeStreamOutcome(code byte) (outcome, error) {
 	for o := outcomeOK; o < numOutcomes; o++ {
 		if outcomeWire[o].code == code {
 			return o, nil
 		}
 	}
-	return outcomeUnknown, fmt.Errorf("%w: unknown outcome code %d", ErrOutcomeUnknown, code)
+	return outcomeUnknown, fmt.Errorf("%w: unknown outcome code %d", nodeapi.ErrOutcomeUnknown, code)
 }
 
 // outcomeError is the error a follower returns for a failed outcome o from
-// the leader at addr, whose body said msg. Retryable outcomes match errRetry.
+// the leader at addr, whose body said msg. Retryable outcomes match ErrRetry.
 func outcomeError(o outcome, addr, msg string) error {
 	msg = strings.TrimSpace(msg)
 	if o.retryable() {
-		return fmt.Errorf("%w: leader %s: %s", errRetry, addr, msg)
+		return fmt.Errorf("%w: leader %s: %s", ErrRetry, addr, msg)
 	}
 	switch o {
 	case outcomeOK:
 		return nil
 	case outcomeTooLarge:
-		return fmt.Errorf("%w: leader %s: %s", ErrTooLarge, addr, msg)
+		return fmt.Errorf("%w: leader %s: %s", nodeapi.ErrTooLarge, addr, msg)
 	case outcomeUnauthenticated:
 		// Nodes disagree on the token or CA (a rotation in progress, or a
 		// misconfiguration): say so.
-		return &unavailableError{fmt.Errorf("the leader %s refused this node's credentials (admin token or certificate): %s", addr, msg)}
+		return &UnavailableError{Cause: fmt.Errorf("the leader %s refused this node's credentials (admin token or certificate): %s", addr, msg)}
 	case outcomeBadRequest, outcomeFailed:
 		return fmt.Errorf("leader %s answered %s: %s", addr, o, msg)
 	}
-	return fmt.Errorf("%w: leader %s: %s", ErrOutcomeUnknown, addr, msg)
+	return fmt.Errorf("%w: leader %s: %s", nodeapi.ErrOutcomeUnknown, addr, msg)
+}
+
+// WriteError answers a node-to-node request that failed with err, with the
+// outcome err stands for (OutcomeOf).
+func WriteError(w http.ResponseWriter, err error) {
+	writeOutcome(w, outcomeOf(err), err.Error())
+}
+
+// WriteBadRequest answers a malformed node-to-node request: refused before
+// anything was proposed.
+func WriteBadRequest(w http.ResponseWriter, msg string) {
+	writeOutcome(w, outcomeBadRequest, msg)
 }
