@@ -318,7 +318,7 @@ func Open(cfg Config, bootstrap bool) (*Node, error) {
 		recorded: func() string { return n.fsm.Nodes()[incarnationKey(cfg.NodeID)] }}
 	n.adm.admitted.Store(inc.Admitted)
 	if created && inc.Admitted {
-		n.log.Info("data directory predates incarnations: it keeps its vote", "incarnation", inc.ID)
+		n.log.Info("data directory restored from a backup: it keeps its vote", "incarnation", inc.ID)
 	}
 
 	f, err := fsm.Open(filepath.Join(cfg.DataDir, "fsm.db"), fsm.Options{

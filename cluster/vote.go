@@ -32,7 +32,9 @@ import (
 // incarnation neither grants nor asks for votes or pre-votes (voteGate
 // below; the gate itself is raftnet.VoteGate). It is admitted when:
 //
-//   - its directory predates incarnations (it has Raft state and no file);
+//   - its directory was restored from a backup (backup.Restore writes Raft
+//     state and no incarnation file: the restored node is the cluster's
+//     only voter, its past is the backup's, and it must elect itself);
 //   - it bootstrapped the cluster, alone or with its --bootstrap-expect peers
 //     (all of them had no state: there is no past to lose);
 //   - a leader recorded its incarnation in the replicated node table
@@ -60,8 +62,9 @@ type incarnation struct {
 func incarnationKey(nodeID string) string { return "incarnation/" + nodeID }
 
 // loadIncarnation reads the data directory's incarnation, creating it (not
-// admitted) for a new directory, or (admitted) for a directory with Raft state
-// from before incarnations existed. It runs before any Raft state is created.
+// admitted) for a new directory, or (admitted) for a directory restored from
+// a backup: the only one with Raft state and no file, since Open writes the
+// file before any Raft state. It runs before any Raft state is created.
 func loadIncarnation(dir string) (incarnation, bool, error) {
 	path := filepath.Join(dir, incarnationFile)
 	b, err := os.ReadFile(path)
@@ -79,8 +82,8 @@ func loadIncarnation(dir string) (incarnation, bool, error) {
 	if _, err := rand.Read(r[:]); err != nil {
 		return incarnation{}, false, fmt.Errorf("new incarnation: %w", err)
 	}
-	legacy := logstore.HasLog(dir)
-	inc := incarnation{ID: hex.EncodeToString(r[:]), Admitted: legacy}
+	restored := logstore.HasLog(dir)
+	inc := incarnation{ID: hex.EncodeToString(r[:]), Admitted: restored}
 	if err := writeIncarnation(dir, inc); err != nil {
 		return inc, false, err
 	}

@@ -47,16 +47,17 @@ func TestAdmitFromLogRecord(t *testing.T) {
 	}
 }
 
-// A directory with Raft state from before incarnations keeps its vote; a
-// damaged incarnation file stops the node with the recovery step.
-func TestIncarnationLegacyAndDamaged(t *testing.T) {
+// A directory with Raft state and no incarnation file (one backup.Restore
+// built) keeps its vote; a damaged incarnation file stops the node with the
+// recovery step.
+func TestIncarnationRestoredAndDamaged(t *testing.T) {
 	dir := t.TempDir()
 	if err := os.Mkdir(filepath.Join(dir, "raft-wal"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	inc, created, err := loadIncarnation(dir)
 	if err != nil || !created || !inc.Admitted {
-		t.Fatalf("legacy directory: %+v created %v, %v; want admitted", inc, created, err)
+		t.Fatalf("restored directory: %+v created %v, %v; want admitted", inc, created, err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, incarnationFile), []byte("{"), 0o644); err != nil {
 		t.Fatal(err)

@@ -34,8 +34,7 @@ func (e *UnavailableError) Is(target error) bool {
 //
 // On the wire an outcome is the response's status code and its
 // X-Limitd-Error header, both written by writeOutcome and read by
-// decodeOutcome; the header's values are those of earlier releases, so
-// nodes of both can forward to each other during a rolling upgrade. On the
+// decodeOutcome; the values are fixed, a new outcome takes a new one. On the
 // check stream (stream.go) it is one byte, outcomeWire's code, read by
 // decodeStreamOutcome.
 type outcome uint8
@@ -136,9 +135,9 @@ func writeOutcome(w http.ResponseWriter, o outcome, msg string) {
 // decodeOutcome is the follower's side of the contract: the outcome of an
 // answer with this status and X-Limitd-Error header. A header value it does
 // not know, or one that contradicts the status, is an error matching
-// nodeapi.ErrOutcomeUnknown (never retried). Without the header (a release before
-// the header named every failure) the status decides, and a failure it
-// cannot place is outcome unknown too.
+// nodeapi.ErrOutcomeUnknown (never retried). Without the header (an answer of
+// the HTTP layer itself: the identity check's 400 and 403, a 404) the status
+// decides, and a failure it cannot place is outcome unknown too.
 func decodeOutcome(status int, header string) (outcome, error) {
 	if header == "" {
 		switch status {

@@ -49,9 +49,9 @@ const (
 	nodeHeader = "X-Limitd-Node"
 	// nonceHeader carries the follower's random name for the stream (hex),
 	// which the leader puts in the entries beside the stream's units so the
-	// follower can answer them from its own log (tags.go). An older leader
-	// ignores it; an older follower sends none and gets only the leader's
-	// answers.
+	// follower can answer them from its own log (tags.go). Without a valid
+	// one (or with one another open stream uses) the units are not tagged,
+	// and the follower gets only the leader's answers.
 	nonceHeader = "X-Limitd-Stream-Nonce"
 
 	frameCheck  = 1 // follower → leader: u32 ms left, ops

@@ -20,9 +20,9 @@ import (
 	"github.com/limitd/limitd/nodeapi"
 )
 
-// streamRefusedRetry: after a leader refused the check stream (an older
-// release answers 404), its follower forwards over HTTP this long before
-// asking again.
+// streamRefusedRetry: after a leader refused the check stream (at its bound
+// of streams, or on a connection it cannot upgrade), its follower forwards
+// over the overflow path (HTTP) this long before asking again.
 const streamRefusedRetry = 30 * time.Second
 
 // errNotSent: the request never left this node (the stream closed before it
@@ -102,8 +102,9 @@ func (sc *streamClient) open(c *streamConn) {
 		// Nothing reached the leader: onLeader tries again.
 		c.dialErr = fmt.Errorf("%w: dial leader %s: %v", ErrRetry, c.addr, err)
 	} else {
-		// Refused (an older leader: 404; its bound of streams), or broken
-		// mid-handshake: forward over HTTP, which classifies every failure.
+		// Refused (the leader's bound of streams, a connection it cannot
+		// upgrade), or broken mid-handshake: forward over the overflow
+		// path (HTTP), which classifies every failure.
 		sc.f.log.Info("forwarding checks over HTTP: the leader did not open a check stream", "leader", c.addr, "error", err)
 		c.refused = true
 		sc.mu.Lock()
