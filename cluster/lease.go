@@ -15,7 +15,7 @@ import (
 
 // Quota leases (fsm/lease.go): a node asks the leader to grant or take back
 // leases on keys. The entries carry the leader's time, like checks: on the
-// leader they are stamped under stampMu; a follower sends the entry it built
+// leader they are stamped under clock.mu; a follower sends the entry it built
 // to the leader's /internal/v1/lease, which re-stamps it (fsm.StampLeaseCommand)
 // before proposing. The holder named in the entry is this node's id.
 
@@ -124,14 +124,14 @@ func (n *Node) leaseCommand(ctx context.Context, cmd []byte, local func(interfac
 
 // proposeLease stamps cmd with leader time and proposes it.
 func (n *Node) proposeLease(ctx context.Context, cmd []byte) (interface{}, error) {
-	n.stampMu.Lock()
-	stamped, err := fsm.StampLeaseCommand(nil, cmd, n.stampLocked())
+	n.clock.mu.Lock()
+	stamped, err := fsm.StampLeaseCommand(nil, cmd, n.clock.stampLocked())
 	if err != nil {
-		n.stampMu.Unlock()
+		n.clock.mu.Unlock()
 		return nil, err
 	}
 	f := n.propose(stamped, nil, n.cfg.ApplyTimeout)
-	n.stampMu.Unlock()
+	n.clock.mu.Unlock()
 	resp, err := n.await(ctx, f)
 	if err != nil {
 		return nil, err

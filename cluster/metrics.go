@@ -368,6 +368,6 @@ func (n *Node) Collectors() []prometheus.Collector {
 				Help: "Forwarded check requests this follower answered from its own log, before the leader's answer arrived."},
 				func() float64 { return float64(a.answered.Load()) }))
 	}
-	cs = append(cs, n.overLimitCollectors()...)
+	cs = append(cs, n.ol.collectors()...)
 	return append(cs, globalRaftSink.all...)
 }

@@ -256,12 +256,12 @@ type Node struct {
 	// failures after a proposal (set before the first Check).
 	propose       func(cmd, ext []byte, timeout time.Duration) raft.ApplyFuture
 	leaderBatch   *batcher // on the leader: ops → one CmdCheck entry
-	forwardBatch  *batcher // on a follower whose leader has no check stream: ops → one forwarded HTTP request
+	forwardBatch  *batcher // on a follower, the check stream's overflow path: ops → one forwarded HTTP request
 	fwd           *forward.Forwarder
 	fwdSrv        *forward.Server
-	stampMu       sync.Mutex
-	leaseHook     leaseHook // lease.go
-	lastStamp     int64
+	peers         peerClient  // asks other nodes (peers.go)
+	clock         leaderClock // the leader time of new entries
+	leaseHook     leaseHook   // lease.go
 	metrics       *metrics
 	fatal         atomic.Pointer[error]
 	halted        chan struct{} // closed when the state machine stops applying
@@ -276,7 +276,7 @@ type Node struct {
 	recoveredFrom bool
 	hadState      bool // Raft state existed when the node opened
 	disc          discovery
-	ol            overLimit // over-limit cache (overlimit.go)
+	ol            *overLimit // over-limit cache (overlimit.go)
 
 	// Incarnation and votes (vote.go, admit.go).
 	adm       *admission
@@ -307,7 +307,7 @@ func Open(cfg Config, bootstrap bool) (*Node, error) {
 	n.logger = newHCLog(cfg.Logger, "raft")
 	n.log = cfg.Logger.With("component", "cluster")
 	n.metrics = newMetrics(n)
-	n.initOverLimit()
+	n.ol = newOverLimit(cfg.OverLimitEntries)
 
 	// The incarnation is created before any Raft state (vote.go).
 	inc, created, err := loadIncarnation(cfg.DataDir)
@@ -331,6 +331,7 @@ func Open(cfg Config, bootstrap bool) (*Node, error) {
 		return nil, err
 	}
 	n.fsm = f
+	n.clock.applied = f.LastTime
 	n.recoveredFrom = f.Recovered()
 
 	if err := n.openRaft(bootstrap); err != nil {
@@ -350,6 +351,7 @@ func Open(cfg Config, bootstrap bool) (*Node, error) {
 		Sent:     func(d time.Duration) { n.metrics.stageFwd.Observe(d.Seconds()) },
 		Framed:   n.metrics.observeForward,
 	})
+	n.peers = peerClient{client: cfg.HTTPClient, scheme: cfg.HTTPScheme, token: cfg.AdminToken, timeout: cfg.ApplyTimeout, closing: n.closing}
 	n.fwdSrv = forward.NewServer(forward.ServerConfig{TLS: cfg.TLS != nil, Token: cfg.AdminToken, Timeout: cfg.ApplyTimeout,
 		Log: n.log, Closing: n.closing, MaxCommandBytes: MaxCommandBytes}, leaderSide{n})
 	n.forwardBatch = newBatcher(cfg.BatchMaxOps, cfg.BatchInflight, cfg.BatchMaxWait, n.fwd.Checks, n.metrics.observeForward)
@@ -358,7 +360,10 @@ func Open(cfg Config, bootstrap bool) (*Node, error) {
 	n.wg.Add(4)
 	go n.leaderLoop()
 	go n.flushLoop()
-	n.startOverLimit()
+	// Counted in n.wg on its own, so that Open's count of its goroutines
+	// does not depend on it.
+	n.wg.Add(1)
+	go func() { defer n.wg.Done(); n.ol.run(n.closing, n.Ready) }()
 	go func() {
 		defer n.wg.Done()
 		n.metrics.watchHeartbeats(n.raft, n.closing)
@@ -581,7 +586,7 @@ func (n *Node) fail(err error, stopRaft bool) {
 		return
 	}
 	n.haltOnce.Do(func() { close(n.halted) })
-	n.disableOverLimit()
+	n.ol.disable()
 	n.log.Error("this node stopped serving; fix the cause and restart it", "error", err)
 	switch {
 	case n.raft == nil:
@@ -743,7 +748,7 @@ func (n *Node) leaderLoop() {
 				continue
 			}
 			next, ok := n.fsm.NextExpiry()
-			if now := n.stamp(); ok && next <= now {
+			if now := n.clock.stamp(); ok && next <= now {
 				f := n.raft.Apply(fsm.EncodeExpire(now, n.cfg.ExpireMax), n.cfg.ApplyTimeout)
 				if _, err := n.await(context.Background(), f); err != nil {
 					n.log.Debug("expire sweep", "error", err)
@@ -753,24 +758,32 @@ func (n *Node) leaderLoop() {
 	}
 }
 
-// stamp returns the leader time for a new entry: wall clock, but never
-// behind a time this node stamped or the state machine has applied, so time
-// in the log never goes backwards (the state machine clamps as well).
-func (n *Node) stamp() int64 {
-	n.stampMu.Lock()
-	defer n.stampMu.Unlock()
-	return n.stampLocked()
+// leaderClock stamps new entries with leader time: wall clock, but never
+// behind a time this node stamped or the state machine has applied
+// (applied: its last leader time), so time in the log never goes backwards
+// (the state machine clamps as well). An entry encoded under mu with
+// stampLocked enters the log in stamp order.
+type leaderClock struct {
+	mu      sync.Mutex
+	last    int64
+	applied func() int64
 }
 
-func (n *Node) stampLocked() int64 {
+func (c *leaderClock) stamp() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stampLocked()
+}
+
+func (c *leaderClock) stampLocked() int64 {
 	now := time.Now().UnixNano()
-	if t := n.fsm.LastTime(); t > now {
+	if t := c.applied(); t > now {
 		now = t
 	}
-	if n.lastStamp > now {
-		now = n.lastStamp
+	if c.last > now {
+		now = c.last
 	}
-	n.lastStamp = now
+	c.last = now
 	return now
 }
 

@@ -79,11 +79,11 @@ func (n *Node) pause(ctx context.Context) error {
 func (n *Node) proposeChecks(ops []fsm.Op, ext []byte, encoded func()) ([]fsm.Result, error) {
 	// Stamping and enqueueing under one lock keeps leader time monotonic in
 	// log order even with several batches in flight.
-	n.stampMu.Lock()
-	cmd := fsm.EncodeCheck(nil, n.stampLocked(), int64(n.cfg.RequestIDRetention), ops)
+	n.clock.mu.Lock()
+	cmd := fsm.EncodeCheck(nil, n.clock.stampLocked(), int64(n.cfg.RequestIDRetention), ops)
 	encoded()
 	f := n.propose(cmd, ext, n.cfg.ApplyTimeout)
-	n.stampMu.Unlock()
+	n.clock.mu.Unlock()
 	resp, err := n.await(context.Background(), f)
 	if err != nil {
 		return nil, err
