@@ -22,6 +22,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/limitd/limitd/cluster/forward"
 	"github.com/limitd/limitd/cluster/logstore"
@@ -359,7 +360,7 @@ func Open(cfg Config, bootstrap bool) (*Node, error) {
 
 	n.wg.Add(4)
 	go n.leaderLoop()
-	go n.flushLoop()
+	go func() { defer n.wg.Done(); flushLoop(n.fsm, n.cfg.FSMFlushInterval, n.closing, n.metrics.flushSeconds) }()
 	// Counted in n.wg on its own, so that Open's count of its goroutines
 	// does not depend on it.
 	n.wg.Add(1)
@@ -382,19 +383,19 @@ func Open(cfg Config, bootstrap bool) (*Node, error) {
 	return n, nil
 }
 
-// flushLoop commits the state machine's shared transaction on a timer, so
-// the file and snapshots stay close behind the applied index when traffic
-// is light. A failed commit stops the node through OnFatal.
-func (n *Node) flushLoop() {
-	defer n.wg.Done()
-	t := time.NewTicker(n.cfg.FSMFlushInterval)
+// flushLoop commits the state machine's shared transaction every interval
+// until closing, so the file and snapshots stay close behind the applied
+// index when traffic is light. A failed commit stops the node through
+// OnFatal.
+func flushLoop(f *fsm.FSM, every time.Duration, closing <-chan struct{}, took prometheus.Observer) {
+	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {
-		case <-n.closing:
+		case <-closing:
 			return
 		case <-t.C:
-			if err := n.flushFSM(); err != nil {
+			if err := flushFSM(f, took); err != nil {
 				return
 			}
 		}
