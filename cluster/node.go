@@ -472,28 +472,28 @@ func (n *Node) openRaft(bootstrap bool) error {
 
 	existing, err := raft.HasExistingState(cached, logs, snaps)
 	if err != nil {
-		n.closeTransport()
+		closeTransport(n.gate, n.cfg.Transport != nil)
 		logs.Close()
 		return fmt.Errorf("inspect raft state in %s: %w", cfg.DataDir, err)
 	}
 	if err := errors.Join(logstore.CheckEnd(logs, logPath), logstore.CheckReadable(logs, logPath)); err != nil {
-		n.closeTransport()
+		closeTransport(n.gate, n.cfg.Transport != nil)
 		logs.Close()
 		return err
 	}
 	if err := n.adm.admitFromLog(logs, fsm.EncodeSetNode(incarnationKey(cfg.NodeID), n.adm.id)); err != nil {
-		n.closeTransport()
+		closeTransport(n.gate, n.cfg.Transport != nil)
 		logs.Close()
 		return fmt.Errorf("raft log %s: %w", logPath, err)
 	}
 	if err := logstore.CoversState(n.fsm.AppliedIndex(), logs, snaps); err != nil {
-		n.closeTransport()
+		closeTransport(n.gate, n.cfg.Transport != nil)
 		logs.Close()
 		return fmt.Errorf("raft log %s: %w", logPath, err)
 	}
 	r, err := raft.NewRaft(rc, restoreGuard{n.fsm, n.historyDiverged}, cached, logs, snaps, trans)
 	if err != nil {
-		n.closeTransport()
+		closeTransport(n.gate, n.cfg.Transport != nil)
 		logs.Close()
 		return fmt.Errorf("start raft in %s: %w", cfg.DataDir, err)
 	}
@@ -508,7 +508,7 @@ func (n *Node) openRaft(bootstrap bool) error {
 		}}}
 		if err := r.BootstrapCluster(conf).Error(); err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
 			r.Shutdown()
-			n.closeTransport()
+			closeTransport(n.gate, n.cfg.Transport != nil)
 			logs.Close()
 			return fmt.Errorf("bootstrap cluster: %w", err)
 		}
@@ -517,15 +517,16 @@ func (n *Node) openRaft(bootstrap bool) error {
 	return nil
 }
 
-func (n *Node) closeTransport() {
-	if n.cfg.Transport != nil {
-		if n.gate != nil {
-			n.gate.Halt()
-		}
-		return // the caller owns a transport it passed in
-	}
-	if c, ok := n.trans.(io.Closer); ok {
-		c.Close()
+// closeTransport closes the Raft transport through its vote gate g (nil:
+// none yet), or, for a transport the caller passed in (Config.Transport),
+// only stops the gate: the caller owns it.
+func closeTransport(g *raftnet.VoteGate, passedIn bool) {
+	switch {
+	case g == nil:
+	case passedIn:
+		g.Halt()
+	default:
+		g.Close()
 	}
 }
 
@@ -812,7 +813,7 @@ func (n *Node) Close() error {
 		if err := n.shutdownRaft(); err != nil {
 			errs = append(errs, err)
 		}
-		n.closeTransport()
+		closeTransport(n.gate, n.cfg.Transport != nil)
 		if err := n.logs.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("close raft log: %w", err))
 		}
