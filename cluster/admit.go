@@ -35,7 +35,7 @@ func (n *Node) admitJoin(id, raftAddr, httpAddr string) (handled bool, inc strin
 	if httpAddr == "" || id == n.cfg.NodeID {
 		return false, "", nil
 	}
-	info, err := n.peerInfoRetry(httpAddr)
+	info, err := n.peers.infoRetry(httpAddr)
 	if err != nil {
 		return false, "", fmt.Errorf("join %s: ask it for its incarnation: %w", id, err)
 	}
@@ -134,7 +134,7 @@ func (n *Node) startPromotion(id, raftAddr, httpAddr, inc string, target uint64)
 			case <-t.C:
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), promotePoll*5)
-			info, err := n.peerInfo(ctx, httpAddr)
+			info, err := n.peers.info(ctx, httpAddr)
 			cancel()
 			if err != nil || info.Incarnation != inc {
 				continue
@@ -154,40 +154,6 @@ func (n *Node) startPromotion(id, raftAddr, httpAddr, inc string, target uint64)
 			return
 		}
 	}()
-}
-
-// peerInfo asks a member who it is.
-func (n *Node) peerInfo(ctx context.Context, httpAddr string) (bootstrapInfo, error) {
-	var info bootstrapInfo
-	u, err := joinURL(httpAddr, n.cfg.HTTPScheme)
-	if err != nil {
-		return info, err
-	}
-	err = n.getJSON(ctx, u.String()+pathBootstrap, &info)
-	return info, err
-}
-
-// peerInfoRetry is peerInfo for a join: a lost request or answer is asked
-// again (nothing is proposed before it succeeds) for up to ApplyTimeout,
-// each attempt bounded by the rest of it.
-func (n *Node) peerInfoRetry(httpAddr string) (bootstrapInfo, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.ApplyTimeout)
-	defer cancel()
-	wait := 50 * time.Millisecond
-	for {
-		info, err := n.peerInfo(ctx, httpAddr)
-		if err == nil {
-			return info, nil
-		}
-		select {
-		case <-ctx.Done():
-			return info, err
-		case <-n.closing:
-			return info, err
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, time.Second)
-	}
 }
 
 // recordBootIncarnations records, on the leader that bootstrapped a

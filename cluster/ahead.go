@@ -1,14 +1,12 @@
 package cluster
 
 import (
-	"encoding/binary"
-	"errors"
-	"fmt"
 	"sync"
 	"sync/atomic"
 
 	"github.com/hashicorp/raft"
 
+	"github.com/limitd/limitd/cluster/forward"
 	"github.com/limitd/limitd/fsm"
 )
 
@@ -29,7 +27,7 @@ import (
 // it and send the answer back: two hops inside the cluster fewer.
 //
 // Which checks are whose: the leader puts the forwarded units of a check
-// entry in the entry's raft.Log.Extensions (appendTags), each named by the
+// entry in the entry's raft.Log.Extensions (forward.AppendTags), each named by the
 // follower's check-stream nonce and frame id and placed by its first op and
 // op count. The state machine never reads Extensions, so entries decide the
 // same on every replica and a node that does not know the tags ignores them.
@@ -38,78 +36,6 @@ import (
 // state), and a follower that cannot apply ahead (five voters, a
 // configuration change in flight, a lagging log) gets the leader's answer as
 // before.
-
-// unitTag names a forwarded unit: the check stream's nonce and the frame's
-// id. A zero nonce is no tag.
-type unitTag struct{ nonce, id uint64 }
-
-// taggedUnit places a tagged unit's ops in an entry.
-type taggedUnit struct {
-	tag    unitTag
-	off, n int
-}
-
-// tagsVersion is the first byte of a check entry's Extensions.
-const tagsVersion byte = 1
-
-// appendTags encodes units as a check entry's Extensions:
-//
-//	version ‖ uvarint count ‖ (u64 nonce ‖ uvarint id ‖ uvarint first op ‖ uvarint ops)*
-func appendTags(dst []byte, units []taggedUnit) []byte {
-	dst = append(dst, tagsVersion)
-	dst = binary.AppendUvarint(dst, uint64(len(units)))
-	for _, u := range units {
-		dst = binary.BigEndian.AppendUint64(dst, u.tag.nonce)
-		dst = binary.AppendUvarint(dst, u.tag.id)
-		dst = binary.AppendUvarint(dst, uint64(u.off))
-		dst = binary.AppendUvarint(dst, uint64(u.n))
-	}
-	return dst
-}
-
-var errBadTags = errors.New("bad unit tags")
-
-// forEachTag calls fn for each unit in ext whose ops lie within nres
-// results; it stops at the first malformed byte (errBadTags).
-func forEachTag(ext []byte, nres int, fn func(t unitTag, off, n int)) error {
-	if len(ext) == 0 {
-		return nil
-	}
-	if ext[0] != tagsVersion {
-		return fmt.Errorf("%w: version %d", errBadTags, ext[0])
-	}
-	b := ext[1:]
-	uv := func() (uint64, bool) {
-		v, k := binary.Uvarint(b)
-		if k <= 0 {
-			return 0, false
-		}
-		b = b[k:]
-		return v, true
-	}
-	count, ok := uv()
-	if !ok {
-		return fmt.Errorf("%w: no count", errBadTags)
-	}
-	for i := uint64(0); i < count; i++ {
-		if len(b) < 8 {
-			return fmt.Errorf("%w: truncated unit %d", errBadTags, i)
-		}
-		nonce := binary.BigEndian.Uint64(b)
-		b = b[8:]
-		id, ok1 := uv()
-		off, ok2 := uv()
-		n, ok3 := uv()
-		if !ok1 || !ok2 || !ok3 {
-			return fmt.Errorf("%w: truncated unit %d", errBadTags, i)
-		}
-		if off > uint64(nres) || n > uint64(nres)-off {
-			return fmt.Errorf("%w: unit %d has ops %d+%d of %d", errBadTags, i, off, n, nres)
-		}
-		fn(unitTag{nonce, id}, int(off), int(n))
-	}
-	return nil
-}
 
 // committedByPair returns the index of the last entry of ls that this
 // follower, having just stored ls from leader in term, knows to be committed
@@ -161,7 +87,7 @@ type ahead struct {
 	raft    atomic.Pointer[raft.Raft]
 	logs    raft.LogStore // raft's log cache: recent entries without a read
 	fsm     *fsm.FSM
-	deliver func(t unitTag, res []fsm.Result) bool // true: a waiting check took it
+	deliver func(t forward.Tag, res []fsm.Result) bool // true: a waiting check took it
 
 	target atomic.Uint64 // highest index known committed by the pair rule
 	wake   chan struct{}
@@ -175,7 +101,7 @@ type ahead struct {
 	answered atomic.Uint64 // forwarded units answered from the log
 }
 
-func newAhead(self raft.ServerID, logs raft.LogStore, f *fsm.FSM, deliver func(unitTag, []fsm.Result) bool) *ahead {
+func newAhead(self raft.ServerID, logs raft.LogStore, f *fsm.FSM, deliver func(forward.Tag, []fsm.Result) bool) *ahead {
 	return &ahead{self: self, logs: logs, fsm: f, deliver: deliver, wake: make(chan struct{}, 1)}
 }
 
@@ -228,7 +154,11 @@ func (a *ahead) run(done <-chan struct{}) {
 
 // pause stops applying ahead until the returned resume is called, once any
 // step in progress has ended: a backup needs the state machine at raft's
-// applied index, not ahead of it (backup.go).
+// applied index, not ahead of it (package backup).
+// Pause and Highest are what a backup needs of applying ahead (backup.Ahead).
+func (a *ahead) Pause() (resume func()) { return a.pause() }
+func (a *ahead) Highest() uint64        { return a.highest.Load() }
+
 func (a *ahead) pause() (resume func()) {
 	a.mu.Lock()
 	a.paused++
@@ -270,7 +200,7 @@ func (a *ahead) step(buf []raft.Log, ptrs []*raft.Log) bool {
 	// End on an entry raft hands to the state machine (a command or a
 	// configuration): a no-op or barrier applied ahead at the end would put
 	// the state past every index raft gives it, and a snapshot raft takes
-	// then past its own index (backup.go waits on RaftApplied). It is
+	// then past its own index (package backup waits on RaftApplied). It is
 	// applied with the next entry that is handed over.
 	for len(ptrs) > 0 && !handedToFSM(ptrs[len(ptrs)-1].Type) {
 		ptrs = ptrs[:len(ptrs)-1]
@@ -292,7 +222,7 @@ func (a *ahead) step(buf []raft.Log, ptrs []*raft.Log) bool {
 		if !ok || l.Type != raft.LogCommand || len(l.Extensions) == 0 {
 			continue
 		}
-		_ = forEachTag(l.Extensions, len(res), func(t unitTag, off, n int) {
+		_ = forward.ForEachTag(l.Extensions, len(res), func(t forward.Tag, off, n int) {
 			if a.deliver(t, res[off:off+n:off+n]) {
 				a.answered.Add(1)
 			}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/limitd/limitd/cluster"
+	"github.com/limitd/limitd/cluster/backup"
 	"github.com/limitd/limitd/cluster/clustertest"
 )
 
@@ -117,7 +118,7 @@ func TestBackupOfFollowerApplyingAhead(t *testing.T) {
 			t.Fatalf("check %d: %v", i, err)
 		}
 		data, h := backupBytes(t, follower)
-		if _, err := cluster.InspectBackup(bytes.NewReader(data), t.TempDir()); err != nil {
+		if _, err := backup.Inspect(bytes.NewReader(data), t.TempDir()); err != nil {
 			t.Fatalf("backup %d of the follower (header at %d): %v", i, h.Index, err)
 		}
 	}

@@ -12,10 +12,11 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/limitd/limitd/cluster"
+	"github.com/limitd/limitd/cluster/backup"
 	"github.com/limitd/limitd/cluster/clustertest"
 )
 
-func backupBytes(t *testing.T, n *cluster.Node) ([]byte, cluster.BackupHeader) {
+func backupBytes(t *testing.T, n *cluster.Node) ([]byte, backup.Header) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -49,7 +50,7 @@ func TestBackupAndRestore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sum, err := cluster.InspectBackup(bytes.NewReader(data), t.TempDir())
+	sum, err := backup.Inspect(bytes.NewReader(data), t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +75,7 @@ func TestBackupAndRestore(t *testing.T) {
 			continue
 		}
 		fdata, _ := backupBytes(t, n)
-		fs, err := cluster.InspectBackup(bytes.NewReader(fdata), t.TempDir())
+		fs, err := backup.Inspect(bytes.NewReader(fdata), t.TempDir())
 		if err != nil || fs.Digest != digest {
 			t.Fatalf("follower n%d backup: %v, digest %s want %s", i, err, fs.Digest, digest)
 		}
@@ -86,14 +87,14 @@ func TestBackupAndRestore(t *testing.T) {
 	c.Stop(f)
 	c.Start(f)
 	again, h2 := backupBytes(t, c.Node(f))
-	sum2, err := cluster.InspectBackup(bytes.NewReader(again), t.TempDir())
+	sum2, err := backup.Inspect(bytes.NewReader(again), t.TempDir())
 	if err != nil || h2.Index != fh.Index || sum2.Digest != digest {
 		t.Fatalf("restarted follower's backup: %+v %v, before restart at %d", h2, err, fh.Index)
 	}
 
 	// Damaged: refused, nothing left behind.
 	bad := filepath.Join(t.TempDir(), "bad")
-	if _, err := cluster.RestoreBackup(cluster.RestoreConfig{DataDir: bad, NodeID: "r", RaftAddr: "r:1"}, bytes.NewReader(data[:len(data)-1])); err == nil || !strings.Contains(err.Error(), "truncated") {
+	if _, err := backup.Restore(backup.RestoreConfig{DataDir: bad, NodeID: "r", RaftAddr: "r:1"}, bytes.NewReader(data[:len(data)-1])); err == nil || !strings.Contains(err.Error(), "truncated") {
 		t.Fatalf("truncated backup: %v", err)
 	}
 	if entries, _ := os.ReadDir(bad); len(entries) != 0 {
@@ -103,7 +104,7 @@ func TestBackupAndRestore(t *testing.T) {
 	// Restore and start a node on it.
 	dir := filepath.Join(t.TempDir(), "restored")
 	_, tr := raft.NewInmemTransport("restored:8300")
-	if _, err := cluster.RestoreBackup(cluster.RestoreConfig{DataDir: dir, NodeID: "r1", RaftAddr: string(tr.LocalAddr())}, bytes.NewReader(data)); err != nil {
+	if _, err := backup.Restore(backup.RestoreConfig{DataDir: dir, NodeID: "r1", RaftAddr: string(tr.LocalAddr())}, bytes.NewReader(data)); err != nil {
 		t.Fatal(err)
 	}
 	n, err := cluster.Open(clustertest.FastConfig("r1", dir, "127.0.0.1:1", tr), false)

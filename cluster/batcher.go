@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/limitd/limitd/cluster/forward"
 	"github.com/limitd/limitd/fsm"
 )
 
@@ -30,7 +31,7 @@ type batcher struct {
 	// send proposes or forwards ops and waits for the results. It calls
 	// encoded once it no longer reads ops (before it waits), so callers
 	// whose deadline passes may go; it must return within a bounded time.
-	// ext is the batch's tagged units (appendTags), nil when none is.
+	// ext is the batch's tagged units (forward.AppendTags), nil when none is.
 	send    func(ops []fsm.Op, ext []byte, encoded func()) ([]fsm.Result, error)
 	observe func(ops int)
 	// waitObs (per unit: queued until a flusher takes it) and sendObs (per
@@ -57,7 +58,7 @@ type pending struct {
 	queuedAt time.Time
 	ops      []fsm.Op
 	size     int // opsSize(ops)
-	tag      unitTag
+	tag      forward.Tag
 	res      []fsm.Result
 	err      error
 	state    int
@@ -82,12 +83,12 @@ func newBatcher(maxOps, inflight int, maxWait time.Duration, send func([]fsm.Op,
 // over MaxEntryOps ops or maxBytes is refused with ErrTooLarge; a unit over
 // maxOps (but within those) travels alone.
 func (b *batcher) do(ctx context.Context, ops []fsm.Op) ([]fsm.Result, error) {
-	return b.doTagged(ctx, ops, unitTag{})
+	return b.doTagged(ctx, ops, forward.Tag{})
 }
 
 // doTagged is do for a follower's forwarded unit: a non-zero tag goes into
 // the entry's Extensions with the unit's place (ahead.go).
-func (b *batcher) doTagged(ctx context.Context, ops []fsm.Op, tag unitTag) ([]fsm.Result, error) {
+func (b *batcher) doTagged(ctx context.Context, ops []fsm.Op, tag forward.Tag) ([]fsm.Result, error) {
 	size := opsSize(ops)
 	if len(ops) > MaxEntryOps || size > b.maxBytes {
 		return nil, fmt.Errorf("%w: %d ops, up to %d bytes encoded (bounds: %d ops, %d bytes)",
@@ -156,7 +157,7 @@ func (b *batcher) abandon(p *pending, cause error) error {
 func (b *batcher) flushLoop() {
 	var batch []*pending
 	var ops []fsm.Op
-	var units []taggedUnit
+	var units []forward.TaggedUnit
 	var ext []byte
 	for {
 		b.mu.Lock()
@@ -195,8 +196,8 @@ func (b *batcher) flushLoop() {
 				b.waitObs.Observe(taken.Sub(p.queuedAt).Seconds())
 			}
 			batch = append(batch, p)
-			if p.tag.nonce != 0 {
-				units = append(units, taggedUnit{tag: p.tag, off: len(ops), n: len(p.ops)})
+			if p.tag.Nonce != 0 {
+				units = append(units, forward.TaggedUnit{Tag: p.tag, Off: len(ops), N: len(p.ops)})
 			}
 			ops = append(ops, p.ops...)
 		}
@@ -228,7 +229,7 @@ func (b *batcher) flushLoop() {
 		}
 		ext = nil // raft keeps an entry's Extensions: a new buffer each time
 		if len(units) > 0 {
-			ext = appendTags(nil, units)
+			ext = forward.AppendTags(nil, units)
 		}
 		units = units[:0]
 		res, err := b.send(ops, ext, encoded)

@@ -1,15 +1,12 @@
 package cluster
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -19,6 +16,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/limitd/limitd/cluster/forward"
 )
 
 // Start-up: how a node becomes a member of a cluster.
@@ -51,7 +50,7 @@ const (
 	// maxJoinAddrs bounds the addresses a join list (after DNS) may name.
 	maxJoinAddrs = 64
 
-	pathBootstrap = "/internal/v1/bootstrap"
+	pathBootstrap = forward.PathBootstrap
 )
 
 // JoinOptions says how JoinCluster finds the cluster.
@@ -146,7 +145,7 @@ func (n *Node) JoinCluster(ctx context.Context, opts JoinOptions) error {
 	var lastReport time.Time
 	var last error
 	for round := 1; ; round++ {
-		targets, err := n.resolveJoin(ctx, opts.Addrs)
+		targets, err := n.peers.resolveJoin(ctx, opts.Addrs)
 		if err != nil {
 			last = err
 		}
@@ -163,7 +162,8 @@ func (n *Node) JoinCluster(ctx context.Context, opts JoinOptions) error {
 			}
 		}
 		if joinNow && len(targets) > 0 {
-			err := n.joinAny(ctx, targets)
+			b, _ := json.Marshal(forward.JoinRequest{ID: n.cfg.NodeID, RaftAddr: string(n.trans.LocalAddr()), HTTPAddr: n.cfg.HTTPAddr})
+			err := n.peers.joinAny(ctx, targets, b)
 			if err == nil {
 				n.log.Info("joined the cluster", "rounds", round)
 				if !n.adm.mayVote() {
@@ -215,44 +215,6 @@ func (n *Node) registered() bool {
 	return member && nodes[n.cfg.NodeID] == n.cfg.HTTPAddr && n.adm.mayVote()
 }
 
-// resolveJoin turns the join list into base URLs, expanding host names to
-// every address they resolve to. A name that does not resolve (yet: a pod
-// not scheduled) is skipped this round.
-func (n *Node) resolveJoin(ctx context.Context, addrs []string) ([]string, error) {
-	var out []string
-	var errs []error
-	for _, a := range addrs {
-		u, err := joinURL(a, n.cfg.HTTPScheme)
-		if err != nil {
-			return nil, &permanentError{err}
-		}
-		host, port := u.Hostname(), u.Port()
-		if net.ParseIP(host) != nil || port == "" {
-			out = append(out, u.String())
-			continue
-		}
-		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		ips, err := net.DefaultResolver.LookupHost(rctx, host)
-		cancel()
-		if err != nil {
-			errs = append(errs, fmt.Errorf("resolve %s: %w", host, err))
-			continue
-		}
-		sort.Strings(ips)
-		for _, ip := range ips {
-			v := *u
-			v.Host = net.JoinHostPort(ip, port)
-			out = append(out, v.String())
-		}
-	}
-	slices.Sort(out)
-	out = slices.Compact(out)
-	if len(out) > maxJoinAddrs {
-		out = out[:maxJoinAddrs]
-	}
-	return out, errors.Join(errs...)
-}
-
 // joinURL parses one join address: "host:port" or scheme://host:port.
 func joinURL(a, scheme string) (*url.URL, error) {
 	if !strings.Contains(a, "://") {
@@ -287,7 +249,7 @@ func (n *Node) discover(ctx context.Context, targets []string) []bootstrapInfo {
 		go func() {
 			defer wg.Done()
 			var info bootstrapInfo
-			if err := n.getJSON(ctx, t+pathBootstrap, &info); err != nil || info.ID == "" {
+			if err := n.peers.getJSON(ctx, t+pathBootstrap, &info); err != nil || info.ID == "" {
 				return
 			}
 			mu.Lock()
@@ -385,73 +347,6 @@ func (n *Node) tryBootstrap(peers []bootstrapInfo, expect int) (done bool, why e
 	n.bootIncs = incs
 	n.promoMu.Unlock()
 	return true, nil
-}
-
-// joinAny asks each target in turn to add this node; nil on the first success.
-func (n *Node) joinAny(ctx context.Context, targets []string) error {
-	b, _ := json.Marshal(joinRequest{ID: n.cfg.NodeID, RaftAddr: string(n.trans.LocalAddr()), HTTPAddr: n.cfg.HTTPAddr})
-	var errs []error
-	for _, t := range targets {
-		err := n.joinOne(ctx, t+"/v1/cluster/join", b)
-		if err == nil {
-			return nil
-		}
-		var perm *permanentError
-		if errors.As(err, &perm) || ctx.Err() != nil {
-			return err
-		}
-		errs = append(errs, err)
-	}
-	return errors.Join(errs...)
-}
-
-func (n *Node) joinOne(ctx context.Context, url string, body []byte) error {
-	ctx, cancel := context.WithTimeout(ctx, 2*n.cfg.ApplyTimeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
-	if err != nil {
-		return &permanentError{fmt.Errorf("join %s: %w", url, err)}
-	}
-	req.Header.Set("Content-Type", "application/json")
-	if n.cfg.AdminToken != "" {
-		req.Header.Set("Authorization", "Bearer "+n.cfg.AdminToken)
-	}
-	resp, err := n.cfg.HTTPClient.Do(req)
-	if err != nil {
-		return fmt.Errorf("join %s: %w", url, err)
-	}
-	data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
-	resp.Body.Close()
-	if resp.StatusCode/100 == 2 {
-		return nil
-	}
-	err = fmt.Errorf("join %s: %s: %s", url, resp.Status, strings.TrimSpace(string(data)))
-	if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusBadRequest {
-		return &permanentError{err}
-	}
-	return err
-}
-
-// getJSON GETs a node-to-node endpoint into v.
-func (n *Node) getJSON(ctx context.Context, url string, v any) error {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	if n.cfg.AdminToken != "" {
-		req.Header.Set("Authorization", "Bearer "+n.cfg.AdminToken)
-	}
-	resp, err := n.cfg.HTTPClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %s", url, resp.Status)
-	}
-	return json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(v)
 }
 
 // peerReportEvery rate-limits "still unreachable" lines about a peer.

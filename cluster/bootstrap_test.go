@@ -15,8 +15,8 @@ import (
 // it resolves to (localhost here, as a headless service name would be in
 // Kubernetes); duplicates collapse; a malformed entry is permanent.
 func TestResolveJoin(t *testing.T) {
-	n := &Node{cfg: Config{HTTPScheme: "https"}}
-	got, err := n.resolveJoin(context.Background(), []string{"localhost:8080", "127.0.0.1:8080", "http://127.0.0.2:9000/"})
+	p := peerClient{scheme: "https"}
+	got, err := p.resolveJoin(context.Background(), []string{"localhost:8080", "127.0.0.1:8080", "http://127.0.0.2:9000/"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,7 +31,7 @@ func TestResolveJoin(t *testing.T) {
 	if c := strings.Count(strings.Join(got, " "), "https://127.0.0.1:8080"); c != 1 {
 		t.Errorf("127.0.0.1:8080 listed %d times: %q", c, got)
 	}
-	_, err = n.resolveJoin(context.Background(), []string{"ftp://x:1"})
+	_, err = p.resolveJoin(context.Background(), []string{"ftp://x:1"})
 	var perm *permanentError
 	if !errors.As(err, &perm) {
 		t.Errorf("ftp:// join address: %v, want a permanent error", err)

@@ -12,6 +12,9 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
+	"github.com/limitd/limitd/cluster/forward"
+	"github.com/limitd/limitd/cluster/logstore"
+	"github.com/limitd/limitd/cluster/raftnet"
 	"github.com/limitd/limitd/fsm"
 )
 
@@ -30,7 +33,7 @@ func SetPropose(n *Node, propose func(cmd []byte, timeout time.Duration) raft.Ap
 func SetOverLimitReady(n *Node, ready func() error) { n.ol.ready.Store(&ready) }
 
 // LogStore is the Raft log and stable store a node opens.
-type LogStore = logStore
+type LogStore = logstore.Store
 
 // SetWrapLogStore makes a node opened with cfg wrap its Raft log store
 // (storage fault injection).
@@ -38,9 +41,9 @@ func SetWrapLogStore(cfg *Config, wrap func(LogStore) LogStore) { cfg.wrapLogSto
 
 // Internal endpoint paths.
 const (
-	PathCheck = pathCheck
+	PathCheck = forward.PathCheck
 	PathLease = pathLease
-	PathApply = pathApply
+	PathApply = forward.PathApply
 )
 
 // OpsSize is the bound on the entry size of ops that batching uses.
@@ -53,9 +56,7 @@ func NewStreamTransport(ln net.Listener, tc *tls.Config, localID string) interfa
 	raft.Transport
 	raft.WithClose
 } {
-	layer := &streamLayer{ln: ln, adv: ln.Addr(), tls: tc, localID: localID, logger: hclog.NewNullLogger()}
-	nt := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{Stream: layer, MaxPool: 1, Timeout: 2 * time.Second, Logger: hclog.NewNullLogger()})
-	return idTransport{nt, layer}
+	return raftnet.NewOn(ln, tc, localID, 2*time.Second, hclog.NewNullLogger())
 }
 
 // MayVote reports whether n's incarnation may vote (vote.go).

@@ -128,7 +128,7 @@ func TestInternalEndpointsBindCertificate(t *testing.T) {
 	}
 }
 
-// A Raft frame whose field claims more than MaxRaftField (here 100 MB) is
+// A Raft frame whose field claims more than raftnet.MaxField (here 100 MB) is
 // refused before it is read: the node closes the connection at once instead
 // of waiting for (and allocating) the claimed bytes.
 func TestRaftRefusesOversizedFrame(t *testing.T) {

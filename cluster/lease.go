@@ -8,16 +8,18 @@ import (
 	"net/http"
 	"sync/atomic"
 
+	"github.com/limitd/limitd/cluster/forward"
+	"github.com/limitd/limitd/cluster/raftnet"
 	"github.com/limitd/limitd/fsm"
 )
 
 // Quota leases (fsm/lease.go): a node asks the leader to grant or take back
 // leases on keys. The entries carry the leader's time, like checks: on the
-// leader they are stamped under stampMu; a follower sends the entry it built
+// leader they are stamped under clock.mu; a follower sends the entry it built
 // to the leader's /internal/v1/lease, which re-stamps it (fsm.StampLeaseCommand)
 // before proposing. The holder named in the entry is this node's id.
 
-const pathLease = "/internal/v1/lease"
+const pathLease = forward.PathLease
 
 // leaseHook passes the state machine's lease events (fsm.LeaseHook) to the
 // lease table set with SetLeaseHook; before one is set they go nowhere (a
@@ -109,7 +111,7 @@ func (n *Node) leaseCommand(ctx context.Context, cmd []byte, local func(interfac
 			return local(resp)
 		},
 		func(addr string) error {
-			body, err := n.fwd.post(ctx, addr, pathLease, "application/octet-stream", cmd)
+			body, err := n.fwd.Post(ctx, addr, pathLease, "application/octet-stream", cmd)
 			if err != nil {
 				return err
 			}
@@ -122,14 +124,14 @@ func (n *Node) leaseCommand(ctx context.Context, cmd []byte, local func(interfac
 
 // proposeLease stamps cmd with leader time and proposes it.
 func (n *Node) proposeLease(ctx context.Context, cmd []byte) (interface{}, error) {
-	n.stampMu.Lock()
-	stamped, err := fsm.StampLeaseCommand(nil, cmd, n.stampLocked())
+	n.clock.mu.Lock()
+	stamped, err := fsm.StampLeaseCommand(nil, cmd, n.clock.stampLocked())
 	if err != nil {
-		n.stampMu.Unlock()
+		n.clock.mu.Unlock()
 		return nil, err
 	}
 	f := n.propose(stamped, nil, n.cfg.ApplyTimeout)
-	n.stampMu.Unlock()
+	n.clock.mu.Unlock()
 	resp, err := n.await(ctx, f)
 	if err != nil {
 		return nil, err
@@ -142,7 +144,7 @@ func (n *Node) proposeLease(ctx context.Context, cmd []byte) (interface{}, error
 
 // handleLease runs a follower's lease command on the leader.
 func (n *Node) handleLease(w http.ResponseWriter, r *http.Request) {
-	cmd, ok := readBody(w, r, MaxCommandBytes)
+	cmd, ok := forward.ReadBody(w, r, MaxCommandBytes)
 	if !ok {
 		return
 	}
@@ -150,16 +152,16 @@ func (n *Node) handleLease(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !n.IsLeader() {
-		internalError(w, errRetry)
+		forward.WriteError(w, errRetry)
 		return
 	}
 	resp, err := n.proposeLease(r.Context(), cmd)
 	if err != nil {
 		if errorsIsBadCommand(err) {
-			writeOutcome(w, outcomeBadRequest, err.Error())
+			forward.WriteBadRequest(w, err.Error())
 			return
 		}
-		internalError(w, err)
+		forward.WriteError(w, err)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -172,7 +174,7 @@ func errorsIsBadCommand(err error) bool {
 
 // leaseHolderIsPeer admits a follower's lease command only for the node its
 // certificate names (a certificate naming no node is accepted as any, as
-// everywhere: checkPeerIdentity). Without it one member could give back
+// everywhere: forward.Server.Authenticate). Without it one member could give back
 // another's leases, which that node would go on spending: the key would admit
 // more than its limit. It writes the refusal itself: 400 bad_request for a
 // command it cannot read, 403 for another node's.
@@ -180,13 +182,13 @@ func (n *Node) leaseHolderIsPeer(w http.ResponseWriter, r *http.Request, cmd []b
 	if n.cfg.TLS == nil || r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
 		return true
 	}
-	id, named := NodeIDFromCert(r.TLS.PeerCertificates[0])
+	id, named := raftnet.NodeIDFromCert(r.TLS.PeerCertificates[0])
 	if !named {
 		return true
 	}
 	holder, err := fsm.LeaseCommandHolder(cmd)
 	if err != nil {
-		writeOutcome(w, outcomeBadRequest, err.Error())
+		forward.WriteBadRequest(w, err.Error())
 		return false
 	}
 	if holder != id {

@@ -3,6 +3,7 @@ package cluster
 import (
 	"time"
 
+	"github.com/limitd/limitd/cluster/forward"
 	"github.com/limitd/limitd/fsm"
 	"github.com/limitd/limitd/nodeapi"
 )
@@ -14,7 +15,7 @@ import (
 // ErrTooLarge before anything is proposed.
 const (
 	// MaxEntryOps bounds the ops in one check entry (and Config.BatchMaxOps).
-	MaxEntryOps = 8192
+	MaxEntryOps = forward.MaxEntryOps
 	// MaxEntryBytes bounds the encoded ops of one check entry (defined
 	// in nodeapi, where the HTTP API takes its body ceiling from).
 	MaxEntryBytes = nodeapi.MaxEntryBytes
@@ -32,22 +33,5 @@ const (
 // MaxEntryBytes and cannot be split (one atomic unit). Nothing was proposed.
 var ErrTooLarge = nodeapi.ErrTooLarge
 
-// opsSize is an upper bound on the encoded size of ops (fsm.AppendOps),
-// computed without encoding: every varint counted at its widest.
-func opsSize(ops []fsm.Op) int {
-	const varint = 10
-	const specFixed = 2 + 3*varint + 2 + varint // algo.AppendSpec without the time zone
-	n := 1 + varint
-	for i := range ops {
-		op := &ops[i]
-		n += 1 + varint + len(op.RequestID) + varint
-		for j := range op.Checks {
-			c := &op.Checks[j]
-			n += 1 + varint + len(c.Key) + varint + len(c.Policy) + varint
-			if c.Spec != nil {
-				n += varint + specFixed + len(c.Spec.Timezone)
-			}
-		}
-	}
-	return n
-}
+// opsSize is forward.OpsSize: an upper bound on the encoded size of ops.
+func opsSize(ops []fsm.Op) int { return forward.OpsSize(ops) }

@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/limitd/limitd/fsm"
 	"github.com/limitd/limitd/nodeapi"
 )
 
@@ -117,15 +118,15 @@ func (m *metrics) forwardFailed(err error) {
 	m.fwdErrors.WithLabelValues(reason).Inc()
 }
 
-// flushFSM commits the state machine's pending applies, timing commits that
-// had something to write.
-func (n *Node) flushFSM() error {
-	if n.fsm.Pending() == 0 {
+// flushFSM commits the state machine's pending applies, timing (took)
+// commits that had something to write.
+func flushFSM(f *fsm.FSM, took prometheus.Observer) error {
+	if f.Pending() == 0 {
 		return nil
 	}
 	start := time.Now()
-	err := n.fsm.Flush()
-	n.metrics.flushSeconds.Observe(time.Since(start).Seconds())
+	err := f.Flush()
+	took.Observe(time.Since(start).Seconds())
 	return err
 }
 
@@ -368,7 +369,7 @@ func (n *Node) Collectors() []prometheus.Collector {
 				Help: "Forwarded check requests this follower answered from its own log, before the leader's answer arrived."},
 				func() float64 { return float64(a.answered.Load()) }))
 	}
-	cs = append(cs, n.overLimitCollectors()...)
+	cs = append(cs, n.ol.collectors()...)
 	cs = append(cs, n.budgetCollectors()...) // budget_metrics.go
 	return append(cs, globalRaftSink.all...)
 }

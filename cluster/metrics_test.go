@@ -21,7 +21,7 @@ func TestForwardFailedReasons(t *testing.T) {
 		{errRetry, fwdRetry},
 		{fmt.Errorf("%w: forward to leader x: EOF", ErrOutcomeUnknown), fwdOutcomeUnknown},
 		{fmt.Errorf("%w: leader x: too big", ErrTooLarge), fwdTooLarge},
-		{&unavailableError{errors.New("the leader refused this node's credentials")}, fwdUnauthenticated},
+		{&unavailableError{Cause: errors.New("the leader refused this node's credentials")}, fwdUnauthenticated},
 		{errors.New("leader x answered 500"), fwdOther},
 	} {
 		before := testutil.ToFloat64(m.fwdErrors.WithLabelValues(c.reason))

@@ -22,7 +22,11 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/limitd/limitd/cluster/forward"
+	"github.com/limitd/limitd/cluster/logstore"
+	"github.com/limitd/limitd/cluster/raftnet"
 	"github.com/limitd/limitd/fsm"
 	"github.com/limitd/limitd/nodeapi"
 )
@@ -119,7 +123,7 @@ type Config struct {
 	Transport raft.Transport
 
 	// wrapLogStore lets tests inject storage faults into the Raft log store.
-	wrapLogStore func(logStore) logStore
+	wrapLogStore func(logstore.Store) logstore.Store
 
 	// Logger receives the node's log, Raft's included (hashicorp/raft's hclog
 	// output is routed into it, with events of normal operation lowered to
@@ -128,6 +132,12 @@ type Config struct {
 	LogOutput io.Writer // without Logger: default os.Stderr
 	LogLevel  string    // without Logger: debug, info, warn (default) or error
 }
+
+// Log store kinds (Config.LogStore).
+const (
+	LogStoreWAL    = logstore.WAL
+	LogStoreBoltDB = logstore.BoltDB
+)
 
 // Defaults of Config, the single source for limitd serve's flag defaults too
 // (DefaultBatchMaxOps is with the entry bounds in limits.go).
@@ -243,7 +253,7 @@ type Node struct {
 	cfg    Config
 	fsm    *fsm.FSM
 	raft   *raft.Raft
-	logs   logStore
+	logs   logstore.Store
 	trans  raft.Transport
 	logger hclog.Logger // Raft's, into log
 	log    *slog.Logger // the node's own events
@@ -252,11 +262,12 @@ type Node struct {
 	// failures after a proposal (set before the first Check).
 	propose       func(cmd, ext []byte, timeout time.Duration) raft.ApplyFuture
 	leaderBatch   *batcher // on the leader: ops → one CmdCheck entry
-	forwardBatch  *batcher // on a follower whose leader has no check stream: ops → one forwarded HTTP request
-	fwd           *forwarder
-	stampMu       sync.Mutex
-	leaseHook     leaseHook // lease.go
-	lastStamp     int64
+	forwardBatch  *batcher // on a follower, the check stream's overflow path: ops → one forwarded HTTP request
+	fwd           *forward.Forwarder
+	fwdSrv        *forward.Server
+	peers         peerClient  // asks other nodes (peers.go)
+	clock         leaderClock // the leader time of new entries
+	leaseHook     leaseHook   // lease.go
 	metrics       *metrics
 	fatal         atomic.Pointer[error]
 	halted        chan struct{} // closed when the state machine stops applying
@@ -271,15 +282,15 @@ type Node struct {
 	recoveredFrom bool
 	hadState      bool // Raft state existed when the node opened
 	disc          discovery
-	ol            overLimit // over-limit cache (overlimit.go)
+	ol            *overLimit // over-limit cache (overlimit.go)
 
 	// Incarnation and votes (vote.go, admit.go).
 	adm       *admission
-	gate      *voteGate
+	gate      *raftnet.VoteGate
 	promoMu   sync.Mutex
 	promoting map[string]bool   // members the leader is catching up
 	bootIncs  map[string]string // peers' incarnations to record after a --bootstrap-expect bootstrap
-	guarded   *guardedLogStore
+	guarded   *logstore.Guarded
 	ahead     *ahead    // nil with NoApplyAhead
 	openedAt  time.Time // quorum.go: the fast-fail clock before any leader contact
 }
@@ -302,7 +313,7 @@ func Open(cfg Config, bootstrap bool) (*Node, error) {
 	n.logger = newHCLog(cfg.Logger, "raft")
 	n.log = cfg.Logger.With("component", "cluster")
 	n.metrics = newMetrics(n)
-	n.initOverLimit()
+	n.ol = newOverLimit(cfg.OverLimitEntries)
 
 	// The incarnation is created before any Raft state (vote.go).
 	inc, created, err := loadIncarnation(cfg.DataDir)
@@ -313,7 +324,7 @@ func Open(cfg Config, bootstrap bool) (*Node, error) {
 		recorded: func() string { return n.fsm.Nodes()[incarnationKey(cfg.NodeID)] }}
 	n.adm.admitted.Store(inc.Admitted)
 	if created && inc.Admitted {
-		n.log.Info("data directory predates incarnations: it keeps its vote", "incarnation", inc.ID)
+		n.log.Info("data directory restored from a backup: it keeps its vote", "incarnation", inc.ID)
 	}
 
 	f, err := fsm.Open(filepath.Join(cfg.DataDir, "fsm.db"), fsm.Options{
@@ -326,6 +337,7 @@ func Open(cfg Config, bootstrap bool) (*Node, error) {
 		return nil, err
 	}
 	n.fsm = f
+	n.clock.applied = f.LastTime
 	n.recoveredFrom = f.Recovered()
 
 	if err := n.openRaft(bootstrap); err != nil {
@@ -336,21 +348,35 @@ func Open(cfg Config, bootstrap bool) (*Node, error) {
 		return n.raft.ApplyLog(raft.Log{Data: cmd, Extensions: ext}, timeout)
 	}
 	n.leaderBatch = newBatcher(cfg.BatchMaxOps, cfg.BatchInflight, cfg.BatchMaxWait, n.proposeChecks, n.metrics.observeBatch)
-	n.fwd = newForwarder(n)
-	n.forwardBatch = newBatcher(cfg.BatchMaxOps, cfg.BatchInflight, cfg.BatchMaxWait, n.fwd.checks, n.metrics.observeForward)
+	n.fwd = forward.New(forward.Config{
+		Self: cfg.NodeID, Leader: n.leaderHTTP, Client: cfg.HTTPClient, Scheme: cfg.HTTPScheme,
+		Token: cfg.AdminToken, Timeout: cfg.ApplyTimeout, MaxOps: cfg.BatchMaxOps, Log: n.log, Closing: n.closing,
+		Overflow: func(ctx context.Context, ops []fsm.Op) ([]fsm.Result, error) { return n.forwardBatch.do(ctx, ops) },
+		Failed:   n.metrics.forwardFailed,
+		Waited:   func(d time.Duration) { n.metrics.stageWait.Observe(d.Seconds()) },
+		Sent:     func(d time.Duration) { n.metrics.stageFwd.Observe(d.Seconds()) },
+		Framed:   n.metrics.observeForward,
+	})
+	n.peers = peerClient{client: cfg.HTTPClient, scheme: cfg.HTTPScheme, token: cfg.AdminToken, timeout: cfg.ApplyTimeout, closing: n.closing}
+	n.fwdSrv = forward.NewServer(forward.ServerConfig{TLS: cfg.TLS != nil, Token: cfg.AdminToken, Timeout: cfg.ApplyTimeout,
+		Log: n.log, Closing: n.closing, MaxCommandBytes: MaxCommandBytes}, leaderSide{n})
+	n.forwardBatch = newBatcher(cfg.BatchMaxOps, cfg.BatchInflight, cfg.BatchMaxWait, n.fwd.Checks, n.metrics.observeForward)
 	n.metrics.timeBatchers(n.leaderBatch, n.forwardBatch)
 
 	n.wg.Add(4)
 	go n.leaderLoop()
-	go n.flushLoop()
-	n.startOverLimit()
+	go func() { defer n.wg.Done(); flushLoop(n.fsm, n.cfg.FSMFlushInterval, n.closing, n.metrics.flushSeconds) }()
+	// Counted in n.wg on its own, so that Open's count of its goroutines
+	// does not depend on it.
+	n.wg.Add(1)
+	go func() { defer n.wg.Done(); n.ol.run(n.closing, n.Ready) }()
 	go func() {
 		defer n.wg.Done()
 		n.metrics.watchHeartbeats(n.raft, n.closing)
 	}()
 	go n.watchPeers()
 	n.wg.Add(2)
-	go n.watchLogEnd(n.guarded)
+	go func() { defer n.wg.Done(); n.guarded.WatchEnd(n.closing) }()
 	go n.watchAdmission()
 	if n.ahead != nil {
 		n.wg.Add(1)
@@ -362,19 +388,19 @@ func Open(cfg Config, bootstrap bool) (*Node, error) {
 	return n, nil
 }
 
-// flushLoop commits the state machine's shared transaction on a timer, so
-// the file and snapshots stay close behind the applied index when traffic
-// is light. A failed commit stops the node through OnFatal.
-func (n *Node) flushLoop() {
-	defer n.wg.Done()
-	t := time.NewTicker(n.cfg.FSMFlushInterval)
+// flushLoop commits the state machine's shared transaction every interval
+// until closing, so the file and snapshots stay close behind the applied
+// index when traffic is light. A failed commit stops the node through
+// OnFatal.
+func flushLoop(f *fsm.FSM, every time.Duration, closing <-chan struct{}, took prometheus.Observer) {
+	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {
-		case <-n.closing:
+		case <-closing:
 			return
 		case <-t.C:
-			if err := n.flushFSM(); err != nil {
+			if err := flushFSM(f, took); err != nil {
 				return
 			}
 		}
@@ -405,14 +431,14 @@ func (n *Node) openRaft(bootstrap bool) error {
 		return fmt.Errorf("raft config: %w", err)
 	}
 
-	logs, logPath, err := openLogStore(cfg, n.logger)
+	logs, logPath, err := logstore.Open(cfg.DataDir, cfg.LogStore, n.logger)
 	if err != nil {
 		return err
 	}
 	if cfg.wrapLogStore != nil {
 		logs = cfg.wrapLogStore(logs)
 	}
-	guarded := &guardedLogStore{logStore: logs, failed: n.logStoreFailed, applied: n.fsm.AppliedIndex, diverged: n.historyDiverged}
+	guarded := &logstore.Guarded{Store: logs, Failed: n.logStoreFailed, Applied: n.fsm.AppliedIndex, Diverged: n.historyDiverged}
 	logs = guarded
 	n.guarded = guarded
 	n.logs = logs
@@ -424,10 +450,10 @@ func (n *Node) openRaft(bootstrap bool) error {
 		return fmt.Errorf("raft log cache: %w", err)
 	}
 	if !cfg.NoApplyAhead {
-		n.ahead = newAhead(raft.ServerID(cfg.NodeID), cached, n.fsm, func(t unitTag, res []fsm.Result) bool {
-			return n.fwd.stream.early(t, res)
+		n.ahead = newAhead(raft.ServerID(cfg.NodeID), cached, n.fsm, func(t forward.Tag, res []fsm.Result) bool {
+			return n.fwd.Early(t, res)
 		})
-		guarded.stored = n.ahead.stored // a no-op until raft is set below
+		guarded.Stored = n.ahead.stored // a no-op until raft is set below
 	}
 	snapDir := filepath.Join(cfg.DataDir, "snapshots")
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, 2, n.logger)
@@ -438,41 +464,41 @@ func (n *Node) openRaft(bootstrap bool) error {
 
 	trans := cfg.Transport
 	if trans == nil {
-		t, err := newRaftTransport(cfg, n.logger)
+		t, err := raftnet.Listen(raftnet.Config{NodeID: cfg.NodeID, Addr: cfg.RaftAddr, Bind: cfg.RaftBind, TLS: cfg.TLS}, n.logger)
 		if err != nil {
 			logs.Close()
 			return err
 		}
 		trans = t
 	}
-	n.gate = newVoteGate(trans, n.adm, cfg.NoPipeline)
+	n.gate = raftnet.NewVoteGate(trans, cfg.NodeID, n.adm.mayVote, n.adm.refusingVotes, cfg.NoPipeline)
 	trans = n.gate
 	n.trans = trans
 
 	existing, err := raft.HasExistingState(cached, logs, snaps)
 	if err != nil {
-		n.closeTransport()
+		closeTransport(n.gate, n.cfg.Transport != nil)
 		logs.Close()
 		return fmt.Errorf("inspect raft state in %s: %w", cfg.DataDir, err)
 	}
-	if err := errors.Join(checkLogEnd(logs, logPath), checkLogReadable(logs, logPath)); err != nil { // damage.go
-		n.closeTransport()
+	if err := errors.Join(logstore.CheckEnd(logs, logPath), logstore.CheckReadable(logs, logPath)); err != nil {
+		closeTransport(n.gate, n.cfg.Transport != nil)
 		logs.Close()
 		return err
 	}
 	if err := n.adm.admitFromLog(logs, fsm.EncodeSetNode(incarnationKey(cfg.NodeID), n.adm.id)); err != nil {
-		n.closeTransport()
+		closeTransport(n.gate, n.cfg.Transport != nil)
 		logs.Close()
 		return fmt.Errorf("raft log %s: %w", logPath, err)
 	}
-	if err := checkLogCoversState(n.fsm.AppliedIndex(), logs, snaps); err != nil {
-		n.closeTransport()
+	if err := logstore.CoversState(n.fsm.AppliedIndex(), logs, snaps); err != nil {
+		closeTransport(n.gate, n.cfg.Transport != nil)
 		logs.Close()
 		return fmt.Errorf("raft log %s: %w", logPath, err)
 	}
 	r, err := raft.NewRaft(rc, restoreGuard{n.fsm, n.historyDiverged}, cached, logs, snaps, trans)
 	if err != nil {
-		n.closeTransport()
+		closeTransport(n.gate, n.cfg.Transport != nil)
 		logs.Close()
 		return fmt.Errorf("start raft in %s: %w", cfg.DataDir, err)
 	}
@@ -487,7 +513,7 @@ func (n *Node) openRaft(bootstrap bool) error {
 		}}}
 		if err := r.BootstrapCluster(conf).Error(); err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
 			r.Shutdown()
-			n.closeTransport()
+			closeTransport(n.gate, n.cfg.Transport != nil)
 			logs.Close()
 			return fmt.Errorf("bootstrap cluster: %w", err)
 		}
@@ -496,15 +522,16 @@ func (n *Node) openRaft(bootstrap bool) error {
 	return nil
 }
 
-func (n *Node) closeTransport() {
-	if n.cfg.Transport != nil {
-		if n.gate != nil {
-			n.gate.halt()
-		}
-		return // the caller owns a transport it passed in
-	}
-	if c, ok := n.trans.(io.Closer); ok {
-		c.Close()
+// closeTransport closes the Raft transport through its vote gate g (nil:
+// none yet), or, for a transport the caller passed in (Config.Transport),
+// only stops the gate: the caller owns it.
+func closeTransport(g *raftnet.VoteGate, passedIn bool) {
+	switch {
+	case g == nil:
+	case passedIn:
+		g.Halt()
+	default:
+		g.Close()
 	}
 }
 
@@ -566,7 +593,7 @@ func (n *Node) fail(err error, stopRaft bool) {
 		return
 	}
 	n.haltOnce.Do(func() { close(n.halted) })
-	n.disableOverLimit()
+	n.ol.disable()
 	n.log.Error("this node stopped serving; fix the cause and restart it", "error", err)
 	switch {
 	case n.raft == nil:
@@ -627,10 +654,10 @@ func (n *Node) Removed() <-chan struct{} { return n.removed }
 // cause) when this node cannot serve checks at all.
 func (n *Node) unavailable() error {
 	if p := n.fatal.Load(); p != nil {
-		return &unavailableError{*p}
+		return &unavailableError{Cause: *p}
 	}
 	if n.removedFlag.Load() {
-		return &unavailableError{errRemoved}
+		return &unavailableError{Cause: errRemoved}
 	}
 	return nil
 }
@@ -728,7 +755,7 @@ func (n *Node) leaderLoop() {
 				continue
 			}
 			next, ok := n.fsm.NextExpiry()
-			if now := n.stamp(); ok && next <= now {
+			if now := n.clock.stamp(); ok && next <= now {
 				f := n.raft.Apply(fsm.EncodeExpire(now, n.cfg.ExpireMax), n.cfg.ApplyTimeout)
 				if _, err := n.await(context.Background(), f); err != nil {
 					n.log.Debug("expire sweep", "error", err)
@@ -738,24 +765,32 @@ func (n *Node) leaderLoop() {
 	}
 }
 
-// stamp returns the leader time for a new entry: wall clock, but never
-// behind a time this node stamped or the state machine has applied, so time
-// in the log never goes backwards (the state machine clamps as well).
-func (n *Node) stamp() int64 {
-	n.stampMu.Lock()
-	defer n.stampMu.Unlock()
-	return n.stampLocked()
+// leaderClock stamps new entries with leader time: wall clock, but never
+// behind a time this node stamped or the state machine has applied
+// (applied: its last leader time), so time in the log never goes backwards
+// (the state machine clamps as well). An entry encoded under mu with
+// stampLocked enters the log in stamp order.
+type leaderClock struct {
+	mu      sync.Mutex
+	last    int64
+	applied func() int64
 }
 
-func (n *Node) stampLocked() int64 {
+func (c *leaderClock) stamp() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stampLocked()
+}
+
+func (c *leaderClock) stampLocked() int64 {
 	now := time.Now().UnixNano()
-	if t := n.fsm.LastTime(); t > now {
+	if t := c.applied(); t > now {
 		now = t
 	}
-	if n.lastStamp > now {
-		now = n.lastStamp
+	if c.last > now {
+		now = c.last
 	}
-	n.lastStamp = now
+	c.last = now
 	return now
 }
 
@@ -783,7 +818,7 @@ func (n *Node) Close() error {
 		if err := n.shutdownRaft(); err != nil {
 			errs = append(errs, err)
 		}
-		n.closeTransport()
+		closeTransport(n.gate, n.cfg.Transport != nil)
 		if err := n.logs.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("close raft log: %w", err))
 		}

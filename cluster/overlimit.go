@@ -23,76 +23,72 @@ import (
 // Raft's heartbeat timeout): Ready cannot see what it was not sent.
 const overLimitRefresh = 50 * time.Millisecond
 
-// overLimit is the node's over-limit cache and whether it may answer.
+// overLimit is the node's over-limit cache and whether it may answer: a
+// runtime of its own that needs only the node's readiness (run) and the
+// state machine's leader time (refused).
 type overLimit struct {
 	cache  *overlimit.Cache // nil: disabled (Config.OverLimitEntries 0)
 	usable atomic.Bool
-	// ready replaces Node.Ready in overLimitLoop when set (tests).
+	// ready replaces Node.Ready in run when set (tests).
 	ready atomic.Pointer[func() error]
 }
 
-// initOverLimit builds the cache from the configuration (before the state
-// machine opens, which takes it in its Options).
-func (n *Node) initOverLimit() {
-	if n.cfg.OverLimitEntries > 0 {
-		n.ol.cache = overlimit.New(overlimit.Options{MaxEntries: n.cfg.OverLimitEntries})
+// newOverLimit builds the cache of up to entries entries (0: disabled),
+// before the state machine opens, which takes it in its Options.
+func newOverLimit(entries int) *overLimit {
+	o := &overLimit{}
+	if entries > 0 {
+		o.cache = overlimit.New(overlimit.Options{MaxEntries: entries})
 	}
+	return o
 }
 
 // OverLimitCache is the node's over-limit cache, or nil when disabled.
 func (n *Node) OverLimitCache() *overlimit.Cache { return n.ol.cache }
 
-// startOverLimit starts overLimitLoop (counted in n.wg on its own, so that
-// Open's count of its goroutines does not depend on it).
-func (n *Node) startOverLimit() {
-	n.wg.Add(1)
-	go n.overLimitLoop()
-}
-
-// overLimitLoop keeps the cache usable only while the node is Ready (a
-// member, a leader known, the state machine caught up): a node cut off from
-// the leader stops receiving the resets, policy changes and restores that
-// invalidate entries, and an entry may last a whole window. On every
-// transition to unusable the cache is cleared, so that stale entries cannot
-// come back when the node rejoins.
-func (n *Node) overLimitLoop() {
-	defer n.wg.Done()
-	if n.ol.cache == nil {
+// run keeps the cache usable only while the node is ready (nodeReady: a
+// member, a leader known, the state machine caught up), until closing: a
+// node cut off from the leader stops receiving the resets, policy changes
+// and restores that invalidate entries, and an entry may last a whole
+// window. On every transition to unusable the cache is cleared, so that
+// stale entries cannot come back when the node rejoins.
+func (o *overLimit) run(closing <-chan struct{}, nodeReady func() error) {
+	if o.cache == nil {
 		return
 	}
 	t := time.NewTicker(overLimitRefresh)
 	defer t.Stop()
 	for {
-		n.refreshOverLimit()
+		o.refresh(nodeReady)
 		select {
-		case <-n.closing:
-			n.disableOverLimit()
+		case <-closing:
+			o.disable()
 			return
 		case <-t.C:
 		}
 	}
 }
 
-func (n *Node) refreshOverLimit() {
-	ready := n.Ready
-	if f := n.ol.ready.Load(); f != nil {
+func (o *overLimit) refresh(nodeReady func() error) {
+	ready := nodeReady
+	if f := o.ready.Load(); f != nil {
 		ready = *f
 	}
 	if ready() == nil {
-		n.ol.usable.Store(true)
+		o.usable.Store(true)
 		return
 	}
-	n.disableOverLimit()
+	o.disable()
 }
 
-// disableOverLimit stops answering from the cache and empties it (loss of
+// disable stops answering from the cache and empties it (loss of
 // readiness or membership, removal, a fatal error, close).
-func (n *Node) disableOverLimit() {
-	if n.ol.cache == nil {
+func (o *overLimit) disable() {
+	if o.cache == nil {
 		return
 	}
-	if n.ol.usable.Swap(false) || n.ol.cache.Stats().Entries > 0 {
-		n.ol.cache.Clear()
+	if o.usable.Swap(false) || o.cache.Stats().Entries > 0 {
+		o.cache.Clear()
 	}
 }
 
@@ -101,26 +97,27 @@ func (n *Node) disableOverLimit() {
 // with RetryAfter counted from now = max(local clock, the state machine's
 // last leader time): entries expire in leader time, and a node whose clock
 // is behind the leader's would otherwise serve them past their end. It
-// reports a miss when the cache is disabled or overLimitLoop last found the
-// node not Ready (entries the state machine adds meanwhile, as a lagging
+// reports a miss when the cache is disabled or the cache's loop last found
+// the node not Ready (entries the state machine adds meanwhile, as a lagging
 // node applies, are not served). It never answers "allowed"; a miss is decided through
 // the log as before.
 func (n *Node) Refused(id overlimit.LimitID, key string, cost int64) (algo.Decision, bool) {
-	if n.ol.cache == nil || !n.ol.usable.Load() {
+	o := n.ol
+	if o.cache == nil || !o.usable.Load() {
 		return algo.Decision{}, false
 	}
 	now := time.Now().UnixNano()
 	if last := n.fsm.LastTime(); last > now {
 		now = last
 	}
-	return n.ol.cache.LookupString(id, key, cost, now)
+	return o.cache.LookupString(id, key, cost, now)
 }
 
-// overLimitCollectors is the cache's metrics (hits by policy, size,
-// evictions, contradictions), when it is enabled.
-func (n *Node) overLimitCollectors() []prometheus.Collector {
-	if n.ol.cache == nil {
+// collectors is the cache's metrics (hits by policy, size, evictions,
+// contradictions), when it is enabled.
+func (o *overLimit) collectors() []prometheus.Collector {
+	if o.cache == nil {
 		return nil
 	}
-	return []prometheus.Collector{n.ol.cache}
+	return []prometheus.Collector{o.cache}
 }

@@ -8,18 +8,14 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/limitd/limitd/cluster/forward"
 	"github.com/limitd/limitd/fsm"
 )
-
-// errRetry marks a failure that happened before anything was proposed (this
-// node is not the leader, or the leader's address is not known yet): the
-// caller may try again, with the new leader, without any risk of double counting.
-var errRetry = errors.New("not proposed: retry with the current leader")
 
 var errShortResponse = errors.New("state machine returned the wrong number of results")
 
 // Check decides ops through the Raft leader. On the leader they join the
-// group-commit batcher; on a follower they are forwarded to the leader (forward.go). It retries internally while no leader is known or leadership moves
+// group-commit batcher; on a follower they are forwarded to the leader (package forward). It retries internally while no leader is known or leadership moves
 // before anything was proposed, until ctx ends (ErrNoLeader). If a proposal
 // was made but its fate is unknown, it returns ErrOutcomeUnknown.
 func (n *Node) Check(ctx context.Context, ops []fsm.Op) ([]fsm.Result, error) {
@@ -32,7 +28,7 @@ func (n *Node) Check(ctx context.Context, ops []fsm.Op) ([]fsm.Result, error) {
 	var res []fsm.Result
 	err := n.onLeader(ctx,
 		func() (err error) { res, err = n.leaderBatch.do(ctx, ops); return err },
-		func(string) (err error) { res, err = n.fwd.check(ctx, ops); return err })
+		func(string) (err error) { res, err = n.fwd.Check(ctx, ops); return err })
 	return res, err
 }
 
@@ -83,15 +79,15 @@ func (n *Node) pause(ctx context.Context) error {
 func (n *Node) proposeChecks(ops []fsm.Op, ext []byte, encoded func()) ([]fsm.Result, error) {
 	// Stamping and enqueueing under one lock keeps leader time monotonic in
 	// log order even with several batches in flight.
-	n.stampMu.Lock()
+	n.clock.mu.Lock()
 	var bounds fsm.Bounds
 	if n.cfg.CheckBounds != nil {
 		bounds = n.cfg.CheckBounds()
 	}
-	cmd := fsm.EncodeCheckBounded(nil, n.stampLocked(), int64(n.cfg.RequestIDRetention), bounds, ops)
+	cmd := fsm.EncodeCheckBounded(nil, n.clock.stampLocked(), int64(n.cfg.RequestIDRetention), bounds, ops)
 	encoded()
 	f := n.propose(cmd, ext, n.cfg.ApplyTimeout)
-	n.stampMu.Unlock()
+	n.clock.mu.Unlock()
 	resp, err := n.await(context.Background(), f)
 	if err != nil {
 		return nil, err
@@ -154,7 +150,7 @@ func (n *Node) Apply(ctx context.Context, cmd []byte) (interface{}, error) {
 	var resp interface{}
 	err := n.onLeader(ctx,
 		func() (err error) { resp, err = n.await(ctx, n.raft.Apply(cmd, n.cfg.ApplyTimeout)); return err },
-		func(addr string) (err error) { resp, err = n.fwd.apply(ctx, addr, cmd); return err })
+		func(addr string) (err error) { resp, err = n.fwd.Apply(ctx, addr, cmd); return err })
 	return resp, err
 }
 
@@ -167,12 +163,12 @@ func (n *Node) Join(ctx context.Context, id, raftAddr, httpAddr string) error {
 	return n.onLeader(ctx,
 		func() error { return n.joinLocal(id, raftAddr, httpAddr) },
 		func(addr string) error {
-			return n.fwd.json(ctx, addr, pathJoin, joinRequest{ID: id, RaftAddr: raftAddr, HTTPAddr: httpAddr})
+			return n.fwd.PostJSON(ctx, addr, forward.PathJoin, forward.JoinRequest{ID: id, RaftAddr: raftAddr, HTTPAddr: httpAddr})
 		})
 }
 
 func (n *Node) joinLocal(id, raftAddr, httpAddr string) error {
-	if e := n.addressTaken(id, raftAddr); e != nil { // peerid.go
+	if e := n.addressTaken(id, raftAddr); e != nil { // members.go
 		return e
 	}
 	handled, inc, err := n.admitJoin(id, raftAddr, httpAddr) // admit.go: a wiped member rejoins as a non-voter
@@ -198,7 +194,9 @@ func (n *Node) joinLocal(id, raftAddr, httpAddr string) error {
 func (n *Node) Remove(ctx context.Context, id string) error {
 	return n.onLeader(ctx,
 		func() error { return n.removeLocal(id) },
-		func(addr string) error { return n.fwd.json(ctx, addr, pathRemove, joinRequest{ID: id}) })
+		func(addr string) error {
+			return n.fwd.PostJSON(ctx, addr, forward.PathRemove, forward.JoinRequest{ID: id})
+		})
 }
 
 func (n *Node) removeLocal(id string) error {

@@ -39,7 +39,8 @@ func (n *Node) shutdownRaft() error {
 	err, ok := wait()
 	if !ok {
 		n.log.Warn("raft shutdown is taking too long: closing its transport", "waited", n.cfg.ShutdownTimeout)
-		n.forceCloseTransport()
+		// Even a transport the caller passed in: it is unusable once Raft is gone.
+		closeTransport(n.gate, false)
 		err, ok = wait()
 	}
 	if !ok {
@@ -50,14 +51,6 @@ func (n *Node) shutdownRaft() error {
 		return fmt.Errorf("raft shutdown: %w", err)
 	}
 	return nil
-}
-
-// forceCloseTransport closes the transport, even one the caller passed in
-// (it is unusable once Raft is gone).
-func (n *Node) forceCloseTransport() {
-	if n.gate != nil {
-		n.gate.Close()
-	}
 }
 
 // raftStacks returns the stacks of the goroutines inside hashicorp/raft, for

@@ -19,15 +19,6 @@ var (
 	ErrUnavailable    = nodeapi.ErrUnavailable
 )
 
-// unavailableError carries the cause of an ErrUnavailable.
-type unavailableError struct{ cause error }
-
-func (e *unavailableError) Error() string { return "node unavailable: " + e.cause.Error() }
-func (e *unavailableError) Unwrap() error { return e.cause }
-func (e *unavailableError) Is(target error) bool {
-	return target == ErrUnavailable || target == ErrNoLeader
-}
-
 // Status and Member are the views of GET /v1/cluster (nodeapi).
 type (
 	Status = nodeapi.Status

@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -17,6 +16,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/limitd/limitd/cluster/logstore"
 )
 
 // No vote without a past: a wiped voter must not vote in a leader that lacks committed entries.
@@ -29,9 +30,11 @@ import (
 // directory an incarnation: a random id written when the directory is created,
 // before any Raft state. A node that has not been admitted in its current
 // incarnation neither grants nor asks for votes or pre-votes (voteGate
-// below). It is admitted when:
+// below; the gate itself is raftnet.VoteGate). It is admitted when:
 //
-//   - its directory predates incarnations (it has Raft state and no file);
+//   - its directory was restored from a backup (backup.Restore writes Raft
+//     state and no incarnation file: the restored node is the cluster's
+//     only voter, its past is the backup's, and it must elect itself);
 //   - it bootstrapped the cluster, alone or with its --bootstrap-expect peers
 //     (all of them had no state: there is no past to lose);
 //   - a leader recorded its incarnation in the replicated node table
@@ -59,8 +62,9 @@ type incarnation struct {
 func incarnationKey(nodeID string) string { return "incarnation/" + nodeID }
 
 // loadIncarnation reads the data directory's incarnation, creating it (not
-// admitted) for a new directory, or (admitted) for a directory with Raft state
-// from before incarnations existed. It runs before any Raft state is created.
+// admitted) for a new directory, or (admitted) for a directory restored from
+// a backup: the only one with Raft state and no file, since Open writes the
+// file before any Raft state. It runs before any Raft state is created.
 func loadIncarnation(dir string) (incarnation, bool, error) {
 	path := filepath.Join(dir, incarnationFile)
 	b, err := os.ReadFile(path)
@@ -78,8 +82,8 @@ func loadIncarnation(dir string) (incarnation, bool, error) {
 	if _, err := rand.Read(r[:]); err != nil {
 		return incarnation{}, false, fmt.Errorf("new incarnation: %w", err)
 	}
-	legacy := exists(filepath.Join(dir, walDirName)) || exists(filepath.Join(dir, boltFileName))
-	inc := incarnation{ID: hex.EncodeToString(r[:]), Admitted: legacy}
+	restored := logstore.HasLog(dir)
+	inc := incarnation{ID: hex.EncodeToString(r[:]), Admitted: restored}
 	if err := writeIncarnation(dir, inc); err != nil {
 		return inc, false, err
 	}
@@ -134,6 +138,8 @@ type admission struct {
 	// recorded returns the incarnation the replicated node table holds for
 	// this node ("" if none).
 	recorded func() string
+	// lastRefusal: unix nanos of the last "refusing to vote" line.
+	lastRefusal atomic.Int64
 }
 
 // mayVote reports whether this incarnation may grant or ask for votes: it
@@ -166,171 +172,19 @@ func (a *admission) admit(why string) {
 	a.log.Info("this node may vote now", "incarnation", inc.ID, "reason", why)
 }
 
-// errNoPast is what an unadmitted node answers its own Raft when Raft wants
-// to ask for votes: it must not lead a cluster whose history it lacks.
-var errNoPast = errors.New("this node's data directory is new and not yet admitted by a leader: it does not ask for votes")
+// refusingVotes logs, at most once every voteReportEvery (the vote gate
+// calls it on each refusal), that this node refuses to vote.
+func (a *admission) refusingVotes() {
+	now := time.Now().UnixNano()
+	if last := a.lastRefusal.Load(); now-last < int64(voteReportEvery) || !a.lastRefusal.CompareAndSwap(last, now) {
+		return
+	}
+	a.log.Warn("refusing to vote: this node's data directory is new (incarnation not yet admitted by a leader); it votes once a leader has given it the whole history",
+		"incarnation", a.id)
+}
 
 // voteReportEvery rate-limits the "refusing votes" line.
 const voteReportEvery = 10 * time.Second
-
-// voteGate wraps the Raft transport of a node: while the node is not
-// admitted it answers every incoming RequestVote and RequestPreVote with
-// Granted=false itself (Raft never sees them) and fails its outgoing ones.
-// Everything else passes through. On limitd's own transport the refusal is
-// written on the connection by the guard that reads it (raftguard.go,
-// answerVote), and Raft reads the transport's RPC channel directly: no RPC
-// takes an extra goroutine hop. On a transport passed in (tests' in-memory
-// one) a goroutine filters the channel. It also turns off pipelining when
-// asked (noPipeline; see DESIGN.md, bounded shutdown).
-type voteGate struct {
-	raft.Transport
-	adm        *admission
-	layer      *streamLayer  // limitd's transport: votes refused in its stream
-	out        chan raft.RPC // otherwise: the filtered channel
-	stop       chan struct{}
-	stopOnce   sync.Once
-	noPipeline bool
-	last       atomic.Int64 // unix nanos of the last "refusing" line
-	pipes      pipelines    // pipeline.go
-	pipeBound  time.Duration
-}
-
-func newVoteGate(t raft.Transport, adm *admission, noPipeline bool) *voteGate {
-	g := &voteGate{Transport: t, adm: adm, stop: make(chan struct{}), noPipeline: noPipeline, pipeBound: pipelineSendBound}
-	if it, ok := t.(idTransport); ok && it.layer != nil {
-		g.layer = it.layer
-		g.layer.votes.Store(g)
-		return g
-	}
-	g.out = make(chan raft.RPC)
-	go g.run(t.Consumer())
-	return g
-}
-
-// Consumer is the RPC stream Raft reads, without refused votes.
-func (g *voteGate) Consumer() <-chan raft.RPC {
-	if g.layer != nil {
-		return g.Transport.Consumer()
-	}
-	return g.out
-}
-
-func (g *voteGate) run(in <-chan raft.RPC) {
-	for {
-		var rpc raft.RPC
-		select {
-		case rpc = <-in:
-		case <-g.stop:
-			return
-		}
-		if resp := g.refusal(rpc.Command); resp != nil {
-			rpc.Respond(resp, nil)
-			continue
-		}
-		select {
-		case g.out <- rpc:
-		case <-g.stop:
-			return
-		}
-	}
-}
-
-// refusal is the answer to req when it is a vote or pre-vote request this
-// node may not grant; nil when Raft is to handle req.
-func (g *voteGate) refusal(req any) any {
-	var resp any
-	switch req := req.(type) {
-	case *raft.RequestVoteRequest:
-		if g.adm.mayVote() || noHistory(req.LastLogIndex, req.LastLogTerm) {
-			return nil
-		}
-		resp = &raft.RequestVoteResponse{RPCHeader: g.header(), Term: req.Term, Granted: false}
-	case *raft.RequestPreVoteRequest:
-		if g.adm.mayVote() || noHistory(req.LastLogIndex, req.LastLogTerm) {
-			return nil
-		}
-		resp = &raft.RequestPreVoteResponse{RPCHeader: g.header(), Term: req.Term, Granted: false}
-	default:
-		return nil
-	}
-	g.report()
-	return resp
-}
-
-// noHistory: a candidate whose log is at most the bootstrap configuration
-// (index 1, term 1) — the first election of a --bootstrap-expect cluster,
-// whose other members are new and not yet admitted. Voting for it cannot
-// lose anything: there is nothing beyond the configuration to lose, and a
-// cluster that has more refuses such a candidate through its own voters.
-func noHistory(lastIndex, lastTerm uint64) bool { return lastIndex <= 1 && lastTerm <= 1 }
-
-func (g *voteGate) header() raft.RPCHeader {
-	return raft.RPCHeader{
-		ProtocolVersion: raft.ProtocolVersionMax,
-		ID:              []byte(g.adm.nodeID),
-		Addr:            g.Transport.EncodePeer(raft.ServerID(g.adm.nodeID), g.Transport.LocalAddr()),
-	}
-}
-
-func (g *voteGate) report() {
-	now := time.Now().UnixNano()
-	if last := g.last.Load(); now-last < int64(voteReportEvery) || !g.last.CompareAndSwap(last, now) {
-		return
-	}
-	g.adm.log.Warn("refusing to vote: this node's data directory is new (incarnation not yet admitted by a leader); it votes once a leader has given it the whole history",
-		"incarnation", g.adm.id)
-}
-
-func (g *voteGate) RequestVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestVoteRequest, resp *raft.RequestVoteResponse) error {
-	if !g.adm.mayVote() {
-		return errNoPast
-	}
-	return g.Transport.RequestVote(id, target, args, resp)
-}
-
-func (g *voteGate) RequestPreVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestPreVoteRequest, resp *raft.RequestPreVoteResponse) error {
-	if !g.adm.mayVote() {
-		return errNoPast
-	}
-	pv, ok := g.Transport.(raft.WithPreVote)
-	if !ok {
-		return errors.New("transport does not support pre-vote")
-	}
-	return pv.RequestPreVote(id, target, args, resp)
-}
-
-// AppendEntriesPipeline returns a bounded pipeline (pipeline.go), or none
-// when pipelining is off: then Raft sends one AppendEntries at a time.
-func (g *voteGate) AppendEntriesPipeline(id raft.ServerID, target raft.ServerAddress) (raft.AppendPipeline, error) {
-	if g.noPipeline {
-		return nil, raft.ErrPipelineReplicationNotSupported
-	}
-	p, err := g.Transport.AppendEntriesPipeline(id, target)
-	if err != nil {
-		return nil, err
-	}
-	return g.pipes.wrap(p, g.pipeBound), nil
-}
-
-// Close stops the filter and closes the wrapped transport if it can be
-// closed (Raft calls it on shutdown, as it would the transport's own).
-func (g *voteGate) Close() error {
-	g.halt()
-	g.pipes.closeAll()
-	if c, ok := g.Transport.(io.Closer); ok {
-		return c.Close()
-	}
-	return nil
-}
-
-// halt stops the filter without closing the wrapped transport (a transport
-// passed in by the caller stays the caller's).
-func (g *voteGate) halt() {
-	g.stopOnce.Do(func() { close(g.stop) })
-	if g.layer != nil {
-		g.layer.votes.CompareAndSwap(g, nil)
-	}
-}
 
 // admitFromLog admits this incarnation if the local log already holds the
 // leader's record of it. The leader appends that record only after the
@@ -372,7 +226,7 @@ func (a *admission) admitFromLog(logs raft.LogStore, record []byte) error {
 // leader elected before it finished a promotion its predecessor began.
 func (n *Node) watchAdmission() {
 	defer n.wg.Done()
-	t := time.NewTicker(markLogEndEvery)
+	t := time.NewTicker(logstore.MarkEndEvery)
 	defer t.Stop()
 	// The first request a second after start: a node joining normally is
 	// usually admitted by then without one.

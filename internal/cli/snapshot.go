@@ -8,7 +8,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/limitd/limitd/cluster"
+	"github.com/limitd/limitd/cluster/backup"
 )
 
 const snapshotUsage = `Usage: limitd snapshot save|restore|inspect [flags] FILE
@@ -75,7 +75,7 @@ func runSnapshot(args []string, env Env) int {
 		return fail(env, name, err)
 	}
 	defer f.Close()
-	h, err := cluster.RestoreBackup(cluster.RestoreConfig{DataDir: *dataDir, NodeID: *nodeID, RaftAddr: *raftAddr, LogStore: *logStore}, f)
+	h, err := backup.Restore(backup.RestoreConfig{DataDir: *dataDir, NodeID: *nodeID, RaftAddr: *raftAddr, LogStore: *logStore}, f)
 	if err != nil {
 		return fail(env, name, fmt.Errorf("%s: %w", file, err))
 	}
@@ -135,20 +135,20 @@ func snapshotSave(env Env, cf *connFlags, file string) int {
 	return ExitOK
 }
 
-func inspectFile(path string) (cluster.BackupSummary, error) {
+func inspectFile(path string) (backup.Summary, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return cluster.BackupSummary{}, err
+		return backup.Summary{}, err
 	}
 	defer f.Close()
-	s, err := cluster.InspectBackup(f, filepath.Dir(path))
+	s, err := backup.Inspect(f, filepath.Dir(path))
 	if err != nil {
 		return s, fmt.Errorf("%s: %w", path, err)
 	}
 	return s, nil
 }
 
-func summaryJSON(file string, s cluster.BackupSummary) map[string]any {
+func summaryJSON(file string, s backup.Summary) map[string]any {
 	names := make([]string, 0, len(s.Policies))
 	for _, p := range s.Policies {
 		names = append(names, p.Name)
@@ -158,7 +158,7 @@ func summaryJSON(file string, s cluster.BackupSummary) map[string]any {
 		"policies": names, "nodes": s.Nodes, "digest": s.Digest, "state_index": s.StateIndex, "size_bytes": s.Size}
 }
 
-func printSummary(env Env, cf *connFlags, file string, s cluster.BackupSummary) {
+func printSummary(env Env, cf *connFlags, file string, s backup.Summary) {
 	if cf.output == "json" {
 		printJSON(env.Stdout, summaryJSON(file, s))
 		return
