@@ -43,6 +43,9 @@ func TestNoAnswerAheadOfTheLeadersLog(t *testing.T) {
 	var slow [3]atomic.Bool
 	c := clustertest.MakeCluster(t, 3, func(i int, cfg *cluster.Config) {
 		clustertest.SteadyTimers(i, cfg)
+		// Each entry waits out the delay on the leader; the harness's 2 s
+		// deadline leaves a loaded machine too little room for that.
+		cfg.ApplyTimeout = 10 * time.Second
 		cluster.SetWrapLogStore(cfg, func(s cluster.LogStore) cluster.LogStore {
 			return &slowLog{LogStore: s, slow: &slow[i], delay: delay}
 		})
@@ -58,7 +61,7 @@ func TestNoAnswerAheadOfTheLeadersLog(t *testing.T) {
 	defer slow[l].Store(false)
 	before := cluster.AnswersFromLog(follower)
 	for i := 0; i < 3; i++ {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		start := time.Now()
 		_, err := follower.Check(ctx, check("behind-the-leader", spec))
 		took := time.Since(start)
