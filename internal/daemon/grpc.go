@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/limitd/limitd/grpcapi"
-	"github.com/limitd/limitd/rls"
 	"github.com/limitd/limitd/service"
 )
 
@@ -32,12 +31,10 @@ func addGRPCFlags(fs *flag.FlagSet, g *grpcFlags) {
 // rlsFrontEnd is the gRPC server (when --grpc-addr is set), envoy
 // ratelimit's POST /json on the HTTP port, and the --rls-config domains.
 type rlsFrontEnd struct {
-	srv     *grpcapi.Server  // on the one service
-	svc     *service.Service // which loads --rls-config
-	ln      net.Listener     // nil without --grpc-addr
-	domains []*rls.Domain
-	source  string
-	logger  *slog.Logger
+	srv    *grpcapi.Server  // on the one service
+	svc    *service.Service // that service
+	ln     net.Listener     // nil without --grpc-addr
+	logger *slog.Logger
 }
 
 // newRLSFrontEnd takes the --rls-config domains and --rls-headers mode that
@@ -45,7 +42,7 @@ type rlsFrontEnd struct {
 // certificate and admin token as HTTP) and listens on --grpc-addr when set.
 func newRLSFrontEnd(f *serveFlags, in *startInputs, svc *service.Service, logger *slog.Logger) (*rlsFrontEnd, error) {
 	g := &f.grpc
-	fe := &rlsFrontEnd{svc: svc, source: g.rlsConfig, logger: logger, domains: in.domains}
+	fe := &rlsFrontEnd{svc: svc, logger: logger}
 	mode := in.rlsHeaders
 	var tc *tls.Config
 	if f.tlsCert != "" && g.addr != "" {
@@ -82,8 +79,8 @@ func newRLSFrontEnd(f *serveFlags, in *startInputs, svc *service.Service, logger
 	return fe, nil
 }
 
-// start serves gRPC and writes the --rls-config domains through the leader
-// in the background; failures go to background.
+// start serves gRPC in the background; failures go to background. The
+// --rls-config domains are the config watcher's (watch.go).
 func (fe *rlsFrontEnd) start(ctx context.Context, background chan<- error) {
 	if fe.ln != nil {
 		go func() {
@@ -92,15 +89,6 @@ func (fe *rlsFrontEnd) start(ctx context.Context, background chan<- error) {
 			}
 		}()
 		fe.logger.Info("serving gRPC (limitd.v1, envoy.service.ratelimit.v3)", "grpc_addr", fe.ln.Addr().String())
-	}
-	if len(fe.domains) > 0 {
-		go func() {
-			if err := fe.svc.LoadRLSDomains(ctx, fe.domains); err != nil && ctx.Err() == nil {
-				background <- err
-				return
-			}
-			fe.logger.Info("loaded RLS domains", "count", len(fe.domains), "rls_config", fe.source)
-		}()
 	}
 }
 

@@ -77,6 +77,7 @@ type serveFlags struct {
 	memoryLimit                            int64
 	grpc                                   grpcFlags   // grpc.go
 	bounds                                 boundsFlags // bounds.go
+	watch                                  watchFlags  // watch.go
 
 	join            joinList // --join, with --bootstrap-expect and --join-timeout
 	bootstrapExpect int
@@ -145,6 +146,7 @@ func newServeFlagSet(out io.Writer) (*flag.FlagSet, *serveFlags) {
 	fs.BoolVar(&f.pprof, "pprof", false, "serve Go profiling endpoints under /debug/pprof/")
 	addGRPCFlags(fs, &f.grpc)
 	addBoundsFlags(fs, &f.bounds)
+	addWatchFlags(fs, &f.watch)
 	fs.Usage = func() {
 		fmt.Fprint(out, serveUsage)
 		fs.PrintDefaults()
@@ -244,7 +246,6 @@ func serve(f *serveFlags, in *startInputs, logger *slog.Logger) error {
 	v := buildinfo.Current()
 	logger.Info("starting limitd", "version", v.Version, "revision", v.Revision, "modified", v.Modified, "go", v.Go)
 	tuneGC(f.gcPercent, f.memoryLimit, os.Getenv)
-	policies := in.policies
 	apiCfg := api.Config{
 		AdminToken:    f.adminToken,
 		AuthKeySource: f.authKeySource,
@@ -365,13 +366,7 @@ func serve(f *serveFlags, in *startInputs, logger *slog.Logger) error {
 			}
 		}()
 	}
-	if len(policies) > 0 {
-		go func() {
-			if err := fe.svc.PutPolicies(ctx, policies, 200*time.Millisecond); err != nil && ctx.Err() == nil {
-				background <- err
-			}
-		}()
-	}
+	startConfigSync(ctx, f, fe.svc, fe.config, logger, background) // --policies, --rls-config (watch.go)
 
 	removed := node.Removed()
 	if f.stayAfterRemoval {
