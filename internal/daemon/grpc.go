@@ -22,7 +22,7 @@ type grpcFlags struct {
 
 func addGRPCFlags(fs *flag.FlagSet, g *grpcFlags) {
 	fs.StringVar(&g.addr, "grpc-addr", "", "address the gRPC API (limitd.v1, Envoy RLS, health, reflection) listens on; empty: no gRPC")
-	fs.StringVar(&g.rlsConfig, "rls-config", "", "envoy ratelimit configuration to load at start: a YAML file or a directory of *.yaml files (domains are replicated; the file adds and replaces, DELETE /v1/rls/domains/{domain} removes)")
+	fs.StringVar(&g.rlsConfig, "rls-config", "", "envoy ratelimit configuration: a YAML file or a directory of *.yaml files, applied at start and again when it changes (--config-watch-interval); domains are replicated; the files add and replace, DELETE /v1/rls/domains/{domain} (or --config-prune) removes")
 	fs.IntVar(&g.maxConnections, "grpc-max-connections", grpcapi.DefaultMaxConnections, "gRPC: connections served at once; more wait in the listen backlog until one closes (a new connection has --read-timeout for its handshake, an idle one closes after --idle-timeout)")
 	fs.IntVar(&g.maxStreams, "grpc-max-streams", grpcapi.DefaultMaxConcurrentStreams, "gRPC: calls in flight on one connection (HTTP/2 MAX_CONCURRENT_STREAMS); more are refused")
 	fs.StringVar(&g.rlsHeaders, "rls-headers", "off", "response headers ShouldRateLimit asks Envoy to add: off, draft (RateLimit, RateLimit-Policy) or envoy (RateLimit-Limit, -Remaining, -Reset)")

@@ -36,8 +36,8 @@ func loadStartInputs(f *serveFlags) (*startInputs, error) {
 			return nil, fmt.Errorf("--rls-config: %w", err)
 		}
 	}
-	if f.watch.interval < 0 {
-		return nil, fmt.Errorf("--config-watch-interval %v: must not be negative (0: read the files at start only)", f.watch.interval)
+	if err := checkWatchFlags(f); err != nil { // watch.go, xds.go
+		return nil, err
 	}
 	if in.rlsHeaders, err = rls.ParseHeaderMode(f.grpc.rlsHeaders); err != nil {
 		return nil, fmt.Errorf("--rls-headers: %w", err)

@@ -49,11 +49,21 @@ const DefaultConfigWatchInterval = 2 * time.Second
 type watchFlags struct {
 	interval time.Duration
 	prune    bool
+	xds      xdsFlags // xds.go
 }
 
 func addWatchFlags(fs *flag.FlagSet, w *watchFlags) {
 	fs.DurationVar(&w.interval, "config-watch-interval", DefaultConfigWatchInterval, "how often --policies and --rls-config are read again (content hashes: Kubernetes ConfigMap symlink swaps included); a change is validated whole and applied through the leader, a bad one logged, counted in limitd_config_reload_errors_total and not applied; 0: read at start only")
 	fs.BoolVar(&w.prune, "config-prune", false, "the --policies file and the --rls-config domains (or the --rls-xds-server's) are the whole set: delete stored policies and domains they do not name, including ones created through the API (default: files add and replace, never delete)")
+	addXDSFlags(fs, &w.xds)
+}
+
+// checkWatchFlags checks the flags of this file and xds.go at start.
+func checkWatchFlags(f *serveFlags) error {
+	if f.watch.interval < 0 {
+		return fmt.Errorf("--config-watch-interval %v: must not be negative (0: read the files at start only)", f.watch.interval)
+	}
+	return checkXDSFlags(f)
 }
 
 // configTarget is what the watcher writes to: *service.Service. An interface
@@ -382,11 +392,13 @@ func hashFile(h io.Writer, path string) error {
 	return nil
 }
 
-// startConfigSync applies --policies and --rls-config through t in the
-// background and, with --config-watch-interval, keeps them applied. A
-// refusal of the start-up content goes to background (it stops the node, as
-// a bad start-up input does); later ones are logged and counted.
+// startConfigSync applies --policies and --rls-config (or the domains of
+// --rls-xds-server) through t in the background and, with
+// --config-watch-interval, keeps them applied. A refusal of the start-up
+// content goes to background (it stops the node, as a bad start-up input
+// does); later ones are logged and counted.
 func startConfigSync(ctx context.Context, f *serveFlags, t configTarget, m *configMetrics, logger *slog.Logger, background chan<- error) {
+	startXDS(ctx, f, t, m, logger, background) // xds.go
 	w := newConfigWatcher(f, t, m, logger)
 	go func() {
 		if err := w.run(ctx, f.watch.interval); err != nil && ctx.Err() == nil {

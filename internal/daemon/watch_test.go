@@ -3,6 +3,7 @@ package daemon
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"log/slog"
@@ -387,5 +388,42 @@ func TestWatchRunOnceAndFlag(t *testing.T) {
 	}
 	if _, err := loadStartInputs(f); err == nil || !strings.Contains(err.Error(), "--config-watch-interval") {
 		t.Fatalf("negative interval: %v", err)
+	}
+}
+
+// The xDS flags are checked at start, each mistake naming its flag.
+func TestXDSFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--rls-xds-server", "127.0.0.1:18000", "--rls-config", t.TempDir()}, "--rls-xds-server and --rls-config"},
+		{[]string{"--rls-xds-ca", "ca.pem"}, "need --rls-xds-server"},
+		{[]string{"--rls-xds-server", "127.0.0.1:18000", "--rls-xds-cert", "c.pem"}, "--rls-xds-cert and --rls-xds-key go together"},
+		{[]string{"--rls-xds-server", "127.0.0.1:18000", "--rls-xds-ca", filepath.Join(t.TempDir(), "none.pem")}, "--rls-xds-ca: open"},
+		{[]string{"--rls-xds-server", "127.0.0.1:18000", "--rls-xds-server-name", "x"}, "--rls-xds-server-name needs TLS"},
+		{[]string{"--rls-xds-server", "127.0.0.1:18000", "--rls-xds-node-id", ""}, "--rls-xds-node-id must not be empty"},
+		{[]string{"--rls-xds-server", "xds.example:18000"}, "--rls-xds-server xds.example:18000 is not a loopback address and the connection has no TLS"},
+	} {
+		f, err := loadServeFlags(c.args, envOf(nil), io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := loadStartInputs(f); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v, want %q", c.args, err, c.want)
+		}
+	}
+	for _, args := range [][]string{{"--rls-xds-server", "xds.example:18000", "--insecure"}, {"--rls-xds-server", "localhost:18000"}} {
+		f, _ := loadServeFlags(args, envOf(nil), io.Discard)
+		if _, err := loadStartInputs(f); err != nil {
+			t.Errorf("%v: %v", args, err)
+		}
+	}
+	f, _ := loadServeFlags([]string{"--rls-xds-server", "xds.example:18000", "--rls-xds-tls"}, envOf(nil), io.Discard)
+	if _, err := loadStartInputs(f); err != nil {
+		t.Fatal(err)
+	}
+	if tc, _ := xdsTLS(&f.watch.xds); tc == nil || tc.MinVersion != tls.VersionTLS12 {
+		t.Fatalf("--rls-xds-tls: %+v", tc)
 	}
 }
