@@ -157,7 +157,17 @@ func newConfigWatcher(f *serveFlags, t configTarget, m *configMetrics, logger *s
 				return func(ctx context.Context) error { return applyDomains(ctx, t, ds, prune) }, nil
 			}})
 	}
+	for _, f := range w.files {
+		m.init(f.source)
+	}
 	return w
+}
+
+// init makes a source's counters exist at 0, so an alert on their increase
+// sees the first error.
+func (m *configMetrics) init(source string) {
+	m.errors.WithLabelValues(source)
+	m.reloads.WithLabelValues(source)
 }
 
 // applyPolicies writes the policies that differ from this replica's copy

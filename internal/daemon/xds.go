@@ -117,6 +117,7 @@ func startXDS(ctx context.Context, f *serveFlags, t configTarget, m *configMetri
 		return
 	}
 	prune := f.watch.prune
+	m.init(sourceRLSXDS)
 	cfg := rlsxds.Config{
 		Server: x.server, NodeID: x.nodeID, TLS: tc,
 		Logger: logger.With("component", "xds"),
