@@ -268,14 +268,15 @@ func (w *configWatcher) pollFile(ctx context.Context, f *watchedFile) error {
 		return nil
 	}
 	apply, err := f.load(f.path)
+	// The files changed while they were read (a ConfigMap swapped under
+	// the load, say): what was validated, or refused, may be neither
+	// version, so neither apply nor report it; the next poll reads the
+	// settled content.
+	if after, herr := contentHash(f.path); herr != nil || after != before {
+		return nil
+	}
 	if err != nil {
 		return w.refuse(f, before, err)
-	}
-	// The files changed while they were read (a ConfigMap swapped under
-	// the load, say): what was validated may be neither version, so apply
-	// nothing now; the next poll reads the settled content.
-	if after, err := contentHash(f.path); err != nil || after != before {
-		return nil
 	}
 	if err := apply(ctx); err != nil {
 		if ctx.Err() != nil {

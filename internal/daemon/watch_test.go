@@ -427,3 +427,29 @@ func TestXDSFlags(t *testing.T) {
 		t.Fatalf("--rls-xds-tls: %+v", tc)
 	}
 }
+
+// Content that changes while it is read (a swap under the load) is
+// neither applied nor reported: the next poll reads the settled version.
+func TestWatchChangedWhileRead(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cfg")
+	writeFile(t, path, "v1")
+	r := newWatchRig(t, "", "", false)
+	var applied []string
+	loads := 0
+	r.w.files = []*watchedFile{{flag: "--x", source: "x", path: path,
+		load: func(p string) (func(context.Context) error, error) {
+			loads++
+			b, _ := os.ReadFile(p)
+			if loads == 1 {
+				writeFile(t, p, "v2") // the swap lands mid-load
+				return nil, fmt.Errorf("half of each version")
+			}
+			return func(context.Context) error { applied = append(applied, string(b)); return nil }, nil
+		}}}
+	if err := r.w.poll(context.Background()); err != nil || len(applied) != 0 || r.errors("x") != 0 {
+		t.Fatalf("first poll: %v, applied %v, %v errors", err, applied, r.errors("x"))
+	}
+	if err := r.w.poll(context.Background()); err != nil || strings.Join(applied, ",") != "v2" {
+		t.Fatalf("second poll: %v, applied %v", err, applied)
+	}
+}
