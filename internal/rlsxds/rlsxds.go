@@ -7,9 +7,11 @@
 // A response is one version of the configuration, taken or refused whole:
 // every resource must convert and validate (as a file of --rls-config
 // would), no two may name one domain, and Apply must succeed; then the
-// version is ACKed. Otherwise it is NACKed with the reason in error_detail
-// and nothing of it is applied, so the last ACKed version stays in force
-// (the xDS protocol's rule, which the management server sees in the NACK).
+// version is ACKed. Otherwise it is NACKed with the reason in error_detail;
+// a version that does not validate is not applied at all, so the last
+// ACKed version stays in force (the xDS protocol's rule, which the
+// management server sees in the NACK). One that Apply refuses part way may
+// have changed what Apply wrote before the refusal.
 package rlsxds
 
 import (
