@@ -39,7 +39,8 @@ import (
 // changes (and once at start), writing through the leader (a follower's
 // writes are forwarded). Only items that differ from this replica's copy are
 // written, so nodes given the same file converge with one write per changed
-// item, and a node whose file has not changed writes nothing: a node that
+// item (or a few identical ones, when nodes see the change before the
+// first write reaches them: the same content, so harmless), and a node whose file has not changed writes nothing: a node that
 // sees a ConfigMap update late does not undo anything, it finds it applied.
 
 // DefaultConfigWatchInterval is --config-watch-interval.

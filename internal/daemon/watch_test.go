@@ -453,3 +453,19 @@ func TestWatchChangedWhileRead(t *testing.T) {
 		t.Fatalf("second poll: %v, applied %v", err, applied)
 	}
 }
+
+// --policies naming one key of a ConfigMap volume (a symlink through
+// "..data") sees the swap: the file's own inode never changes.
+func TestWatchPoliciesConfigMapKey(t *testing.T) {
+	cm := &configMapDir{t: t, dir: t.TempDir()}
+	cm.update(map[string]string{"policies.json": policiesJSON(map[string]int{"api": 1})})
+	r := newWatchRig(t, filepath.Join(cm.dir, "policies.json"), "", false)
+	r.w.poll(context.Background())
+	cm.update(map[string]string{"policies.json": policiesJSON(map[string]int{"api": 2})})
+	if err := r.w.poll(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.target.policyNames(); got != "api=2" {
+		t.Fatalf("after the swap: %s", got)
+	}
+}

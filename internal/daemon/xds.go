@@ -17,7 +17,8 @@ import (
 // RLS domains from an xDS management server (--rls-xds-server), as envoy
 // ratelimit's CONFIG_TYPE=GRPC_XDS_SOTW. Like the files, every node
 // subscribes and writes what changed through the leader, so the nodes
-// converge on the server's version with one write per changed domain. It
+// converge on the server's version with one write per changed domain (a
+// few identical ones when they receive it at once). It
 // replaces --rls-config (one source of domains, as envoy ratelimit has one
 // CONFIG_TYPE): two sources could not both be the whole set under
 // --config-prune, and would undo each other's edits of a shared domain.
