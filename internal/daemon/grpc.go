@@ -28,21 +28,21 @@ func addGRPCFlags(fs *flag.FlagSet, g *grpcFlags) {
 	fs.StringVar(&g.rlsHeaders, "rls-headers", "off", "response headers ShouldRateLimit asks Envoy to add: off, draft (RateLimit, RateLimit-Policy) or envoy (RateLimit-Limit, -Remaining, -Reset)")
 }
 
-// rlsFrontEnd is the gRPC server (when --grpc-addr is set), envoy
-// ratelimit's POST /json on the HTTP port, and the --rls-config domains.
+// rlsFrontEnd is the gRPC server (when --grpc-addr is set) and envoy
+// ratelimit's POST /json on the HTTP port; the --rls-config domains are the
+// config watcher's (watch.go).
 type rlsFrontEnd struct {
-	srv    *grpcapi.Server  // on the one service
-	svc    *service.Service // that service
-	ln     net.Listener     // nil without --grpc-addr
+	srv    *grpcapi.Server // on the one service
+	ln     net.Listener    // nil without --grpc-addr
 	logger *slog.Logger
 }
 
-// newRLSFrontEnd takes the --rls-config domains and --rls-headers mode that
+// newRLSFrontEnd takes the --rls-headers mode that
 // loadStartInputs validated, builds the gRPC server on svc (same TLS
 // certificate and admin token as HTTP) and listens on --grpc-addr when set.
 func newRLSFrontEnd(f *serveFlags, in *startInputs, svc *service.Service, logger *slog.Logger) (*rlsFrontEnd, error) {
 	g := &f.grpc
-	fe := &rlsFrontEnd{svc: svc, logger: logger}
+	fe := &rlsFrontEnd{logger: logger}
 	mode := in.rlsHeaders
 	var tc *tls.Config
 	if f.tlsCert != "" && g.addr != "" {
