@@ -87,14 +87,17 @@ func Run(ctx context.Context, c Config) error {
 		return fmt.Errorf("rlsxds: %s: %w", c.Server, err)
 	}
 	defer conn.Close()
-	// One ADS client across reconnects: its first request on a new stream
-	// then carries the version last ACKed, so a server that still serves
-	// it need not resend it.
 	node := &core.Node{Id: c.NodeID, UserAgentName: "limitd"}
-	ads := sotw.NewADSClient(ctx, node, TypeURL)
 	backoff := c.MinBackoff
 	for {
 		start := time.Now()
+		// A new ADS client for each stream, so its first request names no
+		// version and the server sends its current one, to be validated
+		// again: the library's client, reused, would open the new stream
+		// by ACKing whatever it last received, a NACKed version included.
+		// The resend costs nothing when it is the running version: only
+		// changed domains are written.
+		ads := sotw.NewADSClient(ctx, node, TypeURL)
 		err := c.stream(ctx, conn, ads)
 		if ctx.Err() != nil {
 			return ctx.Err()

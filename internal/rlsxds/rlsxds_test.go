@@ -107,9 +107,13 @@ type xdsServer struct {
 	cache cache.SnapshotCache
 	mu    sync.Mutex
 	reqs  []*discovery.DiscoveryRequest
+	stop  func()
 }
 
-func startXDS(t *testing.T) *xdsServer {
+func startXDS(t *testing.T) *xdsServer { return startXDSAt(t, "127.0.0.1:0") }
+
+// startXDSAt starts a fresh server (empty cache, no requests) on addr.
+func startXDSAt(t *testing.T, addr string) *xdsServer {
 	t.Helper()
 	s := &xdsServer{cache: cache.NewSnapshotCache(true, cache.IDHash{}, nil)}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -123,12 +127,13 @@ func startXDS(t *testing.T) *xdsServer {
 	})
 	gs := grpc.NewServer()
 	discovery.RegisterAggregatedDiscoveryServiceServer(gs, srv)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	go gs.Serve(ln)
-	t.Cleanup(func() { gs.Stop(); cancel() })
+	s.stop = func() { gs.Stop(); cancel() }
+	t.Cleanup(s.stop)
 	s.addr = ln.Addr().String()
 	return s
 }
@@ -248,6 +253,20 @@ func TestSubscribeACKNACK(t *testing.T) {
 	s.waitRequest(t, "the ACK of version 4", ack("4"))
 	if n := a.limit(t); n != 9 {
 		t.Fatalf("version 4: limit %d", n)
+	}
+
+	// The server restarts (a new process: its versions start again): the
+	// client reconnects, asks afresh and takes the new server's version.
+	s.stop()
+	s = startXDSAt(t, s.addr)
+	s.serve(t, "1", shop(11))
+	again := s.waitRequest(t, "the new subscription", func(r *discovery.DiscoveryRequest) bool { return r.GetResponseNonce() == "" })
+	if again.GetVersionInfo() != "" {
+		t.Fatalf("the new stream opened with version %q, want none (ask afresh)", again.GetVersionInfo())
+	}
+	s.waitRequest(t, "the ACK of the new server's version 1", ack("1"))
+	if n := a.limit(t); n != 11 {
+		t.Fatalf("after the server's restart: limit %d", n)
 	}
 }
 
