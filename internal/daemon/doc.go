@@ -11,6 +11,9 @@
 //   - secure defaults: every address the node listens on or advertises is in
 //     one list (serveFlags.listeners), and a non-loopback one needs the admin
 //     token and mutual TLS unless --insecure (checkSecureDefaults);
+//   - watched inputs: --policies and --rls-config are applied again when
+//     they change, and RLS domains come from --rls-xds-server (watch.go,
+//     xds.go);
 //   - wiring, as the one composition root: the cluster node; one Prometheus
 //     registry and one service.Service, handed to the HTTP API and the gRPC
 //     and Envoy RLS front ends; the HTTP port's handler, which serves the

@@ -24,6 +24,7 @@ type frontEnds struct {
 	// handler is the HTTP listener's: the API, POST /json and the
 	// cluster's node-to-node endpoints under /internal/.
 	handler http.Handler
+	config  *configMetrics // the config watcher's and xDS's counters (watch.go)
 }
 
 // newFrontEnds composes the front ends over node. The API's metrics come
@@ -47,8 +48,10 @@ func newFrontEnds(f *serveFlags, in *startInputs, node *cluster.Node, apiCfg api
 		return nil, err
 	}
 	metrics.Register(rlsFE.srv.Collectors()...)
+	config := newConfigMetrics()
+	metrics.Register(config.collectors()...)
 	srv := api.New(svc, node, metrics, apiCfg)
-	return &frontEnds{svc: svc, rls: rlsFE,
+	return &frontEnds{svc: svc, rls: rlsFE, config: config,
 		handler: listenerHandler(srv.Handler(), rlsFE.srv.JSONHandler(), metrics.Instrument(node.Internal()))}, nil
 }
 

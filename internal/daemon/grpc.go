@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/limitd/limitd/grpcapi"
-	"github.com/limitd/limitd/rls"
 	"github.com/limitd/limitd/service"
 )
 
@@ -23,29 +22,27 @@ type grpcFlags struct {
 
 func addGRPCFlags(fs *flag.FlagSet, g *grpcFlags) {
 	fs.StringVar(&g.addr, "grpc-addr", "", "address the gRPC API (limitd.v1, Envoy RLS, health, reflection) listens on; empty: no gRPC")
-	fs.StringVar(&g.rlsConfig, "rls-config", "", "envoy ratelimit configuration to load at start: a YAML file or a directory of *.yaml files (domains are replicated; the file adds and replaces, DELETE /v1/rls/domains/{domain} removes)")
+	fs.StringVar(&g.rlsConfig, "rls-config", "", "envoy ratelimit configuration: a YAML file or a directory of *.yaml files, applied at start and again when it changes (--config-watch-interval); domains are replicated; the files add and replace, DELETE /v1/rls/domains/{domain} (or --config-prune) removes")
 	fs.IntVar(&g.maxConnections, "grpc-max-connections", grpcapi.DefaultMaxConnections, "gRPC: connections served at once; more wait in the listen backlog until one closes (a new connection has --read-timeout for its handshake, an idle one closes after --idle-timeout)")
 	fs.IntVar(&g.maxStreams, "grpc-max-streams", grpcapi.DefaultMaxConcurrentStreams, "gRPC: calls in flight on one connection (HTTP/2 MAX_CONCURRENT_STREAMS); more are refused")
 	fs.StringVar(&g.rlsHeaders, "rls-headers", "off", "response headers ShouldRateLimit asks Envoy to add: off, draft (RateLimit, RateLimit-Policy) or envoy (RateLimit-Limit, -Remaining, -Reset)")
 }
 
-// rlsFrontEnd is the gRPC server (when --grpc-addr is set), envoy
-// ratelimit's POST /json on the HTTP port, and the --rls-config domains.
+// rlsFrontEnd is the gRPC server (when --grpc-addr is set) and envoy
+// ratelimit's POST /json on the HTTP port; the --rls-config domains are the
+// config watcher's (watch.go).
 type rlsFrontEnd struct {
-	srv     *grpcapi.Server  // on the one service
-	svc     *service.Service // which loads --rls-config
-	ln      net.Listener     // nil without --grpc-addr
-	domains []*rls.Domain
-	source  string
-	logger  *slog.Logger
+	srv    *grpcapi.Server // on the one service
+	ln     net.Listener    // nil without --grpc-addr
+	logger *slog.Logger
 }
 
-// newRLSFrontEnd takes the --rls-config domains and --rls-headers mode that
+// newRLSFrontEnd takes the --rls-headers mode that
 // loadStartInputs validated, builds the gRPC server on svc (same TLS
 // certificate and admin token as HTTP) and listens on --grpc-addr when set.
 func newRLSFrontEnd(f *serveFlags, in *startInputs, svc *service.Service, logger *slog.Logger) (*rlsFrontEnd, error) {
 	g := &f.grpc
-	fe := &rlsFrontEnd{svc: svc, source: g.rlsConfig, logger: logger, domains: in.domains}
+	fe := &rlsFrontEnd{logger: logger}
 	mode := in.rlsHeaders
 	var tc *tls.Config
 	if f.tlsCert != "" && g.addr != "" {
@@ -82,8 +79,8 @@ func newRLSFrontEnd(f *serveFlags, in *startInputs, svc *service.Service, logger
 	return fe, nil
 }
 
-// start serves gRPC and writes the --rls-config domains through the leader
-// in the background; failures go to background.
+// start serves gRPC in the background; failures go to background. The
+// --rls-config domains are the config watcher's (watch.go).
 func (fe *rlsFrontEnd) start(ctx context.Context, background chan<- error) {
 	if fe.ln != nil {
 		go func() {
@@ -92,15 +89,6 @@ func (fe *rlsFrontEnd) start(ctx context.Context, background chan<- error) {
 			}
 		}()
 		fe.logger.Info("serving gRPC (limitd.v1, envoy.service.ratelimit.v3)", "grpc_addr", fe.ln.Addr().String())
-	}
-	if len(fe.domains) > 0 {
-		go func() {
-			if err := fe.svc.LoadRLSDomains(ctx, fe.domains); err != nil && ctx.Err() == nil {
-				background <- err
-				return
-			}
-			fe.logger.Info("loaded RLS domains", "count", len(fe.domains), "rls_config", fe.source)
-		}()
 	}
 }
 

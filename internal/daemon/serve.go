@@ -77,6 +77,7 @@ type serveFlags struct {
 	memoryLimit                            int64
 	grpc                                   grpcFlags   // grpc.go
 	bounds                                 boundsFlags // bounds.go
+	watch                                  watchFlags  // watch.go
 
 	join            joinList // --join, with --bootstrap-expect and --join-timeout
 	bootstrapExpect int
@@ -110,7 +111,7 @@ func newServeFlagSet(out io.Writer) (*flag.FlagSet, *serveFlags) {
 	fs.StringVar(&f.tlsKey, "tls-key", "", "private key file for --tls-cert")
 	fs.StringVar(&f.tlsCA, "tls-ca", "", "cluster CA bundle: turns on mutual TLS between nodes (Raft and forwarding require a certificate it signed); without it Raft is plain TCP and forwarding verifies the leader against the system roots")
 	fs.BoolVar(&f.insecure, "insecure", false, "allow a non-loopback --http-addr, --raft-addr or --grpc-addr without --admin-token and mutual TLS (--tls-cert, --tls-key, --tls-ca): anyone who can reach the ports could then change policies, membership and decisions")
-	fs.StringVar(&f.policies, "policies", "", "JSON file of policies to create or update at start")
+	fs.StringVar(&f.policies, "policies", "", "JSON file of policies to create or update at start, and again when it changes (--config-watch-interval)")
 	fs.StringVar(&f.authKeySource, "auth-key-source", api.DefaultAuthKeySource, "where /v1/auth/{policy} takes the key from: header:NAME, query:NAME or ip")
 	fs.StringVar(&f.authURIHeader, "auth-uri-header", api.DefaultAuthURIHeader, "the only header /v1/auth/{policy} reads the original request URI from (for query:NAME key sources); the nginx and HAProxy snippets of docs/API.md set X-Original-URI, Traefik sets X-Forwarded-Uri")
 	fs.StringVar(&f.authAddrHeader, "auth-addr-header", api.DefaultAuthAddrHeader, "the only header /v1/auth/{policy} reads the client address from (key source ip); the proxy must overwrite it")
@@ -145,6 +146,7 @@ func newServeFlagSet(out io.Writer) (*flag.FlagSet, *serveFlags) {
 	fs.BoolVar(&f.pprof, "pprof", false, "serve Go profiling endpoints under /debug/pprof/")
 	addGRPCFlags(fs, &f.grpc)
 	addBoundsFlags(fs, &f.bounds)
+	addWatchFlags(fs, &f.watch)
 	fs.Usage = func() {
 		fmt.Fprint(out, serveUsage)
 		fs.PrintDefaults()
@@ -244,7 +246,6 @@ func serve(f *serveFlags, in *startInputs, logger *slog.Logger) error {
 	v := buildinfo.Current()
 	logger.Info("starting limitd", "version", v.Version, "revision", v.Revision, "modified", v.Modified, "go", v.Go)
 	tuneGC(f.gcPercent, f.memoryLimit, os.Getenv)
-	policies := in.policies
 	apiCfg := api.Config{
 		AdminToken:    f.adminToken,
 		AuthKeySource: f.authKeySource,
@@ -365,13 +366,7 @@ func serve(f *serveFlags, in *startInputs, logger *slog.Logger) error {
 			}
 		}()
 	}
-	if len(policies) > 0 {
-		go func() {
-			if err := fe.svc.PutPolicies(ctx, policies, 200*time.Millisecond); err != nil && ctx.Err() == nil {
-				background <- err
-			}
-		}()
-	}
+	startConfigSync(ctx, f, fe.svc, fe.config, logger, background) // --policies, --rls-config (watch.go)
 
 	removed := node.Removed()
 	if f.stayAfterRemoval {

@@ -36,6 +36,9 @@ func loadStartInputs(f *serveFlags) (*startInputs, error) {
 			return nil, fmt.Errorf("--rls-config: %w", err)
 		}
 	}
+	if err := checkWatchFlags(f); err != nil { // watch.go, xds.go
+		return nil, err
+	}
 	if in.rlsHeaders, err = rls.ParseHeaderMode(f.grpc.rlsHeaders); err != nil {
 		return nil, fmt.Errorf("--rls-headers: %w", err)
 	}
