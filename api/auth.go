@@ -11,7 +11,7 @@ import (
 
 	"github.com/julienschmidt/httprouter"
 
-	"github.com/limitd/limitd/fsm"
+	"github.com/limitd/limitd/nodeapi"
 	"github.com/limitd/limitd/service"
 )
 
@@ -244,7 +244,7 @@ func (s *Server) handleAuth(w http.ResponseWriter, req *http.Request, ps httprou
 		return
 	}
 	refs := [1]service.Limit{res.Limit}
-	ds := [1]fsm.Decision{res.Decision}
+	ds := [1]nodeapi.Decision{res.Decision}
 	d := &ds[0]
 	status := http.StatusOK
 	if !allowed(d) {

@@ -9,7 +9,7 @@ import (
 	"github.com/julienschmidt/httprouter"
 
 	"github.com/limitd/limitd/algo"
-	"github.com/limitd/limitd/fsm"
+	"github.com/limitd/limitd/nodeapi"
 	"github.com/limitd/limitd/service"
 )
 
@@ -42,7 +42,7 @@ func (s *Server) handleCheck(w http.ResponseWriter, req *http.Request, _ httprou
 	}
 	s.metrics.replayed(res.Replayed)
 	refs := [1]service.Limit{res.Limit}
-	ds := [1]fsm.Decision{res.Decision}
+	ds := [1]nodeapi.Decision{res.Decision}
 	buf.b = setRateLimitHeaders(w.Header(), refs[:], ds[:], service.Allowed(&ds[0]), buf.b)
 	b := appendDecision(buf.b[:0], &ds[0], res.Replayed)
 	buf.b = append(b, '\n')
@@ -148,7 +148,7 @@ func (s *Server) handlePeekKey(w http.ResponseWriter, req *http.Request, ps http
 	buf := getBuffer()
 	defer putBuffer(buf)
 	refs := [1]service.Limit{res.Limit}
-	ds := [1]fsm.Decision{res.Decision}
+	ds := [1]nodeapi.Decision{res.Decision}
 	buf.b = setRateLimitHeaders(w.Header(), refs[:], ds[:], service.Allowed(&ds[0]), buf.b)
 	b := append(buf.b[:0], `{"key":`...)
 	b = appendString(b, c.Key)

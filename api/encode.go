@@ -8,7 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/limitd/limitd/algo"
-	"github.com/limitd/limitd/fsm"
+	"github.com/limitd/limitd/nodeapi"
 	"github.com/limitd/limitd/service"
 )
 
@@ -94,10 +94,10 @@ func toSeconds(d time.Duration) int64 {
 
 // allowed is what the client is told: a shadow policy's refusal is reported as
 // allowed (with shadow_refused).
-func allowed(d *fsm.Decision) bool { return service.Allowed(d) }
+func allowed(d *nodeapi.Decision) bool { return service.Allowed(d) }
 
 // appendDecision appends one decision object.
-func appendDecision(b []byte, d *fsm.Decision, replayed bool) []byte {
+func appendDecision(b []byte, d *nodeapi.Decision, replayed bool) []byte {
 	b = append(b, `{"allowed":`...)
 	b = strconv.AppendBool(b, allowed(d))
 	b = append(b, `,"limit":`...)
@@ -176,7 +176,7 @@ func appendString(b []byte, s string) []byte {
 // w is left out for calendar windows, whose length varies. For token and
 // leaky buckets q is the bucket's capacity (burst), so that RateLimit's r
 // never exceeds it, and w is the time the bucket takes to regain limit units.
-func appendPolicyItem(b []byte, ref *service.Limit, d *fsm.Decision) []byte {
+func appendPolicyItem(b []byte, ref *service.Limit, d *nodeapi.Decision) []byte {
 	b = appendString(b, ref.Name) // names are restricted to token characters: no escapes
 	b = append(b, ";q="...)
 	if ref.Known {
@@ -198,7 +198,7 @@ func appendPolicyItem(b []byte, ref *service.Limit, d *fsm.Decision) []byte {
 
 // appendRateLimitItem appends one RateLimit list member,
 // `"<name>";r=<remaining>;t=<seconds until reset, rounded up>`.
-func appendRateLimitItem(b []byte, ref *service.Limit, d *fsm.Decision) []byte {
+func appendRateLimitItem(b []byte, ref *service.Limit, d *nodeapi.Decision) []byte {
 	b = appendString(b, ref.Name)
 	b = append(b, ";r="...)
 	rem := d.Remaining
@@ -214,7 +214,7 @@ func appendRateLimitItem(b []byte, ref *service.Limit, d *fsm.Decision) []byte {
 // op, and Retry-After when the op was refused: the longest wait among the
 // refusing checks, in whole seconds rounded up, left out when one of them can
 // never succeed (retry_after_ms -1), since no wait would help.
-func setRateLimitHeaders(h http.Header, refs []service.Limit, ds []fsm.Decision, opAllowed bool, scratch []byte) []byte {
+func setRateLimitHeaders(h http.Header, refs []service.Limit, ds []nodeapi.Decision, opAllowed bool, scratch []byte) []byte {
 	// The values are built in one buffer and converted with one allocation,
 	// and their slices share one array: two allocations for all three.
 	b := scratch[:0]
@@ -254,7 +254,7 @@ func setRateLimitHeaders(h http.Header, refs []service.Limit, ds []fsm.Decision,
 // retryWait is what Retry-After says for an op (0: nothing): the longest
 // wait among its refusing checks, or algo.Never when one of them can never
 // succeed.
-func retryWait(ds []fsm.Decision, opAllowed bool) time.Duration {
+func retryWait(ds []nodeapi.Decision, opAllowed bool) time.Duration {
 	if opAllowed {
 		return 0
 	}

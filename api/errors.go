@@ -10,7 +10,7 @@ import (
 
 // Error codes, the "code" member of every error body. Clients switch on these,
 // so they are part of the API: never rename one. All but method_not_allowed
-// are the service's codes (defined once, in fsm), shared with gRPC.
+// are the service's codes (defined once, in nodeapi), shared with gRPC.
 const (
 	CodeInvalidArgument  = string(service.CodeInvalidArgument) // 400: the request is malformed; field names what
 	CodeUnauthenticated  = string(service.CodeUnauthenticated) // 401: admin endpoint without the right bearer token

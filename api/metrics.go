@@ -14,7 +14,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/limitd/limitd/buildinfo"
-	"github.com/limitd/limitd/fsm"
 	"github.com/limitd/limitd/nodeapi"
 	"github.com/limitd/limitd/service"
 )
@@ -132,7 +131,7 @@ func (m *metrics) counters(policy string) *[numResults]prometheus.Counter {
 // Decided counts a decided check (service.Observer). Its policy exists (the
 // state machine decided it), so the names are bounded by the policies ever
 // created.
-func (m *metrics) Decided(l service.Limit, d fsm.Decision) {
+func (m *metrics) Decided(l service.Limit, d nodeapi.Decision) {
 	r := resultRefused
 	switch {
 	case d.ShadowRefused:

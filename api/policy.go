@@ -10,7 +10,7 @@ import (
 	"github.com/julienschmidt/httprouter"
 
 	"github.com/limitd/limitd/algo"
-	"github.com/limitd/limitd/fsm"
+	"github.com/limitd/limitd/nodeapi"
 	"github.com/limitd/limitd/service"
 )
 
@@ -30,7 +30,7 @@ type policyJSON struct {
 	Lease json.RawMessage `json:"lease,omitempty"`
 }
 
-func policyOut(p fsm.Policy) policyJSON {
+func policyOut(p nodeapi.Policy) policyJSON {
 	local := !p.NoLocalRefusals
 	pj := policyJSON{Name: p.Name, Config: p.Spec.Config(), Shadow: p.Shadow, LocalRefusals: &local}
 	if pj.Config.Burst != 0 {
@@ -143,7 +143,7 @@ func writeValue(w http.ResponseWriter, status int, v any) {
 //
 // Each policy has the body of PUT /v1/policies/{name}. The result is sorted by
 // name; errors name the file, the policy and the field.
-func LoadPolicies(path string) ([]fsm.Policy, error) {
+func LoadPolicies(path string) ([]nodeapi.Policy, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("read policies file: %w", err)
@@ -166,7 +166,7 @@ func LoadPolicies(path string) ([]fsm.Policy, error) {
 		names = append(names, name)
 	}
 	sort.Strings(names)
-	out := make([]fsm.Policy, 0, len(names))
+	out := make([]nodeapi.Policy, 0, len(names))
 	for _, name := range names {
 		if e := service.ValidatePolicyName(name, ""); e != nil {
 			return nil, fmt.Errorf("policies file %s: policy %q: name %s", path, name, e.Message)

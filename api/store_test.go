@@ -26,6 +26,7 @@ import (
 // replay, not_found policies), so handler tests see real decisions. Errors and
 // panics can be injected.
 type fakeStore struct {
+	noCapabilities
 	mu       sync.Mutex
 	now      int64             // the leader's clock, ns since the epoch
 	state    map[string][]byte // storage key → algo state

@@ -7,17 +7,16 @@ import (
 
 // The interfaces the layers above define for what they need of the node
 // (consumer-defined, so that service does not import cluster): cluster.Node
-// is the one every binary passes them.
+// is the one every binary passes them. service.Node embeds each capability;
+// they are checked one by one as well, so that a failure names the one a
+// changed signature broke (the over-limit cache, leases, ...) rather than
+// the whole door.
 var (
 	_ service.Node          = (*cluster.Node)(nil)
-	_ service.LeaderLocator = (*cluster.Node)(nil)
+	_ service.LeaderLocator = (*cluster.Node)(nil) // the Limitd-Leader hint
+	_ service.Refuser       = (*cluster.Node)(nil) // the over-limit cache (overlimit.go)
+	_ service.Leaser        = (*cluster.Node)(nil) // quota leases and their hook (lease.go)
+	_ service.Domains       = (*cluster.Node)(nil) // Envoy RLS domains (rls.go)
+	_ service.Backuper      = (*cluster.Node)(nil) // GET /v1/cluster/snapshot (backup.go)
+	_ service.Digester      = (*cluster.Node)(nil) // GET /v1/cluster/digest (status.go)
 )
-
-var _ service.Domains = (*cluster.Node)(nil)
-
-var (
-	_ service.Backuper = (*cluster.Node)(nil)
-	_ service.Digester = (*cluster.Node)(nil)
-)
-
-var _ service.Leaser = (*cluster.Node)(nil) // quota leases (lease.go)

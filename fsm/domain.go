@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/limitd/limitd/nodeapi"
 	"github.com/limitd/limitd/persist"
 )
 
@@ -37,11 +38,8 @@ const (
 // start with it (putPolicy refuses them).
 const domainKeyPrefix = "\x00rls-domain\x00"
 
-// Domain is an RLS domain's replicated configuration.
-type Domain struct {
-	Name   string
-	Config []byte // canonical configuration; do not modify
-}
+// Domain is an RLS domain's replicated configuration (nodeapi's).
+type Domain = nodeapi.Domain
 
 // EncodePutDomain builds a CmdPutDomain entry.
 func EncodePutDomain(name string, config []byte) []byte {

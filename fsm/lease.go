@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/limitd/limitd/algo"
+	"github.com/limitd/limitd/nodeapi"
 	"github.com/limitd/limitd/overlimit"
 	"github.com/limitd/limitd/persist"
 )
@@ -60,13 +61,20 @@ const (
 	CmdReturnLease byte = 11 // leader time, holder, []LeaseReturn → []int64 (units credited)
 )
 
-// Bounds on lease commands and records.
+// The lease contract (nodeapi's), aliased so that the state machine's code
+// reads as before.
+type (
+	LeaseRequest = nodeapi.LeaseRequest
+	LeaseGrant   = nodeapi.LeaseGrant
+	LeaseReturn  = nodeapi.LeaseReturn
+	LeaseHook    = nodeapi.LeaseHook
+)
+
+// Bounds on lease commands (nodeapi's) and records.
 const (
-	// MaxLeasesPerKey bounds the leases outstanding on one key (a few per
-	// node: the current lease and its refill).
-	MaxLeasesPerKey = 64
-	// MaxLeaseOps bounds the requests of one lease command.
-	MaxLeaseOps = 1024
+	MaxLeasesPerKey  = nodeapi.MaxLeasesPerKey
+	MaxLeaseOps      = nodeapi.MaxLeaseOps
+	LeaseReturnGrace = nodeapi.LeaseReturnGrace
 	// maxHolder bounds a holder's name (a node id).
 	maxHolder = maxNodeField
 	// maxLeaseRecord bounds the leases a record keeps, outstanding and in
@@ -77,54 +85,8 @@ const (
 	maxLeaseRecord = 2 * MaxLeasesPerKey
 )
 
-// LeaseReturnGrace is how long after a lease's expiry (leader time) its
-// return is still credited. A holder whose return fails retries it until
-// this long after the lease's deadline (service/lease.go): a leader's death
-// makes returns fail until a new leader is elected (1–2.5 s, plus rounds of
-// leaseRequestTimeout), and with a short max_ttl the leases have expired by
-// then; without the grace their unspent units stayed consumed for the rest
-// of the window (a whole day for a daily quota). Longer costs only record
-// space (maxLeaseRecord bounds it). The one source of the value: it is part
-// of the replicated rules, so every replica must agree on it.
-const LeaseReturnGrace = 30 * time.Second
-
 // lease record version.
 const leaseRecordVersion byte = 1
-
-// LeaseRequest asks for a lease on Check's key under its policy (Cost is
-// ignored). ID is the holder's name for the lease, unique among its leases
-// (a random number): a return names it, and a repeated request with the same
-// ID is answered with the same grant.
-type LeaseRequest struct {
-	ID    uint64
-	Check Check
-}
-
-// LeaseGrant answers one LeaseRequest. With Units 0 nothing was leased and
-// RetryAfter says when a unit may be free; Err is set when the request is
-// invalid (unknown policy, a policy without a lease option).
-type LeaseGrant struct {
-	ID         uint64
-	Units      int64
-	Valid      time.Duration // from the entry's time
-	Window     int64         // pass back in the LeaseReturn
-	Limit      int64
-	Remaining  int64 // unleased, after the grant
-	RetryAfter time.Duration
-	// ResetAt is when (leader time, ns) the key's state would be fresh
-	// again after the grant if nothing more were spent: for a fixed
-	// window, its end. Answers only; not part of any stored encoding.
-	ResetAt int64
-	Err     *Error
-}
-
-// LeaseReturn gives back what a lease did not spend. The holder must not
-// spend from the lease after sending it.
-type LeaseReturn struct {
-	ID      uint64
-	Check   Check
-	Unspent int64
-}
 
 // EncodeGrantLease appends a CmdGrantLease entry stamped with the leader's
 // time now, for holder.
@@ -199,20 +161,6 @@ func init() {
 			return a.returnLeases(tx, c)
 		},
 	})
-}
-
-// LeaseHook hears, on the apply goroutine of every replica and in log
-// order, of what a node holding leases must act on. It must not block (the
-// apply waits) and must not keep the strings' backing memory beyond the call
-// (they are copies, but cheap ones are not promised).
-type LeaseHook interface {
-	// Recall: a check under a policy with a strict lease option was
-	// refused while leases on key were outstanding. Their holders should
-	// give them back, so that the check, tried again, is refused only if
-	// the key truly has nothing left (service/lease.go).
-	Recall(policy, key string)
-	// Returned: a return of a lease on key was applied.
-	Returned(policy, key string)
 }
 
 // leasedRefusal is decideOp's hook for a refused check (cost > 0) under a

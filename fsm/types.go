@@ -1,116 +1,39 @@
 package fsm
 
-import "github.com/limitd/limitd/algo"
+import "github.com/limitd/limitd/nodeapi"
 
-// Check is one "may Key spend Cost under this limit now?" question. The limit is
-// either a named policy (Policy != "") or an inline spec (Spec != nil), never both.
-type Check struct {
-	Key    string
-	Policy string
-	Spec   *algo.Spec // validated inline limit
-	Cost   int64      // 0 is a peek
-}
-
-// Op is one client request as it travels through the log: a single check, or an
-// atomic group (All) that is allowed only if every check allows, and consumes
-// nothing in any of them otherwise. RequestID, when set, makes the op idempotent:
-// a repeat within the retention returns the first result and consumes nothing.
-type Op struct {
-	Checks    []Check
-	All       bool
-	RequestID string
-}
-
-// Decision is one check's answer.
-type Decision struct {
-	algo.Decision
-	ShadowRefused bool // the policy is in shadow mode and would have refused
-	// LeasedElsewhere: a refusal under a policy with a lease option while
-	// leases on the key were outstanding (their unspent units may come
-	// back); RetryAfter is then no later than the first of them ends
-	// (lease.go).
-	LeasedElsewhere bool
-}
-
-// Result is one op's answer. When Err is set nothing was consumed and
-// Decisions may be empty.
-type Result struct {
-	Allowed   bool
-	Decisions []Decision // one per check, in order
-	Replayed  bool       // answered from the request_id table
-	Err       *Error
-}
-
-// Code classifies an Error. The codes are part of limitd's API: HTTP sends
-// them as the "code" member of error bodies and gRPC maps them to status
-// codes, so a code is never renamed. They are defined here, in the lowest
-// layer that produces them, so that the state machine, the service layer and
-// every front end share one set.
-type Code string
-
-// Error codes.
-const (
-	CodeInvalidArgument Code = "invalid_argument"  // the request is malformed; Field names what
-	CodeUnauthenticated Code = "unauthenticated"   // an admin operation without the right credentials
-	CodeNotFound        Code = "not_found"         // unknown policy, route or node
-	CodeConflict        Code = "conflict"          // request_id already used for a different request
-	CodePayloadTooLarge Code = "payload_too_large" // the request is larger than the server accepts
-	CodeUnavailable     Code = "unavailable"       // no leader, or no answer in time: nothing was counted or a retry is safe
-	CodeOutcomeUnknown  Code = "outcome_unknown"   // may have been applied; retry with the same request_id
-	CodeInternal        Code = "internal"          // a bug; Message says what
+// The contract's value types live in the leaf nodeapi, so that the service
+// and the front ends share them without importing the state machine (and
+// with it hashicorp/raft and bbolt). They are aliased here so that the state
+// machine's code reads as before; each is the same type as nodeapi's.
+type (
+	Check    = nodeapi.Check
+	Op       = nodeapi.Op
+	Decision = nodeapi.Decision
+	Result   = nodeapi.Result
+	Code     = nodeapi.Code
+	Error    = nodeapi.Error
+	Policy   = nodeapi.Policy
 )
 
-// Error is limitd's one typed error: a per-op failure decided inside the state
-// machine (for example an unknown policy), and the error every service
-// operation returns. Field is the path of the offending input in the
-// request's JSON form ("checks[2].limit.window"), empty when the request as a
-// whole is at fault.
-type Error struct {
-	Code    Code
-	Field   string
-	Message string
-}
-
-func (e *Error) Error() string { return e.Field + ": " + e.Message }
-
-// Under locates e's field inside prefix ("checks[2]" + "limit" →
-// "checks[2].limit") and returns e.
-func (e *Error) Under(prefix string) *Error {
-	switch {
-	case prefix == "":
-	case e.Field == "":
-		e.Field = prefix
-	default:
-		e.Field = prefix + "." + e.Field
-	}
-	return e
-}
-
-// Limits on client input, enforced by the service layer before anything is
-// proposed and again by the state machine on every entry. Keys and request
-// ids are bounded so that a client cannot make the log, the database or the
-// request table grow without bound per request; policy names appear in URLs,
-// headers and metric labels. Raising a limit is safe; lowering one would make
-// replicas answer an old log differently than it was answered.
+// Error codes (nodeapi's).
 const (
-	MaxKeyBytes       = 1024
-	MaxRequestIDBytes = 128
-	MaxPolicyName     = 128
+	CodeInvalidArgument = nodeapi.CodeInvalidArgument
+	CodeUnauthenticated = nodeapi.CodeUnauthenticated
+	CodeNotFound        = nodeapi.CodeNotFound
+	CodeConflict        = nodeapi.CodeConflict
+	CodePayloadTooLarge = nodeapi.CodePayloadTooLarge
+	CodeUnavailable     = nodeapi.CodeUnavailable
+	CodeOutcomeUnknown  = nodeapi.CodeOutcomeUnknown
+	CodeInternal        = nodeapi.CodeInternal
 )
 
-// Policy is a named limit, replicated through the log.
-type Policy struct {
-	Name   string
-	Spec   algo.Spec
-	Shadow bool // dry run: always allowed, refusals reported as ShadowRefused
-	// NoLocalRefusals is the API's "local_refusals": false: the node's
-	// over-limit cache does not keep this policy's refusals, so each of them
-	// is decided through the log (linearizable, at the cost of a Raft round).
-	NoLocalRefusals bool
-	// Lease is the policy's lease option (the zero Lease: none). Nodes may
-	// then reserve part of a key's budget and spend it from memory (lease.go).
-	Lease algo.Lease
-}
+// Limits on client input (nodeapi's), enforced again on every entry.
+const (
+	MaxKeyBytes       = nodeapi.MaxKeyBytes
+	MaxRequestIDBytes = nodeapi.MaxRequestIDBytes
+	MaxPolicyName     = nodeapi.MaxPolicyName
+)
 
 // Command type bytes: the first byte of every log entry. Never renumber; an
 // entry whose type is unknown stops the node instead of letting replicas diverge.

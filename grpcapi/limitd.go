@@ -6,7 +6,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/limitd/limitd/algo"
-	"github.com/limitd/limitd/fsm"
+	"github.com/limitd/limitd/nodeapi"
 	limitdv1 "github.com/limitd/limitd/proto/limitd/v1"
 	"github.com/limitd/limitd/rls"
 	"github.com/limitd/limitd/service"
@@ -56,7 +56,7 @@ func limitProto(s algo.Spec) *limitdv1.Limit {
 		CountRefused: c.CountRefused, Calendar: c.Calendar, Timezone: c.Timezone}
 }
 
-func decision(d *fsm.Decision) *limitdv1.Decision {
+func decision(d *nodeapi.Decision) *limitdv1.Decision {
 	out := &limitdv1.Decision{
 		Allowed: d.Allowed, Limit: d.Limit, Remaining: d.Remaining,
 		ResetAfter: durationpb.New(d.ResetAfter), Delay: durationpb.New(d.Delay),
@@ -164,7 +164,7 @@ func (l *limitdServer) Reset(ctx context.Context, req *limitdv1.ResetRequest) (*
 	return &limitdv1.ResetResponse{}, nil
 }
 
-func policyProto(p fsm.Policy) *limitdv1.Policy {
+func policyProto(p nodeapi.Policy) *limitdv1.Policy {
 	local := !p.NoLocalRefusals
 	return &limitdv1.Policy{Name: p.Name, Limit: limitProto(p.Spec), Shadow: p.Shadow, LocalRefusals: &local, Lease: leaseProto(p.Lease)}
 }

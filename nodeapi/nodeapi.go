@@ -1,10 +1,15 @@
-// Package nodeapi holds the plain types every layer shares about a
-// replicated node: the sentinel errors a caller of the node must tell apart,
-// the status and member views served as GET /v1/cluster, the bound of one
-// Raft entry and the default wait for one. It imports nothing of limitd's,
-// so that cluster (which returns these), service (which maps them to codes)
-// and the front ends (which render them) agree on them without the front
-// ends importing the Raft layer. Like etcd's rpctypes and Consul's structs.
+// Package nodeapi is the contract every layer shares about a replicated
+// node, and owns nothing but its values: what a check, an op, a decision, a
+// result, a policy, an RLS domain and the one typed Error (with its Codes)
+// are; the input limits; the quota lease contract (requests, grants,
+// returns, the hook and their bounds); the sentinel errors a caller of the
+// node must tell apart; the status and member views served as GET
+// /v1/cluster; the bound of one Raft entry and the default wait for one.
+// It imports only algo (itself pure, importing nothing of limitd's), so
+// that fsm (which decides and aliases these types), cluster (which returns
+// them), service (which validates and maps them) and the front ends (which
+// render them) agree on them without the front ends importing the Raft
+// layer or the storage. Like etcd's rpctypes and Consul's structs.
 package nodeapi
 
 import (

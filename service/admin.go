@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/limitd/limitd/algo"
-	"github.com/limitd/limitd/fsm"
 	"github.com/limitd/limitd/nodeapi"
 )
 
@@ -19,7 +18,7 @@ type PolicyRequest struct {
 	Name   string
 	Config algo.Config
 	Shadow bool
-	// NoLocalRefusals is "local_refusals": false (fsm.Policy.NoLocalRefusals).
+	// NoLocalRefusals is "local_refusals": false (nodeapi.Policy.NoLocalRefusals).
 	NoLocalRefusals bool
 	// Lease is the "lease" option (nil: none); see ValidateLease.
 	Lease *algo.LeaseConfig
@@ -27,19 +26,19 @@ type PolicyRequest struct {
 
 // ValidatePolicy validates p into a policy. The name's errors name the field
 // "name"; the limit's name its own fields ("window") under prefix.
-func ValidatePolicy(p PolicyRequest, prefix string) (fsm.Policy, *Error) {
+func ValidatePolicy(p PolicyRequest, prefix string) (nodeapi.Policy, *Error) {
 	if e := ValidatePolicyName(p.Name, "name"); e != nil {
-		return fsm.Policy{}, e.Under(prefix)
+		return nodeapi.Policy{}, e.Under(prefix)
 	}
 	spec, e := ValidateLimit(p.Config, prefix)
 	if e != nil {
-		return fsm.Policy{}, e
+		return nodeapi.Policy{}, e
 	}
 	lease, e := ValidateLease(p.Lease, spec, p.Shadow, prefix)
 	if e != nil {
-		return fsm.Policy{}, e
+		return nodeapi.Policy{}, e
 	}
-	return fsm.Policy{Name: p.Name, Spec: spec, Shadow: p.Shadow, NoLocalRefusals: p.NoLocalRefusals, Lease: lease}, nil
+	return nodeapi.Policy{Name: p.Name, Spec: spec, Shadow: p.Shadow, NoLocalRefusals: p.NoLocalRefusals, Lease: lease}, nil
 }
 
 // ValidateLease validates a policy's "lease" option (nil: none) for its
@@ -77,15 +76,15 @@ func joinPrefix(prefix, field string) string {
 
 // PutPolicy creates or replaces a policy and returns it as stored. Replacing
 // keeps the keys' state; a state written for another algorithm starts fresh.
-func (s *Service) PutPolicy(ctx context.Context, p PolicyRequest) (fsm.Policy, *Error) {
+func (s *Service) PutPolicy(ctx context.Context, p PolicyRequest) (nodeapi.Policy, *Error) {
 	pol, e := ValidatePolicy(p, "")
 	if e != nil {
-		return fsm.Policy{}, e
+		return nodeapi.Policy{}, e
 	}
 	ctx, cancel := s.context(ctx)
 	defer cancel()
 	if err := s.node.PutPolicy(ctx, pol); err != nil {
-		return fsm.Policy{}, s.nodeError(err)
+		return nodeapi.Policy{}, s.nodeError(err)
 	}
 	return pol, nil
 }
@@ -94,7 +93,7 @@ func (s *Service) PutPolicy(ctx context.Context, p PolicyRequest) (fsm.Policy, *
 // skipping those this node already holds exactly as given. A failure to reach
 // the cluster is retried every retry until ctx ends (retry <= 0: not at all);
 // a refusal stops at that policy. The error names the policy.
-func (s *Service) PutPolicies(ctx context.Context, policies []fsm.Policy, retry time.Duration) error {
+func (s *Service) PutPolicies(ctx context.Context, policies []nodeapi.Policy, retry time.Duration) error {
 	for _, p := range policies {
 		if cur, ok := s.node.Policy(p.Name); ok && cur == p {
 			continue
@@ -106,7 +105,7 @@ func (s *Service) PutPolicies(ctx context.Context, policies []fsm.Policy, retry 
 			if err == nil {
 				break
 			}
-			var refused *fsm.Error
+			var refused *nodeapi.Error
 			if errors.As(err, &refused) || retry <= 0 || ctx.Err() != nil {
 				return fmt.Errorf("put policy %q: %w", p.Name, err)
 			}
@@ -121,19 +120,19 @@ func (s *Service) PutPolicies(ctx context.Context, policies []fsm.Policy, retry 
 }
 
 // GetPolicy returns this node's replicated copy of a policy.
-func (s *Service) GetPolicy(name string) (fsm.Policy, *Error) {
+func (s *Service) GetPolicy(name string) (nodeapi.Policy, *Error) {
 	if e := ValidatePolicyName(name, "name"); e != nil {
-		return fsm.Policy{}, e
+		return nodeapi.Policy{}, e
 	}
 	p, ok := s.node.Policy(name)
 	if !ok {
-		return fsm.Policy{}, &Error{Code: CodeNotFound, Field: "name", Message: fmt.Sprintf("no policy named %q", name)}
+		return nodeapi.Policy{}, &Error{Code: CodeNotFound, Field: "name", Message: fmt.Sprintf("no policy named %q", name)}
 	}
 	return p, nil
 }
 
 // ListPolicies returns this node's policies, sorted by name.
-func (s *Service) ListPolicies() []fsm.Policy { return s.node.Policies() }
+func (s *Service) ListPolicies() []nodeapi.Policy { return s.node.Policies() }
 
 // DeletePolicy deletes a policy. The keys' state under it is left to expire.
 func (s *Service) DeletePolicy(ctx context.Context, name string) *Error {

@@ -6,12 +6,11 @@ import (
 	"strings"
 
 	"github.com/limitd/limitd/algo"
-	"github.com/limitd/limitd/fsm"
+	"github.com/limitd/limitd/nodeapi"
 	"github.com/limitd/limitd/overlimit"
 )
 
-// Refuser is implemented by a Node that keeps an over-limit cache (package
-// overlimit; cluster.Node does): Refused answers a refusal of cost under the
+// Refuser is the Node's over-limit cache (package overlimit): Refused answers a refusal of cost under the
 // limit for key from memory, or reports a miss. It never answers "allowed".
 // The service consults it before the log for checks without a request id
 // (a cached refusal consumes nothing and is not remembered, but a retry of
@@ -20,15 +19,14 @@ type Refuser interface {
 	Refused(id overlimit.LimitID, key string, cost int64) (algo.Decision, bool)
 }
 
-// cached answers c from the node's over-limit cache, if it has one and it
-// holds a refusal covering c.
+// cached answers c from the node's over-limit cache, if it holds a refusal
+// covering c.
 //
 // A check of cost 0 is a peek wherever it comes from: peeks are linearizable
 // reads of the key's state, so they always go through the log.
-func (s *Service) cached(c *fsm.Check) (fsm.Decision, bool) {
-	rf, ok := s.node.(Refuser)
-	if !ok || c.Cost == 0 {
-		return fsm.Decision{}, false
+func (s *Service) cached(c *nodeapi.Check) (nodeapi.Decision, bool) {
+	if c.Cost == 0 {
+		return nodeapi.Decision{}, false
 	}
 	id := overlimit.LimitID{Policy: true, Ident: c.Policy}
 	if c.Spec != nil {
@@ -36,8 +34,8 @@ func (s *Service) cached(c *fsm.Check) (fsm.Decision, bool) {
 		// encoding (the spec was validated by prepare's caller).
 		id = overlimit.LimitID{Ident: specIdent(&s.specIdents, c.Spec)}
 	}
-	d, hit := rf.Refused(id, c.Key, c.Cost)
-	return fsm.Decision{Decision: d}, hit
+	d, hit := s.node.Refused(id, c.Key, c.Cost)
+	return nodeapi.Decision{Decision: d}, hit
 }
 
 // maxSpecIdents bounds the interned identities of inline limits (see
@@ -77,29 +75,29 @@ type CheckRequest struct {
 
 // CheckResult is one check's answer.
 type CheckResult struct {
-	Decision fsm.Decision
+	Decision nodeapi.Decision
 	Limit    Limit // what the check was decided under, for headers and metrics
 	Replayed bool  // answered from the request_id table; nothing consumed
 }
 
 // Allowed is what the client is told: a shadow policy's refusal is reported as
 // allowed (with ShadowRefused), whatever the state machine put in Allowed.
-func Allowed(d *fsm.Decision) bool { return d.Allowed || d.ShadowRefused }
+func Allowed(d *nodeapi.Decision) bool { return d.Allowed || d.ShadowRefused }
 
 // prepare validates r into the check the node decides. Fields are named
 // relative to the check; batch callers locate it with Under. A request id is
 // validated only when withRequestID (callers that refuse one do so first).
-func (s *Service) prepare(r *CheckRequest, withRequestID bool) (fsm.Check, Limit, *Error) {
+func (s *Service) prepare(r *CheckRequest, withRequestID bool) (nodeapi.Check, Limit, *Error) {
 	if e := ValidateCheckFields(r, withRequestID); e != nil {
-		return fsm.Check{}, Limit{}, e
+		return nodeapi.Check{}, Limit{}, e
 	}
-	c := fsm.Check{Key: r.Key, Cost: r.Cost}
+	c := nodeapi.Check{Key: r.Key, Cost: r.Cost}
 	switch {
 	case r.Policy != "" && r.Limit != nil:
-		return fsm.Check{}, Limit{}, Invalid("limit", "give either policy or limit, not both")
+		return nodeapi.Check{}, Limit{}, Invalid("limit", "give either policy or limit, not both")
 	case r.Policy != "":
 		if e := ValidatePolicyName(r.Policy, "policy"); e != nil {
-			return fsm.Check{}, Limit{}, e
+			return nodeapi.Check{}, Limit{}, e
 		}
 		c.Policy = r.Policy
 		return c, s.limitOf(r.Policy), nil
@@ -111,7 +109,7 @@ func (s *Service) prepare(r *CheckRequest, withRequestID bool) (fsm.Check, Limit
 		}
 		return c, Limit{Name: name, Spec: *r.Limit, Known: true}, nil
 	}
-	return fsm.Check{}, Limit{}, Invalid("policy", "a check needs a policy name or an inline limit")
+	return nodeapi.Check{}, Limit{}, Invalid("policy", "a check needs a policy name or an inline limit")
 }
 
 // ValidateCheckFields validates what a check's validity depends on before
@@ -164,7 +162,7 @@ func (s *Service) check(ctx context.Context, r *CheckRequest, detach bool) (Chec
 		// is, without the allocation.
 		ctx = context.Background()
 	}
-	if r.RequestID == "" && s.leases != nil && l.lease.Enabled() && l.lease.Strict() {
+	if r.RequestID == "" && l.lease.Enabled() && l.lease.Strict() {
 		return s.decideStrict(ctx, c, l) // lease.go
 	}
 	return s.decideOne(ctx, c, l, r.RequestID, false)
@@ -187,11 +185,11 @@ func (s *Service) Peek(ctx context.Context, r *CheckRequest) (CheckResult, *Erro
 }
 
 // decideOne sends one single-check op to the node and checks the result's shape.
-func (s *Service) decideOne(ctx context.Context, c fsm.Check, l Limit, requestID string, peek bool) (CheckResult, *Error) {
+func (s *Service) decideOne(ctx context.Context, c nodeapi.Check, l Limit, requestID string, peek bool) (CheckResult, *Error) {
 	// The op and its check escape through the Node interface: one allocation
 	// holds both. (They are not pooled: a Node may keep what it is given.)
-	one := &singleOp{checks: [1]fsm.Check{c}}
-	one.ops[0] = fsm.Op{Checks: one.checks[:], RequestID: requestID}
+	one := &singleOp{checks: [1]nodeapi.Check{c}}
+	one.ops[0] = nodeapi.Op{Checks: one.checks[:], RequestID: requestID}
 	ctx, cancel := s.context(ctx)
 	results, err := s.node.Check(ctx, one.ops[:])
 	cancel()
@@ -224,15 +222,15 @@ func (s *Service) decideOne(ctx context.Context, c fsm.Check, l Limit, requestID
 }
 
 type singleOp struct {
-	checks [1]fsm.Check
-	ops    [1]fsm.Op
+	checks [1]nodeapi.Check
+	ops    [1]nodeapi.Op
 }
 
 // CheckAllResult is the answer to CheckAll.
 type CheckAllResult struct {
-	Allowed   bool           // every check allowed (shadow refusals count as allowed)
-	Decisions []fsm.Decision // one per check, in order
-	Limits    []Limit        // one per check, in order
+	Allowed   bool               // every check allowed (shadow refusals count as allowed)
+	Decisions []nodeapi.Decision // one per check, in order
+	Limits    []Limit            // one per check, in order
 	Replayed  bool
 }
 
@@ -246,7 +244,7 @@ func (s *Service) CheckAll(ctx context.Context, checks []CheckRequest, requestID
 	if e := ValidateRequestID(requestID, "request_id"); e != nil {
 		return CheckAllResult{}, e
 	}
-	op := fsm.Op{Checks: make([]fsm.Check, len(checks)), All: true, RequestID: requestID}
+	op := nodeapi.Op{Checks: make([]nodeapi.Check, len(checks)), All: true, RequestID: requestID}
 	limits := make([]Limit, len(checks))
 	for i := range checks {
 		if checks[i].RequestID != "" {
@@ -264,7 +262,7 @@ func (s *Service) CheckAll(ctx context.Context, checks []CheckRequest, requestID
 		}
 	}
 	ctx, cancel := s.context(ctx)
-	results, err := s.node.Check(ctx, []fsm.Op{op})
+	results, err := s.node.Check(ctx, []nodeapi.Op{op})
 	cancel()
 	failed := func(e *Error) (CheckAllResult, *Error) {
 		for i := range limits {
@@ -302,11 +300,8 @@ func (s *Service) CheckAll(ctx context.Context, checks []CheckRequest, requestID
 // nothing. When only some are, the group goes through the log, so that every
 // check's decision is one the state machine made (exact, and still consumes
 // nothing when it refuses).
-func (s *Service) cachedAll(checks []fsm.Check, limits []Limit) (CheckAllResult, bool) {
-	if _, ok := s.node.(Refuser); !ok {
-		return CheckAllResult{}, false
-	}
-	ds := make([]fsm.Decision, len(checks))
+func (s *Service) cachedAll(checks []nodeapi.Check, limits []Limit) (CheckAllResult, bool) {
+	ds := make([]nodeapi.Decision, len(checks))
 	for i := range checks {
 		d, hit := s.cached(&checks[i])
 		if !hit {
@@ -322,7 +317,7 @@ func (s *Service) cachedAll(checks []fsm.Check, limits []Limit) (CheckAllResult,
 
 // locate names the check a state-machine error of an atomic op is about: the
 // state machine names the field within a check ("policy").
-func (s *Service) locate(fe *Error, op fsm.Op) *Error {
+func (s *Service) locate(fe *Error, op nodeapi.Op) *Error {
 	e := *s.nodeError(fe) // a copy: fe may be shared with the node
 	// A request_id conflict is about the op's own id, not one check's.
 	if strings.HasPrefix(e.Field, "checks") || e.Field == "request_id" {
@@ -388,8 +383,8 @@ func (s *Service) Batch(ctx context.Context, checks []CheckRequest, invalid []*E
 	}
 	out := make([]BatchResult, len(checks))
 	// One op per valid entry; slot maps an op back to its entry.
-	ops := make([]fsm.Op, 0, len(checks))
-	fc := make([]fsm.Check, len(checks))
+	ops := make([]nodeapi.Op, 0, len(checks))
+	fc := make([]nodeapi.Check, len(checks))
 	slot := make([]int, 0, len(checks))
 	for i := range checks {
 		if invalid != nil && invalid[i] != nil {
@@ -409,7 +404,7 @@ func (s *Service) Batch(ctx context.Context, checks []CheckRequest, invalid []*E
 				continue
 			}
 		}
-		ops = append(ops, fsm.Op{Checks: fc[i : i+1 : i+1], RequestID: checks[i].RequestID})
+		ops = append(ops, nodeapi.Op{Checks: fc[i : i+1 : i+1], RequestID: checks[i].RequestID})
 		slot = append(slot, i)
 	}
 	if len(ops) == 0 {
@@ -462,7 +457,7 @@ func (s *Service) ResetKey(ctx context.Context, r *CheckRequest) *Error {
 	}
 	ctx, cancel := s.context(ctx)
 	defer cancel()
-	if s.leases != nil && c.Policy != "" {
+	if c.Policy != "" {
 		// This node's leases on the key go back first: the state machine
 		// keeps outstanding leased units counted across a reset, so a
 		// lease still held would shrink the renewed budget (lease.go).

@@ -47,13 +47,16 @@ func TestEveryCodeHasOneAnswer(t *testing.T) {
 	}
 }
 
-// Codes lists every Code constant fsm defines (read from its source, so a
-// code added there without an answer here fails).
-func TestCodesListsEveryFSMCode(t *testing.T) {
-	files, err := filepath.Glob("../fsm/*.go")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("fsm sources: %v %v", files, err)
+// Codes lists every Code constant the contract defines (read from nodeapi's
+// source, and fsm's in case one is added there, so a code added without an
+// answer here fails).
+func TestCodesListsEveryContractCode(t *testing.T) {
+	files, err := filepath.Glob("../nodeapi/*.go")
+	more, err2 := filepath.Glob("../fsm/*.go")
+	if err != nil || err2 != nil || len(files) == 0 || len(more) == 0 {
+		t.Fatalf("nodeapi and fsm sources: %v %v %v %v", files, more, err, err2)
 	}
+	files = append(files, more...)
 	defined := map[Code]bool{}
 	fset := token.NewFileSet()
 	for _, f := range files {
@@ -84,11 +87,11 @@ func TestCodesListsEveryFSMCode(t *testing.T) {
 	}
 	for c := range defined {
 		if !listed[c] {
-			t.Errorf("fsm defines code %q, which Codes() and the answer table lack", c)
+			t.Errorf("the contract defines code %q, which Codes() and the answer table lack", c)
 		}
 	}
 	if len(defined) != len(listed) {
-		t.Errorf("fsm defines %d codes, Codes() lists %d", len(defined), len(listed))
+		t.Errorf("the contract defines %d codes, Codes() lists %d", len(defined), len(listed))
 	}
 }
 

@@ -4,30 +4,29 @@ import (
 	"context"
 	"errors"
 
-	"github.com/limitd/limitd/fsm"
 	"github.com/limitd/limitd/nodeapi"
 )
 
 // Error is the one error type of every operation: a Code, the Field of the
 // request it is about (a JSON path such as "checks[2].limit.window", empty
-// for the request as a whole) and a Message for people. It is fsm.Error, so
+// for the request as a whole) and a Message for people. It is nodeapi.Error, so
 // that a refusal decided inside the state machine reaches clients unchanged.
-type Error = fsm.Error
+type Error = nodeapi.Error
 
 // Code classifies an Error; front ends map it to their status codes
 // (HTTP: api's table, gRPC: codes.InvalidArgument, NotFound, ...).
-type Code = fsm.Code
+type Code = nodeapi.Code
 
-// The codes, as defined by fsm. Clients switch on them: never rename one.
+// The codes, as defined by nodeapi. Clients switch on them: never rename one.
 const (
-	CodeInvalidArgument = fsm.CodeInvalidArgument
-	CodeUnauthenticated = fsm.CodeUnauthenticated
-	CodeNotFound        = fsm.CodeNotFound
-	CodeConflict        = fsm.CodeConflict
-	CodePayloadTooLarge = fsm.CodePayloadTooLarge
-	CodeUnavailable     = fsm.CodeUnavailable
-	CodeOutcomeUnknown  = fsm.CodeOutcomeUnknown
-	CodeInternal        = fsm.CodeInternal
+	CodeInvalidArgument = nodeapi.CodeInvalidArgument
+	CodeUnauthenticated = nodeapi.CodeUnauthenticated
+	CodeNotFound        = nodeapi.CodeNotFound
+	CodeConflict        = nodeapi.CodeConflict
+	CodePayloadTooLarge = nodeapi.CodePayloadTooLarge
+	CodeUnavailable     = nodeapi.CodeUnavailable
+	CodeOutcomeUnknown  = nodeapi.CodeOutcomeUnknown
+	CodeInternal        = nodeapi.CodeInternal
 )
 
 // Invalid returns an invalid_argument error about field.
@@ -53,7 +52,7 @@ func conflictRequestID(field string) *Error {
 // means the request may have been counted. timeout is the wait the service
 // allowed, named in the message.
 func fromNode(err error, timeout string) *Error {
-	var fe *fsm.Error
+	var fe *nodeapi.Error
 	switch {
 	case err == nil:
 		return nil

@@ -11,8 +11,13 @@ const module = "github.com/limitd/limitd/"
 // The service and the front ends reach the cluster only through the Node
 // interface service defines: none of them imports cluster (or anything
 // under it), directly or through another package of ours, nor the Raft log
-// stores it wraps; and nodeapi, the leaf they share with cluster, imports
-// nothing of ours. Checked with go list -deps over the non-test imports, as
+// stores it wraps. Nor do they reach hashicorp/raft or bbolt by any path:
+// the values they exchange with the node are nodeapi's, so that a front end
+// builds, and can be reasoned about, without the replication and storage
+// underneath. nodeapi, the leaf they share with cluster and fsm, imports
+// only algo (pure functions and value types that import nothing of ours;
+// the contract's Check, Decision and Policy carry algo's Spec, Decision and
+// Lease). Checked with go list -deps over the non-test imports, as
 // `go list -f '{{.Imports}}' ./service ./api ./grpcapi` would show them.
 func TestServiceAndFrontEndsDoNotImportCluster(t *testing.T) {
 	imports := goListDeps(t, module+"service", module+"api", module+"grpcapi")
@@ -22,12 +27,18 @@ func TestServiceAndFrontEndsDoNotImportCluster(t *testing.T) {
 				strings.Contains(pkg, "raft-wal") || strings.Contains(pkg, "raft-boltdb") {
 				t.Errorf("%s imports %s (via %s): reach the cluster through service.Node", root, pkg, path)
 			}
+			if pkg == "github.com/hashicorp/raft" || strings.HasPrefix(pkg, "github.com/hashicorp/raft/") ||
+				pkg == "go.etcd.io/bbolt" || strings.HasPrefix(pkg, "go.etcd.io/bbolt/") {
+				t.Errorf("%s imports %s (via %s): exchange nodeapi's values with the node, not fsm's", root, pkg, path)
+			}
 		}
 	}
-	leaf := goListDeps(t, module+"nodeapi")
-	for _, imp := range leaf[module+"nodeapi"] {
-		if strings.HasPrefix(imp, module) {
-			t.Errorf("nodeapi imports %s: the leaf must import nothing of limitd's", imp)
+	leaf := goListDeps(t, module+"nodeapi", module+"algo")
+	for _, pkg := range []string{"nodeapi", "algo"} {
+		for _, imp := range leaf[module+pkg] {
+			if strings.HasPrefix(imp, module) && !(pkg == "nodeapi" && imp == module+"algo") {
+				t.Errorf("%s imports %s: nodeapi may import only algo, and algo nothing of limitd's", pkg, imp)
+			}
 		}
 	}
 }

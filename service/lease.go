@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/limitd/limitd/algo"
-	"github.com/limitd/limitd/fsm"
+	"github.com/limitd/limitd/nodeapi"
 )
 
 // Quota leases, the node's side (the replicated accounting is fsm/lease.go).
@@ -49,15 +49,21 @@ import (
 // reset (fsm/lease.go), so spending them stays exact. A leader change needs
 // nothing either: a grant is an entry in the log, and a new leader has it;
 // a return that fails meanwhile is sent again until its lease's deadline +
-// fsm.LeaseReturnGrace, and the state machine credits it until then.
+// nodeapi.LeaseReturnGrace, and the state machine credits it until then.
 
-// Leaser is implemented by a Node that can take quota leases (cluster.Node
-// does): GrantLeases asks the leader for leases held by this node and
-// ReturnLeases gives back what they did not spend (see fsm.LeaseRequest,
-// fsm.LeaseGrant, fsm.LeaseReturn for the contract).
+// Leaser is the Node's part in quota leases: GrantLeases asks the leader
+// for leases held by this node and ReturnLeases gives back what they did
+// not spend (see nodeapi.LeaseRequest, nodeapi.LeaseGrant,
+// nodeapi.LeaseReturn for the contract); SetLeaseHook installs the lease
+// table as the one listener to the recalls and returns the node's state
+// machine applies (nodeapi.LeaseHook), without which a strict recall would
+// never reach the holders. A node that takes no leases answers every grant
+// with an error: checks then go through the log, as for any lease that
+// could not be taken.
 type Leaser interface {
-	GrantLeases(ctx context.Context, reqs []fsm.LeaseRequest) ([]fsm.LeaseGrant, error)
-	ReturnLeases(ctx context.Context, rets []fsm.LeaseReturn) ([]int64, error)
+	GrantLeases(ctx context.Context, reqs []nodeapi.LeaseRequest) ([]nodeapi.LeaseGrant, error)
+	ReturnLeases(ctx context.Context, rets []nodeapi.LeaseReturn) ([]int64, error)
+	SetLeaseHook(h nodeapi.LeaseHook)
 }
 
 // Tuning of the node's lease table (one place).
@@ -94,7 +100,7 @@ const (
 	// quarter of its validity) before its deadline and is given back then,
 	// so that the return usually reaches the leader before the lease
 	// expires there (its units are free again for other nodes at once; a
-	// later return is credited only within fsm.LeaseReturnGrace): two
+	// later return is credited only within nodeapi.LeaseReturnGrace): two
 	// sweeps and a round to spare.
 	leaseReturnLead = 2 * leaseSweep
 	// leaseStrictTries and leaseStrictWait bound the strict retry
@@ -128,7 +134,7 @@ type heldLease struct {
 	end      time.Time
 	deadline time.Time
 	halfway  time.Time // between the grant request and end: refill from here
-	resetAt  int64     // wall clock (ns): fsm.LeaseGrant.ResetAt
+	resetAt  int64     // wall clock (ns): nodeapi.LeaseGrant.ResetAt
 }
 
 // spentLease is a lease spent to the last unit and not given back (nothing
@@ -141,8 +147,8 @@ type spentLease struct {
 }
 
 // maxSpentLeases bounds the spent leases a slot remembers (the record holds
-// at most fsm.MaxLeasesPerKey on a key).
-const maxSpentLeases = fsm.MaxLeasesPerKey
+// at most nodeapi.MaxLeasesPerKey on a key).
+const maxSpentLeases = nodeapi.MaxLeasesPerKey
 
 func (h *heldLease) left() int64 { return h.units - h.spent }
 
@@ -193,9 +199,7 @@ func newLeaseTable(n Leaser) *leaseTable {
 	t := &leaseTable{node: n, now: time.Now, slots: make(map[leaseKey]*leaseSlot),
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 		waiters: make(map[leaseKey][]chan struct{}), strictWait: leaseStrictWait, linger: leaseFlushLinger}
-	if h, ok := n.(interface{ SetLeaseHook(fsm.LeaseHook) }); ok {
-		h.SetLeaseHook(t) // cluster.Node: recalls and returns as its state machine applies them
-	}
+	n.SetLeaseHook(t) // recalls and returns, as the node's state machine applies them
 	return t
 }
 
@@ -206,8 +210,8 @@ type pendingGrant struct {
 }
 
 type pendingReturn struct {
-	ret fsm.LeaseReturn
-	// until is the lease's deadline + fsm.LeaseReturnGrace: after it the
+	ret nodeapi.LeaseReturn
+	// until is the lease's deadline + nodeapi.LeaseReturnGrace: after it the
 	// leader has dropped the lease, and a return credits nothing, so none
 	// is sent again. Within the grace a late return is still credited
 	// (this node stopped spending before the deadline, so what it reports
@@ -219,19 +223,19 @@ type pendingReturn struct {
 // leased answers c from this node's lease on its key, if it holds one that
 // covers c; otherwise it may start taking one in the background and reports
 // a miss (the caller decides through the log).
-func (s *Service) leased(c *fsm.Check, l *Limit) (fsm.Decision, bool) {
+func (s *Service) leased(c *nodeapi.Check, l *Limit) (nodeapi.Decision, bool) {
 	t := s.leases
-	if t == nil || c.Policy == "" || c.Cost <= 0 || !l.Known || !l.lease.Enabled() {
-		return fsm.Decision{}, false
+	if c.Policy == "" || c.Cost <= 0 || !l.Known || !l.lease.Enabled() {
+		return nodeapi.Decision{}, false
 	}
 	return t.spend(c.Policy, c.Key, l.Spec, l.lease, c.Cost)
 }
 
-func (t *leaseTable) spend(policy, key string, spec algo.Spec, lease algo.Lease, cost int64) (fsm.Decision, bool) {
+func (t *leaseTable) spend(policy, key string, spec algo.Spec, lease algo.Lease, cost int64) (nodeapi.Decision, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
-		return fsm.Decision{}, false
+		return nodeapi.Decision{}, false
 	}
 	k := leaseKey{policy, key}
 	now := t.now()
@@ -242,7 +246,7 @@ func (t *leaseTable) spend(policy, key string, spec algo.Spec, lease algo.Lease,
 	}
 	if sl == nil {
 		if len(t.slots) >= maxLeaseSlots {
-			return fsm.Decision{}, false
+			return nodeapi.Decision{}, false
 		}
 		sl = &leaseSlot{spec: spec, lease: lease, lastUse: now}
 		t.slots[k] = sl
@@ -258,7 +262,7 @@ func (t *leaseTable) spend(policy, key string, spec algo.Spec, lease algo.Lease,
 			h.spent += cost
 			t.answered.Add(1)
 			t.refillLocked(k, sl, now)
-			d := fsm.Decision{Decision: algo.Decision{
+			d := nodeapi.Decision{Decision: algo.Decision{
 				Allowed:    true,
 				Limit:      spec.Limit,
 				Remaining:  t.heldLocked(sl) + sl.unleased,
@@ -271,7 +275,7 @@ func (t *leaseTable) spend(policy, key string, spec algo.Spec, lease algo.Lease,
 	if sl.exact >= leaseAfterChecks {
 		t.refillLocked(k, sl, now)
 	}
-	return fsm.Decision{}, false
+	return nodeapi.Decision{}, false
 }
 
 func (t *leaseTable) heldLocked(sl *leaseSlot) int64 {
@@ -378,7 +382,7 @@ func (t *leaseTable) flusher() {
 }
 
 // flush sends the waiting returns, then the waiting grants, each kind as
-// one entry per fsm.MaxLeaseOps.
+// one entry per nodeapi.MaxLeaseOps.
 func (t *leaseTable) flush() {
 	t.flushMu.Lock()
 	defer t.flushMu.Unlock()
@@ -393,19 +397,19 @@ func (t *leaseTable) flush() {
 	}
 	t.mu.Unlock()
 	for len(returns) > 0 {
-		n := min(len(returns), fsm.MaxLeaseOps)
+		n := min(len(returns), nodeapi.MaxLeaseOps)
 		t.sendReturns(returns[:n])
 		returns = returns[n:]
 	}
 	for len(grants) > 0 {
-		n := min(len(grants), fsm.MaxLeaseOps)
+		n := min(len(grants), nodeapi.MaxLeaseOps)
 		t.sendGrants(grants[:n])
 		grants = grants[n:]
 	}
 }
 
 func (t *leaseTable) sendReturns(rs []pendingReturn) {
-	rets := make([]fsm.LeaseReturn, len(rs))
+	rets := make([]nodeapi.LeaseReturn, len(rs))
 	for i := range rs {
 		rets[i] = rs[i].ret
 	}
@@ -423,7 +427,7 @@ func (t *leaseTable) sendReturns(rs []pendingReturn) {
 // the state machine credits a lease id once and a lease it no longer has
 // not at all (fsm returnLease). Returns are lost (under-admission for the
 // rest of the window) only when the lease would be gone before the next
-// round — past its deadline + fsm.LeaseReturnGrace — or the table is
+// round — past its deadline + nodeapi.LeaseReturnGrace — or the table is
 // closing. A leader's election used to cost every node's returns in flight
 // this way, and with the grace it no longer costs those of leases that
 // expired meanwhile.
@@ -450,9 +454,9 @@ func (t *leaseTable) retryReturns(rs []pendingReturn) {
 }
 
 func (t *leaseTable) sendGrants(ps []pendingGrant) {
-	reqs := make([]fsm.LeaseRequest, len(ps))
+	reqs := make([]nodeapi.LeaseRequest, len(ps))
 	for i, p := range ps {
-		reqs[i] = fsm.LeaseRequest{ID: p.id, Check: fsm.Check{Key: p.k.key, Policy: p.k.policy}}
+		reqs[i] = nodeapi.LeaseRequest{ID: p.id, Check: nodeapi.Check{Key: p.k.key, Policy: p.k.policy}}
 	}
 	sent := t.now() // the deadlines count from here, before the leader stamps the grants
 	ctx, cancel := context.WithTimeout(context.Background(), leaseRequestTimeout)
@@ -464,7 +468,7 @@ func (t *leaseTable) sendGrants(ps []pendingGrant) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for i, p := range ps {
-		var g fsm.LeaseGrant
+		var g nodeapi.LeaseGrant
 		if err == nil {
 			g = gs[i]
 		}
@@ -474,7 +478,7 @@ func (t *leaseTable) sendGrants(ps []pendingGrant) {
 
 var errShortGrant = errors.New("the node answered a different number of grants")
 
-func (t *leaseTable) installLocked(p pendingGrant, g fsm.LeaseGrant, err error, sent time.Time) {
+func (t *leaseTable) installLocked(p pendingGrant, g nodeapi.LeaseGrant, err error, sent time.Time) {
 	k, sl, id := p.k, p.sl, p.id
 	sl.granting = false
 	now := t.now()
@@ -488,8 +492,8 @@ func (t *leaseTable) installLocked(p pendingGrant, g fsm.LeaseGrant, err error, 
 		// lost until it expires.)
 		t.lost.Add(1)
 		sl.notBefore = now.Add(leaseBackoff)
-		t.returns = append(t.returns, pendingReturn{ret: fsm.LeaseReturn{ID: id, Check: fsm.Check{Key: k.key, Policy: k.policy}, Unspent: math.MaxInt64},
-			until: sent.Add(sl.lease.MaxTTL + fsm.LeaseReturnGrace)})
+		t.returns = append(t.returns, pendingReturn{ret: nodeapi.LeaseReturn{ID: id, Check: nodeapi.Check{Key: k.key, Policy: k.policy}, Unspent: math.MaxInt64},
+			until: sent.Add(sl.lease.MaxTTL + nodeapi.LeaseReturnGrace)})
 		t.kickLocked()
 		return
 	case g.Err != nil:
@@ -534,7 +538,7 @@ func (t *leaseTable) giveBackLocked(k leaseKey, h *heldLease, always bool) {
 	if left <= 0 && !always {
 		return
 	}
-	t.returns = append(t.returns, pendingReturn{ret: fsm.LeaseReturn{ID: h.id, Check: fsm.Check{Key: k.key, Policy: k.policy}, Unspent: left}, until: h.deadline.Add(fsm.LeaseReturnGrace)})
+	t.returns = append(t.returns, pendingReturn{ret: nodeapi.LeaseReturn{ID: h.id, Check: nodeapi.Check{Key: k.key, Policy: k.policy}, Unspent: left}, until: h.deadline.Add(nodeapi.LeaseReturnGrace)})
 	t.kickLocked()
 }
 
@@ -567,7 +571,7 @@ func (t *leaseTable) returnSpentLocked(k leaseKey, sl *leaseSlot) {
 	sl.spent = nil
 }
 
-// Recall is the state machine's word (fsm.LeaseHook) that a check on the
+// Recall is the state machine's word (nodeapi.LeaseHook) that a check on the
 // key was refused under a strict lease option while leases on it were
 // outstanding: this node gives back every lease it holds on the key, spent
 // ones included, and takes no new one for leaseIdle (the key is near its
@@ -595,7 +599,7 @@ func (t *leaseTable) Recall(policy, key string) {
 	t.kickLocked()
 }
 
-// Returned is the state machine's word (fsm.LeaseHook) that a return on the
+// Returned is the state machine's word (nodeapi.LeaseHook) that a return on the
 // key was applied: strict retries waiting on the key try again.
 func (t *leaseTable) Returned(policy, key string) {
 	t.mu.Lock()
@@ -645,7 +649,7 @@ func (t *leaseTable) unwatch(k leaseKey, w chan struct{}) {
 // the key has nothing left once the holders that can answer have given
 // their leases back; a holder that cannot (crashed, partitioned) keeps its
 // units until its lease expires, which the refusal's retry_after bounds.
-func (s *Service) decideStrict(ctx context.Context, c fsm.Check, l Limit) (CheckResult, *Error) {
+func (s *Service) decideStrict(ctx context.Context, c nodeapi.Check, l Limit) (CheckResult, *Error) {
 	t := s.leases
 	k := leaseKey{c.Policy, c.Key}
 	var res CheckResult
@@ -769,16 +773,10 @@ func newLeaseID() uint64 {
 // waits for the returns at most until ctx ends (what is not returned is
 // lost: under-admission until the leases expire).
 func (s *Service) CloseLeases(ctx context.Context) {
-	if s.leases != nil {
-		s.leases.close(ctx)
-	}
+	s.leases.close(ctx)
 }
 
-// LeaseStats reports the node's lease counters (zero when the node takes no
-// leases).
+// LeaseStats reports the node's lease counters.
 func (s *Service) LeaseStats() LeaseStats {
-	if s.leases == nil {
-		return LeaseStats{}
-	}
 	return s.leases.stats()
 }

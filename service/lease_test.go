@@ -67,6 +67,7 @@ func (r *replicated) apply(build func(now int64) []byte) interface{} {
 
 // fsmNode is a Node and Leaser named id over a replicated state machine.
 type fsmNode struct {
+	noCapabilities
 	r  *replicated
 	id string
 }

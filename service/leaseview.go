@@ -23,7 +23,7 @@ type LeaseView struct {
 // lock without changing it, keeping at most limit views (work linear in
 // the table times limit, memory in limit).
 func (s *Service) LeaseSnapshot(limit int) (views []LeaseView, more int) {
-	if s.leases == nil || limit < 0 {
+	if limit < 0 {
 		return nil, 0
 	}
 	t := s.leases

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/limitd/limitd/fsm"
 	"github.com/limitd/limitd/nodeapi"
 	"github.com/limitd/limitd/rls"
 )
@@ -21,50 +20,31 @@ import (
 
 // Domains is what the service needs of the node for RLS domains: this
 // replica's copy to read, and replication of a canonical configuration
-// already validated here. cluster.Node implements it; a Node without it
-// serves no domains (every RLS operation answers not_found).
+// already validated here. Part of Node; cluster.Node implements it.
 type Domains interface {
 	// RLSDomainConfig is this replica's canonical configuration of a domain.
 	RLSDomainConfig(name string) ([]byte, bool)
 	// RLSDomains lists this replica's domains sorted by name.
-	RLSDomains() []fsm.Domain
+	RLSDomains() []nodeapi.Domain
 	// RLSDomainsVersion changes whenever this replica's domains change.
 	RLSDomainsVersion() uint64
 	// PutRLSDomain stores a canonical configuration through the leader.
 	// Errors as Node's.
 	PutRLSDomain(ctx context.Context, name string, canonical []byte) error
-	// DeleteRLSDomain deletes a domain through the leader; *fsm.Error
+	// DeleteRLSDomain deletes a domain through the leader; *nodeapi.Error
 	// not_found when it does not exist.
 	DeleteRLSDomain(ctx context.Context, name string) error
 }
 
-// errNoDomains answers RLS operations on a node that serves no domains.
-var errNoDomains = &Error{Code: CodeNotFound, Message: "this node serves no RLS domains"}
-
-func (s *Service) rlsDomains() (Domains, *Error) {
-	if s.domains == nil {
-		return nil, errNoDomains
-	}
-	return s.domains, nil
-}
-
 // RLSDomains returns this replica's domains sorted by name.
-func (s *Service) RLSDomains() ([]fsm.Domain, *Error) {
-	d, e := s.rlsDomains()
-	if e != nil {
-		return nil, e
-	}
-	return d.RLSDomains(), nil
+func (s *Service) RLSDomains() ([]nodeapi.Domain, *Error) {
+	return s.node.RLSDomains(), nil
 }
 
 // RLSDomain returns this replica's canonical configuration of a domain;
 // ok is false when there is no such domain (front ends name it their way).
 func (s *Service) RLSDomain(name string) (config []byte, ok bool, e *Error) {
-	d, e := s.rlsDomains()
-	if e != nil {
-		return nil, false, e
-	}
-	config, ok = d.RLSDomainConfig(name)
+	config, ok = s.node.RLSDomainConfig(name)
 	return config, ok, nil
 }
 
@@ -74,10 +54,6 @@ func (s *Service) RLSDomain(name string) (config []byte, ok bool, e *Error) {
 // path>" (nothing is proposed) or "domain", unavailable (no leader or no
 // answer in time: repeating a put is safe), outcome_unknown, internal.
 func (s *Service) PutRLSDomain(ctx context.Context, name string, config []byte) (*rls.Domain, *Error) {
-	doms, e := s.rlsDomains()
-	if e != nil {
-		return nil, e
-	}
 	d, err := rls.Parse("", config)
 	if err != nil {
 		return nil, domainOpError(err)
@@ -87,7 +63,7 @@ func (s *Service) PutRLSDomain(ctx context.Context, name string, config []byte) 
 	}
 	ctx, cancel := s.context(ctx)
 	defer cancel()
-	if err := doms.PutRLSDomain(ctx, d.Name(), d.Canonical()); err != nil {
+	if err := s.node.PutRLSDomain(ctx, d.Name(), d.Canonical()); err != nil {
 		return nil, domainOpError(err)
 	}
 	return d, nil
@@ -96,13 +72,9 @@ func (s *Service) PutRLSDomain(ctx context.Context, name string, config []byte) 
 // DeleteRLSDomain removes a domain through the leader. Errors as
 // PutRLSDomain's, and not_found when the domain does not exist.
 func (s *Service) DeleteRLSDomain(ctx context.Context, name string) *Error {
-	doms, e := s.rlsDomains()
-	if e != nil {
-		return e
-	}
 	ctx, cancel := s.context(ctx)
 	defer cancel()
-	if err := doms.DeleteRLSDomain(ctx, name); err != nil {
+	if err := s.node.DeleteRLSDomain(ctx, name); err != nil {
 		return domainOpError(err)
 	}
 	return nil
@@ -117,16 +89,12 @@ const loadRetry = 200 * time.Millisecond
 // retries until a leader exists or ctx ends. Domains that are stored but not
 // given are kept: the file adds and replaces, the API deletes.
 func (s *Service) LoadRLSDomains(ctx context.Context, domains []*rls.Domain) error {
-	doms, e := s.rlsDomains()
-	if e != nil {
-		return e
-	}
 	for _, d := range domains {
-		if cur, ok := doms.RLSDomainConfig(d.Name()); ok && bytes.Equal(cur, d.Canonical()) {
+		if cur, ok := s.node.RLSDomainConfig(d.Name()); ok && bytes.Equal(cur, d.Canonical()) {
 			continue
 		}
 		for {
-			err := doms.PutRLSDomain(ctx, d.Name(), d.Canonical())
+			err := s.node.PutRLSDomain(ctx, d.Name(), d.Canonical())
 			if err == nil {
 				break
 			}
@@ -150,7 +118,7 @@ func (s *Service) LoadRLSDomains(ctx context.Context, domains []*rls.Domain) err
 // a client may do about a configuration change (repeat it: a put or a
 // delete is idempotent), unlike fromNode's, which are about checks.
 func domainOpError(err error) *Error {
-	var fe *fsm.Error
+	var fe *nodeapi.Error
 	var re *rls.Error
 	switch {
 	case errors.As(err, &fe) && fe.Code != "":
@@ -190,11 +158,7 @@ type RateLimitResult struct {
 // Errors (no leader, outcome unknown, a bad request) mean no answer: Envoy
 // then applies its own failure mode, never a guess by limitd.
 func (s *Service) RateLimit(ctx context.Context, req *rls.Request) (*RateLimitResult, *Error) {
-	doms, e := s.rlsDomains()
-	if e != nil {
-		return nil, e
-	}
-	d, err := s.rlsCache.Get(doms.RLSDomainsVersion(), req.Domain, doms.RLSDomainConfig)
+	d, err := s.rlsCache.Get(s.node.RLSDomainsVersion(), req.Domain, s.node.RLSDomainConfig)
 	if err != nil {
 		return nil, Internal(fmt.Sprintf("domain %q: stored configuration does not compile: %v", req.Domain, err))
 	}

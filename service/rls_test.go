@@ -111,18 +111,23 @@ func TestPutRLSDomainValidatesBeforeReplicating(t *testing.T) {
 	}
 }
 
-// A node without domains serves none: every RLS operation answers
-// not_found rather than failing.
+// A node without domains lists none, writes answer its not_found, and a
+// request under an unknown domain is decided as one matching no rule:
+// nothing goes to the log.
 func TestRLSWithoutDomains(t *testing.T) {
-	s := New(newNode(), Config{})
-	_, e := s.RLSDomains()
+	n := newNode()
+	s := New(n, Config{})
+	if ds, e := s.RLSDomains(); e != nil || len(ds) != 0 {
+		t.Fatalf("RLSDomains() = %v, %v: want none", ds, e)
+	}
+	if _, ok, e := s.RLSDomain("shop"); ok || e != nil {
+		t.Fatalf("RLSDomain(shop) = %v, %v: want no such domain", ok, e)
+	}
+	_, e := s.PutRLSDomain(t.Context(), "", []byte(shopYAML))
 	wantErr(t, e, CodeNotFound, "")
-	_, _, e = s.RLSDomain("shop")
-	wantErr(t, e, CodeNotFound, "")
-	_, e = s.PutRLSDomain(t.Context(), "", []byte(shopYAML))
-	wantErr(t, e, CodeNotFound, "")
-	_, e = s.RateLimit(t.Context(), &rls.Request{Domain: "shop"})
-	wantErr(t, e, CodeNotFound, "")
+	if _, e = s.RateLimit(t.Context(), &rls.Request{Domain: "shop", Descriptors: []rls.RequestDescriptor{{Entries: []rls.Entry{{Key: "user", Value: "alice"}}}}}); e != nil || len(n.ops) != 0 {
+		t.Fatalf("RateLimit under an unknown domain: %v, %d ops: want an answer and none", e, len(n.ops))
+	}
 }
 
 // RateLimit plans the request under the stored domain and sends its

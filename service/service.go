@@ -21,34 +21,47 @@ import (
 	"time"
 
 	"github.com/limitd/limitd/algo"
-	"github.com/limitd/limitd/fsm"
 	"github.com/limitd/limitd/nodeapi"
 	"github.com/limitd/limitd/rls"
 )
 
-// Node is what the service needs from the replicated node, the one door
-// to it from every front end. cluster.Node implements it (checked in
-// cluster's tests); so can anything that routes to several clusters.
+// Node is everything the service needs from the replicated node, the one
+// door to it from every front end: the operations below and each capability
+// the service builds on (LeaderLocator, Refuser, Leaser, Domains, Backuper,
+// Digester), named so that a fake can be read against them, all required so
+// that no capability is found by a type assertion at run time. A node that
+// loses one (a renamed method, a changed signature) then fails to compile
+// where it is passed to New, rather than silently switching off the leader
+// hint, the over-limit cache or leases. cluster.Node implements it (checked
+// in cluster's tests, capability by capability); so can anything that
+// routes to several clusters.
 //
-// Errors: *fsm.Error for refusals decided by the state machine or the node
+// Errors: *nodeapi.Error for refusals decided by the state machine or the node
 // (such as an unknown policy or member), nodeapi.ErrNoLeader (nothing was
 // proposed), nodeapi.ErrOutcomeUnknown (may or may not have been applied),
 // nodeapi.ErrUnavailable, nodeapi.ErrTooLarge,
 // context errors, or anything else (a bug or an I/O failure: internal).
 type Node interface {
+	LeaderLocator
+	Refuser
+	Leaser
+	Domains
+	Backuper
+	Digester
+
 	// Check decides ops through the Raft leader, results in order. A per-op
 	// refusal is in Result.Err; a returned error means no op was decided.
-	Check(ctx context.Context, ops []fsm.Op) ([]fsm.Result, error)
+	Check(ctx context.Context, ops []nodeapi.Op) ([]nodeapi.Result, error)
 	// PutPolicy creates or replaces a policy (validated by the caller).
-	PutPolicy(ctx context.Context, p fsm.Policy) error
-	// DeletePolicy deletes a policy; *fsm.Error not_found when absent.
+	PutPolicy(ctx context.Context, p nodeapi.Policy) error
+	// DeletePolicy deletes a policy; *nodeapi.Error not_found when absent.
 	DeletePolicy(ctx context.Context, name string) error
 	// ResetKey forgets c.Key's state under c's limit (c.Cost is ignored).
-	ResetKey(ctx context.Context, c fsm.Check) error
+	ResetKey(ctx context.Context, c nodeapi.Check) error
 	// Policy and Policies read this node's replicated copy (Policies sorted
 	// by name); they may lag the leader.
-	Policy(name string) (fsm.Policy, bool)
-	Policies() []fsm.Policy
+	Policy(name string) (nodeapi.Policy, bool)
+	Policies() []nodeapi.Policy
 	// Join adds (or updates) a voter; Remove takes one out. Both go through
 	// the leader.
 	Join(ctx context.Context, id, raftAddr, httpAddr string) error
@@ -65,7 +78,7 @@ type Node interface {
 // through an interface would move every check's result to the heap.
 type Observer interface {
 	// Decided reports a fresh decision: not a replay, not a peek.
-	Decided(l Limit, d fsm.Decision)
+	Decided(l Limit, d nodeapi.Decision)
 	// Failed reports a check that got no decision.
 	Failed(l Limit)
 }
@@ -87,12 +100,12 @@ const (
 	DefaultRequestTimeout = nodeapi.DefaultApplyTimeout
 )
 
-// Limits on client input, defined once in fsm (which enforces them again on
+// Limits on client input, defined once in nodeapi (fsm enforces them again on
 // every log entry).
 const (
-	MaxKeyBytes       = fsm.MaxKeyBytes
-	MaxRequestIDBytes = fsm.MaxRequestIDBytes
-	MaxPolicyName     = fsm.MaxPolicyName
+	MaxKeyBytes       = nodeapi.MaxKeyBytes
+	MaxRequestIDBytes = nodeapi.MaxRequestIDBytes
+	MaxPolicyName     = nodeapi.MaxPolicyName
 )
 
 // InlineName names inline limits (given with the check rather than by a
@@ -110,12 +123,9 @@ type Service struct {
 	leader    leaderCache
 	// specIdents interns inline limits' identities in the over-limit cache.
 	specIdents Interner
-	// domains is the node's RLS domains (nil: it serves none); rlsCache
-	// holds them compiled (rls.go).
-	domains  Domains
+	// rlsCache holds the node's RLS domains compiled (rls.go).
 	rlsCache rls.Cache
-	// leases is the node's quota leases (lease.go); nil when the node
-	// cannot take any.
+	// leases is the node's quota leases (lease.go).
 	leases *leaseTable
 }
 
@@ -133,11 +143,8 @@ func New(node Node, cfg Config) *Service {
 	}
 	s := &Service{node: node, cfg: cfg, obs: obs, timeout: cfg.RequestTimeout.String()}
 	s.deadlines.timeout, s.deadlines.slack = cfg.RequestTimeout, cfg.RequestTimeout/deadlineSlack
-	s.leader.loc, _ = node.(LeaderLocator)
-	s.domains, _ = node.(Domains)
-	if l, ok := node.(Leaser); ok {
-		s.leases = newLeaseTable(l)
-	}
+	s.leader.loc = node
+	s.leases = newLeaseTable(node)
 	s.specIdents.Max = maxSpecIdents
 	return s
 }
@@ -147,8 +154,8 @@ func (s *Service) Config() Config { return s.cfg }
 
 type nopObserver struct{}
 
-func (nopObserver) Decided(Limit, fsm.Decision) {}
-func (nopObserver) Failed(Limit)                {}
+func (nopObserver) Decided(Limit, nodeapi.Decision) {}
+func (nopObserver) Failed(Limit)                    {}
 
 // context bounds one operation's wait for the cluster by RequestTimeout.
 // context.WithTimeout costs four allocations and a timer per request, so it
@@ -229,8 +236,8 @@ func (s *Service) limitOf(policy string) Limit {
 	return Limit{Name: policy, Spec: p.Spec, Known: ok, lease: p.Lease}
 }
 
-// LeaderLocator is implemented by a Node that can tell where the Raft leader
-// is (cluster.Node does); front ends pass it on to clients as a hint.
+// LeaderLocator is the Node's word on where the Raft leader is; front ends
+// pass it on to clients as a hint.
 type LeaderLocator interface {
 	// LeaderID is the leader's id ("" when unknown) and whether it is this
 	// node; it must be cheap enough to call on every request.

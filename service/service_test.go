@@ -18,6 +18,7 @@ import (
 // policies it is given, and records what reaches it. err, when set, is what
 // every call returns.
 type node struct {
+	noCapabilities
 	mu       sync.Mutex
 	policies map[string]fsm.Policy
 	ops      []fsm.Op
