@@ -34,6 +34,7 @@ type applier struct {
 	seen                      []bool // per check of an op: its key was decided earlier in the op
 
 	leaseKeyBuf, leaseBuf []byte       // lease.go
+	plan                  planApplier  // plan.go
 	leaseEntries          []leaseEntry // lease.go: the record being worked on
 }
 
@@ -67,6 +68,9 @@ type limit struct {
 	// noCache: the policy has local_refusals off; its decisions are not
 	// observed by the over-limit cache.
 	noCache bool
+	// tag, when set, is the storage key's first byte in place of 'p' or 's'
+	// (a plan limit's state, plan.go).
+	tag byte
 }
 
 // tentative is a key's state while an op is being decided: the stored state,
@@ -118,6 +122,7 @@ func clamp(tx *persist.Tx, now int64) int64 {
 // publish makes the committed policy and node changes visible.
 func (a *applier) publish() {
 	a.f.domains.publish()
+	a.f.plans.publish()
 	if len(a.pendingPolicies) == 0 && len(a.pendingNodes) == 0 {
 		return
 	}
@@ -144,6 +149,7 @@ func (a *applier) publish() {
 // discard drops changes of a transaction that did not commit.
 func (a *applier) discard() {
 	a.f.domains.discard()
+	a.f.plans.discard()
 	clear(a.pendingPolicies)
 	clear(a.pendingNodes)
 }
@@ -272,6 +278,8 @@ func (a *applier) resolve(ck *checkRef, lim *limit) *Error {
 		}
 		*lim = limit{spec: &se.spec, ident: se.canon, name: se.canonS}
 		return nil
+	case ck.kind == limitPlan:
+		return &Error{Code: CodeInvalidArgument, Field: "policy", Message: "a check under the key's plan (no policy, no limit) must be alone in its request"}
 	default:
 		return &Error{Code: CodeInvalidArgument, Field: "limit", Message: "a check needs exactly one of policy or limit"}
 	}
@@ -291,7 +299,9 @@ func newSpecEntry(enc []byte) *specEntry {
 // It lives in a.keyBuf until the next call.
 func (a *applier) storageKey(ck *checkRef, lim *limit) []byte {
 	b := a.keyBuf[:0]
-	if lim.policy {
+	if lim.tag != 0 {
+		b = append(b, lim.tag)
+	} else if lim.policy {
 		b = append(b, 'p')
 	} else {
 		b = append(b, 's')
@@ -357,14 +367,20 @@ func (a *applier) applyOp(tx *persist.Tx, op *opRef, checks []checkRef, decs []D
 	if len(checks) == 0 {
 		return Result{Err: &Error{Code: CodeInvalidArgument, Field: "checks", Message: "at least one check is required"}}, nil
 	}
-	a.lims = a.lims[:0]
-	for j := range checks {
-		a.lims = append(a.lims, limit{})
-		if e := a.resolve(&checks[j], &a.lims[j]); e != nil {
-			return Result{Err: e}, nil // nothing consumed, nothing remembered
+	var res Result
+	var err error
+	if len(checks) == 1 && checks[0].kind == limitPlan {
+		res, err = a.decidePlan(tx, &checks[0], decs, now) // plan.go
+	} else {
+		a.lims = a.lims[:0]
+		for j := range checks {
+			a.lims = append(a.lims, limit{})
+			if e := a.resolve(&checks[j], &a.lims[j]); e != nil {
+				return Result{Err: e}, nil // nothing consumed, nothing remembered
+			}
 		}
+		res, err = a.decideOp(tx, checks, a.lims, decs, now, op.all)
 	}
-	res, err := a.decideOp(tx, checks, a.lims, decs, now, op.all)
 	if err != nil || res.Err != nil || len(op.requestID) == 0 {
 		return res, err
 	}

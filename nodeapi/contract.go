@@ -10,12 +10,14 @@ import "github.com/limitd/limitd/algo"
 // produces them.
 
 // Check is one "may Key spend Cost under this limit now?" question. The limit is
-// either a named policy (Policy != "") or an inline spec (Spec != nil), never both.
+// either a named policy (Policy != ""), an inline spec (Spec != nil), or the
+// key's plan (ByPlan, resolved by the state machine: plan.go), exactly one.
 type Check struct {
 	Key    string
 	Policy string
 	Spec   *algo.Spec // validated inline limit
 	Cost   int64      // 0 is a peek
+	ByPlan bool       // decided under every limit of the key's plan, atomically
 }
 
 // Op is one client request as it travels through the log: a single check, or an
@@ -37,6 +39,9 @@ type Decision struct {
 	// back); RetryAfter is then no later than the first of them ends
 	// (fsm/lease.go).
 	LeasedElsewhere bool
+	// Plan, for a check decided under the key's plan (Check.ByPlan), says
+	// which plan and limit decided; the fields above are that limit's.
+	Plan *PlanDecision
 }
 
 // Result is one op's answer. When Err is set nothing was consumed and
