@@ -164,7 +164,8 @@ func (k KeySource) key(req *http.Request, q url.Values, h authHeaders) string {
 func (s *Server) handleAuth(w http.ResponseWriter, req *http.Request, ps httprouter.Params) {
 	start := time.Now()
 	policy := ps.ByName("policy")
-	if e := service.ValidatePolicyName(policy, "policy"); e != nil {
+	// No policy in the path: the check is decided under the key's plan.
+	if e := service.ValidatePolicyName(policy, "policy"); policy != "" && e != nil {
 		writeError(w, s.httpError(e))
 		return
 	}
