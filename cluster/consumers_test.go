@@ -19,4 +19,5 @@ var (
 	_ service.Domains       = (*cluster.Node)(nil) // Envoy RLS domains (rls.go)
 	_ service.Backuper      = (*cluster.Node)(nil) // GET /v1/cluster/snapshot (backup.go)
 	_ service.Digester      = (*cluster.Node)(nil) // GET /v1/cluster/digest (status.go)
+	_ service.Plans         = (*cluster.Node)(nil) // plans, rules, assignments, overrides (plans.go)
 )

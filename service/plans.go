@@ -175,9 +175,17 @@ func (s *Service) AssignPlan(ctx context.Context, key, plan string) *Error {
 			return e
 		}
 	}
-	return s.admin(ctx, func(ctx context.Context) error {
+	e := s.admin(ctx, func(ctx context.Context) error {
 		return s.node.AssignPlans(ctx, []nodeapi.Assignment{{Key: key, Plan: plan}})
 	})
+	if e != nil {
+		if f, ok := strings.CutPrefix(e.Field, "assignments[0]."); ok {
+			c := *e // the node's error may be shared
+			c.Field = f
+			return &c
+		}
+	}
+	return e
 }
 
 // AssignLine is one line of a bulk assignment; Line (from 1) names it in errors.
