@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/julienschmidt/httprouter"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/limitd/limitd/algo"
 	"github.com/limitd/limitd/nodeapi"
@@ -47,7 +48,18 @@ func (s *Server) planRoutes(r *httprouter.Router) {
 	r.PUT("/v1/prefix-rules/*prefix", s.admin(noQuery(s.handlePutPrefixRule)))
 	r.DELETE("/v1/prefix-rules/*prefix", s.admin(noQuery(s.handleDeletePrefixRule)))
 	r.PUT("/v1/keys/*key", s.keyRoutes(nil))
+	r.POST("/v1/keys/*key", s.keyRoutes(nil))
+	if err := s.metrics.reg.Register(adjustments); err != nil {
+		s.cfg.Logger.Error("register the adjustments counter", "error", err)
+	}
 }
+
+// adjustments counts POST /v1/keys/{key}/adjust by result. It is shared by
+// every Server of the process and registered with each one's registry.
+var adjustments = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "limitd_adjustments_total",
+	Help: "Adjustments of a key's plan limit (POST /v1/keys/{key}/adjust), by result: credited, debited, unchanged (nothing to apply), replayed (a retried request_id) or error.",
+}, []string{"result"})
 
 // planJSON is a plan on the wire.
 type planJSON struct {
@@ -368,7 +380,7 @@ func (s *Server) handleDeletePrefixRule(w http.ResponseWriter, req *http.Request
 // They share the /v1/keys/*key catch-all (keys may contain '/'): the suffix
 // is read from the escaped path, so a key that itself ends in "/plan" is
 // reached by encoding its slash ("a%2Fplan").
-var keySubresources = []string{"/plan", "/override"}
+var keySubresources = []string{"/plan", "/override", "/adjust"}
 
 // keyRoutes serves the key sub-resources and hands every other path to
 // fallback (peek, reset; nil: not found).
@@ -460,6 +472,8 @@ func (s *Server) keySubresource(method, sub, key string) httprouter.Handle {
 			}
 			writeValue(w, http.StatusOK, overrideOut(key, o))
 		})
+	case "/adjust POST":
+		return s.admin(func(w http.ResponseWriter, req *http.Request, _ httprouter.Params) { s.handleAdjust(w, req, key) })
 	case "/override DELETE":
 		return s.admin(func(w http.ResponseWriter, req *http.Request, _ httprouter.Params) {
 			if e := s.svc.DeleteOverride(req.Context(), key); e != nil {
@@ -609,4 +623,66 @@ func appendPlanDecision(b []byte, p *nodeapi.PlanDecision) []byte {
 		b = append(b, '}')
 	}
 	return append(b, ']')
+}
+
+// maxAdjustedBy bounds the "by" of an adjustment: it goes to the audit log.
+const maxAdjustedBy = 256
+
+// handleAdjust serves POST /v1/keys/{key}/adjust
+// {"limit":"daily","add":500,"request_id":"...","by":"alice"}: a credit (or,
+// negative, a debit) of the key's plan limit's current window, applied once
+// per request_id. Each one is logged (the audit line names who: "by" and the
+// client address) and counted (limitd_adjustments_total).
+func (s *Server) handleAdjust(w http.ResponseWriter, req *http.Request, key string) {
+	body, e := s.readBody(w, req, nil)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	var aj struct {
+		Limit     string `json:"limit"`
+		Add       int64  `json:"add"`
+		RequestID string `json:"request_id"`
+		By        string `json:"by"`
+	}
+	if e := decodeStrict(body, &aj, ""); e != nil {
+		writeError(w, e)
+		return
+	}
+	if len(aj.By) > maxAdjustedBy {
+		writeError(w, invalid("by", "must be at most "+strconv.Itoa(maxAdjustedBy)+" bytes"))
+		return
+	}
+	res, se := s.svc.Adjust(req.Context(), service.AdjustRequest{Key: key, Limit: aj.Limit, Add: aj.Add, RequestID: aj.RequestID})
+	result := "error"
+	switch {
+	case se != nil:
+	case res.Replayed:
+		result = "replayed"
+	case res.Adjusted > 0:
+		result = "credited"
+	case res.Adjusted < 0:
+		result = "debited"
+	default:
+		result = "unchanged"
+	}
+	adjustments.WithLabelValues(result).Inc()
+	attrs := []any{"key", key, "limit", aj.Limit, "add", aj.Add, "request_id", aj.RequestID, "by", aj.By,
+		"remote", req.RemoteAddr, "result", result}
+	if se != nil {
+		s.cfg.Logger.Warn("adjustment refused", append(attrs, "code", se.Code, "field", se.Field, "error", se.Message)...)
+		writeError(w, s.httpError(se))
+		return
+	}
+	s.cfg.Logger.Info("adjustment", append(attrs, "plan", res.Plan, "adjusted", res.Adjusted, "remaining", res.Decision.Remaining)...)
+	out := struct {
+		Key        string `json:"key"`
+		Plan       string `json:"plan"`
+		Limit      string `json:"limit"`
+		Adjusted   int64  `json:"adjusted"`
+		Remaining  int64  `json:"remaining"`
+		Overridden bool   `json:"overridden,omitempty"`
+		Replayed   bool   `json:"replayed,omitempty"`
+	}{key, res.Plan, res.Limit, res.Adjusted, res.Decision.Remaining, res.Overridden, res.Replayed}
+	writeValue(w, http.StatusOK, out)
 }

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/limitd/limitd/fsm"
 	"github.com/limitd/limitd/nodeapi"
 )
@@ -222,4 +224,46 @@ func TestOverrideRoutes(t *testing.T) {
 	ts.want(ts.do("DELETE", "/v1/keys/k/override", "", admin), 404, CodeNotFound, "key")
 	ts.want(ts.do("PUT", "/v1/keys/k/override", `{"limits":{"daily":{"limit":9}}}`, admin), 200, "", "")
 	ts.want(ts.do("DELETE", "/v1/keys/k/override", "", admin), 200, "", "")
+}
+
+func TestAdjustRoute(t *testing.T) {
+	ts, _ := newPlanServer(t)
+	ts.do("PUT", "/v1/plans/free", freeBody, admin)
+	ts.do("PUT", "/v1/plans/logged", `{"limits":{"log":{"algorithm":"sliding_log","limit":5,"window":"1m"}}}`, admin)
+	ts.do("PUT", "/v1/keys/k/plan", `{"plan":"free"}`, admin)
+	ts.do("PUT", "/v1/keys/l/plan", `{"plan":"logged"}`, admin)
+	ts.do("POST", "/v1/check", `{"key":"k","cost":2}`)
+	ts.want(ts.do("POST", "/v1/keys/k/adjust", `{"limit":"daily","add":1,"request_id":"r1"}`), 401, CodeUnauthenticated, "")
+	ts.want(ts.do("POST", "/v1/keys/k/adjust", `{"limit":"daily","add":1}`, admin), 400, CodeInvalidArgument, "request_id")
+	ts.want(ts.do("POST", "/v1/keys/k/adjust", `{"limit":"daily","add":0,"request_id":"r0"}`, admin), 400, CodeInvalidArgument, "add")
+	ts.want(ts.do("POST", "/v1/keys/k/adjust", `{"limit":"monthly","add":1,"request_id":"r0"}`, admin), 400, CodeInvalidArgument, "limit")
+	ts.want(ts.do("POST", "/v1/keys/l/adjust", `{"limit":"log","add":1,"request_id":"r0"}`, admin), 400, CodeInvalidArgument, "limit")
+	ts.want(ts.do("POST", "/v1/keys/nobody/adjust", `{"limit":"daily","add":1,"request_id":"r0"}`, admin), 404, CodeNotFound, "policy")
+	ts.want(ts.do("POST", "/v1/keys/k/adjust", `{"limit":"daily","add":1,"request_id":"r0","x":1}`, admin), 400, CodeInvalidArgument, "x")
+	for i, replayed := range []bool{false, true} {
+		r := ts.do("POST", "/v1/keys/k/adjust", `{"limit":"daily","add":1,"request_id":"r1","by":"alice"}`, admin)
+		m := r.json(t)
+		if r.code != 200 || num(t, m, "adjusted") != 1 || num(t, m, "remaining") != 99 || (m["replayed"] == true) != replayed {
+			t.Fatalf("adjust %d: %d %s", i, r.code, r.body)
+		}
+	}
+	if m := ts.do("POST", "/v1/check", `{"key":"k","cost":0}`).json(t); num(t, m["limits"].([]any)[0].(map[string]any), "remaining") != 99 {
+		t.Fatalf("after a credit applied once: %v", m)
+	}
+	r := ts.do("POST", "/v1/keys/k/adjust", `{"limit":"daily","add":-50,"request_id":"r2"}`, admin)
+	if m := r.json(t); r.code != 200 || num(t, m, "adjusted") != -50 || num(t, m, "remaining") != 49 {
+		t.Fatalf("debit: %d %s", r.code, r.body)
+	}
+	if n := testutilCount(t, "credited"); n < 1 {
+		t.Fatalf("adjustments counted %v", n)
+	}
+}
+
+func testutilCount(t *testing.T, result string) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := adjustments.WithLabelValues(result).Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
 }

@@ -131,6 +131,13 @@ func appendCheck(dst []byte, c *Check) []byte {
 	if c.ByPlan {
 		kind |= limitPlan
 	}
+	if c.Adjust {
+		kind = limitAdjust // alone: Policy carries the plan limit's name
+		dst = append(dst, kind)
+		dst = appendString(dst, c.Key)
+		dst = appendString(dst, c.Policy)
+		return binary.AppendVarint(dst, c.Cost)
+	}
 	if c.Policy != "" {
 		kind |= limitPolicy
 	}
@@ -189,7 +196,11 @@ func DecodeOps(b []byte) ([]Op, error) {
 		for j := range op.Checks {
 			c := &checks[r.first+j]
 			oc := &op.Checks[j]
-			oc.Key, oc.Cost, oc.ByPlan = string(c.key), c.cost, c.kind&limitPlan != 0
+			oc.Key, oc.Cost, oc.ByPlan = string(c.key), c.cost, c.kind == limitPlan
+			if c.kind == limitAdjust {
+				oc.Adjust, oc.Policy = true, string(c.policy)
+				continue
+			}
 			if c.kind&limitPolicy != 0 {
 				oc.Policy = string(c.policy)
 			}
@@ -573,6 +584,12 @@ func (d *decoder) ops(ops []opRef, checks []checkRef) ([]opRef, []checkRef) {
 
 func (d *decoder) check() checkRef {
 	c := checkRef{kind: d.byte()}
+	if c.kind == limitAdjust {
+		c.key = d.bytes()
+		c.policy = d.bytes()
+		c.cost = d.varint()
+		return c
+	}
 	if c.kind&^(limitPolicy|limitSpec) != 0 && c.kind != limitPlan {
 		d.fail(fmt.Errorf("unknown limit kind %#x", c.kind))
 		return checkRef{}

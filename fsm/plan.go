@@ -62,8 +62,11 @@ const (
 	tagOverride   byte = 'o'
 	tagPlanLimit  byte = 'n'
 
-	// limitPlan is the check kind of a plan check (codec.go's limitPolicy, limitSpec).
-	limitPlan byte = 4
+	// limitPlan is the check kind of a plan check (codec.go's limitPolicy,
+	// limitSpec), limitAdjust of an adjustment (its policy bytes name the
+	// plan limit, its cost is the signed amount).
+	limitPlan   byte = 4
+	limitAdjust byte = 8
 )
 
 // Aliases of nodeapi's plan types.
@@ -845,6 +848,7 @@ func appendPlanDecision(dst []byte, p *nodeapi.PlanDecision) []byte {
 		ov = 1
 	}
 	dst = append(dst, ov)
+	dst = binary.AppendVarint(dst, p.Adjusted)
 	dst = binary.AppendUvarint(dst, uint64(len(p.Limits)))
 	for i := range p.Limits {
 		l := &p.Limits[i]
@@ -868,6 +872,7 @@ func (d *decoder) planDecision() *nodeapi.PlanDecision {
 	default:
 		d.fail(fmt.Errorf("bad plan decision flag"))
 	}
+	p.Adjusted = d.varint()
 	n := d.count(7)
 	for i := 0; i < n && d.err == nil; i++ {
 		name := string(d.bytes())
@@ -880,4 +885,67 @@ func (d *decoder) planDecision() *nodeapi.PlanDecision {
 		p.Limits = append(p.Limits, nd)
 	}
 	return p
+}
+
+// adjustPlan applies an adjustment: cost units credited (negative: debited)
+// to the current window of the key's plan limit named by the check, where
+// algo.Adjust is exact, and answers the limit's decision after it. Its
+// request id (applyOp) makes it happen once under retries.
+func (a *applier) adjustPlan(tx *persist.Tx, ck *checkRef, decs []Decision, now int64) (Result, error) {
+	if len(ck.key) == 0 || len(ck.key) > MaxKeyBytes {
+		return Result{Err: &Error{Code: CodeInvalidArgument, Field: "key", Message: fmt.Sprintf("must be 1 to %d bytes", MaxKeyBytes)}}, nil
+	}
+	p, _, e := a.resolvePlan(tx, ck.key)
+	if e != nil {
+		if e.Code == CodeInternal {
+			return Result{}, fmt.Errorf("%s", e.Message)
+		}
+		return Result{Err: e}, nil
+	}
+	pl, ok := p.Limit(string(ck.policy))
+	if !ok {
+		return Result{Err: &Error{Code: CodeInvalidArgument, Field: "limit", Message: fmt.Sprintf("plan %q has no limit %q", p.Name, ck.policy)}}, nil
+	}
+	spec := pl.Spec
+	ovr := false
+	rk := append(append(a.plan.keyBuf[:0], tagOverride), ck.key...)
+	a.plan.keyBuf = rk
+	st, err := tx.State(rk)
+	if err != nil {
+		return Result{}, err
+	}
+	if st.Found {
+		d := decoder{b: st.Data}
+		ov := decodeOverride(&d)
+		if d.err != nil {
+			return Result{}, fmt.Errorf("override of %q: %w: %v", ck.key, persist.ErrCorrupt, d.err)
+		}
+		if ov.Expires <= 0 || ov.Expires > now {
+			for _, lo := range ov.Limits {
+				if lo.Name == pl.Name {
+					if s, e := overridden(spec, lo); e == nil {
+						spec, ovr = s, true
+					}
+				}
+			}
+		}
+	}
+	lim := limit{spec: &spec, tag: tagPlanLimit, ident: []byte(pl.Name), name: pl.Name, noCache: true}
+	key := a.storageKey(ck, &lim)
+	cur, err := tx.State(key)
+	if err != nil {
+		return Result{}, err
+	}
+	applied, next, d, err := algo.Adjust(a.decideBuf[:0], &spec, cur.Data, now, ck.cost)
+	if err != nil {
+		return Result{Err: fieldError(err, "")}, nil
+	}
+	t := tentative{key: key, prev: cur, data: next, expiry: now + int64(d.ResetAfter), changed: applied != 0}
+	if err := writeState(tx, &t); err != nil {
+		return Result{}, err
+	}
+	d.Allowed = true
+	decs[0] = Decision{Decision: d, Plan: &nodeapi.PlanDecision{Plan: p.Name, Limit: pl.Name, Overridden: ovr, Adjusted: applied,
+		Limits: []nodeapi.NamedDecision{{Name: pl.Name, Decision: d}}}}
+	return Result{Allowed: true, Decisions: decs[:1]}, nil
 }

@@ -261,3 +261,51 @@ func TestPlanCommandsValidate(t *testing.T) {
 	d.refused(EncodePutPlan(bad), CodeInvalidArgument, "limits.daily.limit")
 	d.refused(EncodePutPlan(Plan{Name: "e"}), CodeInvalidArgument, "limits")
 }
+
+func (d *driver) adjust(now int64, key, limit string, add int64, requestID string) Result {
+	d.t.Helper()
+	return d.check(now, Op{RequestID: requestID, Checks: []Check{{Key: key, Policy: limit, Adjust: true, Cost: add}}})[0]
+}
+
+func TestAdjustCreditsTheCurrentWindowOnce(t *testing.T) {
+	f := openFSM(t, "", Options{})
+	d := newDriver(t, f)
+	d.ok(EncodePutPlan(planOf(t, "free", freeLimits)))
+	d.ok(EncodePutPlan(planOf(t, "logged", map[string]algo.Config{"log": {Algorithm: "sliding_log", Limit: 5, Window: "1m"}})))
+	d.ok(EncodeAssignPlans([]Assignment{{Key: "k", Plan: "free"}, {Key: "l", Plan: "logged"}}))
+	for i := 0; i < 2; i++ {
+		d.planCheck(t0+int64(i)*sec, "k", 1)
+	}
+	r := d.adjust(t0+2*sec, "k", "daily", 1, "adj-1")
+	if r.Err != nil || r.Decisions[0].Plan.Adjusted != 1 || r.Decisions[0].Remaining != 4 {
+		t.Fatalf("credit: %+v %+v", r, r.Decisions)
+	}
+	r = d.adjust(t0+2*sec, "k", "daily", 1, "adj-1") // a retry
+	if !r.Replayed || r.Decisions[0].Plan.Adjusted != 1 {
+		t.Fatalf("retry: %+v", r)
+	}
+	if got := d.planCheck(t0+2*sec, "k", 0).Decisions[0].Plan.Limits[0].Remaining; got != 4 {
+		t.Fatalf("daily remaining %d after one credit of 1, want 4", got)
+	}
+	r = d.adjust(t0+2*sec, "k", "daily", 1, "adj-1")
+	if r = d.check(t0, Op{RequestID: "adj-1", Checks: []Check{{Key: "k", ByPlan: true, Cost: 1}}})[0]; r.Err == nil || r.Err.Code != CodeConflict {
+		t.Fatalf("request id reused by a check: %+v", r)
+	}
+	r = d.adjust(t0+2*sec, "k", "daily", -10, "")
+	if r.Err != nil || r.Decisions[0].Plan.Adjusted != -10 || r.Decisions[0].Remaining != 0 {
+		t.Fatalf("debit: %+v", r.Decisions[0])
+	}
+	if r := d.adjust(t0, "k", "monthly", 1, ""); r.Err == nil || r.Err.Field != "limit" {
+		t.Fatalf("unknown limit: %+v", r)
+	}
+	if r := d.adjust(t0, "l", "log", 1, ""); r.Err == nil || r.Err.Field != "limit" {
+		t.Fatalf("sliding_log: %+v", r)
+	}
+	if r := d.adjust(t0, "nobody", "daily", 1, ""); r.Err == nil || r.Err.Field != "policy" {
+		t.Fatalf("no plan: %+v", r)
+	}
+	ops, err := DecodeOps(AppendOps(nil, []Op{{Checks: []Check{{Key: "k", Policy: "daily", Adjust: true, Cost: -3}}}}))
+	if err != nil || !ops[0].Checks[0].Adjust || ops[0].Checks[0].Policy != "daily" || ops[0].Checks[0].Cost != -3 {
+		t.Fatalf("adjust ops round trip: %+v %v", ops, err)
+	}
+}

@@ -18,6 +18,10 @@ type Check struct {
 	Spec   *algo.Spec // validated inline limit
 	Cost   int64      // 0 is a peek
 	ByPlan bool       // decided under every limit of the key's plan, atomically
+	// Adjust makes the check an adjustment: Cost units (negative: a debit)
+	// are credited to the current window of the limit named Policy in the
+	// key's plan. Only the state machine resolves the plan (plan.go).
+	Adjust bool
 }
 
 // Op is one client request as it travels through the log: a single check, or an

@@ -87,6 +87,9 @@ type PlanDecision struct {
 	Limit      string
 	Overridden bool
 	Limits     []NamedDecision
+	// Adjusted, for an adjustment (Check.Adjust), is the units actually
+	// credited (negative: debited) to Limit's current window.
+	Adjusted int64
 }
 
 // NamedDecision is one plan limit's decision.

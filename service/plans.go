@@ -312,3 +312,65 @@ func (s *Service) admin(ctx context.Context, fn func(context.Context) error) *Er
 	}
 	return nil
 }
+
+// AdjustRequest credits Add units (negative: debits) to the current window
+// of the limit named Limit in Key's plan, once per RequestID.
+type AdjustRequest struct {
+	Key, Limit string
+	Add        int64
+	RequestID  string
+}
+
+// AdjustResult is what an adjustment did: the units applied (signed; less
+// than asked where the window holds less, or a bucket is full or empty), and
+// the limit's decision after it.
+type AdjustResult struct {
+	Plan, Limit string
+	Adjusted    int64
+	Overridden  bool
+	Decision    nodeapi.Decision
+	Replayed    bool // a retry of an applied request_id: nothing applied again
+}
+
+// Adjust applies an adjustment through the log. The request id is required:
+// it is what makes a retry after an outcome_unknown apply once. Only
+// fixed_window (and calendar windows), sliding_window, token_bucket and
+// leaky_bucket limits can be adjusted exactly (algo.Adjust); the state
+// machine refuses the others, naming "limit".
+func (s *Service) Adjust(ctx context.Context, r AdjustRequest) (AdjustResult, *Error) {
+	if e := ValidateKey(r.Key, "key"); e != nil {
+		return AdjustResult{}, e
+	}
+	if e := ValidatePlanLimitName(r.Limit, "limit"); e != nil {
+		return AdjustResult{}, e
+	}
+	if r.Add == 0 || r.Add < -algo.MaxLimit || r.Add > algo.MaxLimit {
+		return AdjustResult{}, Invalid("add", "must be a non-zero integer within ±"+strconv.FormatInt(algo.MaxLimit, 10))
+	}
+	if r.RequestID == "" {
+		return AdjustResult{}, Invalid("request_id", "is required: it makes a retried adjustment apply once")
+	}
+	if e := ValidateRequestID(r.RequestID, "request_id"); e != nil {
+		return AdjustResult{}, e
+	}
+	op := nodeapi.Op{RequestID: r.RequestID, Checks: []nodeapi.Check{{Key: r.Key, Policy: r.Limit, Adjust: true, Cost: r.Add}}}
+	ctx, cancel := s.context(ctx)
+	results, err := s.node.Check(ctx, []nodeapi.Op{op})
+	cancel()
+	switch {
+	case err != nil:
+		return AdjustResult{}, s.nodeError(err)
+	case len(results) != 1:
+		return AdjustResult{}, Internal("the node returned " + strconv.Itoa(len(results)) + " results for 1 op")
+	case results[0].Err != nil:
+		return AdjustResult{}, s.nodeError(results[0].Err)
+	case len(results[0].Decisions) != 1 || results[0].Decisions[0].Plan == nil:
+		if results[0].Replayed {
+			return AdjustResult{}, conflictRequestID("request_id")
+		}
+		return AdjustResult{}, Internal("the node's answer to an adjustment has no plan decision")
+	}
+	d := results[0].Decisions[0]
+	return AdjustResult{Plan: d.Plan.Plan, Limit: d.Plan.Limit, Adjusted: d.Plan.Adjusted, Overridden: d.Plan.Overridden,
+		Decision: d, Replayed: results[0].Replayed}, nil
+}
