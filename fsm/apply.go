@@ -557,6 +557,9 @@ func decideError(err error) *Error {
 // need no such check (their spec is part of the storage key), nor do keys of
 // deleted policies (nothing counts them any more).
 func (a *applier) keepExpired(key, data []byte, now int64) int64 {
+	if len(key) > 0 && key[0] == tagPlanLimit {
+		return a.keepPlanLimit(key, data, now) // plan.go
+	}
 	if len(key) < 2 || key[0] != 'p' {
 		return 0
 	}

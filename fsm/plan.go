@@ -88,6 +88,8 @@ type planConfig struct {
 	rules   map[string]string // prefix → plan
 	lengths []int             // distinct rule prefix lengths, longest first
 	def     string
+	// byLimit is every plan's spec of each limit name (keepPlanLimit).
+	byLimit map[string][]*algo.Spec
 }
 
 func (c *planConfig) clone() *planConfig {
@@ -103,6 +105,12 @@ func (c *planConfig) clone() *planConfig {
 }
 
 func (c *planConfig) index() {
+	c.byLimit = make(map[string][]*algo.Spec)
+	for _, p := range c.plans {
+		for i := range p.Limits {
+			c.byLimit[p.Limits[i].Name] = append(c.byLimit[p.Limits[i].Name], &p.Limits[i].Spec)
+		}
+	}
 	seen := map[int]bool{}
 	c.lengths = c.lengths[:0:0]
 	for p := range c.rules {
@@ -416,7 +424,9 @@ func (a *applier) putPlan(tx *persist.Tx, c *command) (*Error, error) {
 	if err := tx.PutPolicy(planKeyPrefix+p.Name, appendPlanBody(nil, p)); err != nil {
 		return nil, err
 	}
-	a.f.plans.stage().plans[p.Name] = &p
+	s := a.f.plans.stage()
+	s.plans[p.Name] = &p
+	s.index()
 	return nil, nil
 }
 
@@ -440,7 +450,9 @@ func (a *applier) deletePlan(tx *persist.Tx, c *command) (*Error, error) {
 	if _, err := tx.DeletePolicy(planKeyPrefix + name); err != nil {
 		return nil, err
 	}
-	delete(a.f.plans.stage().plans, name)
+	s := a.f.plans.stage()
+	delete(s.plans, name)
+	s.index()
 	return nil, nil
 }
 
@@ -948,4 +960,28 @@ func (a *applier) adjustPlan(tx *persist.Tx, ck *checkRef, decs []Decision, now 
 	decs[0] = Decision{Decision: d, Plan: &nodeapi.PlanDecision{Plan: p.Name, Limit: pl.Name, Overridden: ovr, Adjusted: applied,
 		Limits: []nodeapi.NamedDecision{{Name: pl.Name, Decision: d}}}}
 	return Result{Allowed: true, Decisions: decs[:1]}, nil
+}
+
+// keepPlanLimit is keepExpired for a plan limit's state ('n' ‖ name ‖ key).
+// Which plan the key has would take a read of its assignment in the middle
+// of the sweep, so the state is kept as long as any plan's limit of that
+// name would still count it: keeping a state longer than its own limit
+// needs changes no decision (a window that has passed reads as fresh, a
+// bucket as drained), removing it earlier would reopen the key early.
+func (a *applier) keepPlanLimit(key, data []byte, now int64) int64 {
+	n, w := binary.Uvarint(key[1:])
+	if w <= 0 || uint64(len(key)-1-w) < n {
+		return 0
+	}
+	keep := int64(0)
+	for _, spec := range a.f.plans.view().byLimit[string(key[1+w:1+w+int(n)])] {
+		d, next, err := algo.Decide(a.keepBuf[:0], spec, data, now, 0)
+		if cap(next) > cap(a.keepBuf) {
+			a.keepBuf = next[:0]
+		}
+		if err == nil && d.ResetAfter > 0 {
+			keep = max(keep, now+int64(d.ResetAfter))
+		}
+	}
+	return keep
 }

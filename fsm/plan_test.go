@@ -309,3 +309,20 @@ func TestAdjustCreditsTheCurrentWindowOnce(t *testing.T) {
 		t.Fatalf("adjust ops round trip: %+v %v", ops, err)
 	}
 }
+
+// TestPlanLimitStateOutlivesAWindowThatGrew: the expiry sweep keeps a plan
+// limit's state while any plan's limit of that name still counts it.
+func TestPlanLimitStateOutlivesAWindowThatGrew(t *testing.T) {
+	f := openFSM(t, "", Options{})
+	d := newDriver(t, f)
+	d.ok(EncodePutPlan(planOf(t, "p", map[string]algo.Config{"w": {Algorithm: "sliding_window", Limit: 5, Window: "1s"}})))
+	d.ok(EncodeSetDefaultPlan("p"))
+	d.planCheck(t0, "k", 3)
+	d.ok(EncodePutPlan(planOf(t, "p", map[string]algo.Config{"w": {Algorithm: "sliding_window", Limit: 5, Window: "1h"}})))
+	if n := d.apply(EncodeExpire(t0+3*sec, 100)); n != 0 {
+		t.Fatalf("expired %v", n)
+	}
+	if got := d.planCheck(t0+3*sec, "k", 0).Decisions[0].Remaining; got != 2 {
+		t.Fatalf("remaining %d after the sweep, want 2", got)
+	}
+}
