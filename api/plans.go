@@ -414,7 +414,7 @@ func (s *Server) keyRoutes(fallback httprouter.Handle) httprouter.Handle {
 func (s *Server) keySubresource(method, sub, key string) httprouter.Handle {
 	switch sub + " " + method {
 	case "/plan GET":
-		return func(w http.ResponseWriter, _ *http.Request, _ httprouter.Params) { s.writeKeyPlan(w, key) }
+		return func(w http.ResponseWriter, req *http.Request, _ httprouter.Params) { s.writeKeyPlan(w, req, key) }
 	case "/plan PUT":
 		return s.admin(func(w http.ResponseWriter, req *http.Request, _ httprouter.Params) {
 			plan, ok := s.decodePlanRef(w, req)
@@ -441,8 +441,8 @@ func (s *Server) keySubresource(method, sub, key string) httprouter.Handle {
 			}{key, true})
 		})
 	case "/override GET":
-		return func(w http.ResponseWriter, _ *http.Request, _ httprouter.Params) {
-			kp, e := s.svc.KeyPlan(key)
+		return func(w http.ResponseWriter, req *http.Request, _ httprouter.Params) {
+			kp, e := s.svc.KeyPlan(req.Context(), key)
 			if e != nil {
 				writeError(w, s.httpError(e))
 				return
@@ -489,8 +489,8 @@ func (s *Server) keySubresource(method, sub, key string) httprouter.Handle {
 	return nil
 }
 
-func (s *Server) writeKeyPlan(w http.ResponseWriter, key string) {
-	kp, e := s.svc.KeyPlan(key)
+func (s *Server) writeKeyPlan(w http.ResponseWriter, req *http.Request, key string) {
+	kp, e := s.svc.KeyPlan(req.Context(), key)
 	if e != nil {
 		writeError(w, s.httpError(e))
 		return

@@ -278,7 +278,7 @@ func (a *applier) resolve(ck *checkRef, lim *limit) *Error {
 		}
 		*lim = limit{spec: &se.spec, ident: se.canon, name: se.canonS}
 		return nil
-	case ck.kind == limitPlan || ck.kind == limitAdjust:
+	case ck.kind == limitPlan || ck.kind == limitAdjust || ck.kind == limitInfo:
 		return &Error{Code: CodeInvalidArgument, Field: "policy", Message: "a check under the key's plan (no policy, no limit) must be alone in its request"}
 	default:
 		return &Error{Code: CodeInvalidArgument, Field: "limit", Message: "a check needs exactly one of policy or limit"}
@@ -373,6 +373,8 @@ func (a *applier) applyOp(tx *persist.Tx, op *opRef, checks []checkRef, decs []D
 		res, err = a.decidePlan(tx, &checks[0], decs, now) // plan.go
 	} else if len(checks) == 1 && checks[0].kind == limitAdjust {
 		res, err = a.adjustPlan(tx, &checks[0], decs, now) // plan.go
+	} else if len(checks) == 1 && checks[0].kind == limitInfo {
+		res, err = a.planInfo(tx, &checks[0], decs, now) // plan.go
 	} else {
 		a.lims = a.lims[:0]
 		for j := range checks {

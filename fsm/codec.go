@@ -131,6 +131,11 @@ func appendCheck(dst []byte, c *Check) []byte {
 	if c.ByPlan {
 		kind |= limitPlan
 	}
+	if c.PlanInfo {
+		dst = append(dst, limitInfo)
+		dst = appendString(dst, c.Key)
+		return binary.AppendVarint(dst, 0)
+	}
 	if c.Adjust {
 		kind = limitAdjust // alone: Policy carries the plan limit's name
 		dst = append(dst, kind)
@@ -196,7 +201,7 @@ func DecodeOps(b []byte) ([]Op, error) {
 		for j := range op.Checks {
 			c := &checks[r.first+j]
 			oc := &op.Checks[j]
-			oc.Key, oc.Cost, oc.ByPlan = string(c.key), c.cost, c.kind == limitPlan
+			oc.Key, oc.Cost, oc.ByPlan, oc.PlanInfo = string(c.key), c.cost, c.kind == limitPlan, c.kind == limitInfo
 			if c.kind == limitAdjust {
 				oc.Adjust, oc.Policy = true, string(c.policy)
 				continue
@@ -590,7 +595,7 @@ func (d *decoder) check() checkRef {
 		c.cost = d.varint()
 		return c
 	}
-	if c.kind&^(limitPolicy|limitSpec) != 0 && c.kind != limitPlan {
+	if c.kind&^(limitPolicy|limitSpec) != 0 && c.kind != limitPlan && c.kind != limitInfo {
 		d.fail(fmt.Errorf("unknown limit kind %#x", c.kind))
 		return checkRef{}
 	}

@@ -67,6 +67,7 @@ const (
 	// plan limit, its cost is the signed amount).
 	limitPlan   byte = 4
 	limitAdjust byte = 8
+	limitInfo   byte = 16 // a read of the key's plan records (Check.PlanInfo)
 )
 
 // Aliases of nodeapi's plan types.
@@ -633,24 +634,34 @@ func (a *applier) deleteOverride(tx *persist.Tx, c *command) (*Error, error) {
 	return nil, tx.DeleteState(rk, st)
 }
 
-// resolvePlan finds key's plan: assignment > longest prefix rule > default.
-func (a *applier) resolvePlan(tx *persist.Tx, key []byte) (*Plan, string, *Error) {
+// planName finds the name of key's plan and how: assignment > longest
+// prefix rule > default ("" when none).
+func (a *applier) planName(tx *persist.Tx, key []byte) (name, source string, err error) {
 	cfg := a.f.plans.view()
 	a.plan.keyBuf = append(append(a.plan.keyBuf[:0], tagAssignment), key...)
 	st, err := tx.State(a.plan.keyBuf)
 	if err != nil {
-		return nil, "", &Error{Code: CodeInternal, Field: "key", Message: err.Error()}
+		return "", "", err
 	}
-	name, source := "", ""
 	switch {
 	case st.Found:
-		name, source = string(st.Data), nodeapi.SourceAssignment
+		return string(st.Data), nodeapi.SourceAssignment, nil
 	default:
 		if _, p, ok := cfg.rule(key); ok {
-			name, source = p, nodeapi.SourcePrefixRule
+			return p, nodeapi.SourcePrefixRule, nil
 		} else if cfg.def != "" {
-			name, source = cfg.def, nodeapi.SourceDefault
+			return cfg.def, nodeapi.SourceDefault, nil
 		}
+	}
+	return "", "", nil
+}
+
+// resolvePlan finds key's plan: assignment > longest prefix rule > default.
+func (a *applier) resolvePlan(tx *persist.Tx, key []byte) (*Plan, string, *Error) {
+	cfg := a.f.plans.view()
+	name, source, err := a.planName(tx, key)
+	if err != nil {
+		return nil, "", &Error{Code: CodeInternal, Field: "key", Message: err.Error()}
 	}
 	if name == "" {
 		return nil, "", &Error{Code: CodeNotFound, Field: "policy", Message: fmt.Sprintf(
@@ -674,7 +685,7 @@ func (a *applier) decidePlan(tx *persist.Tx, ck *checkRef, decs []Decision, now 
 	case ck.cost < 0:
 		return Result{Err: &Error{Code: CodeInvalidArgument, Field: "cost", Message: "must not be negative"}}, nil
 	}
-	p, _, e := a.resolvePlan(tx, ck.key)
+	p, source, e := a.resolvePlan(tx, ck.key)
 	if e != nil {
 		if e.Code == CodeInternal {
 			return Result{}, fmt.Errorf("%s", e.Message)
@@ -733,7 +744,7 @@ func (a *applier) decidePlan(tx *persist.Tx, ck *checkRef, decs []Decision, now 
 	if err != nil || res.Err != nil {
 		return res, err
 	}
-	pd := &nodeapi.PlanDecision{Plan: p.Name, Overridden: usedOv, Limits: make([]nodeapi.NamedDecision, n)}
+	pd := &nodeapi.PlanDecision{Plan: p.Name, Source: source, Overridden: usedOv, Limits: make([]nodeapi.NamedDecision, n)}
 	pick := -1
 	for i := range pdecs {
 		pd.Limits[i] = nodeapi.NamedDecision{Name: p.Limits[i].Name, Decision: pdecs[i].Decision}
@@ -861,6 +872,13 @@ func appendPlanDecision(dst []byte, p *nodeapi.PlanDecision) []byte {
 	}
 	dst = append(dst, ov)
 	dst = binary.AppendVarint(dst, p.Adjusted)
+	dst = appendString(dst, p.Source)
+	dst = appendString(dst, p.Assigned)
+	if p.Override == nil {
+		dst = append(dst, 0)
+	} else {
+		dst = appendOverride(append(dst, 1), *p.Override)
+	}
 	dst = binary.AppendUvarint(dst, uint64(len(p.Limits)))
 	for i := range p.Limits {
 		l := &p.Limits[i]
@@ -885,6 +903,15 @@ func (d *decoder) planDecision() *nodeapi.PlanDecision {
 		d.fail(fmt.Errorf("bad plan decision flag"))
 	}
 	p.Adjusted = d.varint()
+	p.Source, p.Assigned = string(d.bytes()), string(d.bytes())
+	switch d.byte() {
+	case 0:
+	case 1:
+		o := decodeOverride(d)
+		p.Override = &o
+	default:
+		d.fail(fmt.Errorf("bad plan decision override flag"))
+	}
 	n := d.count(7)
 	for i := 0; i < n && d.err == nil; i++ {
 		name := string(d.bytes())
@@ -907,7 +934,7 @@ func (a *applier) adjustPlan(tx *persist.Tx, ck *checkRef, decs []Decision, now 
 	if len(ck.key) == 0 || len(ck.key) > MaxKeyBytes {
 		return Result{Err: &Error{Code: CodeInvalidArgument, Field: "key", Message: fmt.Sprintf("must be 1 to %d bytes", MaxKeyBytes)}}, nil
 	}
-	p, _, e := a.resolvePlan(tx, ck.key)
+	p, source, e := a.resolvePlan(tx, ck.key)
 	if e != nil {
 		if e.Code == CodeInternal {
 			return Result{}, fmt.Errorf("%s", e.Message)
@@ -957,7 +984,7 @@ func (a *applier) adjustPlan(tx *persist.Tx, ck *checkRef, decs []Decision, now 
 		return Result{}, err
 	}
 	d.Allowed = true
-	decs[0] = Decision{Decision: d, Plan: &nodeapi.PlanDecision{Plan: p.Name, Limit: pl.Name, Overridden: ovr, Adjusted: applied,
+	decs[0] = Decision{Decision: d, Plan: &nodeapi.PlanDecision{Plan: p.Name, Source: source, Limit: pl.Name, Overridden: ovr, Adjusted: applied,
 		Limits: []nodeapi.NamedDecision{{Name: pl.Name, Decision: d}}}}
 	return Result{Allowed: true, Decisions: decs[:1]}, nil
 }
@@ -984,4 +1011,39 @@ func (a *applier) keepPlanLimit(key, data []byte, now int64) int64 {
 		}
 	}
 	return keep
+}
+
+// planInfo answers a read of key's plan records (Check.PlanInfo): through
+// the log, so a read after a write on any node sees it. It writes nothing
+// (an expired override is left to the sweep).
+func (a *applier) planInfo(tx *persist.Tx, ck *checkRef, decs []Decision, now int64) (Result, error) {
+	if len(ck.key) == 0 || len(ck.key) > MaxKeyBytes {
+		return Result{Err: &Error{Code: CodeInvalidArgument, Field: "key", Message: fmt.Sprintf("must be 1 to %d bytes", MaxKeyBytes)}}, nil
+	}
+	name, source, err := a.planName(tx, ck.key)
+	if err != nil {
+		return Result{}, err
+	}
+	pd := &nodeapi.PlanDecision{Plan: name, Source: source}
+	if source == nodeapi.SourceAssignment {
+		pd.Assigned = name
+	}
+	st, err := tx.State(append(append(a.plan.keyBuf[:0], tagOverride), ck.key...))
+	if err != nil {
+		return Result{}, err
+	}
+	if st.Found {
+		d := decoder{b: st.Data}
+		o := decodeOverride(&d)
+		if d.err != nil {
+			return Result{}, fmt.Errorf("override of %q: %w: %v", ck.key, persist.ErrCorrupt, d.err)
+		}
+		if o.Expires <= 0 || o.Expires > now {
+			o.Limits = append([]LimitOverride(nil), o.Limits...)
+			pd.Override = &o
+			pd.Overridden = true
+		}
+	}
+	decs[0] = Decision{Decision: algo.Decision{Allowed: true}, Plan: pd}
+	return Result{Allowed: true, Decisions: decs[:1]}, nil
 }

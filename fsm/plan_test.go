@@ -326,3 +326,34 @@ func TestPlanLimitStateOutlivesAWindowThatGrew(t *testing.T) {
 		t.Fatalf("remaining %d after the sweep, want 2", got)
 	}
 }
+
+func TestPlanInfoReadsThroughTheLog(t *testing.T) {
+	f := openFSM(t, "", Options{NoSync: true, CommitEvery: 1000}) // reads of the file would lag
+	d := newDriver(t, f)
+	info := func(key string) *nodeapi.PlanDecision {
+		t.Helper()
+		r := d.check(t0, Op{Checks: []Check{{Key: key, PlanInfo: true}}})[0]
+		if r.Err != nil || len(r.Decisions) != 1 || r.Decisions[0].Plan == nil {
+			t.Fatalf("info %q: %+v", key, r)
+		}
+		return r.Decisions[0].Plan
+	}
+	if p := info("k"); p.Plan != "" || p.Source != "" {
+		t.Fatalf("no plan: %+v", p)
+	}
+	d.ok(EncodePutPlan(planOf(t, "free", freeLimits)))
+	d.ok(EncodeAssignPlans([]Assignment{{Key: "k", Plan: "free"}}))
+	d.ok(EncodePutOverride("k", Override{Limits: []LimitOverride{{Name: "daily", Limit: 9}}, Expires: t0 + sec}))
+	p := info("k")
+	if p.Plan != "free" || p.Source != nodeapi.SourceAssignment || p.Assigned != "free" || p.Override == nil || p.Override.Limits[0].Limit != 9 {
+		t.Fatalf("info: %+v", p)
+	}
+	out, err := DecodeResults(AppendResults(nil, []Result{{Allowed: true, Decisions: []Decision{{Plan: p}}}}))
+	if err != nil || out[0].Decisions[0].Plan.Override == nil || out[0].Decisions[0].Plan.Assigned != "free" || out[0].Decisions[0].Plan.Source != nodeapi.SourceAssignment {
+		t.Fatalf("round trip: %+v %v", out, err)
+	}
+	d.ok(EncodeSetDefaultPlan("free"))
+	if p := info("other"); p.Plan != "free" || p.Source != nodeapi.SourceDefault || p.Assigned != "" || p.Override != nil {
+		t.Fatalf("default: %+v", p)
+	}
+}

@@ -22,6 +22,10 @@ type Check struct {
 	// are credited to the current window of the limit named Policy in the
 	// key's plan. Only the state machine resolves the plan (plan.go).
 	Adjust bool
+	// PlanInfo makes the check a read of Key's plan, its source, its own
+	// assignment and its live override (Decision.Plan), through the log so
+	// that it sees every write before it; it consumes nothing.
+	PlanInfo bool
 }
 
 // Op is one client request as it travels through the log: a single check, or an

@@ -90,6 +90,12 @@ type PlanDecision struct {
 	// Adjusted, for an adjustment (Check.Adjust), is the units actually
 	// credited (negative: debited) to Limit's current window.
 	Adjusted int64
+	// Source says how the key got Plan (SourceAssignment, ...).
+	Source string
+	// Assigned and Override, for a plan read (Check.PlanInfo), are the key's
+	// own assignment ("" if none) and its live override (nil if none).
+	Assigned string
+	Override *Override
 }
 
 // NamedDecision is one plan limit's decision.

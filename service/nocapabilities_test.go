@@ -54,4 +54,3 @@ func (noCapabilities) Plan(string) (nodeapi.Plan, bool)             { return nod
 func (noCapabilities) Plans() []nodeapi.Plan                        { return nil }
 func (noCapabilities) PrefixRules() []nodeapi.PrefixRule            { return nil }
 func (noCapabilities) DefaultPlan() string                          { return "" }
-func (noCapabilities) KeyPlan(string) (nodeapi.KeyPlan, error)      { return nodeapi.KeyPlan{}, nil }

@@ -33,7 +33,6 @@ type Plans interface {
 	Plans() []nodeapi.Plan
 	PrefixRules() []nodeapi.PrefixRule
 	DefaultPlan() string
-	KeyPlan(key string) (nodeapi.KeyPlan, error)
 }
 
 // PlanMetricName is the name plan checks are counted under in the decision
@@ -231,16 +230,28 @@ func (s *Service) AssignPlans(ctx context.Context, lines []AssignLine) *Error {
 	return e
 }
 
-// KeyPlan returns what key resolves to on this node.
-func (s *Service) KeyPlan(key string) (nodeapi.KeyPlan, *Error) {
+// KeyPlan returns what key resolves to, its own assignment and its live
+// override. It is read through the log (like a peek), so it sees every
+// write acknowledged before it, on whichever node it is asked.
+func (s *Service) KeyPlan(ctx context.Context, key string) (nodeapi.KeyPlan, *Error) {
 	if e := ValidateKey(key, "key"); e != nil {
 		return nodeapi.KeyPlan{}, e
 	}
-	kp, err := s.node.KeyPlan(key)
-	if err != nil {
-		return kp, s.nodeError(err)
+	ctx, cancel := s.context(ctx)
+	results, err := s.node.Check(ctx, []nodeapi.Op{{Checks: []nodeapi.Check{{Key: key, PlanInfo: true}}}})
+	cancel()
+	switch {
+	case err != nil:
+		return nodeapi.KeyPlan{}, s.nodeError(err)
+	case len(results) != 1:
+		return nodeapi.KeyPlan{}, Internal("the node returned " + strconv.Itoa(len(results)) + " results for 1 op")
+	case results[0].Err != nil:
+		return nodeapi.KeyPlan{}, s.nodeError(results[0].Err)
+	case len(results[0].Decisions) != 1 || results[0].Decisions[0].Plan == nil:
+		return nodeapi.KeyPlan{}, Internal("the node's answer to a plan read has no plan decision")
 	}
-	return kp, nil
+	pd := results[0].Decisions[0].Plan
+	return nodeapi.KeyPlan{Plan: pd.Plan, Source: pd.Source, Assigned: pd.Assigned, Override: pd.Override}, nil
 }
 
 // OverrideRequest is a key's override as a client gives it: per limit name
