@@ -744,6 +744,16 @@ func (a *applier) decidePlan(tx *persist.Tx, ck *checkRef, decs []Decision, now 
 	if err != nil || res.Err != nil {
 		return res, err
 	}
+	if !res.Allowed && ck.cost > 0 {
+		// The group consumed nothing: an allowed limit still has what it
+		// had, not what it would have had (decideOp reports the tentative
+		// spend). Allowed means the spend fit, so adding it back is exact.
+		for i := range pdecs {
+			if pdecs[i].Allowed {
+				pdecs[i].Remaining = min(pdecs[i].Remaining+ck.cost, algo.MaxLimit)
+			}
+		}
+	}
 	pd := &nodeapi.PlanDecision{Plan: p.Name, Source: source, Overridden: usedOv, Limits: make([]nodeapi.NamedDecision, n)}
 	pick := -1
 	for i := range pdecs {

@@ -93,6 +93,9 @@ func TestPlanCheckResolvesAndDecidesAtomically(t *testing.T) {
 	if r.Allowed || r.Decisions[0].Plan.Limit != "per_second" {
 		t.Fatalf("third: %+v %+v", r, r.Decisions[0].Plan)
 	}
+	if got := r.Decisions[0].Plan.Limits[0].Remaining; got != 3 {
+		t.Fatalf("daily remaining reported by a refused group = %d, want 3", got)
+	}
 	if got := d.planCheck(t0, "tenant:acme", 0).Decisions[0].Plan.Limits[0].Remaining; got != 3 {
 		t.Fatalf("daily remaining after a refused group = %d, want 3", got)
 	}
