@@ -42,7 +42,7 @@ func (s *Server) planRoutes(r *httprouter.Router) {
 	r.GET("/v1/plans/:name", noQuery(s.handleGetPlan))
 	r.PUT("/v1/plans/:name", s.admin(noQuery(s.handlePutPlan)))
 	r.DELETE("/v1/plans/:name", s.admin(noQuery(s.handleDeletePlan)))
-	r.POST("/v1/plans/assignments", s.admin(noQuery(s.handleBulkAssign)))
+	r.POST("/v1/plans/assignments", s.admin(s.handleBulkAssign))
 	r.GET("/v1/prefix-rules", noQuery(s.handleListPrefixRules))
 	r.GET("/v1/prefix-rules/*prefix", noQuery(s.handleGetPrefixRule))
 	r.PUT("/v1/prefix-rules/*prefix", s.admin(noQuery(s.handlePutPrefixRule)))
@@ -207,15 +207,32 @@ func (s *Server) handleDeletePlan(w http.ResponseWriter, req *http.Request, ps h
 
 // handleBulkAssign serves POST /v1/plans/assignments: one assignment per
 // line, as JSON ({"key":"tenant:acme","plan":"pro"}) or, with Content-Type
-// text/csv, as key,plan (a first line "key,plan" is a header). The body is
-// validated whole and applied in one entry: a bad line is a 400 naming it
-// ("lines[7].plan", lines counted from 1) and nothing is assigned.
+// text/csv or ?format=csv, as key,plan (a first line "key,plan" is a header).
+// The body is validated whole and applied in one entry: a bad line is a 400
+// naming it ("lines[7].plan", lines counted from 1) and nothing is assigned.
 func (s *Server) handleBulkAssign(w http.ResponseWriter, req *http.Request, _ httprouter.Params) {
+	q, err := url.ParseQuery(req.URL.RawQuery)
+	if err != nil {
+		writeError(w, invalid("", "malformed query string: "+err.Error()))
+		return
+	}
+	format := q.Get("format")
+	for name := range q {
+		if name != "format" {
+			writeError(w, invalid(name, "unknown query parameter (known: format)"))
+			return
+		}
+	}
+	if format != "" && format != "csv" && format != "jsonl" {
+		writeError(w, invalid("format", "want csv or jsonl"))
+		return
+	}
 	if req.ContentLength > nodeapi.MaxAssignBodySize {
 		writeError(w, bulkTooLarge())
 		return
 	}
-	body, err := io.ReadAll(io.LimitReader(req.Body, nodeapi.MaxAssignBodySize+1))
+	var body []byte
+	body, err = io.ReadAll(io.LimitReader(req.Body, nodeapi.MaxAssignBodySize+1))
 	if err != nil {
 		writeError(w, invalid("", "read body: "+err.Error()))
 		return
@@ -227,7 +244,7 @@ func (s *Server) handleBulkAssign(w http.ResponseWriter, req *http.Request, _ ht
 	mt, _, _ := mime.ParseMediaType(req.Header.Get("Content-Type"))
 	var lines []service.AssignLine
 	var e *apiError
-	if mt == "text/csv" {
+	if format == "csv" || format == "" && mt == "text/csv" {
 		lines, e = csvAssignments(body)
 	} else {
 		lines, e = jsonAssignments(body)

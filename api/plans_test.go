@@ -183,7 +183,10 @@ func TestBulkAssignRoute(t *testing.T) {
 		t.Fatalf("json lines: %d %s", r.code, r.body)
 	}
 	ts.want(ts.do("POST", "/v1/plans/assignments", "key,plan\n\"c,1\",pro\nb,pro\n", admin, "Content-Type: text/csv"), 200, "", "")
-	for key, want := range map[string]string{"a": "pro", "b": "pro", "c,1": "pro"} {
+	ts.want(ts.do("POST", "/v1/plans/assignments?format=csv", "d,free\n", admin), 200, "", "")
+	ts.want(ts.do("POST", "/v1/plans/assignments?format=xml", "d,free\n", admin), 400, CodeInvalidArgument, "format")
+	ts.want(ts.do("POST", "/v1/plans/assignments?dry_run=1", "d,free\n", admin), 400, CodeInvalidArgument, "dry_run")
+	for key, want := range map[string]string{"a": "pro", "b": "pro", "c,1": "pro", "d": "free"} {
 		if kp, _ := store.KeyPlan(key); kp.Plan != want {
 			t.Fatalf("%s: %+v, want %s", key, kp, want)
 		}

@@ -220,3 +220,20 @@ func (c *Client) CheckPlan(ctx context.Context, key string, cost int64, requestI
 	}
 	return out, nil
 }
+
+// AssignPlansBody posts a bulk assignment body as it is (admin): JSON lines,
+// or with csv key,plan records, so that the lines[N] of an error are the
+// lines of the caller's file.
+func (c *Client) AssignPlansBody(ctx context.Context, body []byte, csv bool) (int, error) {
+	var out struct {
+		Assigned int `json:"assigned"`
+	}
+	path := "/v1/plans/assignments"
+	if csv {
+		// The API reads the format from Content-Type; the client's requests
+		// are JSON, so CSV is asked for by a header the handler also accepts.
+		path += "?format=csv"
+	}
+	err := c.call(ctx, http.MethodPost, path, body, true, true, &out)
+	return out.Assigned, err
+}
