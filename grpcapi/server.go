@@ -246,6 +246,10 @@ var adminMethods = map[string]bool{
 	"/limitd.v1.Limitd/DeletePolicy":    true,
 	"/limitd.v1.Limitd/PutRLSDomain":    true,
 	"/limitd.v1.Limitd/DeleteRLSDomain": true,
+	"/limitd.v1.Limitd/PutPlan":         true,
+	"/limitd.v1.Limitd/DeletePlan":      true,
+	"/limitd.v1.Limitd/SetDefaultPlan":  true,
+	"/limitd.v1.Limitd/AssignPlan":      true,
 }
 
 // authenticate requires the admin token on admin methods.
