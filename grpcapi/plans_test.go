@@ -40,7 +40,7 @@ func TestPlansOverGRPC(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, want := range []bool{true, true, false} {
-		r, err := c.limitd(i % 3).Check(ctx, &limitdv1.CheckRequest{Key: "tenant:acme"})
+		r, err := c.limitd(i%3).Check(ctx, &limitdv1.CheckRequest{Key: "tenant:acme"})
 		if err != nil || r.Decision.Allowed != want || r.Decision.Plan != "free" || len(r.Decision.Limits) != 2 {
 			t.Fatalf("check %d on node %d: %v %v", i, i%3, r, err)
 		}
