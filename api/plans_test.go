@@ -164,7 +164,7 @@ func TestBulkAssignRoute(t *testing.T) {
 	ts.do("PUT", "/v1/plans/free", freeBody, admin)
 	ts.want(ts.do("POST", "/v1/plans/assignments", `{"key":"a","plan":"pro"}`), 401, CodeUnauthenticated, "")
 	// A bad line is named, and nothing is partly applied.
-	ts.want(ts.do("POST", "/v1/plans/assignments", "{\"key\":\"a\",\"plan\":\"pro\"}\n\n{\"key\":\"b\",\"plan\":\"nope\"}\n", admin), 404, CodeNotFound, "lines[3].plan")
+	ts.want(ts.do("POST", "/v1/plans/assignments", "{\"key\":\"a\",\"plan\":\"pro\"}\n\n{\"key\":\"b\",\"plan\":\"nope\"}\n", admin), 400, CodeInvalidArgument, "lines[3].plan")
 	ts.want(ts.do("POST", "/v1/plans/assignments", "{\"key\":\"a\",\"plan\":\"pro\"}\n{\"key\":\"b\"}\n", admin), 400, CodeInvalidArgument, "lines[2].plan")
 	ts.want(ts.do("POST", "/v1/plans/assignments", "{\"key\":\"a\",\"plan\":\"pro\"}\n{\"key\":\"b\",\"plan\":\"pro\",\"x\":1}\n", admin), 400, CodeInvalidArgument, "lines[2].x")
 	ts.want(ts.do("POST", "/v1/plans/assignments", "{\"key\":\"a\",\"plan\":\"pro\"}\nnot json\n", admin), 400, CodeInvalidArgument, "lines[2]")

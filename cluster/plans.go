@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"time"
 
 	"github.com/limitd/limitd/fsm"
 	"github.com/limitd/limitd/nodeapi"
@@ -55,14 +54,9 @@ func (n *Node) DeleteOverride(ctx context.Context, key string) error {
 	return n.applyAdmin(ctx, fsm.EncodeDeleteOverride(key))
 }
 
-// Plan, Plans, PrefixRules, DefaultPlan and KeyPlan read this replica's copy.
+// Plan, Plans, PrefixRules and DefaultPlan read this replica's copy (it
+// may lag the leader). A key's plan is read through the log (fsm PlanInfo).
 func (n *Node) Plan(name string) (nodeapi.Plan, bool) { return n.fsm.Plan(name) }
 func (n *Node) Plans() []nodeapi.Plan                 { return n.fsm.Plans() }
 func (n *Node) PrefixRules() []nodeapi.PrefixRule     { return n.fsm.PrefixRules() }
 func (n *Node) DefaultPlan() string                   { return n.fsm.DefaultPlan() }
-
-// KeyPlan is what key resolves to on this replica; an override past its
-// expiry by this node's clock is left out, as the state machine ignores it.
-func (n *Node) KeyPlan(key string) (nodeapi.KeyPlan, error) {
-	return n.fsm.KeyPlan(key, time.Now().UnixNano())
-}

@@ -222,6 +222,11 @@ func (s *Service) AssignPlans(ctx context.Context, lines []AssignLine) *Error {
 				if i, err := strconv.Atoi(rest[:j]); err == nil && i >= 0 && i < len(lines) {
 					c := *e
 					c.Field = LineField(lines[i].Line) + rest[j+1:]
+					// A line naming an unknown plan is a bad line of the
+					// body (400), like any other, not a missing resource.
+					if c.Code == CodeNotFound {
+						c.Code = CodeInvalidArgument
+					}
 					return &c
 				}
 			}

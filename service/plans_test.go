@@ -65,7 +65,7 @@ func TestAssignPlansNamesTheLine(t *testing.T) {
 	s := New(n, Config{})
 	lines := []AssignLine{{Line: 1, Key: "a", Plan: "pro"}, {Line: 3, Key: "b", Plan: "pro"}}
 	n.assignErr = &nodeapi.Error{Code: CodeNotFound, Field: "assignments[1].plan", Message: "plan does not exist"}
-	wantErr(t, s.AssignPlans(t.Context(), lines), CodeNotFound, "lines[3].plan")
+	wantErr(t, s.AssignPlans(t.Context(), lines), CodeInvalidArgument, "lines[3].plan")
 	wantErr(t, s.AssignPlans(t.Context(), []AssignLine{{Line: 4, Key: "", Plan: "p"}}), CodeInvalidArgument, "lines[4].key")
 	wantErr(t, s.AssignPlans(t.Context(), []AssignLine{{Line: 2, Key: "k", Plan: "a b"}}), CodeInvalidArgument, "lines[2].plan")
 	wantErr(t, s.AssignPlans(t.Context(), nil), CodeInvalidArgument, "lines")
