@@ -369,12 +369,8 @@ func (a *applier) applyOp(tx *persist.Tx, op *opRef, checks []checkRef, decs []D
 	}
 	var res Result
 	var err error
-	if len(checks) == 1 && checks[0].kind == limitPlan {
-		res, err = a.decidePlan(tx, &checks[0], decs, now) // plan.go
-	} else if len(checks) == 1 && checks[0].kind == limitAdjust {
-		res, err = a.adjustPlan(tx, &checks[0], decs, now) // plan.go
-	} else if len(checks) == 1 && checks[0].kind == limitInfo {
-		res, err = a.planInfo(tx, &checks[0], decs, now) // plan.go
+	if planOp(checks) {
+		res, err = a.applyPlanOp(tx, &checks[0], decs, now) // plan.go
 	} else {
 		a.lims = a.lims[:0]
 		for j := range checks {

@@ -936,6 +936,28 @@ func (d *decoder) planDecision() *nodeapi.PlanDecision {
 	return p
 }
 
+// planOp reports an op that is one plan check, adjustment or plan read:
+// applied by applyPlanOp, not resolved as a policy or inline limit (resolve
+// refuses these kinds among other checks, since a plan is a group itself).
+func planOp(checks []checkRef) bool {
+	if len(checks) != 1 {
+		return false
+	}
+	k := checks[0].kind
+	return k == limitPlan || k == limitAdjust || k == limitInfo
+}
+
+// applyPlanOp applies the op planOp recognised; applyOp records its request id.
+func (a *applier) applyPlanOp(tx *persist.Tx, ck *checkRef, decs []Decision, now int64) (Result, error) {
+	switch ck.kind {
+	case limitAdjust:
+		return a.adjustPlan(tx, ck, decs, now)
+	case limitInfo:
+		return a.planInfo(tx, ck, decs, now)
+	}
+	return a.decidePlan(tx, ck, decs, now)
+}
+
 // adjustPlan applies an adjustment: cost units credited (negative: debited)
 // to the current window of the key's plan limit named by the check, where
 // algo.Adjust is exact, and answers the limit's decision after it. Its
