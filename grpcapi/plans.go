@@ -2,6 +2,9 @@ package grpcapi
 
 import (
 	"context"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/limitd/limitd/algo"
 	"github.com/limitd/limitd/nodeapi"
@@ -97,4 +100,59 @@ func (l *limitdServer) GetKeyPlan(ctx context.Context, req *limitdv1.GetKeyPlanR
 		return nil, toStatus(e)
 	}
 	return &limitdv1.KeyPlan{Key: req.GetKey(), Plan: kp.Plan, Source: kp.Source, Assigned: kp.Assigned, Overridden: kp.Override != nil}, nil
+}
+
+func (l *limitdServer) PutPrefixRule(ctx context.Context, req *limitdv1.PrefixRule) (*limitdv1.PrefixRule, error) {
+	if e := l.svc().PutPrefixRule(ctx, req.GetPrefix(), req.GetPlan()); e != nil {
+		return nil, toStatus(e)
+	}
+	return &limitdv1.PrefixRule{Prefix: req.GetPrefix(), Plan: req.GetPlan()}, nil
+}
+
+func (l *limitdServer) DeletePrefixRule(ctx context.Context, req *limitdv1.DeletePrefixRuleRequest) (*limitdv1.DeletePrefixRuleResponse, error) {
+	if e := l.svc().DeletePrefixRule(ctx, req.GetPrefix()); e != nil {
+		return nil, toStatus(e)
+	}
+	return &limitdv1.DeletePrefixRuleResponse{}, nil
+}
+
+func (l *limitdServer) ListPrefixRules(_ context.Context, _ *limitdv1.ListPrefixRulesRequest) (*limitdv1.ListPrefixRulesResponse, error) {
+	rs := l.svc().ListPrefixRules()
+	out := &limitdv1.ListPrefixRulesResponse{Rules: make([]*limitdv1.PrefixRule, len(rs))}
+	for i, r := range rs {
+		out.Rules[i] = &limitdv1.PrefixRule{Prefix: r.Prefix, Plan: r.Plan}
+	}
+	return out, nil
+}
+
+func (l *limitdServer) PutOverride(ctx context.Context, req *limitdv1.Override) (*limitdv1.Override, error) {
+	r := service.OverrideRequest{Limits: make(map[string]nodeapi.LimitOverride, len(req.GetLimits()))}
+	for n, lo := range req.GetLimits() {
+		r.Limits[n] = nodeapi.LimitOverride{Limit: lo.GetLimit(), Burst: lo.GetBurst()}
+	}
+	if req.GetExpires() != nil {
+		if err := req.GetExpires().CheckValid(); err != nil {
+			return nil, toStatus(service.Invalid("expires", err.Error()))
+		}
+		r.Expires = req.GetExpires().AsTime()
+	}
+	o, e := l.svc().PutOverride(ctx, req.GetKey(), r)
+	if e != nil {
+		return nil, toStatus(e)
+	}
+	out := &limitdv1.Override{Key: req.GetKey(), Limits: make(map[string]*limitdv1.LimitOverride, len(o.Limits))}
+	for _, lo := range o.Limits {
+		out.Limits[lo.Name] = &limitdv1.LimitOverride{Limit: lo.Limit, Burst: lo.Burst}
+	}
+	if o.Expires > 0 {
+		out.Expires = timestamppb.New(time.Unix(0, o.Expires))
+	}
+	return out, nil
+}
+
+func (l *limitdServer) DeleteOverride(ctx context.Context, req *limitdv1.DeleteOverrideRequest) (*limitdv1.DeleteOverrideResponse, error) {
+	if e := l.svc().DeleteOverride(ctx, req.GetKey()); e != nil {
+		return nil, toStatus(e)
+	}
+	return &limitdv1.DeleteOverrideResponse{}, nil
 }

@@ -6,6 +6,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	limitdv1 "github.com/limitd/limitd/proto/limitd/v1"
 )
@@ -73,6 +74,34 @@ func TestPlansOverGRPC(t *testing.T) {
 	_, err = c.limitd(f1).DeletePlan(admin, &limitdv1.DeletePlanRequest{Name: "free"})
 	wantError(t, err, codes.AlreadyExists, "conflict", "plan")
 	if _, err := c.limitd(f2).GetPlan(ctx, &limitdv1.GetPlanRequest{Name: "pro"}); err != nil {
+		t.Fatal(err)
+	}
+
+	// Prefix rules and overrides.
+	if _, err := c.limitd(f1).PutPrefixRule(admin, &limitdv1.PrefixRule{Prefix: "org:", Plan: "pro"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.limitd(f1).PutPrefixRule(admin, &limitdv1.PrefixRule{Prefix: "org:a", Plan: "free"})
+	wantError(t, err, codes.InvalidArgument, "invalid_argument", "prefix")
+	if r, err := c.limitd(f2).Check(ctx, &limitdv1.CheckRequest{Key: "org:x"}); err != nil || r.Decision.Plan != "pro" {
+		t.Fatalf("rule: %v %v", r, err)
+	}
+	_, err = c.limitd(f1).PutOverride(admin, &limitdv1.Override{Key: "org:x", Limits: map[string]*limitdv1.LimitOverride{"monthly": {Limit: 5}}})
+	wantError(t, err, codes.InvalidArgument, "invalid_argument", "limits.monthly")
+	_, err = c.limitd(f1).PutOverride(ctx, &limitdv1.Override{Key: "org:x", Limits: map[string]*limitdv1.LimitOverride{"daily": {Limit: 5}}})
+	wantError(t, err, codes.Unauthenticated, "unauthenticated", "")
+	o, err := c.limitd(f1).PutOverride(admin, &limitdv1.Override{Key: "org:x", Limits: map[string]*limitdv1.LimitOverride{"daily": {Limit: 7}},
+		Expires: timestamppb.New(time.Now().Add(time.Hour))})
+	if err != nil || o.Limits["daily"].GetLimit() != 7 || o.Expires == nil {
+		t.Fatalf("override: %v %v", o, err)
+	}
+	if r, err := c.limitd(lead).Check(ctx, &limitdv1.CheckRequest{Key: "org:x"}); err != nil || !r.Decision.Overridden || r.Decision.Limits[0].Decision.Limit != 7 {
+		t.Fatalf("overridden check: %v %v", r, err)
+	}
+	if _, err := c.limitd(f2).DeleteOverride(admin, &limitdv1.DeleteOverrideRequest{Key: "org:x"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.limitd(f2).DeletePrefixRule(admin, &limitdv1.DeletePrefixRuleRequest{Prefix: "org:"}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -15,7 +15,8 @@
 // INTERNAL, and a deadline → DEADLINE_EXCEEDED.
 //
 // Admin RPCs (Reset, PutPolicy, DeletePolicy, PutRLSDomain, DeleteRLSDomain,
-// PutPlan, DeletePlan, SetDefaultPlan, AssignPlan)
+// PutPlan, DeletePlan, SetDefaultPlan, AssignPlan, PutPrefixRule,
+// DeletePrefixRule, PutOverride, DeleteOverride)
 // need the metadata "authorization: Bearer <token>" when the node runs with
 // an admin token.
 
@@ -31,6 +32,7 @@ import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -2241,11 +2243,418 @@ func (x *KeyPlan) GetOverridden() bool {
 	return false
 }
 
+type PrefixRule struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Prefix        string                 `protobuf:"bytes,1,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	Plan          string                 `protobuf:"bytes,2,opt,name=plan,proto3" json:"plan,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PrefixRule) Reset() {
+	*x = PrefixRule{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PrefixRule) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PrefixRule) ProtoMessage() {}
+
+func (x *PrefixRule) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PrefixRule.ProtoReflect.Descriptor instead.
+func (*PrefixRule) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *PrefixRule) GetPrefix() string {
+	if x != nil {
+		return x.Prefix
+	}
+	return ""
+}
+
+func (x *PrefixRule) GetPlan() string {
+	if x != nil {
+		return x.Plan
+	}
+	return ""
+}
+
+type DeletePrefixRuleRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Prefix        string                 `protobuf:"bytes,1,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeletePrefixRuleRequest) Reset() {
+	*x = DeletePrefixRuleRequest{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeletePrefixRuleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeletePrefixRuleRequest) ProtoMessage() {}
+
+func (x *DeletePrefixRuleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeletePrefixRuleRequest.ProtoReflect.Descriptor instead.
+func (*DeletePrefixRuleRequest) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *DeletePrefixRuleRequest) GetPrefix() string {
+	if x != nil {
+		return x.Prefix
+	}
+	return ""
+}
+
+type DeletePrefixRuleResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeletePrefixRuleResponse) Reset() {
+	*x = DeletePrefixRuleResponse{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeletePrefixRuleResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeletePrefixRuleResponse) ProtoMessage() {}
+
+func (x *DeletePrefixRuleResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeletePrefixRuleResponse.ProtoReflect.Descriptor instead.
+func (*DeletePrefixRuleResponse) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{43}
+}
+
+type ListPrefixRulesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPrefixRulesRequest) Reset() {
+	*x = ListPrefixRulesRequest{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPrefixRulesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPrefixRulesRequest) ProtoMessage() {}
+
+func (x *ListPrefixRulesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPrefixRulesRequest.ProtoReflect.Descriptor instead.
+func (*ListPrefixRulesRequest) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{44}
+}
+
+type ListPrefixRulesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Rules         []*PrefixRule          `protobuf:"bytes,1,rep,name=rules,proto3" json:"rules,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPrefixRulesResponse) Reset() {
+	*x = ListPrefixRulesResponse{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPrefixRulesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPrefixRulesResponse) ProtoMessage() {}
+
+func (x *ListPrefixRulesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPrefixRulesResponse.ProtoReflect.Descriptor instead.
+func (*ListPrefixRulesResponse) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *ListPrefixRulesResponse) GetRules() []*PrefixRule {
+	if x != nil {
+		return x.Rules
+	}
+	return nil
+}
+
+// LimitOverride replaces a plan limit's limit or burst (0: the plan's).
+type LimitOverride struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Limit         int64                  `protobuf:"varint,1,opt,name=limit,proto3" json:"limit,omitempty"`
+	Burst         int64                  `protobuf:"varint,2,opt,name=burst,proto3" json:"burst,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LimitOverride) Reset() {
+	*x = LimitOverride{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LimitOverride) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LimitOverride) ProtoMessage() {}
+
+func (x *LimitOverride) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LimitOverride.ProtoReflect.Descriptor instead.
+func (*LimitOverride) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *LimitOverride) GetLimit() int64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *LimitOverride) GetBurst() int64 {
+	if x != nil {
+		return x.Burst
+	}
+	return 0
+}
+
+// Override is a key's override of its plan's limits, by limit name, until
+// expires (unset: never).
+type Override struct {
+	state         protoimpl.MessageState    `protogen:"open.v1"`
+	Key           string                    `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Limits        map[string]*LimitOverride `protobuf:"bytes,2,rep,name=limits,proto3" json:"limits,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Expires       *timestamppb.Timestamp    `protobuf:"bytes,3,opt,name=expires,proto3" json:"expires,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Override) Reset() {
+	*x = Override{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Override) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Override) ProtoMessage() {}
+
+func (x *Override) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Override.ProtoReflect.Descriptor instead.
+func (*Override) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *Override) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *Override) GetLimits() map[string]*LimitOverride {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
+func (x *Override) GetExpires() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Expires
+	}
+	return nil
+}
+
+type DeleteOverrideRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteOverrideRequest) Reset() {
+	*x = DeleteOverrideRequest{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteOverrideRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteOverrideRequest) ProtoMessage() {}
+
+func (x *DeleteOverrideRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteOverrideRequest.ProtoReflect.Descriptor instead.
+func (*DeleteOverrideRequest) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *DeleteOverrideRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+type DeleteOverrideResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteOverrideResponse) Reset() {
+	*x = DeleteOverrideResponse{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteOverrideResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteOverrideResponse) ProtoMessage() {}
+
+func (x *DeleteOverrideResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteOverrideResponse.ProtoReflect.Descriptor instead.
+func (*DeleteOverrideResponse) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{49}
+}
+
 var File_limitd_v1_limitd_proto protoreflect.FileDescriptor
 
 const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"\n" +
-	"\x16limitd/v1/limitd.proto\x12\tlimitd.v1\x1a\x1egoogle/protobuf/duration.proto\"\xc6\x01\n" +
+	"\x16limitd/v1/limitd.proto\x12\tlimitd.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc6\x01\n" +
 	"\x05Limit\x12\x1c\n" +
 	"\talgorithm\x18\x01 \x01(\tR\talgorithm\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x16\n" +
@@ -2386,8 +2795,30 @@ const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"\bassigned\x18\x04 \x01(\tR\bassigned\x12\x1e\n" +
 	"\n" +
 	"overridden\x18\x05 \x01(\bR\n" +
-	"overridden2\xec\n" +
+	"overridden\"8\n" +
 	"\n" +
+	"PrefixRule\x12\x16\n" +
+	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x12\n" +
+	"\x04plan\x18\x02 \x01(\tR\x04plan\"1\n" +
+	"\x17DeletePrefixRuleRequest\x12\x16\n" +
+	"\x06prefix\x18\x01 \x01(\tR\x06prefix\"\x1a\n" +
+	"\x18DeletePrefixRuleResponse\"\x18\n" +
+	"\x16ListPrefixRulesRequest\"F\n" +
+	"\x17ListPrefixRulesResponse\x12+\n" +
+	"\x05rules\x18\x01 \x03(\v2\x15.limitd.v1.PrefixRuleR\x05rules\";\n" +
+	"\rLimitOverride\x12\x14\n" +
+	"\x05limit\x18\x01 \x01(\x03R\x05limit\x12\x14\n" +
+	"\x05burst\x18\x02 \x01(\x03R\x05burst\"\xe0\x01\n" +
+	"\bOverride\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x127\n" +
+	"\x06limits\x18\x02 \x03(\v2\x1f.limitd.v1.Override.LimitsEntryR\x06limits\x124\n" +
+	"\aexpires\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\aexpires\x1aS\n" +
+	"\vLimitsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12.\n" +
+	"\x05value\x18\x02 \x01(\v2\x18.limitd.v1.LimitOverrideR\x05value:\x028\x01\")\n" +
+	"\x15DeleteOverrideRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\"\x18\n" +
+	"\x16DeleteOverrideResponse2\xf2\r\n" +
 	"\x06Limitd\x12:\n" +
 	"\x05Check\x12\x17.limitd.v1.CheckRequest\x1a\x18.limitd.v1.CheckResponse\x12C\n" +
 	"\bCheckAll\x12\x1a.limitd.v1.CheckAllRequest\x1a\x1b.limitd.v1.CheckAllResponse\x12:\n" +
@@ -2411,7 +2842,12 @@ const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"\n" +
 	"AssignPlan\x12\x1c.limitd.v1.AssignPlanRequest\x1a\x12.limitd.v1.KeyPlan\x12>\n" +
 	"\n" +
-	"GetKeyPlan\x12\x1c.limitd.v1.GetKeyPlanRequest\x1a\x12.limitd.v1.KeyPlanB3Z1github.com/limitd/limitd/proto/limitd/v1;limitdv1b\x06proto3"
+	"GetKeyPlan\x12\x1c.limitd.v1.GetKeyPlanRequest\x1a\x12.limitd.v1.KeyPlan\x12=\n" +
+	"\rPutPrefixRule\x12\x15.limitd.v1.PrefixRule\x1a\x15.limitd.v1.PrefixRule\x12[\n" +
+	"\x10DeletePrefixRule\x12\".limitd.v1.DeletePrefixRuleRequest\x1a#.limitd.v1.DeletePrefixRuleResponse\x12X\n" +
+	"\x0fListPrefixRules\x12!.limitd.v1.ListPrefixRulesRequest\x1a\".limitd.v1.ListPrefixRulesResponse\x127\n" +
+	"\vPutOverride\x12\x13.limitd.v1.Override\x1a\x13.limitd.v1.Override\x12U\n" +
+	"\x0eDeleteOverride\x12 .limitd.v1.DeleteOverrideRequest\x1a!.limitd.v1.DeleteOverrideResponseB3Z1github.com/limitd/limitd/proto/limitd/v1;limitdv1b\x06proto3"
 
 var (
 	file_limitd_v1_limitd_proto_rawDescOnce sync.Once
@@ -2425,57 +2861,68 @@ func file_limitd_v1_limitd_proto_rawDescGZIP() []byte {
 	return file_limitd_v1_limitd_proto_rawDescData
 }
 
-var file_limitd_v1_limitd_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
+var file_limitd_v1_limitd_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
 var file_limitd_v1_limitd_proto_goTypes = []any{
-	(*Limit)(nil),                   // 0: limitd.v1.Limit
-	(*CheckRequest)(nil),            // 1: limitd.v1.CheckRequest
-	(*Decision)(nil),                // 2: limitd.v1.Decision
-	(*NamedDecision)(nil),           // 3: limitd.v1.NamedDecision
-	(*CheckResponse)(nil),           // 4: limitd.v1.CheckResponse
-	(*CheckAllRequest)(nil),         // 5: limitd.v1.CheckAllRequest
-	(*CheckAllResponse)(nil),        // 6: limitd.v1.CheckAllResponse
-	(*BatchRequest)(nil),            // 7: limitd.v1.BatchRequest
-	(*Error)(nil),                   // 8: limitd.v1.Error
-	(*BatchResult)(nil),             // 9: limitd.v1.BatchResult
-	(*BatchResponse)(nil),           // 10: limitd.v1.BatchResponse
-	(*PeekRequest)(nil),             // 11: limitd.v1.PeekRequest
-	(*ResetRequest)(nil),            // 12: limitd.v1.ResetRequest
-	(*ResetResponse)(nil),           // 13: limitd.v1.ResetResponse
-	(*Policy)(nil),                  // 14: limitd.v1.Policy
-	(*Lease)(nil),                   // 15: limitd.v1.Lease
-	(*PutPolicyRequest)(nil),        // 16: limitd.v1.PutPolicyRequest
-	(*GetPolicyRequest)(nil),        // 17: limitd.v1.GetPolicyRequest
-	(*ListPoliciesRequest)(nil),     // 18: limitd.v1.ListPoliciesRequest
-	(*ListPoliciesResponse)(nil),    // 19: limitd.v1.ListPoliciesResponse
-	(*DeletePolicyRequest)(nil),     // 20: limitd.v1.DeletePolicyRequest
-	(*DeletePolicyResponse)(nil),    // 21: limitd.v1.DeletePolicyResponse
-	(*RLSDomain)(nil),               // 22: limitd.v1.RLSDomain
-	(*PutRLSDomainRequest)(nil),     // 23: limitd.v1.PutRLSDomainRequest
-	(*GetRLSDomainRequest)(nil),     // 24: limitd.v1.GetRLSDomainRequest
-	(*ListRLSDomainsRequest)(nil),   // 25: limitd.v1.ListRLSDomainsRequest
-	(*ListRLSDomainsResponse)(nil),  // 26: limitd.v1.ListRLSDomainsResponse
-	(*DeleteRLSDomainRequest)(nil),  // 27: limitd.v1.DeleteRLSDomainRequest
-	(*DeleteRLSDomainResponse)(nil), // 28: limitd.v1.DeleteRLSDomainResponse
-	(*Plan)(nil),                    // 29: limitd.v1.Plan
-	(*PutPlanRequest)(nil),          // 30: limitd.v1.PutPlanRequest
-	(*GetPlanRequest)(nil),          // 31: limitd.v1.GetPlanRequest
-	(*ListPlansRequest)(nil),        // 32: limitd.v1.ListPlansRequest
-	(*ListPlansResponse)(nil),       // 33: limitd.v1.ListPlansResponse
-	(*DeletePlanRequest)(nil),       // 34: limitd.v1.DeletePlanRequest
-	(*DeletePlanResponse)(nil),      // 35: limitd.v1.DeletePlanResponse
-	(*SetDefaultPlanRequest)(nil),   // 36: limitd.v1.SetDefaultPlanRequest
-	(*SetDefaultPlanResponse)(nil),  // 37: limitd.v1.SetDefaultPlanResponse
-	(*AssignPlanRequest)(nil),       // 38: limitd.v1.AssignPlanRequest
-	(*GetKeyPlanRequest)(nil),       // 39: limitd.v1.GetKeyPlanRequest
-	(*KeyPlan)(nil),                 // 40: limitd.v1.KeyPlan
-	nil,                             // 41: limitd.v1.Plan.LimitsEntry
-	(*durationpb.Duration)(nil),     // 42: google.protobuf.Duration
+	(*Limit)(nil),                    // 0: limitd.v1.Limit
+	(*CheckRequest)(nil),             // 1: limitd.v1.CheckRequest
+	(*Decision)(nil),                 // 2: limitd.v1.Decision
+	(*NamedDecision)(nil),            // 3: limitd.v1.NamedDecision
+	(*CheckResponse)(nil),            // 4: limitd.v1.CheckResponse
+	(*CheckAllRequest)(nil),          // 5: limitd.v1.CheckAllRequest
+	(*CheckAllResponse)(nil),         // 6: limitd.v1.CheckAllResponse
+	(*BatchRequest)(nil),             // 7: limitd.v1.BatchRequest
+	(*Error)(nil),                    // 8: limitd.v1.Error
+	(*BatchResult)(nil),              // 9: limitd.v1.BatchResult
+	(*BatchResponse)(nil),            // 10: limitd.v1.BatchResponse
+	(*PeekRequest)(nil),              // 11: limitd.v1.PeekRequest
+	(*ResetRequest)(nil),             // 12: limitd.v1.ResetRequest
+	(*ResetResponse)(nil),            // 13: limitd.v1.ResetResponse
+	(*Policy)(nil),                   // 14: limitd.v1.Policy
+	(*Lease)(nil),                    // 15: limitd.v1.Lease
+	(*PutPolicyRequest)(nil),         // 16: limitd.v1.PutPolicyRequest
+	(*GetPolicyRequest)(nil),         // 17: limitd.v1.GetPolicyRequest
+	(*ListPoliciesRequest)(nil),      // 18: limitd.v1.ListPoliciesRequest
+	(*ListPoliciesResponse)(nil),     // 19: limitd.v1.ListPoliciesResponse
+	(*DeletePolicyRequest)(nil),      // 20: limitd.v1.DeletePolicyRequest
+	(*DeletePolicyResponse)(nil),     // 21: limitd.v1.DeletePolicyResponse
+	(*RLSDomain)(nil),                // 22: limitd.v1.RLSDomain
+	(*PutRLSDomainRequest)(nil),      // 23: limitd.v1.PutRLSDomainRequest
+	(*GetRLSDomainRequest)(nil),      // 24: limitd.v1.GetRLSDomainRequest
+	(*ListRLSDomainsRequest)(nil),    // 25: limitd.v1.ListRLSDomainsRequest
+	(*ListRLSDomainsResponse)(nil),   // 26: limitd.v1.ListRLSDomainsResponse
+	(*DeleteRLSDomainRequest)(nil),   // 27: limitd.v1.DeleteRLSDomainRequest
+	(*DeleteRLSDomainResponse)(nil),  // 28: limitd.v1.DeleteRLSDomainResponse
+	(*Plan)(nil),                     // 29: limitd.v1.Plan
+	(*PutPlanRequest)(nil),           // 30: limitd.v1.PutPlanRequest
+	(*GetPlanRequest)(nil),           // 31: limitd.v1.GetPlanRequest
+	(*ListPlansRequest)(nil),         // 32: limitd.v1.ListPlansRequest
+	(*ListPlansResponse)(nil),        // 33: limitd.v1.ListPlansResponse
+	(*DeletePlanRequest)(nil),        // 34: limitd.v1.DeletePlanRequest
+	(*DeletePlanResponse)(nil),       // 35: limitd.v1.DeletePlanResponse
+	(*SetDefaultPlanRequest)(nil),    // 36: limitd.v1.SetDefaultPlanRequest
+	(*SetDefaultPlanResponse)(nil),   // 37: limitd.v1.SetDefaultPlanResponse
+	(*AssignPlanRequest)(nil),        // 38: limitd.v1.AssignPlanRequest
+	(*GetKeyPlanRequest)(nil),        // 39: limitd.v1.GetKeyPlanRequest
+	(*KeyPlan)(nil),                  // 40: limitd.v1.KeyPlan
+	(*PrefixRule)(nil),               // 41: limitd.v1.PrefixRule
+	(*DeletePrefixRuleRequest)(nil),  // 42: limitd.v1.DeletePrefixRuleRequest
+	(*DeletePrefixRuleResponse)(nil), // 43: limitd.v1.DeletePrefixRuleResponse
+	(*ListPrefixRulesRequest)(nil),   // 44: limitd.v1.ListPrefixRulesRequest
+	(*ListPrefixRulesResponse)(nil),  // 45: limitd.v1.ListPrefixRulesResponse
+	(*LimitOverride)(nil),            // 46: limitd.v1.LimitOverride
+	(*Override)(nil),                 // 47: limitd.v1.Override
+	(*DeleteOverrideRequest)(nil),    // 48: limitd.v1.DeleteOverrideRequest
+	(*DeleteOverrideResponse)(nil),   // 49: limitd.v1.DeleteOverrideResponse
+	nil,                              // 50: limitd.v1.Plan.LimitsEntry
+	nil,                              // 51: limitd.v1.Override.LimitsEntry
+	(*durationpb.Duration)(nil),      // 52: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),    // 53: google.protobuf.Timestamp
 }
 var file_limitd_v1_limitd_proto_depIdxs = []int32{
 	0,  // 0: limitd.v1.CheckRequest.limit:type_name -> limitd.v1.Limit
-	42, // 1: limitd.v1.Decision.reset_after:type_name -> google.protobuf.Duration
-	42, // 2: limitd.v1.Decision.retry_after:type_name -> google.protobuf.Duration
-	42, // 3: limitd.v1.Decision.delay:type_name -> google.protobuf.Duration
+	52, // 1: limitd.v1.Decision.reset_after:type_name -> google.protobuf.Duration
+	52, // 2: limitd.v1.Decision.retry_after:type_name -> google.protobuf.Duration
+	52, // 3: limitd.v1.Decision.delay:type_name -> google.protobuf.Duration
 	3,  // 4: limitd.v1.Decision.limits:type_name -> limitd.v1.NamedDecision
 	2,  // 5: limitd.v1.NamedDecision.decision:type_name -> limitd.v1.Decision
 	2,  // 6: limitd.v1.CheckResponse.decision:type_name -> limitd.v1.Decision
@@ -2492,55 +2939,69 @@ var file_limitd_v1_limitd_proto_depIdxs = []int32{
 	14, // 17: limitd.v1.PutPolicyRequest.policy:type_name -> limitd.v1.Policy
 	14, // 18: limitd.v1.ListPoliciesResponse.policies:type_name -> limitd.v1.Policy
 	22, // 19: limitd.v1.ListRLSDomainsResponse.domains:type_name -> limitd.v1.RLSDomain
-	41, // 20: limitd.v1.Plan.limits:type_name -> limitd.v1.Plan.LimitsEntry
+	50, // 20: limitd.v1.Plan.limits:type_name -> limitd.v1.Plan.LimitsEntry
 	29, // 21: limitd.v1.PutPlanRequest.plan:type_name -> limitd.v1.Plan
 	29, // 22: limitd.v1.ListPlansResponse.plans:type_name -> limitd.v1.Plan
-	0,  // 23: limitd.v1.Plan.LimitsEntry.value:type_name -> limitd.v1.Limit
-	1,  // 24: limitd.v1.Limitd.Check:input_type -> limitd.v1.CheckRequest
-	5,  // 25: limitd.v1.Limitd.CheckAll:input_type -> limitd.v1.CheckAllRequest
-	7,  // 26: limitd.v1.Limitd.Batch:input_type -> limitd.v1.BatchRequest
-	11, // 27: limitd.v1.Limitd.Peek:input_type -> limitd.v1.PeekRequest
-	12, // 28: limitd.v1.Limitd.Reset:input_type -> limitd.v1.ResetRequest
-	16, // 29: limitd.v1.Limitd.PutPolicy:input_type -> limitd.v1.PutPolicyRequest
-	17, // 30: limitd.v1.Limitd.GetPolicy:input_type -> limitd.v1.GetPolicyRequest
-	18, // 31: limitd.v1.Limitd.ListPolicies:input_type -> limitd.v1.ListPoliciesRequest
-	20, // 32: limitd.v1.Limitd.DeletePolicy:input_type -> limitd.v1.DeletePolicyRequest
-	23, // 33: limitd.v1.Limitd.PutRLSDomain:input_type -> limitd.v1.PutRLSDomainRequest
-	24, // 34: limitd.v1.Limitd.GetRLSDomain:input_type -> limitd.v1.GetRLSDomainRequest
-	25, // 35: limitd.v1.Limitd.ListRLSDomains:input_type -> limitd.v1.ListRLSDomainsRequest
-	27, // 36: limitd.v1.Limitd.DeleteRLSDomain:input_type -> limitd.v1.DeleteRLSDomainRequest
-	30, // 37: limitd.v1.Limitd.PutPlan:input_type -> limitd.v1.PutPlanRequest
-	31, // 38: limitd.v1.Limitd.GetPlan:input_type -> limitd.v1.GetPlanRequest
-	32, // 39: limitd.v1.Limitd.ListPlans:input_type -> limitd.v1.ListPlansRequest
-	34, // 40: limitd.v1.Limitd.DeletePlan:input_type -> limitd.v1.DeletePlanRequest
-	36, // 41: limitd.v1.Limitd.SetDefaultPlan:input_type -> limitd.v1.SetDefaultPlanRequest
-	38, // 42: limitd.v1.Limitd.AssignPlan:input_type -> limitd.v1.AssignPlanRequest
-	39, // 43: limitd.v1.Limitd.GetKeyPlan:input_type -> limitd.v1.GetKeyPlanRequest
-	4,  // 44: limitd.v1.Limitd.Check:output_type -> limitd.v1.CheckResponse
-	6,  // 45: limitd.v1.Limitd.CheckAll:output_type -> limitd.v1.CheckAllResponse
-	10, // 46: limitd.v1.Limitd.Batch:output_type -> limitd.v1.BatchResponse
-	4,  // 47: limitd.v1.Limitd.Peek:output_type -> limitd.v1.CheckResponse
-	13, // 48: limitd.v1.Limitd.Reset:output_type -> limitd.v1.ResetResponse
-	14, // 49: limitd.v1.Limitd.PutPolicy:output_type -> limitd.v1.Policy
-	14, // 50: limitd.v1.Limitd.GetPolicy:output_type -> limitd.v1.Policy
-	19, // 51: limitd.v1.Limitd.ListPolicies:output_type -> limitd.v1.ListPoliciesResponse
-	21, // 52: limitd.v1.Limitd.DeletePolicy:output_type -> limitd.v1.DeletePolicyResponse
-	22, // 53: limitd.v1.Limitd.PutRLSDomain:output_type -> limitd.v1.RLSDomain
-	22, // 54: limitd.v1.Limitd.GetRLSDomain:output_type -> limitd.v1.RLSDomain
-	26, // 55: limitd.v1.Limitd.ListRLSDomains:output_type -> limitd.v1.ListRLSDomainsResponse
-	28, // 56: limitd.v1.Limitd.DeleteRLSDomain:output_type -> limitd.v1.DeleteRLSDomainResponse
-	29, // 57: limitd.v1.Limitd.PutPlan:output_type -> limitd.v1.Plan
-	29, // 58: limitd.v1.Limitd.GetPlan:output_type -> limitd.v1.Plan
-	33, // 59: limitd.v1.Limitd.ListPlans:output_type -> limitd.v1.ListPlansResponse
-	35, // 60: limitd.v1.Limitd.DeletePlan:output_type -> limitd.v1.DeletePlanResponse
-	37, // 61: limitd.v1.Limitd.SetDefaultPlan:output_type -> limitd.v1.SetDefaultPlanResponse
-	40, // 62: limitd.v1.Limitd.AssignPlan:output_type -> limitd.v1.KeyPlan
-	40, // 63: limitd.v1.Limitd.GetKeyPlan:output_type -> limitd.v1.KeyPlan
-	44, // [44:64] is the sub-list for method output_type
-	24, // [24:44] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	41, // 23: limitd.v1.ListPrefixRulesResponse.rules:type_name -> limitd.v1.PrefixRule
+	51, // 24: limitd.v1.Override.limits:type_name -> limitd.v1.Override.LimitsEntry
+	53, // 25: limitd.v1.Override.expires:type_name -> google.protobuf.Timestamp
+	0,  // 26: limitd.v1.Plan.LimitsEntry.value:type_name -> limitd.v1.Limit
+	46, // 27: limitd.v1.Override.LimitsEntry.value:type_name -> limitd.v1.LimitOverride
+	1,  // 28: limitd.v1.Limitd.Check:input_type -> limitd.v1.CheckRequest
+	5,  // 29: limitd.v1.Limitd.CheckAll:input_type -> limitd.v1.CheckAllRequest
+	7,  // 30: limitd.v1.Limitd.Batch:input_type -> limitd.v1.BatchRequest
+	11, // 31: limitd.v1.Limitd.Peek:input_type -> limitd.v1.PeekRequest
+	12, // 32: limitd.v1.Limitd.Reset:input_type -> limitd.v1.ResetRequest
+	16, // 33: limitd.v1.Limitd.PutPolicy:input_type -> limitd.v1.PutPolicyRequest
+	17, // 34: limitd.v1.Limitd.GetPolicy:input_type -> limitd.v1.GetPolicyRequest
+	18, // 35: limitd.v1.Limitd.ListPolicies:input_type -> limitd.v1.ListPoliciesRequest
+	20, // 36: limitd.v1.Limitd.DeletePolicy:input_type -> limitd.v1.DeletePolicyRequest
+	23, // 37: limitd.v1.Limitd.PutRLSDomain:input_type -> limitd.v1.PutRLSDomainRequest
+	24, // 38: limitd.v1.Limitd.GetRLSDomain:input_type -> limitd.v1.GetRLSDomainRequest
+	25, // 39: limitd.v1.Limitd.ListRLSDomains:input_type -> limitd.v1.ListRLSDomainsRequest
+	27, // 40: limitd.v1.Limitd.DeleteRLSDomain:input_type -> limitd.v1.DeleteRLSDomainRequest
+	30, // 41: limitd.v1.Limitd.PutPlan:input_type -> limitd.v1.PutPlanRequest
+	31, // 42: limitd.v1.Limitd.GetPlan:input_type -> limitd.v1.GetPlanRequest
+	32, // 43: limitd.v1.Limitd.ListPlans:input_type -> limitd.v1.ListPlansRequest
+	34, // 44: limitd.v1.Limitd.DeletePlan:input_type -> limitd.v1.DeletePlanRequest
+	36, // 45: limitd.v1.Limitd.SetDefaultPlan:input_type -> limitd.v1.SetDefaultPlanRequest
+	38, // 46: limitd.v1.Limitd.AssignPlan:input_type -> limitd.v1.AssignPlanRequest
+	39, // 47: limitd.v1.Limitd.GetKeyPlan:input_type -> limitd.v1.GetKeyPlanRequest
+	41, // 48: limitd.v1.Limitd.PutPrefixRule:input_type -> limitd.v1.PrefixRule
+	42, // 49: limitd.v1.Limitd.DeletePrefixRule:input_type -> limitd.v1.DeletePrefixRuleRequest
+	44, // 50: limitd.v1.Limitd.ListPrefixRules:input_type -> limitd.v1.ListPrefixRulesRequest
+	47, // 51: limitd.v1.Limitd.PutOverride:input_type -> limitd.v1.Override
+	48, // 52: limitd.v1.Limitd.DeleteOverride:input_type -> limitd.v1.DeleteOverrideRequest
+	4,  // 53: limitd.v1.Limitd.Check:output_type -> limitd.v1.CheckResponse
+	6,  // 54: limitd.v1.Limitd.CheckAll:output_type -> limitd.v1.CheckAllResponse
+	10, // 55: limitd.v1.Limitd.Batch:output_type -> limitd.v1.BatchResponse
+	4,  // 56: limitd.v1.Limitd.Peek:output_type -> limitd.v1.CheckResponse
+	13, // 57: limitd.v1.Limitd.Reset:output_type -> limitd.v1.ResetResponse
+	14, // 58: limitd.v1.Limitd.PutPolicy:output_type -> limitd.v1.Policy
+	14, // 59: limitd.v1.Limitd.GetPolicy:output_type -> limitd.v1.Policy
+	19, // 60: limitd.v1.Limitd.ListPolicies:output_type -> limitd.v1.ListPoliciesResponse
+	21, // 61: limitd.v1.Limitd.DeletePolicy:output_type -> limitd.v1.DeletePolicyResponse
+	22, // 62: limitd.v1.Limitd.PutRLSDomain:output_type -> limitd.v1.RLSDomain
+	22, // 63: limitd.v1.Limitd.GetRLSDomain:output_type -> limitd.v1.RLSDomain
+	26, // 64: limitd.v1.Limitd.ListRLSDomains:output_type -> limitd.v1.ListRLSDomainsResponse
+	28, // 65: limitd.v1.Limitd.DeleteRLSDomain:output_type -> limitd.v1.DeleteRLSDomainResponse
+	29, // 66: limitd.v1.Limitd.PutPlan:output_type -> limitd.v1.Plan
+	29, // 67: limitd.v1.Limitd.GetPlan:output_type -> limitd.v1.Plan
+	33, // 68: limitd.v1.Limitd.ListPlans:output_type -> limitd.v1.ListPlansResponse
+	35, // 69: limitd.v1.Limitd.DeletePlan:output_type -> limitd.v1.DeletePlanResponse
+	37, // 70: limitd.v1.Limitd.SetDefaultPlan:output_type -> limitd.v1.SetDefaultPlanResponse
+	40, // 71: limitd.v1.Limitd.AssignPlan:output_type -> limitd.v1.KeyPlan
+	40, // 72: limitd.v1.Limitd.GetKeyPlan:output_type -> limitd.v1.KeyPlan
+	41, // 73: limitd.v1.Limitd.PutPrefixRule:output_type -> limitd.v1.PrefixRule
+	43, // 74: limitd.v1.Limitd.DeletePrefixRule:output_type -> limitd.v1.DeletePrefixRuleResponse
+	45, // 75: limitd.v1.Limitd.ListPrefixRules:output_type -> limitd.v1.ListPrefixRulesResponse
+	47, // 76: limitd.v1.Limitd.PutOverride:output_type -> limitd.v1.Override
+	49, // 77: limitd.v1.Limitd.DeleteOverride:output_type -> limitd.v1.DeleteOverrideResponse
+	53, // [53:78] is the sub-list for method output_type
+	28, // [28:53] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_limitd_v1_limitd_proto_init() }
@@ -2561,7 +3022,7 @@ func file_limitd_v1_limitd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_limitd_v1_limitd_proto_rawDesc), len(file_limitd_v1_limitd_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   42,
+			NumMessages:   52,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
