@@ -189,7 +189,8 @@ func (k KeySource) countedKey(key string) string { return k.String() + ":" + key
 func (s *Server) handleAuth(w http.ResponseWriter, req *http.Request, ps httprouter.Params) {
 	start := time.Now()
 	policy := ps.ByName("policy")
-	if e := service.ValidatePolicyName(policy, "policy"); e != nil {
+	// No policy in the path: the check is decided under the key's plan.
+	if e := service.ValidatePolicyName(policy, "policy"); policy != "" && e != nil {
 		writeError(w, s.httpError(e))
 		return
 	}

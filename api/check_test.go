@@ -145,7 +145,7 @@ func TestCheckInputErrors(t *testing.T) {
 		{"empty key", `{"key":"","limit":` + fw3 + `}`, 400, CodeInvalidArgument, "key"},
 		{"key too long", `{"key":"` + longKey + `","limit":` + fw3 + `}`, 400, CodeInvalidArgument, "key"},
 		{"request_id too long", `{"key":"k","request_id":"` + longID + `","limit":` + fw3 + `}`, 400, CodeInvalidArgument, "request_id"},
-		{"no limit", `{"key":"k"}`, 400, CodeInvalidArgument, "policy"},
+		{"no limit and no plan", `{"key":"k"}`, 404, CodeNotFound, "policy"},
 		{"policy and limit", `{"key":"k","policy":"api","limit":` + fw3 + `}`, 400, CodeInvalidArgument, "limit"},
 		{"bad policy name", `{"key":"k","policy":"a b"}`, 400, CodeInvalidArgument, "policy"},
 		{"limit wrong type", `{"key":"k","limit":"60s"}`, 400, CodeInvalidArgument, "limit"},
@@ -402,7 +402,7 @@ func TestBatch(t *testing.T) {
 
 	// A batch of only invalid entries is answered without the store.
 	calls0 := len(ts.store.checkCalls)
-	r = ts.do("POST", "/v1/check/batch", `{"checks":[{"key":"x"}]}`)
+	r = ts.do("POST", "/v1/check/batch", `{"checks":[{"policy":"api"}]}`)
 	if r.code != 200 || len(ts.store.checkCalls) != calls0 {
 		t.Fatalf("all-invalid batch: %d %s", r.code, r.body)
 	}

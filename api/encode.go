@@ -113,6 +113,9 @@ func appendDecision(b []byte, d *nodeapi.Decision, replayed bool) []byte {
 	if d.ShadowRefused {
 		b = append(b, `,"shadow_refused":true`...)
 	}
+	if d.Plan != nil {
+		b = appendPlanDecision(b, d.Plan) // plans.go
+	}
 	if replayed {
 		b = append(b, `,"replayed":true`...)
 	}

@@ -99,7 +99,7 @@ func goldenSteps() []goldenStep {
 	add("negative cost", check(`{"key":"k","policy":"api","cost":-1}`))
 	add("fractional cost", check(`{"key":"k","policy":"api","cost":1.5}`))
 	add("no key", check(`{"policy":"api"}`))
-	add("no limit", check(`{"key":"k"}`))
+	add("no limit and no plan", check(`{"key":"k"}`))
 	add("both limits", check(`{"key":"k","policy":"api","limit":`+inline+`}`))
 	add("bad inline limit", check(`{"key":"k","limit":{"algorithm":"sliding_window","limit":0,"window":"1s"}}`))
 	add("bad window", check(`{"key":"k","limit":{"algorithm":"fixed_window","limit":3,"window":"soon"}}`))

@@ -223,12 +223,13 @@ const (
 	routeRLS
 	routeUI
 	routeSimulate
+	routePlans // /v1/plans, /v1/prefix-rules (plans.go)
 	routeOther
 	numRoutes
 )
 
 var routeNames = [numRoutes]string{"check", "check_all", "check_batch", "auth", "policies", "keys",
-	"cluster", "cluster_digest", "cluster_snapshot", "cluster_join", "cluster_nodes", "healthz", "readyz", "metrics", "internal", "rls_domains", "ui", "simulate", "other"}
+	"cluster", "cluster_digest", "cluster_snapshot", "cluster_join", "cluster_nodes", "healthz", "readyz", "metrics", "internal", "rls_domains", "ui", "simulate", "plans", "other"}
 
 // routeOf classifies a request path.
 func routeOf(path string) int {
@@ -269,6 +270,8 @@ func routeOf(path string) int {
 		return routeUI
 	case path == "/v1/simulate":
 		return routeSimulate
+	case path == "/v1/plans" || strings.HasPrefix(path, "/v1/plans/") || path == "/v1/prefix-rules" || strings.HasPrefix(path, "/v1/prefix-rules/"):
+		return routePlans
 	}
 	return routeOther
 }

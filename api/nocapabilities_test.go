@@ -38,5 +38,19 @@ func (noCapabilities) PutRLSDomain(context.Context, string, []byte) error {
 func (noCapabilities) DeleteRLSDomain(context.Context, string) error {
 	return &nodeapi.Error{Code: nodeapi.CodeNotFound, Message: "this node serves no RLS domains"}
 }
-func (noCapabilities) OpenBackup(context.Context) (nodeapi.Backup, error) { return nil, errNotInFake }
-func (noCapabilities) Digest() (string, uint64, error)                    { return "", 0, errNotInFake }
+func (noCapabilities) OpenBackup(context.Context) (nodeapi.Backup, error)      { return nil, errNotInFake }
+func (noCapabilities) Digest() (string, uint64, error)                         { return "", 0, errNotInFake }
+func (noCapabilities) PutPlan(context.Context, nodeapi.Plan) error             { return errNotInFake }
+func (noCapabilities) DeletePlan(context.Context, string) error                { return errNotInFake }
+func (noCapabilities) PutPrefixRule(context.Context, nodeapi.PrefixRule) error { return errNotInFake }
+func (noCapabilities) DeletePrefixRule(context.Context, string) error          { return errNotInFake }
+func (noCapabilities) SetDefaultPlan(context.Context, string) error            { return errNotInFake }
+func (noCapabilities) AssignPlans(context.Context, []nodeapi.Assignment) error { return errNotInFake }
+func (noCapabilities) PutOverride(context.Context, string, nodeapi.Override) error {
+	return errNotInFake
+}
+func (noCapabilities) DeleteOverride(context.Context, string) error { return errNotInFake }
+func (noCapabilities) Plan(string) (nodeapi.Plan, bool)             { return nodeapi.Plan{}, false }
+func (noCapabilities) Plans() []nodeapi.Plan                        { return nil }
+func (noCapabilities) PrefixRules() []nodeapi.PrefixRule            { return nil }
+func (noCapabilities) DefaultPlan() string                          { return "" }

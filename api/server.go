@@ -168,6 +168,7 @@ func (s *Server) routes() http.Handler {
 	r.POST("/v1/check/all", noQuery(s.handleCheckAll))
 	r.POST("/v1/check/batch", noQuery(s.handleBatch))
 	for _, m := range authMethods {
+		r.Handle(m, "/v1/auth", s.handleAuth) // the key's plan (plans.go)
 		r.Handle(m, "/v1/auth/:policy", s.handleAuth)
 		r.Handle(m, "/v1/auth/:policy/*path", s.handleAuth)
 	}
@@ -178,8 +179,9 @@ func (s *Server) routes() http.Handler {
 	r.DELETE("/v1/policies/:name", s.admin(noQuery(s.handleDeletePolicy)))
 
 	// A catch-all, because keys may contain '/' (percent-encoded or not).
-	r.GET("/v1/keys/*key", s.handlePeekKey)
-	r.DELETE("/v1/keys/*key", s.admin(s.handleResetKey))
+	r.GET("/v1/keys/*key", s.keyRoutes(s.handlePeekKey))
+	r.DELETE("/v1/keys/*key", s.keyRoutes(s.admin(s.handleResetKey)))
+	s.planRoutes(r) // plans, prefix rules, keys' plans and overrides (plans.go)
 
 	r.GET("/v1/cluster", noQuery(s.handleClusterStatus))
 	r.GET("/v1/cluster/digest", s.admin(noQuery(s.handleDigest))) // the applied index is for admins, like /v1/cluster's

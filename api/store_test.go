@@ -131,6 +131,11 @@ func (f *fakeStore) applyOp(op fsm.Op) fsm.Result {
 	specs := make([]algo.Spec, len(op.Checks))
 	shadow := make([]bool, len(op.Checks))
 	for i, c := range op.Checks {
+		if c.ByPlan {
+			// As the state machine with no plan configured.
+			return fsm.Result{Err: &fsm.Error{Code: "not_found", Field: "policy",
+				Message: fmt.Sprintf("the check names no policy or limit, and key %q has no plan (no assignment, prefix rule or default plan)", c.Key)}}
+		}
 		if c.Policy == "" {
 			specs[i] = *c.Spec
 			continue

@@ -34,6 +34,7 @@ type applier struct {
 	seen                      []bool // per check of an op: its key was decided earlier in the op
 
 	leaseKeyBuf, leaseBuf []byte       // lease.go
+	plan                  planApplier  // plan.go
 	leaseEntries          []leaseEntry // lease.go: the record being worked on
 
 	budget budgetCounters // budget.go
@@ -71,6 +72,9 @@ type limit struct {
 	noCache bool
 	// maxKeys: the policy's key budget (0: none; budget.go).
 	maxKeys int64
+	// tag, when set, is the storage key's first byte in place of 'p' or 's'
+	// (a plan limit's state, plan.go).
+	tag byte
 }
 
 // tentative is a key's state while an op is being decided: the stored state,
@@ -122,6 +126,7 @@ func clamp(tx *persist.Tx, now int64) int64 {
 // publish makes the committed policy and node changes visible.
 func (a *applier) publish() {
 	a.f.domains.publish()
+	a.f.plans.publish()
 	if len(a.pendingPolicies) == 0 && len(a.pendingNodes) == 0 {
 		return
 	}
@@ -148,6 +153,7 @@ func (a *applier) publish() {
 // discard drops changes of a transaction that did not commit.
 func (a *applier) discard() {
 	a.f.domains.discard()
+	a.f.plans.discard()
 	clear(a.pendingPolicies)
 	clear(a.pendingNodes)
 }
@@ -276,6 +282,8 @@ func (a *applier) resolve(ck *checkRef, lim *limit) *Error {
 		}
 		*lim = limit{spec: &se.spec, ident: se.canon, name: se.canonS}
 		return nil
+	case ck.kind == limitPlan || ck.kind == limitAdjust || ck.kind == limitInfo:
+		return &Error{Code: CodeInvalidArgument, Field: "policy", Message: "a check under the key's plan (no policy, no limit) must be alone in its request"}
 	default:
 		return &Error{Code: CodeInvalidArgument, Field: "limit", Message: "a check needs exactly one of policy or limit"}
 	}
@@ -295,7 +303,9 @@ func newSpecEntry(enc []byte) *specEntry {
 // It lives in a.keyBuf until the next call.
 func (a *applier) storageKey(ck *checkRef, lim *limit) []byte {
 	b := a.keyBuf[:0]
-	if lim.policy {
+	if lim.tag != 0 {
+		b = append(b, lim.tag)
+	} else if lim.policy {
 		b = append(b, 'p')
 	} else {
 		b = append(b, 's')
@@ -366,14 +376,20 @@ func (a *applier) applyOp(tx *persist.Tx, op *opRef, checks []checkRef, decs []D
 	if len(checks) == 0 {
 		return Result{Err: &Error{Code: CodeInvalidArgument, Field: "checks", Message: "at least one check is required"}}, nil
 	}
-	a.lims = a.lims[:0]
-	for j := range checks {
-		a.lims = append(a.lims, limit{})
-		if e := a.resolve(&checks[j], &a.lims[j]); e != nil {
-			return Result{Err: e}, nil // nothing consumed, nothing remembered
+	var res Result
+	var err error
+	if planOp(checks) {
+		res, err = a.applyPlanOp(tx, &checks[0], decs, now) // plan.go
+	} else {
+		a.lims = a.lims[:0]
+		for j := range checks {
+			a.lims = append(a.lims, limit{})
+			if e := a.resolve(&checks[j], &a.lims[j]); e != nil {
+				return Result{Err: e}, nil // nothing consumed, nothing remembered
+			}
 		}
+		res, err = a.decideOp(tx, checks, a.lims, decs, now, op.all)
 	}
-	res, err := a.decideOp(tx, checks, a.lims, decs, now, op.all)
 	if err != nil || res.Err != nil || len(op.requestID) == 0 {
 		return res, err
 	}
@@ -564,6 +580,9 @@ func decideError(err error) *Error {
 // need no such check (their spec is part of the storage key), nor do keys of
 // deleted policies (nothing counts them any more).
 func (a *applier) keepExpired(key, data []byte, now int64) int64 {
+	if len(key) > 0 && key[0] == tagPlanLimit {
+		return a.keepPlanLimit(key, data, now) // plan.go
+	}
 	if len(key) < 2 || key[0] != 'p' {
 		return 0
 	}

@@ -40,6 +40,7 @@ const (
 	decAllowed         byte = 1
 	decShadowRefused   byte = 2
 	decLeasedElsewhere byte = 4 // Decision.LeasedElsewhere
+	decPlan            byte = 8 // Decision.Plan follows the decision (plan.go)
 )
 
 var (
@@ -127,6 +128,21 @@ func AppendOps(dst []byte, ops []Op) []byte {
 // encoded; the state machine answers such a check with invalid_argument.
 func appendCheck(dst []byte, c *Check) []byte {
 	var kind byte
+	if c.ByPlan {
+		kind |= limitPlan
+	}
+	if c.PlanInfo {
+		dst = append(dst, limitInfo)
+		dst = appendString(dst, c.Key)
+		return binary.AppendVarint(dst, 0)
+	}
+	if c.Adjust {
+		kind = limitAdjust // alone: Policy carries the plan limit's name
+		dst = append(dst, kind)
+		dst = appendString(dst, c.Key)
+		dst = appendString(dst, c.Policy)
+		return binary.AppendVarint(dst, c.Cost)
+	}
 	if c.Policy != "" {
 		kind |= limitPolicy
 	}
@@ -185,7 +201,11 @@ func DecodeOps(b []byte) ([]Op, error) {
 		for j := range op.Checks {
 			c := &checks[r.first+j]
 			oc := &op.Checks[j]
-			oc.Key, oc.Cost = string(c.key), c.cost
+			oc.Key, oc.Cost, oc.ByPlan, oc.PlanInfo = string(c.key), c.cost, c.kind == limitPlan, c.kind == limitInfo
+			if c.kind == limitAdjust {
+				oc.Adjust, oc.Policy = true, string(c.policy)
+				continue
+			}
 			if c.kind&limitPolicy != 0 {
 				oc.Policy = string(c.policy)
 			}
@@ -254,12 +274,14 @@ func appendResult(dst []byte, r *Result) []byte {
 		if dd.LeasedElsewhere {
 			f |= decLeasedElsewhere
 		}
+		if dd.Plan != nil {
+			f |= decPlan
+		}
 		dst = append(dst, f)
-		dst = binary.AppendVarint(dst, dd.Limit)
-		dst = binary.AppendVarint(dst, dd.Remaining)
-		dst = binary.AppendVarint(dst, int64(dd.ResetAfter))
-		dst = binary.AppendVarint(dst, int64(dd.RetryAfter))
-		dst = binary.AppendVarint(dst, int64(dd.Delay))
+		dst = appendAlgoDecision(dst, &dd.Decision)
+		if dd.Plan != nil {
+			dst = appendPlanDecision(dst, dd.Plan) // plan.go
+		}
 	}
 	return dst
 }
@@ -419,6 +441,7 @@ type command struct {
 	domain         []byte     // CmdPutDomain (aliases the entry)
 	holder         []byte     // CmdGrantLease, CmdReturnLease (aliases the entry)
 	leases         []leaseRef // CmdGrantLease, CmdReturnLease
+	pl             planCmd    // the plan commands (plan.go)
 
 	d decoder // decodeCommand's, kept here so it does not escape per entry
 }
@@ -582,7 +605,13 @@ func (d *decoder) ops(ops []opRef, checks []checkRef) ([]opRef, []checkRef) {
 
 func (d *decoder) check() checkRef {
 	c := checkRef{kind: d.byte()}
-	if c.kind&^(limitPolicy|limitSpec) != 0 {
+	if c.kind == limitAdjust {
+		c.key = d.bytes()
+		c.policy = d.bytes()
+		c.cost = d.varint()
+		return c
+	}
+	if c.kind&^(limitPolicy|limitSpec) != 0 && c.kind != limitPlan && c.kind != limitInfo {
 		d.fail(fmt.Errorf("unknown limit kind %#x", c.kind))
 		return checkRef{}
 	}
@@ -613,7 +642,7 @@ func (d *decoder) result() Result {
 	}
 	for i := 0; i < n && d.err == nil; i++ {
 		f := d.byte()
-		if f&^(decAllowed|decShadowRefused|decLeasedElsewhere) != 0 {
+		if f&^(decAllowed|decShadowRefused|decLeasedElsewhere|decPlan) != 0 {
 			d.fail(fmt.Errorf("unknown decision flags %#x", f))
 			break
 		}
@@ -626,6 +655,9 @@ func (d *decoder) result() Result {
 		dd.ResetAfter = time.Duration(d.varint())
 		dd.RetryAfter = time.Duration(d.varint())
 		dd.Delay = time.Duration(d.varint())
+		if f&decPlan != 0 {
+			dd.Plan = d.planDecision() // plan.go
+		}
 	}
 	if d.err != nil {
 		return Result{}

@@ -82,6 +82,14 @@ func allEncodings(t testing.TB) map[string][]byte {
 		"delete_domain": EncodeDeleteDomain("shop"),
 		"grant_lease":   EncodeGrantLease(nil, t0, "node-1", []LeaseRequest{{ID: 7, Check: Check{Key: "user:1", Policy: "api"}}}),
 		"return_lease":  EncodeReturnLease(nil, t0, "node-1", []LeaseReturn{{ID: 7, Check: Check{Key: "user:1", Policy: "api"}, Unspent: 3}}),
+		"put_plan":      EncodePutPlan(Plan{Name: "pro", Limits: []PlanLimit{{Name: "daily", Spec: tb}}}),
+		"delete_plan":   EncodeDeletePlan("pro"),
+		"put_rule":      EncodePutPrefixRule(PrefixRule{Prefix: "org:", Plan: "pro"}),
+		"delete_rule":   EncodeDeletePrefixRule("org:"),
+		"default_plan":  EncodeSetDefaultPlan("pro"),
+		"assign_plans":  EncodeAssignPlans([]Assignment{{Key: "user:1", Plan: "pro"}}),
+		"put_override":  EncodePutOverride("user:1", Override{Limits: []LimitOverride{{Name: "daily", Limit: 9}}, Expires: t0}),
+		"del_override":  EncodeDeleteOverride("user:1"),
 	}
 }
 

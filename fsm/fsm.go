@@ -109,6 +109,7 @@ type FSM struct {
 	policies map[string]*Policy
 	nodes    map[string]string
 	domains  domainTable // RLS domains (domain.go)
+	plans    planTable   // plans, prefix rules, the default plan (plan.go)
 
 	ap applier
 
@@ -152,10 +153,14 @@ func (f *FSM) load() error {
 	policies := make(map[string]*Policy)
 	nodes := make(map[string]string)
 	domains := make(map[string][]byte)
+	plans := emptyPlanConfig()
 	err := f.store.View(func(tx *persist.Tx) error {
 		if err := tx.ForEachPolicy(func(name string, enc []byte) error {
 			if f.domains.loadEntry(domains, name, enc) {
 				return nil
+			}
+			if ok, err := plans.loadEntry(name, enc); ok || err != nil {
+				return err
 			}
 			d := decoder{b: enc}
 			p, invalid := decodePolicy(&d)
@@ -190,6 +195,8 @@ func (f *FSM) load() error {
 	f.policies, f.nodes = policies, nodes
 	f.mu.Unlock()
 	f.domains.set(domains)
+	plans.index()
+	f.plans.cur.Store(plans)
 	return nil
 }
 

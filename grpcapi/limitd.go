@@ -67,6 +67,7 @@ func decision(d *nodeapi.Decision) *limitdv1.Decision {
 	} else {
 		out.RetryAfter = durationpb.New(d.RetryAfter)
 	}
+	planDecision(out, d.Plan) // plans.go
 	return out
 }
 

@@ -11,6 +11,7 @@ import (
 var publicMethods = map[string]bool{
 	"Check": true, "CheckAll": true, "Batch": true, "Peek": true,
 	"GetPolicy": true, "ListPolicies": true, "GetRLSDomain": true, "ListRLSDomains": true,
+	"GetPlan": true, "ListPlans": true, "GetKeyPlan": true, "ListPrefixRules": true,
 }
 
 // Every limitd.v1 method is classified: admin (token, as over HTTP) or

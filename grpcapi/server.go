@@ -241,11 +241,19 @@ func (s *Server) updateHealth() {
 
 // adminMethods need the admin token.
 var adminMethods = map[string]bool{
-	"/limitd.v1.Limitd/Reset":           true,
-	"/limitd.v1.Limitd/PutPolicy":       true,
-	"/limitd.v1.Limitd/DeletePolicy":    true,
-	"/limitd.v1.Limitd/PutRLSDomain":    true,
-	"/limitd.v1.Limitd/DeleteRLSDomain": true,
+	"/limitd.v1.Limitd/Reset":            true,
+	"/limitd.v1.Limitd/PutPolicy":        true,
+	"/limitd.v1.Limitd/DeletePolicy":     true,
+	"/limitd.v1.Limitd/PutRLSDomain":     true,
+	"/limitd.v1.Limitd/DeleteRLSDomain":  true,
+	"/limitd.v1.Limitd/PutPlan":          true,
+	"/limitd.v1.Limitd/DeletePlan":       true,
+	"/limitd.v1.Limitd/SetDefaultPlan":   true,
+	"/limitd.v1.Limitd/AssignPlan":       true,
+	"/limitd.v1.Limitd/PutPrefixRule":    true,
+	"/limitd.v1.Limitd/DeletePrefixRule": true,
+	"/limitd.v1.Limitd/PutOverride":      true,
+	"/limitd.v1.Limitd/DeleteOverride":   true,
 }
 
 // authenticate requires the admin token on admin methods.

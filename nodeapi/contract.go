@@ -10,12 +10,22 @@ import "github.com/limitd/limitd/algo"
 // produces them.
 
 // Check is one "may Key spend Cost under this limit now?" question. The limit is
-// either a named policy (Policy != "") or an inline spec (Spec != nil), never both.
+// either a named policy (Policy != ""), an inline spec (Spec != nil), or the
+// key's plan (ByPlan, resolved by the state machine: plan.go), exactly one.
 type Check struct {
 	Key    string
 	Policy string
 	Spec   *algo.Spec // validated inline limit
 	Cost   int64      // 0 is a peek
+	ByPlan bool       // decided under every limit of the key's plan, atomically
+	// Adjust makes the check an adjustment: Cost units (negative: a debit)
+	// are credited to the current window of the limit named Policy in the
+	// key's plan. Only the state machine resolves the plan (plan.go).
+	Adjust bool
+	// PlanInfo makes the check a read of Key's plan, its source, its own
+	// assignment and its live override (Decision.Plan), through the log so
+	// that it sees every write before it; it consumes nothing.
+	PlanInfo bool
 }
 
 // Op is one client request as it travels through the log: a single check, or an
@@ -37,6 +47,9 @@ type Decision struct {
 	// back); RetryAfter is then no later than the first of them ends
 	// (fsm/lease.go).
 	LeasedElsewhere bool
+	// Plan, for a check decided under the key's plan (Check.ByPlan), says
+	// which plan and limit decided; the fields above are that limit's.
+	Plan *PlanDecision
 }
 
 // Result is one op's answer. When Err is set nothing was consumed and

@@ -25,7 +25,8 @@ type Refuser interface {
 // A check of cost 0 is a peek wherever it comes from: peeks are linearizable
 // reads of the key's state, so they always go through the log.
 func (s *Service) cached(c *nodeapi.Check) (nodeapi.Decision, bool) {
-	if c.Cost == 0 {
+	if c.Cost == 0 || c.ByPlan {
+		// A plan check's limits are known only in apply: never cached.
 		return nodeapi.Decision{}, false
 	}
 	id := overlimit.LimitID{Policy: true, Ident: c.Policy}
@@ -112,7 +113,10 @@ func (s *Service) prepare(r *CheckRequest, withRequestID bool) (nodeapi.Check, L
 		}
 		return c, Limit{Name: name, Spec: *r.Limit, Known: true}, nil
 	}
-	return nodeapi.Check{}, Limit{}, Invalid("policy", "a check needs a policy name or an inline limit")
+	// Neither: the check is decided under the key's plan, which only the
+	// state machine resolves (atomically with the check; plans.go).
+	c.ByPlan = true
+	return c, Limit{Name: PlanMetricName}, nil
 }
 
 // ValidateCheckFields validates what a check's validity depends on before
@@ -257,6 +261,10 @@ func (s *Service) CheckAll(ctx context.Context, checks []CheckRequest, requestID
 		var e *Error
 		if op.Checks[i], limits[i], e = s.prepare(&checks[i], false); e != nil {
 			return CheckAllResult{}, e.Under(EntryField(i))
+		}
+		if op.Checks[i].ByPlan {
+			return CheckAllResult{}, Invalid(EntryField(i)+".policy",
+				"each check of an all-or-nothing request names a policy or a limit (a check under the key's plan is atomic by itself: POST /v1/check)")
 		}
 	}
 	if requestID == "" {
@@ -457,6 +465,9 @@ func (s *Service) ResetKey(ctx context.Context, r *CheckRequest) *Error {
 	c, _, e := s.prepare(&p, false)
 	if e != nil {
 		return e
+	}
+	if c.ByPlan {
+		return Invalid("policy", "a reset names the policy or limit whose state it forgets")
 	}
 	ctx, cancel := s.context(ctx)
 	defer cancel()

@@ -50,6 +50,7 @@ type Node interface {
 	Domains
 	Backuper
 	Digester
+	Plans // plans.go
 
 	// Check decides ops through the Raft leader, results in order. A per-op
 	// refusal is in Result.Err; a returned error means no op was decided.

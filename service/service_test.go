@@ -152,7 +152,6 @@ func TestCheckValidation(t *testing.T) {
 		{"negative cost", CheckRequest{Key: "k", Policy: "api", Cost: -1}, "cost"},
 		{"long request id", CheckRequest{Key: "k", Policy: "api", Cost: 1, RequestID: long(MaxRequestIDBytes + 1)}, "request_id"},
 		{"both limits", CheckRequest{Key: "k", Policy: "api", Limit: spec, Cost: 1}, "limit"},
-		{"no limit", CheckRequest{Key: "k", Cost: 1}, "policy"},
 		{"bad policy name", CheckRequest{Key: "k", Policy: "a b", Cost: 1}, "policy"},
 		{"long policy name", CheckRequest{Key: "k", Policy: long(MaxPolicyName + 1), Cost: 1}, "policy"},
 		{"key before limit", CheckRequest{Cost: -1}, "key"},

@@ -16,6 +16,7 @@ var commands = []struct{ name, summary string }{
 	{"bench", "closed-loop load against running nodes or a cluster it starts"},
 	{"check", "spend from a key's budget and print the decision (exit 1 when refused)"},
 	{"policy", "put, get, list or delete policies"},
+	{"plan", "put, get, list or delete plans; assign keys; set the default plan"},
 	{"key", "peek at or reset a key's state"},
 	{"cluster", "status, members, join or remove nodes"},
 	{"snapshot", "save a backup of a running cluster, restore it into a data dir, inspect a file"},

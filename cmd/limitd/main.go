@@ -5,6 +5,7 @@
 //	limitd bench [flags]        closed-loop load against running nodes or a cluster it starts
 //	limitd check KEY            spend from a key's budget (exit 1 when refused)
 //	limitd policy …             put, get, list, delete policies
+//	limitd plan …               put, get, list, delete plans; assign keys; the default plan
 //	limitd key peek|reset KEY   look at or reset a key
 //	limitd cluster …            status, members, join, remove
 //	limitd snapshot …           save, restore, inspect backups

@@ -51,6 +51,7 @@ func OSEnv() Env { return Env{Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.G
 var commands = map[string]func([]string, Env) int{
 	"check":    runCheck,
 	"policy":   runPolicy,
+	"plan":     runPlan,
 	"key":      runKey,
 	"cluster":  runCluster,
 	"snapshot": runSnapshot,

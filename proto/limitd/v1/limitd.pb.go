@@ -14,7 +14,9 @@
 // or may not have been counted: retry with the same request_id), internal →
 // INTERNAL, and a deadline → DEADLINE_EXCEEDED.
 //
-// Admin RPCs (Reset, PutPolicy, DeletePolicy, PutRLSDomain, DeleteRLSDomain)
+// Admin RPCs (Reset, PutPolicy, DeletePolicy, PutRLSDomain, DeleteRLSDomain,
+// PutPlan, DeletePlan, SetDefaultPlan, AssignPlan, PutPrefixRule,
+// DeletePrefixRule, PutOverride, DeleteOverride)
 // need the metadata "authorization: Bearer <token>" when the node runs with
 // an admin token.
 
@@ -30,6 +32,7 @@ import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -225,6 +228,13 @@ type Decision struct {
 	Never         bool                   `protobuf:"varint,6,opt,name=never,proto3" json:"never,omitempty"`                                      // refused and can never be allowed (cost above the limit); retry_after is unset
 	Delay         *durationpb.Duration   `protobuf:"bytes,7,opt,name=delay,proto3" json:"delay,omitempty"`                                       // leaky_bucket
 	ShadowRefused bool                   `protobuf:"varint,8,opt,name=shadow_refused,json=shadowRefused,proto3" json:"shadow_refused,omitempty"` // a shadow policy would have refused
+	// For a check under the key's plan (no policy, no limit): the plan, the
+	// limit that decided (the fields above are its), whether the key's
+	// override applied, and every limit's own decision.
+	Plan          string           `protobuf:"bytes,9,opt,name=plan,proto3" json:"plan,omitempty"`
+	PlanLimit     string           `protobuf:"bytes,10,opt,name=plan_limit,json=planLimit,proto3" json:"plan_limit,omitempty"`
+	Overridden    bool             `protobuf:"varint,11,opt,name=overridden,proto3" json:"overridden,omitempty"`
+	Limits        []*NamedDecision `protobuf:"bytes,12,rep,name=limits,proto3" json:"limits,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -315,6 +325,87 @@ func (x *Decision) GetShadowRefused() bool {
 	return false
 }
 
+func (x *Decision) GetPlan() string {
+	if x != nil {
+		return x.Plan
+	}
+	return ""
+}
+
+func (x *Decision) GetPlanLimit() string {
+	if x != nil {
+		return x.PlanLimit
+	}
+	return ""
+}
+
+func (x *Decision) GetOverridden() bool {
+	if x != nil {
+		return x.Overridden
+	}
+	return false
+}
+
+func (x *Decision) GetLimits() []*NamedDecision {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
+// NamedDecision is one plan limit's decision.
+type NamedDecision struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Decision      *Decision              `protobuf:"bytes,2,opt,name=decision,proto3" json:"decision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NamedDecision) Reset() {
+	*x = NamedDecision{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NamedDecision) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NamedDecision) ProtoMessage() {}
+
+func (x *NamedDecision) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NamedDecision.ProtoReflect.Descriptor instead.
+func (*NamedDecision) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *NamedDecision) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *NamedDecision) GetDecision() *Decision {
+	if x != nil {
+		return x.Decision
+	}
+	return nil
+}
+
 type CheckResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Decision      *Decision              `protobuf:"bytes,1,opt,name=decision,proto3" json:"decision,omitempty"`
@@ -325,7 +416,7 @@ type CheckResponse struct {
 
 func (x *CheckResponse) Reset() {
 	*x = CheckResponse{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[3]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -337,7 +428,7 @@ func (x *CheckResponse) String() string {
 func (*CheckResponse) ProtoMessage() {}
 
 func (x *CheckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[3]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -350,7 +441,7 @@ func (x *CheckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckResponse.ProtoReflect.Descriptor instead.
 func (*CheckResponse) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{3}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *CheckResponse) GetDecision() *Decision {
@@ -379,7 +470,7 @@ type CheckAllRequest struct {
 
 func (x *CheckAllRequest) Reset() {
 	*x = CheckAllRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[4]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -391,7 +482,7 @@ func (x *CheckAllRequest) String() string {
 func (*CheckAllRequest) ProtoMessage() {}
 
 func (x *CheckAllRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[4]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -404,7 +495,7 @@ func (x *CheckAllRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckAllRequest.ProtoReflect.Descriptor instead.
 func (*CheckAllRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{4}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *CheckAllRequest) GetChecks() []*CheckRequest {
@@ -432,7 +523,7 @@ type CheckAllResponse struct {
 
 func (x *CheckAllResponse) Reset() {
 	*x = CheckAllResponse{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[5]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -444,7 +535,7 @@ func (x *CheckAllResponse) String() string {
 func (*CheckAllResponse) ProtoMessage() {}
 
 func (x *CheckAllResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[5]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -457,7 +548,7 @@ func (x *CheckAllResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckAllResponse.ProtoReflect.Descriptor instead.
 func (*CheckAllResponse) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{5}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CheckAllResponse) GetAllowed() bool {
@@ -491,7 +582,7 @@ type BatchRequest struct {
 
 func (x *BatchRequest) Reset() {
 	*x = BatchRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[6]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -503,7 +594,7 @@ func (x *BatchRequest) String() string {
 func (*BatchRequest) ProtoMessage() {}
 
 func (x *BatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[6]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -516,7 +607,7 @@ func (x *BatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchRequest.ProtoReflect.Descriptor instead.
 func (*BatchRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{6}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *BatchRequest) GetChecks() []*CheckRequest {
@@ -538,7 +629,7 @@ type Error struct {
 
 func (x *Error) Reset() {
 	*x = Error{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[7]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -550,7 +641,7 @@ func (x *Error) String() string {
 func (*Error) ProtoMessage() {}
 
 func (x *Error) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[7]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -563,7 +654,7 @@ func (x *Error) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Error.ProtoReflect.Descriptor instead.
 func (*Error) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{7}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Error) GetCode() string {
@@ -600,7 +691,7 @@ type BatchResult struct {
 
 func (x *BatchResult) Reset() {
 	*x = BatchResult{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[8]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -612,7 +703,7 @@ func (x *BatchResult) String() string {
 func (*BatchResult) ProtoMessage() {}
 
 func (x *BatchResult) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[8]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -625,7 +716,7 @@ func (x *BatchResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchResult.ProtoReflect.Descriptor instead.
 func (*BatchResult) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{8}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *BatchResult) GetResult() isBatchResult_Result {
@@ -678,7 +769,7 @@ type BatchResponse struct {
 
 func (x *BatchResponse) Reset() {
 	*x = BatchResponse{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[9]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -690,7 +781,7 @@ func (x *BatchResponse) String() string {
 func (*BatchResponse) ProtoMessage() {}
 
 func (x *BatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[9]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -703,7 +794,7 @@ func (x *BatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchResponse.ProtoReflect.Descriptor instead.
 func (*BatchResponse) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{9}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *BatchResponse) GetResults() []*BatchResult {
@@ -724,7 +815,7 @@ type PeekRequest struct {
 
 func (x *PeekRequest) Reset() {
 	*x = PeekRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[10]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -736,7 +827,7 @@ func (x *PeekRequest) String() string {
 func (*PeekRequest) ProtoMessage() {}
 
 func (x *PeekRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[10]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -749,7 +840,7 @@ func (x *PeekRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeekRequest.ProtoReflect.Descriptor instead.
 func (*PeekRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{10}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *PeekRequest) GetKey() string {
@@ -784,7 +875,7 @@ type ResetRequest struct {
 
 func (x *ResetRequest) Reset() {
 	*x = ResetRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[11]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -796,7 +887,7 @@ func (x *ResetRequest) String() string {
 func (*ResetRequest) ProtoMessage() {}
 
 func (x *ResetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[11]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -809,7 +900,7 @@ func (x *ResetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetRequest.ProtoReflect.Descriptor instead.
 func (*ResetRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{11}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ResetRequest) GetKey() string {
@@ -841,7 +932,7 @@ type ResetResponse struct {
 
 func (x *ResetResponse) Reset() {
 	*x = ResetResponse{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[12]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -853,7 +944,7 @@ func (x *ResetResponse) String() string {
 func (*ResetResponse) ProtoMessage() {}
 
 func (x *ResetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[12]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -866,7 +957,7 @@ func (x *ResetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetResponse.ProtoReflect.Descriptor instead.
 func (*ResetResponse) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{12}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{13}
 }
 
 type Policy struct {
@@ -891,7 +982,7 @@ type Policy struct {
 
 func (x *Policy) Reset() {
 	*x = Policy{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[13]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -903,7 +994,7 @@ func (x *Policy) String() string {
 func (*Policy) ProtoMessage() {}
 
 func (x *Policy) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[13]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -916,7 +1007,7 @@ func (x *Policy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Policy.ProtoReflect.Descriptor instead.
 func (*Policy) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{13}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Policy) GetName() string {
@@ -978,7 +1069,7 @@ type Lease struct {
 
 func (x *Lease) Reset() {
 	*x = Lease{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[14]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -990,7 +1081,7 @@ func (x *Lease) String() string {
 func (*Lease) ProtoMessage() {}
 
 func (x *Lease) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[14]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1003,7 +1094,7 @@ func (x *Lease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Lease.ProtoReflect.Descriptor instead.
 func (*Lease) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{14}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Lease) GetShare() float64 {
@@ -1036,7 +1127,7 @@ type PutPolicyRequest struct {
 
 func (x *PutPolicyRequest) Reset() {
 	*x = PutPolicyRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[15]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1048,7 +1139,7 @@ func (x *PutPolicyRequest) String() string {
 func (*PutPolicyRequest) ProtoMessage() {}
 
 func (x *PutPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[15]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1061,7 +1152,7 @@ func (x *PutPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutPolicyRequest.ProtoReflect.Descriptor instead.
 func (*PutPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{15}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PutPolicyRequest) GetPolicy() *Policy {
@@ -1080,7 +1171,7 @@ type GetPolicyRequest struct {
 
 func (x *GetPolicyRequest) Reset() {
 	*x = GetPolicyRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[16]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1092,7 +1183,7 @@ func (x *GetPolicyRequest) String() string {
 func (*GetPolicyRequest) ProtoMessage() {}
 
 func (x *GetPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[16]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1105,7 +1196,7 @@ func (x *GetPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPolicyRequest.ProtoReflect.Descriptor instead.
 func (*GetPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{16}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GetPolicyRequest) GetName() string {
@@ -1123,7 +1214,7 @@ type ListPoliciesRequest struct {
 
 func (x *ListPoliciesRequest) Reset() {
 	*x = ListPoliciesRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[17]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1135,7 +1226,7 @@ func (x *ListPoliciesRequest) String() string {
 func (*ListPoliciesRequest) ProtoMessage() {}
 
 func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[17]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1148,7 +1239,7 @@ func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ListPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{17}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{18}
 }
 
 type ListPoliciesResponse struct {
@@ -1160,7 +1251,7 @@ type ListPoliciesResponse struct {
 
 func (x *ListPoliciesResponse) Reset() {
 	*x = ListPoliciesResponse{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[18]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1172,7 +1263,7 @@ func (x *ListPoliciesResponse) String() string {
 func (*ListPoliciesResponse) ProtoMessage() {}
 
 func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[18]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1185,7 +1276,7 @@ func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ListPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{18}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListPoliciesResponse) GetPolicies() []*Policy {
@@ -1204,7 +1295,7 @@ type DeletePolicyRequest struct {
 
 func (x *DeletePolicyRequest) Reset() {
 	*x = DeletePolicyRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[19]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1216,7 +1307,7 @@ func (x *DeletePolicyRequest) String() string {
 func (*DeletePolicyRequest) ProtoMessage() {}
 
 func (x *DeletePolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[19]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1229,7 +1320,7 @@ func (x *DeletePolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePolicyRequest.ProtoReflect.Descriptor instead.
 func (*DeletePolicyRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{19}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *DeletePolicyRequest) GetName() string {
@@ -1247,7 +1338,7 @@ type DeletePolicyResponse struct {
 
 func (x *DeletePolicyResponse) Reset() {
 	*x = DeletePolicyResponse{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[20]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1259,7 +1350,7 @@ func (x *DeletePolicyResponse) String() string {
 func (*DeletePolicyResponse) ProtoMessage() {}
 
 func (x *DeletePolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[20]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1272,7 +1363,7 @@ func (x *DeletePolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePolicyResponse.ProtoReflect.Descriptor instead.
 func (*DeletePolicyResponse) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{20}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{21}
 }
 
 // RLSDomain is one domain's configuration.
@@ -1288,7 +1379,7 @@ type RLSDomain struct {
 
 func (x *RLSDomain) Reset() {
 	*x = RLSDomain{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[21]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1300,7 +1391,7 @@ func (x *RLSDomain) String() string {
 func (*RLSDomain) ProtoMessage() {}
 
 func (x *RLSDomain) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[21]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1313,7 +1404,7 @@ func (x *RLSDomain) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RLSDomain.ProtoReflect.Descriptor instead.
 func (*RLSDomain) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{21}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RLSDomain) GetDomain() string {
@@ -1341,7 +1432,7 @@ type PutRLSDomainRequest struct {
 
 func (x *PutRLSDomainRequest) Reset() {
 	*x = PutRLSDomainRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[22]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1353,7 +1444,7 @@ func (x *PutRLSDomainRequest) String() string {
 func (*PutRLSDomainRequest) ProtoMessage() {}
 
 func (x *PutRLSDomainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[22]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1366,7 +1457,7 @@ func (x *PutRLSDomainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutRLSDomainRequest.ProtoReflect.Descriptor instead.
 func (*PutRLSDomainRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{22}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *PutRLSDomainRequest) GetDomain() string {
@@ -1392,7 +1483,7 @@ type GetRLSDomainRequest struct {
 
 func (x *GetRLSDomainRequest) Reset() {
 	*x = GetRLSDomainRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[23]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1404,7 +1495,7 @@ func (x *GetRLSDomainRequest) String() string {
 func (*GetRLSDomainRequest) ProtoMessage() {}
 
 func (x *GetRLSDomainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[23]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1417,7 +1508,7 @@ func (x *GetRLSDomainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRLSDomainRequest.ProtoReflect.Descriptor instead.
 func (*GetRLSDomainRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{23}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GetRLSDomainRequest) GetDomain() string {
@@ -1435,7 +1526,7 @@ type ListRLSDomainsRequest struct {
 
 func (x *ListRLSDomainsRequest) Reset() {
 	*x = ListRLSDomainsRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[24]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1447,7 +1538,7 @@ func (x *ListRLSDomainsRequest) String() string {
 func (*ListRLSDomainsRequest) ProtoMessage() {}
 
 func (x *ListRLSDomainsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[24]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1460,7 +1551,7 @@ func (x *ListRLSDomainsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRLSDomainsRequest.ProtoReflect.Descriptor instead.
 func (*ListRLSDomainsRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{24}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{25}
 }
 
 type ListRLSDomainsResponse struct {
@@ -1472,7 +1563,7 @@ type ListRLSDomainsResponse struct {
 
 func (x *ListRLSDomainsResponse) Reset() {
 	*x = ListRLSDomainsResponse{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[25]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1484,7 +1575,7 @@ func (x *ListRLSDomainsResponse) String() string {
 func (*ListRLSDomainsResponse) ProtoMessage() {}
 
 func (x *ListRLSDomainsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[25]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1497,7 +1588,7 @@ func (x *ListRLSDomainsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRLSDomainsResponse.ProtoReflect.Descriptor instead.
 func (*ListRLSDomainsResponse) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{25}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListRLSDomainsResponse) GetDomains() []*RLSDomain {
@@ -1516,7 +1607,7 @@ type DeleteRLSDomainRequest struct {
 
 func (x *DeleteRLSDomainRequest) Reset() {
 	*x = DeleteRLSDomainRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[26]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1528,7 +1619,7 @@ func (x *DeleteRLSDomainRequest) String() string {
 func (*DeleteRLSDomainRequest) ProtoMessage() {}
 
 func (x *DeleteRLSDomainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[26]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1541,7 +1632,7 @@ func (x *DeleteRLSDomainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRLSDomainRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRLSDomainRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{26}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *DeleteRLSDomainRequest) GetDomain() string {
@@ -1559,7 +1650,7 @@ type DeleteRLSDomainResponse struct {
 
 func (x *DeleteRLSDomainResponse) Reset() {
 	*x = DeleteRLSDomainResponse{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[27]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1571,7 +1662,7 @@ func (x *DeleteRLSDomainResponse) String() string {
 func (*DeleteRLSDomainResponse) ProtoMessage() {}
 
 func (x *DeleteRLSDomainResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[27]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1584,14 +1675,986 @@ func (x *DeleteRLSDomainResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRLSDomainResponse.ProtoReflect.Descriptor instead.
 func (*DeleteRLSDomainResponse) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{27}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{28}
+}
+
+// Plan is a named bundle of limits, keyed by the limit's name; each limit
+// has an inline limit's fields and rules (errors name "plan.limits.NAME.window").
+type Plan struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Limits        map[string]*Limit      `protobuf:"bytes,2,rep,name=limits,proto3" json:"limits,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Plan) Reset() {
+	*x = Plan{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Plan) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Plan) ProtoMessage() {}
+
+func (x *Plan) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Plan.ProtoReflect.Descriptor instead.
+func (*Plan) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *Plan) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Plan) GetLimits() map[string]*Limit {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
+type PutPlanRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Plan          *Plan                  `protobuf:"bytes,1,opt,name=plan,proto3" json:"plan,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PutPlanRequest) Reset() {
+	*x = PutPlanRequest{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PutPlanRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PutPlanRequest) ProtoMessage() {}
+
+func (x *PutPlanRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PutPlanRequest.ProtoReflect.Descriptor instead.
+func (*PutPlanRequest) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *PutPlanRequest) GetPlan() *Plan {
+	if x != nil {
+		return x.Plan
+	}
+	return nil
+}
+
+type GetPlanRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetPlanRequest) Reset() {
+	*x = GetPlanRequest{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetPlanRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetPlanRequest) ProtoMessage() {}
+
+func (x *GetPlanRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetPlanRequest.ProtoReflect.Descriptor instead.
+func (*GetPlanRequest) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *GetPlanRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type ListPlansRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPlansRequest) Reset() {
+	*x = ListPlansRequest{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPlansRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPlansRequest) ProtoMessage() {}
+
+func (x *ListPlansRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPlansRequest.ProtoReflect.Descriptor instead.
+func (*ListPlansRequest) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{32}
+}
+
+type ListPlansResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Plans         []*Plan                `protobuf:"bytes,1,rep,name=plans,proto3" json:"plans,omitempty"`
+	DefaultPlan   string                 `protobuf:"bytes,2,opt,name=default_plan,json=defaultPlan,proto3" json:"default_plan,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPlansResponse) Reset() {
+	*x = ListPlansResponse{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPlansResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPlansResponse) ProtoMessage() {}
+
+func (x *ListPlansResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPlansResponse.ProtoReflect.Descriptor instead.
+func (*ListPlansResponse) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *ListPlansResponse) GetPlans() []*Plan {
+	if x != nil {
+		return x.Plans
+	}
+	return nil
+}
+
+func (x *ListPlansResponse) GetDefaultPlan() string {
+	if x != nil {
+		return x.DefaultPlan
+	}
+	return ""
+}
+
+type DeletePlanRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeletePlanRequest) Reset() {
+	*x = DeletePlanRequest{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeletePlanRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeletePlanRequest) ProtoMessage() {}
+
+func (x *DeletePlanRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeletePlanRequest.ProtoReflect.Descriptor instead.
+func (*DeletePlanRequest) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *DeletePlanRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type DeletePlanResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeletePlanResponse) Reset() {
+	*x = DeletePlanResponse{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeletePlanResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeletePlanResponse) ProtoMessage() {}
+
+func (x *DeletePlanResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeletePlanResponse.ProtoReflect.Descriptor instead.
+func (*DeletePlanResponse) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{35}
+}
+
+type SetDefaultPlanRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Plan          string                 `protobuf:"bytes,1,opt,name=plan,proto3" json:"plan,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetDefaultPlanRequest) Reset() {
+	*x = SetDefaultPlanRequest{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetDefaultPlanRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetDefaultPlanRequest) ProtoMessage() {}
+
+func (x *SetDefaultPlanRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetDefaultPlanRequest.ProtoReflect.Descriptor instead.
+func (*SetDefaultPlanRequest) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *SetDefaultPlanRequest) GetPlan() string {
+	if x != nil {
+		return x.Plan
+	}
+	return ""
+}
+
+type SetDefaultPlanResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetDefaultPlanResponse) Reset() {
+	*x = SetDefaultPlanResponse{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetDefaultPlanResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetDefaultPlanResponse) ProtoMessage() {}
+
+func (x *SetDefaultPlanResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetDefaultPlanResponse.ProtoReflect.Descriptor instead.
+func (*SetDefaultPlanResponse) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{37}
+}
+
+type AssignPlanRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Plan          string                 `protobuf:"bytes,2,opt,name=plan,proto3" json:"plan,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AssignPlanRequest) Reset() {
+	*x = AssignPlanRequest{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AssignPlanRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AssignPlanRequest) ProtoMessage() {}
+
+func (x *AssignPlanRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AssignPlanRequest.ProtoReflect.Descriptor instead.
+func (*AssignPlanRequest) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *AssignPlanRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *AssignPlanRequest) GetPlan() string {
+	if x != nil {
+		return x.Plan
+	}
+	return ""
+}
+
+type GetKeyPlanRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetKeyPlanRequest) Reset() {
+	*x = GetKeyPlanRequest{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetKeyPlanRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetKeyPlanRequest) ProtoMessage() {}
+
+func (x *GetKeyPlanRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetKeyPlanRequest.ProtoReflect.Descriptor instead.
+func (*GetKeyPlanRequest) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *GetKeyPlanRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+// KeyPlan is what a key resolves to: its plan ("" when none), by which
+// source ("assignment", "prefix_rule", "default"), its own assignment and
+// whether a live override applies.
+type KeyPlan struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Plan          string                 `protobuf:"bytes,2,opt,name=plan,proto3" json:"plan,omitempty"`
+	Source        string                 `protobuf:"bytes,3,opt,name=source,proto3" json:"source,omitempty"`
+	Assigned      string                 `protobuf:"bytes,4,opt,name=assigned,proto3" json:"assigned,omitempty"`
+	Overridden    bool                   `protobuf:"varint,5,opt,name=overridden,proto3" json:"overridden,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeyPlan) Reset() {
+	*x = KeyPlan{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeyPlan) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeyPlan) ProtoMessage() {}
+
+func (x *KeyPlan) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeyPlan.ProtoReflect.Descriptor instead.
+func (*KeyPlan) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *KeyPlan) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *KeyPlan) GetPlan() string {
+	if x != nil {
+		return x.Plan
+	}
+	return ""
+}
+
+func (x *KeyPlan) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *KeyPlan) GetAssigned() string {
+	if x != nil {
+		return x.Assigned
+	}
+	return ""
+}
+
+func (x *KeyPlan) GetOverridden() bool {
+	if x != nil {
+		return x.Overridden
+	}
+	return false
+}
+
+type PrefixRule struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Prefix        string                 `protobuf:"bytes,1,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	Plan          string                 `protobuf:"bytes,2,opt,name=plan,proto3" json:"plan,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PrefixRule) Reset() {
+	*x = PrefixRule{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PrefixRule) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PrefixRule) ProtoMessage() {}
+
+func (x *PrefixRule) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PrefixRule.ProtoReflect.Descriptor instead.
+func (*PrefixRule) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *PrefixRule) GetPrefix() string {
+	if x != nil {
+		return x.Prefix
+	}
+	return ""
+}
+
+func (x *PrefixRule) GetPlan() string {
+	if x != nil {
+		return x.Plan
+	}
+	return ""
+}
+
+type DeletePrefixRuleRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Prefix        string                 `protobuf:"bytes,1,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeletePrefixRuleRequest) Reset() {
+	*x = DeletePrefixRuleRequest{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeletePrefixRuleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeletePrefixRuleRequest) ProtoMessage() {}
+
+func (x *DeletePrefixRuleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeletePrefixRuleRequest.ProtoReflect.Descriptor instead.
+func (*DeletePrefixRuleRequest) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *DeletePrefixRuleRequest) GetPrefix() string {
+	if x != nil {
+		return x.Prefix
+	}
+	return ""
+}
+
+type DeletePrefixRuleResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeletePrefixRuleResponse) Reset() {
+	*x = DeletePrefixRuleResponse{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeletePrefixRuleResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeletePrefixRuleResponse) ProtoMessage() {}
+
+func (x *DeletePrefixRuleResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeletePrefixRuleResponse.ProtoReflect.Descriptor instead.
+func (*DeletePrefixRuleResponse) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{43}
+}
+
+type ListPrefixRulesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPrefixRulesRequest) Reset() {
+	*x = ListPrefixRulesRequest{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPrefixRulesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPrefixRulesRequest) ProtoMessage() {}
+
+func (x *ListPrefixRulesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPrefixRulesRequest.ProtoReflect.Descriptor instead.
+func (*ListPrefixRulesRequest) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{44}
+}
+
+type ListPrefixRulesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Rules         []*PrefixRule          `protobuf:"bytes,1,rep,name=rules,proto3" json:"rules,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPrefixRulesResponse) Reset() {
+	*x = ListPrefixRulesResponse{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPrefixRulesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPrefixRulesResponse) ProtoMessage() {}
+
+func (x *ListPrefixRulesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPrefixRulesResponse.ProtoReflect.Descriptor instead.
+func (*ListPrefixRulesResponse) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *ListPrefixRulesResponse) GetRules() []*PrefixRule {
+	if x != nil {
+		return x.Rules
+	}
+	return nil
+}
+
+// LimitOverride replaces a plan limit's limit or burst (0: the plan's).
+type LimitOverride struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Limit         int64                  `protobuf:"varint,1,opt,name=limit,proto3" json:"limit,omitempty"`
+	Burst         int64                  `protobuf:"varint,2,opt,name=burst,proto3" json:"burst,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LimitOverride) Reset() {
+	*x = LimitOverride{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LimitOverride) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LimitOverride) ProtoMessage() {}
+
+func (x *LimitOverride) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LimitOverride.ProtoReflect.Descriptor instead.
+func (*LimitOverride) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *LimitOverride) GetLimit() int64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *LimitOverride) GetBurst() int64 {
+	if x != nil {
+		return x.Burst
+	}
+	return 0
+}
+
+// Override is a key's override of its plan's limits, by limit name, until
+// expires (unset: never).
+type Override struct {
+	state         protoimpl.MessageState    `protogen:"open.v1"`
+	Key           string                    `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Limits        map[string]*LimitOverride `protobuf:"bytes,2,rep,name=limits,proto3" json:"limits,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Expires       *timestamppb.Timestamp    `protobuf:"bytes,3,opt,name=expires,proto3" json:"expires,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Override) Reset() {
+	*x = Override{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Override) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Override) ProtoMessage() {}
+
+func (x *Override) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Override.ProtoReflect.Descriptor instead.
+func (*Override) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *Override) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *Override) GetLimits() map[string]*LimitOverride {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
+func (x *Override) GetExpires() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Expires
+	}
+	return nil
+}
+
+type DeleteOverrideRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteOverrideRequest) Reset() {
+	*x = DeleteOverrideRequest{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteOverrideRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteOverrideRequest) ProtoMessage() {}
+
+func (x *DeleteOverrideRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteOverrideRequest.ProtoReflect.Descriptor instead.
+func (*DeleteOverrideRequest) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *DeleteOverrideRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+type DeleteOverrideResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteOverrideResponse) Reset() {
+	*x = DeleteOverrideResponse{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteOverrideResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteOverrideResponse) ProtoMessage() {}
+
+func (x *DeleteOverrideResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteOverrideResponse.ProtoReflect.Descriptor instead.
+func (*DeleteOverrideResponse) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{49}
 }
 
 var File_limitd_v1_limitd_proto protoreflect.FileDescriptor
 
 const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"\n" +
-	"\x16limitd/v1/limitd.proto\x12\tlimitd.v1\x1a\x1egoogle/protobuf/duration.proto\"\xc6\x01\n" +
+	"\x16limitd/v1/limitd.proto\x12\tlimitd.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc6\x01\n" +
 	"\x05Limit\x12\x1c\n" +
 	"\talgorithm\x18\x01 \x01(\tR\talgorithm\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x16\n" +
@@ -1607,7 +2670,7 @@ const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"\x04cost\x18\x04 \x01(\x03H\x00R\x04cost\x88\x01\x01\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x05 \x01(\tR\trequestIdB\a\n" +
-	"\x05_cost\"\xbe\x02\n" +
+	"\x05_cost\"\xc3\x03\n" +
 	"\bDecision\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x1c\n" +
@@ -1618,7 +2681,18 @@ const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"retryAfter\x12\x14\n" +
 	"\x05never\x18\x06 \x01(\bR\x05never\x12/\n" +
 	"\x05delay\x18\a \x01(\v2\x19.google.protobuf.DurationR\x05delay\x12%\n" +
-	"\x0eshadow_refused\x18\b \x01(\bR\rshadowRefused\"\\\n" +
+	"\x0eshadow_refused\x18\b \x01(\bR\rshadowRefused\x12\x12\n" +
+	"\x04plan\x18\t \x01(\tR\x04plan\x12\x1d\n" +
+	"\n" +
+	"plan_limit\x18\n" +
+	" \x01(\tR\tplanLimit\x12\x1e\n" +
+	"\n" +
+	"overridden\x18\v \x01(\bR\n" +
+	"overridden\x120\n" +
+	"\x06limits\x18\f \x03(\v2\x18.limitd.v1.NamedDecisionR\x06limits\"T\n" +
+	"\rNamedDecision\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12/\n" +
+	"\bdecision\x18\x02 \x01(\v2\x13.limitd.v1.DecisionR\bdecision\"\\\n" +
 	"\rCheckResponse\x12/\n" +
 	"\bdecision\x18\x01 \x01(\v2\x13.limitd.v1.DecisionR\bdecision\x12\x1a\n" +
 	"\breplayed\x18\x02 \x01(\bR\breplayed\"a\n" +
@@ -1688,7 +2762,63 @@ const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"\adomains\x18\x01 \x03(\v2\x14.limitd.v1.RLSDomainR\adomains\"0\n" +
 	"\x16DeleteRLSDomainRequest\x12\x16\n" +
 	"\x06domain\x18\x01 \x01(\tR\x06domain\"\x19\n" +
-	"\x17DeleteRLSDomainResponse2\x94\a\n" +
+	"\x17DeleteRLSDomainResponse\"\x9c\x01\n" +
+	"\x04Plan\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x123\n" +
+	"\x06limits\x18\x02 \x03(\v2\x1b.limitd.v1.Plan.LimitsEntryR\x06limits\x1aK\n" +
+	"\vLimitsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12&\n" +
+	"\x05value\x18\x02 \x01(\v2\x10.limitd.v1.LimitR\x05value:\x028\x01\"5\n" +
+	"\x0ePutPlanRequest\x12#\n" +
+	"\x04plan\x18\x01 \x01(\v2\x0f.limitd.v1.PlanR\x04plan\"$\n" +
+	"\x0eGetPlanRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\x12\n" +
+	"\x10ListPlansRequest\"]\n" +
+	"\x11ListPlansResponse\x12%\n" +
+	"\x05plans\x18\x01 \x03(\v2\x0f.limitd.v1.PlanR\x05plans\x12!\n" +
+	"\fdefault_plan\x18\x02 \x01(\tR\vdefaultPlan\"'\n" +
+	"\x11DeletePlanRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\x14\n" +
+	"\x12DeletePlanResponse\"+\n" +
+	"\x15SetDefaultPlanRequest\x12\x12\n" +
+	"\x04plan\x18\x01 \x01(\tR\x04plan\"\x18\n" +
+	"\x16SetDefaultPlanResponse\"9\n" +
+	"\x11AssignPlanRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x12\n" +
+	"\x04plan\x18\x02 \x01(\tR\x04plan\"%\n" +
+	"\x11GetKeyPlanRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\"\x83\x01\n" +
+	"\aKeyPlan\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x12\n" +
+	"\x04plan\x18\x02 \x01(\tR\x04plan\x12\x16\n" +
+	"\x06source\x18\x03 \x01(\tR\x06source\x12\x1a\n" +
+	"\bassigned\x18\x04 \x01(\tR\bassigned\x12\x1e\n" +
+	"\n" +
+	"overridden\x18\x05 \x01(\bR\n" +
+	"overridden\"8\n" +
+	"\n" +
+	"PrefixRule\x12\x16\n" +
+	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x12\n" +
+	"\x04plan\x18\x02 \x01(\tR\x04plan\"1\n" +
+	"\x17DeletePrefixRuleRequest\x12\x16\n" +
+	"\x06prefix\x18\x01 \x01(\tR\x06prefix\"\x1a\n" +
+	"\x18DeletePrefixRuleResponse\"\x18\n" +
+	"\x16ListPrefixRulesRequest\"F\n" +
+	"\x17ListPrefixRulesResponse\x12+\n" +
+	"\x05rules\x18\x01 \x03(\v2\x15.limitd.v1.PrefixRuleR\x05rules\";\n" +
+	"\rLimitOverride\x12\x14\n" +
+	"\x05limit\x18\x01 \x01(\x03R\x05limit\x12\x14\n" +
+	"\x05burst\x18\x02 \x01(\x03R\x05burst\"\xe0\x01\n" +
+	"\bOverride\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x127\n" +
+	"\x06limits\x18\x02 \x03(\v2\x1f.limitd.v1.Override.LimitsEntryR\x06limits\x124\n" +
+	"\aexpires\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\aexpires\x1aS\n" +
+	"\vLimitsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12.\n" +
+	"\x05value\x18\x02 \x01(\v2\x18.limitd.v1.LimitOverrideR\x05value:\x028\x01\")\n" +
+	"\x15DeleteOverrideRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\"\x18\n" +
+	"\x16DeleteOverrideResponse2\xf2\r\n" +
 	"\x06Limitd\x12:\n" +
 	"\x05Check\x12\x17.limitd.v1.CheckRequest\x1a\x18.limitd.v1.CheckResponse\x12C\n" +
 	"\bCheckAll\x12\x1a.limitd.v1.CheckAllRequest\x1a\x1b.limitd.v1.CheckAllResponse\x12:\n" +
@@ -1702,7 +2832,22 @@ const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"\fPutRLSDomain\x12\x1e.limitd.v1.PutRLSDomainRequest\x1a\x14.limitd.v1.RLSDomain\x12D\n" +
 	"\fGetRLSDomain\x12\x1e.limitd.v1.GetRLSDomainRequest\x1a\x14.limitd.v1.RLSDomain\x12U\n" +
 	"\x0eListRLSDomains\x12 .limitd.v1.ListRLSDomainsRequest\x1a!.limitd.v1.ListRLSDomainsResponse\x12X\n" +
-	"\x0fDeleteRLSDomain\x12!.limitd.v1.DeleteRLSDomainRequest\x1a\".limitd.v1.DeleteRLSDomainResponseB3Z1github.com/limitd/limitd/proto/limitd/v1;limitdv1b\x06proto3"
+	"\x0fDeleteRLSDomain\x12!.limitd.v1.DeleteRLSDomainRequest\x1a\".limitd.v1.DeleteRLSDomainResponse\x125\n" +
+	"\aPutPlan\x12\x19.limitd.v1.PutPlanRequest\x1a\x0f.limitd.v1.Plan\x125\n" +
+	"\aGetPlan\x12\x19.limitd.v1.GetPlanRequest\x1a\x0f.limitd.v1.Plan\x12F\n" +
+	"\tListPlans\x12\x1b.limitd.v1.ListPlansRequest\x1a\x1c.limitd.v1.ListPlansResponse\x12I\n" +
+	"\n" +
+	"DeletePlan\x12\x1c.limitd.v1.DeletePlanRequest\x1a\x1d.limitd.v1.DeletePlanResponse\x12U\n" +
+	"\x0eSetDefaultPlan\x12 .limitd.v1.SetDefaultPlanRequest\x1a!.limitd.v1.SetDefaultPlanResponse\x12>\n" +
+	"\n" +
+	"AssignPlan\x12\x1c.limitd.v1.AssignPlanRequest\x1a\x12.limitd.v1.KeyPlan\x12>\n" +
+	"\n" +
+	"GetKeyPlan\x12\x1c.limitd.v1.GetKeyPlanRequest\x1a\x12.limitd.v1.KeyPlan\x12=\n" +
+	"\rPutPrefixRule\x12\x15.limitd.v1.PrefixRule\x1a\x15.limitd.v1.PrefixRule\x12[\n" +
+	"\x10DeletePrefixRule\x12\".limitd.v1.DeletePrefixRuleRequest\x1a#.limitd.v1.DeletePrefixRuleResponse\x12X\n" +
+	"\x0fListPrefixRules\x12!.limitd.v1.ListPrefixRulesRequest\x1a\".limitd.v1.ListPrefixRulesResponse\x127\n" +
+	"\vPutOverride\x12\x13.limitd.v1.Override\x1a\x13.limitd.v1.Override\x12U\n" +
+	"\x0eDeleteOverride\x12 .limitd.v1.DeleteOverrideRequest\x1a!.limitd.v1.DeleteOverrideResponseB3Z1github.com/limitd/limitd/proto/limitd/v1;limitdv1b\x06proto3"
 
 var (
 	file_limitd_v1_limitd_proto_rawDescOnce sync.Once
@@ -1716,88 +2861,147 @@ func file_limitd_v1_limitd_proto_rawDescGZIP() []byte {
 	return file_limitd_v1_limitd_proto_rawDescData
 }
 
-var file_limitd_v1_limitd_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_limitd_v1_limitd_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
 var file_limitd_v1_limitd_proto_goTypes = []any{
-	(*Limit)(nil),                   // 0: limitd.v1.Limit
-	(*CheckRequest)(nil),            // 1: limitd.v1.CheckRequest
-	(*Decision)(nil),                // 2: limitd.v1.Decision
-	(*CheckResponse)(nil),           // 3: limitd.v1.CheckResponse
-	(*CheckAllRequest)(nil),         // 4: limitd.v1.CheckAllRequest
-	(*CheckAllResponse)(nil),        // 5: limitd.v1.CheckAllResponse
-	(*BatchRequest)(nil),            // 6: limitd.v1.BatchRequest
-	(*Error)(nil),                   // 7: limitd.v1.Error
-	(*BatchResult)(nil),             // 8: limitd.v1.BatchResult
-	(*BatchResponse)(nil),           // 9: limitd.v1.BatchResponse
-	(*PeekRequest)(nil),             // 10: limitd.v1.PeekRequest
-	(*ResetRequest)(nil),            // 11: limitd.v1.ResetRequest
-	(*ResetResponse)(nil),           // 12: limitd.v1.ResetResponse
-	(*Policy)(nil),                  // 13: limitd.v1.Policy
-	(*Lease)(nil),                   // 14: limitd.v1.Lease
-	(*PutPolicyRequest)(nil),        // 15: limitd.v1.PutPolicyRequest
-	(*GetPolicyRequest)(nil),        // 16: limitd.v1.GetPolicyRequest
-	(*ListPoliciesRequest)(nil),     // 17: limitd.v1.ListPoliciesRequest
-	(*ListPoliciesResponse)(nil),    // 18: limitd.v1.ListPoliciesResponse
-	(*DeletePolicyRequest)(nil),     // 19: limitd.v1.DeletePolicyRequest
-	(*DeletePolicyResponse)(nil),    // 20: limitd.v1.DeletePolicyResponse
-	(*RLSDomain)(nil),               // 21: limitd.v1.RLSDomain
-	(*PutRLSDomainRequest)(nil),     // 22: limitd.v1.PutRLSDomainRequest
-	(*GetRLSDomainRequest)(nil),     // 23: limitd.v1.GetRLSDomainRequest
-	(*ListRLSDomainsRequest)(nil),   // 24: limitd.v1.ListRLSDomainsRequest
-	(*ListRLSDomainsResponse)(nil),  // 25: limitd.v1.ListRLSDomainsResponse
-	(*DeleteRLSDomainRequest)(nil),  // 26: limitd.v1.DeleteRLSDomainRequest
-	(*DeleteRLSDomainResponse)(nil), // 27: limitd.v1.DeleteRLSDomainResponse
-	(*durationpb.Duration)(nil),     // 28: google.protobuf.Duration
+	(*Limit)(nil),                    // 0: limitd.v1.Limit
+	(*CheckRequest)(nil),             // 1: limitd.v1.CheckRequest
+	(*Decision)(nil),                 // 2: limitd.v1.Decision
+	(*NamedDecision)(nil),            // 3: limitd.v1.NamedDecision
+	(*CheckResponse)(nil),            // 4: limitd.v1.CheckResponse
+	(*CheckAllRequest)(nil),          // 5: limitd.v1.CheckAllRequest
+	(*CheckAllResponse)(nil),         // 6: limitd.v1.CheckAllResponse
+	(*BatchRequest)(nil),             // 7: limitd.v1.BatchRequest
+	(*Error)(nil),                    // 8: limitd.v1.Error
+	(*BatchResult)(nil),              // 9: limitd.v1.BatchResult
+	(*BatchResponse)(nil),            // 10: limitd.v1.BatchResponse
+	(*PeekRequest)(nil),              // 11: limitd.v1.PeekRequest
+	(*ResetRequest)(nil),             // 12: limitd.v1.ResetRequest
+	(*ResetResponse)(nil),            // 13: limitd.v1.ResetResponse
+	(*Policy)(nil),                   // 14: limitd.v1.Policy
+	(*Lease)(nil),                    // 15: limitd.v1.Lease
+	(*PutPolicyRequest)(nil),         // 16: limitd.v1.PutPolicyRequest
+	(*GetPolicyRequest)(nil),         // 17: limitd.v1.GetPolicyRequest
+	(*ListPoliciesRequest)(nil),      // 18: limitd.v1.ListPoliciesRequest
+	(*ListPoliciesResponse)(nil),     // 19: limitd.v1.ListPoliciesResponse
+	(*DeletePolicyRequest)(nil),      // 20: limitd.v1.DeletePolicyRequest
+	(*DeletePolicyResponse)(nil),     // 21: limitd.v1.DeletePolicyResponse
+	(*RLSDomain)(nil),                // 22: limitd.v1.RLSDomain
+	(*PutRLSDomainRequest)(nil),      // 23: limitd.v1.PutRLSDomainRequest
+	(*GetRLSDomainRequest)(nil),      // 24: limitd.v1.GetRLSDomainRequest
+	(*ListRLSDomainsRequest)(nil),    // 25: limitd.v1.ListRLSDomainsRequest
+	(*ListRLSDomainsResponse)(nil),   // 26: limitd.v1.ListRLSDomainsResponse
+	(*DeleteRLSDomainRequest)(nil),   // 27: limitd.v1.DeleteRLSDomainRequest
+	(*DeleteRLSDomainResponse)(nil),  // 28: limitd.v1.DeleteRLSDomainResponse
+	(*Plan)(nil),                     // 29: limitd.v1.Plan
+	(*PutPlanRequest)(nil),           // 30: limitd.v1.PutPlanRequest
+	(*GetPlanRequest)(nil),           // 31: limitd.v1.GetPlanRequest
+	(*ListPlansRequest)(nil),         // 32: limitd.v1.ListPlansRequest
+	(*ListPlansResponse)(nil),        // 33: limitd.v1.ListPlansResponse
+	(*DeletePlanRequest)(nil),        // 34: limitd.v1.DeletePlanRequest
+	(*DeletePlanResponse)(nil),       // 35: limitd.v1.DeletePlanResponse
+	(*SetDefaultPlanRequest)(nil),    // 36: limitd.v1.SetDefaultPlanRequest
+	(*SetDefaultPlanResponse)(nil),   // 37: limitd.v1.SetDefaultPlanResponse
+	(*AssignPlanRequest)(nil),        // 38: limitd.v1.AssignPlanRequest
+	(*GetKeyPlanRequest)(nil),        // 39: limitd.v1.GetKeyPlanRequest
+	(*KeyPlan)(nil),                  // 40: limitd.v1.KeyPlan
+	(*PrefixRule)(nil),               // 41: limitd.v1.PrefixRule
+	(*DeletePrefixRuleRequest)(nil),  // 42: limitd.v1.DeletePrefixRuleRequest
+	(*DeletePrefixRuleResponse)(nil), // 43: limitd.v1.DeletePrefixRuleResponse
+	(*ListPrefixRulesRequest)(nil),   // 44: limitd.v1.ListPrefixRulesRequest
+	(*ListPrefixRulesResponse)(nil),  // 45: limitd.v1.ListPrefixRulesResponse
+	(*LimitOverride)(nil),            // 46: limitd.v1.LimitOverride
+	(*Override)(nil),                 // 47: limitd.v1.Override
+	(*DeleteOverrideRequest)(nil),    // 48: limitd.v1.DeleteOverrideRequest
+	(*DeleteOverrideResponse)(nil),   // 49: limitd.v1.DeleteOverrideResponse
+	nil,                              // 50: limitd.v1.Plan.LimitsEntry
+	nil,                              // 51: limitd.v1.Override.LimitsEntry
+	(*durationpb.Duration)(nil),      // 52: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),    // 53: google.protobuf.Timestamp
 }
 var file_limitd_v1_limitd_proto_depIdxs = []int32{
 	0,  // 0: limitd.v1.CheckRequest.limit:type_name -> limitd.v1.Limit
-	28, // 1: limitd.v1.Decision.reset_after:type_name -> google.protobuf.Duration
-	28, // 2: limitd.v1.Decision.retry_after:type_name -> google.protobuf.Duration
-	28, // 3: limitd.v1.Decision.delay:type_name -> google.protobuf.Duration
-	2,  // 4: limitd.v1.CheckResponse.decision:type_name -> limitd.v1.Decision
-	1,  // 5: limitd.v1.CheckAllRequest.checks:type_name -> limitd.v1.CheckRequest
-	2,  // 6: limitd.v1.CheckAllResponse.decisions:type_name -> limitd.v1.Decision
-	1,  // 7: limitd.v1.BatchRequest.checks:type_name -> limitd.v1.CheckRequest
-	3,  // 8: limitd.v1.BatchResult.response:type_name -> limitd.v1.CheckResponse
-	7,  // 9: limitd.v1.BatchResult.error:type_name -> limitd.v1.Error
-	8,  // 10: limitd.v1.BatchResponse.results:type_name -> limitd.v1.BatchResult
-	0,  // 11: limitd.v1.PeekRequest.limit:type_name -> limitd.v1.Limit
-	0,  // 12: limitd.v1.ResetRequest.limit:type_name -> limitd.v1.Limit
-	0,  // 13: limitd.v1.Policy.limit:type_name -> limitd.v1.Limit
-	14, // 14: limitd.v1.Policy.lease:type_name -> limitd.v1.Lease
-	13, // 15: limitd.v1.PutPolicyRequest.policy:type_name -> limitd.v1.Policy
-	13, // 16: limitd.v1.ListPoliciesResponse.policies:type_name -> limitd.v1.Policy
-	21, // 17: limitd.v1.ListRLSDomainsResponse.domains:type_name -> limitd.v1.RLSDomain
-	1,  // 18: limitd.v1.Limitd.Check:input_type -> limitd.v1.CheckRequest
-	4,  // 19: limitd.v1.Limitd.CheckAll:input_type -> limitd.v1.CheckAllRequest
-	6,  // 20: limitd.v1.Limitd.Batch:input_type -> limitd.v1.BatchRequest
-	10, // 21: limitd.v1.Limitd.Peek:input_type -> limitd.v1.PeekRequest
-	11, // 22: limitd.v1.Limitd.Reset:input_type -> limitd.v1.ResetRequest
-	15, // 23: limitd.v1.Limitd.PutPolicy:input_type -> limitd.v1.PutPolicyRequest
-	16, // 24: limitd.v1.Limitd.GetPolicy:input_type -> limitd.v1.GetPolicyRequest
-	17, // 25: limitd.v1.Limitd.ListPolicies:input_type -> limitd.v1.ListPoliciesRequest
-	19, // 26: limitd.v1.Limitd.DeletePolicy:input_type -> limitd.v1.DeletePolicyRequest
-	22, // 27: limitd.v1.Limitd.PutRLSDomain:input_type -> limitd.v1.PutRLSDomainRequest
-	23, // 28: limitd.v1.Limitd.GetRLSDomain:input_type -> limitd.v1.GetRLSDomainRequest
-	24, // 29: limitd.v1.Limitd.ListRLSDomains:input_type -> limitd.v1.ListRLSDomainsRequest
-	26, // 30: limitd.v1.Limitd.DeleteRLSDomain:input_type -> limitd.v1.DeleteRLSDomainRequest
-	3,  // 31: limitd.v1.Limitd.Check:output_type -> limitd.v1.CheckResponse
-	5,  // 32: limitd.v1.Limitd.CheckAll:output_type -> limitd.v1.CheckAllResponse
-	9,  // 33: limitd.v1.Limitd.Batch:output_type -> limitd.v1.BatchResponse
-	3,  // 34: limitd.v1.Limitd.Peek:output_type -> limitd.v1.CheckResponse
-	12, // 35: limitd.v1.Limitd.Reset:output_type -> limitd.v1.ResetResponse
-	13, // 36: limitd.v1.Limitd.PutPolicy:output_type -> limitd.v1.Policy
-	13, // 37: limitd.v1.Limitd.GetPolicy:output_type -> limitd.v1.Policy
-	18, // 38: limitd.v1.Limitd.ListPolicies:output_type -> limitd.v1.ListPoliciesResponse
-	20, // 39: limitd.v1.Limitd.DeletePolicy:output_type -> limitd.v1.DeletePolicyResponse
-	21, // 40: limitd.v1.Limitd.PutRLSDomain:output_type -> limitd.v1.RLSDomain
-	21, // 41: limitd.v1.Limitd.GetRLSDomain:output_type -> limitd.v1.RLSDomain
-	25, // 42: limitd.v1.Limitd.ListRLSDomains:output_type -> limitd.v1.ListRLSDomainsResponse
-	27, // 43: limitd.v1.Limitd.DeleteRLSDomain:output_type -> limitd.v1.DeleteRLSDomainResponse
-	31, // [31:44] is the sub-list for method output_type
-	18, // [18:31] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	52, // 1: limitd.v1.Decision.reset_after:type_name -> google.protobuf.Duration
+	52, // 2: limitd.v1.Decision.retry_after:type_name -> google.protobuf.Duration
+	52, // 3: limitd.v1.Decision.delay:type_name -> google.protobuf.Duration
+	3,  // 4: limitd.v1.Decision.limits:type_name -> limitd.v1.NamedDecision
+	2,  // 5: limitd.v1.NamedDecision.decision:type_name -> limitd.v1.Decision
+	2,  // 6: limitd.v1.CheckResponse.decision:type_name -> limitd.v1.Decision
+	1,  // 7: limitd.v1.CheckAllRequest.checks:type_name -> limitd.v1.CheckRequest
+	2,  // 8: limitd.v1.CheckAllResponse.decisions:type_name -> limitd.v1.Decision
+	1,  // 9: limitd.v1.BatchRequest.checks:type_name -> limitd.v1.CheckRequest
+	4,  // 10: limitd.v1.BatchResult.response:type_name -> limitd.v1.CheckResponse
+	8,  // 11: limitd.v1.BatchResult.error:type_name -> limitd.v1.Error
+	9,  // 12: limitd.v1.BatchResponse.results:type_name -> limitd.v1.BatchResult
+	0,  // 13: limitd.v1.PeekRequest.limit:type_name -> limitd.v1.Limit
+	0,  // 14: limitd.v1.ResetRequest.limit:type_name -> limitd.v1.Limit
+	0,  // 15: limitd.v1.Policy.limit:type_name -> limitd.v1.Limit
+	15, // 16: limitd.v1.Policy.lease:type_name -> limitd.v1.Lease
+	14, // 17: limitd.v1.PutPolicyRequest.policy:type_name -> limitd.v1.Policy
+	14, // 18: limitd.v1.ListPoliciesResponse.policies:type_name -> limitd.v1.Policy
+	22, // 19: limitd.v1.ListRLSDomainsResponse.domains:type_name -> limitd.v1.RLSDomain
+	50, // 20: limitd.v1.Plan.limits:type_name -> limitd.v1.Plan.LimitsEntry
+	29, // 21: limitd.v1.PutPlanRequest.plan:type_name -> limitd.v1.Plan
+	29, // 22: limitd.v1.ListPlansResponse.plans:type_name -> limitd.v1.Plan
+	41, // 23: limitd.v1.ListPrefixRulesResponse.rules:type_name -> limitd.v1.PrefixRule
+	51, // 24: limitd.v1.Override.limits:type_name -> limitd.v1.Override.LimitsEntry
+	53, // 25: limitd.v1.Override.expires:type_name -> google.protobuf.Timestamp
+	0,  // 26: limitd.v1.Plan.LimitsEntry.value:type_name -> limitd.v1.Limit
+	46, // 27: limitd.v1.Override.LimitsEntry.value:type_name -> limitd.v1.LimitOverride
+	1,  // 28: limitd.v1.Limitd.Check:input_type -> limitd.v1.CheckRequest
+	5,  // 29: limitd.v1.Limitd.CheckAll:input_type -> limitd.v1.CheckAllRequest
+	7,  // 30: limitd.v1.Limitd.Batch:input_type -> limitd.v1.BatchRequest
+	11, // 31: limitd.v1.Limitd.Peek:input_type -> limitd.v1.PeekRequest
+	12, // 32: limitd.v1.Limitd.Reset:input_type -> limitd.v1.ResetRequest
+	16, // 33: limitd.v1.Limitd.PutPolicy:input_type -> limitd.v1.PutPolicyRequest
+	17, // 34: limitd.v1.Limitd.GetPolicy:input_type -> limitd.v1.GetPolicyRequest
+	18, // 35: limitd.v1.Limitd.ListPolicies:input_type -> limitd.v1.ListPoliciesRequest
+	20, // 36: limitd.v1.Limitd.DeletePolicy:input_type -> limitd.v1.DeletePolicyRequest
+	23, // 37: limitd.v1.Limitd.PutRLSDomain:input_type -> limitd.v1.PutRLSDomainRequest
+	24, // 38: limitd.v1.Limitd.GetRLSDomain:input_type -> limitd.v1.GetRLSDomainRequest
+	25, // 39: limitd.v1.Limitd.ListRLSDomains:input_type -> limitd.v1.ListRLSDomainsRequest
+	27, // 40: limitd.v1.Limitd.DeleteRLSDomain:input_type -> limitd.v1.DeleteRLSDomainRequest
+	30, // 41: limitd.v1.Limitd.PutPlan:input_type -> limitd.v1.PutPlanRequest
+	31, // 42: limitd.v1.Limitd.GetPlan:input_type -> limitd.v1.GetPlanRequest
+	32, // 43: limitd.v1.Limitd.ListPlans:input_type -> limitd.v1.ListPlansRequest
+	34, // 44: limitd.v1.Limitd.DeletePlan:input_type -> limitd.v1.DeletePlanRequest
+	36, // 45: limitd.v1.Limitd.SetDefaultPlan:input_type -> limitd.v1.SetDefaultPlanRequest
+	38, // 46: limitd.v1.Limitd.AssignPlan:input_type -> limitd.v1.AssignPlanRequest
+	39, // 47: limitd.v1.Limitd.GetKeyPlan:input_type -> limitd.v1.GetKeyPlanRequest
+	41, // 48: limitd.v1.Limitd.PutPrefixRule:input_type -> limitd.v1.PrefixRule
+	42, // 49: limitd.v1.Limitd.DeletePrefixRule:input_type -> limitd.v1.DeletePrefixRuleRequest
+	44, // 50: limitd.v1.Limitd.ListPrefixRules:input_type -> limitd.v1.ListPrefixRulesRequest
+	47, // 51: limitd.v1.Limitd.PutOverride:input_type -> limitd.v1.Override
+	48, // 52: limitd.v1.Limitd.DeleteOverride:input_type -> limitd.v1.DeleteOverrideRequest
+	4,  // 53: limitd.v1.Limitd.Check:output_type -> limitd.v1.CheckResponse
+	6,  // 54: limitd.v1.Limitd.CheckAll:output_type -> limitd.v1.CheckAllResponse
+	10, // 55: limitd.v1.Limitd.Batch:output_type -> limitd.v1.BatchResponse
+	4,  // 56: limitd.v1.Limitd.Peek:output_type -> limitd.v1.CheckResponse
+	13, // 57: limitd.v1.Limitd.Reset:output_type -> limitd.v1.ResetResponse
+	14, // 58: limitd.v1.Limitd.PutPolicy:output_type -> limitd.v1.Policy
+	14, // 59: limitd.v1.Limitd.GetPolicy:output_type -> limitd.v1.Policy
+	19, // 60: limitd.v1.Limitd.ListPolicies:output_type -> limitd.v1.ListPoliciesResponse
+	21, // 61: limitd.v1.Limitd.DeletePolicy:output_type -> limitd.v1.DeletePolicyResponse
+	22, // 62: limitd.v1.Limitd.PutRLSDomain:output_type -> limitd.v1.RLSDomain
+	22, // 63: limitd.v1.Limitd.GetRLSDomain:output_type -> limitd.v1.RLSDomain
+	26, // 64: limitd.v1.Limitd.ListRLSDomains:output_type -> limitd.v1.ListRLSDomainsResponse
+	28, // 65: limitd.v1.Limitd.DeleteRLSDomain:output_type -> limitd.v1.DeleteRLSDomainResponse
+	29, // 66: limitd.v1.Limitd.PutPlan:output_type -> limitd.v1.Plan
+	29, // 67: limitd.v1.Limitd.GetPlan:output_type -> limitd.v1.Plan
+	33, // 68: limitd.v1.Limitd.ListPlans:output_type -> limitd.v1.ListPlansResponse
+	35, // 69: limitd.v1.Limitd.DeletePlan:output_type -> limitd.v1.DeletePlanResponse
+	37, // 70: limitd.v1.Limitd.SetDefaultPlan:output_type -> limitd.v1.SetDefaultPlanResponse
+	40, // 71: limitd.v1.Limitd.AssignPlan:output_type -> limitd.v1.KeyPlan
+	40, // 72: limitd.v1.Limitd.GetKeyPlan:output_type -> limitd.v1.KeyPlan
+	41, // 73: limitd.v1.Limitd.PutPrefixRule:output_type -> limitd.v1.PrefixRule
+	43, // 74: limitd.v1.Limitd.DeletePrefixRule:output_type -> limitd.v1.DeletePrefixRuleResponse
+	45, // 75: limitd.v1.Limitd.ListPrefixRules:output_type -> limitd.v1.ListPrefixRulesResponse
+	47, // 76: limitd.v1.Limitd.PutOverride:output_type -> limitd.v1.Override
+	49, // 77: limitd.v1.Limitd.DeleteOverride:output_type -> limitd.v1.DeleteOverrideResponse
+	53, // [53:78] is the sub-list for method output_type
+	28, // [28:53] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_limitd_v1_limitd_proto_init() }
@@ -1806,19 +3010,19 @@ func file_limitd_v1_limitd_proto_init() {
 		return
 	}
 	file_limitd_v1_limitd_proto_msgTypes[1].OneofWrappers = []any{}
-	file_limitd_v1_limitd_proto_msgTypes[8].OneofWrappers = []any{
+	file_limitd_v1_limitd_proto_msgTypes[9].OneofWrappers = []any{
 		(*BatchResult_Response)(nil),
 		(*BatchResult_Error)(nil),
 	}
-	file_limitd_v1_limitd_proto_msgTypes[13].OneofWrappers = []any{}
 	file_limitd_v1_limitd_proto_msgTypes[14].OneofWrappers = []any{}
+	file_limitd_v1_limitd_proto_msgTypes[15].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_limitd_v1_limitd_proto_rawDesc), len(file_limitd_v1_limitd_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   28,
+			NumMessages:   52,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

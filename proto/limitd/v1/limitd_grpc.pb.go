@@ -14,7 +14,9 @@
 // or may not have been counted: retry with the same request_id), internal →
 // INTERNAL, and a deadline → DEADLINE_EXCEEDED.
 //
-// Admin RPCs (Reset, PutPolicy, DeletePolicy, PutRLSDomain, DeleteRLSDomain)
+// Admin RPCs (Reset, PutPolicy, DeletePolicy, PutRLSDomain, DeleteRLSDomain,
+// PutPlan, DeletePlan, SetDefaultPlan, AssignPlan, PutPrefixRule,
+// DeletePrefixRule, PutOverride, DeleteOverride)
 // need the metadata "authorization: Bearer <token>" when the node runs with
 // an admin token.
 
@@ -39,19 +41,31 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Limitd_Check_FullMethodName           = "/limitd.v1.Limitd/Check"
-	Limitd_CheckAll_FullMethodName        = "/limitd.v1.Limitd/CheckAll"
-	Limitd_Batch_FullMethodName           = "/limitd.v1.Limitd/Batch"
-	Limitd_Peek_FullMethodName            = "/limitd.v1.Limitd/Peek"
-	Limitd_Reset_FullMethodName           = "/limitd.v1.Limitd/Reset"
-	Limitd_PutPolicy_FullMethodName       = "/limitd.v1.Limitd/PutPolicy"
-	Limitd_GetPolicy_FullMethodName       = "/limitd.v1.Limitd/GetPolicy"
-	Limitd_ListPolicies_FullMethodName    = "/limitd.v1.Limitd/ListPolicies"
-	Limitd_DeletePolicy_FullMethodName    = "/limitd.v1.Limitd/DeletePolicy"
-	Limitd_PutRLSDomain_FullMethodName    = "/limitd.v1.Limitd/PutRLSDomain"
-	Limitd_GetRLSDomain_FullMethodName    = "/limitd.v1.Limitd/GetRLSDomain"
-	Limitd_ListRLSDomains_FullMethodName  = "/limitd.v1.Limitd/ListRLSDomains"
-	Limitd_DeleteRLSDomain_FullMethodName = "/limitd.v1.Limitd/DeleteRLSDomain"
+	Limitd_Check_FullMethodName            = "/limitd.v1.Limitd/Check"
+	Limitd_CheckAll_FullMethodName         = "/limitd.v1.Limitd/CheckAll"
+	Limitd_Batch_FullMethodName            = "/limitd.v1.Limitd/Batch"
+	Limitd_Peek_FullMethodName             = "/limitd.v1.Limitd/Peek"
+	Limitd_Reset_FullMethodName            = "/limitd.v1.Limitd/Reset"
+	Limitd_PutPolicy_FullMethodName        = "/limitd.v1.Limitd/PutPolicy"
+	Limitd_GetPolicy_FullMethodName        = "/limitd.v1.Limitd/GetPolicy"
+	Limitd_ListPolicies_FullMethodName     = "/limitd.v1.Limitd/ListPolicies"
+	Limitd_DeletePolicy_FullMethodName     = "/limitd.v1.Limitd/DeletePolicy"
+	Limitd_PutRLSDomain_FullMethodName     = "/limitd.v1.Limitd/PutRLSDomain"
+	Limitd_GetRLSDomain_FullMethodName     = "/limitd.v1.Limitd/GetRLSDomain"
+	Limitd_ListRLSDomains_FullMethodName   = "/limitd.v1.Limitd/ListRLSDomains"
+	Limitd_DeleteRLSDomain_FullMethodName  = "/limitd.v1.Limitd/DeleteRLSDomain"
+	Limitd_PutPlan_FullMethodName          = "/limitd.v1.Limitd/PutPlan"
+	Limitd_GetPlan_FullMethodName          = "/limitd.v1.Limitd/GetPlan"
+	Limitd_ListPlans_FullMethodName        = "/limitd.v1.Limitd/ListPlans"
+	Limitd_DeletePlan_FullMethodName       = "/limitd.v1.Limitd/DeletePlan"
+	Limitd_SetDefaultPlan_FullMethodName   = "/limitd.v1.Limitd/SetDefaultPlan"
+	Limitd_AssignPlan_FullMethodName       = "/limitd.v1.Limitd/AssignPlan"
+	Limitd_GetKeyPlan_FullMethodName       = "/limitd.v1.Limitd/GetKeyPlan"
+	Limitd_PutPrefixRule_FullMethodName    = "/limitd.v1.Limitd/PutPrefixRule"
+	Limitd_DeletePrefixRule_FullMethodName = "/limitd.v1.Limitd/DeletePrefixRule"
+	Limitd_ListPrefixRules_FullMethodName  = "/limitd.v1.Limitd/ListPrefixRules"
+	Limitd_PutOverride_FullMethodName      = "/limitd.v1.Limitd/PutOverride"
+	Limitd_DeleteOverride_FullMethodName   = "/limitd.v1.Limitd/DeleteOverride"
 )
 
 // LimitdClient is the client API for Limitd service.
@@ -81,6 +95,28 @@ type LimitdClient interface {
 	GetRLSDomain(ctx context.Context, in *GetRLSDomainRequest, opts ...grpc.CallOption) (*RLSDomain, error)
 	ListRLSDomains(ctx context.Context, in *ListRLSDomainsRequest, opts ...grpc.CallOption) (*ListRLSDomainsResponse, error)
 	DeleteRLSDomain(ctx context.Context, in *DeleteRLSDomainRequest, opts ...grpc.CallOption) (*DeleteRLSDomainResponse, error)
+	// Plans (docs/API.md, "Plans"): named bundles of limits a key is checked
+	// against together when a CheckRequest names neither policy nor limit.
+	PutPlan(ctx context.Context, in *PutPlanRequest, opts ...grpc.CallOption) (*Plan, error)
+	GetPlan(ctx context.Context, in *GetPlanRequest, opts ...grpc.CallOption) (*Plan, error)
+	ListPlans(ctx context.Context, in *ListPlansRequest, opts ...grpc.CallOption) (*ListPlansResponse, error)
+	DeletePlan(ctx context.Context, in *DeletePlanRequest, opts ...grpc.CallOption) (*DeletePlanResponse, error)
+	// SetDefaultPlan names the plan of keys with no assignment and no
+	// matching prefix rule; an empty plan clears it.
+	SetDefaultPlan(ctx context.Context, in *SetDefaultPlanRequest, opts ...grpc.CallOption) (*SetDefaultPlanResponse, error)
+	// AssignPlan gives a key a plan; an empty plan removes its assignment.
+	AssignPlan(ctx context.Context, in *AssignPlanRequest, opts ...grpc.CallOption) (*KeyPlan, error)
+	// GetKeyPlan says which plan a key resolves to, read through the log.
+	GetKeyPlan(ctx context.Context, in *GetKeyPlanRequest, opts ...grpc.CallOption) (*KeyPlan, error)
+	// Prefix rules give every key starting with a prefix a plan; rules never
+	// nest (a prefix of another rule's prefix is refused, naming "prefix").
+	PutPrefixRule(ctx context.Context, in *PrefixRule, opts ...grpc.CallOption) (*PrefixRule, error)
+	DeletePrefixRule(ctx context.Context, in *DeletePrefixRuleRequest, opts ...grpc.CallOption) (*DeletePrefixRuleResponse, error)
+	ListPrefixRules(ctx context.Context, in *ListPrefixRulesRequest, opts ...grpc.CallOption) (*ListPrefixRulesResponse, error)
+	// Overrides replace the limit or burst of a key's plan limits until they
+	// expire (errors name "limits.NAME.limit", "expires").
+	PutOverride(ctx context.Context, in *Override, opts ...grpc.CallOption) (*Override, error)
+	DeleteOverride(ctx context.Context, in *DeleteOverrideRequest, opts ...grpc.CallOption) (*DeleteOverrideResponse, error)
 }
 
 type limitdClient struct {
@@ -221,6 +257,126 @@ func (c *limitdClient) DeleteRLSDomain(ctx context.Context, in *DeleteRLSDomainR
 	return out, nil
 }
 
+func (c *limitdClient) PutPlan(ctx context.Context, in *PutPlanRequest, opts ...grpc.CallOption) (*Plan, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Plan)
+	err := c.cc.Invoke(ctx, Limitd_PutPlan_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *limitdClient) GetPlan(ctx context.Context, in *GetPlanRequest, opts ...grpc.CallOption) (*Plan, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Plan)
+	err := c.cc.Invoke(ctx, Limitd_GetPlan_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *limitdClient) ListPlans(ctx context.Context, in *ListPlansRequest, opts ...grpc.CallOption) (*ListPlansResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListPlansResponse)
+	err := c.cc.Invoke(ctx, Limitd_ListPlans_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *limitdClient) DeletePlan(ctx context.Context, in *DeletePlanRequest, opts ...grpc.CallOption) (*DeletePlanResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeletePlanResponse)
+	err := c.cc.Invoke(ctx, Limitd_DeletePlan_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *limitdClient) SetDefaultPlan(ctx context.Context, in *SetDefaultPlanRequest, opts ...grpc.CallOption) (*SetDefaultPlanResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetDefaultPlanResponse)
+	err := c.cc.Invoke(ctx, Limitd_SetDefaultPlan_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *limitdClient) AssignPlan(ctx context.Context, in *AssignPlanRequest, opts ...grpc.CallOption) (*KeyPlan, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(KeyPlan)
+	err := c.cc.Invoke(ctx, Limitd_AssignPlan_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *limitdClient) GetKeyPlan(ctx context.Context, in *GetKeyPlanRequest, opts ...grpc.CallOption) (*KeyPlan, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(KeyPlan)
+	err := c.cc.Invoke(ctx, Limitd_GetKeyPlan_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *limitdClient) PutPrefixRule(ctx context.Context, in *PrefixRule, opts ...grpc.CallOption) (*PrefixRule, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PrefixRule)
+	err := c.cc.Invoke(ctx, Limitd_PutPrefixRule_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *limitdClient) DeletePrefixRule(ctx context.Context, in *DeletePrefixRuleRequest, opts ...grpc.CallOption) (*DeletePrefixRuleResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeletePrefixRuleResponse)
+	err := c.cc.Invoke(ctx, Limitd_DeletePrefixRule_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *limitdClient) ListPrefixRules(ctx context.Context, in *ListPrefixRulesRequest, opts ...grpc.CallOption) (*ListPrefixRulesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListPrefixRulesResponse)
+	err := c.cc.Invoke(ctx, Limitd_ListPrefixRules_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *limitdClient) PutOverride(ctx context.Context, in *Override, opts ...grpc.CallOption) (*Override, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Override)
+	err := c.cc.Invoke(ctx, Limitd_PutOverride_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *limitdClient) DeleteOverride(ctx context.Context, in *DeleteOverrideRequest, opts ...grpc.CallOption) (*DeleteOverrideResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteOverrideResponse)
+	err := c.cc.Invoke(ctx, Limitd_DeleteOverride_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // LimitdServer is the server API for Limitd service.
 // All implementations must embed UnimplementedLimitdServer
 // for forward compatibility.
@@ -248,6 +404,28 @@ type LimitdServer interface {
 	GetRLSDomain(context.Context, *GetRLSDomainRequest) (*RLSDomain, error)
 	ListRLSDomains(context.Context, *ListRLSDomainsRequest) (*ListRLSDomainsResponse, error)
 	DeleteRLSDomain(context.Context, *DeleteRLSDomainRequest) (*DeleteRLSDomainResponse, error)
+	// Plans (docs/API.md, "Plans"): named bundles of limits a key is checked
+	// against together when a CheckRequest names neither policy nor limit.
+	PutPlan(context.Context, *PutPlanRequest) (*Plan, error)
+	GetPlan(context.Context, *GetPlanRequest) (*Plan, error)
+	ListPlans(context.Context, *ListPlansRequest) (*ListPlansResponse, error)
+	DeletePlan(context.Context, *DeletePlanRequest) (*DeletePlanResponse, error)
+	// SetDefaultPlan names the plan of keys with no assignment and no
+	// matching prefix rule; an empty plan clears it.
+	SetDefaultPlan(context.Context, *SetDefaultPlanRequest) (*SetDefaultPlanResponse, error)
+	// AssignPlan gives a key a plan; an empty plan removes its assignment.
+	AssignPlan(context.Context, *AssignPlanRequest) (*KeyPlan, error)
+	// GetKeyPlan says which plan a key resolves to, read through the log.
+	GetKeyPlan(context.Context, *GetKeyPlanRequest) (*KeyPlan, error)
+	// Prefix rules give every key starting with a prefix a plan; rules never
+	// nest (a prefix of another rule's prefix is refused, naming "prefix").
+	PutPrefixRule(context.Context, *PrefixRule) (*PrefixRule, error)
+	DeletePrefixRule(context.Context, *DeletePrefixRuleRequest) (*DeletePrefixRuleResponse, error)
+	ListPrefixRules(context.Context, *ListPrefixRulesRequest) (*ListPrefixRulesResponse, error)
+	// Overrides replace the limit or burst of a key's plan limits until they
+	// expire (errors name "limits.NAME.limit", "expires").
+	PutOverride(context.Context, *Override) (*Override, error)
+	DeleteOverride(context.Context, *DeleteOverrideRequest) (*DeleteOverrideResponse, error)
 	mustEmbedUnimplementedLimitdServer()
 }
 
@@ -296,6 +474,42 @@ func (UnimplementedLimitdServer) ListRLSDomains(context.Context, *ListRLSDomains
 }
 func (UnimplementedLimitdServer) DeleteRLSDomain(context.Context, *DeleteRLSDomainRequest) (*DeleteRLSDomainResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DeleteRLSDomain not implemented")
+}
+func (UnimplementedLimitdServer) PutPlan(context.Context, *PutPlanRequest) (*Plan, error) {
+	return nil, status.Error(codes.Unimplemented, "method PutPlan not implemented")
+}
+func (UnimplementedLimitdServer) GetPlan(context.Context, *GetPlanRequest) (*Plan, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetPlan not implemented")
+}
+func (UnimplementedLimitdServer) ListPlans(context.Context, *ListPlansRequest) (*ListPlansResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListPlans not implemented")
+}
+func (UnimplementedLimitdServer) DeletePlan(context.Context, *DeletePlanRequest) (*DeletePlanResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeletePlan not implemented")
+}
+func (UnimplementedLimitdServer) SetDefaultPlan(context.Context, *SetDefaultPlanRequest) (*SetDefaultPlanResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetDefaultPlan not implemented")
+}
+func (UnimplementedLimitdServer) AssignPlan(context.Context, *AssignPlanRequest) (*KeyPlan, error) {
+	return nil, status.Error(codes.Unimplemented, "method AssignPlan not implemented")
+}
+func (UnimplementedLimitdServer) GetKeyPlan(context.Context, *GetKeyPlanRequest) (*KeyPlan, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetKeyPlan not implemented")
+}
+func (UnimplementedLimitdServer) PutPrefixRule(context.Context, *PrefixRule) (*PrefixRule, error) {
+	return nil, status.Error(codes.Unimplemented, "method PutPrefixRule not implemented")
+}
+func (UnimplementedLimitdServer) DeletePrefixRule(context.Context, *DeletePrefixRuleRequest) (*DeletePrefixRuleResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeletePrefixRule not implemented")
+}
+func (UnimplementedLimitdServer) ListPrefixRules(context.Context, *ListPrefixRulesRequest) (*ListPrefixRulesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListPrefixRules not implemented")
+}
+func (UnimplementedLimitdServer) PutOverride(context.Context, *Override) (*Override, error) {
+	return nil, status.Error(codes.Unimplemented, "method PutOverride not implemented")
+}
+func (UnimplementedLimitdServer) DeleteOverride(context.Context, *DeleteOverrideRequest) (*DeleteOverrideResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteOverride not implemented")
 }
 func (UnimplementedLimitdServer) mustEmbedUnimplementedLimitdServer() {}
 func (UnimplementedLimitdServer) testEmbeddedByValue()                {}
@@ -552,6 +766,222 @@ func _Limitd_DeleteRLSDomain_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Limitd_PutPlan_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PutPlanRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LimitdServer).PutPlan(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Limitd_PutPlan_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LimitdServer).PutPlan(ctx, req.(*PutPlanRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Limitd_GetPlan_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetPlanRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LimitdServer).GetPlan(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Limitd_GetPlan_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LimitdServer).GetPlan(ctx, req.(*GetPlanRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Limitd_ListPlans_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListPlansRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LimitdServer).ListPlans(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Limitd_ListPlans_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LimitdServer).ListPlans(ctx, req.(*ListPlansRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Limitd_DeletePlan_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeletePlanRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LimitdServer).DeletePlan(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Limitd_DeletePlan_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LimitdServer).DeletePlan(ctx, req.(*DeletePlanRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Limitd_SetDefaultPlan_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetDefaultPlanRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LimitdServer).SetDefaultPlan(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Limitd_SetDefaultPlan_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LimitdServer).SetDefaultPlan(ctx, req.(*SetDefaultPlanRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Limitd_AssignPlan_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AssignPlanRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LimitdServer).AssignPlan(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Limitd_AssignPlan_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LimitdServer).AssignPlan(ctx, req.(*AssignPlanRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Limitd_GetKeyPlan_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetKeyPlanRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LimitdServer).GetKeyPlan(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Limitd_GetKeyPlan_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LimitdServer).GetKeyPlan(ctx, req.(*GetKeyPlanRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Limitd_PutPrefixRule_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PrefixRule)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LimitdServer).PutPrefixRule(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Limitd_PutPrefixRule_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LimitdServer).PutPrefixRule(ctx, req.(*PrefixRule))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Limitd_DeletePrefixRule_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeletePrefixRuleRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LimitdServer).DeletePrefixRule(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Limitd_DeletePrefixRule_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LimitdServer).DeletePrefixRule(ctx, req.(*DeletePrefixRuleRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Limitd_ListPrefixRules_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListPrefixRulesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LimitdServer).ListPrefixRules(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Limitd_ListPrefixRules_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LimitdServer).ListPrefixRules(ctx, req.(*ListPrefixRulesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Limitd_PutOverride_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(Override)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LimitdServer).PutOverride(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Limitd_PutOverride_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LimitdServer).PutOverride(ctx, req.(*Override))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Limitd_DeleteOverride_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteOverrideRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LimitdServer).DeleteOverride(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Limitd_DeleteOverride_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LimitdServer).DeleteOverride(ctx, req.(*DeleteOverrideRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Limitd_ServiceDesc is the grpc.ServiceDesc for Limitd service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -610,6 +1040,54 @@ var Limitd_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DeleteRLSDomain",
 			Handler:    _Limitd_DeleteRLSDomain_Handler,
+		},
+		{
+			MethodName: "PutPlan",
+			Handler:    _Limitd_PutPlan_Handler,
+		},
+		{
+			MethodName: "GetPlan",
+			Handler:    _Limitd_GetPlan_Handler,
+		},
+		{
+			MethodName: "ListPlans",
+			Handler:    _Limitd_ListPlans_Handler,
+		},
+		{
+			MethodName: "DeletePlan",
+			Handler:    _Limitd_DeletePlan_Handler,
+		},
+		{
+			MethodName: "SetDefaultPlan",
+			Handler:    _Limitd_SetDefaultPlan_Handler,
+		},
+		{
+			MethodName: "AssignPlan",
+			Handler:    _Limitd_AssignPlan_Handler,
+		},
+		{
+			MethodName: "GetKeyPlan",
+			Handler:    _Limitd_GetKeyPlan_Handler,
+		},
+		{
+			MethodName: "PutPrefixRule",
+			Handler:    _Limitd_PutPrefixRule_Handler,
+		},
+		{
+			MethodName: "DeletePrefixRule",
+			Handler:    _Limitd_DeletePrefixRule_Handler,
+		},
+		{
+			MethodName: "ListPrefixRules",
+			Handler:    _Limitd_ListPrefixRules_Handler,
+		},
+		{
+			MethodName: "PutOverride",
+			Handler:    _Limitd_PutOverride_Handler,
+		},
+		{
+			MethodName: "DeleteOverride",
+			Handler:    _Limitd_DeleteOverride_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
