@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/limitd/limitd/service"
+	"github.com/limitd/limitd/wire"
 )
 
 // Error codes, the "code" member of every error body. Clients switch on these,
@@ -74,29 +75,14 @@ func internalError(format string, args ...any) *apiError {
 	return &apiError{status: http.StatusInternalServerError, code: CodeInternal, message: fmt.Sprintf(format, args...)}
 }
 
-// appendError appends the JSON error object {"code":..,"field":..,"message":..}
-// (field omitted when empty).
-func appendError(b []byte, code, field, message string) []byte {
-	b = append(b, `{"code":`...)
-	b = appendString(b, code)
-	if field != "" {
-		b = append(b, `,"field":`...)
-		b = appendString(b, field)
-	}
-	b = append(b, `,"message":`...)
-	b = appendString(b, message)
-	return append(b, '}')
-}
-
 // writeError writes e as {"error":{...}} with its status and headers.
 func writeError(w http.ResponseWriter, e *apiError) {
 	if e.retryAfter > 0 {
 		w.Header().Set("Retry-After", service.RetryAfterValue(e.retryAfter))
 	}
 	buf := getBuffer()
-	b := append(buf.b[:0], `{"error":`...)
-	b = appendError(b, e.code, clip(e.field, maxErrorField), clip(e.message, maxErrorMessage)) // clip.go
-	b = append(b, '}', '\n')
+	b := wire.AppendErrorBody(buf.b[:0], e.code, clip(e.field, maxErrorField), clip(e.message, maxErrorMessage)) // clip.go
+	b = append(b, '\n')
 	errorCode(w, e.code)
 	writeJSON(w, e.status, b)
 	buf.b = b

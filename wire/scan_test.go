@@ -1,4 +1,4 @@
-package client
+package wire
 
 import (
 	"encoding/json"
@@ -12,17 +12,17 @@ import (
 func TestParseBatchMatchesEncodingJSON(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		n := rapid.IntRange(0, 5).Draw(rt, "n")
-		var want wireBatch
+		var want Batch
 		for i := 0; i < n; i++ {
 			if rapid.Bool().Draw(rt, "isErr") {
-				want.Results = append(want.Results, wireDecision{Error: &wireError{
-					Code:    rapid.SampledFrom([]string{CodeInvalidArgument, CodeNotFound}).Draw(rt, "code"),
+				want.Results = append(want.Results, Decision{Error: &Error{
+					Code:    rapid.SampledFrom([]string{"invalid_argument", "not_found"}).Draw(rt, "code"),
 					Field:   rapid.StringMatching(`[a-z\[\]0-9.]{0,12}`).Draw(rt, "field"),
 					Message: rapid.String().Draw(rt, "message"), // may need escapes: fallback
 				}})
 				continue
 			}
-			want.Results = append(want.Results, wireDecision{
+			want.Results = append(want.Results, Decision{
 				Allowed: rapid.Bool().Draw(rt, "allowed"), Limit: rapid.Int64Range(1, 1e12).Draw(rt, "limit"),
 				Remaining: rapid.Int64Range(0, 1e12).Draw(rt, "remaining"), ResetAfterMS: rapid.Int64Range(0, 1e11).Draw(rt, "reset"),
 				RetryAfterMS: rapid.Int64Range(-1, 1e11).Draw(rt, "retry"), DelayMS: rapid.Int64Range(0, 1e6).Draw(rt, "delay"),
@@ -30,11 +30,11 @@ func TestParseBatchMatchesEncodingJSON(t *testing.T) {
 			})
 		}
 		b, _ := json.Marshal(want)
-		got, err := parseBatch(b, nil)
+		got, err := ParseBatch(b, nil)
 		if err != nil {
 			rt.Fatalf("%s: %v", b, err)
 		}
-		gb, _ := json.Marshal(wireBatch{Results: got})
+		gb, _ := json.Marshal(Batch{Results: got})
 		if n == 0 {
 			gb, _ = json.Marshal(want)
 		}
@@ -50,8 +50,8 @@ func TestParseFallbacks(t *testing.T) {
 		`{"results":[{"error":{"code":"invalid_argument","field":"checks[0].key","message":"a \"quoted\" word"}}]}`,
 		` { "results" : [ { "allowed" : false , "limit" : 3 } ] } `,
 	} {
-		got, err := parseBatch([]byte(in), nil)
-		var want wireBatch
+		got, err := ParseBatch([]byte(in), nil)
+		var want Batch
 		if jerr := json.Unmarshal([]byte(in), &want); jerr != nil || err != nil {
 			t.Fatalf("%s: %v / %v", in, err, jerr)
 		}
@@ -61,10 +61,10 @@ func TestParseFallbacks(t *testing.T) {
 			t.Errorf("%s: got %s, want %s", in, a, b)
 		}
 	}
-	if _, err := parseBatch([]byte(`{"results":[{"allowed":tru`), nil); err == nil {
+	if _, err := ParseBatch([]byte(`{"results":[{"allowed":tru`), nil); err == nil {
 		t.Error("truncated answer parsed without error")
 	}
-	w, err := parseDecision([]byte(`{"allowed":true,"limit":3,"remaining":2,"reset_after_ms":5,"retry_after_ms":-1,"delay_ms":0,"replayed":true}`))
+	w, err := ParseDecision([]byte(`{"allowed":true,"limit":3,"remaining":2,"reset_after_ms":5,"retry_after_ms":-1,"delay_ms":0,"replayed":true}`))
 	if err != nil || !w.Allowed || w.Limit != 3 || w.RetryAfterMS != -1 || !w.Replayed {
 		t.Errorf("parseDecision: %+v %v", w, err)
 	}
