@@ -21,6 +21,7 @@ import (
 
 	"github.com/limitd/limitd/fsm"
 	"github.com/limitd/limitd/internal/proccluster"
+	"github.com/limitd/limitd/internal/testtool"
 )
 
 // Process-level crash tests: real limitd processes on loopback, clients that
@@ -34,17 +35,6 @@ import (
 //
 // LIMITD_CHAOS_ROUNDS sets the number of kill rounds (default 2);
 // scripts/chaos.sh runs the long version and aggregates the CHAOS-SUMMARY lines.
-
-func crashRounds(t *testing.T, short int) int {
-	if v := os.Getenv("LIMITD_CHAOS_ROUNDS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			t.Fatalf("LIMITD_CHAOS_ROUNDS=%q: want a positive integer", v)
-		}
-		return n
-	}
-	return short
-}
 
 // crashWindow returns a fixed-window length in whole hours with no window
 // boundary within d from now (fixed windows are aligned to the epoch).
@@ -627,7 +617,7 @@ func TestCrashKill9DuringSnapshotAndApply(t *testing.T) {
 	defer client.CloseIdleConnections()
 	fillKeys(t, client, p, 20_000)
 
-	rounds := crashRounds(t, 4)
+	rounds := testtool.ChaosRounds(t, 4)
 	midSnapshot, sent := 0, 0
 	var allowed atomic.Int64
 	for round := 0; round < rounds; round++ {
@@ -924,28 +914,14 @@ func lastLine(s string) string {
 }
 
 // startChaos starts what every process chaos test starts from: its rounds
-// (crashRounds, defaultRounds without LIMITD_CHAOS_ROUNDS), a random source
-// seeded by chaosSeed, its start time, three nodes and a load on them.
+// (testtool.ChaosRounds, defaultRounds without LIMITD_CHAOS_ROUNDS), a random source
+// seeded by testtool.ChaosSeed, its start time, three nodes and a load on them.
 func startChaos(t *testing.T, defaultRounds int) (rounds int, rng *rand.Rand, began time.Time, procs []*proc, load *crashLoad) {
 	t.Helper()
-	rounds = crashRounds(t, defaultRounds)
-	rng = rand.New(rand.NewSource(chaosSeed(t)))
+	rounds = testtool.ChaosRounds(t, defaultRounds)
+	rng = rand.New(rand.NewSource(testtool.ChaosSeed(t)))
 	began = time.Now()
 	procs = startCrashCluster(t, crashFlags...)
 	return rounds, rng, began, procs, newCrashLoad(t, procs)
 }
 
-// chaosSeed is a random seed for a chaos test's fault and client choices, or
-// LIMITD_CHAOS_SEED's to repeat them; it is logged either way.
-func chaosSeed(t *testing.T) int64 {
-	t.Helper()
-	seed := time.Now().UnixNano()
-	if v := os.Getenv("LIMITD_CHAOS_SEED"); v != "" {
-		var err error
-		if seed, err = strconv.ParseInt(v, 10, 64); err != nil {
-			t.Fatalf("LIMITD_CHAOS_SEED=%q: %v", v, err)
-		}
-	}
-	t.Logf("seed %d (LIMITD_CHAOS_SEED)", seed)
-	return seed
-}
