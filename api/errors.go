@@ -89,15 +89,15 @@ func writeError(w http.ResponseWriter, e *apiError) {
 	putBuffer(buf)
 }
 
-func joinField(prefix, field string) string {
-	switch {
-	case prefix == "":
-		return field
-	case field == "":
-		return prefix
-	default:
-		return prefix + "." + field
+func joinField(prefix, field string) string { return wire.JoinField(prefix, field) }
+
+// scanJSON refuses a request body with invalid UTF-8 or a repeated member
+// before it is decoded (wire.ScanRequest), naming the field.
+func scanJSON(data []byte, prefix string, fold bool, only int) *apiError {
+	if e := wire.ScanRequest(data, prefix, fold, only); e != nil {
+		return invalid(e.Field, e.Message)
 	}
+	return nil
 }
 
 // ceilDiv is a/b rounded up for a ≥ 0, b > 0.

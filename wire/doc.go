@@ -1,6 +1,8 @@
 // Package wire owns limitd's HTTP JSON wire format: the decision object, the
-// error body, the batch and check/all envelopes, and the string escaping
-// they use. The server (api) writes them, the Go client and the load
+// error body, the batch and check/all envelopes, the string escaping they
+// use, and the request scan (ScanRequest) that refuses what encoding/json
+// would silently misread (invalid UTF-8, repeated members), with the field
+// paths (JoinField) every error names. The server (api) writes them, the Go client and the load
 // generator (bench) read them, all through this one package, so the schema
 // has one encoder and one parser; testdata/answers.golden holds the
 // canonical bytes every side is tested against.

@@ -1,4 +1,4 @@
-package api
+package wire
 
 import (
 	"bytes"
@@ -11,7 +11,7 @@ import (
 // escapes) in strings with U+FFFD, so "u\xff" and "u\xfe" would become the
 // same key and share a budget; and it takes the last of duplicate object
 // members (matching names case-insensitively), so {"cost":1,"cost":0} would
-// be a peek. Keys are exact bytes and requests mean one thing: scanJSON
+// be a peek. Keys are exact bytes and requests mean one thing: ScanRequest
 // walks the raw body before it is decoded and refuses both, naming the field.
 // It is one pass with no allocation for ordinary bodies; it leaves malformed
 // JSON to encoding/json, which reports it better.
@@ -40,7 +40,7 @@ type jsonScanner struct {
 	fold   bool // member names match case-insensitively, as struct fields do
 	only   int  // > 0: report only what is found at most this many levels deep
 	prefix string
-	err    *apiError
+	err    *FieldError
 	depth  int
 	levels [maxScanDepth]scanLevel
 	// Member names of the open objects, innermost last. A fixed array, not a
@@ -49,11 +49,18 @@ type jsonScanner struct {
 	nkeys int
 }
 
-// scanJSON checks data as described above. fold says whether member names
-// are matched case-insensitively (struct fields) or exactly (map keys); only
-// > 0 limits the report to values at most that many levels deep (an
-// envelope whose entries are checked one by one).
-func scanJSON(data []byte, prefix string, fold bool, only int) *apiError {
+// FieldError is a request ScanRequest refuses: the field (a path such as
+// "checks[2].key") and what is wrong with it.
+type FieldError struct {
+	Field, Message string
+}
+
+// ScanRequest checks a request body as described above. fold says whether
+// member names are matched case-insensitively (struct fields) or exactly
+// (map keys); only > 0 limits the report to values at most that many levels
+// deep (an envelope whose entries are checked one by one). prefix is the
+// path of data within the request.
+func ScanRequest(data []byte, prefix string, fold bool, only int) *FieldError {
 	s := jsonScanner{data: data, prefix: prefix, fold: fold, only: only}
 	s.value()
 	return s.err
@@ -85,7 +92,7 @@ func (s *jsonScanner) value() bool {
 	case c == '"':
 		_, ok, valid := s.str()
 		if ok && !valid && s.reports() {
-			s.err = invalid(s.path(), "is not valid UTF-8: strings (keys, names, ids) are exact bytes and must be UTF-8 text")
+			s.err = &FieldError{Field: s.path(), Message: "is not valid UTF-8: strings (keys, names, ids) are exact bytes and must be UTF-8 text"}
 			return false
 		}
 		return ok
@@ -143,12 +150,12 @@ func (s *jsonScanner) object() bool {
 			return false
 		}
 		if !valid && s.reports() {
-			s.err = invalid(s.path(), "has a member name that is not valid UTF-8")
+			s.err = &FieldError{Field: s.path(), Message: "has a member name that is not valid UTF-8"}
 			return false
 		}
 		lv.key = key
 		if s.duplicate(lv, key) && s.reports() {
-			s.err = invalid(s.path(), "is given twice; each field may appear once")
+			s.err = &FieldError{Field: s.path(), Message: "is given twice; each field may appear once"}
 			return false
 		}
 		s.ws()
@@ -361,7 +368,20 @@ func (s *jsonScanner) path() string {
 		if json.Unmarshal(s.data[lv.key.start-1:lv.key.end+1], &v) != nil {
 			v = string(s.data[lv.key.start:lv.key.end])
 		}
-		p = joinField(p, v)
+		p = JoinField(p, v)
 	}
 	return p
+}
+
+// JoinField names field inside prefix ("checks[2]" and "key": "checks[2].key"),
+// as every error's field is named.
+func JoinField(prefix, field string) string {
+	switch {
+	case prefix == "":
+		return field
+	case field == "":
+		return prefix
+	default:
+		return prefix + "." + field
+	}
 }
