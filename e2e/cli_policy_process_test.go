@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"bytes"
@@ -26,7 +26,7 @@ func TestCLIPolicyLocalRefusals(t *testing.T) {
 		t.Helper()
 		var stdout, stderr bytes.Buffer
 		env.Stdout, env.Stderr = &stdout, &stderr
-		if code := runMain(append(args, "--addr", p.HTTPAddr), env); code != cli.ExitOK {
+		if code := runCommand(append(args, "--addr", p.HTTPAddr), env); code != cli.ExitOK {
 			t.Fatalf("%v: exit %d, stderr %s", args, code, stderr.String())
 		}
 	}

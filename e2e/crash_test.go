@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"bytes"
@@ -924,4 +924,3 @@ func startChaos(t *testing.T, defaultRounds int) (rounds int, rng *rand.Rand, be
 	procs = startCrashCluster(t, crashFlags...)
 	return rounds, rng, began, procs, newCrashLoad(t, procs)
 }
-

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"bytes"
@@ -44,7 +44,7 @@ func TestMain(m *testing.M) {
 		build = append(build, "-race")
 		races = proccluster.ChildRaces(dir)
 	}
-	out, err := exec.Command("go", append(build, ".")...).CombinedOutput()
+	out, err := exec.Command("go", append(build, "github.com/limitd/limitd/cmd/limitd")...).CombinedOutput()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "build limitd: %v\n%s", err, out)
 		os.Exit(1)

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"bytes"
@@ -26,7 +26,7 @@ import (
 func TestProcessServesRLSFromConfigDir(t *testing.T) {
 	dir := t.TempDir()
 	for _, name := range []string{"example2.yaml", "example3.yaml"} {
-		b, err := os.ReadFile(filepath.Join("..", "..", "rls", "testdata", "readme", name))
+		b, err := os.ReadFile(filepath.Join("..", "rls", "testdata", "readme", name))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // Tests of the deployment files under deploy/: every flag and LIMITD_
 // variable they use exists in `limitd serve`, the systemd unit verifies, the
@@ -33,7 +33,7 @@ import (
 	"github.com/limitd/limitd/internal/testtool"
 )
 
-const deployDir = "../../deploy"
+const deployDir = "../deploy"
 
 // deployFiles are the files whose limitd flags the tests check.
 var deployFiles = []string{
@@ -260,7 +260,7 @@ func TestDockerfile(t *testing.T) {
 		}
 	}
 	cmd := exec.Command("go", append([]string{"build"}, args...)...)
-	cmd.Dir = "../.."
+	cmd.Dir = ".."
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build %v: %v\n%s", args, err, b)

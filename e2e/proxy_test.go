@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"context"
@@ -27,7 +27,7 @@ import (
 // in docs/API.md.
 func docSnippet(t *testing.T, name string) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "..", "docs", "API.md"))
+	b, err := os.ReadFile(filepath.Join("..", "docs", "API.md"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // The procedures of docs/OPERATIONS.md, step by step, on real processes on
 // loopback: add a node, remove one, replace one with a new id and data

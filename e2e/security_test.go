@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"crypto/tls"
@@ -329,7 +329,7 @@ func TestProcessCancelledJoinDoesNotClaimSuccess(t *testing.T) {
 func TestCertsScript(t *testing.T) {
 	testtool.Path(t, "openssl", "apt-get install openssl")
 	dir := t.TempDir()
-	if out, err := exec.Command("../../scripts/certs.sh", dir, "n1", "n2").CombinedOutput(); err != nil {
+	if out, err := exec.Command("../scripts/certs.sh", dir, "n1", "n2").CombinedOutput(); err != nil {
 		t.Fatalf("certs.sh: %v\n%s", err, out)
 	}
 	tc, err := cluster.LoadTLS(filepath.Join(dir, "n1.pem"), filepath.Join(dir, "n1-key.pem"), filepath.Join(dir, "ca.pem"))
@@ -360,7 +360,7 @@ func TestCertsScript(t *testing.T) {
 		}
 	}
 	// SHARED=1: one certificate for every node (deploy/kubernetes) names none.
-	shared := exec.Command("../../scripts/certs.sh", dir, "shared")
+	shared := exec.Command("../scripts/certs.sh", dir, "shared")
 	shared.Env = append(os.Environ(), "SHARED=1")
 	if out, err := shared.CombinedOutput(); err != nil {
 		t.Fatalf("SHARED=1 certs.sh: %v\n%s", err, out)
