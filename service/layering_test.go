@@ -49,6 +49,20 @@ func TestServiceAndFrontEndsDoNotImportCluster(t *testing.T) {
 	}
 }
 
+// TestClientStaysLight fails if the Go client reaches, by any import path,
+// the server's replication, storage or gRPC (through wire, say): an
+// application that imports the client must not build those.
+func TestClientStaysLight(t *testing.T) {
+	imports := goListDeps(t, module+"client")
+	for pkg, path := range reachable(imports, module+"client") {
+		for _, heavy := range []string{"github.com/hashicorp/raft", "go.etcd.io/bbolt", "google.golang.org/grpc", module + "cluster", module + "fsm", module + "persist"} {
+			if pkg == heavy || strings.HasPrefix(pkg, heavy+"/") {
+				t.Errorf("client imports %s (via %s)", pkg, path)
+			}
+		}
+	}
+}
+
 // goListDeps returns each package's direct imports, for pkgs and everything
 // they depend on.
 func goListDeps(t *testing.T, pkgs ...string) map[string][]string {
