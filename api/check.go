@@ -11,6 +11,7 @@ import (
 	"github.com/limitd/limitd/algo"
 	"github.com/limitd/limitd/nodeapi"
 	"github.com/limitd/limitd/service"
+	"github.com/limitd/limitd/wire"
 )
 
 // handleCheck serves POST /v1/check: one check, 200 whether allowed or not.
@@ -73,19 +74,14 @@ func (s *Server) handleCheckAll(w http.ResponseWriter, req *http.Request, _ http
 	}
 	s.metrics.replayed(res.Replayed)
 	buf.b = setRateLimitHeaders(w.Header(), res.Limits, res.Decisions, res.Allowed, buf.b)
-	b := append(buf.b[:0], `{"allowed":`...)
-	b = strconv.AppendBool(b, res.Allowed)
-	if res.Replayed {
-		b = append(b, `,"replayed":true`...)
-	}
-	b = append(b, `,"results":[`...)
+	b := wire.AppendAllStart(buf.b[:0], res.Allowed, res.Replayed)
 	for i := range res.Decisions {
 		if i > 0 {
 			b = append(b, ',')
 		}
 		b = appendDecision(b, &res.Decisions[i], false)
 	}
-	buf.b = append(b, "]}\n"...)
+	buf.b = append(b, wire.ResultsEnd+"\n"...)
 	writeJSON(w, http.StatusOK, buf.b)
 }
 
@@ -110,21 +106,19 @@ func (s *Server) handleBatch(w http.ResponseWriter, req *http.Request, _ httprou
 		writeError(w, s.httpError(se))
 		return
 	}
-	b := append(buf.b[:0], `{"results":[`...)
+	b := append(buf.b[:0], wire.BatchStart...)
 	for i := range results {
 		if i > 0 {
 			b = append(b, ',')
 		}
 		if r := &results[i]; r.Err != nil {
-			b = append(b, `{"error":`...)
-			b = appendError(b, string(r.Err.Code), r.Err.Field, r.Err.Message)
-			b = append(b, '}')
+			b = wire.AppendErrorBody(b, string(r.Err.Code), r.Err.Field, r.Err.Message)
 		} else {
 			s.metrics.replayed(r.Replayed)
 			b = appendDecision(b, &r.Decision, r.Replayed)
 		}
 	}
-	buf.b = append(b, "]}\n"...)
+	buf.b = append(b, wire.ResultsEnd+"\n"...)
 	writeJSON(w, http.StatusOK, buf.b)
 }
 
@@ -151,7 +145,7 @@ func (s *Server) handlePeekKey(w http.ResponseWriter, req *http.Request, ps http
 	ds := [1]nodeapi.Decision{res.Decision}
 	buf.b = setRateLimitHeaders(w.Header(), refs[:], ds[:], service.Allowed(&ds[0]), buf.b)
 	b := append(buf.b[:0], `{"key":`...)
-	b = appendString(b, c.Key)
+	b = wire.AppendString(b, c.Key)
 	b = appendLimitName(b, &c)
 	b = append(b, `,"decision":`...)
 	b = appendDecision(b, &ds[0], false)
@@ -172,7 +166,7 @@ func (s *Server) handleResetKey(w http.ResponseWriter, req *http.Request, ps htt
 		return
 	}
 	b := append([]byte(`{"key":`), nil...)
-	b = appendString(b, c.Key)
+	b = wire.AppendString(b, c.Key)
 	b = appendLimitName(b, &c)
 	writeJSON(w, http.StatusOK, append(b, `,"reset":true}`+"\n"...))
 }
@@ -180,7 +174,7 @@ func (s *Server) handleResetKey(w http.ResponseWriter, req *http.Request, ps htt
 func appendLimitName(b []byte, c *service.CheckRequest) []byte {
 	if c.Policy != "" {
 		b = append(b, `,"policy":`...)
-		return appendString(b, c.Policy)
+		return wire.AppendString(b, c.Policy)
 	}
 	return append(b, `,"policy":"inline"`...)
 }

@@ -5,11 +5,11 @@ import (
 	"strconv"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/limitd/limitd/algo"
 	"github.com/limitd/limitd/nodeapi"
 	"github.com/limitd/limitd/service"
+	"github.com/limitd/limitd/wire"
 )
 
 // Responses on the check path are built by appending bytes into pooled buffers:
@@ -71,20 +71,7 @@ func writeJSON(w http.ResponseWriter, status int, body []byte) {
 	_, _ = w.Write(body)
 }
 
-// toMillis converts a duration to whole milliseconds, rounded up so that a
-// client that waits that long is not refused again by rounding.
-// algo.Never stays -1.
-func toMillis(d time.Duration) int64 {
-	if d == algo.Never {
-		return -1
-	}
-	if d <= 0 {
-		return 0
-	}
-	return ceilDiv(int64(d), int64(time.Millisecond))
-}
-
-// toSeconds is toMillis for whole seconds (HTTP headers).
+// toSeconds is wire.Millis for whole seconds (HTTP headers), rounded up.
 func toSeconds(d time.Duration) int64 {
 	if d <= 0 {
 		return 0
@@ -96,82 +83,17 @@ func toSeconds(d time.Duration) int64 {
 // allowed (with shadow_refused).
 func allowed(d *nodeapi.Decision) bool { return service.Allowed(d) }
 
-// appendDecision appends one decision object.
+// appendDecision appends one decision object, as the wire schema writes it.
 func appendDecision(b []byte, d *nodeapi.Decision, replayed bool) []byte {
-	b = append(b, `{"allowed":`...)
-	b = strconv.AppendBool(b, allowed(d))
-	b = append(b, `,"limit":`...)
-	b = strconv.AppendInt(b, d.Limit, 10)
-	b = append(b, `,"remaining":`...)
-	b = strconv.AppendInt(b, d.Remaining, 10)
-	b = append(b, `,"reset_after_ms":`...)
-	b = strconv.AppendInt(b, toMillis(d.ResetAfter), 10)
-	b = append(b, `,"retry_after_ms":`...)
-	b = strconv.AppendInt(b, toMillis(d.RetryAfter), 10)
-	b = append(b, `,"delay_ms":`...)
-	b = strconv.AppendInt(b, toMillis(d.Delay), 10)
-	if d.ShadowRefused {
-		b = append(b, `,"shadow_refused":true`...)
+	w := wire.Decision{
+		Allowed: allowed(d), Limit: d.Limit, Remaining: d.Remaining,
+		ResetAfterMS: wire.Millis(d.ResetAfter), RetryAfterMS: wire.Millis(d.RetryAfter), DelayMS: wire.Millis(d.Delay),
+		ShadowRefused: d.ShadowRefused, Replayed: replayed,
 	}
 	if d.Plan != nil {
-		b = appendPlanDecision(b, d.Plan) // plans.go
+		w.Extra = appendPlanDecision(nil, d.Plan) // plans.go
 	}
-	if replayed {
-		b = append(b, `,"replayed":true`...)
-	}
-	return append(b, '}')
-}
-
-// appendString appends s as a JSON string. Keys may hold any bytes: invalid
-// UTF-8 becomes U+FFFD, as encoding/json does.
-func appendString(b []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				b = append(b, '\\', c)
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-			i++
-			start = i
-			continue
-		}
-		// U+2028 and U+2029 break JavaScript string literals.
-		if r == '\u2028' || r == '\u2029' {
-			b = append(b, s[start:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', hex[r&0xf])
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
+	return wire.AppendDecision(b, &w)
 }
 
 // appendPolicyItem appends one RateLimit-Policy list member,
@@ -180,7 +102,7 @@ func appendString(b []byte, s string) []byte {
 // leaky buckets q is the bucket's capacity (burst), so that RateLimit's r
 // never exceeds it, and w is the time the bucket takes to regain limit units.
 func appendPolicyItem(b []byte, ref *service.Limit, d *nodeapi.Decision) []byte {
-	b = appendString(b, ref.Name) // names are restricted to token characters: no escapes
+	b = wire.AppendString(b, ref.Name) // names are restricted to token characters: no escapes
 	b = append(b, ";q="...)
 	if ref.Known {
 		q := ref.Spec.Limit
@@ -202,7 +124,7 @@ func appendPolicyItem(b []byte, ref *service.Limit, d *nodeapi.Decision) []byte 
 // appendRateLimitItem appends one RateLimit list member,
 // `"<name>";r=<remaining>;t=<seconds until reset, rounded up>`.
 func appendRateLimitItem(b []byte, ref *service.Limit, d *nodeapi.Decision) []byte {
-	b = appendString(b, ref.Name)
+	b = wire.AppendString(b, ref.Name)
 	b = append(b, ";r="...)
 	rem := d.Remaining
 	if rem < 0 {

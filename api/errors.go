@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/limitd/limitd/service"
+	"github.com/limitd/limitd/wire"
 )
 
 // Error codes, the "code" member of every error body. Clients switch on these,
@@ -74,44 +75,29 @@ func internalError(format string, args ...any) *apiError {
 	return &apiError{status: http.StatusInternalServerError, code: CodeInternal, message: fmt.Sprintf(format, args...)}
 }
 
-// appendError appends the JSON error object {"code":..,"field":..,"message":..}
-// (field omitted when empty).
-func appendError(b []byte, code, field, message string) []byte {
-	b = append(b, `{"code":`...)
-	b = appendString(b, code)
-	if field != "" {
-		b = append(b, `,"field":`...)
-		b = appendString(b, field)
-	}
-	b = append(b, `,"message":`...)
-	b = appendString(b, message)
-	return append(b, '}')
-}
-
 // writeError writes e as {"error":{...}} with its status and headers.
 func writeError(w http.ResponseWriter, e *apiError) {
 	if e.retryAfter > 0 {
 		w.Header().Set("Retry-After", service.RetryAfterValue(e.retryAfter))
 	}
 	buf := getBuffer()
-	b := append(buf.b[:0], `{"error":`...)
-	b = appendError(b, e.code, clip(e.field, maxErrorField), clip(e.message, maxErrorMessage)) // clip.go
-	b = append(b, '}', '\n')
+	b := wire.AppendErrorBody(buf.b[:0], e.code, clip(e.field, maxErrorField), clip(e.message, maxErrorMessage)) // clip.go
+	b = append(b, '\n')
 	errorCode(w, e.code)
 	writeJSON(w, e.status, b)
 	buf.b = b
 	putBuffer(buf)
 }
 
-func joinField(prefix, field string) string {
-	switch {
-	case prefix == "":
-		return field
-	case field == "":
-		return prefix
-	default:
-		return prefix + "." + field
+func joinField(prefix, field string) string { return wire.JoinField(prefix, field) }
+
+// scanJSON refuses a request body with invalid UTF-8 or a repeated member
+// before it is decoded (wire.ScanRequest), naming the field.
+func scanJSON(data []byte, prefix string, fold bool, only int) *apiError {
+	if e := wire.ScanRequest(data, prefix, fold, only); e != nil {
+		return invalid(e.Field, e.Message)
 	}
+	return nil
 }
 
 // ceilDiv is a/b rounded up for a ≥ 0, b > 0.

@@ -1,74 +1,33 @@
 package api
 
 import (
-	"context"
 	"net/http"
-	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/limitd/limitd/fsm"
+	"github.com/limitd/limitd/service/nodetest"
 )
 
-// fsmStore is a Store over a real state machine without Raft: each call is
-// applied as the next log entry. It checks the API against the real command
-// encodings and responses (policies, resets, request ids, shadow, not_found).
+// fsmStore is a node over a real state machine without Raft
+// (nodetest.Node): each call is applied as the next log entry. It checks the
+// API against the real command encodings and responses (policies, resets,
+// request ids, shadow, not_found).
 type fsmStore struct {
-	*fakeStore // Status, Join, Remove, Ready, Internal, Collectors
-	mu         sync.Mutex
-	f          *fsm.FSM
-	index      uint64
-	now        int64
+	*nodetest.Node
 }
 
 func newFSMStore(t *testing.T) *fsmStore {
 	t.Helper()
-	f, err := fsm.Open(filepath.Join(t.TempDir(), "fsm.db"), fsm.Options{NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { f.Close() })
-	return &fsmStore{fakeStore: newFakeStore(), f: f, now: testEpoch}
+	log := nodetest.NewLog(t, time.Unix(0, testEpoch))
+	log.RequestIDRetention = 10 * time.Minute
+	return &fsmStore{Node: log.Node("n1")}
 }
 
-func (s *fsmStore) apply(cmd []byte) interface{} {
-	s.index++
-	return s.f.Apply(&raft.Log{Index: s.index, Term: 1, Type: raft.LogCommand, Data: cmd})
-}
-
-func (s *fsmStore) Check(_ context.Context, ops []fsm.Op) ([]fsm.Result, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	resp := s.apply(fsm.EncodeCheck(nil, s.now, int64(10*time.Minute), ops))
-	if err, ok := resp.(error); ok {
-		return nil, err
-	}
-	return resp.([]fsm.Result), nil
-}
-
-func (s *fsmStore) Apply(_ context.Context, cmd []byte) (interface{}, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.apply(cmd), nil
-}
-
-func (s *fsmStore) PutPolicy(ctx context.Context, p fsm.Policy) error {
-	return adminResult(s.Apply(ctx, fsm.EncodePutPolicy(p)))
-}
-
-func (s *fsmStore) DeletePolicy(ctx context.Context, name string) error {
-	return adminResult(s.Apply(ctx, fsm.EncodeDeletePolicy(name)))
-}
-
-func (s *fsmStore) ResetKey(ctx context.Context, c fsm.Check) error {
-	return adminResult(s.Apply(ctx, fsm.EncodeResetKey(c)))
-}
-
-func (s *fsmStore) Policy(name string) (fsm.Policy, bool) { return s.f.Policy(name) }
-func (s *fsmStore) Policies() []fsm.Policy                { return s.f.Policies() }
+func (*fsmStore) Health() error                      { return nil }
+func (*fsmStore) Internal() http.Handler             { return http.NotFoundHandler() }
+func (*fsmStore) Collectors() []prometheus.Collector { return nil }
 
 // TestWithStateMachine drives the API over the real state machine: a policy
 // written through the API is enforced, listed, reset and deleted.

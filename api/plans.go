@@ -20,6 +20,7 @@ import (
 	"github.com/limitd/limitd/algo"
 	"github.com/limitd/limitd/nodeapi"
 	"github.com/limitd/limitd/service"
+	"github.com/limitd/limitd/wire"
 )
 
 // Plans on HTTP (docs/API.md, "Plans"): translation only; service/plans.go
@@ -613,9 +614,9 @@ func decodeOverride(body []byte) (service.OverrideRequest, *apiError) {
 // each limit's own decision.
 func appendPlanDecision(b []byte, p *nodeapi.PlanDecision) []byte {
 	b = append(b, `,"plan":`...)
-	b = appendString(b, p.Plan)
+	b = wire.AppendString(b, p.Plan)
 	b = append(b, `,"plan_limit":`...)
-	b = appendString(b, p.Limit)
+	b = wire.AppendString(b, p.Limit)
 	if p.Overridden {
 		b = append(b, `,"overridden":true`...)
 	}
@@ -626,7 +627,7 @@ func appendPlanDecision(b []byte, p *nodeapi.PlanDecision) []byte {
 			b = append(b, ',')
 		}
 		b = append(b, `{"name":`...)
-		b = appendString(b, l.Name)
+		b = wire.AppendString(b, l.Name)
 		b = append(b, `,"allowed":`...)
 		b = strconv.AppendBool(b, l.Allowed)
 		b = append(b, `,"limit":`...)
@@ -634,9 +635,9 @@ func appendPlanDecision(b []byte, p *nodeapi.PlanDecision) []byte {
 		b = append(b, `,"remaining":`...)
 		b = strconv.AppendInt(b, l.Remaining, 10)
 		b = append(b, `,"reset_after_ms":`...)
-		b = strconv.AppendInt(b, toMillis(l.ResetAfter), 10)
+		b = strconv.AppendInt(b, wire.Millis(l.ResetAfter), 10)
 		b = append(b, `,"retry_after_ms":`...)
-		b = strconv.AppendInt(b, toMillis(l.RetryAfter), 10)
+		b = strconv.AppendInt(b, wire.Millis(l.RetryAfter), 10)
 		b = append(b, '}')
 	}
 	return append(b, ']')

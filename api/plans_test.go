@@ -1,7 +1,6 @@
 package api
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
@@ -12,37 +11,9 @@ import (
 	"github.com/limitd/limitd/nodeapi"
 )
 
-// The plan capability of the real state machine, for the API tests.
-func (s *fsmStore) PutPlan(ctx context.Context, p nodeapi.Plan) error {
-	return adminResult(s.Apply(ctx, fsm.EncodePutPlan(p)))
-}
-func (s *fsmStore) DeletePlan(ctx context.Context, name string) error {
-	return adminResult(s.Apply(ctx, fsm.EncodeDeletePlan(name)))
-}
-func (s *fsmStore) PutPrefixRule(ctx context.Context, r nodeapi.PrefixRule) error {
-	return adminResult(s.Apply(ctx, fsm.EncodePutPrefixRule(r)))
-}
-func (s *fsmStore) DeletePrefixRule(ctx context.Context, prefix string) error {
-	return adminResult(s.Apply(ctx, fsm.EncodeDeletePrefixRule(prefix)))
-}
-func (s *fsmStore) SetDefaultPlan(ctx context.Context, plan string) error {
-	return adminResult(s.Apply(ctx, fsm.EncodeSetDefaultPlan(plan)))
-}
-func (s *fsmStore) AssignPlans(ctx context.Context, as []nodeapi.Assignment) error {
-	return adminResult(s.Apply(ctx, fsm.EncodeAssignPlans(as)))
-}
-func (s *fsmStore) PutOverride(ctx context.Context, key string, o nodeapi.Override) error {
-	return adminResult(s.Apply(ctx, fsm.EncodePutOverride(key, o)))
-}
-func (s *fsmStore) DeleteOverride(ctx context.Context, key string) error {
-	return adminResult(s.Apply(ctx, fsm.EncodeDeleteOverride(key)))
-}
-func (s *fsmStore) Plan(name string) (nodeapi.Plan, bool) { return s.f.Plan(name) }
-func (s *fsmStore) Plans() []nodeapi.Plan                 { return s.f.Plans() }
-func (s *fsmStore) PrefixRules() []nodeapi.PrefixRule     { return s.f.PrefixRules() }
-func (s *fsmStore) DefaultPlan() string                   { return s.f.DefaultPlan() }
+// KeyPlan reads key's plan from the replica at the leader's time.
 func (s *fsmStore) KeyPlan(key string) (nodeapi.KeyPlan, error) {
-	return s.f.KeyPlan(key, s.now)
+	return s.Log.FSM().KeyPlan(key, s.Log.Now())
 }
 
 const (
@@ -220,7 +191,7 @@ func TestOverrideRoutes(t *testing.T) {
 		t.Fatalf("get override: %v", m)
 	}
 	// Expiry is decided by the leader's time in apply.
-	store.now = time.Now().Add(48 * time.Hour).UnixNano()
+	store.Log.SetNow(time.Now().Add(48 * time.Hour).UnixNano())
 	if m := ts.do("POST", "/v1/check", `{"key":"k"}`).json(t); m["overridden"] == true {
 		t.Fatalf("expired override applied: %v", m)
 	}

@@ -29,6 +29,7 @@ import (
 
 	"github.com/limitd/limitd/nodeapi"
 	"github.com/limitd/limitd/service"
+	"github.com/limitd/limitd/wire"
 )
 
 // Store is what the HTTP layer needs from the node beyond the service:
@@ -362,7 +363,7 @@ func (s *Server) tooLarge() *apiError {
 func (s *Server) handleHealthz(w http.ResponseWriter, _ *http.Request, _ httprouter.Params) {
 	if err := s.store.Health(); err != nil {
 		// Degraded for good: the process should be restarted (see docs/SECURITY.md).
-		b := appendError([]byte(`{"status":"degraded","error":`), CodeUnavailable, "", err.Error())
+		b := wire.AppendError([]byte(`{"status":"degraded","error":`), CodeUnavailable, "", err.Error())
 		writeJSON(w, http.StatusServiceUnavailable, append(b, '}', '\n'))
 		return
 	}
@@ -386,7 +387,7 @@ func (s *Server) handleReadyz(w http.ResponseWriter, _ *http.Request, _ httprout
 	if e := s.svc.Ready(); e != nil {
 		// The error object, as everywhere, plus "ready" for probes that read bodies.
 		b := append([]byte(`{"ready":false,"error":`), nil...)
-		b = appendError(b, string(e.Code), e.Field, e.Message)
+		b = wire.AppendError(b, string(e.Code), e.Field, e.Message)
 		w.Header().Set(hdrRetryAfter, strconv.FormatInt(toSeconds(s.cfg.NoLeaderRetryAfter), 10))
 		writeJSON(w, http.StatusServiceUnavailable, append(b, '}', '\n'))
 		return

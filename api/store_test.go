@@ -20,6 +20,7 @@ import (
 	"github.com/limitd/limitd/fsm"
 	"github.com/limitd/limitd/nodeapi"
 	"github.com/limitd/limitd/service"
+	"github.com/limitd/limitd/service/nodetest"
 )
 
 // fakeStore is an in-memory Store that decides checks with algo.Decide, with
@@ -27,7 +28,7 @@ import (
 // replay, not_found policies), so handler tests see real decisions. Errors and
 // panics can be injected.
 type fakeStore struct {
-	noCapabilities
+	nodetest.NoCapabilities
 	mu       sync.Mutex
 	now      int64             // the leader's clock, ns since the epoch
 	state    map[string][]byte // storage key → algo state

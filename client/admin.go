@@ -51,7 +51,7 @@ func (c *Client) Peek(ctx context.Context, key, policy string, limit *Limit) (De
 	if err := c.call(ctx, http.MethodGet, keyPath(key, policy, limit), nil, false, true, &w); err != nil {
 		return Decision{}, err
 	}
-	return w.Decision.decision(), nil
+	return decisionOf(&w.Decision), nil
 }
 
 // Reset forgets a key's state under a policy or inline limit (admin).

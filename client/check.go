@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/limitd/limitd/wire"
 )
 
 // Check decides one request. Concurrent calls are coalesced into batches
@@ -70,7 +72,7 @@ func (c *Client) check(ctx context.Context, r *Request) (Decision, error) {
 	if err != nil {
 		return Decision{}, fmt.Errorf("limitd: decode check answer: %w", err)
 	}
-	return w.decision(), nil
+	return decisionOf(&w), nil
 }
 
 // call is one Check waiting in the coalescer.
@@ -315,12 +317,12 @@ func (c *Client) sendBatch(calls []*call) {
 	for i, cl := range live {
 		w := &results[i]
 		if w.Error != nil {
-			e := w.Error.err(statusOf(w.Error.Code))
+			e := errOf(w.Error, statusOf(w.Error.Code))
 			e.Field = trimCheckPrefix(e.Field)
 			finish(cl, Decision{}, e)
 			continue
 		}
-		finish(cl, w.decision(), nil)
+		finish(cl, decisionOf(w), nil)
 	}
 }
 
@@ -366,7 +368,7 @@ func (c *Client) CheckAll(ctx context.Context, requestID string, checks ...Reque
 	}
 	if requestID != "" {
 		b = append(b, `"request_id":`...)
-		b = appendString(b, requestID)
+		b = wire.AppendRawString(b, requestID)
 		b = append(b, ',')
 	}
 	b = append(b, `"checks":[`...)
@@ -383,7 +385,7 @@ func (c *Client) CheckAll(ctx context.Context, requestID string, checks ...Reque
 	}
 	res := AllResult{Allowed: w.Allowed, Replayed: w.Replayed, Results: make([]Decision, len(w.Results))}
 	for i := range w.Results {
-		res.Results[i] = w.Results[i].decision()
+		res.Results[i] = decisionOf(&w.Results[i])
 	}
 	return res, nil
 }
@@ -420,12 +422,12 @@ func (c *Client) Batch(ctx context.Context, checks ...Request) ([]BatchResult, e
 	out := make([]BatchResult, len(checks))
 	for i := range w.Results {
 		if e := w.Results[i].Error; e != nil {
-			err := e.err(statusOf(e.Code))
+			err := errOf(e, statusOf(e.Code))
 			err.Field = trimCheckPrefix(err.Field)
 			out[i].Err = err
 			continue
 		}
-		out[i].Decision = w.Results[i].decision()
+		out[i].Decision = decisionOf(&w.Results[i])
 	}
 	return out, nil
 }

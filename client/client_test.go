@@ -373,8 +373,8 @@ func TestCoalescingProperty(t *testing.T) {
 			if !ok {
 				rt.Fatalf("caller %d: its check was never applied", i)
 			}
-			if got[i] != w.decision() {
-				rt.Fatalf("caller %d (%s cost %d): got %+v, serial replay gives %+v", i, r.Key, r.Cost, got[i], w.decision())
+			if got[i] != decisionOf(&w) {
+				rt.Fatalf("caller %d (%s cost %d): got %+v, serial replay gives %+v", i, r.Key, r.Cost, got[i], decisionOf(&w))
 			}
 		}
 		if len(applied) != valid {

@@ -1,50 +1,36 @@
 package client
 
-import "time"
+import (
+	"time"
 
-// wireDecision is the decision object of docs/API.md, or an entry's error.
-type wireDecision struct {
-	Allowed       bool       `json:"allowed"`
-	Limit         int64      `json:"limit"`
-	Remaining     int64      `json:"remaining"`
-	ResetAfterMS  int64      `json:"reset_after_ms"`
-	RetryAfterMS  int64      `json:"retry_after_ms"`
-	DelayMS       int64      `json:"delay_ms"`
-	ShadowRefused bool       `json:"shadow_refused"`
-	Replayed      bool       `json:"replayed"`
-	Error         *wireError `json:"error"`
-}
+	"github.com/limitd/limitd/wire"
+)
 
-type wireError struct {
-	Code    string `json:"code"`
-	Field   string `json:"field"`
-	Message string `json:"message"`
-}
+// The answers' shapes are package wire's, the server's own: the decision
+// object (or an entry's error), the batch and check/all envelopes.
+type (
+	wireDecision = wire.Decision
+	wireError    = wire.Error
+	wireBatch    = wire.Batch
+	wireAll      = wire.All
+)
 
-func (w *wireDecision) decision() Decision {
-	d := Decision{
+func decisionOf(w *wire.Decision) Decision {
+	return Decision{
 		Allowed: w.Allowed, Limit: w.Limit, Remaining: w.Remaining,
-		ResetAfter: ms(w.ResetAfterMS), RetryAfter: ms(w.RetryAfterMS), Delay: ms(w.DelayMS),
+		ResetAfter: ms(w.ResetAfterMS), RetryAfter: wire.Duration(w.RetryAfterMS), Delay: ms(w.DelayMS),
 		ShadowRefused: w.ShadowRefused, Replayed: w.Replayed,
 	}
-	if w.RetryAfterMS < 0 {
-		d.RetryAfter = Never
-	}
-	return d
-}
-
-func (w *wireError) err(status int) *Error {
-	return &Error{Status: status, Code: w.Code, Field: w.Field, Message: w.Message}
 }
 
 func ms(v int64) time.Duration { return time.Duration(v) * time.Millisecond }
 
-type wireBatch struct {
-	Results []wireDecision `json:"results"`
+func errOf(w *wire.Error, status int) *Error {
+	return &Error{Status: status, Code: w.Code, Field: w.Field, Message: w.Message}
 }
 
-type wireAll struct {
-	Allowed  bool           `json:"allowed"`
-	Results  []wireDecision `json:"results"`
-	Replayed bool           `json:"replayed"`
-}
+// parseBatch and parseDecision read the check path's answers without
+// reflection (wire's scanner, encoding/json for anything unexpected).
+func parseBatch(b []byte, dst []wireDecision) ([]wireDecision, error) { return wire.ParseBatch(b, dst) }
+
+func parseDecision(b []byte) (wireDecision, error) { return wire.ParseDecision(b) }

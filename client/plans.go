@@ -214,9 +214,9 @@ func (c *Client) CheckPlan(ctx context.Context, key string, cost int64, requestI
 	if err := c.call(ctx, http.MethodPost, "/v1/check", body, false, requestID != "", &w); err != nil {
 		return PlanCheck{}, err
 	}
-	out := PlanCheck{Decision: w.decision(), Plan: w.Plan, PlanLimit: w.PlanLimit, Overridden: w.Overridden}
+	out := PlanCheck{Decision: decisionOf(&w.wireDecision), Plan: w.Plan, PlanLimit: w.PlanLimit, Overridden: w.Overridden}
 	for i := range w.Limits {
-		out.Limits = append(out.Limits, NamedDecision{Name: w.Limits[i].Name, Decision: w.Limits[i].decision()})
+		out.Limits = append(out.Limits, NamedDecision{Name: w.Limits[i].Name, Decision: decisionOf(&w.Limits[i].wireDecision)})
 	}
 	return out, nil
 }

@@ -33,8 +33,7 @@ type Policy struct {
 	// LocalRefusals lets every node answer the policy's refusals from its
 	// over-limit cache (docs/API.md, "Local refusals"). nil in a put means
 	// the server's default, true; a pointer to false turns the cache off for
-	// this policy. GetPolicy and ListPolicies set it (nil only from a server
-	// that predates the field, which means true).
+	// this policy. GetPolicy and ListPolicies set it.
 	LocalRefusals *bool `json:"local_refusals,omitempty" yaml:"local_refusals,omitempty"`
 	// Lease lets nodes reserve part of a busy key's budget and answer its
 	// allowed checks from memory (docs/API.md, "Leases"); nil: no leases.
@@ -141,7 +140,7 @@ type Member struct {
 	Leader   bool   `json:"leader"`
 	// Health is the answering node's knowledge of the member: "healthy",
 	// "unhealthy" or "unknown" (a follower about the other followers);
-	// empty in the public view and from nodes that predate it.
+	// empty in the public view.
 	Health  string `json:"health,omitempty"`
 	Healthy bool   `json:"healthy"` // Health == "healthy"
 }

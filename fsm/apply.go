@@ -354,14 +354,12 @@ func (a *applier) applyOp(tx *persist.Tx, op *opRef, checks []checkRef, decs []D
 			return Result{}, err
 		}
 		if r.Found && r.Expiry > now {
-			fp, has, res, err := decodeRequestRecord(r.Result)
+			fp, res, err := decodeRequestRecord(r.Result)
 			if err != nil {
 				return Result{}, fmt.Errorf("request %q: %w: stored result: %v", op.requestID, persist.ErrCorrupt, err)
 			}
-			if has {
-				if e := requestConflict(fp, fingerprintOf(op, checks), checks); e != nil {
-					return Result{Err: e}, nil // nothing consumed; the first request's record stays
-				}
+			if e := requestConflict(fp, fingerprintOf(op, checks), checks); e != nil {
+				return Result{Err: e}, nil // nothing consumed; the first request's record stays
 			}
 			res.Replayed = true
 			return res, nil

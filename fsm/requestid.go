@@ -10,16 +10,14 @@ import (
 // being answered with another request's decision. The record is the value
 // persist stores under the id:
 //
-//	v2: requestRecordV2 ‖ flags ‖ uvarint(checks) ‖ keys(8) ‖ limits(8) ‖ costs(8) ‖ results
-//	v1: results (AppendResults form, starting with resultsVersion)
+//	requestRecordVersion ‖ flags ‖ uvarint(checks) ‖ keys(8) ‖ limits(8) ‖ costs(8) ‖ results
 //
 // keys, limits and costs are FNV-1a 64 hashes over every check of the op, in
 // order, each field length-prefixed; they cover only the entry's bytes, so
-// every replica computes the same record. v1 records (written before the
-// fingerprint) carry none: they are replayed as before, unchecked, until
-// they expire. A binary that predates v2 cannot read v2 records: a cluster
-// that ran this version must not be downgraded within the retention.
-const requestRecordV2 byte = 0x82 // never a resultsVersion
+// every replica computes the same record. This is the first released format
+// (docs/COMPATIBILITY.md): a record that does not start with its version is
+// corrupt.
+const requestRecordVersion byte = 0x82
 
 const fpFlagAll byte = 1
 
@@ -63,13 +61,13 @@ func fingerprintOf(op *opRef, checks []checkRef) fingerprint {
 	return fp
 }
 
-// appendRequestRecord writes a v2 record of fp and the op's result r.
+// appendRequestRecord writes a record of fp and the op's result r.
 func appendRequestRecord(dst []byte, fp fingerprint, r *Result) []byte {
 	var flags byte
 	if fp.all {
 		flags |= fpFlagAll
 	}
-	dst = append(dst, requestRecordV2, flags)
+	dst = append(dst, requestRecordVersion, flags)
 	dst = binary.AppendUvarint(dst, fp.checks)
 	dst = binary.BigEndian.AppendUint64(dst, fp.keys)
 	dst = binary.BigEndian.AppendUint64(dst, fp.limits)
@@ -78,35 +76,32 @@ func appendRequestRecord(dst []byte, fp fingerprint, r *Result) []byte {
 	return appendResult(dst, r)
 }
 
-// decodeRequestRecord reads a v1 or v2 record; has is false for v1.
-func decodeRequestRecord(b []byte) (fp fingerprint, has bool, r Result, err error) {
-	if len(b) > 0 && b[0] == requestRecordV2 {
-		if len(b) < 2 {
-			return fp, false, r, fmt.Errorf("request record of %d bytes", len(b))
-		}
-		fp.all = b[1]&fpFlagAll != 0
-		if b[1]&^fpFlagAll != 0 {
-			return fp, false, r, fmt.Errorf("request record: unknown flags %#x", b[1])
-		}
-		n, w := binary.Uvarint(b[2:])
-		if w <= 0 || len(b) < 2+w+24 {
-			return fp, false, r, fmt.Errorf("request record: short fingerprint")
-		}
-		b = b[2+w:]
-		fp.checks = n
-		fp.keys = binary.BigEndian.Uint64(b)
-		fp.limits = binary.BigEndian.Uint64(b[8:])
-		fp.costs = binary.BigEndian.Uint64(b[16:])
-		b, has = b[24:], true
+// decodeRequestRecord reads a record.
+func decodeRequestRecord(b []byte) (fp fingerprint, r Result, err error) {
+	if len(b) < 2 || b[0] != requestRecordVersion {
+		return fp, r, fmt.Errorf("request record of %d bytes without its version", len(b))
 	}
-	rs, err := DecodeResults(b)
+	fp.all = b[1]&fpFlagAll != 0
+	if b[1]&^fpFlagAll != 0 {
+		return fp, r, fmt.Errorf("request record: unknown flags %#x", b[1])
+	}
+	n, w := binary.Uvarint(b[2:])
+	if w <= 0 || len(b) < 2+w+24 {
+		return fp, r, fmt.Errorf("request record: short fingerprint")
+	}
+	b = b[2+w:]
+	fp.checks = n
+	fp.keys = binary.BigEndian.Uint64(b)
+	fp.limits = binary.BigEndian.Uint64(b[8:])
+	fp.costs = binary.BigEndian.Uint64(b[16:])
+	rs, err := DecodeResults(b[24:])
 	if err != nil {
-		return fp, false, r, err
+		return fp, r, err
 	}
 	if len(rs) != 1 {
-		return fp, false, r, fmt.Errorf("request record holds %d results", len(rs))
+		return fp, r, fmt.Errorf("request record holds %d results", len(rs))
 	}
-	return fp, has, rs[0], nil
+	return fp, rs[0], nil
 }
 
 // requestConflict names the first field in which the op differs from the one

@@ -82,8 +82,9 @@ type Member struct {
 	// HealthUnknown where it cannot (a follower about the other followers,
 	// a node without a leader about its peers).
 	Health string `json:"health"`
-	// Healthy is Health == HealthHealthy (kept for existing clients:
-	// false also when unknown).
+	// Healthy is Health == HealthHealthy (false also when unknown): a
+	// field of /v1/cluster's documented JSON (docs/API.md), for probes that
+	// want a boolean, so it stays.
 	Healthy bool `json:"healthy"`
 }
 

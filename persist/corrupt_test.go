@@ -216,67 +216,6 @@ func TestChecksumMismatchAtRunTime(t *testing.T) {
 	}
 }
 
-// TestFormat1IsUpgraded: a file written by the format without checksums is
-// upgraded in place at Open, keeps its contents, and is verified from then
-// on.
-func TestFormat1IsUpgraded(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "fsm.db")
-	db, err := bolt.Open(path, 0o600, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	meta := make([]byte, metaLen)
-	binary.BigEndian.PutUint64(meta[0:], 7)     // applied
-	binary.BigEndian.PutUint64(meta[8:], 12345) // last time
-	binary.BigEndian.PutUint64(meta[16:], 1)    // keys
-	state := make([]byte, stateHeader)
-	binary.BigEndian.PutUint64(state, 500)
-	binary.BigEndian.PutUint64(state[8:], 500)
-	state = append(state, "v1-state"...)
-	ik := binary.BigEndian.AppendUint64(nil, sortable(500))
-	ik = append(ik, "old-key"...)
-	err = db.Update(func(tx *bolt.Tx) error {
-		mb, _ := tx.CreateBucket(bucketMeta)
-		_ = mb.Put(keySchema, []byte{1})
-		_ = mb.Put(keyMeta, meta)
-		for _, name := range dataBuckets {
-			if _, err := tx.CreateBucket(name); err != nil {
-				return err
-			}
-		}
-		_ = tx.Bucket(bucketState).Put([]byte("old-key"), state)
-		_ = tx.Bucket(bucketStateExp).Put(ik, []byte{})
-		return tx.Bucket(bucketPolicies).Put([]byte("pol"), []byte("old-policy"))
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	db.Close()
-
-	s, err := Open(path, Options{NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if s.Recovered() {
-		t.Fatal("a format 1 file was set aside instead of upgraded")
-	}
-	if m := s.Meta(); m.AppliedIndex != 7 || m.LastTime != 12345 || m.Keys != 1 {
-		t.Fatalf("meta after upgrade: %+v", m)
-	}
-	if st := readState(t, s, "old-key"); string(st.Data) != "v1-state" || st.Expiry != 500 {
-		t.Fatalf("state after upgrade: %+v", st)
-	}
-	if n := expire(t, s, 600, 10); n != 1 {
-		t.Fatalf("expired %d after upgrade, want 1 (the index entry survived)", n)
-	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := verifyFile(path); err != nil {
-		t.Fatalf("upgraded file does not pass the scrub: %v", err)
-	}
-}
-
 // TestTruncatedFileIsSetAside: a file cut short after a clean stop (bbolt's
 // check would fault reading past its end) is damage: set aside, rebuilt.
 func TestTruncatedFileIsSetAside(t *testing.T) {

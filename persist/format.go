@@ -10,10 +10,10 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
-// SchemaVersion is the layout version written in the meta bucket. Format 1
-// had no checksums; a format 1 file (or snapshot) is upgraded in place when
-// it is opened (upgradeV1). A file of any other version is refused rather
-// than misread.
+// SchemaVersion is the layout version written in the meta bucket: 2, the
+// checksummed layout, is the first released format (docs/COMPATIBILITY.md;
+// 1, without checksums, was never released). A file of any other version is
+// refused rather than misread.
 const SchemaVersion = 2
 
 // metaLen is the encoded size of Meta: applied, time, keys, requests.
@@ -28,25 +28,21 @@ func encodeSchema() []byte {
 	return seal(keySchema, append(v, make([]byte, sumLen)...))
 }
 
-// readSchema returns the file's format version. A version without a
-// checksum is format 1 (or a foreign layout); a format 2 record must carry a
-// valid one.
+// readSchema returns the file's format version, which must carry a valid
+// checksum.
 func readSchema(v []byte) (uint64, error) {
 	ver, n := binary.Uvarint(v)
 	if n <= 0 {
 		return 0, fmt.Errorf("%w: unreadable schema version", ErrCorrupt)
 	}
 	if n == len(v) {
-		if ver == 1 {
-			return 1, nil
-		}
-		return 0, fmt.Errorf("schema version %d, this binary reads 1 and %d", ver, SchemaVersion)
+		return 0, fmt.Errorf("schema version %d without a checksum, this binary reads %d", ver, SchemaVersion)
 	}
 	if _, ok := unsealed(keySchema, v); !ok || len(v) != n+sumLen {
 		return 0, fmt.Errorf("%w: checksum mismatch in the schema record", ErrCorrupt)
 	}
 	if ver != SchemaVersion {
-		return 0, fmt.Errorf("schema version %d, this binary reads 1 and %d", ver, SchemaVersion)
+		return 0, fmt.Errorf("schema version %d, this binary reads %d", ver, SchemaVersion)
 	}
 	return ver, nil
 }
@@ -65,79 +61,18 @@ func decodeMeta(b []byte) (Meta, error) {
 	if !ok {
 		return Meta{}, fmt.Errorf("%w: checksum mismatch in the meta record", ErrCorrupt)
 	}
-	return decodeMetaV1(p)
-}
-
-// decodeMetaV1 reads the meta record without its checksum (format 1).
-func decodeMetaV1(b []byte) (Meta, error) {
-	if len(b) != metaLen {
-		return Meta{}, fmt.Errorf("%w: meta record of %d bytes", ErrCorrupt, len(b))
+	if len(p) != metaLen {
+		return Meta{}, fmt.Errorf("%w: meta record of %d bytes", ErrCorrupt, len(p))
 	}
 	return Meta{
-		AppliedIndex: binary.BigEndian.Uint64(b[0:]),
-		LastTime:     int64(binary.BigEndian.Uint64(b[8:])),
-		Keys:         binary.BigEndian.Uint64(b[16:]),
-		RequestIDs:   binary.BigEndian.Uint64(b[24:]),
+		AppliedIndex: binary.BigEndian.Uint64(p[0:]),
+		LastTime:     int64(binary.BigEndian.Uint64(p[8:])),
+		Keys:         binary.BigEndian.Uint64(p[16:]),
+		RequestIDs:   binary.BigEndian.Uint64(p[24:]),
 	}, nil
 }
 
-// upgradeV1 turns a format 1 file into format 2 in one write transaction:
-// every value gets its checksum. It trusts the values as they are, as format
-// 1 did; from then on they are verified.
-func upgradeV1(tx *bolt.Tx) error {
-	mb := tx.Bucket(bucketMeta)
-	m, err := decodeMetaV1(mb.Get(keyMeta))
-	if err != nil {
-		return err
-	}
-	for _, name := range dataBuckets {
-		b := tx.Bucket(name)
-		if b == nil {
-			return fmt.Errorf("%w: missing bucket %q", ErrCorrupt, name)
-		}
-		if err := resealBucket(b); err != nil {
-			return fmt.Errorf("upgrade bucket %q: %w", name, err)
-		}
-	}
-	if err := mb.Put(keyMeta, encodeMeta(m)); err != nil {
-		return err
-	}
-	return mb.Put(keySchema, encodeSchema())
-}
-
-// resealBucket appends the checksum to every value, a batch at a time:
-// bbolt cursors must be repositioned after writes.
-func resealBucket(b *bolt.Bucket) error {
-	const batch = 4096
-	type kv struct{ k, v []byte }
-	var pending []kv
-	c := b.Cursor()
-	k, v := c.First()
-	for k != nil {
-		pending = pending[:0]
-		for ; k != nil && len(pending) < batch; k, v = c.Next() {
-			sv := make([]byte, len(v)+sumLen)
-			copy(sv, v)
-			pending = append(pending, kv{bytes.Clone(k), seal(k, sv)})
-		}
-		var next []byte
-		if k != nil {
-			next = bytes.Clone(k)
-		}
-		for _, p := range pending {
-			if err := b.Put(p.k, p.v); err != nil {
-				return err
-			}
-		}
-		if next == nil {
-			break
-		}
-		k, v = c.Seek(next)
-	}
-	return nil
-}
-
-// scrubTx verifies every record of a format 2 file: the schema and meta
+// scrubTx verifies every record of a file: the schema and meta
 // records and every value's checksum, with the minimum sizes the readers
 // rely on. O(file); run at Open and on every received snapshot.
 func scrubTx(tx *bolt.Tx) error {
@@ -145,13 +80,8 @@ func scrubTx(tx *bolt.Tx) error {
 	if mb == nil {
 		return errForeign
 	}
-	ver, err := readSchema(mb.Get(keySchema))
-	if err != nil {
+	if _, err := readSchema(mb.Get(keySchema)); err != nil {
 		return err
-	}
-	if ver == 1 {
-		_, err := decodeMetaV1(mb.Get(keyMeta))
-		return err // no checksums to verify; Open upgrades it
 	}
 	if _, err := decodeMeta(mb.Get(keyMeta)); err != nil {
 		return err

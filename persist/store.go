@@ -295,15 +295,8 @@ func (s *Store) openDB(path string) (db *bolt.DB, err error) {
 			}
 			return initBuckets(tx)
 		}
-		ver, err := readSchema(mb.Get(keySchema))
-		if err != nil {
+		if _, err := readSchema(mb.Get(keySchema)); err != nil {
 			return err
-		}
-		if ver == 1 {
-			if err := upgradeV1(tx); err != nil {
-				return err
-			}
-			s.logf("fsm database %s: upgraded from format 1 to %d (checksummed values)", path, SchemaVersion)
 		}
 		for _, name := range dataBuckets {
 			if tx.Bucket(name) == nil {

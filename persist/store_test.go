@@ -179,6 +179,20 @@ func TestOpenRefusesBadFile(t *testing.T) {
 		}
 		s.Close()
 	}
+	// A file of the unreleased layout without checksums: its schema
+	// record is a bare version, 1.
+	unchecksummed := func(t *testing.T, path string) {
+		s, err := Open(path, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.db.Update(func(tx *bolt.Tx) error {
+			return tx.Bucket(bucketMeta).Put(keySchema, []byte{1})
+		}); err != nil {
+			t.Fatal(err)
+		}
+		s.Close()
+	}
 	// A good store whose meta pages are overwritten.
 	smashed := func(t *testing.T, path string) {
 		s, err := Open(path, Options{})
@@ -208,6 +222,7 @@ func TestOpenRefusesBadFile(t *testing.T) {
 		{"meta pages smashed", smashed, "open fsm database"},
 		{"foreign bbolt file", foreign, "not a limitd state machine file"},
 		{"future schema", future, "schema version 99"},
+		{"schema without checksums", unchecksummed, "schema version 1 without a checksum"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "fsm.db")

@@ -15,12 +15,12 @@
 #              porcupine against a sequential model of the limiter. The nodes
 #              run with the over-limit cache on, and checks without request_id
 #              are answered from it first ("cached" in the table).
-#   process    cmd/limitd TestCrashKill9LeaderUnderLoad (3 limitd processes on
+#   process    e2e TestCrashKill9LeaderUnderLoad (3 limitd processes on
 #              127.0.0.1, kill -9 of the leader under load, restart, audit of
 #              every key through every node, state digests compared) and
 #              TestCrashKill9DuringSnapshotAndApply (kill -9 mid-snapshot and
 #              mid-apply, exact quota after each restart).
-#   rejoin     cmd/limitd TestFaultsWipeKillPause (issue 21; 3 limitd processes
+#   rejoin     e2e TestFaultsWipeKillPause (issue 21; 3 limitd processes
 #              under load with request ids): rounds cycle through wiping a
 #              follower's data directory and starting it again under the same
 #              id with --join (it must come back as a non-voter and be
@@ -29,7 +29,7 @@
 #              bounded (60 s waits); the audit through every node must find 0
 #              over-admitted and 0 lost. Loopback only: no network namespaces
 #              (partitions are the inprocess suite's).
-#   lease      cmd/limitd TestLeaseChaosKill9 (issue 25; 3 limitd processes,
+#   lease      e2e TestLeaseChaosKill9 (issue 25; 3 limitd processes,
 #              two policies with quota leases, share 0.2, max_ttl 2s: a 10 s
 #              fixed window of 300 on four keys checked at three times that
 #              rate, and an hours-long window of 1,000,000 on two keys);
@@ -126,9 +126,9 @@ run_tests() {
 for suite in $SUITES; do
 	case $suite in
 	inprocess) run_tests ./cluster '^(TestFaultsThreeNodes|TestFaultsFiveNodes)$' inprocess ;;
-	process) run_tests ./cmd/limitd '^(TestCrashKill9LeaderUnderLoad|TestCrashKill9DuringSnapshotAndApply)$' process ;;
-	rejoin) run_tests ./cmd/limitd '^TestFaultsWipeKillPause$' rejoin ;;
-	lease) run_tests ./cmd/limitd '^TestLeaseChaosKill9$' lease ;;
+	process) run_tests ./e2e '^(TestCrashKill9LeaderUnderLoad|TestCrashKill9DuringSnapshotAndApply)$' process ;;
+	rejoin) run_tests ./e2e '^TestFaultsWipeKillPause$' rejoin ;;
+	lease) run_tests ./e2e '^TestLeaseChaosKill9$' lease ;;
 	*)
 		log "unknown suite $suite (want inprocess, process, rejoin or lease)"
 		exit 2

@@ -36,13 +36,28 @@ func TestServiceAndFrontEndsDoNotImportCluster(t *testing.T) {
 		}
 	}
 	// What each leaf may import of ours: lease, the node's lease runtime,
-	// holds no replicated state, so it stays below fsm and cluster.
-	allowed := map[string][]string{"algo": nil, "nodeapi": {"algo"}, "lease": {"algo", "nodeapi"}}
-	leaf := goListDeps(t, module+"nodeapi", module+"algo", module+"lease")
+	// holds no replicated state, so it stays below fsm and cluster; wire, the
+	// HTTP JSON schema, is shared with the client, which must stay light.
+	allowed := map[string][]string{"algo": nil, "nodeapi": {"algo"}, "lease": {"algo", "nodeapi"}, "wire": {"algo"}}
+	leaf := goListDeps(t, module+"nodeapi", module+"algo", module+"lease", module+"wire")
 	for pkg, may := range allowed {
 		for _, imp := range leaf[module+pkg] {
 			if strings.HasPrefix(imp, module) && !slices.Contains(may, strings.TrimPrefix(imp, module)) {
 				t.Errorf("%s imports %s: it may import only %v of limitd's", pkg, imp, may)
+			}
+		}
+	}
+}
+
+// TestClientStaysLight fails if the Go client reaches, by any import path,
+// the server's replication, storage or gRPC (through wire, say): an
+// application that imports the client must not build those.
+func TestClientStaysLight(t *testing.T) {
+	imports := goListDeps(t, module+"client")
+	for pkg, path := range reachable(imports, module+"client") {
+		for _, heavy := range []string{"github.com/hashicorp/raft", "go.etcd.io/bbolt", "google.golang.org/grpc", module + "cluster", module + "fsm", module + "persist"} {
+			if pkg == heavy || strings.HasPrefix(pkg, heavy+"/") {
+				t.Errorf("client imports %s (via %s)", pkg, path)
 			}
 		}
 	}

@@ -12,7 +12,7 @@ import (
 // nodeapi.LeaseReturnGrace, and the state machine credits it then: a leader's
 // death no longer costs the key the units leased at the time. Past the
 // grace the return is given up (lost), not retried for ever. The clocks are
-// the test's: the node's (c) and the leader's (r.now).
+// the test's: the node's (c) and the leader's (r.Now()).
 func TestLeaseReturnRetriedInGrace(t *testing.T) {
 	var node *failingReturns
 	r, s, c, check := dailyLeasedOver(t, 100, func(n *fsmNode) Node {
@@ -25,9 +25,7 @@ func TestLeaseReturnRetriedInGrace(t *testing.T) {
 	// Both clocks past the lease's deadline (and its expiry at the leader)
 	// before the return is first sent: it fails, and is sent again.
 	past := 2600 * time.Millisecond
-	r.mu.Lock()
-	r.now += int64(past)
-	r.mu.Unlock()
+	r.Advance(past)
 	c.add(past)
 	check()       // through the log; the lease goes back, and that round fails
 	waitGrants(s) // the retry, in the grace

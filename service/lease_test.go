@@ -2,108 +2,28 @@ package service
 
 import (
 	"context"
-	"errors"
-	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/hashicorp/raft"
-
 	"github.com/limitd/limitd/algo"
 	"github.com/limitd/limitd/fsm"
 	"github.com/limitd/limitd/lease"
 	"github.com/limitd/limitd/nodeapi"
+	"github.com/limitd/limitd/service/nodetest"
 )
 
-// replicated is one state machine shared by several fsmNodes: the log of a
-// cluster whose replicas all agree, driven in-process. The leader's time is
-// its own field, moved by the test.
-type replicated struct {
-	mu      sync.Mutex
-	f       *fsm.FSM
-	index   uint64
-	now     int64
-	entries int
-	hooks   hooks
-}
-
-// hooks passes the state machine's lease events to every node's lease
-// table, as each node's own replica would.
-type hooks struct {
-	mu sync.Mutex
-	hs []fsm.LeaseHook
-}
-
-func (h *hooks) each(f func(fsm.LeaseHook)) {
-	h.mu.Lock()
-	hs := h.hs
-	h.mu.Unlock()
-	for _, x := range hs {
-		f(x)
-	}
-}
-func (h *hooks) Recall(p, k string)   { h.each(func(x fsm.LeaseHook) { x.Recall(p, k) }) }
-func (h *hooks) Returned(p, k string) { h.each(func(x fsm.LeaseHook) { x.Returned(p, k) }) }
+// replicated is one state machine shared by several nodes (fsmNode): the
+// log of a cluster whose replicas all agree, driven in-process, with the
+// leader's time moved by the test.
+type (
+	replicated = nodetest.Log
+	fsmNode    = nodetest.Node
+)
 
 func newReplicated(t *testing.T) *replicated {
-	r := &replicated{now: time.Date(2026, 1, 5, 10, 0, 0, 0, time.UTC).UnixNano()}
-	f, err := fsm.Open(filepath.Join(t.TempDir(), "fsm.db"), fsm.Options{NoSync: true, Leases: &r.hooks})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = f.Close() })
-	r.f = f
-	return r
-}
-
-func (r *replicated) apply(build func(now int64) []byte) interface{} {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.index++
-	r.entries++
-	return r.f.Apply(&raft.Log{Index: r.index, Term: 1, Type: raft.LogCommand, Data: build(r.now)})
-}
-
-// fsmNode is a Node and Leaser named id over a replicated state machine.
-type fsmNode struct {
-	noCapabilities
-	r  *replicated
-	id string
-}
-
-func (n *fsmNode) Check(_ context.Context, ops []fsm.Op) ([]fsm.Result, error) {
-	return n.r.apply(func(now int64) []byte { return fsm.EncodeCheck(nil, now, 0, ops) }).([]fsm.Result), nil
-}
-func (n *fsmNode) PutPolicy(_ context.Context, p fsm.Policy) error {
-	if e, ok := n.r.apply(func(int64) []byte { return fsm.EncodePutPolicy(p) }).(error); ok {
-		return e
-	}
-	return nil
-}
-func (n *fsmNode) DeletePolicy(context.Context, string) error { return errors.New("unused") }
-func (n *fsmNode) ResetKey(_ context.Context, c fsm.Check) error {
-	n.r.apply(func(int64) []byte { return fsm.EncodeResetKey(c) })
-	return nil
-}
-func (n *fsmNode) Policy(name string) (fsm.Policy, bool)              { return n.r.f.Policy(name) }
-func (n *fsmNode) Policies() []fsm.Policy                             { return nil }
-func (n *fsmNode) Join(context.Context, string, string, string) error { return nil }
-func (n *fsmNode) Remove(context.Context, string) error               { return nil }
-func (n *fsmNode) Status(context.Context) (nodeapi.Status, error)     { return nodeapi.Status{}, nil }
-func (n *fsmNode) Ready() error                                       { return nil }
-func (n *fsmNode) GrantLeases(_ context.Context, reqs []fsm.LeaseRequest) ([]fsm.LeaseGrant, error) {
-	return n.r.apply(func(now int64) []byte { return fsm.EncodeGrantLease(nil, now, n.id, reqs) }).([]fsm.LeaseGrant), nil
-}
-func (n *fsmNode) ReturnLeases(_ context.Context, rets []fsm.LeaseReturn) ([]int64, error) {
-	return n.r.apply(func(now int64) []byte { return fsm.EncodeReturnLease(nil, now, n.id, rets) }).([]int64), nil
-}
-
-func (n *fsmNode) SetLeaseHook(h fsm.LeaseHook) {
-	n.r.hooks.mu.Lock()
-	n.r.hooks.hs = append(n.r.hooks.hs, h)
-	n.r.hooks.mu.Unlock()
+	return nodetest.NewLog(t, time.Date(2026, 1, 5, 10, 0, 0, 0, time.UTC))
 }
 
 // clock is a settable local clock for the lease tables.
@@ -123,7 +43,7 @@ func leasedServices(t *testing.T, r *replicated, n int, c *clock) []*Service {
 	var ss []*Service
 	for i := 0; i < n; i++ {
 		// A return ends a strict wait, not StrictWait: no timing in the tests.
-		s := New(&fsmNode{r: r, id: string(rune('a' + i))}, Config{leases: lease.Options{Now: c.now, StrictWait: 10 * time.Second}})
+		s := New(r.Node(string(rune('a'+i))), Config{leases: lease.Options{Now: c.now, StrictWait: 10 * time.Second}})
 		t.Cleanup(func() { s.CloseLeases(context.Background()) })
 		ss = append(ss, s)
 	}
@@ -172,7 +92,7 @@ func leasedRoundRobin(t *testing.T, limit, checks int, busy bool) {
 	if err := ss[0].node.PutPolicy(context.Background(), pol); err != nil {
 		t.Fatal(err)
 	}
-	entries := r.entries
+	entries := r.Entries()
 	allowed := 0
 	for i := 0; i < checks; i++ {
 		s := ss[i%3]
@@ -195,7 +115,7 @@ func leasedRoundRobin(t *testing.T, limit, checks int, busy bool) {
 	if busy && answered < uint64(checks)*9/10 {
 		t.Fatalf("only %d of %d checks answered from leases", answered, checks)
 	}
-	if n := r.entries - entries; busy && n > checks/20 {
+	if n := r.Entries() - entries; busy && n > checks/20 {
 		t.Fatalf("%d log entries for %d checks", n, checks)
 	}
 	if !busy && allowed != limit {
@@ -209,7 +129,7 @@ func leasedRoundRobin(t *testing.T, limit, checks int, busy bool) {
 	if got := peekRemaining(t, ss[0]); got != int64(limit-allowed) {
 		t.Fatalf("after every lease went back: remaining %d, want %d - %d allowed", got, limit, allowed)
 	}
-	t.Logf("%d checks, %d allowed, %d from leases, %d log entries", checks, allowed, answered, r.entries-entries)
+	t.Logf("%d checks, %d allowed, %d from leases, %d log entries", checks, allowed, answered, r.Entries()-entries)
 }
 
 // TestLeaseDeadline: a lease is not spent once its local deadline (sent +
@@ -238,7 +158,7 @@ func TestLeaseDeadline(t *testing.T) {
 		t.Fatalf("stats %+v, want one check from the lease", st)
 	}
 	c.add(time.Second) // the lease's deadline
-	before := r.entries
+	before := r.Entries()
 	if res, e := s.Check(context.Background(), &CheckRequest{Key: "k", Policy: "daily", Cost: 1}); e != nil || !res.Decision.Allowed {
 		t.Fatal(e)
 	}
@@ -246,7 +166,7 @@ func TestLeaseDeadline(t *testing.T) {
 	if st := s.LeaseStats(); st.Answered != 1 || st.Returned != 1 {
 		t.Fatalf("stats %+v: a check was answered from an expired lease, or it was not returned", st)
 	}
-	if r.entries == before {
+	if r.Entries() == before {
 		t.Fatal("the check after the deadline did not go through the log")
 	}
 }
@@ -408,7 +328,7 @@ func TestLeaseStrictRecall(t *testing.T) {
 // leased check's CPU.
 func BenchmarkLeasedCheck(b *testing.B) {
 	r := newReplicated(&testing.T{})
-	s := New(&fsmNode{r: r, id: "a"}, Config{})
+	s := New(r.Node("a"), Config{})
 	defer s.CloseLeases(context.Background())
 	spec, _ := algo.Config{Algorithm: "fixed_window", Limit: 1_000_000_000, Window: "24h"}.Spec()
 	if err := s.node.PutPolicy(context.Background(), fsm.Policy{Name: "daily", Spec: spec, Lease: algo.Lease{Share: 500_000, MaxTTL: 10 * time.Minute}}); err != nil {
@@ -450,9 +370,7 @@ func TestLeaseGivenBackBeforeExpiry(t *testing.T) {
 	// Both clocks move 1.6 s: past the lease's end (2 s - 500 ms), before
 	// its expiry on the leader.
 	c.add(1600 * time.Millisecond)
-	r.mu.Lock()
-	r.now += int64(1600 * time.Millisecond)
-	r.mu.Unlock()
+	r.Advance(1600 * time.Millisecond)
 	check() // through the log; the lease goes back (and a new one is asked for)
 	if st := s.LeaseStats(); st.Answered != 1 || st.Returned != 1 {
 		t.Fatalf("stats %+v: the lease was spent past its end, or not given back", st)
@@ -503,7 +421,7 @@ func dailyLeasedWith(t *testing.T, limit int64, wrap func(*fsmNode) Node, o leas
 	t.Helper()
 	r = newReplicated(t)
 	c = &clock{t: time.Unix(1000, 0)}
-	var n Node = &fsmNode{r: r, id: "a"}
+	var n Node = r.Node("a")
 	if wrap != nil {
 		n = wrap(n.(*fsmNode))
 	}
@@ -566,9 +484,7 @@ func TestLeaseReturnRetried(t *testing.T) {
 		check()                        // takes a lease
 		check()                        // from it
 		c.add(1600 * time.Millisecond) // past the lease's end, before its deadline
-		r.mu.Lock()
-		r.now += int64(1600 * time.Millisecond)
-		r.mu.Unlock()
+		r.Advance(1600 * time.Millisecond)
 		check()       // through the log; the lease goes back, and that round fails
 		waitGrants(s) // the retry
 		st := s.LeaseStats()
@@ -630,11 +546,7 @@ func TestLeaseUnknownGrantAskedBack(t *testing.T) {
 // sends what waits at once.
 func TestLeaseFlusherLingersButNotForRecall(t *testing.T) {
 	r, s, _, _ := dailyLeasedWith(t, 1000, nil, lease.Options{Linger: time.Hour})
-	entries := func() int {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		return r.entries
-	}
+	entries := r.Entries
 	start := entries()
 	for _, key := range []string{"a", "b", "c"} {
 		for i := 0; i < 2; i++ { // each through the log; the second sets off a grant request

@@ -11,13 +11,14 @@ import (
 
 	"github.com/limitd/limitd/algo"
 	"github.com/limitd/limitd/nodeapi"
+	"github.com/limitd/limitd/service/nodetest"
 )
 
 // node is a Node that allows every check with a fixed decision, knows the
 // policies it is given, and records what reaches it. err, when set, is what
 // every call returns.
 type node struct {
-	noCapabilities
+	nodetest.NoCapabilities
 	mu       sync.Mutex
 	policies map[string]nodeapi.Policy
 	ops      []nodeapi.Op

@@ -17,24 +17,18 @@ import (
 
 var updateGolden = flag.Bool("update", false, "rewrite the CLI golden files in testdata/cli")
 
-// goldenCase is one command line, run in-process against a real node.
+// goldenCase is one command line, run in-process.
 type goldenCase struct {
 	name string
 	args []string
 }
 
-// TestCLIGolden runs the client commands against one limitd process (with
-// an admin token) and compares stdout, stderr and the exit status with
-// testdata/cli/NAME.golden. Values that vary between runs (addresses, times
-// until reset) are masked. Run with -update to rewrite the files.
-func TestCLIGolden(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a limitd process")
-	}
-	p := newProc(t, "n1", "")
-	p.start("--admin-token", "secret")
-	p.waitReady()
-
+// TestMainGolden runs the binary's own command lines (help, an unknown
+// command, version with a fixed build) through the dispatch and compares
+// stdout, stderr and the exit status with testdata/cli/NAME.golden; the
+// client commands against a node are e2e's TestCLIGolden. Run with -update
+// to rewrite the files.
+func TestMainGolden(t *testing.T) {
 	old := buildinfo.Read
 	buildinfo.Read = func() (*debug.BuildInfo, bool) {
 		return &debug.BuildInfo{GoVersion: "go1.99.0", Main: debug.Module{Path: "github.com/limitd/limitd", Version: "v1.2.3"},
@@ -50,60 +44,11 @@ func TestCLIGolden(t *testing.T) {
 		{"unknown-command", []string{"frobnicate"}},
 		{"version", []string{"version"}},
 		{"version-flag-json", []string{"--version", "--output", "json"}},
-		{"policy-put-no-token", []string{"policy", "put", "api", "--algorithm", "fixed_window", "--limit", "2", "--window", "1h"}},
-		{"policy-put", []string{"policy", "put", "api", "--algorithm", "fixed_window", "--limit", "2", "--window", "1h", "--token", "secret"}},
-		{"policy-put-file", []string{"policy", "put", "--file", "testdata/cli/policies.yaml", "--token", "secret"}},
-		{"policy-put-bad-file", []string{"policy", "put", "--file", "testdata/cli/bad-policy.json", "--token", "secret"}},
-		{"policy-put-invalid", []string{"policy", "put", "x", "--algorithm", "fixed_window", "--limit", "0", "--window", "1h", "--token", "secret"}},
-		{"policy-list", []string{"policy", "list"}},
-		{"policy-get-json", []string{"policy", "get", "api", "--output", "json"}},
-		{"policy-put-local-refusals-off", []string{"policy", "put", "pay", "--algorithm", "fixed_window", "--limit", "100", "--window", "1h", "--local-refusals=false", "--token", "secret"}},
-		{"policy-get-local-refusals-off-json", []string{"policy", "get", "pay", "--output", "json"}},
-		{"policy-put-lease", []string{"policy", "put", "quota", "--algorithm", "fixed_window", "--limit", "1000000", "--calendar", "day", "--lease-share", "0.05", "--lease-max-ttl", "2s", "--token", "secret"}},
-		{"policy-get-lease-json", []string{"policy", "get", "quota", "--output", "json"}},
-		{"check-allowed", []string{"check", "--policy", "api", "user:1"}},
-		{"check-allowed-json", []string{"check", "--policy", "api", "user:1", "--output", "json"}},
-		{"check-refused", []string{"check", "--policy", "api", "user:1"}},
-		{"check-unknown-policy", []string{"check", "--policy", "nope", "user:1"}},
-		{"check-invalid-window", []string{"check", "--algorithm", "token_bucket", "--limit", "3", "--window", "60", "k"}},
-		{"check-no-key", []string{"check", "--policy", "api"}},
-		{"check-policy-and-limit", []string{"check", "--policy", "api", "--limit", "3", "k"}},
-		{"check-bad-output", []string{"check", "--policy", "api", "--output", "xml", "k"}},
-		{"check-bad-flag", []string{"check", "--polcy", "api", "k"}},
-		{"check-https-to-plain-node", []string{"check", "--tls-insecure-skip-verify", "--policy", "api", "k"}},
-		{"check-unavailable", []string{"check", "--addr", "127.0.0.1:1", "--timeout", "200ms", "--policy", "api", "k"}},
-		{"key-peek", []string{"key", "peek", "user:1", "--policy", "api"}},
-		{"key-reset", []string{"key", "reset", "user:1", "--policy", "api", "--token", "secret"}},
-		{"key-peek-after-reset", []string{"key", "peek", "user:1", "--policy", "api"}},
-		{"key-no-subcommand", []string{"key"}},
-		{"cluster-status", []string{"cluster", "status", "--token", "secret"}},
-		{"cluster-status-public", []string{"cluster", "status"}},
-		{"cluster-members", []string{"cluster", "members", "--token", "secret"}},
-		{"cluster-members-public", []string{"cluster", "members"}},
-		{"cluster-remove-unknown", []string{"cluster", "remove", "n9", "--token", "secret"}},
-		{"snapshot-no-subcommand", []string{"snapshot"}},
-		{"snapshot-restore-no-data-dir", []string{"snapshot", "restore", "backup.limitd"}},
-		{"snapshot-inspect-missing", []string{"snapshot", "inspect", "testdata/cli/no-such-file"}},
-		{"snapshot-inspect-not-a-backup", []string{"snapshot", "inspect", "testdata/cli/policies.yaml"}},
-		{"plan-put", []string{"plan", "put", "pro", "--file", "testdata/cli/plan-pro.yaml", "--token", "secret"}},
-		{"plan-put-invalid", []string{"plan", "put", "bad", "--file", "testdata/cli/plan-bad.json", "--token", "secret"}},
-		{"plan-put-no-file", []string{"plan", "put", "pro", "--token", "secret"}},
-		{"plan-assign", []string{"plan", "assign", "tenant:acme", "pro", "--token", "secret"}},
-		{"plan-assign-file", []string{"plan", "assign", "--file", "testdata/cli/assignments.csv", "--token", "secret"}},
-		{"plan-assign-bad-file", []string{"plan", "assign", "--file", "testdata/cli/assignments-bad.jsonl", "--token", "secret"}},
-		{"plan-default-set", []string{"plan", "default", "pro", "--token", "secret"}},
-		{"plan-list", []string{"plan", "list"}},
-		{"plan-get-json", []string{"plan", "get", "pro", "--output", "json"}},
-		{"plan-delete-default", []string{"plan", "delete", "pro", "--token", "secret"}},
-		{"policy-delete", []string{"policy", "delete", "api", "--token", "secret"}},
-		{"policy-get-deleted", []string{"policy", "get", "api"}},
 	}
 	masks := []struct {
 		re   *regexp.Regexp
 		with string
 	}{
-		{regexp.MustCompile(regexp.QuoteMeta(p.HTTPAddr)), "HTTP_ADDR"},
-		{regexp.MustCompile(regexp.QuoteMeta(p.RaftAddr)), "RAFT_ADDR"},
 		{regexp.MustCompile(`(reset_after +)\S+`), "${1}DURATION"},
 		{regexp.MustCompile(`("reset_after_ms": )\d+`), "${1}MS"},
 		{regexp.MustCompile(`(retry_after +)[1-9]\S*`), "${1}DURATION"},
@@ -113,9 +58,6 @@ func TestCLIGolden(t *testing.T) {
 	for _, tc := range cases {
 		var stdout, stderr bytes.Buffer
 		env := cli.Env{Stdout: &stdout, Stderr: &stderr, Getenv: func(k string) string {
-			if k == "LIMITD_ADDR" {
-				return p.HTTPAddr
-			}
 			return ""
 		}}
 		code := runMain(tc.args, env)

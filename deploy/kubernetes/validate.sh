@@ -7,7 +7,7 @@
 #   deploy/kubernetes/validate.sh            # install if needed, then validate
 #   deploy/kubernetes/validate.sh --install  # install only (CI set-up)
 #
-# The Go test TestKubernetesSchemas (cmd/limitd) runs the same validator when
+# The Go test TestKubernetesSchemas (e2e) runs the same validator when
 # DIR has the packages. Types, enums and required fields are checked; the
 # schemas allow unknown fields, which the Go test's structural checks cover
 # only for the fields it reads.

@@ -10,7 +10,7 @@ import (
 // TestMain: under -race, the nodes this test binary starts as itself (fake
 // or real, see init in bench_test.go) are race-built too; they write their
 // reports to files (their stderr goes to logs no test reads), and any report
-// fails the run, as cmd/limitd's TestMain does for its limitd processes.
+// fails the run, as e2e's TestMain does for its limitd processes.
 func TestMain(m *testing.M) {
 	if !raceEnabled {
 		os.Exit(m.Run())

@@ -159,14 +159,7 @@ func printMembers(env Env, ms []client.Member, public bool) {
 	}
 	fmt.Fprintln(tw, "ID\tRAFT ADDR\tHTTP ADDR\tSUFFRAGE\tLEADER\tHEALTH")
 	for _, m := range ms {
-		health := m.Health
-		if health == "" { // a node that predates Health
-			health = "unhealthy"
-			if m.Healthy {
-				health = "healthy"
-			}
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%v\t%s\n", m.ID, m.RaftAddr, orUnknown(m.HTTPAddr), m.Suffrage, m.Leader, health)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%v\t%s\n", m.ID, m.RaftAddr, orUnknown(m.HTTPAddr), m.Suffrage, m.Leader, m.Health)
 	}
 	tw.Flush()
 }

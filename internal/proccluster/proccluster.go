@@ -1,7 +1,7 @@
 // Package proccluster is the process-level harness: limitd nodes as real
 // processes on loopback. A Node is one `limitd serve`; a Cluster is N of
 // them (the first bootstraps, the others join it). `limitd bench --cluster
-// N` (internal/benchcmd) runs its cluster with it, and cmd/limitd's process
+// N` (internal/benchcmd) runs its cluster with it, and e2e's process
 // and crash tests and the bench's tests drive theirs with it, so starting,
 // readiness, stopping and log collection live in one place.
 package proccluster

@@ -48,3 +48,24 @@ func TestPresentToolIsFound(t *testing.T) {
 		t.Fatalf("Path(go) = %q (failed %q, skipped %q)", p, r.failed, r.skipped)
 	}
 }
+
+func TestChaosKnobs(t *testing.T) {
+	t.Setenv("LIMITD_CHAOS_ROUNDS", "")
+	t.Setenv("LIMITD_CHAOS_SEED", "")
+	if n := ChaosRounds(t, 3); n != 3 {
+		t.Errorf("unset rounds = %d, want the default 3", n)
+	}
+	t.Setenv("LIMITD_CHAOS_ROUNDS", "7")
+	t.Setenv("LIMITD_CHAOS_SEED", "42")
+	if n, s := ChaosRounds(t, 3), ChaosSeed(t); n != 7 || s != 42 {
+		t.Errorf("rounds, seed = %d, %d; want 7, 42", n, s)
+	}
+	for _, bad := range []string{"0", "-1", "x"} {
+		t.Setenv("LIMITD_CHAOS_ROUNDS", bad)
+		r := &recorder{TB: t}
+		ChaosRounds(r, 3)
+		if r.failed == "" {
+			t.Errorf("LIMITD_CHAOS_ROUNDS=%q accepted", bad)
+		}
+	}
+}

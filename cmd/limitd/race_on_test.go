@@ -1,7 +1,0 @@
-//go:build race
-
-package main
-
-// raceEnabled: this test binary runs under the race detector, so the limitd
-// binary the process tests start is built with it too (TestMain).
-const raceEnabled = true
