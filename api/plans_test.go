@@ -7,7 +7,6 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/limitd/limitd/fsm"
 	"github.com/limitd/limitd/nodeapi"
 )
 
