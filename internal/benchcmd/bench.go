@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/limitd/limitd/bench"
+	"github.com/limitd/limitd/internal/flagerr"
 	"github.com/limitd/limitd/internal/proccluster"
 )
 
@@ -178,10 +179,12 @@ func newBenchFlagSet(out io.Writer) (*flag.FlagSet, *benchFlags) {
 func Main(args []string, stdout, stderr io.Writer) int {
 	bench.TuneGC()
 	fs, f := newBenchFlagSet(stderr)
-	if err := fs.Parse(args); err != nil {
+	if err := flagerr.Parse(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			fs.Usage()
 			return 0
 		}
+		fmt.Fprintf(stderr, "limitd bench: %v; run 'limitd bench --help' for the flags\n", err)
 		return 2
 	}
 	if err := f.validate(fs); err != nil {

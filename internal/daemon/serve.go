@@ -161,9 +161,7 @@ func Main(args []string, stderr io.Writer) int {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
-		if !errors.Is(err, errFlagsReported) {
-			fmt.Fprintln(stderr, "limitd:", err)
-		}
+		fmt.Fprintln(stderr, "limitd:", err)
 		return 2
 	}
 	if (f.tlsCert == "") != (f.tlsKey == "") {
