@@ -158,7 +158,8 @@ type unreachableError struct {
 	addrs []string
 	errs  []error
 	// unknown: an earlier attempt of the call may have been counted.
-	unknown bool
+	unknown  bool
+	notCheck bool // as deadlineError's
 }
 
 func (e *unreachableError) Error() string {
@@ -173,7 +174,8 @@ func (e *unreachableError) Error() string {
 		b.WriteString(a)
 	}
 	if e.unknown {
-		b.WriteString("; it may have been counted")
+		b.WriteString("; ")
+		b.WriteString(mayHave(e.notCheck))
 	}
 	return b.String()
 }

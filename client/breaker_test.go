@@ -180,3 +180,30 @@ func TestClosedPortFailsFast(t *testing.T) {
 		t.Fatal("a refused connection waited for the deadline")
 	}
 }
+
+// An admin write whose outcome is unknown says it may have been applied,
+// not counted: only checks count.
+func TestAdminUnknownOutcomeSaysApplied(t *testing.T) {
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/cluster" {
+			http.Error(w, "", http.StatusNotFound)
+			return
+		}
+		<-release
+	}))
+	defer srv.Close()
+	defer close(release)
+	// Coalescing off: a coalesced caller whose deadline passes before its
+	// batch is even sent rightly reports a known (uncounted) outcome.
+	c := mustNew(t, []string{strings.TrimPrefix(srv.URL, "http://")}, WithTimeout(time.Second),
+		WithCoalescing(Coalescing{Disabled: true}))
+	_, err := c.PutPolicy(context.Background(), Policy{Name: "p", Limit: Limit{Algorithm: "fixed_window", Limit: 1, Window: "1s"}})
+	if !errors.Is(err, ErrOutcomeUnknown) || !strings.Contains(err.Error(), "it may have been applied") || strings.Contains(err.Error(), "counted") {
+		t.Fatalf("put: %v", err)
+	}
+	_, err = c.Check(context.Background(), Request{Key: "k", Policy: "p"})
+	if !errors.Is(err, ErrOutcomeUnknown) || !strings.Contains(err.Error(), "it may have been counted") {
+		t.Fatalf("check: %v", err)
+	}
+}

@@ -751,6 +751,9 @@ func (c *Client) call(ctx context.Context, method, path string, body []byte, adm
 		return err
 	})
 	if err != nil {
+		if !strings.HasPrefix(path, "/v1/check") {
+			markNotCheck(err)
+		}
 		return err
 	}
 	if out != nil {
