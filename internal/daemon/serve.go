@@ -273,6 +273,11 @@ func serve(f *serveFlags, in *startInputs, logger *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("listen http %s: %w", f.httpAddr, err)
 	}
+	if err := checkRaftPort(f.raftAddr); err != nil { // startup.go
+		ln.Close()
+		return err
+	}
+	dataDir := noteDataDir(f.dataDir) // startup.go: undone if Open fails
 	node, err := cluster.Open(cluster.Config{
 		NodeID:             f.nodeID,
 		RaftAddr:           raftAdv,
@@ -306,6 +311,7 @@ func serve(f *serveFlags, in *startInputs, logger *slog.Logger) error {
 	}, len(f.join) == 0)
 	if err != nil {
 		ln.Close()
+		dataDir.undo(logger)
 		return err
 	}
 	if node.Recovered() {
