@@ -235,6 +235,9 @@ func tuneGC(gcPercent int, memoryLimitMiB int64, getenv func(string) string) {
 func serve(f *serveFlags, in *startInputs, logger *slog.Logger) error {
 	v := buildinfo.Current()
 	logger.Info("starting limitd", "version", v.Version, "revision", v.Revision, "modified", v.Modified, "go", v.Go)
+	for _, w := range startWarnings(f) { // startup.go
+		logger.Warn(w)
+	}
 	tuneGC(f.gcPercent, f.memoryLimit, os.Getenv)
 	policies := in.policies
 	apiCfg := api.Config{

@@ -168,3 +168,16 @@ func checkAdminToken(f *serveFlags) error {
 	}
 	return nil
 }
+
+// startWarnings are settings that start a node which probably does not do
+// what its operator meant; serve logs each as a WARN line at start.
+func startWarnings(f *serveFlags) []string {
+	var w []string
+	if f.grpc.rlsConfig != "" && f.grpc.addr == "" {
+		// Not defaulted: a listener nobody asked for would open a port (and
+		// the secure-default rule would then refuse a node that used to
+		// start). Envoy's ratelimit filter speaks gRPC, so say it loudly.
+		w = append(w, "--rls-config is set but --grpc-addr is not: there is no gRPC listener, so Envoy's rate limit filter (envoy.service.ratelimit.v3, gRPC) cannot reach this node; only POST /json on the HTTP port serves the domains. Set --grpc-addr (LIMITD_GRPC_ADDR), e.g. 0.0.0.0:8081 (docs/ENVOY.md)")
+	}
+	return w
+}
