@@ -381,10 +381,13 @@ func serve(f *serveFlags, in *startInputs, logger *slog.Logger) error {
 		removed = nil
 	}
 	var runErr error
+	stopReason := "" // for the final line of a clean stop
 	select {
 	case <-ctx.Done():
-		logger.Info("shutting down")
+		stopReason = stopSignal(ctx) // startup.go
+		logger.Info("shutting down", "signal", stopReason)
 	case <-removed:
+		stopReason = "removed from the cluster"
 		// Exit 0: a supervisor restarting on failure should not bring back
 		// a node an operator removed.
 		logger.Info("this node was removed from the cluster: shutting down (--stay-after-removal keeps it running, not ready)")
@@ -413,6 +416,11 @@ func serve(f *serveFlags, in *startInputs, logger *slog.Logger) error {
 	srv.Service().CloseLeases(shutdownCtx) // give unspent quota leases back while the node can still propose
 	if err := node.Close(); err != nil {
 		return errors.Join(runErr, err)
+	}
+	if runErr == nil {
+		// The last line of a node that stopped as asked: without it a clean
+		// stop and a kill -9 after "shutting down" read the same.
+		logger.Info("stopped cleanly", "reason", stopReason, "applied_index", node.AppliedIndex())
 	}
 	return runErr
 }

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -180,4 +181,14 @@ func startWarnings(f *serveFlags) []string {
 		w = append(w, "--rls-config is set but --grpc-addr is not: there is no gRPC listener, so Envoy's rate limit filter (envoy.service.ratelimit.v3, gRPC) cannot reach this node; only POST /json on the HTTP port serves the domains. Set --grpc-addr (LIMITD_GRPC_ADDR), e.g. 0.0.0.0:8081 (docs/ENVOY.md)")
 	}
 	return w
+}
+
+// stopSignal names the signal that ended ctx (signal.NotifyContext's cause,
+// "terminated signal received"), e.g. "terminated" for SIGTERM.
+func stopSignal(ctx context.Context) string {
+	cause := context.Cause(ctx)
+	if cause == nil {
+		return "unknown"
+	}
+	return strings.TrimSuffix(cause.Error(), " signal received")
 }
