@@ -228,6 +228,9 @@ func parseSubcommand(env Env, group, usage string, fs *flag.FlagSet, args []stri
 	}
 	sub = args[0]
 	if !slices.Contains(subs, sub) {
+		if near := flagerr.Closest(sub, subs); near != "" {
+			return "", nil, usageError(env, group, "unknown subcommand %q (did you mean %s?)", sub, near), false
+		}
 		return "", nil, usageError(env, group, "unknown subcommand %q (want %s)", sub, want), false
 	}
 	pos, code, ok = parseFlags(fs, args[1:], env, func() { printUsage(env, usage, fs) })

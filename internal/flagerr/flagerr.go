@@ -91,16 +91,24 @@ func Describe(fs *flag.FlagSet, err error) string {
 // Suggest returns the flag of fs closest to name, when it is close enough
 // to be a typo (or name is a prefix of it), else "".
 func Suggest(fs *flag.FlagSet, name string) string {
+	var names []string
+	fs.VisitAll(func(fl *flag.Flag) { names = append(names, fl.Name) })
+	return Closest(name, names)
+}
+
+// Closest returns the candidate closest to name (a flag, a subcommand) when
+// it is close enough to be a typo of it or name is a prefix of it, else "".
+func Closest(name string, candidates []string) string {
 	best, bestD := "", 0
-	fs.VisitAll(func(fl *flag.Flag) {
-		d := distance(name, fl.Name)
-		if len(name) >= 3 && strings.HasPrefix(fl.Name, name) {
+	for _, c := range candidates {
+		d := distance(name, c)
+		if len(name) >= 3 && strings.HasPrefix(c, name) {
 			d = min(d, 1)
 		}
-		if best == "" || d < bestD || (d == bestD && fl.Name < best) {
-			best, bestD = fl.Name, d
+		if best == "" || d < bestD || (d == bestD && c < best) {
+			best, bestD = c, d
 		}
-	})
+	}
 	// At most two edits, and fewer than a third of the word: "--ttl" is not
 	// a typo of "--tls".
 	if best == "" || bestD > 2 || bestD*3 > max(len(name), 3) {
