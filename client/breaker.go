@@ -70,7 +70,7 @@ func (b Breaker) withDefaults() Breaker {
 }
 
 // breaker is the state of Breaker. The closed path (no failure since the
-// last answer) costs two atomic loads per call.
+// last answer) costs three atomic loads per call, no lock.
 type breaker struct {
 	cfg   Breaker
 	now   func() time.Time // time.Now; a test's clock

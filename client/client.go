@@ -144,9 +144,10 @@ type Stats struct {
 	FailedClosed uint64
 	// LeaderChanges: times the client switched the node it sends to.
 	LeaderChanges uint64
-	// ShortCircuited: calls the open breaker answered without trying the
-	// network (see Breaker); checks among them are also in FailedOpen or
-	// FailedClosed when a fail mode answered them.
+	// ShortCircuited: requests the open breaker answered without trying
+	// the network (see Breaker; a coalesced batch counts once); the checks
+	// among them are also in FailedOpen or FailedClosed when a fail mode
+	// answered them.
 	ShortCircuited uint64
 }
 
