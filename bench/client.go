@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"time"
 
@@ -16,6 +17,8 @@ type ClientConfig struct {
 	// Options are passed to client.New after the timeout (e.g.
 	// client.WithCoalescing to turn coalescing off; it is on by default).
 	Options []client.Option
+	// TLS, when set, is the client's TLS configuration (client.WithTLS).
+	TLS *tls.Config
 }
 
 // ClientTarget sends every check as one client.Check call of limitd's Go
@@ -31,6 +34,9 @@ type ClientTarget struct {
 // NewClientTarget returns a target for cfg.
 func NewClientTarget(cfg ClientConfig) (*ClientTarget, error) {
 	opts := cfg.Options
+	if cfg.TLS != nil {
+		opts = append([]client.Option{client.WithTLS(cfg.TLS)}, opts...)
+	}
 	if cfg.Timeout > 0 {
 		opts = append([]client.Option{client.WithTimeout(cfg.Timeout)}, opts...)
 	}

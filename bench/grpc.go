@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
@@ -26,6 +28,9 @@ type GRPCConfig struct {
 	// RLSDomainConfig); unused by GRPCTarget.
 	RLSDomain string
 	Timeout   time.Duration // per request; 0 means 10 s
+	// TLS, when set, speaks TLS to the nodes (their --tls-cert); nil is
+	// plaintext.
+	TLS *tls.Config
 }
 
 // grpcConns is one plaintext connection per node (benchmarks run on
@@ -37,7 +42,7 @@ type grpcConns struct {
 	timeout time.Duration
 }
 
-func dialAll(addrs []string, timeout time.Duration) (*grpcConns, error) {
+func dialAll(addrs []string, timeout time.Duration, tlsCfg *tls.Config) (*grpcConns, error) {
 	if len(addrs) == 0 {
 		return nil, errors.New("no gRPC addresses to send checks to")
 	}
@@ -46,7 +51,11 @@ func dialAll(addrs []string, timeout time.Duration) (*grpcConns, error) {
 	}
 	g := &grpcConns{timeout: timeout}
 	for _, a := range addrs {
-		cc, err := grpc.NewClient("passthrough:///"+a, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		creds := insecure.NewCredentials()
+		if tlsCfg != nil {
+			creds = credentials.NewTLS(tlsCfg)
+		}
+		cc, err := grpc.NewClient("passthrough:///"+a, grpc.WithTransportCredentials(creds))
 		if err != nil {
 			g.Close()
 			return nil, fmt.Errorf("gRPC connection to %s: %w", a, err)
@@ -98,7 +107,7 @@ type GRPCTarget struct {
 // NewGRPCTarget returns a target for cfg. Hot keys (IsHot) are checked
 // against an inline limit of cfg.Check.HotLimit per window.
 func NewGRPCTarget(cfg GRPCConfig) (*GRPCTarget, error) {
-	g, err := dialAll(cfg.Addrs, cfg.Timeout)
+	g, err := dialAll(cfg.Addrs, cfg.Timeout, cfg.TLS)
 	if err != nil {
 		return nil, err
 	}
@@ -199,7 +208,7 @@ func NewRLSTarget(cfg GRPCConfig) (*RLSTarget, error) {
 	if cfg.Check.Cost < 0 || cfg.Check.Cost > 1<<32-1 {
 		return nil, fmt.Errorf("cost %d does not fit RLS hits_addend", cfg.Check.Cost)
 	}
-	g, err := dialAll(cfg.Addrs, cfg.Timeout)
+	g, err := dialAll(cfg.Addrs, cfg.Timeout, cfg.TLS)
 	if err != nil {
 		return nil, err
 	}

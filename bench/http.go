@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -134,6 +135,9 @@ type HTTPConfig struct {
 	// (httpconn.go), which costs the generator 1.7–2.6 times less CPU
 	// per check.
 	NetHTTP bool
+	// TLS configures https:// addresses (nil: the system roots, no client
+	// certificate).
+	TLS *tls.Config
 }
 
 // HTTPTarget sends checks to limitd's JSON API.
@@ -175,7 +179,7 @@ func NewHTTPTarget(cfg HTTPConfig) (*HTTPTarget, error) {
 		return &buffers{req: make([]byte, 0, 4096), resp: make([]byte, 0, 4096)}
 	}
 	if !cfg.NetHTTP {
-		if t.conns, err = newConnClient(cfg.Addrs, conns, timeout); err != nil {
+		if t.conns, err = newConnClient(cfg.Addrs, conns, timeout, cfg.TLS); err != nil {
 			return nil, err
 		}
 		return t, nil
@@ -190,6 +194,7 @@ func NewHTTPTarget(cfg HTTPConfig) (*HTTPTarget, error) {
 		IdleConnTimeout:       90 * time.Second,
 		DisableCompression:    true,
 		ResponseHeaderTimeout: timeout, // a timer per request, without a context per request
+		TLSClientConfig:       cfg.TLS,
 	}
 	t.client = &http.Client{Transport: tr}
 	for _, a := range cfg.Addrs {

@@ -70,7 +70,7 @@ type hconn struct {
 
 // newConnClient parses the base URLs (http or https, with an optional path
 // prefix) and keeps up to idlePerHost connections to each.
-func newConnClient(bases []string, idlePerHost int, timeout time.Duration) (*connClient, error) {
+func newConnClient(bases []string, idlePerHost int, timeout time.Duration, tlsCfg *tls.Config) (*connClient, error) {
 	c := &connClient{timeout: timeout, dialer: net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}}
 	for _, b := range bases {
 		u, err := url.Parse(b)
@@ -91,7 +91,11 @@ func newConnClient(bases []string, idlePerHost int, timeout time.Duration) (*con
 			if port == "" {
 				port = "443"
 			}
-			h.tls = &tls.Config{ServerName: u.Hostname(), MinVersion: tls.VersionTLS12}
+			h.tls = &tls.Config{MinVersion: tls.VersionTLS12}
+			if tlsCfg != nil {
+				h.tls = tlsCfg.Clone()
+			}
+			h.tls.ServerName = u.Hostname()
 		default:
 			return nil, fmt.Errorf("address %q: scheme %q, want http or https", b, u.Scheme)
 		}

@@ -122,7 +122,7 @@ func TestOwnClientKeepsAlive(t *testing.T) {
 		w.Write(b) // echo
 	})
 	defer srv.Close()
-	c, err := newConnClient([]string{srv.URL + "/prefix/"}, 4, time.Second)
+	c, err := newConnClient([]string{srv.URL + "/prefix/"}, 4, time.Second, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +147,7 @@ func TestOwnClientClosesOnConnectionClose(t *testing.T) {
 		w.Write([]byte("bye"))
 	})
 	defer srv.Close()
-	c, err := newConnClient([]string{srv.URL}, 4, time.Second)
+	c, err := newConnClient([]string{srv.URL}, 4, time.Second, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +178,7 @@ func TestOwnClientContextEnds(t *testing.T) {
 	}))
 	defer srv.Close()
 	defer close(release)
-	c, err := newConnClient([]string{srv.URL}, 4, time.Minute)
+	c, err := newConnClient([]string{srv.URL}, 4, time.Minute, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +221,7 @@ func TestOwnClientTimeout(t *testing.T) {
 			defer conn.Close() // read nothing, answer nothing
 		}
 	}()
-	c, err := newConnClient([]string{"http://" + ln.Addr().String()}, 1, 50*time.Millisecond)
+	c, err := newConnClient([]string{"http://" + ln.Addr().String()}, 1, 50*time.Millisecond, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,7 +238,7 @@ func TestOwnClientTLS(t *testing.T) {
 		w.Write([]byte("secure"))
 	}))
 	defer srv.Close()
-	c, err := newConnClient([]string{srv.URL}, 1, time.Second)
+	c, err := newConnClient([]string{srv.URL}, 1, time.Second, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -257,11 +257,11 @@ func TestOwnClientTLS(t *testing.T) {
 
 func TestNewConnClientRefuses(t *testing.T) {
 	for _, a := range []string{"127.0.0.1:80", "ftp://h/", "http://user@h/", "http://h/?q=1", "http://h/#f", "://x"} {
-		if _, err := newConnClient([]string{a}, 1, time.Second); err == nil {
+		if _, err := newConnClient([]string{a}, 1, time.Second, nil); err == nil {
 			t.Errorf("address %q accepted", a)
 		}
 	}
-	c, err := newConnClient([]string{"http://h", "https://[::1]/p/"}, 1, time.Second)
+	c, err := newConnClient([]string{"http://h", "https://[::1]/p/"}, 1, time.Second, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

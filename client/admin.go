@@ -172,7 +172,7 @@ func (c *Client) Snapshot(ctx context.Context, w io.Writer) (int64, error) {
 	ctx, cancel := c.withDeadline(ctx)
 	defer cancel()
 	var n int64
-	err := c.retry(ctx, true, func(host string) error {
+	err := c.retry(ctx, true, func(ctx context.Context, host string) error {
 		if n > 0 {
 			return errors.New("limitd: snapshot stream broke after the first bytes; start again")
 		}
@@ -188,7 +188,7 @@ func (c *Client) Snapshot(ctx context.Context, w io.Writer) (int64, error) {
 			if kind := configKind(err); kind != "" {
 				return &ConfigError{Addr: host, Kind: kind, Err: unwrapURL(err)}
 			}
-			return &transportError{addr: host, err: err}
+			return &transportError{addr: host, sent: sentMaybe(err), err: err}
 		}
 		defer resp.Body.Close()
 		if resp.StatusCode != http.StatusOK {

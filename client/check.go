@@ -61,7 +61,7 @@ func (c *Client) check(ctx context.Context, r *Request) (Decision, error) {
 	*body = appendCheck((*body)[:0], r, idb)
 	out := getBuf()
 	defer putBuf(out)
-	err := c.retry(ctx, len(idb) > 0, func(host string) error {
+	err := c.retry(ctx, len(idb) > 0, func(ctx context.Context, host string) error {
 		_, err := c.send(ctx, http.MethodPost, host, "/v1/check", *body, false, out)
 		return err
 	})
@@ -244,7 +244,7 @@ func (c *Client) sendBatch(calls []*call) {
 	errNoneLeft := errors.New("no live calls")
 	// Without request ids, a batch whose outcome is unknown is not retried.
 	unknownOK := !c.opts.noRequestID
-	err := c.retry(ctx, unknownOK, func(host string) error {
+	err := c.retry(ctx, unknownOK, func(ctx context.Context, host string) error {
 		live = live[:0]
 		now := time.Now()
 		for _, cl := range calls {
@@ -283,6 +283,15 @@ func (c *Client) sendBatch(calls []*call) {
 		return err
 	})
 	if err == errNoneLeft {
+		return
+	}
+	var bo *breakerOpenError
+	if errors.As(err, &bo) {
+		// The open breaker answered before any attempt chose the live
+		// calls: every call gets its answer now, not at its deadline.
+		for _, cl := range calls {
+			finish(cl, Decision{}, err)
+		}
 		return
 	}
 	var e *Error

@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -86,6 +87,7 @@ type options struct {
 	coalesce    Coalescing
 	failMode    FailMode
 	noRequestID bool
+	breaker     Breaker
 }
 
 // Option configures a Client.
@@ -142,6 +144,11 @@ type Stats struct {
 	FailedClosed uint64
 	// LeaderChanges: times the client switched the node it sends to.
 	LeaderChanges uint64
+	// ShortCircuited: requests the open breaker answered without trying
+	// the network (see Breaker; a coalesced batch counts once); the checks
+	// among them are also in FailedOpen or FailedClosed when a fail mode
+	// answered them.
+	ShortCircuited uint64
 }
 
 // Client talks to a limitd cluster. It is safe for concurrent use; share one
@@ -167,8 +174,9 @@ type Client struct {
 	idSeq    atomic.Uint64
 
 	co *coalescer
+	br *breaker
 
-	checks, batches, retries, failedOpen, failedClosed, leaderChanges atomic.Uint64
+	checks, batches, retries, failedOpen, failedClosed, leaderChanges, shortCircuited atomic.Uint64
 }
 
 // New returns a client for the nodes at addrs ("host:port", "http://host:port"
@@ -237,6 +245,7 @@ func New(addrs []string, opts ...Option) (*Client, error) {
 	}
 	c.idPrefix = hex.EncodeToString(b[:]) + "-"
 	c.co = newCoalescer(c, o.coalesce)
+	c.br = newBreaker(o.breaker)
 	return c, nil
 }
 
@@ -278,7 +287,7 @@ func (c *Client) Stats() Stats {
 	return Stats{
 		Checks: c.checks.Load(), Batches: c.batches.Load(), Retries: c.retries.Load(),
 		FailedOpen: c.failedOpen.Load(), FailedClosed: c.failedClosed.Load(),
-		LeaderChanges: c.leaderChanges.Load(),
+		LeaderChanges: c.leaderChanges.Load(), ShortCircuited: c.shortCircuited.Load(),
 	}
 }
 
@@ -447,13 +456,42 @@ func (c *Client) withDeadline(ctx context.Context) (context.Context, context.Can
 // backs off and re-learns the leader. unknownOK says a retry is safe even
 // after an attempt that may have been applied (the request carries a
 // request_id, or is idempotent).
-func (c *Client) retry(ctx context.Context, unknownOK bool, attempt func(host string) error) error {
+//
+// An attempt that could not connect sent nothing: the call fails over to
+// the next known node at once, and ends at once when every known node
+// failed to connect (the breaker counts it; see Breaker). ctx is passed to
+// attempt because a probe of the open breaker runs under a shorter one.
+func (c *Client) retry(ctx context.Context, unknownOK bool, attempt func(ctx context.Context, host string) error) (err error) {
+	probe, err := c.br.admit()
+	if err != nil {
+		c.shortCircuited.Add(1)
+		return err
+	}
+	if probe {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.br.cfg.ProbeTimeout)
+		defer cancel()
+	}
+	// answered: some node gave an HTTP answer; transport: some attempt got
+	// none. Only a call with the second and not the first counts against
+	// the breaker (a configuration error counts as neither).
+	answered, transport := false, false
+	defer func() {
+		switch {
+		case answered:
+			c.br.answered()
+		case transport:
+			c.br.failed(err)
+		}
+	}()
 	backoff := retryBackoffMin
 	unknown := false
 	var misconfigured map[string]bool
+	var unreached []string
+	var unreachedErrs []error
 	for {
-		host := c.pick()
-		err := attempt(host)
+		host := c.pickAvoiding(unreached)
+		err := attempt(ctx, host)
 		var ce *ConfigError
 		if errors.As(err, &ce) {
 			// Not worth a retry on this node; another configured node may
@@ -471,6 +509,17 @@ func (c *Client) retry(ctx context.Context, unknownOK bool, attempt func(host st
 			}
 			continue
 		}
+		var te *transportError
+		switch {
+		case err == nil, isAnswer(err):
+			answered = true
+		case errors.As(err, &te):
+			// A request the caller's deadline cut short after it was sent
+			// is a slow node, not an unreachable one: it does not count.
+			if notConnected(err) || ctx.Err() == nil {
+				transport = true
+			}
+		}
 		if err == nil || !retryable(err) {
 			return err
 		}
@@ -483,6 +532,19 @@ func (c *Client) retry(ctx context.Context, unknownOK bool, attempt func(host st
 		c.demote(host)
 		if ctx.Err() != nil {
 			return &deadlineError{ctxErr: ctx.Err(), last: err, unknown: unknown}
+		}
+		if notConnected(err) && !slices.Contains(unreached, host) {
+			unreached = append(unreached, host)
+			unreachedErrs = append(unreachedErrs, err)
+			if len(unreached) < c.endpointCount() {
+				continue // fail over at once: nothing was sent
+			}
+			if !answered {
+				return &unreachableError{addrs: unreached, errs: unreachedErrs, unknown: unknown}
+			}
+			// Some node answered earlier in this call (a 503 during an
+			// election, say): keep retrying as before, every node again.
+			unreached, unreachedErrs = unreached[:0], unreachedErrs[:0]
 		}
 		t := time.NewTimer(backoff)
 		select {
@@ -505,6 +567,29 @@ func (c *Client) retry(ctx context.Context, unknownOK bool, attempt func(host st
 			return ce
 		}
 	}
+}
+
+// isAnswer reports an error that is a node's HTTP answer.
+func isAnswer(err error) bool {
+	var e *Error
+	return errors.As(err, &e)
+}
+
+// pickAvoiding is pick, but never one of skip while a node outside it is
+// known: the nodes that refused this call's connections.
+func (c *Client) pickAvoiding(skip []string) string {
+	h := c.pick()
+	if len(skip) == 0 || !slices.Contains(skip, h) {
+		return h
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := range c.endpoints {
+		if e := c.endpoints[(c.next+i)%len(c.endpoints)]; !slices.Contains(skip, e) {
+			return e
+		}
+	}
+	return h
 }
 
 var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
@@ -662,11 +747,14 @@ func (c *Client) call(ctx context.Context, method, path string, body []byte, adm
 	defer cancel()
 	buf := getBuf()
 	defer putBuf(buf)
-	err := c.retry(ctx, idempotent, func(host string) error {
+	err := c.retry(ctx, idempotent, func(ctx context.Context, host string) error {
 		_, err := c.send(ctx, method, host, path, body, admin, buf)
 		return err
 	})
 	if err != nil {
+		if !strings.HasPrefix(path, "/v1/check") {
+			markNotCheck(err)
+		}
 		return err
 	}
 	if out != nil {

@@ -27,6 +27,18 @@
 //     its own decision and error.
 //   - Fail mode: FailError (default), FailOpen or FailClosed when the
 //     cluster cannot decide; Stats counts the degraded answers.
+//   - Fail fast in an outage (Breaker, WithBreaker): a refused connection
+//     fails over to the next known node at once, and a call ends at once
+//     when every known node refused it. After 3 consecutive calls that
+//     reached no node (DefaultBreakerFailures) the breaker opens: calls
+//     return an error matching ErrUnavailable (or the fail mode's answer)
+//     without touching the network, and one call per second
+//     (DefaultBreakerInterval) probes, for at most a second
+//     (DefaultBreakerProbeTimeout). What a check costs in an outage: at most
+//     one probe per interval; every other check answers in microseconds.
+//     Any HTTP answer closes the breaker. A cluster that answers 503 (no
+//     leader) is not an outage to the breaker: those checks retry until
+//     their deadline, as exactly-once needs.
 //
 // Errors are *Error values for what a node answered (errors.Is against
 // ErrInvalidArgument, ErrNotFound, ErrUnauthenticated, ErrConflict,

@@ -157,6 +157,9 @@ type deadlineError struct {
 	ctxErr  error
 	last    error
 	unknown bool
+	// notCheck: the call was an admin write, not a check; its unknown
+	// outcome is "applied", not "counted".
+	notCheck bool
 }
 
 func (e *deadlineError) Error() string {
@@ -165,9 +168,31 @@ func (e *deadlineError) Error() string {
 		s += " (last attempt: " + strings.TrimPrefix(e.last.Error(), "limitd: ") + ")"
 	}
 	if e.unknown {
-		s += "; it may have been counted"
+		s += "; " + mayHave(e.notCheck)
 	}
 	return s
+}
+
+// mayHave words an unknown outcome: a check may have been counted, any
+// other write (a policy, a membership change) applied.
+func mayHave(notCheck bool) string {
+	if notCheck {
+		return "it may have been applied"
+	}
+	return "it may have been counted"
+}
+
+// markNotCheck makes err, when it reports an unknown outcome, word it for a
+// call that is not a check.
+func markNotCheck(err error) {
+	var de *deadlineError
+	if errors.As(err, &de) {
+		de.notCheck = true
+	}
+	var ue *unreachableError
+	if errors.As(err, &ue) {
+		ue.notCheck = true
+	}
 }
 
 func (e *deadlineError) Unwrap() []error {

@@ -326,6 +326,15 @@ func (n *Node) tryBootstrap(peers []bootstrapInfo, expect int) (done bool, why e
 	if ids[0] != n.cfg.NodeID {
 		return false, fmt.Errorf("bootstrap: %d nodes see each other; waiting for %s (lowest node ID) to bootstrap", expect, ids[0])
 	}
+	// A peer that has not yet agreed (admitted itself) may not have seen what
+	// this node saw; were the cluster made now, it would find it made, join
+	// unadmitted, and be demoted as a wiped data directory although it never
+	// had a past. Bootstrap once every peer with an incarnation has agreed.
+	for _, p := range peers {
+		if p.ID != n.cfg.NodeID && p.Incarnation != "" && !p.Admitted {
+			return false, fmt.Errorf("bootstrap: %d nodes see each other; waiting for %s to agree", expect, p.ID)
+		}
+	}
 	conf := raft.Configuration{}
 	incs := map[string]string{}
 	for _, p := range peers {

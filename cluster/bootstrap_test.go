@@ -71,6 +71,30 @@ func TestTryBootstrapDecision(t *testing.T) {
 	}
 }
 
+// The lowest ID bootstraps only once every peer has agreed (admitted
+// itself): a peer that had not would join the new cluster unadmitted and be
+// demoted as "a new data directory" with no previous incarnation.
+func TestBootstrapWaitsForEveryPeerToAgree(t *testing.T) {
+	all := []string{"a", "b", "c"}
+	n := &Node{cfg: Config{NodeID: "a"}} // no Raft: bootstrapping here panics
+	n.log = discardLogger()
+	n.adm = &admission{dir: t.TempDir(), nodeID: "a", log: n.log}
+	peers := []bootstrapInfo{
+		{ID: "a", RaftAddr: "a:1", Expect: 3, Seen: all, Incarnation: "ia"},
+		{ID: "b", RaftAddr: "b:1", Expect: 3, Seen: all, Incarnation: "ib", Admitted: true},
+		{ID: "c", RaftAddr: "c:1", Expect: 3, Seen: all, Incarnation: "ic"},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			t.Fatalf("bootstrapped although c had not agreed (%v)", r)
+		}
+	}()
+	done, why := n.tryBootstrap(peers, 3)
+	if done || why == nil || !strings.Contains(why.Error(), "waiting for c to agree") {
+		t.Fatalf("done %v, %v; want to wait for c", done, why)
+	}
+}
+
 func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 // A down peer: one WARN however many heartbeats fail, an INFO reminder per

@@ -317,6 +317,9 @@ func Open(cfg Config, bootstrap bool) (*Node, error) {
 
 	// The incarnation is created before any Raft state (vote.go).
 	inc, created, err := loadIncarnation(cfg.DataDir)
+	if err == nil {
+		inc, err = claimDataDir(cfg.DataDir, cfg.NodeID, inc)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -507,6 +510,13 @@ func (n *Node) openRaft(bootstrap bool) error {
 		n.ahead.raft.Store(r)
 	}
 	n.hadState = existing
+	if known, member := n.membership(); existing && known && !member {
+		// Ready says so at every probe; the log must say it once too, or
+		// the node looks merely slow. A directory that names its node is
+		// refused before this (claimDataDir); one from before that is not.
+		n.log.Warn("this node is not in the Raft configuration its data directory holds: it will not become ready unless a leader adds it (a copy of another node's directory under a new --node-id, which defaults to --raft-addr? or a removed node)",
+			"node_id", cfg.NodeID, "data_dir", cfg.DataDir)
+	}
 	if !existing && bootstrap {
 		conf := raft.Configuration{Servers: []raft.Server{{
 			ID: rc.LocalID, Address: trans.LocalAddr(), Suffrage: raft.Voter,

@@ -91,6 +91,10 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 	return st, nil
 }
 
+// AppliedIndex is the last log index the state machine applied (still
+// readable after Close, for the final log line of a clean stop).
+func (n *Node) AppliedIndex() uint64 { return n.fsm.AppliedIndex() }
+
 // Digest fingerprints this node's replicated state together with the index
 // it reflects. Two replicas with the same applied index must have the same
 // digest. Applies wait while it is computed.

@@ -53,6 +53,25 @@ type incarnation struct {
 	// Admitted: a leader (or the bootstrap) has made this incarnation a
 	// voter with the whole history; it may vote.
 	Admitted bool `json:"admitted"`
+	// NodeID is the node the directory belongs to: a copy of another
+	// node's directory started under a new --node-id is refused at open
+	// (claimDataDir) instead of running forever, never ready. Empty in
+	// files written before it was recorded.
+	NodeID string `json:"node_id,omitempty"`
+}
+
+// claimDataDir checks that the directory of inc belongs to nodeID, and
+// records nodeID in a file that names no node yet.
+func claimDataDir(dir, nodeID string, inc incarnation) (incarnation, error) {
+	switch inc.NodeID {
+	case nodeID:
+		return inc, nil
+	case "":
+		inc.NodeID = nodeID
+		return inc, writeIncarnation(dir, inc)
+	}
+	return inc, fmt.Errorf("data directory %s belongs to node %q (%s), not to --node-id %q (which defaults to --raft-addr): start it as %q, or give node %q an empty data directory and --join (a copy of a member's directory under another id never becomes ready)",
+		dir, inc.NodeID, incarnationFile, nodeID, inc.NodeID, nodeID)
 }
 
 // incarnationKey is the node table entry under which the leader records a
@@ -162,7 +181,7 @@ func (a *admission) admit(why string) {
 	if a.admitted.Load() {
 		return
 	}
-	inc := incarnation{ID: a.id, Admitted: true}
+	inc := incarnation{ID: a.id, Admitted: true, NodeID: a.nodeID}
 	if err := writeIncarnation(a.dir, inc); err != nil {
 		// Voting stays allowed in memory: the record is replicated, and on
 		// restart the node reads it again from the node table.

@@ -42,7 +42,7 @@ func TestAdmitFromLogRecord(t *testing.T) {
 	}
 	// Durable: the next start reads it admitted.
 	again, created, err := loadIncarnation(dir)
-	if err != nil || created || again != (incarnation{ID: inc.ID, Admitted: true}) {
+	if err != nil || created || again != (incarnation{ID: inc.ID, Admitted: true, NodeID: "n2"}) {
 		t.Fatalf("reloaded %+v created %v, %v", again, created, err)
 	}
 }
@@ -64,5 +64,30 @@ func TestIncarnationRestoredAndDamaged(t *testing.T) {
 	}
 	if _, _, err := loadIncarnation(dir); err == nil || !strings.Contains(err.Error(), "--join") {
 		t.Fatalf("damaged file: %v", err)
+	}
+}
+
+// A data directory records its node: opened under another node id it is
+// refused with both names, instead of running forever, never ready. A file
+// from before the record is claimed by the first node to open it.
+func TestDataDirBelongsToItsNode(t *testing.T) {
+	dir := t.TempDir()
+	inc, _, err := loadIncarnation(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inc, err = claimDataDir(dir, "n1", inc); err != nil || inc.NodeID != "n1" {
+		t.Fatalf("claim a new directory: %+v %v", inc, err)
+	}
+	again, _, err := loadIncarnation(dir)
+	if err != nil || again.NodeID != "n1" {
+		t.Fatalf("reloaded %+v %v: the claim is not durable", again, err)
+	}
+	if _, err := claimDataDir(dir, "n1", again); err != nil {
+		t.Fatalf("its own node: %v", err)
+	}
+	_, err = claimDataDir(dir, "n4", again)
+	if err == nil || !strings.Contains(err.Error(), `belongs to node "n1"`) || !strings.Contains(err.Error(), `not to --node-id "n4"`) {
+		t.Fatalf("another node id: %v", err)
 	}
 }

@@ -110,6 +110,14 @@ func TestProcessBootstrapExpectThree(t *testing.T) {
 	if bootstrapped != 1 {
 		t.Errorf("%d nodes bootstrapped, want exactly 1", bootstrapped)
 	}
+	// Every node of a fresh cluster is a bootstrap peer: none is taken for a
+	// wiped data directory and demoted (the bootstrapper waits until every
+	// peer agreed).
+	for _, p := range ps {
+		if strings.Contains(p.Logs(), "new data directory") {
+			t.Errorf("%s logged a new data directory in a fresh cluster:\n%s", p.ID, p.Logs())
+		}
+	}
 	for _, p := range ps {
 		if err := p.term(); err != nil {
 			t.Errorf("stop %s: %v", p.ID, err)

@@ -21,6 +21,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -176,6 +177,28 @@ func TestSystemdUnit(t *testing.T) {
 	}
 }
 
+// The systemd environment template: gRPC for Envoy on, the same
+// --join and --bootstrap-expect on every node (an empty join on the first
+// node bootstraps a cluster of one again if it restarts empty), and no
+// placeholder token (a node off loopback refuses one).
+func TestSystemdEnvTemplate(t *testing.T) {
+	env := map[string]string{}
+	for _, line := range strings.Split(readDeploy(t, "systemd/limitd.env"), "\n") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(line), "="); ok && !strings.HasPrefix(k, "#") {
+			env[k] = v
+		}
+	}
+	if env["LIMITD_GRPC_ADDR"] == "" {
+		t.Error("LIMITD_GRPC_ADDR unset: no gRPC listener for Envoy")
+	}
+	if join := strings.Split(env["LIMITD_JOIN"], ","); env["LIMITD_BOOTSTRAP_EXPECT"] != "3" || len(join) != 3 || join[0] == "" {
+		t.Errorf("LIMITD_JOIN %q, LIMITD_BOOTSTRAP_EXPECT %q: want all three members and 3, the same on every node", env["LIMITD_JOIN"], env["LIMITD_BOOTSTRAP_EXPECT"])
+	}
+	if tok := env["LIMITD_ADMIN_TOKEN"]; tok != "" {
+		t.Errorf("LIMITD_ADMIN_TOKEN=%q: the template must not ship a token (every copy would share it)", tok)
+	}
+}
+
 // dockerInstructions returns the Dockerfile's instructions (continuations
 // joined), comments dropped.
 func dockerInstructions(t *testing.T) []string {
@@ -202,11 +225,13 @@ func dockerInstructions(t *testing.T) []string {
 // not built: there is no Docker engine here.
 func TestDockerfile(t *testing.T) {
 	var froms, builds []string
-	var user, volume, health, entry string
+	var user, volume, health, entry, expose string
 	env := map[string]string{}
 	for _, in := range dockerInstructions(t) {
 		op, rest, _ := strings.Cut(in, " ")
 		switch strings.ToUpper(op) {
+		case "EXPOSE":
+			expose = rest
 		case "FROM":
 			froms = append(froms, rest)
 		case "RUN":
@@ -234,6 +259,10 @@ func TestDockerfile(t *testing.T) {
 	}
 	if len(builds) != 1 || !strings.Contains(builds[0], "CGO_ENABLED=0") {
 		t.Fatalf("go build steps %v: want one, with CGO_ENABLED=0", builds)
+	}
+	// The Envoy path: gRPC on by default in the image, and its port exposed.
+	if env["LIMITD_GRPC_ADDR"] != "0.0.0.0:8081" || !slices.Contains(strings.Fields(expose), "8081") {
+		t.Errorf("LIMITD_GRPC_ADDR %q, EXPOSE %q: want gRPC on 0.0.0.0:8081 and the port exposed", env["LIMITD_GRPC_ADDR"], expose)
 	}
 	if user == "" || strings.HasPrefix(user, "0") || strings.HasPrefix(user, "root") {
 		t.Errorf("USER %q: want a non-root user", user)
@@ -361,8 +390,9 @@ func TestComposeFile(t *testing.T) {
 		if !contains(s.Volumes, vol) || c.Volumes[name] == nil {
 			t.Errorf("%s: volumes %v: want the named volume %s", name, s.Volumes, vol)
 		}
-		if len(s.Ports) != 1 || !strings.HasPrefix(s.Ports[0], "127.0.0.1:") {
-			t.Errorf("%s: ports %v: want the API published on loopback only", name, s.Ports)
+		if len(s.Ports) != 2 || !strings.HasPrefix(s.Ports[0], "127.0.0.1:") || !strings.HasPrefix(s.Ports[1], "127.0.0.1:") ||
+			!strings.HasSuffix(s.Ports[0], ":8080") || !strings.HasSuffix(s.Ports[1], ":8081") {
+			t.Errorf("%s: ports %v: want the HTTP API and gRPC (Envoy's rate limit service) published on loopback only", name, s.Ports)
 		}
 		if s.Build.Dockerfile != "deploy/docker/Dockerfile" || len(s.Networks) != 1 || c.Networks[s.Networks[0]] == nil {
 			t.Errorf("%s: build %+v, networks %v: want the Dockerfile and the file's network", name, s.Build, s.Networks)
@@ -562,6 +592,11 @@ func TestKubernetesManifests(t *testing.T) {
 	}
 	if ports["http"] != 8080 || ports["raft"] != 8300 || env["LIMITD_HTTP_ADDR"] != "0.0.0.0:8080" || env["LIMITD_RAFT_ADDR"] != "0.0.0.0:8300" {
 		t.Errorf("ports %v and addresses %s, %s disagree", ports, env["LIMITD_HTTP_ADDR"], env["LIMITD_RAFT_ADDR"])
+	}
+	// The Envoy path: gRPC listens, the pod declares the port, and the
+	// client Service carries it.
+	if ports["grpc"] != 8081 || env["LIMITD_GRPC_ADDR"] != "0.0.0.0:8081" {
+		t.Errorf("grpc port %d and LIMITD_GRPC_ADDR %q: want 8081 on every interface", ports["grpc"], env["LIMITD_GRPC_ADDR"])
 	}
 }
 

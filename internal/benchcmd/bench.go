@@ -3,6 +3,8 @@ package benchcmd
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -20,6 +22,7 @@ import (
 	"time"
 
 	"github.com/limitd/limitd/bench"
+	"github.com/limitd/limitd/internal/flagerr"
 	"github.com/limitd/limitd/internal/proccluster"
 )
 
@@ -123,11 +126,14 @@ type benchFlags struct {
 	timeout      time.Duration
 	jsonOut      bool
 	adminToken   string
-	label        string
-	pids         string
-	discoverPIDs bool
-	externalRLS  bool
-	netHTTP      bool
+	// --tls-ca, --tls-cert, --tls-key: as the client commands' (internal/cli).
+	tlsCA, tlsCert, tlsKey string
+	tlsConfig              *tls.Config // built by validate; nil: plaintext
+	label                  string
+	pids                   string
+	discoverPIDs           bool
+	externalRLS            bool
+	netHTTP                bool
 }
 
 // Usage prints `limitd bench`'s help to out.
@@ -160,6 +166,9 @@ func newBenchFlagSet(out io.Writer) (*flag.FlagSet, *benchFlags) {
 	fs.DurationVar(&f.timeout, "timeout", 10*time.Second, "per-request timeout; a request that takes longer counts as a timeout error")
 	fs.BoolVar(&f.jsonOut, "json", false, "print one JSON line instead of the table, and no progress bar")
 	fs.StringVar(&f.adminToken, "admin-token", os.Getenv("LIMITD_ADMIN_TOKEN"), "bearer token for --create-policy (default $LIMITD_ADMIN_TOKEN)")
+	fs.StringVar(&f.tlsCA, "tls-ca", "", "CA bundle that signed the nodes' certificates (default: system roots); any --tls-* flag makes addresses without a scheme https:// and gRPC TLS")
+	fs.StringVar(&f.tlsCert, "tls-cert", "", "client certificate file, for nodes that require one (with --tls-key)")
+	fs.StringVar(&f.tlsKey, "tls-key", "", "private key file of --tls-cert")
 	fs.StringVar(&f.label, "label", "", "name of this run in the JSON line and in comparison tables")
 	fs.StringVar(&f.pids, "pids", "", "comma-separated process ids of the --addrs nodes, in the same order, to report their CPU per check")
 	fs.BoolVar(&f.leaderOnly, "leader-only", false, "send every request to the leader (found once at the start) instead of round robin over the nodes; CPU is still reported for every node")
@@ -178,10 +187,12 @@ func newBenchFlagSet(out io.Writer) (*flag.FlagSet, *benchFlags) {
 func Main(args []string, stdout, stderr io.Writer) int {
 	bench.TuneGC()
 	fs, f := newBenchFlagSet(stderr)
-	if err := fs.Parse(args); err != nil {
+	if err := flagerr.Parse(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			fs.Usage()
 			return 0
 		}
+		fmt.Fprintf(stderr, "limitd bench: %v; run 'limitd bench --help' for the flags\n", err)
 		return 2
 	}
 	if err := f.validate(fs); err != nil {
@@ -273,11 +284,74 @@ func (f *benchFlags) validate(fs *flag.FlagSet) error {
 		}
 	}
 	f.check.HotLimit = f.work.HotLimit
+	return f.loadTLS()
+}
+
+// loadTLS builds the TLS configuration of --tls-ca, --tls-cert and
+// --tls-key, with the client commands' rules and messages.
+func (f *benchFlags) loadTLS() error {
+	httpClient = http.DefaultClient
+	if f.tlsCA == "" && f.tlsCert == "" && f.tlsKey == "" {
+		return nil
+	}
+	if (f.tlsCert == "") != (f.tlsKey == "") {
+		return errors.New("--tls-cert and --tls-key go together")
+	}
+	if f.cluster > 0 {
+		return errors.New("--tls-* are for --addrs: the nodes --cluster starts serve plain HTTP on loopback")
+	}
+	tc := &tls.Config{MinVersion: tls.VersionTLS12}
+	if f.tlsCA != "" {
+		pem, err := os.ReadFile(f.tlsCA)
+		if err != nil {
+			return fmt.Errorf("--tls-ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return fmt.Errorf("--tls-ca %s: no certificates found", f.tlsCA)
+		}
+		tc.RootCAs = pool
+	}
+	if f.tlsCert != "" {
+		cert, err := tls.LoadX509KeyPair(f.tlsCert, f.tlsKey)
+		if err != nil {
+			return fmt.Errorf("--tls-cert/--tls-key: %w", err)
+		}
+		tc.Certificates = []tls.Certificate{cert}
+	}
+	f.tlsConfig = tc
+	httpClient = &http.Client{Transport: &http.Transport{Proxy: nil, TLSClientConfig: tc}}
+	return nil
+}
+
+// httpClient makes the bench's own requests (readiness, policy, leader,
+// stage scrapes): with --tls-*, over TLS with their configuration.
+var httpClient = http.DefaultClient
+
+// getReady is GET /readyz through httpClient.
+func getReady(ctx context.Context, addr string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, addr+"/readyz", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return fmt.Errorf("GET /readyz: %s %s", resp.Status, strings.TrimSpace(string(b)))
+	}
 	return nil
 }
 
 func (f *benchFlags) run(ctx context.Context, stdout, stderr io.Writer) error {
 	addrs := splitAddrs(f.addrs)
+	if f.tlsConfig != nil {
+		// With --tls-*, an address without a scheme is https (as the CLI's).
+		addrs = splitAddrsDefault(f.addrs, "https")
+	}
 	grpcAddrs := splitList(f.grpcAddrs)
 	nodes := len(addrs)
 	var c *proccluster.Cluster
@@ -507,7 +581,7 @@ func nodeRole(ctx context.Context, addr, token string) string {
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := httpClient.Do(req)
 	if err != nil {
 		return "node"
 	}
@@ -553,7 +627,7 @@ func scrapeStages(ctx context.Context, nodes, addrs []string, token string) []be
 	}
 	out := make([]bench.Scrape, len(addrs))
 	for i, a := range addrs {
-		s, err := bench.ScrapeStages(ctx, http.DefaultClient, nodes[i], a, token)
+		s, err := bench.ScrapeStages(ctx, httpClient, nodes[i], a, token)
 		if err != nil {
 			return nil
 		}
@@ -576,7 +650,10 @@ func parsePIDs(s string) ([]int, error) {
 }
 
 // splitAddrs turns "a:1, http://b:2/" into base URLs.
-func splitAddrs(s string) []string {
+func splitAddrs(s string) []string { return splitAddrsDefault(s, "http") }
+
+// splitAddrsDefault is splitAddrs with scheme for addresses that name none.
+func splitAddrsDefault(s, scheme string) []string {
 	var out []string
 	for _, a := range strings.Split(s, ",") {
 		a = strings.TrimRight(strings.TrimSpace(a), "/")
@@ -584,7 +661,7 @@ func splitAddrs(s string) []string {
 			continue
 		}
 		if !strings.Contains(a, "://") {
-			a = "http://" + a
+			a = scheme + "://" + a
 		}
 		out = append(out, a)
 	}
@@ -602,7 +679,7 @@ func waitBenchReady(ctx context.Context, addrs []string, wait time.Duration) err
 	for _, a := range addrs {
 		var last error
 		for {
-			err := proccluster.GetReady(ctx, a)
+			err := getReady(ctx, a)
 			if err == nil {
 				break
 			}
@@ -648,7 +725,7 @@ func putBenchPolicy(ctx context.Context, addr, token string, c bench.CheckSpec, 
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := httpClient.Do(req)
 	if err != nil {
 		return fmt.Errorf("create policy %q: %w", c.Policy, err)
 	}
@@ -702,26 +779,26 @@ func startBenchCluster(ctx context.Context, n int, o proccluster.Options) (*proc
 func (f *benchFlags) newTarget(addrs, grpcAddrs []string) (bench.Target, func(), error) {
 	switch f.target {
 	case benchTargetGRPC:
-		t, err := bench.NewGRPCTarget(bench.GRPCConfig{Addrs: grpcAddrs, Check: f.check, Timeout: f.timeout})
+		t, err := bench.NewGRPCTarget(bench.GRPCConfig{Addrs: grpcAddrs, Check: f.check, Timeout: f.timeout, TLS: f.tlsConfig})
 		if err != nil {
 			return nil, nil, err
 		}
 		return t, t.Close, nil
 	case benchTargetRLS:
-		t, err := bench.NewRLSTarget(bench.GRPCConfig{Addrs: grpcAddrs, Check: f.check, RLSDomain: benchRLSDomain, Timeout: f.timeout})
+		t, err := bench.NewRLSTarget(bench.GRPCConfig{Addrs: grpcAddrs, Check: f.check, RLSDomain: benchRLSDomain, Timeout: f.timeout, TLS: f.tlsConfig})
 		if err != nil {
 			return nil, nil, err
 		}
 		return t, t.Close, nil
 	case benchTargetClient:
-		t, err := bench.NewClientTarget(bench.ClientConfig{Addrs: addrs, Check: f.check, Timeout: f.timeout})
+		t, err := bench.NewClientTarget(bench.ClientConfig{Addrs: addrs, Check: f.check, Timeout: f.timeout, TLS: f.tlsConfig})
 		if err != nil {
 			return nil, nil, err
 		}
 		return t, t.Close, nil
 	}
 	t, err := bench.NewHTTPTarget(bench.HTTPConfig{
-		Addrs: addrs, Check: f.check, Concurrency: f.work.Conns(), Timeout: f.timeout, NetHTTP: f.netHTTP,
+		Addrs: addrs, Check: f.check, Concurrency: f.work.Conns(), Timeout: f.timeout, NetHTTP: f.netHTTP, TLS: f.tlsConfig,
 	})
 	if err != nil {
 		return nil, nil, err
@@ -761,7 +838,7 @@ func putBenchRLSDomain(ctx context.Context, addrs []string, token string, c benc
 		if token != "" {
 			req.Header.Set("Authorization", "Bearer "+token)
 		}
-		return http.DefaultClient.Do(req)
+		return httpClient.Do(req)
 	}
 	path := "/v1/rls/domains/" + url.PathEscape(benchRLSDomain)
 	resp, err := do(http.MethodPut, addrs[0]+path, []byte(cfg))

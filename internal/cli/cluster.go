@@ -1,8 +1,14 @@
 package cli
 
 import (
+	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
 
 	"github.com/limitd/limitd/client"
 )
@@ -16,6 +22,14 @@ const clusterUsage = `Usage: limitd cluster status|members|join|remove [flags]
                                            add a voter (admin; a new node usually
                                            joins itself with serve --join)
   remove ID                                remove a member (admin)
+
+Without a leader (an election, or the quorum lost), status and members ask
+every member the answering node knows, and show which answer and which do
+not (e.g. "unreachable: connection refused").
+
+Exit status: 0 a leader answered (or was named by the answering node);
+3 no leader (no quorum, an election) or no node reachable; 2 bad flags;
+4 other errors; 5 the client's configuration (certificate, scheme, token).
 
 Example:
   limitd cluster status --addr 10.0.0.1:8080,10.0.0.2:8080
@@ -84,6 +98,12 @@ func runCluster(args []string, env Env) int {
 		return fail(env, name, err)
 	}
 	public := publicView(st)
+	noLeader := st.LeaderID == "" && st.LeaderHTTPAddr == ""
+	if noLeader && !public {
+		// The answering node cannot say how the others are: ask each. The
+		// exit status below says there is no leader whatever they answer.
+		probeMembers(ctx, c, &st)
+	}
 	if public {
 		fmt.Fprintln(env.Stderr, "limitd: the public view: the answering node's id, Raft addresses, terms, indexes and health need --token (LIMITD_ADMIN_TOKEN)")
 	} else if st.State != client.StateLeader {
@@ -92,20 +112,71 @@ func runCluster(args []string, env Env) int {
 		fmt.Fprintf(env.Stderr, "limitd: answered by %s (%s), not the leader: it cannot know the other followers' health (shown as unknown)\n",
 			st.NodeID, st.State)
 	}
+	code = ExitOK
+	if noLeader {
+		// No leader: nothing can be decided or written. A script polling
+		// status must see it without parsing the table.
+		fmt.Fprintf(env.Stderr, "limitd %s: no leader: the cluster cannot decide checks or take writes (quorum lost, or an election in progress)\n", name)
+		code = ExitUnavailable
+	}
 	if cf.output == "json" {
 		if sub == "members" {
 			printJSON(env.Stdout, map[string]any{"members": st.Members})
 		} else {
 			printJSON(env.Stdout, st)
 		}
-		return ExitOK
+		return code
 	}
 	if sub == "status" {
 		printStatus(env, st, public)
 		fmt.Fprintln(env.Stdout)
 	}
 	printMembers(env, st.Members, public)
-	return ExitOK
+	return code
+}
+
+// probeWait bounds the question to each member when there is no leader.
+const probeWait = time.Second
+
+// probeMembers replaces the "unknown" health of the members other than the
+// answering node with what asking each of them directly found: "up
+// (Follower)", "up (Candidate)" or "unreachable: connection refused".
+func probeMembers(ctx context.Context, c *client.Client, st *client.ClusterStatus) {
+	var wg sync.WaitGroup
+	for i := range st.Members {
+		m := &st.Members[i]
+		if m.ID == st.NodeID {
+			m.Health = "up (" + orUnknown(st.State) + ", answered)"
+			continue
+		}
+		if m.HTTPAddr == "" {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pctx, cancel := context.WithTimeout(ctx, probeWait)
+			defer cancel()
+			ns, err := c.NodeStatus(pctx, m.HTTPAddr)
+			if err != nil {
+				m.Health = "unreachable: " + probeFailure(err)
+				return
+			}
+			m.Health = "up (" + orUnknown(ns.State) + ")"
+		}()
+	}
+	wg.Wait()
+}
+
+// probeFailure is why a member did not answer, in few words.
+func probeFailure(err error) string {
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "no answer within " + probeWait.String()
+	}
+	return strings.TrimPrefix(err.Error(), "limitd: ")
 }
 
 // needsToken stands where the public view has no value.

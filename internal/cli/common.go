@@ -15,7 +15,9 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/limitd/limitd/algo"
 	"github.com/limitd/limitd/client"
+	"github.com/limitd/limitd/internal/flagerr"
 )
 
 // Exit codes of the client commands (check, policy, key, cluster, snapshot)
@@ -173,21 +175,45 @@ func parseFlags(fs *flag.FlagSet, args []string, env Env, usage func()) ([]strin
 				usage()
 				return nil, ExitOK, false
 			}
-			return nil, usageError(env, fs.Name(), "%v", err), false
+			return nil, usageError(env, fs.Name(), "%s", flagerr.Describe(fs, err)), false
 		}
 		args = fs.Args()
-		if len(args) == 0 {
+		if len(args) == 0 || args[0] == "--" {
+			if len(args) > 0 {
+				pos = append(pos, args[1:]...)
+			}
+			if err := checkWindowFlag(fs); err != nil {
+				return nil, usageError(env, fs.Name(), "%v", err), false
+			}
 			return pos, 0, true
-		}
-		if args[0] == "--" {
-			return append(pos, args[1:]...), 0, true
 		}
 		pos = append(pos, args[0])
 		args = args[1:]
 	}
 }
 
-// usageError reports a bad invocation.
+// checkWindowFlag refuses a --window the server would refuse, before any
+// connection: the mistake is the command line's, and the answer should not
+// depend on reaching a node.
+func checkWindowFlag(fs *flag.FlagSet) error {
+	fl := fs.Lookup("window")
+	if fl == nil || fl.Value.String() == "" {
+		return nil
+	}
+	v := fl.Value.String()
+	if _, err := algo.ParseWindow(v); err != nil {
+		var fe *algo.FieldError
+		if errors.As(err, &fe) {
+			if rest, ok := strings.CutPrefix(fe.Message, fmt.Sprintf("invalid duration %q ", v)); ok {
+				return fmt.Errorf("invalid duration %q for --window %s", v, rest)
+			}
+			return fmt.Errorf("--window %q: %s", v, fe.Message)
+		}
+		return fmt.Errorf("--window %q: %v", v, err)
+	}
+	return nil
+}
+
 // parseSubcommand reads "GROUP SUB [flags] [args]" for a command group
 // (cluster, policy, snapshot): SUB must be one of subs; then fs parses the
 // rest. When ok is false, code is the exit status to return (help printed,
@@ -203,12 +229,16 @@ func parseSubcommand(env Env, group, usage string, fs *flag.FlagSet, args []stri
 	}
 	sub = args[0]
 	if !slices.Contains(subs, sub) {
+		if near := flagerr.Closest(sub, subs); near != "" {
+			return "", nil, usageError(env, group, "unknown subcommand %q (did you mean %s?)", sub, near), false
+		}
 		return "", nil, usageError(env, group, "unknown subcommand %q (want %s)", sub, want), false
 	}
 	pos, code, ok = parseFlags(fs, args[1:], env, func() { printUsage(env, usage, fs) })
 	return sub, pos, code, ok
 }
 
+// usageError reports a bad invocation.
 func usageError(env Env, name, format string, a ...any) int {
 	top, _, _ := strings.Cut(name, " ")
 	fmt.Fprintf(env.Stderr, "limitd %s: %s\nRun 'limitd help %s' for usage.\n", name, fmt.Sprintf(format, a...), top)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/limitd/limitd/algo"
+	"github.com/limitd/limitd/internal/flagerr"
 	sim "github.com/limitd/limitd/simulate"
 )
 
@@ -114,10 +115,12 @@ func Simulate(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	// Flags may follow the trace path: parse, take one argument, repeat.
 	var paths []string
 	for {
-		if err := fs.Parse(args); err != nil {
+		if err := flagerr.Parse(fs, args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
+				fs.Usage()
 				return 0
 			}
+			fmt.Fprintf(stderr, "limitd simulate: %v; run 'limitd simulate --help' for the flags\n", err)
 			return 2
 		}
 		if fs.NArg() == 0 {

@@ -284,7 +284,8 @@ func TestSimulateFlagErrors(t *testing.T) {
 		{"compare with calendar", []string{"--compare", "--limit", "1", "--calendar", "day"}, "--calendar cannot be used with --compare"},
 		{"compare bad burst", []string{"--compare", "--limit", "1", "--window", "1s", "--burst", "-3"}, "--burst: "},
 		{"two traces", []string{"--algorithm", "fixed_window", "--limit", "1", "--window", "1s", "a", "b"}, "one trace at most"},
-		{"unknown flag", []string{"--rate", "5"}, "flag provided but not defined: -rate"},
+		{"unknown flag", []string{"--rate", "5"}, "unknown flag --rate"},
+		{"close to a flag", []string{"--limt", "5"}, "unknown flag --limt (did you mean --limit?); run 'limitd simulate --help' for the flags"},
 	}
 	for _, tt := range tests {
 		code, out, errs := simulateRun(t, "1 a\n", tt.args...)

@@ -7,8 +7,11 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/limitd/limitd/internal/flagerr"
 )
 
 // Configuration sources of limitd serve, highest precedence first:
@@ -43,18 +46,24 @@ Unknown keys in the file are an error.
 Flags:
 `
 
-// errFlagsReported: the flag package already printed the error and usage.
-var errFlagsReported = errors.New("invalid flags")
+// flagsError is a bad command line: the flag package's error in one line
+// (internal/flagerr) and where the flags are listed.
+type flagsError struct{ err error }
+
+func (e *flagsError) Error() string {
+	return "serve: " + e.err.Error() + "; run 'limitd serve --help' for the flags"
+}
 
 // loadServeFlags parses the command line, then fills every flag it did not
 // set from the environment (lookupEnv) and then from the --config file.
 func loadServeFlags(args []string, lookupEnv func(string) (string, bool), out io.Writer) (*serveFlags, error) {
 	fs, f := newServeFlagSet(out)
-	if err := fs.Parse(args); err != nil {
+	if err := flagerr.Parse(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			fs.Usage()
 			return nil, err
 		}
-		return nil, errFlagsReported
+		return nil, &flagsError{err}
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("serve: unexpected argument %q", fs.Arg(0))
@@ -87,13 +96,25 @@ func applyEnv(fs *flag.FlagSet, set map[string]bool, lookupEnv func(string) (str
 		env := envName(fl.Name)
 		if v, ok := lookupEnv(env); ok {
 			if e := fs.Set(fl.Name, v); e != nil {
-				err = fmt.Errorf("%s: invalid value %q: %w", env, v, e)
+				err = fmt.Errorf("%s: %s", env, invalidValue(fl, v, e))
 				return
 			}
 			set[fl.Name] = true
 		}
 	})
 	return err
+}
+
+// invalidValue words a value a flag refused from the environment or the
+// file: a duration says what one looks like (the flag package says only
+// "parse error").
+func invalidValue(fl *flag.Flag, v string, err error) string {
+	if g, ok := fl.Value.(flag.Getter); ok {
+		if _, ok := g.Get().(time.Duration); ok {
+			return fmt.Sprintf("invalid duration %q (%s)", v, flagerr.DurationHint)
+		}
+	}
+	return fmt.Sprintf("invalid value %q: %v", v, err)
 }
 
 // maxConfigFile bounds the --config file: a settings file, not data.
@@ -167,7 +188,7 @@ func applyConfigFile(fs *flag.FlagSet, path string, set map[string]bool) error {
 		}
 		for _, val := range values {
 			if err := fs.Set(name, val); err != nil {
-				return fmt.Errorf("%s: invalid value %q: %w", at, val, err)
+				return fmt.Errorf("%s: %s", at, invalidValue(fl, val, err))
 			}
 		}
 	}

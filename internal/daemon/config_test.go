@@ -123,7 +123,7 @@ func TestServeConfigFileErrors(t *testing.T) {
 		{"http-addr: 127.0.0.1:1\nhttp_adr: x\n", `:2: "http_adr": unknown key`},
 		{"config: other.yaml\n", `:1: "config": unknown key`},
 		{"data-dir: a\ndata-dir: b\n", `data-dir`},
-		{"\n\nbatch-max-wait: soon\n", `:3: "batch-max-wait": invalid value "soon"`},
+		{"\n\nbatch-max-wait: soon\n", `:3: "batch-max-wait": invalid duration "soon"`},
 		{"pprof:\n", `:1: "pprof": no value`},
 		{"http-addr: [a, b]\n", `:1: "http-addr": line 1: want a plain value`},
 		{"join:\n  - {a: b}\n", `"join": line 2: list items must be plain values`},
@@ -141,7 +141,7 @@ func TestServeConfigFileErrors(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "LIMITD_BATCH_MAX_OPS") {
 		t.Errorf("bad environment value: %v, want an error naming the variable", err)
 	}
-	if _, err := loadServeFlags([]string{"--nope"}, envOf(nil), &bytes.Buffer{}); !errors.Is(err, errFlagsReported) {
+	if _, err := loadServeFlags([]string{"--nope"}, envOf(nil), &bytes.Buffer{}); !errors.As(err, new(*flagsError)) {
 		t.Errorf("unknown flag: %v", err)
 	}
 }
@@ -186,5 +186,31 @@ func TestServeFlagDefaultsAreTheConstants(t *testing.T) {
 	}
 	if strings.Contains(help.String(), "see docs/API.md") {
 		t.Error("--help still points to docs/API.md for the --auth-key-source default")
+	}
+}
+
+// A bad flag is one line naming it, with a suggestion when it is close to a
+// real one and where the flags are listed; not the 120 lines of usage.
+func TestServeBadFlagIsOneLine(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{[]string{"--bogus"}, nil, "limitd: serve: unknown flag --bogus; run 'limitd serve --help' for the flags\n"},
+		{[]string{"--data-dri", "/x"}, nil, "limitd: serve: unknown flag --data-dri (did you mean --data-dir?); run 'limitd serve --help' for the flags\n"},
+		{[]string{"--apply-timeout", "60"}, nil, `limitd: serve: invalid duration "60" for --apply-timeout (want e.g. 60s, 1h30m or 500ms); run 'limitd serve --help' for the flags` + "\n"},
+		{nil, map[string]string{"LIMITD_APPLY_TIMEOUT": "60"}, `limitd: LIMITD_APPLY_TIMEOUT: invalid duration "60" (want e.g. 60s, 1h30m or 500ms)` + "\n"},
+	} {
+		for k, v := range tc.env {
+			t.Setenv(k, v)
+		}
+		var out bytes.Buffer
+		if code := Main(tc.args, &out); code != 2 || out.String() != tc.want {
+			t.Errorf("%v %v: exit %d, stderr:\n%s\nwant exit 2 and:\n%s", tc.args, tc.env, code, out.String(), tc.want)
+		}
+		for k := range tc.env {
+			os.Unsetenv(k)
+		}
 	}
 }

@@ -137,3 +137,32 @@ func TestRequestIDRetentionBounded(t *testing.T) {
 
 // scripts/certs.sh (used by the README and chaos.sh) makes a CA and node
 // certificates that verify as TLS server and client for 127.0.0.1 and load
+
+// A node reachable beyond loopback refuses a template's placeholder token
+// and a short one, saying how to make one; on loopback any token goes.
+func TestAdminTokenStrength(t *testing.T) {
+	tls := []string{"--tls-cert", "c.pem", "--tls-key", "k.pem", "--tls-ca", "ca.pem"}
+	for _, c := range []struct {
+		args []string
+		want string // "" when accepted
+	}{
+		{append([]string{"--http-addr", "0.0.0.0:8080", "--admin-token", "change-me"}, tls...), `refusing a placeholder token ("change-me") on --http-addr 0.0.0.0:8080`},
+		{[]string{"--http-addr", "0.0.0.0:8080", "--admin-token", "Change_Me", "--insecure"}, "placeholder"},
+		{[]string{"--grpc-addr", "10.0.0.1:9090", "--admin-token", "SECRET", "--insecure"}, "placeholder"},
+		{[]string{"--http-addr", "0.0.0.0:8080", "--admin-token", "0123456789abcde", "--insecure"}, "15 bytes is too short"},
+		{[]string{"--http-addr", "0.0.0.0:8080", "--admin-token", "0123456789abcdef", "--insecure"}, ""},
+		{[]string{"--admin-token", "change-me"}, ""}, // loopback
+	} {
+		fs, f := newServeFlagSet(&bytes.Buffer{})
+		if err := fs.Parse(c.args); err != nil {
+			t.Fatal(err)
+		}
+		err := checkAdminToken(f)
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%v: refused: %v", c.args, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "openssl rand")):
+			t.Errorf("%v: %v, want an error with %q", c.args, err, c.want)
+		}
+	}
+}

@@ -165,9 +165,7 @@ func Main(args []string, stderr io.Writer) int {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
-		if !errors.Is(err, errFlagsReported) {
-			fmt.Fprintln(stderr, "limitd:", err)
-		}
+		fmt.Fprintln(stderr, "limitd:", err)
 		return 2
 	}
 	if (f.tlsCert == "") != (f.tlsKey == "") {
@@ -245,6 +243,9 @@ func tuneGC(gcPercent int, memoryLimitMiB int64, getenv func(string) string) {
 func serve(f *serveFlags, in *startInputs, logger *slog.Logger) error {
 	v := buildinfo.Current()
 	logger.Info("starting limitd", "version", v.Version, "revision", v.Revision, "modified", v.Modified, "go", v.Go)
+	for _, w := range startWarnings(f) { // startup.go
+		logger.Warn(w)
+	}
 	tuneGC(f.gcPercent, f.memoryLimit, os.Getenv)
 	apiCfg := api.Config{
 		AdminToken:    f.adminToken,
@@ -283,6 +284,11 @@ func serve(f *serveFlags, in *startInputs, logger *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("listen http %s: %w", f.httpAddr, err)
 	}
+	if err := checkRaftPort(f.raftAddr); err != nil { // startup.go
+		ln.Close()
+		return err
+	}
+	dataDir := noteDataDir(f.dataDir) // startup.go: undone if Open fails
 	node, err := cluster.Open(cluster.Config{
 		NodeID:             f.nodeID,
 		RaftAddr:           raftAdv,
@@ -317,6 +323,7 @@ func serve(f *serveFlags, in *startInputs, logger *slog.Logger) error {
 	}, len(f.join) == 0)
 	if err != nil {
 		ln.Close()
+		dataDir.undo(logger)
 		return err
 	}
 	if node.Recovered() {
@@ -373,10 +380,13 @@ func serve(f *serveFlags, in *startInputs, logger *slog.Logger) error {
 		removed = nil
 	}
 	var runErr error
+	stopReason := "" // for the final line of a clean stop
 	select {
 	case <-ctx.Done():
-		logger.Info("shutting down")
+		stopReason = stopSignal(ctx) // startup.go
+		logger.Info("shutting down", "signal", stopReason)
 	case <-removed:
+		stopReason = "removed from the cluster"
 		// Exit 0: a supervisor restarting on failure should not bring back
 		// a node an operator removed.
 		logger.Info("this node was removed from the cluster: shutting down (--stay-after-removal keeps it running, not ready)")
@@ -405,6 +415,11 @@ func serve(f *serveFlags, in *startInputs, logger *slog.Logger) error {
 	fe.svc.CloseLeases(shutdownCtx) // give unspent quota leases back while the node can still propose
 	if err := node.Close(); err != nil {
 		return errors.Join(runErr, err)
+	}
+	if runErr == nil {
+		// The last line of a node that stopped as asked: without it a clean
+		// stop and a kill -9 after "shutting down" read the same.
+		logger.Info("stopped cleanly", "reason", stopReason, "applied_index", node.AppliedIndex())
 	}
 	return runErr
 }

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"bytes"
 	"io"
 	"math"
 	"net"
@@ -182,4 +183,26 @@ func httptestServer(t *testing.T, h http.Handler) string {
 	go hs.Serve(ln)
 	t.Cleanup(func() { hs.Close() })
 	return "http://" + ln.Addr().String()
+}
+
+// --rls-config without --grpc-addr starts (POST /json serves the domains)
+// but says loudly that Envoy's gRPC filter has nothing to talk to.
+func TestRLSConfigWithoutGRPCWarns(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		warn bool
+	}{
+		{[]string{"--rls-config", "rls/"}, true},
+		{[]string{"--rls-config", "rls/", "--grpc-addr", "127.0.0.1:8081"}, false},
+		{nil, false},
+	} {
+		fs, f := newServeFlagSet(&bytes.Buffer{})
+		if err := fs.Parse(c.args); err != nil {
+			t.Fatal(err)
+		}
+		w := startWarnings(f)
+		if got := len(w) == 1 && strings.Contains(w[0], "--grpc-addr") && strings.Contains(w[0], "Envoy"); got != c.warn {
+			t.Errorf("%v: warnings %q, want a --grpc-addr warning: %v", c.args, w, c.warn)
+		}
+	}
 }

@@ -1,8 +1,15 @@
 package daemon
 
 import (
+	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
 
 	"github.com/limitd/limitd/api"
 	"github.com/limitd/limitd/fsm"
@@ -50,8 +57,141 @@ func loadStartInputs(f *serveFlags) (*startInputs, error) {
 	if _, err := clusterTLS(f); err != nil {
 		return nil, err
 	}
+	if err := checkAdminToken(f); err != nil {
+		return nil, err
+	}
 	if err := (api.Config{AuthKeySource: f.authKeySource}).Validate(); err != nil {
 		return nil, fmt.Errorf("--auth-key-source/--max-batch: %w", err)
 	}
 	return in, nil
+}
+
+// checkRaftPort fails when the Raft address cannot be bound, before the data
+// directory is initialised: a start refused for a taken port must leave the
+// directory as it found it. cluster.Open binds it again; what takes the port
+// in between is caught there, and freshDataDir undoes that start.
+func checkRaftPort(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen raft %s: %w", addr, err)
+	}
+	return ln.Close()
+}
+
+// freshDataDir remembers whether the data directory was absent or empty
+// before this start, so that a start that fails before it is serving can
+// remove what it created: an initialised directory left behind would make
+// the next start a restart of a node that never was (it would not bootstrap
+// or join as a new one).
+type freshDataDir struct {
+	path    string
+	existed bool // the directory existed (empty) before this start
+	fresh   bool // absent or empty: everything in it is this start's
+}
+
+func noteDataDir(path string) freshDataDir {
+	entries, err := os.ReadDir(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return freshDataDir{path: path, fresh: true}
+	case err == nil && len(entries) == 0:
+		return freshDataDir{path: path, existed: true, fresh: true}
+	}
+	return freshDataDir{path: path}
+}
+
+// undo removes what this start created in a directory that was fresh.
+func (d freshDataDir) undo(logger *slog.Logger) {
+	if !d.fresh {
+		return
+	}
+	var err error
+	if d.existed {
+		var entries []os.DirEntry
+		entries, err = os.ReadDir(d.path)
+		for _, e := range entries {
+			err = errors.Join(err, os.RemoveAll(filepath.Join(d.path, e.Name())))
+		}
+	} else {
+		err = os.RemoveAll(d.path)
+	}
+	if err != nil {
+		logger.Warn("could not remove what the failed start wrote in the data directory", "data_dir", d.path, "error", err)
+		return
+	}
+	logger.Info("removed what the failed start wrote in the data directory (it was empty before)", "data_dir", d.path)
+}
+
+// MinAdminTokenBytes is the shortest --admin-token a node reachable beyond
+// loopback accepts.
+const MinAdminTokenBytes = 16
+
+// placeholderTokens are tokens from examples and templates (compared in
+// lower case, without punctuation): a node that accepts one is as open as a
+// node without a token, because everyone who read the template knows it.
+var placeholderTokens = map[string]bool{
+	"changeme": true, "replaceme": true, "secret": true, "password": true, "passwd": true,
+	"token": true, "admintoken": true, "admin": true, "test": true, "example": true,
+	"default": true, "limitd": true, "todo": true, "fixme": true, "xxx": true, "none": true,
+	"s3cret": true, "letmein": true, "yourtoken": true, "mytoken": true,
+}
+
+// checkAdminToken refuses, on a node reachable beyond loopback, an admin
+// token that is a known placeholder or shorter than MinAdminTokenBytes
+// (even with --insecure: a token given is meant to protect). On loopback
+// the listeners are only this machine's, so tests and demos may use any.
+func checkAdminToken(f *serveFlags) error {
+	if f.adminToken == "" {
+		return nil // checkSecureDefaults says whether one is required
+	}
+	exposed := ""
+	for _, a := range f.listeners() {
+		if a.addr != "" && !isLoopback(a.addr) {
+			exposed = "--" + a.flag + " " + a.addr
+			break
+		}
+	}
+	if exposed == "" {
+		return nil
+	}
+	norm := strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
+			return r
+		}
+		if r >= 'A' && r <= 'Z' {
+			return r + 'a' - 'A'
+		}
+		return -1
+	}, f.adminToken)
+	fix := "generate one, e.g. LIMITD_ADMIN_TOKEN=$(openssl rand -hex 32)"
+	if placeholderTokens[norm] {
+		return fmt.Errorf("--admin-token: refusing a placeholder token (%q) on %s, which is not a loopback address: %s", f.adminToken, exposed, fix)
+	}
+	if len(f.adminToken) < MinAdminTokenBytes {
+		return fmt.Errorf("--admin-token: %d bytes is too short on %s, which is not a loopback address (at least %d): %s", len(f.adminToken), exposed, MinAdminTokenBytes, fix)
+	}
+	return nil
+}
+
+// startWarnings are settings that start a node which probably does not do
+// what its operator meant; serve logs each as a WARN line at start.
+func startWarnings(f *serveFlags) []string {
+	var w []string
+	if f.grpc.rlsConfig != "" && f.grpc.addr == "" {
+		// Not defaulted: a listener nobody asked for would open a port (and
+		// the secure-default rule would then refuse a node that used to
+		// start). Envoy's ratelimit filter speaks gRPC, so say it loudly.
+		w = append(w, "--rls-config is set but --grpc-addr is not: there is no gRPC listener, so Envoy's rate limit filter (envoy.service.ratelimit.v3, gRPC) cannot reach this node; only POST /json on the HTTP port serves the domains. Set --grpc-addr (LIMITD_GRPC_ADDR), e.g. 0.0.0.0:8081 (docs/ENVOY.md)")
+	}
+	return w
+}
+
+// stopSignal names the signal that ended ctx (signal.NotifyContext's cause,
+// "terminated signal received"), e.g. "terminated" for SIGTERM.
+func stopSignal(ctx context.Context) string {
+	cause := context.Cause(ctx)
+	if cause == nil {
+		return "unknown"
+	}
+	return strings.TrimSuffix(cause.Error(), " signal received")
 }

@@ -1,0 +1,209 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// switchDialer dials the real address, or refuses as a closed port does
+// while down is set, and counts the attempts: the test asserts on dials, not
+// on wall-clock time.
+type switchDialer struct {
+	down  atomic.Bool
+	dials atomic.Int64
+}
+
+func (d *switchDialer) client() *http.Client {
+	return &http.Client{Transport: &http.Transport{
+		Proxy: nil,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			d.dials.Add(1)
+			if d.down.Load() {
+				return nil, &net.OpError{Op: "dial", Net: network, Err: &os.SyscallError{Syscall: "connect", Err: syscall.ECONNREFUSED}}
+			}
+			return (&net.Dialer{}).DialContext(ctx, network, addr)
+		},
+	}}
+}
+
+// fakeClock is the breaker's clock in tests.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *fakeClock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// With the cluster unreachable, fail-open answers come at once instead of
+// after the timeout: after Failures calls the breaker opens, later calls
+// make no connection attempt, one call per Interval probes, and the breaker
+// closes when the cluster answers again.
+func TestBreakerFailsFastAndCloses(t *testing.T) {
+	fc := newFakeCluster(t, 1)
+	fc.setLeader(0)
+	sd := &switchDialer{}
+	clock := &fakeClock{t: time.Unix(1e9, 0)}
+	c := mustNew(t, fc.addrs(), WithHTTPClient(sd.client()), WithFailMode(FailOpen),
+		WithBreaker(Breaker{Failures: 3, Interval: time.Second}))
+	c.br.now = clock.now
+	if d, err := c.Check(ctxT(t), Request{Key: "k", Policy: "p"}); err != nil || d.Degraded {
+		t.Fatalf("check while up: %+v %v", d, err)
+	}
+
+	sd.down.Store(true)
+	c.hc.CloseIdleConnections() // the node "went away": its connections too
+	const n = 50
+	loop := make(chan error, 1)
+	go func() {
+		for i := 0; i < n; i++ {
+			// No deadline of the caller's own: the client's 10 s default applies.
+			d, err := c.Check(context.Background(), Request{Key: "k", Policy: "p"})
+			if err != nil || !d.Allowed || !d.Degraded {
+				loop <- fmt.Errorf("check %d while down: %+v %v", i, d, err)
+				return
+			}
+		}
+		loop <- nil
+	}()
+	select {
+	case err := <-loop:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second): // a liveness bound, half of one timeout (10 s)
+		t.Fatalf("%d fail-open checks not answered within 5s", n)
+	}
+	dialsOpen := sd.dials.Load()
+	// 3 failing calls, each one attempt plus at most one discovery round in
+	// the background: far fewer than one dial per check.
+	if dialsOpen > 12 {
+		t.Fatalf("%d dial attempts for %d checks with the breaker open", dialsOpen, n)
+	}
+	if s := c.Stats(); s.ShortCircuited < n-3 || s.FailedOpen != n {
+		t.Fatalf("stats %+v", s)
+	}
+
+	// Within the interval nothing dials; after it, one call probes.
+	waitDials := func() int64 { // the background discovery, if one runs, ends first
+		for range 100 {
+			if !c.discovering.Load() {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		return sd.dials.Load()
+	}
+	base := waitDials()
+	c.Check(context.Background(), Request{Key: "k", Policy: "p"})
+	if got := waitDials(); got != base {
+		t.Fatalf("%d dials within the interval", got-base)
+	}
+	clock.advance(time.Second)
+	c.Check(context.Background(), Request{Key: "k", Policy: "p"})
+	c.Check(context.Background(), Request{Key: "k", Policy: "p"})
+	if got := waitDials(); got == base {
+		t.Fatal("no probe after the interval")
+	}
+
+	// The cluster is back: the next probe closes the breaker.
+	sd.down.Store(false)
+	clock.advance(time.Second)
+	if d, err := c.Check(ctxT(t), Request{Key: "k", Policy: "p"}); err != nil || d.Degraded {
+		t.Fatalf("probe after the cluster came back: %+v %v", d, err)
+	}
+	if c.br.open.Load() {
+		t.Fatal("breaker still open after an answer")
+	}
+	if d, err := c.Check(ctxT(t), Request{Key: "k", Policy: "p"}); err != nil || d.Degraded {
+		t.Fatalf("check after the breaker closed: %+v %v", d, err)
+	}
+}
+
+// A refused connection fails over to the other known nodes before the call
+// counts as a transport failure, even with a breaker that opens at one.
+func TestRefusedNodeFailsOverFirst(t *testing.T) {
+	fc := newFakeCluster(t, 4)
+	fc.setLeader(3)
+	var addrs []string
+	for _, nd := range fc.nodes[:3] {
+		addrs = append(addrs, nd.addr())
+		nd.srv.Close()
+	}
+	addrs = append(addrs, fc.nodes[3].addr())
+	c := mustNew(t, addrs, WithBreaker(Breaker{Failures: 1}), WithCoalescing(Coalescing{Disabled: true}))
+	for i := 0; i < 3; i++ {
+		if d, err := c.Check(ctxT(t), Request{Key: "k", Policy: "p"}); err != nil || d.Degraded {
+			t.Fatalf("check %d: %+v %v", i, d, err)
+		}
+	}
+	if c.br.open.Load() {
+		t.Fatal("breaker opened although a node answered")
+	}
+}
+
+// Against a closed port, a call fails at once (not at the deadline), says
+// "connection refused to ADDR", and does not claim the check may have been
+// counted: nothing was sent.
+func TestClosedPortFailsFast(t *testing.T) {
+	srv := httptest.NewServer(http.NotFoundHandler())
+	addr := strings.TrimPrefix(srv.URL, "http://")
+	srv.Close()
+	c := mustNew(t, []string{addr}, WithTimeout(time.Minute))
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.PutPolicy(context.Background(), Policy{Name: "p", Limit: Limit{Algorithm: "fixed_window", Limit: 1, Window: "1s"}})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrOutcomeUnknown) ||
+			!strings.Contains(err.Error(), "connection refused to "+addr) || strings.Contains(err.Error(), "counted") {
+			t.Fatalf("error %v", err)
+		}
+	case <-time.After(20 * time.Second): // a liveness bound, a third of the timeout
+		t.Fatal("a refused connection waited for the deadline")
+	}
+}
+
+// An admin write whose outcome is unknown says it may have been applied,
+// not counted: only checks count.
+func TestAdminUnknownOutcomeSaysApplied(t *testing.T) {
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/cluster" {
+			http.Error(w, "", http.StatusNotFound)
+			return
+		}
+		<-release
+	}))
+	defer srv.Close()
+	defer close(release)
+	// Coalescing off: a coalesced caller whose deadline passes before its
+	// batch is even sent rightly reports a known (uncounted) outcome.
+	c := mustNew(t, []string{strings.TrimPrefix(srv.URL, "http://")}, WithTimeout(time.Second),
+		WithCoalescing(Coalescing{Disabled: true}))
+	_, err := c.PutPolicy(context.Background(), Policy{Name: "p", Limit: Limit{Algorithm: "fixed_window", Limit: 1, Window: "1s"}})
+	if !errors.Is(err, ErrOutcomeUnknown) || !strings.Contains(err.Error(), "it may have been applied") || strings.Contains(err.Error(), "counted") {
+		t.Fatalf("put: %v", err)
+	}
+	_, err = c.Check(context.Background(), Request{Key: "k", Policy: "p"})
+	if !errors.Is(err, ErrOutcomeUnknown) || !strings.Contains(err.Error(), "it may have been counted") {
+		t.Fatalf("check: %v", err)
+	}
+}
