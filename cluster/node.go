@@ -73,6 +73,10 @@ type Config struct {
 	// RequestIDRetention is how long a request_id's result is remembered
 	// (default 10 minutes, at most MaxRequestIDRetention). It travels in every check entry, so replicas agree.
 	RequestIDRetention time.Duration
+
+	// FaultClockOffset is added to this node's wall clock wherever leader
+	// time is read (clock.go): fault injection for tests, never production.
+	FaultClockOffset time.Duration
 	// ApplyTimeout bounds one proposal (default 5 s).
 	ApplyTimeout time.Duration
 	// ExpireInterval: how often the leader proposes an expiry sweep when
@@ -252,6 +256,8 @@ type Node struct {
 	stampMu       sync.Mutex
 	leaseHook     leaseHook // lease.go
 	lastStamp     int64
+	lastStampAt   time.Time    // clock.go: the monotonic instant of lastStamp
+	clockOffset   atomic.Int64 // clock.go: the fault offset of wallNow
 	metrics       *metrics
 	fatal         atomic.Pointer[error]
 	halted        chan struct{} // closed when the state machine stops applying
@@ -294,6 +300,7 @@ func Open(cfg Config, bootstrap bool) (*Node, error) {
 		return nil, fmt.Errorf("create data dir %s: %w", cfg.DataDir, err)
 	}
 	n := &Node{cfg: cfg, closing: make(chan struct{}), halted: make(chan struct{}), removed: make(chan struct{}), openedAt: time.Now()}
+	n.clockOffset.Store(int64(cfg.FaultClockOffset))
 	n.logger = newHCLog(cfg.Logger, "raft")
 	n.log = cfg.Logger.With("component", "cluster")
 	n.metrics = newMetrics(n)
@@ -743,10 +750,11 @@ func (n *Node) stamp() int64 {
 }
 
 func (n *Node) stampLocked() int64 {
-	now := time.Now().UnixNano()
+	now := n.wallNow() // clock.go
 	if t := n.fsm.LastTime(); t > now {
 		now = t
 	}
+	now = n.keepRunning(now)
 	if n.lastStamp > now {
 		now = n.lastStamp
 	}

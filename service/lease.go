@@ -129,6 +129,13 @@ type heldLease struct {
 	deadline time.Time
 	halfway  time.Time // between the grant request and end: refill from here
 	resetAt  int64     // wall clock (ns): fsm.LeaseGrant.ResetAt
+	// windowEnd is when (leader time, ns) the window the units are counted
+	// in ends (0: token bucket, no window). Once this node's replica has
+	// applied a later time, the log decides in the next window, and a unit
+	// of this lease spent then would come on top of that window's budget
+	// (a leader whose clock stepped forward rolls the window before the
+	// local deadline): the lease is not spent any more.
+	windowEnd int64
 }
 
 // spentLease is a lease spent to the last unit and not given back (nothing
@@ -164,6 +171,9 @@ type leaseSlot struct {
 type leaseTable struct {
 	node Leaser
 	now  func() time.Time
+	// logTime, when the node tells it, is the leader time its replica has
+	// applied (heldLease.windowEnd).
+	logTime func() int64
 
 	mu     sync.Mutex
 	slots  map[leaseKey]*leaseSlot
@@ -193,6 +203,9 @@ func newLeaseTable(n Leaser) *leaseTable {
 	t := &leaseTable{node: n, now: time.Now, slots: make(map[leaseKey]*leaseSlot),
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 		waiters: make(map[leaseKey][]chan struct{}), strictWait: leaseStrictWait, linger: leaseFlushLinger}
+	if lt, ok := n.(interface{ LastTime() int64 }); ok {
+		t.logTime = lt.LastTime // cluster.Node: the leader time its replica has applied
+	}
 	if h, ok := n.(interface{ SetLeaseHook(fsm.LeaseHook) }); ok {
 		h.SetLeaseHook(t) // cluster.Node: recalls and returns as its state machine applies them
 	}
@@ -254,7 +267,7 @@ func (t *leaseTable) spend(policy, key string, spec algo.Spec, lease algo.Lease,
 	sl.lastUse = now
 	t.rotateLocked(k, sl, now)
 	for _, h := range [2]*heldLease{sl.cur, sl.next} {
-		if h != nil && h.left() >= cost && now.Before(h.end) {
+		if h != nil && h.left() >= cost && now.Before(h.end) && !t.rolled(h) {
 			h.spent += cost
 			t.answered.Add(1)
 			t.refillLocked(k, sl, now)
@@ -288,7 +301,7 @@ func (t *leaseTable) heldLocked(sl *leaseSlot) int64 {
 // rotateLocked gives back a current lease that expired (whatever is left)
 // or is spent, and promotes the next one.
 func (t *leaseTable) rotateLocked(k leaseKey, sl *leaseSlot, now time.Time) {
-	for i := 0; i < 2 && sl.cur != nil && (sl.cur.left() == 0 || !now.Before(sl.cur.end)); i++ {
+	for i := 0; i < 2 && sl.cur != nil && (sl.cur.left() == 0 || !now.Before(sl.cur.end) || t.rolled(sl.cur)); i++ {
 		t.retireLocked(k, sl, sl.cur, now)
 		sl.cur, sl.next = sl.next, nil
 	}
@@ -503,7 +516,7 @@ func (t *leaseTable) installLocked(p pendingGrant, g fsm.LeaseGrant, err error, 
 	t.taken.Add(1)
 	spendable := g.Valid - min(g.Valid/4, leaseReturnLead)
 	h := &heldLease{id: id, units: g.Units, end: sent.Add(spendable), deadline: sent.Add(g.Valid),
-		halfway: sent.Add(spendable / 2), resetAt: g.ResetAt}
+		halfway: sent.Add(spendable / 2), resetAt: g.ResetAt, windowEnd: leaseWindowEnd(sl.spec, g)}
 	if t.closed || t.slots[k] != sl || !now.Before(h.end) {
 		t.giveBackLocked(k, h, false) // dropped or closed meanwhile, or already over
 		return
@@ -781,4 +794,22 @@ func (s *Service) LeaseStats() LeaseStats {
 		return LeaseStats{}
 	}
 	return s.leases.stats()
+}
+
+// rolled reports a lease whose window the log has left (heldLease.windowEnd).
+func (t *leaseTable) rolled(h *heldLease) bool {
+	return h.windowEnd > 0 && t.logTime != nil && t.logTime() >= h.windowEnd
+}
+
+// leaseWindowEnd is the end (leader time) of the window a grant's units are
+// counted in: a fixed window's is its ResetAt, a sliding window's the start
+// it names plus the window; a token bucket has none (0).
+func leaseWindowEnd(spec algo.Spec, g fsm.LeaseGrant) int64 {
+	switch spec.Algorithm {
+	case algo.FixedWindow:
+		return g.ResetAt
+	case algo.SlidingWindow:
+		return g.Window + int64(spec.Window)
+	}
+	return 0
 }

@@ -275,7 +275,12 @@ func serve(f *serveFlags, in *startInputs, logger *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("listen http %s: %w", f.httpAddr, err)
 	}
+	clockOffset, err := faultClockOffset(os.Getenv) // fault.go
+	if err != nil {
+		return err
+	}
 	node, err := cluster.Open(cluster.Config{
+		FaultClockOffset:   clockOffset,
 		NodeID:             f.nodeID,
 		RaftAddr:           raftAdv,
 		RaftBind:           f.raftAddr,
