@@ -77,6 +77,14 @@ type Config struct {
 	// FaultClockOffset is added to this node's wall clock wherever leader
 	// time is read (clock.go): fault injection for tests, never production.
 	FaultClockOffset time.Duration
+
+	// A leader whose Raft log writes' p99 over DiskStallWindow (default 2 s)
+	// stays above DiskStallTransfer for a window hands leadership away; a
+	// node whose p99 stays above it for DiskStallFail stops serving
+	// (diskwatch.go). 0: off.
+	DiskStallTransfer time.Duration
+	DiskStallWindow   time.Duration
+	DiskStallFail     time.Duration
 	// ApplyTimeout bounds one proposal (default 5 s).
 	ApplyTimeout time.Duration
 	// ExpireInterval: how often the leader proposes an expiry sweep when
@@ -283,6 +291,8 @@ type Node struct {
 	guarded   *guardedLogStore
 	ahead     *ahead    // nil with NoApplyAhead
 	openedAt  time.Time // quorum.go: the fast-fail clock before any leader contact
+
+	disk *diskWatch // diskwatch.go
 }
 
 // Open starts a node: opens (or recovers) the state machine, the Raft stores
@@ -351,9 +361,10 @@ func Open(cfg Config, bootstrap bool) (*Node, error) {
 		n.metrics.watchHeartbeats(n.raft, n.closing)
 	}()
 	go n.watchPeers()
-	n.wg.Add(2)
+	n.wg.Add(3)
 	go n.watchLogEnd(n.guarded)
 	go n.watchAdmission()
+	go n.diskLoop() // diskwatch.go
 	if n.ahead != nil {
 		n.wg.Add(1)
 		go func() {
@@ -414,6 +425,7 @@ func (n *Node) openRaft(bootstrap bool) error {
 	if cfg.wrapLogStore != nil {
 		logs = cfg.wrapLogStore(logs)
 	}
+	logs = n.watchDisk(logs) // diskwatch.go
 	guarded := &guardedLogStore{logStore: logs, failed: n.logStoreFailed, applied: n.fsm.AppliedIndex, diverged: n.historyDiverged}
 	logs = guarded
 	n.guarded = guarded

@@ -80,6 +80,12 @@ type Member struct {
 	// Healthy is Health == HealthHealthy (kept for existing clients:
 	// false also when unknown).
 	Healthy bool `json:"healthy"`
+	// LogWriteP99Ms and DiskStalled are the member's own Raft log writes
+	// (p99 over the disk-stall window, ms) and whether they have stayed
+	// above the disk-stall bound for a window: reported by a node for
+	// itself only (cluster/diskwatch.go).
+	LogWriteP99Ms float64 `json:"log_write_p99_ms,omitempty"`
+	DiskStalled   bool    `json:"disk_stalled,omitempty"`
 }
 
 // Member health values.
