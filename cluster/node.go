@@ -444,6 +444,7 @@ func (n *Node) openRaft(bootstrap bool) error {
 		guarded.stored = n.ahead.stored // a no-op until raft is set below
 	}
 	snapDir := filepath.Join(cfg.DataDir, "snapshots")
+	n.removeTempSnapshots() // snapclean.go
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, 2, n.logger)
 	if err != nil {
 		logs.Close()
