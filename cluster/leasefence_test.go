@@ -130,8 +130,9 @@ func TestLoweredLimitBindsCutOffLeaseHolder(t *testing.T) {
 	}
 }
 
-// TestLeaseFenceForwardedAndDeadline: a lowering put through a follower
-// whose deadline ends before the old max_ttl answers unavailable at once,
+// TestLeaseFenceForwardedAndDeadline: with a lease outstanding, a lowering
+// put through a follower whose deadline ends before the old max_ttl answers
+// unavailable at once,
 // saying why; repeated while the fence is live (by the log's time), it is
 // acknowledged only after the old max_ttl (the fence travels in the
 // forwarded answer).
@@ -148,10 +149,10 @@ func TestLeaseFenceForwardedAndDeadline(t *testing.T) {
 	if err := c.Node(f).PutPolicy(ctx, pol); err != nil {
 		t.Fatal(err)
 	}
-	// A check stamps the log's time: the fence's horizon is counted from it.
-	if rs, err := c.Node(f).Check(ctx, []fsm.Op{{Checks: []fsm.Check{{Key: "k", Policy: "q", Cost: 1}}}}); err != nil || rs[0].Err != nil {
-		t.Fatal(err, rs)
-	}
+	// A lease outstanding under the policy is what the change waits for.
+	holder := leasedService(t, c, f)
+	t.Cleanup(func() { holder.CloseLeases(context.Background()) })
+	takeLease(t, holder)
 	pol.Spec.Limit = 200
 	short, cancel := context.WithTimeout(ctx, ttl/4)
 	defer cancel()
@@ -166,5 +167,24 @@ func TestLeaseFenceForwardedAndDeadline(t *testing.T) {
 	}
 	if took := time.Since(start); took < ttl {
 		t.Fatalf("the repeated put was acknowledged after %v, before the old max_ttl %v", took, ttl)
+	}
+}
+
+// TestLeaseFenceNeedsALease: a stricter change of a policy under which no
+// lease was granted is acknowledged at once, whatever its max_ttl.
+func TestLeaseFenceNeedsALease(t *testing.T) {
+	c := clustertest.MakeCluster(t, 3, nil)
+	spec, err := algo.Config{Algorithm: "fixed_window", Limit: 1000, Window: "1h"}.Spec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol := fsm.Policy{Name: "q", Spec: spec, Lease: algo.Lease{Share: 300_000, MaxTTL: 10 * time.Minute}}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, limit := range []int64{1000, 10, 1} {
+		pol.Spec.Limit = limit
+		if err := c.Node(c.Leader()).PutPolicy(ctx, pol); err != nil {
+			t.Fatalf("limit %d: %v", limit, err)
+		}
 	}
 }

@@ -21,17 +21,19 @@ import (
 // acknowledged, the units allowed in a window are at most the new limit" is
 // kept by not acknowledging it before those leases are over:
 //
-//   - A put or delete of a policy that had a lease option writes a fence
-//     record, in the state bucket under 'F' ‖ policy name (so snapshots,
-//     digests and the expiry sweep cover it): the horizon, an upper bound
-//     (log time) on the expiry of every lease granted under the versions
-//     before the entry (the entry's time + the old max_ttl, or a live fence's
-//     horizon if later), and ttl, the largest max_ttl among those versions.
-//   - The change is pending when it is stricter (a lower limit or burst, or
-//     another algorithm, window or calendar: stricter), a delete, a create
-//     over a live fence, or any put while an earlier pending change's fence
-//     is live (a retry of the same PUT must not be acknowledged early). The
-//     entry then answers LeaseFence{Wait: ttl}.
+//   - Every grant under a policy updates its fence record, in the state
+//     bucket under 'F' ‖ policy name (so snapshots, digests and the expiry
+//     sweep cover it): the horizon, the latest expiry (log time) of a lease
+//     granted under the policy, and ttl, the longest Valid among the leases
+//     granted since the record was last empty. Past its horizon no lease
+//     granted under the policy is outstanding, and the record expires.
+//   - A put or delete while the record is live (a lease may be outstanding)
+//     is pending when it is stricter (a lower limit or burst, or another
+//     algorithm, window or calendar), a delete, a create (the policy was
+//     deleted meanwhile), or any put while an earlier pending change's
+//     record is live (a retry of the same PUT must not be acknowledged
+//     early). The entry then answers LeaseFence{Wait: ttl}, and marks the
+//     record pending. With no lease outstanding nothing waits.
 //   - The node that receives that answer waits Wait on its own monotonic
 //     clock before acknowledging (cluster/leasefence.go). That bound needs no
 //     clock agreement: every lease in question was granted (stamped) before
@@ -105,48 +107,64 @@ func stricter(old, next *algo.Spec) bool {
 	return next.Limit < old.Limit || burst(next) < burst(old)
 }
 
-// fencePolicy is putPolicy's and deletePolicy's hook, before the change is
+// readFence reads name's fence record; live reports it still bounds a lease
+// at now.
+func (a *applier) readFence(tx *persist.Tx, name string, now int64) (f leaseFence, st persist.State, live bool, err error) {
+	key := a.fenceKey(name)
+	if st, err = tx.State(key); err != nil || !st.Found {
+		return f, st, false, err
+	}
+	if f, err = decodeLeaseFence(st.Data); err != nil {
+		return f, st, false, fmt.Errorf("lease fence %q: %w: %v", key, persist.ErrCorrupt, err)
+	}
+	if f.horizon <= now {
+		return leaseFence{}, st, false, nil
+	}
+	return f, st, true, nil
+}
+
+func (a *applier) writeFence(tx *persist.Tx, name string, st persist.State, f leaseFence) error {
+	b := appendLeaseFence(nil, f)
+	return tx.PutState(a.fenceKey(name), st, append(tx.Alloc(len(b))[:0], b...), f.horizon)
+}
+
+// noteGrant is grantLease's hook: a lease valid for valid from now was
+// granted under policy.
+func (a *applier) noteGrant(tx *persist.Tx, policy string, now int64, valid time.Duration) error {
+	f, st, _, err := a.readFence(tx, policy, now)
+	if err != nil {
+		return err
+	}
+	if now+int64(valid) <= f.horizon && int64(valid) <= f.ttl {
+		return nil // already covered: no write
+	}
+	f.horizon = max(f.horizon, now+int64(valid))
+	f.ttl = max(f.ttl, int64(valid))
+	return a.writeFence(tx, policy, st, f)
+}
+
+// fencePolicy is putPolicy's and deletePolicy's hook, after the change is
 // staged: old is the policy as it was (nil when absent), next the new one
-// (nil for a delete). It updates the fence record and returns the answer.
+// (nil for a delete). It marks the fence record pending and returns the
+// answer, when the change must wait.
 func (a *applier) fencePolicy(tx *persist.Tx, name string, old, next *Policy) (interface{}, error) {
 	now := tx.Meta().LastTime
-	key := a.fenceKey(name)
-	st, err := tx.State(key)
-	if err != nil {
-		return nil, err
-	}
-	var f leaseFence
-	live := false
-	if st.Found {
-		if f, err = decodeLeaseFence(st.Data); err != nil {
-			return nil, fmt.Errorf("lease fence %q: %w: %v", key, persist.ErrCorrupt, err)
-		}
-		live = f.horizon > now
-	}
-	if !live {
-		f = leaseFence{}
-	}
-	leased := old != nil && old.Lease.Enabled()
-	if !leased && !live {
-		return nil, nil // no lease granted under the policy can be outstanding
-	}
-	if leased {
-		ttl := int64(old.Lease.MaxTTL)
-		f.horizon = max(f.horizon, now+ttl)
-		f.ttl = max(f.ttl, ttl)
-	}
-	switch {
-	case old == nil || next == nil:
-		f.pending = true // created over a live fence (old spec unknown), or deleted
-	case stricter(&old.Spec, &next.Spec):
-		f.pending = true
-	}
-	b := appendLeaseFence(nil, f)
-	if err := tx.PutState(key, st, append(tx.Alloc(len(b))[:0], b...), f.horizon); err != nil {
-		return nil, err
+	f, st, live, err := a.readFence(tx, name, now)
+	if err != nil || !live {
+		return nil, err // no lease granted under the policy is outstanding
 	}
 	if !f.pending {
-		return nil, nil
+		switch {
+		case old == nil || next == nil:
+			f.pending = true // created over live leases (deleted meanwhile), or deleted
+		case stricter(&old.Spec, &next.Spec):
+			f.pending = true
+		default:
+			return nil, nil
+		}
+		if err := a.writeFence(tx, name, st, f); err != nil {
+			return nil, err
+		}
 	}
 	return LeaseFence{Policy: name, Wait: time.Duration(f.ttl)}, nil
 }
