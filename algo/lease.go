@@ -324,7 +324,8 @@ type LeasedUnits struct {
 // of a renewed budget, and the key's ResetAfter. It returns nil (fresh) when
 // nothing is outstanding in the current window. The units may exceed the
 // limit (a policy lowered since the grant): they are counted as they are,
-// since they may all still be spent.
+// since they may all still be spent (before the lowering is acknowledged:
+// fsm/leasefence.go).
 func HoldLeased(dst []byte, s *Spec, now int64, held []LeasedUnits) ([]byte, time.Duration, error) {
 	if err := s.decidable(); err != nil {
 		return nil, 0, err

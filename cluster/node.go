@@ -82,6 +82,18 @@ type Config struct {
 	// free-disk guard: fsm.Bounds), so that every replica refuses the same
 	// new keys. nil: no bounds.
 	CheckBounds func() fsm.Bounds
+
+	// FaultClockOffset is added to this node's wall clock wherever leader
+	// time is read (clock.go): fault injection for tests, never production.
+	FaultClockOffset time.Duration
+
+	// A leader whose Raft log writes' p99 over DiskStallWindow (default 2 s)
+	// stays above DiskStallTransfer for a window hands leadership away; a
+	// node whose p99 stays above it for DiskStallFail stops serving
+	// (diskwatch.go). 0: off.
+	DiskStallTransfer time.Duration
+	DiskStallWindow   time.Duration
+	DiskStallFail     time.Duration
 	// ApplyTimeout bounds one proposal (default 5 s).
 	ApplyTimeout time.Duration
 	// ExpireInterval: how often the leader proposes an expiry sweep when
@@ -293,6 +305,8 @@ type Node struct {
 	guarded   *logstore.Guarded
 	ahead     *ahead    // nil with NoApplyAhead
 	openedAt  time.Time // quorum.go: the fast-fail clock before any leader contact
+
+	disk *diskWatch // diskwatch.go
 }
 
 // Open starts a node: opens (or recovers) the state machine, the Raft stores
@@ -310,6 +324,7 @@ func Open(cfg Config, bootstrap bool) (*Node, error) {
 		return nil, fmt.Errorf("create data dir %s: %w", cfg.DataDir, err)
 	}
 	n := &Node{cfg: cfg, closing: make(chan struct{}), halted: make(chan struct{}), removed: make(chan struct{}), openedAt: time.Now()}
+	n.clock.offset.Store(int64(cfg.FaultClockOffset))
 	n.logger = newHCLog(cfg.Logger, "raft")
 	n.log = cfg.Logger.With("component", "cluster")
 	n.metrics = newMetrics(n)
@@ -378,9 +393,10 @@ func Open(cfg Config, bootstrap bool) (*Node, error) {
 		n.metrics.watchHeartbeats(n.raft, n.closing)
 	}()
 	go n.watchPeers()
-	n.wg.Add(2)
+	n.wg.Add(3)
 	go func() { defer n.wg.Done(); n.guarded.WatchEnd(n.closing) }()
 	go n.watchAdmission()
+	go n.diskLoop() // diskwatch.go
 	if n.ahead != nil {
 		n.wg.Add(1)
 		go func() {
@@ -441,6 +457,7 @@ func (n *Node) openRaft(bootstrap bool) error {
 	if cfg.wrapLogStore != nil {
 		logs = cfg.wrapLogStore(logs)
 	}
+	logs = n.watchDisk(logs) // diskwatch.go
 	guarded := &logstore.Guarded{Store: logs, Failed: n.logStoreFailed, Applied: n.fsm.AppliedIndex, Diverged: n.historyDiverged}
 	logs = guarded
 	n.guarded = guarded
@@ -459,6 +476,7 @@ func (n *Node) openRaft(bootstrap bool) error {
 		guarded.Stored = n.ahead.stored // a no-op until raft is set below
 	}
 	snapDir := filepath.Join(cfg.DataDir, "snapshots")
+	n.removeTempSnapshots() // snapclean.go
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, 2, n.logger)
 	if err != nil {
 		logs.Close()
@@ -783,7 +801,9 @@ func (n *Node) leaderLoop() {
 type leaderClock struct {
 	mu      sync.Mutex
 	last    int64
+	lastAt  time.Time // clock.go: the monotonic instant of last
 	applied func() int64
+	offset  atomic.Int64 // clock.go: the fault offset of wallNow
 }
 
 func (c *leaderClock) stamp() int64 {
@@ -793,10 +813,11 @@ func (c *leaderClock) stamp() int64 {
 }
 
 func (c *leaderClock) stampLocked() int64 {
-	now := time.Now().UnixNano()
+	now := c.wallNow() // clock.go
 	if t := c.applied(); t > now {
 		now = t
 	}
+	now = c.keepRunning(now)
 	if c.last > now {
 		now = c.last
 	}

@@ -106,7 +106,7 @@ func (n *Node) Refused(id overlimit.LimitID, key string, cost int64) (algo.Decis
 	if o.cache == nil || !o.usable.Load() {
 		return algo.Decision{}, false
 	}
-	now := time.Now().UnixNano()
+	now := n.wallNow()
 	if last := n.fsm.LastTime(); last > now {
 		now = last
 	}

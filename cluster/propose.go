@@ -215,6 +215,14 @@ func (n *Node) removeLocal(id string) error {
 		}
 		return fmt.Errorf("remove server %s: %w", id, err)
 	}
+	if id == n.cfg.NodeID {
+		// The removal is committed, and a leader that removed itself steps
+		// down: the node-table entry below could never commit through it,
+		// and failing the call would tell the caller the removal may not
+		// have happened (a retry then answers not_found). The entry is
+		// only an address; a member that joins again under the id replaces it.
+		return nil
+	}
 	_, err := n.await(context.Background(), n.raft.Apply(fsm.EncodeRemoveNode(id), n.cfg.ApplyTimeout))
 	return err
 }

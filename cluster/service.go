@@ -12,14 +12,27 @@ import (
 // machine's refusal as *fsm.Error, or ErrNoLeader, ErrOutcomeUnknown or a
 // context error like Check.
 
-// PutPolicy creates or replaces a policy.
+// PutPolicy creates or replaces a policy. A change that binds leased budget
+// returns once the leases under the earlier version have ended (leasefence.go).
 func (n *Node) PutPolicy(ctx context.Context, p fsm.Policy) error {
-	return n.applyAdmin(ctx, fsm.EncodePutPolicy(p))
+	return n.applyPolicy(ctx, fsm.EncodePutPolicy(p))
 }
 
 // DeletePolicy deletes a policy; *fsm.Error not_found when it does not exist.
+// It returns as PutPolicy does.
 func (n *Node) DeletePolicy(ctx context.Context, name string) error {
-	return n.applyAdmin(ctx, fsm.EncodeDeletePolicy(name))
+	return n.applyPolicy(ctx, fsm.EncodeDeletePolicy(name))
+}
+
+func (n *Node) applyPolicy(ctx context.Context, cmd []byte) error {
+	resp, err := n.Apply(ctx, cmd)
+	if err != nil {
+		return err
+	}
+	if err := responseError(resp); err != nil {
+		return err
+	}
+	return awaitLeaseFence(ctx, resp)
 }
 
 // ResetKey forgets c.Key's state under c's limit (c.Cost is ignored).

@@ -85,6 +85,10 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 			m.Health = HealthUnknown
 		}
 		m.Healthy = m.Health == HealthHealthy
+		if s.ID == self && n.disk != nil { // diskwatch.go
+			m.LogWriteP99Ms = float64(n.disk.lastP99().Microseconds()) / 1000
+			m.DiskStalled = n.disk.stalled.Load()
+		}
 		st.Members = append(st.Members, m)
 	}
 	sort.Slice(st.Members, func(i, j int) bool { return st.Members[i].ID < st.Members[j].ID })

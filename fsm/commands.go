@@ -77,8 +77,13 @@ func init() {
 			if c.policyErr != nil {
 				return errResponse(fieldError(c.policyErr, "")), nil
 			}
+			old, _ := a.lookupPolicy([]byte(c.policy.Name)) // nil when absent
 			e, err := a.putPolicy(tx, c.policy)
-			return errResponse(e), err
+			if e != nil || err != nil {
+				return errResponse(e), err
+			}
+			next, _ := a.lookupPolicy([]byte(c.policy.Name))
+			return a.fencePolicy(tx, c.policy.Name, old, next) // leasefence.go
 		},
 	})
 	registerCommand(CmdDeletePolicy, commandType{
@@ -86,8 +91,12 @@ func init() {
 		decode:   decodeName,
 		validate: func(*command) error { return nil },
 		apply: func(a *applier, tx *persist.Tx, c *command) (interface{}, error) {
+			old, _ := a.lookupPolicy([]byte(c.name))
 			e, err := a.deletePolicy(tx, c.name)
-			return errResponse(e), err
+			if e != nil || err != nil {
+				return errResponse(e), err
+			}
+			return a.fencePolicy(tx, c.name, old, nil) // leasefence.go
 		},
 	})
 	registerCommand(CmdResetKey, commandType{

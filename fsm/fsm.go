@@ -230,7 +230,8 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 
 // ApplyBatch applies entries in one transaction. Responses, by command:
 // CmdCheck []Result; CmdPutPolicy, CmdDeletePolicy, CmdResetKey error (nil or
-// *Error); CmdExpire int (entries removed); CmdSetNode, CmdRemoveNode and
+// *Error; a put or delete that must wait for leases, LeaseFence: leasefence.go);
+// CmdExpire int (entries removed); CmdSetNode, CmdRemoveNode and
 // non-command entries nil; entries already applied ErrAlreadyApplied. On a
 // fatal error nothing of the batch is stored, OnFatal is called and the call
 // blocks until Close, then answers every entry with the error.

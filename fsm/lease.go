@@ -456,7 +456,10 @@ func (a *applier) grantLease(tx *persist.Tx, holder []byte, lr *leaseRef, now in
 	a.leaseEntries = append(a.leaseEntries, leaseEntry{
 		holder: holder, id: lr.id, units: ag.Units, window: ag.Window, expiry: now + int64(ag.Valid),
 	})
-	return g, a.writeLeases(tx, a.leaseKey(key), lprev)
+	if err := a.writeLeases(tx, a.leaseKey(key), lprev); err != nil {
+		return g, err
+	}
+	return g, a.noteGrant(tx, p.Name, now, ag.Valid) // leasefence.go
 }
 
 func (a *applier) returnLeases(tx *persist.Tx, c *command) ([]int64, error) {

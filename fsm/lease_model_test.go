@@ -40,7 +40,13 @@ import (
 //     after the expiry; otherwise nothing. A repeated grant request then
 //     answers the same units with Valid 0 and consumes nothing;
 //   - a refusal says leased elsewhere only while a lease is outstanding
-//     (leases in their grace are not).
+//     (leases in their grace are not);
+//   - a policy change is acknowledged when its answer's LeaseFence.Wait
+//     has passed (at once without one), and from then on, until the next
+//     change, the units allowed in a window (since its last reset) never
+//     exceed the changed limit, though partitioned holders go on spending
+//     the leases they hold without returning them; a repeated put while a
+//     stricter change is pending waits as well.
 type leaseModel struct {
 	t      *rapid.T
 	f      *FSM
@@ -63,6 +69,44 @@ type leaseModel struct {
 	carried     map[[2]int64]int64 // (window start, epoch) → unspent on leases kept across the reset
 	lost        map[int64]int64    // window start → units lost (crash, drop, expiry)
 	resetWindow map[int64]bool     // windows in which a reset happened
+
+	// The last policy change: acknowledged at ackAt (pending while
+	// ackAt > now); once acknowledged, ackAllowed counts the units allowed
+	// per (window start, epoch) after it, bound by ackLimit.
+	ackAt      int64
+	ackLimit   int64
+	acked      bool
+	ackAllowed map[[2]int64]int64
+}
+
+// putPolicy applies a policy change and notes when it is acknowledged: at
+// once, or after the wait its answer names.
+func (m *leaseModel) putPolicy(p Policy) {
+	r := m.apply(EncodePutPolicy(p))
+	var wait time.Duration
+	switch v := r.(type) {
+	case nil:
+	case LeaseFence:
+		if v.Policy != p.Name || v.Wait <= 0 {
+			m.t.Fatalf("put policy answered %+v", v)
+		}
+		wait = v.Wait
+	default:
+		m.t.Fatalf("put policy: %v", r)
+	}
+	// A repeated put may be acknowledged at once when the leases before
+	// the change have ended by the log's time: the check in admit says
+	// whether that was too early.
+	m.ackAt, m.ackLimit, m.acked = m.now+int64(wait), p.Spec.Limit, false
+	m.ack()
+}
+
+// ack acknowledges the last change once its wait has passed.
+func (m *leaseModel) ack() {
+	if !m.acked && m.ackAt > 0 && m.now >= m.ackAt {
+		m.acked = true
+		m.ackAllowed = map[[2]int64]int64{}
+	}
 }
 
 type modelLease struct {
@@ -91,6 +135,12 @@ func (m *leaseModel) cur() [2]int64 { return [2]int64{m.start(m.now), int64(m.ep
 func (m *leaseModel) admit(units int64) {
 	c := m.cur()
 	m.allowed[c] += units
+	if m.acked {
+		if m.ackAllowed[c] += units; m.ackAllowed[c] > m.ackLimit {
+			m.t.Fatalf("%d allowed in window %d (epoch %d) after the change to limit %d was acknowledged at %d (now %d)",
+				m.ackAllowed[c], c[0], c[1], m.ackLimit, m.ackAt, m.now)
+		}
+	}
 	// A reset renews the budget but cannot recall what partitioned holders
 	// still hold (granted under the limit before it, perhaps a higher one):
 	// those units count in the new budget, unless they alone exceed it.
@@ -410,8 +460,9 @@ func runLeaseModel(t *testing.T, alg algo.Algorithm) {
 				case 1:
 					p := genLeasePolicy(rt, alg, m.window)
 					m.policy = p
-					if r := m.apply(EncodePutPolicy(p)); r != nil {
-						rt.Fatalf("put policy: %v", r)
+					m.putPolicy(p)
+					if rapid.Bool().Draw(rt, "repeated put") {
+						m.putPolicy(p) // a retry, say after an outcome_unknown
 					}
 					m.noteLimit()
 					for n := range m.nodes {
@@ -451,6 +502,7 @@ func runLeaseModel(t *testing.T, alg algo.Algorithm) {
 				m.noteLimit()
 			}
 			m.expire()
+			m.ack()
 			m.checkAccounting()
 		}
 	})

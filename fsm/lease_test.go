@@ -163,8 +163,8 @@ func TestLeaseRecordExpires(t *testing.T) {
 	if g := d.grant(t0, "n1", 1, "q"); g.Units != 1 {
 		t.Fatalf("grant %+v", g)
 	}
-	if n := f.Stats().Keys; n != 2 {
-		t.Fatalf("%d keys after a grant, want 2 (state and lease record)", n)
+	if n := f.Stats().Keys; n != 3 {
+		t.Fatalf("%d keys after a grant, want 3 (state, lease record, the policy's lease fence: leasefence.go)", n)
 	}
 	d.apply(EncodeExpire(t0+11*sec, 100))
 	if n := f.Stats().Keys; n != 1 {

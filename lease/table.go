@@ -77,6 +77,13 @@ type heldLease struct {
 	deadline time.Time
 	halfway  time.Time // between the grant request and end: refill from here
 	resetAt  int64     // wall clock (ns): nodeapi.LeaseGrant.ResetAt
+	// windowEnd is when (leader time, ns) the window the units are counted
+	// in ends (0: token bucket, no window). Once this node's replica has
+	// applied a later time, the log decides in the next window, and a unit
+	// of this lease spent then would come on top of that window's budget
+	// (a leader whose clock stepped forward rolls the window before the
+	// local deadline): the lease is not spent any more.
+	windowEnd int64
 }
 
 // spentLease is a lease spent to the last unit and not given back (nothing
@@ -149,6 +156,9 @@ type Table struct {
 type Node interface {
 	GrantLeases(ctx context.Context, reqs []nodeapi.LeaseRequest) ([]nodeapi.LeaseGrant, error)
 	ReturnLeases(ctx context.Context, rets []nodeapi.LeaseReturn) ([]int64, error)
+	// LastTime is the leader time (ns) this node's replica has applied
+	// (heldLease.windowEnd); 0 when unknown.
+	LastTime() int64
 }
 
 // Options tunes a table; the zero value of every field selects its default.
@@ -233,7 +243,7 @@ func (t *Table) Spend(policy, key string, spec algo.Spec, opt algo.Lease, cost i
 	sl.lastUse = now
 	t.rotateLocked(k, sl, now)
 	for _, h := range [2]*heldLease{sl.cur, sl.next} {
-		if h != nil && h.left() >= cost && now.Before(h.end) {
+		if h != nil && h.left() >= cost && now.Before(h.end) && !t.rolled(h) {
 			h.spent += cost
 			t.answered.Add(1)
 			t.refillLocked(k, sl, now)
@@ -267,7 +277,7 @@ func (t *Table) heldLocked(sl *leaseSlot) int64 {
 // rotateLocked gives back a current lease that expired (whatever is left)
 // or is spent, and promotes the next one.
 func (t *Table) rotateLocked(k leaseKey, sl *leaseSlot, now time.Time) {
-	for i := 0; i < 2 && sl.cur != nil && (sl.cur.left() == 0 || !now.Before(sl.cur.end)); i++ {
+	for i := 0; i < 2 && sl.cur != nil && (sl.cur.left() == 0 || !now.Before(sl.cur.end) || t.rolled(sl.cur)); i++ {
 		t.retireLocked(k, sl, sl.cur, now)
 		sl.cur, sl.next = sl.next, nil
 	}
@@ -479,7 +489,7 @@ func (t *Table) installLocked(p pendingGrant, g nodeapi.LeaseGrant, err error, s
 	t.taken.Add(1)
 	spendable := g.Valid - min(g.Valid/4, leaseReturnLead)
 	h := &heldLease{id: id, units: g.Units, end: sent.Add(spendable), deadline: sent.Add(g.Valid),
-		halfway: sent.Add(spendable / 2), resetAt: g.ResetAt}
+		halfway: sent.Add(spendable / 2), resetAt: g.ResetAt, windowEnd: leaseWindowEnd(sl.spec, g)}
 	if t.closed || t.slots[k] != sl || !now.Before(h.end) {
 		t.giveBackLocked(k, h, false) // dropped or closed meanwhile, or already over
 		return
@@ -699,4 +709,22 @@ func newLeaseID() uint64 {
 	var b [8]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
 	return binary.LittleEndian.Uint64(b[:])
+}
+
+// rolled reports a lease whose window the log has left (heldLease.windowEnd).
+func (t *Table) rolled(h *heldLease) bool {
+	return h.windowEnd > 0 && t.node.LastTime() >= h.windowEnd
+}
+
+// leaseWindowEnd is the end (leader time) of the window a grant's units are
+// counted in: a fixed window's is its ResetAt, a sliding window's the start
+// it names plus the window; a token bucket has none (0).
+func leaseWindowEnd(spec algo.Spec, g nodeapi.LeaseGrant) int64 {
+	switch spec.Algorithm {
+	case algo.FixedWindow:
+		return g.ResetAt
+	case algo.SlidingWindow:
+		return g.Window + int64(spec.Window)
+	}
+	return 0
 }

@@ -86,6 +86,12 @@ type Member struct {
 	// field of /v1/cluster's documented JSON (docs/API.md), for probes that
 	// want a boolean, so it stays.
 	Healthy bool `json:"healthy"`
+	// LogWriteP99Ms and DiskStalled are the member's own Raft log writes
+	// (p99 over the disk-stall window, ms) and whether they have stayed
+	// above the disk-stall bound for a window: reported by a node for
+	// itself only (cluster/diskwatch.go).
+	LogWriteP99Ms float64 `json:"log_write_p99_ms,omitempty"`
+	DiskStalled   bool    `json:"disk_stalled,omitempty"`
 }
 
 // Member health values.

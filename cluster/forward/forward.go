@@ -64,6 +64,8 @@ type applyResponse struct {
 	Error   *fsm.Error `json:"error,omitempty"`
 	Failure string     `json:"failure,omitempty"` // a non-fsm error's text
 	Count   *int       `json:"count,omitempty"`
+	// LeaseFence: the forwarding node waits it out (cluster/leasefence.go).
+	LeaseFence *fsm.LeaseFence `json:"lease_fence,omitempty"`
 }
 
 // Config is what a follower's forwarding needs of its node.
@@ -216,6 +218,8 @@ func (f *Forwarder) Apply(ctx context.Context, addr string, cmd []byte) (interfa
 		return errors.New(ar.Failure), nil
 	case ar.Count != nil:
 		return *ar.Count, nil
+	case ar.LeaseFence != nil:
+		return *ar.LeaseFence, nil
 	}
 	return nil, nil
 }
@@ -471,6 +475,8 @@ func writeApplyResponse(w http.ResponseWriter, resp interface{}) {
 		}
 	case int:
 		ar.Count = &v
+	case fsm.LeaseFence:
+		ar.LeaseFence = &v
 	}
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(ar)

@@ -70,6 +70,8 @@ type serveFlags struct {
 	// Raft timing and shutdown: failover speed and a bounded SIGTERM.
 	raftHeartbeat, raftElection, raftLease time.Duration
 	raftNoPipeline                         bool
+	diskStallTransfer, diskStallWindow     time.Duration // cluster/diskwatch.go
+	diskStallFail                          time.Duration
 	noApplyAhead                           bool
 	shutdownTimeout                        time.Duration
 	maxConnections                         int
@@ -131,6 +133,9 @@ func newServeFlagSet(out io.Writer) (*flag.FlagSet, *serveFlags) {
 	fs.DurationVar(&f.raftHeartbeat, "raft-heartbeat-timeout", cluster.DefaultHeartbeatTimeout, "Raft: a follower that has not heard from the leader for this long starts an election (and its checks answer 503 once an election timeout more has passed without a leader)")
 	fs.DurationVar(&f.raftElection, "raft-election-timeout", cluster.DefaultElectionTimeout, "Raft: how long a candidate waits for votes before trying again")
 	fs.DurationVar(&f.raftLease, "raft-lease-timeout", cluster.DefaultLeaderLeaseTimeout, "Raft: a leader that cannot reach a quorum for this long steps down (at most --raft-heartbeat-timeout)")
+	fs.DurationVar(&f.diskStallTransfer, "disk-stall-transfer", cluster.DefaultDiskStallTransfer, "a leader whose Raft log writes' p99 stays above this for a --disk-stall-window hands leadership to another voter (0: never)")
+	fs.DurationVar(&f.diskStallWindow, "disk-stall-window", cluster.DefaultDiskStallWindow, "the sliding window the Raft log writes' p99 is measured over (--disk-stall-transfer, --disk-stall-fail)")
+	fs.DurationVar(&f.diskStallFail, "disk-stall-fail", cluster.DefaultDiskStallFail, "a node whose Raft log writes' p99 stays above --disk-stall-transfer this long stops serving, as for a failed write (0: never)")
 	fs.BoolVar(&f.raftNoPipeline, "raft-no-pipeline", false, "Raft: send one AppendEntries at a time to each follower instead of pipelining them")
 	fs.BoolVar(&f.noApplyAhead, "no-apply-ahead", false, "a follower waits for the leader's answer to every check it forwards instead of answering from its own log once the entry is committed (clusters of up to three voters)")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", DefaultShutdownTimeout, "bound on a SIGTERM/SIGINT shutdown: HTTP draining and Raft's shutdown share it; past it the process exits anyway (its state is crash-safe)")
@@ -199,6 +204,10 @@ func Main(args []string, stderr io.Writer) int {
 	}
 	if f.raftHeartbeat <= 0 || f.raftElection <= 0 || f.raftLease <= 0 || f.raftLease > f.raftHeartbeat {
 		fmt.Fprintln(stderr, "limitd: --raft-heartbeat-timeout, --raft-election-timeout and --raft-lease-timeout must be positive, the lease at most the heartbeat timeout")
+		return 2
+	}
+	if f.diskStallTransfer < 0 || f.diskStallWindow <= 0 || f.diskStallFail < 0 || (f.diskStallFail > 0 && f.diskStallFail < f.diskStallWindow) {
+		fmt.Fprintln(stderr, "limitd: --disk-stall-window must be positive, --disk-stall-transfer and --disk-stall-fail not negative, and --disk-stall-fail (when set) at least the window")
 		return 2
 	}
 	if f.shutdownTimeout < 100*time.Millisecond {
@@ -289,7 +298,15 @@ func serve(f *serveFlags, in *startInputs, logger *slog.Logger) error {
 		return err
 	}
 	dataDir := noteDataDir(f.dataDir) // startup.go: undone if Open fails
+	clockOffset, err := faultClockOffset(os.Getenv) // fault.go
+	if err != nil {
+		return err
+	}
 	node, err := cluster.Open(cluster.Config{
+		FaultClockOffset:   clockOffset,
+		DiskStallTransfer:  f.diskStallTransfer,
+		DiskStallWindow:    f.diskStallWindow,
+		DiskStallFail:      f.diskStallFail,
 		NodeID:             f.nodeID,
 		RaftAddr:           raftAdv,
 		RaftBind:           f.raftAddr,

@@ -46,6 +46,7 @@ func (NoCapabilities) ReturnLeases(context.Context, []nodeapi.LeaseReturn) ([]in
 	return nil, ErrNotInFake
 }
 func (NoCapabilities) SetLeaseHook(nodeapi.LeaseHook)        {}
+func (NoCapabilities) LastTime() int64                       { return 0 }
 func (NoCapabilities) RLSDomainConfig(string) ([]byte, bool) { return nil, false }
 func (NoCapabilities) RLSDomains() []nodeapi.Domain          { return nil }
 func (NoCapabilities) RLSDomainsVersion() uint64             { return 0 }
@@ -240,6 +241,9 @@ func (n *Node) Plan(name string) (nodeapi.Plan, bool) { return n.Log.f.Plan(name
 func (n *Node) Plans() []nodeapi.Plan                 { return n.Log.f.Plans() }
 func (n *Node) PrefixRules() []nodeapi.PrefixRule     { return n.Log.f.PrefixRules() }
 func (n *Node) DefaultPlan() string                   { return n.Log.f.DefaultPlan() }
+
+// LastTime is the leader time the state machine has applied.
+func (n *Node) LastTime() int64 { return n.Log.f.LastTime() }
 
 // SetLeaseHook adds h to the hooks the state machine's lease events reach.
 func (n *Node) SetLeaseHook(h nodeapi.LeaseHook) {
