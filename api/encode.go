@@ -113,6 +113,11 @@ func appendDecision(b []byte, d *nodeapi.Decision, replayed bool) []byte {
 	if d.ShadowRefused {
 		b = append(b, `,"shadow_refused":true`...)
 	}
+	if d.Reason != nodeapi.ReasonNone {
+		b = append(b, `,"reason":"`...)
+		b = append(b, d.Reason.String()...)
+		b = append(b, '"')
+	}
 	if replayed {
 		b = append(b, `,"replayed":true`...)
 	}

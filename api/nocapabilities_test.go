@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/limitd/limitd/algo"
 	"github.com/limitd/limitd/nodeapi"
@@ -40,3 +41,13 @@ func (noCapabilities) DeleteRLSDomain(context.Context, string) error {
 }
 func (noCapabilities) OpenBackup(context.Context) (nodeapi.Backup, error) { return nil, errNotInFake }
 func (noCapabilities) Digest() (string, uint64, error)                    { return "", 0, errNotInFake }
+func (noCapabilities) List(string) ([]byte, bool)                         { return nil, false }
+func (noCapabilities) Lists() []nodeapi.List                              { return nil }
+func (noCapabilities) ListsVersion() uint64                               { return 0 }
+func (noCapabilities) PutList(context.Context, string, []byte) error {
+	return &nodeapi.Error{Code: nodeapi.CodeNotFound, Message: "this node keeps no lists"}
+}
+func (noCapabilities) DeleteList(context.Context, string) error {
+	return &nodeapi.Error{Code: nodeapi.CodeNotFound, Message: "this node keeps no lists"}
+}
+func (noCapabilities) LeaderTime() int64 { return time.Now().UnixNano() }

@@ -118,6 +118,7 @@ func clamp(tx *persist.Tx, now int64) int64 {
 // publish makes the committed policy and node changes visible.
 func (a *applier) publish() {
 	a.f.domains.publish()
+	a.f.lists.publish()
 	if len(a.pendingPolicies) == 0 && len(a.pendingNodes) == 0 {
 		return
 	}
@@ -144,6 +145,7 @@ func (a *applier) publish() {
 // discard drops changes of a transaction that did not commit.
 func (a *applier) discard() {
 	a.f.domains.discard()
+	a.f.lists.discard()
 	clear(a.pendingPolicies)
 	clear(a.pendingNodes)
 }

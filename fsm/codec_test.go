@@ -82,6 +82,8 @@ func allEncodings(t testing.TB) map[string][]byte {
 		"delete_domain": EncodeDeleteDomain("shop"),
 		"grant_lease":   EncodeGrantLease(nil, t0, "node-1", []LeaseRequest{{ID: 7, Check: Check{Key: "user:1", Policy: "api"}}}),
 		"return_lease":  EncodeReturnLease(nil, t0, "node-1", []LeaseReturn{{ID: 7, Check: Check{Key: "user:1", Policy: "api"}, Unspent: 3}}),
+		"put_list":      EncodePutList("bots", []byte(`{"kind":"deny"}`)),
+		"delete_list":   EncodeDeleteList("bots"),
 	}
 }
 

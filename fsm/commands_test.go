@@ -15,7 +15,8 @@ import (
 // applies — there is no second list to forget.
 func TestCommandTable(t *testing.T) {
 	enc := allEncodings(t)
-	proposable := map[byte]bool{CmdPutPolicy: true, CmdDeletePolicy: true, CmdResetKey: true, CmdPutDomain: true, CmdDeleteDomain: true}
+	proposable := map[byte]bool{CmdPutPolicy: true, CmdDeletePolicy: true, CmdResetKey: true, CmdPutDomain: true, CmdDeleteDomain: true,
+		CmdPutList: true, CmdDeleteList: true}
 	seen := 0
 	for typ, ct := range commands {
 		if ct == nil {

@@ -109,6 +109,7 @@ type FSM struct {
 	policies map[string]*Policy
 	nodes    map[string]string
 	domains  domainTable // RLS domains (domain.go)
+	lists    domainTable // allow and deny lists (lists.go)
 
 	ap applier
 
@@ -151,9 +152,10 @@ func (f *FSM) load() error {
 	policies := make(map[string]*Policy)
 	nodes := make(map[string]string)
 	domains := make(map[string][]byte)
+	lists := make(map[string][]byte)
 	err := f.store.View(func(tx *persist.Tx) error {
 		if err := tx.ForEachPolicy(func(name string, enc []byte) error {
-			if f.domains.loadEntry(domains, name, enc) {
+			if f.domains.loadEntry(domains, name, enc) || loadList(lists, name, enc) {
 				return nil
 			}
 			d := decoder{b: enc}
@@ -189,6 +191,7 @@ func (f *FSM) load() error {
 	f.policies, f.nodes = policies, nodes
 	f.mu.Unlock()
 	f.domains.set(domains)
+	f.lists.set(lists)
 	return nil
 }
 

@@ -37,6 +37,36 @@ type Decision struct {
 	// back); RetryAfter is then no later than the first of them ends
 	// (fsm/lease.go).
 	LeasedElsewhere bool
+	// Reason says why a check was answered other than by its limit: a deny
+	// or allow list matched (decided by the service from the replicated
+	// lists, counted nowhere) or the key is banned (decided by the state
+	// machine). ReasonNone for a decision of the limit itself.
+	Reason Reason
+}
+
+// Reason is Decision.Reason. Its text ("allowed", "denied", "banned") is the
+// API's "reason" member, so a reason is never renamed.
+type Reason uint8
+
+// Reasons.
+const (
+	ReasonNone    Reason = iota
+	ReasonAllowed        // an allow list matched: allowed without counting
+	ReasonDenied         // a deny list matched: refused without counting
+	ReasonBanned         // the key is banned under the policy's on_exceed
+)
+
+// String is the reason's API text ("" for ReasonNone).
+func (r Reason) String() string {
+	switch r {
+	case ReasonAllowed:
+		return "allowed"
+	case ReasonDenied:
+		return "denied"
+	case ReasonBanned:
+		return "banned"
+	}
+	return ""
 }
 
 // Result is one op's answer. When Err is set nothing was consumed and
@@ -103,6 +133,35 @@ const (
 	MaxRequestIDBytes = 128
 	MaxPolicyName     = 128
 )
+
+// Bounds on allow and deny lists, the one source for each (docs/SECURITY.md
+// states them): the service refuses a list past them before proposing it,
+// and the state machine refuses the entry again at apply, so no client can
+// grow the replicated configuration, which every node holds in memory and
+// compiles, without bound. A list's name obeys MaxPolicyName.
+const (
+	MaxLists       = 64      // lists in the cluster
+	MaxListEntries = 10_000  // entries of one list
+	MaxListBytes   = 1 << 20 // one list's canonical encoding
+)
+
+// List is an allow or deny list as replicated: the canonical JSON the service
+// produced from a validated request (the state machine keeps it opaque, like
+// an RLS domain's configuration).
+type List struct {
+	Name   string
+	Config []byte // canonical encoding; do not modify
+}
+
+// Ban is one banned key as the replicated state holds it (fsm's ban
+// records): refused under Policy until Until (leader time, Unix ns), after
+// Offences offences remembered.
+type Ban struct {
+	Key      string
+	Policy   string
+	Until    int64
+	Offences int
+}
 
 // Policy is a named limit, replicated through the log.
 type Policy struct {

@@ -48,6 +48,7 @@ type Node interface {
 	Refuser
 	Leaser
 	Domains
+	Lists
 	Backuper
 	Digester
 
@@ -129,6 +130,8 @@ type Service struct {
 	specIdents Interner
 	// rlsCache holds the node's RLS domains compiled (rls.go).
 	rlsCache rls.Cache
+	// lists holds the node's allow and deny lists compiled (lists.go).
+	lists listCache
 	// leases is the node's quota leases (lease.go, package lease).
 	leases *lease.Table
 }
