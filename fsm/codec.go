@@ -39,7 +39,8 @@ const (
 
 	decAllowed         byte = 1
 	decShadowRefused   byte = 2
-	decLeasedElsewhere byte = 4 // Decision.LeasedElsewhere
+	decLeasedElsewhere byte = 4    // Decision.LeasedElsewhere
+	decBanned          byte = 0x40 // Decision.Reason banned (ban.go)
 )
 
 var (
@@ -254,6 +255,9 @@ func appendResult(dst []byte, r *Result) []byte {
 		if dd.LeasedElsewhere {
 			f |= decLeasedElsewhere
 		}
+		if dd.Reason == ReasonBanned {
+			f |= decBanned
+		}
 		dst = append(dst, f)
 		dst = binary.AppendVarint(dst, dd.Limit)
 		dst = binary.AppendVarint(dst, dd.Remaining)
@@ -292,6 +296,9 @@ const (
 	policyNoLocalRefusals byte = 2 // Policy.NoLocalRefusals
 	policyLease           byte = 4 // Policy.Lease: uvarint(share) uvarint(max_ttl) after the spec
 	policyLeaseNoStrict   byte = 8 // Policy.Lease.NoStrict ("strict": false); only with policyLease
+	// Policy.OnExceed: uvarint(ban) uvarint(steps) uvarint(step)… uvarint(forget_after)
+	// after the spec and lease (ban.go).
+	policyOnExceed byte = 0x80
 )
 
 // appendPolicy writes version ‖ name ‖ flags ‖ spec [‖ lease]. It is both the payload
@@ -318,11 +325,17 @@ func appendPolicy(dst []byte, p Policy) []byte {
 			flags |= policyLeaseNoStrict
 		}
 	}
+	if p.OnExceed.Ban > 0 {
+		flags |= policyOnExceed // set only with the option: older policies encode as before
+	}
 	dst = append(dst, flags)
 	dst = algo.AppendSpec(dst, p.Spec)
 	if p.Lease.Enabled() {
 		dst = binary.AppendUvarint(dst, uint64(p.Lease.Share))
 		dst = binary.AppendUvarint(dst, uint64(p.Lease.MaxTTL))
+	}
+	if p.OnExceed.Ban > 0 {
+		dst = appendOnExceed(dst, &p.OnExceed)
 	}
 	return dst
 }
@@ -341,7 +354,7 @@ func decodePolicy(d *decoder) (p Policy, invalid error) {
 	if d.err != nil {
 		return Policy{}, nil
 	}
-	if flags&^(policyShadow|policyNoLocalRefusals|policyLease|policyLeaseNoStrict) != 0 {
+	if flags&^(policyShadow|policyNoLocalRefusals|policyLease|policyLeaseNoStrict|policyOnExceed) != 0 {
 		d.fail(fmt.Errorf("unknown policy flags %#x", flags))
 		return Policy{}, nil
 	}
@@ -363,11 +376,20 @@ func decodePolicy(d *decoder) (p Policy, invalid error) {
 	}
 	d.off += n
 	p.Spec = s
+	var share, ttl uint64
 	if flags&policyLease != 0 {
-		share, ttl := d.uvarint(), d.uvarint()
-		if d.err != nil {
-			return Policy{}, nil
-		}
+		share, ttl = d.uvarint(), d.uvarint()
+	}
+	// Read everything before judging anything: an invalid option is an
+	// answer, and the bytes after it must not be left to fail the entry.
+	var invalidOnExceed error
+	if flags&policyOnExceed != 0 {
+		p.OnExceed, invalidOnExceed = decodeOnExceed(d)
+	}
+	if d.err != nil {
+		return Policy{}, nil
+	}
+	if flags&policyLease != 0 {
 		if share > uint64(algo.LeaseShareScale) || ttl > uint64(algo.MaxLeaseTTL) {
 			// Well formed but invalid: an answer, not a reason to stop.
 			return p, &algo.FieldError{Field: "lease", Message: fmt.Sprintf("share %d or max_ttl %d out of range", share, ttl)}
@@ -380,7 +402,7 @@ func decodePolicy(d *decoder) (p Policy, invalid error) {
 			return p, &algo.FieldError{Field: "lease", Message: "not with shadow (a shadow policy allows every check)"}
 		}
 	}
-	return p, nil
+	return p, invalidOnExceed
 }
 
 func appendString(dst []byte, s string) []byte {
@@ -597,7 +619,7 @@ func (d *decoder) result() Result {
 	}
 	for i := 0; i < n && d.err == nil; i++ {
 		f := d.byte()
-		if f&^(decAllowed|decShadowRefused|decLeasedElsewhere) != 0 {
+		if f&^(decAllowed|decShadowRefused|decLeasedElsewhere|decBanned) != 0 {
 			d.fail(fmt.Errorf("unknown decision flags %#x", f))
 			break
 		}
@@ -605,6 +627,9 @@ func (d *decoder) result() Result {
 		dd.Allowed = f&decAllowed != 0
 		dd.ShadowRefused = f&decShadowRefused != 0
 		dd.LeasedElsewhere = f&decLeasedElsewhere != 0
+		if f&decBanned != 0 {
+			dd.Reason = ReasonBanned
+		}
 		dd.Limit = d.varint()
 		dd.Remaining = d.varint()
 		dd.ResetAfter = time.Duration(d.varint())

@@ -84,6 +84,7 @@ func allEncodings(t testing.TB) map[string][]byte {
 		"return_lease":  EncodeReturnLease(nil, t0, "node-1", []LeaseReturn{{ID: 7, Check: Check{Key: "user:1", Policy: "api"}, Unspent: 3}}),
 		"put_list":      EncodePutList("bots", []byte(`{"kind":"deny"}`)),
 		"delete_list":   EncodeDeleteList("bots"),
+		"unban":         EncodeUnban("user:1", "api"),
 	}
 }
 

@@ -16,7 +16,7 @@ import (
 func TestCommandTable(t *testing.T) {
 	enc := allEncodings(t)
 	proposable := map[byte]bool{CmdPutPolicy: true, CmdDeletePolicy: true, CmdResetKey: true, CmdPutDomain: true, CmdDeleteDomain: true,
-		CmdPutList: true, CmdDeleteList: true}
+		CmdPutList: true, CmdDeleteList: true, CmdUnban: true}
 	seen := 0
 	for typ, ct := range commands {
 		if ct == nil {

@@ -110,6 +110,7 @@ type FSM struct {
 	nodes    map[string]string
 	domains  domainTable // RLS domains (domain.go)
 	lists    domainTable // allow and deny lists (lists.go)
+	bans     banTable    // the ban records' copy (ban.go)
 
 	ap applier
 
@@ -153,6 +154,7 @@ func (f *FSM) load() error {
 	nodes := make(map[string]string)
 	domains := make(map[string][]byte)
 	lists := make(map[string][]byte)
+	var bans map[string]banEntry
 	err := f.store.View(func(tx *persist.Tx) error {
 		if err := tx.ForEachPolicy(func(name string, enc []byte) error {
 			if f.domains.loadEntry(domains, name, enc) || loadList(lists, name, enc) {
@@ -179,10 +181,15 @@ func (f *FSM) load() error {
 		}); err != nil {
 			return err
 		}
-		return tx.ForEachNode(func(id, addr string) error {
+		if err := tx.ForEachNode(func(id, addr string) error {
 			nodes[id] = addr
 			return nil
-		})
+		}); err != nil {
+			return err
+		}
+		var err error
+		bans, err = loadBans(tx)
+		return err
 	})
 	if err != nil {
 		return fmt.Errorf("load %s: %w", f.store.Path(), err)
@@ -192,6 +199,9 @@ func (f *FSM) load() error {
 	f.mu.Unlock()
 	f.domains.set(domains)
 	f.lists.set(lists)
+	f.bans.mu.Lock()
+	f.bans.m = bans
+	f.bans.mu.Unlock()
 	return nil
 }
 

@@ -47,5 +47,5 @@ const (
 	CmdRemoveNode   byte = 7 // node id → nil
 	// 8 and 9: CmdPutDomain, CmdDeleteDomain (domain.go)
 	// 10 and 11: CmdGrantLease, CmdReturnLease (lease.go)
-	// 30 and 31: CmdPutList, CmdDeleteList (lists.go)
+	// 30 and 31: CmdPutList, CmdDeleteList (lists.go); 32: CmdUnban (ban.go)
 )

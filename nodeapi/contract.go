@@ -1,6 +1,10 @@
 package nodeapi
 
-import "github.com/limitd/limitd/algo"
+import (
+	"time"
+
+	"github.com/limitd/limitd/algo"
+)
 
 // The contract's value types: what a check, its answer, a policy and an
 // error are, shared by the state machine that decides (fsm, which aliases
@@ -175,7 +179,29 @@ type Policy struct {
 	// Lease is the policy's lease option (the zero Lease: none). Nodes may
 	// then reserve part of a key's budget and spend it from memory (fsm/lease.go).
 	Lease algo.Lease
+	// OnExceed is the policy's "on_exceed" option (the zero value: none): a
+	// key the policy refuses is banned, refused without counting, for a
+	// time that grows with each offence remembered (fsm/ban.go).
+	OnExceed OnExceed
 }
+
+// OnExceed is a policy's ban option. Ban > 0 turns it on.
+// Escalate is an array, not a slice, so that a Policy stays comparable.
+type OnExceed struct {
+	Ban time.Duration // the first offence's ban
+	// Escalate[:Steps] are each further offence's ban, strictly
+	// increasing and longer than Ban; the last one repeats.
+	Escalate    [MaxBanSteps]time.Duration
+	Steps       int
+	ForgetAfter time.Duration // offences are forgotten this long after the last ban ended
+}
+
+// Bounds on an on_exceed option, the one source for each: the state
+// machine refuses a policy past them at apply, the service before.
+const (
+	MaxBanSteps    = 16                    // Escalate's length
+	MaxBanDuration = 3650 * 24 * time.Hour // any one duration (algo.MaxWindow)
+)
 
 // Domain is an RLS domain's replicated configuration.
 type Domain struct {
