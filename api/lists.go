@@ -3,6 +3,7 @@ package api
 import (
 	"bufio"
 	"bytes"
+	"encoding/base64"
 	"encoding/csv"
 	"errors"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/julienschmidt/httprouter"
 
@@ -36,6 +38,90 @@ func (s *Server) abuseRoutes(r *httprouter.Router) {
 	r.GET("/v1/lists/:name", s.admin(noQuery(s.handleGetList)))
 	r.PUT("/v1/lists/:name", s.admin(s.handlePutList)) // the query is for line formats
 	r.DELETE("/v1/lists/:name", s.admin(noQuery(s.handleDeleteList)))
+	r.GET("/v1/bans", s.admin(s.handleListBans))
+	r.DELETE("/v1/bans/*key", s.admin(s.handleUnban)) // keys may contain '/'
+}
+
+type banJSON struct {
+	Key      string `json:"key"`
+	Policy   string `json:"policy"`
+	Until    string `json:"until"` // RFC 3339, leader time
+	Offences int    `json:"offences"`
+}
+
+// handleListBans serves GET /v1/bans?limit=&cursor=: the bans in force on
+// this node's replica, by policy then key; next_cursor continues.
+func (s *Server) handleListBans(w http.ResponseWriter, req *http.Request, _ httprouter.Params) {
+	q, err := url.ParseQuery(req.URL.RawQuery)
+	if err != nil {
+		writeError(w, invalid("", "malformed query string: "+err.Error()))
+		return
+	}
+	limit := 0
+	for k, vs := range q {
+		switch k {
+		case "limit":
+			if limit, err = strconv.Atoi(vs[0]); err != nil || limit < 1 {
+				writeError(w, invalid("limit", "must be a positive integer, got "+quoteValue(vs[0])))
+				return
+			}
+		case "cursor":
+		default:
+			writeError(w, invalid(k, "unknown query parameter (known: limit, cursor)"))
+			return
+		}
+	}
+	cursor := ""
+	if c := q.Get("cursor"); c != "" {
+		b, err := base64.RawURLEncoding.DecodeString(c)
+		if err != nil {
+			writeError(w, invalid("cursor", "not a cursor this API returned"))
+			return
+		}
+		cursor = string(b)
+	}
+	bans, next, e := s.svc.ListBans(cursor, limit)
+	if e != nil {
+		writeError(w, s.httpError(e))
+		return
+	}
+	out := struct {
+		Bans       []banJSON `json:"bans"`
+		NextCursor string    `json:"next_cursor,omitempty"`
+	}{Bans: make([]banJSON, 0, len(bans))}
+	for _, b := range bans {
+		out.Bans = append(out.Bans, banJSON{Key: b.Key, Policy: b.Policy, Until: time.Unix(0, b.Until).UTC().Format(time.RFC3339Nano), Offences: b.Offences})
+	}
+	if next != "" {
+		out.NextCursor = base64.RawURLEncoding.EncodeToString([]byte(next))
+	}
+	writeValue(w, http.StatusOK, out)
+}
+
+// handleUnban serves DELETE /v1/bans/{key}[?policy=]: lifts the key's bans
+// (under every policy unless one is named) and forgets its offences.
+func (s *Server) handleUnban(w http.ResponseWriter, req *http.Request, ps httprouter.Params) {
+	key := strings.TrimPrefix(ps.ByName("key"), "/")
+	q, err := url.ParseQuery(req.URL.RawQuery)
+	if err != nil {
+		writeError(w, invalid("", "malformed query string: "+err.Error()))
+		return
+	}
+	for k := range q {
+		if k != "policy" {
+			writeError(w, invalid(k, "unknown query parameter (known: policy)"))
+			return
+		}
+	}
+	policy := q.Get("policy")
+	if e := s.svc.Unban(req.Context(), key, policy); e != nil {
+		writeError(w, s.httpError(e))
+		return
+	}
+	writeValue(w, http.StatusOK, struct {
+		Key      string `json:"key"`
+		Unbanned bool   `json:"unbanned"`
+	}{key, true})
 }
 
 type listJSON struct {

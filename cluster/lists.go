@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/limitd/limitd/fsm"
 	"github.com/limitd/limitd/nodeapi"
 )
@@ -44,4 +46,42 @@ func (n *Node) ListsVersion() uint64 { return n.fsm.ListsVersion() }
 // applied the same entries would read it.
 func (n *Node) LeaderTime() int64 {
 	return max(time.Now().UnixNano(), n.fsm.LastTime())
+}
+
+// Bans (fsm/ban.go) are decided in apply; what the node adds is the read
+// path: answering a banned key from this replica's applied bans without a
+// Raft round, under the over-limit cache's condition (the node is Ready, so
+// the unbans and policy changes that end bans reach it; overlimit.go), and
+// the proposal that lifts a ban.
+
+// Banned reports the end of key's ban under policy in this replica's
+// applied state, if it is banned at LeaderTime; a miss while the node cannot
+// vouch for its copy (the over-limit cache is off or not usable).
+func (n *Node) Banned(policy, key string) (int64, bool) {
+	if n.ol.cache == nil || !n.ol.usable.Load() {
+		return 0, false
+	}
+	return n.fsm.Banned(policy, key, n.LeaderTime())
+}
+
+// Bans lists this replica's bans in force, limit after cursor.
+func (n *Node) Bans(cursor string, limit int) ([]nodeapi.Ban, string) {
+	return n.fsm.Bans(cursor, limit, n.LeaderTime())
+}
+
+// Unban removes key's bans under policy ("": every policy) through the
+// leader; *nodeapi.Error not_found when there are none.
+func (n *Node) Unban(ctx context.Context, key, policy string) error {
+	return n.applyAdmin(ctx, fsm.EncodeUnban(key, policy))
+}
+
+func (n *Node) banCollectors() []prometheus.Collector {
+	return []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "limitd_bans_active",
+			Help: "Keys banned now under a policy's on_exceed, in this replica's applied state."},
+			func() float64 { a, _ := n.fsm.BanCounts(n.LeaderTime()); return float64(a) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "limitd_bans_issued_total",
+			Help: "Bans this replica's applies issued since it started (every replica applies the same bans)."},
+			func() float64 { _, i := n.fsm.BanCounts(n.LeaderTime()); return float64(i) }),
+	}
 }

@@ -369,5 +369,6 @@ func (n *Node) Collectors() []prometheus.Collector {
 				func() float64 { return float64(a.answered.Load()) }))
 	}
 	cs = append(cs, n.overLimitCollectors()...)
+	cs = append(cs, n.banCollectors()...) // lists.go
 	return append(cs, globalRaftSink.all...)
 }

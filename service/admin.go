@@ -22,6 +22,8 @@ type PolicyRequest struct {
 	NoLocalRefusals bool
 	// Lease is the "lease" option (nil: none); see ValidateLease.
 	Lease *algo.LeaseConfig
+	// OnExceed is the "on_exceed" option (nil: none); see ValidateOnExceed.
+	OnExceed *OnExceedConfig
 }
 
 // ValidatePolicy validates p into a policy. The name's errors name the field
@@ -38,7 +40,11 @@ func ValidatePolicy(p PolicyRequest, prefix string) (nodeapi.Policy, *Error) {
 	if e != nil {
 		return nodeapi.Policy{}, e
 	}
-	return nodeapi.Policy{Name: p.Name, Spec: spec, Shadow: p.Shadow, NoLocalRefusals: p.NoLocalRefusals, Lease: lease}, nil
+	onExceed, e := ValidateOnExceed(p.OnExceed, p.Shadow, prefix)
+	if e != nil {
+		return nodeapi.Policy{}, e
+	}
+	return nodeapi.Policy{Name: p.Name, Spec: spec, Shadow: p.Shadow, NoLocalRefusals: p.NoLocalRefusals, Lease: lease, OnExceed: onExceed}, nil
 }
 
 // ValidateLease validates a policy's "lease" option (nil: none) for its

@@ -157,6 +157,10 @@ func (s *Service) check(ctx context.Context, r *CheckRequest, detach bool) (Chec
 		return CheckResult{Decision: d, Limit: l}, nil
 	}
 	if r.RequestID == "" {
+		if d, ok := s.bannedCheck(&c, &l); ok { // bans.go
+			s.obs.Decided(l, d)
+			return CheckResult{Decision: d, Limit: l}, nil
+		}
 		if d, ok := s.leased(&c, &l); ok { // lease.go
 			s.obs.Decided(l, d)
 			return CheckResult{Decision: d, Limit: l}, nil
@@ -455,6 +459,11 @@ func (s *Service) Batch(ctx context.Context, checks []CheckRequest, invalid []*E
 			continue
 		}
 		if checks[i].RequestID == "" {
+			if d, hit := s.bannedCheck(&fc[i], &out[i].Limit); hit {
+				out[i].Decision = d
+				s.obs.Decided(out[i].Limit, d)
+				continue
+			}
 			if d, hit := s.cached(&fc[i]); hit {
 				// Answered in its slot; only misses become ops.
 				out[i].Decision = d

@@ -50,4 +50,9 @@ func (noCapabilities) PutList(context.Context, string, []byte) error {
 func (noCapabilities) DeleteList(context.Context, string) error {
 	return &nodeapi.Error{Code: nodeapi.CodeNotFound, Message: "this node keeps no lists"}
 }
-func (noCapabilities) LeaderTime() int64 { return time.Now().UnixNano() }
+func (noCapabilities) LeaderTime() int64                        { return time.Now().UnixNano() }
+func (noCapabilities) Banned(string, string) (int64, bool)      { return 0, false }
+func (noCapabilities) Bans(string, int) ([]nodeapi.Ban, string) { return nil, "" }
+func (noCapabilities) Unban(context.Context, string, string) error {
+	return &nodeapi.Error{Code: nodeapi.CodeNotFound, Message: "this node bans nobody"}
+}
