@@ -12,6 +12,7 @@ type wireDecision struct {
 	DelayMS       int64      `json:"delay_ms"`
 	ShadowRefused bool       `json:"shadow_refused"`
 	Replayed      bool       `json:"replayed"`
+	Reason        string     `json:"reason"`
 	Error         *wireError `json:"error"`
 }
 
@@ -25,7 +26,7 @@ func (w *wireDecision) decision() Decision {
 	d := Decision{
 		Allowed: w.Allowed, Limit: w.Limit, Remaining: w.Remaining,
 		ResetAfter: ms(w.ResetAfterMS), RetryAfter: ms(w.RetryAfterMS), Delay: ms(w.DelayMS),
-		ShadowRefused: w.ShadowRefused, Replayed: w.Replayed,
+		ShadowRefused: w.ShadowRefused, Replayed: w.Replayed, Reason: w.Reason,
 	}
 	if w.RetryAfterMS < 0 {
 		d.RetryAfter = Never

@@ -113,6 +113,10 @@ func (s *scanner) decision(w *wireDecision) bool {
 			w.ShadowRefused, ok = s.boolean()
 		case "replayed":
 			w.Replayed, ok = s.boolean()
+		case "reason":
+			var r []byte
+			r, ok = s.str()
+			w.Reason = string(r)
 		case "limit":
 			w.Limit, ok = s.int()
 		case "remaining":

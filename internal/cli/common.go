@@ -51,6 +51,8 @@ func OSEnv() Env { return Env{Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.G
 var commands = map[string]func([]string, Env) int{
 	"check":    runCheck,
 	"policy":   runPolicy,
+	"list":     runList, // lists.go
+	"bans":     runBans,
 	"key":      runKey,
 	"cluster":  runCluster,
 	"snapshot": runSnapshot,
