@@ -15,6 +15,10 @@ import (
 // validates a list and hands over its canonical encoding, and every node
 // compiles and answers lists from its own replicated copy.
 
+// A list travels whole in one admin command (nodeapi.MaxListBytes): this
+// fails to compile if the list bound outgrows the command bound.
+var _ [MaxCommandBytes - (nodeapi.MaxListBytes + nodeapi.MaxPolicyName + 32)]struct{}
+
 // PutList stores a list's canonical encoding (validated by the caller)
 // through the leader. Errors as PutPolicy's.
 func (n *Node) PutList(ctx context.Context, name string, canonical []byte) error {

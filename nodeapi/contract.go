@@ -143,10 +143,14 @@ const (
 // and the state machine refuses the entry again at apply, so no client can
 // grow the replicated configuration, which every node holds in memory and
 // compiles, without bound. A list's name obeys MaxPolicyName.
+//
+// MaxListBytes keeps a whole list in one admin command (cluster's
+// MaxCommandBytes, 64 KiB, with room for the name; cluster/lists.go fails
+// to compile otherwise): a PUT replaces the list atomically, in one entry.
 const (
-	MaxLists       = 64      // lists in the cluster
-	MaxListEntries = 10_000  // entries of one list
-	MaxListBytes   = 1 << 20 // one list's canonical encoding
+	MaxLists       = 64       // lists in the cluster
+	MaxListEntries = 4096     // entries of one list
+	MaxListBytes   = 60 << 10 // one list's canonical encoding
 )
 
 // List is an allow or deny list as replicated: the canonical JSON the service
