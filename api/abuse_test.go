@@ -1,6 +1,7 @@
 package api
 
 import (
+	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
@@ -21,7 +22,7 @@ func TestListsAndBansOnACluster(t *testing.T) {
 	}
 	for body, field := range map[string]string{
 		`{"kind":"deny","entries":[{"key":"a"},{"cidr":"10.0.0.0/8"},{"key":"b"},{"cidr":"300.0.0.0/8"}]}`: `"field":"entries[3].cidr"`,
-		`{"kind":"block","entries":[]}`:                           `"field":"kind"`,
+		`{"kind":"block","entries":[]}`:                            `"field":"kind"`,
 		`{"kind":"deny","entries":[{"key":"a"}],"policies":["x"]}`: `"field":"policies[0]"`,
 	} {
 		if st, b := c.do(l, http.MethodPut, "/v1/lists/bad", body); st != 400 || !strings.Contains(b, field) {
@@ -98,6 +99,22 @@ func TestListsAndBansOnACluster(t *testing.T) {
 	}
 	if st, b := c.do(f, http.MethodGet, "/v1/bans?limit=10", ""); st != 200 || !strings.Contains(b, `"key":"u1","policy":"api"`) || !strings.Contains(b, `"offences":1`) {
 		t.Fatalf("GET /v1/bans: %d %s", st, b)
+	}
+	check(l, "u2", "api")
+	check(l, "u2", "api")
+	c.waitReady()
+	st, b := c.do(l, http.MethodGet, "/v1/bans?limit=1", "")
+	var page struct {
+		Bans       []struct{ Key string }
+		NextCursor string `json:"next_cursor"`
+	}
+	if err := json.Unmarshal([]byte(b), &page); st != 200 || err != nil || len(page.Bans) != 1 || page.Bans[0].Key != "u1" || page.NextCursor == "" {
+		t.Fatalf("first page: %d %s", st, b)
+	}
+	st, b = c.do(l, http.MethodGet, "/v1/bans?limit=1&cursor="+page.NextCursor, "")
+	page.NextCursor = ""
+	if err := json.Unmarshal([]byte(b), &page); st != 200 || err != nil || len(page.Bans) != 1 || page.Bans[0].Key != "u2" || page.NextCursor != "" {
+		t.Fatalf("second page: %d %s", st, b)
 	}
 	if st, b := c.do(f, http.MethodDelete, "/v1/bans/u1", ""); st != 200 {
 		t.Fatalf("unban: %d %s", st, b)

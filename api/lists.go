@@ -3,7 +3,6 @@ package api
 import (
 	"bufio"
 	"bytes"
-	"encoding/base64"
 	"encoding/csv"
 	"errors"
 	"io"
@@ -71,16 +70,7 @@ func (s *Server) handleListBans(w http.ResponseWriter, req *http.Request, _ http
 			return
 		}
 	}
-	cursor := ""
-	if c := q.Get("cursor"); c != "" {
-		b, err := base64.RawURLEncoding.DecodeString(c)
-		if err != nil {
-			writeError(w, invalid("cursor", "not a cursor this API returned"))
-			return
-		}
-		cursor = string(b)
-	}
-	bans, next, e := s.svc.ListBans(cursor, limit)
+	bans, next, e := s.svc.ListBans(q.Get("cursor"), limit)
 	if e != nil {
 		writeError(w, s.httpError(e))
 		return
@@ -92,9 +82,7 @@ func (s *Server) handleListBans(w http.ResponseWriter, req *http.Request, _ http
 	for _, b := range bans {
 		out.Bans = append(out.Bans, banJSON{Key: b.Key, Policy: b.Policy, Until: time.Unix(0, b.Until).UTC().Format(time.RFC3339Nano), Offences: b.Offences})
 	}
-	if next != "" {
-		out.NextCursor = base64.RawURLEncoding.EncodeToString([]byte(next))
-	}
+	out.NextCursor = next
 	writeValue(w, http.StatusOK, out)
 }
 

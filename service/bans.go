@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"encoding/base64"
 	"strconv"
 	"time"
 
@@ -124,7 +125,9 @@ const (
 	MaxBansPage     = 1000
 )
 
-// ListBans returns a page of the bans in force on this replica.
+// ListBans returns a page of the bans in force on this replica. cursor is
+// "" or the opaque next cursor of the page before (base64url, so that any
+// transport carries it as text).
 func (s *Service) ListBans(cursor string, limit int) ([]nodeapi.Ban, string, *Error) {
 	if limit == 0 {
 		limit = DefaultBansPage
@@ -132,7 +135,14 @@ func (s *Service) ListBans(cursor string, limit int) ([]nodeapi.Ban, string, *Er
 	if limit < 0 || limit > MaxBansPage {
 		return nil, "", Invalid("limit", "must be 1 to "+strconv.Itoa(MaxBansPage))
 	}
-	bans, next := s.node.Bans(cursor, limit)
+	after, err := base64.RawURLEncoding.DecodeString(cursor)
+	if err != nil {
+		return nil, "", Invalid("cursor", "not a cursor this API returned")
+	}
+	bans, next := s.node.Bans(string(after), limit)
+	if next != "" {
+		next = base64.RawURLEncoding.EncodeToString([]byte(next))
+	}
 	return bans, next, nil
 }
 

@@ -225,6 +225,10 @@ type Decision struct {
 	Never         bool                   `protobuf:"varint,6,opt,name=never,proto3" json:"never,omitempty"`                                      // refused and can never be allowed (cost above the limit); retry_after is unset
 	Delay         *durationpb.Duration   `protobuf:"bytes,7,opt,name=delay,proto3" json:"delay,omitempty"`                                       // leaky_bucket
 	ShadowRefused bool                   `protobuf:"varint,8,opt,name=shadow_refused,json=shadowRefused,proto3" json:"shadow_refused,omitempty"` // a shadow policy would have refused
+	// reason: "allowed" (an allow list: not counted), "denied" (a deny list:
+	// not counted), "banned" (the policy's on_exceed); empty for a decision of
+	// the limit.
+	Reason        string `protobuf:"bytes,9,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -313,6 +317,13 @@ func (x *Decision) GetShadowRefused() bool {
 		return x.ShadowRefused
 	}
 	return false
+}
+
+func (x *Decision) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
 }
 
 type CheckResponse struct {
@@ -884,7 +895,10 @@ type Policy struct {
 	// leases. PutPolicy replaces the whole policy, so a replace without it
 	// turns leases off; GetPolicy and ListPolicies set it when the policy has
 	// one, so a get-modify-put keeps it.
-	Lease         *Lease `protobuf:"bytes,5,opt,name=lease,proto3,oneof" json:"lease,omitempty"`
+	Lease *Lease `protobuf:"bytes,5,opt,name=lease,proto3,oneof" json:"lease,omitempty"`
+	// on_exceed (the HTTP API's "on_exceed"): ban a key the policy refuses.
+	// Unset: none; like lease, a replace without it turns it off.
+	OnExceed      *OnExceed `protobuf:"bytes,6,opt,name=on_exceed,json=onExceed,proto3,oneof" json:"on_exceed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -954,6 +968,75 @@ func (x *Policy) GetLease() *Lease {
 	return nil
 }
 
+func (x *Policy) GetOnExceed() *OnExceed {
+	if x != nil {
+		return x.OnExceed
+	}
+	return nil
+}
+
+// OnExceed: durations like Limit.window ("10m", "7d"); errors name
+// "policy.on_exceed.ban", "policy.on_exceed.escalate[1]", ...
+type OnExceed struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ban           string                 `protobuf:"bytes,1,opt,name=ban,proto3" json:"ban,omitempty"`
+	Escalate      []string               `protobuf:"bytes,2,rep,name=escalate,proto3" json:"escalate,omitempty"`
+	ForgetAfter   string                 `protobuf:"bytes,3,opt,name=forget_after,json=forgetAfter,proto3" json:"forget_after,omitempty"` // empty: the longest ban
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OnExceed) Reset() {
+	*x = OnExceed{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OnExceed) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OnExceed) ProtoMessage() {}
+
+func (x *OnExceed) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OnExceed.ProtoReflect.Descriptor instead.
+func (*OnExceed) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *OnExceed) GetBan() string {
+	if x != nil {
+		return x.Ban
+	}
+	return ""
+}
+
+func (x *OnExceed) GetEscalate() []string {
+	if x != nil {
+		return x.Escalate
+	}
+	return nil
+}
+
+func (x *OnExceed) GetForgetAfter() string {
+	if x != nil {
+		return x.ForgetAfter
+	}
+	return ""
+}
+
 // Lease is a policy's lease option, with the HTTP API's field names, rules
 // and defaults; errors name "policy.lease.share", "policy.lease.max_ttl",
 // "policy.lease.strict" or "policy.lease" (an algorithm without a leased
@@ -978,7 +1061,7 @@ type Lease struct {
 
 func (x *Lease) Reset() {
 	*x = Lease{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[14]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -990,7 +1073,7 @@ func (x *Lease) String() string {
 func (*Lease) ProtoMessage() {}
 
 func (x *Lease) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[14]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1003,7 +1086,7 @@ func (x *Lease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Lease.ProtoReflect.Descriptor instead.
 func (*Lease) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{14}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Lease) GetShare() float64 {
@@ -1036,7 +1119,7 @@ type PutPolicyRequest struct {
 
 func (x *PutPolicyRequest) Reset() {
 	*x = PutPolicyRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[15]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1048,7 +1131,7 @@ func (x *PutPolicyRequest) String() string {
 func (*PutPolicyRequest) ProtoMessage() {}
 
 func (x *PutPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[15]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1061,7 +1144,7 @@ func (x *PutPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutPolicyRequest.ProtoReflect.Descriptor instead.
 func (*PutPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{15}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PutPolicyRequest) GetPolicy() *Policy {
@@ -1080,7 +1163,7 @@ type GetPolicyRequest struct {
 
 func (x *GetPolicyRequest) Reset() {
 	*x = GetPolicyRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[16]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1092,7 +1175,7 @@ func (x *GetPolicyRequest) String() string {
 func (*GetPolicyRequest) ProtoMessage() {}
 
 func (x *GetPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[16]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1105,7 +1188,7 @@ func (x *GetPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPolicyRequest.ProtoReflect.Descriptor instead.
 func (*GetPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{16}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GetPolicyRequest) GetName() string {
@@ -1123,7 +1206,7 @@ type ListPoliciesRequest struct {
 
 func (x *ListPoliciesRequest) Reset() {
 	*x = ListPoliciesRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[17]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1135,7 +1218,7 @@ func (x *ListPoliciesRequest) String() string {
 func (*ListPoliciesRequest) ProtoMessage() {}
 
 func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[17]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1148,7 +1231,7 @@ func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ListPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{17}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{18}
 }
 
 type ListPoliciesResponse struct {
@@ -1160,7 +1243,7 @@ type ListPoliciesResponse struct {
 
 func (x *ListPoliciesResponse) Reset() {
 	*x = ListPoliciesResponse{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[18]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1172,7 +1255,7 @@ func (x *ListPoliciesResponse) String() string {
 func (*ListPoliciesResponse) ProtoMessage() {}
 
 func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[18]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1185,7 +1268,7 @@ func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ListPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{18}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListPoliciesResponse) GetPolicies() []*Policy {
@@ -1204,7 +1287,7 @@ type DeletePolicyRequest struct {
 
 func (x *DeletePolicyRequest) Reset() {
 	*x = DeletePolicyRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[19]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1216,7 +1299,7 @@ func (x *DeletePolicyRequest) String() string {
 func (*DeletePolicyRequest) ProtoMessage() {}
 
 func (x *DeletePolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[19]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1229,7 +1312,7 @@ func (x *DeletePolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePolicyRequest.ProtoReflect.Descriptor instead.
 func (*DeletePolicyRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{19}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *DeletePolicyRequest) GetName() string {
@@ -1247,7 +1330,7 @@ type DeletePolicyResponse struct {
 
 func (x *DeletePolicyResponse) Reset() {
 	*x = DeletePolicyResponse{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[20]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1259,7 +1342,7 @@ func (x *DeletePolicyResponse) String() string {
 func (*DeletePolicyResponse) ProtoMessage() {}
 
 func (x *DeletePolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[20]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1272,7 +1355,7 @@ func (x *DeletePolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePolicyResponse.ProtoReflect.Descriptor instead.
 func (*DeletePolicyResponse) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{20}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{21}
 }
 
 // RLSDomain is one domain's configuration.
@@ -1288,7 +1371,7 @@ type RLSDomain struct {
 
 func (x *RLSDomain) Reset() {
 	*x = RLSDomain{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[21]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1300,7 +1383,7 @@ func (x *RLSDomain) String() string {
 func (*RLSDomain) ProtoMessage() {}
 
 func (x *RLSDomain) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[21]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1313,7 +1396,7 @@ func (x *RLSDomain) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RLSDomain.ProtoReflect.Descriptor instead.
 func (*RLSDomain) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{21}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RLSDomain) GetDomain() string {
@@ -1341,7 +1424,7 @@ type PutRLSDomainRequest struct {
 
 func (x *PutRLSDomainRequest) Reset() {
 	*x = PutRLSDomainRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[22]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1353,7 +1436,7 @@ func (x *PutRLSDomainRequest) String() string {
 func (*PutRLSDomainRequest) ProtoMessage() {}
 
 func (x *PutRLSDomainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[22]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1366,7 +1449,7 @@ func (x *PutRLSDomainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutRLSDomainRequest.ProtoReflect.Descriptor instead.
 func (*PutRLSDomainRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{22}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *PutRLSDomainRequest) GetDomain() string {
@@ -1392,7 +1475,7 @@ type GetRLSDomainRequest struct {
 
 func (x *GetRLSDomainRequest) Reset() {
 	*x = GetRLSDomainRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[23]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1404,7 +1487,7 @@ func (x *GetRLSDomainRequest) String() string {
 func (*GetRLSDomainRequest) ProtoMessage() {}
 
 func (x *GetRLSDomainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[23]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1417,7 +1500,7 @@ func (x *GetRLSDomainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRLSDomainRequest.ProtoReflect.Descriptor instead.
 func (*GetRLSDomainRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{23}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GetRLSDomainRequest) GetDomain() string {
@@ -1435,7 +1518,7 @@ type ListRLSDomainsRequest struct {
 
 func (x *ListRLSDomainsRequest) Reset() {
 	*x = ListRLSDomainsRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[24]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1447,7 +1530,7 @@ func (x *ListRLSDomainsRequest) String() string {
 func (*ListRLSDomainsRequest) ProtoMessage() {}
 
 func (x *ListRLSDomainsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[24]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1460,7 +1543,7 @@ func (x *ListRLSDomainsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRLSDomainsRequest.ProtoReflect.Descriptor instead.
 func (*ListRLSDomainsRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{24}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{25}
 }
 
 type ListRLSDomainsResponse struct {
@@ -1472,7 +1555,7 @@ type ListRLSDomainsResponse struct {
 
 func (x *ListRLSDomainsResponse) Reset() {
 	*x = ListRLSDomainsResponse{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[25]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1484,7 +1567,7 @@ func (x *ListRLSDomainsResponse) String() string {
 func (*ListRLSDomainsResponse) ProtoMessage() {}
 
 func (x *ListRLSDomainsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[25]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1497,7 +1580,7 @@ func (x *ListRLSDomainsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRLSDomainsResponse.ProtoReflect.Descriptor instead.
 func (*ListRLSDomainsResponse) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{25}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListRLSDomainsResponse) GetDomains() []*RLSDomain {
@@ -1516,7 +1599,7 @@ type DeleteRLSDomainRequest struct {
 
 func (x *DeleteRLSDomainRequest) Reset() {
 	*x = DeleteRLSDomainRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[26]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1528,7 +1611,7 @@ func (x *DeleteRLSDomainRequest) String() string {
 func (*DeleteRLSDomainRequest) ProtoMessage() {}
 
 func (x *DeleteRLSDomainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[26]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1541,7 +1624,7 @@ func (x *DeleteRLSDomainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRLSDomainRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRLSDomainRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{26}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *DeleteRLSDomainRequest) GetDomain() string {
@@ -1559,7 +1642,7 @@ type DeleteRLSDomainResponse struct {
 
 func (x *DeleteRLSDomainResponse) Reset() {
 	*x = DeleteRLSDomainResponse{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[27]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1571,7 +1654,7 @@ func (x *DeleteRLSDomainResponse) String() string {
 func (*DeleteRLSDomainResponse) ProtoMessage() {}
 
 func (x *DeleteRLSDomainResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[27]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1584,7 +1667,656 @@ func (x *DeleteRLSDomainResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRLSDomainResponse.ProtoReflect.Descriptor instead.
 func (*DeleteRLSDomainResponse) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{27}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{28}
+}
+
+// List is an allow or deny list; kind is "allow" or "deny", policies empty
+// for every check.
+type List struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Kind          string                 `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	Entries       []*ListEntry           `protobuf:"bytes,3,rep,name=entries,proto3" json:"entries,omitempty"`
+	Policies      []string               `protobuf:"bytes,4,rep,name=policies,proto3" json:"policies,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *List) Reset() {
+	*x = List{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *List) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*List) ProtoMessage() {}
+
+func (x *List) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use List.ProtoReflect.Descriptor instead.
+func (*List) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *List) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *List) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *List) GetEntries() []*ListEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+func (x *List) GetPolicies() []string {
+	if x != nil {
+		return x.Policies
+	}
+	return nil
+}
+
+// ListEntry has exactly one of key, prefix and cidr; expires is RFC 3339
+// (empty: never).
+type ListEntry struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Prefix        string                 `protobuf:"bytes,2,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	Cidr          string                 `protobuf:"bytes,3,opt,name=cidr,proto3" json:"cidr,omitempty"`
+	Expires       string                 `protobuf:"bytes,4,opt,name=expires,proto3" json:"expires,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListEntry) Reset() {
+	*x = ListEntry{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListEntry) ProtoMessage() {}
+
+func (x *ListEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListEntry.ProtoReflect.Descriptor instead.
+func (*ListEntry) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *ListEntry) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *ListEntry) GetPrefix() string {
+	if x != nil {
+		return x.Prefix
+	}
+	return ""
+}
+
+func (x *ListEntry) GetCidr() string {
+	if x != nil {
+		return x.Cidr
+	}
+	return ""
+}
+
+func (x *ListEntry) GetExpires() string {
+	if x != nil {
+		return x.Expires
+	}
+	return ""
+}
+
+type PutListRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	List          *List                  `protobuf:"bytes,1,opt,name=list,proto3" json:"list,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PutListRequest) Reset() {
+	*x = PutListRequest{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PutListRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PutListRequest) ProtoMessage() {}
+
+func (x *PutListRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PutListRequest.ProtoReflect.Descriptor instead.
+func (*PutListRequest) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *PutListRequest) GetList() *List {
+	if x != nil {
+		return x.List
+	}
+	return nil
+}
+
+type GetListRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetListRequest) Reset() {
+	*x = GetListRequest{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetListRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetListRequest) ProtoMessage() {}
+
+func (x *GetListRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetListRequest.ProtoReflect.Descriptor instead.
+func (*GetListRequest) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *GetListRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type ListListsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListListsRequest) Reset() {
+	*x = ListListsRequest{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListListsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListListsRequest) ProtoMessage() {}
+
+func (x *ListListsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListListsRequest.ProtoReflect.Descriptor instead.
+func (*ListListsRequest) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{33}
+}
+
+type ListListsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Lists         []*List                `protobuf:"bytes,1,rep,name=lists,proto3" json:"lists,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListListsResponse) Reset() {
+	*x = ListListsResponse{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListListsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListListsResponse) ProtoMessage() {}
+
+func (x *ListListsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListListsResponse.ProtoReflect.Descriptor instead.
+func (*ListListsResponse) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *ListListsResponse) GetLists() []*List {
+	if x != nil {
+		return x.Lists
+	}
+	return nil
+}
+
+type DeleteListRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteListRequest) Reset() {
+	*x = DeleteListRequest{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteListRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteListRequest) ProtoMessage() {}
+
+func (x *DeleteListRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteListRequest.ProtoReflect.Descriptor instead.
+func (*DeleteListRequest) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *DeleteListRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type DeleteListResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteListResponse) Reset() {
+	*x = DeleteListResponse{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteListResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteListResponse) ProtoMessage() {}
+
+func (x *DeleteListResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteListResponse.ProtoReflect.Descriptor instead.
+func (*DeleteListResponse) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{36}
+}
+
+// Ban is a key banned under policy until (RFC 3339, leader time).
+type Ban struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Policy        string                 `protobuf:"bytes,2,opt,name=policy,proto3" json:"policy,omitempty"`
+	Until         string                 `protobuf:"bytes,3,opt,name=until,proto3" json:"until,omitempty"`
+	Offences      int64                  `protobuf:"varint,4,opt,name=offences,proto3" json:"offences,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Ban) Reset() {
+	*x = Ban{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Ban) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Ban) ProtoMessage() {}
+
+func (x *Ban) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Ban.ProtoReflect.Descriptor instead.
+func (*Ban) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *Ban) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *Ban) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
+func (x *Ban) GetUntil() string {
+	if x != nil {
+		return x.Until
+	}
+	return ""
+}
+
+func (x *Ban) GetOffences() int64 {
+	if x != nil {
+		return x.Offences
+	}
+	return 0
+}
+
+type ListBansRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Limit         int32                  `protobuf:"varint,1,opt,name=limit,proto3" json:"limit,omitempty"`  // 0: 100
+	Cursor        string                 `protobuf:"bytes,2,opt,name=cursor,proto3" json:"cursor,omitempty"` // next_cursor of the page before
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListBansRequest) Reset() {
+	*x = ListBansRequest{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListBansRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListBansRequest) ProtoMessage() {}
+
+func (x *ListBansRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListBansRequest.ProtoReflect.Descriptor instead.
+func (*ListBansRequest) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *ListBansRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *ListBansRequest) GetCursor() string {
+	if x != nil {
+		return x.Cursor
+	}
+	return ""
+}
+
+type ListBansResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Bans          []*Ban                 `protobuf:"bytes,1,rep,name=bans,proto3" json:"bans,omitempty"`
+	NextCursor    string                 `protobuf:"bytes,2,opt,name=next_cursor,json=nextCursor,proto3" json:"next_cursor,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListBansResponse) Reset() {
+	*x = ListBansResponse{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListBansResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListBansResponse) ProtoMessage() {}
+
+func (x *ListBansResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListBansResponse.ProtoReflect.Descriptor instead.
+func (*ListBansResponse) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *ListBansResponse) GetBans() []*Ban {
+	if x != nil {
+		return x.Bans
+	}
+	return nil
+}
+
+func (x *ListBansResponse) GetNextCursor() string {
+	if x != nil {
+		return x.NextCursor
+	}
+	return ""
+}
+
+type UnbanRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Policy        string                 `protobuf:"bytes,2,opt,name=policy,proto3" json:"policy,omitempty"` // empty: every policy
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnbanRequest) Reset() {
+	*x = UnbanRequest{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnbanRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnbanRequest) ProtoMessage() {}
+
+func (x *UnbanRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnbanRequest.ProtoReflect.Descriptor instead.
+func (*UnbanRequest) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *UnbanRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *UnbanRequest) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
+type UnbanResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnbanResponse) Reset() {
+	*x = UnbanResponse{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnbanResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnbanResponse) ProtoMessage() {}
+
+func (x *UnbanResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnbanResponse.ProtoReflect.Descriptor instead.
+func (*UnbanResponse) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{41}
 }
 
 var File_limitd_v1_limitd_proto protoreflect.FileDescriptor
@@ -1607,7 +2339,7 @@ const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"\x04cost\x18\x04 \x01(\x03H\x00R\x04cost\x88\x01\x01\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x05 \x01(\tR\trequestIdB\a\n" +
-	"\x05_cost\"\xbe\x02\n" +
+	"\x05_cost\"\xd6\x02\n" +
 	"\bDecision\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x1c\n" +
@@ -1618,7 +2350,8 @@ const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"retryAfter\x12\x14\n" +
 	"\x05never\x18\x06 \x01(\bR\x05never\x12/\n" +
 	"\x05delay\x18\a \x01(\v2\x19.google.protobuf.DurationR\x05delay\x12%\n" +
-	"\x0eshadow_refused\x18\b \x01(\bR\rshadowRefused\"\\\n" +
+	"\x0eshadow_refused\x18\b \x01(\bR\rshadowRefused\x12\x16\n" +
+	"\x06reason\x18\t \x01(\tR\x06reason\"\\\n" +
 	"\rCheckResponse\x12/\n" +
 	"\bdecision\x18\x01 \x01(\v2\x13.limitd.v1.DecisionR\bdecision\x12\x1a\n" +
 	"\breplayed\x18\x02 \x01(\bR\breplayed\"a\n" +
@@ -1650,15 +2383,22 @@ const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
 	"\x06policy\x18\x02 \x01(\tR\x06policy\x12&\n" +
 	"\x05limit\x18\x03 \x01(\v2\x10.limitd.v1.LimitR\x05limit\"\x0f\n" +
-	"\rResetResponse\"\xd2\x01\n" +
+	"\rResetResponse\"\x97\x02\n" +
 	"\x06Policy\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12&\n" +
 	"\x05limit\x18\x02 \x01(\v2\x10.limitd.v1.LimitR\x05limit\x12\x16\n" +
 	"\x06shadow\x18\x03 \x01(\bR\x06shadow\x12*\n" +
 	"\x0elocal_refusals\x18\x04 \x01(\bH\x00R\rlocalRefusals\x88\x01\x01\x12+\n" +
-	"\x05lease\x18\x05 \x01(\v2\x10.limitd.v1.LeaseH\x01R\x05lease\x88\x01\x01B\x11\n" +
+	"\x05lease\x18\x05 \x01(\v2\x10.limitd.v1.LeaseH\x01R\x05lease\x88\x01\x01\x125\n" +
+	"\ton_exceed\x18\x06 \x01(\v2\x13.limitd.v1.OnExceedH\x02R\bonExceed\x88\x01\x01B\x11\n" +
 	"\x0f_local_refusalsB\b\n" +
-	"\x06_lease\"m\n" +
+	"\x06_leaseB\f\n" +
+	"\n" +
+	"_on_exceed\"[\n" +
+	"\bOnExceed\x12\x10\n" +
+	"\x03ban\x18\x01 \x01(\tR\x03ban\x12\x1a\n" +
+	"\bescalate\x18\x02 \x03(\tR\bescalate\x12!\n" +
+	"\fforget_after\x18\x03 \x01(\tR\vforgetAfter\"m\n" +
 	"\x05Lease\x12\x19\n" +
 	"\x05share\x18\x01 \x01(\x01H\x00R\x05share\x88\x01\x01\x12\x17\n" +
 	"\amax_ttl\x18\x02 \x01(\tR\x06maxTtl\x12\x1b\n" +
@@ -1688,7 +2428,44 @@ const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"\adomains\x18\x01 \x03(\v2\x14.limitd.v1.RLSDomainR\adomains\"0\n" +
 	"\x16DeleteRLSDomainRequest\x12\x16\n" +
 	"\x06domain\x18\x01 \x01(\tR\x06domain\"\x19\n" +
-	"\x17DeleteRLSDomainResponse2\x94\a\n" +
+	"\x17DeleteRLSDomainResponse\"z\n" +
+	"\x04List\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12.\n" +
+	"\aentries\x18\x03 \x03(\v2\x14.limitd.v1.ListEntryR\aentries\x12\x1a\n" +
+	"\bpolicies\x18\x04 \x03(\tR\bpolicies\"c\n" +
+	"\tListEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
+	"\x06prefix\x18\x02 \x01(\tR\x06prefix\x12\x12\n" +
+	"\x04cidr\x18\x03 \x01(\tR\x04cidr\x12\x18\n" +
+	"\aexpires\x18\x04 \x01(\tR\aexpires\"5\n" +
+	"\x0ePutListRequest\x12#\n" +
+	"\x04list\x18\x01 \x01(\v2\x0f.limitd.v1.ListR\x04list\"$\n" +
+	"\x0eGetListRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\x12\n" +
+	"\x10ListListsRequest\":\n" +
+	"\x11ListListsResponse\x12%\n" +
+	"\x05lists\x18\x01 \x03(\v2\x0f.limitd.v1.ListR\x05lists\"'\n" +
+	"\x11DeleteListRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\x14\n" +
+	"\x12DeleteListResponse\"a\n" +
+	"\x03Ban\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
+	"\x06policy\x18\x02 \x01(\tR\x06policy\x12\x14\n" +
+	"\x05until\x18\x03 \x01(\tR\x05until\x12\x1a\n" +
+	"\boffences\x18\x04 \x01(\x03R\boffences\"?\n" +
+	"\x0fListBansRequest\x12\x14\n" +
+	"\x05limit\x18\x01 \x01(\x05R\x05limit\x12\x16\n" +
+	"\x06cursor\x18\x02 \x01(\tR\x06cursor\"W\n" +
+	"\x10ListBansResponse\x12\"\n" +
+	"\x04bans\x18\x01 \x03(\v2\x0e.limitd.v1.BanR\x04bans\x12\x1f\n" +
+	"\vnext_cursor\x18\x02 \x01(\tR\n" +
+	"nextCursor\"8\n" +
+	"\fUnbanRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
+	"\x06policy\x18\x02 \x01(\tR\x06policy\"\x0f\n" +
+	"\rUnbanResponse2\x96\n" +
+	"\n" +
 	"\x06Limitd\x12:\n" +
 	"\x05Check\x12\x17.limitd.v1.CheckRequest\x1a\x18.limitd.v1.CheckResponse\x12C\n" +
 	"\bCheckAll\x12\x1a.limitd.v1.CheckAllRequest\x1a\x1b.limitd.v1.CheckAllResponse\x12:\n" +
@@ -1702,7 +2479,14 @@ const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"\fPutRLSDomain\x12\x1e.limitd.v1.PutRLSDomainRequest\x1a\x14.limitd.v1.RLSDomain\x12D\n" +
 	"\fGetRLSDomain\x12\x1e.limitd.v1.GetRLSDomainRequest\x1a\x14.limitd.v1.RLSDomain\x12U\n" +
 	"\x0eListRLSDomains\x12 .limitd.v1.ListRLSDomainsRequest\x1a!.limitd.v1.ListRLSDomainsResponse\x12X\n" +
-	"\x0fDeleteRLSDomain\x12!.limitd.v1.DeleteRLSDomainRequest\x1a\".limitd.v1.DeleteRLSDomainResponseB3Z1github.com/limitd/limitd/proto/limitd/v1;limitdv1b\x06proto3"
+	"\x0fDeleteRLSDomain\x12!.limitd.v1.DeleteRLSDomainRequest\x1a\".limitd.v1.DeleteRLSDomainResponse\x125\n" +
+	"\aPutList\x12\x19.limitd.v1.PutListRequest\x1a\x0f.limitd.v1.List\x125\n" +
+	"\aGetList\x12\x19.limitd.v1.GetListRequest\x1a\x0f.limitd.v1.List\x12F\n" +
+	"\tListLists\x12\x1b.limitd.v1.ListListsRequest\x1a\x1c.limitd.v1.ListListsResponse\x12I\n" +
+	"\n" +
+	"DeleteList\x12\x1c.limitd.v1.DeleteListRequest\x1a\x1d.limitd.v1.DeleteListResponse\x12C\n" +
+	"\bListBans\x12\x1a.limitd.v1.ListBansRequest\x1a\x1b.limitd.v1.ListBansResponse\x12:\n" +
+	"\x05Unban\x12\x17.limitd.v1.UnbanRequest\x1a\x18.limitd.v1.UnbanResponseB3Z1github.com/limitd/limitd/proto/limitd/v1;limitdv1b\x06proto3"
 
 var (
 	file_limitd_v1_limitd_proto_rawDescOnce sync.Once
@@ -1716,7 +2500,7 @@ func file_limitd_v1_limitd_proto_rawDescGZIP() []byte {
 	return file_limitd_v1_limitd_proto_rawDescData
 }
 
-var file_limitd_v1_limitd_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_limitd_v1_limitd_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
 var file_limitd_v1_limitd_proto_goTypes = []any{
 	(*Limit)(nil),                   // 0: limitd.v1.Limit
 	(*CheckRequest)(nil),            // 1: limitd.v1.CheckRequest
@@ -1732,27 +2516,41 @@ var file_limitd_v1_limitd_proto_goTypes = []any{
 	(*ResetRequest)(nil),            // 11: limitd.v1.ResetRequest
 	(*ResetResponse)(nil),           // 12: limitd.v1.ResetResponse
 	(*Policy)(nil),                  // 13: limitd.v1.Policy
-	(*Lease)(nil),                   // 14: limitd.v1.Lease
-	(*PutPolicyRequest)(nil),        // 15: limitd.v1.PutPolicyRequest
-	(*GetPolicyRequest)(nil),        // 16: limitd.v1.GetPolicyRequest
-	(*ListPoliciesRequest)(nil),     // 17: limitd.v1.ListPoliciesRequest
-	(*ListPoliciesResponse)(nil),    // 18: limitd.v1.ListPoliciesResponse
-	(*DeletePolicyRequest)(nil),     // 19: limitd.v1.DeletePolicyRequest
-	(*DeletePolicyResponse)(nil),    // 20: limitd.v1.DeletePolicyResponse
-	(*RLSDomain)(nil),               // 21: limitd.v1.RLSDomain
-	(*PutRLSDomainRequest)(nil),     // 22: limitd.v1.PutRLSDomainRequest
-	(*GetRLSDomainRequest)(nil),     // 23: limitd.v1.GetRLSDomainRequest
-	(*ListRLSDomainsRequest)(nil),   // 24: limitd.v1.ListRLSDomainsRequest
-	(*ListRLSDomainsResponse)(nil),  // 25: limitd.v1.ListRLSDomainsResponse
-	(*DeleteRLSDomainRequest)(nil),  // 26: limitd.v1.DeleteRLSDomainRequest
-	(*DeleteRLSDomainResponse)(nil), // 27: limitd.v1.DeleteRLSDomainResponse
-	(*durationpb.Duration)(nil),     // 28: google.protobuf.Duration
+	(*OnExceed)(nil),                // 14: limitd.v1.OnExceed
+	(*Lease)(nil),                   // 15: limitd.v1.Lease
+	(*PutPolicyRequest)(nil),        // 16: limitd.v1.PutPolicyRequest
+	(*GetPolicyRequest)(nil),        // 17: limitd.v1.GetPolicyRequest
+	(*ListPoliciesRequest)(nil),     // 18: limitd.v1.ListPoliciesRequest
+	(*ListPoliciesResponse)(nil),    // 19: limitd.v1.ListPoliciesResponse
+	(*DeletePolicyRequest)(nil),     // 20: limitd.v1.DeletePolicyRequest
+	(*DeletePolicyResponse)(nil),    // 21: limitd.v1.DeletePolicyResponse
+	(*RLSDomain)(nil),               // 22: limitd.v1.RLSDomain
+	(*PutRLSDomainRequest)(nil),     // 23: limitd.v1.PutRLSDomainRequest
+	(*GetRLSDomainRequest)(nil),     // 24: limitd.v1.GetRLSDomainRequest
+	(*ListRLSDomainsRequest)(nil),   // 25: limitd.v1.ListRLSDomainsRequest
+	(*ListRLSDomainsResponse)(nil),  // 26: limitd.v1.ListRLSDomainsResponse
+	(*DeleteRLSDomainRequest)(nil),  // 27: limitd.v1.DeleteRLSDomainRequest
+	(*DeleteRLSDomainResponse)(nil), // 28: limitd.v1.DeleteRLSDomainResponse
+	(*List)(nil),                    // 29: limitd.v1.List
+	(*ListEntry)(nil),               // 30: limitd.v1.ListEntry
+	(*PutListRequest)(nil),          // 31: limitd.v1.PutListRequest
+	(*GetListRequest)(nil),          // 32: limitd.v1.GetListRequest
+	(*ListListsRequest)(nil),        // 33: limitd.v1.ListListsRequest
+	(*ListListsResponse)(nil),       // 34: limitd.v1.ListListsResponse
+	(*DeleteListRequest)(nil),       // 35: limitd.v1.DeleteListRequest
+	(*DeleteListResponse)(nil),      // 36: limitd.v1.DeleteListResponse
+	(*Ban)(nil),                     // 37: limitd.v1.Ban
+	(*ListBansRequest)(nil),         // 38: limitd.v1.ListBansRequest
+	(*ListBansResponse)(nil),        // 39: limitd.v1.ListBansResponse
+	(*UnbanRequest)(nil),            // 40: limitd.v1.UnbanRequest
+	(*UnbanResponse)(nil),           // 41: limitd.v1.UnbanResponse
+	(*durationpb.Duration)(nil),     // 42: google.protobuf.Duration
 }
 var file_limitd_v1_limitd_proto_depIdxs = []int32{
 	0,  // 0: limitd.v1.CheckRequest.limit:type_name -> limitd.v1.Limit
-	28, // 1: limitd.v1.Decision.reset_after:type_name -> google.protobuf.Duration
-	28, // 2: limitd.v1.Decision.retry_after:type_name -> google.protobuf.Duration
-	28, // 3: limitd.v1.Decision.delay:type_name -> google.protobuf.Duration
+	42, // 1: limitd.v1.Decision.reset_after:type_name -> google.protobuf.Duration
+	42, // 2: limitd.v1.Decision.retry_after:type_name -> google.protobuf.Duration
+	42, // 3: limitd.v1.Decision.delay:type_name -> google.protobuf.Duration
 	2,  // 4: limitd.v1.CheckResponse.decision:type_name -> limitd.v1.Decision
 	1,  // 5: limitd.v1.CheckAllRequest.checks:type_name -> limitd.v1.CheckRequest
 	2,  // 6: limitd.v1.CheckAllResponse.decisions:type_name -> limitd.v1.Decision
@@ -1763,41 +2561,58 @@ var file_limitd_v1_limitd_proto_depIdxs = []int32{
 	0,  // 11: limitd.v1.PeekRequest.limit:type_name -> limitd.v1.Limit
 	0,  // 12: limitd.v1.ResetRequest.limit:type_name -> limitd.v1.Limit
 	0,  // 13: limitd.v1.Policy.limit:type_name -> limitd.v1.Limit
-	14, // 14: limitd.v1.Policy.lease:type_name -> limitd.v1.Lease
-	13, // 15: limitd.v1.PutPolicyRequest.policy:type_name -> limitd.v1.Policy
-	13, // 16: limitd.v1.ListPoliciesResponse.policies:type_name -> limitd.v1.Policy
-	21, // 17: limitd.v1.ListRLSDomainsResponse.domains:type_name -> limitd.v1.RLSDomain
-	1,  // 18: limitd.v1.Limitd.Check:input_type -> limitd.v1.CheckRequest
-	4,  // 19: limitd.v1.Limitd.CheckAll:input_type -> limitd.v1.CheckAllRequest
-	6,  // 20: limitd.v1.Limitd.Batch:input_type -> limitd.v1.BatchRequest
-	10, // 21: limitd.v1.Limitd.Peek:input_type -> limitd.v1.PeekRequest
-	11, // 22: limitd.v1.Limitd.Reset:input_type -> limitd.v1.ResetRequest
-	15, // 23: limitd.v1.Limitd.PutPolicy:input_type -> limitd.v1.PutPolicyRequest
-	16, // 24: limitd.v1.Limitd.GetPolicy:input_type -> limitd.v1.GetPolicyRequest
-	17, // 25: limitd.v1.Limitd.ListPolicies:input_type -> limitd.v1.ListPoliciesRequest
-	19, // 26: limitd.v1.Limitd.DeletePolicy:input_type -> limitd.v1.DeletePolicyRequest
-	22, // 27: limitd.v1.Limitd.PutRLSDomain:input_type -> limitd.v1.PutRLSDomainRequest
-	23, // 28: limitd.v1.Limitd.GetRLSDomain:input_type -> limitd.v1.GetRLSDomainRequest
-	24, // 29: limitd.v1.Limitd.ListRLSDomains:input_type -> limitd.v1.ListRLSDomainsRequest
-	26, // 30: limitd.v1.Limitd.DeleteRLSDomain:input_type -> limitd.v1.DeleteRLSDomainRequest
-	3,  // 31: limitd.v1.Limitd.Check:output_type -> limitd.v1.CheckResponse
-	5,  // 32: limitd.v1.Limitd.CheckAll:output_type -> limitd.v1.CheckAllResponse
-	9,  // 33: limitd.v1.Limitd.Batch:output_type -> limitd.v1.BatchResponse
-	3,  // 34: limitd.v1.Limitd.Peek:output_type -> limitd.v1.CheckResponse
-	12, // 35: limitd.v1.Limitd.Reset:output_type -> limitd.v1.ResetResponse
-	13, // 36: limitd.v1.Limitd.PutPolicy:output_type -> limitd.v1.Policy
-	13, // 37: limitd.v1.Limitd.GetPolicy:output_type -> limitd.v1.Policy
-	18, // 38: limitd.v1.Limitd.ListPolicies:output_type -> limitd.v1.ListPoliciesResponse
-	20, // 39: limitd.v1.Limitd.DeletePolicy:output_type -> limitd.v1.DeletePolicyResponse
-	21, // 40: limitd.v1.Limitd.PutRLSDomain:output_type -> limitd.v1.RLSDomain
-	21, // 41: limitd.v1.Limitd.GetRLSDomain:output_type -> limitd.v1.RLSDomain
-	25, // 42: limitd.v1.Limitd.ListRLSDomains:output_type -> limitd.v1.ListRLSDomainsResponse
-	27, // 43: limitd.v1.Limitd.DeleteRLSDomain:output_type -> limitd.v1.DeleteRLSDomainResponse
-	31, // [31:44] is the sub-list for method output_type
-	18, // [18:31] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	15, // 14: limitd.v1.Policy.lease:type_name -> limitd.v1.Lease
+	14, // 15: limitd.v1.Policy.on_exceed:type_name -> limitd.v1.OnExceed
+	13, // 16: limitd.v1.PutPolicyRequest.policy:type_name -> limitd.v1.Policy
+	13, // 17: limitd.v1.ListPoliciesResponse.policies:type_name -> limitd.v1.Policy
+	22, // 18: limitd.v1.ListRLSDomainsResponse.domains:type_name -> limitd.v1.RLSDomain
+	30, // 19: limitd.v1.List.entries:type_name -> limitd.v1.ListEntry
+	29, // 20: limitd.v1.PutListRequest.list:type_name -> limitd.v1.List
+	29, // 21: limitd.v1.ListListsResponse.lists:type_name -> limitd.v1.List
+	37, // 22: limitd.v1.ListBansResponse.bans:type_name -> limitd.v1.Ban
+	1,  // 23: limitd.v1.Limitd.Check:input_type -> limitd.v1.CheckRequest
+	4,  // 24: limitd.v1.Limitd.CheckAll:input_type -> limitd.v1.CheckAllRequest
+	6,  // 25: limitd.v1.Limitd.Batch:input_type -> limitd.v1.BatchRequest
+	10, // 26: limitd.v1.Limitd.Peek:input_type -> limitd.v1.PeekRequest
+	11, // 27: limitd.v1.Limitd.Reset:input_type -> limitd.v1.ResetRequest
+	16, // 28: limitd.v1.Limitd.PutPolicy:input_type -> limitd.v1.PutPolicyRequest
+	17, // 29: limitd.v1.Limitd.GetPolicy:input_type -> limitd.v1.GetPolicyRequest
+	18, // 30: limitd.v1.Limitd.ListPolicies:input_type -> limitd.v1.ListPoliciesRequest
+	20, // 31: limitd.v1.Limitd.DeletePolicy:input_type -> limitd.v1.DeletePolicyRequest
+	23, // 32: limitd.v1.Limitd.PutRLSDomain:input_type -> limitd.v1.PutRLSDomainRequest
+	24, // 33: limitd.v1.Limitd.GetRLSDomain:input_type -> limitd.v1.GetRLSDomainRequest
+	25, // 34: limitd.v1.Limitd.ListRLSDomains:input_type -> limitd.v1.ListRLSDomainsRequest
+	27, // 35: limitd.v1.Limitd.DeleteRLSDomain:input_type -> limitd.v1.DeleteRLSDomainRequest
+	31, // 36: limitd.v1.Limitd.PutList:input_type -> limitd.v1.PutListRequest
+	32, // 37: limitd.v1.Limitd.GetList:input_type -> limitd.v1.GetListRequest
+	33, // 38: limitd.v1.Limitd.ListLists:input_type -> limitd.v1.ListListsRequest
+	35, // 39: limitd.v1.Limitd.DeleteList:input_type -> limitd.v1.DeleteListRequest
+	38, // 40: limitd.v1.Limitd.ListBans:input_type -> limitd.v1.ListBansRequest
+	40, // 41: limitd.v1.Limitd.Unban:input_type -> limitd.v1.UnbanRequest
+	3,  // 42: limitd.v1.Limitd.Check:output_type -> limitd.v1.CheckResponse
+	5,  // 43: limitd.v1.Limitd.CheckAll:output_type -> limitd.v1.CheckAllResponse
+	9,  // 44: limitd.v1.Limitd.Batch:output_type -> limitd.v1.BatchResponse
+	3,  // 45: limitd.v1.Limitd.Peek:output_type -> limitd.v1.CheckResponse
+	12, // 46: limitd.v1.Limitd.Reset:output_type -> limitd.v1.ResetResponse
+	13, // 47: limitd.v1.Limitd.PutPolicy:output_type -> limitd.v1.Policy
+	13, // 48: limitd.v1.Limitd.GetPolicy:output_type -> limitd.v1.Policy
+	19, // 49: limitd.v1.Limitd.ListPolicies:output_type -> limitd.v1.ListPoliciesResponse
+	21, // 50: limitd.v1.Limitd.DeletePolicy:output_type -> limitd.v1.DeletePolicyResponse
+	22, // 51: limitd.v1.Limitd.PutRLSDomain:output_type -> limitd.v1.RLSDomain
+	22, // 52: limitd.v1.Limitd.GetRLSDomain:output_type -> limitd.v1.RLSDomain
+	26, // 53: limitd.v1.Limitd.ListRLSDomains:output_type -> limitd.v1.ListRLSDomainsResponse
+	28, // 54: limitd.v1.Limitd.DeleteRLSDomain:output_type -> limitd.v1.DeleteRLSDomainResponse
+	29, // 55: limitd.v1.Limitd.PutList:output_type -> limitd.v1.List
+	29, // 56: limitd.v1.Limitd.GetList:output_type -> limitd.v1.List
+	34, // 57: limitd.v1.Limitd.ListLists:output_type -> limitd.v1.ListListsResponse
+	36, // 58: limitd.v1.Limitd.DeleteList:output_type -> limitd.v1.DeleteListResponse
+	39, // 59: limitd.v1.Limitd.ListBans:output_type -> limitd.v1.ListBansResponse
+	41, // 60: limitd.v1.Limitd.Unban:output_type -> limitd.v1.UnbanResponse
+	42, // [42:61] is the sub-list for method output_type
+	23, // [23:42] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_limitd_v1_limitd_proto_init() }
@@ -1811,14 +2626,14 @@ func file_limitd_v1_limitd_proto_init() {
 		(*BatchResult_Error)(nil),
 	}
 	file_limitd_v1_limitd_proto_msgTypes[13].OneofWrappers = []any{}
-	file_limitd_v1_limitd_proto_msgTypes[14].OneofWrappers = []any{}
+	file_limitd_v1_limitd_proto_msgTypes[15].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_limitd_v1_limitd_proto_rawDesc), len(file_limitd_v1_limitd_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   28,
+			NumMessages:   42,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
