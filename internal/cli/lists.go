@@ -45,6 +45,31 @@ const bansUsage = `Usage: limitd bans ls|delete [flags] [KEY]
 Flags:
 `
 
+// banFlags are policy put's --ban flags: --ban gives the policy an
+// on_exceed option.
+type banFlags struct {
+	ban, escalate, forget string
+}
+
+func (b *banFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&b.ban, "ban", "", "put: on_exceed: ban a key the policy refuses for this long (e.g. 10m; docs/API.md, Bans)")
+	fs.StringVar(&b.escalate, "ban-escalate", "", "put: on_exceed: the bans of further offences, comma separated and increasing (e.g. 1h,24h)")
+	fs.StringVar(&b.forget, "ban-forget-after", "", "put: on_exceed: forget offences this long after the last ban ended (default the longest ban)")
+}
+
+func (b *banFlags) given() bool { return b.ban != "" || b.escalate != "" || b.forget != "" }
+
+func (b *banFlags) onExceed() *client.OnExceed {
+	if !b.given() {
+		return nil
+	}
+	o := &client.OnExceed{Ban: b.ban, ForgetAfter: b.forget}
+	if b.escalate != "" {
+		o.Escalate = strings.Split(b.escalate, ",")
+	}
+	return o
+}
+
 // multi is a repeatable string flag.
 type multi []string
 
