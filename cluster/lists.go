@@ -87,5 +87,13 @@ func (n *Node) banCollectors() []prometheus.Collector {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "limitd_bans_issued_total",
 			Help: "Bans this replica's applies issued since it started (every replica applies the same bans)."},
 			func() float64 { _, i := n.fsm.BanCounts(n.LeaderTime()); return float64(i) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "limitd_bans_unindexed",
+			Help: "1 when this node's in-memory index of bans is full (nodeapi.MaxBanIndex): bans past it still hold, through the log, and are missing from GET /v1/bans."},
+			func() float64 {
+				if n.fsm.BansUnindexed() {
+					return 1
+				}
+				return 0
+			}),
 	}
 }

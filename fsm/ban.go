@@ -225,7 +225,7 @@ func (a *applier) offence(tx *persist.Tx, lim *limit, ck *checkRef, key []byte, 
 	n++
 	ban := int64(banStep(o, n))
 	until := now + ban
-	b := binary.AppendUvarint(tx.Alloc(2*binary.MaxVarintLen64)[:0], n)
+	b := binary.AppendUvarint(tx.Alloc(2 * binary.MaxVarintLen64)[:0], n)
 	b = binary.AppendVarint(b, until)
 	if err := tx.PutState(bk, st, b, until+int64(forgetAfter(o))); err != nil {
 		return err
@@ -305,7 +305,19 @@ type banTable struct {
 	mu      sync.RWMutex
 	m       map[string]banEntry
 	pending map[string]banEntry // zero until: removed; apply goroutine only
-	issued  atomic.Uint64 // bans issued by this replica's applies
+	issued  atomic.Uint64       // bans issued by this replica's applies
+	// max bounds m (nodeapi.MaxBanIndex; tests lower it). A ban it leaves
+	// out is still in the state and enforced by apply; unindexed says one
+	// was left out since the index was last rebuilt.
+	max       int
+	unindexed atomic.Bool
+}
+
+func (t *banTable) limit() int {
+	if t.max > 0 {
+		return t.max
+	}
+	return nodeapi.MaxBanIndex
 }
 
 type banEntry struct {
@@ -331,10 +343,14 @@ func (t *banTable) publish() {
 		t.m = map[string]banEntry{}
 	}
 	for k, e := range t.pending {
-		if e.until == 0 {
+		_, had := t.m[k]
+		switch {
+		case e.until == 0:
 			delete(t.m, k)
-		} else {
+		case had || len(t.m) < t.limit():
 			t.m[k] = e
+		default:
+			t.unindexed.Store(true)
 		}
 	}
 	t.mu.Unlock()
@@ -343,20 +359,37 @@ func (t *banTable) publish() {
 
 func (t *banTable) discard() { clear(t.pending) }
 
-// loadBans reads every ban record (FSM.load).
-func loadBans(tx *persist.Tx) (map[string]banEntry, error) {
+// loadBans reads the ban records into the index (FSM.load), at most its
+// bound; every record is read, so a damaged one is found here as anywhere.
+func (t *banTable) load(tx *persist.Tx) error {
 	m := map[string]banEntry{}
+	full := false
 	err := tx.ForEachState([]byte{banKeyPrefix}, func(k, v []byte) error {
 		policy, key, ok := splitBanKey(k)
 		n, until, err := decodeBan(v)
 		if !ok || err != nil {
 			return fmt.Errorf("ban record %q: %w", k, persist.ErrCorrupt)
 		}
+		if len(m) >= t.limit() {
+			full = true
+			return nil
+		}
 		m[banIndex(policy, key)] = banEntry{until: until, offences: n}
 		return nil
 	})
-	return m, err
+	if err != nil {
+		return err
+	}
+	t.mu.Lock()
+	t.m = m
+	t.mu.Unlock()
+	t.unindexed.Store(full)
+	return nil
 }
+
+// BansUnindexed reports that the index of bans is full: some bans in the
+// state are not listed (and are answered through the log).
+func (f *FSM) BansUnindexed() bool { return f.bans.unindexed.Load() }
 
 // Banned reports whether this replica's applied state bans key under
 // policy at now (leader time), and until when.

@@ -176,3 +176,35 @@ func TestOnExceedValidation(t *testing.T) {
 		t.Fatalf("stored %+v, want %+v", got.OnExceed, p.OnExceed)
 	}
 }
+
+// TestBanIndexIsBounded: past its bound the in-memory index leaves bans
+// out (and says so), and apply still enforces them from the state.
+func TestBanIndexIsBounded(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "fsm.db")
+	f := openFSM(t, path, Options{})
+	f.bans.max = 2
+	d := newDriver(t, f)
+	d.putPolicy(Policy{Name: "p", Spec: mustSpec(t, algo.Config{Algorithm: "fixed_window", Limit: 1, Window: "1h"}), OnExceed: onExceed(time.Hour, 0)})
+	for _, k := range []string{"a", "b", "c"} {
+		d.one(t0, "p", k, 1)
+		if r := d.one(t0, "p", k, 1); r.Decisions[0].Reason != nodeapi.ReasonBanned {
+			t.Fatalf("%s: %+v", k, r)
+		}
+	}
+	if bans, _ := f.Bans("", 10, t0); len(bans) != 2 || !f.BansUnindexed() {
+		t.Fatalf("index %+v, unindexed %v", bans, f.BansUnindexed())
+	}
+	if _, ok := f.Banned("p", "c", t0); ok {
+		t.Fatal("a ban past the bound is in the index")
+	}
+	if r := d.one(t0+1, "p", "c", 1); r.Decisions[0].Reason != nodeapi.ReasonBanned || r.Decisions[0].RetryAfter != time.Hour-1 {
+		t.Fatalf("an unindexed ban is not enforced: %+v", r)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	f = openFSM(t, path, Options{})
+	if bans, _ := f.Bans("", 10, t0); len(bans) != 3 || f.BansUnindexed() {
+		t.Fatalf("after reopen with the default bound: %+v", bans)
+	}
+}

@@ -154,7 +154,6 @@ func (f *FSM) load() error {
 	nodes := make(map[string]string)
 	domains := make(map[string][]byte)
 	lists := make(map[string][]byte)
-	var bans map[string]banEntry
 	err := f.store.View(func(tx *persist.Tx) error {
 		if err := tx.ForEachPolicy(func(name string, enc []byte) error {
 			if f.domains.loadEntry(domains, name, enc) || loadList(lists, name, enc) {
@@ -187,9 +186,7 @@ func (f *FSM) load() error {
 		}); err != nil {
 			return err
 		}
-		var err error
-		bans, err = loadBans(tx)
-		return err
+		return f.bans.load(tx)
 	})
 	if err != nil {
 		return fmt.Errorf("load %s: %w", f.store.Path(), err)
@@ -199,9 +196,6 @@ func (f *FSM) load() error {
 	f.mu.Unlock()
 	f.domains.set(domains)
 	f.lists.set(lists)
-	f.bans.mu.Lock()
-	f.bans.m = bans
-	f.bans.mu.Unlock()
 	return nil
 }
 

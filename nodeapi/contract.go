@@ -205,6 +205,12 @@ type OnExceed struct {
 const (
 	MaxBanSteps    = 16                    // Escalate's length
 	MaxBanDuration = 3650 * 24 * time.Hour // any one duration (algo.MaxWindow)
+	// MaxBanIndex bounds the bans a node indexes in memory (the read path
+	// without a Raft round, GET /v1/bans): an attack from ever new keys
+	// must not grow a node's heap without bound. Bans past it are kept and
+	// enforced by the state machine all the same (their checks go through
+	// the log) and are missing from the listing.
+	MaxBanIndex = 1 << 18
 )
 
 // Domain is an RLS domain's replicated configuration.
