@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -268,7 +269,15 @@ func (s *Server) handleAuth(w http.ResponseWriter, req *http.Request, ps httprou
 		writeError(w, s.httpError(e))
 		return
 	}
-	res, se := s.svc.Check(req.Context(), &service.CheckRequest{Key: key, Policy: policy, Cost: cost})
+	cr := service.CheckRequest{Key: key, Policy: policy, Cost: cost}
+	if src.kind == keyFromIP {
+		// The address limitd derived itself: the only input a list's CIDR
+		// entries match (a key from a header or query is the client's word).
+		if a, err := netip.ParseAddr(key); err == nil {
+			cr.Addr = a.Unmap().WithZone("")
+		}
+	}
+	res, se := s.svc.Check(req.Context(), &cr)
 	s.metrics.observe(endpointAuth, start)
 	if se != nil {
 		writeError(w, s.httpError(se))
@@ -280,6 +289,9 @@ func (s *Server) handleAuth(w http.ResponseWriter, req *http.Request, ps httprou
 	status := http.StatusOK
 	if !allowed(d) {
 		status = deny
+		if d.Reason == nodeapi.ReasonDenied {
+			status = http.StatusForbidden // a deny list: no wait helps
+		}
 	}
 	buf := getBuffer()
 	defer putBuffer(buf)

@@ -93,6 +93,9 @@ func appendDecision(b []byte, d *nodeapi.Decision, replayed bool) []byte {
 	if d.Plan != nil {
 		w.Extra = appendPlanDecision(nil, d.Plan) // plans.go
 	}
+	if d.Reason != nodeapi.ReasonNone {
+		w.Reason = d.Reason.String()
+	}
 	return wire.AppendDecision(b, &w)
 }
 

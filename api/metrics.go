@@ -55,12 +55,14 @@ const unknownPolicy = "unknown"
 // once per policy and cached: WithLabelValues on every check would hash and
 // allocate.
 type Metrics struct {
-	reg       *prometheus.Registry
-	logger    *log.Logger
-	checks    *prometheus.CounterVec
-	duration  [numEndpoints]prometheus.Observer
-	byPolicy  sync.Map // policy label → *[numResults]prometheus.Counter
-	replays   prometheus.Counter
+	reg      *prometheus.Registry
+	logger   *log.Logger
+	checks   *prometheus.CounterVec
+	duration [numEndpoints]prometheus.Observer
+	byPolicy sync.Map // policy label → *[numResults]prometheus.Counter
+	replays  prometheus.Counter
+	// byReason counts checks answered by a list or a ban, by Decision.Reason.
+	byReason  [4]prometheus.Counter
 	responses responseCounters
 }
 
@@ -86,6 +88,13 @@ func newMetrics(reg *prometheus.Registry, logger *log.Logger, deadline time.Dura
 		Name: "limitd_request_id_replays_total",
 		Help: "Check requests answered from the request_id table (a retry of a decided request: nothing consumed).",
 	})
+	reasons := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "limitd_checks_by_reason_total",
+		Help: "Checks answered other than by their limit, by reason: allowed (an allow list; not counted), denied (a deny list; not counted), banned (the key is banned under its policy's on_exceed).",
+	}, []string{"reason"})
+	for r := nodeapi.ReasonAllowed; r <= nodeapi.ReasonBanned; r++ {
+		m.byReason[r] = reasons.WithLabelValues(r.String())
+	}
 	m.responses.init()
 	m.checks = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "limitd_checks_total",
@@ -105,6 +114,7 @@ func newMetrics(reg *prometheus.Registry, logger *log.Logger, deadline time.Dura
 		m.checks,
 		hist,
 		m.replays,
+		reasons,
 		m.responses.vec,
 		httpStageVec,
 		buildInfo(),
@@ -165,6 +175,9 @@ func (m *Metrics) Decided(l service.Limit, d nodeapi.Decision) {
 		r = resultAllowed
 	}
 	m.counters(l.Name)[r].Inc()
+	if d.Reason != nodeapi.ReasonNone && int(d.Reason) < len(m.byReason) {
+		m.byReason[d.Reason].Inc()
+	}
 }
 
 // Failed counts a check that got no decision (service.Observer).

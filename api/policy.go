@@ -30,6 +30,9 @@ type policyJSON struct {
 	Lease json.RawMessage `json:"lease,omitempty"`
 	// MaxKeys bounds the live keys under the policy (0 or absent: none).
 	MaxKeys int64 `json:"max_keys,omitempty"`
+	// OnExceed bans a key the policy refuses: {"ban": "10m", "escalate":
+	// ["1h", "24h"], "forget_after": "7d"} (service.ValidateOnExceed).
+	OnExceed json.RawMessage `json:"on_exceed,omitempty"`
 }
 
 func policyOut(p nodeapi.Policy) policyJSON {
@@ -40,6 +43,9 @@ func policyOut(p nodeapi.Policy) policyJSON {
 	}
 	if p.Lease.Enabled() {
 		pj.Lease, _ = json.Marshal(p.Lease.Config()) // a float, a string and a bool: cannot fail
+	}
+	if o := service.OnExceedOut(p.OnExceed); o != nil {
+		pj.OnExceed, _ = json.Marshal(o) // strings only: cannot fail
 	}
 	return pj
 }
@@ -66,7 +72,14 @@ func decodePolicy(body []byte, name, prefix string) (service.PolicyRequest, *api
 			return service.PolicyRequest{}, e
 		}
 	}
-	return service.PolicyRequest{Name: name, Config: pj.Config, Shadow: pj.Shadow, NoLocalRefusals: noLocal, Lease: lease, MaxKeys: pj.MaxKeys}, nil
+	var onExceed *service.OnExceedConfig
+	if len(pj.OnExceed) > 0 && string(pj.OnExceed) != "null" {
+		onExceed = new(service.OnExceedConfig)
+		if e := decodeStrict(pj.OnExceed, onExceed, joinField(prefix, "on_exceed")); e != nil {
+			return service.PolicyRequest{}, e
+		}
+	}
+	return service.PolicyRequest{Name: name, Config: pj.Config, Shadow: pj.Shadow, NoLocalRefusals: noLocal, Lease: lease, OnExceed: onExceed, MaxKeys: pj.MaxKeys}, nil
 }
 
 func (s *Server) handleListPolicies(w http.ResponseWriter, _ *http.Request, _ httprouter.Params) {

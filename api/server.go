@@ -190,7 +190,8 @@ func (s *Server) routes() http.Handler {
 	r.POST("/v1/cluster/join", s.admin(noQuery(s.handleJoin)))
 	r.DELETE("/v1/cluster/nodes/:id", s.admin(noQuery(s.handleRemoveNode)))
 
-	s.rlsRoutes(r) // envoy ratelimit domains (rls.go)
+	s.rlsRoutes(r)   // envoy ratelimit domains (rls.go)
+	s.abuseRoutes(r) // allow and deny lists, bans (lists.go)
 	r.GET("/healthz", noQuery(s.handleHealthz))
 	r.GET("/readyz", noQuery(s.handleReadyz))
 	r.GET("/healthcheck", s.handleEnvoyHealthcheck) // envoy ratelimit's, for probes carried over

@@ -19,7 +19,7 @@ func decisionOf(w *wire.Decision) Decision {
 	return Decision{
 		Allowed: w.Allowed, Limit: w.Limit, Remaining: w.Remaining,
 		ResetAfter: ms(w.ResetAfterMS), RetryAfter: wire.Duration(w.RetryAfterMS), Delay: ms(w.DelayMS),
-		ShadowRefused: w.ShadowRefused, Replayed: w.Replayed,
+		ShadowRefused: w.ShadowRefused, Replayed: w.Replayed, Reason: w.Reason,
 	}
 }
 

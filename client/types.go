@@ -45,6 +45,16 @@ type Policy struct {
 	// own); past it a check that would create a key is refused with
 	// key_budget_exhausted. GetPolicy sets it, so a get-modify-put keeps it.
 	MaxKeys int64 `json:"max_keys,omitempty" yaml:"max_keys,omitempty"`
+	// OnExceed bans a key the policy refuses (docs/API.md, "Bans"); nil:
+	// none. Like Lease, a put without it turns it off.
+	OnExceed *OnExceed `json:"on_exceed,omitempty" yaml:"on_exceed,omitempty"`
+}
+
+// OnExceed is a policy's ban option: durations such as "10m" or "7d".
+type OnExceed struct {
+	Ban         string   `json:"ban" yaml:"ban"`
+	Escalate    []string `json:"escalate,omitempty" yaml:"escalate,omitempty"`
+	ForgetAfter string   `json:"forget_after,omitempty" yaml:"forget_after,omitempty"`
 }
 
 // Lease is a policy's lease option, with the HTTP API's fields and rules.
@@ -96,6 +106,11 @@ type Decision struct {
 	ShadowRefused bool
 	// Replayed: the stored decision of an earlier request with the same id.
 	Replayed bool
+	// Reason says why the check was answered other than by its limit:
+	// "allowed" (an allow list: not counted), "denied" (a deny list: not
+	// counted), "banned" (the key is banned under the policy's on_exceed);
+	// "" for a decision of the limit.
+	Reason string
 	// Degraded: the cluster could not be reached and the decision was made by
 	// the client's fail mode (WithFailMode), not by limitd.
 	Degraded bool

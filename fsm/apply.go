@@ -18,7 +18,8 @@ type applier struct {
 	f   *FSM
 	cmd command
 
-	keepBuf []byte // keepExpired's decision buffer
+	keepBuf   []byte // keepExpired's decision buffer
+	banKeyBuf []byte // ban.go
 
 	// Staged by entries of the current transaction: a nil *Policy or a
 	// deleted node records a removal. Later entries of the same
@@ -75,6 +76,8 @@ type limit struct {
 	// tag, when set, is the storage key's first byte in place of 'p' or 's'
 	// (a plan limit's state, plan.go).
 	tag byte
+	// onExceed is the policy's ban option, nil without one (ban.go).
+	onExceed *OnExceed
 }
 
 // tentative is a key's state while an op is being decided: the stored state,
@@ -127,6 +130,8 @@ func clamp(tx *persist.Tx, now int64) int64 {
 func (a *applier) publish() {
 	a.f.domains.publish()
 	a.f.plans.publish()
+	a.f.lists.publish()
+	a.f.bans.publish()
 	if len(a.pendingPolicies) == 0 && len(a.pendingNodes) == 0 {
 		return
 	}
@@ -154,6 +159,8 @@ func (a *applier) publish() {
 func (a *applier) discard() {
 	a.f.domains.discard()
 	a.f.plans.discard()
+	a.f.lists.discard()
+	a.f.bans.discard()
 	clear(a.pendingPolicies)
 	clear(a.pendingNodes)
 }
@@ -266,7 +273,7 @@ func (a *applier) resolve(ck *checkRef, lim *limit) *Error {
 		if !ok {
 			return notFound(string(ck.policy))
 		}
-		*lim = limit{spec: &p.Spec, shadow: p.Shadow, policy: true, ident: ck.policy, name: p.Name, noCache: p.NoLocalRefusals, maxKeys: p.MaxKeys}
+		*lim = limit{spec: &p.Spec, shadow: p.Shadow, policy: true, ident: ck.policy, name: p.Name, noCache: p.NoLocalRefusals, maxKeys: p.MaxKeys, onExceed: onExceedOf(p)}
 		return nil
 	case ck.kind == limitSpec:
 		se := a.specs[string(ck.spec)]
@@ -418,6 +425,17 @@ func (a *applier) decideOp(tx *persist.Tx, checks []checkRef, lims []limit, decs
 	for j := range checks {
 		ck, lim := &checks[j], &lims[j]
 		key := a.storageKey(ck, lim)
+		if lim.onExceed != nil && !lim.shadow { // ban.go: a banned key is refused, counted nowhere
+			d, banned, err := a.banned(tx, lim, key, now)
+			if err != nil {
+				return Result{}, err
+			}
+			if banned {
+				a.seen = append(a.seen, false)
+				decs[j], allowed = d, false
+				continue
+			}
+		}
 		ti := -1
 		if multi {
 			for k := range a.tent {
@@ -487,6 +505,11 @@ func (a *applier) decideOp(tx *persist.Tx, checks []checkRef, lims []limit, decs
 				return Result{}, err
 			}
 		}
+		if !d.Allowed && ck.cost > 0 && lim.onExceed != nil && !lim.shadow {
+			if err := a.offence(tx, lim, ck, key, now, &dec); err != nil { // ban.go
+				return Result{}, err
+			}
+		}
 		allowed = allowed && dec.Allowed
 		decs[j] = dec
 	}
@@ -527,8 +550,8 @@ func (a *applier) decideOp(tx *persist.Tx, checks []checkRef, lims []limit, decs
 func (a *applier) observe(c *overlimit.Cache, checks []checkRef, lims []limit, decs []Decision, now int64, discarded bool) {
 	for j := range checks {
 		lim := &lims[j]
-		if lim.noCache {
-			continue
+		if lim.noCache || decs[j].Reason == ReasonBanned {
+			continue // a ban's end is not the limit's: the cache would answer without the reason
 		}
 		d := decs[j].Decision
 		if decs[j].ShadowRefused {
@@ -578,6 +601,10 @@ func decideError(err error) *Error {
 // need no such check (their spec is part of the storage key), nor do keys of
 // deleted policies (nothing counts them any more).
 func (a *applier) keepExpired(key, data []byte, now int64) int64 {
+	if len(key) > 0 && key[0] == banKeyPrefix {
+		a.banSwept(key) // its expiry is exact: offences forgotten
+		return 0
+	}
 	if len(key) > 0 && key[0] == tagPlanLimit {
 		return a.keepPlanLimit(key, data, now) // plan.go
 	}

@@ -39,8 +39,9 @@ const (
 
 	decAllowed         byte = 1
 	decShadowRefused   byte = 2
-	decLeasedElsewhere byte = 4 // Decision.LeasedElsewhere
-	decPlan            byte = 8 // Decision.Plan follows the decision (plan.go)
+	decLeasedElsewhere byte = 4    // Decision.LeasedElsewhere
+	decPlan            byte = 8    // Decision.Plan follows the decision (plan.go)
+	decBanned          byte = 0x40 // Decision.Reason banned (ban.go)
 )
 
 var (
@@ -277,6 +278,9 @@ func appendResult(dst []byte, r *Result) []byte {
 		if dd.Plan != nil {
 			f |= decPlan
 		}
+		if dd.Reason == ReasonBanned {
+			f |= decBanned
+		}
 		dst = append(dst, f)
 		dst = appendAlgoDecision(dst, &dd.Decision)
 		if dd.Plan != nil {
@@ -315,6 +319,9 @@ const (
 	policyLease           byte = 4  // Policy.Lease: uvarint(share) uvarint(max_ttl) after the spec
 	policyLeaseNoStrict   byte = 8  // Policy.Lease.NoStrict ("strict": false); only with policyLease
 	policyMaxKeys         byte = 16 // Policy.MaxKeys: uvarint after the spec and lease
+	// Policy.OnExceed: uvarint(ban) uvarint(steps) uvarint(step)… uvarint(forget_after)
+	// after the spec, lease and max keys (ban.go).
+	policyOnExceed byte = 0x80
 )
 
 // appendPolicy writes version ‖ name ‖ flags ‖ spec [‖ lease]. It is both the payload
@@ -344,6 +351,9 @@ func appendPolicy(dst []byte, p Policy) []byte {
 	if p.MaxKeys > 0 {
 		flags |= policyMaxKeys // set only with a budget: other policies encode as before
 	}
+	if p.OnExceed.Ban > 0 {
+		flags |= policyOnExceed // set only with the option: older policies encode as before
+	}
 	dst = append(dst, flags)
 	dst = algo.AppendSpec(dst, p.Spec)
 	if p.Lease.Enabled() {
@@ -352,6 +362,9 @@ func appendPolicy(dst []byte, p Policy) []byte {
 	}
 	if p.MaxKeys > 0 {
 		dst = binary.AppendUvarint(dst, uint64(p.MaxKeys))
+	}
+	if p.OnExceed.Ban > 0 {
+		dst = appendOnExceed(dst, &p.OnExceed)
 	}
 	return dst
 }
@@ -370,7 +383,7 @@ func decodePolicy(d *decoder) (p Policy, invalid error) {
 	if d.err != nil {
 		return Policy{}, nil
 	}
-	if flags&^(policyShadow|policyNoLocalRefusals|policyLease|policyLeaseNoStrict|policyMaxKeys) != 0 {
+	if flags&^(policyShadow|policyNoLocalRefusals|policyLease|policyLeaseNoStrict|policyMaxKeys|policyOnExceed) != 0 {
 		d.fail(fmt.Errorf("unknown policy flags %#x", flags))
 		return Policy{}, nil
 	}
@@ -401,6 +414,12 @@ func decodePolicy(d *decoder) (p Policy, invalid error) {
 		// and the entry must still decode to its end.
 		p.MaxKeys = clampCount(d.uvarint())
 	}
+	// Read everything before judging anything: an invalid option is an
+	// answer, and the bytes after it must not be left to fail the entry.
+	var invalidOnExceed error
+	if flags&policyOnExceed != 0 {
+		p.OnExceed, invalidOnExceed = decodeOnExceed(d)
+	}
 	if d.err != nil {
 		return Policy{}, nil
 	}
@@ -417,7 +436,7 @@ func decodePolicy(d *decoder) (p Policy, invalid error) {
 			return p, &algo.FieldError{Field: "lease", Message: "not with shadow (a shadow policy allows every check)"}
 		}
 	}
-	return p, nil
+	return p, invalidOnExceed
 }
 
 func appendString(dst []byte, s string) []byte {
@@ -642,7 +661,7 @@ func (d *decoder) result() Result {
 	}
 	for i := 0; i < n && d.err == nil; i++ {
 		f := d.byte()
-		if f&^(decAllowed|decShadowRefused|decLeasedElsewhere|decPlan) != 0 {
+		if f&^(decAllowed|decShadowRefused|decLeasedElsewhere|decPlan|decBanned) != 0 {
 			d.fail(fmt.Errorf("unknown decision flags %#x", f))
 			break
 		}
@@ -650,6 +669,9 @@ func (d *decoder) result() Result {
 		dd.Allowed = f&decAllowed != 0
 		dd.ShadowRefused = f&decShadowRefused != 0
 		dd.LeasedElsewhere = f&decLeasedElsewhere != 0
+		if f&decBanned != 0 {
+			dd.Reason = ReasonBanned
+		}
 		dd.Limit = d.varint()
 		dd.Remaining = d.varint()
 		dd.ResetAfter = time.Duration(d.varint())

@@ -90,6 +90,9 @@ func allEncodings(t testing.TB) map[string][]byte {
 		"assign_plans":  EncodeAssignPlans([]Assignment{{Key: "user:1", Plan: "pro"}}),
 		"put_override":  EncodePutOverride("user:1", Override{Limits: []LimitOverride{{Name: "daily", Limit: 9}}, Expires: t0}),
 		"del_override":  EncodeDeleteOverride("user:1"),
+		"put_list":      EncodePutList("bots", []byte(`{"kind":"deny"}`)),
+		"delete_list":   EncodeDeleteList("bots"),
+		"unban":         EncodeUnban("user:1", "api"),
 	}
 }
 

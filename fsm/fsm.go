@@ -110,6 +110,8 @@ type FSM struct {
 	nodes    map[string]string
 	domains  domainTable // RLS domains (domain.go)
 	plans    planTable   // plans, prefix rules, the default plan (plan.go)
+	lists    domainTable // allow and deny lists (lists.go)
+	bans     banTable    // the ban records' copy (ban.go)
 
 	ap applier
 
@@ -154,9 +156,10 @@ func (f *FSM) load() error {
 	nodes := make(map[string]string)
 	domains := make(map[string][]byte)
 	plans := emptyPlanConfig()
+	lists := make(map[string][]byte)
 	err := f.store.View(func(tx *persist.Tx) error {
 		if err := tx.ForEachPolicy(func(name string, enc []byte) error {
-			if f.domains.loadEntry(domains, name, enc) {
+			if f.domains.loadEntry(domains, name, enc) || loadList(lists, name, enc) {
 				return nil
 			}
 			if ok, err := plans.loadEntry(name, enc); ok || err != nil {
@@ -183,10 +186,13 @@ func (f *FSM) load() error {
 		}); err != nil {
 			return err
 		}
-		return tx.ForEachNode(func(id, addr string) error {
+		if err := tx.ForEachNode(func(id, addr string) error {
 			nodes[id] = addr
 			return nil
-		})
+		}); err != nil {
+			return err
+		}
+		return f.bans.load(tx)
 	})
 	if err != nil {
 		return fmt.Errorf("load %s: %w", f.store.Path(), err)
@@ -197,6 +203,7 @@ func (f *FSM) load() error {
 	f.domains.set(domains)
 	plans.index()
 	f.plans.cur.Store(plans)
+	f.lists.set(lists)
 	return nil
 }
 

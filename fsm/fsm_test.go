@@ -34,9 +34,13 @@ func testLog(t testing.TB, n int) [][]byte {
 	var cmds [][]byte
 	sentOps := map[string]Op{}
 	for i, c := range specs {
-		cmds = append(cmds, EncodePutPolicy(Policy{Name: fmt.Sprintf("p%d", i), Spec: mustSpec(t, c), Shadow: i == 2}))
+		p := Policy{Name: fmt.Sprintf("p%d", i), Spec: mustSpec(t, c), Shadow: i == 2}
+		if i == 0 || i == 3 { // bans (ban.go): records beside key states, swept and unbanned below
+			p.OnExceed = onExceed(2*time.Second, 5*time.Second, 4*time.Second)
+		}
+		cmds = append(cmds, EncodePutPolicy(p))
 	}
-	cmds = append(cmds, EncodeSetNode("n1", "127.0.0.1:8080"))
+	cmds = append(cmds, EncodeSetNode("n1", "127.0.0.1:8080"), EncodePutList("l", []byte(`{"kind":"deny"}`)))
 	inline := mustSpec(t, algo.Config{Algorithm: "fixed_window", Limit: 2, Window: "3s"})
 	now := t0
 	check := func() Check {
@@ -76,6 +80,10 @@ func testLog(t testing.TB, n int) [][]byte {
 			}
 			cmds = append(cmds, EncodeCheck(nil, stamp, int64(20*time.Second), ops))
 		case r < 16:
+			if rng.Intn(3) == 0 {
+				cmds = append(cmds, EncodeUnban(check().Key, ""))
+				break
+			}
 			cmds = append(cmds, EncodeResetKey(check()))
 		case r < 18:
 			cmds = append(cmds, EncodeExpire(stamp, 1+rng.Intn(5)))

@@ -48,4 +48,5 @@ const (
 	// 8 and 9: CmdPutDomain, CmdDeleteDomain (domain.go)
 	// 10 and 11: CmdGrantLease, CmdReturnLease (lease.go)
 	// 12 to 19: the plan commands (plan.go)
+	// 30 and 31: CmdPutList, CmdDeleteList (lists.go); 32: CmdUnban (ban.go)
 )

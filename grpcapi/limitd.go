@@ -60,7 +60,7 @@ func decision(d *nodeapi.Decision) *limitdv1.Decision {
 	out := &limitdv1.Decision{
 		Allowed: d.Allowed, Limit: d.Limit, Remaining: d.Remaining,
 		ResetAfter: durationpb.New(d.ResetAfter), Delay: durationpb.New(d.Delay),
-		ShadowRefused: d.ShadowRefused,
+		ShadowRefused: d.ShadowRefused, Reason: d.Reason.String(),
 	}
 	if d.RetryAfter == algo.Never {
 		out.Never = true
@@ -167,7 +167,11 @@ func (l *limitdServer) Reset(ctx context.Context, req *limitdv1.ResetRequest) (*
 
 func policyProto(p nodeapi.Policy) *limitdv1.Policy {
 	local := !p.NoLocalRefusals
-	return &limitdv1.Policy{Name: p.Name, Limit: limitProto(p.Spec), Shadow: p.Shadow, LocalRefusals: &local, Lease: leaseProto(p.Lease)}
+	out := &limitdv1.Policy{Name: p.Name, Limit: limitProto(p.Spec), Shadow: p.Shadow, LocalRefusals: &local, Lease: leaseProto(p.Lease)}
+	if o := service.OnExceedOut(p.OnExceed); o != nil {
+		out.OnExceed = &limitdv1.OnExceed{Ban: o.Ban, Escalate: o.Escalate, ForgetAfter: o.ForgetAfter}
+	}
+	return out
 }
 
 // leaseProto is a policy's lease option on the wire (nil: none); share and
@@ -215,6 +219,9 @@ func policyRequest(p *limitdv1.Policy) (service.PolicyRequest, *service.Error) {
 	// would read it as false).
 	noLocal := p.LocalRefusals != nil && !*p.LocalRefusals
 	r := service.PolicyRequest{Name: p.GetName(), Config: limitConfig(p.GetLimit()), Shadow: p.GetShadow(), NoLocalRefusals: noLocal, Lease: lease}
+	if o := p.GetOnExceed(); o != nil {
+		r.OnExceed = &service.OnExceedConfig{Ban: o.GetBan(), Escalate: o.GetEscalate(), ForgetAfter: o.GetForgetAfter()}
+	}
 	if e := service.ValidatePolicyName(r.Name, "policy.name"); e != nil {
 		return r, e
 	}
@@ -223,6 +230,9 @@ func policyRequest(p *limitdv1.Policy) (service.PolicyRequest, *service.Error) {
 		return r, e
 	}
 	if _, e := service.ValidateLease(r.Lease, spec, r.Shadow, "policy"); e != nil {
+		return r, e
+	}
+	if _, e := service.ValidateOnExceed(r.OnExceed, r.Shadow, "policy"); e != nil {
 		return r, e
 	}
 	return r, nil

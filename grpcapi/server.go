@@ -254,6 +254,13 @@ var adminMethods = map[string]bool{
 	"/limitd.v1.Limitd/DeletePrefixRule": true,
 	"/limitd.v1.Limitd/PutOverride":      true,
 	"/limitd.v1.Limitd/DeleteOverride":   true,
+	// Lists and bans, reads included (lists.go).
+	"/limitd.v1.Limitd/PutList":    true,
+	"/limitd.v1.Limitd/GetList":    true,
+	"/limitd.v1.Limitd/ListLists":  true,
+	"/limitd.v1.Limitd/DeleteList": true,
+	"/limitd.v1.Limitd/ListBans":   true,
+	"/limitd.v1.Limitd/Unban":      true,
 }
 
 // authenticate requires the admin token on admin methods.

@@ -1,6 +1,10 @@
 package nodeapi
 
-import "github.com/limitd/limitd/algo"
+import (
+	"time"
+
+	"github.com/limitd/limitd/algo"
+)
 
 // The contract's value types: what a check, its answer, a policy and an
 // error are, shared by the state machine that decides (fsm, which aliases
@@ -50,6 +54,36 @@ type Decision struct {
 	// Plan, for a check decided under the key's plan (Check.ByPlan), says
 	// which plan and limit decided; the fields above are that limit's.
 	Plan *PlanDecision
+	// Reason says why a check was answered other than by its limit: a deny
+	// or allow list matched (decided by the service from the replicated
+	// lists, counted nowhere) or the key is banned (decided by the state
+	// machine). ReasonNone for a decision of the limit itself.
+	Reason Reason
+}
+
+// Reason is Decision.Reason. Its text ("allowed", "denied", "banned") is the
+// API's "reason" member, so a reason is never renamed.
+type Reason uint8
+
+// Reasons.
+const (
+	ReasonNone    Reason = iota
+	ReasonAllowed        // an allow list matched: allowed without counting
+	ReasonDenied         // a deny list matched: refused without counting
+	ReasonBanned         // the key is banned under the policy's on_exceed
+)
+
+// String is the reason's API text ("" for ReasonNone).
+func (r Reason) String() string {
+	switch r {
+	case ReasonAllowed:
+		return "allowed"
+	case ReasonDenied:
+		return "denied"
+	case ReasonBanned:
+		return "banned"
+	}
+	return ""
 }
 
 // Result is one op's answer. When Err is set nothing was consumed and
@@ -123,6 +157,39 @@ const (
 	MaxPolicyName     = 128
 )
 
+// Bounds on allow and deny lists, the one source for each (docs/SECURITY.md
+// states them): the service refuses a list past them before proposing it,
+// and the state machine refuses the entry again at apply, so no client can
+// grow the replicated configuration, which every node holds in memory and
+// compiles, without bound. A list's name obeys MaxPolicyName.
+//
+// MaxListBytes keeps a whole list in one admin command (cluster's
+// MaxCommandBytes, 64 KiB, with room for the name; cluster/lists.go fails
+// to compile otherwise): a PUT replaces the list atomically, in one entry.
+const (
+	MaxLists       = 64       // lists in the cluster
+	MaxListEntries = 4096     // entries of one list
+	MaxListBytes   = 60 << 10 // one list's canonical encoding
+)
+
+// List is an allow or deny list as replicated: the canonical JSON the service
+// produced from a validated request (the state machine keeps it opaque, like
+// an RLS domain's configuration).
+type List struct {
+	Name   string
+	Config []byte // canonical encoding; do not modify
+}
+
+// Ban is one banned key as the replicated state holds it (fsm's ban
+// records): refused under Policy until Until (leader time, Unix ns), after
+// Offences offences remembered.
+type Ban struct {
+	Key      string
+	Policy   string
+	Until    int64
+	Offences int
+}
+
 // Policy is a named limit, replicated through the log.
 type Policy struct {
 	Name   string
@@ -138,7 +205,35 @@ type Policy struct {
 	// MaxKeys bounds the live keys under the policy (0: none): a check that
 	// would create one more is refused with key_budget_exhausted (fsm/budget.go).
 	MaxKeys int64
+	// OnExceed is the policy's "on_exceed" option (the zero value: none): a
+	// key the policy refuses is banned, refused without counting, for a
+	// time that grows with each offence remembered (fsm/ban.go).
+	OnExceed OnExceed
 }
+
+// OnExceed is a policy's ban option. Ban > 0 turns it on.
+// Escalate is an array, not a slice, so that a Policy stays comparable.
+type OnExceed struct {
+	Ban time.Duration // the first offence's ban
+	// Escalate[:Steps] are each further offence's ban, strictly
+	// increasing and longer than Ban; the last one repeats.
+	Escalate    [MaxBanSteps]time.Duration
+	Steps       int
+	ForgetAfter time.Duration // offences are forgotten this long after the last ban ended
+}
+
+// Bounds on an on_exceed option, the one source for each: the state
+// machine refuses a policy past them at apply, the service before.
+const (
+	MaxBanSteps    = 16                    // Escalate's length
+	MaxBanDuration = 3650 * 24 * time.Hour // any one duration (algo.MaxWindow)
+	// MaxBanIndex bounds the bans a node indexes in memory (the read path
+	// without a Raft round, GET /v1/bans): an attack from ever new keys
+	// must not grow a node's heap without bound. Bans past it are kept and
+	// enforced by the state machine all the same (their checks go through
+	// the log) and are missing from the listing.
+	MaxBanIndex = 1 << 18
+)
 
 // Domain is an RLS domain's replicated configuration.
 type Domain struct {

@@ -170,6 +170,29 @@ func (t *Tx) decodeState(key, v []byte) (State, error) {
 	}, nil
 }
 
+// ForEachState calls fn, in key order, for every key state whose storage
+// key starts with prefix, as of the last commit (a read-only transaction
+// only: the writer's cache holds newer states). fn's slices are valid only
+// during the call. The state machine loads its records kept beside key
+// states (bans) with it.
+func (t *Tx) ForEachState(prefix []byte, fn func(key, data []byte) error) error {
+	if t.cache != nil {
+		return errors.New("persist: ForEachState in the writer's transaction")
+	}
+	var c lcursor
+	c.init(t.state)
+	for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+		st, err := t.decodeState(k, v)
+		if err != nil {
+			return err
+		}
+		if err := fn(k, st.Data); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // PutState stores data under key, to expire at expiry. prev must be what State
 // returned for key in this transaction, with no write to key since. The
 // write goes to the state cache and reaches the file at the next commit.

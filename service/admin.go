@@ -25,6 +25,8 @@ type PolicyRequest struct {
 	// MaxKeys is "max_keys": the live keys the policy may hold (0: no
 	// bound of its own; the cluster's --max-keys still holds).
 	MaxKeys int64
+	// OnExceed is the "on_exceed" option (nil: none); see ValidateOnExceed.
+	OnExceed *OnExceedConfig
 }
 
 // ValidatePolicy validates p into a policy. The name's errors name the field
@@ -44,7 +46,11 @@ func ValidatePolicy(p PolicyRequest, prefix string) (nodeapi.Policy, *Error) {
 	if p.MaxKeys < 0 {
 		return nodeapi.Policy{}, Invalid(joinPrefix(prefix, "max_keys"), "must be zero (no bound of its own) or a positive number of keys")
 	}
-	return nodeapi.Policy{Name: p.Name, Spec: spec, Shadow: p.Shadow, NoLocalRefusals: p.NoLocalRefusals, Lease: lease, MaxKeys: p.MaxKeys}, nil
+	onExceed, e := ValidateOnExceed(p.OnExceed, p.Shadow, prefix)
+	if e != nil {
+		return nodeapi.Policy{}, e
+	}
+	return nodeapi.Policy{Name: p.Name, Spec: spec, Shadow: p.Shadow, NoLocalRefusals: p.NoLocalRefusals, Lease: lease, MaxKeys: p.MaxKeys, OnExceed: onExceed}, nil
 }
 
 // ValidateLease validates a policy's "lease" option (nil: none) for its

@@ -2,6 +2,8 @@ package service
 
 import (
 	"context"
+	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -72,6 +74,10 @@ type CheckRequest struct {
 	// names the domain, so its traffic shows as such). It must come from a
 	// bounded set: it is a metric label.
 	MetricName string
+	// Addr is the client address the front end derived itself (forward-auth
+	// with key source ip), the only thing a list's CIDR entries match; the
+	// zero Addr when the key came from the client.
+	Addr netip.Addr
 }
 
 // CheckResult is one check's answer.
@@ -153,7 +159,15 @@ func (s *Service) check(ctx context.Context, r *CheckRequest, detach bool) (Chec
 	if e != nil {
 		return CheckResult{}, e
 	}
+	if d, ok := s.listed(&c, r.Addr, &l); ok { // lists.go: deny > allow > limits
+		s.obs.Decided(l, d)
+		return CheckResult{Decision: d, Limit: l}, nil
+	}
 	if r.RequestID == "" {
+		if d, ok := s.bannedCheck(&c, &l); ok { // bans.go
+			s.obs.Decided(l, d)
+			return CheckResult{Decision: d, Limit: l}, nil
+		}
 		if d, ok := s.leased(&c, &l); ok { // lease.go
 			s.obs.Decided(l, d)
 			return CheckResult{Decision: d, Limit: l}, nil
@@ -267,6 +281,49 @@ func (s *Service) CheckAll(ctx context.Context, checks []CheckRequest, requestID
 				"each check of an all-or-nothing request names a policy or a limit (a check under the key's plan is atomic by itself: POST /v1/check)")
 		}
 	}
+	listed, out, done := s.listedAll(checks, op.Checks, limits) // lists.go
+	if done {
+		return out, nil
+	}
+	if listed != nil {
+		// Allow-listed checks are answered, not counted: the op holds the rest.
+		full := op.Checks
+		op.Checks = make([]nodeapi.Check, 0, len(full))
+		for i := range full {
+			if listed[i].Reason == 0 {
+				op.Checks = append(op.Checks, full[i])
+			}
+		}
+		checks, limits = checks[:len(op.Checks)], slices.Clone(limits)
+		all := limits
+		limits = limits[:0:0]
+		for i := range all {
+			if listed[i].Reason == 0 {
+				limits = append(limits, all[i])
+			}
+		}
+		res, e := s.checkAllOp(ctx, checks, op, limits, requestID)
+		if e != nil {
+			return res, e
+		}
+		merged := make([]nodeapi.Decision, len(full))
+		j := 0
+		for i := range full {
+			if listed[i].Reason != 0 {
+				merged[i] = listed[i]
+				continue
+			}
+			merged[i] = res.Decisions[j]
+			j++
+		}
+		res.Decisions, res.Limits = merged, all
+		return res, nil
+	}
+	return s.checkAllOp(ctx, checks, op, limits, requestID)
+}
+
+// checkAllOp decides CheckAll's validated op.
+func (s *Service) checkAllOp(ctx context.Context, checks []CheckRequest, op nodeapi.Op, limits []Limit, requestID string) (CheckAllResult, *Error) {
 	if requestID == "" {
 		if out, ok := s.cachedAll(op.Checks, limits); ok {
 			return out, nil
@@ -407,7 +464,17 @@ func (s *Service) Batch(ctx context.Context, checks []CheckRequest, invalid []*E
 			out[i].Err = e.Under(EntryField(i))
 			continue
 		}
+		if d, ok := s.listed(&fc[i], checks[i].Addr, &out[i].Limit); ok {
+			out[i].Decision = d
+			s.obs.Decided(out[i].Limit, d)
+			continue
+		}
 		if checks[i].RequestID == "" {
+			if d, hit := s.bannedCheck(&fc[i], &out[i].Limit); hit {
+				out[i].Decision = d
+				s.obs.Decided(out[i].Limit, d)
+				continue
+			}
 			if d, hit := s.cached(&fc[i]); hit {
 				// Answered in its slot; only misses become ops.
 				out[i].Decision = d

@@ -48,6 +48,8 @@ type Node interface {
 	Refuser
 	Leaser
 	Domains
+	Lists
+	Bans
 	Backuper
 	Digester
 	Plans // plans.go
@@ -135,6 +137,8 @@ type Service struct {
 	specIdents Interner
 	// rlsCache holds the node's RLS domains compiled (rls.go).
 	rlsCache rls.Cache
+	// lists holds the node's allow and deny lists compiled (lists.go).
+	lists listCache
 	// leases is the node's quota leases (lease.go, package lease).
 	leases *lease.Table
 }
@@ -237,13 +241,14 @@ type Limit struct {
 	Spec  algo.Spec  // valid when Known
 	Known bool       // false when the policy is not (yet) known on this node
 	lease algo.Lease // the policy's lease option (lease.go)
+	bans  bool       // the policy has an on_exceed option (bans.go)
 }
 
 // limitOf describes policy from this node's replicated copy; the state
 // machine decides whether it exists.
 func (s *Service) limitOf(policy string) Limit {
 	p, ok := s.node.Policy(policy)
-	return Limit{Name: policy, Spec: p.Spec, Known: ok, lease: p.Lease}
+	return Limit{Name: policy, Spec: p.Spec, Known: ok, lease: p.Lease, bans: p.OnExceed.Ban > 0}
 }
 
 // LeaderLocator is the Node's word on where the Raft leader is; front ends

@@ -13,15 +13,18 @@ import (
 // policy's refusal is allowed with ShadowRefused. Times are whole
 // milliseconds; RetryAfterMS is -1 when waiting can never help.
 type Decision struct {
-	Allowed       bool   `json:"allowed"`
-	Limit         int64  `json:"limit"`
-	Remaining     int64  `json:"remaining"`
-	ResetAfterMS  int64  `json:"reset_after_ms"`
-	RetryAfterMS  int64  `json:"retry_after_ms"`
-	DelayMS       int64  `json:"delay_ms"`
-	ShadowRefused bool   `json:"shadow_refused"`
-	Replayed      bool   `json:"replayed"`
-	Error         *Error `json:"error"`
+	Allowed       bool  `json:"allowed"`
+	Limit         int64 `json:"limit"`
+	Remaining     int64 `json:"remaining"`
+	ResetAfterMS  int64 `json:"reset_after_ms"`
+	RetryAfterMS  int64 `json:"retry_after_ms"`
+	DelayMS       int64 `json:"delay_ms"`
+	ShadowRefused bool  `json:"shadow_refused"`
+	Replayed      bool  `json:"replayed"`
+	// Reason is why a check was answered other than by its limit
+	// ("allowed" or "denied" by a list, "banned"); empty otherwise.
+	Reason string `json:"reason"`
+	Error  *Error `json:"error"`
 	// Extra is members already encoded (",\"plan\":…" for a plan check),
 	// written after the fixed ones and before "replayed"; the encoder's
 	// only extension point, so that each answer's members keep one order.
@@ -90,6 +93,10 @@ func AppendDecision(b []byte, d *Decision) []byte {
 	b = strconv.AppendInt(b, d.DelayMS, 10)
 	if d.ShadowRefused {
 		b = append(b, `,"shadow_refused":true`...)
+	}
+	if d.Reason != "" {
+		b = append(b, `,"reason":`...)
+		b = AppendString(b, d.Reason)
 	}
 	b = append(b, d.Extra...)
 	if d.Replayed {

@@ -215,6 +215,10 @@ func (s *scanner) decision(d *Decision) (ok, seen bool) {
 			d.ShadowRefused, ok = s.boolean()
 		case "replayed":
 			d.Replayed, ok = s.boolean()
+		case "reason":
+			var r []byte
+			r, ok = s.str()
+			d.Reason = string(r)
 		case "limit":
 			d.Limit, ok = s.int()
 		case "remaining":

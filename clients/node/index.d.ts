@@ -69,6 +69,8 @@ export interface Decision {
   shadowRefused: boolean;
   /** The stored decision of an earlier request with the same request id. */
   replayed: boolean;
+  /** Why a list or a ban answered the check: "allowed", "denied", "banned"; "" for the limit's decision. */
+  reason: string;
   /** The cluster could not be reached: the client's fail mode decided. */
   degraded: boolean;
 }

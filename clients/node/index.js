@@ -174,6 +174,7 @@ function decision(d = {}, extra = {}) {
     delayMs: d.delay_ms || 0,
     shadowRefused: !!d.shadow_refused,
     replayed: !!d.replayed,
+    reason: d.reason || '',
     degraded: false,
     ...extra,
   };

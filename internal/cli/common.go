@@ -54,6 +54,8 @@ var commands = map[string]func([]string, Env) int{
 	"check":    runCheck,
 	"policy":   runPolicy,
 	"plan":     runPlan,
+	"list":     runList, // lists.go
+	"bans":     runBans,
 	"key":      runKey,
 	"cluster":  runCluster,
 	"snapshot": runSnapshot,
@@ -343,20 +345,21 @@ func (l *limitFlags) resolve() (string, *client.Limit, error) {
 
 // decisionJSON is a decision in the API's JSON form.
 type decisionJSON struct {
-	Allowed       bool  `json:"allowed"`
-	Limit         int64 `json:"limit"`
-	Remaining     int64 `json:"remaining"`
-	ResetAfterMS  int64 `json:"reset_after_ms"`
-	RetryAfterMS  int64 `json:"retry_after_ms"`
-	DelayMS       int64 `json:"delay_ms"`
-	ShadowRefused bool  `json:"shadow_refused,omitempty"`
-	Replayed      bool  `json:"replayed,omitempty"`
+	Allowed       bool   `json:"allowed"`
+	Limit         int64  `json:"limit"`
+	Remaining     int64  `json:"remaining"`
+	ResetAfterMS  int64  `json:"reset_after_ms"`
+	RetryAfterMS  int64  `json:"retry_after_ms"`
+	DelayMS       int64  `json:"delay_ms"`
+	ShadowRefused bool   `json:"shadow_refused,omitempty"`
+	Replayed      bool   `json:"replayed,omitempty"`
+	Reason        string `json:"reason,omitempty"`
 }
 
 func toDecisionJSON(d client.Decision) decisionJSON {
 	out := decisionJSON{Allowed: d.Allowed, Limit: d.Limit, Remaining: d.Remaining,
 		ResetAfterMS: d.ResetAfter.Milliseconds(), RetryAfterMS: d.RetryAfter.Milliseconds(),
-		DelayMS: d.Delay.Milliseconds(), ShadowRefused: d.ShadowRefused, Replayed: d.Replayed}
+		DelayMS: d.Delay.Milliseconds(), ShadowRefused: d.ShadowRefused, Replayed: d.Replayed, Reason: d.Reason}
 	if d.RetryAfter == client.Never {
 		out.RetryAfterMS = -1
 	}
@@ -372,6 +375,9 @@ func printDecision(w io.Writer, key string, d client.Decision) {
 	retry := d.RetryAfter.String()
 	if d.RetryAfter == client.Never {
 		retry = "never (cost above the limit)"
+		if d.Reason == "denied" {
+			retry = "never (a deny list without expiry)"
+		}
 	}
 	fmt.Fprintf(tw, "retry_after\t%s\n", retry)
 	fmt.Fprintf(tw, "reset_after\t%s\n", d.ResetAfter)
@@ -383,6 +389,9 @@ func printDecision(w io.Writer, key string, d client.Decision) {
 	}
 	if d.Replayed {
 		fmt.Fprintf(tw, "replayed\ttrue\n")
+	}
+	if d.Reason != "" {
+		fmt.Fprintf(tw, "reason\t%s\n", d.Reason)
 	}
 	tw.Flush()
 }

@@ -36,6 +36,7 @@ Example:
   limitd policy put api --algorithm sliding_window --limit 100 --window 60s
   limitd policy put payments --algorithm fixed_window --limit 100 --window 1h --local-refusals=false
   limitd policy put quota --algorithm fixed_window --limit 1000000 --calendar day --lease-share 0.05 --lease-max-ttl 2s
+  limitd policy put login --algorithm fixed_window --limit 5 --window 1m --ban 10m --ban-escalate 1h,24h --ban-forget-after 7d
   limitd policy get quota --output json > quota.json   # edit, then:
   limitd policy put --file quota.json
   limitd policy put --file policies.yaml
@@ -137,6 +138,8 @@ func runPolicy(args []string, env Env) int {
 	var lease leaseFlags
 	var file string
 	fs := policyFlagSet(&cf, &lim, &shadow, &local, &lease, &file)
+	var ban banFlags // lists.go
+	ban.register(fs)
 	sub, pos, code, ok := parseSubcommand(env, "policy", policyUsage, fs, args, "put", "get", "list", "delete")
 	if !ok {
 		return code
@@ -158,7 +161,7 @@ func runPolicy(args []string, env Env) int {
 	var puts []client.Policy
 	if sub == "put" {
 		if file != "" {
-			if lim != (client.Limit{}) || shadow || local.v != nil || lease.given() {
+			if lim != (client.Limit{}) || shadow || local.v != nil || lease.given() || ban.given() {
 				return usageError(env, name, "give --file or limit flags, not both")
 			}
 			var err error
@@ -166,7 +169,7 @@ func runPolicy(args []string, env Env) int {
 				return usageError(env, name, "%v", err)
 			}
 		} else {
-			puts = []client.Policy{{Name: pos[0], Limit: lim, Shadow: shadow, LocalRefusals: local.v, Lease: lease.lease()}}
+			puts = []client.Policy{{Name: pos[0], Limit: lim, Shadow: shadow, LocalRefusals: local.v, Lease: lease.lease(), OnExceed: ban.onExceed()}}
 		}
 	}
 	c, ctx, done, err := cf.dial()
@@ -189,6 +192,10 @@ func runPolicy(args []string, env Env) int {
 			if prevErr == nil && prev.Lease != nil && stored.Lease == nil {
 				fmt.Fprintf(env.Stderr, "limitd %s %s: note: the policy had a lease (%s) and this put has none, so its leases are off; give --lease-* flags (or \"lease\" in a --file) to keep one\n",
 					name, p.Name, leaseText(prev.Lease))
+			}
+			if prevErr == nil && prev.OnExceed != nil && stored.OnExceed == nil {
+				fmt.Fprintf(env.Stderr, "limitd %s %s: note: the policy had on_exceed (ban %s) and this put has none, so it bans no more; give --ban flags (or \"on_exceed\" in a --file) to keep it\n",
+					name, p.Name, prev.OnExceed.Ban)
 			}
 			out = append(out, stored)
 		}

@@ -72,6 +72,21 @@ func (NoCapabilities) Plan(string) (nodeapi.Plan, bool)             { return nod
 func (NoCapabilities) Plans() []nodeapi.Plan                        { return nil }
 func (NoCapabilities) PrefixRules() []nodeapi.PrefixRule            { return nil }
 func (NoCapabilities) DefaultPlan() string                          { return "" }
+func (NoCapabilities) List(string) ([]byte, bool)                   { return nil, false }
+func (NoCapabilities) Lists() []nodeapi.List                        { return nil }
+func (NoCapabilities) ListsVersion() uint64                         { return 0 }
+func (NoCapabilities) PutList(context.Context, string, []byte) error {
+	return &nodeapi.Error{Code: nodeapi.CodeNotFound, Message: "this node keeps no lists"}
+}
+func (NoCapabilities) DeleteList(context.Context, string) error {
+	return &nodeapi.Error{Code: nodeapi.CodeNotFound, Message: "this node keeps no lists"}
+}
+func (NoCapabilities) LeaderTime() int64                        { return time.Now().UnixNano() }
+func (NoCapabilities) Banned(string, string) (int64, bool)      { return 0, false }
+func (NoCapabilities) Bans(string, int) ([]nodeapi.Ban, string) { return nil, "" }
+func (NoCapabilities) Unban(context.Context, string, string) error {
+	return &nodeapi.Error{Code: nodeapi.CodeNotFound, Message: "this node bans nobody"}
+}
 
 // Log is one state machine shared by the Nodes of an in-process cluster
 // whose replicas all agree: every call is applied as the next log entry,

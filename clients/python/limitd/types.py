@@ -152,6 +152,9 @@ class Decision:
     shadow_refused: bool = False
     #: The stored decision of an earlier request with the same request_id.
     replayed: bool = False
+    #: Why a list or a ban answered the check: "allowed", "denied" or
+    #: "banned"; "" for a decision of the limit.
+    reason: str = ""
     #: The cluster could not be reached: the client's fail mode decided.
     degraded: bool = False
 
@@ -162,6 +165,7 @@ class Decision:
             remaining=int(d.get("remaining", 0)), reset_after_ms=int(d.get("reset_after_ms", 0)),
             retry_after_ms=int(d.get("retry_after_ms", 0)), delay_ms=int(d.get("delay_ms", 0)),
             shadow_refused=bool(d.get("shadow_refused", False)), replayed=bool(d.get("replayed", False)),
+            reason=str(d.get("reason", "")),
         )
 
     def __bool__(self) -> bool:  # `if client.check(...):` reads as "if allowed"

@@ -231,10 +231,14 @@ type Decision struct {
 	// For a check under the key's plan (no policy, no limit): the plan, the
 	// limit that decided (the fields above are its), whether the key's
 	// override applied, and every limit's own decision.
-	Plan          string           `protobuf:"bytes,9,opt,name=plan,proto3" json:"plan,omitempty"`
-	PlanLimit     string           `protobuf:"bytes,10,opt,name=plan_limit,json=planLimit,proto3" json:"plan_limit,omitempty"`
-	Overridden    bool             `protobuf:"varint,11,opt,name=overridden,proto3" json:"overridden,omitempty"`
-	Limits        []*NamedDecision `protobuf:"bytes,12,rep,name=limits,proto3" json:"limits,omitempty"`
+	Plan       string           `protobuf:"bytes,9,opt,name=plan,proto3" json:"plan,omitempty"`
+	PlanLimit  string           `protobuf:"bytes,10,opt,name=plan_limit,json=planLimit,proto3" json:"plan_limit,omitempty"`
+	Overridden bool             `protobuf:"varint,11,opt,name=overridden,proto3" json:"overridden,omitempty"`
+	Limits     []*NamedDecision `protobuf:"bytes,12,rep,name=limits,proto3" json:"limits,omitempty"`
+	// reason: "allowed" (an allow list: not counted), "denied" (a deny list:
+	// not counted), "banned" (the policy's on_exceed); empty for a decision of
+	// the limit.
+	Reason        string `protobuf:"bytes,13,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -351,6 +355,13 @@ func (x *Decision) GetLimits() []*NamedDecision {
 		return x.Limits
 	}
 	return nil
+}
+
+func (x *Decision) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
 }
 
 // NamedDecision is one plan limit's decision.
@@ -975,7 +986,10 @@ type Policy struct {
 	// leases. PutPolicy replaces the whole policy, so a replace without it
 	// turns leases off; GetPolicy and ListPolicies set it when the policy has
 	// one, so a get-modify-put keeps it.
-	Lease         *Lease `protobuf:"bytes,5,opt,name=lease,proto3,oneof" json:"lease,omitempty"`
+	Lease *Lease `protobuf:"bytes,5,opt,name=lease,proto3,oneof" json:"lease,omitempty"`
+	// on_exceed (the HTTP API's "on_exceed"): ban a key the policy refuses.
+	// Unset: none; like lease, a replace without it turns it off.
+	OnExceed      *OnExceed `protobuf:"bytes,6,opt,name=on_exceed,json=onExceed,proto3,oneof" json:"on_exceed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1045,6 +1059,75 @@ func (x *Policy) GetLease() *Lease {
 	return nil
 }
 
+func (x *Policy) GetOnExceed() *OnExceed {
+	if x != nil {
+		return x.OnExceed
+	}
+	return nil
+}
+
+// OnExceed: durations like Limit.window ("10m", "7d"); errors name
+// "policy.on_exceed.ban", "policy.on_exceed.escalate[1]", ...
+type OnExceed struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ban           string                 `protobuf:"bytes,1,opt,name=ban,proto3" json:"ban,omitempty"`
+	Escalate      []string               `protobuf:"bytes,2,rep,name=escalate,proto3" json:"escalate,omitempty"`
+	ForgetAfter   string                 `protobuf:"bytes,3,opt,name=forget_after,json=forgetAfter,proto3" json:"forget_after,omitempty"` // empty: the longest ban
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OnExceed) Reset() {
+	*x = OnExceed{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OnExceed) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OnExceed) ProtoMessage() {}
+
+func (x *OnExceed) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OnExceed.ProtoReflect.Descriptor instead.
+func (*OnExceed) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *OnExceed) GetBan() string {
+	if x != nil {
+		return x.Ban
+	}
+	return ""
+}
+
+func (x *OnExceed) GetEscalate() []string {
+	if x != nil {
+		return x.Escalate
+	}
+	return nil
+}
+
+func (x *OnExceed) GetForgetAfter() string {
+	if x != nil {
+		return x.ForgetAfter
+	}
+	return ""
+}
+
 // Lease is a policy's lease option, with the HTTP API's field names, rules
 // and defaults; errors name "policy.lease.share", "policy.lease.max_ttl",
 // "policy.lease.strict" or "policy.lease" (an algorithm without a leased
@@ -1069,7 +1152,7 @@ type Lease struct {
 
 func (x *Lease) Reset() {
 	*x = Lease{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[15]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1081,7 +1164,7 @@ func (x *Lease) String() string {
 func (*Lease) ProtoMessage() {}
 
 func (x *Lease) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[15]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1094,7 +1177,7 @@ func (x *Lease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Lease.ProtoReflect.Descriptor instead.
 func (*Lease) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{15}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Lease) GetShare() float64 {
@@ -1127,7 +1210,7 @@ type PutPolicyRequest struct {
 
 func (x *PutPolicyRequest) Reset() {
 	*x = PutPolicyRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[16]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1139,7 +1222,7 @@ func (x *PutPolicyRequest) String() string {
 func (*PutPolicyRequest) ProtoMessage() {}
 
 func (x *PutPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[16]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1152,7 +1235,7 @@ func (x *PutPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutPolicyRequest.ProtoReflect.Descriptor instead.
 func (*PutPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{16}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *PutPolicyRequest) GetPolicy() *Policy {
@@ -1171,7 +1254,7 @@ type GetPolicyRequest struct {
 
 func (x *GetPolicyRequest) Reset() {
 	*x = GetPolicyRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[17]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1183,7 +1266,7 @@ func (x *GetPolicyRequest) String() string {
 func (*GetPolicyRequest) ProtoMessage() {}
 
 func (x *GetPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[17]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1196,7 +1279,7 @@ func (x *GetPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPolicyRequest.ProtoReflect.Descriptor instead.
 func (*GetPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{17}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GetPolicyRequest) GetName() string {
@@ -1214,7 +1297,7 @@ type ListPoliciesRequest struct {
 
 func (x *ListPoliciesRequest) Reset() {
 	*x = ListPoliciesRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[18]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1226,7 +1309,7 @@ func (x *ListPoliciesRequest) String() string {
 func (*ListPoliciesRequest) ProtoMessage() {}
 
 func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[18]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1239,7 +1322,7 @@ func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ListPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{18}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{19}
 }
 
 type ListPoliciesResponse struct {
@@ -1251,7 +1334,7 @@ type ListPoliciesResponse struct {
 
 func (x *ListPoliciesResponse) Reset() {
 	*x = ListPoliciesResponse{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[19]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1263,7 +1346,7 @@ func (x *ListPoliciesResponse) String() string {
 func (*ListPoliciesResponse) ProtoMessage() {}
 
 func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[19]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1276,7 +1359,7 @@ func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ListPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{19}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListPoliciesResponse) GetPolicies() []*Policy {
@@ -1295,7 +1378,7 @@ type DeletePolicyRequest struct {
 
 func (x *DeletePolicyRequest) Reset() {
 	*x = DeletePolicyRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[20]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1307,7 +1390,7 @@ func (x *DeletePolicyRequest) String() string {
 func (*DeletePolicyRequest) ProtoMessage() {}
 
 func (x *DeletePolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[20]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1320,7 +1403,7 @@ func (x *DeletePolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePolicyRequest.ProtoReflect.Descriptor instead.
 func (*DeletePolicyRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{20}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *DeletePolicyRequest) GetName() string {
@@ -1338,7 +1421,7 @@ type DeletePolicyResponse struct {
 
 func (x *DeletePolicyResponse) Reset() {
 	*x = DeletePolicyResponse{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[21]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1350,7 +1433,7 @@ func (x *DeletePolicyResponse) String() string {
 func (*DeletePolicyResponse) ProtoMessage() {}
 
 func (x *DeletePolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[21]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1363,7 +1446,7 @@ func (x *DeletePolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePolicyResponse.ProtoReflect.Descriptor instead.
 func (*DeletePolicyResponse) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{21}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{22}
 }
 
 // RLSDomain is one domain's configuration.
@@ -1379,7 +1462,7 @@ type RLSDomain struct {
 
 func (x *RLSDomain) Reset() {
 	*x = RLSDomain{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[22]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1391,7 +1474,7 @@ func (x *RLSDomain) String() string {
 func (*RLSDomain) ProtoMessage() {}
 
 func (x *RLSDomain) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[22]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1404,7 +1487,7 @@ func (x *RLSDomain) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RLSDomain.ProtoReflect.Descriptor instead.
 func (*RLSDomain) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{22}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RLSDomain) GetDomain() string {
@@ -1432,7 +1515,7 @@ type PutRLSDomainRequest struct {
 
 func (x *PutRLSDomainRequest) Reset() {
 	*x = PutRLSDomainRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[23]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1444,7 +1527,7 @@ func (x *PutRLSDomainRequest) String() string {
 func (*PutRLSDomainRequest) ProtoMessage() {}
 
 func (x *PutRLSDomainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[23]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1457,7 +1540,7 @@ func (x *PutRLSDomainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutRLSDomainRequest.ProtoReflect.Descriptor instead.
 func (*PutRLSDomainRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{23}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PutRLSDomainRequest) GetDomain() string {
@@ -1483,7 +1566,7 @@ type GetRLSDomainRequest struct {
 
 func (x *GetRLSDomainRequest) Reset() {
 	*x = GetRLSDomainRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[24]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1495,7 +1578,7 @@ func (x *GetRLSDomainRequest) String() string {
 func (*GetRLSDomainRequest) ProtoMessage() {}
 
 func (x *GetRLSDomainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[24]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1508,7 +1591,7 @@ func (x *GetRLSDomainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRLSDomainRequest.ProtoReflect.Descriptor instead.
 func (*GetRLSDomainRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{24}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GetRLSDomainRequest) GetDomain() string {
@@ -1526,7 +1609,7 @@ type ListRLSDomainsRequest struct {
 
 func (x *ListRLSDomainsRequest) Reset() {
 	*x = ListRLSDomainsRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[25]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1538,7 +1621,7 @@ func (x *ListRLSDomainsRequest) String() string {
 func (*ListRLSDomainsRequest) ProtoMessage() {}
 
 func (x *ListRLSDomainsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[25]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1551,7 +1634,7 @@ func (x *ListRLSDomainsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRLSDomainsRequest.ProtoReflect.Descriptor instead.
 func (*ListRLSDomainsRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{25}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{26}
 }
 
 type ListRLSDomainsResponse struct {
@@ -1563,7 +1646,7 @@ type ListRLSDomainsResponse struct {
 
 func (x *ListRLSDomainsResponse) Reset() {
 	*x = ListRLSDomainsResponse{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[26]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1575,7 +1658,7 @@ func (x *ListRLSDomainsResponse) String() string {
 func (*ListRLSDomainsResponse) ProtoMessage() {}
 
 func (x *ListRLSDomainsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[26]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1588,7 +1671,7 @@ func (x *ListRLSDomainsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRLSDomainsResponse.ProtoReflect.Descriptor instead.
 func (*ListRLSDomainsResponse) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{26}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListRLSDomainsResponse) GetDomains() []*RLSDomain {
@@ -1607,7 +1690,7 @@ type DeleteRLSDomainRequest struct {
 
 func (x *DeleteRLSDomainRequest) Reset() {
 	*x = DeleteRLSDomainRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[27]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1619,7 +1702,7 @@ func (x *DeleteRLSDomainRequest) String() string {
 func (*DeleteRLSDomainRequest) ProtoMessage() {}
 
 func (x *DeleteRLSDomainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[27]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1632,7 +1715,7 @@ func (x *DeleteRLSDomainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRLSDomainRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRLSDomainRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{27}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *DeleteRLSDomainRequest) GetDomain() string {
@@ -1650,7 +1733,7 @@ type DeleteRLSDomainResponse struct {
 
 func (x *DeleteRLSDomainResponse) Reset() {
 	*x = DeleteRLSDomainResponse{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[28]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1662,7 +1745,7 @@ func (x *DeleteRLSDomainResponse) String() string {
 func (*DeleteRLSDomainResponse) ProtoMessage() {}
 
 func (x *DeleteRLSDomainResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[28]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1675,7 +1758,7 @@ func (x *DeleteRLSDomainResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRLSDomainResponse.ProtoReflect.Descriptor instead.
 func (*DeleteRLSDomainResponse) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{28}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{29}
 }
 
 // Plan is a named bundle of limits, keyed by the limit's name; each limit
@@ -1690,7 +1773,7 @@ type Plan struct {
 
 func (x *Plan) Reset() {
 	*x = Plan{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[29]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1702,7 +1785,7 @@ func (x *Plan) String() string {
 func (*Plan) ProtoMessage() {}
 
 func (x *Plan) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[29]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1715,7 +1798,7 @@ func (x *Plan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Plan.ProtoReflect.Descriptor instead.
 func (*Plan) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{29}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Plan) GetName() string {
@@ -1741,7 +1824,7 @@ type PutPlanRequest struct {
 
 func (x *PutPlanRequest) Reset() {
 	*x = PutPlanRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[30]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1753,7 +1836,7 @@ func (x *PutPlanRequest) String() string {
 func (*PutPlanRequest) ProtoMessage() {}
 
 func (x *PutPlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[30]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1766,7 +1849,7 @@ func (x *PutPlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutPlanRequest.ProtoReflect.Descriptor instead.
 func (*PutPlanRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{30}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *PutPlanRequest) GetPlan() *Plan {
@@ -1785,7 +1868,7 @@ type GetPlanRequest struct {
 
 func (x *GetPlanRequest) Reset() {
 	*x = GetPlanRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[31]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1797,7 +1880,7 @@ func (x *GetPlanRequest) String() string {
 func (*GetPlanRequest) ProtoMessage() {}
 
 func (x *GetPlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[31]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1810,7 +1893,7 @@ func (x *GetPlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPlanRequest.ProtoReflect.Descriptor instead.
 func (*GetPlanRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{31}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *GetPlanRequest) GetName() string {
@@ -1828,7 +1911,7 @@ type ListPlansRequest struct {
 
 func (x *ListPlansRequest) Reset() {
 	*x = ListPlansRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[32]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1840,7 +1923,7 @@ func (x *ListPlansRequest) String() string {
 func (*ListPlansRequest) ProtoMessage() {}
 
 func (x *ListPlansRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[32]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1853,7 +1936,7 @@ func (x *ListPlansRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPlansRequest.ProtoReflect.Descriptor instead.
 func (*ListPlansRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{32}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{33}
 }
 
 type ListPlansResponse struct {
@@ -1866,7 +1949,7 @@ type ListPlansResponse struct {
 
 func (x *ListPlansResponse) Reset() {
 	*x = ListPlansResponse{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[33]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1878,7 +1961,7 @@ func (x *ListPlansResponse) String() string {
 func (*ListPlansResponse) ProtoMessage() {}
 
 func (x *ListPlansResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[33]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1891,7 +1974,7 @@ func (x *ListPlansResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPlansResponse.ProtoReflect.Descriptor instead.
 func (*ListPlansResponse) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{33}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListPlansResponse) GetPlans() []*Plan {
@@ -1917,7 +2000,7 @@ type DeletePlanRequest struct {
 
 func (x *DeletePlanRequest) Reset() {
 	*x = DeletePlanRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[34]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1929,7 +2012,7 @@ func (x *DeletePlanRequest) String() string {
 func (*DeletePlanRequest) ProtoMessage() {}
 
 func (x *DeletePlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[34]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1942,7 +2025,7 @@ func (x *DeletePlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePlanRequest.ProtoReflect.Descriptor instead.
 func (*DeletePlanRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{34}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *DeletePlanRequest) GetName() string {
@@ -1960,7 +2043,7 @@ type DeletePlanResponse struct {
 
 func (x *DeletePlanResponse) Reset() {
 	*x = DeletePlanResponse{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[35]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1972,7 +2055,7 @@ func (x *DeletePlanResponse) String() string {
 func (*DeletePlanResponse) ProtoMessage() {}
 
 func (x *DeletePlanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[35]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1985,7 +2068,7 @@ func (x *DeletePlanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePlanResponse.ProtoReflect.Descriptor instead.
 func (*DeletePlanResponse) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{35}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{36}
 }
 
 type SetDefaultPlanRequest struct {
@@ -1997,7 +2080,7 @@ type SetDefaultPlanRequest struct {
 
 func (x *SetDefaultPlanRequest) Reset() {
 	*x = SetDefaultPlanRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[36]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2009,7 +2092,7 @@ func (x *SetDefaultPlanRequest) String() string {
 func (*SetDefaultPlanRequest) ProtoMessage() {}
 
 func (x *SetDefaultPlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[36]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2022,7 +2105,7 @@ func (x *SetDefaultPlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetDefaultPlanRequest.ProtoReflect.Descriptor instead.
 func (*SetDefaultPlanRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{36}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *SetDefaultPlanRequest) GetPlan() string {
@@ -2040,7 +2123,7 @@ type SetDefaultPlanResponse struct {
 
 func (x *SetDefaultPlanResponse) Reset() {
 	*x = SetDefaultPlanResponse{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[37]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2052,7 +2135,7 @@ func (x *SetDefaultPlanResponse) String() string {
 func (*SetDefaultPlanResponse) ProtoMessage() {}
 
 func (x *SetDefaultPlanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[37]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2065,7 +2148,7 @@ func (x *SetDefaultPlanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetDefaultPlanResponse.ProtoReflect.Descriptor instead.
 func (*SetDefaultPlanResponse) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{37}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{38}
 }
 
 type AssignPlanRequest struct {
@@ -2078,7 +2161,7 @@ type AssignPlanRequest struct {
 
 func (x *AssignPlanRequest) Reset() {
 	*x = AssignPlanRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[38]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2090,7 +2173,7 @@ func (x *AssignPlanRequest) String() string {
 func (*AssignPlanRequest) ProtoMessage() {}
 
 func (x *AssignPlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[38]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2103,7 +2186,7 @@ func (x *AssignPlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssignPlanRequest.ProtoReflect.Descriptor instead.
 func (*AssignPlanRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{38}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *AssignPlanRequest) GetKey() string {
@@ -2129,7 +2212,7 @@ type GetKeyPlanRequest struct {
 
 func (x *GetKeyPlanRequest) Reset() {
 	*x = GetKeyPlanRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[39]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2141,7 +2224,7 @@ func (x *GetKeyPlanRequest) String() string {
 func (*GetKeyPlanRequest) ProtoMessage() {}
 
 func (x *GetKeyPlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[39]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2154,7 +2237,7 @@ func (x *GetKeyPlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetKeyPlanRequest.ProtoReflect.Descriptor instead.
 func (*GetKeyPlanRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{39}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *GetKeyPlanRequest) GetKey() string {
@@ -2180,7 +2263,7 @@ type KeyPlan struct {
 
 func (x *KeyPlan) Reset() {
 	*x = KeyPlan{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[40]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2192,7 +2275,7 @@ func (x *KeyPlan) String() string {
 func (*KeyPlan) ProtoMessage() {}
 
 func (x *KeyPlan) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[40]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2205,7 +2288,7 @@ func (x *KeyPlan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyPlan.ProtoReflect.Descriptor instead.
 func (*KeyPlan) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{40}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *KeyPlan) GetKey() string {
@@ -2253,7 +2336,7 @@ type PrefixRule struct {
 
 func (x *PrefixRule) Reset() {
 	*x = PrefixRule{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[41]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2265,7 +2348,7 @@ func (x *PrefixRule) String() string {
 func (*PrefixRule) ProtoMessage() {}
 
 func (x *PrefixRule) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[41]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2278,7 +2361,7 @@ func (x *PrefixRule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrefixRule.ProtoReflect.Descriptor instead.
 func (*PrefixRule) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{41}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *PrefixRule) GetPrefix() string {
@@ -2304,7 +2387,7 @@ type DeletePrefixRuleRequest struct {
 
 func (x *DeletePrefixRuleRequest) Reset() {
 	*x = DeletePrefixRuleRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[42]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2316,7 +2399,7 @@ func (x *DeletePrefixRuleRequest) String() string {
 func (*DeletePrefixRuleRequest) ProtoMessage() {}
 
 func (x *DeletePrefixRuleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[42]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2329,7 +2412,7 @@ func (x *DeletePrefixRuleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePrefixRuleRequest.ProtoReflect.Descriptor instead.
 func (*DeletePrefixRuleRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{42}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *DeletePrefixRuleRequest) GetPrefix() string {
@@ -2347,7 +2430,7 @@ type DeletePrefixRuleResponse struct {
 
 func (x *DeletePrefixRuleResponse) Reset() {
 	*x = DeletePrefixRuleResponse{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[43]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2359,7 +2442,7 @@ func (x *DeletePrefixRuleResponse) String() string {
 func (*DeletePrefixRuleResponse) ProtoMessage() {}
 
 func (x *DeletePrefixRuleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[43]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2372,7 +2455,7 @@ func (x *DeletePrefixRuleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePrefixRuleResponse.ProtoReflect.Descriptor instead.
 func (*DeletePrefixRuleResponse) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{43}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{44}
 }
 
 type ListPrefixRulesRequest struct {
@@ -2383,7 +2466,7 @@ type ListPrefixRulesRequest struct {
 
 func (x *ListPrefixRulesRequest) Reset() {
 	*x = ListPrefixRulesRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[44]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2395,7 +2478,7 @@ func (x *ListPrefixRulesRequest) String() string {
 func (*ListPrefixRulesRequest) ProtoMessage() {}
 
 func (x *ListPrefixRulesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[44]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2408,7 +2491,7 @@ func (x *ListPrefixRulesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPrefixRulesRequest.ProtoReflect.Descriptor instead.
 func (*ListPrefixRulesRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{44}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{45}
 }
 
 type ListPrefixRulesResponse struct {
@@ -2420,7 +2503,7 @@ type ListPrefixRulesResponse struct {
 
 func (x *ListPrefixRulesResponse) Reset() {
 	*x = ListPrefixRulesResponse{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[45]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2432,7 +2515,7 @@ func (x *ListPrefixRulesResponse) String() string {
 func (*ListPrefixRulesResponse) ProtoMessage() {}
 
 func (x *ListPrefixRulesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[45]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2445,7 +2528,7 @@ func (x *ListPrefixRulesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPrefixRulesResponse.ProtoReflect.Descriptor instead.
 func (*ListPrefixRulesResponse) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{45}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ListPrefixRulesResponse) GetRules() []*PrefixRule {
@@ -2466,7 +2549,7 @@ type LimitOverride struct {
 
 func (x *LimitOverride) Reset() {
 	*x = LimitOverride{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[46]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2478,7 +2561,7 @@ func (x *LimitOverride) String() string {
 func (*LimitOverride) ProtoMessage() {}
 
 func (x *LimitOverride) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[46]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2491,7 +2574,7 @@ func (x *LimitOverride) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitOverride.ProtoReflect.Descriptor instead.
 func (*LimitOverride) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{46}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *LimitOverride) GetLimit() int64 {
@@ -2521,7 +2604,7 @@ type Override struct {
 
 func (x *Override) Reset() {
 	*x = Override{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[47]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2533,7 +2616,7 @@ func (x *Override) String() string {
 func (*Override) ProtoMessage() {}
 
 func (x *Override) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[47]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2546,7 +2629,7 @@ func (x *Override) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Override.ProtoReflect.Descriptor instead.
 func (*Override) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{47}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *Override) GetKey() string {
@@ -2579,7 +2662,7 @@ type DeleteOverrideRequest struct {
 
 func (x *DeleteOverrideRequest) Reset() {
 	*x = DeleteOverrideRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[48]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2591,7 +2674,7 @@ func (x *DeleteOverrideRequest) String() string {
 func (*DeleteOverrideRequest) ProtoMessage() {}
 
 func (x *DeleteOverrideRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[48]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2604,7 +2687,7 @@ func (x *DeleteOverrideRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteOverrideRequest.ProtoReflect.Descriptor instead.
 func (*DeleteOverrideRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{48}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *DeleteOverrideRequest) GetKey() string {
@@ -2622,7 +2705,7 @@ type DeleteOverrideResponse struct {
 
 func (x *DeleteOverrideResponse) Reset() {
 	*x = DeleteOverrideResponse{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[49]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2634,7 +2717,7 @@ func (x *DeleteOverrideResponse) String() string {
 func (*DeleteOverrideResponse) ProtoMessage() {}
 
 func (x *DeleteOverrideResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[49]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2647,7 +2730,656 @@ func (x *DeleteOverrideResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteOverrideResponse.ProtoReflect.Descriptor instead.
 func (*DeleteOverrideResponse) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{49}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{50}
+}
+
+// List is an allow or deny list; kind is "allow" or "deny", policies empty
+// for every check.
+type List struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Kind          string                 `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	Entries       []*ListEntry           `protobuf:"bytes,3,rep,name=entries,proto3" json:"entries,omitempty"`
+	Policies      []string               `protobuf:"bytes,4,rep,name=policies,proto3" json:"policies,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *List) Reset() {
+	*x = List{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *List) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*List) ProtoMessage() {}
+
+func (x *List) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use List.ProtoReflect.Descriptor instead.
+func (*List) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *List) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *List) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *List) GetEntries() []*ListEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+func (x *List) GetPolicies() []string {
+	if x != nil {
+		return x.Policies
+	}
+	return nil
+}
+
+// ListEntry has exactly one of key, prefix and cidr; expires is RFC 3339
+// (empty: never).
+type ListEntry struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Prefix        string                 `protobuf:"bytes,2,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	Cidr          string                 `protobuf:"bytes,3,opt,name=cidr,proto3" json:"cidr,omitempty"`
+	Expires       string                 `protobuf:"bytes,4,opt,name=expires,proto3" json:"expires,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListEntry) Reset() {
+	*x = ListEntry{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListEntry) ProtoMessage() {}
+
+func (x *ListEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListEntry.ProtoReflect.Descriptor instead.
+func (*ListEntry) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *ListEntry) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *ListEntry) GetPrefix() string {
+	if x != nil {
+		return x.Prefix
+	}
+	return ""
+}
+
+func (x *ListEntry) GetCidr() string {
+	if x != nil {
+		return x.Cidr
+	}
+	return ""
+}
+
+func (x *ListEntry) GetExpires() string {
+	if x != nil {
+		return x.Expires
+	}
+	return ""
+}
+
+type PutListRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	List          *List                  `protobuf:"bytes,1,opt,name=list,proto3" json:"list,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PutListRequest) Reset() {
+	*x = PutListRequest{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PutListRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PutListRequest) ProtoMessage() {}
+
+func (x *PutListRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PutListRequest.ProtoReflect.Descriptor instead.
+func (*PutListRequest) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *PutListRequest) GetList() *List {
+	if x != nil {
+		return x.List
+	}
+	return nil
+}
+
+type GetListRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetListRequest) Reset() {
+	*x = GetListRequest{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetListRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetListRequest) ProtoMessage() {}
+
+func (x *GetListRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetListRequest.ProtoReflect.Descriptor instead.
+func (*GetListRequest) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *GetListRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type ListListsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListListsRequest) Reset() {
+	*x = ListListsRequest{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListListsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListListsRequest) ProtoMessage() {}
+
+func (x *ListListsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListListsRequest.ProtoReflect.Descriptor instead.
+func (*ListListsRequest) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{55}
+}
+
+type ListListsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Lists         []*List                `protobuf:"bytes,1,rep,name=lists,proto3" json:"lists,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListListsResponse) Reset() {
+	*x = ListListsResponse{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListListsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListListsResponse) ProtoMessage() {}
+
+func (x *ListListsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListListsResponse.ProtoReflect.Descriptor instead.
+func (*ListListsResponse) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *ListListsResponse) GetLists() []*List {
+	if x != nil {
+		return x.Lists
+	}
+	return nil
+}
+
+type DeleteListRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteListRequest) Reset() {
+	*x = DeleteListRequest{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteListRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteListRequest) ProtoMessage() {}
+
+func (x *DeleteListRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteListRequest.ProtoReflect.Descriptor instead.
+func (*DeleteListRequest) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *DeleteListRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type DeleteListResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteListResponse) Reset() {
+	*x = DeleteListResponse{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteListResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteListResponse) ProtoMessage() {}
+
+func (x *DeleteListResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteListResponse.ProtoReflect.Descriptor instead.
+func (*DeleteListResponse) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{58}
+}
+
+// Ban is a key banned under policy until (RFC 3339, leader time).
+type Ban struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Policy        string                 `protobuf:"bytes,2,opt,name=policy,proto3" json:"policy,omitempty"`
+	Until         string                 `protobuf:"bytes,3,opt,name=until,proto3" json:"until,omitempty"`
+	Offences      int64                  `protobuf:"varint,4,opt,name=offences,proto3" json:"offences,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Ban) Reset() {
+	*x = Ban{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Ban) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Ban) ProtoMessage() {}
+
+func (x *Ban) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Ban.ProtoReflect.Descriptor instead.
+func (*Ban) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{59}
+}
+
+func (x *Ban) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *Ban) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
+func (x *Ban) GetUntil() string {
+	if x != nil {
+		return x.Until
+	}
+	return ""
+}
+
+func (x *Ban) GetOffences() int64 {
+	if x != nil {
+		return x.Offences
+	}
+	return 0
+}
+
+type ListBansRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Limit         int32                  `protobuf:"varint,1,opt,name=limit,proto3" json:"limit,omitempty"`  // 0: 100
+	Cursor        string                 `protobuf:"bytes,2,opt,name=cursor,proto3" json:"cursor,omitempty"` // next_cursor of the page before
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListBansRequest) Reset() {
+	*x = ListBansRequest{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[60]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListBansRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListBansRequest) ProtoMessage() {}
+
+func (x *ListBansRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[60]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListBansRequest.ProtoReflect.Descriptor instead.
+func (*ListBansRequest) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{60}
+}
+
+func (x *ListBansRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *ListBansRequest) GetCursor() string {
+	if x != nil {
+		return x.Cursor
+	}
+	return ""
+}
+
+type ListBansResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Bans          []*Ban                 `protobuf:"bytes,1,rep,name=bans,proto3" json:"bans,omitempty"`
+	NextCursor    string                 `protobuf:"bytes,2,opt,name=next_cursor,json=nextCursor,proto3" json:"next_cursor,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListBansResponse) Reset() {
+	*x = ListBansResponse{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[61]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListBansResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListBansResponse) ProtoMessage() {}
+
+func (x *ListBansResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[61]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListBansResponse.ProtoReflect.Descriptor instead.
+func (*ListBansResponse) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{61}
+}
+
+func (x *ListBansResponse) GetBans() []*Ban {
+	if x != nil {
+		return x.Bans
+	}
+	return nil
+}
+
+func (x *ListBansResponse) GetNextCursor() string {
+	if x != nil {
+		return x.NextCursor
+	}
+	return ""
+}
+
+type UnbanRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Policy        string                 `protobuf:"bytes,2,opt,name=policy,proto3" json:"policy,omitempty"` // empty: every policy
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnbanRequest) Reset() {
+	*x = UnbanRequest{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[62]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnbanRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnbanRequest) ProtoMessage() {}
+
+func (x *UnbanRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[62]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnbanRequest.ProtoReflect.Descriptor instead.
+func (*UnbanRequest) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{62}
+}
+
+func (x *UnbanRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *UnbanRequest) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
+type UnbanResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnbanResponse) Reset() {
+	*x = UnbanResponse{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[63]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnbanResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnbanResponse) ProtoMessage() {}
+
+func (x *UnbanResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[63]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnbanResponse.ProtoReflect.Descriptor instead.
+func (*UnbanResponse) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{63}
 }
 
 var File_limitd_v1_limitd_proto protoreflect.FileDescriptor
@@ -2670,7 +3402,7 @@ const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"\x04cost\x18\x04 \x01(\x03H\x00R\x04cost\x88\x01\x01\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x05 \x01(\tR\trequestIdB\a\n" +
-	"\x05_cost\"\xc3\x03\n" +
+	"\x05_cost\"\xdb\x03\n" +
 	"\bDecision\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x1c\n" +
@@ -2689,7 +3421,8 @@ const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"\n" +
 	"overridden\x18\v \x01(\bR\n" +
 	"overridden\x120\n" +
-	"\x06limits\x18\f \x03(\v2\x18.limitd.v1.NamedDecisionR\x06limits\"T\n" +
+	"\x06limits\x18\f \x03(\v2\x18.limitd.v1.NamedDecisionR\x06limits\x12\x16\n" +
+	"\x06reason\x18\r \x01(\tR\x06reason\"T\n" +
 	"\rNamedDecision\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12/\n" +
 	"\bdecision\x18\x02 \x01(\v2\x13.limitd.v1.DecisionR\bdecision\"\\\n" +
@@ -2724,15 +3457,22 @@ const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
 	"\x06policy\x18\x02 \x01(\tR\x06policy\x12&\n" +
 	"\x05limit\x18\x03 \x01(\v2\x10.limitd.v1.LimitR\x05limit\"\x0f\n" +
-	"\rResetResponse\"\xd2\x01\n" +
+	"\rResetResponse\"\x97\x02\n" +
 	"\x06Policy\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12&\n" +
 	"\x05limit\x18\x02 \x01(\v2\x10.limitd.v1.LimitR\x05limit\x12\x16\n" +
 	"\x06shadow\x18\x03 \x01(\bR\x06shadow\x12*\n" +
 	"\x0elocal_refusals\x18\x04 \x01(\bH\x00R\rlocalRefusals\x88\x01\x01\x12+\n" +
-	"\x05lease\x18\x05 \x01(\v2\x10.limitd.v1.LeaseH\x01R\x05lease\x88\x01\x01B\x11\n" +
+	"\x05lease\x18\x05 \x01(\v2\x10.limitd.v1.LeaseH\x01R\x05lease\x88\x01\x01\x125\n" +
+	"\ton_exceed\x18\x06 \x01(\v2\x13.limitd.v1.OnExceedH\x02R\bonExceed\x88\x01\x01B\x11\n" +
 	"\x0f_local_refusalsB\b\n" +
-	"\x06_lease\"m\n" +
+	"\x06_leaseB\f\n" +
+	"\n" +
+	"_on_exceed\"[\n" +
+	"\bOnExceed\x12\x10\n" +
+	"\x03ban\x18\x01 \x01(\tR\x03ban\x12\x1a\n" +
+	"\bescalate\x18\x02 \x03(\tR\bescalate\x12!\n" +
+	"\fforget_after\x18\x03 \x01(\tR\vforgetAfter\"m\n" +
 	"\x05Lease\x12\x19\n" +
 	"\x05share\x18\x01 \x01(\x01H\x00R\x05share\x88\x01\x01\x12\x17\n" +
 	"\amax_ttl\x18\x02 \x01(\tR\x06maxTtl\x12\x1b\n" +
@@ -2818,7 +3558,43 @@ const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\v2\x18.limitd.v1.LimitOverrideR\x05value:\x028\x01\")\n" +
 	"\x15DeleteOverrideRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\"\x18\n" +
-	"\x16DeleteOverrideResponse2\xf2\r\n" +
+	"\x16DeleteOverrideResponse\"z\n" +
+	"\x04List\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12.\n" +
+	"\aentries\x18\x03 \x03(\v2\x14.limitd.v1.ListEntryR\aentries\x12\x1a\n" +
+	"\bpolicies\x18\x04 \x03(\tR\bpolicies\"c\n" +
+	"\tListEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
+	"\x06prefix\x18\x02 \x01(\tR\x06prefix\x12\x12\n" +
+	"\x04cidr\x18\x03 \x01(\tR\x04cidr\x12\x18\n" +
+	"\aexpires\x18\x04 \x01(\tR\aexpires\"5\n" +
+	"\x0ePutListRequest\x12#\n" +
+	"\x04list\x18\x01 \x01(\v2\x0f.limitd.v1.ListR\x04list\"$\n" +
+	"\x0eGetListRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\x12\n" +
+	"\x10ListListsRequest\":\n" +
+	"\x11ListListsResponse\x12%\n" +
+	"\x05lists\x18\x01 \x03(\v2\x0f.limitd.v1.ListR\x05lists\"'\n" +
+	"\x11DeleteListRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\x14\n" +
+	"\x12DeleteListResponse\"a\n" +
+	"\x03Ban\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
+	"\x06policy\x18\x02 \x01(\tR\x06policy\x12\x14\n" +
+	"\x05until\x18\x03 \x01(\tR\x05until\x12\x1a\n" +
+	"\boffences\x18\x04 \x01(\x03R\boffences\"?\n" +
+	"\x0fListBansRequest\x12\x14\n" +
+	"\x05limit\x18\x01 \x01(\x05R\x05limit\x12\x16\n" +
+	"\x06cursor\x18\x02 \x01(\tR\x06cursor\"W\n" +
+	"\x10ListBansResponse\x12\"\n" +
+	"\x04bans\x18\x01 \x03(\v2\x0e.limitd.v1.BanR\x04bans\x12\x1f\n" +
+	"\vnext_cursor\x18\x02 \x01(\tR\n" +
+	"nextCursor\"8\n" +
+	"\fUnbanRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
+	"\x06policy\x18\x02 \x01(\tR\x06policy\"\x0f\n" +
+	"\rUnbanResponse2\xf4\x10\n" +
 	"\x06Limitd\x12:\n" +
 	"\x05Check\x12\x17.limitd.v1.CheckRequest\x1a\x18.limitd.v1.CheckResponse\x12C\n" +
 	"\bCheckAll\x12\x1a.limitd.v1.CheckAllRequest\x1a\x1b.limitd.v1.CheckAllResponse\x12:\n" +
@@ -2847,7 +3623,14 @@ const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"\x10DeletePrefixRule\x12\".limitd.v1.DeletePrefixRuleRequest\x1a#.limitd.v1.DeletePrefixRuleResponse\x12X\n" +
 	"\x0fListPrefixRules\x12!.limitd.v1.ListPrefixRulesRequest\x1a\".limitd.v1.ListPrefixRulesResponse\x127\n" +
 	"\vPutOverride\x12\x13.limitd.v1.Override\x1a\x13.limitd.v1.Override\x12U\n" +
-	"\x0eDeleteOverride\x12 .limitd.v1.DeleteOverrideRequest\x1a!.limitd.v1.DeleteOverrideResponseB3Z1github.com/limitd/limitd/proto/limitd/v1;limitdv1b\x06proto3"
+	"\x0eDeleteOverride\x12 .limitd.v1.DeleteOverrideRequest\x1a!.limitd.v1.DeleteOverrideResponse\x125\n" +
+	"\aPutList\x12\x19.limitd.v1.PutListRequest\x1a\x0f.limitd.v1.List\x125\n" +
+	"\aGetList\x12\x19.limitd.v1.GetListRequest\x1a\x0f.limitd.v1.List\x12F\n" +
+	"\tListLists\x12\x1b.limitd.v1.ListListsRequest\x1a\x1c.limitd.v1.ListListsResponse\x12I\n" +
+	"\n" +
+	"DeleteList\x12\x1c.limitd.v1.DeleteListRequest\x1a\x1d.limitd.v1.DeleteListResponse\x12C\n" +
+	"\bListBans\x12\x1a.limitd.v1.ListBansRequest\x1a\x1b.limitd.v1.ListBansResponse\x12:\n" +
+	"\x05Unban\x12\x17.limitd.v1.UnbanRequest\x1a\x18.limitd.v1.UnbanResponseB3Z1github.com/limitd/limitd/proto/limitd/v1;limitdv1b\x06proto3"
 
 var (
 	file_limitd_v1_limitd_proto_rawDescOnce sync.Once
@@ -2861,7 +3644,7 @@ func file_limitd_v1_limitd_proto_rawDescGZIP() []byte {
 	return file_limitd_v1_limitd_proto_rawDescData
 }
 
-var file_limitd_v1_limitd_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
+var file_limitd_v1_limitd_proto_msgTypes = make([]protoimpl.MessageInfo, 66)
 var file_limitd_v1_limitd_proto_goTypes = []any{
 	(*Limit)(nil),                    // 0: limitd.v1.Limit
 	(*CheckRequest)(nil),             // 1: limitd.v1.CheckRequest
@@ -2878,51 +3661,65 @@ var file_limitd_v1_limitd_proto_goTypes = []any{
 	(*ResetRequest)(nil),             // 12: limitd.v1.ResetRequest
 	(*ResetResponse)(nil),            // 13: limitd.v1.ResetResponse
 	(*Policy)(nil),                   // 14: limitd.v1.Policy
-	(*Lease)(nil),                    // 15: limitd.v1.Lease
-	(*PutPolicyRequest)(nil),         // 16: limitd.v1.PutPolicyRequest
-	(*GetPolicyRequest)(nil),         // 17: limitd.v1.GetPolicyRequest
-	(*ListPoliciesRequest)(nil),      // 18: limitd.v1.ListPoliciesRequest
-	(*ListPoliciesResponse)(nil),     // 19: limitd.v1.ListPoliciesResponse
-	(*DeletePolicyRequest)(nil),      // 20: limitd.v1.DeletePolicyRequest
-	(*DeletePolicyResponse)(nil),     // 21: limitd.v1.DeletePolicyResponse
-	(*RLSDomain)(nil),                // 22: limitd.v1.RLSDomain
-	(*PutRLSDomainRequest)(nil),      // 23: limitd.v1.PutRLSDomainRequest
-	(*GetRLSDomainRequest)(nil),      // 24: limitd.v1.GetRLSDomainRequest
-	(*ListRLSDomainsRequest)(nil),    // 25: limitd.v1.ListRLSDomainsRequest
-	(*ListRLSDomainsResponse)(nil),   // 26: limitd.v1.ListRLSDomainsResponse
-	(*DeleteRLSDomainRequest)(nil),   // 27: limitd.v1.DeleteRLSDomainRequest
-	(*DeleteRLSDomainResponse)(nil),  // 28: limitd.v1.DeleteRLSDomainResponse
-	(*Plan)(nil),                     // 29: limitd.v1.Plan
-	(*PutPlanRequest)(nil),           // 30: limitd.v1.PutPlanRequest
-	(*GetPlanRequest)(nil),           // 31: limitd.v1.GetPlanRequest
-	(*ListPlansRequest)(nil),         // 32: limitd.v1.ListPlansRequest
-	(*ListPlansResponse)(nil),        // 33: limitd.v1.ListPlansResponse
-	(*DeletePlanRequest)(nil),        // 34: limitd.v1.DeletePlanRequest
-	(*DeletePlanResponse)(nil),       // 35: limitd.v1.DeletePlanResponse
-	(*SetDefaultPlanRequest)(nil),    // 36: limitd.v1.SetDefaultPlanRequest
-	(*SetDefaultPlanResponse)(nil),   // 37: limitd.v1.SetDefaultPlanResponse
-	(*AssignPlanRequest)(nil),        // 38: limitd.v1.AssignPlanRequest
-	(*GetKeyPlanRequest)(nil),        // 39: limitd.v1.GetKeyPlanRequest
-	(*KeyPlan)(nil),                  // 40: limitd.v1.KeyPlan
-	(*PrefixRule)(nil),               // 41: limitd.v1.PrefixRule
-	(*DeletePrefixRuleRequest)(nil),  // 42: limitd.v1.DeletePrefixRuleRequest
-	(*DeletePrefixRuleResponse)(nil), // 43: limitd.v1.DeletePrefixRuleResponse
-	(*ListPrefixRulesRequest)(nil),   // 44: limitd.v1.ListPrefixRulesRequest
-	(*ListPrefixRulesResponse)(nil),  // 45: limitd.v1.ListPrefixRulesResponse
-	(*LimitOverride)(nil),            // 46: limitd.v1.LimitOverride
-	(*Override)(nil),                 // 47: limitd.v1.Override
-	(*DeleteOverrideRequest)(nil),    // 48: limitd.v1.DeleteOverrideRequest
-	(*DeleteOverrideResponse)(nil),   // 49: limitd.v1.DeleteOverrideResponse
-	nil,                              // 50: limitd.v1.Plan.LimitsEntry
-	nil,                              // 51: limitd.v1.Override.LimitsEntry
-	(*durationpb.Duration)(nil),      // 52: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),    // 53: google.protobuf.Timestamp
+	(*OnExceed)(nil),                 // 15: limitd.v1.OnExceed
+	(*Lease)(nil),                    // 16: limitd.v1.Lease
+	(*PutPolicyRequest)(nil),         // 17: limitd.v1.PutPolicyRequest
+	(*GetPolicyRequest)(nil),         // 18: limitd.v1.GetPolicyRequest
+	(*ListPoliciesRequest)(nil),      // 19: limitd.v1.ListPoliciesRequest
+	(*ListPoliciesResponse)(nil),     // 20: limitd.v1.ListPoliciesResponse
+	(*DeletePolicyRequest)(nil),      // 21: limitd.v1.DeletePolicyRequest
+	(*DeletePolicyResponse)(nil),     // 22: limitd.v1.DeletePolicyResponse
+	(*RLSDomain)(nil),                // 23: limitd.v1.RLSDomain
+	(*PutRLSDomainRequest)(nil),      // 24: limitd.v1.PutRLSDomainRequest
+	(*GetRLSDomainRequest)(nil),      // 25: limitd.v1.GetRLSDomainRequest
+	(*ListRLSDomainsRequest)(nil),    // 26: limitd.v1.ListRLSDomainsRequest
+	(*ListRLSDomainsResponse)(nil),   // 27: limitd.v1.ListRLSDomainsResponse
+	(*DeleteRLSDomainRequest)(nil),   // 28: limitd.v1.DeleteRLSDomainRequest
+	(*DeleteRLSDomainResponse)(nil),  // 29: limitd.v1.DeleteRLSDomainResponse
+	(*Plan)(nil),                     // 30: limitd.v1.Plan
+	(*PutPlanRequest)(nil),           // 31: limitd.v1.PutPlanRequest
+	(*GetPlanRequest)(nil),           // 32: limitd.v1.GetPlanRequest
+	(*ListPlansRequest)(nil),         // 33: limitd.v1.ListPlansRequest
+	(*ListPlansResponse)(nil),        // 34: limitd.v1.ListPlansResponse
+	(*DeletePlanRequest)(nil),        // 35: limitd.v1.DeletePlanRequest
+	(*DeletePlanResponse)(nil),       // 36: limitd.v1.DeletePlanResponse
+	(*SetDefaultPlanRequest)(nil),    // 37: limitd.v1.SetDefaultPlanRequest
+	(*SetDefaultPlanResponse)(nil),   // 38: limitd.v1.SetDefaultPlanResponse
+	(*AssignPlanRequest)(nil),        // 39: limitd.v1.AssignPlanRequest
+	(*GetKeyPlanRequest)(nil),        // 40: limitd.v1.GetKeyPlanRequest
+	(*KeyPlan)(nil),                  // 41: limitd.v1.KeyPlan
+	(*PrefixRule)(nil),               // 42: limitd.v1.PrefixRule
+	(*DeletePrefixRuleRequest)(nil),  // 43: limitd.v1.DeletePrefixRuleRequest
+	(*DeletePrefixRuleResponse)(nil), // 44: limitd.v1.DeletePrefixRuleResponse
+	(*ListPrefixRulesRequest)(nil),   // 45: limitd.v1.ListPrefixRulesRequest
+	(*ListPrefixRulesResponse)(nil),  // 46: limitd.v1.ListPrefixRulesResponse
+	(*LimitOverride)(nil),            // 47: limitd.v1.LimitOverride
+	(*Override)(nil),                 // 48: limitd.v1.Override
+	(*DeleteOverrideRequest)(nil),    // 49: limitd.v1.DeleteOverrideRequest
+	(*DeleteOverrideResponse)(nil),   // 50: limitd.v1.DeleteOverrideResponse
+	(*List)(nil),                     // 51: limitd.v1.List
+	(*ListEntry)(nil),                // 52: limitd.v1.ListEntry
+	(*PutListRequest)(nil),           // 53: limitd.v1.PutListRequest
+	(*GetListRequest)(nil),           // 54: limitd.v1.GetListRequest
+	(*ListListsRequest)(nil),         // 55: limitd.v1.ListListsRequest
+	(*ListListsResponse)(nil),        // 56: limitd.v1.ListListsResponse
+	(*DeleteListRequest)(nil),        // 57: limitd.v1.DeleteListRequest
+	(*DeleteListResponse)(nil),       // 58: limitd.v1.DeleteListResponse
+	(*Ban)(nil),                      // 59: limitd.v1.Ban
+	(*ListBansRequest)(nil),          // 60: limitd.v1.ListBansRequest
+	(*ListBansResponse)(nil),         // 61: limitd.v1.ListBansResponse
+	(*UnbanRequest)(nil),             // 62: limitd.v1.UnbanRequest
+	(*UnbanResponse)(nil),            // 63: limitd.v1.UnbanResponse
+	nil,                              // 64: limitd.v1.Plan.LimitsEntry
+	nil,                              // 65: limitd.v1.Override.LimitsEntry
+	(*durationpb.Duration)(nil),      // 66: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),    // 67: google.protobuf.Timestamp
 }
 var file_limitd_v1_limitd_proto_depIdxs = []int32{
 	0,  // 0: limitd.v1.CheckRequest.limit:type_name -> limitd.v1.Limit
-	52, // 1: limitd.v1.Decision.reset_after:type_name -> google.protobuf.Duration
-	52, // 2: limitd.v1.Decision.retry_after:type_name -> google.protobuf.Duration
-	52, // 3: limitd.v1.Decision.delay:type_name -> google.protobuf.Duration
+	66, // 1: limitd.v1.Decision.reset_after:type_name -> google.protobuf.Duration
+	66, // 2: limitd.v1.Decision.retry_after:type_name -> google.protobuf.Duration
+	66, // 3: limitd.v1.Decision.delay:type_name -> google.protobuf.Duration
 	3,  // 4: limitd.v1.Decision.limits:type_name -> limitd.v1.NamedDecision
 	2,  // 5: limitd.v1.NamedDecision.decision:type_name -> limitd.v1.Decision
 	2,  // 6: limitd.v1.CheckResponse.decision:type_name -> limitd.v1.Decision
@@ -2935,73 +3732,90 @@ var file_limitd_v1_limitd_proto_depIdxs = []int32{
 	0,  // 13: limitd.v1.PeekRequest.limit:type_name -> limitd.v1.Limit
 	0,  // 14: limitd.v1.ResetRequest.limit:type_name -> limitd.v1.Limit
 	0,  // 15: limitd.v1.Policy.limit:type_name -> limitd.v1.Limit
-	15, // 16: limitd.v1.Policy.lease:type_name -> limitd.v1.Lease
-	14, // 17: limitd.v1.PutPolicyRequest.policy:type_name -> limitd.v1.Policy
-	14, // 18: limitd.v1.ListPoliciesResponse.policies:type_name -> limitd.v1.Policy
-	22, // 19: limitd.v1.ListRLSDomainsResponse.domains:type_name -> limitd.v1.RLSDomain
-	50, // 20: limitd.v1.Plan.limits:type_name -> limitd.v1.Plan.LimitsEntry
-	29, // 21: limitd.v1.PutPlanRequest.plan:type_name -> limitd.v1.Plan
-	29, // 22: limitd.v1.ListPlansResponse.plans:type_name -> limitd.v1.Plan
-	41, // 23: limitd.v1.ListPrefixRulesResponse.rules:type_name -> limitd.v1.PrefixRule
-	51, // 24: limitd.v1.Override.limits:type_name -> limitd.v1.Override.LimitsEntry
-	53, // 25: limitd.v1.Override.expires:type_name -> google.protobuf.Timestamp
-	0,  // 26: limitd.v1.Plan.LimitsEntry.value:type_name -> limitd.v1.Limit
-	46, // 27: limitd.v1.Override.LimitsEntry.value:type_name -> limitd.v1.LimitOverride
-	1,  // 28: limitd.v1.Limitd.Check:input_type -> limitd.v1.CheckRequest
-	5,  // 29: limitd.v1.Limitd.CheckAll:input_type -> limitd.v1.CheckAllRequest
-	7,  // 30: limitd.v1.Limitd.Batch:input_type -> limitd.v1.BatchRequest
-	11, // 31: limitd.v1.Limitd.Peek:input_type -> limitd.v1.PeekRequest
-	12, // 32: limitd.v1.Limitd.Reset:input_type -> limitd.v1.ResetRequest
-	16, // 33: limitd.v1.Limitd.PutPolicy:input_type -> limitd.v1.PutPolicyRequest
-	17, // 34: limitd.v1.Limitd.GetPolicy:input_type -> limitd.v1.GetPolicyRequest
-	18, // 35: limitd.v1.Limitd.ListPolicies:input_type -> limitd.v1.ListPoliciesRequest
-	20, // 36: limitd.v1.Limitd.DeletePolicy:input_type -> limitd.v1.DeletePolicyRequest
-	23, // 37: limitd.v1.Limitd.PutRLSDomain:input_type -> limitd.v1.PutRLSDomainRequest
-	24, // 38: limitd.v1.Limitd.GetRLSDomain:input_type -> limitd.v1.GetRLSDomainRequest
-	25, // 39: limitd.v1.Limitd.ListRLSDomains:input_type -> limitd.v1.ListRLSDomainsRequest
-	27, // 40: limitd.v1.Limitd.DeleteRLSDomain:input_type -> limitd.v1.DeleteRLSDomainRequest
-	30, // 41: limitd.v1.Limitd.PutPlan:input_type -> limitd.v1.PutPlanRequest
-	31, // 42: limitd.v1.Limitd.GetPlan:input_type -> limitd.v1.GetPlanRequest
-	32, // 43: limitd.v1.Limitd.ListPlans:input_type -> limitd.v1.ListPlansRequest
-	34, // 44: limitd.v1.Limitd.DeletePlan:input_type -> limitd.v1.DeletePlanRequest
-	36, // 45: limitd.v1.Limitd.SetDefaultPlan:input_type -> limitd.v1.SetDefaultPlanRequest
-	38, // 46: limitd.v1.Limitd.AssignPlan:input_type -> limitd.v1.AssignPlanRequest
-	39, // 47: limitd.v1.Limitd.GetKeyPlan:input_type -> limitd.v1.GetKeyPlanRequest
-	41, // 48: limitd.v1.Limitd.PutPrefixRule:input_type -> limitd.v1.PrefixRule
-	42, // 49: limitd.v1.Limitd.DeletePrefixRule:input_type -> limitd.v1.DeletePrefixRuleRequest
-	44, // 50: limitd.v1.Limitd.ListPrefixRules:input_type -> limitd.v1.ListPrefixRulesRequest
-	47, // 51: limitd.v1.Limitd.PutOverride:input_type -> limitd.v1.Override
-	48, // 52: limitd.v1.Limitd.DeleteOverride:input_type -> limitd.v1.DeleteOverrideRequest
-	4,  // 53: limitd.v1.Limitd.Check:output_type -> limitd.v1.CheckResponse
-	6,  // 54: limitd.v1.Limitd.CheckAll:output_type -> limitd.v1.CheckAllResponse
-	10, // 55: limitd.v1.Limitd.Batch:output_type -> limitd.v1.BatchResponse
-	4,  // 56: limitd.v1.Limitd.Peek:output_type -> limitd.v1.CheckResponse
-	13, // 57: limitd.v1.Limitd.Reset:output_type -> limitd.v1.ResetResponse
-	14, // 58: limitd.v1.Limitd.PutPolicy:output_type -> limitd.v1.Policy
-	14, // 59: limitd.v1.Limitd.GetPolicy:output_type -> limitd.v1.Policy
-	19, // 60: limitd.v1.Limitd.ListPolicies:output_type -> limitd.v1.ListPoliciesResponse
-	21, // 61: limitd.v1.Limitd.DeletePolicy:output_type -> limitd.v1.DeletePolicyResponse
-	22, // 62: limitd.v1.Limitd.PutRLSDomain:output_type -> limitd.v1.RLSDomain
-	22, // 63: limitd.v1.Limitd.GetRLSDomain:output_type -> limitd.v1.RLSDomain
-	26, // 64: limitd.v1.Limitd.ListRLSDomains:output_type -> limitd.v1.ListRLSDomainsResponse
-	28, // 65: limitd.v1.Limitd.DeleteRLSDomain:output_type -> limitd.v1.DeleteRLSDomainResponse
-	29, // 66: limitd.v1.Limitd.PutPlan:output_type -> limitd.v1.Plan
-	29, // 67: limitd.v1.Limitd.GetPlan:output_type -> limitd.v1.Plan
-	33, // 68: limitd.v1.Limitd.ListPlans:output_type -> limitd.v1.ListPlansResponse
-	35, // 69: limitd.v1.Limitd.DeletePlan:output_type -> limitd.v1.DeletePlanResponse
-	37, // 70: limitd.v1.Limitd.SetDefaultPlan:output_type -> limitd.v1.SetDefaultPlanResponse
-	40, // 71: limitd.v1.Limitd.AssignPlan:output_type -> limitd.v1.KeyPlan
-	40, // 72: limitd.v1.Limitd.GetKeyPlan:output_type -> limitd.v1.KeyPlan
-	41, // 73: limitd.v1.Limitd.PutPrefixRule:output_type -> limitd.v1.PrefixRule
-	43, // 74: limitd.v1.Limitd.DeletePrefixRule:output_type -> limitd.v1.DeletePrefixRuleResponse
-	45, // 75: limitd.v1.Limitd.ListPrefixRules:output_type -> limitd.v1.ListPrefixRulesResponse
-	47, // 76: limitd.v1.Limitd.PutOverride:output_type -> limitd.v1.Override
-	49, // 77: limitd.v1.Limitd.DeleteOverride:output_type -> limitd.v1.DeleteOverrideResponse
-	53, // [53:78] is the sub-list for method output_type
-	28, // [28:53] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	16, // 16: limitd.v1.Policy.lease:type_name -> limitd.v1.Lease
+	15, // 17: limitd.v1.Policy.on_exceed:type_name -> limitd.v1.OnExceed
+	14, // 18: limitd.v1.PutPolicyRequest.policy:type_name -> limitd.v1.Policy
+	14, // 19: limitd.v1.ListPoliciesResponse.policies:type_name -> limitd.v1.Policy
+	23, // 20: limitd.v1.ListRLSDomainsResponse.domains:type_name -> limitd.v1.RLSDomain
+	64, // 21: limitd.v1.Plan.limits:type_name -> limitd.v1.Plan.LimitsEntry
+	30, // 22: limitd.v1.PutPlanRequest.plan:type_name -> limitd.v1.Plan
+	30, // 23: limitd.v1.ListPlansResponse.plans:type_name -> limitd.v1.Plan
+	42, // 24: limitd.v1.ListPrefixRulesResponse.rules:type_name -> limitd.v1.PrefixRule
+	65, // 25: limitd.v1.Override.limits:type_name -> limitd.v1.Override.LimitsEntry
+	67, // 26: limitd.v1.Override.expires:type_name -> google.protobuf.Timestamp
+	52, // 27: limitd.v1.List.entries:type_name -> limitd.v1.ListEntry
+	51, // 28: limitd.v1.PutListRequest.list:type_name -> limitd.v1.List
+	51, // 29: limitd.v1.ListListsResponse.lists:type_name -> limitd.v1.List
+	59, // 30: limitd.v1.ListBansResponse.bans:type_name -> limitd.v1.Ban
+	0,  // 31: limitd.v1.Plan.LimitsEntry.value:type_name -> limitd.v1.Limit
+	47, // 32: limitd.v1.Override.LimitsEntry.value:type_name -> limitd.v1.LimitOverride
+	1,  // 33: limitd.v1.Limitd.Check:input_type -> limitd.v1.CheckRequest
+	5,  // 34: limitd.v1.Limitd.CheckAll:input_type -> limitd.v1.CheckAllRequest
+	7,  // 35: limitd.v1.Limitd.Batch:input_type -> limitd.v1.BatchRequest
+	11, // 36: limitd.v1.Limitd.Peek:input_type -> limitd.v1.PeekRequest
+	12, // 37: limitd.v1.Limitd.Reset:input_type -> limitd.v1.ResetRequest
+	17, // 38: limitd.v1.Limitd.PutPolicy:input_type -> limitd.v1.PutPolicyRequest
+	18, // 39: limitd.v1.Limitd.GetPolicy:input_type -> limitd.v1.GetPolicyRequest
+	19, // 40: limitd.v1.Limitd.ListPolicies:input_type -> limitd.v1.ListPoliciesRequest
+	21, // 41: limitd.v1.Limitd.DeletePolicy:input_type -> limitd.v1.DeletePolicyRequest
+	24, // 42: limitd.v1.Limitd.PutRLSDomain:input_type -> limitd.v1.PutRLSDomainRequest
+	25, // 43: limitd.v1.Limitd.GetRLSDomain:input_type -> limitd.v1.GetRLSDomainRequest
+	26, // 44: limitd.v1.Limitd.ListRLSDomains:input_type -> limitd.v1.ListRLSDomainsRequest
+	28, // 45: limitd.v1.Limitd.DeleteRLSDomain:input_type -> limitd.v1.DeleteRLSDomainRequest
+	31, // 46: limitd.v1.Limitd.PutPlan:input_type -> limitd.v1.PutPlanRequest
+	32, // 47: limitd.v1.Limitd.GetPlan:input_type -> limitd.v1.GetPlanRequest
+	33, // 48: limitd.v1.Limitd.ListPlans:input_type -> limitd.v1.ListPlansRequest
+	35, // 49: limitd.v1.Limitd.DeletePlan:input_type -> limitd.v1.DeletePlanRequest
+	37, // 50: limitd.v1.Limitd.SetDefaultPlan:input_type -> limitd.v1.SetDefaultPlanRequest
+	39, // 51: limitd.v1.Limitd.AssignPlan:input_type -> limitd.v1.AssignPlanRequest
+	40, // 52: limitd.v1.Limitd.GetKeyPlan:input_type -> limitd.v1.GetKeyPlanRequest
+	42, // 53: limitd.v1.Limitd.PutPrefixRule:input_type -> limitd.v1.PrefixRule
+	43, // 54: limitd.v1.Limitd.DeletePrefixRule:input_type -> limitd.v1.DeletePrefixRuleRequest
+	45, // 55: limitd.v1.Limitd.ListPrefixRules:input_type -> limitd.v1.ListPrefixRulesRequest
+	48, // 56: limitd.v1.Limitd.PutOverride:input_type -> limitd.v1.Override
+	49, // 57: limitd.v1.Limitd.DeleteOverride:input_type -> limitd.v1.DeleteOverrideRequest
+	53, // 58: limitd.v1.Limitd.PutList:input_type -> limitd.v1.PutListRequest
+	54, // 59: limitd.v1.Limitd.GetList:input_type -> limitd.v1.GetListRequest
+	55, // 60: limitd.v1.Limitd.ListLists:input_type -> limitd.v1.ListListsRequest
+	57, // 61: limitd.v1.Limitd.DeleteList:input_type -> limitd.v1.DeleteListRequest
+	60, // 62: limitd.v1.Limitd.ListBans:input_type -> limitd.v1.ListBansRequest
+	62, // 63: limitd.v1.Limitd.Unban:input_type -> limitd.v1.UnbanRequest
+	4,  // 64: limitd.v1.Limitd.Check:output_type -> limitd.v1.CheckResponse
+	6,  // 65: limitd.v1.Limitd.CheckAll:output_type -> limitd.v1.CheckAllResponse
+	10, // 66: limitd.v1.Limitd.Batch:output_type -> limitd.v1.BatchResponse
+	4,  // 67: limitd.v1.Limitd.Peek:output_type -> limitd.v1.CheckResponse
+	13, // 68: limitd.v1.Limitd.Reset:output_type -> limitd.v1.ResetResponse
+	14, // 69: limitd.v1.Limitd.PutPolicy:output_type -> limitd.v1.Policy
+	14, // 70: limitd.v1.Limitd.GetPolicy:output_type -> limitd.v1.Policy
+	20, // 71: limitd.v1.Limitd.ListPolicies:output_type -> limitd.v1.ListPoliciesResponse
+	22, // 72: limitd.v1.Limitd.DeletePolicy:output_type -> limitd.v1.DeletePolicyResponse
+	23, // 73: limitd.v1.Limitd.PutRLSDomain:output_type -> limitd.v1.RLSDomain
+	23, // 74: limitd.v1.Limitd.GetRLSDomain:output_type -> limitd.v1.RLSDomain
+	27, // 75: limitd.v1.Limitd.ListRLSDomains:output_type -> limitd.v1.ListRLSDomainsResponse
+	29, // 76: limitd.v1.Limitd.DeleteRLSDomain:output_type -> limitd.v1.DeleteRLSDomainResponse
+	30, // 77: limitd.v1.Limitd.PutPlan:output_type -> limitd.v1.Plan
+	30, // 78: limitd.v1.Limitd.GetPlan:output_type -> limitd.v1.Plan
+	34, // 79: limitd.v1.Limitd.ListPlans:output_type -> limitd.v1.ListPlansResponse
+	36, // 80: limitd.v1.Limitd.DeletePlan:output_type -> limitd.v1.DeletePlanResponse
+	38, // 81: limitd.v1.Limitd.SetDefaultPlan:output_type -> limitd.v1.SetDefaultPlanResponse
+	41, // 82: limitd.v1.Limitd.AssignPlan:output_type -> limitd.v1.KeyPlan
+	41, // 83: limitd.v1.Limitd.GetKeyPlan:output_type -> limitd.v1.KeyPlan
+	42, // 84: limitd.v1.Limitd.PutPrefixRule:output_type -> limitd.v1.PrefixRule
+	44, // 85: limitd.v1.Limitd.DeletePrefixRule:output_type -> limitd.v1.DeletePrefixRuleResponse
+	46, // 86: limitd.v1.Limitd.ListPrefixRules:output_type -> limitd.v1.ListPrefixRulesResponse
+	48, // 87: limitd.v1.Limitd.PutOverride:output_type -> limitd.v1.Override
+	50, // 88: limitd.v1.Limitd.DeleteOverride:output_type -> limitd.v1.DeleteOverrideResponse
+	51, // 89: limitd.v1.Limitd.PutList:output_type -> limitd.v1.List
+	51, // 90: limitd.v1.Limitd.GetList:output_type -> limitd.v1.List
+	56, // 91: limitd.v1.Limitd.ListLists:output_type -> limitd.v1.ListListsResponse
+	58, // 92: limitd.v1.Limitd.DeleteList:output_type -> limitd.v1.DeleteListResponse
+	61, // 93: limitd.v1.Limitd.ListBans:output_type -> limitd.v1.ListBansResponse
+	63, // 94: limitd.v1.Limitd.Unban:output_type -> limitd.v1.UnbanResponse
+	64, // [64:95] is the sub-list for method output_type
+	33, // [33:64] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_limitd_v1_limitd_proto_init() }
@@ -3015,14 +3829,14 @@ func file_limitd_v1_limitd_proto_init() {
 		(*BatchResult_Error)(nil),
 	}
 	file_limitd_v1_limitd_proto_msgTypes[14].OneofWrappers = []any{}
-	file_limitd_v1_limitd_proto_msgTypes[15].OneofWrappers = []any{}
+	file_limitd_v1_limitd_proto_msgTypes[16].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_limitd_v1_limitd_proto_rawDesc), len(file_limitd_v1_limitd_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   52,
+			NumMessages:   66,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

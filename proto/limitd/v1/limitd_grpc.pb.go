@@ -66,6 +66,12 @@ const (
 	Limitd_ListPrefixRules_FullMethodName  = "/limitd.v1.Limitd/ListPrefixRules"
 	Limitd_PutOverride_FullMethodName      = "/limitd.v1.Limitd/PutOverride"
 	Limitd_DeleteOverride_FullMethodName   = "/limitd.v1.Limitd/DeleteOverride"
+	Limitd_PutList_FullMethodName          = "/limitd.v1.Limitd/PutList"
+	Limitd_GetList_FullMethodName          = "/limitd.v1.Limitd/GetList"
+	Limitd_ListLists_FullMethodName        = "/limitd.v1.Limitd/ListLists"
+	Limitd_DeleteList_FullMethodName       = "/limitd.v1.Limitd/DeleteList"
+	Limitd_ListBans_FullMethodName         = "/limitd.v1.Limitd/ListBans"
+	Limitd_Unban_FullMethodName            = "/limitd.v1.Limitd/Unban"
 )
 
 // LimitdClient is the client API for Limitd service.
@@ -117,6 +123,14 @@ type LimitdClient interface {
 	// expire (errors name "limits.NAME.limit", "expires").
 	PutOverride(ctx context.Context, in *Override, opts ...grpc.CallOption) (*Override, error)
 	DeleteOverride(ctx context.Context, in *DeleteOverrideRequest, opts ...grpc.CallOption) (*DeleteOverrideResponse, error)
+	// Allow and deny lists, bans (docs/API.md, "Lists", "Bans"): every one
+	// admin, reads included.
+	PutList(ctx context.Context, in *PutListRequest, opts ...grpc.CallOption) (*List, error)
+	GetList(ctx context.Context, in *GetListRequest, opts ...grpc.CallOption) (*List, error)
+	ListLists(ctx context.Context, in *ListListsRequest, opts ...grpc.CallOption) (*ListListsResponse, error)
+	DeleteList(ctx context.Context, in *DeleteListRequest, opts ...grpc.CallOption) (*DeleteListResponse, error)
+	ListBans(ctx context.Context, in *ListBansRequest, opts ...grpc.CallOption) (*ListBansResponse, error)
+	Unban(ctx context.Context, in *UnbanRequest, opts ...grpc.CallOption) (*UnbanResponse, error)
 }
 
 type limitdClient struct {
@@ -377,6 +391,66 @@ func (c *limitdClient) DeleteOverride(ctx context.Context, in *DeleteOverrideReq
 	return out, nil
 }
 
+func (c *limitdClient) PutList(ctx context.Context, in *PutListRequest, opts ...grpc.CallOption) (*List, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(List)
+	err := c.cc.Invoke(ctx, Limitd_PutList_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *limitdClient) GetList(ctx context.Context, in *GetListRequest, opts ...grpc.CallOption) (*List, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(List)
+	err := c.cc.Invoke(ctx, Limitd_GetList_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *limitdClient) ListLists(ctx context.Context, in *ListListsRequest, opts ...grpc.CallOption) (*ListListsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListListsResponse)
+	err := c.cc.Invoke(ctx, Limitd_ListLists_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *limitdClient) DeleteList(ctx context.Context, in *DeleteListRequest, opts ...grpc.CallOption) (*DeleteListResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteListResponse)
+	err := c.cc.Invoke(ctx, Limitd_DeleteList_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *limitdClient) ListBans(ctx context.Context, in *ListBansRequest, opts ...grpc.CallOption) (*ListBansResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListBansResponse)
+	err := c.cc.Invoke(ctx, Limitd_ListBans_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *limitdClient) Unban(ctx context.Context, in *UnbanRequest, opts ...grpc.CallOption) (*UnbanResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UnbanResponse)
+	err := c.cc.Invoke(ctx, Limitd_Unban_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // LimitdServer is the server API for Limitd service.
 // All implementations must embed UnimplementedLimitdServer
 // for forward compatibility.
@@ -426,6 +500,14 @@ type LimitdServer interface {
 	// expire (errors name "limits.NAME.limit", "expires").
 	PutOverride(context.Context, *Override) (*Override, error)
 	DeleteOverride(context.Context, *DeleteOverrideRequest) (*DeleteOverrideResponse, error)
+	// Allow and deny lists, bans (docs/API.md, "Lists", "Bans"): every one
+	// admin, reads included.
+	PutList(context.Context, *PutListRequest) (*List, error)
+	GetList(context.Context, *GetListRequest) (*List, error)
+	ListLists(context.Context, *ListListsRequest) (*ListListsResponse, error)
+	DeleteList(context.Context, *DeleteListRequest) (*DeleteListResponse, error)
+	ListBans(context.Context, *ListBansRequest) (*ListBansResponse, error)
+	Unban(context.Context, *UnbanRequest) (*UnbanResponse, error)
 	mustEmbedUnimplementedLimitdServer()
 }
 
@@ -510,6 +592,24 @@ func (UnimplementedLimitdServer) PutOverride(context.Context, *Override) (*Overr
 }
 func (UnimplementedLimitdServer) DeleteOverride(context.Context, *DeleteOverrideRequest) (*DeleteOverrideResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DeleteOverride not implemented")
+}
+func (UnimplementedLimitdServer) PutList(context.Context, *PutListRequest) (*List, error) {
+	return nil, status.Error(codes.Unimplemented, "method PutList not implemented")
+}
+func (UnimplementedLimitdServer) GetList(context.Context, *GetListRequest) (*List, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetList not implemented")
+}
+func (UnimplementedLimitdServer) ListLists(context.Context, *ListListsRequest) (*ListListsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListLists not implemented")
+}
+func (UnimplementedLimitdServer) DeleteList(context.Context, *DeleteListRequest) (*DeleteListResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteList not implemented")
+}
+func (UnimplementedLimitdServer) ListBans(context.Context, *ListBansRequest) (*ListBansResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListBans not implemented")
+}
+func (UnimplementedLimitdServer) Unban(context.Context, *UnbanRequest) (*UnbanResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Unban not implemented")
 }
 func (UnimplementedLimitdServer) mustEmbedUnimplementedLimitdServer() {}
 func (UnimplementedLimitdServer) testEmbeddedByValue()                {}
@@ -982,6 +1082,114 @@ func _Limitd_DeleteOverride_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Limitd_PutList_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PutListRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LimitdServer).PutList(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Limitd_PutList_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LimitdServer).PutList(ctx, req.(*PutListRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Limitd_GetList_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetListRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LimitdServer).GetList(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Limitd_GetList_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LimitdServer).GetList(ctx, req.(*GetListRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Limitd_ListLists_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListListsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LimitdServer).ListLists(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Limitd_ListLists_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LimitdServer).ListLists(ctx, req.(*ListListsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Limitd_DeleteList_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteListRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LimitdServer).DeleteList(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Limitd_DeleteList_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LimitdServer).DeleteList(ctx, req.(*DeleteListRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Limitd_ListBans_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListBansRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LimitdServer).ListBans(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Limitd_ListBans_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LimitdServer).ListBans(ctx, req.(*ListBansRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Limitd_Unban_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UnbanRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LimitdServer).Unban(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Limitd_Unban_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LimitdServer).Unban(ctx, req.(*UnbanRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Limitd_ServiceDesc is the grpc.ServiceDesc for Limitd service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1088,6 +1296,30 @@ var Limitd_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DeleteOverride",
 			Handler:    _Limitd_DeleteOverride_Handler,
+		},
+		{
+			MethodName: "PutList",
+			Handler:    _Limitd_PutList_Handler,
+		},
+		{
+			MethodName: "GetList",
+			Handler:    _Limitd_GetList_Handler,
+		},
+		{
+			MethodName: "ListLists",
+			Handler:    _Limitd_ListLists_Handler,
+		},
+		{
+			MethodName: "DeleteList",
+			Handler:    _Limitd_DeleteList_Handler,
+		},
+		{
+			MethodName: "ListBans",
+			Handler:    _Limitd_ListBans_Handler,
+		},
+		{
+			MethodName: "Unban",
+			Handler:    _Limitd_Unban_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
