@@ -372,6 +372,6 @@ func (n *Node) Collectors() []prometheus.Collector {
 	cs = append(cs, n.ol.collectors()...)
 	cs = append(cs, n.budgetCollectors()...) // budget_metrics.go
 	cs = append(cs, n.diskCollectors()...)   // diskwatch.go
-	cs = append(cs, n.banCollectors()...) // lists.go
+	cs = append(cs, n.banCollectors()...)    // lists.go
 	return append(cs, globalRaftSink.all...)
 }

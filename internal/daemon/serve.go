@@ -297,7 +297,7 @@ func serve(f *serveFlags, in *startInputs, logger *slog.Logger) error {
 		ln.Close()
 		return err
 	}
-	dataDir := noteDataDir(f.dataDir) // startup.go: undone if Open fails
+	dataDir := noteDataDir(f.dataDir)               // startup.go: undone if Open fails
 	clockOffset, err := faultClockOffset(os.Getenv) // fault.go
 	if err != nil {
 		return err
