@@ -264,6 +264,7 @@ func (s *Server) handleAuth(w http.ResponseWriter, req *http.Request, ps httprou
 		writeError(w, invalid(src.String(), "the request carries no key: expected it in "+src.String()))
 		return
 	}
+	raw := key
 	key = src.countedKey(key)
 	if e := service.ValidateKey(key, src.String()); e != nil {
 		writeError(w, s.httpError(e))
@@ -271,9 +272,10 @@ func (s *Server) handleAuth(w http.ResponseWriter, req *http.Request, ps httprou
 	}
 	cr := service.CheckRequest{Key: key, Policy: policy, Cost: cost}
 	if src.kind == keyFromIP {
-		// The address limitd derived itself: the only input a list's CIDR
-		// entries match (a key from a header or query is the client's word).
-		if a, err := netip.ParseAddr(key); err == nil {
+		// The address limitd derived itself (before its key gets the
+		// source's name space): the only input a list's CIDR entries match
+		// (a key from a header or query is the client's word).
+		if a, err := netip.ParseAddr(raw); err == nil {
 			cr.Addr = a.Unmap().WithZone("")
 		}
 	}

@@ -282,6 +282,9 @@ func serve(f *serveFlags, in *startInputs, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	// Noted before anything touches it, so that a failed start leaves a
+	// directory that was absent or empty as it was.
+	dataDir := noteDataDir(f.dataDir)                         // startup.go: undone if the start fails
 	if err := privateDataDir(f.dataDir, logger); err != nil { // datadir.go: 0700/0600 before anything is written
 		return err
 	}
@@ -295,9 +298,9 @@ func serve(f *serveFlags, in *startInputs, logger *slog.Logger) error {
 	}
 	if err := checkRaftPort(f.raftAddr); err != nil { // startup.go
 		ln.Close()
+		dataDir.undo(logger)
 		return err
 	}
-	dataDir := noteDataDir(f.dataDir)               // startup.go: undone if Open fails
 	clockOffset, err := faultClockOffset(os.Getenv) // fault.go
 	if err != nil {
 		return err
