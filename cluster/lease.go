@@ -125,7 +125,11 @@ func (n *Node) leaseCommand(ctx context.Context, cmd []byte, local func(interfac
 // proposeLease stamps cmd with leader time and proposes it.
 func (n *Node) proposeLease(ctx context.Context, cmd []byte) (interface{}, error) {
 	n.clock.mu.Lock()
-	stamped, err := fsm.StampLeaseCommand(nil, cmd, n.clock.stampLocked())
+	var bounds fsm.Bounds
+	if n.cfg.CheckBounds != nil {
+		bounds = n.cfg.CheckBounds() // a grant creates key state: bounded like a check
+	}
+	stamped, err := fsm.StampLeaseCommandBounded(nil, cmd, n.clock.stampLocked(), bounds)
 	if err != nil {
 		n.clock.mu.Unlock()
 		return nil, err

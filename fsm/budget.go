@@ -58,6 +58,11 @@ func EncodeCheckBounded(dst []byte, now, retention int64, b Bounds, ops []Op) []
 	if b == (Bounds{}) {
 		return dst
 	}
+	return appendBounds(dst, b)
+}
+
+// appendBounds writes b (not zero) as flags ‖ [uvarint] ‖ [uvarint].
+func appendBounds(dst []byte, b Bounds) []byte {
 	var flags byte
 	if b.NoNewKeys {
 		flags |= boundsNoNewKeys

@@ -353,3 +353,54 @@ func TestPolicyKeyBudget(t *testing.T) {
 		t.Fatalf("a new key after a reset: %+v", r)
 	}
 }
+
+// grantBounded applies a grant for key under policy, stamped by the leader
+// with b, as cluster's proposeLease does.
+func (d *driver) grantBounded(now int64, b Bounds, key, policy string) LeaseGrant {
+	d.t.Helper()
+	cmd, err := StampLeaseCommandBounded(nil, EncodeGrantLease(nil, 0, "n1", []LeaseRequest{{ID: 1, Check: Check{Key: key, Policy: policy}}}), now, b)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	gs, ok := d.apply(cmd).([]LeaseGrant)
+	if !ok || len(gs) != 1 {
+		d.t.Fatalf("grant response %v", gs)
+	}
+	return gs[0]
+}
+
+// A lease grant creates the key's state when the key has none, so the
+// leader's bounds and the policy's max_keys bind it as they bind a check: a
+// grant that would create a key past them is refused with
+// key_budget_exhausted and creates nothing, while a key that exists is
+// still granted. Fails if grants are not bounded: a client could create
+// keys without limit through a leased policy.
+func TestLeaseGrantsAreBoundedLikeChecks(t *testing.T) {
+	f := openFSM(t, "", Options{})
+	d := newDriver(t, f)
+	pol := leasePolicy(t, algo.Config{Algorithm: "fixed_window", Limit: 1000, Window: "1h"}, 100_000, 2*time.Second)
+	pol.MaxKeys = 2
+	d.putPolicy(pol)
+	if g := d.grantBounded(t0, Bounds{}, "a", "q"); g.Err != nil || g.Units == 0 {
+		t.Fatalf("grant on a new key within the bounds: %+v", g)
+	}
+	before := f.Stats().Keys
+	if g := d.grantBounded(t0, Bounds{MaxKeys: before}, "b", "q"); g.Err == nil || g.Err.Code != CodeKeyBudgetExhausted || g.Units != 0 {
+		t.Fatalf("grant creating a key past the cluster's bound: %+v, want key_budget_exhausted", g)
+	}
+	if g := d.grantBounded(t0, Bounds{NoNewKeys: true}, "b", "q"); g.Err == nil || g.Err.Code != CodeKeyBudgetExhausted {
+		t.Fatalf("grant creating a key while the leader's disk is short: %+v", g)
+	}
+	if n := f.Stats().Keys; n != before {
+		t.Fatalf("refused grants stored %d keys, had %d", n, before)
+	}
+	if g := d.grantBounded(t0, Bounds{NoNewKeys: true}, "a", "q"); g.Err != nil || g.Units == 0 {
+		t.Fatalf("grant on an existing key while no new keys are made: %+v", g)
+	}
+	if g := d.grantBounded(t0, Bounds{}, "b", "q"); g.Err != nil || g.Units == 0 {
+		t.Fatalf("second key within max_keys 2: %+v", g)
+	}
+	if g := d.grantBounded(t0, Bounds{}, "c", "q"); g.Err == nil || g.Err.Code != CodeKeyBudgetExhausted {
+		t.Fatalf("third key past the policy's max_keys 2: %+v", g)
+	}
+}

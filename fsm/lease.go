@@ -138,6 +138,13 @@ func decodeLeases(c *command, d *decoder) {
 		id := d.uvarint()
 		c.leases = append(c.leases, leaseRef{id: id, check: d.check()})
 	}
+	// A grant entry carries the leader's bounds after its requests, as a
+	// check entry does (StampLeaseCommandBounded): a grant creates the
+	// key's state when the key has none, so it is bounded like a check.
+	c.bounds = Bounds{}
+	if c.typ == CmdGrantLease {
+		c.bounds = d.bounds()
+	}
 }
 
 // badHolder reports a holder no node can have: its requests are answered
@@ -382,7 +389,7 @@ func (a *applier) grantLeases(tx *persist.Tx, c *command) ([]LeaseGrant, error) 
 	now := clamp(tx, c.now)
 	out := make([]LeaseGrant, len(c.leases))
 	for i := range c.leases {
-		g, err := a.grantLease(tx, c.holder, &c.leases[i], now)
+		g, err := a.grantLease(tx, c.holder, &c.leases[i], now, &c.bounds)
 		if err != nil {
 			return nil, err
 		}
@@ -394,7 +401,7 @@ func (a *applier) grantLeases(tx *persist.Tx, c *command) ([]LeaseGrant, error) 
 	return out, nil
 }
 
-func (a *applier) grantLease(tx *persist.Tx, holder []byte, lr *leaseRef, now int64) (LeaseGrant, error) {
+func (a *applier) grantLease(tx *persist.Tx, holder []byte, lr *leaseRef, now int64, bounds *Bounds) (LeaseGrant, error) {
 	g := LeaseGrant{ID: lr.id}
 	if badHolder(holder) {
 		g.Err = &Error{Code: CodeInvalidArgument, Field: "holder", Message: fmt.Sprintf("must be 1 to %d bytes", maxHolder)}
@@ -428,6 +435,17 @@ func (a *applier) grantLease(tx *persist.Tx, holder []byte, lr *leaseRef, now in
 	st, err := tx.State(key)
 	if err != nil {
 		return g, err
+	}
+	if !st.Found {
+		if e := a.refuseNewKeys(tx.Meta().Keys, 1, bounds); e != nil {
+			g.Err = e
+			return g, nil
+		}
+		if p.MaxKeys > 0 && tx.GroupKeys(lim.ident) >= p.MaxKeys {
+			a.budget.keys.Add(1)
+			g.Err = &Error{Code: CodeKeyBudgetExhausted, Field: "key", Message: fmt.Sprintf("policy %q holds its maximum of %d keys (max_keys) and creates no new ones until keys expire; existing keys are still decided", p.Name, p.MaxKeys)}
+			return g, nil
+		}
 	}
 	ag, next, err := algo.GrantLease(a.decideBuf[:0], &p.Spec, p.Lease, st.Data, now)
 	if err != nil {
@@ -602,6 +620,14 @@ func LeaseCommandHolder(cmd []byte) (string, error) {
 // after checking that it decodes completely and names a holder. A follower
 // forwards its lease commands so; only the leader's clock enters the log.
 func StampLeaseCommand(dst, cmd []byte, now int64) ([]byte, error) {
+	return StampLeaseCommandBounded(dst, cmd, now, Bounds{})
+}
+
+// StampLeaseCommandBounded is StampLeaseCommand with the leader's bounds
+// after a grant's requests (as EncodeCheckBounded writes them; zero bounds
+// add nothing): a grant on a key without state creates it, and every
+// replica must refuse the same grants as the same checks.
+func StampLeaseCommandBounded(dst, cmd []byte, now int64, b Bounds) ([]byte, error) {
 	var c command
 	if err := decodeCommand(&c, cmd); err != nil {
 		return nil, err
@@ -612,8 +638,15 @@ func StampLeaseCommand(dst, cmd []byte, now int64) ([]byte, error) {
 	if badHolder(c.holder) {
 		return nil, fmt.Errorf("%w: lease holder of %d bytes", ErrBadCommand, len(c.holder))
 	}
+	if c.typ == CmdGrantLease && c.bounds != (Bounds{}) {
+		return nil, fmt.Errorf("%w: a lease grant carries bounds before the leader stamped it", ErrBadCommand)
+	}
 	_, n := binary.Varint(cmd[2:]) // decodeCommand read it
 	dst = append(dst, c.typ, cmdVersion)
 	dst = binary.AppendVarint(dst, now)
-	return append(dst, cmd[2+n:]...), nil
+	dst = append(dst, cmd[2+n:]...)
+	if c.typ == CmdGrantLease && b != (Bounds{}) {
+		dst = appendBounds(dst, b)
+	}
+	return dst, nil
 }

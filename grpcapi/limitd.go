@@ -167,7 +167,7 @@ func (l *limitdServer) Reset(ctx context.Context, req *limitdv1.ResetRequest) (*
 
 func policyProto(p nodeapi.Policy) *limitdv1.Policy {
 	local := !p.NoLocalRefusals
-	out := &limitdv1.Policy{Name: p.Name, Limit: limitProto(p.Spec), Shadow: p.Shadow, LocalRefusals: &local, Lease: leaseProto(p.Lease)}
+	out := &limitdv1.Policy{Name: p.Name, Limit: limitProto(p.Spec), Shadow: p.Shadow, LocalRefusals: &local, Lease: leaseProto(p.Lease), MaxKeys: p.MaxKeys}
 	if o := service.OnExceedOut(p.OnExceed); o != nil {
 		out.OnExceed = &limitdv1.OnExceed{Ban: o.Ban, Escalate: o.Escalate, ForgetAfter: o.ForgetAfter}
 	}
@@ -218,7 +218,7 @@ func policyRequest(p *limitdv1.Policy) (service.PolicyRequest, *service.Error) {
 	// local_refusals has presence: unset is the default, true (GetLocalRefusals
 	// would read it as false).
 	noLocal := p.LocalRefusals != nil && !*p.LocalRefusals
-	r := service.PolicyRequest{Name: p.GetName(), Config: limitConfig(p.GetLimit()), Shadow: p.GetShadow(), NoLocalRefusals: noLocal, Lease: lease}
+	r := service.PolicyRequest{Name: p.GetName(), Config: limitConfig(p.GetLimit()), Shadow: p.GetShadow(), NoLocalRefusals: noLocal, Lease: lease, MaxKeys: p.GetMaxKeys()}
 	if o := p.GetOnExceed(); o != nil {
 		r.OnExceed = &service.OnExceedConfig{Ban: o.GetBan(), Escalate: o.GetEscalate(), ForgetAfter: o.GetForgetAfter()}
 	}

@@ -165,6 +165,32 @@ func TestLimitdErrorsNameTheField(t *testing.T) {
 	wantError(t, err, codes.InvalidArgument, "invalid_argument", "policy.name")
 	_, err = cl.PutPolicy(ctx, &limitdv1.PutPolicyRequest{Policy: &limitdv1.Policy{Name: "p", Limit: &limitdv1.Limit{Algorithm: "token_bucket", Limit: 1, Window: "1s", Burst: -1}}})
 	wantError(t, err, codes.InvalidArgument, "invalid_argument", "policy.limit.burst")
+	_, err = cl.PutPolicy(ctx, &limitdv1.PutPolicyRequest{Policy: &limitdv1.Policy{Name: "p", Limit: fixedWindow(1), MaxKeys: -1}})
+	wantError(t, err, codes.InvalidArgument, "invalid_argument", "policy.max_keys")
+}
+
+// A policy's max_keys travels over gRPC both ways (a PutPolicy that dropped
+// it would leave the policy unbounded), and binds: a key past it is
+// RESOURCE_EXHAUSTED while the keys it holds are decided.
+func TestPolicyMaxKeysOverGRPC(t *testing.T) {
+	c := newTestCluster(t, 1, testConfig{})
+	cl := c.limitd(0)
+	ctx := ctxT(t)
+	pol, err := cl.PutPolicy(ctx, &limitdv1.PutPolicyRequest{Policy: &limitdv1.Policy{Name: "b", Limit: fixedWindow(5), MaxKeys: 1}})
+	if err != nil || pol.GetMaxKeys() != 1 {
+		t.Fatalf("put: %v %v, want max_keys 1", pol, err)
+	}
+	if got, err := cl.GetPolicy(ctx, &limitdv1.GetPolicyRequest{Name: "b"}); err != nil || got.GetMaxKeys() != 1 {
+		t.Fatalf("get: %v %v, want max_keys 1", got, err)
+	}
+	if _, err := cl.Check(ctx, &limitdv1.CheckRequest{Key: "one", Policy: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = cl.Check(ctx, &limitdv1.CheckRequest{Key: "two", Policy: "b"})
+	wantError(t, err, codes.ResourceExhausted, "key_budget_exhausted", "key")
+	if d, err := cl.Check(ctx, &limitdv1.CheckRequest{Key: "one", Policy: "b"}); err != nil || !d.GetDecision().GetAllowed() {
+		t.Fatalf("the key the policy holds: %v %v", d, err)
+	}
 }
 
 // TestAdminTokenOnAdminMethods: admin methods need the token, others do not.

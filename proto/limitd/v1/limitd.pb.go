@@ -989,7 +989,10 @@ type Policy struct {
 	Lease *Lease `protobuf:"bytes,5,opt,name=lease,proto3,oneof" json:"lease,omitempty"`
 	// on_exceed (the HTTP API's "on_exceed"): ban a key the policy refuses.
 	// Unset: none; like lease, a replace without it turns it off.
-	OnExceed      *OnExceed `protobuf:"bytes,6,opt,name=on_exceed,json=onExceed,proto3,oneof" json:"on_exceed,omitempty"`
+	OnExceed *OnExceed `protobuf:"bytes,6,opt,name=on_exceed,json=onExceed,proto3,oneof" json:"on_exceed,omitempty"`
+	// max_keys (the HTTP API's "max_keys"): the live keys the policy may hold;
+	// 0: no bound of its own (the cluster's --max-keys still holds).
+	MaxKeys       int64 `protobuf:"varint,7,opt,name=max_keys,json=maxKeys,proto3" json:"max_keys,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1064,6 +1067,13 @@ func (x *Policy) GetOnExceed() *OnExceed {
 		return x.OnExceed
 	}
 	return nil
+}
+
+func (x *Policy) GetMaxKeys() int64 {
+	if x != nil {
+		return x.MaxKeys
+	}
+	return 0
 }
 
 // OnExceed: durations like Limit.window ("10m", "7d"); errors name
@@ -3457,14 +3467,15 @@ const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
 	"\x06policy\x18\x02 \x01(\tR\x06policy\x12&\n" +
 	"\x05limit\x18\x03 \x01(\v2\x10.limitd.v1.LimitR\x05limit\"\x0f\n" +
-	"\rResetResponse\"\x97\x02\n" +
+	"\rResetResponse\"\xb2\x02\n" +
 	"\x06Policy\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12&\n" +
 	"\x05limit\x18\x02 \x01(\v2\x10.limitd.v1.LimitR\x05limit\x12\x16\n" +
 	"\x06shadow\x18\x03 \x01(\bR\x06shadow\x12*\n" +
 	"\x0elocal_refusals\x18\x04 \x01(\bH\x00R\rlocalRefusals\x88\x01\x01\x12+\n" +
 	"\x05lease\x18\x05 \x01(\v2\x10.limitd.v1.LeaseH\x01R\x05lease\x88\x01\x01\x125\n" +
-	"\ton_exceed\x18\x06 \x01(\v2\x13.limitd.v1.OnExceedH\x02R\bonExceed\x88\x01\x01B\x11\n" +
+	"\ton_exceed\x18\x06 \x01(\v2\x13.limitd.v1.OnExceedH\x02R\bonExceed\x88\x01\x01\x12\x19\n" +
+	"\bmax_keys\x18\a \x01(\x03R\amaxKeysB\x11\n" +
 	"\x0f_local_refusalsB\b\n" +
 	"\x06_leaseB\f\n" +
 	"\n" +
