@@ -235,6 +235,9 @@ func policyRequest(p *limitdv1.Policy) (service.PolicyRequest, *service.Error) {
 	if _, e := service.ValidateOnExceed(r.OnExceed, r.Shadow, "policy"); e != nil {
 		return r, e
 	}
+	if r.MaxKeys < 0 {
+		return r, service.Invalid("policy.max_keys", "must be zero (no bound of its own) or a positive number of keys")
+	}
 	return r, nil
 }
 

@@ -239,10 +239,14 @@ func verifyFile(path string) (err error) {
 		if fi.Size() < tx.Size() {
 			return fmt.Errorf("verify %s: %w: the file is %d bytes, its pages reach %d (truncated)", path, ErrCorrupt, fi.Size(), tx.Size())
 		}
-		if err := checkTx(tx); err != nil {
+		// The scrub first: it walks every page the buckets reach on this
+		// goroutine, where a damaged page id that points past the map
+		// faults into a recovered panic; bbolt's check would follow the
+		// same id on its own goroutine and kill the process.
+		if err := scrubTx(tx); err != nil {
 			return fmt.Errorf("verify %s: %w", path, err)
 		}
-		if err := scrubTx(tx); err != nil {
+		if err := checkTx(tx); err != nil {
 			return fmt.Errorf("verify %s: %w", path, err)
 		}
 		return nil
