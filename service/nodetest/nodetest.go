@@ -71,6 +71,9 @@ func (NoCapabilities) Plan(string) (nodeapi.Plan, bool)             { return nod
 func (NoCapabilities) Plans() []nodeapi.Plan                        { return nil }
 func (NoCapabilities) PrefixRules() []nodeapi.PrefixRule            { return nil }
 func (NoCapabilities) DefaultPlan() string                          { return "" }
+func (NoCapabilities) ListKeys(nodeapi.KeysQuery) (nodeapi.KeysPage, error) {
+	return nodeapi.KeysPage{}, ErrNotInFake
+}
 
 // Log is one state machine shared by the Nodes of an in-process cluster
 // whose replicas all agree: every call is applied as the next log entry,
