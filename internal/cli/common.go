@@ -55,6 +55,7 @@ var commands = map[string]func([]string, Env) int{
 	"policy":   runPolicy,
 	"plan":     runPlan,
 	"key":      runKey,
+	"keys":     runKeys, // keys.go: the usage inventory
 	"cluster":  runCluster,
 	"snapshot": runSnapshot,
 	"version":  runVersion,
