@@ -70,8 +70,9 @@ type lister struct {
 
 	base  []byte // the storage-key prefix of the limit: every key's state is base ‖ key
 	spec  algo.Spec
-	plan  *planConfig // plan listings: the configuration at this index
-	limit string      // plan listings: the plan limit's name
+	plan  *planConfig          // plan listings: the configuration at this index
+	recs  *persist.StateReader // plan listings: the keys' assignments and overrides
+	limit string               // plan listings: the plan limit's name
 	buf   []byte
 	rec   []byte
 }
@@ -132,7 +133,11 @@ func (l *lister) resolve() error {
 	default:
 		return &Error{Code: CodeInvalidArgument, Field: "plan_limit", Message: fmt.Sprintf("required: plan %q has several limits (%s)", p.Name, limitNames(p))}
 	}
-	l.plan, l.limit, l.spec = c, pl.Name, pl.Spec
+	recs, err := l.tx.StateReader()
+	if err != nil {
+		return err
+	}
+	l.plan, l.limit, l.spec, l.recs = c, pl.Name, pl.Spec, recs
 	l.base = appendLimitPrefix(nil, tagPlanLimit, pl.Name)
 	return nil
 }
@@ -189,27 +194,27 @@ func (l *lister) usage(key, data []byte) (u KeyUsage, ok bool, err error) {
 // it, with the key's unexpired override.
 func (l *lister) planSpec(key []byte) (algo.Spec, bool, error) {
 	l.rec = append(append(l.rec[:0], tagAssignment), key...)
-	st, err := l.tx.State(l.rec)
+	st, err := l.recs.State(l.rec)
 	if err != nil {
 		return algo.Spec{}, false, err
 	}
-	var name string
+	var mine bool
 	switch {
 	case st.Found:
-		name = string(st.Data)
+		mine = string(st.Data) == l.q.Plan // compared, not converted: no allocation per key
 	default:
 		if _, p, ok := l.plan.rule(key); ok {
-			name = p
+			mine = p == l.q.Plan
 		} else {
-			name = l.plan.def
+			mine = l.plan.def == l.q.Plan
 		}
 	}
-	if name != l.q.Plan {
+	if !mine {
 		return algo.Spec{}, false, nil
 	}
 	spec := l.spec
 	l.rec[0] = tagOverride
-	st, err = l.tx.State(l.rec)
+	st, err = l.recs.State(l.rec)
 	if err != nil || !st.Found {
 		return spec, true, err
 	}

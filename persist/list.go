@@ -3,6 +3,8 @@ package persist
 import (
 	"bytes"
 	"errors"
+
+	bolt "go.etcd.io/bbolt"
 )
 
 // errWriterScan: ScanStates in the writer's transaction, whose state cache
@@ -56,4 +58,32 @@ func (t *Tx) ScanStates(prefix, after []byte, fn func(key []byte, st State) (boo
 		}
 	}
 	return nil
+}
+
+// StateReader reads states by key in a read-only transaction through one
+// cursor, kept for the reader: Tx.State opens a bbolt cursor per call,
+// whose search stack is allocated each time, and a listing that looks up
+// records beside each key it scans (a plan key's assignment and override)
+// would allocate per key scanned instead of per page.
+type StateReader struct {
+	t *Tx
+	c *bolt.Cursor
+}
+
+// StateReader returns a reader on t, valid until t ends (read-only
+// transactions only, like ScanStates).
+func (t *Tx) StateReader() (*StateReader, error) {
+	if t.cache != nil {
+		return nil, errWriterScan
+	}
+	return &StateReader{t: t, c: t.state.file.Cursor()}, nil
+}
+
+// State is Tx.State: the state under key, checksum verified.
+func (r *StateReader) State(key []byte) (State, error) {
+	k, v := r.c.Seek(key)
+	if k == nil || !bytes.Equal(k, key) {
+		return State{}, nil
+	}
+	return r.t.decodeState(key, v)
 }
