@@ -245,3 +245,47 @@ func TestListKeysPagingModel(t *testing.T) {
 		}
 	})
 }
+
+// TestListKeysSortedPagingModel: with no writes between pages, sorted pages
+// return every listed key once, in (value, key) order, whatever the page
+// size and however many keys share a value.
+func TestListKeysSortedPagingModel(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		f := openFSM(t, "", Options{})
+		d := newDriver(t, f)
+		d.putPolicy(Policy{Name: "api", Spec: mustSpec(t, algo.Config{Algorithm: "fixed_window", Limit: 20, Window: "1h"})})
+		used := map[string]int64{}
+		for i := range rapid.IntRange(0, 40).Draw(rt, "keys") {
+			k := fmt.Sprintf("k%02d", i)
+			used[k] = rapid.Int64Range(1, 5).Draw(rt, "used")
+			d.one(t0, "api", k, used[k])
+		}
+		sortBy := rapid.SampledFrom([]string{nodeapi.SortUsed, nodeapi.SortRemaining, nodeapi.SortRefused}).Draw(rt, "sort")
+		want := sortedKeys(used)
+		slices.SortStableFunc(want, func(a, b string) int {
+			switch sortBy {
+			case nodeapi.SortUsed:
+				return int(used[b] - used[a])
+			case nodeapi.SortRemaining:
+				return int((20 - used[a]) - (20 - used[b]))
+			}
+			return 0
+		})
+		limit := rapid.IntRange(1, 9).Draw(rt, "limit")
+		var got []string
+		cur := ""
+		for range 100 {
+			p := listKeys(rt, f, KeysQuery{Policy: "api", Sort: sortBy, Limit: limit, Cursor: cur})
+			if len(p.Keys) > limit || p.Cursor != "" && len(p.Keys) != limit {
+				rt.Fatalf("page of %d keys (limit %d), cursor %q", len(p.Keys), limit, p.Cursor)
+			}
+			got = append(got, pageKeys(p)...)
+			if cur = p.Cursor; cur == "" {
+				break
+			}
+		}
+		if !slices.Equal(got, want) {
+			rt.Fatalf("sorted by %s in pages of %d: %q, want %q", sortBy, limit, got, want)
+		}
+	})
+}
