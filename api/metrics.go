@@ -257,7 +257,7 @@ func routeOf(path string) int {
 		return routeAuth
 	case path == "/v1/policies" || strings.HasPrefix(path, "/v1/policies/"):
 		return routePolicies
-	case strings.HasPrefix(path, "/v1/keys/"):
+	case path == "/v1/keys" || strings.HasPrefix(path, "/v1/keys/"):
 		return routeKeys
 	case path == "/v1/cluster":
 		return routeCluster

@@ -180,6 +180,7 @@ func (s *Server) routes() http.Handler {
 	r.DELETE("/v1/policies/:name", s.admin(noQuery(s.handleDeletePolicy)))
 
 	// A catch-all, because keys may contain '/' (percent-encoded or not).
+	r.GET("/v1/keys", s.admin(s.handleListKeys)) // the usage inventory (inventory.go)
 	r.GET("/v1/keys/*key", s.keyRoutes(s.handlePeekKey))
 	r.DELETE("/v1/keys/*key", s.keyRoutes(s.admin(s.handleResetKey)))
 	s.planRoutes(r) // plans, prefix rules, keys' plans and overrides (plans.go)

@@ -23,6 +23,7 @@ var (
 	_ service.Backuper      = (*cluster.Node)(nil) // GET /v1/cluster/snapshot (backup.go)
 	_ service.Digester      = (*cluster.Node)(nil) // GET /v1/cluster/digest (status.go)
 	_ service.Plans         = (*cluster.Node)(nil) // plans, rules, assignments, overrides (plans.go)
+	_ service.Inventory     = (*cluster.Node)(nil) // GET /v1/keys, the usage inventory (inventory.go)
 )
 
 var _ api.Store = (*cluster.Node)(nil) // /healthz: whether the node can serve at all

@@ -20,6 +20,7 @@ var commands = []struct{ name, summary string }{
 	{"key", "peek at or reset a key's state"},
 	{"list", "put, get, ls or delete allow and deny lists"},
 	{"bans", "list the banned keys, or lift a ban"},
+	{"keys", "list the keys of a policy or plan limit with their usage"},
 	{"cluster", "status, members, join or remove nodes"},
 	{"snapshot", "save a backup of a running cluster, restore it into a data dir, inspect a file"},
 	{"version", "print the version, VCS revision and build time"},

@@ -57,6 +57,7 @@ var commands = map[string]func([]string, Env) int{
 	"list":     runList, // lists.go
 	"bans":     runBans,
 	"key":      runKey,
+	"keys":     runKeys, // keys.go: the usage inventory
 	"cluster":  runCluster,
 	"snapshot": runSnapshot,
 	"version":  runVersion,

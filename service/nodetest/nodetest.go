@@ -87,6 +87,9 @@ func (NoCapabilities) Bans(string, int) ([]nodeapi.Ban, string) { return nil, ""
 func (NoCapabilities) Unban(context.Context, string, string) error {
 	return &nodeapi.Error{Code: nodeapi.CodeNotFound, Message: "this node bans nobody"}
 }
+func (NoCapabilities) ListKeys(nodeapi.KeysQuery) (nodeapi.KeysPage, error) {
+	return nodeapi.KeysPage{}, ErrNotInFake
+}
 
 // Log is one state machine shared by the Nodes of an in-process cluster
 // whose replicas all agree: every call is applied as the next log entry,
