@@ -6,94 +6,22 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"os"
-	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
-	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/limitd/limitd/api"
 	"github.com/limitd/limitd/cluster"
 	"github.com/limitd/limitd/cluster/clustertest"
 	"github.com/limitd/limitd/internal/tracing"
+	"github.com/limitd/limitd/internal/tracing/otlptest"
 	"github.com/limitd/limitd/internal/tracing/setup"
 	"github.com/limitd/limitd/service"
 )
-
-// receiver is an in-process OTLP/HTTP collector: it decodes the protobuf
-// export requests POSTed to /v1/traces and keeps their spans.
-type receiver struct {
-	*httptest.Server
-	mu       sync.Mutex
-	posts    int
-	spans    []*tracepb.Span
-	resource map[string]string
-}
-
-func newReceiver(t *testing.T) *receiver {
-	r := &receiver{resource: map[string]string{}}
-	r.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		if req.URL.Path != "/v1/traces" || req.Method != http.MethodPost {
-			http.NotFound(w, req)
-			return
-		}
-		body, err := io.ReadAll(req.Body)
-		var ex coltracepb.ExportTraceServiceRequest
-		if err == nil {
-			err = proto.Unmarshal(body, &ex)
-		}
-		if err != nil {
-			t.Errorf("receiver: %v", err)
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		r.mu.Lock()
-		r.posts++
-		for _, rs := range ex.ResourceSpans {
-			for _, kv := range rs.GetResource().GetAttributes() {
-				r.resource[kv.Key] = kv.Value.GetStringValue()
-			}
-			for _, ss := range rs.ScopeSpans {
-				r.spans = append(r.spans, ss.Spans...)
-			}
-		}
-		r.mu.Unlock()
-		out, _ := proto.Marshal(&coltracepb.ExportTraceServiceResponse{})
-		w.Header().Set("Content-Type", "application/x-protobuf")
-		w.Write(out)
-	}))
-	t.Cleanup(r.Close)
-	return r
-}
-
-func (r *receiver) named(name string) []*tracepb.Span {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var out []*tracepb.Span
-	for _, s := range r.spans {
-		if s.Name == name {
-			out = append(out, s)
-		}
-	}
-	return out
-}
-
-func attr(s *tracepb.Span, key string) *commonpb.AnyValue {
-	for _, kv := range s.Attributes {
-		if kv.Key == key {
-			return kv.Value
-		}
-	}
-	return nil
-}
 
 // apiCluster starts an n-node in-process cluster whose nodes serve the
 // HTTP API and the internal endpoints behind tracing.HTTP, as serve does
@@ -153,7 +81,7 @@ func clearOTEL(t *testing.T) {
 // variable), no exporter is created and nothing reaches the receiver.
 func TestCheckSpansAcrossTheCluster(t *testing.T) {
 	clearOTEL(t)
-	rcv := newReceiver(t)
+	rcv := otlptest.New(t)
 	c := apiCluster(t, 3)
 	leader := c.Leader()
 	follower := (leader + 1) % 3
@@ -167,11 +95,9 @@ func TestCheckSpansAcrossTheCluster(t *testing.T) {
 	check(t, c.URL(follower), "sk_live_off", "")
 	stop(context.Background())
 	time.Sleep(100 * time.Millisecond)
-	rcv.mu.Lock()
-	if rcv.posts != 0 {
-		t.Fatalf("tracing off: the receiver got %d exports", rcv.posts)
+	if n := rcv.Posts(); n != 0 {
+		t.Fatalf("tracing off: the receiver got %d exports", n)
 	}
-	rcv.mu.Unlock()
 
 	// On.
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", rcv.URL)
@@ -191,38 +117,38 @@ func TestCheckSpansAcrossTheCluster(t *testing.T) {
 		t.Fatal("Enabled after stop")
 	}
 
-	if got := rcv.resource["service.name"]; got != "limitd" {
+	if got := rcv.Resource("service.name"); got != "limitd" {
 		t.Errorf("service.name = %q, want limitd", got)
 	}
-	if got := rcv.resource["limitd.node.id"]; got != "n-test" {
+	if got := rcv.Resource("limitd.node.id"); got != "n-test" {
 		t.Errorf("limitd.node.id = %q", got)
 	}
 
 	// The leader's check: one trace, the caller's.
 	var httpSpan *tracepb.Span
-	for _, s := range rcv.named("POST /v1/check") {
+	for _, s := range rcv.Named("POST /v1/check") {
 		if hex.EncodeToString(s.TraceId) == traceID {
 			httpSpan = s
 		}
 	}
 	if httpSpan == nil {
-		t.Fatalf("no POST /v1/check span in the caller's trace; spans: %v", names(rcv))
+		t.Fatalf("no POST /v1/check span in the caller's trace; spans: %v", rcv.Names())
 	}
 	if hex.EncodeToString(httpSpan.ParentSpanId) != parentID || httpSpan.Kind != tracepb.Span_SPAN_KIND_SERVER {
 		t.Errorf("POST /v1/check: parent %x kind %v; want the traceparent's %s, server", httpSpan.ParentSpanId, httpSpan.Kind, parentID)
 	}
 	chk := childOf(t, rcv, tracing.SpanCheck, httpSpan)
-	if v := attr(chk, "limitd.role"); v.GetStringValue() != "leader" {
+	if v := otlptest.Attr(chk, "limitd.role"); v.GetStringValue() != "leader" {
 		t.Errorf("limitd.check on the leader: limitd.role %v", v)
 	}
-	if v := attr(chk, "limitd.key.hash"); v.GetStringValue() != tracing.KeyHash("sk_live_secret_1") {
+	if v := otlptest.Attr(chk, "limitd.key.hash"); v.GetStringValue() != tracing.KeyHash("sk_live_secret_1") {
 		t.Errorf("limitd.key.hash = %v", v)
 	}
 	commit := childOf(t, rcv, tracing.SpanCommit, chk)
-	if v := attr(commit, "limitd.batch.size"); v.GetIntValue() < 1 {
+	if v := otlptest.Attr(commit, "limitd.batch.size"); v.GetIntValue() < 1 {
 		t.Errorf("limitd.raft.commit: limitd.batch.size %v", v)
 	}
-	if v := attr(commit, "limitd.raft.index"); v.GetIntValue() < 1 {
+	if v := otlptest.Attr(commit, "limitd.raft.index"); v.GetIntValue() < 1 {
 		t.Errorf("limitd.raft.commit: limitd.raft.index %v", v)
 	}
 	if len(commit.Events) != 1 || commit.Events[0].Name != tracing.EventApplied {
@@ -232,19 +158,19 @@ func TestCheckSpansAcrossTheCluster(t *testing.T) {
 	// The follower's check: forwarded on the check stream, whose frames
 	// carry no trace context: the unit's name joins the two sides.
 	var fwd *tracepb.Span
-	for _, s := range rcv.named(tracing.SpanForward) {
+	for _, s := range rcv.Named(tracing.SpanForward) {
 		fwd = s
 	}
 	if fwd == nil {
-		t.Fatalf("no %s span; spans: %v", tracing.SpanForward, names(rcv))
+		t.Fatalf("no %s span; spans: %v", tracing.SpanForward, rcv.Names())
 	}
-	unit := attr(fwd, "limitd.forward.unit").GetStringValue()
+	unit := otlptest.Attr(fwd, "limitd.forward.unit").GetStringValue()
 	if unit == "" {
 		t.Fatalf("%s has no limitd.forward.unit: %v", tracing.SpanForward, fwd.Attributes)
 	}
 	found := false
-	for _, s := range rcv.named(tracing.SpanCommit) {
-		for _, v := range attr(s, "limitd.forward.units").GetArrayValue().GetValues() {
+	for _, s := range rcv.Named(tracing.SpanCommit) {
+		for _, v := range otlptest.Attr(s, "limitd.forward.units").GetArrayValue().GetValues() {
 			found = found || v.GetStringValue() == unit
 		}
 	}
@@ -253,9 +179,7 @@ func TestCheckSpansAcrossTheCluster(t *testing.T) {
 	}
 
 	// No span carries a key.
-	rcv.mu.Lock()
-	defer rcv.mu.Unlock()
-	for _, s := range rcv.spans {
+	for _, s := range rcv.Spans() {
 		for _, kv := range s.Attributes {
 			if strings.Contains(kv.Value.String(), "sk_live") {
 				t.Errorf("span %s attribute %s carries the key: %v", s.Name, kv.Key, kv.Value)
@@ -264,23 +188,11 @@ func TestCheckSpansAcrossTheCluster(t *testing.T) {
 	}
 }
 
-func childOf(t *testing.T, r *receiver, name string, parent *tracepb.Span) *tracepb.Span {
+func childOf(t *testing.T, r *otlptest.Receiver, name string, parent *tracepb.Span) *tracepb.Span {
 	t.Helper()
-	for _, s := range r.named(name) {
-		if slices.Equal(s.TraceId, parent.TraceId) && slices.Equal(s.ParentSpanId, parent.SpanId) {
-			return s
-		}
+	s := r.ChildOf(name, parent)
+	if s == nil {
+		t.Fatalf("no %s span under %s; spans: %v", name, parent.Name, r.Names())
 	}
-	t.Fatalf("no %s span under %s; spans: %v", name, parent.Name, names(r))
-	return nil
-}
-
-func names(r *receiver) []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var out []string
-	for _, s := range r.spans {
-		out = append(out, s.Name)
-	}
-	return out
+	return s
 }
