@@ -17,6 +17,7 @@ import (
 	"github.com/limitd/limitd/api"
 	"github.com/limitd/limitd/cluster"
 	"github.com/limitd/limitd/cluster/clustertest"
+	"github.com/limitd/limitd/cluster/forward"
 	"github.com/limitd/limitd/internal/tracing"
 	"github.com/limitd/limitd/internal/tracing/otlptest"
 	"github.com/limitd/limitd/internal/tracing/setup"
@@ -26,7 +27,12 @@ import (
 // apiCluster starts an n-node in-process cluster whose nodes serve the
 // HTTP API and the internal endpoints behind tracing.HTTP, as serve does
 // when tracing is on.
-func apiCluster(t *testing.T, n int) *clustertest.Cluster {
+func apiCluster(t *testing.T, n int) *clustertest.Cluster { return apiClusterStream(t, n, true) }
+
+// apiClusterStream is apiCluster whose leaders refuse the check stream
+// unless stream, as a leader without it does (404): followers forward on
+// the overflow path, one POST per batch.
+func apiClusterStream(t *testing.T, n int, stream bool) *clustertest.Cluster {
 	return clustertest.MakeClusterOpts(t, clustertest.Options{Nodes: n, SkipShort: true,
 		Handler: func(_ int, node *cluster.Node) http.Handler {
 			logger := slog.New(slog.DiscardHandler)
@@ -34,6 +40,10 @@ func apiCluster(t *testing.T, n int) *clustertest.Cluster {
 			svc := service.New(node, service.Config{Observer: metrics})
 			pub := api.New(svc, node, metrics, api.Config{Logger: logger}).Handler()
 			h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if !stream && r.URL.Path == forward.PathCheckStream {
+					http.NotFound(w, r)
+					return
+				}
 				if strings.HasPrefix(r.URL.Path, "/internal/") {
 					node.Internal().ServeHTTP(w, r)
 					return
@@ -186,6 +196,48 @@ func TestCheckSpansAcrossTheCluster(t *testing.T) {
 			}
 		}
 	}
+}
+
+// On the overflow path a follower's forwarded check stays in its caller's
+// trace across the nodes: the batch's POST carries traceparent, so the
+// leader's request span and its commit are under the follower's
+// limitd.forward.batch.
+func TestOverflowForwardKeepsTheTrace(t *testing.T) {
+	clearOTEL(t)
+	rcv := otlptest.New(t)
+	c := apiClusterStream(t, 2, false)
+	follower := (c.Leader() + 1) % 2
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", rcv.URL)
+	stop, on, _, err := setup.Start(context.Background(), setup.Options{NodeID: "n-test"})
+	if err != nil || !on {
+		t.Fatalf("setup.Start: on %v, err %v", on, err)
+	}
+	t.Cleanup(func() { stop(context.Background()) })
+	const traceID, parentID = "6bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+	check(t, c.URL(follower), "sk_live_overflow", "00-"+traceID+"-"+parentID+"-01")
+	if err := stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var front *tracepb.Span
+	for _, s := range rcv.Named("POST /v1/check") {
+		if hex.EncodeToString(s.TraceId) == traceID {
+			front = s
+		}
+	}
+	if front == nil {
+		t.Fatalf("no POST /v1/check in the caller's trace; spans: %v", rcv.Names())
+	}
+	chk := childOf(t, rcv, tracing.SpanCheck, front)
+	if v := otlptest.Attr(chk, "limitd.role"); v.GetStringValue() != "follower" {
+		t.Errorf("limitd.role %v on the follower", v)
+	}
+	fwd := childOf(t, rcv, tracing.SpanForward, chk)
+	batch := childOf(t, rcv, tracing.SpanForwardBatch, fwd)
+	if v := otlptest.Attr(batch, "limitd.batch.size"); v.GetIntValue() < 1 {
+		t.Errorf("limitd.forward.batch: limitd.batch.size %v", v)
+	}
+	internal := childOf(t, rcv, "POST /internal/v1/check", batch)
+	childOf(t, rcv, tracing.SpanCommit, internal)
 }
 
 func childOf(t *testing.T, r *otlptest.Receiver, name string, parent *tracepb.Span) *tracepb.Span {
