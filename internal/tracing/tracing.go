@@ -66,8 +66,10 @@ const (
 const MaxLinks = 64
 
 var (
-	on     atomic.Bool
-	tracer trace.Tracer = noop.NewTracerProvider().Tracer(ScopeName)
+	on atomic.Bool
+	// tracer is read by hooks that saw Enabled while Activate's off may be
+	// swapping it: atomic, so a stop racing a check is no data race.
+	tracer atomic.Pointer[trace.Tracer]
 	// W3C Trace Context: the traceparent and tracestate headers.
 	propagator propagation.TextMapPropagator = propagation.TraceContext{}
 )
@@ -76,11 +78,11 @@ var (
 // off turns it back off. Activate before serving: the hook sites read
 // Enabled on every check.
 func Activate(tr trace.Tracer) (off func()) {
-	tracer = tr
+	tracer.Store(&tr)
 	on.Store(true)
 	return func() {
 		on.Store(false)
-		tracer = noop.NewTracerProvider().Tracer(ScopeName)
+		tracer.Store(nil)
 	}
 }
 
@@ -116,11 +118,18 @@ func KeepSpan(dst, src context.Context) context.Context {
 func Enabled() bool { return on.Load() }
 
 // Tracer is limitd's tracer (a no-op one while tracing is off).
-func Tracer() trace.Tracer { return tracer }
+func Tracer() trace.Tracer {
+	if tr := tracer.Load(); tr != nil {
+		return *tr
+	}
+	return noopTracer
+}
+
+var noopTracer = noop.NewTracerProvider().Tracer(ScopeName)
 
 // StartSpan starts a span named name under ctx's. Call it only when Enabled.
 func StartSpan(ctx context.Context, name string, kind trace.SpanKind, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
-	return tracer.Start(ctx, name, trace.WithSpanKind(kind), trace.WithAttributes(attrs...))
+	return Tracer().Start(ctx, name, trace.WithSpanKind(kind), trace.WithAttributes(attrs...))
 }
 
 // End ends span, marking it failed when err is not nil.
