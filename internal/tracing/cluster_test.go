@@ -33,7 +33,7 @@ func apiCluster(t *testing.T, n int) *clustertest.Cluster { return apiClusterStr
 // unless stream, as a leader without it does (404): followers forward on
 // the overflow path, one POST per batch.
 func apiClusterStream(t *testing.T, n int, stream bool) *clustertest.Cluster {
-	return clustertest.MakeClusterOpts(t, clustertest.Options{Nodes: n, SkipShort: true,
+	return clustertest.MakeClusterOpts(t, clustertest.Options{Nodes: n, SkipShort: true, Config: clustertest.SteadyTimers,
 		Handler: func(_ int, node *cluster.Node) http.Handler {
 			logger := slog.New(slog.DiscardHandler)
 			metrics := api.NewMetrics(prometheus.NewRegistry(), 5*time.Second, logger)
