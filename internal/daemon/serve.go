@@ -274,6 +274,9 @@ func serve(f *serveFlags, in *startInputs, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	if err := checkTracing(); err != nil { // tracing.go: before anything is written
+		return err
+	}
 	if err := privateDataDir(f.dataDir, logger); err != nil { // datadir.go: 0700/0600 before anything is written
 		return err
 	}

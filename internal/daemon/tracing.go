@@ -3,11 +3,16 @@ package daemon
 import (
 	"context"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/limitd/limitd/buildinfo"
 	"github.com/limitd/limitd/internal/tracing/setup"
 )
+
+// checkTracing refuses, before anything is written, an OTEL_* setting
+// startTracing could not honour (setup.Validate).
+func checkTracing() error { return setup.Validate(os.Getenv) }
 
 // startTracing turns on OpenTelemetry tracing when the OTEL_* environment
 // asks for it (setup.Wanted; docs/OPERATIONS.md, Tracing). There is no

@@ -50,6 +50,26 @@ func Wanted(getenv func(string) string) (bool, string, error) {
 	return false, "no OTEL_TRACES_EXPORTER or OTEL_EXPORTER_OTLP_*ENDPOINT set", nil
 }
 
+// Validate reports an OTEL_* setting limitd cannot honour: an exporter
+// other than otlp, or, with tracing wanted, an OTLP protocol other than
+// http/protobuf. Serve calls it before it writes anything, so that a
+// refused start leaves the data directory as it was.
+func Validate(getenv func(string) string) error {
+	want, _, err := Wanted(getenv)
+	if err != nil || !want {
+		return err
+	}
+	for _, v := range []string{"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"} {
+		if p := getenv(v); p != "" {
+			if p != "http/protobuf" {
+				return fmt.Errorf("%s=%q: limitd exports OTLP over HTTP only (http/protobuf)", v, p)
+			}
+			return nil // the traces' own setting wins over the general one
+		}
+	}
+	return nil
+}
+
 // Options are what Start adds to the environment's settings.
 type Options struct {
 	NodeID  string // the resource's limitd.node.id and service.instance.id
@@ -73,16 +93,12 @@ func Start(ctx context.Context, o Options) (stop func(context.Context) error, en
 		getenv = osGetenv
 	}
 	nothing := func(context.Context) error { return nil }
-	want, reason, err := Wanted(getenv)
-	if err != nil || !want {
-		return nothing, false, reason, err
+	if err := Validate(getenv); err != nil {
+		return nothing, false, "", err
 	}
-	if p := getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"); p != "" && p != "http/protobuf" {
-		return nothing, false, reason, fmt.Errorf("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=%q: limitd exports OTLP over HTTP only (http/protobuf)", p)
-	} else if p == "" {
-		if p := getenv("OTEL_EXPORTER_OTLP_PROTOCOL"); p != "" && p != "http/protobuf" {
-			return nothing, false, reason, fmt.Errorf("OTEL_EXPORTER_OTLP_PROTOCOL=%q: limitd exports OTLP over HTTP only (http/protobuf)", p)
-		}
+	want, reason, _ := Wanted(getenv)
+	if !want {
+		return nothing, false, reason, nil
 	}
 	exp, err := otlptracehttp.New(ctx) // endpoint, headers, TLS, timeout: OTEL_EXPORTER_OTLP_*
 	if err != nil {

@@ -60,3 +60,20 @@ func TestKeyHashHidesTheKey(t *testing.T) {
 		t.Fatalf("KeyHash = %q", h)
 	}
 }
+
+// The traces' own protocol setting wins over the general one; off, no
+// protocol is refused (nothing would be exported with it).
+func TestValidateProtocol(t *testing.T) {
+	for _, c := range []struct {
+		env map[string]string
+		ok  bool
+	}{
+		{map[string]string{"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, true},
+		{map[string]string{"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "grpc"}, false},
+		{map[string]string{"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, true},
+	} {
+		if err := Validate(func(k string) string { return c.env[k] }); (err == nil) != c.ok {
+			t.Errorf("Validate(%v) = %v, want ok %v", c.env, err, c.ok)
+		}
+	}
+}
