@@ -7,9 +7,11 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/limitd/limitd/cluster/forward"
 	"github.com/limitd/limitd/fsm"
+	"github.com/limitd/limitd/internal/tracing"
 )
 
 // batcher is group commit: callers submit ops and wait; up to `inflight`
@@ -38,6 +40,10 @@ type batcher struct {
 	// batch: send's duration) time the batcher's stages of a check's
 	// latency budget; nil leaves them untimed.
 	waitObs, sendObs prometheus.Observer
+	// traceName and traceSend: while tracing is on, each batch is a span
+	// so named, sent by traceSend under it (tracing.go); nil: untraced.
+	traceName string
+	traceSend func(ctx context.Context, ops []fsm.Op, ext []byte, encoded func()) ([]fsm.Result, error)
 
 	mu      sync.Mutex
 	sentC   *sync.Cond // broadcast when a taken batch has been encoded
@@ -63,6 +69,7 @@ type pending struct {
 	err      error
 	state    int
 	done     chan struct{}
+	span     trace.SpanContext // the caller's, set only while tracing is on (a batch span links to it)
 }
 
 var pendingPool = sync.Pool{New: func() any { return &pending{done: make(chan struct{}, 1)} }}
@@ -98,6 +105,9 @@ func (b *batcher) doTagged(ctx context.Context, ops []fsm.Op, tag forward.Tag) (
 	p.ops, p.size, p.tag, p.res, p.err, p.state = ops, size, tag, nil, nil, stateQueued
 	if b.waitObs != nil {
 		p.queuedAt = time.Now()
+	}
+	if tracing.Enabled() {
+		p.span = trace.SpanContextFromContext(ctx)
 	}
 	b.mu.Lock()
 	b.queue = append(b.queue, p)
@@ -232,7 +242,13 @@ func (b *batcher) flushLoop() {
 			ext = forward.AppendTags(nil, units)
 		}
 		units = units[:0]
-		res, err := b.send(ops, ext, encoded)
+		var res []fsm.Result
+		var err error
+		if b.traceSend != nil && tracing.Enabled() {
+			res, err = b.sendTraced(batch, ops, ext, encoded)
+		} else {
+			res, err = b.send(ops, ext, encoded)
+		}
 		if b.sendObs != nil {
 			b.sendObs.Observe(time.Since(sent).Seconds())
 		}

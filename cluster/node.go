@@ -28,6 +28,7 @@ import (
 	"github.com/limitd/limitd/cluster/logstore"
 	"github.com/limitd/limitd/cluster/raftnet"
 	"github.com/limitd/limitd/fsm"
+	"github.com/limitd/limitd/internal/tracing"
 	"github.com/limitd/limitd/nodeapi"
 )
 
@@ -380,6 +381,8 @@ func Open(cfg Config, bootstrap bool) (*Node, error) {
 		Log: n.log, Closing: n.closing, MaxCommandBytes: MaxCommandBytes}, leaderSide{n})
 	n.forwardBatch = newBatcher(cfg.BatchMaxOps, cfg.BatchInflight, cfg.BatchMaxWait, n.fwd.Checks, n.metrics.observeForward)
 	n.metrics.timeBatchers(n.leaderBatch, n.forwardBatch)
+	n.leaderBatch.traced(tracing.SpanCommit, n.proposeChecksIn) // spans while tracing is on (tracing.go)
+	n.forwardBatch.traced(tracing.SpanForwardBatch, n.fwd.ChecksTraced)
 
 	n.wg.Add(4)
 	go n.leaderLoop()

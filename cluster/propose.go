@@ -10,6 +10,7 @@ import (
 
 	"github.com/limitd/limitd/cluster/forward"
 	"github.com/limitd/limitd/fsm"
+	"github.com/limitd/limitd/internal/tracing"
 )
 
 var errShortResponse = errors.New("state machine returned the wrong number of results")
@@ -24,6 +25,9 @@ func (n *Node) Check(ctx context.Context, ops []fsm.Op) ([]fsm.Result, error) {
 	}
 	if err := n.unavailable(); err != nil {
 		return nil, err
+	}
+	if tracing.Enabled() {
+		return n.checkTraced(ctx, ops) // tracing.go; off, a check does no work for it
 	}
 	var res []fsm.Result
 	err := n.onLeader(ctx,
@@ -77,6 +81,12 @@ func (n *Node) pause(ctx context.Context) error {
 // ops; ext (the forwarded units' tags, ahead.go) travels in the entry's
 // Extensions.
 func (n *Node) proposeChecks(ops []fsm.Op, ext []byte, encoded func()) ([]fsm.Result, error) {
+	return n.proposeChecksIn(context.Background(), ops, ext, encoded)
+}
+
+// proposeChecksIn is proposeChecks whose ctx carries only the batch's span
+// (tracing.go): the wait is bounded by ApplyTimeout, not by any caller.
+func (n *Node) proposeChecksIn(spanCtx context.Context, ops []fsm.Op, ext []byte, encoded func()) ([]fsm.Result, error) {
 	// Stamping and enqueueing under one lock keeps leader time monotonic in
 	// log order even with several batches in flight.
 	n.clock.mu.Lock()
@@ -89,6 +99,9 @@ func (n *Node) proposeChecks(ops []fsm.Op, ext []byte, encoded func()) ([]fsm.Re
 	f := n.propose(cmd, ext, n.cfg.ApplyTimeout)
 	n.clock.mu.Unlock()
 	resp, err := n.await(context.Background(), f)
+	if tracing.Enabled() {
+		traceApplied(spanCtx, f, err)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -21,6 +21,7 @@ import (
 	"log"
 	"net"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -109,6 +110,9 @@ type Config struct {
 	RLSHeaders rls.HeaderMode
 	// Logger receives recovered panics (default: the standard logger).
 	Logger *log.Logger
+	// UnaryInterceptors run outermost, before the panic guard, deadline and
+	// authentication (serve's tracing, when on).
+	UnaryInterceptors []grpc.UnaryServerInterceptor
 }
 
 // Server serves limitd.v1 and Envoy RLS over gRPC.
@@ -164,7 +168,7 @@ func New(svc *service.Service, cfg Config) (*Server, error) {
 		grpc.MaxConcurrentStreams(cfg.MaxConcurrentStreams),
 		grpc.ConnectionTimeout(cfg.HandshakeTimeout),
 		grpc.MaxHeaderListSize(64 << 10),
-		grpc.ChainUnaryInterceptor(s.recoverPanic, s.deadline, s.authenticate),
+		grpc.ChainUnaryInterceptor(append(slices.Clone(cfg.UnaryInterceptors), s.recoverPanic, s.deadline, s.authenticate)...),
 		grpc.ChainStreamInterceptor(s.recoverStream),
 		// Envoy keeps its connection open; ping it so dead peers are noticed.
 		grpc.KeepaliveParams(keepalive.ServerParameters{

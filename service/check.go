@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/limitd/limitd/algo"
+	"github.com/limitd/limitd/internal/tracing"
 	"github.com/limitd/limitd/nodeapi"
 	"github.com/limitd/limitd/overlimit"
 )
@@ -180,8 +181,8 @@ func (s *Service) check(ctx context.Context, r *CheckRequest, detach bool) (Chec
 	if detach {
 		// Detach(ctx) would be replaced by s.context with a shared
 		// deadline, as any context that is never cancelled: Background
-		// is, without the allocation.
-		ctx = context.Background()
+		// is, without the allocation. Tracing, when on, keeps the span.
+		ctx = tracing.Detach(ctx)
 	}
 	if r.RequestID == "" && l.lease.Enabled() && l.lease.Strict() {
 		return s.decideStrict(ctx, c, l) // lease.go

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/limitd/limitd/algo"
+	"github.com/limitd/limitd/internal/tracing"
 	"github.com/limitd/limitd/lease"
 	"github.com/limitd/limitd/nodeapi"
 	"github.com/limitd/limitd/rls"
@@ -179,7 +180,7 @@ func (nopObserver) Failed(Limit)                    {}
 // deadline with the other requests of the same instant.
 func (s *Service) context(ctx context.Context) (context.Context, context.CancelFunc) {
 	if ctx.Done() == nil {
-		return s.deadlines.get(), nopCancel
+		return tracing.KeepSpan(s.deadlines.get(), ctx), nopCancel // the span only while tracing is on
 	}
 	if d, ok := ctx.Deadline(); ok && time.Until(d) <= s.cfg.RequestTimeout {
 		return ctx, nopCancel

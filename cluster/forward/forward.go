@@ -26,6 +26,7 @@ import (
 
 	"github.com/limitd/limitd/cluster/raftnet"
 	"github.com/limitd/limitd/fsm"
+	"github.com/limitd/limitd/internal/tracing"
 	"github.com/limitd/limitd/nodeapi"
 )
 
@@ -178,12 +179,18 @@ func (f *Forwarder) Check(ctx context.Context, ops []fsm.Op) ([]fsm.Result, erro
 
 // Checks is the send of the follower's overflow batcher: ops go to the
 // leader in one request to PathCheck.
-func (f *Forwarder) Checks(ops []fsm.Op, _ []byte, encoded func()) ([]fsm.Result, error) {
+func (f *Forwarder) Checks(ops []fsm.Op, ext []byte, encoded func()) ([]fsm.Result, error) {
+	return f.checks(context.Background(), ops, ext, encoded)
+}
+
+// checks is Checks under parent, which carries only a span context (no
+// deadline: the batch is no one caller's).
+func (f *Forwarder) checks(parent context.Context, ops []fsm.Op, _ []byte, encoded func()) ([]fsm.Result, error) {
 	id, addr := f.leader()
 	if addr == "" || id == f.self {
 		return nil, ErrRetry
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
+	ctx, cancel := context.WithTimeout(parent, f.timeout)
 	defer cancel()
 	req := fsm.AppendOps(nil, ops)
 	encoded()
@@ -261,6 +268,9 @@ func (f *Forwarder) Post(ctx context.Context, addr, path, ctype string, body []b
 		return nil, err
 	}
 	req.Header.Set("Content-Type", ctype)
+	if tracing.Enabled() {
+		tracing.Inject(ctx, req.Header) // traceparent, when ctx has a span (the overflow batch's)
+	}
 	if f.token != "" {
 		req.Header.Set("Authorization", "Bearer "+f.token)
 	}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/limitd/limitd/fsm"
+	"github.com/limitd/limitd/internal/tracing"
 	"github.com/limitd/limitd/nodeapi"
 )
 
@@ -193,6 +194,8 @@ type streamCall struct {
 	res      []fsm.Result
 	err      error
 	done     chan struct{} // buffered: delivered under mu, once
+
+	frame uint64 // the frame it was written in, set with written: its unit's name in spans
 }
 
 func newStreamConn(f *Forwarder, addr string) *streamConn {
@@ -356,6 +359,9 @@ func (c *streamConn) do(ctx context.Context, ops []fsm.Op) ([]fsm.Result, error)
 	}
 	select {
 	case <-call.done:
+		if tracing.Enabled() {
+			traceUnit(ctx, c.nonce, call.frame) // frame was set under mu before the delivery
+		}
 		return call.res, call.err
 	case <-ctx.Done():
 		return c.abandon(call, ctx.Err())
@@ -435,7 +441,7 @@ func (c *streamConn) pack(buf []byte, ends []int, ids []uint64, scratch []fsm.Op
 		clear(scratch)
 		scratch = scratch[:0]
 		for _, call := range calls {
-			call.written, call.sentAt, call.ops = true, now.UnixNano(), nil
+			call.written, call.frame, call.sentAt, call.ops = true, c.nextID, now.UnixNano(), nil
 			c.f.waited(now.Sub(call.queuedAt))
 		}
 		c.f.framed(n)

@@ -9,7 +9,11 @@ import (
 	"net"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/limitd/limitd/grpcapi"
+	"github.com/limitd/limitd/internal/tracing"
+	"github.com/limitd/limitd/internal/tracing/tracegrpc"
 	"github.com/limitd/limitd/service"
 )
 
@@ -64,6 +68,9 @@ func newRLSFrontEnd(f *serveFlags, in *startInputs, svc *service.Service, logger
 		MaxConcurrentStreams: uint32(g.maxStreams),
 		HandshakeTimeout:     f.readTimeout,
 		IdleTimeout:          f.idleTimeout,
+	}
+	if tracing.Enabled() {
+		cfg.UnaryInterceptors = []grpc.UnaryServerInterceptor{tracegrpc.UnaryServerInterceptor}
 	}
 	var err error
 	if fe.srv, err = grpcapi.New(svc, cfg); err != nil {

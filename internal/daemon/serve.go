@@ -22,6 +22,7 @@ import (
 	"github.com/limitd/limitd/api"
 	"github.com/limitd/limitd/buildinfo"
 	"github.com/limitd/limitd/cluster"
+	"github.com/limitd/limitd/internal/tracing"
 	"github.com/limitd/limitd/overlimit"
 	"github.com/limitd/limitd/persist"
 	"github.com/limitd/limitd/service"
@@ -282,6 +283,9 @@ func serve(f *serveFlags, in *startInputs, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	if err := checkTracing(); err != nil { // tracing.go: before anything is written
+		return err
+	}
 	// Noted before anything touches it, so that a failed start leaves a
 	// directory that was absent or empty as it was.
 	dataDir := noteDataDir(f.dataDir)                         // startup.go: undone if the start fails
@@ -346,6 +350,12 @@ func serve(f *serveFlags, in *startInputs, logger *slog.Logger) error {
 		dataDir.undo(logger)
 		return err
 	}
+	stopTracing, err := startTracing(node.ID(), logger) // tracing.go: before the front ends, which read tracing.Enabled
+	if err != nil {
+		ln.Close()
+		return errors.Join(err, node.Close())
+	}
+	defer stopTracing() // after node.Close: the last commits' spans are flushed too
 	if node.Recovered() {
 		logger.Warn("previous stop was unclean: rebuilding state from the latest snapshot and the Raft log")
 	}
@@ -356,6 +366,9 @@ func serve(f *serveFlags, in *startInputs, logger *slog.Logger) error {
 		return errors.Join(err, node.Close())
 	}
 	rlsFE, handler := fe.rls, fe.handler
+	if tracing.Enabled() {
+		handler = tracing.HTTP(handler) // spans for the check routes only
+	}
 	if f.pprof {
 		handler = withPprof(handler)
 	}

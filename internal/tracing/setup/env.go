@@ -1,0 +1,5 @@
+package setup
+
+import "os"
+
+var osGetenv = os.Getenv
