@@ -1,6 +1,10 @@
 package nodeapi
 
-import "github.com/limitd/limitd/algo"
+import (
+	"time"
+
+	"github.com/limitd/limitd/algo"
+)
 
 // The contract's value types: what a check, its answer, a policy and an
 // error are, shared by the state machine that decides (fsm, which aliases
@@ -26,7 +30,20 @@ type Check struct {
 	// assignment and its live override (Decision.Plan), through the log so
 	// that it sees every write before it; it consumes nothing.
 	PlanInfo bool
+	// SlotOp, when set, makes the check a release or renewal of the slot
+	// Slot held on Key under its concurrency limit (Policy or Spec); Cost
+	// is then 0. An acquire is an ordinary check of cost 1 (fsm/slots.go).
+	SlotOp SlotOp
+	Slot   string
 }
+
+// SlotOp is what a check does with a concurrency slot it names.
+type SlotOp uint8
+
+const (
+	SlotRelease SlotOp = 1 // free the slot now (idempotent)
+	SlotRenew   SlotOp = 2 // extend its hold by hold, up to max_hold after its acquisition
+)
 
 // Op is one client request as it travels through the log: a single check, or an
 // atomic group (All) that is allowed only if every check allows, and consumes
@@ -50,6 +67,11 @@ type Decision struct {
 	// Plan, for a check decided under the key's plan (Check.ByPlan), says
 	// which plan and limit decided; the fields above are that limit's.
 	Plan *PlanDecision
+	// Slot, under a concurrency limit: the slot an allowed acquire holds
+	// (or a release or renewal named), and SlotHold the time until its hold
+	// ends (0 once freed).
+	Slot     string
+	SlotHold time.Duration
 }
 
 // Result is one op's answer. When Err is set nothing was consumed and
