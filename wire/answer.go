@@ -22,6 +22,10 @@ type Decision struct {
 	ShadowRefused bool   `json:"shadow_refused"`
 	Replayed      bool   `json:"replayed"`
 	Error         *Error `json:"error"`
+	// Slot and SlotExpiresMS: under a concurrency limit, the slot an allowed
+	// check holds and the time until its hold ends; written only with a slot.
+	Slot          string `json:"slot,omitempty"`
+	SlotExpiresMS int64  `json:"slot_expires_ms,omitempty"`
 	// Extra is members already encoded (",\"plan\":…" for a plan check),
 	// written after the fixed ones and before "replayed"; the encoder's
 	// only extension point, so that each answer's members keep one order.
@@ -90,6 +94,12 @@ func AppendDecision(b []byte, d *Decision) []byte {
 	b = strconv.AppendInt(b, d.DelayMS, 10)
 	if d.ShadowRefused {
 		b = append(b, `,"shadow_refused":true`...)
+	}
+	if d.Slot != "" {
+		b = append(b, `,"slot":`...)
+		b = AppendString(b, d.Slot)
+		b = append(b, `,"slot_expires_ms":`...)
+		b = strconv.AppendInt(b, d.SlotExpiresMS, 10)
 	}
 	b = append(b, d.Extra...)
 	if d.Replayed {
