@@ -371,5 +371,6 @@ func (n *Node) Collectors() []prometheus.Collector {
 	}
 	cs = append(cs, n.ol.collectors()...)
 	cs = append(cs, n.budgetCollectors()...) // budget_metrics.go
+	cs = append(cs, n.slotCollectors()...)   // slots.go
 	return append(cs, globalRaftSink.all...)
 }

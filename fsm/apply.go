@@ -396,6 +396,7 @@ func (a *applier) applyOp(tx *persist.Tx, op *opRef, checks []checkRef, decs []D
 			}
 		}
 		res, err = a.decideOp(tx, checks, a.lims, decs, now, op.all)
+		a.countAcquired(&res) // slots.go
 	}
 	if err != nil || res.Err != nil || len(op.requestID) == 0 {
 		return res, err

@@ -41,7 +41,6 @@ const (
 	decShadowRefused   byte = 2
 	decLeasedElsewhere byte = 4 // Decision.LeasedElsewhere
 	decPlan            byte = 8 // Decision.Plan follows the decision (plan.go)
-	decSlot            byte = 16 // Decision.Slot and SlotHold follow (slots.go)
 )
 
 var (

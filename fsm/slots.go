@@ -3,6 +3,7 @@ package fsm
 import (
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/limitd/limitd/algo"
@@ -49,12 +50,37 @@ const (
 const (
 	limitRelease byte = 32
 	limitRenew   byte = 64
+	// decSlot, a decision flag (codec.go's decAllowed…decPlan): the
+	// decision's Slot and SlotHold follow it.
+	decSlot byte = 16
 )
 
 type slotApplier struct {
 	op        int    // the op's position in its entry
 	requestID []byte // the op's request id, if any
 	idBuf     []byte
+	// Slots acquired and released by the entries this replica applied
+	// (SlotCounts). Every replica counts the same entries.
+	acquired, released atomic.Uint64
+}
+
+// SlotCounts is how many concurrency slots the applied entries acquired and
+// released since this process started (a slot not released ended with its
+// hold). For metrics: a rolled-back apply stops the node.
+func (f *FSM) SlotCounts() (acquired, released uint64) {
+	return f.ap.slot.acquired.Load(), f.ap.slot.released.Load()
+}
+
+// countAcquired counts the slots an applied op holds.
+func (a *applier) countAcquired(res *Result) {
+	if res.Err != nil {
+		return
+	}
+	for i := range res.Decisions {
+		if res.Decisions[i].Slot != "" {
+			a.slot.acquired.Add(1)
+		}
+	}
 }
 
 // slotGrant is what an acquire holds.
@@ -191,6 +217,9 @@ func (a *applier) applySlotOp(tx *persist.Tx, ck *checkRef, decs []Decision, now
 		}
 	}
 	d.Allowed = ans == algo.SlotHeld
+	if d.Allowed && !renew {
+		a.slot.released.Add(1)
+	}
 	decs[0] = Decision{Decision: d, Slot: string(ck.slot), SlotHold: left}
 	return Result{Allowed: d.Allowed, Decisions: decs}, nil
 }
