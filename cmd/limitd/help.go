@@ -18,6 +18,7 @@ var commands = []struct{ name, summary string }{
 	{"policy", "put, get, list or delete policies"},
 	{"plan", "put, get, list or delete plans; assign keys; set the default plan"},
 	{"key", "peek at or reset a key's state"},
+	{"slot", "release or renew a concurrency limit's slot"},
 	{"cluster", "status, members, join or remove nodes"},
 	{"snapshot", "save a backup of a running cluster, restore it into a data dir, inspect a file"},
 	{"version", "print the version, VCS revision and build time"},

@@ -55,6 +55,7 @@ var commands = map[string]func([]string, Env) int{
 	"policy":   runPolicy,
 	"plan":     runPlan,
 	"key":      runKey,
+	"slot":     runSlot, // slots.go
 	"cluster":  runCluster,
 	"snapshot": runSnapshot,
 	"version":  runVersion,
@@ -324,6 +325,8 @@ func registerLimit(fs *flag.FlagSet, lim *client.Limit) {
 	fs.BoolVar(&lim.CountRefused, "count-refused", false, "sliding_log only: log refused requests too")
 	fs.StringVar(&lim.Calendar, "calendar", "", "fixed_window only: day, week or month instead of --window")
 	fs.StringVar(&lim.Timezone, "timezone", "", "IANA zone of --calendar windows (default UTC)")
+	fs.StringVar(&lim.Hold, "hold", "", "concurrency only: how long an acquired slot is held, e.g. 30s")
+	fs.StringVar(&lim.MaxHold, "max-hold", "", "concurrency only: the longest renewals may keep a slot (default 10 × --hold)")
 }
 
 // resolve returns the policy name or the inline limit; exactly one.
@@ -351,12 +354,16 @@ type decisionJSON struct {
 	DelayMS       int64 `json:"delay_ms"`
 	ShadowRefused bool  `json:"shadow_refused,omitempty"`
 	Replayed      bool  `json:"replayed,omitempty"`
+	// A concurrency limit's slot (omitted without one).
+	Slot          string `json:"slot,omitempty"`
+	SlotExpiresMS int64  `json:"slot_expires_ms,omitempty"`
 }
 
 func toDecisionJSON(d client.Decision) decisionJSON {
 	out := decisionJSON{Allowed: d.Allowed, Limit: d.Limit, Remaining: d.Remaining,
 		ResetAfterMS: d.ResetAfter.Milliseconds(), RetryAfterMS: d.RetryAfter.Milliseconds(),
-		DelayMS: d.Delay.Milliseconds(), ShadowRefused: d.ShadowRefused, Replayed: d.Replayed}
+		DelayMS: d.Delay.Milliseconds(), ShadowRefused: d.ShadowRefused, Replayed: d.Replayed,
+		Slot: d.Slot, SlotExpiresMS: d.SlotExpires.Milliseconds()}
 	if d.RetryAfter == client.Never {
 		out.RetryAfterMS = -1
 	}
@@ -383,6 +390,9 @@ func printDecision(w io.Writer, key string, d client.Decision) {
 	}
 	if d.Replayed {
 		fmt.Fprintf(tw, "replayed\ttrue\n")
+	}
+	if d.Slot != "" {
+		fmt.Fprintf(tw, "slot\t%s\nslot_expires\t%s\n", d.Slot, d.SlotExpires)
 	}
 	tw.Flush()
 }
