@@ -82,3 +82,13 @@ func TestSlotRoutes(t *testing.T) {
 	ts.want(ts.do("POST", "/v1/release", `{"key":"job","policy":"fw","slot":"x"}`), 400, "invalid_argument", "policy")
 	ts.want(ts.do("POST", "/v1/renew", `{"key":"job","policy":"nope","slot":"x"}`), 404, "not_found", "policy")
 }
+
+// A plan's limits are rate limits: a concurrency limit in one is refused
+// (its slots would have no route to be released by).
+func TestSlotsNotInPlans(t *testing.T) {
+	ts, _ := newPlanServer(t)
+	r := ts.do("PUT", "/v1/plans/p", `{"limits":{"c":{"algorithm":"concurrency","limit":1,"hold":"10s"}}}`, admin)
+	if r.code != 400 {
+		t.Fatalf("a concurrency limit in a plan: %d %s", r.code, r.body)
+	}
+}
