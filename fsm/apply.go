@@ -476,9 +476,7 @@ func (a *applier) decideOp(tx *persist.Tx, checks []checkRef, lims []limit, decs
 			a.decideBuf = next[:0]
 		}
 		dec := Decision{Decision: d}
-		if d.Allowed && ck.cost > 0 && !lim.shadow {
-			dec.Slot, dec.SlotHold = slot.id, slot.hold
-		}
+		dec.Slot, dec.SlotHold = slot.id, slot.hold // set only when algo allowed the acquire: it is stored below
 		switch {
 		case inPlace:
 			// t.data is gone: keep next, which after a refusal or a peek

@@ -55,3 +55,22 @@ func TestSlotCodecAndReplay(t *testing.T) {
 		t.Fatalf("slot %q, want %q", r.Decisions[0].Slot, want)
 	}
 }
+
+// A shadow concurrency policy holds the slots it allows (so their holders
+// can release them) and consumes nothing for the ones it would refuse.
+func TestSlotShadowPolicy(t *testing.T) {
+	d := newDriver(t, openFSM(t, "", Options{NoSync: true}))
+	d.putPolicy(Policy{Name: "c", Shadow: true, Spec: mustSpec(t, algo.Config{Algorithm: "concurrency", Limit: 1, Hold: "10s"})})
+	first := d.one(t0, "c", "k", 1)
+	if !first.Allowed || first.Decisions[0].Slot == "" {
+		t.Fatalf("first: %+v", first)
+	}
+	second := d.one(t0, "c", "k", 1)
+	if dd := second.Decisions[0]; !dd.Allowed || !dd.ShadowRefused || dd.Slot != "" {
+		t.Fatalf("second: %+v", dd)
+	}
+	rel := d.check(t0, Op{Checks: []Check{{Key: "k", Policy: "c", SlotOp: SlotRelease, Slot: first.Decisions[0].Slot}}})[0]
+	if !rel.Allowed || d.remaining(t0, "c", "k") != 1 {
+		t.Fatalf("release: %+v", rel)
+	}
+}
