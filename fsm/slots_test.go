@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/limitd/limitd/algo"
+	"github.com/limitd/limitd/overlimit"
 )
 
 // The slot travels through every encoding a forwarded op and its answer
@@ -72,5 +73,27 @@ func TestSlotShadowPolicy(t *testing.T) {
 	rel := d.check(t0, Op{Checks: []Check{{Key: "k", Policy: "c", SlotOp: SlotRelease, Slot: first.Decisions[0].Slot}}})[0]
 	if !rel.Allowed || d.remaining(t0, "c", "k") != 1 {
 		t.Fatalf("release: %+v", rel)
+	}
+}
+
+// A concurrency limit's refusals never reach the over-limit cache: a release
+// frees a slot without a check observing it, so a cached refusal could
+// outlive the slot that caused it.
+func TestSlotRefusalsAreNotCached(t *testing.T) {
+	c := overlimit.New(overlimit.Options{MaxEntries: 1024})
+	d := newDriver(t, openFSM(t, "", Options{NoSync: true, OverLimit: c}))
+	spec := mustSpec(t, algo.Config{Algorithm: "concurrency", Limit: 1, Hold: "1h"})
+	d.putPolicy(Policy{Name: "c", Spec: spec})
+	for _, check := range []Check{{Key: "k", Policy: "c", Cost: 1}, {Key: "k", Spec: &spec, Cost: 1}} {
+		d.check(t0, Op{Checks: []Check{check}})
+		if r := d.check(t0+sec, Op{Checks: []Check{check}})[0]; r.Allowed {
+			t.Fatalf("second acquire allowed: %+v", r)
+		}
+	}
+	if _, ok := c.LookupString(overlimit.LimitID{Policy: true, Ident: "c"}, "k", 1, t0+2*sec); ok {
+		t.Fatal("a concurrency policy's refusal was cached")
+	}
+	if _, ok := c.LookupString(overlimit.LimitID{Ident: string(algo.AppendSpec(nil, spec))}, "k", 1, t0+2*sec); ok {
+		t.Fatal("an inline concurrency limit's refusal was cached")
 	}
 }
