@@ -48,13 +48,15 @@ const (
 // Limit is an inline limit, with the HTTP API's field names and rules.
 type Limit struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Algorithm     string                 `protobuf:"bytes,1,opt,name=algorithm,proto3" json:"algorithm,omitempty"` // fixed_window, sliding_log, sliding_window, token_bucket, leaky_bucket
+	Algorithm     string                 `protobuf:"bytes,1,opt,name=algorithm,proto3" json:"algorithm,omitempty"` // fixed_window, sliding_log, sliding_window, token_bucket, leaky_bucket, concurrency
 	Limit         int64                  `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
 	Window        string                 `protobuf:"bytes,3,opt,name=window,proto3" json:"window,omitempty"`                                  // "60s", "1h30m", "7d"; empty for calendar windows
 	Burst         int64                  `protobuf:"varint,4,opt,name=burst,proto3" json:"burst,omitempty"`                                   // token_bucket, leaky_bucket
 	CountRefused  bool                   `protobuf:"varint,5,opt,name=count_refused,json=countRefused,proto3" json:"count_refused,omitempty"` // sliding_log
 	Calendar      string                 `protobuf:"bytes,6,opt,name=calendar,proto3" json:"calendar,omitempty"`                              // fixed_window: day, week, month
 	Timezone      string                 `protobuf:"bytes,7,opt,name=timezone,proto3" json:"timezone,omitempty"`                              // with calendar: IANA zone, default UTC
+	Hold          string                 `protobuf:"bytes,8,opt,name=hold,proto3" json:"hold,omitempty"`                                      // concurrency: how long an acquired slot is held, e.g. "30s"
+	MaxHold       string                 `protobuf:"bytes,9,opt,name=max_hold,json=maxHold,proto3" json:"max_hold,omitempty"`                 // concurrency: the longest renewals keep a slot (default 10 × hold)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -134,6 +136,20 @@ func (x *Limit) GetCalendar() string {
 func (x *Limit) GetTimezone() string {
 	if x != nil {
 		return x.Timezone
+	}
+	return ""
+}
+
+func (x *Limit) GetHold() string {
+	if x != nil {
+		return x.Hold
+	}
+	return ""
+}
+
+func (x *Limit) GetMaxHold() string {
+	if x != nil {
+		return x.MaxHold
 	}
 	return ""
 }
@@ -231,10 +247,15 @@ type Decision struct {
 	// For a check under the key's plan (no policy, no limit): the plan, the
 	// limit that decided (the fields above are its), whether the key's
 	// override applied, and every limit's own decision.
-	Plan          string           `protobuf:"bytes,9,opt,name=plan,proto3" json:"plan,omitempty"`
-	PlanLimit     string           `protobuf:"bytes,10,opt,name=plan_limit,json=planLimit,proto3" json:"plan_limit,omitempty"`
-	Overridden    bool             `protobuf:"varint,11,opt,name=overridden,proto3" json:"overridden,omitempty"`
-	Limits        []*NamedDecision `protobuf:"bytes,12,rep,name=limits,proto3" json:"limits,omitempty"`
+	Plan       string           `protobuf:"bytes,9,opt,name=plan,proto3" json:"plan,omitempty"`
+	PlanLimit  string           `protobuf:"bytes,10,opt,name=plan_limit,json=planLimit,proto3" json:"plan_limit,omitempty"`
+	Overridden bool             `protobuf:"varint,11,opt,name=overridden,proto3" json:"overridden,omitempty"`
+	Limits     []*NamedDecision `protobuf:"bytes,12,rep,name=limits,proto3" json:"limits,omitempty"`
+	// Under a concurrency limit: the slot an allowed check holds and the time
+	// until its hold ends. Release or renew it with POST /v1/release or
+	// /v1/renew (docs/API.md, "Concurrency slots").
+	Slot          string               `protobuf:"bytes,13,opt,name=slot,proto3" json:"slot,omitempty"`
+	SlotExpires   *durationpb.Duration `protobuf:"bytes,14,opt,name=slot_expires,json=slotExpires,proto3" json:"slot_expires,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -349,6 +370,20 @@ func (x *Decision) GetOverridden() bool {
 func (x *Decision) GetLimits() []*NamedDecision {
 	if x != nil {
 		return x.Limits
+	}
+	return nil
+}
+
+func (x *Decision) GetSlot() string {
+	if x != nil {
+		return x.Slot
+	}
+	return ""
+}
+
+func (x *Decision) GetSlotExpires() *durationpb.Duration {
+	if x != nil {
+		return x.SlotExpires
 	}
 	return nil
 }
@@ -2654,7 +2689,7 @@ var File_limitd_v1_limitd_proto protoreflect.FileDescriptor
 
 const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"\n" +
-	"\x16limitd/v1/limitd.proto\x12\tlimitd.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc6\x01\n" +
+	"\x16limitd/v1/limitd.proto\x12\tlimitd.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf5\x01\n" +
 	"\x05Limit\x12\x1c\n" +
 	"\talgorithm\x18\x01 \x01(\tR\talgorithm\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x16\n" +
@@ -2662,7 +2697,9 @@ const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"\x05burst\x18\x04 \x01(\x03R\x05burst\x12#\n" +
 	"\rcount_refused\x18\x05 \x01(\bR\fcountRefused\x12\x1a\n" +
 	"\bcalendar\x18\x06 \x01(\tR\bcalendar\x12\x1a\n" +
-	"\btimezone\x18\a \x01(\tR\btimezone\"\xa1\x01\n" +
+	"\btimezone\x18\a \x01(\tR\btimezone\x12\x12\n" +
+	"\x04hold\x18\b \x01(\tR\x04hold\x12\x19\n" +
+	"\bmax_hold\x18\t \x01(\tR\amaxHold\"\xa1\x01\n" +
 	"\fCheckRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
 	"\x06policy\x18\x02 \x01(\tR\x06policy\x12&\n" +
@@ -2670,7 +2707,7 @@ const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"\x04cost\x18\x04 \x01(\x03H\x00R\x04cost\x88\x01\x01\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x05 \x01(\tR\trequestIdB\a\n" +
-	"\x05_cost\"\xc3\x03\n" +
+	"\x05_cost\"\x95\x04\n" +
 	"\bDecision\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x1c\n" +
@@ -2689,7 +2726,9 @@ const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"\n" +
 	"overridden\x18\v \x01(\bR\n" +
 	"overridden\x120\n" +
-	"\x06limits\x18\f \x03(\v2\x18.limitd.v1.NamedDecisionR\x06limits\"T\n" +
+	"\x06limits\x18\f \x03(\v2\x18.limitd.v1.NamedDecisionR\x06limits\x12\x12\n" +
+	"\x04slot\x18\r \x01(\tR\x04slot\x12<\n" +
+	"\fslot_expires\x18\x0e \x01(\v2\x19.google.protobuf.DurationR\vslotExpires\"T\n" +
 	"\rNamedDecision\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12/\n" +
 	"\bdecision\x18\x02 \x01(\v2\x13.limitd.v1.DecisionR\bdecision\"\\\n" +
@@ -2924,84 +2963,85 @@ var file_limitd_v1_limitd_proto_depIdxs = []int32{
 	52, // 2: limitd.v1.Decision.retry_after:type_name -> google.protobuf.Duration
 	52, // 3: limitd.v1.Decision.delay:type_name -> google.protobuf.Duration
 	3,  // 4: limitd.v1.Decision.limits:type_name -> limitd.v1.NamedDecision
-	2,  // 5: limitd.v1.NamedDecision.decision:type_name -> limitd.v1.Decision
-	2,  // 6: limitd.v1.CheckResponse.decision:type_name -> limitd.v1.Decision
-	1,  // 7: limitd.v1.CheckAllRequest.checks:type_name -> limitd.v1.CheckRequest
-	2,  // 8: limitd.v1.CheckAllResponse.decisions:type_name -> limitd.v1.Decision
-	1,  // 9: limitd.v1.BatchRequest.checks:type_name -> limitd.v1.CheckRequest
-	4,  // 10: limitd.v1.BatchResult.response:type_name -> limitd.v1.CheckResponse
-	8,  // 11: limitd.v1.BatchResult.error:type_name -> limitd.v1.Error
-	9,  // 12: limitd.v1.BatchResponse.results:type_name -> limitd.v1.BatchResult
-	0,  // 13: limitd.v1.PeekRequest.limit:type_name -> limitd.v1.Limit
-	0,  // 14: limitd.v1.ResetRequest.limit:type_name -> limitd.v1.Limit
-	0,  // 15: limitd.v1.Policy.limit:type_name -> limitd.v1.Limit
-	15, // 16: limitd.v1.Policy.lease:type_name -> limitd.v1.Lease
-	14, // 17: limitd.v1.PutPolicyRequest.policy:type_name -> limitd.v1.Policy
-	14, // 18: limitd.v1.ListPoliciesResponse.policies:type_name -> limitd.v1.Policy
-	22, // 19: limitd.v1.ListRLSDomainsResponse.domains:type_name -> limitd.v1.RLSDomain
-	50, // 20: limitd.v1.Plan.limits:type_name -> limitd.v1.Plan.LimitsEntry
-	29, // 21: limitd.v1.PutPlanRequest.plan:type_name -> limitd.v1.Plan
-	29, // 22: limitd.v1.ListPlansResponse.plans:type_name -> limitd.v1.Plan
-	41, // 23: limitd.v1.ListPrefixRulesResponse.rules:type_name -> limitd.v1.PrefixRule
-	51, // 24: limitd.v1.Override.limits:type_name -> limitd.v1.Override.LimitsEntry
-	53, // 25: limitd.v1.Override.expires:type_name -> google.protobuf.Timestamp
-	0,  // 26: limitd.v1.Plan.LimitsEntry.value:type_name -> limitd.v1.Limit
-	46, // 27: limitd.v1.Override.LimitsEntry.value:type_name -> limitd.v1.LimitOverride
-	1,  // 28: limitd.v1.Limitd.Check:input_type -> limitd.v1.CheckRequest
-	5,  // 29: limitd.v1.Limitd.CheckAll:input_type -> limitd.v1.CheckAllRequest
-	7,  // 30: limitd.v1.Limitd.Batch:input_type -> limitd.v1.BatchRequest
-	11, // 31: limitd.v1.Limitd.Peek:input_type -> limitd.v1.PeekRequest
-	12, // 32: limitd.v1.Limitd.Reset:input_type -> limitd.v1.ResetRequest
-	16, // 33: limitd.v1.Limitd.PutPolicy:input_type -> limitd.v1.PutPolicyRequest
-	17, // 34: limitd.v1.Limitd.GetPolicy:input_type -> limitd.v1.GetPolicyRequest
-	18, // 35: limitd.v1.Limitd.ListPolicies:input_type -> limitd.v1.ListPoliciesRequest
-	20, // 36: limitd.v1.Limitd.DeletePolicy:input_type -> limitd.v1.DeletePolicyRequest
-	23, // 37: limitd.v1.Limitd.PutRLSDomain:input_type -> limitd.v1.PutRLSDomainRequest
-	24, // 38: limitd.v1.Limitd.GetRLSDomain:input_type -> limitd.v1.GetRLSDomainRequest
-	25, // 39: limitd.v1.Limitd.ListRLSDomains:input_type -> limitd.v1.ListRLSDomainsRequest
-	27, // 40: limitd.v1.Limitd.DeleteRLSDomain:input_type -> limitd.v1.DeleteRLSDomainRequest
-	30, // 41: limitd.v1.Limitd.PutPlan:input_type -> limitd.v1.PutPlanRequest
-	31, // 42: limitd.v1.Limitd.GetPlan:input_type -> limitd.v1.GetPlanRequest
-	32, // 43: limitd.v1.Limitd.ListPlans:input_type -> limitd.v1.ListPlansRequest
-	34, // 44: limitd.v1.Limitd.DeletePlan:input_type -> limitd.v1.DeletePlanRequest
-	36, // 45: limitd.v1.Limitd.SetDefaultPlan:input_type -> limitd.v1.SetDefaultPlanRequest
-	38, // 46: limitd.v1.Limitd.AssignPlan:input_type -> limitd.v1.AssignPlanRequest
-	39, // 47: limitd.v1.Limitd.GetKeyPlan:input_type -> limitd.v1.GetKeyPlanRequest
-	41, // 48: limitd.v1.Limitd.PutPrefixRule:input_type -> limitd.v1.PrefixRule
-	42, // 49: limitd.v1.Limitd.DeletePrefixRule:input_type -> limitd.v1.DeletePrefixRuleRequest
-	44, // 50: limitd.v1.Limitd.ListPrefixRules:input_type -> limitd.v1.ListPrefixRulesRequest
-	47, // 51: limitd.v1.Limitd.PutOverride:input_type -> limitd.v1.Override
-	48, // 52: limitd.v1.Limitd.DeleteOverride:input_type -> limitd.v1.DeleteOverrideRequest
-	4,  // 53: limitd.v1.Limitd.Check:output_type -> limitd.v1.CheckResponse
-	6,  // 54: limitd.v1.Limitd.CheckAll:output_type -> limitd.v1.CheckAllResponse
-	10, // 55: limitd.v1.Limitd.Batch:output_type -> limitd.v1.BatchResponse
-	4,  // 56: limitd.v1.Limitd.Peek:output_type -> limitd.v1.CheckResponse
-	13, // 57: limitd.v1.Limitd.Reset:output_type -> limitd.v1.ResetResponse
-	14, // 58: limitd.v1.Limitd.PutPolicy:output_type -> limitd.v1.Policy
-	14, // 59: limitd.v1.Limitd.GetPolicy:output_type -> limitd.v1.Policy
-	19, // 60: limitd.v1.Limitd.ListPolicies:output_type -> limitd.v1.ListPoliciesResponse
-	21, // 61: limitd.v1.Limitd.DeletePolicy:output_type -> limitd.v1.DeletePolicyResponse
-	22, // 62: limitd.v1.Limitd.PutRLSDomain:output_type -> limitd.v1.RLSDomain
-	22, // 63: limitd.v1.Limitd.GetRLSDomain:output_type -> limitd.v1.RLSDomain
-	26, // 64: limitd.v1.Limitd.ListRLSDomains:output_type -> limitd.v1.ListRLSDomainsResponse
-	28, // 65: limitd.v1.Limitd.DeleteRLSDomain:output_type -> limitd.v1.DeleteRLSDomainResponse
-	29, // 66: limitd.v1.Limitd.PutPlan:output_type -> limitd.v1.Plan
-	29, // 67: limitd.v1.Limitd.GetPlan:output_type -> limitd.v1.Plan
-	33, // 68: limitd.v1.Limitd.ListPlans:output_type -> limitd.v1.ListPlansResponse
-	35, // 69: limitd.v1.Limitd.DeletePlan:output_type -> limitd.v1.DeletePlanResponse
-	37, // 70: limitd.v1.Limitd.SetDefaultPlan:output_type -> limitd.v1.SetDefaultPlanResponse
-	40, // 71: limitd.v1.Limitd.AssignPlan:output_type -> limitd.v1.KeyPlan
-	40, // 72: limitd.v1.Limitd.GetKeyPlan:output_type -> limitd.v1.KeyPlan
-	41, // 73: limitd.v1.Limitd.PutPrefixRule:output_type -> limitd.v1.PrefixRule
-	43, // 74: limitd.v1.Limitd.DeletePrefixRule:output_type -> limitd.v1.DeletePrefixRuleResponse
-	45, // 75: limitd.v1.Limitd.ListPrefixRules:output_type -> limitd.v1.ListPrefixRulesResponse
-	47, // 76: limitd.v1.Limitd.PutOverride:output_type -> limitd.v1.Override
-	49, // 77: limitd.v1.Limitd.DeleteOverride:output_type -> limitd.v1.DeleteOverrideResponse
-	53, // [53:78] is the sub-list for method output_type
-	28, // [28:53] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	52, // 5: limitd.v1.Decision.slot_expires:type_name -> google.protobuf.Duration
+	2,  // 6: limitd.v1.NamedDecision.decision:type_name -> limitd.v1.Decision
+	2,  // 7: limitd.v1.CheckResponse.decision:type_name -> limitd.v1.Decision
+	1,  // 8: limitd.v1.CheckAllRequest.checks:type_name -> limitd.v1.CheckRequest
+	2,  // 9: limitd.v1.CheckAllResponse.decisions:type_name -> limitd.v1.Decision
+	1,  // 10: limitd.v1.BatchRequest.checks:type_name -> limitd.v1.CheckRequest
+	4,  // 11: limitd.v1.BatchResult.response:type_name -> limitd.v1.CheckResponse
+	8,  // 12: limitd.v1.BatchResult.error:type_name -> limitd.v1.Error
+	9,  // 13: limitd.v1.BatchResponse.results:type_name -> limitd.v1.BatchResult
+	0,  // 14: limitd.v1.PeekRequest.limit:type_name -> limitd.v1.Limit
+	0,  // 15: limitd.v1.ResetRequest.limit:type_name -> limitd.v1.Limit
+	0,  // 16: limitd.v1.Policy.limit:type_name -> limitd.v1.Limit
+	15, // 17: limitd.v1.Policy.lease:type_name -> limitd.v1.Lease
+	14, // 18: limitd.v1.PutPolicyRequest.policy:type_name -> limitd.v1.Policy
+	14, // 19: limitd.v1.ListPoliciesResponse.policies:type_name -> limitd.v1.Policy
+	22, // 20: limitd.v1.ListRLSDomainsResponse.domains:type_name -> limitd.v1.RLSDomain
+	50, // 21: limitd.v1.Plan.limits:type_name -> limitd.v1.Plan.LimitsEntry
+	29, // 22: limitd.v1.PutPlanRequest.plan:type_name -> limitd.v1.Plan
+	29, // 23: limitd.v1.ListPlansResponse.plans:type_name -> limitd.v1.Plan
+	41, // 24: limitd.v1.ListPrefixRulesResponse.rules:type_name -> limitd.v1.PrefixRule
+	51, // 25: limitd.v1.Override.limits:type_name -> limitd.v1.Override.LimitsEntry
+	53, // 26: limitd.v1.Override.expires:type_name -> google.protobuf.Timestamp
+	0,  // 27: limitd.v1.Plan.LimitsEntry.value:type_name -> limitd.v1.Limit
+	46, // 28: limitd.v1.Override.LimitsEntry.value:type_name -> limitd.v1.LimitOverride
+	1,  // 29: limitd.v1.Limitd.Check:input_type -> limitd.v1.CheckRequest
+	5,  // 30: limitd.v1.Limitd.CheckAll:input_type -> limitd.v1.CheckAllRequest
+	7,  // 31: limitd.v1.Limitd.Batch:input_type -> limitd.v1.BatchRequest
+	11, // 32: limitd.v1.Limitd.Peek:input_type -> limitd.v1.PeekRequest
+	12, // 33: limitd.v1.Limitd.Reset:input_type -> limitd.v1.ResetRequest
+	16, // 34: limitd.v1.Limitd.PutPolicy:input_type -> limitd.v1.PutPolicyRequest
+	17, // 35: limitd.v1.Limitd.GetPolicy:input_type -> limitd.v1.GetPolicyRequest
+	18, // 36: limitd.v1.Limitd.ListPolicies:input_type -> limitd.v1.ListPoliciesRequest
+	20, // 37: limitd.v1.Limitd.DeletePolicy:input_type -> limitd.v1.DeletePolicyRequest
+	23, // 38: limitd.v1.Limitd.PutRLSDomain:input_type -> limitd.v1.PutRLSDomainRequest
+	24, // 39: limitd.v1.Limitd.GetRLSDomain:input_type -> limitd.v1.GetRLSDomainRequest
+	25, // 40: limitd.v1.Limitd.ListRLSDomains:input_type -> limitd.v1.ListRLSDomainsRequest
+	27, // 41: limitd.v1.Limitd.DeleteRLSDomain:input_type -> limitd.v1.DeleteRLSDomainRequest
+	30, // 42: limitd.v1.Limitd.PutPlan:input_type -> limitd.v1.PutPlanRequest
+	31, // 43: limitd.v1.Limitd.GetPlan:input_type -> limitd.v1.GetPlanRequest
+	32, // 44: limitd.v1.Limitd.ListPlans:input_type -> limitd.v1.ListPlansRequest
+	34, // 45: limitd.v1.Limitd.DeletePlan:input_type -> limitd.v1.DeletePlanRequest
+	36, // 46: limitd.v1.Limitd.SetDefaultPlan:input_type -> limitd.v1.SetDefaultPlanRequest
+	38, // 47: limitd.v1.Limitd.AssignPlan:input_type -> limitd.v1.AssignPlanRequest
+	39, // 48: limitd.v1.Limitd.GetKeyPlan:input_type -> limitd.v1.GetKeyPlanRequest
+	41, // 49: limitd.v1.Limitd.PutPrefixRule:input_type -> limitd.v1.PrefixRule
+	42, // 50: limitd.v1.Limitd.DeletePrefixRule:input_type -> limitd.v1.DeletePrefixRuleRequest
+	44, // 51: limitd.v1.Limitd.ListPrefixRules:input_type -> limitd.v1.ListPrefixRulesRequest
+	47, // 52: limitd.v1.Limitd.PutOverride:input_type -> limitd.v1.Override
+	48, // 53: limitd.v1.Limitd.DeleteOverride:input_type -> limitd.v1.DeleteOverrideRequest
+	4,  // 54: limitd.v1.Limitd.Check:output_type -> limitd.v1.CheckResponse
+	6,  // 55: limitd.v1.Limitd.CheckAll:output_type -> limitd.v1.CheckAllResponse
+	10, // 56: limitd.v1.Limitd.Batch:output_type -> limitd.v1.BatchResponse
+	4,  // 57: limitd.v1.Limitd.Peek:output_type -> limitd.v1.CheckResponse
+	13, // 58: limitd.v1.Limitd.Reset:output_type -> limitd.v1.ResetResponse
+	14, // 59: limitd.v1.Limitd.PutPolicy:output_type -> limitd.v1.Policy
+	14, // 60: limitd.v1.Limitd.GetPolicy:output_type -> limitd.v1.Policy
+	19, // 61: limitd.v1.Limitd.ListPolicies:output_type -> limitd.v1.ListPoliciesResponse
+	21, // 62: limitd.v1.Limitd.DeletePolicy:output_type -> limitd.v1.DeletePolicyResponse
+	22, // 63: limitd.v1.Limitd.PutRLSDomain:output_type -> limitd.v1.RLSDomain
+	22, // 64: limitd.v1.Limitd.GetRLSDomain:output_type -> limitd.v1.RLSDomain
+	26, // 65: limitd.v1.Limitd.ListRLSDomains:output_type -> limitd.v1.ListRLSDomainsResponse
+	28, // 66: limitd.v1.Limitd.DeleteRLSDomain:output_type -> limitd.v1.DeleteRLSDomainResponse
+	29, // 67: limitd.v1.Limitd.PutPlan:output_type -> limitd.v1.Plan
+	29, // 68: limitd.v1.Limitd.GetPlan:output_type -> limitd.v1.Plan
+	33, // 69: limitd.v1.Limitd.ListPlans:output_type -> limitd.v1.ListPlansResponse
+	35, // 70: limitd.v1.Limitd.DeletePlan:output_type -> limitd.v1.DeletePlanResponse
+	37, // 71: limitd.v1.Limitd.SetDefaultPlan:output_type -> limitd.v1.SetDefaultPlanResponse
+	40, // 72: limitd.v1.Limitd.AssignPlan:output_type -> limitd.v1.KeyPlan
+	40, // 73: limitd.v1.Limitd.GetKeyPlan:output_type -> limitd.v1.KeyPlan
+	41, // 74: limitd.v1.Limitd.PutPrefixRule:output_type -> limitd.v1.PrefixRule
+	43, // 75: limitd.v1.Limitd.DeletePrefixRule:output_type -> limitd.v1.DeletePrefixRuleResponse
+	45, // 76: limitd.v1.Limitd.ListPrefixRules:output_type -> limitd.v1.ListPrefixRulesResponse
+	47, // 77: limitd.v1.Limitd.PutOverride:output_type -> limitd.v1.Override
+	49, // 78: limitd.v1.Limitd.DeleteOverride:output_type -> limitd.v1.DeleteOverrideResponse
+	54, // [54:79] is the sub-list for method output_type
+	29, // [29:54] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_limitd_v1_limitd_proto_init() }
