@@ -995,6 +995,153 @@ func (*ResetResponse) Descriptor() ([]byte, []int) {
 	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{13}
 }
 
+// SlotRequest names a slot an allowed check under a concurrency limit
+// answered (Decision.slot), under the same key and exactly one of policy and
+// limit.
+type SlotRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Policy        string                 `protobuf:"bytes,2,opt,name=policy,proto3" json:"policy,omitempty"`
+	Limit         *Limit                 `protobuf:"bytes,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	Slot          string                 `protobuf:"bytes,4,opt,name=slot,proto3" json:"slot,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SlotRequest) Reset() {
+	*x = SlotRequest{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SlotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SlotRequest) ProtoMessage() {}
+
+func (x *SlotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SlotRequest.ProtoReflect.Descriptor instead.
+func (*SlotRequest) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *SlotRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *SlotRequest) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
+func (x *SlotRequest) GetLimit() *Limit {
+	if x != nil {
+		return x.Limit
+	}
+	return nil
+}
+
+func (x *SlotRequest) GetSlot() string {
+	if x != nil {
+		return x.Slot
+	}
+	return ""
+}
+
+type SlotResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Done          bool                   `protobuf:"varint,1,opt,name=done,proto3" json:"done,omitempty"` // released (or renewed) now; false: it had been freed already
+	Slot          string                 `protobuf:"bytes,2,opt,name=slot,proto3" json:"slot,omitempty"`
+	SlotExpires   *durationpb.Duration   `protobuf:"bytes,3,opt,name=slot_expires,json=slotExpires,proto3" json:"slot_expires,omitempty"` // after a renewal: until the hold ends
+	Limit         int64                  `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	Remaining     int64                  `protobuf:"varint,5,opt,name=remaining,proto3" json:"remaining,omitempty"` // slots free on the key after the operation
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SlotResponse) Reset() {
+	*x = SlotResponse{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SlotResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SlotResponse) ProtoMessage() {}
+
+func (x *SlotResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SlotResponse.ProtoReflect.Descriptor instead.
+func (*SlotResponse) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *SlotResponse) GetDone() bool {
+	if x != nil {
+		return x.Done
+	}
+	return false
+}
+
+func (x *SlotResponse) GetSlot() string {
+	if x != nil {
+		return x.Slot
+	}
+	return ""
+}
+
+func (x *SlotResponse) GetSlotExpires() *durationpb.Duration {
+	if x != nil {
+		return x.SlotExpires
+	}
+	return nil
+}
+
+func (x *SlotResponse) GetLimit() int64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *SlotResponse) GetRemaining() int64 {
+	if x != nil {
+		return x.Remaining
+	}
+	return 0
+}
+
 type Policy struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Name   string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -1017,7 +1164,7 @@ type Policy struct {
 
 func (x *Policy) Reset() {
 	*x = Policy{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[14]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1029,7 +1176,7 @@ func (x *Policy) String() string {
 func (*Policy) ProtoMessage() {}
 
 func (x *Policy) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[14]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1042,7 +1189,7 @@ func (x *Policy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Policy.ProtoReflect.Descriptor instead.
 func (*Policy) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{14}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Policy) GetName() string {
@@ -1104,7 +1251,7 @@ type Lease struct {
 
 func (x *Lease) Reset() {
 	*x = Lease{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[15]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1116,7 +1263,7 @@ func (x *Lease) String() string {
 func (*Lease) ProtoMessage() {}
 
 func (x *Lease) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[15]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1129,7 +1276,7 @@ func (x *Lease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Lease.ProtoReflect.Descriptor instead.
 func (*Lease) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{15}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Lease) GetShare() float64 {
@@ -1162,7 +1309,7 @@ type PutPolicyRequest struct {
 
 func (x *PutPolicyRequest) Reset() {
 	*x = PutPolicyRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[16]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1174,7 +1321,7 @@ func (x *PutPolicyRequest) String() string {
 func (*PutPolicyRequest) ProtoMessage() {}
 
 func (x *PutPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[16]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1187,7 +1334,7 @@ func (x *PutPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutPolicyRequest.ProtoReflect.Descriptor instead.
 func (*PutPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{16}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *PutPolicyRequest) GetPolicy() *Policy {
@@ -1206,7 +1353,7 @@ type GetPolicyRequest struct {
 
 func (x *GetPolicyRequest) Reset() {
 	*x = GetPolicyRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[17]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1218,7 +1365,7 @@ func (x *GetPolicyRequest) String() string {
 func (*GetPolicyRequest) ProtoMessage() {}
 
 func (x *GetPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[17]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1231,7 +1378,7 @@ func (x *GetPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPolicyRequest.ProtoReflect.Descriptor instead.
 func (*GetPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{17}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetPolicyRequest) GetName() string {
@@ -1249,7 +1396,7 @@ type ListPoliciesRequest struct {
 
 func (x *ListPoliciesRequest) Reset() {
 	*x = ListPoliciesRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[18]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1261,7 +1408,7 @@ func (x *ListPoliciesRequest) String() string {
 func (*ListPoliciesRequest) ProtoMessage() {}
 
 func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[18]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1274,7 +1421,7 @@ func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ListPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{18}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{20}
 }
 
 type ListPoliciesResponse struct {
@@ -1286,7 +1433,7 @@ type ListPoliciesResponse struct {
 
 func (x *ListPoliciesResponse) Reset() {
 	*x = ListPoliciesResponse{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[19]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1298,7 +1445,7 @@ func (x *ListPoliciesResponse) String() string {
 func (*ListPoliciesResponse) ProtoMessage() {}
 
 func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[19]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1311,7 +1458,7 @@ func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ListPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{19}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListPoliciesResponse) GetPolicies() []*Policy {
@@ -1330,7 +1477,7 @@ type DeletePolicyRequest struct {
 
 func (x *DeletePolicyRequest) Reset() {
 	*x = DeletePolicyRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[20]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1342,7 +1489,7 @@ func (x *DeletePolicyRequest) String() string {
 func (*DeletePolicyRequest) ProtoMessage() {}
 
 func (x *DeletePolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[20]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1355,7 +1502,7 @@ func (x *DeletePolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePolicyRequest.ProtoReflect.Descriptor instead.
 func (*DeletePolicyRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{20}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *DeletePolicyRequest) GetName() string {
@@ -1373,7 +1520,7 @@ type DeletePolicyResponse struct {
 
 func (x *DeletePolicyResponse) Reset() {
 	*x = DeletePolicyResponse{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[21]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1385,7 +1532,7 @@ func (x *DeletePolicyResponse) String() string {
 func (*DeletePolicyResponse) ProtoMessage() {}
 
 func (x *DeletePolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[21]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1398,7 +1545,7 @@ func (x *DeletePolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePolicyResponse.ProtoReflect.Descriptor instead.
 func (*DeletePolicyResponse) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{21}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{23}
 }
 
 // RLSDomain is one domain's configuration.
@@ -1414,7 +1561,7 @@ type RLSDomain struct {
 
 func (x *RLSDomain) Reset() {
 	*x = RLSDomain{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[22]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1426,7 +1573,7 @@ func (x *RLSDomain) String() string {
 func (*RLSDomain) ProtoMessage() {}
 
 func (x *RLSDomain) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[22]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1439,7 +1586,7 @@ func (x *RLSDomain) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RLSDomain.ProtoReflect.Descriptor instead.
 func (*RLSDomain) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{22}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RLSDomain) GetDomain() string {
@@ -1467,7 +1614,7 @@ type PutRLSDomainRequest struct {
 
 func (x *PutRLSDomainRequest) Reset() {
 	*x = PutRLSDomainRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[23]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1479,7 +1626,7 @@ func (x *PutRLSDomainRequest) String() string {
 func (*PutRLSDomainRequest) ProtoMessage() {}
 
 func (x *PutRLSDomainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[23]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1492,7 +1639,7 @@ func (x *PutRLSDomainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutRLSDomainRequest.ProtoReflect.Descriptor instead.
 func (*PutRLSDomainRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{23}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *PutRLSDomainRequest) GetDomain() string {
@@ -1518,7 +1665,7 @@ type GetRLSDomainRequest struct {
 
 func (x *GetRLSDomainRequest) Reset() {
 	*x = GetRLSDomainRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[24]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1530,7 +1677,7 @@ func (x *GetRLSDomainRequest) String() string {
 func (*GetRLSDomainRequest) ProtoMessage() {}
 
 func (x *GetRLSDomainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[24]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1543,7 +1690,7 @@ func (x *GetRLSDomainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRLSDomainRequest.ProtoReflect.Descriptor instead.
 func (*GetRLSDomainRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{24}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetRLSDomainRequest) GetDomain() string {
@@ -1561,7 +1708,7 @@ type ListRLSDomainsRequest struct {
 
 func (x *ListRLSDomainsRequest) Reset() {
 	*x = ListRLSDomainsRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[25]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1573,7 +1720,7 @@ func (x *ListRLSDomainsRequest) String() string {
 func (*ListRLSDomainsRequest) ProtoMessage() {}
 
 func (x *ListRLSDomainsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[25]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1586,7 +1733,7 @@ func (x *ListRLSDomainsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRLSDomainsRequest.ProtoReflect.Descriptor instead.
 func (*ListRLSDomainsRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{25}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{27}
 }
 
 type ListRLSDomainsResponse struct {
@@ -1598,7 +1745,7 @@ type ListRLSDomainsResponse struct {
 
 func (x *ListRLSDomainsResponse) Reset() {
 	*x = ListRLSDomainsResponse{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[26]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1610,7 +1757,7 @@ func (x *ListRLSDomainsResponse) String() string {
 func (*ListRLSDomainsResponse) ProtoMessage() {}
 
 func (x *ListRLSDomainsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[26]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1623,7 +1770,7 @@ func (x *ListRLSDomainsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRLSDomainsResponse.ProtoReflect.Descriptor instead.
 func (*ListRLSDomainsResponse) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{26}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListRLSDomainsResponse) GetDomains() []*RLSDomain {
@@ -1642,7 +1789,7 @@ type DeleteRLSDomainRequest struct {
 
 func (x *DeleteRLSDomainRequest) Reset() {
 	*x = DeleteRLSDomainRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[27]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1654,7 +1801,7 @@ func (x *DeleteRLSDomainRequest) String() string {
 func (*DeleteRLSDomainRequest) ProtoMessage() {}
 
 func (x *DeleteRLSDomainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[27]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1667,7 +1814,7 @@ func (x *DeleteRLSDomainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRLSDomainRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRLSDomainRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{27}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *DeleteRLSDomainRequest) GetDomain() string {
@@ -1685,7 +1832,7 @@ type DeleteRLSDomainResponse struct {
 
 func (x *DeleteRLSDomainResponse) Reset() {
 	*x = DeleteRLSDomainResponse{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[28]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1697,7 +1844,7 @@ func (x *DeleteRLSDomainResponse) String() string {
 func (*DeleteRLSDomainResponse) ProtoMessage() {}
 
 func (x *DeleteRLSDomainResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[28]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1710,7 +1857,7 @@ func (x *DeleteRLSDomainResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRLSDomainResponse.ProtoReflect.Descriptor instead.
 func (*DeleteRLSDomainResponse) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{28}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{30}
 }
 
 // Plan is a named bundle of limits, keyed by the limit's name; each limit
@@ -1725,7 +1872,7 @@ type Plan struct {
 
 func (x *Plan) Reset() {
 	*x = Plan{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[29]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1737,7 +1884,7 @@ func (x *Plan) String() string {
 func (*Plan) ProtoMessage() {}
 
 func (x *Plan) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[29]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1750,7 +1897,7 @@ func (x *Plan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Plan.ProtoReflect.Descriptor instead.
 func (*Plan) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{29}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Plan) GetName() string {
@@ -1776,7 +1923,7 @@ type PutPlanRequest struct {
 
 func (x *PutPlanRequest) Reset() {
 	*x = PutPlanRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[30]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1788,7 +1935,7 @@ func (x *PutPlanRequest) String() string {
 func (*PutPlanRequest) ProtoMessage() {}
 
 func (x *PutPlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[30]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1801,7 +1948,7 @@ func (x *PutPlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutPlanRequest.ProtoReflect.Descriptor instead.
 func (*PutPlanRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{30}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *PutPlanRequest) GetPlan() *Plan {
@@ -1820,7 +1967,7 @@ type GetPlanRequest struct {
 
 func (x *GetPlanRequest) Reset() {
 	*x = GetPlanRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[31]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1832,7 +1979,7 @@ func (x *GetPlanRequest) String() string {
 func (*GetPlanRequest) ProtoMessage() {}
 
 func (x *GetPlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[31]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1845,7 +1992,7 @@ func (x *GetPlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPlanRequest.ProtoReflect.Descriptor instead.
 func (*GetPlanRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{31}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *GetPlanRequest) GetName() string {
@@ -1863,7 +2010,7 @@ type ListPlansRequest struct {
 
 func (x *ListPlansRequest) Reset() {
 	*x = ListPlansRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[32]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1875,7 +2022,7 @@ func (x *ListPlansRequest) String() string {
 func (*ListPlansRequest) ProtoMessage() {}
 
 func (x *ListPlansRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[32]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1888,7 +2035,7 @@ func (x *ListPlansRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPlansRequest.ProtoReflect.Descriptor instead.
 func (*ListPlansRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{32}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{34}
 }
 
 type ListPlansResponse struct {
@@ -1901,7 +2048,7 @@ type ListPlansResponse struct {
 
 func (x *ListPlansResponse) Reset() {
 	*x = ListPlansResponse{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[33]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1913,7 +2060,7 @@ func (x *ListPlansResponse) String() string {
 func (*ListPlansResponse) ProtoMessage() {}
 
 func (x *ListPlansResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[33]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1926,7 +2073,7 @@ func (x *ListPlansResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPlansResponse.ProtoReflect.Descriptor instead.
 func (*ListPlansResponse) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{33}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListPlansResponse) GetPlans() []*Plan {
@@ -1952,7 +2099,7 @@ type DeletePlanRequest struct {
 
 func (x *DeletePlanRequest) Reset() {
 	*x = DeletePlanRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[34]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1964,7 +2111,7 @@ func (x *DeletePlanRequest) String() string {
 func (*DeletePlanRequest) ProtoMessage() {}
 
 func (x *DeletePlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[34]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1977,7 +2124,7 @@ func (x *DeletePlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePlanRequest.ProtoReflect.Descriptor instead.
 func (*DeletePlanRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{34}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *DeletePlanRequest) GetName() string {
@@ -1995,7 +2142,7 @@ type DeletePlanResponse struct {
 
 func (x *DeletePlanResponse) Reset() {
 	*x = DeletePlanResponse{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[35]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2007,7 +2154,7 @@ func (x *DeletePlanResponse) String() string {
 func (*DeletePlanResponse) ProtoMessage() {}
 
 func (x *DeletePlanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[35]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2020,7 +2167,7 @@ func (x *DeletePlanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePlanResponse.ProtoReflect.Descriptor instead.
 func (*DeletePlanResponse) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{35}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{37}
 }
 
 type SetDefaultPlanRequest struct {
@@ -2032,7 +2179,7 @@ type SetDefaultPlanRequest struct {
 
 func (x *SetDefaultPlanRequest) Reset() {
 	*x = SetDefaultPlanRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[36]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2044,7 +2191,7 @@ func (x *SetDefaultPlanRequest) String() string {
 func (*SetDefaultPlanRequest) ProtoMessage() {}
 
 func (x *SetDefaultPlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[36]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2057,7 +2204,7 @@ func (x *SetDefaultPlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetDefaultPlanRequest.ProtoReflect.Descriptor instead.
 func (*SetDefaultPlanRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{36}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *SetDefaultPlanRequest) GetPlan() string {
@@ -2075,7 +2222,7 @@ type SetDefaultPlanResponse struct {
 
 func (x *SetDefaultPlanResponse) Reset() {
 	*x = SetDefaultPlanResponse{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[37]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2087,7 +2234,7 @@ func (x *SetDefaultPlanResponse) String() string {
 func (*SetDefaultPlanResponse) ProtoMessage() {}
 
 func (x *SetDefaultPlanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[37]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2100,7 +2247,7 @@ func (x *SetDefaultPlanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetDefaultPlanResponse.ProtoReflect.Descriptor instead.
 func (*SetDefaultPlanResponse) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{37}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{39}
 }
 
 type AssignPlanRequest struct {
@@ -2113,7 +2260,7 @@ type AssignPlanRequest struct {
 
 func (x *AssignPlanRequest) Reset() {
 	*x = AssignPlanRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[38]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2125,7 +2272,7 @@ func (x *AssignPlanRequest) String() string {
 func (*AssignPlanRequest) ProtoMessage() {}
 
 func (x *AssignPlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[38]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2138,7 +2285,7 @@ func (x *AssignPlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssignPlanRequest.ProtoReflect.Descriptor instead.
 func (*AssignPlanRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{38}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *AssignPlanRequest) GetKey() string {
@@ -2164,7 +2311,7 @@ type GetKeyPlanRequest struct {
 
 func (x *GetKeyPlanRequest) Reset() {
 	*x = GetKeyPlanRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[39]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2176,7 +2323,7 @@ func (x *GetKeyPlanRequest) String() string {
 func (*GetKeyPlanRequest) ProtoMessage() {}
 
 func (x *GetKeyPlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[39]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2189,7 +2336,7 @@ func (x *GetKeyPlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetKeyPlanRequest.ProtoReflect.Descriptor instead.
 func (*GetKeyPlanRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{39}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *GetKeyPlanRequest) GetKey() string {
@@ -2215,7 +2362,7 @@ type KeyPlan struct {
 
 func (x *KeyPlan) Reset() {
 	*x = KeyPlan{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[40]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2227,7 +2374,7 @@ func (x *KeyPlan) String() string {
 func (*KeyPlan) ProtoMessage() {}
 
 func (x *KeyPlan) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[40]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2240,7 +2387,7 @@ func (x *KeyPlan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyPlan.ProtoReflect.Descriptor instead.
 func (*KeyPlan) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{40}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *KeyPlan) GetKey() string {
@@ -2288,7 +2435,7 @@ type PrefixRule struct {
 
 func (x *PrefixRule) Reset() {
 	*x = PrefixRule{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[41]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2300,7 +2447,7 @@ func (x *PrefixRule) String() string {
 func (*PrefixRule) ProtoMessage() {}
 
 func (x *PrefixRule) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[41]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2313,7 +2460,7 @@ func (x *PrefixRule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrefixRule.ProtoReflect.Descriptor instead.
 func (*PrefixRule) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{41}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *PrefixRule) GetPrefix() string {
@@ -2339,7 +2486,7 @@ type DeletePrefixRuleRequest struct {
 
 func (x *DeletePrefixRuleRequest) Reset() {
 	*x = DeletePrefixRuleRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[42]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2351,7 +2498,7 @@ func (x *DeletePrefixRuleRequest) String() string {
 func (*DeletePrefixRuleRequest) ProtoMessage() {}
 
 func (x *DeletePrefixRuleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[42]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2364,7 +2511,7 @@ func (x *DeletePrefixRuleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePrefixRuleRequest.ProtoReflect.Descriptor instead.
 func (*DeletePrefixRuleRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{42}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *DeletePrefixRuleRequest) GetPrefix() string {
@@ -2382,7 +2529,7 @@ type DeletePrefixRuleResponse struct {
 
 func (x *DeletePrefixRuleResponse) Reset() {
 	*x = DeletePrefixRuleResponse{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[43]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2394,7 +2541,7 @@ func (x *DeletePrefixRuleResponse) String() string {
 func (*DeletePrefixRuleResponse) ProtoMessage() {}
 
 func (x *DeletePrefixRuleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[43]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2407,7 +2554,7 @@ func (x *DeletePrefixRuleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePrefixRuleResponse.ProtoReflect.Descriptor instead.
 func (*DeletePrefixRuleResponse) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{43}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{45}
 }
 
 type ListPrefixRulesRequest struct {
@@ -2418,7 +2565,7 @@ type ListPrefixRulesRequest struct {
 
 func (x *ListPrefixRulesRequest) Reset() {
 	*x = ListPrefixRulesRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[44]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2430,7 +2577,7 @@ func (x *ListPrefixRulesRequest) String() string {
 func (*ListPrefixRulesRequest) ProtoMessage() {}
 
 func (x *ListPrefixRulesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[44]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2443,7 +2590,7 @@ func (x *ListPrefixRulesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPrefixRulesRequest.ProtoReflect.Descriptor instead.
 func (*ListPrefixRulesRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{44}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{46}
 }
 
 type ListPrefixRulesResponse struct {
@@ -2455,7 +2602,7 @@ type ListPrefixRulesResponse struct {
 
 func (x *ListPrefixRulesResponse) Reset() {
 	*x = ListPrefixRulesResponse{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[45]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2467,7 +2614,7 @@ func (x *ListPrefixRulesResponse) String() string {
 func (*ListPrefixRulesResponse) ProtoMessage() {}
 
 func (x *ListPrefixRulesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[45]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2480,7 +2627,7 @@ func (x *ListPrefixRulesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPrefixRulesResponse.ProtoReflect.Descriptor instead.
 func (*ListPrefixRulesResponse) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{45}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ListPrefixRulesResponse) GetRules() []*PrefixRule {
@@ -2501,7 +2648,7 @@ type LimitOverride struct {
 
 func (x *LimitOverride) Reset() {
 	*x = LimitOverride{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[46]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2513,7 +2660,7 @@ func (x *LimitOverride) String() string {
 func (*LimitOverride) ProtoMessage() {}
 
 func (x *LimitOverride) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[46]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2526,7 +2673,7 @@ func (x *LimitOverride) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitOverride.ProtoReflect.Descriptor instead.
 func (*LimitOverride) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{46}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *LimitOverride) GetLimit() int64 {
@@ -2556,7 +2703,7 @@ type Override struct {
 
 func (x *Override) Reset() {
 	*x = Override{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[47]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2568,7 +2715,7 @@ func (x *Override) String() string {
 func (*Override) ProtoMessage() {}
 
 func (x *Override) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[47]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2581,7 +2728,7 @@ func (x *Override) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Override.ProtoReflect.Descriptor instead.
 func (*Override) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{47}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *Override) GetKey() string {
@@ -2614,7 +2761,7 @@ type DeleteOverrideRequest struct {
 
 func (x *DeleteOverrideRequest) Reset() {
 	*x = DeleteOverrideRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[48]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2626,7 +2773,7 @@ func (x *DeleteOverrideRequest) String() string {
 func (*DeleteOverrideRequest) ProtoMessage() {}
 
 func (x *DeleteOverrideRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[48]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2639,7 +2786,7 @@ func (x *DeleteOverrideRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteOverrideRequest.ProtoReflect.Descriptor instead.
 func (*DeleteOverrideRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{48}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *DeleteOverrideRequest) GetKey() string {
@@ -2657,7 +2804,7 @@ type DeleteOverrideResponse struct {
 
 func (x *DeleteOverrideResponse) Reset() {
 	*x = DeleteOverrideResponse{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[49]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2669,7 +2816,7 @@ func (x *DeleteOverrideResponse) String() string {
 func (*DeleteOverrideResponse) ProtoMessage() {}
 
 func (x *DeleteOverrideResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[49]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2682,7 +2829,7 @@ func (x *DeleteOverrideResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteOverrideResponse.ProtoReflect.Descriptor instead.
 func (*DeleteOverrideResponse) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{49}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{51}
 }
 
 var File_limitd_v1_limitd_proto protoreflect.FileDescriptor
@@ -2763,7 +2910,18 @@ const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
 	"\x06policy\x18\x02 \x01(\tR\x06policy\x12&\n" +
 	"\x05limit\x18\x03 \x01(\v2\x10.limitd.v1.LimitR\x05limit\"\x0f\n" +
-	"\rResetResponse\"\xd2\x01\n" +
+	"\rResetResponse\"s\n" +
+	"\vSlotRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
+	"\x06policy\x18\x02 \x01(\tR\x06policy\x12&\n" +
+	"\x05limit\x18\x03 \x01(\v2\x10.limitd.v1.LimitR\x05limit\x12\x12\n" +
+	"\x04slot\x18\x04 \x01(\tR\x04slot\"\xa8\x01\n" +
+	"\fSlotResponse\x12\x12\n" +
+	"\x04done\x18\x01 \x01(\bR\x04done\x12\x12\n" +
+	"\x04slot\x18\x02 \x01(\tR\x04slot\x12<\n" +
+	"\fslot_expires\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\vslotExpires\x12\x14\n" +
+	"\x05limit\x18\x04 \x01(\x03R\x05limit\x12\x1c\n" +
+	"\tremaining\x18\x05 \x01(\x03R\tremaining\"\xd2\x01\n" +
 	"\x06Policy\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12&\n" +
 	"\x05limit\x18\x02 \x01(\v2\x10.limitd.v1.LimitR\x05limit\x12\x16\n" +
@@ -2857,13 +3015,15 @@ const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\v2\x18.limitd.v1.LimitOverrideR\x05value:\x028\x01\")\n" +
 	"\x15DeleteOverrideRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\"\x18\n" +
-	"\x16DeleteOverrideResponse2\xf2\r\n" +
+	"\x16DeleteOverrideResponse2\xe8\x0e\n" +
 	"\x06Limitd\x12:\n" +
 	"\x05Check\x12\x17.limitd.v1.CheckRequest\x1a\x18.limitd.v1.CheckResponse\x12C\n" +
 	"\bCheckAll\x12\x1a.limitd.v1.CheckAllRequest\x1a\x1b.limitd.v1.CheckAllResponse\x12:\n" +
 	"\x05Batch\x12\x17.limitd.v1.BatchRequest\x1a\x18.limitd.v1.BatchResponse\x128\n" +
 	"\x04Peek\x12\x16.limitd.v1.PeekRequest\x1a\x18.limitd.v1.CheckResponse\x12:\n" +
-	"\x05Reset\x12\x17.limitd.v1.ResetRequest\x1a\x18.limitd.v1.ResetResponse\x12;\n" +
+	"\x05Reset\x12\x17.limitd.v1.ResetRequest\x1a\x18.limitd.v1.ResetResponse\x12:\n" +
+	"\aRelease\x12\x16.limitd.v1.SlotRequest\x1a\x17.limitd.v1.SlotResponse\x128\n" +
+	"\x05Renew\x12\x16.limitd.v1.SlotRequest\x1a\x17.limitd.v1.SlotResponse\x12;\n" +
 	"\tPutPolicy\x12\x1b.limitd.v1.PutPolicyRequest\x1a\x11.limitd.v1.Policy\x12;\n" +
 	"\tGetPolicy\x12\x1b.limitd.v1.GetPolicyRequest\x1a\x11.limitd.v1.Policy\x12O\n" +
 	"\fListPolicies\x12\x1e.limitd.v1.ListPoliciesRequest\x1a\x1f.limitd.v1.ListPoliciesResponse\x12O\n" +
@@ -2900,7 +3060,7 @@ func file_limitd_v1_limitd_proto_rawDescGZIP() []byte {
 	return file_limitd_v1_limitd_proto_rawDescData
 }
 
-var file_limitd_v1_limitd_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
+var file_limitd_v1_limitd_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
 var file_limitd_v1_limitd_proto_goTypes = []any{
 	(*Limit)(nil),                    // 0: limitd.v1.Limit
 	(*CheckRequest)(nil),             // 1: limitd.v1.CheckRequest
@@ -2916,54 +3076,56 @@ var file_limitd_v1_limitd_proto_goTypes = []any{
 	(*PeekRequest)(nil),              // 11: limitd.v1.PeekRequest
 	(*ResetRequest)(nil),             // 12: limitd.v1.ResetRequest
 	(*ResetResponse)(nil),            // 13: limitd.v1.ResetResponse
-	(*Policy)(nil),                   // 14: limitd.v1.Policy
-	(*Lease)(nil),                    // 15: limitd.v1.Lease
-	(*PutPolicyRequest)(nil),         // 16: limitd.v1.PutPolicyRequest
-	(*GetPolicyRequest)(nil),         // 17: limitd.v1.GetPolicyRequest
-	(*ListPoliciesRequest)(nil),      // 18: limitd.v1.ListPoliciesRequest
-	(*ListPoliciesResponse)(nil),     // 19: limitd.v1.ListPoliciesResponse
-	(*DeletePolicyRequest)(nil),      // 20: limitd.v1.DeletePolicyRequest
-	(*DeletePolicyResponse)(nil),     // 21: limitd.v1.DeletePolicyResponse
-	(*RLSDomain)(nil),                // 22: limitd.v1.RLSDomain
-	(*PutRLSDomainRequest)(nil),      // 23: limitd.v1.PutRLSDomainRequest
-	(*GetRLSDomainRequest)(nil),      // 24: limitd.v1.GetRLSDomainRequest
-	(*ListRLSDomainsRequest)(nil),    // 25: limitd.v1.ListRLSDomainsRequest
-	(*ListRLSDomainsResponse)(nil),   // 26: limitd.v1.ListRLSDomainsResponse
-	(*DeleteRLSDomainRequest)(nil),   // 27: limitd.v1.DeleteRLSDomainRequest
-	(*DeleteRLSDomainResponse)(nil),  // 28: limitd.v1.DeleteRLSDomainResponse
-	(*Plan)(nil),                     // 29: limitd.v1.Plan
-	(*PutPlanRequest)(nil),           // 30: limitd.v1.PutPlanRequest
-	(*GetPlanRequest)(nil),           // 31: limitd.v1.GetPlanRequest
-	(*ListPlansRequest)(nil),         // 32: limitd.v1.ListPlansRequest
-	(*ListPlansResponse)(nil),        // 33: limitd.v1.ListPlansResponse
-	(*DeletePlanRequest)(nil),        // 34: limitd.v1.DeletePlanRequest
-	(*DeletePlanResponse)(nil),       // 35: limitd.v1.DeletePlanResponse
-	(*SetDefaultPlanRequest)(nil),    // 36: limitd.v1.SetDefaultPlanRequest
-	(*SetDefaultPlanResponse)(nil),   // 37: limitd.v1.SetDefaultPlanResponse
-	(*AssignPlanRequest)(nil),        // 38: limitd.v1.AssignPlanRequest
-	(*GetKeyPlanRequest)(nil),        // 39: limitd.v1.GetKeyPlanRequest
-	(*KeyPlan)(nil),                  // 40: limitd.v1.KeyPlan
-	(*PrefixRule)(nil),               // 41: limitd.v1.PrefixRule
-	(*DeletePrefixRuleRequest)(nil),  // 42: limitd.v1.DeletePrefixRuleRequest
-	(*DeletePrefixRuleResponse)(nil), // 43: limitd.v1.DeletePrefixRuleResponse
-	(*ListPrefixRulesRequest)(nil),   // 44: limitd.v1.ListPrefixRulesRequest
-	(*ListPrefixRulesResponse)(nil),  // 45: limitd.v1.ListPrefixRulesResponse
-	(*LimitOverride)(nil),            // 46: limitd.v1.LimitOverride
-	(*Override)(nil),                 // 47: limitd.v1.Override
-	(*DeleteOverrideRequest)(nil),    // 48: limitd.v1.DeleteOverrideRequest
-	(*DeleteOverrideResponse)(nil),   // 49: limitd.v1.DeleteOverrideResponse
-	nil,                              // 50: limitd.v1.Plan.LimitsEntry
-	nil,                              // 51: limitd.v1.Override.LimitsEntry
-	(*durationpb.Duration)(nil),      // 52: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),    // 53: google.protobuf.Timestamp
+	(*SlotRequest)(nil),              // 14: limitd.v1.SlotRequest
+	(*SlotResponse)(nil),             // 15: limitd.v1.SlotResponse
+	(*Policy)(nil),                   // 16: limitd.v1.Policy
+	(*Lease)(nil),                    // 17: limitd.v1.Lease
+	(*PutPolicyRequest)(nil),         // 18: limitd.v1.PutPolicyRequest
+	(*GetPolicyRequest)(nil),         // 19: limitd.v1.GetPolicyRequest
+	(*ListPoliciesRequest)(nil),      // 20: limitd.v1.ListPoliciesRequest
+	(*ListPoliciesResponse)(nil),     // 21: limitd.v1.ListPoliciesResponse
+	(*DeletePolicyRequest)(nil),      // 22: limitd.v1.DeletePolicyRequest
+	(*DeletePolicyResponse)(nil),     // 23: limitd.v1.DeletePolicyResponse
+	(*RLSDomain)(nil),                // 24: limitd.v1.RLSDomain
+	(*PutRLSDomainRequest)(nil),      // 25: limitd.v1.PutRLSDomainRequest
+	(*GetRLSDomainRequest)(nil),      // 26: limitd.v1.GetRLSDomainRequest
+	(*ListRLSDomainsRequest)(nil),    // 27: limitd.v1.ListRLSDomainsRequest
+	(*ListRLSDomainsResponse)(nil),   // 28: limitd.v1.ListRLSDomainsResponse
+	(*DeleteRLSDomainRequest)(nil),   // 29: limitd.v1.DeleteRLSDomainRequest
+	(*DeleteRLSDomainResponse)(nil),  // 30: limitd.v1.DeleteRLSDomainResponse
+	(*Plan)(nil),                     // 31: limitd.v1.Plan
+	(*PutPlanRequest)(nil),           // 32: limitd.v1.PutPlanRequest
+	(*GetPlanRequest)(nil),           // 33: limitd.v1.GetPlanRequest
+	(*ListPlansRequest)(nil),         // 34: limitd.v1.ListPlansRequest
+	(*ListPlansResponse)(nil),        // 35: limitd.v1.ListPlansResponse
+	(*DeletePlanRequest)(nil),        // 36: limitd.v1.DeletePlanRequest
+	(*DeletePlanResponse)(nil),       // 37: limitd.v1.DeletePlanResponse
+	(*SetDefaultPlanRequest)(nil),    // 38: limitd.v1.SetDefaultPlanRequest
+	(*SetDefaultPlanResponse)(nil),   // 39: limitd.v1.SetDefaultPlanResponse
+	(*AssignPlanRequest)(nil),        // 40: limitd.v1.AssignPlanRequest
+	(*GetKeyPlanRequest)(nil),        // 41: limitd.v1.GetKeyPlanRequest
+	(*KeyPlan)(nil),                  // 42: limitd.v1.KeyPlan
+	(*PrefixRule)(nil),               // 43: limitd.v1.PrefixRule
+	(*DeletePrefixRuleRequest)(nil),  // 44: limitd.v1.DeletePrefixRuleRequest
+	(*DeletePrefixRuleResponse)(nil), // 45: limitd.v1.DeletePrefixRuleResponse
+	(*ListPrefixRulesRequest)(nil),   // 46: limitd.v1.ListPrefixRulesRequest
+	(*ListPrefixRulesResponse)(nil),  // 47: limitd.v1.ListPrefixRulesResponse
+	(*LimitOverride)(nil),            // 48: limitd.v1.LimitOverride
+	(*Override)(nil),                 // 49: limitd.v1.Override
+	(*DeleteOverrideRequest)(nil),    // 50: limitd.v1.DeleteOverrideRequest
+	(*DeleteOverrideResponse)(nil),   // 51: limitd.v1.DeleteOverrideResponse
+	nil,                              // 52: limitd.v1.Plan.LimitsEntry
+	nil,                              // 53: limitd.v1.Override.LimitsEntry
+	(*durationpb.Duration)(nil),      // 54: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),    // 55: google.protobuf.Timestamp
 }
 var file_limitd_v1_limitd_proto_depIdxs = []int32{
 	0,  // 0: limitd.v1.CheckRequest.limit:type_name -> limitd.v1.Limit
-	52, // 1: limitd.v1.Decision.reset_after:type_name -> google.protobuf.Duration
-	52, // 2: limitd.v1.Decision.retry_after:type_name -> google.protobuf.Duration
-	52, // 3: limitd.v1.Decision.delay:type_name -> google.protobuf.Duration
+	54, // 1: limitd.v1.Decision.reset_after:type_name -> google.protobuf.Duration
+	54, // 2: limitd.v1.Decision.retry_after:type_name -> google.protobuf.Duration
+	54, // 3: limitd.v1.Decision.delay:type_name -> google.protobuf.Duration
 	3,  // 4: limitd.v1.Decision.limits:type_name -> limitd.v1.NamedDecision
-	52, // 5: limitd.v1.Decision.slot_expires:type_name -> google.protobuf.Duration
+	54, // 5: limitd.v1.Decision.slot_expires:type_name -> google.protobuf.Duration
 	2,  // 6: limitd.v1.NamedDecision.decision:type_name -> limitd.v1.Decision
 	2,  // 7: limitd.v1.CheckResponse.decision:type_name -> limitd.v1.Decision
 	1,  // 8: limitd.v1.CheckAllRequest.checks:type_name -> limitd.v1.CheckRequest
@@ -2974,74 +3136,80 @@ var file_limitd_v1_limitd_proto_depIdxs = []int32{
 	9,  // 13: limitd.v1.BatchResponse.results:type_name -> limitd.v1.BatchResult
 	0,  // 14: limitd.v1.PeekRequest.limit:type_name -> limitd.v1.Limit
 	0,  // 15: limitd.v1.ResetRequest.limit:type_name -> limitd.v1.Limit
-	0,  // 16: limitd.v1.Policy.limit:type_name -> limitd.v1.Limit
-	15, // 17: limitd.v1.Policy.lease:type_name -> limitd.v1.Lease
-	14, // 18: limitd.v1.PutPolicyRequest.policy:type_name -> limitd.v1.Policy
-	14, // 19: limitd.v1.ListPoliciesResponse.policies:type_name -> limitd.v1.Policy
-	22, // 20: limitd.v1.ListRLSDomainsResponse.domains:type_name -> limitd.v1.RLSDomain
-	50, // 21: limitd.v1.Plan.limits:type_name -> limitd.v1.Plan.LimitsEntry
-	29, // 22: limitd.v1.PutPlanRequest.plan:type_name -> limitd.v1.Plan
-	29, // 23: limitd.v1.ListPlansResponse.plans:type_name -> limitd.v1.Plan
-	41, // 24: limitd.v1.ListPrefixRulesResponse.rules:type_name -> limitd.v1.PrefixRule
-	51, // 25: limitd.v1.Override.limits:type_name -> limitd.v1.Override.LimitsEntry
-	53, // 26: limitd.v1.Override.expires:type_name -> google.protobuf.Timestamp
-	0,  // 27: limitd.v1.Plan.LimitsEntry.value:type_name -> limitd.v1.Limit
-	46, // 28: limitd.v1.Override.LimitsEntry.value:type_name -> limitd.v1.LimitOverride
-	1,  // 29: limitd.v1.Limitd.Check:input_type -> limitd.v1.CheckRequest
-	5,  // 30: limitd.v1.Limitd.CheckAll:input_type -> limitd.v1.CheckAllRequest
-	7,  // 31: limitd.v1.Limitd.Batch:input_type -> limitd.v1.BatchRequest
-	11, // 32: limitd.v1.Limitd.Peek:input_type -> limitd.v1.PeekRequest
-	12, // 33: limitd.v1.Limitd.Reset:input_type -> limitd.v1.ResetRequest
-	16, // 34: limitd.v1.Limitd.PutPolicy:input_type -> limitd.v1.PutPolicyRequest
-	17, // 35: limitd.v1.Limitd.GetPolicy:input_type -> limitd.v1.GetPolicyRequest
-	18, // 36: limitd.v1.Limitd.ListPolicies:input_type -> limitd.v1.ListPoliciesRequest
-	20, // 37: limitd.v1.Limitd.DeletePolicy:input_type -> limitd.v1.DeletePolicyRequest
-	23, // 38: limitd.v1.Limitd.PutRLSDomain:input_type -> limitd.v1.PutRLSDomainRequest
-	24, // 39: limitd.v1.Limitd.GetRLSDomain:input_type -> limitd.v1.GetRLSDomainRequest
-	25, // 40: limitd.v1.Limitd.ListRLSDomains:input_type -> limitd.v1.ListRLSDomainsRequest
-	27, // 41: limitd.v1.Limitd.DeleteRLSDomain:input_type -> limitd.v1.DeleteRLSDomainRequest
-	30, // 42: limitd.v1.Limitd.PutPlan:input_type -> limitd.v1.PutPlanRequest
-	31, // 43: limitd.v1.Limitd.GetPlan:input_type -> limitd.v1.GetPlanRequest
-	32, // 44: limitd.v1.Limitd.ListPlans:input_type -> limitd.v1.ListPlansRequest
-	34, // 45: limitd.v1.Limitd.DeletePlan:input_type -> limitd.v1.DeletePlanRequest
-	36, // 46: limitd.v1.Limitd.SetDefaultPlan:input_type -> limitd.v1.SetDefaultPlanRequest
-	38, // 47: limitd.v1.Limitd.AssignPlan:input_type -> limitd.v1.AssignPlanRequest
-	39, // 48: limitd.v1.Limitd.GetKeyPlan:input_type -> limitd.v1.GetKeyPlanRequest
-	41, // 49: limitd.v1.Limitd.PutPrefixRule:input_type -> limitd.v1.PrefixRule
-	42, // 50: limitd.v1.Limitd.DeletePrefixRule:input_type -> limitd.v1.DeletePrefixRuleRequest
-	44, // 51: limitd.v1.Limitd.ListPrefixRules:input_type -> limitd.v1.ListPrefixRulesRequest
-	47, // 52: limitd.v1.Limitd.PutOverride:input_type -> limitd.v1.Override
-	48, // 53: limitd.v1.Limitd.DeleteOverride:input_type -> limitd.v1.DeleteOverrideRequest
-	4,  // 54: limitd.v1.Limitd.Check:output_type -> limitd.v1.CheckResponse
-	6,  // 55: limitd.v1.Limitd.CheckAll:output_type -> limitd.v1.CheckAllResponse
-	10, // 56: limitd.v1.Limitd.Batch:output_type -> limitd.v1.BatchResponse
-	4,  // 57: limitd.v1.Limitd.Peek:output_type -> limitd.v1.CheckResponse
-	13, // 58: limitd.v1.Limitd.Reset:output_type -> limitd.v1.ResetResponse
-	14, // 59: limitd.v1.Limitd.PutPolicy:output_type -> limitd.v1.Policy
-	14, // 60: limitd.v1.Limitd.GetPolicy:output_type -> limitd.v1.Policy
-	19, // 61: limitd.v1.Limitd.ListPolicies:output_type -> limitd.v1.ListPoliciesResponse
-	21, // 62: limitd.v1.Limitd.DeletePolicy:output_type -> limitd.v1.DeletePolicyResponse
-	22, // 63: limitd.v1.Limitd.PutRLSDomain:output_type -> limitd.v1.RLSDomain
-	22, // 64: limitd.v1.Limitd.GetRLSDomain:output_type -> limitd.v1.RLSDomain
-	26, // 65: limitd.v1.Limitd.ListRLSDomains:output_type -> limitd.v1.ListRLSDomainsResponse
-	28, // 66: limitd.v1.Limitd.DeleteRLSDomain:output_type -> limitd.v1.DeleteRLSDomainResponse
-	29, // 67: limitd.v1.Limitd.PutPlan:output_type -> limitd.v1.Plan
-	29, // 68: limitd.v1.Limitd.GetPlan:output_type -> limitd.v1.Plan
-	33, // 69: limitd.v1.Limitd.ListPlans:output_type -> limitd.v1.ListPlansResponse
-	35, // 70: limitd.v1.Limitd.DeletePlan:output_type -> limitd.v1.DeletePlanResponse
-	37, // 71: limitd.v1.Limitd.SetDefaultPlan:output_type -> limitd.v1.SetDefaultPlanResponse
-	40, // 72: limitd.v1.Limitd.AssignPlan:output_type -> limitd.v1.KeyPlan
-	40, // 73: limitd.v1.Limitd.GetKeyPlan:output_type -> limitd.v1.KeyPlan
-	41, // 74: limitd.v1.Limitd.PutPrefixRule:output_type -> limitd.v1.PrefixRule
-	43, // 75: limitd.v1.Limitd.DeletePrefixRule:output_type -> limitd.v1.DeletePrefixRuleResponse
-	45, // 76: limitd.v1.Limitd.ListPrefixRules:output_type -> limitd.v1.ListPrefixRulesResponse
-	47, // 77: limitd.v1.Limitd.PutOverride:output_type -> limitd.v1.Override
-	49, // 78: limitd.v1.Limitd.DeleteOverride:output_type -> limitd.v1.DeleteOverrideResponse
-	54, // [54:79] is the sub-list for method output_type
-	29, // [29:54] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	0,  // 16: limitd.v1.SlotRequest.limit:type_name -> limitd.v1.Limit
+	54, // 17: limitd.v1.SlotResponse.slot_expires:type_name -> google.protobuf.Duration
+	0,  // 18: limitd.v1.Policy.limit:type_name -> limitd.v1.Limit
+	17, // 19: limitd.v1.Policy.lease:type_name -> limitd.v1.Lease
+	16, // 20: limitd.v1.PutPolicyRequest.policy:type_name -> limitd.v1.Policy
+	16, // 21: limitd.v1.ListPoliciesResponse.policies:type_name -> limitd.v1.Policy
+	24, // 22: limitd.v1.ListRLSDomainsResponse.domains:type_name -> limitd.v1.RLSDomain
+	52, // 23: limitd.v1.Plan.limits:type_name -> limitd.v1.Plan.LimitsEntry
+	31, // 24: limitd.v1.PutPlanRequest.plan:type_name -> limitd.v1.Plan
+	31, // 25: limitd.v1.ListPlansResponse.plans:type_name -> limitd.v1.Plan
+	43, // 26: limitd.v1.ListPrefixRulesResponse.rules:type_name -> limitd.v1.PrefixRule
+	53, // 27: limitd.v1.Override.limits:type_name -> limitd.v1.Override.LimitsEntry
+	55, // 28: limitd.v1.Override.expires:type_name -> google.protobuf.Timestamp
+	0,  // 29: limitd.v1.Plan.LimitsEntry.value:type_name -> limitd.v1.Limit
+	48, // 30: limitd.v1.Override.LimitsEntry.value:type_name -> limitd.v1.LimitOverride
+	1,  // 31: limitd.v1.Limitd.Check:input_type -> limitd.v1.CheckRequest
+	5,  // 32: limitd.v1.Limitd.CheckAll:input_type -> limitd.v1.CheckAllRequest
+	7,  // 33: limitd.v1.Limitd.Batch:input_type -> limitd.v1.BatchRequest
+	11, // 34: limitd.v1.Limitd.Peek:input_type -> limitd.v1.PeekRequest
+	12, // 35: limitd.v1.Limitd.Reset:input_type -> limitd.v1.ResetRequest
+	14, // 36: limitd.v1.Limitd.Release:input_type -> limitd.v1.SlotRequest
+	14, // 37: limitd.v1.Limitd.Renew:input_type -> limitd.v1.SlotRequest
+	18, // 38: limitd.v1.Limitd.PutPolicy:input_type -> limitd.v1.PutPolicyRequest
+	19, // 39: limitd.v1.Limitd.GetPolicy:input_type -> limitd.v1.GetPolicyRequest
+	20, // 40: limitd.v1.Limitd.ListPolicies:input_type -> limitd.v1.ListPoliciesRequest
+	22, // 41: limitd.v1.Limitd.DeletePolicy:input_type -> limitd.v1.DeletePolicyRequest
+	25, // 42: limitd.v1.Limitd.PutRLSDomain:input_type -> limitd.v1.PutRLSDomainRequest
+	26, // 43: limitd.v1.Limitd.GetRLSDomain:input_type -> limitd.v1.GetRLSDomainRequest
+	27, // 44: limitd.v1.Limitd.ListRLSDomains:input_type -> limitd.v1.ListRLSDomainsRequest
+	29, // 45: limitd.v1.Limitd.DeleteRLSDomain:input_type -> limitd.v1.DeleteRLSDomainRequest
+	32, // 46: limitd.v1.Limitd.PutPlan:input_type -> limitd.v1.PutPlanRequest
+	33, // 47: limitd.v1.Limitd.GetPlan:input_type -> limitd.v1.GetPlanRequest
+	34, // 48: limitd.v1.Limitd.ListPlans:input_type -> limitd.v1.ListPlansRequest
+	36, // 49: limitd.v1.Limitd.DeletePlan:input_type -> limitd.v1.DeletePlanRequest
+	38, // 50: limitd.v1.Limitd.SetDefaultPlan:input_type -> limitd.v1.SetDefaultPlanRequest
+	40, // 51: limitd.v1.Limitd.AssignPlan:input_type -> limitd.v1.AssignPlanRequest
+	41, // 52: limitd.v1.Limitd.GetKeyPlan:input_type -> limitd.v1.GetKeyPlanRequest
+	43, // 53: limitd.v1.Limitd.PutPrefixRule:input_type -> limitd.v1.PrefixRule
+	44, // 54: limitd.v1.Limitd.DeletePrefixRule:input_type -> limitd.v1.DeletePrefixRuleRequest
+	46, // 55: limitd.v1.Limitd.ListPrefixRules:input_type -> limitd.v1.ListPrefixRulesRequest
+	49, // 56: limitd.v1.Limitd.PutOverride:input_type -> limitd.v1.Override
+	50, // 57: limitd.v1.Limitd.DeleteOverride:input_type -> limitd.v1.DeleteOverrideRequest
+	4,  // 58: limitd.v1.Limitd.Check:output_type -> limitd.v1.CheckResponse
+	6,  // 59: limitd.v1.Limitd.CheckAll:output_type -> limitd.v1.CheckAllResponse
+	10, // 60: limitd.v1.Limitd.Batch:output_type -> limitd.v1.BatchResponse
+	4,  // 61: limitd.v1.Limitd.Peek:output_type -> limitd.v1.CheckResponse
+	13, // 62: limitd.v1.Limitd.Reset:output_type -> limitd.v1.ResetResponse
+	15, // 63: limitd.v1.Limitd.Release:output_type -> limitd.v1.SlotResponse
+	15, // 64: limitd.v1.Limitd.Renew:output_type -> limitd.v1.SlotResponse
+	16, // 65: limitd.v1.Limitd.PutPolicy:output_type -> limitd.v1.Policy
+	16, // 66: limitd.v1.Limitd.GetPolicy:output_type -> limitd.v1.Policy
+	21, // 67: limitd.v1.Limitd.ListPolicies:output_type -> limitd.v1.ListPoliciesResponse
+	23, // 68: limitd.v1.Limitd.DeletePolicy:output_type -> limitd.v1.DeletePolicyResponse
+	24, // 69: limitd.v1.Limitd.PutRLSDomain:output_type -> limitd.v1.RLSDomain
+	24, // 70: limitd.v1.Limitd.GetRLSDomain:output_type -> limitd.v1.RLSDomain
+	28, // 71: limitd.v1.Limitd.ListRLSDomains:output_type -> limitd.v1.ListRLSDomainsResponse
+	30, // 72: limitd.v1.Limitd.DeleteRLSDomain:output_type -> limitd.v1.DeleteRLSDomainResponse
+	31, // 73: limitd.v1.Limitd.PutPlan:output_type -> limitd.v1.Plan
+	31, // 74: limitd.v1.Limitd.GetPlan:output_type -> limitd.v1.Plan
+	35, // 75: limitd.v1.Limitd.ListPlans:output_type -> limitd.v1.ListPlansResponse
+	37, // 76: limitd.v1.Limitd.DeletePlan:output_type -> limitd.v1.DeletePlanResponse
+	39, // 77: limitd.v1.Limitd.SetDefaultPlan:output_type -> limitd.v1.SetDefaultPlanResponse
+	42, // 78: limitd.v1.Limitd.AssignPlan:output_type -> limitd.v1.KeyPlan
+	42, // 79: limitd.v1.Limitd.GetKeyPlan:output_type -> limitd.v1.KeyPlan
+	43, // 80: limitd.v1.Limitd.PutPrefixRule:output_type -> limitd.v1.PrefixRule
+	45, // 81: limitd.v1.Limitd.DeletePrefixRule:output_type -> limitd.v1.DeletePrefixRuleResponse
+	47, // 82: limitd.v1.Limitd.ListPrefixRules:output_type -> limitd.v1.ListPrefixRulesResponse
+	49, // 83: limitd.v1.Limitd.PutOverride:output_type -> limitd.v1.Override
+	51, // 84: limitd.v1.Limitd.DeleteOverride:output_type -> limitd.v1.DeleteOverrideResponse
+	58, // [58:85] is the sub-list for method output_type
+	31, // [31:58] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_limitd_v1_limitd_proto_init() }
@@ -3054,15 +3222,15 @@ func file_limitd_v1_limitd_proto_init() {
 		(*BatchResult_Response)(nil),
 		(*BatchResult_Error)(nil),
 	}
-	file_limitd_v1_limitd_proto_msgTypes[14].OneofWrappers = []any{}
-	file_limitd_v1_limitd_proto_msgTypes[15].OneofWrappers = []any{}
+	file_limitd_v1_limitd_proto_msgTypes[16].OneofWrappers = []any{}
+	file_limitd_v1_limitd_proto_msgTypes[17].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_limitd_v1_limitd_proto_rawDesc), len(file_limitd_v1_limitd_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   52,
+			NumMessages:   54,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
