@@ -35,6 +35,10 @@ const (
 	SlidingWindow Algorithm = 3
 	TokenBucket   Algorithm = 4
 	LeakyBucket   Algorithm = 5
+	// Concurrency bounds work in flight rather than a rate: at most Limit
+	// slots held per key, each for Window (the "hold"), renewable up to
+	// MaxHold after its acquisition (concurrency.go).
+	Concurrency Algorithm = 6
 )
 
 // Calendar selects calendar-aligned fixed windows (fixed_window only). The
@@ -61,6 +65,10 @@ type Spec struct {
 	CountRefused bool          // sliding_log only: refused requests are logged too (penalty variant)
 	Calendar     Calendar
 	Timezone     string // IANA name for calendar windows; "" means UTC
+	// MaxHold: concurrency only, the longest a slot may be held from its
+	// acquisition, however often it is renewed (normalized: 10 × hold,
+	// capped at MaxWindow). Window is the hold of one acquire or renewal.
+	MaxHold time.Duration
 }
 
 // Decision is the answer to one check.

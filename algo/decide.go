@@ -75,6 +75,13 @@ func decide(dst []byte, s *Spec, state []byte, now, cost int64, inPlace bool) (d
 		return decideSlidingWindow(dst, s, state, now, cost)
 	case TokenBucket, LeakyBucket:
 		return decideBucket(dst, s, state, now, cost)
+	case Concurrency:
+		if cost != 0 {
+			// An acquire needs its slot's id: Acquire.
+			return d, nil, &FieldError{Field: "cost", Message: "a concurrency check acquires a slot through algo.Acquire; Decide only peeks (cost 0)"}
+		}
+		d, _, next, err = Acquire(dst, s, state, now, 0, nil)
+		return d, next, err
 	default:
 		// Unreachable while decidable checks Algorithm.valid; an algorithm
 		// added without a case here must not be decided as some other one.

@@ -11,10 +11,18 @@ import (
 // Spec encoding, version 1:
 //
 //	[1] [algorithm] uvarint(limit) uvarint(window) uvarint(burst)
-//	[flags: bit 0 = count_refused] [calendar] uvarint(len(timezone)) timezone
+//	[flags: bit 0 = count_refused, bit 1 = max_hold follows] [calendar] uvarint(len(timezone)) timezone
+//	[uvarint(max_hold): concurrency only, always written (flag bit 1)]
+//
+// Flag bit 1 is set by concurrency specs only, so every other spec encodes as
+// before it existed; a binary older than it refuses such a spec (an unknown
+// algorithm stops it anyway).
 const specVersion1 = 1
 
 const maxTimezoneLen = 255
+
+// specFlagMaxHold: the spec's max_hold follows its timezone (concurrency).
+const specFlagMaxHold = 2
 
 // AppendSpec appends the canonical, versioned binary encoding of a validated
 // spec to dst. Equal specs encode to equal bytes (used as the identity of
@@ -30,9 +38,16 @@ func AppendSpec(dst []byte, s Spec) []byte {
 	if s.CountRefused {
 		flags |= 1
 	}
+	if s.Algorithm == Concurrency {
+		flags |= specFlagMaxHold
+	}
 	dst = append(dst, flags, byte(s.Calendar))
 	dst = binary.AppendUvarint(dst, uint64(len(s.Timezone)))
-	return append(dst, s.Timezone...)
+	dst = append(dst, s.Timezone...)
+	if flags&specFlagMaxHold != 0 {
+		dst = binary.AppendUvarint(dst, uint64(s.MaxHold))
+	}
+	return dst
 }
 
 // DecodeSpec decodes a spec written by AppendSpec and returns the bytes read.
@@ -55,13 +70,22 @@ func DecodeSpec(b []byte) (Spec, int, error) {
 		return Spec{}, 0, fmt.Errorf("decode spec: timezone length %d", n)
 	}
 	tz := r.bytes(int(n))
+	if flags&specFlagMaxHold != 0 {
+		s.MaxHold = time.Duration(r.int63())
+	}
 	if r.err != nil {
 		return Spec{}, 0, fmt.Errorf("decode spec: %w", r.err)
 	}
-	if flags > 1 {
+	if flags > 1|specFlagMaxHold {
 		return Spec{}, 0, fmt.Errorf("decode spec: unknown flags %#x", flags)
 	}
+	if (flags&specFlagMaxHold != 0) != (s.Algorithm == Concurrency) {
+		return Spec{}, 0, fmt.Errorf("decode spec: flags %#x for %v", flags, s.Algorithm)
+	}
 	s.CountRefused = flags&1 != 0
+	if s.Algorithm != Concurrency {
+		s.MaxHold = 0
+	}
 	s.Timezone = string(tz)
 	if _, err := s.Validate(); err != nil {
 		return Spec{}, 0, fmt.Errorf("decode spec: %w", err)

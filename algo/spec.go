@@ -38,6 +38,7 @@ var algorithmNames = [...]string{
 	SlidingWindow: "sliding_window",
 	TokenBucket:   "token_bucket",
 	LeakyBucket:   "leaky_bucket",
+	Concurrency:   "concurrency",
 }
 
 var calendarNames = [...]string{
@@ -46,10 +47,13 @@ var calendarNames = [...]string{
 	CalendarMonth: "month",
 }
 
-// Algorithms lists every algorithm in numeric order.
+// Algorithms lists the rate algorithms in numeric order: those Decide
+// decides for any cost. Concurrency is not among them: its acquires need a
+// slot id (Acquire), and code that replays costs against every algorithm
+// (simulate, the property tests) has nothing to release.
 var Algorithms = []Algorithm{FixedWindow, SlidingLog, SlidingWindow, TokenBucket, LeakyBucket}
 
-func (a Algorithm) valid() bool { return a >= FixedWindow && a <= LeakyBucket }
+func (a Algorithm) valid() bool { return a >= FixedWindow && a <= Concurrency }
 
 // String returns the JSON name ("fixed_window", ...).
 func (a Algorithm) String() string {
@@ -62,13 +66,13 @@ func (a Algorithm) String() string {
 // ParseAlgorithm maps "fixed_window" etc. to an Algorithm. The error is a
 // *FieldError for field "algorithm".
 func ParseAlgorithm(name string) (Algorithm, error) {
-	for _, a := range Algorithms {
+	for _, a := range append(Algorithms[:len(Algorithms):len(Algorithms)], Concurrency) {
 		if algorithmNames[a] == name {
 			return a, nil
 		}
 	}
 	return 0, &FieldError{Field: "algorithm", Message: fmt.Sprintf(
-		"unknown algorithm %q (want fixed_window, sliding_log, sliding_window, token_bucket or leaky_bucket)", name)}
+		"unknown algorithm %q (want fixed_window, sliding_log, sliding_window, token_bucket, leaky_bucket or concurrency)", name)}
 }
 
 func (c Calendar) valid() bool { return c >= CalendarDay && c <= CalendarMonth }
@@ -174,6 +178,9 @@ type Config struct {
 	CountRefused bool   `json:"count_refused,omitempty"`
 	Calendar     string `json:"calendar,omitempty"`
 	Timezone     string `json:"timezone,omitempty"`
+	// Hold and MaxHold: concurrency only (durations like Window).
+	Hold    string `json:"hold,omitempty"`
+	MaxHold string `json:"max_hold,omitempty"`
 }
 
 // Spec validates the config and returns the normalized Spec, or a *FieldError.
@@ -185,6 +192,9 @@ func (c Config) Spec() (Spec, error) {
 	s := Spec{Algorithm: a, Limit: c.Limit, Burst: c.Burst, CountRefused: c.CountRefused, Timezone: c.Timezone}
 	if s.Calendar, err = ParseCalendar(c.Calendar); err != nil {
 		return Spec{}, err
+	}
+	if a == Concurrency || c.Hold != "" || c.MaxHold != "" {
+		return c.concurrencySpec(s)
 	}
 	switch {
 	case s.Calendar != CalendarNone && c.Window != "":
@@ -207,7 +217,10 @@ func (s Spec) Config() Config {
 		Calendar:     s.Calendar.String(),
 		Timezone:     s.Timezone,
 	}
-	if s.Calendar == CalendarNone {
+	switch {
+	case s.Algorithm == Concurrency:
+		c.Hold, c.MaxHold = FormatWindow(s.Window), FormatWindow(s.normalized().MaxHold)
+	case s.Calendar == CalendarNone:
 		c.Window = FormatWindow(s.Window)
 	}
 	return c
@@ -232,6 +245,12 @@ func (s Spec) Validate() (Spec, error) {
 	s = s.normalized()
 	if !s.Algorithm.valid() {
 		return bad("algorithm", "unknown algorithm %d", uint8(s.Algorithm))
+	}
+	if s.Algorithm == Concurrency {
+		return s.validateConcurrency()
+	}
+	if s.MaxHold != 0 {
+		return bad("max_hold", "only allowed with concurrency")
 	}
 	maxLimit := MaxLimit
 	if s.Algorithm == SlidingLog {
@@ -292,6 +311,12 @@ func (s Spec) normalized() Spec {
 	if s.Timezone == "UTC" {
 		s.Timezone = ""
 	}
+	if s.Algorithm == Concurrency && s.MaxHold == 0 && s.Window > 0 {
+		s.MaxHold = min(DefaultMaxHoldFactor*s.Window, MaxWindow)
+		if s.Window > MaxWindow/DefaultMaxHoldFactor {
+			s.MaxHold = MaxWindow
+		}
+	}
 	return s
 }
 
@@ -299,7 +324,9 @@ func (s Spec) normalized() Spec {
 // spec, however wrong, can make it divide by zero or overflow.
 func (s *Spec) decidable() error {
 	ok := s.Algorithm.valid() && s.Limit >= 1 && s.Limit <= MaxLimit
-	if ok && s.Calendar != CalendarNone {
+	if ok && s.Algorithm == Concurrency {
+		ok = s.concurrencyDecidable()
+	} else if ok && s.Calendar != CalendarNone {
 		ok = s.Algorithm == FixedWindow && s.Calendar.valid()
 	} else if ok {
 		ok = s.Window >= 1 && s.Window <= MaxWindow

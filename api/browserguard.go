@@ -134,7 +134,8 @@ func unsupportedType(ct string) *apiError {
 // changesCluster: the routes of rule 2, all unsafe methods but checks.
 func changesCluster(path string) bool {
 	switch path {
-	case "/v1/check", "/v1/check/all", "/v1/check/batch", "/v1/simulate", "/json":
+	case "/v1/check", "/v1/check/all", "/v1/check/batch", "/v1/simulate", "/json",
+		"/v1/release", "/v1/renew": // a concurrency slot's, like its check (slots.go)
 		return false
 	}
 	return true

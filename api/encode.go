@@ -89,6 +89,7 @@ func appendDecision(b []byte, d *nodeapi.Decision, replayed bool) []byte {
 		Allowed: allowed(d), Limit: d.Limit, Remaining: d.Remaining,
 		ResetAfterMS: wire.Millis(d.ResetAfter), RetryAfterMS: wire.Millis(d.RetryAfter), DelayMS: wire.Millis(d.Delay),
 		ShadowRefused: d.ShadowRefused, Replayed: replayed,
+		Slot: d.Slot, SlotExpiresMS: wire.Millis(d.SlotHold),
 	}
 	if d.Plan != nil {
 		w.Extra = appendPlanDecision(nil, d.Plan) // plans.go

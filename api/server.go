@@ -168,6 +168,8 @@ func (s *Server) routes() http.Handler {
 	r.POST("/v1/check", noQuery(s.handleCheck))
 	r.POST("/v1/check/all", noQuery(s.handleCheckAll))
 	r.POST("/v1/check/batch", noQuery(s.handleBatch))
+	r.POST("/v1/release", noQuery(s.handleRelease)) // slots.go
+	r.POST("/v1/renew", noQuery(s.handleRenew))
 	for _, m := range authMethods {
 		r.Handle(m, "/v1/auth", s.handleAuth) // the key's plan (plans.go)
 		r.Handle(m, "/v1/auth/:policy", s.handleAuth)

@@ -37,6 +37,14 @@ func appendLimit(b []byte, l *Limit) []byte {
 		b = append(b, `,"timezone":`...)
 		b = wire.AppendRawString(b, l.Timezone)
 	}
+	if l.Hold != "" {
+		b = append(b, `,"hold":`...)
+		b = wire.AppendRawString(b, l.Hold)
+	}
+	if l.MaxHold != "" {
+		b = append(b, `,"max_hold":`...)
+		b = wire.AppendRawString(b, l.MaxHold)
+	}
 	return append(b, '}')
 }
 

@@ -22,6 +22,11 @@ type Limit struct {
 	Calendar string `json:"calendar,omitempty" yaml:"calendar,omitempty"`
 	// Timezone: with Calendar, an IANA zone such as "Europe/Paris" (default UTC).
 	Timezone string `json:"timezone,omitempty" yaml:"timezone,omitempty"`
+	// Hold and MaxHold: concurrency only (Algorithm "concurrency", Limit
+	// slots held at once), how long one acquire or renewal holds a slot and
+	// the longest renewals may keep it (default 10 × Hold). See Acquire.
+	Hold    string `json:"hold,omitempty" yaml:"hold,omitempty"`
+	MaxHold string `json:"max_hold,omitempty" yaml:"max_hold,omitempty"`
 }
 
 // Policy is a named limit stored in the cluster.
@@ -114,6 +119,10 @@ type Decision struct {
 	// Degraded: the cluster could not be reached and the decision was made by
 	// the client's fail mode (WithFailMode), not by limitd.
 	Degraded bool
+	// Slot and SlotExpires: under a concurrency limit, the slot an allowed
+	// check holds (its request id) and the time until its hold ends.
+	Slot        string
+	SlotExpires time.Duration
 }
 
 // Never is Decision.RetryAfter for a request that can never be allowed

@@ -39,6 +39,9 @@ type applier struct {
 	leaseEntries          []leaseEntry // lease.go: the record being worked on
 
 	budget budgetCounters // budget.go
+
+	index uint64      // the Raft index of the entry being applied (slot ids)
+	slot  slotApplier // slots.go
 }
 
 type nodeChange struct {
@@ -273,7 +276,7 @@ func (a *applier) resolve(ck *checkRef, lim *limit) *Error {
 		if !ok {
 			return notFound(string(ck.policy))
 		}
-		*lim = limit{spec: &p.Spec, shadow: p.Shadow, policy: true, ident: ck.policy, name: p.Name, noCache: p.NoLocalRefusals, maxKeys: p.MaxKeys, onExceed: onExceedOf(p)}
+		*lim = limit{spec: &p.Spec, shadow: p.Shadow, policy: true, ident: ck.policy, name: p.Name, noCache: p.NoLocalRefusals || notCacheable(&p.Spec), maxKeys: p.MaxKeys, onExceed: onExceedOf(p)}
 		return nil
 	case ck.kind == limitSpec:
 		se := a.specs[string(ck.spec)]
@@ -287,7 +290,7 @@ func (a *applier) resolve(ck *checkRef, lim *limit) *Error {
 		if se.err != nil {
 			return se.err
 		}
-		*lim = limit{spec: &se.spec, ident: se.canon, name: se.canonS}
+		*lim = limit{spec: &se.spec, ident: se.canon, name: se.canonS, noCache: notCacheable(&se.spec)}
 		return nil
 	case ck.kind == limitPlan || ck.kind == limitAdjust || ck.kind == limitInfo:
 		return &Error{Code: CodeInvalidArgument, Field: "policy", Message: "a check under the key's plan (no policy, no limit) must be alone in its request"}
@@ -337,6 +340,7 @@ func (a *applier) check(tx *persist.Tx, c *command) ([]Result, error) {
 	decisions := make([]Decision, len(c.checks))
 	for i := range c.ops {
 		op := &c.ops[i]
+		a.slot.op = i // slots.go
 		end := op.first + op.n
 		res, err := a.applyOp(tx, op, c.checks[op.first:end], decisions[op.first:end:end], now, retention)
 		if err != nil {
@@ -383,7 +387,12 @@ func (a *applier) applyOp(tx *persist.Tx, op *opRef, checks []checkRef, decs []D
 	}
 	var res Result
 	var err error
-	if planOp(checks) {
+	a.slot.requestID = op.requestID // slots.go
+	if isSlot, e := slotOp(checks); e != nil {
+		return Result{Err: e}, nil
+	} else if isSlot {
+		res, err = a.applySlotOp(tx, &checks[0], decs, now) // slots.go
+	} else if planOp(checks) {
 		res, err = a.applyPlanOp(tx, &checks[0], decs, now) // plan.go
 	} else {
 		a.lims = a.lims[:0]
@@ -394,6 +403,7 @@ func (a *applier) applyOp(tx *persist.Tx, op *opRef, checks []checkRef, decs []D
 			}
 		}
 		res, err = a.decideOp(tx, checks, a.lims, decs, now, op.all)
+		a.countAcquired(&res) // slots.go
 	}
 	if err != nil || res.Err != nil || len(op.requestID) == 0 {
 		return res, err
@@ -462,11 +472,15 @@ func (a *applier) decideOp(tx *persist.Tx, checks []checkRef, lims []limit, decs
 		// memory), decide in place: no copy of a sliding log per repeat of
 		// the key. Not for shadow or count_refused limits, whose refusals
 		// must leave the state as it was, which in place cannot promise.
-		inPlace := t.owned && !lim.shadow && !lim.spec.CountRefused
+		conc := lim.spec.Algorithm == algo.Concurrency
+		inPlace := t.owned && !lim.shadow && !lim.spec.CountRefused && !conc
 		var d algo.Decision
 		var next []byte
 		var err error
-		if inPlace {
+		var slot slotGrant
+		if conc {
+			d, slot, next, err = a.acquire(lim.spec, t.data, now, ck.cost, j) // slots.go
+		} else if inPlace {
 			d, next, err = algo.DecideInPlace(lim.spec, t.data, now, ck.cost)
 		} else {
 			d, next, err = algo.Decide(a.decideBuf[:0], lim.spec, t.data, now, ck.cost)
@@ -480,6 +494,7 @@ func (a *applier) decideOp(tx *persist.Tx, checks []checkRef, lims []limit, decs
 			a.decideBuf = next[:0]
 		}
 		dec := Decision{Decision: d}
+		dec.Slot, dec.SlotHold = slot.id, slot.hold // set only when algo allowed the acquire: it is stored below
 		switch {
 		case inPlace:
 			// t.data is gone: keep next, which after a refusal or a peek
@@ -514,6 +529,9 @@ func (a *applier) decideOp(tx *persist.Tx, checks []checkRef, lims []limit, decs
 		decs[j] = dec
 	}
 	res := Result{Allowed: allowed, Decisions: decs}
+	if all && !allowed {
+		dropSlots(decs) // slots.go: nothing was acquired
+	}
 	if !all || allowed {
 		// The key budget (budget.go): an op that would create keys past
 		// the leader's bounds is refused before anything of it is written.
@@ -586,6 +604,9 @@ func writeState(tx *persist.Tx, t *tentative) error {
 func decideError(err error) *Error {
 	var fe *algo.FieldError
 	if errors.As(err, &fe) {
+		if fe.Field == "cost" || fe.Field == "slot" { // the check's, not the limit's (slots.go)
+			return fieldError(err, "")
+		}
 		return fieldError(err, "limit")
 	}
 	return &Error{Code: CodeInternal, Field: "state", Message: err.Error()}

@@ -150,6 +150,7 @@ func appendCheck(dst []byte, c *Check) []byte {
 	if c.Spec != nil {
 		kind |= limitSpec
 	}
+	kind |= slotKind(c) // slots.go
 	dst = append(dst, kind)
 	dst = appendString(dst, c.Key)
 	if c.Policy != "" {
@@ -162,6 +163,9 @@ func appendCheck(dst []byte, c *Check) []byte {
 		dst = append(dst, 0)
 		dst = algo.AppendSpec(dst, *c.Spec)
 		dst = insertLength(dst, n)
+	}
+	if kind&(limitRelease|limitRenew) != 0 {
+		dst = appendString(dst, c.Slot)
 	}
 	return binary.AppendVarint(dst, c.Cost)
 }
@@ -210,6 +214,7 @@ func DecodeOps(b []byte) ([]Op, error) {
 			if c.kind&limitPolicy != 0 {
 				oc.Policy = string(c.policy)
 			}
+			oc.SlotOp, oc.Slot = slotOpOf(c) // slots.go
 			if c.kind&limitSpec != 0 {
 				s, err := decodeSpec(c.spec)
 				if err != nil {
@@ -281,10 +286,17 @@ func appendResult(dst []byte, r *Result) []byte {
 		if dd.Reason == ReasonBanned {
 			f |= decBanned
 		}
+		if dd.Slot != "" {
+			f |= decSlot
+		}
 		dst = append(dst, f)
 		dst = appendAlgoDecision(dst, &dd.Decision)
 		if dd.Plan != nil {
 			dst = appendPlanDecision(dst, dd.Plan) // plan.go
+		}
+		if dd.Slot != "" {
+			dst = appendString(dst, dd.Slot)
+			dst = binary.AppendVarint(dst, int64(dd.SlotHold))
 		}
 	}
 	return dst
@@ -478,6 +490,7 @@ type checkRef struct {
 	key    []byte
 	policy []byte
 	spec   []byte // AppendSpec encoding
+	slot   []byte // limitRelease, limitRenew (slots.go)
 	cost   int64
 }
 
@@ -630,7 +643,8 @@ func (d *decoder) check() checkRef {
 		c.cost = d.varint()
 		return c
 	}
-	if c.kind&^(limitPolicy|limitSpec) != 0 && c.kind != limitPlan && c.kind != limitInfo {
+	if c.kind&^(limitPolicy|limitSpec|limitRelease|limitRenew) != 0 && c.kind != limitPlan && c.kind != limitInfo ||
+		c.kind&limitRelease != 0 && c.kind&limitRenew != 0 {
 		d.fail(fmt.Errorf("unknown limit kind %#x", c.kind))
 		return checkRef{}
 	}
@@ -640,6 +654,9 @@ func (d *decoder) check() checkRef {
 	}
 	if c.kind&limitSpec != 0 {
 		c.spec = d.bytes()
+	}
+	if c.kind&(limitRelease|limitRenew) != 0 {
+		c.slot = d.bytes()
 	}
 	c.cost = d.varint()
 	return c
@@ -661,7 +678,7 @@ func (d *decoder) result() Result {
 	}
 	for i := 0; i < n && d.err == nil; i++ {
 		f := d.byte()
-		if f&^(decAllowed|decShadowRefused|decLeasedElsewhere|decPlan|decBanned) != 0 {
+		if f&^(decAllowed|decShadowRefused|decLeasedElsewhere|decPlan|decBanned|decSlot) != 0 {
 			d.fail(fmt.Errorf("unknown decision flags %#x", f))
 			break
 		}
@@ -679,6 +696,10 @@ func (d *decoder) result() Result {
 		dd.Delay = time.Duration(d.varint())
 		if f&decPlan != 0 {
 			dd.Plan = d.planDecision() // plan.go
+		}
+		if f&decSlot != 0 {
+			dd.Slot = string(d.bytes())
+			dd.SlotHold = time.Duration(d.varint())
 		}
 	}
 	if d.err != nil {

@@ -436,6 +436,7 @@ func (f *FSM) applyEntries(ls []*raft.Log) (resps []interface{}, err error) {
 				continue
 			}
 			if l.Type == raft.LogCommand {
+				f.ap.index = l.Index // slot ids (slots.go)
 				resp, err := f.ap.apply(tx, l.Data)
 				if err != nil {
 					return fmt.Errorf("apply raft entry %d: %w", l.Index, err)

@@ -47,13 +47,14 @@ func limitConfig(l *limitdv1.Limit) algo.Config {
 	return algo.Config{
 		Algorithm: l.GetAlgorithm(), Limit: l.GetLimit(), Window: l.GetWindow(), Burst: l.GetBurst(),
 		CountRefused: l.GetCountRefused(), Calendar: l.GetCalendar(), Timezone: l.GetTimezone(),
+		Hold: l.GetHold(), MaxHold: l.GetMaxHold(),
 	}
 }
 
 func limitProto(s algo.Spec) *limitdv1.Limit {
 	c := s.Config()
 	return &limitdv1.Limit{Algorithm: c.Algorithm, Limit: c.Limit, Window: c.Window, Burst: c.Burst,
-		CountRefused: c.CountRefused, Calendar: c.Calendar, Timezone: c.Timezone}
+		CountRefused: c.CountRefused, Calendar: c.Calendar, Timezone: c.Timezone, Hold: c.Hold, MaxHold: c.MaxHold}
 }
 
 func decision(d *nodeapi.Decision) *limitdv1.Decision {
@@ -68,6 +69,9 @@ func decision(d *nodeapi.Decision) *limitdv1.Decision {
 		out.RetryAfter = durationpb.New(d.RetryAfter)
 	}
 	planDecision(out, d.Plan) // plans.go
+	if d.Slot != "" {
+		out.Slot, out.SlotExpires = d.Slot, durationpb.New(d.SlotHold)
+	}
 	return out
 }
 

@@ -9,7 +9,7 @@ import (
 // publicMethods are the limitd.v1 methods open without the admin token, as
 // their HTTP counterparts are (checks, peeks, reads).
 var publicMethods = map[string]bool{
-	"Check": true, "CheckAll": true, "Batch": true, "Peek": true,
+	"Check": true, "CheckAll": true, "Batch": true, "Peek": true, "Release": true, "Renew": true,
 	"GetPolicy": true, "ListPolicies": true, "GetRLSDomain": true, "ListRLSDomains": true,
 	"GetPlan": true, "ListPlans": true, "GetKeyPlan": true, "ListPrefixRules": true,
 }

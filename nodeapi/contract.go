@@ -30,7 +30,20 @@ type Check struct {
 	// assignment and its live override (Decision.Plan), through the log so
 	// that it sees every write before it; it consumes nothing.
 	PlanInfo bool
+	// SlotOp, when set, makes the check a release or renewal of the slot
+	// Slot held on Key under its concurrency limit (Policy or Spec); Cost
+	// is then 0. An acquire is an ordinary check of cost 1 (fsm/slots.go).
+	SlotOp SlotOp
+	Slot   string
 }
+
+// SlotOp is what a check does with a concurrency slot it names.
+type SlotOp uint8
+
+const (
+	SlotRelease SlotOp = 1 // free the slot now (idempotent)
+	SlotRenew   SlotOp = 2 // extend its hold by hold, up to max_hold after its acquisition
+)
 
 // Op is one client request as it travels through the log: a single check, or an
 // atomic group (All) that is allowed only if every check allows, and consumes
@@ -59,6 +72,11 @@ type Decision struct {
 	// lists, counted nowhere) or the key is banned (decided by the state
 	// machine). ReasonNone for a decision of the limit itself.
 	Reason Reason
+	// Slot, under a concurrency limit: the slot an allowed acquire holds
+	// (or a release or renewal named), and SlotHold the time until its hold
+	// ends (0 once freed).
+	Slot     string
+	SlotHold time.Duration
 }
 
 // Reason is Decision.Reason. Its text ("allowed", "denied", "banned") is the

@@ -29,6 +29,10 @@ func inlineLifetime(s *algo.Spec) (time.Duration, string) {
 		return 31 * 24 * time.Hour, "calendar"
 	}
 	switch s.Algorithm {
+	case algo.Concurrency:
+		// A renewed slot ends by acquisition + max_hold; its tombstone
+		// (which answers a repeated release) lasts max_hold more.
+		return 2 * s.MaxHold, "max_hold"
 	case algo.SlidingWindow:
 		return 2 * s.Window, "window"
 	case algo.TokenBucket, algo.LeakyBucket:

@@ -86,6 +86,11 @@ func ValidatePlan(r PlanRequest) (nodeapi.Plan, *Error) {
 		if e != nil {
 			return nodeapi.Plan{}, e
 		}
+		if spec.Algorithm == algo.Concurrency {
+			// A plan check answers one decision for all its limits: no
+			// slot to release (slots.go).
+			return nodeapi.Plan{}, Invalid("limits."+n+".algorithm", "concurrency limits are not available in plans: use a concurrency policy")
+		}
 		p.Limits = append(p.Limits, nodeapi.PlanLimit{Name: n, Spec: spec})
 	}
 	return p, nil

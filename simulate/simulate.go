@@ -153,7 +153,16 @@ func Replay(s algo.Spec, trace []Request) (Run, error) {
 	run := Run{Spec: s, Decisions: make([]algo.Decision, len(trace))}
 	states := map[string][]byte{}
 	for i, r := range trace {
-		d, next, err := algo.DecideInPlace(&s, states[r.Key], r.Time, r.Cost)
+		var d algo.Decision
+		var next []byte
+		var err error
+		if s.Algorithm == algo.Concurrency {
+			// A trace has no releases: every admitted request holds its
+			// slot (named by its position) for the whole hold.
+			d, _, next, err = algo.Acquire(nil, &s, states[r.Key], r.Time, r.Cost, strconv.AppendInt(nil, int64(i), 10))
+		} else {
+			d, next, err = algo.DecideInPlace(&s, states[r.Key], r.Time, r.Cost)
+		}
 		if err != nil {
 			return Run{}, fmt.Errorf("%v at %s, key %q: %w", s.Algorithm, FormatSeconds(r.Time), r.Key, err)
 		}
@@ -227,7 +236,9 @@ func (run Run) Summary(trace []Request) []KeyCounts {
 func Describe(s algo.Spec) string {
 	c := s.Config()
 	out := fmt.Sprintf("%s --limit %d", c.Algorithm, c.Limit)
-	if c.Calendar != "" {
+	if c.Hold != "" {
+		out += " --hold " + c.Hold + " --max-hold " + c.MaxHold
+	} else if c.Calendar != "" {
 		out += " --calendar " + c.Calendar
 		if c.Timezone != "" {
 			out += " --timezone " + c.Timezone

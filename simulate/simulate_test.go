@@ -2,8 +2,10 @@ package simulate
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/limitd/limitd/algo"
 )
@@ -62,5 +64,27 @@ func TestReplayAndSummary(t *testing.T) {
 	got := run.Summary(trace)
 	if len(got) != 2 || got[0] != (KeyCounts{"a", 1, 1}) || got[1] != (KeyCounts{"b", 1, 0}) {
 		t.Errorf("summary %+v", got)
+	}
+}
+
+// Under concurrency every admitted request of a trace holds its slot for the
+// hold: the third of three requests within the hold of limit 2 is refused
+// until the first slot ends.
+func TestReplayConcurrency(t *testing.T) {
+	s, err := algo.Config{Algorithm: "concurrency", Limit: 2, Hold: "10s"}.Spec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sec := int64(time.Second)
+	run, err := Replay(s, []Request{{Time: 0, Key: "k", Cost: 1}, {Time: 1 * sec, Key: "k", Cost: 1}, {Time: 2 * sec, Key: "k", Cost: 1}, {Time: 10 * sec, Key: "k", Cost: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := []bool{}
+	for _, d := range run.Decisions {
+		got = append(got, d.Allowed)
+	}
+	if fmt.Sprint(got) != "[true true false true]" || run.Decisions[2].RetryAfter != 8*time.Second {
+		t.Fatalf("decisions %v, retry_after %v", got, run.Decisions[2].RetryAfter)
 	}
 }

@@ -25,6 +25,10 @@ type Decision struct {
 	// ("allowed" or "denied" by a list, "banned"); empty otherwise.
 	Reason string `json:"reason"`
 	Error  *Error `json:"error"`
+	// Slot and SlotExpiresMS: under a concurrency limit, the slot an allowed
+	// check holds and the time until its hold ends; written only with a slot.
+	Slot          string `json:"slot,omitempty"`
+	SlotExpiresMS int64  `json:"slot_expires_ms,omitempty"`
 	// Extra is members already encoded (",\"plan\":…" for a plan check),
 	// written after the fixed ones and before "replayed"; the encoder's
 	// only extension point, so that each answer's members keep one order.
@@ -97,6 +101,12 @@ func AppendDecision(b []byte, d *Decision) []byte {
 	if d.Reason != "" {
 		b = append(b, `,"reason":`...)
 		b = AppendString(b, d.Reason)
+	}
+	if d.Slot != "" {
+		b = append(b, `,"slot":`...)
+		b = AppendString(b, d.Slot)
+		b = append(b, `,"slot_expires_ms":`...)
+		b = strconv.AppendInt(b, d.SlotExpiresMS, 10)
 	}
 	b = append(b, d.Extra...)
 	if d.Replayed {

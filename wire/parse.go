@@ -229,6 +229,12 @@ func (s *scanner) decision(d *Decision) (ok, seen bool) {
 			d.RetryAfterMS, ok = s.int()
 		case "delay_ms":
 			d.DelayMS, ok = s.int()
+		case "slot":
+			var v []byte
+			v, ok = s.str()
+			d.Slot = string(v)
+		case "slot_expires_ms":
+			d.SlotExpiresMS, ok = s.int()
 		case "error":
 			d.Error = &Error{}
 			ok = s.errorObject(d.Error)

@@ -10,7 +10,7 @@ const MaxEntryOps = 8192
 // computed without encoding: every varint counted at its widest.
 func OpsSize(ops []fsm.Op) int {
 	const varint = 10
-	const specFixed = 2 + 3*varint + 2 + varint // algo.AppendSpec without the time zone
+	const specFixed = 2 + 3*varint + 2 + varint + varint // algo.AppendSpec without the time zone (with a concurrency max_hold)
 	n := 1 + varint
 	for i := range ops {
 		op := &ops[i]
@@ -20,6 +20,9 @@ func OpsSize(ops []fsm.Op) int {
 			n += 1 + varint + len(c.Key) + varint + len(c.Policy) + varint
 			if c.Spec != nil {
 				n += varint + specFixed + len(c.Spec.Timezone)
+			}
+			if c.SlotOp != 0 {
+				n += varint + len(c.Slot) // a release's or renewal's slot (fsm/slots.go)
 			}
 		}
 	}

@@ -58,6 +58,7 @@ var commands = map[string]func([]string, Env) int{
 	"bans":     runBans,
 	"key":      runKey,
 	"keys":     runKeys, // keys.go: the usage inventory
+	"slot":     runSlot, // slots.go
 	"cluster":  runCluster,
 	"snapshot": runSnapshot,
 	"version":  runVersion,
@@ -327,6 +328,8 @@ func registerLimit(fs *flag.FlagSet, lim *client.Limit) {
 	fs.BoolVar(&lim.CountRefused, "count-refused", false, "sliding_log only: log refused requests too")
 	fs.StringVar(&lim.Calendar, "calendar", "", "fixed_window only: day, week or month instead of --window")
 	fs.StringVar(&lim.Timezone, "timezone", "", "IANA zone of --calendar windows (default UTC)")
+	fs.StringVar(&lim.Hold, "hold", "", "concurrency only: how long an acquired slot is held, e.g. 30s")
+	fs.StringVar(&lim.MaxHold, "max-hold", "", "concurrency only: the longest renewals may keep a slot (default 10 × --hold)")
 }
 
 // resolve returns the policy name or the inline limit; exactly one.
@@ -355,12 +358,16 @@ type decisionJSON struct {
 	ShadowRefused bool   `json:"shadow_refused,omitempty"`
 	Replayed      bool   `json:"replayed,omitempty"`
 	Reason        string `json:"reason,omitempty"`
+	// A concurrency limit's slot (omitted without one).
+	Slot          string `json:"slot,omitempty"`
+	SlotExpiresMS int64  `json:"slot_expires_ms,omitempty"`
 }
 
 func toDecisionJSON(d client.Decision) decisionJSON {
 	out := decisionJSON{Allowed: d.Allowed, Limit: d.Limit, Remaining: d.Remaining,
 		ResetAfterMS: d.ResetAfter.Milliseconds(), RetryAfterMS: d.RetryAfter.Milliseconds(),
-		DelayMS: d.Delay.Milliseconds(), ShadowRefused: d.ShadowRefused, Replayed: d.Replayed, Reason: d.Reason}
+		DelayMS: d.Delay.Milliseconds(), ShadowRefused: d.ShadowRefused, Replayed: d.Replayed, Reason: d.Reason,
+		Slot: d.Slot, SlotExpiresMS: d.SlotExpires.Milliseconds()}
 	if d.RetryAfter == client.Never {
 		out.RetryAfterMS = -1
 	}
@@ -393,6 +400,9 @@ func printDecision(w io.Writer, key string, d client.Decision) {
 	}
 	if d.Reason != "" {
 		fmt.Fprintf(tw, "reason\t%s\n", d.Reason)
+	}
+	if d.Slot != "" {
+		fmt.Fprintf(tw, "slot\t%s\nslot_expires\t%s\n", d.Slot, d.SlotExpires)
 	}
 	tw.Flush()
 }

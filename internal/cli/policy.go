@@ -242,6 +242,9 @@ func printPolicies(w io.Writer, ps []client.Policy) {
 	fmt.Fprintln(tw, "NAME\tALGORITHM\tLIMIT\tWINDOW\tBURST\tSHADOW\tLOCAL_REFUSALS\tLEASE")
 	for _, p := range ps {
 		win := p.Window
+		if p.Hold != "" { // concurrency: a slot's hold, not a window
+			win = "hold " + p.Hold + " (max " + p.MaxHold + ")"
+		}
 		if p.Calendar != "" {
 			win = "calendar " + p.Calendar
 			if p.Timezone != "" {
@@ -284,7 +287,8 @@ func leaseText(l *client.Lease) string {
 
 // policyFields are the fields a policy object may have in a file.
 var policyFields = map[string]bool{"name": true, "algorithm": true, "limit": true, "window": true, "burst": true,
-	"count_refused": true, "calendar": true, "timezone": true, "shadow": true, "local_refusals": true, "lease": true}
+	"count_refused": true, "calendar": true, "timezone": true, "shadow": true, "local_refusals": true, "lease": true,
+	"hold": true, "max_hold": true}
 
 // leaseFields are the fields of a policy's "lease" object in a file.
 var leaseFields = map[string]bool{"share": true, "max_ttl": true, "strict": true}

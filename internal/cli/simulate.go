@@ -70,13 +70,15 @@ func newSimulateFlagSet(out io.Writer) (*flag.FlagSet, *simulateFlags) {
 	f := &simulateFlags{}
 	fs := flag.NewFlagSet("limitd simulate", flag.ContinueOnError)
 	fs.SetOutput(out)
-	fs.StringVar(&f.cfg.Algorithm, "algorithm", "", "fixed_window, sliding_log, sliding_window, token_bucket or leaky_bucket (required unless --compare)")
+	fs.StringVar(&f.cfg.Algorithm, "algorithm", "", "fixed_window, sliding_log, sliding_window, token_bucket, leaky_bucket or concurrency (required unless --compare)")
 	fs.Int64Var(&f.cfg.Limit, "limit", 0, "requests (total cost) allowed per window (required)")
 	fs.StringVar(&f.cfg.Window, "window", "", "window: a duration such as 60s, 1h30m, 500ms or 7d (required unless --calendar)")
 	fs.Int64Var(&f.cfg.Burst, "burst", 0, "bucket capacity for token_bucket and leaky_bucket (default: = limit)")
 	fs.BoolVar(&f.cfg.CountRefused, "count-refused", false, "sliding_log only: log refused requests too (a client that keeps sending too fast gets nothing through)")
 	fs.StringVar(&f.cfg.Calendar, "calendar", "", "fixed_window only: day, week (from Monday) or month windows in --timezone, instead of --window")
 	fs.StringVar(&f.cfg.Timezone, "timezone", "", "IANA time zone of --calendar windows, e.g. Europe/Paris (default UTC)")
+	fs.StringVar(&f.cfg.Hold, "hold", "", "concurrency only: how long each admitted request holds its slot (a trace has no releases)")
+	fs.StringVar(&f.cfg.MaxHold, "max-hold", "", "concurrency only: max_hold (default 10 × --hold)")
 	fs.StringVar(&f.format, "format", "table", "output format: table or jsonl")
 	fs.BoolVar(&f.compare, "compare", false, "run all five algorithms on the trace (--burst applies to the buckets, --count-refused to sliding_log)")
 	fs.Usage = func() {

@@ -48,13 +48,15 @@ const (
 // Limit is an inline limit, with the HTTP API's field names and rules.
 type Limit struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Algorithm     string                 `protobuf:"bytes,1,opt,name=algorithm,proto3" json:"algorithm,omitempty"` // fixed_window, sliding_log, sliding_window, token_bucket, leaky_bucket
+	Algorithm     string                 `protobuf:"bytes,1,opt,name=algorithm,proto3" json:"algorithm,omitempty"` // fixed_window, sliding_log, sliding_window, token_bucket, leaky_bucket, concurrency
 	Limit         int64                  `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
 	Window        string                 `protobuf:"bytes,3,opt,name=window,proto3" json:"window,omitempty"`                                  // "60s", "1h30m", "7d"; empty for calendar windows
 	Burst         int64                  `protobuf:"varint,4,opt,name=burst,proto3" json:"burst,omitempty"`                                   // token_bucket, leaky_bucket
 	CountRefused  bool                   `protobuf:"varint,5,opt,name=count_refused,json=countRefused,proto3" json:"count_refused,omitempty"` // sliding_log
 	Calendar      string                 `protobuf:"bytes,6,opt,name=calendar,proto3" json:"calendar,omitempty"`                              // fixed_window: day, week, month
 	Timezone      string                 `protobuf:"bytes,7,opt,name=timezone,proto3" json:"timezone,omitempty"`                              // with calendar: IANA zone, default UTC
+	Hold          string                 `protobuf:"bytes,8,opt,name=hold,proto3" json:"hold,omitempty"`                                      // concurrency: how long an acquired slot is held, e.g. "30s"
+	MaxHold       string                 `protobuf:"bytes,9,opt,name=max_hold,json=maxHold,proto3" json:"max_hold,omitempty"`                 // concurrency: the longest renewals keep a slot (default 10 × hold)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -134,6 +136,20 @@ func (x *Limit) GetCalendar() string {
 func (x *Limit) GetTimezone() string {
 	if x != nil {
 		return x.Timezone
+	}
+	return ""
+}
+
+func (x *Limit) GetHold() string {
+	if x != nil {
+		return x.Hold
+	}
+	return ""
+}
+
+func (x *Limit) GetMaxHold() string {
+	if x != nil {
+		return x.MaxHold
 	}
 	return ""
 }
@@ -238,7 +254,12 @@ type Decision struct {
 	// reason: "allowed" (an allow list: not counted), "denied" (a deny list:
 	// not counted), "banned" (the policy's on_exceed); empty for a decision of
 	// the limit.
-	Reason        string `protobuf:"bytes,13,opt,name=reason,proto3" json:"reason,omitempty"`
+	Reason string `protobuf:"bytes,13,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Under a concurrency limit: the slot an allowed check holds and the time
+	// until its hold ends. Release or renew it with POST /v1/release or
+	// /v1/renew (docs/API.md, "Concurrency slots").
+	Slot          string               `protobuf:"bytes,14,opt,name=slot,proto3" json:"slot,omitempty"`
+	SlotExpires   *durationpb.Duration `protobuf:"bytes,15,opt,name=slot_expires,json=slotExpires,proto3" json:"slot_expires,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -362,6 +383,20 @@ func (x *Decision) GetReason() string {
 		return x.Reason
 	}
 	return ""
+}
+
+func (x *Decision) GetSlot() string {
+	if x != nil {
+		return x.Slot
+	}
+	return ""
+}
+
+func (x *Decision) GetSlotExpires() *durationpb.Duration {
+	if x != nil {
+		return x.SlotExpires
+	}
+	return nil
 }
 
 // NamedDecision is one plan limit's decision.
@@ -971,6 +1006,153 @@ func (*ResetResponse) Descriptor() ([]byte, []int) {
 	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{13}
 }
 
+// SlotRequest names a slot an allowed check under a concurrency limit
+// answered (Decision.slot), under the same key and exactly one of policy and
+// limit.
+type SlotRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Policy        string                 `protobuf:"bytes,2,opt,name=policy,proto3" json:"policy,omitempty"`
+	Limit         *Limit                 `protobuf:"bytes,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	Slot          string                 `protobuf:"bytes,4,opt,name=slot,proto3" json:"slot,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SlotRequest) Reset() {
+	*x = SlotRequest{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SlotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SlotRequest) ProtoMessage() {}
+
+func (x *SlotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SlotRequest.ProtoReflect.Descriptor instead.
+func (*SlotRequest) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *SlotRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *SlotRequest) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
+func (x *SlotRequest) GetLimit() *Limit {
+	if x != nil {
+		return x.Limit
+	}
+	return nil
+}
+
+func (x *SlotRequest) GetSlot() string {
+	if x != nil {
+		return x.Slot
+	}
+	return ""
+}
+
+type SlotResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Done          bool                   `protobuf:"varint,1,opt,name=done,proto3" json:"done,omitempty"` // released (or renewed) now; false: it had been freed already
+	Slot          string                 `protobuf:"bytes,2,opt,name=slot,proto3" json:"slot,omitempty"`
+	SlotExpires   *durationpb.Duration   `protobuf:"bytes,3,opt,name=slot_expires,json=slotExpires,proto3" json:"slot_expires,omitempty"` // after a renewal: until the hold ends
+	Limit         int64                  `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	Remaining     int64                  `protobuf:"varint,5,opt,name=remaining,proto3" json:"remaining,omitempty"` // slots free on the key after the operation
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SlotResponse) Reset() {
+	*x = SlotResponse{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SlotResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SlotResponse) ProtoMessage() {}
+
+func (x *SlotResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SlotResponse.ProtoReflect.Descriptor instead.
+func (*SlotResponse) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *SlotResponse) GetDone() bool {
+	if x != nil {
+		return x.Done
+	}
+	return false
+}
+
+func (x *SlotResponse) GetSlot() string {
+	if x != nil {
+		return x.Slot
+	}
+	return ""
+}
+
+func (x *SlotResponse) GetSlotExpires() *durationpb.Duration {
+	if x != nil {
+		return x.SlotExpires
+	}
+	return nil
+}
+
+func (x *SlotResponse) GetLimit() int64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *SlotResponse) GetRemaining() int64 {
+	if x != nil {
+		return x.Remaining
+	}
+	return 0
+}
+
 type Policy struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Name   string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -999,7 +1181,7 @@ type Policy struct {
 
 func (x *Policy) Reset() {
 	*x = Policy{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[14]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1011,7 +1193,7 @@ func (x *Policy) String() string {
 func (*Policy) ProtoMessage() {}
 
 func (x *Policy) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[14]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1024,7 +1206,7 @@ func (x *Policy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Policy.ProtoReflect.Descriptor instead.
 func (*Policy) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{14}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Policy) GetName() string {
@@ -1089,7 +1271,7 @@ type OnExceed struct {
 
 func (x *OnExceed) Reset() {
 	*x = OnExceed{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[15]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1101,7 +1283,7 @@ func (x *OnExceed) String() string {
 func (*OnExceed) ProtoMessage() {}
 
 func (x *OnExceed) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[15]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1114,7 +1296,7 @@ func (x *OnExceed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OnExceed.ProtoReflect.Descriptor instead.
 func (*OnExceed) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{15}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *OnExceed) GetBan() string {
@@ -1162,7 +1344,7 @@ type Lease struct {
 
 func (x *Lease) Reset() {
 	*x = Lease{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[16]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1174,7 +1356,7 @@ func (x *Lease) String() string {
 func (*Lease) ProtoMessage() {}
 
 func (x *Lease) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[16]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1187,7 +1369,7 @@ func (x *Lease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Lease.ProtoReflect.Descriptor instead.
 func (*Lease) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{16}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Lease) GetShare() float64 {
@@ -1220,7 +1402,7 @@ type PutPolicyRequest struct {
 
 func (x *PutPolicyRequest) Reset() {
 	*x = PutPolicyRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[17]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1232,7 +1414,7 @@ func (x *PutPolicyRequest) String() string {
 func (*PutPolicyRequest) ProtoMessage() {}
 
 func (x *PutPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[17]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1245,7 +1427,7 @@ func (x *PutPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutPolicyRequest.ProtoReflect.Descriptor instead.
 func (*PutPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{17}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *PutPolicyRequest) GetPolicy() *Policy {
@@ -1264,7 +1446,7 @@ type GetPolicyRequest struct {
 
 func (x *GetPolicyRequest) Reset() {
 	*x = GetPolicyRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[18]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1276,7 +1458,7 @@ func (x *GetPolicyRequest) String() string {
 func (*GetPolicyRequest) ProtoMessage() {}
 
 func (x *GetPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[18]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1289,7 +1471,7 @@ func (x *GetPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPolicyRequest.ProtoReflect.Descriptor instead.
 func (*GetPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{18}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetPolicyRequest) GetName() string {
@@ -1307,7 +1489,7 @@ type ListPoliciesRequest struct {
 
 func (x *ListPoliciesRequest) Reset() {
 	*x = ListPoliciesRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[19]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1319,7 +1501,7 @@ func (x *ListPoliciesRequest) String() string {
 func (*ListPoliciesRequest) ProtoMessage() {}
 
 func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[19]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1332,7 +1514,7 @@ func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ListPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{19}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{21}
 }
 
 type ListPoliciesResponse struct {
@@ -1344,7 +1526,7 @@ type ListPoliciesResponse struct {
 
 func (x *ListPoliciesResponse) Reset() {
 	*x = ListPoliciesResponse{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[20]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1356,7 +1538,7 @@ func (x *ListPoliciesResponse) String() string {
 func (*ListPoliciesResponse) ProtoMessage() {}
 
 func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[20]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1369,7 +1551,7 @@ func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ListPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{20}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListPoliciesResponse) GetPolicies() []*Policy {
@@ -1388,7 +1570,7 @@ type DeletePolicyRequest struct {
 
 func (x *DeletePolicyRequest) Reset() {
 	*x = DeletePolicyRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[21]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1400,7 +1582,7 @@ func (x *DeletePolicyRequest) String() string {
 func (*DeletePolicyRequest) ProtoMessage() {}
 
 func (x *DeletePolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[21]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1413,7 +1595,7 @@ func (x *DeletePolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePolicyRequest.ProtoReflect.Descriptor instead.
 func (*DeletePolicyRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{21}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DeletePolicyRequest) GetName() string {
@@ -1431,7 +1613,7 @@ type DeletePolicyResponse struct {
 
 func (x *DeletePolicyResponse) Reset() {
 	*x = DeletePolicyResponse{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[22]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1443,7 +1625,7 @@ func (x *DeletePolicyResponse) String() string {
 func (*DeletePolicyResponse) ProtoMessage() {}
 
 func (x *DeletePolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[22]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1456,7 +1638,7 @@ func (x *DeletePolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePolicyResponse.ProtoReflect.Descriptor instead.
 func (*DeletePolicyResponse) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{22}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{24}
 }
 
 // RLSDomain is one domain's configuration.
@@ -1472,7 +1654,7 @@ type RLSDomain struct {
 
 func (x *RLSDomain) Reset() {
 	*x = RLSDomain{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[23]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1484,7 +1666,7 @@ func (x *RLSDomain) String() string {
 func (*RLSDomain) ProtoMessage() {}
 
 func (x *RLSDomain) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[23]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1497,7 +1679,7 @@ func (x *RLSDomain) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RLSDomain.ProtoReflect.Descriptor instead.
 func (*RLSDomain) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{23}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RLSDomain) GetDomain() string {
@@ -1525,7 +1707,7 @@ type PutRLSDomainRequest struct {
 
 func (x *PutRLSDomainRequest) Reset() {
 	*x = PutRLSDomainRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[24]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1537,7 +1719,7 @@ func (x *PutRLSDomainRequest) String() string {
 func (*PutRLSDomainRequest) ProtoMessage() {}
 
 func (x *PutRLSDomainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[24]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1550,7 +1732,7 @@ func (x *PutRLSDomainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutRLSDomainRequest.ProtoReflect.Descriptor instead.
 func (*PutRLSDomainRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{24}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *PutRLSDomainRequest) GetDomain() string {
@@ -1576,7 +1758,7 @@ type GetRLSDomainRequest struct {
 
 func (x *GetRLSDomainRequest) Reset() {
 	*x = GetRLSDomainRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[25]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1588,7 +1770,7 @@ func (x *GetRLSDomainRequest) String() string {
 func (*GetRLSDomainRequest) ProtoMessage() {}
 
 func (x *GetRLSDomainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[25]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1601,7 +1783,7 @@ func (x *GetRLSDomainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRLSDomainRequest.ProtoReflect.Descriptor instead.
 func (*GetRLSDomainRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{25}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GetRLSDomainRequest) GetDomain() string {
@@ -1619,7 +1801,7 @@ type ListRLSDomainsRequest struct {
 
 func (x *ListRLSDomainsRequest) Reset() {
 	*x = ListRLSDomainsRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[26]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1631,7 +1813,7 @@ func (x *ListRLSDomainsRequest) String() string {
 func (*ListRLSDomainsRequest) ProtoMessage() {}
 
 func (x *ListRLSDomainsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[26]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1644,7 +1826,7 @@ func (x *ListRLSDomainsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRLSDomainsRequest.ProtoReflect.Descriptor instead.
 func (*ListRLSDomainsRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{26}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{28}
 }
 
 type ListRLSDomainsResponse struct {
@@ -1656,7 +1838,7 @@ type ListRLSDomainsResponse struct {
 
 func (x *ListRLSDomainsResponse) Reset() {
 	*x = ListRLSDomainsResponse{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[27]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1668,7 +1850,7 @@ func (x *ListRLSDomainsResponse) String() string {
 func (*ListRLSDomainsResponse) ProtoMessage() {}
 
 func (x *ListRLSDomainsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[27]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1681,7 +1863,7 @@ func (x *ListRLSDomainsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRLSDomainsResponse.ProtoReflect.Descriptor instead.
 func (*ListRLSDomainsResponse) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{27}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListRLSDomainsResponse) GetDomains() []*RLSDomain {
@@ -1700,7 +1882,7 @@ type DeleteRLSDomainRequest struct {
 
 func (x *DeleteRLSDomainRequest) Reset() {
 	*x = DeleteRLSDomainRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[28]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1712,7 +1894,7 @@ func (x *DeleteRLSDomainRequest) String() string {
 func (*DeleteRLSDomainRequest) ProtoMessage() {}
 
 func (x *DeleteRLSDomainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[28]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1725,7 +1907,7 @@ func (x *DeleteRLSDomainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRLSDomainRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRLSDomainRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{28}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *DeleteRLSDomainRequest) GetDomain() string {
@@ -1743,7 +1925,7 @@ type DeleteRLSDomainResponse struct {
 
 func (x *DeleteRLSDomainResponse) Reset() {
 	*x = DeleteRLSDomainResponse{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[29]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1755,7 +1937,7 @@ func (x *DeleteRLSDomainResponse) String() string {
 func (*DeleteRLSDomainResponse) ProtoMessage() {}
 
 func (x *DeleteRLSDomainResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[29]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1768,7 +1950,7 @@ func (x *DeleteRLSDomainResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRLSDomainResponse.ProtoReflect.Descriptor instead.
 func (*DeleteRLSDomainResponse) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{29}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{31}
 }
 
 // Plan is a named bundle of limits, keyed by the limit's name; each limit
@@ -1783,7 +1965,7 @@ type Plan struct {
 
 func (x *Plan) Reset() {
 	*x = Plan{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[30]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1795,7 +1977,7 @@ func (x *Plan) String() string {
 func (*Plan) ProtoMessage() {}
 
 func (x *Plan) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[30]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1808,7 +1990,7 @@ func (x *Plan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Plan.ProtoReflect.Descriptor instead.
 func (*Plan) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{30}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Plan) GetName() string {
@@ -1834,7 +2016,7 @@ type PutPlanRequest struct {
 
 func (x *PutPlanRequest) Reset() {
 	*x = PutPlanRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[31]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1846,7 +2028,7 @@ func (x *PutPlanRequest) String() string {
 func (*PutPlanRequest) ProtoMessage() {}
 
 func (x *PutPlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[31]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1859,7 +2041,7 @@ func (x *PutPlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutPlanRequest.ProtoReflect.Descriptor instead.
 func (*PutPlanRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{31}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *PutPlanRequest) GetPlan() *Plan {
@@ -1878,7 +2060,7 @@ type GetPlanRequest struct {
 
 func (x *GetPlanRequest) Reset() {
 	*x = GetPlanRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[32]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1890,7 +2072,7 @@ func (x *GetPlanRequest) String() string {
 func (*GetPlanRequest) ProtoMessage() {}
 
 func (x *GetPlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[32]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1903,7 +2085,7 @@ func (x *GetPlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPlanRequest.ProtoReflect.Descriptor instead.
 func (*GetPlanRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{32}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *GetPlanRequest) GetName() string {
@@ -1921,7 +2103,7 @@ type ListPlansRequest struct {
 
 func (x *ListPlansRequest) Reset() {
 	*x = ListPlansRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[33]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1933,7 +2115,7 @@ func (x *ListPlansRequest) String() string {
 func (*ListPlansRequest) ProtoMessage() {}
 
 func (x *ListPlansRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[33]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1946,7 +2128,7 @@ func (x *ListPlansRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPlansRequest.ProtoReflect.Descriptor instead.
 func (*ListPlansRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{33}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{35}
 }
 
 type ListPlansResponse struct {
@@ -1959,7 +2141,7 @@ type ListPlansResponse struct {
 
 func (x *ListPlansResponse) Reset() {
 	*x = ListPlansResponse{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[34]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1971,7 +2153,7 @@ func (x *ListPlansResponse) String() string {
 func (*ListPlansResponse) ProtoMessage() {}
 
 func (x *ListPlansResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[34]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1984,7 +2166,7 @@ func (x *ListPlansResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPlansResponse.ProtoReflect.Descriptor instead.
 func (*ListPlansResponse) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{34}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListPlansResponse) GetPlans() []*Plan {
@@ -2010,7 +2192,7 @@ type DeletePlanRequest struct {
 
 func (x *DeletePlanRequest) Reset() {
 	*x = DeletePlanRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[35]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2022,7 +2204,7 @@ func (x *DeletePlanRequest) String() string {
 func (*DeletePlanRequest) ProtoMessage() {}
 
 func (x *DeletePlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[35]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2035,7 +2217,7 @@ func (x *DeletePlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePlanRequest.ProtoReflect.Descriptor instead.
 func (*DeletePlanRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{35}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *DeletePlanRequest) GetName() string {
@@ -2053,7 +2235,7 @@ type DeletePlanResponse struct {
 
 func (x *DeletePlanResponse) Reset() {
 	*x = DeletePlanResponse{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[36]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2065,7 +2247,7 @@ func (x *DeletePlanResponse) String() string {
 func (*DeletePlanResponse) ProtoMessage() {}
 
 func (x *DeletePlanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[36]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2078,7 +2260,7 @@ func (x *DeletePlanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePlanResponse.ProtoReflect.Descriptor instead.
 func (*DeletePlanResponse) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{36}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{38}
 }
 
 type SetDefaultPlanRequest struct {
@@ -2090,7 +2272,7 @@ type SetDefaultPlanRequest struct {
 
 func (x *SetDefaultPlanRequest) Reset() {
 	*x = SetDefaultPlanRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[37]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2102,7 +2284,7 @@ func (x *SetDefaultPlanRequest) String() string {
 func (*SetDefaultPlanRequest) ProtoMessage() {}
 
 func (x *SetDefaultPlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[37]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2115,7 +2297,7 @@ func (x *SetDefaultPlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetDefaultPlanRequest.ProtoReflect.Descriptor instead.
 func (*SetDefaultPlanRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{37}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *SetDefaultPlanRequest) GetPlan() string {
@@ -2133,7 +2315,7 @@ type SetDefaultPlanResponse struct {
 
 func (x *SetDefaultPlanResponse) Reset() {
 	*x = SetDefaultPlanResponse{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[38]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2145,7 +2327,7 @@ func (x *SetDefaultPlanResponse) String() string {
 func (*SetDefaultPlanResponse) ProtoMessage() {}
 
 func (x *SetDefaultPlanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[38]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2158,7 +2340,7 @@ func (x *SetDefaultPlanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetDefaultPlanResponse.ProtoReflect.Descriptor instead.
 func (*SetDefaultPlanResponse) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{38}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{40}
 }
 
 type AssignPlanRequest struct {
@@ -2171,7 +2353,7 @@ type AssignPlanRequest struct {
 
 func (x *AssignPlanRequest) Reset() {
 	*x = AssignPlanRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[39]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2183,7 +2365,7 @@ func (x *AssignPlanRequest) String() string {
 func (*AssignPlanRequest) ProtoMessage() {}
 
 func (x *AssignPlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[39]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2196,7 +2378,7 @@ func (x *AssignPlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssignPlanRequest.ProtoReflect.Descriptor instead.
 func (*AssignPlanRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{39}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *AssignPlanRequest) GetKey() string {
@@ -2222,7 +2404,7 @@ type GetKeyPlanRequest struct {
 
 func (x *GetKeyPlanRequest) Reset() {
 	*x = GetKeyPlanRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[40]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2234,7 +2416,7 @@ func (x *GetKeyPlanRequest) String() string {
 func (*GetKeyPlanRequest) ProtoMessage() {}
 
 func (x *GetKeyPlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[40]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2247,7 +2429,7 @@ func (x *GetKeyPlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetKeyPlanRequest.ProtoReflect.Descriptor instead.
 func (*GetKeyPlanRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{40}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *GetKeyPlanRequest) GetKey() string {
@@ -2273,7 +2455,7 @@ type KeyPlan struct {
 
 func (x *KeyPlan) Reset() {
 	*x = KeyPlan{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[41]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2285,7 +2467,7 @@ func (x *KeyPlan) String() string {
 func (*KeyPlan) ProtoMessage() {}
 
 func (x *KeyPlan) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[41]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2298,7 +2480,7 @@ func (x *KeyPlan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyPlan.ProtoReflect.Descriptor instead.
 func (*KeyPlan) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{41}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *KeyPlan) GetKey() string {
@@ -2346,7 +2528,7 @@ type PrefixRule struct {
 
 func (x *PrefixRule) Reset() {
 	*x = PrefixRule{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[42]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2358,7 +2540,7 @@ func (x *PrefixRule) String() string {
 func (*PrefixRule) ProtoMessage() {}
 
 func (x *PrefixRule) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[42]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2371,7 +2553,7 @@ func (x *PrefixRule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrefixRule.ProtoReflect.Descriptor instead.
 func (*PrefixRule) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{42}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *PrefixRule) GetPrefix() string {
@@ -2397,7 +2579,7 @@ type DeletePrefixRuleRequest struct {
 
 func (x *DeletePrefixRuleRequest) Reset() {
 	*x = DeletePrefixRuleRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[43]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2409,7 +2591,7 @@ func (x *DeletePrefixRuleRequest) String() string {
 func (*DeletePrefixRuleRequest) ProtoMessage() {}
 
 func (x *DeletePrefixRuleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[43]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2422,7 +2604,7 @@ func (x *DeletePrefixRuleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePrefixRuleRequest.ProtoReflect.Descriptor instead.
 func (*DeletePrefixRuleRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{43}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *DeletePrefixRuleRequest) GetPrefix() string {
@@ -2440,7 +2622,7 @@ type DeletePrefixRuleResponse struct {
 
 func (x *DeletePrefixRuleResponse) Reset() {
 	*x = DeletePrefixRuleResponse{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[44]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2452,7 +2634,7 @@ func (x *DeletePrefixRuleResponse) String() string {
 func (*DeletePrefixRuleResponse) ProtoMessage() {}
 
 func (x *DeletePrefixRuleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[44]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2465,7 +2647,7 @@ func (x *DeletePrefixRuleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePrefixRuleResponse.ProtoReflect.Descriptor instead.
 func (*DeletePrefixRuleResponse) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{44}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{46}
 }
 
 type ListPrefixRulesRequest struct {
@@ -2476,7 +2658,7 @@ type ListPrefixRulesRequest struct {
 
 func (x *ListPrefixRulesRequest) Reset() {
 	*x = ListPrefixRulesRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[45]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2488,7 +2670,7 @@ func (x *ListPrefixRulesRequest) String() string {
 func (*ListPrefixRulesRequest) ProtoMessage() {}
 
 func (x *ListPrefixRulesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[45]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2501,7 +2683,7 @@ func (x *ListPrefixRulesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPrefixRulesRequest.ProtoReflect.Descriptor instead.
 func (*ListPrefixRulesRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{45}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{47}
 }
 
 type ListPrefixRulesResponse struct {
@@ -2513,7 +2695,7 @@ type ListPrefixRulesResponse struct {
 
 func (x *ListPrefixRulesResponse) Reset() {
 	*x = ListPrefixRulesResponse{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[46]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2525,7 +2707,7 @@ func (x *ListPrefixRulesResponse) String() string {
 func (*ListPrefixRulesResponse) ProtoMessage() {}
 
 func (x *ListPrefixRulesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[46]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2538,7 +2720,7 @@ func (x *ListPrefixRulesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPrefixRulesResponse.ProtoReflect.Descriptor instead.
 func (*ListPrefixRulesResponse) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{46}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ListPrefixRulesResponse) GetRules() []*PrefixRule {
@@ -2559,7 +2741,7 @@ type LimitOverride struct {
 
 func (x *LimitOverride) Reset() {
 	*x = LimitOverride{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[47]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2571,7 +2753,7 @@ func (x *LimitOverride) String() string {
 func (*LimitOverride) ProtoMessage() {}
 
 func (x *LimitOverride) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[47]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2584,7 +2766,7 @@ func (x *LimitOverride) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitOverride.ProtoReflect.Descriptor instead.
 func (*LimitOverride) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{47}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *LimitOverride) GetLimit() int64 {
@@ -2614,7 +2796,7 @@ type Override struct {
 
 func (x *Override) Reset() {
 	*x = Override{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[48]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2626,7 +2808,7 @@ func (x *Override) String() string {
 func (*Override) ProtoMessage() {}
 
 func (x *Override) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[48]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2639,7 +2821,7 @@ func (x *Override) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Override.ProtoReflect.Descriptor instead.
 func (*Override) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{48}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *Override) GetKey() string {
@@ -2672,7 +2854,7 @@ type DeleteOverrideRequest struct {
 
 func (x *DeleteOverrideRequest) Reset() {
 	*x = DeleteOverrideRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[49]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2684,7 +2866,7 @@ func (x *DeleteOverrideRequest) String() string {
 func (*DeleteOverrideRequest) ProtoMessage() {}
 
 func (x *DeleteOverrideRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[49]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2697,7 +2879,7 @@ func (x *DeleteOverrideRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteOverrideRequest.ProtoReflect.Descriptor instead.
 func (*DeleteOverrideRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{49}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *DeleteOverrideRequest) GetKey() string {
@@ -2715,7 +2897,7 @@ type DeleteOverrideResponse struct {
 
 func (x *DeleteOverrideResponse) Reset() {
 	*x = DeleteOverrideResponse{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[50]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2727,7 +2909,7 @@ func (x *DeleteOverrideResponse) String() string {
 func (*DeleteOverrideResponse) ProtoMessage() {}
 
 func (x *DeleteOverrideResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[50]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2740,7 +2922,7 @@ func (x *DeleteOverrideResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteOverrideResponse.ProtoReflect.Descriptor instead.
 func (*DeleteOverrideResponse) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{50}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{52}
 }
 
 // List is an allow or deny list; kind is "allow" or "deny", policies empty
@@ -2757,7 +2939,7 @@ type List struct {
 
 func (x *List) Reset() {
 	*x = List{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[51]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2769,7 +2951,7 @@ func (x *List) String() string {
 func (*List) ProtoMessage() {}
 
 func (x *List) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[51]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2782,7 +2964,7 @@ func (x *List) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use List.ProtoReflect.Descriptor instead.
 func (*List) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{51}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *List) GetName() string {
@@ -2827,7 +3009,7 @@ type ListEntry struct {
 
 func (x *ListEntry) Reset() {
 	*x = ListEntry{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[52]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2839,7 +3021,7 @@ func (x *ListEntry) String() string {
 func (*ListEntry) ProtoMessage() {}
 
 func (x *ListEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[52]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2852,7 +3034,7 @@ func (x *ListEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEntry.ProtoReflect.Descriptor instead.
 func (*ListEntry) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{52}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ListEntry) GetKey() string {
@@ -2892,7 +3074,7 @@ type PutListRequest struct {
 
 func (x *PutListRequest) Reset() {
 	*x = PutListRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[53]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2904,7 +3086,7 @@ func (x *PutListRequest) String() string {
 func (*PutListRequest) ProtoMessage() {}
 
 func (x *PutListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[53]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2917,7 +3099,7 @@ func (x *PutListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutListRequest.ProtoReflect.Descriptor instead.
 func (*PutListRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{53}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *PutListRequest) GetList() *List {
@@ -2936,7 +3118,7 @@ type GetListRequest struct {
 
 func (x *GetListRequest) Reset() {
 	*x = GetListRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[54]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2948,7 +3130,7 @@ func (x *GetListRequest) String() string {
 func (*GetListRequest) ProtoMessage() {}
 
 func (x *GetListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[54]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2961,7 +3143,7 @@ func (x *GetListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetListRequest.ProtoReflect.Descriptor instead.
 func (*GetListRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{54}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *GetListRequest) GetName() string {
@@ -2979,7 +3161,7 @@ type ListListsRequest struct {
 
 func (x *ListListsRequest) Reset() {
 	*x = ListListsRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[55]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2991,7 +3173,7 @@ func (x *ListListsRequest) String() string {
 func (*ListListsRequest) ProtoMessage() {}
 
 func (x *ListListsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[55]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3004,7 +3186,7 @@ func (x *ListListsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListListsRequest.ProtoReflect.Descriptor instead.
 func (*ListListsRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{55}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{57}
 }
 
 type ListListsResponse struct {
@@ -3016,7 +3198,7 @@ type ListListsResponse struct {
 
 func (x *ListListsResponse) Reset() {
 	*x = ListListsResponse{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[56]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3028,7 +3210,7 @@ func (x *ListListsResponse) String() string {
 func (*ListListsResponse) ProtoMessage() {}
 
 func (x *ListListsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[56]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3041,7 +3223,7 @@ func (x *ListListsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListListsResponse.ProtoReflect.Descriptor instead.
 func (*ListListsResponse) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{56}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ListListsResponse) GetLists() []*List {
@@ -3060,7 +3242,7 @@ type DeleteListRequest struct {
 
 func (x *DeleteListRequest) Reset() {
 	*x = DeleteListRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[57]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3072,7 +3254,7 @@ func (x *DeleteListRequest) String() string {
 func (*DeleteListRequest) ProtoMessage() {}
 
 func (x *DeleteListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[57]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3085,7 +3267,7 @@ func (x *DeleteListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteListRequest.ProtoReflect.Descriptor instead.
 func (*DeleteListRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{57}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *DeleteListRequest) GetName() string {
@@ -3103,7 +3285,7 @@ type DeleteListResponse struct {
 
 func (x *DeleteListResponse) Reset() {
 	*x = DeleteListResponse{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[58]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3115,7 +3297,7 @@ func (x *DeleteListResponse) String() string {
 func (*DeleteListResponse) ProtoMessage() {}
 
 func (x *DeleteListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[58]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3128,7 +3310,7 @@ func (x *DeleteListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteListResponse.ProtoReflect.Descriptor instead.
 func (*DeleteListResponse) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{58}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{60}
 }
 
 // Ban is a key banned under policy until (RFC 3339, leader time).
@@ -3144,7 +3326,7 @@ type Ban struct {
 
 func (x *Ban) Reset() {
 	*x = Ban{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[59]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3156,7 +3338,7 @@ func (x *Ban) String() string {
 func (*Ban) ProtoMessage() {}
 
 func (x *Ban) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[59]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3169,7 +3351,7 @@ func (x *Ban) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ban.ProtoReflect.Descriptor instead.
 func (*Ban) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{59}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *Ban) GetKey() string {
@@ -3210,7 +3392,7 @@ type ListBansRequest struct {
 
 func (x *ListBansRequest) Reset() {
 	*x = ListBansRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[60]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3222,7 +3404,7 @@ func (x *ListBansRequest) String() string {
 func (*ListBansRequest) ProtoMessage() {}
 
 func (x *ListBansRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[60]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3235,7 +3417,7 @@ func (x *ListBansRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBansRequest.ProtoReflect.Descriptor instead.
 func (*ListBansRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{60}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ListBansRequest) GetLimit() int32 {
@@ -3262,7 +3444,7 @@ type ListBansResponse struct {
 
 func (x *ListBansResponse) Reset() {
 	*x = ListBansResponse{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[61]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3274,7 +3456,7 @@ func (x *ListBansResponse) String() string {
 func (*ListBansResponse) ProtoMessage() {}
 
 func (x *ListBansResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[61]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3287,7 +3469,7 @@ func (x *ListBansResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBansResponse.ProtoReflect.Descriptor instead.
 func (*ListBansResponse) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{61}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ListBansResponse) GetBans() []*Ban {
@@ -3314,7 +3496,7 @@ type UnbanRequest struct {
 
 func (x *UnbanRequest) Reset() {
 	*x = UnbanRequest{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[62]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3326,7 +3508,7 @@ func (x *UnbanRequest) String() string {
 func (*UnbanRequest) ProtoMessage() {}
 
 func (x *UnbanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[62]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3339,7 +3521,7 @@ func (x *UnbanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnbanRequest.ProtoReflect.Descriptor instead.
 func (*UnbanRequest) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{62}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *UnbanRequest) GetKey() string {
@@ -3364,7 +3546,7 @@ type UnbanResponse struct {
 
 func (x *UnbanResponse) Reset() {
 	*x = UnbanResponse{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[63]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3376,7 +3558,7 @@ func (x *UnbanResponse) String() string {
 func (*UnbanResponse) ProtoMessage() {}
 
 func (x *UnbanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[63]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3389,14 +3571,14 @@ func (x *UnbanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnbanResponse.ProtoReflect.Descriptor instead.
 func (*UnbanResponse) Descriptor() ([]byte, []int) {
-	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{63}
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{65}
 }
 
 var File_limitd_v1_limitd_proto protoreflect.FileDescriptor
 
 const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"\n" +
-	"\x16limitd/v1/limitd.proto\x12\tlimitd.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc6\x01\n" +
+	"\x16limitd/v1/limitd.proto\x12\tlimitd.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf5\x01\n" +
 	"\x05Limit\x12\x1c\n" +
 	"\talgorithm\x18\x01 \x01(\tR\talgorithm\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x16\n" +
@@ -3404,7 +3586,9 @@ const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"\x05burst\x18\x04 \x01(\x03R\x05burst\x12#\n" +
 	"\rcount_refused\x18\x05 \x01(\bR\fcountRefused\x12\x1a\n" +
 	"\bcalendar\x18\x06 \x01(\tR\bcalendar\x12\x1a\n" +
-	"\btimezone\x18\a \x01(\tR\btimezone\"\xa1\x01\n" +
+	"\btimezone\x18\a \x01(\tR\btimezone\x12\x12\n" +
+	"\x04hold\x18\b \x01(\tR\x04hold\x12\x19\n" +
+	"\bmax_hold\x18\t \x01(\tR\amaxHold\"\xa1\x01\n" +
 	"\fCheckRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
 	"\x06policy\x18\x02 \x01(\tR\x06policy\x12&\n" +
@@ -3412,7 +3596,7 @@ const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"\x04cost\x18\x04 \x01(\x03H\x00R\x04cost\x88\x01\x01\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x05 \x01(\tR\trequestIdB\a\n" +
-	"\x05_cost\"\xdb\x03\n" +
+	"\x05_cost\"\xad\x04\n" +
 	"\bDecision\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x1c\n" +
@@ -3432,7 +3616,9 @@ const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"overridden\x18\v \x01(\bR\n" +
 	"overridden\x120\n" +
 	"\x06limits\x18\f \x03(\v2\x18.limitd.v1.NamedDecisionR\x06limits\x12\x16\n" +
-	"\x06reason\x18\r \x01(\tR\x06reason\"T\n" +
+	"\x06reason\x18\r \x01(\tR\x06reason\x12\x12\n" +
+	"\x04slot\x18\x0e \x01(\tR\x04slot\x12<\n" +
+	"\fslot_expires\x18\x0f \x01(\v2\x19.google.protobuf.DurationR\vslotExpires\"T\n" +
 	"\rNamedDecision\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12/\n" +
 	"\bdecision\x18\x02 \x01(\v2\x13.limitd.v1.DecisionR\bdecision\"\\\n" +
@@ -3467,7 +3653,18 @@ const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
 	"\x06policy\x18\x02 \x01(\tR\x06policy\x12&\n" +
 	"\x05limit\x18\x03 \x01(\v2\x10.limitd.v1.LimitR\x05limit\"\x0f\n" +
-	"\rResetResponse\"\xb2\x02\n" +
+	"\rResetResponse\"s\n" +
+	"\vSlotRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
+	"\x06policy\x18\x02 \x01(\tR\x06policy\x12&\n" +
+	"\x05limit\x18\x03 \x01(\v2\x10.limitd.v1.LimitR\x05limit\x12\x12\n" +
+	"\x04slot\x18\x04 \x01(\tR\x04slot\"\xa8\x01\n" +
+	"\fSlotResponse\x12\x12\n" +
+	"\x04done\x18\x01 \x01(\bR\x04done\x12\x12\n" +
+	"\x04slot\x18\x02 \x01(\tR\x04slot\x12<\n" +
+	"\fslot_expires\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\vslotExpires\x12\x14\n" +
+	"\x05limit\x18\x04 \x01(\x03R\x05limit\x12\x1c\n" +
+	"\tremaining\x18\x05 \x01(\x03R\tremaining\"\xb2\x02\n" +
 	"\x06Policy\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12&\n" +
 	"\x05limit\x18\x02 \x01(\v2\x10.limitd.v1.LimitR\x05limit\x12\x16\n" +
@@ -3605,13 +3802,15 @@ const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"\fUnbanRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
 	"\x06policy\x18\x02 \x01(\tR\x06policy\"\x0f\n" +
-	"\rUnbanResponse2\xf4\x10\n" +
+	"\rUnbanResponse2\xea\x11\n" +
 	"\x06Limitd\x12:\n" +
 	"\x05Check\x12\x17.limitd.v1.CheckRequest\x1a\x18.limitd.v1.CheckResponse\x12C\n" +
 	"\bCheckAll\x12\x1a.limitd.v1.CheckAllRequest\x1a\x1b.limitd.v1.CheckAllResponse\x12:\n" +
 	"\x05Batch\x12\x17.limitd.v1.BatchRequest\x1a\x18.limitd.v1.BatchResponse\x128\n" +
 	"\x04Peek\x12\x16.limitd.v1.PeekRequest\x1a\x18.limitd.v1.CheckResponse\x12:\n" +
-	"\x05Reset\x12\x17.limitd.v1.ResetRequest\x1a\x18.limitd.v1.ResetResponse\x12;\n" +
+	"\x05Reset\x12\x17.limitd.v1.ResetRequest\x1a\x18.limitd.v1.ResetResponse\x12:\n" +
+	"\aRelease\x12\x16.limitd.v1.SlotRequest\x1a\x17.limitd.v1.SlotResponse\x128\n" +
+	"\x05Renew\x12\x16.limitd.v1.SlotRequest\x1a\x17.limitd.v1.SlotResponse\x12;\n" +
 	"\tPutPolicy\x12\x1b.limitd.v1.PutPolicyRequest\x1a\x11.limitd.v1.Policy\x12;\n" +
 	"\tGetPolicy\x12\x1b.limitd.v1.GetPolicyRequest\x1a\x11.limitd.v1.Policy\x12O\n" +
 	"\fListPolicies\x12\x1e.limitd.v1.ListPoliciesRequest\x1a\x1f.limitd.v1.ListPoliciesResponse\x12O\n" +
@@ -3655,7 +3854,7 @@ func file_limitd_v1_limitd_proto_rawDescGZIP() []byte {
 	return file_limitd_v1_limitd_proto_rawDescData
 }
 
-var file_limitd_v1_limitd_proto_msgTypes = make([]protoimpl.MessageInfo, 66)
+var file_limitd_v1_limitd_proto_msgTypes = make([]protoimpl.MessageInfo, 68)
 var file_limitd_v1_limitd_proto_goTypes = []any{
 	(*Limit)(nil),                    // 0: limitd.v1.Limit
 	(*CheckRequest)(nil),             // 1: limitd.v1.CheckRequest
@@ -3671,162 +3870,171 @@ var file_limitd_v1_limitd_proto_goTypes = []any{
 	(*PeekRequest)(nil),              // 11: limitd.v1.PeekRequest
 	(*ResetRequest)(nil),             // 12: limitd.v1.ResetRequest
 	(*ResetResponse)(nil),            // 13: limitd.v1.ResetResponse
-	(*Policy)(nil),                   // 14: limitd.v1.Policy
-	(*OnExceed)(nil),                 // 15: limitd.v1.OnExceed
-	(*Lease)(nil),                    // 16: limitd.v1.Lease
-	(*PutPolicyRequest)(nil),         // 17: limitd.v1.PutPolicyRequest
-	(*GetPolicyRequest)(nil),         // 18: limitd.v1.GetPolicyRequest
-	(*ListPoliciesRequest)(nil),      // 19: limitd.v1.ListPoliciesRequest
-	(*ListPoliciesResponse)(nil),     // 20: limitd.v1.ListPoliciesResponse
-	(*DeletePolicyRequest)(nil),      // 21: limitd.v1.DeletePolicyRequest
-	(*DeletePolicyResponse)(nil),     // 22: limitd.v1.DeletePolicyResponse
-	(*RLSDomain)(nil),                // 23: limitd.v1.RLSDomain
-	(*PutRLSDomainRequest)(nil),      // 24: limitd.v1.PutRLSDomainRequest
-	(*GetRLSDomainRequest)(nil),      // 25: limitd.v1.GetRLSDomainRequest
-	(*ListRLSDomainsRequest)(nil),    // 26: limitd.v1.ListRLSDomainsRequest
-	(*ListRLSDomainsResponse)(nil),   // 27: limitd.v1.ListRLSDomainsResponse
-	(*DeleteRLSDomainRequest)(nil),   // 28: limitd.v1.DeleteRLSDomainRequest
-	(*DeleteRLSDomainResponse)(nil),  // 29: limitd.v1.DeleteRLSDomainResponse
-	(*Plan)(nil),                     // 30: limitd.v1.Plan
-	(*PutPlanRequest)(nil),           // 31: limitd.v1.PutPlanRequest
-	(*GetPlanRequest)(nil),           // 32: limitd.v1.GetPlanRequest
-	(*ListPlansRequest)(nil),         // 33: limitd.v1.ListPlansRequest
-	(*ListPlansResponse)(nil),        // 34: limitd.v1.ListPlansResponse
-	(*DeletePlanRequest)(nil),        // 35: limitd.v1.DeletePlanRequest
-	(*DeletePlanResponse)(nil),       // 36: limitd.v1.DeletePlanResponse
-	(*SetDefaultPlanRequest)(nil),    // 37: limitd.v1.SetDefaultPlanRequest
-	(*SetDefaultPlanResponse)(nil),   // 38: limitd.v1.SetDefaultPlanResponse
-	(*AssignPlanRequest)(nil),        // 39: limitd.v1.AssignPlanRequest
-	(*GetKeyPlanRequest)(nil),        // 40: limitd.v1.GetKeyPlanRequest
-	(*KeyPlan)(nil),                  // 41: limitd.v1.KeyPlan
-	(*PrefixRule)(nil),               // 42: limitd.v1.PrefixRule
-	(*DeletePrefixRuleRequest)(nil),  // 43: limitd.v1.DeletePrefixRuleRequest
-	(*DeletePrefixRuleResponse)(nil), // 44: limitd.v1.DeletePrefixRuleResponse
-	(*ListPrefixRulesRequest)(nil),   // 45: limitd.v1.ListPrefixRulesRequest
-	(*ListPrefixRulesResponse)(nil),  // 46: limitd.v1.ListPrefixRulesResponse
-	(*LimitOverride)(nil),            // 47: limitd.v1.LimitOverride
-	(*Override)(nil),                 // 48: limitd.v1.Override
-	(*DeleteOverrideRequest)(nil),    // 49: limitd.v1.DeleteOverrideRequest
-	(*DeleteOverrideResponse)(nil),   // 50: limitd.v1.DeleteOverrideResponse
-	(*List)(nil),                     // 51: limitd.v1.List
-	(*ListEntry)(nil),                // 52: limitd.v1.ListEntry
-	(*PutListRequest)(nil),           // 53: limitd.v1.PutListRequest
-	(*GetListRequest)(nil),           // 54: limitd.v1.GetListRequest
-	(*ListListsRequest)(nil),         // 55: limitd.v1.ListListsRequest
-	(*ListListsResponse)(nil),        // 56: limitd.v1.ListListsResponse
-	(*DeleteListRequest)(nil),        // 57: limitd.v1.DeleteListRequest
-	(*DeleteListResponse)(nil),       // 58: limitd.v1.DeleteListResponse
-	(*Ban)(nil),                      // 59: limitd.v1.Ban
-	(*ListBansRequest)(nil),          // 60: limitd.v1.ListBansRequest
-	(*ListBansResponse)(nil),         // 61: limitd.v1.ListBansResponse
-	(*UnbanRequest)(nil),             // 62: limitd.v1.UnbanRequest
-	(*UnbanResponse)(nil),            // 63: limitd.v1.UnbanResponse
-	nil,                              // 64: limitd.v1.Plan.LimitsEntry
-	nil,                              // 65: limitd.v1.Override.LimitsEntry
-	(*durationpb.Duration)(nil),      // 66: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),    // 67: google.protobuf.Timestamp
+	(*SlotRequest)(nil),              // 14: limitd.v1.SlotRequest
+	(*SlotResponse)(nil),             // 15: limitd.v1.SlotResponse
+	(*Policy)(nil),                   // 16: limitd.v1.Policy
+	(*OnExceed)(nil),                 // 17: limitd.v1.OnExceed
+	(*Lease)(nil),                    // 18: limitd.v1.Lease
+	(*PutPolicyRequest)(nil),         // 19: limitd.v1.PutPolicyRequest
+	(*GetPolicyRequest)(nil),         // 20: limitd.v1.GetPolicyRequest
+	(*ListPoliciesRequest)(nil),      // 21: limitd.v1.ListPoliciesRequest
+	(*ListPoliciesResponse)(nil),     // 22: limitd.v1.ListPoliciesResponse
+	(*DeletePolicyRequest)(nil),      // 23: limitd.v1.DeletePolicyRequest
+	(*DeletePolicyResponse)(nil),     // 24: limitd.v1.DeletePolicyResponse
+	(*RLSDomain)(nil),                // 25: limitd.v1.RLSDomain
+	(*PutRLSDomainRequest)(nil),      // 26: limitd.v1.PutRLSDomainRequest
+	(*GetRLSDomainRequest)(nil),      // 27: limitd.v1.GetRLSDomainRequest
+	(*ListRLSDomainsRequest)(nil),    // 28: limitd.v1.ListRLSDomainsRequest
+	(*ListRLSDomainsResponse)(nil),   // 29: limitd.v1.ListRLSDomainsResponse
+	(*DeleteRLSDomainRequest)(nil),   // 30: limitd.v1.DeleteRLSDomainRequest
+	(*DeleteRLSDomainResponse)(nil),  // 31: limitd.v1.DeleteRLSDomainResponse
+	(*Plan)(nil),                     // 32: limitd.v1.Plan
+	(*PutPlanRequest)(nil),           // 33: limitd.v1.PutPlanRequest
+	(*GetPlanRequest)(nil),           // 34: limitd.v1.GetPlanRequest
+	(*ListPlansRequest)(nil),         // 35: limitd.v1.ListPlansRequest
+	(*ListPlansResponse)(nil),        // 36: limitd.v1.ListPlansResponse
+	(*DeletePlanRequest)(nil),        // 37: limitd.v1.DeletePlanRequest
+	(*DeletePlanResponse)(nil),       // 38: limitd.v1.DeletePlanResponse
+	(*SetDefaultPlanRequest)(nil),    // 39: limitd.v1.SetDefaultPlanRequest
+	(*SetDefaultPlanResponse)(nil),   // 40: limitd.v1.SetDefaultPlanResponse
+	(*AssignPlanRequest)(nil),        // 41: limitd.v1.AssignPlanRequest
+	(*GetKeyPlanRequest)(nil),        // 42: limitd.v1.GetKeyPlanRequest
+	(*KeyPlan)(nil),                  // 43: limitd.v1.KeyPlan
+	(*PrefixRule)(nil),               // 44: limitd.v1.PrefixRule
+	(*DeletePrefixRuleRequest)(nil),  // 45: limitd.v1.DeletePrefixRuleRequest
+	(*DeletePrefixRuleResponse)(nil), // 46: limitd.v1.DeletePrefixRuleResponse
+	(*ListPrefixRulesRequest)(nil),   // 47: limitd.v1.ListPrefixRulesRequest
+	(*ListPrefixRulesResponse)(nil),  // 48: limitd.v1.ListPrefixRulesResponse
+	(*LimitOverride)(nil),            // 49: limitd.v1.LimitOverride
+	(*Override)(nil),                 // 50: limitd.v1.Override
+	(*DeleteOverrideRequest)(nil),    // 51: limitd.v1.DeleteOverrideRequest
+	(*DeleteOverrideResponse)(nil),   // 52: limitd.v1.DeleteOverrideResponse
+	(*List)(nil),                     // 53: limitd.v1.List
+	(*ListEntry)(nil),                // 54: limitd.v1.ListEntry
+	(*PutListRequest)(nil),           // 55: limitd.v1.PutListRequest
+	(*GetListRequest)(nil),           // 56: limitd.v1.GetListRequest
+	(*ListListsRequest)(nil),         // 57: limitd.v1.ListListsRequest
+	(*ListListsResponse)(nil),        // 58: limitd.v1.ListListsResponse
+	(*DeleteListRequest)(nil),        // 59: limitd.v1.DeleteListRequest
+	(*DeleteListResponse)(nil),       // 60: limitd.v1.DeleteListResponse
+	(*Ban)(nil),                      // 61: limitd.v1.Ban
+	(*ListBansRequest)(nil),          // 62: limitd.v1.ListBansRequest
+	(*ListBansResponse)(nil),         // 63: limitd.v1.ListBansResponse
+	(*UnbanRequest)(nil),             // 64: limitd.v1.UnbanRequest
+	(*UnbanResponse)(nil),            // 65: limitd.v1.UnbanResponse
+	nil,                              // 66: limitd.v1.Plan.LimitsEntry
+	nil,                              // 67: limitd.v1.Override.LimitsEntry
+	(*durationpb.Duration)(nil),      // 68: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),    // 69: google.protobuf.Timestamp
 }
 var file_limitd_v1_limitd_proto_depIdxs = []int32{
 	0,  // 0: limitd.v1.CheckRequest.limit:type_name -> limitd.v1.Limit
-	66, // 1: limitd.v1.Decision.reset_after:type_name -> google.protobuf.Duration
-	66, // 2: limitd.v1.Decision.retry_after:type_name -> google.protobuf.Duration
-	66, // 3: limitd.v1.Decision.delay:type_name -> google.protobuf.Duration
+	68, // 1: limitd.v1.Decision.reset_after:type_name -> google.protobuf.Duration
+	68, // 2: limitd.v1.Decision.retry_after:type_name -> google.protobuf.Duration
+	68, // 3: limitd.v1.Decision.delay:type_name -> google.protobuf.Duration
 	3,  // 4: limitd.v1.Decision.limits:type_name -> limitd.v1.NamedDecision
-	2,  // 5: limitd.v1.NamedDecision.decision:type_name -> limitd.v1.Decision
-	2,  // 6: limitd.v1.CheckResponse.decision:type_name -> limitd.v1.Decision
-	1,  // 7: limitd.v1.CheckAllRequest.checks:type_name -> limitd.v1.CheckRequest
-	2,  // 8: limitd.v1.CheckAllResponse.decisions:type_name -> limitd.v1.Decision
-	1,  // 9: limitd.v1.BatchRequest.checks:type_name -> limitd.v1.CheckRequest
-	4,  // 10: limitd.v1.BatchResult.response:type_name -> limitd.v1.CheckResponse
-	8,  // 11: limitd.v1.BatchResult.error:type_name -> limitd.v1.Error
-	9,  // 12: limitd.v1.BatchResponse.results:type_name -> limitd.v1.BatchResult
-	0,  // 13: limitd.v1.PeekRequest.limit:type_name -> limitd.v1.Limit
-	0,  // 14: limitd.v1.ResetRequest.limit:type_name -> limitd.v1.Limit
-	0,  // 15: limitd.v1.Policy.limit:type_name -> limitd.v1.Limit
-	16, // 16: limitd.v1.Policy.lease:type_name -> limitd.v1.Lease
-	15, // 17: limitd.v1.Policy.on_exceed:type_name -> limitd.v1.OnExceed
-	14, // 18: limitd.v1.PutPolicyRequest.policy:type_name -> limitd.v1.Policy
-	14, // 19: limitd.v1.ListPoliciesResponse.policies:type_name -> limitd.v1.Policy
-	23, // 20: limitd.v1.ListRLSDomainsResponse.domains:type_name -> limitd.v1.RLSDomain
-	64, // 21: limitd.v1.Plan.limits:type_name -> limitd.v1.Plan.LimitsEntry
-	30, // 22: limitd.v1.PutPlanRequest.plan:type_name -> limitd.v1.Plan
-	30, // 23: limitd.v1.ListPlansResponse.plans:type_name -> limitd.v1.Plan
-	42, // 24: limitd.v1.ListPrefixRulesResponse.rules:type_name -> limitd.v1.PrefixRule
-	65, // 25: limitd.v1.Override.limits:type_name -> limitd.v1.Override.LimitsEntry
-	67, // 26: limitd.v1.Override.expires:type_name -> google.protobuf.Timestamp
-	52, // 27: limitd.v1.List.entries:type_name -> limitd.v1.ListEntry
-	51, // 28: limitd.v1.PutListRequest.list:type_name -> limitd.v1.List
-	51, // 29: limitd.v1.ListListsResponse.lists:type_name -> limitd.v1.List
-	59, // 30: limitd.v1.ListBansResponse.bans:type_name -> limitd.v1.Ban
-	0,  // 31: limitd.v1.Plan.LimitsEntry.value:type_name -> limitd.v1.Limit
-	47, // 32: limitd.v1.Override.LimitsEntry.value:type_name -> limitd.v1.LimitOverride
-	1,  // 33: limitd.v1.Limitd.Check:input_type -> limitd.v1.CheckRequest
-	5,  // 34: limitd.v1.Limitd.CheckAll:input_type -> limitd.v1.CheckAllRequest
-	7,  // 35: limitd.v1.Limitd.Batch:input_type -> limitd.v1.BatchRequest
-	11, // 36: limitd.v1.Limitd.Peek:input_type -> limitd.v1.PeekRequest
-	12, // 37: limitd.v1.Limitd.Reset:input_type -> limitd.v1.ResetRequest
-	17, // 38: limitd.v1.Limitd.PutPolicy:input_type -> limitd.v1.PutPolicyRequest
-	18, // 39: limitd.v1.Limitd.GetPolicy:input_type -> limitd.v1.GetPolicyRequest
-	19, // 40: limitd.v1.Limitd.ListPolicies:input_type -> limitd.v1.ListPoliciesRequest
-	21, // 41: limitd.v1.Limitd.DeletePolicy:input_type -> limitd.v1.DeletePolicyRequest
-	24, // 42: limitd.v1.Limitd.PutRLSDomain:input_type -> limitd.v1.PutRLSDomainRequest
-	25, // 43: limitd.v1.Limitd.GetRLSDomain:input_type -> limitd.v1.GetRLSDomainRequest
-	26, // 44: limitd.v1.Limitd.ListRLSDomains:input_type -> limitd.v1.ListRLSDomainsRequest
-	28, // 45: limitd.v1.Limitd.DeleteRLSDomain:input_type -> limitd.v1.DeleteRLSDomainRequest
-	31, // 46: limitd.v1.Limitd.PutPlan:input_type -> limitd.v1.PutPlanRequest
-	32, // 47: limitd.v1.Limitd.GetPlan:input_type -> limitd.v1.GetPlanRequest
-	33, // 48: limitd.v1.Limitd.ListPlans:input_type -> limitd.v1.ListPlansRequest
-	35, // 49: limitd.v1.Limitd.DeletePlan:input_type -> limitd.v1.DeletePlanRequest
-	37, // 50: limitd.v1.Limitd.SetDefaultPlan:input_type -> limitd.v1.SetDefaultPlanRequest
-	39, // 51: limitd.v1.Limitd.AssignPlan:input_type -> limitd.v1.AssignPlanRequest
-	40, // 52: limitd.v1.Limitd.GetKeyPlan:input_type -> limitd.v1.GetKeyPlanRequest
-	42, // 53: limitd.v1.Limitd.PutPrefixRule:input_type -> limitd.v1.PrefixRule
-	43, // 54: limitd.v1.Limitd.DeletePrefixRule:input_type -> limitd.v1.DeletePrefixRuleRequest
-	45, // 55: limitd.v1.Limitd.ListPrefixRules:input_type -> limitd.v1.ListPrefixRulesRequest
-	48, // 56: limitd.v1.Limitd.PutOverride:input_type -> limitd.v1.Override
-	49, // 57: limitd.v1.Limitd.DeleteOverride:input_type -> limitd.v1.DeleteOverrideRequest
-	53, // 58: limitd.v1.Limitd.PutList:input_type -> limitd.v1.PutListRequest
-	54, // 59: limitd.v1.Limitd.GetList:input_type -> limitd.v1.GetListRequest
-	55, // 60: limitd.v1.Limitd.ListLists:input_type -> limitd.v1.ListListsRequest
-	57, // 61: limitd.v1.Limitd.DeleteList:input_type -> limitd.v1.DeleteListRequest
-	60, // 62: limitd.v1.Limitd.ListBans:input_type -> limitd.v1.ListBansRequest
-	62, // 63: limitd.v1.Limitd.Unban:input_type -> limitd.v1.UnbanRequest
-	4,  // 64: limitd.v1.Limitd.Check:output_type -> limitd.v1.CheckResponse
-	6,  // 65: limitd.v1.Limitd.CheckAll:output_type -> limitd.v1.CheckAllResponse
-	10, // 66: limitd.v1.Limitd.Batch:output_type -> limitd.v1.BatchResponse
-	4,  // 67: limitd.v1.Limitd.Peek:output_type -> limitd.v1.CheckResponse
-	13, // 68: limitd.v1.Limitd.Reset:output_type -> limitd.v1.ResetResponse
-	14, // 69: limitd.v1.Limitd.PutPolicy:output_type -> limitd.v1.Policy
-	14, // 70: limitd.v1.Limitd.GetPolicy:output_type -> limitd.v1.Policy
-	20, // 71: limitd.v1.Limitd.ListPolicies:output_type -> limitd.v1.ListPoliciesResponse
-	22, // 72: limitd.v1.Limitd.DeletePolicy:output_type -> limitd.v1.DeletePolicyResponse
-	23, // 73: limitd.v1.Limitd.PutRLSDomain:output_type -> limitd.v1.RLSDomain
-	23, // 74: limitd.v1.Limitd.GetRLSDomain:output_type -> limitd.v1.RLSDomain
-	27, // 75: limitd.v1.Limitd.ListRLSDomains:output_type -> limitd.v1.ListRLSDomainsResponse
-	29, // 76: limitd.v1.Limitd.DeleteRLSDomain:output_type -> limitd.v1.DeleteRLSDomainResponse
-	30, // 77: limitd.v1.Limitd.PutPlan:output_type -> limitd.v1.Plan
-	30, // 78: limitd.v1.Limitd.GetPlan:output_type -> limitd.v1.Plan
-	34, // 79: limitd.v1.Limitd.ListPlans:output_type -> limitd.v1.ListPlansResponse
-	36, // 80: limitd.v1.Limitd.DeletePlan:output_type -> limitd.v1.DeletePlanResponse
-	38, // 81: limitd.v1.Limitd.SetDefaultPlan:output_type -> limitd.v1.SetDefaultPlanResponse
-	41, // 82: limitd.v1.Limitd.AssignPlan:output_type -> limitd.v1.KeyPlan
-	41, // 83: limitd.v1.Limitd.GetKeyPlan:output_type -> limitd.v1.KeyPlan
-	42, // 84: limitd.v1.Limitd.PutPrefixRule:output_type -> limitd.v1.PrefixRule
-	44, // 85: limitd.v1.Limitd.DeletePrefixRule:output_type -> limitd.v1.DeletePrefixRuleResponse
-	46, // 86: limitd.v1.Limitd.ListPrefixRules:output_type -> limitd.v1.ListPrefixRulesResponse
-	48, // 87: limitd.v1.Limitd.PutOverride:output_type -> limitd.v1.Override
-	50, // 88: limitd.v1.Limitd.DeleteOverride:output_type -> limitd.v1.DeleteOverrideResponse
-	51, // 89: limitd.v1.Limitd.PutList:output_type -> limitd.v1.List
-	51, // 90: limitd.v1.Limitd.GetList:output_type -> limitd.v1.List
-	56, // 91: limitd.v1.Limitd.ListLists:output_type -> limitd.v1.ListListsResponse
-	58, // 92: limitd.v1.Limitd.DeleteList:output_type -> limitd.v1.DeleteListResponse
-	61, // 93: limitd.v1.Limitd.ListBans:output_type -> limitd.v1.ListBansResponse
-	63, // 94: limitd.v1.Limitd.Unban:output_type -> limitd.v1.UnbanResponse
-	64, // [64:95] is the sub-list for method output_type
-	33, // [33:64] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	68, // 5: limitd.v1.Decision.slot_expires:type_name -> google.protobuf.Duration
+	2,  // 6: limitd.v1.NamedDecision.decision:type_name -> limitd.v1.Decision
+	2,  // 7: limitd.v1.CheckResponse.decision:type_name -> limitd.v1.Decision
+	1,  // 8: limitd.v1.CheckAllRequest.checks:type_name -> limitd.v1.CheckRequest
+	2,  // 9: limitd.v1.CheckAllResponse.decisions:type_name -> limitd.v1.Decision
+	1,  // 10: limitd.v1.BatchRequest.checks:type_name -> limitd.v1.CheckRequest
+	4,  // 11: limitd.v1.BatchResult.response:type_name -> limitd.v1.CheckResponse
+	8,  // 12: limitd.v1.BatchResult.error:type_name -> limitd.v1.Error
+	9,  // 13: limitd.v1.BatchResponse.results:type_name -> limitd.v1.BatchResult
+	0,  // 14: limitd.v1.PeekRequest.limit:type_name -> limitd.v1.Limit
+	0,  // 15: limitd.v1.ResetRequest.limit:type_name -> limitd.v1.Limit
+	0,  // 16: limitd.v1.SlotRequest.limit:type_name -> limitd.v1.Limit
+	68, // 17: limitd.v1.SlotResponse.slot_expires:type_name -> google.protobuf.Duration
+	0,  // 18: limitd.v1.Policy.limit:type_name -> limitd.v1.Limit
+	18, // 19: limitd.v1.Policy.lease:type_name -> limitd.v1.Lease
+	17, // 20: limitd.v1.Policy.on_exceed:type_name -> limitd.v1.OnExceed
+	16, // 21: limitd.v1.PutPolicyRequest.policy:type_name -> limitd.v1.Policy
+	16, // 22: limitd.v1.ListPoliciesResponse.policies:type_name -> limitd.v1.Policy
+	25, // 23: limitd.v1.ListRLSDomainsResponse.domains:type_name -> limitd.v1.RLSDomain
+	66, // 24: limitd.v1.Plan.limits:type_name -> limitd.v1.Plan.LimitsEntry
+	32, // 25: limitd.v1.PutPlanRequest.plan:type_name -> limitd.v1.Plan
+	32, // 26: limitd.v1.ListPlansResponse.plans:type_name -> limitd.v1.Plan
+	44, // 27: limitd.v1.ListPrefixRulesResponse.rules:type_name -> limitd.v1.PrefixRule
+	67, // 28: limitd.v1.Override.limits:type_name -> limitd.v1.Override.LimitsEntry
+	69, // 29: limitd.v1.Override.expires:type_name -> google.protobuf.Timestamp
+	54, // 30: limitd.v1.List.entries:type_name -> limitd.v1.ListEntry
+	53, // 31: limitd.v1.PutListRequest.list:type_name -> limitd.v1.List
+	53, // 32: limitd.v1.ListListsResponse.lists:type_name -> limitd.v1.List
+	61, // 33: limitd.v1.ListBansResponse.bans:type_name -> limitd.v1.Ban
+	0,  // 34: limitd.v1.Plan.LimitsEntry.value:type_name -> limitd.v1.Limit
+	49, // 35: limitd.v1.Override.LimitsEntry.value:type_name -> limitd.v1.LimitOverride
+	1,  // 36: limitd.v1.Limitd.Check:input_type -> limitd.v1.CheckRequest
+	5,  // 37: limitd.v1.Limitd.CheckAll:input_type -> limitd.v1.CheckAllRequest
+	7,  // 38: limitd.v1.Limitd.Batch:input_type -> limitd.v1.BatchRequest
+	11, // 39: limitd.v1.Limitd.Peek:input_type -> limitd.v1.PeekRequest
+	12, // 40: limitd.v1.Limitd.Reset:input_type -> limitd.v1.ResetRequest
+	14, // 41: limitd.v1.Limitd.Release:input_type -> limitd.v1.SlotRequest
+	14, // 42: limitd.v1.Limitd.Renew:input_type -> limitd.v1.SlotRequest
+	19, // 43: limitd.v1.Limitd.PutPolicy:input_type -> limitd.v1.PutPolicyRequest
+	20, // 44: limitd.v1.Limitd.GetPolicy:input_type -> limitd.v1.GetPolicyRequest
+	21, // 45: limitd.v1.Limitd.ListPolicies:input_type -> limitd.v1.ListPoliciesRequest
+	23, // 46: limitd.v1.Limitd.DeletePolicy:input_type -> limitd.v1.DeletePolicyRequest
+	26, // 47: limitd.v1.Limitd.PutRLSDomain:input_type -> limitd.v1.PutRLSDomainRequest
+	27, // 48: limitd.v1.Limitd.GetRLSDomain:input_type -> limitd.v1.GetRLSDomainRequest
+	28, // 49: limitd.v1.Limitd.ListRLSDomains:input_type -> limitd.v1.ListRLSDomainsRequest
+	30, // 50: limitd.v1.Limitd.DeleteRLSDomain:input_type -> limitd.v1.DeleteRLSDomainRequest
+	33, // 51: limitd.v1.Limitd.PutPlan:input_type -> limitd.v1.PutPlanRequest
+	34, // 52: limitd.v1.Limitd.GetPlan:input_type -> limitd.v1.GetPlanRequest
+	35, // 53: limitd.v1.Limitd.ListPlans:input_type -> limitd.v1.ListPlansRequest
+	37, // 54: limitd.v1.Limitd.DeletePlan:input_type -> limitd.v1.DeletePlanRequest
+	39, // 55: limitd.v1.Limitd.SetDefaultPlan:input_type -> limitd.v1.SetDefaultPlanRequest
+	41, // 56: limitd.v1.Limitd.AssignPlan:input_type -> limitd.v1.AssignPlanRequest
+	42, // 57: limitd.v1.Limitd.GetKeyPlan:input_type -> limitd.v1.GetKeyPlanRequest
+	44, // 58: limitd.v1.Limitd.PutPrefixRule:input_type -> limitd.v1.PrefixRule
+	45, // 59: limitd.v1.Limitd.DeletePrefixRule:input_type -> limitd.v1.DeletePrefixRuleRequest
+	47, // 60: limitd.v1.Limitd.ListPrefixRules:input_type -> limitd.v1.ListPrefixRulesRequest
+	50, // 61: limitd.v1.Limitd.PutOverride:input_type -> limitd.v1.Override
+	51, // 62: limitd.v1.Limitd.DeleteOverride:input_type -> limitd.v1.DeleteOverrideRequest
+	55, // 63: limitd.v1.Limitd.PutList:input_type -> limitd.v1.PutListRequest
+	56, // 64: limitd.v1.Limitd.GetList:input_type -> limitd.v1.GetListRequest
+	57, // 65: limitd.v1.Limitd.ListLists:input_type -> limitd.v1.ListListsRequest
+	59, // 66: limitd.v1.Limitd.DeleteList:input_type -> limitd.v1.DeleteListRequest
+	62, // 67: limitd.v1.Limitd.ListBans:input_type -> limitd.v1.ListBansRequest
+	64, // 68: limitd.v1.Limitd.Unban:input_type -> limitd.v1.UnbanRequest
+	4,  // 69: limitd.v1.Limitd.Check:output_type -> limitd.v1.CheckResponse
+	6,  // 70: limitd.v1.Limitd.CheckAll:output_type -> limitd.v1.CheckAllResponse
+	10, // 71: limitd.v1.Limitd.Batch:output_type -> limitd.v1.BatchResponse
+	4,  // 72: limitd.v1.Limitd.Peek:output_type -> limitd.v1.CheckResponse
+	13, // 73: limitd.v1.Limitd.Reset:output_type -> limitd.v1.ResetResponse
+	15, // 74: limitd.v1.Limitd.Release:output_type -> limitd.v1.SlotResponse
+	15, // 75: limitd.v1.Limitd.Renew:output_type -> limitd.v1.SlotResponse
+	16, // 76: limitd.v1.Limitd.PutPolicy:output_type -> limitd.v1.Policy
+	16, // 77: limitd.v1.Limitd.GetPolicy:output_type -> limitd.v1.Policy
+	22, // 78: limitd.v1.Limitd.ListPolicies:output_type -> limitd.v1.ListPoliciesResponse
+	24, // 79: limitd.v1.Limitd.DeletePolicy:output_type -> limitd.v1.DeletePolicyResponse
+	25, // 80: limitd.v1.Limitd.PutRLSDomain:output_type -> limitd.v1.RLSDomain
+	25, // 81: limitd.v1.Limitd.GetRLSDomain:output_type -> limitd.v1.RLSDomain
+	29, // 82: limitd.v1.Limitd.ListRLSDomains:output_type -> limitd.v1.ListRLSDomainsResponse
+	31, // 83: limitd.v1.Limitd.DeleteRLSDomain:output_type -> limitd.v1.DeleteRLSDomainResponse
+	32, // 84: limitd.v1.Limitd.PutPlan:output_type -> limitd.v1.Plan
+	32, // 85: limitd.v1.Limitd.GetPlan:output_type -> limitd.v1.Plan
+	36, // 86: limitd.v1.Limitd.ListPlans:output_type -> limitd.v1.ListPlansResponse
+	38, // 87: limitd.v1.Limitd.DeletePlan:output_type -> limitd.v1.DeletePlanResponse
+	40, // 88: limitd.v1.Limitd.SetDefaultPlan:output_type -> limitd.v1.SetDefaultPlanResponse
+	43, // 89: limitd.v1.Limitd.AssignPlan:output_type -> limitd.v1.KeyPlan
+	43, // 90: limitd.v1.Limitd.GetKeyPlan:output_type -> limitd.v1.KeyPlan
+	44, // 91: limitd.v1.Limitd.PutPrefixRule:output_type -> limitd.v1.PrefixRule
+	46, // 92: limitd.v1.Limitd.DeletePrefixRule:output_type -> limitd.v1.DeletePrefixRuleResponse
+	48, // 93: limitd.v1.Limitd.ListPrefixRules:output_type -> limitd.v1.ListPrefixRulesResponse
+	50, // 94: limitd.v1.Limitd.PutOverride:output_type -> limitd.v1.Override
+	52, // 95: limitd.v1.Limitd.DeleteOverride:output_type -> limitd.v1.DeleteOverrideResponse
+	53, // 96: limitd.v1.Limitd.PutList:output_type -> limitd.v1.List
+	53, // 97: limitd.v1.Limitd.GetList:output_type -> limitd.v1.List
+	58, // 98: limitd.v1.Limitd.ListLists:output_type -> limitd.v1.ListListsResponse
+	60, // 99: limitd.v1.Limitd.DeleteList:output_type -> limitd.v1.DeleteListResponse
+	63, // 100: limitd.v1.Limitd.ListBans:output_type -> limitd.v1.ListBansResponse
+	65, // 101: limitd.v1.Limitd.Unban:output_type -> limitd.v1.UnbanResponse
+	69, // [69:102] is the sub-list for method output_type
+	36, // [36:69] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_limitd_v1_limitd_proto_init() }
@@ -3839,15 +4047,15 @@ func file_limitd_v1_limitd_proto_init() {
 		(*BatchResult_Response)(nil),
 		(*BatchResult_Error)(nil),
 	}
-	file_limitd_v1_limitd_proto_msgTypes[14].OneofWrappers = []any{}
 	file_limitd_v1_limitd_proto_msgTypes[16].OneofWrappers = []any{}
+	file_limitd_v1_limitd_proto_msgTypes[18].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_limitd_v1_limitd_proto_rawDesc), len(file_limitd_v1_limitd_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   66,
+			NumMessages:   68,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -46,6 +46,8 @@ const (
 	Limitd_Batch_FullMethodName            = "/limitd.v1.Limitd/Batch"
 	Limitd_Peek_FullMethodName             = "/limitd.v1.Limitd/Peek"
 	Limitd_Reset_FullMethodName            = "/limitd.v1.Limitd/Reset"
+	Limitd_Release_FullMethodName          = "/limitd.v1.Limitd/Release"
+	Limitd_Renew_FullMethodName            = "/limitd.v1.Limitd/Renew"
 	Limitd_PutPolicy_FullMethodName        = "/limitd.v1.Limitd/PutPolicy"
 	Limitd_GetPolicy_FullMethodName        = "/limitd.v1.Limitd/GetPolicy"
 	Limitd_ListPolicies_FullMethodName     = "/limitd.v1.Limitd/ListPolicies"
@@ -91,6 +93,13 @@ type LimitdClient interface {
 	Peek(ctx context.Context, in *PeekRequest, opts ...grpc.CallOption) (*CheckResponse, error)
 	// Reset forgets a key's state under a limit (admin).
 	Reset(ctx context.Context, in *ResetRequest, opts ...grpc.CallOption) (*ResetResponse, error)
+	// Release frees a concurrency limit's slot (POST /v1/release): done false
+	// when it was freed already; a slot never held on the key is NOT_FOUND
+	// naming "slot".
+	Release(ctx context.Context, in *SlotRequest, opts ...grpc.CallOption) (*SlotResponse, error)
+	// Renew extends a held slot by its limit's hold, up to max_hold after its
+	// acquisition (POST /v1/renew): done false when it was freed already.
+	Renew(ctx context.Context, in *SlotRequest, opts ...grpc.CallOption) (*SlotResponse, error)
 	PutPolicy(ctx context.Context, in *PutPolicyRequest, opts ...grpc.CallOption) (*Policy, error)
 	GetPolicy(ctx context.Context, in *GetPolicyRequest, opts ...grpc.CallOption) (*Policy, error)
 	ListPolicies(ctx context.Context, in *ListPoliciesRequest, opts ...grpc.CallOption) (*ListPoliciesResponse, error)
@@ -185,6 +194,26 @@ func (c *limitdClient) Reset(ctx context.Context, in *ResetRequest, opts ...grpc
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ResetResponse)
 	err := c.cc.Invoke(ctx, Limitd_Reset_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *limitdClient) Release(ctx context.Context, in *SlotRequest, opts ...grpc.CallOption) (*SlotResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SlotResponse)
+	err := c.cc.Invoke(ctx, Limitd_Release_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *limitdClient) Renew(ctx context.Context, in *SlotRequest, opts ...grpc.CallOption) (*SlotResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SlotResponse)
+	err := c.cc.Invoke(ctx, Limitd_Renew_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -468,6 +497,13 @@ type LimitdServer interface {
 	Peek(context.Context, *PeekRequest) (*CheckResponse, error)
 	// Reset forgets a key's state under a limit (admin).
 	Reset(context.Context, *ResetRequest) (*ResetResponse, error)
+	// Release frees a concurrency limit's slot (POST /v1/release): done false
+	// when it was freed already; a slot never held on the key is NOT_FOUND
+	// naming "slot".
+	Release(context.Context, *SlotRequest) (*SlotResponse, error)
+	// Renew extends a held slot by its limit's hold, up to max_hold after its
+	// acquisition (POST /v1/renew): done false when it was freed already.
+	Renew(context.Context, *SlotRequest) (*SlotResponse, error)
 	PutPolicy(context.Context, *PutPolicyRequest) (*Policy, error)
 	GetPolicy(context.Context, *GetPolicyRequest) (*Policy, error)
 	ListPolicies(context.Context, *ListPoliciesRequest) (*ListPoliciesResponse, error)
@@ -532,6 +568,12 @@ func (UnimplementedLimitdServer) Peek(context.Context, *PeekRequest) (*CheckResp
 }
 func (UnimplementedLimitdServer) Reset(context.Context, *ResetRequest) (*ResetResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Reset not implemented")
+}
+func (UnimplementedLimitdServer) Release(context.Context, *SlotRequest) (*SlotResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Release not implemented")
+}
+func (UnimplementedLimitdServer) Renew(context.Context, *SlotRequest) (*SlotResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Renew not implemented")
 }
 func (UnimplementedLimitdServer) PutPolicy(context.Context, *PutPolicyRequest) (*Policy, error) {
 	return nil, status.Error(codes.Unimplemented, "method PutPolicy not implemented")
@@ -718,6 +760,42 @@ func _Limitd_Reset_Handler(srv interface{}, ctx context.Context, dec func(interf
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(LimitdServer).Reset(ctx, req.(*ResetRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Limitd_Release_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SlotRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LimitdServer).Release(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Limitd_Release_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LimitdServer).Release(ctx, req.(*SlotRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Limitd_Renew_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SlotRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LimitdServer).Renew(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Limitd_Renew_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LimitdServer).Renew(ctx, req.(*SlotRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -1216,6 +1294,14 @@ var Limitd_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Reset",
 			Handler:    _Limitd_Reset_Handler,
+		},
+		{
+			MethodName: "Release",
+			Handler:    _Limitd_Release_Handler,
+		},
+		{
+			MethodName: "Renew",
+			Handler:    _Limitd_Renew_Handler,
 		},
 		{
 			MethodName: "PutPolicy",

@@ -1,0 +1,84 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strconv"
+
+	"github.com/julienschmidt/httprouter"
+
+	"github.com/limitd/limitd/service"
+	"github.com/limitd/limitd/wire"
+)
+
+// POST /v1/release and POST /v1/renew: a concurrency limit's slot, named by
+// the slot an allowed check answered, under the same key and policy (or
+// inline limit). Translation only; the service validates and the state
+// machine decides (fsm/slots.go).
+
+// slotJSON is the body of both routes.
+type slotJSON struct {
+	Key    string          `json:"key"`
+	Policy string          `json:"policy"`
+	Limit  json.RawMessage `json:"limit"`
+	Slot   string          `json:"slot"`
+}
+
+func (s *Server) handleRelease(w http.ResponseWriter, req *http.Request, _ httprouter.Params) {
+	s.handleSlot(w, req, "released", s.svc.Release)
+}
+
+func (s *Server) handleRenew(w http.ResponseWriter, req *http.Request, _ httprouter.Params) {
+	s.handleSlot(w, req, "renewed", s.svc.Renew)
+}
+
+// handleSlot answers 200 {"<done>":bool,"slot":…,"slot_expires_ms":…,
+// "limit":…,"remaining":…}: <done> false when the slot had been freed
+// already (a repeated release, or its hold ended), which changed nothing.
+func (s *Server) handleSlot(w http.ResponseWriter, req *http.Request, done string,
+	op func(context.Context, *service.SlotRequest) (service.SlotResult, *service.Error)) {
+	buf := getBuffer()
+	defer putBuffer(buf)
+	if !s.readBodyInto(w, req, buf) {
+		return
+	}
+	var sj slotJSON
+	if e := decodeStrict(buf.b, &sj, ""); e != nil {
+		writeError(w, e)
+		return
+	}
+	r := service.SlotRequest{Key: sj.Key, Policy: sj.Policy, Slot: sj.Slot}
+	if len(sj.Limit) > 0 && string(sj.Limit) != "null" {
+		if sj.Policy != "" {
+			writeError(w, s.httpError(service.Invalid("limit", "give either policy or limit, not both")))
+			return
+		}
+		var e *service.Error
+		if r.Limit, e = s.limits.Get(sj.Limit, "limit", decodeLimitConfig); e != nil {
+			writeError(w, s.httpError(e))
+			return
+		}
+	}
+	res, se := op(service.Detach(req.Context()), &r)
+	s.setLeader(w.Header())
+	if se != nil {
+		writeError(w, s.httpError(se))
+		return
+	}
+	b := append(buf.b[:0], `{"`...)
+	b = append(b, done...)
+	b = append(b, `":`...)
+	b = strconv.AppendBool(b, res.Done)
+	b = append(b, `,"slot":`...)
+	b = wire.AppendString(b, res.Slot)
+	b = append(b, `,"slot_expires_ms":`...)
+	b = strconv.AppendInt(b, wire.Millis(res.Hold), 10)
+	b = append(b, `,"limit":`...)
+	b = strconv.AppendInt(b, res.Decision.Limit, 10)
+	b = append(b, `,"remaining":`...)
+	b = strconv.AppendInt(b, res.Decision.Remaining, 10)
+	b = append(b, "}\n"...)
+	buf.b = b
+	writeJSON(w, http.StatusOK, b)
+}
