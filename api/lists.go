@@ -149,13 +149,8 @@ func (s *Server) handleGetList(w http.ResponseWriter, _ *http.Request, ps httpro
 
 func (s *Server) handlePutList(w http.ResponseWriter, req *http.Request, ps httprouter.Params) {
 	name := ps.ByName("name")
-	if e := service.ValidatePolicyName(name, "name"); e != nil {
-		writeError(w, s.httpError(e))
-		return
-	}
-	body, e := s.readBody(w, req, nil)
-	if e != nil {
-		writeError(w, e)
+	body, ok := s.namedBody(w, req, name)
+	if !ok {
 		return
 	}
 	lr, e := decodeList(req, body, name)

@@ -151,13 +151,8 @@ func (s *Server) handlePutPlan(w http.ResponseWriter, req *http.Request, ps http
 		writeDefaultPlan(w, plan)
 		return
 	}
-	if e := service.ValidatePolicyName(name, "name"); e != nil {
-		writeError(w, s.httpError(e))
-		return
-	}
-	body, e := s.readBody(w, req, nil)
-	if e != nil {
-		writeError(w, e)
+	body, ok := s.namedBody(w, req, name)
+	if !ok {
 		return
 	}
 	var pj planJSON

@@ -106,13 +106,8 @@ func (s *Server) handleGetPolicy(w http.ResponseWriter, _ *http.Request, ps http
 // state; a state written for another algorithm starts fresh.
 func (s *Server) handlePutPolicy(w http.ResponseWriter, req *http.Request, ps httprouter.Params) {
 	name := ps.ByName("name")
-	if e := service.ValidatePolicyName(name, "name"); e != nil {
-		writeError(w, s.httpError(e))
-		return
-	}
-	body, e := s.readBody(w, req, nil)
-	if e != nil {
-		writeError(w, e)
+	body, ok := s.namedBody(w, req, name)
+	if !ok {
 		return
 	}
 	pr, e := decodePolicy(body, name, "")
@@ -204,4 +199,20 @@ func fieldMessage(e *apiError) string {
 		return e.message
 	}
 	return e.field + ": " + e.message
+}
+
+// namedBody is the start of every PUT of a named object (a policy, a plan,
+// a list): the name from the path, validated like a policy name, and the
+// bounded body. It has answered when ok is false.
+func (s *Server) namedBody(w http.ResponseWriter, req *http.Request, name string) (body []byte, ok bool) {
+	if e := service.ValidatePolicyName(name, "name"); e != nil {
+		writeError(w, s.httpError(e))
+		return nil, false
+	}
+	body, e := s.readBody(w, req, nil)
+	if e != nil {
+		writeError(w, e)
+		return nil, false
+	}
+	return body, true
 }
