@@ -21,6 +21,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -313,13 +314,16 @@ func FreeLoopbackAddrs(n int) ([]string, error) {
 			ln.Close()
 		}
 	}()
-	lo, hi := minTestPort, ephemeralPortsFrom()
+	lo, hi := portSlice(minTestPort, ephemeralPortsFrom(), os.Getpid())
 	addrs := make([]string, n)
 	for i := range addrs {
 		var ln net.Listener
 		var err error
 		for try := 0; try < 100 && hi-lo > 100; try++ {
 			port := lo + rand.IntN(hi-lo)
+			if !handOut(port) {
+				continue // handed out before: its node may not have bound it yet
+			}
 			if ln, err = net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port)); err == nil {
 				break
 			}
@@ -333,6 +337,42 @@ func FreeLoopbackAddrs(n int) ([]string, error) {
 		addrs[i] = ln.Addr().String()
 	}
 	return addrs, nil
+}
+
+// handedOut is every port FreeLoopbackAddrs gave this process: a port is
+// handed out once, since between its release and its node's bind (a start,
+// or a restart on the same address) only the test that holds it may take it.
+var handedOut struct {
+	sync.Mutex
+	ports map[int]bool
+}
+
+// handOut records port as given, false if it was already.
+func handOut(port int) bool {
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	if handedOut.ports == nil {
+		handedOut.ports = map[int]bool{}
+	}
+	if handedOut.ports[port] {
+		return false
+	}
+	handedOut.ports[port] = true
+	return true
+}
+
+// portSlice is the part of [lo, hi) a process picks from: one of eight by
+// its pid, so that two test binaries running side by side (go test runs
+// packages in parallel) rarely pick from the same ports. A range too
+// narrow to cut is used whole.
+func portSlice(lo, hi, pid int) (int, int) {
+	const slices = 8
+	w := (hi - lo) / slices
+	if w <= 200 {
+		return lo, hi
+	}
+	from := lo + (pid%slices)*w
+	return from, from + w
 }
 
 // minTestPort is the lowest port FreeLoopbackAddrs picks (above the

@@ -69,3 +69,37 @@ func TestFreeLoopbackAddrs(t *testing.T) {
 		ln.Close()
 	}
 }
+
+// A port is handed out once per process, across calls: two tests running
+// side by side each reserve and release their ports before their nodes
+// bind them, and a second hand-out of one port let the other test's node
+// take it first ("address already in use"). Fails if FreeLoopbackAddrs
+// forgets what it gave.
+func TestFreeLoopbackAddrsNeverRepeat(t *testing.T) {
+	seen := map[string]bool{}
+	for range 200 {
+		addrs, err := FreeLoopbackAddrs(1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seen[addrs[0]] {
+			t.Fatalf("%s handed out twice", addrs[0])
+		}
+		seen[addrs[0]] = true
+	}
+}
+
+// Test binaries running side by side pick from different slices of the
+// range by their pids; a range too narrow to cut is used whole.
+func TestPortSlice(t *testing.T) {
+	lo, hi := portSlice(20000, 32768, 3)
+	if w := (32768 - 20000) / 8; lo != 20000+3*w || hi != lo+w {
+		t.Fatalf("slice of pid 3: [%d, %d)", lo, hi)
+	}
+	if a, b := portSlice(20000, 32768, 11); a != lo || b != hi {
+		t.Fatalf("pid 11 (3 mod 8) got [%d, %d), want [%d, %d)", a, b, lo, hi)
+	}
+	if a, b := portSlice(20000, 21000, 5); a != 20000 || b != 21000 {
+		t.Fatalf("narrow range cut: [%d, %d)", a, b)
+	}
+}
