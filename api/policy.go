@@ -33,6 +33,9 @@ type policyJSON struct {
 	// OnExceed bans a key the policy refuses: {"ban": "10m", "escalate":
 	// ["1h", "24h"], "forget_after": "7d"} (service.ValidateOnExceed).
 	OnExceed json.RawMessage `json:"on_exceed,omitempty"`
+	// Notify are alert thresholds, fractions of the limit: [0.8, 1.0]
+	// (service.ValidateNotify).
+	Notify []float64 `json:"notify,omitempty"`
 }
 
 func policyOut(p nodeapi.Policy) policyJSON {
@@ -44,6 +47,7 @@ func policyOut(p nodeapi.Policy) policyJSON {
 	if p.Lease.Enabled() {
 		pj.Lease, _ = json.Marshal(p.Lease.Config()) // a float, a string and a bool: cannot fail
 	}
+	pj.Notify = service.NotifyOut(p.Options.Notify)
 	if o := service.OnExceedOut(p.OnExceed); o != nil {
 		pj.OnExceed, _ = json.Marshal(o) // strings only: cannot fail
 	}
@@ -79,7 +83,7 @@ func decodePolicy(body []byte, name, prefix string) (service.PolicyRequest, *api
 			return service.PolicyRequest{}, e
 		}
 	}
-	return service.PolicyRequest{Name: name, Config: pj.Config, Shadow: pj.Shadow, NoLocalRefusals: noLocal, Lease: lease, OnExceed: onExceed, MaxKeys: pj.MaxKeys}, nil
+	return service.PolicyRequest{Name: name, Config: pj.Config, Shadow: pj.Shadow, NoLocalRefusals: noLocal, Lease: lease, OnExceed: onExceed, MaxKeys: pj.MaxKeys, Notify: pj.Notify}, nil
 }
 
 func (s *Server) handleListPolicies(w http.ResponseWriter, _ *http.Request, _ httprouter.Params) {

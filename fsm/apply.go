@@ -42,6 +42,9 @@ type applier struct {
 
 	index uint64      // the Raft index of the entry being applied (slot ids)
 	slot  slotApplier // slots.go
+
+	markKeyBuf         []byte // notify.go
+	emitted, emittedAt uint64 // outbox.go: events of the entry at index emittedAt
 }
 
 type nodeChange struct {
@@ -81,6 +84,8 @@ type limit struct {
 	tag byte
 	// onExceed is the policy's ban option, nil without one (ban.go).
 	onExceed *OnExceed
+	// notify is the limit's alert thresholds, nil without any (notify.go).
+	notify *[MaxNotify]uint16
 }
 
 // tentative is a key's state while an op is being decided: the stored state,
@@ -135,6 +140,8 @@ func (a *applier) publish() {
 	a.f.plans.publish()
 	a.f.lists.publish()
 	a.f.bans.publish()
+	a.f.outbox.publish()
+	a.f.webhooks.publish()
 	if len(a.pendingPolicies) == 0 && len(a.pendingNodes) == 0 {
 		return
 	}
@@ -164,6 +171,8 @@ func (a *applier) discard() {
 	a.f.plans.discard()
 	a.f.lists.discard()
 	a.f.bans.discard()
+	a.f.outbox.discard()
+	a.f.webhooks.discard()
 	clear(a.pendingPolicies)
 	clear(a.pendingNodes)
 }
@@ -276,7 +285,7 @@ func (a *applier) resolve(ck *checkRef, lim *limit) *Error {
 		if !ok {
 			return notFound(string(ck.policy))
 		}
-		*lim = limit{spec: &p.Spec, shadow: p.Shadow, policy: true, ident: ck.policy, name: p.Name, noCache: p.NoLocalRefusals || notCacheable(&p.Spec), maxKeys: p.MaxKeys, onExceed: onExceedOf(p)}
+		*lim = limit{spec: &p.Spec, shadow: p.Shadow, policy: true, ident: ck.policy, name: p.Name, noCache: p.NoLocalRefusals || notCacheable(&p.Spec), maxKeys: p.MaxKeys, onExceed: onExceedOf(p), notify: notifyOf(p)}
 		return nil
 	case ck.kind == limitSpec:
 		se := a.specs[string(ck.spec)]
@@ -554,6 +563,9 @@ func (a *applier) decideOp(tx *persist.Tx, checks []checkRef, lims []limit, decs
 				return Result{}, err
 			}
 		}
+		if err := a.notify(tx, checks, lims, decs, now); err != nil { // notify.go
+			return Result{}, err
+		}
 	}
 	if c := a.f.opts.OverLimit; c != nil {
 		a.observe(c, checks, lims, decs, now, all && !allowed)
@@ -624,6 +636,10 @@ func decideError(err error) *Error {
 func (a *applier) keepExpired(key, data []byte, now int64) int64 {
 	if len(key) > 0 && key[0] == banKeyPrefix {
 		a.banSwept(key) // its expiry is exact: offences forgotten
+		return 0
+	}
+	if len(key) > 0 && key[0] == outboxKeyPrefix {
+		a.outboxSwept(key) // outbox.go: undelivered past its age, dropped
 		return 0
 	}
 	if len(key) > 0 && key[0] == tagPlanLimit {

@@ -232,6 +232,9 @@ func (a *applier) offence(tx *persist.Tx, lim *limit, ck *checkRef, key []byte, 
 	}
 	a.f.bans.stage(lim.name, string(ck.key), banEntry{until: until, offences: n})
 	a.f.bans.issued.Add(1)
+	if err := a.banEvent(tx, lim.name, string(ck.key), until, n, now); err != nil { // notify.go
+		return err
+	}
 	*dec = banDecision(lim, ban)
 	return nil
 }

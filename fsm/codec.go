@@ -486,6 +486,7 @@ type command struct {
 	holder         []byte     // CmdGrantLease, CmdReturnLease (aliases the entry)
 	leases         []leaseRef // CmdGrantLease, CmdReturnLease
 	pl             planCmd    // the plan commands (plan.go)
+	alert          alertCmd   // the alert commands (outbox.go, webhooks.go)
 
 	d decoder // decodeCommand's, kept here so it does not escape per entry
 }

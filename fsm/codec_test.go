@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/limitd/limitd/algo"
+	"github.com/limitd/limitd/nodeapi"
 )
 
 func sampleOps(t testing.TB) []Op {
@@ -71,28 +72,31 @@ func allEncodings(t testing.TB) map[string][]byte {
 	ops := sampleOps(t)
 	tb := mustSpec(t, algo.Config{Algorithm: "token_bucket", Limit: 5, Window: "1s"})
 	return map[string][]byte{
-		"check":         EncodeCheck(nil, t0, int64(DefaultRetention), ops[:3]),
-		"put_policy":    EncodePutPolicy(Policy{Name: "api", Spec: tb, Shadow: true}),
-		"delete_policy": EncodeDeletePolicy("api"),
-		"reset_key":     EncodeResetKey(Check{Key: "user:1", Spec: &tb, Cost: 9}),
-		"expire":        EncodeExpire(t0, 10_000),
-		"set_node":      EncodeSetNode("node-1", "10.0.0.1:8080"),
-		"remove_node":   EncodeRemoveNode("node-1"),
-		"put_domain":    EncodePutDomain("shop", []byte("domain: shop\n")),
-		"delete_domain": EncodeDeleteDomain("shop"),
-		"grant_lease":   EncodeGrantLease(nil, t0, "node-1", []LeaseRequest{{ID: 7, Check: Check{Key: "user:1", Policy: "api"}}}),
-		"return_lease":  EncodeReturnLease(nil, t0, "node-1", []LeaseReturn{{ID: 7, Check: Check{Key: "user:1", Policy: "api"}, Unspent: 3}}),
-		"put_plan":      EncodePutPlan(Plan{Name: "pro", Limits: []PlanLimit{{Name: "daily", Spec: tb}}}),
-		"delete_plan":   EncodeDeletePlan("pro"),
-		"put_rule":      EncodePutPrefixRule(PrefixRule{Prefix: "org:", Plan: "pro"}),
-		"delete_rule":   EncodeDeletePrefixRule("org:"),
-		"default_plan":  EncodeSetDefaultPlan("pro"),
-		"assign_plans":  EncodeAssignPlans([]Assignment{{Key: "user:1", Plan: "pro"}}),
-		"put_override":  EncodePutOverride("user:1", Override{Limits: []LimitOverride{{Name: "daily", Limit: 9}}, Expires: t0}),
-		"del_override":  EncodeDeleteOverride("user:1"),
-		"put_list":      EncodePutList("bots", []byte(`{"kind":"deny"}`)),
-		"delete_list":   EncodeDeleteList("bots"),
-		"unban":         EncodeUnban("user:1", "api"),
+		"check":          EncodeCheck(nil, t0, int64(DefaultRetention), ops[:3]),
+		"put_policy":     EncodePutPolicy(Policy{Name: "api", Spec: tb, Shadow: true}),
+		"delete_policy":  EncodeDeletePolicy("api"),
+		"reset_key":      EncodeResetKey(Check{Key: "user:1", Spec: &tb, Cost: 9}),
+		"expire":         EncodeExpire(t0, 10_000),
+		"set_node":       EncodeSetNode("node-1", "10.0.0.1:8080"),
+		"remove_node":    EncodeRemoveNode("node-1"),
+		"put_domain":     EncodePutDomain("shop", []byte("domain: shop\n")),
+		"delete_domain":  EncodeDeleteDomain("shop"),
+		"grant_lease":    EncodeGrantLease(nil, t0, "node-1", []LeaseRequest{{ID: 7, Check: Check{Key: "user:1", Policy: "api"}}}),
+		"return_lease":   EncodeReturnLease(nil, t0, "node-1", []LeaseReturn{{ID: 7, Check: Check{Key: "user:1", Policy: "api"}, Unspent: 3}}),
+		"put_plan":       EncodePutPlan(Plan{Name: "pro", Limits: []PlanLimit{{Name: "daily", Spec: tb}}}),
+		"delete_plan":    EncodeDeletePlan("pro"),
+		"put_rule":       EncodePutPrefixRule(PrefixRule{Prefix: "org:", Plan: "pro"}),
+		"delete_rule":    EncodeDeletePrefixRule("org:"),
+		"default_plan":   EncodeSetDefaultPlan("pro"),
+		"assign_plans":   EncodeAssignPlans([]Assignment{{Key: "user:1", Plan: "pro"}}),
+		"put_override":   EncodePutOverride("user:1", Override{Limits: []LimitOverride{{Name: "daily", Limit: 9}}, Expires: t0}),
+		"del_override":   EncodeDeleteOverride("user:1"),
+		"put_list":       EncodePutList("bots", []byte(`{"kind":"deny"}`)),
+		"delete_list":    EncodeDeleteList("bots"),
+		"unban":          EncodeUnban("user:1", "api"),
+		"put_webhook":    EncodePutWebhook(nodeapi.Webhook{Name: "ops", URL: "https://hooks.example/limitd", Secret: "s3cret"}),
+		"delete_webhook": EncodeDeleteWebhook("ops"),
+		"ack_events":     EncodeAckEvents([]uint64{7 << 16, 7<<16 | 1}),
 	}
 }
 

@@ -112,6 +112,8 @@ type FSM struct {
 	plans    planTable   // plans, prefix rules, the default plan (plan.go)
 	lists    domainTable // allow and deny lists (lists.go)
 	bans     banTable    // the ban records' copy (ban.go)
+	outbox   outboxTable // events waiting for delivery (outbox.go)
+	webhooks domainTable // webhooks (webhooks.go)
 
 	ap applier
 
@@ -135,7 +137,7 @@ func Open(path string, opts Options) (*FSM, error) {
 		CommitEvery:     opts.CommitEvery,
 		Background:      opts.CommitEvery > 1,
 		CacheKeys:       opts.CacheKeys,
-		KeyGroup:        policyOfKey, // budget.go: per-policy key counts
+		KeyGroup:        keyGroup, // outbox.go: per-policy key counts (budget.go), the outbox's
 		Logger:          opts.Logger,
 	})
 	if err != nil {
@@ -157,9 +159,10 @@ func (f *FSM) load() error {
 	domains := make(map[string][]byte)
 	plans := emptyPlanConfig()
 	lists := make(map[string][]byte)
+	webhooks := make(map[string][]byte)
 	err := f.store.View(func(tx *persist.Tx) error {
 		if err := tx.ForEachPolicy(func(name string, enc []byte) error {
-			if f.domains.loadEntry(domains, name, enc) || loadList(lists, name, enc) {
+			if f.domains.loadEntry(domains, name, enc) || loadList(lists, name, enc) || loadWebhook(webhooks, name, enc) {
 				return nil
 			}
 			if ok, err := plans.loadEntry(name, enc); ok || err != nil {
@@ -192,6 +195,9 @@ func (f *FSM) load() error {
 		}); err != nil {
 			return err
 		}
+		if err := f.outbox.load(tx); err != nil {
+			return err
+		}
 		return f.bans.load(tx)
 	})
 	if err != nil {
@@ -204,6 +210,7 @@ func (f *FSM) load() error {
 	plans.index()
 	f.plans.cur.Store(plans)
 	f.lists.set(lists)
+	f.webhooks.set(webhooks)
 	return nil
 }
 

@@ -17,7 +17,11 @@ import (
 // flag does: a tag may be used only once every node knows it.
 //
 // Tags in use (one line each, with the file that owns the option):
+//
+//	'n' notify: uvarint(count) ‖ uvarint(threshold)… (notify.go)
 const (
+	limitOptionNotify byte = 'n'
+
 	limitOptionsMax = 16 // options in one block: more is damage
 )
 
@@ -31,6 +35,9 @@ func appendLimitOptions(dst []byte, o *nodeapi.LimitOptions) []byte {
 		body []byte
 	}
 	var opts []opt // in increasing tag order
+	if o.Notify[0] != 0 {
+		opts = append(opts, opt{limitOptionNotify, appendNotify(nil, &o.Notify)})
+	}
 	dst = binary.AppendUvarint(dst, uint64(len(opts)))
 	for _, x := range opts {
 		dst = append(dst, x.tag)
@@ -65,6 +72,11 @@ func decodeLimitOptions(d *decoder) (o nodeapi.LimitOptions, invalid error) {
 		}
 		last = int(tag)
 		switch tag {
+		case limitOptionNotify:
+			var bad error
+			if o.Notify, bad = decodeNotify(body); bad != nil && invalid == nil {
+				invalid = bad
+			}
 		default:
 			_ = body
 			d.fail(fmt.Errorf("limit options: unknown tag %#x", tag))

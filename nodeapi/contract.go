@@ -267,7 +267,13 @@ type Domain struct {
 // The zero value is none. LimitOptions must stay comparable (arrays, not
 // slices), so that a Policy stays comparable: fsm compares policies to
 // tell a change from a repeat.
-type LimitOptions struct{}
+type LimitOptions struct {
+	// Notify are the limit's alert thresholds (the API's "notify"), in
+	// parts per NotifyScale of the limit, strictly increasing in
+	// (0, NotifyScale], unused entries zero at the end: crossing one in a
+	// window puts one event in the outbox (fsm/notify.go).
+	Notify [MaxNotify]uint16
+}
 
 // IsZero reports whether no option is set.
 func (o LimitOptions) IsZero() bool { return o == LimitOptions{} }

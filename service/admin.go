@@ -27,6 +27,8 @@ type PolicyRequest struct {
 	MaxKeys int64
 	// OnExceed is the "on_exceed" option (nil: none); see ValidateOnExceed.
 	OnExceed *OnExceedConfig
+	// Notify is the "notify" option (nil: none); see ValidateNotify.
+	Notify []float64
 }
 
 // ValidatePolicy validates p into a policy. The name's errors name the field
@@ -50,7 +52,12 @@ func ValidatePolicy(p PolicyRequest, prefix string) (nodeapi.Policy, *Error) {
 	if e != nil {
 		return nodeapi.Policy{}, e
 	}
-	return nodeapi.Policy{Name: p.Name, Spec: spec, Shadow: p.Shadow, NoLocalRefusals: p.NoLocalRefusals, Lease: lease, MaxKeys: p.MaxKeys, OnExceed: onExceed}, nil
+	notify, e := ValidateNotify(p.Notify, prefix) // events.go
+	if e != nil {
+		return nodeapi.Policy{}, e
+	}
+	return nodeapi.Policy{Name: p.Name, Spec: spec, Shadow: p.Shadow, NoLocalRefusals: p.NoLocalRefusals, Lease: lease, MaxKeys: p.MaxKeys, OnExceed: onExceed,
+		Options: nodeapi.LimitOptions{Notify: notify}}, nil
 }
 
 // ValidateLease validates a policy's "lease" option (nil: none) for its
