@@ -195,6 +195,7 @@ func (s *Server) routes() http.Handler {
 
 	s.rlsRoutes(r)   // envoy ratelimit domains (rls.go)
 	s.abuseRoutes(r) // allow and deny lists, bans (lists.go)
+	s.alertRoutes(r) // webhooks, GET /v1/events (webhooks.go)
 	r.GET("/healthz", noQuery(s.handleHealthz))
 	r.GET("/readyz", noQuery(s.handleReadyz))
 	r.GET("/healthcheck", s.handleEnvoyHealthcheck) // envoy ratelimit's, for probes carried over

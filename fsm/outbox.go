@@ -130,7 +130,7 @@ func (a *applier) emit(tx *persist.Tx, id string, body []byte, now int64) error 
 	if err := tx.PutState(k, st, b, now+nodeapi.MaxEventAgeNs); err != nil {
 		return err
 	}
-	a.f.outbox.stage(seq, &nodeapi.Event{ID: id, At: now, Body: bytes.Clone(body)})
+	a.f.outbox.stage(seq, &nodeapi.Event{Seq: seq, ID: id, At: now, Body: bytes.Clone(body)})
 	return nil
 }
 
@@ -157,11 +157,8 @@ type outboxChange struct {
 	e   *nodeapi.Event // nil: removed
 }
 
-// OutboxEvent is an event and its place in the outbox.
-type OutboxEvent struct {
-	Seq uint64
-	nodeapi.Event
-}
+// OutboxEvent is an event and its place in the outbox (nodeapi's).
+type OutboxEvent = nodeapi.Event
 
 func (t *outboxTable) stage(seq uint64, e *nodeapi.Event) {
 	t.pending = append(t.pending, outboxChange{seq, e})
@@ -188,7 +185,7 @@ func (t *outboxTable) publish() {
 		t.m[c.seq] = *c.e
 		for ch := range t.subs {
 			select {
-			case ch <- OutboxEvent{Seq: c.seq, Event: *c.e}:
+			case ch <- *c.e:
 			default:
 			}
 		}
@@ -205,7 +202,8 @@ func (t *outboxTable) load(tx *persist.Tx) error {
 		if len(k) != 9 || err != nil {
 			return fmt.Errorf("outbox record %q: %w", k, persist.ErrCorrupt)
 		}
-		m[binary.BigEndian.Uint64(k[1:])] = e
+		e.Seq = binary.BigEndian.Uint64(k[1:])
+		m[e.Seq] = e
 		return nil
 	})
 	if err != nil {
@@ -224,7 +222,7 @@ func (f *FSM) Outbox(after uint64, limit int) []OutboxEvent {
 	out := make([]OutboxEvent, 0, min(limit, len(f.outbox.m)))
 	for s, e := range f.outbox.m {
 		if s > after {
-			out = append(out, OutboxEvent{Seq: s, Event: e})
+			out = append(out, e)
 		}
 	}
 	f.outbox.mu.RUnlock()

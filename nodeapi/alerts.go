@@ -30,6 +30,7 @@ const (
 // redelivery carries the same one), Body the JSON object POSTed to every
 // webhook and streamed by GET /v1/events.
 type Event struct {
+	Seq  uint64 // the event's place in the outbox: its order, and what an ack names
 	ID   string
 	At   int64 // leader time the event was decided at (Unix ns)
 	Body []byte

@@ -55,6 +55,7 @@ type Node interface {
 	Digester
 	Plans     // plans.go
 	Inventory // inventory.go
+	Alerts    // webhooks.go
 
 	// Check decides ops through the Raft leader, results in order. A per-op
 	// refusal is in Result.Err; a returned error means no op was decided.

@@ -1,0 +1,173 @@
+package service
+
+import (
+	"context"
+	"net/url"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/limitd/limitd/nodeapi"
+)
+
+// Webhooks: receivers of the cluster's events (events.go), cluster-wide
+// configuration replicated through the log beside the policies. Only the
+// delivery loop (package webhook) reads a webhook's secret: no read of
+// the service returns it.
+
+// Alerts is the Node's webhooks and event outbox.
+type Alerts interface {
+	// PutWebhook stores a webhook through the leader. Errors as Node's.
+	PutWebhook(ctx context.Context, w nodeapi.Webhook) error
+	// DeleteWebhook deletes a webhook through the leader; *nodeapi.Error
+	// not_found when it does not exist.
+	DeleteWebhook(ctx context.Context, name string) error
+	// Webhooks is this replica's webhooks, sorted by name.
+	Webhooks() []nodeapi.Webhook
+	// Outbox is up to limit events of this replica's outbox after seq, in order.
+	Outbox(after uint64, limit int) []nodeapi.Event
+	// SubscribeEvents hands ch every event this replica applies from now
+	// on, unless ch is full; cancel stops it.
+	SubscribeEvents(ch chan<- nodeapi.Event) (cancel func())
+}
+
+// Bounds of the webhooks' API.
+const (
+	MinWebhookSecret = 16 // bytes: a shorter HMAC key is a guessable one
+	// MaxEventStreams bounds the GET /v1/events streams a node serves at
+	// once: each holds a goroutine and a buffer.
+	MaxEventStreams = 64
+)
+
+// WebhookRequest is a webhook as a client gives it.
+type WebhookRequest struct {
+	Name   string `json:"-"`
+	URL    string `json:"url"`
+	Secret string `json:"secret"`
+}
+
+// WebhookView is a webhook as a read returns it: never its secret.
+type WebhookView struct {
+	Name string `json:"name"`
+	URL  string `json:"url"`
+}
+
+// ValidateWebhook checks r: the name like a policy's, an absolute http or
+// https URL with a host and no credentials, at most nodeapi.MaxWebhookURL
+// bytes, and a secret of MinWebhookSecret to nodeapi.MaxWebhookSecret
+// bytes. Errors name "name", "url" or "secret".
+func ValidateWebhook(r WebhookRequest) (nodeapi.Webhook, *Error) {
+	if e := ValidatePolicyName(r.Name, "name"); e != nil {
+		return nodeapi.Webhook{}, e
+	}
+	if len(r.URL) == 0 || len(r.URL) > nodeapi.MaxWebhookURL {
+		return nodeapi.Webhook{}, Invalid("url", "required, at most "+strconv.Itoa(nodeapi.MaxWebhookURL)+" bytes")
+	}
+	u, err := url.Parse(r.URL)
+	switch {
+	case err != nil:
+		return nodeapi.Webhook{}, Invalid("url", "not a URL: "+err.Error())
+	case u.Scheme != "http" && u.Scheme != "https":
+		return nodeapi.Webhook{}, Invalid("url", "must be an http or https URL, got scheme "+strconv.Quote(u.Scheme))
+	case u.Host == "" || u.Hostname() == "":
+		return nodeapi.Webhook{}, Invalid("url", "needs a host")
+	case u.User != nil:
+		return nodeapi.Webhook{}, Invalid("url", "must not carry credentials (reads return the URL; the secret signs each POST)")
+	case u.Fragment != "":
+		return nodeapi.Webhook{}, Invalid("url", "must not have a fragment")
+	}
+	if len(r.Secret) < MinWebhookSecret || len(r.Secret) > nodeapi.MaxWebhookSecret {
+		return nodeapi.Webhook{}, Invalid("secret", "must be "+strconv.Itoa(MinWebhookSecret)+" to "+strconv.Itoa(nodeapi.MaxWebhookSecret)+" bytes")
+	}
+	return nodeapi.Webhook{Name: r.Name, URL: r.URL, Secret: r.Secret}, nil
+}
+
+// PutWebhook validates and stores a webhook through the leader.
+func (s *Service) PutWebhook(ctx context.Context, r WebhookRequest) (WebhookView, *Error) {
+	w, e := ValidateWebhook(r)
+	if e != nil {
+		return WebhookView{}, e
+	}
+	ctx, cancel := s.context(ctx)
+	defer cancel()
+	if err := s.node.PutWebhook(ctx, w); err != nil {
+		return WebhookView{}, s.nodeError(err)
+	}
+	return WebhookView{Name: w.Name, URL: w.URL}, nil
+}
+
+// GetWebhook returns this replica's copy of a webhook, without its secret.
+func (s *Service) GetWebhook(name string) (WebhookView, *Error) {
+	if e := ValidatePolicyName(name, "name"); e != nil {
+		return WebhookView{}, e
+	}
+	for _, w := range s.node.Webhooks() {
+		if w.Name == name {
+			return WebhookView{Name: w.Name, URL: w.URL}, nil
+		}
+	}
+	return WebhookView{}, &Error{Code: CodeNotFound, Field: "name", Message: "webhook " + strconv.Quote(name) + " does not exist"}
+}
+
+// ListWebhooks returns this replica's webhooks by name, without secrets.
+func (s *Service) ListWebhooks() []WebhookView {
+	ws := s.node.Webhooks()
+	out := make([]WebhookView, 0, len(ws))
+	for _, w := range ws {
+		out = append(out, WebhookView{Name: w.Name, URL: w.URL})
+	}
+	return out
+}
+
+// DeleteWebhook deletes a webhook through the leader.
+func (s *Service) DeleteWebhook(ctx context.Context, name string) *Error {
+	if e := ValidatePolicyName(name, "name"); e != nil {
+		return e
+	}
+	ctx, cancel := s.context(ctx)
+	defer cancel()
+	return s.nodeError(s.node.DeleteWebhook(ctx, name))
+}
+
+// eventStreams counts the event streams open on each Service's node
+// (MaxEventStreams): *Service → *atomic.Int64.
+var eventStreams sync.Map
+
+func (s *Service) streams() *atomic.Int64 {
+	c, _ := eventStreams.LoadOrStore(s, new(atomic.Int64))
+	return c.(*atomic.Int64)
+}
+
+// EventStream is one subscriber's view of this replica's events: the
+// events still in the outbox after a resume point, then every event
+// applied from the subscription on (a slow reader misses what overflowed
+// its buffer; it may resume from the outbox with the last id it got).
+type EventStream struct {
+	C      <-chan nodeapi.Event
+	cancel func()
+	count  *atomic.Int64
+}
+
+// Close ends the stream.
+func (st *EventStream) Close() {
+	st.cancel()
+	st.count.Add(-1)
+}
+
+// SubscribeEvents opens an event stream, refused (unavailable) past
+// MaxEventStreams; the backlog is the outbox's events after seq
+// (Last-Event-ID), none when seq is 0.
+func (s *Service) SubscribeEvents(after uint64) (*EventStream, []nodeapi.Event, *Error) {
+	count := s.streams()
+	if count.Add(1) > MaxEventStreams {
+		count.Add(-1)
+		return nil, nil, &Error{Code: CodeUnavailable, Message: "this node serves " + strconv.Itoa(MaxEventStreams) + " event streams, the most it may"}
+	}
+	ch := make(chan nodeapi.Event, 256)
+	cancel := s.node.SubscribeEvents(ch)
+	var backlog []nodeapi.Event
+	if after > 0 {
+		backlog = s.node.Outbox(after, nodeapi.MaxOutbox)
+	}
+	return &EventStream{C: ch, cancel: cancel, count: count}, backlog, nil
+}
