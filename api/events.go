@@ -84,6 +84,8 @@ func (s *Server) handleEvents(w http.ResponseWriter, req *http.Request, _ httpro
 		select {
 		case <-req.Context().Done():
 			return
+		case <-st.Done:
+			return
 		case ev := <-st.C:
 			if !event(ev) {
 				return

@@ -129,13 +129,28 @@ func (s *Service) DeleteWebhook(ctx context.Context, name string) *Error {
 	return s.nodeError(s.node.DeleteWebhook(ctx, name))
 }
 
-// eventStreams counts the event streams open on each Service's node
-// (MaxEventStreams): *Service → *atomic.Int64.
+// eventStreams is each Service's open event streams: *Service → *streamSet.
 var eventStreams sync.Map
 
-func (s *Service) streams() *atomic.Int64 {
-	c, _ := eventStreams.LoadOrStore(s, new(atomic.Int64))
-	return c.(*atomic.Int64)
+// streamSet counts a Service's event streams (MaxEventStreams) and ends
+// them all at shutdown.
+type streamSet struct {
+	count  atomic.Int64
+	closed chan struct{}
+	once   sync.Once
+}
+
+func (s *Service) streams() *streamSet {
+	c, _ := eventStreams.LoadOrStore(s, &streamSet{closed: make(chan struct{})})
+	return c.(*streamSet)
+}
+
+// CloseEventStreams ends every event stream, open or to come (shutdown):
+// an HTTP server's graceful shutdown waits for its requests, and a stream
+// never ends by itself.
+func (s *Service) CloseEventStreams() {
+	set := s.streams()
+	set.once.Do(func() { close(set.closed) })
 }
 
 // EventStream is one subscriber's view of this replica's events: the
@@ -143,24 +158,26 @@ func (s *Service) streams() *atomic.Int64 {
 // applied from the subscription on (a slow reader misses what overflowed
 // its buffer; it may resume from the outbox with the last id it got).
 type EventStream struct {
-	C      <-chan nodeapi.Event
+	C <-chan nodeapi.Event
+	// Done is closed when the node shuts down: the stream must end.
+	Done   <-chan struct{}
 	cancel func()
-	count  *atomic.Int64
+	set    *streamSet
 }
 
 // Close ends the stream.
 func (st *EventStream) Close() {
 	st.cancel()
-	st.count.Add(-1)
+	st.set.count.Add(-1)
 }
 
 // SubscribeEvents opens an event stream, refused (unavailable) past
 // MaxEventStreams; the backlog is the outbox's events after seq
 // (Last-Event-ID), none when seq is 0.
 func (s *Service) SubscribeEvents(after uint64) (*EventStream, []nodeapi.Event, *Error) {
-	count := s.streams()
-	if count.Add(1) > MaxEventStreams {
-		count.Add(-1)
+	set := s.streams()
+	if set.count.Add(1) > MaxEventStreams {
+		set.count.Add(-1)
 		return nil, nil, &Error{Code: CodeUnavailable, Message: "this node serves " + strconv.Itoa(MaxEventStreams) + " event streams, the most it may"}
 	}
 	ch := make(chan nodeapi.Event, 256)
@@ -169,5 +186,5 @@ func (s *Service) SubscribeEvents(after uint64) (*EventStream, []nodeapi.Event, 
 	if after > 0 {
 		backlog = s.node.Outbox(after, nodeapi.MaxOutbox)
 	}
-	return &EventStream{C: ch, cancel: cancel, count: count}, backlog, nil
+	return &EventStream{C: ch, Done: set.closed, cancel: cancel, set: set}, backlog, nil
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/limitd/limitd/api"
 	"github.com/limitd/limitd/cluster"
 	"github.com/limitd/limitd/service"
+	"github.com/limitd/limitd/webhook"
 )
 
 // frontEnds is everything serve builds over the node, once: one Prometheus
@@ -25,6 +26,9 @@ type frontEnds struct {
 	// cluster's node-to-node endpoints under /internal/.
 	handler http.Handler
 	config  *configMetrics // the config watcher's and xDS's counters (watch.go)
+	// alerts delivers the outbox's events to the webhooks while this node
+	// leads (package webhook); serve runs it.
+	alerts *webhook.Loop
 }
 
 // newFrontEnds composes the front ends over node. The API's metrics come
@@ -51,7 +55,9 @@ func newFrontEnds(f *serveFlags, in *startInputs, node *cluster.Node, apiCfg api
 	config := newConfigMetrics()
 	metrics.Register(config.collectors()...)
 	srv := api.New(svc, node, metrics, apiCfg)
-	return &frontEnds{svc: svc, rls: rlsFE, config: config,
+	alerts := webhook.New(node, webhook.Config{Logger: logger.With("component", "webhook")})
+	metrics.Register(alerts.Collectors()...)
+	return &frontEnds{svc: svc, rls: rlsFE, config: config, alerts: alerts,
 		handler: listenerHandler(srv.Handler(), rlsFE.srv.JSONHandler(), metrics.Instrument(node.Internal()))}, nil
 }
 

@@ -407,6 +407,8 @@ func serve(f *serveFlags, in *startInputs, logger *slog.Logger) error {
 		}()
 	}
 	startConfigSync(ctx, f, fe.svc, fe.config, logger, background) // --policies, --rls-config (watch.go)
+	go fe.alerts.Run(ctx)                                          // webhook deliveries while this node leads
+	hs.RegisterOnShutdown(fe.svc.CloseEventStreams)                // GET /v1/events streams end, or draining would wait for them
 
 	removed := node.Removed()
 	if f.stayAfterRemoval {
