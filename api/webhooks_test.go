@@ -19,7 +19,7 @@ func TestWebhooksAndEventsOnACluster(t *testing.T) {
 	l := c.leader()
 	f := (l + 1) % 3
 	for body, field := range map[string]string{
-		`{"url":"ftp://hooks.example/x","secret":"0123456789abcdef"}`:          `"field":"url"`,
+		`{"url":"ftp://hooks.example/x","secret":"0123456789abcdef"}`:           `"field":"url"`,
 		`{"url":"https://user:pw@hooks.example/x","secret":"0123456789abcdef"}`: `"field":"url"`,
 		`{"url":"https://hooks.example/x","secret":"short"}`:                    `"field":"secret"`,
 		`{"url":"https://hooks.example/x","secret":"0123456789abcdef","x":1}`:   `"field":"x"`,
