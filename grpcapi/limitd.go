@@ -27,6 +27,9 @@ func checkRequest(c *limitdv1.CheckRequest, prefix string) (service.CheckRequest
 		r.Cost = c.GetCost()
 	}
 	if lim := c.GetLimit(); lim != nil {
+		if len(lim.GetNotify()) > 0 {
+			return r, service.Invalid(join(prefix, "limit.notify"), "alerts are a policy's option, not an inline limit's")
+		}
 		spec, e := service.ValidateLimit(limitConfig(lim), join(prefix, "limit"))
 		if e != nil {
 			return r, e
@@ -172,6 +175,7 @@ func (l *limitdServer) Reset(ctx context.Context, req *limitdv1.ResetRequest) (*
 func policyProto(p nodeapi.Policy) *limitdv1.Policy {
 	local := !p.NoLocalRefusals
 	out := &limitdv1.Policy{Name: p.Name, Limit: limitProto(p.Spec), Shadow: p.Shadow, LocalRefusals: &local, Lease: leaseProto(p.Lease), MaxKeys: p.MaxKeys}
+	out.Limit.Notify = service.NotifyOut(p.Options.Notify)
 	if o := service.OnExceedOut(p.OnExceed); o != nil {
 		out.OnExceed = &limitdv1.OnExceed{Ban: o.Ban, Escalate: o.Escalate, ForgetAfter: o.ForgetAfter}
 	}
@@ -226,6 +230,9 @@ func policyRequest(p *limitdv1.Policy) (service.PolicyRequest, *service.Error) {
 	if o := p.GetOnExceed(); o != nil {
 		r.OnExceed = &service.OnExceedConfig{Ban: o.GetBan(), Escalate: o.GetEscalate(), ForgetAfter: o.GetForgetAfter()}
 	}
+	if n := p.GetLimit().GetNotify(); len(n) > 0 {
+		r.Notify = n
+	}
 	if e := service.ValidatePolicyName(r.Name, "policy.name"); e != nil {
 		return r, e
 	}
@@ -237,6 +244,9 @@ func policyRequest(p *limitdv1.Policy) (service.PolicyRequest, *service.Error) {
 		return r, e
 	}
 	if _, e := service.ValidateOnExceed(r.OnExceed, r.Shadow, "policy"); e != nil {
+		return r, e
+	}
+	if _, e := service.ValidateNotify(r.Notify, "policy.limit"); e != nil {
 		return r, e
 	}
 	if r.MaxKeys < 0 {

@@ -265,6 +265,11 @@ var adminMethods = map[string]bool{
 	"/limitd.v1.Limitd/DeleteList": true,
 	"/limitd.v1.Limitd/ListBans":   true,
 	"/limitd.v1.Limitd/Unban":      true,
+	// Webhooks, reads included (webhooks.go).
+	"/limitd.v1.Limitd/PutWebhook":    true,
+	"/limitd.v1.Limitd/GetWebhook":    true,
+	"/limitd.v1.Limitd/ListWebhooks":  true,
+	"/limitd.v1.Limitd/DeleteWebhook": true,
 }
 
 // authenticate requires the admin token on admin methods.

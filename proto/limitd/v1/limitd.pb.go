@@ -47,16 +47,19 @@ const (
 
 // Limit is an inline limit, with the HTTP API's field names and rules.
 type Limit struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Algorithm     string                 `protobuf:"bytes,1,opt,name=algorithm,proto3" json:"algorithm,omitempty"` // fixed_window, sliding_log, sliding_window, token_bucket, leaky_bucket, concurrency
-	Limit         int64                  `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
-	Window        string                 `protobuf:"bytes,3,opt,name=window,proto3" json:"window,omitempty"`                                  // "60s", "1h30m", "7d"; empty for calendar windows
-	Burst         int64                  `protobuf:"varint,4,opt,name=burst,proto3" json:"burst,omitempty"`                                   // token_bucket, leaky_bucket
-	CountRefused  bool                   `protobuf:"varint,5,opt,name=count_refused,json=countRefused,proto3" json:"count_refused,omitempty"` // sliding_log
-	Calendar      string                 `protobuf:"bytes,6,opt,name=calendar,proto3" json:"calendar,omitempty"`                              // fixed_window: day, week, month
-	Timezone      string                 `protobuf:"bytes,7,opt,name=timezone,proto3" json:"timezone,omitempty"`                              // with calendar: IANA zone, default UTC
-	Hold          string                 `protobuf:"bytes,8,opt,name=hold,proto3" json:"hold,omitempty"`                                      // concurrency: how long an acquired slot is held, e.g. "30s"
-	MaxHold       string                 `protobuf:"bytes,9,opt,name=max_hold,json=maxHold,proto3" json:"max_hold,omitempty"`                 // concurrency: the longest renewals keep a slot (default 10 × hold)
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Algorithm    string                 `protobuf:"bytes,1,opt,name=algorithm,proto3" json:"algorithm,omitempty"` // fixed_window, sliding_log, sliding_window, token_bucket, leaky_bucket, concurrency
+	Limit        int64                  `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	Window       string                 `protobuf:"bytes,3,opt,name=window,proto3" json:"window,omitempty"`                                  // "60s", "1h30m", "7d"; empty for calendar windows
+	Burst        int64                  `protobuf:"varint,4,opt,name=burst,proto3" json:"burst,omitempty"`                                   // token_bucket, leaky_bucket
+	CountRefused bool                   `protobuf:"varint,5,opt,name=count_refused,json=countRefused,proto3" json:"count_refused,omitempty"` // sliding_log
+	Calendar     string                 `protobuf:"bytes,6,opt,name=calendar,proto3" json:"calendar,omitempty"`                              // fixed_window: day, week, month
+	Timezone     string                 `protobuf:"bytes,7,opt,name=timezone,proto3" json:"timezone,omitempty"`                              // with calendar: IANA zone, default UTC
+	Hold         string                 `protobuf:"bytes,8,opt,name=hold,proto3" json:"hold,omitempty"`                                      // concurrency: how long an acquired slot is held, e.g. "30s"
+	MaxHold      string                 `protobuf:"bytes,9,opt,name=max_hold,json=maxHold,proto3" json:"max_hold,omitempty"`                 // concurrency: the longest renewals keep a slot (default 10 × hold)
+	// notify (a policy's limit only): alert thresholds, fractions of the
+	// limit in (0, 1], strictly increasing, at most 4 (docs/API.md, "Alerts").
+	Notify        []float64 `protobuf:"fixed64,11,rep,packed,name=notify,proto3" json:"notify,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -152,6 +155,13 @@ func (x *Limit) GetMaxHold() string {
 		return x.MaxHold
 	}
 	return ""
+}
+
+func (x *Limit) GetNotify() []float64 {
+	if x != nil {
+		return x.Notify
+	}
+	return nil
 }
 
 // CheckRequest is one "may key spend cost under this limit now?" question:
@@ -3574,11 +3584,322 @@ func (*UnbanResponse) Descriptor() ([]byte, []int) {
 	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{65}
 }
 
+// Webhook is a receiver of events: each POST is signed with its secret
+// (X-Limitd-Signature: sha256=<hex HMAC-SHA256 of the body>). The secret
+// is write-only: GetWebhook and ListWebhooks leave it empty.
+type Webhook struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Url           string                 `protobuf:"bytes,2,opt,name=url,proto3" json:"url,omitempty"`       // http or https, at most 2048 bytes
+	Secret        string                 `protobuf:"bytes,3,opt,name=secret,proto3" json:"secret,omitempty"` // 16 to 256 bytes; PutWebhook only
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Webhook) Reset() {
+	*x = Webhook{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[66]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Webhook) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Webhook) ProtoMessage() {}
+
+func (x *Webhook) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[66]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Webhook.ProtoReflect.Descriptor instead.
+func (*Webhook) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{66}
+}
+
+func (x *Webhook) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Webhook) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *Webhook) GetSecret() string {
+	if x != nil {
+		return x.Secret
+	}
+	return ""
+}
+
+type PutWebhookRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Webhook       *Webhook               `protobuf:"bytes,1,opt,name=webhook,proto3" json:"webhook,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PutWebhookRequest) Reset() {
+	*x = PutWebhookRequest{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[67]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PutWebhookRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PutWebhookRequest) ProtoMessage() {}
+
+func (x *PutWebhookRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[67]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PutWebhookRequest.ProtoReflect.Descriptor instead.
+func (*PutWebhookRequest) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{67}
+}
+
+func (x *PutWebhookRequest) GetWebhook() *Webhook {
+	if x != nil {
+		return x.Webhook
+	}
+	return nil
+}
+
+type GetWebhookRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetWebhookRequest) Reset() {
+	*x = GetWebhookRequest{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[68]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetWebhookRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetWebhookRequest) ProtoMessage() {}
+
+func (x *GetWebhookRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[68]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetWebhookRequest.ProtoReflect.Descriptor instead.
+func (*GetWebhookRequest) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{68}
+}
+
+func (x *GetWebhookRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type ListWebhooksRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListWebhooksRequest) Reset() {
+	*x = ListWebhooksRequest{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[69]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListWebhooksRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListWebhooksRequest) ProtoMessage() {}
+
+func (x *ListWebhooksRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[69]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListWebhooksRequest.ProtoReflect.Descriptor instead.
+func (*ListWebhooksRequest) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{69}
+}
+
+type ListWebhooksResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Webhooks      []*Webhook             `protobuf:"bytes,1,rep,name=webhooks,proto3" json:"webhooks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListWebhooksResponse) Reset() {
+	*x = ListWebhooksResponse{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[70]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListWebhooksResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListWebhooksResponse) ProtoMessage() {}
+
+func (x *ListWebhooksResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[70]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListWebhooksResponse.ProtoReflect.Descriptor instead.
+func (*ListWebhooksResponse) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{70}
+}
+
+func (x *ListWebhooksResponse) GetWebhooks() []*Webhook {
+	if x != nil {
+		return x.Webhooks
+	}
+	return nil
+}
+
+type DeleteWebhookRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteWebhookRequest) Reset() {
+	*x = DeleteWebhookRequest{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[71]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteWebhookRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteWebhookRequest) ProtoMessage() {}
+
+func (x *DeleteWebhookRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[71]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteWebhookRequest.ProtoReflect.Descriptor instead.
+func (*DeleteWebhookRequest) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{71}
+}
+
+func (x *DeleteWebhookRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type DeleteWebhookResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteWebhookResponse) Reset() {
+	*x = DeleteWebhookResponse{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[72]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteWebhookResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteWebhookResponse) ProtoMessage() {}
+
+func (x *DeleteWebhookResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[72]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteWebhookResponse.ProtoReflect.Descriptor instead.
+func (*DeleteWebhookResponse) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{72}
+}
+
 var File_limitd_v1_limitd_proto protoreflect.FileDescriptor
 
 const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"\n" +
-	"\x16limitd/v1/limitd.proto\x12\tlimitd.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf5\x01\n" +
+	"\x16limitd/v1/limitd.proto\x12\tlimitd.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8d\x02\n" +
 	"\x05Limit\x12\x1c\n" +
 	"\talgorithm\x18\x01 \x01(\tR\talgorithm\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x16\n" +
@@ -3588,7 +3909,8 @@ const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"\bcalendar\x18\x06 \x01(\tR\bcalendar\x12\x1a\n" +
 	"\btimezone\x18\a \x01(\tR\btimezone\x12\x12\n" +
 	"\x04hold\x18\b \x01(\tR\x04hold\x12\x19\n" +
-	"\bmax_hold\x18\t \x01(\tR\amaxHold\"\xa1\x01\n" +
+	"\bmax_hold\x18\t \x01(\tR\amaxHold\x12\x16\n" +
+	"\x06notify\x18\v \x03(\x01R\x06notify\"\xa1\x01\n" +
 	"\fCheckRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
 	"\x06policy\x18\x02 \x01(\tR\x06policy\x12&\n" +
@@ -3802,7 +4124,21 @@ const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"\fUnbanRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
 	"\x06policy\x18\x02 \x01(\tR\x06policy\"\x0f\n" +
-	"\rUnbanResponse2\xea\x11\n" +
+	"\rUnbanResponse\"G\n" +
+	"\aWebhook\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
+	"\x03url\x18\x02 \x01(\tR\x03url\x12\x16\n" +
+	"\x06secret\x18\x03 \x01(\tR\x06secret\"A\n" +
+	"\x11PutWebhookRequest\x12,\n" +
+	"\awebhook\x18\x01 \x01(\v2\x12.limitd.v1.WebhookR\awebhook\"'\n" +
+	"\x11GetWebhookRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\x15\n" +
+	"\x13ListWebhooksRequest\"F\n" +
+	"\x14ListWebhooksResponse\x12.\n" +
+	"\bwebhooks\x18\x01 \x03(\v2\x12.limitd.v1.WebhookR\bwebhooks\"*\n" +
+	"\x14DeleteWebhookRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\x17\n" +
+	"\x15DeleteWebhookResponse2\x8f\x14\n" +
 	"\x06Limitd\x12:\n" +
 	"\x05Check\x12\x17.limitd.v1.CheckRequest\x1a\x18.limitd.v1.CheckResponse\x12C\n" +
 	"\bCheckAll\x12\x1a.limitd.v1.CheckAllRequest\x1a\x1b.limitd.v1.CheckAllResponse\x12:\n" +
@@ -3840,7 +4176,13 @@ const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"\n" +
 	"DeleteList\x12\x1c.limitd.v1.DeleteListRequest\x1a\x1d.limitd.v1.DeleteListResponse\x12C\n" +
 	"\bListBans\x12\x1a.limitd.v1.ListBansRequest\x1a\x1b.limitd.v1.ListBansResponse\x12:\n" +
-	"\x05Unban\x12\x17.limitd.v1.UnbanRequest\x1a\x18.limitd.v1.UnbanResponseB3Z1github.com/limitd/limitd/proto/limitd/v1;limitdv1b\x06proto3"
+	"\x05Unban\x12\x17.limitd.v1.UnbanRequest\x1a\x18.limitd.v1.UnbanResponse\x12>\n" +
+	"\n" +
+	"PutWebhook\x12\x1c.limitd.v1.PutWebhookRequest\x1a\x12.limitd.v1.Webhook\x12>\n" +
+	"\n" +
+	"GetWebhook\x12\x1c.limitd.v1.GetWebhookRequest\x1a\x12.limitd.v1.Webhook\x12O\n" +
+	"\fListWebhooks\x12\x1e.limitd.v1.ListWebhooksRequest\x1a\x1f.limitd.v1.ListWebhooksResponse\x12R\n" +
+	"\rDeleteWebhook\x12\x1f.limitd.v1.DeleteWebhookRequest\x1a .limitd.v1.DeleteWebhookResponseB3Z1github.com/limitd/limitd/proto/limitd/v1;limitdv1b\x06proto3"
 
 var (
 	file_limitd_v1_limitd_proto_rawDescOnce sync.Once
@@ -3854,7 +4196,7 @@ func file_limitd_v1_limitd_proto_rawDescGZIP() []byte {
 	return file_limitd_v1_limitd_proto_rawDescData
 }
 
-var file_limitd_v1_limitd_proto_msgTypes = make([]protoimpl.MessageInfo, 68)
+var file_limitd_v1_limitd_proto_msgTypes = make([]protoimpl.MessageInfo, 75)
 var file_limitd_v1_limitd_proto_goTypes = []any{
 	(*Limit)(nil),                    // 0: limitd.v1.Limit
 	(*CheckRequest)(nil),             // 1: limitd.v1.CheckRequest
@@ -3922,18 +4264,25 @@ var file_limitd_v1_limitd_proto_goTypes = []any{
 	(*ListBansResponse)(nil),         // 63: limitd.v1.ListBansResponse
 	(*UnbanRequest)(nil),             // 64: limitd.v1.UnbanRequest
 	(*UnbanResponse)(nil),            // 65: limitd.v1.UnbanResponse
-	nil,                              // 66: limitd.v1.Plan.LimitsEntry
-	nil,                              // 67: limitd.v1.Override.LimitsEntry
-	(*durationpb.Duration)(nil),      // 68: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),    // 69: google.protobuf.Timestamp
+	(*Webhook)(nil),                  // 66: limitd.v1.Webhook
+	(*PutWebhookRequest)(nil),        // 67: limitd.v1.PutWebhookRequest
+	(*GetWebhookRequest)(nil),        // 68: limitd.v1.GetWebhookRequest
+	(*ListWebhooksRequest)(nil),      // 69: limitd.v1.ListWebhooksRequest
+	(*ListWebhooksResponse)(nil),     // 70: limitd.v1.ListWebhooksResponse
+	(*DeleteWebhookRequest)(nil),     // 71: limitd.v1.DeleteWebhookRequest
+	(*DeleteWebhookResponse)(nil),    // 72: limitd.v1.DeleteWebhookResponse
+	nil,                              // 73: limitd.v1.Plan.LimitsEntry
+	nil,                              // 74: limitd.v1.Override.LimitsEntry
+	(*durationpb.Duration)(nil),      // 75: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),    // 76: google.protobuf.Timestamp
 }
 var file_limitd_v1_limitd_proto_depIdxs = []int32{
 	0,  // 0: limitd.v1.CheckRequest.limit:type_name -> limitd.v1.Limit
-	68, // 1: limitd.v1.Decision.reset_after:type_name -> google.protobuf.Duration
-	68, // 2: limitd.v1.Decision.retry_after:type_name -> google.protobuf.Duration
-	68, // 3: limitd.v1.Decision.delay:type_name -> google.protobuf.Duration
+	75, // 1: limitd.v1.Decision.reset_after:type_name -> google.protobuf.Duration
+	75, // 2: limitd.v1.Decision.retry_after:type_name -> google.protobuf.Duration
+	75, // 3: limitd.v1.Decision.delay:type_name -> google.protobuf.Duration
 	3,  // 4: limitd.v1.Decision.limits:type_name -> limitd.v1.NamedDecision
-	68, // 5: limitd.v1.Decision.slot_expires:type_name -> google.protobuf.Duration
+	75, // 5: limitd.v1.Decision.slot_expires:type_name -> google.protobuf.Duration
 	2,  // 6: limitd.v1.NamedDecision.decision:type_name -> limitd.v1.Decision
 	2,  // 7: limitd.v1.CheckResponse.decision:type_name -> limitd.v1.Decision
 	1,  // 8: limitd.v1.CheckAllRequest.checks:type_name -> limitd.v1.CheckRequest
@@ -3945,96 +4294,106 @@ var file_limitd_v1_limitd_proto_depIdxs = []int32{
 	0,  // 14: limitd.v1.PeekRequest.limit:type_name -> limitd.v1.Limit
 	0,  // 15: limitd.v1.ResetRequest.limit:type_name -> limitd.v1.Limit
 	0,  // 16: limitd.v1.SlotRequest.limit:type_name -> limitd.v1.Limit
-	68, // 17: limitd.v1.SlotResponse.slot_expires:type_name -> google.protobuf.Duration
+	75, // 17: limitd.v1.SlotResponse.slot_expires:type_name -> google.protobuf.Duration
 	0,  // 18: limitd.v1.Policy.limit:type_name -> limitd.v1.Limit
 	18, // 19: limitd.v1.Policy.lease:type_name -> limitd.v1.Lease
 	17, // 20: limitd.v1.Policy.on_exceed:type_name -> limitd.v1.OnExceed
 	16, // 21: limitd.v1.PutPolicyRequest.policy:type_name -> limitd.v1.Policy
 	16, // 22: limitd.v1.ListPoliciesResponse.policies:type_name -> limitd.v1.Policy
 	25, // 23: limitd.v1.ListRLSDomainsResponse.domains:type_name -> limitd.v1.RLSDomain
-	66, // 24: limitd.v1.Plan.limits:type_name -> limitd.v1.Plan.LimitsEntry
+	73, // 24: limitd.v1.Plan.limits:type_name -> limitd.v1.Plan.LimitsEntry
 	32, // 25: limitd.v1.PutPlanRequest.plan:type_name -> limitd.v1.Plan
 	32, // 26: limitd.v1.ListPlansResponse.plans:type_name -> limitd.v1.Plan
 	44, // 27: limitd.v1.ListPrefixRulesResponse.rules:type_name -> limitd.v1.PrefixRule
-	67, // 28: limitd.v1.Override.limits:type_name -> limitd.v1.Override.LimitsEntry
-	69, // 29: limitd.v1.Override.expires:type_name -> google.protobuf.Timestamp
+	74, // 28: limitd.v1.Override.limits:type_name -> limitd.v1.Override.LimitsEntry
+	76, // 29: limitd.v1.Override.expires:type_name -> google.protobuf.Timestamp
 	54, // 30: limitd.v1.List.entries:type_name -> limitd.v1.ListEntry
 	53, // 31: limitd.v1.PutListRequest.list:type_name -> limitd.v1.List
 	53, // 32: limitd.v1.ListListsResponse.lists:type_name -> limitd.v1.List
 	61, // 33: limitd.v1.ListBansResponse.bans:type_name -> limitd.v1.Ban
-	0,  // 34: limitd.v1.Plan.LimitsEntry.value:type_name -> limitd.v1.Limit
-	49, // 35: limitd.v1.Override.LimitsEntry.value:type_name -> limitd.v1.LimitOverride
-	1,  // 36: limitd.v1.Limitd.Check:input_type -> limitd.v1.CheckRequest
-	5,  // 37: limitd.v1.Limitd.CheckAll:input_type -> limitd.v1.CheckAllRequest
-	7,  // 38: limitd.v1.Limitd.Batch:input_type -> limitd.v1.BatchRequest
-	11, // 39: limitd.v1.Limitd.Peek:input_type -> limitd.v1.PeekRequest
-	12, // 40: limitd.v1.Limitd.Reset:input_type -> limitd.v1.ResetRequest
-	14, // 41: limitd.v1.Limitd.Release:input_type -> limitd.v1.SlotRequest
-	14, // 42: limitd.v1.Limitd.Renew:input_type -> limitd.v1.SlotRequest
-	19, // 43: limitd.v1.Limitd.PutPolicy:input_type -> limitd.v1.PutPolicyRequest
-	20, // 44: limitd.v1.Limitd.GetPolicy:input_type -> limitd.v1.GetPolicyRequest
-	21, // 45: limitd.v1.Limitd.ListPolicies:input_type -> limitd.v1.ListPoliciesRequest
-	23, // 46: limitd.v1.Limitd.DeletePolicy:input_type -> limitd.v1.DeletePolicyRequest
-	26, // 47: limitd.v1.Limitd.PutRLSDomain:input_type -> limitd.v1.PutRLSDomainRequest
-	27, // 48: limitd.v1.Limitd.GetRLSDomain:input_type -> limitd.v1.GetRLSDomainRequest
-	28, // 49: limitd.v1.Limitd.ListRLSDomains:input_type -> limitd.v1.ListRLSDomainsRequest
-	30, // 50: limitd.v1.Limitd.DeleteRLSDomain:input_type -> limitd.v1.DeleteRLSDomainRequest
-	33, // 51: limitd.v1.Limitd.PutPlan:input_type -> limitd.v1.PutPlanRequest
-	34, // 52: limitd.v1.Limitd.GetPlan:input_type -> limitd.v1.GetPlanRequest
-	35, // 53: limitd.v1.Limitd.ListPlans:input_type -> limitd.v1.ListPlansRequest
-	37, // 54: limitd.v1.Limitd.DeletePlan:input_type -> limitd.v1.DeletePlanRequest
-	39, // 55: limitd.v1.Limitd.SetDefaultPlan:input_type -> limitd.v1.SetDefaultPlanRequest
-	41, // 56: limitd.v1.Limitd.AssignPlan:input_type -> limitd.v1.AssignPlanRequest
-	42, // 57: limitd.v1.Limitd.GetKeyPlan:input_type -> limitd.v1.GetKeyPlanRequest
-	44, // 58: limitd.v1.Limitd.PutPrefixRule:input_type -> limitd.v1.PrefixRule
-	45, // 59: limitd.v1.Limitd.DeletePrefixRule:input_type -> limitd.v1.DeletePrefixRuleRequest
-	47, // 60: limitd.v1.Limitd.ListPrefixRules:input_type -> limitd.v1.ListPrefixRulesRequest
-	50, // 61: limitd.v1.Limitd.PutOverride:input_type -> limitd.v1.Override
-	51, // 62: limitd.v1.Limitd.DeleteOverride:input_type -> limitd.v1.DeleteOverrideRequest
-	55, // 63: limitd.v1.Limitd.PutList:input_type -> limitd.v1.PutListRequest
-	56, // 64: limitd.v1.Limitd.GetList:input_type -> limitd.v1.GetListRequest
-	57, // 65: limitd.v1.Limitd.ListLists:input_type -> limitd.v1.ListListsRequest
-	59, // 66: limitd.v1.Limitd.DeleteList:input_type -> limitd.v1.DeleteListRequest
-	62, // 67: limitd.v1.Limitd.ListBans:input_type -> limitd.v1.ListBansRequest
-	64, // 68: limitd.v1.Limitd.Unban:input_type -> limitd.v1.UnbanRequest
-	4,  // 69: limitd.v1.Limitd.Check:output_type -> limitd.v1.CheckResponse
-	6,  // 70: limitd.v1.Limitd.CheckAll:output_type -> limitd.v1.CheckAllResponse
-	10, // 71: limitd.v1.Limitd.Batch:output_type -> limitd.v1.BatchResponse
-	4,  // 72: limitd.v1.Limitd.Peek:output_type -> limitd.v1.CheckResponse
-	13, // 73: limitd.v1.Limitd.Reset:output_type -> limitd.v1.ResetResponse
-	15, // 74: limitd.v1.Limitd.Release:output_type -> limitd.v1.SlotResponse
-	15, // 75: limitd.v1.Limitd.Renew:output_type -> limitd.v1.SlotResponse
-	16, // 76: limitd.v1.Limitd.PutPolicy:output_type -> limitd.v1.Policy
-	16, // 77: limitd.v1.Limitd.GetPolicy:output_type -> limitd.v1.Policy
-	22, // 78: limitd.v1.Limitd.ListPolicies:output_type -> limitd.v1.ListPoliciesResponse
-	24, // 79: limitd.v1.Limitd.DeletePolicy:output_type -> limitd.v1.DeletePolicyResponse
-	25, // 80: limitd.v1.Limitd.PutRLSDomain:output_type -> limitd.v1.RLSDomain
-	25, // 81: limitd.v1.Limitd.GetRLSDomain:output_type -> limitd.v1.RLSDomain
-	29, // 82: limitd.v1.Limitd.ListRLSDomains:output_type -> limitd.v1.ListRLSDomainsResponse
-	31, // 83: limitd.v1.Limitd.DeleteRLSDomain:output_type -> limitd.v1.DeleteRLSDomainResponse
-	32, // 84: limitd.v1.Limitd.PutPlan:output_type -> limitd.v1.Plan
-	32, // 85: limitd.v1.Limitd.GetPlan:output_type -> limitd.v1.Plan
-	36, // 86: limitd.v1.Limitd.ListPlans:output_type -> limitd.v1.ListPlansResponse
-	38, // 87: limitd.v1.Limitd.DeletePlan:output_type -> limitd.v1.DeletePlanResponse
-	40, // 88: limitd.v1.Limitd.SetDefaultPlan:output_type -> limitd.v1.SetDefaultPlanResponse
-	43, // 89: limitd.v1.Limitd.AssignPlan:output_type -> limitd.v1.KeyPlan
-	43, // 90: limitd.v1.Limitd.GetKeyPlan:output_type -> limitd.v1.KeyPlan
-	44, // 91: limitd.v1.Limitd.PutPrefixRule:output_type -> limitd.v1.PrefixRule
-	46, // 92: limitd.v1.Limitd.DeletePrefixRule:output_type -> limitd.v1.DeletePrefixRuleResponse
-	48, // 93: limitd.v1.Limitd.ListPrefixRules:output_type -> limitd.v1.ListPrefixRulesResponse
-	50, // 94: limitd.v1.Limitd.PutOverride:output_type -> limitd.v1.Override
-	52, // 95: limitd.v1.Limitd.DeleteOverride:output_type -> limitd.v1.DeleteOverrideResponse
-	53, // 96: limitd.v1.Limitd.PutList:output_type -> limitd.v1.List
-	53, // 97: limitd.v1.Limitd.GetList:output_type -> limitd.v1.List
-	58, // 98: limitd.v1.Limitd.ListLists:output_type -> limitd.v1.ListListsResponse
-	60, // 99: limitd.v1.Limitd.DeleteList:output_type -> limitd.v1.DeleteListResponse
-	63, // 100: limitd.v1.Limitd.ListBans:output_type -> limitd.v1.ListBansResponse
-	65, // 101: limitd.v1.Limitd.Unban:output_type -> limitd.v1.UnbanResponse
-	69, // [69:102] is the sub-list for method output_type
-	36, // [36:69] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	66, // 34: limitd.v1.PutWebhookRequest.webhook:type_name -> limitd.v1.Webhook
+	66, // 35: limitd.v1.ListWebhooksResponse.webhooks:type_name -> limitd.v1.Webhook
+	0,  // 36: limitd.v1.Plan.LimitsEntry.value:type_name -> limitd.v1.Limit
+	49, // 37: limitd.v1.Override.LimitsEntry.value:type_name -> limitd.v1.LimitOverride
+	1,  // 38: limitd.v1.Limitd.Check:input_type -> limitd.v1.CheckRequest
+	5,  // 39: limitd.v1.Limitd.CheckAll:input_type -> limitd.v1.CheckAllRequest
+	7,  // 40: limitd.v1.Limitd.Batch:input_type -> limitd.v1.BatchRequest
+	11, // 41: limitd.v1.Limitd.Peek:input_type -> limitd.v1.PeekRequest
+	12, // 42: limitd.v1.Limitd.Reset:input_type -> limitd.v1.ResetRequest
+	14, // 43: limitd.v1.Limitd.Release:input_type -> limitd.v1.SlotRequest
+	14, // 44: limitd.v1.Limitd.Renew:input_type -> limitd.v1.SlotRequest
+	19, // 45: limitd.v1.Limitd.PutPolicy:input_type -> limitd.v1.PutPolicyRequest
+	20, // 46: limitd.v1.Limitd.GetPolicy:input_type -> limitd.v1.GetPolicyRequest
+	21, // 47: limitd.v1.Limitd.ListPolicies:input_type -> limitd.v1.ListPoliciesRequest
+	23, // 48: limitd.v1.Limitd.DeletePolicy:input_type -> limitd.v1.DeletePolicyRequest
+	26, // 49: limitd.v1.Limitd.PutRLSDomain:input_type -> limitd.v1.PutRLSDomainRequest
+	27, // 50: limitd.v1.Limitd.GetRLSDomain:input_type -> limitd.v1.GetRLSDomainRequest
+	28, // 51: limitd.v1.Limitd.ListRLSDomains:input_type -> limitd.v1.ListRLSDomainsRequest
+	30, // 52: limitd.v1.Limitd.DeleteRLSDomain:input_type -> limitd.v1.DeleteRLSDomainRequest
+	33, // 53: limitd.v1.Limitd.PutPlan:input_type -> limitd.v1.PutPlanRequest
+	34, // 54: limitd.v1.Limitd.GetPlan:input_type -> limitd.v1.GetPlanRequest
+	35, // 55: limitd.v1.Limitd.ListPlans:input_type -> limitd.v1.ListPlansRequest
+	37, // 56: limitd.v1.Limitd.DeletePlan:input_type -> limitd.v1.DeletePlanRequest
+	39, // 57: limitd.v1.Limitd.SetDefaultPlan:input_type -> limitd.v1.SetDefaultPlanRequest
+	41, // 58: limitd.v1.Limitd.AssignPlan:input_type -> limitd.v1.AssignPlanRequest
+	42, // 59: limitd.v1.Limitd.GetKeyPlan:input_type -> limitd.v1.GetKeyPlanRequest
+	44, // 60: limitd.v1.Limitd.PutPrefixRule:input_type -> limitd.v1.PrefixRule
+	45, // 61: limitd.v1.Limitd.DeletePrefixRule:input_type -> limitd.v1.DeletePrefixRuleRequest
+	47, // 62: limitd.v1.Limitd.ListPrefixRules:input_type -> limitd.v1.ListPrefixRulesRequest
+	50, // 63: limitd.v1.Limitd.PutOverride:input_type -> limitd.v1.Override
+	51, // 64: limitd.v1.Limitd.DeleteOverride:input_type -> limitd.v1.DeleteOverrideRequest
+	55, // 65: limitd.v1.Limitd.PutList:input_type -> limitd.v1.PutListRequest
+	56, // 66: limitd.v1.Limitd.GetList:input_type -> limitd.v1.GetListRequest
+	57, // 67: limitd.v1.Limitd.ListLists:input_type -> limitd.v1.ListListsRequest
+	59, // 68: limitd.v1.Limitd.DeleteList:input_type -> limitd.v1.DeleteListRequest
+	62, // 69: limitd.v1.Limitd.ListBans:input_type -> limitd.v1.ListBansRequest
+	64, // 70: limitd.v1.Limitd.Unban:input_type -> limitd.v1.UnbanRequest
+	67, // 71: limitd.v1.Limitd.PutWebhook:input_type -> limitd.v1.PutWebhookRequest
+	68, // 72: limitd.v1.Limitd.GetWebhook:input_type -> limitd.v1.GetWebhookRequest
+	69, // 73: limitd.v1.Limitd.ListWebhooks:input_type -> limitd.v1.ListWebhooksRequest
+	71, // 74: limitd.v1.Limitd.DeleteWebhook:input_type -> limitd.v1.DeleteWebhookRequest
+	4,  // 75: limitd.v1.Limitd.Check:output_type -> limitd.v1.CheckResponse
+	6,  // 76: limitd.v1.Limitd.CheckAll:output_type -> limitd.v1.CheckAllResponse
+	10, // 77: limitd.v1.Limitd.Batch:output_type -> limitd.v1.BatchResponse
+	4,  // 78: limitd.v1.Limitd.Peek:output_type -> limitd.v1.CheckResponse
+	13, // 79: limitd.v1.Limitd.Reset:output_type -> limitd.v1.ResetResponse
+	15, // 80: limitd.v1.Limitd.Release:output_type -> limitd.v1.SlotResponse
+	15, // 81: limitd.v1.Limitd.Renew:output_type -> limitd.v1.SlotResponse
+	16, // 82: limitd.v1.Limitd.PutPolicy:output_type -> limitd.v1.Policy
+	16, // 83: limitd.v1.Limitd.GetPolicy:output_type -> limitd.v1.Policy
+	22, // 84: limitd.v1.Limitd.ListPolicies:output_type -> limitd.v1.ListPoliciesResponse
+	24, // 85: limitd.v1.Limitd.DeletePolicy:output_type -> limitd.v1.DeletePolicyResponse
+	25, // 86: limitd.v1.Limitd.PutRLSDomain:output_type -> limitd.v1.RLSDomain
+	25, // 87: limitd.v1.Limitd.GetRLSDomain:output_type -> limitd.v1.RLSDomain
+	29, // 88: limitd.v1.Limitd.ListRLSDomains:output_type -> limitd.v1.ListRLSDomainsResponse
+	31, // 89: limitd.v1.Limitd.DeleteRLSDomain:output_type -> limitd.v1.DeleteRLSDomainResponse
+	32, // 90: limitd.v1.Limitd.PutPlan:output_type -> limitd.v1.Plan
+	32, // 91: limitd.v1.Limitd.GetPlan:output_type -> limitd.v1.Plan
+	36, // 92: limitd.v1.Limitd.ListPlans:output_type -> limitd.v1.ListPlansResponse
+	38, // 93: limitd.v1.Limitd.DeletePlan:output_type -> limitd.v1.DeletePlanResponse
+	40, // 94: limitd.v1.Limitd.SetDefaultPlan:output_type -> limitd.v1.SetDefaultPlanResponse
+	43, // 95: limitd.v1.Limitd.AssignPlan:output_type -> limitd.v1.KeyPlan
+	43, // 96: limitd.v1.Limitd.GetKeyPlan:output_type -> limitd.v1.KeyPlan
+	44, // 97: limitd.v1.Limitd.PutPrefixRule:output_type -> limitd.v1.PrefixRule
+	46, // 98: limitd.v1.Limitd.DeletePrefixRule:output_type -> limitd.v1.DeletePrefixRuleResponse
+	48, // 99: limitd.v1.Limitd.ListPrefixRules:output_type -> limitd.v1.ListPrefixRulesResponse
+	50, // 100: limitd.v1.Limitd.PutOverride:output_type -> limitd.v1.Override
+	52, // 101: limitd.v1.Limitd.DeleteOverride:output_type -> limitd.v1.DeleteOverrideResponse
+	53, // 102: limitd.v1.Limitd.PutList:output_type -> limitd.v1.List
+	53, // 103: limitd.v1.Limitd.GetList:output_type -> limitd.v1.List
+	58, // 104: limitd.v1.Limitd.ListLists:output_type -> limitd.v1.ListListsResponse
+	60, // 105: limitd.v1.Limitd.DeleteList:output_type -> limitd.v1.DeleteListResponse
+	63, // 106: limitd.v1.Limitd.ListBans:output_type -> limitd.v1.ListBansResponse
+	65, // 107: limitd.v1.Limitd.Unban:output_type -> limitd.v1.UnbanResponse
+	66, // 108: limitd.v1.Limitd.PutWebhook:output_type -> limitd.v1.Webhook
+	66, // 109: limitd.v1.Limitd.GetWebhook:output_type -> limitd.v1.Webhook
+	70, // 110: limitd.v1.Limitd.ListWebhooks:output_type -> limitd.v1.ListWebhooksResponse
+	72, // 111: limitd.v1.Limitd.DeleteWebhook:output_type -> limitd.v1.DeleteWebhookResponse
+	75, // [75:112] is the sub-list for method output_type
+	38, // [38:75] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_limitd_v1_limitd_proto_init() }
@@ -4055,7 +4414,7 @@ func file_limitd_v1_limitd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_limitd_v1_limitd_proto_rawDesc), len(file_limitd_v1_limitd_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   68,
+			NumMessages:   75,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -74,6 +74,10 @@ const (
 	Limitd_DeleteList_FullMethodName       = "/limitd.v1.Limitd/DeleteList"
 	Limitd_ListBans_FullMethodName         = "/limitd.v1.Limitd/ListBans"
 	Limitd_Unban_FullMethodName            = "/limitd.v1.Limitd/Unban"
+	Limitd_PutWebhook_FullMethodName       = "/limitd.v1.Limitd/PutWebhook"
+	Limitd_GetWebhook_FullMethodName       = "/limitd.v1.Limitd/GetWebhook"
+	Limitd_ListWebhooks_FullMethodName     = "/limitd.v1.Limitd/ListWebhooks"
+	Limitd_DeleteWebhook_FullMethodName    = "/limitd.v1.Limitd/DeleteWebhook"
 )
 
 // LimitdClient is the client API for Limitd service.
@@ -140,6 +144,14 @@ type LimitdClient interface {
 	DeleteList(ctx context.Context, in *DeleteListRequest, opts ...grpc.CallOption) (*DeleteListResponse, error)
 	ListBans(ctx context.Context, in *ListBansRequest, opts ...grpc.CallOption) (*ListBansResponse, error)
 	Unban(ctx context.Context, in *UnbanRequest, opts ...grpc.CallOption) (*UnbanResponse, error)
+	// alerts
+	// Webhooks receive the events of limits' notify thresholds and of bans
+	// (docs/API.md, "Alerts"): every one admin, reads included; no read
+	// returns a secret.
+	PutWebhook(ctx context.Context, in *PutWebhookRequest, opts ...grpc.CallOption) (*Webhook, error)
+	GetWebhook(ctx context.Context, in *GetWebhookRequest, opts ...grpc.CallOption) (*Webhook, error)
+	ListWebhooks(ctx context.Context, in *ListWebhooksRequest, opts ...grpc.CallOption) (*ListWebhooksResponse, error)
+	DeleteWebhook(ctx context.Context, in *DeleteWebhookRequest, opts ...grpc.CallOption) (*DeleteWebhookResponse, error)
 }
 
 type limitdClient struct {
@@ -480,6 +492,46 @@ func (c *limitdClient) Unban(ctx context.Context, in *UnbanRequest, opts ...grpc
 	return out, nil
 }
 
+func (c *limitdClient) PutWebhook(ctx context.Context, in *PutWebhookRequest, opts ...grpc.CallOption) (*Webhook, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Webhook)
+	err := c.cc.Invoke(ctx, Limitd_PutWebhook_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *limitdClient) GetWebhook(ctx context.Context, in *GetWebhookRequest, opts ...grpc.CallOption) (*Webhook, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Webhook)
+	err := c.cc.Invoke(ctx, Limitd_GetWebhook_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *limitdClient) ListWebhooks(ctx context.Context, in *ListWebhooksRequest, opts ...grpc.CallOption) (*ListWebhooksResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListWebhooksResponse)
+	err := c.cc.Invoke(ctx, Limitd_ListWebhooks_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *limitdClient) DeleteWebhook(ctx context.Context, in *DeleteWebhookRequest, opts ...grpc.CallOption) (*DeleteWebhookResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteWebhookResponse)
+	err := c.cc.Invoke(ctx, Limitd_DeleteWebhook_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // LimitdServer is the server API for Limitd service.
 // All implementations must embed UnimplementedLimitdServer
 // for forward compatibility.
@@ -544,6 +596,14 @@ type LimitdServer interface {
 	DeleteList(context.Context, *DeleteListRequest) (*DeleteListResponse, error)
 	ListBans(context.Context, *ListBansRequest) (*ListBansResponse, error)
 	Unban(context.Context, *UnbanRequest) (*UnbanResponse, error)
+	// alerts
+	// Webhooks receive the events of limits' notify thresholds and of bans
+	// (docs/API.md, "Alerts"): every one admin, reads included; no read
+	// returns a secret.
+	PutWebhook(context.Context, *PutWebhookRequest) (*Webhook, error)
+	GetWebhook(context.Context, *GetWebhookRequest) (*Webhook, error)
+	ListWebhooks(context.Context, *ListWebhooksRequest) (*ListWebhooksResponse, error)
+	DeleteWebhook(context.Context, *DeleteWebhookRequest) (*DeleteWebhookResponse, error)
 	mustEmbedUnimplementedLimitdServer()
 }
 
@@ -652,6 +712,18 @@ func (UnimplementedLimitdServer) ListBans(context.Context, *ListBansRequest) (*L
 }
 func (UnimplementedLimitdServer) Unban(context.Context, *UnbanRequest) (*UnbanResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Unban not implemented")
+}
+func (UnimplementedLimitdServer) PutWebhook(context.Context, *PutWebhookRequest) (*Webhook, error) {
+	return nil, status.Error(codes.Unimplemented, "method PutWebhook not implemented")
+}
+func (UnimplementedLimitdServer) GetWebhook(context.Context, *GetWebhookRequest) (*Webhook, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetWebhook not implemented")
+}
+func (UnimplementedLimitdServer) ListWebhooks(context.Context, *ListWebhooksRequest) (*ListWebhooksResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListWebhooks not implemented")
+}
+func (UnimplementedLimitdServer) DeleteWebhook(context.Context, *DeleteWebhookRequest) (*DeleteWebhookResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteWebhook not implemented")
 }
 func (UnimplementedLimitdServer) mustEmbedUnimplementedLimitdServer() {}
 func (UnimplementedLimitdServer) testEmbeddedByValue()                {}
@@ -1268,6 +1340,78 @@ func _Limitd_Unban_Handler(srv interface{}, ctx context.Context, dec func(interf
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Limitd_PutWebhook_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PutWebhookRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LimitdServer).PutWebhook(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Limitd_PutWebhook_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LimitdServer).PutWebhook(ctx, req.(*PutWebhookRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Limitd_GetWebhook_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetWebhookRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LimitdServer).GetWebhook(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Limitd_GetWebhook_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LimitdServer).GetWebhook(ctx, req.(*GetWebhookRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Limitd_ListWebhooks_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListWebhooksRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LimitdServer).ListWebhooks(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Limitd_ListWebhooks_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LimitdServer).ListWebhooks(ctx, req.(*ListWebhooksRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Limitd_DeleteWebhook_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteWebhookRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LimitdServer).DeleteWebhook(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Limitd_DeleteWebhook_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LimitdServer).DeleteWebhook(ctx, req.(*DeleteWebhookRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Limitd_ServiceDesc is the grpc.ServiceDesc for Limitd service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1406,6 +1550,22 @@ var Limitd_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Unban",
 			Handler:    _Limitd_Unban_Handler,
+		},
+		{
+			MethodName: "PutWebhook",
+			Handler:    _Limitd_PutWebhook_Handler,
+		},
+		{
+			MethodName: "GetWebhook",
+			Handler:    _Limitd_GetWebhook_Handler,
+		},
+		{
+			MethodName: "ListWebhooks",
+			Handler:    _Limitd_ListWebhooks_Handler,
+		},
+		{
+			MethodName: "DeleteWebhook",
+			Handler:    _Limitd_DeleteWebhook_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
