@@ -53,6 +53,10 @@ type Policy struct {
 	// OnExceed bans a key the policy refuses (docs/API.md, "Bans"); nil:
 	// none. Like Lease, a put without it turns it off.
 	OnExceed *OnExceed `json:"on_exceed,omitempty" yaml:"on_exceed,omitempty"`
+	// Notify are alert thresholds, fractions of the limit such as [0.8, 1]
+	// (docs/API.md, "Alerts"); nil: none. Like Lease, a put without it
+	// turns it off.
+	Notify []float64 `json:"notify,omitempty" yaml:"notify,omitempty"`
 }
 
 // OnExceed is a policy's ban option: durations such as "10m" or "7d".

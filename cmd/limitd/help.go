@@ -20,6 +20,7 @@ var commands = []struct{ name, summary string }{
 	{"key", "peek at or reset a key's state"},
 	{"list", "put, get, ls or delete allow and deny lists"},
 	{"bans", "list the banned keys, or lift a ban"},
+	{"webhook", "put, get, list or delete the webhooks that receive alert and ban events"},
 	{"keys", "list the keys of a policy or plan limit with their usage"},
 	{"slot", "release or renew a concurrency limit's slot"},
 	{"cluster", "status, members, join or remove nodes"},

@@ -62,6 +62,7 @@ var commands = map[string]func([]string, Env) int{
 	"cluster":  runCluster,
 	"snapshot": runSnapshot,
 	"version":  runVersion,
+	"webhook":  runWebhook, // webhooks.go
 }
 
 // Run runs the client command name (check, policy, key, cluster, snapshot or

@@ -140,6 +140,8 @@ func runPolicy(args []string, env Env) int {
 	fs := policyFlagSet(&cf, &lim, &shadow, &local, &lease, &file)
 	var ban banFlags // lists.go
 	ban.register(fs)
+	var notify notifyFlag // webhooks.go
+	fs.Var(&notify, "notify", "put: alert thresholds, fractions of the limit, comma separated (e.g. 0.8,1; docs/API.md, Alerts)")
 	sub, pos, code, ok := parseSubcommand(env, "policy", policyUsage, fs, args, "put", "get", "list", "delete")
 	if !ok {
 		return code
@@ -161,7 +163,7 @@ func runPolicy(args []string, env Env) int {
 	var puts []client.Policy
 	if sub == "put" {
 		if file != "" {
-			if lim != (client.Limit{}) || shadow || local.v != nil || lease.given() || ban.given() {
+			if lim != (client.Limit{}) || shadow || local.v != nil || lease.given() || ban.given() || notify != nil {
 				return usageError(env, name, "give --file or limit flags, not both")
 			}
 			var err error
@@ -169,7 +171,7 @@ func runPolicy(args []string, env Env) int {
 				return usageError(env, name, "%v", err)
 			}
 		} else {
-			puts = []client.Policy{{Name: pos[0], Limit: lim, Shadow: shadow, LocalRefusals: local.v, Lease: lease.lease(), OnExceed: ban.onExceed()}}
+			puts = []client.Policy{{Name: pos[0], Limit: lim, Shadow: shadow, LocalRefusals: local.v, Lease: lease.lease(), OnExceed: ban.onExceed(), Notify: notify}}
 		}
 	}
 	c, ctx, done, err := cf.dial()
