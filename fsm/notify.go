@@ -110,11 +110,14 @@ func ValidateNotify(n *[nodeapi.MaxNotify]uint16) *algo.FieldError {
 }
 
 // notifyOf is a policy's thresholds, nil without any.
-func notifyOf(p *Policy) *[nodeapi.MaxNotify]uint16 {
-	if p.Options.Notify[0] == 0 {
+func notifyOf(p *Policy) *[nodeapi.MaxNotify]uint16 { return notifyOfLimit(&p.Options) }
+
+// notifyOfLimit is a policy's or plan limit's thresholds, nil without any.
+func notifyOfLimit(o *nodeapi.LimitOptions) *[nodeapi.MaxNotify]uint16 {
+	if o.Notify[0] == 0 {
 		return nil
 	}
-	return &p.Options.Notify
+	return &o.Notify
 }
 
 // A mark record: varint(window start) ‖ fired bits (bit i: threshold i).
@@ -177,7 +180,7 @@ func (a *applier) crossings(tx *persist.Tx, lim *limit, sk []byte, key string, d
 			continue
 		}
 		next |= 1 << i
-		body, id := thresholdEvent(lim.name, key, start, end, t, used, d.Limit, now)
+		body, id := thresholdEvent(lim.tag == tagPlanLimit, lim.name, key, start, end, t, used, d.Limit, now)
 		if err := a.emit(tx, id, body, now); err != nil {
 			return err
 		}
@@ -203,20 +206,26 @@ func eventID(parts ...string) string {
 func stamp(t int64) string { return time.Unix(0, t).UTC().Format(time.RFC3339Nano) }
 
 // thresholdEvent is a threshold crossing's JSON body and its id.
-func thresholdEvent(policy, key string, start, end int64, t uint16, used, limit, now int64) ([]byte, string) {
-	id := eventID("threshold", policy, key, strconv.FormatInt(start, 10), strconv.Itoa(int(t)))
+// A plan limit's event names it as "plan_limit" in place of "policy".
+func thresholdEvent(planLimit bool, name, key string, start, end int64, t uint16, used, limit, now int64) ([]byte, string) {
+	kind, policy, pl := "policy", name, ""
+	if planLimit {
+		kind, policy, pl = "plan_limit", "", name
+	}
+	id := eventID("threshold", kind, name, key, strconv.FormatInt(start, 10), strconv.Itoa(int(t)))
 	body, _ := json.Marshal(struct { // strings and numbers: cannot fail
 		ID          string  `json:"id"`
 		Type        string  `json:"type"`
 		Key         string  `json:"key"`
-		Policy      string  `json:"policy"`
+		Policy      string  `json:"policy,omitempty"`
+		PlanLimit   string  `json:"plan_limit,omitempty"`
 		WindowStart string  `json:"window_start"`
 		WindowEnd   string  `json:"window_end"`
 		Threshold   float64 `json:"threshold"`
 		Used        int64   `json:"used"`
 		Limit       int64   `json:"limit"`
 		At          string  `json:"at"`
-	}{id, "threshold", key, policy, stamp(start), stamp(end), float64(t) / nodeapi.NotifyScale, used, limit, stamp(now)})
+	}{id, "threshold", key, policy, pl, stamp(start), stamp(end), float64(t) / nodeapi.NotifyScale, used, limit, stamp(now)})
 	return body, id
 }
 

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -271,5 +272,38 @@ func TestOutboxBoundDropsAndCounts(t *testing.T) {
 	w, _, dropped = f.OutboxStats()
 	if w != 0 || dropped != batch+nodeapi.MaxOutbox {
 		t.Fatalf("after the sweep: waiting %d dropped %d", w, dropped)
+	}
+}
+
+// TestPlanLimitNotifyFiresOncePerWindow: a plan limit with notify fires
+// each threshold once per window, its event naming the plan limit (not a
+// policy), and a refused plan check (all or nothing) fires nothing.
+func TestPlanLimitNotifyFiresOncePerWindow(t *testing.T) {
+	spec := mustSpec(t, algo.Config{Algorithm: "fixed_window", Limit: 4, Window: "10s"})
+	big := mustSpec(t, algo.Config{Algorithm: "fixed_window", Limit: 100, Window: "10s"})
+	f := openFSM(t, "", Options{})
+	d := newDriver(t, f)
+	d.ok(EncodePutPlan(Plan{Name: "pro", Limits: []PlanLimit{
+		{Name: "burst", Spec: spec, Options: nodeapi.LimitOptions{Notify: [nodeapi.MaxNotify]uint16{5000}}},
+		{Name: "daily", Spec: big},
+	}}))
+	d.ok(EncodeAssignPlans([]Assignment{{Key: "t", Plan: "pro"}}))
+	plan := func(now, cost int64) {
+		d.check(now, Op{Checks: []Check{{Key: "t", ByPlan: true, Cost: cost}}})
+	}
+	plan(t0, 1)
+	if n := len(f.Outbox(0, 10)); n != 0 {
+		t.Fatalf("%d events below the threshold", n)
+	}
+	plan(t0, 1)
+	plan(t0, 1)
+	plan(t0, 5) // refused: over burst, consumes nothing
+	evs := outboxEvents(t, f)
+	if len(evs) != 1 || evs[0].Policy != "" || !strings.Contains(string(f.Outbox(0, 10)[0].Body), `"plan_limit":"burst"`) {
+		t.Fatalf("events %+v", evs)
+	}
+	plan(t0+int64(10*time.Second), 2) // the next window
+	if n := len(f.Outbox(0, 10)); n != 2 {
+		t.Fatalf("%d events after the next window's crossing, want 2", n)
 	}
 }

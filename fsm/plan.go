@@ -764,7 +764,7 @@ func (a *applier) decidePlan(tx *persist.Tx, ck *checkRef, decs []Decision, now 
 		}
 		a.plan.checks = append(a.plan.checks, checkRef{kind: limitPlan, key: ck.key, cost: ck.cost})
 		a.plan.lims = append(a.plan.lims, limit{spec: &a.plan.specs[i], tag: tagPlanLimit, ident: []byte(p.Limits[i].Name),
-			name: p.Limits[i].Name, noCache: true})
+			name: p.Limits[i].Name, noCache: true, notify: notifyOfLimit(&p.Limits[i].Options)}) // notify.go
 	}
 	pdecs := make([]Decision, n)
 	res, err := a.decideOp(tx, a.plan.checks, a.plan.lims, pdecs, now, true)
