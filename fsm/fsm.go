@@ -198,6 +198,9 @@ func (f *FSM) load() error {
 		if err := f.outbox.load(tx); err != nil {
 			return err
 		}
+		if err := checkWebhooks(webhooks); err != nil { // webhooks.go
+			return err
+		}
 		return f.bans.load(tx)
 	})
 	if err != nil {

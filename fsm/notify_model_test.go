@@ -1,8 +1,10 @@
 package fsm
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -305,5 +307,79 @@ func TestPlanLimitNotifyFiresOncePerWindow(t *testing.T) {
 	plan(t0+int64(10*time.Second), 2) // the next window
 	if n := len(f.Outbox(0, 10)); n != 2 {
 		t.Fatalf("%d events after the next window's crossing, want 2", n)
+	}
+}
+
+// TestBanPutsAnEventInTheOutbox: each ban the state machine decides is one
+// "ban" event naming the key, the policy and the ban's end; the refusals
+// of the banned key that follow add none.
+func TestBanPutsAnEventInTheOutbox(t *testing.T) {
+	spec := mustSpec(t, algo.Config{Algorithm: "fixed_window", Limit: 1, Window: "1h"})
+	f := openFSM(t, "", Options{})
+	d := newDriver(t, f)
+	d.putPolicy(Policy{Name: "p", Spec: spec, OnExceed: onExceed(time.Minute, 0)})
+	d.one(t0, "p", "k", 1)
+	d.one(t0, "p", "k", 1) // refused: banned
+	d.one(t0+1, "p", "k", 1)
+	evs := f.Outbox(0, 10)
+	if len(evs) != 1 {
+		t.Fatalf("%d events, want one ban", len(evs))
+	}
+	var ev struct{ ID, Type, Key, Policy, Until string }
+	if err := json.Unmarshal(evs[0].Body, &ev); err != nil || ev.Type != "ban" || ev.Key != "k" || ev.Policy != "p" ||
+		ev.Until != stamp(t0+int64(time.Minute)) || ev.ID != evs[0].ID {
+		t.Fatalf("ban event %s (%v)", evs[0].Body, err)
+	}
+}
+
+// TestWebhooksSurviveReopenAndSnapshot: webhooks are replicated
+// configuration and the outbox replicated state: a reopened replica and one
+// restored from a snapshot hold the same webhooks, secrets included, and
+// the same events; a refused put changes nothing.
+func TestWebhooksSurviveReopenAndSnapshot(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "fsm.db")
+	f := openFSM(t, path, Options{})
+	d := newDriver(t, f)
+	w := nodeapi.Webhook{Name: "ops", URL: "https://hooks.example/x", Secret: "0123456789abcdef"}
+	d.ok(EncodePutWebhook(w))
+	d.putPolicy(Policy{Name: "p", Spec: mustSpec(t, algo.Config{Algorithm: "fixed_window", Limit: 1, Window: "1h"}),
+		Options: nodeapi.LimitOptions{Notify: [nodeapi.MaxNotify]uint16{10000}}})
+	d.one(t0, "p", "k", 1) // one event in the outbox
+	before := digest(t, f)
+	d.refused(EncodePutWebhook(nodeapi.Webhook{Name: "bad", URL: "ftp://x", Secret: "0123456789abcdef"}), CodeInvalidArgument, "url")
+	if digest(t, f) != before || len(f.Webhooks()) != 1 {
+		t.Fatal("a refused webhook changed the state")
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	f = openFSM(t, path, Options{})
+	if ws := f.Webhooks(); len(ws) != 1 || ws[0] != w {
+		t.Fatalf("after reopening: %+v", ws)
+	}
+	r := openFSM(t, "", Options{})
+	restoreFrom(t, f, r)
+	if ws := r.Webhooks(); len(ws) != 1 || ws[0] != w {
+		t.Fatalf("after a restore: %+v", ws)
+	}
+	if a, b := f.Outbox(0, 10), r.Outbox(0, 10); len(a) != 1 || len(b) != 1 || a[0].ID != b[0].ID || a[0].Seq != b[0].Seq {
+		t.Fatalf("outbox after a reopen %+v and a restore %+v", a, b)
+	}
+}
+
+// restoreFrom restores a snapshot of src into dst.
+func restoreFrom(t *testing.T, src, dst *FSM) {
+	t.Helper()
+	snap, err := src.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := &memSink{}
+	if err := snap.Persist(sink); err != nil {
+		t.Fatal(err)
+	}
+	snap.Release()
+	if err := dst.Restore(io.NopCloser(bytes.NewReader(sink.Bytes()))); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -125,6 +125,17 @@ func loadWebhook(into map[string][]byte, key string, enc []byte) bool {
 	return ok
 }
 
+// checkWebhooks refuses a loaded webhook record that does not decode:
+// damaged configuration is refused, never served.
+func checkWebhooks(m map[string][]byte) error {
+	for name, enc := range m {
+		if _, ok := decodeWebhook(name, enc); !ok {
+			return fmt.Errorf("webhook %q: %w: malformed record", name, persist.ErrCorrupt)
+		}
+	}
+	return nil
+}
+
 func decodeWebhook(name string, enc []byte) (nodeapi.Webhook, bool) {
 	d := decoder{b: enc}
 	u, s := string(d.bytes()), string(d.bytes())
