@@ -69,16 +69,44 @@ type planJSON struct {
 }
 
 type planOutJSON struct {
-	Name   string                 `json:"name"`
-	Limits map[string]algo.Config `json:"limits"`
+	Name   string                      `json:"name"`
+	Limits map[string]planLimitOutJSON `json:"limits"`
+}
+
+// planLimitOutJSON is a plan's limit on the wire: an inline limit's fields
+// and its options.
+type planLimitOutJSON struct {
+	algo.Config
+	Notify []float64 `json:"notify,omitempty"`
 }
 
 func planOut(p nodeapi.Plan) planOutJSON {
-	out := planOutJSON{Name: p.Name, Limits: make(map[string]algo.Config, len(p.Limits))}
+	out := planOutJSON{Name: p.Name, Limits: make(map[string]planLimitOutJSON, len(p.Limits))}
 	for _, l := range p.Limits {
-		out.Limits[l.Name] = l.Spec.Config()
+		out.Limits[l.Name] = planLimitOutJSON{Config: l.Spec.Config(), Notify: service.NotifyOut(l.Options.Notify)}
 	}
 	return out
+}
+
+// splitNotify takes a plan limit's "notify" out of its JSON object (the
+// rest decodes as an inline limit's fields). Errors name
+// "limits.<name>.notify".
+func splitNotify(raw json.RawMessage, field string) (json.RawMessage, []float64, *apiError) {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(raw, &m) != nil {
+		return raw, nil, nil // not an object: decodeLimitConfig names the error
+	}
+	n, ok := m["notify"]
+	if !ok {
+		return raw, nil, nil
+	}
+	var out []float64
+	if e := decodeStrict(n, &out, joinField(field, "notify")); e != nil {
+		return raw, nil, e
+	}
+	delete(m, "notify")
+	rest, _ := json.Marshal(m) // raw messages of valid JSON: cannot fail
+	return rest, out, nil
 }
 
 func (s *Server) handleListPlans(w http.ResponseWriter, _ *http.Request, _ httprouter.Params) {
@@ -166,6 +194,17 @@ func (s *Server) handlePutPlan(w http.ResponseWriter, req *http.Request, ps http
 	}
 	pr := service.PlanRequest{Name: name, Limits: make(map[string]algo.Config, len(pj.Limits))}
 	for ln, raw := range pj.Limits {
+		raw, notify, ae := splitNotify(raw, "limits."+ln) // alerts: the limit's option
+		if ae != nil {
+			writeError(w, ae)
+			return
+		}
+		if notify != nil {
+			if pr.Notify == nil {
+				pr.Notify = map[string][]float64{}
+			}
+			pr.Notify[ln] = notify
+		}
 		// Each limit's fields exactly as an inline limit's, errors named
 		// under "limits.<name>".
 		c, se := decodeLimitConfig(raw, "limits."+ln)

@@ -9,8 +9,8 @@ import (
 	"time"
 )
 
-// TestWebhooksAndEventsOnACluster: bad webhooks and bad thresholds get a
-// 400 naming the field and store nothing; a webhook's secret is never
+// TestWebhooksAndEventsOnACluster: bad webhooks and bad thresholds (of a
+// policy or a plan's limit) get a 400 naming the field and store nothing; a webhook's secret is never
 // read back; a follower's GET /v1/events streams each threshold a check
 // crosses, once, with the outbox seq as its SSE id, and a reconnect with
 // Last-Event-ID resumes from the outbox after it.
@@ -53,6 +53,12 @@ func TestWebhooksAndEventsOnACluster(t *testing.T) {
 	}
 	if st, b := c.do(l, http.MethodPut, "/v1/policies/api", `{"algorithm":"fixed_window","limit":2,"window":"1h","notify":[0.5,1.0]}`); st != 200 || !strings.Contains(b, `"notify":[0.5,1]`) {
 		t.Fatalf("put policy: %d %s", st, b)
+	}
+	if st, b := c.do(l, http.MethodPut, "/v1/plans/pro", `{"limits":{"burst":{"algorithm":"fixed_window","limit":4,"window":"1m","notify":[0]}}}`); st != 400 || !strings.Contains(b, `"field":"limits.burst.notify[0]"`) {
+		t.Fatalf("bad plan notify: %d %s", st, b)
+	}
+	if st, b := c.do(l, http.MethodPut, "/v1/plans/pro", `{"limits":{"burst":{"algorithm":"fixed_window","limit":4,"window":"1m","notify":[0.5]},"daily":{"algorithm":"fixed_window","limit":100,"window":"24h"}}}`); st != 200 || !strings.Contains(b, `"notify":[0.5]`) {
+		t.Fatalf("put plan: %d %s", st, b)
 	}
 	stream := func(lastID string) (*bufio.Reader, func()) {
 		req, _ := http.NewRequest(http.MethodGet, c.URL(f)+"/v1/events", nil)

@@ -48,6 +48,9 @@ const ReservedPlanName = "default"
 type PlanRequest struct {
 	Name   string
 	Limits map[string]algo.Config
+	// Notify are the alert thresholds of the limits that have them, by
+	// limit name (ValidateNotify; events.go).
+	Notify map[string][]float64
 }
 
 // ValidatePlanLimitName enforces a policy name's characters on a plan
@@ -91,7 +94,16 @@ func ValidatePlan(r PlanRequest) (nodeapi.Plan, *Error) {
 			// slot to release (slots.go).
 			return nodeapi.Plan{}, Invalid("limits."+n+".algorithm", "concurrency limits are not available in plans: use a concurrency policy")
 		}
-		p.Limits = append(p.Limits, nodeapi.PlanLimit{Name: n, Spec: spec})
+		notify, e := ValidateNotify(r.Notify[n], "limits."+n) // events.go
+		if e != nil {
+			return nodeapi.Plan{}, e
+		}
+		p.Limits = append(p.Limits, nodeapi.PlanLimit{Name: n, Spec: spec, Options: nodeapi.LimitOptions{Notify: notify}})
+	}
+	for n := range r.Notify {
+		if _, ok := r.Limits[n]; !ok {
+			return nodeapi.Plan{}, Invalid("limits."+n+".notify", "no such limit in the plan")
+		}
 	}
 	return p, nil
 }
