@@ -137,6 +137,8 @@ type Config struct {
 
 	// wrapLogStore lets tests inject storage faults into the Raft log store.
 	wrapLogStore func(logstore.Store) logstore.Store
+	// wrapSnapshots lets tests slow or watch the Raft snapshot store (catchup.go).
+	wrapSnapshots func(raft.SnapshotStore) raft.SnapshotStore
 
 	// Logger receives the node's log, Raft's included (hashicorp/raft's hclog
 	// output is routed into it, with events of normal operation lowered to
@@ -308,6 +310,8 @@ type Node struct {
 	openedAt  time.Time // quorum.go: the fast-fail clock before any leader contact
 
 	disk *diskWatch // diskwatch.go
+
+	catch catchup // catchup.go: Ready after a start waits for installs and the leader's progress
 }
 
 // Open starts a node: opens (or recovers) the state machine, the Raft stores
@@ -400,6 +404,8 @@ func Open(cfg Config, bootstrap bool) (*Node, error) {
 	go func() { defer n.wg.Done(); n.guarded.WatchEnd(n.closing) }()
 	go n.watchAdmission()
 	go n.diskLoop() // diskwatch.go
+	n.wg.Add(1)
+	go n.learnLeaderProgress() // catchup.go
 	if n.ahead != nil {
 		n.wg.Add(1)
 		go func() {
@@ -520,7 +526,11 @@ func (n *Node) openRaft(bootstrap bool) error {
 		logs.Close()
 		return fmt.Errorf("raft log %s: %w", logPath, err)
 	}
-	r, err := raft.NewRaft(rc, restoreGuard{n.fsm, n.historyDiverged}, cached, logs, snaps, trans)
+	var raftSnaps raft.SnapshotStore = installStore{SnapshotStore: snaps, c: &n.catch, logs: logs} // catchup.go
+	if cfg.wrapSnapshots != nil {
+		raftSnaps = cfg.wrapSnapshots(raftSnaps)
+	}
+	r, err := raft.NewRaft(rc, restoreGuard{n.fsm, n.historyDiverged}, cached, logs, raftSnaps, trans)
 	if err != nil {
 		closeTransport(n.gate, n.cfg.Transport != nil)
 		logs.Close()
@@ -710,6 +720,9 @@ func (n *Node) Ready() error {
 	if !n.adm.mayVote() {
 		// vote.go: a new data directory is a member once a leader admits it.
 		return errors.New("not yet admitted: this node's data directory is new and a leader has not yet recorded that it holds the whole history")
+	}
+	if err := n.catch.check(n.fsm.AppliedIndex(), n.raft.LastIndex()); err != nil { // catchup.go
+		return err
 	}
 	commit, applied := n.raft.CommitIndex(), n.fsm.AppliedIndex()
 	// A busy node always trails its commit index by the entries in flight;
