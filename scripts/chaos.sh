@@ -7,7 +7,7 @@
 #   ROUNDS=100 scripts/chaos.sh       # longer
 #   SEED=42 SUITES=inprocess scripts/chaos.sh   # same fault and client choices
 #
-# Suites (SUITES, default "inprocess process rejoin lease"):
+# Suites (SUITES, default "inprocess process rejoin lease"; also clock, slowdisk):
 #   inprocess  cluster.TestFaultsThreeNodes, TestFaultsFiveNodes: 3 and 5 nodes
 #              over raft.InmemTransport; clients check keys while the leader is
 #              partitioned away, minorities are isolated, leadership is
@@ -42,6 +42,14 @@
 #              answers (lost). Its line also reports under_admitted (usage
 #              beyond the allowed answers) beside leased_at_kills (units
 #              the victims held) and leased_all_nodes_at_kills.
+#   clock      e2e TestLeaseChaosClockSteps (3 limitd processes, leased
+#              policies as in lease): each round steps the leader's clock
+#              forward (restart with LIMITD_FAULT_CLOCK_OFFSET=+3s, then
+#              failovers by kill -9 until it leads again), back (restart
+#              with no offset, leads again), and fails over to a follower
+#              whose clock is ahead (+3s). The audit is per window of leader
+#              time (answer time + reset_after): 0 over-admitted, and 0 lost
+#              once every lease went back.
 #
 # Every test prints a CHAOS-SUMMARY JSON line; the table adds them up. The
 # script fails if a test fails, any key was over-admitted, an acknowledged
@@ -129,8 +137,9 @@ for suite in $SUITES; do
 	process) run_tests ./e2e '^(TestCrashKill9LeaderUnderLoad|TestCrashKill9DuringSnapshotAndApply)$' process ;;
 	rejoin) run_tests ./e2e '^TestFaultsWipeKillPause$' rejoin ;;
 	lease) run_tests ./e2e '^TestLeaseChaosKill9$' lease ;;
+	clock) run_tests ./e2e '^TestLeaseChaosClockSteps$' clock ;;
 	*)
-		log "unknown suite $suite (want inprocess, process, rejoin or lease)"
+		log "unknown suite $suite (want inprocess, process, rejoin, lease, clock)"
 		exit 2
 		;;
 	esac
