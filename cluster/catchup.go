@@ -77,6 +77,16 @@ func (c *catchup) learn(leaderApplied uint64) {
 // backing off to a second: it runs once per start.
 func (n *Node) learnLeaderProgress() {
 	defer n.wg.Done()
+	// A GET in flight ends with the node: Close waits for this loop.
+	ctx, cancelAll := context.WithCancel(context.Background())
+	defer cancelAll()
+	go func() {
+		select {
+		case <-n.closing:
+			cancelAll()
+		case <-ctx.Done():
+		}
+	}()
 	wait := 20 * time.Millisecond
 	for !n.catch.learned.Load() {
 		if n.raft.State() == raft.Leader {
@@ -86,7 +96,7 @@ func (n *Node) learnLeaderProgress() {
 			return
 		}
 		if id, addr := n.leaderHTTP(); id != "" && addr != "" && id != n.cfg.NodeID {
-			ctx, cancel := context.WithTimeout(context.Background(), min(n.cfg.ApplyTimeout, 2*time.Second))
+			ctx, cancel := context.WithTimeout(ctx, min(n.cfg.ApplyTimeout, 2*time.Second))
 			info, err := n.peers.info(ctx, addr)
 			cancel()
 			if err == nil && info.ID == id {
