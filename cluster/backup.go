@@ -11,4 +11,3 @@ func (n *Node) Backups() *backup.Taker {
 	}
 	return t
 }
-
