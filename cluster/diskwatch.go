@@ -28,7 +28,7 @@ import (
 //     is behind), logs it and counts it (limitd_disk_stall_transfers_total);
 //     at most once per window;
 //   - a node whose p99 has stayed above that bound for DiskStallFail stops
-//     serving (fail-stop, as for a failed write: Node.fail), so that its
+//     serving (fail-stop, as for a failed write: vitals.fail), so that its
 //     supervisor restarts it and an operator looks at the disk;
 //   - the measured p99 is a gauge (limitd_log_write_p99_seconds) and, for the
 //     node itself, in `cluster status` (Member.LogWriteP99Ms, DiskStalled).
@@ -184,7 +184,7 @@ func (w *diskWatch) wrap(logs logstore.Store) logstore.Store {
 }
 
 // diskActions is what the detector may do to its node: ask whether it
-// leads, hand leadership away, stop it serving (Node.fail).
+// leads, hand leadership away, stop it serving (vitals.fail).
 type diskActions struct {
 	log      *slog.Logger
 	leading  func() bool
