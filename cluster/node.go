@@ -375,9 +375,9 @@ func Open(cfg Config, bootstrap bool) (*Node, error) {
 	n.peers = peerClient{client: cfg.HTTPClient, scheme: cfg.HTTPScheme, token: cfg.AdminToken, timeout: cfg.ApplyTimeout, closing: n.closing}
 	n.promo = &promotions{self: cfg.NodeID, applyTimeout: cfg.ApplyTimeout, raft: n.raft, fsm: n.fsm, peers: &n.peers,
 		await: n.await, leading: n.IsLeader, log: n.log, closing: n.closing, wg: &n.wg}
-	n.disc.self, n.disc.httpAddr, n.disc.raft, n.disc.trans, n.disc.fsm = cfg.NodeID, cfg.HTTPAddr, n.raft, n.trans, n.fsm
-	n.disc.adm, n.disc.promo, n.disc.peers, n.disc.log, n.disc.closing = n.adm, n.promo, &n.peers, n.log, n.closing
-	n.disc.member = func() bool { _, member := n.vit.membership(); return member }
+	n.disc = discovery{self: cfg.NodeID, httpAddr: cfg.HTTPAddr, hadState: n.disc.hadState, // set by openRaft
+		raft: n.raft, trans: n.trans, fsm: n.fsm, adm: n.adm, promo: n.promo, peers: &n.peers, log: n.log, closing: n.closing,
+		member: func() bool { _, member := n.vit.membership(); return member }}
 	n.fwdSrv = forward.NewServer(forward.ServerConfig{TLS: cfg.TLS != nil, Token: cfg.AdminToken, Timeout: cfg.ApplyTimeout,
 		Log: n.log, Closing: n.closing, MaxCommandBytes: MaxCommandBytes}, leaderSide{n})
 	n.forwardBatch = newBatcher(cfg.BatchMaxOps, cfg.BatchInflight, cfg.BatchMaxWait, n.fwd.Checks, n.metrics.observeForward)
