@@ -261,7 +261,11 @@ func (c *Config) setDefaults() {
 	}
 }
 
-// Node is one limitd server: Raft, the state machine and the proposal paths.
+// Node is one limitd server: Raft, the state machine and the proposal paths
+// (checks, admin commands, leases), membership and its own lifecycle. The
+// cluster-wide configuration is its Catalog, the over-limit cache its
+// OverLimit; bootstrap, admission, the disk watch and its vitals are types
+// of their own (cluster/DESIGN.md, "What Node keeps").
 type Node struct {
 	cfg    Config
 	fsm    *fsm.FSM
