@@ -72,40 +72,48 @@ func (c *catchup) learn(leaderApplied uint64) {
 	c.learned.Store(true)
 }
 
-// learnLeaderProgress asks the leader for its applied index until it has an
-// answer, this node leads, or the node closes. One small GET per round,
-// backing off to a second: it runs once per start.
-func (n *Node) learnLeaderProgress() {
-	defer n.wg.Done()
+// leaderProgress is what learn needs of the node.
+type leaderProgress struct {
+	self    string
+	leading func() bool
+	leader  func() (id, httpAddr string)
+	ask     func(ctx context.Context, httpAddr string) (bootstrapInfo, error) // GET /internal/v1/bootstrap
+	timeout time.Duration                                                     // one question's bound
+}
+
+// learnFrom asks the leader for its applied index until it has an answer,
+// this node leads, or closing closes. One small GET per round, backing off
+// to a second: it runs once per start.
+func (c *catchup) learnFrom(closing <-chan struct{}, p leaderProgress) {
 	// A GET in flight ends with the node: Close waits for this loop.
 	ctx, cancelAll := context.WithCancel(context.Background())
 	defer cancelAll()
 	go func() {
 		select {
-		case <-n.closing:
+		case <-closing:
 			cancelAll()
 		case <-ctx.Done():
 		}
 	}()
 	wait := 20 * time.Millisecond
-	for !n.catch.learned.Load() {
-		if n.raft.State() == raft.Leader {
+	for !c.learned.Load() {
+		if p.leading() {
 			// A leader holds every committed entry in its log; Ready's
 			// commit-index check covers its applying them.
-			n.catch.learn(0)
+			c.learn(0)
 			return
 		}
-		if id, addr := n.leaderHTTP(); id != "" && addr != "" && id != n.cfg.NodeID {
-			ctx, cancel := context.WithTimeout(ctx, min(n.cfg.ApplyTimeout, 2*time.Second))
-			info, err := n.peers.info(ctx, addr)
+		if id, addr := p.leader(); id != "" && addr != "" && id != p.self {
+			ctx, cancel := context.WithTimeout(ctx, p.timeout)
+			info, err := p.ask(ctx, addr)
 			cancel()
 			if err == nil && info.ID == id {
-				n.catch.learn(info.Applied)
+				c.learn(info.Applied)
 				return
 			}
 		}
 		select {
-		case <-n.closing:
+		case <-closing:
 			return
 		case <-time.After(wait):
 		}

@@ -334,6 +334,8 @@ const (
 	// Policy.OnExceed: uvarint(ban) uvarint(steps) uvarint(step)… uvarint(forget_after)
 	// after the spec, lease and max keys (ban.go).
 	policyOnExceed byte = 0x80
+	// Policy.Options: a limit options block after everything else (limitopts.go).
+	policyOptions byte = 0x40
 )
 
 // appendPolicy writes version ‖ name ‖ flags ‖ spec [‖ lease]. It is both the payload
@@ -366,6 +368,9 @@ func appendPolicy(dst []byte, p Policy) []byte {
 	if p.OnExceed.Ban > 0 {
 		flags |= policyOnExceed // set only with the option: older policies encode as before
 	}
+	if !p.Options.IsZero() {
+		flags |= policyOptions // set only with an option: older policies encode as before
+	}
 	dst = append(dst, flags)
 	dst = algo.AppendSpec(dst, p.Spec)
 	if p.Lease.Enabled() {
@@ -378,6 +383,7 @@ func appendPolicy(dst []byte, p Policy) []byte {
 	if p.OnExceed.Ban > 0 {
 		dst = appendOnExceed(dst, &p.OnExceed)
 	}
+	dst = appendLimitOptions(dst, &p.Options)
 	return dst
 }
 
@@ -395,7 +401,7 @@ func decodePolicy(d *decoder) (p Policy, invalid error) {
 	if d.err != nil {
 		return Policy{}, nil
 	}
-	if flags&^(policyShadow|policyNoLocalRefusals|policyLease|policyLeaseNoStrict|policyMaxKeys|policyOnExceed) != 0 {
+	if flags&^(policyShadow|policyNoLocalRefusals|policyLease|policyLeaseNoStrict|policyMaxKeys|policyOnExceed|policyOptions) != 0 {
 		d.fail(fmt.Errorf("unknown policy flags %#x", flags))
 		return Policy{}, nil
 	}
@@ -432,6 +438,10 @@ func decodePolicy(d *decoder) (p Policy, invalid error) {
 	if flags&policyOnExceed != 0 {
 		p.OnExceed, invalidOnExceed = decodeOnExceed(d)
 	}
+	var invalidOptions error
+	if flags&policyOptions != 0 {
+		p.Options, invalidOptions = decodeLimitOptions(d)
+	}
 	if d.err != nil {
 		return Policy{}, nil
 	}
@@ -448,7 +458,10 @@ func decodePolicy(d *decoder) (p Policy, invalid error) {
 			return p, &algo.FieldError{Field: "lease", Message: "not with shadow (a shadow policy allows every check)"}
 		}
 	}
-	return p, invalidOnExceed
+	if invalidOnExceed != nil {
+		return p, invalidOnExceed
+	}
+	return p, invalidOptions
 }
 
 func appendString(dst []byte, s string) []byte {

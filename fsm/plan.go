@@ -210,6 +210,7 @@ func appendPlanBody(dst []byte, p Plan) []byte {
 		n := len(dst)
 		dst = append(dst, 0)
 		dst = algo.AppendSpec(dst, l.Spec)
+		dst = appendLimitOptions(dst, &l.Options) // nothing when none: such a limit encodes as before
 		dst = insertLength(dst, n)
 	}
 	return dst
@@ -226,13 +227,39 @@ func decodePlanBody(d *decoder) (p Plan, invalid error) {
 		if d.err != nil {
 			break
 		}
-		s, err := decodeSpec(raw)
+		s, opts, err := decodePlanLimit(raw)
 		if err != nil && invalid == nil {
 			invalid = limitFieldError(err, name)
 		}
-		p.Limits = append(p.Limits, PlanLimit{Name: name, Spec: s})
+		p.Limits = append(p.Limits, PlanLimit{Name: name, Spec: s, Options: opts})
 	}
 	return p, invalid
+}
+
+// decodePlanLimit reads a plan limit's framed bytes: its spec, then its
+// options block when the bytes go on. A bad options block is invalid
+// content (the plan is refused), never a reason to stop: the framing
+// around it is intact.
+func decodePlanLimit(raw []byte) (algo.Spec, nodeapi.LimitOptions, error) {
+	s, n, err := algo.DecodeSpec(raw)
+	if err != nil {
+		return algo.Spec{}, nodeapi.LimitOptions{}, err
+	}
+	if s, err = s.Validate(); err != nil {
+		return algo.Spec{}, nodeapi.LimitOptions{}, err
+	}
+	if n == len(raw) {
+		return s, nodeapi.LimitOptions{}, nil
+	}
+	d := decoder{b: raw, off: n}
+	opts, invalid := decodeLimitOptions(&d)
+	if d.err == nil && d.off != len(raw) {
+		d.err = fmt.Errorf("%d trailing bytes", len(raw)-d.off)
+	}
+	if d.err != nil {
+		return algo.Spec{}, nodeapi.LimitOptions{}, &algo.FieldError{Field: "options", Message: d.err.Error()}
+	}
+	return s, opts, invalid
 }
 
 func limitFieldError(err error, name string) error {

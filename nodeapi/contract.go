@@ -227,6 +227,8 @@ type Policy struct {
 	// key the policy refuses is banned, refused without counting, for a
 	// time that grows with each offence remembered (fsm/ban.go).
 	OnExceed OnExceed
+	// Options are the limit's options kept beside its spec (fsm/limitopts.go).
+	Options LimitOptions
 }
 
 // OnExceed is a policy's ban option. Ban > 0 turns it on.
@@ -258,3 +260,14 @@ type Domain struct {
 	Name   string
 	Config []byte // canonical configuration; do not modify
 }
+
+// LimitOptions are the options the state machine keeps beside a limit's
+// spec, on a policy or on a plan's limit: what apply records or decides
+// about the limit beyond its decision (each option's field says which).
+// The zero value is none. LimitOptions must stay comparable (arrays, not
+// slices), so that a Policy stays comparable: fsm compares policies to
+// tell a change from a repeat.
+type LimitOptions struct{}
+
+// IsZero reports whether no option is set.
+func (o LimitOptions) IsZero() bool { return o == LimitOptions{} }

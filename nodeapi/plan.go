@@ -31,6 +31,8 @@ const (
 type PlanLimit struct {
 	Name string
 	Spec algo.Spec
+	// Options are the limit's options kept beside its spec (fsm/limitopts.go).
+	Options LimitOptions
 }
 
 // Plan is a named bundle of limits; Limits are sorted by name.

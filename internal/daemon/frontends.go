@@ -32,7 +32,7 @@ type frontEnds struct {
 func newFrontEnds(f *serveFlags, in *startInputs, node *cluster.Node, apiCfg api.Config, logger *slog.Logger) (*frontEnds, error) {
 	metrics := api.NewMetrics(prometheus.NewRegistry(), f.applyTimeout, apiCfg.Logger)
 	metrics.Register(node.Collectors()...) // raft, batcher, storage
-	svc := service.New(node, service.Config{
+	svc := service.New(serviceDeps(node), service.Config{
 		MaxBatch: f.maxBatch,
 		// One deadline for a request, end to end: the cluster answers within
 		// it (its batcher and proposals watch the request's context and say
@@ -71,4 +71,15 @@ func listenerHandler(public, json, internal http.Handler) http.Handler {
 			public.ServeHTTP(w, r)
 		}
 	})
+}
+
+// serviceDeps is every capability the service uses, from the cluster type
+// that provides it (service.Deps; each checked in cluster/consumers_test.go):
+// the node itself (checks, membership, status, leases, the leader hint), its
+// Catalog (policies, plans, lists, bans, RLS domains, the inventory, the
+// digest), its OverLimit (the over-limit cache) and its backup Taker.
+func serviceDeps(n *cluster.Node) service.Deps {
+	c := n.Catalog()
+	return service.Deps{Node: n, LeaderLocator: n, Leaser: n, Refuser: n.OverLimit(), Backuper: n.Backups(),
+		Policies: c, Plans: c, Domains: c, Lists: c, Bans: c, Inventory: c, Digester: c}
 }

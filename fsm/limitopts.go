@@ -1,0 +1,74 @@
+package fsm
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/limitd/limitd/nodeapi"
+)
+
+// A limit's options block (nodeapi.LimitOptions) follows its spec: after a
+// policy's other options when the policy flag policyOptions is set, and
+// after the spec inside a plan limit's framed bytes when any is set. It is
+// uvarint(count) then, per option in increasing tag order,
+// tag ‖ uvarint(len) ‖ body. Each option has one tag; an option is written
+// only when set, so a limit without options encodes as before the block
+// existed. A tag this binary does not know stops the node, as an unknown
+// flag does: a tag may be used only once every node knows it.
+//
+// Tags in use (one line each, with the file that owns the option):
+const (
+	limitOptionsMax = 16 // options in one block: more is damage
+)
+
+// appendLimitOptions appends o's block; it writes nothing when o is zero.
+func appendLimitOptions(dst []byte, o *nodeapi.LimitOptions) []byte {
+	if o.IsZero() {
+		return dst
+	}
+	type opt struct {
+		tag  byte
+		body []byte
+	}
+	var opts []opt // in increasing tag order
+	dst = binary.AppendUvarint(dst, uint64(len(opts)))
+	for _, x := range opts {
+		dst = append(dst, x.tag)
+		dst = binary.AppendUvarint(dst, uint64(len(x.body)))
+		dst = append(dst, x.body...)
+	}
+	return dst
+}
+
+// decodeLimitOptions reads appendLimitOptions output. A block that is well
+// framed but whose content is invalid is returned as invalid (an answer to
+// the command, not a reason to stop the node); bad framing, a repeated or
+// out-of-order tag and an unknown tag fail the decoder.
+func decodeLimitOptions(d *decoder) (o nodeapi.LimitOptions, invalid error) {
+	n := d.count(2)
+	if d.err == nil && n == 0 {
+		d.fail(fmt.Errorf("limit options: empty block"))
+	}
+	if n > limitOptionsMax {
+		d.fail(fmt.Errorf("limit options: %d options", n))
+	}
+	last := -1
+	for i := 0; i < n && d.err == nil; i++ {
+		tag := d.byte()
+		body := d.bytes()
+		if d.err != nil {
+			break
+		}
+		if int(tag) <= last {
+			d.fail(fmt.Errorf("limit options: tag %#x out of order", tag))
+			break
+		}
+		last = int(tag)
+		switch tag {
+		default:
+			_ = body
+			d.fail(fmt.Errorf("limit options: unknown tag %#x", tag))
+		}
+	}
+	return o, invalid
+}
