@@ -39,7 +39,7 @@ import (
 const clockAhead = 3 * time.Second
 
 func clockOffsetEnv(d time.Duration) []string {
-	return []string{fmt.Sprintf("LIMITD_FAULT_CLOCK_OFFSET=%s", d)}
+	return []string{fmt.Sprintf("LIMITD_FAULT_CLOCK_OFFSET=%s", d), "LIMITD_FAULT_INJECTION=1"}
 }
 
 // leaderWindowOf is the window (numbered by its end) of leader time an
