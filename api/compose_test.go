@@ -6,14 +6,15 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/limitd/limitd/cluster"
+	"github.com/limitd/limitd/cluster/clustertest"
 	"github.com/limitd/limitd/service"
 )
 
-// testNode is what the tests' nodes are (the fakes here, or a cluster.Node):
-// the service's Node and the API's Store, with the node-to-node endpoints
+// testNode is what the tests' nodes are (the fakes here, which provide every
+// service capability, or a cluster.Node): the API's Store, with the node-to-node endpoints
 // and the collectors a cluster.Node has.
 type testNode interface {
-	service.Node
 	Store
 	Internal() http.Handler
 	Collectors() []prometheus.Collector
@@ -44,7 +45,7 @@ func newAPI(n testNode, cfg Config, sc ...service.Config) *testAPI {
 	}
 	m := NewMetrics(prometheus.NewRegistry(), svcCfg.RequestTimeout, cfg.Logger)
 	svcCfg.Observer = m
-	svc := service.New(n, svcCfg)
+	svc := service.New(depsOf(n), svcCfg)
 	m.Register(n.Collectors()...)
 	srv := New(svc, n, m, cfg)
 	public, internal := srv.Handler(), m.Instrument(n.Internal())
@@ -55,4 +56,13 @@ func newAPI(n testNode, cfg Config, sc ...service.Config) *testAPI {
 		}
 		public.ServeHTTP(w, req)
 	})}
+}
+
+// depsOf is a cluster node's capabilities as internal/daemon wires them,
+// or a fake's, which provides every one itself.
+func depsOf(n testNode) service.Deps {
+	if cn, ok := n.(*cluster.Node); ok {
+		return clustertest.ServiceDeps(cn)
+	}
+	return service.DepsOf(n.(service.Everything))
 }

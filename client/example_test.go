@@ -62,7 +62,12 @@ func startNode() (func(), error) {
 	// The HTTP API as the daemon composes it: its metrics are the service's
 	// Observer. (One node: no /internal/ endpoints are needed.)
 	m := api.NewMetrics(prometheus.NewRegistry(), 0, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	h := api.New(service.New(n, service.Config{Observer: m}), n, m, api.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}).Handler()
+	// Each capability the service uses comes from the cluster type that
+	// provides it.
+	c := n.Catalog()
+	deps := service.Deps{Node: n, LeaderLocator: n, Leaser: n, Refuser: n.OverLimit(), Backuper: n.Backups(),
+		Policies: c, Plans: c, Domains: c, Lists: c, Bans: c, Inventory: c, Digester: c, Alerts: c}
+	h := api.New(service.New(deps, service.Config{Observer: m}), n, m, api.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}).Handler()
 	srv := httptest.NewUnstartedServer(h)
 	srv.Listener.Close()
 	srv.Listener = ln

@@ -22,7 +22,7 @@ func TestOversizedAdminCommandIsTooLarge(t *testing.T) {
 	for i := 0; i < 4000; i++ {
 		fmt.Fprintf(&y, "  - key: k%d\n    value: v%d\n    rate_limit: {unit: minute, requests_per_unit: 5}\n", i, i)
 	}
-	err := c.Node(0).PutRLSDomain(context.Background(), "big", []byte(y.String()))
+	err := c.Node(0).Catalog().PutRLSDomain(context.Background(), "big", []byte(y.String()))
 	if !errors.Is(err, cluster.ErrTooLarge) {
 		t.Fatalf("a %d-byte domain: %v, want ErrTooLarge", y.Len(), err)
 	}

@@ -3,6 +3,8 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -24,6 +26,28 @@ import (
 //     quorum no longer counts it; once its applied index reaches the leader's
 //     last index at the demotion it is promoted and its incarnation recorded.
 
+// promotions is the leader's side of admission: it asks a joiner for its
+// incarnation, demotes a wiped member to a non-voter and promotes it once it
+// has caught up, and records incarnations in the node table. It owns the
+// promotions in progress and the incarnations a --bootstrap-expect
+// bootstrap left to record; the rest it reads from the node, set in Open.
+type promotions struct {
+	self         string
+	applyTimeout time.Duration
+	raft         *raft.Raft
+	fsm          *fsm.FSM
+	peers        *peerClient
+	await        func(ctx context.Context, f raft.ApplyFuture) (interface{}, error) // Node.await
+	leading      func() bool
+	log          *slog.Logger
+	closing      <-chan struct{}
+	wg           *sync.WaitGroup // the node's: Close waits for a promotion's watcher
+
+	mu        sync.Mutex
+	promoting map[string]bool   // members the leader is catching up
+	bootIncs  map[string]string // peers' incarnations to record after a --bootstrap-expect bootstrap
+}
+
 // promotePoll is how often the leader asks a catching-up member for its
 // applied index.
 const promotePoll = 200 * time.Millisecond
@@ -31,11 +55,11 @@ const promotePoll = 200 * time.Millisecond
 // admitJoin runs on the leader before a join's AddVoter. handled: the join
 // is complete (the member is a non-voter being caught up); otherwise the
 // caller adds it as a voter and then calls recordIncarnation with inc.
-func (n *Node) admitJoin(id, raftAddr, httpAddr string) (handled bool, inc string, err error) {
-	if httpAddr == "" || id == n.cfg.NodeID {
+func (p *promotions) admitJoin(id, raftAddr, httpAddr string) (handled bool, inc string, err error) {
+	if httpAddr == "" || id == p.self {
 		return false, "", nil
 	}
-	info, err := n.peers.infoRetry(httpAddr)
+	info, err := p.peers.infoRetry(httpAddr)
 	if err != nil {
 		return false, "", fmt.Errorf("join %s: ask it for its incarnation: %w", id, err)
 	}
@@ -45,27 +69,27 @@ func (n *Node) admitJoin(id, raftAddr, httpAddr string) (handled bool, inc strin
 	if info.Incarnation == "" { // a node from before incarnations
 		return false, "", nil
 	}
-	known := n.fsm.Nodes()[incarnationKey(id)]
-	suffrage, inConfig := n.suffrage(id)
+	known := p.fsm.Nodes()[incarnationKey(id)]
+	suffrage, inConfig := p.suffrage(id)
 	if info.Admitted || known == info.Incarnation || !inConfig {
 		return false, info.Incarnation, nil
 	}
 	// A known member with a new data directory (or one added without an
 	// HTTP address, whose incarnation the leader could not ask then).
-	if info.Applied >= n.raft.CommitIndex() {
+	if info.Applied >= p.raft.CommitIndex() {
 		// It holds everything committed: record it now; it is admitted
 		// when it applies the record (and so holds everything before it).
-		n.log.Warn("node came back with a new data directory and has caught up: admitting it",
+		p.log.Warn("node came back with a new data directory and has caught up: admitting it",
 			"node", id, "incarnation", info.Incarnation, "previous_incarnation", known, "applied", info.Applied)
 		return false, info.Incarnation, nil
 	}
-	n.log.Warn("node came back with a new data directory: re-adding it as a non-voter until it has caught up",
+	p.log.Warn("node came back with a new data directory: re-adding it as a non-voter until it has caught up",
 		"node", id, "incarnation", info.Incarnation, "previous_incarnation", known)
 	var f raft.IndexFuture
 	if suffrage == raft.Voter {
-		f = n.raft.DemoteVoter(raft.ServerID(id), 0, n.cfg.ApplyTimeout)
+		f = p.raft.DemoteVoter(raft.ServerID(id), 0, p.applyTimeout)
 	} else {
-		f = n.raft.AddNonvoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, n.cfg.ApplyTimeout)
+		f = p.raft.AddNonvoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, p.applyTimeout)
 	}
 	if err := f.Error(); err != nil {
 		if err == raft.ErrNotLeader {
@@ -73,26 +97,26 @@ func (n *Node) admitJoin(id, raftAddr, httpAddr string) (handled bool, inc strin
 		}
 		return true, "", fmt.Errorf("demote %s to non-voter: %w", id, err)
 	}
-	if _, err := n.await(context.Background(), n.raft.Apply(fsm.EncodeSetNode(id, httpAddr), n.cfg.ApplyTimeout)); err != nil {
+	if _, err := p.await(context.Background(), p.raft.Apply(fsm.EncodeSetNode(id, httpAddr), p.applyTimeout)); err != nil {
 		return true, "", err
 	}
-	n.startPromotion(id, raftAddr, httpAddr, info.Incarnation, n.raft.LastIndex())
+	p.startPromotion(id, raftAddr, httpAddr, info.Incarnation, p.raft.LastIndex())
 	return true, "", nil
 }
 
 // recordIncarnation writes a member's incarnation into the node table (after
 // its configuration entry).
-func (n *Node) recordIncarnation(id, inc string) error {
-	if inc == "" || n.fsm.Nodes()[incarnationKey(id)] == inc {
+func (p *promotions) recordIncarnation(id, inc string) error {
+	if inc == "" || p.fsm.Nodes()[incarnationKey(id)] == inc {
 		return nil
 	}
-	_, err := n.await(context.Background(), n.raft.Apply(fsm.EncodeSetNode(incarnationKey(id), inc), n.cfg.ApplyTimeout))
+	_, err := p.await(context.Background(), p.raft.Apply(fsm.EncodeSetNode(incarnationKey(id), inc), p.applyTimeout))
 	return err
 }
 
 // suffrage returns a server's suffrage in the latest configuration.
-func (n *Node) suffrage(id string) (raft.ServerSuffrage, bool) {
-	f := n.raft.GetConfiguration()
+func (p *promotions) suffrage(id string) (raft.ServerSuffrage, bool) {
+	f := p.raft.GetConfiguration()
 	if f.Error() != nil {
 		return 0, false
 	}
@@ -109,32 +133,32 @@ func (n *Node) suffrage(id string) (raft.ServerSuffrage, bool) {
 // member; it ends when this node stops leading (the member joins again and
 // the next leader takes over), when the member's incarnation changes, or
 // after DefaultJoinTimeout.
-func (n *Node) startPromotion(id, raftAddr, httpAddr, inc string, target uint64) {
-	n.promoMu.Lock()
-	if n.promoting == nil {
-		n.promoting = map[string]bool{}
+func (p *promotions) startPromotion(id, raftAddr, httpAddr, inc string, target uint64) {
+	p.mu.Lock()
+	if p.promoting == nil {
+		p.promoting = map[string]bool{}
 	}
-	if n.promoting[id] {
-		n.promoMu.Unlock()
+	if p.promoting[id] {
+		p.mu.Unlock()
 		return
 	}
-	n.promoting[id] = true
-	n.promoMu.Unlock()
-	n.wg.Add(1)
+	p.promoting[id] = true
+	p.mu.Unlock()
+	p.wg.Add(1)
 	go func() {
-		defer n.wg.Done()
-		defer func() { n.promoMu.Lock(); delete(n.promoting, id); n.promoMu.Unlock() }()
+		defer p.wg.Done()
+		defer func() { p.mu.Lock(); delete(p.promoting, id); p.mu.Unlock() }()
 		deadline := time.Now().Add(DefaultJoinTimeout)
 		t := time.NewTicker(promotePoll)
 		defer t.Stop()
-		for time.Now().Before(deadline) && n.IsLeader() {
+		for time.Now().Before(deadline) && p.leading() {
 			select {
-			case <-n.closing:
+			case <-p.closing:
 				return
 			case <-t.C:
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), promotePoll*5)
-			info, err := n.peers.info(ctx, httpAddr)
+			info, err := p.peers.info(ctx, httpAddr)
 			cancel()
 			if err != nil || info.Incarnation != inc {
 				continue
@@ -142,15 +166,15 @@ func (n *Node) startPromotion(id, raftAddr, httpAddr, inc string, target uint64)
 			if info.Applied < target {
 				continue
 			}
-			if err := n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, n.cfg.ApplyTimeout).Error(); err != nil {
-				n.log.Info("promote caught-up member", "node", id, "error", err)
+			if err := p.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, p.applyTimeout).Error(); err != nil {
+				p.log.Info("promote caught-up member", "node", id, "error", err)
 				continue
 			}
-			if err := n.recordIncarnation(id, inc); err != nil {
-				n.log.Info("record incarnation", "node", id, "error", err)
+			if err := p.recordIncarnation(id, inc); err != nil {
+				p.log.Info("record incarnation", "node", id, "error", err)
 				continue
 			}
-			n.log.Warn("re-added member caught up: it is a voter again", "node", id, "incarnation", inc, "applied", info.Applied)
+			p.log.Warn("re-added member caught up: it is a voter again", "node", id, "incarnation", inc, "applied", info.Applied)
 			return
 		}
 	}()
@@ -158,20 +182,20 @@ func (n *Node) startPromotion(id, raftAddr, httpAddr, inc string, target uint64)
 
 // recordBootIncarnations records, on the leader that bootstrapped a
 // --bootstrap-expect cluster, the incarnations its peers reported then.
-func (n *Node) recordBootIncarnations() {
-	n.promoMu.Lock()
-	incs := n.bootIncs
-	n.bootIncs = nil
-	n.promoMu.Unlock()
+func (p *promotions) recordBootIncarnations() {
+	p.mu.Lock()
+	incs := p.bootIncs
+	p.bootIncs = nil
+	p.mu.Unlock()
 	for id, inc := range incs {
-		if err := n.recordIncarnation(id, inc); err != nil {
-			n.log.Debug("record incarnation", "node", id, "error", err)
-			n.promoMu.Lock()
-			if n.bootIncs == nil {
-				n.bootIncs = map[string]string{}
+		if err := p.recordIncarnation(id, inc); err != nil {
+			p.log.Debug("record incarnation", "node", id, "error", err)
+			p.mu.Lock()
+			if p.bootIncs == nil {
+				p.bootIncs = map[string]string{}
 			}
-			n.bootIncs[id] = inc // again at the next tick
-			n.promoMu.Unlock()
+			p.bootIncs[id] = inc // again at the next tick
+			p.mu.Unlock()
 		}
 	}
 }

@@ -46,7 +46,7 @@ func TestBackupAndRestore(t *testing.T) {
 		}
 	}
 	data, h := backupBytes(t, lead)
-	digest, applied, err := lead.Digest()
+	digest, applied, err := lead.Catalog().Digest()
 	if err != nil {
 		t.Fatal(err)
 	}

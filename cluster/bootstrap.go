@@ -18,6 +18,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/limitd/limitd/cluster/forward"
+	"github.com/limitd/limitd/fsm"
 )
 
 // Start-up: how a node becomes a member of a cluster.
@@ -83,36 +84,51 @@ type bootstrapInfo struct {
 	Applied     uint64 `json:"applied_index,omitempty"`
 }
 
-// discovery is the bootstrap state a node serves to its peers.
+// discovery is how a node becomes a member (JoinCluster) and the bootstrap
+// state it serves to its peers (GET /internal/v1/bootstrap). It owns that
+// job's state; the rest it reads from the node's Raft, state machine,
+// admission and peer client, set once in Open.
 type discovery struct {
 	mu     sync.Mutex
 	expect int
 	seen   []string
+
+	self, httpAddr string
+	hadState       bool // Raft state existed when the node opened
+	raft           *raft.Raft
+	trans          raft.Transport
+	fsm            *fsm.FSM
+	adm            *admission
+	promo          *promotions // the incarnations to record after a bootstrap (admit.go)
+	peers          *peerClient
+	member         func() bool // in the latest configuration (Node.membership)
+	log            *slog.Logger
+	closing        <-chan struct{}
 }
 
 // hasState reports whether this node has Raft state: it bootstrapped, was
 // replicated to, or started from an existing data directory.
-func (n *Node) hasState() bool {
-	if n.raft.LastIndex() > 0 {
+func (d *discovery) hasState() bool {
+	if d.raft.LastIndex() > 0 {
 		return true
 	}
-	f := n.raft.GetConfiguration()
+	f := d.raft.GetConfiguration()
 	return f.Error() == nil && len(f.Configuration().Servers) > 0
 }
 
-func (n *Node) selfInfo() bootstrapInfo {
-	n.disc.mu.Lock()
-	defer n.disc.mu.Unlock()
+func (d *discovery) selfInfo() bootstrapInfo {
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	return bootstrapInfo{
-		ID: n.cfg.NodeID, RaftAddr: string(n.trans.LocalAddr()), HTTPAddr: n.cfg.HTTPAddr,
-		HasState: n.hasState(), Expect: n.disc.expect, Seen: slices.Clone(n.disc.seen),
-		Incarnation: n.adm.id, Admitted: n.adm.mayVote(), Applied: n.fsm.AppliedIndex(),
+		ID: d.self, RaftAddr: string(d.trans.LocalAddr()), HTTPAddr: d.httpAddr,
+		HasState: d.hasState(), Expect: d.expect, Seen: slices.Clone(d.seen),
+		Incarnation: d.adm.id, Admitted: d.adm.mayVote(), Applied: d.fsm.AppliedIndex(),
 	}
 }
 
-func (n *Node) handleBootstrap(w http.ResponseWriter, _ *http.Request) {
+func (d *discovery) handleBootstrap(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
-	json.NewEncoder(w).Encode(n.selfInfo())
+	json.NewEncoder(w).Encode(d.selfInfo())
 }
 
 // JoinCluster makes this node a member through the nodes at opts.Addrs (see
@@ -121,38 +137,42 @@ func (n *Node) handleBootstrap(w http.ResponseWriter, _ *http.Request) {
 // member); an error when a member refused it for good (credentials, a bad
 // request), when opts.Timeout passed without success, or when ctx ended.
 func (n *Node) JoinCluster(ctx context.Context, opts JoinOptions) error {
+	return n.disc.join(ctx, opts)
+}
+
+func (d *discovery) join(ctx context.Context, opts JoinOptions) error {
 	if len(opts.Addrs) == 0 {
 		return errors.New("join: no addresses")
 	}
-	if !n.hadState && opts.Timeout > 0 {
+	if !d.hadState && opts.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, opts.Timeout)
 		defer cancel()
 	}
-	if n.hadState && n.registered() {
-		n.log.Info("already a member: not joining again", "join", opts.Addrs)
+	if d.hadState && d.registered() {
+		d.log.Info("already a member: not joining again", "join", opts.Addrs)
 		return nil
 	}
 	expect := opts.BootstrapExpect
-	if n.hadState {
+	if d.hadState {
 		expect = 0 // a node with state never bootstraps again
 	}
-	n.disc.mu.Lock()
-	n.disc.expect = expect
-	n.disc.mu.Unlock()
+	d.mu.Lock()
+	d.expect = expect
+	d.mu.Unlock()
 
 	backoff := joinBackoffMin
 	var lastReport time.Time
 	var last error
 	for round := 1; ; round++ {
-		targets, err := n.peers.resolveJoin(ctx, opts.Addrs)
+		targets, err := d.peers.resolveJoin(ctx, opts.Addrs)
 		if err != nil {
 			last = err
 		}
-		joinNow := expect == 0 || n.hasState()
+		joinNow := expect == 0 || d.hasState()
 		if !joinNow && len(targets) > 0 {
-			peers := n.discover(ctx, targets)
-			switch done, why := n.tryBootstrap(peers, expect); {
+			peers := d.discover(ctx, targets)
+			switch done, why := d.tryBootstrap(peers, expect); {
 			case done:
 				return nil
 			case why == errClusterExists:
@@ -162,13 +182,13 @@ func (n *Node) JoinCluster(ctx context.Context, opts JoinOptions) error {
 			}
 		}
 		if joinNow && len(targets) > 0 {
-			b, _ := json.Marshal(forward.JoinRequest{ID: n.cfg.NodeID, RaftAddr: string(n.trans.LocalAddr()), HTTPAddr: n.cfg.HTTPAddr})
-			err := n.peers.joinAny(ctx, targets, b)
+			b, _ := json.Marshal(forward.JoinRequest{ID: d.self, RaftAddr: string(d.trans.LocalAddr()), HTTPAddr: d.httpAddr})
+			err := d.peers.joinAny(ctx, targets, b)
 			if err == nil {
-				n.log.Info("joined the cluster", "rounds", round)
-				if !n.adm.mayVote() {
+				d.log.Info("joined the cluster", "rounds", round)
+				if !d.adm.mayVote() {
 					// watchAdmission (vote.go) asks again until a leader admits it.
-					n.log.Info("joined as a new incarnation: this node does not vote until a leader has caught it up", "incarnation", n.adm.id)
+					d.log.Info("joined as a new incarnation: this node does not vote until a leader has caught it up", "incarnation", d.adm.id)
 				}
 				return nil
 			}
@@ -180,14 +200,14 @@ func (n *Node) JoinCluster(ctx context.Context, opts JoinOptions) error {
 		}
 		if round == 1 || time.Since(lastReport) >= joinReportEvery {
 			lastReport = time.Now()
-			n.log.Info("waiting to join the cluster; retrying", "join", opts.Addrs, "expect", expect, "round", round, "last_error", errString(last))
+			d.log.Info("waiting to join the cluster; retrying", "join", opts.Addrs, "expect", expect, "round", round, "last_error", errString(last))
 		}
 		wait := jitter(backoff)
 		backoff = nextBackoff(backoff)
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("join %s: %w (last error: %v)", strings.Join(opts.Addrs, ","), ctx.Err(), last)
-		case <-n.closing:
+		case <-d.closing:
 			return fmt.Errorf("join %s: node closed", strings.Join(opts.Addrs, ","))
 		case <-time.After(wait):
 		}
@@ -209,10 +229,9 @@ func errString(err error) string {
 
 // registered reports whether this node is in the configuration with its
 // current HTTP address in the node table (nothing for a join to change).
-func (n *Node) registered() bool {
-	_, member := n.membership()
-	nodes := n.fsm.Nodes()
-	return member && nodes[n.cfg.NodeID] == n.cfg.HTTPAddr && n.adm.mayVote()
+func (d *discovery) registered() bool {
+	nodes := d.fsm.Nodes()
+	return d.member() && nodes[d.self] == d.httpAddr && d.adm.mayVote()
 }
 
 // joinURL parses one join address: "host:port" or scheme://host:port.
@@ -239,8 +258,8 @@ var errClusterExists = errors.New("a cluster exists")
 
 // discover asks every target who it is. The result includes this node and
 // is deduplicated by ID; targets that do not answer are left out.
-func (n *Node) discover(ctx context.Context, targets []string) []bootstrapInfo {
-	self := n.selfInfo()
+func (d *discovery) discover(ctx context.Context, targets []string) []bootstrapInfo {
+	self := d.selfInfo()
 	byID := map[string]bootstrapInfo{self.ID: self}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -249,7 +268,7 @@ func (n *Node) discover(ctx context.Context, targets []string) []bootstrapInfo {
 		go func() {
 			defer wg.Done()
 			var info bootstrapInfo
-			if err := n.peers.getJSON(ctx, t+pathBootstrap, &info); err != nil || info.ID == "" {
+			if err := d.peers.getJSON(ctx, t+pathBootstrap, &info); err != nil || info.ID == "" {
 				return
 			}
 			mu.Lock()
@@ -271,9 +290,9 @@ func (n *Node) discover(ctx context.Context, targets []string) []bootstrapInfo {
 			ids = append(ids, p.ID)
 		}
 	}
-	n.disc.mu.Lock()
-	n.disc.seen = ids
-	n.disc.mu.Unlock()
+	d.mu.Lock()
+	d.seen = ids
+	d.mu.Unlock()
 	return peers
 }
 
@@ -281,7 +300,7 @@ func (n *Node) discover(ctx context.Context, targets []string) []bootstrapInfo {
 // included) are exactly expect nodes without state that all see each other
 // and this node has the lowest ID. done: this node bootstrapped. Otherwise
 // why says what is missing (errClusterExists: join instead).
-func (n *Node) tryBootstrap(peers []bootstrapInfo, expect int) (done bool, why error) {
+func (d *discovery) tryBootstrap(peers []bootstrapInfo, expect int) (done bool, why error) {
 	ids := make([]string, 0, len(peers))
 	var bootstrappers []bootstrapInfo
 	for _, p := range peers {
@@ -300,18 +319,18 @@ func (n *Node) tryBootstrap(peers []bootstrapInfo, expect int) (done bool, why e
 	}
 	if len(peers) > expect {
 		err := fmt.Errorf("bootstrap: %d nodes without state seen (%s) but --bootstrap-expect is %d: every initial server must be given the same, correct count", len(peers), strings.Join(ids, ", "), expect)
-		n.log.Error("not bootstrapping", "error", err)
+		d.log.Error("not bootstrapping", "error", err)
 		return false, err
 	}
 	for _, p := range peers {
 		if p.Expect != expect {
 			err := fmt.Errorf("bootstrap: node %s expects %d nodes, this one %d: every initial server must be given the same --bootstrap-expect", p.ID, p.Expect, expect)
 			if p.Expect > 0 {
-				n.log.Error("not bootstrapping", "error", err)
+				d.log.Error("not bootstrapping", "error", err)
 			}
 			return false, err
 		}
-		if p.ID == n.cfg.NodeID {
+		if p.ID == d.self {
 			continue // this node's own view is ids
 		}
 		for _, id := range ids {
@@ -322,8 +341,8 @@ func (n *Node) tryBootstrap(peers []bootstrapInfo, expect int) (done bool, why e
 	}
 	// Every one of the expected nodes is new and sees the others: there is
 	// no past to lose, so each may vote in the first election.
-	n.adm.admit("bootstrapping a new cluster with --bootstrap-expect")
-	if ids[0] != n.cfg.NodeID {
+	d.adm.admit("bootstrapping a new cluster with --bootstrap-expect")
+	if ids[0] != d.self {
 		return false, fmt.Errorf("bootstrap: %d nodes see each other; waiting for %s (lowest node ID) to bootstrap", expect, ids[0])
 	}
 	// A peer that has not yet agreed (admitted itself) may not have seen what
@@ -331,7 +350,7 @@ func (n *Node) tryBootstrap(peers []bootstrapInfo, expect int) (done bool, why e
 	// unadmitted, and be demoted as a wiped data directory although it never
 	// had a past. Bootstrap once every peer with an incarnation has agreed.
 	for _, p := range peers {
-		if p.ID != n.cfg.NodeID && p.Incarnation != "" && !p.Admitted {
+		if p.ID != d.self && p.Incarnation != "" && !p.Admitted {
 			return false, fmt.Errorf("bootstrap: %d nodes see each other; waiting for %s to agree", expect, p.ID)
 		}
 	}
@@ -339,22 +358,22 @@ func (n *Node) tryBootstrap(peers []bootstrapInfo, expect int) (done bool, why e
 	incs := map[string]string{}
 	for _, p := range peers {
 		conf.Servers = append(conf.Servers, raft.Server{ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.RaftAddr), Suffrage: raft.Voter})
-		if p.Incarnation != "" && p.ID != n.cfg.NodeID {
+		if p.Incarnation != "" && p.ID != d.self {
 			incs[p.ID] = p.Incarnation
 		}
 	}
-	if err := n.raft.BootstrapCluster(conf).Error(); err != nil {
+	if err := d.raft.BootstrapCluster(conf).Error(); err != nil {
 		if errors.Is(err, raft.ErrCantBootstrap) {
 			return false, errClusterExists
 		}
 		return false, fmt.Errorf("bootstrap cluster: %w", err)
 	}
-	n.log.Info("bootstrapped the cluster", "voters", ids)
+	d.log.Info("bootstrapped the cluster", "voters", ids)
 	// The first leader records the peers' incarnations (admit.go), so they
 	// are admitted without a round of demotion when they join.
-	n.promoMu.Lock()
-	n.bootIncs = incs
-	n.promoMu.Unlock()
+	d.promo.mu.Lock()
+	d.promo.bootIncs = incs
+	d.promo.mu.Unlock()
 	return true, nil
 }
 
@@ -364,8 +383,7 @@ const peerReportEvery = 30 * time.Second
 // watchPeers reports, on the leader, a peer that stopped answering (see
 // peerReports). Raft itself logs every failed attempt; raftLevel lowers
 // those to Debug.
-func (n *Node) watchPeers() {
-	defer n.wg.Done()
+func watchPeers(r *raft.Raft, self string, log *slog.Logger, closing <-chan struct{}) {
 	ch := make(chan raft.Observation, 64)
 	obs := raft.NewObserver(ch, false, func(o *raft.Observation) bool {
 		switch o.Data.(type) {
@@ -374,23 +392,23 @@ func (n *Node) watchPeers() {
 		}
 		return false
 	})
-	n.raft.RegisterObserver(obs)
-	defer n.raft.DeregisterObserver(obs)
-	r := peerReports{log: n.log, every: peerReportEvery}
+	r.RegisterObserver(obs)
+	defer r.DeregisterObserver(obs)
+	rep := peerReports{log: log, every: peerReportEvery}
 	for {
 		select {
-		case <-n.closing:
+		case <-closing:
 			return
 		case o := <-ch:
 			switch d := o.Data.(type) {
 			case raft.LeaderObservation:
-				if d.LeaderID == raft.ServerID(n.cfg.NodeID) {
-					r.reset() // leading anew: replication starts afresh
+				if d.LeaderID == raft.ServerID(self) {
+					rep.reset() // leading anew: replication starts afresh
 				}
 			case raft.FailedHeartbeatObservation:
-				r.failed(string(d.PeerID), time.Now())
+				rep.failed(string(d.PeerID), time.Now())
 			case raft.ResumedHeartbeatObservation:
-				r.resumed(string(d.PeerID), time.Now())
+				rep.resumed(string(d.PeerID), time.Now())
 			}
 		}
 	}

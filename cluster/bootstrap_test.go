@@ -45,8 +45,7 @@ func TestTryBootstrapDecision(t *testing.T) {
 		return bootstrapInfo{ID: id, RaftAddr: id + ":1", Expect: 3, Seen: seen}
 	}
 	all := []string{"a", "b", "c"}
-	n := &Node{cfg: Config{NodeID: "b"}}
-	n.log = discardLogger()
+	n := &discovery{self: "b", log: discardLogger()}
 	n.adm = &admission{dir: t.TempDir(), nodeID: "b", log: n.log}
 	for i, c := range []struct {
 		peers []bootstrapInfo
@@ -76,8 +75,7 @@ func TestTryBootstrapDecision(t *testing.T) {
 // demoted as "a new data directory" with no previous incarnation.
 func TestBootstrapWaitsForEveryPeerToAgree(t *testing.T) {
 	all := []string{"a", "b", "c"}
-	n := &Node{cfg: Config{NodeID: "a"}} // no Raft: bootstrapping here panics
-	n.log = discardLogger()
+	n := &discovery{self: "a", log: discardLogger()} // no Raft: bootstrapping here panics
 	n.adm = &admission{dir: t.TempDir(), nodeID: "a", log: n.log}
 	peers := []bootstrapInfo{
 		{ID: "a", RaftAddr: "a:1", Expect: 3, Seen: all, Incarnation: "ia"},

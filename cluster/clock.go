@@ -29,9 +29,6 @@ func (c *leaderClock) wallNow() int64 {
 	return time.Now().UnixNano() + c.offset.Load()
 }
 
-// wallNow is the node's leader clock's wall clock.
-func (n *Node) wallNow() int64 { return n.clock.wallNow() }
-
 // SetFaultClockOffset sets the offset wallNow adds to this node's wall
 // clock: fault injection for tests (the in-process harness's SetClockOffset)
 // and chaos runs (serve's LIMITD_FAULT_CLOCK_OFFSET). Never in production.

@@ -19,7 +19,7 @@ func clockPolicy(t *testing.T, c *clustertest.Cluster, limit int64, window, ttl 
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Node(c.Leader()).PutPolicy(context.Background(), fsm.Policy{Name: "q", Spec: spec, Lease: algo.Lease{Share: 500_000, MaxTTL: ttl}}); err != nil {
+	if err := c.Node(c.Leader()).Catalog().PutPolicy(context.Background(), fsm.Policy{Name: "q", Spec: spec, Lease: algo.Lease{Share: 500_000, MaxTTL: ttl}}); err != nil {
 		t.Fatal(err)
 	}
 }

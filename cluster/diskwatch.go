@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -27,7 +28,7 @@ import (
 //     is behind), logs it and counts it (limitd_disk_stall_transfers_total);
 //     at most once per window;
 //   - a node whose p99 has stayed above that bound for DiskStallFail stops
-//     serving (fail-stop, as for a failed write: Node.fail), so that its
+//     serving (fail-stop, as for a failed write: vitals.fail), so that its
 //     supervisor restarts it and an operator looks at the disk;
 //   - the measured p99 is a gauge (limitd_log_write_p99_seconds) and, for the
 //     node itself, in `cluster status` (Member.LogWriteP99Ms, DiskStalled).
@@ -176,52 +177,60 @@ func (s *timedLogStore) StoreLogs(ls []*raft.Log) error {
 	return s.Store.StoreLogs(ls)
 }
 
-// watchDisk is node.go's hook on the log store: it wraps it for the
-// detector and returns the wrapped store.
-func (n *Node) watchDisk(logs logstore.Store) logstore.Store {
-	n.disk = newDiskWatch(n.cfg.DiskStallTransfer, n.cfg.DiskStallWindow, n.cfg.DiskStallFail)
-	return &timedLogStore{Store: logs, w: n.disk}
+// wrap is node.go's hook on the log store: it wraps it for the detector
+// and returns the wrapped store.
+func (w *diskWatch) wrap(logs logstore.Store) logstore.Store {
+	return &timedLogStore{Store: logs, w: w}
 }
 
-// diskLoop evaluates the detector every quarter window and acts on it.
-func (n *Node) diskLoop() {
-	defer n.wg.Done()
-	t := time.NewTicker(n.disk.window / 4)
+// diskActions is what the detector may do to its node: ask whether it
+// leads, hand leadership away, stop it serving (vitals.fail).
+type diskActions struct {
+	log      *slog.Logger
+	leading  func() bool
+	transfer func() error
+	fail     func(err error)
+}
+
+// run evaluates the detector every quarter window and acts on it, until
+// closing.
+func (w *diskWatch) run(closing <-chan struct{}, a diskActions) {
+	t := time.NewTicker(w.window / 4)
 	defer t.Stop()
 	for {
 		select {
-		case <-n.closing:
+		case <-closing:
 			return
 		case now := <-t.C:
-			n.actOnDisk(n.disk.evaluate(now, n.IsLeader()))
+			w.act(w.evaluate(now, a.leading()), a)
 		}
 	}
 }
 
-func (n *Node) actOnDisk(v diskVerdict) {
+func (w *diskWatch) act(v diskVerdict, a diskActions) {
 	if v.transfer {
-		n.disk.transfers.Add(1)
-		n.log.Warn("the Raft log's writes are slow: handing leadership to another voter",
-			"log_write_p99", v.p99, "bound", n.disk.bound, "window", n.disk.window)
+		w.transfers.Add(1)
+		a.log.Warn("the Raft log's writes are slow: handing leadership to another voter",
+			"log_write_p99", v.p99, "bound", w.bound, "window", w.window)
 		go func() {
-			if err := n.raft.LeadershipTransfer().Error(); err != nil {
-				n.log.Warn("leadership transfer for a slow disk failed", "error", err)
+			if err := a.transfer(); err != nil {
+				a.log.Warn("leadership transfer for a slow disk failed", "error", err)
 			}
 		}()
 	}
 	if v.fail {
-		n.fail(fmt.Errorf("the raft log's writes stayed slower than %v (p99 %v) for %v: check the disk, then restart the node", n.disk.bound, v.p99, n.disk.failAfter), true)
+		a.fail(fmt.Errorf("the raft log's writes stayed slower than %v (p99 %v) for %v: check the disk, then restart the node", w.bound, v.p99, w.failAfter))
 	}
 }
 
-// diskCollectors is the detector's metrics.
-func (n *Node) diskCollectors() []prometheus.Collector {
+// collectors is the detector's metrics.
+func (w *diskWatch) collectors() []prometheus.Collector {
 	return []prometheus.Collector{
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "limitd_disk_stall_transfers_total",
 			Help: "Leadership transfers because this node's Raft log writes stayed slow (p99 above --disk-stall-transfer for a window)."},
-			func() float64 { return float64(n.disk.transfers.Load()) }),
+			func() float64 { return float64(w.transfers.Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "limitd_log_write_p99_seconds",
 			Help: "p99 of this node's Raft log writes over the last --disk-stall-window (writes in flight count with their age)."},
-			func() float64 { return n.disk.lastP99().Seconds() }),
+			func() float64 { return w.lastP99().Seconds() }),
 	}
 }

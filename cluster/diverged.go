@@ -11,7 +11,7 @@ import (
 // historyDiverged stops the node for good: its applied state is ahead of the
 // log its leader gives it. Health, /readyz, /v1/cluster and the log say so,
 // and limitd serve exits with the recovery step.
-func (n *Node) historyDiverged(err error) { n.fail(err, true) }
+func (v *vitals) historyDiverged(err error) { v.fail(err, true) }
 
 // restoreGuard is the state machine as Raft sees it. It refuses a snapshot
 // that would take this replica back behind what it already applied: in one

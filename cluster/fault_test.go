@@ -180,7 +180,7 @@ func (r *faultRun) attempt(n *cluster.Node, op fsm.Op) (limiterOutput, error) {
 		// As the service does: a check without request_id is answered from
 		// the node's over-limit cache when it holds a refusal for it.
 		id := overlimit.LimitID{Ident: string(algo.AppendSpec(nil, *c.Spec))}
-		if _, hit := n.Refused(id, c.Key, c.Cost); hit {
+		if _, hit := n.OverLimit().Refused(id, c.Key, c.Cost); hit {
 			return limiterOutput{Outcome: outRefusedCached}, nil
 		}
 	}

@@ -179,7 +179,7 @@ func TestLeaseEndpointRefusesOtherCommands(t *testing.T) {
 	if got := n.FSM().AppliedIndex(); got != before {
 		t.Fatalf("applied index %d → %d: something was proposed", before, got)
 	}
-	if _, ok := n.Policy("p"); ok {
+	if _, ok := n.Catalog().Policy("p"); ok {
 		t.Fatal("a policy change went through the lease endpoint")
 	}
 }

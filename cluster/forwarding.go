@@ -24,8 +24,8 @@ type unavailableError = forward.UnavailableError
 func (n *Node) Internal() http.Handler {
 	mux := http.NewServeMux()
 	n.fwdSrv.Register(mux)
-	mux.HandleFunc("POST "+pathLease, n.handleLease) // lease.go
-	mux.HandleFunc("GET "+pathBootstrap, n.handleBootstrap)
+	mux.HandleFunc("POST "+pathLease, leaderSide{n}.handleLease) // lease.go
+	mux.HandleFunc("GET "+pathBootstrap, n.disc.handleBootstrap)
 	return n.fwdSrv.Authenticate(mux)
 }
 
@@ -35,7 +35,7 @@ type leaderSide struct{ n *Node }
 var _ forward.Leader = leaderSide{}
 
 func (l leaderSide) IsLeader() bool          { return l.n.IsLeader() }
-func (l leaderSide) IsMember(id string) bool { return l.n.isMember(id) }
+func (l leaderSide) IsMember(id string) bool { return isMember(l.n.raft, id) }
 func (l leaderSide) Join(id, raftAddr, httpAddr string) error {
 	return l.n.joinLocal(id, raftAddr, httpAddr)
 }
@@ -64,7 +64,7 @@ func (l leaderSide) Decide(ctx context.Context, ops []fsm.Op, tag forward.Tag) (
 	if len(chunks) != 1 {
 		tag = forward.Tag{}
 	}
-	if err := n.unavailable(); err != nil {
+	if err := n.vit.unavailable(); err != nil {
 		return nil, err
 	}
 	if !n.IsLeader() {

@@ -5,4 +5,4 @@ import "github.com/limitd/limitd/nodeapi"
 // ListKeys serves the usage inventory (service.Inventory) from this node's
 // own state machine, at the applied index of its last finished commit: a
 // read, like Digest, that proposes nothing and needs no leader.
-func (n *Node) ListKeys(q nodeapi.KeysQuery) (nodeapi.KeysPage, error) { return n.fsm.ListKeys(q) }
+func (c *Catalog) ListKeys(q nodeapi.KeysQuery) (nodeapi.KeysPage, error) { return c.fsm.ListKeys(q) }

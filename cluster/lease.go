@@ -99,7 +99,7 @@ func (n *Node) leaseCommand(ctx context.Context, cmd []byte, local func(interfac
 	if len(cmd) > MaxCommandBytes {
 		return fmt.Errorf("%w: a lease command of %d bytes (bound %d)", ErrTooLarge, len(cmd), MaxCommandBytes)
 	}
-	if err := n.unavailable(); err != nil {
+	if err := n.vit.unavailable(); err != nil {
 		return err
 	}
 	return n.onLeader(ctx,
@@ -147,12 +147,13 @@ func (n *Node) proposeLease(ctx context.Context, cmd []byte) (interface{}, error
 }
 
 // handleLease runs a follower's lease command on the leader.
-func (n *Node) handleLease(w http.ResponseWriter, r *http.Request) {
+func (l leaderSide) handleLease(w http.ResponseWriter, r *http.Request) {
+	n := l.n
 	cmd, ok := forward.ReadBody(w, r, MaxCommandBytes)
 	if !ok {
 		return
 	}
-	if !n.leaseHolderIsPeer(w, r, cmd) {
+	if !l.leaseHolderIsPeer(w, r, cmd) {
 		return
 	}
 	if !n.IsLeader() {
@@ -182,8 +183,8 @@ func errorsIsBadCommand(err error) bool {
 // another's leases, which that node would go on spending: the key would admit
 // more than its limit. It writes the refusal itself: 400 bad_request for a
 // command it cannot read, 403 for another node's.
-func (n *Node) leaseHolderIsPeer(w http.ResponseWriter, r *http.Request, cmd []byte) bool {
-	if n.cfg.TLS == nil || r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
+func (l leaderSide) leaseHolderIsPeer(w http.ResponseWriter, r *http.Request, cmd []byte) bool {
+	if l.n.cfg.TLS == nil || r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
 		return true
 	}
 	id, named := raftnet.NodeIDFromCert(r.TLS.PeerCertificates[0])

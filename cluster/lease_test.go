@@ -24,7 +24,7 @@ func TestLeasesThroughRaft(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Node(l).PutPolicy(ctx, fsm.Policy{Name: "q", Spec: spec, Lease: algo.Lease{Share: 100_000, MaxTTL: time.Minute}}); err != nil {
+	if err := c.Node(l).Catalog().PutPolicy(ctx, fsm.Policy{Name: "q", Spec: spec, Lease: algo.Lease{Share: 100_000, MaxTTL: time.Minute}}); err != nil {
 		t.Fatal(err)
 	}
 	ck := fsm.Check{Key: "k", Policy: "q"}
@@ -186,7 +186,7 @@ func putLeasedPolicy(t *testing.T, c *clustertest.Cluster, lease algo.Lease) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Node(c.Leader()).PutPolicy(context.Background(), fsm.Policy{Name: "q", Spec: spec, Lease: lease}); err != nil {
+	if err := c.Node(c.Leader()).Catalog().PutPolicy(context.Background(), fsm.Policy{Name: "q", Spec: spec, Lease: lease}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -196,8 +196,8 @@ func putLeasedPolicy(t *testing.T, c *clustertest.Cluster, lease algo.Lease) {
 func leasedService(t *testing.T, c *clustertest.Cluster, i int) *service.Service {
 	t.Helper()
 	for deadline := time.Now().Add(clustertest.Timeout); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if _, ok := c.Node(i).Policy("q"); ok {
-			return service.New(c.Node(i), service.Config{})
+		if _, ok := c.Node(i).Catalog().Policy("q"); ok {
+			return service.New(clustertest.ServiceDeps(c.Node(i)), service.Config{})
 		}
 	}
 	t.Fatalf("node %d's replica has no policy q after %v", i, clustertest.Timeout)

@@ -36,7 +36,7 @@ func TestLoweredLimitBindsCutOffLeaseHolder(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	windowOf := func(at time.Time) int64 { return at.UnixNano() / int64(window) }
-	if err := c.Node(l).PutPolicy(ctx, pol); err != nil {
+	if err := c.Node(l).Catalog().PutPolicy(ctx, pol); err != nil {
 		t.Fatal(err)
 	}
 	holder, leader := leasedService(t, c, f), leasedService(t, c, l)
@@ -86,7 +86,7 @@ func TestLoweredLimitBindsCutOffLeaseHolder(t *testing.T) {
 	lowered := pol
 	lowered.Spec.Limit = 200
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	err = c.Node(l).PutPolicy(pctx, lowered)
+	err = c.Node(l).Catalog().PutPolicy(pctx, lowered)
 	cancel()
 	ack := time.Now()
 	if err != nil {
@@ -146,7 +146,7 @@ func TestLeaseFenceForwardedAndDeadline(t *testing.T) {
 	const ttl = 2 * time.Second
 	pol := fsm.Policy{Name: "q", Spec: spec, Lease: algo.Lease{Share: 300_000, MaxTTL: ttl}}
 	ctx := context.Background()
-	if err := c.Node(f).PutPolicy(ctx, pol); err != nil {
+	if err := c.Node(f).Catalog().PutPolicy(ctx, pol); err != nil {
 		t.Fatal(err)
 	}
 	// A lease outstanding under the policy is what the change waits for.
@@ -156,13 +156,13 @@ func TestLeaseFenceForwardedAndDeadline(t *testing.T) {
 	pol.Spec.Limit = 200
 	short, cancel := context.WithTimeout(ctx, ttl/4)
 	defer cancel()
-	err = c.Node(f).PutPolicy(short, pol)
+	err = c.Node(f).Catalog().PutPolicy(short, pol)
 	var fe *fsm.Error
 	if !errors.As(err, &fe) || fe.Code != fsm.CodeUnavailable || !strings.Contains(fe.Message, "leases") {
 		t.Fatalf("a put whose deadline ends before the fence: %v", err)
 	}
 	start := time.Now()
-	if err := c.Node(f).PutPolicy(ctx, pol); err != nil {
+	if err := c.Node(f).Catalog().PutPolicy(ctx, pol); err != nil {
 		t.Fatal(err)
 	}
 	if took := time.Since(start); took < ttl {
@@ -183,7 +183,7 @@ func TestLeaseFenceNeedsALease(t *testing.T) {
 	defer cancel()
 	for _, limit := range []int64{1000, 10, 1} {
 		pol.Spec.Limit = limit
-		if err := c.Node(c.Leader()).PutPolicy(ctx, pol); err != nil {
+		if err := c.Node(c.Leader()).Catalog().PutPolicy(ctx, pol); err != nil {
 			t.Fatalf("limit %d: %v", limit, err)
 		}
 	}

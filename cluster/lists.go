@@ -21,35 +21,35 @@ var _ [MaxCommandBytes - (nodeapi.MaxListBytes + nodeapi.MaxPolicyName + 32)]str
 
 // PutList stores a list's canonical encoding (validated by the caller)
 // through the leader. Errors as PutPolicy's.
-func (n *Node) PutList(ctx context.Context, name string, canonical []byte) error {
-	return n.applyAdmin(ctx, fsm.EncodePutList(name, canonical))
+func (c *Catalog) PutList(ctx context.Context, name string, canonical []byte) error {
+	return c.applyAdmin(ctx, fsm.EncodePutList(name, canonical))
 }
 
 // DeleteList removes a list through the leader; *nodeapi.Error not_found
 // when it does not exist.
-func (n *Node) DeleteList(ctx context.Context, name string) error {
-	return n.applyAdmin(ctx, fsm.EncodeDeleteList(name))
+func (c *Catalog) DeleteList(ctx context.Context, name string) error {
+	return c.applyAdmin(ctx, fsm.EncodeDeleteList(name))
 }
 
 // List returns this replica's canonical encoding of a list.
-func (n *Node) List(name string) ([]byte, bool) {
-	l, ok := n.fsm.List(name)
+func (c *Catalog) List(name string) ([]byte, bool) {
+	l, ok := c.fsm.List(name)
 	return l.Config, ok
 }
 
 // Lists returns this replica's lists sorted by name.
-func (n *Node) Lists() []nodeapi.List { return n.fsm.Lists() }
+func (c *Catalog) Lists() []nodeapi.List { return c.fsm.Lists() }
 
 // ListsVersion changes whenever this replica's lists change.
-func (n *Node) ListsVersion() uint64 { return n.fsm.ListsVersion() }
+func (c *Catalog) ListsVersion() uint64 { return c.fsm.ListsVersion() }
 
 // LeaderTime is the time a check decided on this node now is decided at:
 // the local clock, but never before the leader time of the last entry
 // applied here (the same lower bound the leader stamps entries with), so
 // an expiry in leader time is never read as earlier than a replica that
 // applied the same entries would read it.
-func (n *Node) LeaderTime() int64 {
-	return max(time.Now().UnixNano(), n.fsm.LastTime())
+func (c *Catalog) LeaderTime() int64 {
+	return max(time.Now().UnixNano(), c.fsm.LastTime())
 }
 
 // Bans (fsm/ban.go) are decided in apply; what the node adds is the read
@@ -61,36 +61,36 @@ func (n *Node) LeaderTime() int64 {
 // Banned reports the end of key's ban under policy in this replica's
 // applied state, if it is banned at LeaderTime; a miss while the node cannot
 // vouch for its copy (the over-limit cache is off or not usable).
-func (n *Node) Banned(policy, key string) (int64, bool) {
-	if n.ol.cache == nil || !n.ol.usable.Load() {
+func (c *Catalog) Banned(policy, key string) (int64, bool) {
+	if !c.ol.vouches() {
 		return 0, false
 	}
-	return n.fsm.Banned(policy, key, n.LeaderTime())
+	return c.fsm.Banned(policy, key, c.LeaderTime())
 }
 
 // Bans lists this replica's bans in force, limit after cursor.
-func (n *Node) Bans(cursor string, limit int) ([]nodeapi.Ban, string) {
-	return n.fsm.Bans(cursor, limit, n.LeaderTime())
+func (c *Catalog) Bans(cursor string, limit int) ([]nodeapi.Ban, string) {
+	return c.fsm.Bans(cursor, limit, c.LeaderTime())
 }
 
 // Unban removes key's bans under policy ("": every policy) through the
 // leader; *nodeapi.Error not_found when there are none.
-func (n *Node) Unban(ctx context.Context, key, policy string) error {
-	return n.applyAdmin(ctx, fsm.EncodeUnban(key, policy))
+func (c *Catalog) Unban(ctx context.Context, key, policy string) error {
+	return c.applyAdmin(ctx, fsm.EncodeUnban(key, policy))
 }
 
-func (n *Node) banCollectors() []prometheus.Collector {
+func (c *Catalog) banCollectors() []prometheus.Collector {
 	return []prometheus.Collector{
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "limitd_bans_active",
 			Help: "Keys banned now under a policy's on_exceed, in this replica's applied state."},
-			func() float64 { a, _ := n.fsm.BanCounts(n.LeaderTime()); return float64(a) }),
+			func() float64 { a, _ := c.fsm.BanCounts(c.LeaderTime()); return float64(a) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "limitd_bans_issued_total",
 			Help: "Bans this replica's applies issued since it started (every replica applies the same bans)."},
-			func() float64 { _, i := n.fsm.BanCounts(n.LeaderTime()); return float64(i) }),
+			func() float64 { _, i := c.fsm.BanCounts(c.LeaderTime()); return float64(i) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "limitd_bans_unindexed",
 			Help: "1 when this node's in-memory index of bans is full (nodeapi.MaxBanIndex): bans past it still hold, through the log, and are missing from GET /v1/bans."},
 			func() float64 {
-				if n.fsm.BansUnindexed() {
+				if c.fsm.BansUnindexed() {
 					return 1
 				}
 				return 0

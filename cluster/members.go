@@ -9,8 +9,8 @@ import (
 )
 
 // isMember reports whether id is a server in the latest configuration.
-func (n *Node) isMember(id string) bool {
-	f := n.raft.GetConfiguration()
+func isMember(r *raft.Raft, id string) bool {
+	f := r.GetConfiguration()
 	if f.Error() != nil {
 		return false
 	}
@@ -24,8 +24,8 @@ func (n *Node) isMember(id string) bool {
 
 // addressTaken refuses a join at a Raft address another member has: 409
 // naming that member (it answered 500).
-func (n *Node) addressTaken(id, raftAddr string) *fsm.Error {
-	f := n.raft.GetConfiguration()
+func addressTaken(r *raft.Raft, id, raftAddr string) *fsm.Error {
+	f := r.GetConfiguration()
 	if f.Error() != nil {
 		return nil // AddVoter reports the same failure
 	}

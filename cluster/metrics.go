@@ -370,10 +370,10 @@ func (n *Node) Collectors() []prometheus.Collector {
 				func() float64 { return float64(a.answered.Load()) }))
 	}
 	cs = append(cs, n.ol.collectors()...)
-	cs = append(cs, n.budgetCollectors()...) // budget_metrics.go
-	cs = append(cs, n.diskCollectors()...)   // diskwatch.go
-	cs = append(cs, n.banCollectors()...)    // lists.go
-	cs = append(cs, n.outboxCollectors()...) // webhooks.go
-	cs = append(cs, n.slotCollectors()...)   // slots.go
+	cs = append(cs, budgetCollectors(n.fsm)...)   // budget_metrics.go
+	cs = append(cs, n.disk.collectors()...)       // diskwatch.go
+	cs = append(cs, n.catalog.banCollectors()...) // lists.go
+	cs = append(cs, slotCollectors(n.fsm)...)     // slots.go
+	cs = append(cs, outboxCollectors(n.fsm)...)   // webhooks.go
 	return append(cs, globalRaftSink.all...)
 }

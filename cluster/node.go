@@ -137,6 +137,8 @@ type Config struct {
 
 	// wrapLogStore lets tests inject storage faults into the Raft log store.
 	wrapLogStore func(logstore.Store) logstore.Store
+	// wrapSnapshots lets tests slow or watch the Raft snapshot store (catchup.go).
+	wrapSnapshots func(raft.SnapshotStore) raft.SnapshotStore
 
 	// Logger receives the node's log, Raft's included (hashicorp/raft's hclog
 	// output is routed into it, with events of normal operation lowered to
@@ -261,7 +263,11 @@ func (c *Config) setDefaults() {
 	}
 }
 
-// Node is one limitd server: Raft, the state machine and the proposal paths.
+// Node is one limitd server: Raft, the state machine and the proposal paths
+// (checks, admin commands, leases), membership and its own lifecycle. The
+// cluster-wide configuration is its Catalog, the over-limit cache its
+// OverLimit; bootstrap, admission, the disk watch and its vitals are types
+// of their own (cluster/DESIGN.md, "What Node keeps").
 type Node struct {
 	cfg    Config
 	fsm    *fsm.FSM
@@ -282,32 +288,27 @@ type Node struct {
 	clock         leaderClock // the leader time of new entries
 	leaseHook     leaseHook   // lease.go
 	metrics       *metrics
-	fatal         atomic.Pointer[error]
-	halted        chan struct{} // closed when the state machine stops applying
-	haltOnce      sync.Once
-	wasMember     atomic.Bool   // this node has seen itself in the configuration
-	removed       chan struct{} // closed when this node is removed from the configuration
-	removedFlag   atomic.Bool
+	vit           vitals // whether it can serve at all
 	closing       chan struct{}
 	wg            sync.WaitGroup
 	closeOnce     sync.Once
 	closeErr      error
 	recoveredFrom bool
-	hadState      bool // Raft state existed when the node opened
-	disc          discovery
-	ol            *overLimit // over-limit cache (overlimit.go)
+	disc          discovery  // bootstrap and join (bootstrap.go)
+	ol            *OverLimit // over-limit cache (overlimit.go)
+	catalog       *Catalog   // cluster-wide configuration (catalog.go)
 
 	// Incarnation and votes (vote.go, admit.go).
-	adm       *admission
-	gate      *raftnet.VoteGate
-	promoMu   sync.Mutex
-	promoting map[string]bool   // members the leader is catching up
-	bootIncs  map[string]string // peers' incarnations to record after a --bootstrap-expect bootstrap
-	guarded   *logstore.Guarded
-	ahead     *ahead    // nil with NoApplyAhead
-	openedAt  time.Time // quorum.go: the fast-fail clock before any leader contact
+	adm      *admission
+	promo    *promotions // the leader's side of admission (admit.go)
+	gate     *raftnet.VoteGate
+	guarded  *logstore.Guarded
+	ahead    *ahead    // nil with NoApplyAhead
+	openedAt time.Time // quorum.go: the fast-fail clock before any leader contact
 
 	disk *diskWatch // diskwatch.go
+
+	catch catchup // catchup.go: Ready after a start waits for installs and the leader's progress
 }
 
 // Open starts a node: opens (or recovers) the state machine, the Raft stores
@@ -324,12 +325,13 @@ func Open(cfg Config, bootstrap bool) (*Node, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("create data dir %s: %w", cfg.DataDir, err)
 	}
-	n := &Node{cfg: cfg, closing: make(chan struct{}), halted: make(chan struct{}), removed: make(chan struct{}), openedAt: time.Now()}
+	n := &Node{cfg: cfg, closing: make(chan struct{}), openedAt: time.Now()}
 	n.clock.offset.Store(int64(cfg.FaultClockOffset))
 	n.logger = newHCLog(cfg.Logger, "raft")
 	n.log = cfg.Logger.With("component", "cluster")
 	n.metrics = newMetrics(n)
 	n.ol = newOverLimit(cfg.OverLimitEntries)
+	n.vit = vitals{halted: make(chan struct{}), removed: make(chan struct{}), self: raft.ServerID(cfg.NodeID), log: n.log, ol: n.ol}
 
 	// The incarnation is created before any Raft state (vote.go).
 	inc, created, err := loadIncarnation(cfg.DataDir)
@@ -347,7 +349,7 @@ func Open(cfg Config, bootstrap bool) (*Node, error) {
 	}
 
 	f, err := fsm.Open(filepath.Join(cfg.DataDir, "fsm.db"), fsm.Options{
-		NoSync: true, OnFatal: n.onFatal, CommitEvery: cfg.FSMCommitEvery, CacheKeys: cfg.FSMCacheKeys,
+		NoSync: true, OnFatal: n.vit.onFatal, CommitEvery: cfg.FSMCommitEvery, CacheKeys: cfg.FSMCacheKeys,
 		OverLimit: n.ol.cache, Leases: &n.leaseHook, // lease.go
 		// It says why a file was set aside, or why applying stopped.
 		Logger: slog.NewLogLogger(cfg.Logger.With("component", "fsm").Handler(), slog.LevelWarn),
@@ -357,6 +359,8 @@ func Open(cfg Config, bootstrap bool) (*Node, error) {
 	}
 	n.fsm = f
 	n.clock.applied = f.LastTime
+	n.ol.fsm, n.ol.clock = f, &n.clock
+	n.catalog = &Catalog{fsm: f, propose: n.Apply, ol: n.ol}
 	n.recoveredFrom = f.Recovered()
 
 	if err := n.openRaft(bootstrap); err != nil {
@@ -377,6 +381,11 @@ func Open(cfg Config, bootstrap bool) (*Node, error) {
 		Framed:   n.metrics.observeForward,
 	})
 	n.peers = peerClient{client: cfg.HTTPClient, scheme: cfg.HTTPScheme, token: cfg.AdminToken, timeout: cfg.ApplyTimeout, closing: n.closing}
+	n.promo = &promotions{self: cfg.NodeID, applyTimeout: cfg.ApplyTimeout, raft: n.raft, fsm: n.fsm, peers: &n.peers,
+		await: n.await, leading: n.IsLeader, log: n.log, closing: n.closing, wg: &n.wg}
+	n.disc = discovery{self: cfg.NodeID, httpAddr: cfg.HTTPAddr, hadState: n.disc.hadState, // set by openRaft
+		raft: n.raft, trans: n.trans, fsm: n.fsm, adm: n.adm, promo: n.promo, peers: &n.peers, log: n.log, closing: n.closing,
+		member: func() bool { _, member := n.vit.membership(); return member }}
 	n.fwdSrv = forward.NewServer(forward.ServerConfig{TLS: cfg.TLS != nil, Token: cfg.AdminToken, Timeout: cfg.ApplyTimeout,
 		Log: n.log, Closing: n.closing, MaxCommandBytes: MaxCommandBytes}, leaderSide{n})
 	n.forwardBatch = newBatcher(cfg.BatchMaxOps, cfg.BatchInflight, cfg.BatchMaxWait, n.fwd.Checks, n.metrics.observeForward)
@@ -395,11 +404,22 @@ func Open(cfg Config, bootstrap bool) (*Node, error) {
 		defer n.wg.Done()
 		n.metrics.watchHeartbeats(n.raft, n.closing)
 	}()
-	go n.watchPeers()
+	go func() { defer n.wg.Done(); watchPeers(n.raft, cfg.NodeID, n.log, n.closing) }()
 	n.wg.Add(3)
 	go func() { defer n.wg.Done(); n.guarded.WatchEnd(n.closing) }()
 	go n.watchAdmission()
-	go n.diskLoop() // diskwatch.go
+	go func() { // diskwatch.go
+		defer n.wg.Done()
+		n.disk.run(n.closing, diskActions{log: n.log, leading: n.IsLeader,
+			transfer: func() error { return n.raft.LeadershipTransfer().Error() },
+			fail:     func(err error) { n.vit.fail(err, true) }})
+	}()
+	n.wg.Add(1)
+	go func() { // catchup.go
+		defer n.wg.Done()
+		n.catch.learnFrom(n.closing, leaderProgress{self: cfg.NodeID, leading: n.IsLeader, leader: n.leaderHTTP,
+			ask: n.peers.info, timeout: min(cfg.ApplyTimeout, 2*time.Second)})
+	}()
 	if n.ahead != nil {
 		n.wg.Add(1)
 		go func() {
@@ -460,8 +480,9 @@ func (n *Node) openRaft(bootstrap bool) error {
 	if cfg.wrapLogStore != nil {
 		logs = cfg.wrapLogStore(logs)
 	}
-	logs = n.watchDisk(logs) // diskwatch.go
-	guarded := &logstore.Guarded{Store: logs, Failed: n.logStoreFailed, Applied: n.fsm.AppliedIndex, Diverged: n.historyDiverged}
+	n.disk = newDiskWatch(cfg.DiskStallTransfer, cfg.DiskStallWindow, cfg.DiskStallFail)
+	logs = n.disk.wrap(logs) // diskwatch.go
+	guarded := &logstore.Guarded{Store: logs, Failed: n.vit.logStoreFailed, Applied: n.fsm.AppliedIndex, Diverged: n.vit.historyDiverged}
 	logs = guarded
 	n.guarded = guarded
 	n.logs = logs
@@ -479,7 +500,7 @@ func (n *Node) openRaft(bootstrap bool) error {
 		guarded.Stored = n.ahead.stored // a no-op until raft is set below
 	}
 	snapDir := filepath.Join(cfg.DataDir, "snapshots")
-	n.removeTempSnapshots() // snapclean.go
+	removeTempSnapshots(cfg.DataDir, n.log) // snapclean.go
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, 2, n.logger)
 	if err != nil {
 		logs.Close()
@@ -520,18 +541,23 @@ func (n *Node) openRaft(bootstrap bool) error {
 		logs.Close()
 		return fmt.Errorf("raft log %s: %w", logPath, err)
 	}
-	r, err := raft.NewRaft(rc, restoreGuard{n.fsm, n.historyDiverged}, cached, logs, snaps, trans)
+	var raftSnaps raft.SnapshotStore = installStore{SnapshotStore: snaps, c: &n.catch, logs: logs} // catchup.go
+	if cfg.wrapSnapshots != nil {
+		raftSnaps = cfg.wrapSnapshots(raftSnaps)
+	}
+	r, err := raft.NewRaft(rc, restoreGuard{n.fsm, n.vit.historyDiverged}, cached, logs, raftSnaps, trans)
 	if err != nil {
 		closeTransport(n.gate, n.cfg.Transport != nil)
 		logs.Close()
 		return fmt.Errorf("start raft in %s: %w", cfg.DataDir, err)
 	}
 	n.raft = r
+	n.vit.raft = r
 	if n.ahead != nil {
 		n.ahead.raft.Store(r)
 	}
-	n.hadState = existing
-	if known, member := n.membership(); existing && known && !member {
+	n.disc.hadState = existing
+	if known, member := n.vit.membership(); existing && known && !member {
 		// Ready says so at every probe; the log must say it once too, or
 		// the node looks merely slow. A directory that names its node is
 		// refused before this (claimDataDir); one from before that is not.
@@ -594,114 +620,35 @@ func (n *Node) ID() string { return n.cfg.NodeID }
 // was rebuilt from the latest snapshot and the Raft log.
 func (n *Node) Recovered() bool { return n.recoveredFrom }
 
-// Policy returns this node's replicated copy of a policy.
-func (n *Node) Policy(name string) (fsm.Policy, bool) { return n.fsm.Policy(name) }
-
-// Policies returns this node's replicated policies, sorted by name.
-func (n *Node) Policies() []fsm.Policy { return n.fsm.Policies() }
-
 // IsLeader reports whether this node is the Raft leader right now.
 func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }
-
-// onFatal is the state machine's OnFatal: it stopped applying (a failed
-// commit, such as a full disk, or an entry it cannot apply).
-func (n *Node) onFatal(err error) {
-	n.fail(fmt.Errorf("the state machine stopped applying: %w", err), false)
-}
-
-// logStoreFailed: a write to the Raft log or stable store failed (disk
-// full, I/O error). Raft on this node stops, so a node that cannot write
-// its log does not take part in elections it would win and lose again.
-func (n *Node) logStoreFailed(err error) {
-	n.fail(fmt.Errorf("the raft log could not be written: %w", err), true)
-}
-
-// fail stops the node from serving, once: every waiter answers at once
-// (await watches halted), checks answer ErrUnavailable naming the cause, and
-// Failed is closed so the process can exit for its supervisor.
-func (n *Node) fail(err error, stopRaft bool) {
-	if !n.fatal.CompareAndSwap(nil, &err) {
-		return
-	}
-	n.haltOnce.Do(func() { close(n.halted) })
-	n.ol.disable()
-	n.log.Error("this node stopped serving; fix the cause and restart it", "error", err)
-	switch {
-	case n.raft == nil:
-	case stopRaft:
-		go n.raft.Shutdown()
-	case n.raft.State() == raft.Leader:
-		go n.raft.LeadershipTransfer()
-	}
-}
 
 // Failed is closed when the node stops serving for good: its state machine
 // stopped applying or its Raft log could not be written. Health says why.
 // The node does not recover by itself; restart it once the cause is fixed
 // (limitd serve exits with status 1).
-func (n *Node) Failed() <-chan struct{} { return n.halted }
+func (n *Node) Failed() <-chan struct{} { return n.vit.halted }
 
 // Health is nil while the node's storage and state machine work, and
 // otherwise an ErrUnavailable naming the degraded state (state machine
 // stopped, Raft log not writable, removed from the cluster). Unlike Ready it
 // does not depend on a leader: it is what /healthz should report.
-func (n *Node) Health() error { return n.unavailable() }
-
-// membership reports whether the latest Raft configuration has servers, and
-// whether this node is one of them.
-func (n *Node) membership() (known, member bool) {
-	f := n.raft.GetConfiguration()
-	if f.Error() != nil {
-		return false, false
-	}
-	servers := f.Configuration().Servers
-	for _, s := range servers {
-		if s.ID == raft.ServerID(n.cfg.NodeID) {
-			n.wasMember.Store(true)
-			return true, true
-		}
-	}
-	return len(servers) > 0, false
-}
-
-// watchMembership notices this node's removal: it was in the configuration
-// and no longer is. (A joining node catching up passes through older
-// configurations without itself before it first appears: not a removal.)
-func (n *Node) watchMembership() {
-	known, member := n.membership()
-	if known && !member && n.wasMember.Load() && !n.removedFlag.Load() {
-		n.removedFlag.Store(true)
-		close(n.removed)
-		n.log.Warn("this node was removed from the cluster configuration; it no longer serves")
-	}
-}
+func (n *Node) Health() error { return n.vit.unavailable() }
 
 // Removed is closed when this node is removed from the cluster; from then
 // on Ready reports it and checks answer ErrUnavailable. The server decides
 // whether the process exits (limitd serve does unless --stay-after-removal).
-func (n *Node) Removed() <-chan struct{} { return n.removed }
-
-// unavailable is non-nil (an error matching ErrUnavailable that names the
-// cause) when this node cannot serve checks at all.
-func (n *Node) unavailable() error {
-	if p := n.fatal.Load(); p != nil {
-		return &unavailableError{Cause: *p}
-	}
-	if n.removedFlag.Load() {
-		return &unavailableError{Cause: errRemoved}
-	}
-	return nil
-}
+func (n *Node) Removed() <-chan struct{} { return n.vit.removed }
 
 var errRemoved = errors.New("removed from cluster")
 
 // Ready is nil when this node can serve: it knows a leader and its state
 // machine has applied (nearly) everything it knows to be committed.
 func (n *Node) Ready() error {
-	if err := n.unavailable(); err != nil {
+	if err := n.vit.unavailable(); err != nil {
 		return err
 	}
-	if known, member := n.membership(); known && !member {
+	if known, member := n.vit.membership(); known && !member {
 		return fmt.Errorf("not in the cluster configuration (%s is not a member; joining, or on another member's address?)", n.cfg.NodeID)
 	}
 	if _, id := n.raft.LeaderWithID(); id == "" {
@@ -710,6 +657,9 @@ func (n *Node) Ready() error {
 	if !n.adm.mayVote() {
 		// vote.go: a new data directory is a member once a leader admits it.
 		return errors.New("not yet admitted: this node's data directory is new and a leader has not yet recorded that it holds the whole history")
+	}
+	if err := n.catch.check(n.fsm.AppliedIndex(), n.raft.LastIndex()); err != nil { // catchup.go
+		return err
 	}
 	commit, applied := n.raft.CommitIndex(), n.fsm.AppliedIndex()
 	// A busy node always trails its commit index by the entries in flight;
@@ -769,7 +719,7 @@ func (n *Node) leaderLoop() {
 		case <-n.closing:
 			return
 		case <-register.C:
-			n.watchMembership()
+			n.vit.watchMembership()
 			if n.IsLeader() && n.fsm.Nodes()[n.cfg.NodeID] != n.cfg.HTTPAddr {
 				f := n.raft.Apply(fsm.EncodeSetNode(n.cfg.NodeID, n.cfg.HTTPAddr), n.cfg.ApplyTimeout)
 				if _, err := n.await(context.Background(), f); err != nil {
@@ -779,7 +729,7 @@ func (n *Node) leaderLoop() {
 			if n.IsLeader() {
 				// A leader needs no record of its own incarnation (it is
 				// admitted); its --bootstrap-expect peers do (admit.go).
-				n.recordBootIncarnations()
+				n.promo.recordBootIncarnations()
 			}
 		case <-t.C:
 			if !n.IsLeader() {
@@ -833,7 +783,7 @@ func (c *leaderClock) stampLocked() int64 {
 // the state machine is synced and closed cleanly.
 func (n *Node) Close() error {
 	n.closeOnce.Do(func() {
-		if n.raft.State() == raft.Leader && n.voters() > 1 {
+		if n.raft.State() == raft.Leader && countVoters(n.raft) > 1 {
 			if err := n.raft.LeadershipTransfer().Error(); err != nil {
 				// The others elect a leader after an election timeout instead.
 				n.log.Info("could not hand over leadership before shutdown", "error", err)
@@ -842,7 +792,7 @@ func (n *Node) Close() error {
 		close(n.closing)
 		n.wg.Wait()
 		var errs []error
-		if n.fatal.Load() != nil {
+		if n.vit.fatal.Load() != nil {
 			// The state machine blocks its Apply after a fatal error until it is
 			// closed, and Raft's shutdown waits for that Apply: close it first.
 			if err := n.fsm.Close(); err != nil {
@@ -864,8 +814,8 @@ func (n *Node) Close() error {
 	return n.closeErr
 }
 
-func (n *Node) voters() int {
-	f := n.raft.GetConfiguration()
+func countVoters(r *raft.Raft) int {
+	f := r.GetConfiguration()
 	if f.Error() != nil {
 		return 0
 	}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/limitd/limitd/algo"
+	"github.com/limitd/limitd/fsm"
 	"github.com/limitd/limitd/overlimit"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -23,28 +24,38 @@ import (
 // Raft's heartbeat timeout): Ready cannot see what it was not sent.
 const overLimitRefresh = 50 * time.Millisecond
 
-// overLimit is the node's over-limit cache and whether it may answer: a
-// runtime of its own that needs only the node's readiness (run) and the
-// state machine's leader time (refused).
-type overLimit struct {
+// OverLimit is the node's over-limit cache and whether it may answer
+// (service.Refuser): a runtime of its own that needs only the node's
+// readiness (run), and the state machine's leader time and the node's
+// clock (Refused).
+type OverLimit struct {
 	cache  *overlimit.Cache // nil: disabled (Config.OverLimitEntries 0)
 	usable atomic.Bool
+	fsm    *fsm.FSM     // set once the state machine opens, before any check
+	clock  *leaderClock // wallNow: the local clock with its fault offset
 	// ready replaces Node.Ready in run when set (tests).
 	ready atomic.Pointer[func() error]
 }
 
 // newOverLimit builds the cache of up to entries entries (0: disabled),
 // before the state machine opens, which takes it in its Options.
-func newOverLimit(entries int) *overLimit {
-	o := &overLimit{}
+func newOverLimit(entries int) *OverLimit {
+	o := &OverLimit{}
 	if entries > 0 {
 		o.cache = overlimit.New(overlimit.Options{MaxEntries: entries})
 	}
 	return o
 }
 
-// OverLimitCache is the node's over-limit cache, or nil when disabled.
-func (n *Node) OverLimitCache() *overlimit.Cache { return n.ol.cache }
+// OverLimit is the node's over-limit cache runtime (service.Refuser).
+func (n *Node) OverLimit() *OverLimit { return n.ol }
+
+// Cache is the over-limit cache, or nil when disabled.
+func (o *OverLimit) Cache() *overlimit.Cache { return o.cache }
+
+// vouches reports whether this replica's applied state may answer a check
+// without a Raft round (the cache is on and the node was last found Ready).
+func (o *OverLimit) vouches() bool { return o.cache != nil && o.usable.Load() }
 
 // run keeps the cache usable only while the node is ready (nodeReady: a
 // member, a leader known, the state machine caught up), until closing: a
@@ -52,7 +63,7 @@ func (n *Node) OverLimitCache() *overlimit.Cache { return n.ol.cache }
 // and restores that invalidate entries, and an entry may last a whole
 // window. On every transition to unusable the cache is cleared, so that
 // stale entries cannot come back when the node rejoins.
-func (o *overLimit) run(closing <-chan struct{}, nodeReady func() error) {
+func (o *OverLimit) run(closing <-chan struct{}, nodeReady func() error) {
 	if o.cache == nil {
 		return
 	}
@@ -69,7 +80,7 @@ func (o *overLimit) run(closing <-chan struct{}, nodeReady func() error) {
 	}
 }
 
-func (o *overLimit) refresh(nodeReady func() error) {
+func (o *OverLimit) refresh(nodeReady func() error) {
 	ready := nodeReady
 	if f := o.ready.Load(); f != nil {
 		ready = *f
@@ -83,7 +94,7 @@ func (o *overLimit) refresh(nodeReady func() error) {
 
 // disable stops answering from the cache and empties it (loss of
 // readiness or membership, removal, a fatal error, close).
-func (o *overLimit) disable() {
+func (o *OverLimit) disable() {
 	if o.cache == nil {
 		return
 	}
@@ -101,13 +112,12 @@ func (o *overLimit) disable() {
 // the node not Ready (entries the state machine adds meanwhile, as a lagging
 // node applies, are not served). It never answers "allowed"; a miss is decided through
 // the log as before.
-func (n *Node) Refused(id overlimit.LimitID, key string, cost int64) (algo.Decision, bool) {
-	o := n.ol
+func (o *OverLimit) Refused(id overlimit.LimitID, key string, cost int64) (algo.Decision, bool) {
 	if o.cache == nil || !o.usable.Load() {
 		return algo.Decision{}, false
 	}
-	now := n.wallNow()
-	if last := n.fsm.LastTime(); last > now {
+	now := o.clock.wallNow()
+	if last := o.fsm.LastTime(); last > now {
 		now = last
 	}
 	return o.cache.LookupString(id, key, cost, now)
@@ -115,7 +125,7 @@ func (n *Node) Refused(id overlimit.LimitID, key string, cost int64) (algo.Decis
 
 // collectors is the cache's metrics (hits by policy, size, evictions,
 // contradictions), when it is enabled.
-func (o *overLimit) collectors() []prometheus.Collector {
+func (o *OverLimit) collectors() []prometheus.Collector {
 	if o.cache == nil {
 		return nil
 	}

@@ -34,7 +34,7 @@ func newCachedCluster(t *testing.T, entries int) *cachedCluster {
 	}})
 	cc := &cachedCluster{c: c}
 	for _, n := range c.Nodes() {
-		cc.svcs = append(cc.svcs, service.New(n, service.Config{}))
+		cc.svcs = append(cc.svcs, service.New(clustertest.ServiceDeps(n), service.Config{}))
 	}
 	return cc
 }
@@ -228,7 +228,7 @@ func TestOverLimitCacheMatchesNoCache(t *testing.T) {
 	}
 	var hits, contradictions uint64
 	for i, n := range with.c.Nodes() {
-		st := n.OverLimitCache().Stats()
+		st := n.OverLimit().Cache().Stats()
 		hits += st.Hits
 		contradictions += st.Contradictions
 		t.Logf("node%d: %+v", i, st)
@@ -240,7 +240,7 @@ func TestOverLimitCacheMatchesNoCache(t *testing.T) {
 		t.Fatalf("%d applied allowances contradicted a cached refusal", contradictions)
 	}
 	for _, n := range without.c.Nodes() {
-		if n.OverLimitCache() != nil {
+		if n.OverLimit().Cache() != nil {
 			t.Fatal("OverLimitEntries 0 built a cache")
 		}
 	}
@@ -271,7 +271,7 @@ func TestOverLimitMetricsAndReadiness(t *testing.T) {
 	// Ready (it may not have, just after the cluster formed).
 	deadline := time.Now().Add(clustertest.Timeout)
 	for {
-		if _, hit := fn.Refused(overLimitID("p"), "k", 1); hit {
+		if _, hit := fn.OverLimit().Refused(overLimitID("p"), "k", 1); hit {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -279,13 +279,13 @@ func TestOverLimitMetricsAndReadiness(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	hits := fn.OverLimitCache().Stats().Hits
+	hits := fn.OverLimit().Cache().Stats().Hits
 	r, e := cc.svcs[f].Check(ctx, &service.CheckRequest{Key: "k", Policy: "p", Cost: 1})
 	if e != nil || r.Decision.Allowed || r.Decision.RetryAfter <= 0 {
 		t.Fatalf("follower check: %+v %v", r, e)
 	}
-	if fn.OverLimitCache().Stats().Hits != hits+1 {
-		t.Fatalf("stats %+v, want one hit", fn.OverLimitCache().Stats())
+	if fn.OverLimit().Cache().Stats().Hits != hits+1 {
+		t.Fatalf("stats %+v, want one hit", fn.OverLimit().Cache().Stats())
 	}
 	cc.caughtUp(t)
 	if fn.FSM().AppliedIndex() != before {
@@ -322,13 +322,13 @@ func TestOverLimitMetricsAndReadiness(t *testing.T) {
 	cc.c.Stop(l)
 	cc.c.Stop(3 - l - f)
 	deadline = time.Now().Add(clustertest.Timeout)
-	for fn.OverLimitCache().Stats().Entries != 0 {
+	for fn.OverLimit().Cache().Stats().Entries != 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("a node without a leader kept its cache")
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if _, hit := fn.Refused(overLimitID("p"), "k", 1); hit {
+	if _, hit := fn.OverLimit().Refused(overLimitID("p"), "k", 1); hit {
 		t.Fatal("answered from the cache without a leader")
 	}
 }
@@ -354,7 +354,7 @@ func overLimitRefusal(t *testing.T, cc *cachedCluster, l, f int) {
 	cc.caughtUp(t)
 	deadline := time.Now().Add(clustertest.Timeout)
 	for {
-		if _, hit := cc.c.Node(f).Refused(overLimitID("p"), "k", 1); hit {
+		if _, hit := cc.c.Node(f).OverLimit().Refused(overLimitID("p"), "k", 1); hit {
 			return
 		}
 		if time.Now().After(deadline) {
@@ -370,7 +370,7 @@ func newSmallCachedCluster(t *testing.T) *cachedCluster {
 	}})
 	cc := &cachedCluster{c: c}
 	for _, n := range c.Nodes() {
-		cc.svcs = append(cc.svcs, service.New(n, service.Config{}))
+		cc.svcs = append(cc.svcs, service.New(clustertest.ServiceDeps(n), service.Config{}))
 	}
 	return cc
 }
@@ -406,21 +406,21 @@ func TestOverLimitCacheUnusedWhileNotReady(t *testing.T) {
 	case <-time.After(clustertest.Timeout):
 		t.Fatal("the over-limit loop did not run")
 	}
-	if n := fn.OverLimitCache().Stats().Entries; n != 0 {
+	if n := fn.OverLimit().Cache().Stats().Entries; n != 0 {
 		t.Fatalf("a node found not Ready kept %d cache entries", n)
 	}
 	spec, err := algo.Config{Algorithm: "fixed_window", Limit: 1, Window: "10s"}.Spec()
 	if err != nil {
 		t.Fatal(err)
 	}
-	fn.OverLimitCache().Observe(overlimit.Observation{
+	fn.OverLimit().Cache().Observe(overlimit.Observation{
 		ID: overLimitID("p"), Key: []byte("k"), Spec: &spec, Cost: 1, Now: fn.FSM().LastTime(),
 		Decision: algo.Decision{Limit: 1, RetryAfter: 5 * time.Second, ResetAfter: 5 * time.Second},
 	})
-	if n := fn.OverLimitCache().Stats().Entries; n != 1 {
+	if n := fn.OverLimit().Cache().Stats().Entries; n != 1 {
 		t.Fatalf("the cache holds %d entries after a refusal, want 1", n)
 	}
-	if d, hit := fn.Refused(overLimitID("p"), "k", 1); hit {
+	if d, hit := fn.OverLimit().Refused(overLimitID("p"), "k", 1); hit {
 		t.Fatalf("a node not Ready answered from its cache: %+v", d)
 	}
 }
@@ -444,7 +444,7 @@ func TestOverLimitCacheCountsFromLeaderTime(t *testing.T) {
 	if fn.FSM().LastTime() < ahead {
 		t.Fatalf("the follower's leader time %d is before the entry's %d", fn.FSM().LastTime(), ahead)
 	}
-	d, hit := fn.Refused(overLimitID("p"), "k", 1)
+	d, hit := fn.OverLimit().Refused(overLimitID("p"), "k", 1)
 	if !hit {
 		t.Fatal("no cached refusal")
 	}

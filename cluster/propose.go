@@ -23,7 +23,7 @@ func (n *Node) Check(ctx context.Context, ops []fsm.Op) ([]fsm.Result, error) {
 	if len(ops) == 0 {
 		return nil, nil
 	}
-	if err := n.unavailable(); err != nil {
+	if err := n.vit.unavailable(); err != nil {
 		return nil, err
 	}
 	if tracing.Enabled() {
@@ -51,26 +51,26 @@ func (n *Node) onLeader(ctx context.Context, local func() error, forward func(ad
 		if !errors.Is(err, errRetry) {
 			return err
 		}
-		if err := n.unavailable(); err != nil {
+		if err := n.vit.unavailable(); err != nil {
 			return err
 		}
 		if err := n.leaderGone(); err != nil { // quorum.go: no 5 s wait without a leader
 			return err
 		}
-		if err := n.pause(ctx); err != nil {
+		if err := pause(ctx, n.closing); err != nil {
 			return err
 		}
 	}
 }
 
 // pause waits a moment before retrying, or reports why it cannot.
-func (n *Node) pause(ctx context.Context) error {
+func pause(ctx context.Context, closing <-chan struct{}) error {
 	t := time.NewTimer(10 * time.Millisecond)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
 		return ErrNoLeader
-	case <-n.closing:
+	case <-closing:
 		return ErrNoLeader
 	case <-t.C:
 		return nil
@@ -128,8 +128,8 @@ func (n *Node) await(ctx context.Context, f raft.ApplyFuture) (interface{}, erro
 	var err error
 	select {
 	case err = <-done:
-	case <-n.halted:
-		return nil, fmt.Errorf("%w: %v", ErrOutcomeUnknown, n.unavailable())
+	case <-n.vit.halted:
+		return nil, fmt.Errorf("%w: %v", ErrOutcomeUnknown, n.vit.unavailable())
 	case <-n.closing:
 		return nil, fmt.Errorf("%w: the node is shutting down", ErrOutcomeUnknown)
 	case <-t.C:
@@ -181,10 +181,10 @@ func (n *Node) Join(ctx context.Context, id, raftAddr, httpAddr string) error {
 }
 
 func (n *Node) joinLocal(id, raftAddr, httpAddr string) error {
-	if e := n.addressTaken(id, raftAddr); e != nil { // members.go
+	if e := addressTaken(n.raft, id, raftAddr); e != nil { // members.go
 		return e
 	}
-	handled, inc, err := n.admitJoin(id, raftAddr, httpAddr) // admit.go: a wiped member rejoins as a non-voter
+	handled, inc, err := n.promo.admitJoin(id, raftAddr, httpAddr) // admit.go: a wiped member rejoins as a non-voter
 	if handled || err != nil {
 		return err
 	}
@@ -200,7 +200,7 @@ func (n *Node) joinLocal(id, raftAddr, httpAddr string) error {
 	if _, err := n.await(context.Background(), n.raft.Apply(fsm.EncodeSetNode(id, httpAddr), n.cfg.ApplyTimeout)); err != nil {
 		return err
 	}
-	return n.recordIncarnation(id, inc)
+	return n.promo.recordIncarnation(id, inc)
 }
 
 // Remove takes a server out of the Raft configuration through the leader.

@@ -14,24 +14,24 @@ import (
 
 // PutRLSDomain stores a domain's canonical configuration (validated by the
 // caller) through the leader. Errors as PutPolicy's.
-func (n *Node) PutRLSDomain(ctx context.Context, name string, canonical []byte) error {
-	return n.applyAdmin(ctx, fsm.EncodePutDomain(name, canonical))
+func (c *Catalog) PutRLSDomain(ctx context.Context, name string, canonical []byte) error {
+	return c.applyAdmin(ctx, fsm.EncodePutDomain(name, canonical))
 }
 
 // DeleteRLSDomain removes a domain through the leader; *fsm.Error not_found
 // when it does not exist.
-func (n *Node) DeleteRLSDomain(ctx context.Context, name string) error {
-	return n.applyAdmin(ctx, fsm.EncodeDeleteDomain(name))
+func (c *Catalog) DeleteRLSDomain(ctx context.Context, name string) error {
+	return c.applyAdmin(ctx, fsm.EncodeDeleteDomain(name))
 }
 
 // RLSDomainConfig returns this replica's canonical configuration of a domain.
-func (n *Node) RLSDomainConfig(name string) ([]byte, bool) {
-	d, ok := n.fsm.Domain(name)
+func (c *Catalog) RLSDomainConfig(name string) ([]byte, bool) {
+	d, ok := c.fsm.Domain(name)
 	return d.Config, ok
 }
 
 // RLSDomains returns this replica's domains sorted by name.
-func (n *Node) RLSDomains() []fsm.Domain { return n.fsm.Domains() }
+func (c *Catalog) RLSDomains() []fsm.Domain { return c.fsm.Domains() }
 
 // RLSDomainsVersion changes whenever this replica's domains change.
-func (n *Node) RLSDomainsVersion() uint64 { return n.fsm.DomainsVersion() }
+func (c *Catalog) RLSDomainsVersion() uint64 { return c.fsm.DomainsVersion() }

@@ -14,18 +14,18 @@ import (
 
 // PutPolicy creates or replaces a policy. A change that binds leased budget
 // returns once the leases under the earlier version have ended (leasefence.go).
-func (n *Node) PutPolicy(ctx context.Context, p fsm.Policy) error {
-	return n.applyPolicy(ctx, fsm.EncodePutPolicy(p))
+func (c *Catalog) PutPolicy(ctx context.Context, p fsm.Policy) error {
+	return c.applyPolicy(ctx, fsm.EncodePutPolicy(p))
 }
 
 // DeletePolicy deletes a policy; *fsm.Error not_found when it does not exist.
 // It returns as PutPolicy does.
-func (n *Node) DeletePolicy(ctx context.Context, name string) error {
-	return n.applyPolicy(ctx, fsm.EncodeDeletePolicy(name))
+func (c *Catalog) DeletePolicy(ctx context.Context, name string) error {
+	return c.applyPolicy(ctx, fsm.EncodeDeletePolicy(name))
 }
 
-func (n *Node) applyPolicy(ctx context.Context, cmd []byte) error {
-	resp, err := n.Apply(ctx, cmd)
+func (c *Catalog) applyPolicy(ctx context.Context, cmd []byte) error {
+	resp, err := c.propose(ctx, cmd)
 	if err != nil {
 		return err
 	}
@@ -37,11 +37,13 @@ func (n *Node) applyPolicy(ctx context.Context, cmd []byte) error {
 
 // ResetKey forgets c.Key's state under c's limit (c.Cost is ignored).
 func (n *Node) ResetKey(ctx context.Context, c fsm.Check) error {
-	return n.applyAdmin(ctx, fsm.EncodeResetKey(c))
+	return applyAdmin(ctx, n.Apply, fsm.EncodeResetKey(c))
 }
 
-func (n *Node) applyAdmin(ctx context.Context, cmd []byte) error {
-	resp, err := n.Apply(ctx, cmd)
+// applyAdmin proposes cmd through propose (Node.Apply) and returns the
+// refusal its response carries.
+func applyAdmin(ctx context.Context, propose proposer, cmd []byte) error {
+	resp, err := propose(ctx, cmd)
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,8 +15,8 @@ import (
 // its disk space for good. It runs at open, before the snapshot store and
 // Raft, while the data directory's lock (fsm.db.lock) keeps any other
 // process out, so no snapshot can be in progress.
-func (n *Node) removeTempSnapshots() {
-	dir := filepath.Join(n.cfg.DataDir, "snapshots")
+func removeTempSnapshots(dataDir string, log *slog.Logger) {
+	dir := filepath.Join(dataDir, "snapshots")
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return // none yet; the snapshot store reports a real problem
@@ -26,9 +27,9 @@ func (n *Node) removeTempSnapshots() {
 		}
 		p := filepath.Join(dir, e.Name())
 		if err := os.RemoveAll(p); err != nil {
-			n.log.Warn("could not remove an unfinished snapshot", "path", p, "error", err)
+			log.Warn("could not remove an unfinished snapshot", "path", p, "error", err)
 			continue
 		}
-		n.log.Info("removed an unfinished snapshot left by an earlier process", "path", p)
+		log.Info("removed an unfinished snapshot left by an earlier process", "path", p)
 	}
 }

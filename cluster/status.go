@@ -50,7 +50,7 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 		CommitIndex:  n.raft.CommitIndex(),
 		AppliedIndex: n.fsm.AppliedIndex(),
 	}
-	if err := n.unavailable(); err != nil {
+	if err := n.vit.unavailable(); err != nil {
 		st.Unavailable = err.Error()
 	}
 	nodes := n.fsm.Nodes()
@@ -78,7 +78,7 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 		case isLeader:
 			m.Health = health(n.metrics.peerHealthy(string(s.ID)))
 		case s.ID == self:
-			m.Health = health(inContact && n.unavailable() == nil)
+			m.Health = health(inContact && n.vit.unavailable() == nil)
 		case s.ID == leader && inContact:
 			m.Health = HealthHealthy
 		default:
@@ -102,4 +102,4 @@ func (n *Node) AppliedIndex() uint64 { return n.fsm.AppliedIndex() }
 // Digest fingerprints this node's replicated state together with the index
 // it reflects. Two replicas with the same applied index must have the same
 // digest. Applies wait while it is computed.
-func (n *Node) Digest() (string, uint64, error) { return n.fsm.DigestAt() }
+func (c *Catalog) Digest() (string, uint64, error) { return c.fsm.DigestAt() }

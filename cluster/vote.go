@@ -259,7 +259,7 @@ func (n *Node) watchAdmission() {
 		if n.cfg.HTTPAddr == "" || time.Since(last) < JoinBackoffMax {
 			continue
 		}
-		if _, member := n.membership(); !member {
+		if _, member := n.vit.membership(); !member {
 			continue
 		}
 		if _, addr := n.leaderHTTP(); addr == "" {

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/limitd/limitd/api"
+	"github.com/limitd/limitd/cluster/clustertest"
 	limitdv1 "github.com/limitd/limitd/proto/limitd/v1"
 	"github.com/limitd/limitd/service"
 )
@@ -41,7 +42,7 @@ func BenchmarkFrontEnds(b *testing.B) {
 	// The HTTP API as the daemon composes it: its metrics are the service's
 	// Observer. (One node: no /internal/ endpoints are needed.)
 	m := api.NewMetrics(prometheus.NewRegistry(), 0, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	h := api.New(service.New(c.nodes[0], service.Config{Observer: m}), c.nodes[0], m, api.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}).Handler()
+	h := api.New(service.New(clustertest.ServiceDeps(c.nodes[0]), service.Config{Observer: m}), c.nodes[0], m, api.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}).Handler()
 	hs := &http.Server{Handler: h}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

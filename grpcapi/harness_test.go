@@ -34,7 +34,7 @@ type testCluster struct {
 // testConfig is the gRPC server configuration of the test cluster's nodes.
 type testConfig struct {
 	Config
-	wrap func(*cluster.Node) service.Node // optional: wrap the node (fault injection)
+	wrap func(*cluster.Node, *service.Deps) // optional: wrap the node's capabilities (fault injection)
 }
 
 func newTestCluster(t testing.TB, size int, cfg testConfig) *testCluster {
@@ -45,13 +45,13 @@ func newTestCluster(t testing.TB, size int, cfg testConfig) *testCluster {
 	t.Cleanup(c.close) // before the harness's own cleanup: gRPC stops first
 	for i := 0; i < size; i++ {
 		n := c.Node(i)
-		var node service.Node = n
+		deps := clustertest.ServiceDeps(n)
 		if cfg.wrap != nil {
-			node = cfg.wrap(n)
+			cfg.wrap(n, &deps)
 		}
 		gcfg := cfg.Config
 		gcfg.Logger = log.New(io.Discard, "", 0)
-		s, err := New(service.New(node, service.Config{RequestTimeout: 3 * time.Second}), gcfg)
+		s, err := New(service.New(deps, service.Config{RequestTimeout: 3 * time.Second}), gcfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -109,7 +109,7 @@ func (c *testCluster) waitDomain(name string, canonical []byte) {
 	deadline := time.Now().Add(10 * time.Second)
 	for i, n := range c.nodes {
 		for !c.closed[i] {
-			cur, ok := n.RLSDomainConfig(name)
+			cur, ok := n.Catalog().RLSDomainConfig(name)
 			if ok && string(cur) == string(canonical) {
 				break
 			}

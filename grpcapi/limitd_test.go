@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/limitd/limitd/algo"
+	"github.com/limitd/limitd/cluster/clustertest"
 	"github.com/limitd/limitd/nodeapi"
 	limitdv1 "github.com/limitd/limitd/proto/limitd/v1"
 	"github.com/limitd/limitd/service"
@@ -237,7 +238,7 @@ func TestPolicyLocalRefusals(t *testing.T) {
 	c := newTestCluster(t, 1, testConfig{})
 	cl := c.limitd(0)
 	ctx := ctxT(t)
-	svc := service.New(c.nodes[0], service.Config{})
+	svc := service.New(clustertest.ServiceDeps(c.nodes[0]), service.Config{})
 	replicated := func() nodeapi.Policy {
 		t.Helper()
 		p, e := svc.GetPolicy("pay")
@@ -282,7 +283,7 @@ func TestPolicyLease(t *testing.T) {
 	c := newTestCluster(t, 1, testConfig{})
 	cl := c.limitd(0)
 	ctx := ctxT(t)
-	svc := service.New(c.nodes[0], service.Config{})
+	svc := service.New(clustertest.ServiceDeps(c.nodes[0]), service.Config{})
 	replicated := func() algo.Lease {
 		t.Helper()
 		p, e := svc.GetPolicy("quota")
@@ -357,7 +358,7 @@ func TestPolicyGetPutKeepsService(t *testing.T) {
 	c := newTestCluster(t, 1, testConfig{})
 	cl := c.limitd(0)
 	ctx := ctxT(t)
-	svc := service.New(c.nodes[0], service.Config{})
+	svc := service.New(clustertest.ServiceDeps(c.nodes[0]), service.Config{})
 	for i, seed := range []struct {
 		limit                   algo.Config
 		lease                   string // JSON; "" for none

@@ -73,7 +73,7 @@ func TestHealthAndReflection(t *testing.T) {
 
 // faultyDomains injects failures into the node's domains.
 type faultyDomains struct {
-	*cluster.Node
+	*cluster.Catalog
 	panicOn  string // domain whose lookup panics
 	deadline chan time.Duration
 }
@@ -82,7 +82,7 @@ func (f *faultyDomains) RLSDomainConfig(name string) ([]byte, bool) {
 	if name == f.panicOn {
 		panic("injected")
 	}
-	return f.Node.RLSDomainConfig(name)
+	return f.Catalog.RLSDomainConfig(name)
 }
 
 func (f *faultyDomains) PutRLSDomain(ctx context.Context, name string, canonical []byte) error {
@@ -92,7 +92,7 @@ func (f *faultyDomains) PutRLSDomain(ctx context.Context, name string, canonical
 	} else {
 		f.deadline <- time.Until(dl)
 	}
-	return f.Node.PutRLSDomain(ctx, name, canonical)
+	return f.Catalog.PutRLSDomain(ctx, name, canonical)
 }
 
 // TestInterceptors: a panic answers INTERNAL and the server keeps serving;
@@ -102,7 +102,7 @@ func TestInterceptors(t *testing.T) {
 	fd := &faultyDomains{panicOn: "boom", deadline: make(chan time.Duration, 4)}
 	c := newTestCluster(t, 1, testConfig{
 		Config: Config{RequestTimeout: 3 * time.Second, MaxRecvMsgSize: 64 << 10},
-		wrap:   func(n *cluster.Node) service.Node { fd.Node = n; return fd },
+		wrap:   func(n *cluster.Node, d *service.Deps) { fd.Catalog = n.Catalog(); d.Domains = fd },
 	})
 	_, err := c.rls(0).ShouldRateLimit(ctxT(t), &rlspb.RateLimitRequest{Domain: "boom", Descriptors: []*extpb.RateLimitDescriptor{descriptor("k", "v")}})
 	if status.Code(err) != codes.Internal || !strings.Contains(err.Error(), "injected") {

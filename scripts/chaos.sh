@@ -7,7 +7,7 @@
 #   ROUNDS=100 scripts/chaos.sh       # longer
 #   SEED=42 SUITES=inprocess scripts/chaos.sh   # same fault and client choices
 #
-# Suites (SUITES, default "inprocess process rejoin lease"):
+# Suites (SUITES, default "inprocess process rejoin lease"; also clock, slowdisk):
 #   inprocess  cluster.TestFaultsThreeNodes, TestFaultsFiveNodes: 3 and 5 nodes
 #              over raft.InmemTransport; clients check keys while the leader is
 #              partitioned away, minorities are isolated, leadership is
@@ -42,6 +42,23 @@
 #              answers (lost). Its line also reports under_admitted (usage
 #              beyond the allowed answers) beside leased_at_kills (units
 #              the victims held) and leased_all_nodes_at_kills.
+#   clock      e2e TestLeaseChaosClockSteps (3 limitd processes, leased
+#              policies as in lease): each round steps the leader's clock
+#              forward (restart with LIMITD_FAULT_CLOCK_OFFSET=+3s, then
+#              failovers by kill -9 until it leads again), back (restart
+#              with no offset, leads again), and fails over to a follower
+#              whose clock is ahead (+3s). The audit is per window of leader
+#              time (answer time + reset_after): 0 over-admitted, and 0 lost
+#              once every lease went back.
+#   slowdisk   e2e TestSlowDiskBlkioHandover (LIMITD_BLKIO=1; root, loop
+#              devices, mkfs.ext4, cgroup v1 blkio): the leader's data
+#              directory on ext4 on a loop device whose writes are throttled
+#              to 3 IOPS (blkio.throttle.write_iops_device) for 15 s under
+#              load; passes when the cluster answers at least half its rate
+#              from 3 s after the slowdown and the median latency after the
+#              hand-over is under 1 s (a BLKIO-SUMMARY line, not in the
+#              table). Not in the default SUITES; loop devices and cgroups
+#              are removed at the end, by the test or by this script's trap.
 #
 # Every test prints a CHAOS-SUMMARY JSON line; the table adds them up. The
 # script fails if a test fails, any key was over-admitted, an acknowledged
@@ -71,6 +88,21 @@ failed=0
 
 log() { printf '==> %s\n' "$*" >&2; }
 
+# cleanup_blkio removes what a killed slowdisk run left: the mount and loop
+# device of its image (named limitd-blkio.img) and its blkio cgroups.
+cleanup_blkio() {
+	[[ " $SUITES " == *" slowdisk "* ]] || return 0
+	local dev file
+	while read -r dev file; do
+		dev=${dev%:}
+		umount "$dev" 2>/dev/null || true
+		losetup -d "$dev" 2>/dev/null || true
+	done < <(losetup -a 2>/dev/null | grep 'limitd-blkio\.img' | awk '{print $1, $NF}')
+	for cg in /sys/fs/cgroup/blkio/limitd-blkio-*; do
+		[[ -d $cg ]] && rmdir "$cg" 2>/dev/null || true
+	done
+}
+
 cleanup() {
 	local status=$?
 	trap - EXIT INT TERM
@@ -81,6 +113,7 @@ cleanup() {
 		sleep 1
 		kill -KILL -- "-$test_pid" 2>/dev/null || true
 	fi
+	cleanup_blkio
 	if [[ $status -eq 0 ]]; then
 		rm -rf "$work"
 	else
@@ -129,8 +162,13 @@ for suite in $SUITES; do
 	process) run_tests ./e2e '^(TestCrashKill9LeaderUnderLoad|TestCrashKill9DuringSnapshotAndApply)$' process ;;
 	rejoin) run_tests ./e2e '^TestFaultsWipeKillPause$' rejoin ;;
 	lease) run_tests ./e2e '^TestLeaseChaosKill9$' lease ;;
+	clock) run_tests ./e2e '^TestLeaseChaosClockSteps$' clock ;;
+	slowdisk)
+		LIMITD_BLKIO=1 run_tests ./e2e '^TestSlowDiskBlkioHandover$' slowdisk
+		grep -o 'BLKIO-SUMMARY {.*}' "$work/slowdisk.log" >&2 || true
+		;;
 	*)
-		log "unknown suite $suite (want inprocess, process, rejoin or lease)"
+		log "unknown suite $suite (want inprocess, process, rejoin, lease, clock, slowdisk)"
 		exit 2
 		;;
 	esac

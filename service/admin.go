@@ -102,7 +102,7 @@ func (s *Service) PutPolicy(ctx context.Context, p PolicyRequest) (nodeapi.Polic
 	}
 	ctx, cancel := s.context(ctx)
 	defer cancel()
-	if err := s.node.PutPolicy(ctx, pol); err != nil {
+	if err := s.deps.Policies.PutPolicy(ctx, pol); err != nil {
 		return nodeapi.Policy{}, s.nodeError(err)
 	}
 	return pol, nil
@@ -114,12 +114,12 @@ func (s *Service) PutPolicy(ctx context.Context, p PolicyRequest) (nodeapi.Polic
 // a refusal stops at that policy. The error names the policy.
 func (s *Service) PutPolicies(ctx context.Context, policies []nodeapi.Policy, retry time.Duration) error {
 	for _, p := range policies {
-		if cur, ok := s.node.Policy(p.Name); ok && cur == p {
+		if cur, ok := s.deps.Policies.Policy(p.Name); ok && cur == p {
 			continue
 		}
 		for {
 			pctx, cancel := s.context(ctx)
-			err := s.node.PutPolicy(pctx, p)
+			err := s.deps.Policies.PutPolicy(pctx, p)
 			cancel()
 			if err == nil {
 				break
@@ -143,7 +143,7 @@ func (s *Service) GetPolicy(name string) (nodeapi.Policy, *Error) {
 	if e := ValidatePolicyName(name, "name"); e != nil {
 		return nodeapi.Policy{}, e
 	}
-	p, ok := s.node.Policy(name)
+	p, ok := s.deps.Policies.Policy(name)
 	if !ok {
 		return nodeapi.Policy{}, &Error{Code: CodeNotFound, Field: "name", Message: fmt.Sprintf("no policy named %q", name)}
 	}
@@ -151,7 +151,7 @@ func (s *Service) GetPolicy(name string) (nodeapi.Policy, *Error) {
 }
 
 // ListPolicies returns this node's policies, sorted by name.
-func (s *Service) ListPolicies() []nodeapi.Policy { return s.node.Policies() }
+func (s *Service) ListPolicies() []nodeapi.Policy { return s.deps.Policies.Policies() }
 
 // DeletePolicy deletes a policy. The keys' state under it is left to expire.
 func (s *Service) DeletePolicy(ctx context.Context, name string) *Error {
@@ -160,7 +160,7 @@ func (s *Service) DeletePolicy(ctx context.Context, name string) *Error {
 	}
 	ctx, cancel := s.context(ctx)
 	defer cancel()
-	return s.nodeError(s.node.DeletePolicy(ctx, name))
+	return s.nodeError(s.deps.Policies.DeletePolicy(ctx, name))
 }
 
 // JoinRequest asks the cluster to add a voter.

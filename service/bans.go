@@ -111,11 +111,11 @@ func (s *Service) bannedCheck(c *nodeapi.Check, l *Limit) (nodeapi.Decision, boo
 	if !l.bans || c.Policy == "" {
 		return nodeapi.Decision{}, false
 	}
-	until, ok := s.node.Banned(c.Policy, c.Key)
+	until, ok := s.deps.Bans.Banned(c.Policy, c.Key)
 	if !ok {
 		return nodeapi.Decision{}, false
 	}
-	wait := time.Duration(max(until-s.node.LeaderTime(), 1))
+	wait := time.Duration(max(until-s.deps.Lists.LeaderTime(), 1))
 	return nodeapi.Decision{Decision: algo.Decision{Limit: l.Spec.Limit, RetryAfter: wait, ResetAfter: wait}, Reason: nodeapi.ReasonBanned}, true
 }
 
@@ -139,7 +139,7 @@ func (s *Service) ListBans(cursor string, limit int) ([]nodeapi.Ban, string, *Er
 	if err != nil {
 		return nil, "", Invalid("cursor", "not a cursor this API returned")
 	}
-	bans, next := s.node.Bans(string(after), limit)
+	bans, next := s.deps.Bans.Bans(string(after), limit)
 	if next != "" {
 		next = base64.RawURLEncoding.EncodeToString([]byte(next))
 	}
@@ -158,5 +158,5 @@ func (s *Service) Unban(ctx context.Context, key, policy string) *Error {
 	}
 	ctx, cancel := s.context(ctx)
 	defer cancel()
-	return s.nodeError(s.node.Unban(ctx, key, policy))
+	return s.nodeError(s.deps.Bans.Unban(ctx, key, policy))
 }

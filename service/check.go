@@ -38,7 +38,7 @@ func (s *Service) cached(c *nodeapi.Check) (nodeapi.Decision, bool) {
 		// encoding (the spec was validated by prepare's caller).
 		id = overlimit.LimitID{Ident: specIdent(&s.specIdents, c.Spec)}
 	}
-	d, hit := s.node.Refused(id, c.Key, c.Cost)
+	d, hit := s.deps.Refuser.Refused(id, c.Key, c.Cost)
 	return nodeapi.Decision{Decision: d}, hit
 }
 
@@ -399,7 +399,7 @@ func (s *Service) locate(fe *Error, op nodeapi.Op) *Error {
 		// The first policy this node does not know either; failing that, the
 		// first whose name the message quotes.
 		for i, c := range op.Checks {
-			if _, ok := s.node.Policy(c.Policy); c.Policy != "" && !ok {
+			if _, ok := s.deps.Policies.Policy(c.Policy); c.Policy != "" && !ok {
 				idx = i
 				break
 			}

@@ -27,7 +27,7 @@ func (b blockingNode) Check(ctx context.Context, _ []nodeapi.Op) ([]nodeapi.Resu
 // RequestTimeout, through the shared deadline.
 func TestDetachedCheckStillTimesOut(t *testing.T) {
 	n := blockingNode{newNode("api"), make(chan context.Context, 1)}
-	s := New(n, Config{RequestTimeout: 50 * time.Millisecond})
+	s := New(DepsOf(n), Config{RequestTimeout: 50 * time.Millisecond})
 	parent, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	_, e := s.Check(Detach(parent), &CheckRequest{Key: "k", Policy: "api", Cost: 1})
@@ -45,7 +45,7 @@ func TestDetachedCheckStillTimesOut(t *testing.T) {
 // a cancellable caller without one gets its own.
 func TestSharedDeadlines(t *testing.T) {
 	const timeout = 10 * time.Second
-	s := New(newNode(), Config{RequestTimeout: timeout})
+	s := New(DepsOf(newNode()), Config{RequestTimeout: timeout})
 
 	before := time.Now()
 	a, cancelA := s.context(context.Background())
@@ -92,7 +92,7 @@ func (r *recordingNode) Check(ctx context.Context, ops []nodeapi.Op) ([]nodeapi.
 // Check(Detach(ctx)) does; Check passes the caller's cancellation on.
 func TestCheckDetached(t *testing.T) {
 	n := &recordingNode{node: newNode("api")}
-	s := New(n, Config{})
+	s := New(DepsOf(n), Config{})
 	gone, cancel := context.WithCancel(context.Background())
 	cancel()
 	if _, e := s.CheckDetached(gone, &CheckRequest{Key: "k", Policy: "api", Cost: 1}); e != nil {

@@ -20,7 +20,7 @@ func TestInlineLimitBounds(t *testing.T) {
 		}
 		return &s
 	}
-	s := New(newNode("api"), Config{MaxInlineWindow: DefaultMaxInlineWindow})
+	s := New(DepsOf(newNode("api")), Config{MaxInlineWindow: DefaultMaxInlineWindow})
 	cases := []struct {
 		c     algo.Config
 		field string // "" allowed
@@ -46,7 +46,7 @@ func TestInlineLimitBounds(t *testing.T) {
 	if _, e := s.Check(context.Background(), &CheckRequest{Key: "k", Policy: "api", Cost: 1}); e != nil {
 		t.Fatalf("a policy check: %v", e)
 	}
-	off := New(newNode("api"), Config{NoInlineLimits: true, MaxInlineWindow: time.Hour})
+	off := New(DepsOf(newNode("api")), Config{NoInlineLimits: true, MaxInlineWindow: time.Hour})
 	_, e := off.Check(context.Background(), &CheckRequest{Key: "k", Limit: spec(cases[0].c), Cost: 1})
 	wantErr(t, e, CodeInvalidArgument, "limit")
 	if _, e := off.Check(context.Background(), &CheckRequest{Key: "k", Policy: "api", Cost: 1}); e != nil {

@@ -73,7 +73,7 @@ func (s *Service) ListKeys(q nodeapi.KeysQuery) (nodeapi.KeysPage, *Error) {
 	if e := ValidateKeysQuery(q); e != nil {
 		return nodeapi.KeysPage{}, e
 	}
-	p, err := s.node.ListKeys(q)
+	p, err := s.deps.Inventory.ListKeys(q)
 	if err != nil {
 		return nodeapi.KeysPage{}, fromNode(err, "")
 	}

@@ -15,7 +15,7 @@ import (
 // the test's: the node's (c) and the leader's (r.Now()).
 func TestLeaseReturnRetriedInGrace(t *testing.T) {
 	var node *failingReturns
-	r, s, c, check := dailyLeasedOver(t, 100, func(n *fsmNode) Node {
+	r, s, c, check := dailyLeasedOver(t, 100, func(n *fsmNode) Everything {
 		node = &failingReturns{fsmNode: n, fail: 1}
 		return node
 	})
@@ -46,7 +46,7 @@ func TestLeaseReturnRetriedInGrace(t *testing.T) {
 // up (lost: the state machine would credit nothing).
 func TestLeaseReturnGivenUpAfterGrace(t *testing.T) {
 	var node *failingReturns
-	_, s, c, check := dailyLeasedOver(t, 100, func(n *fsmNode) Node {
+	_, s, c, check := dailyLeasedOver(t, 100, func(n *fsmNode) Everything {
 		node = &failingReturns{fsmNode: n, fail: 1 << 20}
 		return node
 	})

@@ -43,7 +43,7 @@ func leasedServices(t *testing.T, r *replicated, n int, c *clock) []*Service {
 	var ss []*Service
 	for i := 0; i < n; i++ {
 		// A return ends a strict wait, not StrictWait: no timing in the tests.
-		s := New(r.Node(string(rune('a'+i))), Config{leases: lease.Options{Now: c.now, StrictWait: 10 * time.Second}})
+		s := New(DepsOf(r.Node(string(rune('a'+i)))), Config{leases: lease.Options{Now: c.now, StrictWait: 10 * time.Second}})
 		t.Cleanup(func() { s.CloseLeases(context.Background()) })
 		ss = append(ss, s)
 	}
@@ -89,7 +89,7 @@ func leasedRoundRobin(t *testing.T, limit, checks int, busy bool) {
 		t.Fatal(err)
 	}
 	pol := fsm.Policy{Name: "daily", Spec: spec, Lease: algo.Lease{Share: 100_000, MaxTTL: time.Minute}}
-	if err := ss[0].node.PutPolicy(context.Background(), pol); err != nil {
+	if err := ss[0].deps.Policies.PutPolicy(context.Background(), pol); err != nil {
 		t.Fatal(err)
 	}
 	entries := r.Entries()
@@ -139,7 +139,7 @@ func TestLeaseDeadline(t *testing.T) {
 	c := &clock{t: time.Unix(1000, 0)}
 	s := leasedServices(t, r, 1, c)[0]
 	spec, _ := algo.Config{Algorithm: "token_bucket", Limit: 100, Window: "1s"}.Spec()
-	if err := s.node.PutPolicy(context.Background(), fsm.Policy{Name: "daily", Spec: spec, Lease: algo.Lease{Share: 500_000, MaxTTL: time.Second}}); err != nil {
+	if err := s.deps.Policies.PutPolicy(context.Background(), fsm.Policy{Name: "daily", Spec: spec, Lease: algo.Lease{Share: 500_000, MaxTTL: time.Second}}); err != nil {
 		t.Fatal(err)
 	}
 	check := func() {
@@ -179,7 +179,7 @@ func TestLeaseRevokedOnPolicyChange(t *testing.T) {
 	s := leasedServices(t, r, 1, c)[0]
 	spec, _ := algo.Config{Algorithm: "fixed_window", Limit: 100, Window: "1h"}.Spec()
 	pol := fsm.Policy{Name: "daily", Spec: spec, Lease: algo.Lease{Share: 500_000, MaxTTL: time.Minute}}
-	if err := s.node.PutPolicy(context.Background(), pol); err != nil {
+	if err := s.deps.Policies.PutPolicy(context.Background(), pol); err != nil {
 		t.Fatal(err)
 	}
 	for i := 0; i < 3; i++ {
@@ -206,7 +206,7 @@ func TestLeaseRevokedOnPolicyChange(t *testing.T) {
 		t.Fatalf("an exact path used the lease: %+v", st)
 	}
 	pol.Spec.Limit = 200
-	if err := s.node.PutPolicy(context.Background(), pol); err != nil {
+	if err := s.deps.Policies.PutPolicy(context.Background(), pol); err != nil {
 		t.Fatal(err)
 	}
 	if _, e := s.Check(context.Background(), &CheckRequest{Key: "k", Policy: "daily", Cost: 1}); e != nil {
@@ -228,7 +228,7 @@ func TestLeaseReturnedBeforeReset(t *testing.T) {
 	c := &clock{t: time.Unix(1000, 0)}
 	s := leasedServices(t, r, 1, c)[0]
 	spec, _ := algo.Config{Algorithm: "fixed_window", Limit: 100, Window: "1h"}.Spec()
-	if err := s.node.PutPolicy(context.Background(), fsm.Policy{Name: "daily", Spec: spec, Lease: algo.Lease{Share: 500_000, MaxTTL: time.Minute}}); err != nil {
+	if err := s.deps.Policies.PutPolicy(context.Background(), fsm.Policy{Name: "daily", Spec: spec, Lease: algo.Lease{Share: 500_000, MaxTTL: time.Minute}}); err != nil {
 		t.Fatal(err)
 	}
 	for i := 0; i < 3; i++ {
@@ -260,7 +260,7 @@ func leaseAll(t *testing.T, strict bool) (r *replicated, a, b *Service) {
 	ss := leasedServices(t, r, 2, c)
 	spec, _ := algo.Config{Algorithm: "fixed_window", Limit: 100, Window: "1h"}.Spec()
 	pol := fsm.Policy{Name: "daily", Spec: spec, Lease: algo.Lease{Share: 1_000_000, MaxTTL: time.Minute, NoStrict: !strict}}
-	if err := ss[0].node.PutPolicy(context.Background(), pol); err != nil {
+	if err := ss[0].deps.Policies.PutPolicy(context.Background(), pol); err != nil {
 		t.Fatal(err)
 	}
 	for i := 0; i < 3; i++ { // two exact checks, the lease of 98, one check from it
@@ -328,10 +328,10 @@ func TestLeaseStrictRecall(t *testing.T) {
 // leased check's CPU.
 func BenchmarkLeasedCheck(b *testing.B) {
 	r := newReplicated(&testing.T{})
-	s := New(r.Node("a"), Config{})
+	s := New(DepsOf(r.Node("a")), Config{})
 	defer s.CloseLeases(context.Background())
 	spec, _ := algo.Config{Algorithm: "fixed_window", Limit: 1_000_000_000, Window: "24h"}.Spec()
-	if err := s.node.PutPolicy(context.Background(), fsm.Policy{Name: "daily", Spec: spec, Lease: algo.Lease{Share: 500_000, MaxTTL: 10 * time.Minute}}); err != nil {
+	if err := s.deps.Policies.PutPolicy(context.Background(), fsm.Policy{Name: "daily", Spec: spec, Lease: algo.Lease{Share: 500_000, MaxTTL: 10 * time.Minute}}); err != nil {
 		b.Fatal(err)
 	}
 	req := &CheckRequest{Key: "k", Policy: "daily", Cost: 1}
@@ -410,26 +410,26 @@ func dailyLeased(t *testing.T, limit int64) (r *replicated, s *Service, c *clock
 }
 
 // dailyLeasedOver is dailyLeased with the node wrapped by wrap (nil: as is).
-func dailyLeasedOver(t *testing.T, limit int64, wrap func(*fsmNode) Node) (r *replicated, s *Service, c *clock, check func()) {
+func dailyLeasedOver(t *testing.T, limit int64, wrap func(*fsmNode) Everything) (r *replicated, s *Service, c *clock, check func()) {
 	t.Helper()
 	return dailyLeasedWith(t, limit, wrap, lease.Options{})
 }
 
 // dailyLeasedWith is dailyLeasedOver with the lease table tuned by o (its
 // clock and strict wait are the test's).
-func dailyLeasedWith(t *testing.T, limit int64, wrap func(*fsmNode) Node, o lease.Options) (r *replicated, s *Service, c *clock, check func()) {
+func dailyLeasedWith(t *testing.T, limit int64, wrap func(*fsmNode) Everything, o lease.Options) (r *replicated, s *Service, c *clock, check func()) {
 	t.Helper()
 	r = newReplicated(t)
 	c = &clock{t: time.Unix(1000, 0)}
-	var n Node = r.Node("a")
+	var n Everything = r.Node("a")
 	if wrap != nil {
 		n = wrap(n.(*fsmNode))
 	}
 	o.Now, o.StrictWait = c.now, 10*time.Second
-	s = New(n, Config{leases: o})
+	s = New(DepsOf(n), Config{leases: o})
 	t.Cleanup(func() { s.CloseLeases(context.Background()) })
 	spec, _ := algo.Config{Algorithm: "fixed_window", Limit: limit, Window: "1h"}.Spec()
-	if err := s.node.PutPolicy(context.Background(), fsm.Policy{Name: "daily", Spec: spec, Lease: algo.Lease{Share: 500_000, MaxTTL: 2 * time.Second}}); err != nil {
+	if err := s.deps.Policies.PutPolicy(context.Background(), fsm.Policy{Name: "daily", Spec: spec, Lease: algo.Lease{Share: 500_000, MaxTTL: 2 * time.Second}}); err != nil {
 		t.Fatal(err)
 	}
 	check = func() {
@@ -476,7 +476,7 @@ func (n *failingReturns) ReturnLeases(ctx context.Context, rets []fsm.LeaseRetur
 func TestLeaseReturnRetried(t *testing.T) {
 	for _, applied := range []bool{false, true} {
 		var node *failingReturns
-		r, s, c, check := dailyLeasedOver(t, 100, func(n *fsmNode) Node {
+		r, s, c, check := dailyLeasedOver(t, 100, func(n *fsmNode) Everything {
 			node = &failingReturns{fsmNode: n, fail: 1, applied: applied}
 			return node
 		})
@@ -528,7 +528,7 @@ func (n *failingGrants) GrantLeases(ctx context.Context, reqs []fsm.LeaseRequest
 // lease's units): the key's budget is whole again. Before, they were lost
 // until the lease expired.
 func TestLeaseUnknownGrantAskedBack(t *testing.T) {
-	_, s, _, check := dailyLeasedOver(t, 100, func(n *fsmNode) Node { return &failingGrants{fsmNode: n, fail: 1} })
+	_, s, _, check := dailyLeasedOver(t, 100, func(n *fsmNode) Everything { return &failingGrants{fsmNode: n, fail: 1} })
 	check()
 	check()       // sets off a grant of 49: made, its answer lost
 	waitGrants(s) // the return asking it back
@@ -594,7 +594,7 @@ func (n *recallingGrants) GrantLeases(ctx context.Context, reqs []fsm.LeaseReque
 // it waits for those units.
 func TestLeaseRecalledInFlightGoesBack(t *testing.T) {
 	var node *recallingGrants
-	_, s, _, check := dailyLeasedOver(t, 100, func(n *fsmNode) Node {
+	_, s, _, check := dailyLeasedOver(t, 100, func(n *fsmNode) Everything {
 		node = &recallingGrants{fsmNode: n}
 		return node
 	})

@@ -23,7 +23,7 @@ func TestLeaseSnapshot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.node.PutPolicy(context.Background(), nodeapi.Policy{Name: "daily", Spec: spec, Lease: algo.Lease{Share: 100_000, MaxTTL: time.Minute}}); err != nil {
+	if err := s.deps.Policies.PutPolicy(context.Background(), nodeapi.Policy{Name: "daily", Spec: spec, Lease: algo.Lease{Share: 100_000, MaxTTL: time.Minute}}); err != nil {
 		t.Fatal(err)
 	}
 	if views, more := s.LeaseSnapshot(10); len(views) != 0 || more != 0 {

@@ -226,13 +226,13 @@ func ValidateList(r *ListRequest, known func(string) bool) ([]byte, *Error) {
 // PutList validates and stores a list (replacing one of the same name) and
 // returns it as stored.
 func (s *Service) PutList(ctx context.Context, r ListRequest) (ListRequest, *Error) {
-	enc, e := ValidateList(&r, func(p string) bool { _, ok := s.node.Policy(p); return ok })
+	enc, e := ValidateList(&r, func(p string) bool { _, ok := s.deps.Policies.Policy(p); return ok })
 	if e != nil {
 		return ListRequest{}, e
 	}
 	ctx, cancel := s.context(ctx)
 	defer cancel()
-	if err := s.node.PutList(ctx, r.Name, enc); err != nil {
+	if err := s.deps.Lists.PutList(ctx, r.Name, enc); err != nil {
 		return ListRequest{}, s.nodeError(err)
 	}
 	out, _ := decodeList(r.Name, enc)
@@ -244,7 +244,7 @@ func (s *Service) GetList(name string) (ListRequest, *Error) {
 	if e := ValidatePolicyName(name, "name"); e != nil {
 		return ListRequest{}, e
 	}
-	enc, ok := s.node.List(name)
+	enc, ok := s.deps.Lists.List(name)
 	if !ok {
 		return ListRequest{}, &Error{Code: CodeNotFound, Field: "name", Message: "list " + strconv.Quote(name) + " does not exist"}
 	}
@@ -257,7 +257,7 @@ func (s *Service) GetList(name string) (ListRequest, *Error) {
 
 // ListLists returns this replica's lists sorted by name.
 func (s *Service) ListLists() ([]ListRequest, *Error) {
-	ls := s.node.Lists()
+	ls := s.deps.Lists.Lists()
 	out := make([]ListRequest, 0, len(ls))
 	for _, l := range ls {
 		r, err := decodeList(l.Name, l.Config)
@@ -276,7 +276,7 @@ func (s *Service) DeleteList(ctx context.Context, name string) *Error {
 	}
 	ctx, cancel := s.context(ctx)
 	defer cancel()
-	return s.nodeError(s.node.DeleteList(ctx, name))
+	return s.nodeError(s.deps.Lists.DeleteList(ctx, name))
 }
 
 func decodeList(name string, enc []byte) (ListRequest, error) {
@@ -421,7 +421,7 @@ type listCache struct {
 }
 
 func (s *Service) listSet() *listSet {
-	v := s.node.ListsVersion()
+	v := s.deps.Lists.ListsVersion()
 	if ls := s.lists.cur.Load(); ls != nil && ls.version == v {
 		return ls
 	}
@@ -431,7 +431,7 @@ func (s *Service) listSet() *listSet {
 		return ls
 	}
 	ls := &listSet{version: v}
-	for _, l := range s.node.Lists() {
+	for _, l := range s.deps.Lists.Lists() {
 		r, err := decodeList(l.Name, l.Config)
 		if err != nil {
 			continue // never produced by ValidateList; the list matches nothing
@@ -449,7 +449,7 @@ func (s *Service) listed(c *nodeapi.Check, addr netip.Addr, l *Limit) (nodeapi.D
 	if len(ls.lists) == 0 {
 		return nodeapi.Decision{}, false
 	}
-	now := s.node.LeaderTime()
+	now := s.deps.Lists.LeaderTime()
 	allow, deny := false, false
 	var until int64
 	for _, cl := range ls.lists {

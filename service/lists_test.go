@@ -64,7 +64,7 @@ func (n *listNode) LeaderTime() int64 { n.lmu.Lock(); defer n.lmu.Unlock(); retu
 
 func TestListValidationNamesTheField(t *testing.T) {
 	n := newListNode("api")
-	s := New(n, Config{})
+	s := New(DepsOf(n), Config{})
 	cases := []struct {
 		r     ListRequest
 		field string
@@ -114,7 +114,7 @@ func TestListPrecedenceModel(t *testing.T) {
 	policies := []string{"p1", "p2"}
 	rapid.Check(t, func(t *rapid.T) {
 		n := newListNode(policies...)
-		s := New(n, Config{})
+		s := New(DepsOf(n), Config{})
 		type entry struct {
 			kind, value string
 			exp         int64 // 0: never

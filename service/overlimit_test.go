@@ -33,7 +33,7 @@ func (n *refusingNode) Refused(id overlimit.LimitID, key string, _ int64) (algo.
 func TestCachedRefusals(t *testing.T) {
 	ctx := context.Background()
 	n := &refusingNode{node: newNode("p"), hot: map[string]bool{"hot": true, "hot2": true}}
-	s := New(n, Config{})
+	s := New(DepsOf(n), Config{})
 
 	r, e := s.Check(ctx, &CheckRequest{Key: "hot", Policy: "p", Cost: 1})
 	if e != nil || Allowed(&r.Decision) || r.Decision.RetryAfter != 7e9 || r.Limit.Name != "p" || !r.Limit.Known {
@@ -115,7 +115,7 @@ func (n *hitNode) Refused(id overlimit.LimitID, _ string, _ int64) (algo.Decisio
 // (which detaches the context only for checks that go to the node).
 func TestCachedRefusalAllocates(t *testing.T) {
 	n := &hitNode{node: newNode("p")}
-	s := New(n, Config{})
+	s := New(DepsOf(n), Config{})
 	spec, err := algo.Config{Algorithm: "sliding_window", Limit: 100, Window: "1s"}.Spec()
 	if err != nil {
 		t.Fatal(err)

@@ -115,7 +115,7 @@ func (s *Service) PutPlan(ctx context.Context, r PlanRequest) (nodeapi.Plan, *Er
 	if e != nil {
 		return nodeapi.Plan{}, e
 	}
-	return p, s.admin(ctx, func(ctx context.Context) error { return s.node.PutPlan(ctx, p) })
+	return p, s.admin(ctx, func(ctx context.Context) error { return s.deps.Plans.PutPlan(ctx, p) })
 }
 
 // GetPlan returns this node's copy of a plan.
@@ -123,7 +123,7 @@ func (s *Service) GetPlan(name string) (nodeapi.Plan, *Error) {
 	if e := ValidatePolicyName(name, "name"); e != nil {
 		return nodeapi.Plan{}, e
 	}
-	p, ok := s.node.Plan(name)
+	p, ok := s.deps.Plans.Plan(name)
 	if !ok {
 		return nodeapi.Plan{}, &Error{Code: CodeNotFound, Field: "name", Message: fmt.Sprintf("no plan named %q", name)}
 	}
@@ -131,7 +131,7 @@ func (s *Service) GetPlan(name string) (nodeapi.Plan, *Error) {
 }
 
 // ListPlans returns this node's plans sorted by name.
-func (s *Service) ListPlans() []nodeapi.Plan { return s.node.Plans() }
+func (s *Service) ListPlans() []nodeapi.Plan { return s.deps.Plans.Plans() }
 
 // DeletePlan deletes a plan; refused (conflict) while a prefix rule or the
 // default plan names it.
@@ -139,7 +139,7 @@ func (s *Service) DeletePlan(ctx context.Context, name string) *Error {
 	if e := ValidatePolicyName(name, "name"); e != nil {
 		return e
 	}
-	return s.admin(ctx, func(ctx context.Context) error { return s.node.DeletePlan(ctx, name) })
+	return s.admin(ctx, func(ctx context.Context) error { return s.deps.Plans.DeletePlan(ctx, name) })
 }
 
 // PutPrefixRule gives keys starting with prefix the plan; a prefix that is a
@@ -152,7 +152,7 @@ func (s *Service) PutPrefixRule(ctx context.Context, prefix, plan string) *Error
 		return e
 	}
 	return s.admin(ctx, func(ctx context.Context) error {
-		return s.node.PutPrefixRule(ctx, nodeapi.PrefixRule{Prefix: prefix, Plan: plan})
+		return s.deps.Plans.PutPrefixRule(ctx, nodeapi.PrefixRule{Prefix: prefix, Plan: plan})
 	})
 }
 
@@ -161,11 +161,11 @@ func (s *Service) DeletePrefixRule(ctx context.Context, prefix string) *Error {
 	if e := ValidateKey(prefix, "prefix"); e != nil {
 		return e
 	}
-	return s.admin(ctx, func(ctx context.Context) error { return s.node.DeletePrefixRule(ctx, prefix) })
+	return s.admin(ctx, func(ctx context.Context) error { return s.deps.Plans.DeletePrefixRule(ctx, prefix) })
 }
 
 // ListPrefixRules returns this node's prefix rules sorted by prefix.
-func (s *Service) ListPrefixRules() []nodeapi.PrefixRule { return s.node.PrefixRules() }
+func (s *Service) ListPrefixRules() []nodeapi.PrefixRule { return s.deps.Plans.PrefixRules() }
 
 // SetDefaultPlan names the plan of keys with no assignment and no matching
 // prefix rule ("" clears it).
@@ -175,11 +175,11 @@ func (s *Service) SetDefaultPlan(ctx context.Context, plan string) *Error {
 			return e
 		}
 	}
-	return s.admin(ctx, func(ctx context.Context) error { return s.node.SetDefaultPlan(ctx, plan) })
+	return s.admin(ctx, func(ctx context.Context) error { return s.deps.Plans.SetDefaultPlan(ctx, plan) })
 }
 
 // DefaultPlan returns this node's default plan ("" when none).
-func (s *Service) DefaultPlan() string { return s.node.DefaultPlan() }
+func (s *Service) DefaultPlan() string { return s.deps.Plans.DefaultPlan() }
 
 // AssignPlan gives key the plan ("" removes the key's assignment).
 func (s *Service) AssignPlan(ctx context.Context, key, plan string) *Error {
@@ -192,7 +192,7 @@ func (s *Service) AssignPlan(ctx context.Context, key, plan string) *Error {
 		}
 	}
 	e := s.admin(ctx, func(ctx context.Context) error {
-		return s.node.AssignPlans(ctx, []nodeapi.Assignment{{Key: key, Plan: plan}})
+		return s.deps.Plans.AssignPlans(ctx, []nodeapi.Assignment{{Key: key, Plan: plan}})
 	})
 	if e != nil {
 		if f, ok := strings.CutPrefix(e.Field, "assignments[0]."); ok {
@@ -231,7 +231,7 @@ func (s *Service) AssignPlans(ctx context.Context, lines []AssignLine) *Error {
 		}
 		as[i] = nodeapi.Assignment{Key: l.Key, Plan: l.Plan}
 	}
-	e := s.admin(ctx, func(ctx context.Context) error { return s.node.AssignPlans(ctx, as) })
+	e := s.admin(ctx, func(ctx context.Context) error { return s.deps.Plans.AssignPlans(ctx, as) })
 	if e != nil {
 		// The state machine names "assignments[i]": render it as the line.
 		if rest, ok := strings.CutPrefix(e.Field, "assignments["); ok {
@@ -325,7 +325,7 @@ func (s *Service) PutOverride(ctx context.Context, key string, r OverrideRequest
 		lo.Name = n
 		o.Limits = append(o.Limits, lo)
 	}
-	return o, s.admin(ctx, func(ctx context.Context) error { return s.node.PutOverride(ctx, key, o) })
+	return o, s.admin(ctx, func(ctx context.Context) error { return s.deps.Plans.PutOverride(ctx, key, o) })
 }
 
 // DeleteOverride removes a key's override.
@@ -333,7 +333,7 @@ func (s *Service) DeleteOverride(ctx context.Context, key string) *Error {
 	if e := ValidateKey(key, "key"); e != nil {
 		return e
 	}
-	return s.admin(ctx, func(ctx context.Context) error { return s.node.DeleteOverride(ctx, key) })
+	return s.admin(ctx, func(ctx context.Context) error { return s.deps.Plans.DeleteOverride(ctx, key) })
 }
 
 // admin runs one admin write with the request timeout.

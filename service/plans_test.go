@@ -62,7 +62,7 @@ func TestValidatePlan(t *testing.T) {
 
 func TestAssignPlansNamesTheLine(t *testing.T) {
 	n := &planNode{node: newNode()}
-	s := New(n, Config{})
+	s := New(DepsOf(n), Config{})
 	lines := []AssignLine{{Line: 1, Key: "a", Plan: "pro"}, {Line: 3, Key: "b", Plan: "pro"}}
 	n.assignErr = &nodeapi.Error{Code: CodeNotFound, Field: "assignments[1].plan", Message: "plan does not exist"}
 	wantErr(t, s.AssignPlans(t.Context(), lines), CodeInvalidArgument, "lines[3].plan")
@@ -78,7 +78,7 @@ func TestAssignPlansNamesTheLine(t *testing.T) {
 
 func TestPutOverrideValidation(t *testing.T) {
 	n := &planNode{node: newNode()}
-	s := New(n, Config{})
+	s := New(DepsOf(n), Config{})
 	for _, tc := range []struct {
 		r     OverrideRequest
 		field string
@@ -104,7 +104,7 @@ func TestPutOverrideValidation(t *testing.T) {
 // atomic group and a reset refuse one.
 func TestKeyOnlyCheckIsAPlanCheck(t *testing.T) {
 	n := newNode()
-	s := New(n, Config{})
+	s := New(DepsOf(n), Config{})
 	res, e := s.Check(t.Context(), &CheckRequest{Key: "tenant:acme", Cost: 1})
 	if e != nil || len(n.ops) != 1 || !n.ops[0].Checks[0].ByPlan || res.Limit.Name != PlanMetricName {
 		t.Fatalf("plan check: %+v %v %+v", res, e, n.ops)

@@ -25,7 +25,7 @@ type Digester interface {
 func (s *Service) OpenBackup(ctx context.Context) (nodeapi.Backup, *Error) {
 	ctx, cancel := s.context(ctx)
 	defer cancel()
-	bk, err := s.node.OpenBackup(ctx)
+	bk, err := s.deps.Backuper.OpenBackup(ctx)
 	if err != nil {
 		return nil, &Error{Code: CodeUnavailable, Message: err.Error()}
 	}
@@ -35,7 +35,7 @@ func (s *Service) OpenBackup(ctx context.Context) (nodeapi.Backup, *Error) {
 // Digest fingerprints this node's replicated state with the index it
 // reflects (GET /v1/cluster/digest). Errors are internal.
 func (s *Service) Digest() (digest string, appliedIndex uint64, e *Error) {
-	digest, appliedIndex, err := s.node.Digest()
+	digest, appliedIndex, err := s.deps.Digester.Digest()
 	if err != nil {
 		return "", 0, Internal(fmt.Sprintf("digest: %v", err))
 	}

@@ -34,7 +34,7 @@ func (b *backupNode) OpenBackup(ctx context.Context) (nodeapi.Backup, error) {
 // one now answers unavailable naming why.
 func TestOpenBackup(t *testing.T) {
 	n := &backupNode{node: newNode()}
-	b, e := New(n, Config{}).OpenBackup(context.Background())
+	b, e := New(DepsOf(n), Config{}).OpenBackup(context.Background())
 	if e != nil {
 		t.Fatal(e)
 	}
@@ -42,7 +42,7 @@ func TestOpenBackup(t *testing.T) {
 		t.Fatalf("Point() = %d, %d", i, term)
 	}
 	n.err = errors.New("backup: wait for applies: timed out")
-	_, e = New(n, Config{}).OpenBackup(context.Background())
+	_, e = New(DepsOf(n), Config{}).OpenBackup(context.Background())
 	wantErr(t, e, CodeUnavailable, "")
 	if e.Message != n.err.Error() {
 		t.Fatalf("message %q does not name the cause", e.Message)

@@ -38,13 +38,13 @@ type Domains interface {
 
 // RLSDomains returns this replica's domains sorted by name.
 func (s *Service) RLSDomains() ([]nodeapi.Domain, *Error) {
-	return s.node.RLSDomains(), nil
+	return s.deps.Domains.RLSDomains(), nil
 }
 
 // RLSDomain returns this replica's canonical configuration of a domain;
 // ok is false when there is no such domain (front ends name it their way).
 func (s *Service) RLSDomain(name string) (config []byte, ok bool, e *Error) {
-	config, ok = s.node.RLSDomainConfig(name)
+	config, ok = s.deps.Domains.RLSDomainConfig(name)
 	return config, ok, nil
 }
 
@@ -63,7 +63,7 @@ func (s *Service) PutRLSDomain(ctx context.Context, name string, config []byte) 
 	}
 	ctx, cancel := s.context(ctx)
 	defer cancel()
-	if err := s.node.PutRLSDomain(ctx, d.Name(), d.Canonical()); err != nil {
+	if err := s.deps.Domains.PutRLSDomain(ctx, d.Name(), d.Canonical()); err != nil {
 		return nil, domainOpError(err)
 	}
 	return d, nil
@@ -74,7 +74,7 @@ func (s *Service) PutRLSDomain(ctx context.Context, name string, config []byte) 
 func (s *Service) DeleteRLSDomain(ctx context.Context, name string) *Error {
 	ctx, cancel := s.context(ctx)
 	defer cancel()
-	if err := s.node.DeleteRLSDomain(ctx, name); err != nil {
+	if err := s.deps.Domains.DeleteRLSDomain(ctx, name); err != nil {
 		return domainOpError(err)
 	}
 	return nil
@@ -90,11 +90,11 @@ const loadRetry = 200 * time.Millisecond
 // given are kept: the file adds and replaces, the API deletes.
 func (s *Service) LoadRLSDomains(ctx context.Context, domains []*rls.Domain) error {
 	for _, d := range domains {
-		if cur, ok := s.node.RLSDomainConfig(d.Name()); ok && bytes.Equal(cur, d.Canonical()) {
+		if cur, ok := s.deps.Domains.RLSDomainConfig(d.Name()); ok && bytes.Equal(cur, d.Canonical()) {
 			continue
 		}
 		for {
-			err := s.node.PutRLSDomain(ctx, d.Name(), d.Canonical())
+			err := s.deps.Domains.PutRLSDomain(ctx, d.Name(), d.Canonical())
 			if err == nil {
 				break
 			}
@@ -158,7 +158,7 @@ type RateLimitResult struct {
 // Errors (no leader, outcome unknown, a bad request) mean no answer: Envoy
 // then applies its own failure mode, never a guess by limitd.
 func (s *Service) RateLimit(ctx context.Context, req *rls.Request) (*RateLimitResult, *Error) {
-	d, err := s.rlsCache.Get(s.node.RLSDomainsVersion(), req.Domain, s.node.RLSDomainConfig)
+	d, err := s.rlsCache.Get(s.deps.Domains.RLSDomainsVersion(), req.Domain, s.deps.Domains.RLSDomainConfig)
 	if err != nil {
 		return nil, Internal(fmt.Sprintf("domain %q: stored configuration does not compile: %v", req.Domain, err))
 	}

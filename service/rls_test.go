@@ -67,7 +67,7 @@ descriptors:
 // the node's failures to codes that say a put may be repeated.
 func TestPutRLSDomainValidatesBeforeReplicating(t *testing.T) {
 	n := &domainNode{node: newNode(), domains: map[string][]byte{}}
-	s := New(n, Config{RequestTimeout: time.Second})
+	s := New(DepsOf(n), Config{RequestTimeout: time.Second})
 
 	_, e := s.PutRLSDomain(t.Context(), "", []byte("domain: shop\ndescriptors:\n  - key: user\n    rate_limit: {unit: fortnight, requests_per_unit: 2}\n"))
 	if e == nil || e.Code != CodeInvalidArgument || !strings.HasPrefix(e.Field, "config.descriptors[0].rate_limit") {
@@ -115,7 +115,7 @@ func TestPutRLSDomainValidatesBeforeReplicating(t *testing.T) {
 // nothing goes to the log.
 func TestRLSWithoutDomains(t *testing.T) {
 	n := newNode()
-	s := New(n, Config{})
+	s := New(DepsOf(n), Config{})
 	if ds, e := s.RLSDomains(); e != nil || len(ds) != 0 {
 		t.Fatalf("RLSDomains() = %v, %v: want none", ds, e)
 	}
@@ -135,7 +135,7 @@ func TestRLSWithoutDomains(t *testing.T) {
 // field.
 func TestRateLimitDecidesThroughTheNode(t *testing.T) {
 	n := &domainNode{node: newNode(), domains: map[string][]byte{}}
-	s := New(n, Config{RequestTimeout: time.Second})
+	s := New(DepsOf(n), Config{RequestTimeout: time.Second})
 	if _, e := s.PutRLSDomain(t.Context(), "", []byte(shopYAML)); e != nil {
 		t.Fatal(e)
 	}

@@ -28,16 +28,17 @@ import (
 	"github.com/limitd/limitd/rls"
 )
 
-// Node is everything the service needs from the replicated node, the one
-// door to it from every front end: the operations below and each capability
-// the service builds on (LeaderLocator, Refuser, Leaser, Domains, Backuper,
-// Digester), named so that a fake can be read against them, all required so
-// that no capability is found by a type assertion at run time. A node that
-// loses one (a renamed method, a changed signature) then fails to compile
-// where it is passed to New, rather than silently switching off the leader
-// hint, the over-limit cache or leases. cluster.Node implements it (checked
-// in cluster's tests, capability by capability); so can anything that
-// routes to several clusters.
+// Node is what the service needs of the replicated node itself: checks,
+// key resets, membership, its status and readiness. Every other capability
+// the service builds on is an interface of its own (LeaderLocator, Refuser,
+// Leaser, Policies, Plans, Domains, Lists, Bans, Inventory, Backuper,
+// Digester, Alerts) and a field of Deps, so that each is passed to New explicitly
+// and a fake can be read against it. cluster.Node provides Node,
+// LeaderLocator and Leaser; cluster.Catalog the cluster-wide configuration;
+// cluster.OverLimit the Refuser; backup.Taker the Backuper (each checked in
+// cluster's consumers_test.go). A node that loses one (a renamed method, a
+// changed signature) then fails to compile where Deps is built, rather than
+// silently switching off the leader hint, the over-limit cache or leases.
 //
 // Errors: *nodeapi.Error for refusals decided by the state machine or the node
 // (such as an unknown policy or member), nodeapi.ErrNoLeader (nothing was
@@ -45,31 +46,11 @@ import (
 // nodeapi.ErrUnavailable, nodeapi.ErrTooLarge,
 // context errors, or anything else (a bug or an I/O failure: internal).
 type Node interface {
-	LeaderLocator
-	Refuser
-	Leaser
-	Domains
-	Lists
-	Bans
-	Backuper
-	Digester
-	Plans     // plans.go
-	Inventory // inventory.go
-	Alerts    // webhooks.go
-
 	// Check decides ops through the Raft leader, results in order. A per-op
 	// refusal is in Result.Err; a returned error means no op was decided.
 	Check(ctx context.Context, ops []nodeapi.Op) ([]nodeapi.Result, error)
-	// PutPolicy creates or replaces a policy (validated by the caller).
-	PutPolicy(ctx context.Context, p nodeapi.Policy) error
-	// DeletePolicy deletes a policy; *nodeapi.Error not_found when absent.
-	DeletePolicy(ctx context.Context, name string) error
 	// ResetKey forgets c.Key's state under c's limit (c.Cost is ignored).
 	ResetKey(ctx context.Context, c nodeapi.Check) error
-	// Policy and Policies read this node's replicated copy (Policies sorted
-	// by name); they may lag the leader.
-	Policy(name string) (nodeapi.Policy, bool)
-	Policies() []nodeapi.Policy
 	// Join adds (or updates) a voter; Remove takes one out. Both go through
 	// the leader.
 	Join(ctx context.Context, id, raftAddr, httpAddr string) error
@@ -78,6 +59,81 @@ type Node interface {
 	Status(ctx context.Context) (nodeapi.Status, error)
 	// Ready is nil when there is a leader and this node caught up with it.
 	Ready() error
+}
+
+// Policies is the replicated policies: writes through the leader, reads of
+// this node's copy. Errors as Node's.
+type Policies interface {
+	// PutPolicy creates or replaces a policy (validated by the caller).
+	PutPolicy(ctx context.Context, p nodeapi.Policy) error
+	// DeletePolicy deletes a policy; *nodeapi.Error not_found when absent.
+	DeletePolicy(ctx context.Context, name string) error
+	// Policy and Policies read this node's replicated copy (Policies sorted
+	// by name); they may lag the leader.
+	Policy(name string) (nodeapi.Policy, bool)
+	Policies() []nodeapi.Policy
+}
+
+// Deps is every capability the service uses, one field per interface, all
+// required: New panics naming a nil one (a wiring bug of the composition
+// root, internal/daemon, which then never starts serving), so that no
+// capability is found by a type assertion or silently missing at run time.
+type Deps struct {
+	Node          Node
+	LeaderLocator LeaderLocator // the Limitd-Leader hint
+	Refuser       Refuser       // the over-limit cache (check.go)
+	Leaser        Leaser        // quota leases and their hook (lease.go)
+	Policies      Policies
+	Plans         Plans     // plans.go
+	Domains       Domains   // rls.go
+	Lists         Lists     // lists.go
+	Bans          Bans      // bans.go
+	Inventory     Inventory // inventory.go
+	Backuper      Backuper  // replica.go
+	Digester      Digester  // replica.go
+	Alerts        Alerts    // webhooks.go
+}
+
+// Everything is one value that provides every capability (a fake node,
+// such as service/nodetest's).
+type Everything interface {
+	Node
+	LeaderLocator
+	Refuser
+	Leaser
+	Policies
+	Plans
+	Domains
+	Lists
+	Bans
+	Inventory
+	Backuper
+	Digester
+	Alerts
+}
+
+// DepsOf is the Deps of one value that provides every capability.
+func DepsOf(n Everything) Deps {
+	return Deps{Node: n, LeaderLocator: n, Refuser: n, Leaser: n, Policies: n, Plans: n,
+		Domains: n, Lists: n, Bans: n, Inventory: n, Backuper: n, Digester: n, Alerts: n}
+}
+
+// check panics naming the first nil capability.
+func (d Deps) check() {
+	for _, c := range []struct {
+		name string
+		nil  bool
+	}{
+		{"Node", d.Node == nil}, {"LeaderLocator", d.LeaderLocator == nil}, {"Refuser", d.Refuser == nil},
+		{"Leaser", d.Leaser == nil}, {"Policies", d.Policies == nil}, {"Plans", d.Plans == nil},
+		{"Domains", d.Domains == nil}, {"Lists", d.Lists == nil}, {"Bans", d.Bans == nil},
+		{"Inventory", d.Inventory == nil}, {"Backuper", d.Backuper == nil}, {"Digester", d.Digester == nil},
+		{"Alerts", d.Alerts == nil},
+	} {
+		if c.nil {
+			panic("service.New: Deps." + c.name + " is nil: every capability is required")
+		}
+	}
 }
 
 // Observer is told the outcome of every check the service sends to the node,
@@ -129,7 +185,8 @@ const InlineName = "inline"
 
 // Service is the transport-neutral API of a node. It is safe for concurrent use.
 type Service struct {
-	node Node
+	node Node // deps.Node, on every check's path
+	deps Deps
 	cfg  Config
 	obs  Observer
 	// timeout is cfg.RequestTimeout as text, for error messages.
@@ -146,8 +203,9 @@ type Service struct {
 	leases *lease.Table
 }
 
-// New returns the service for node.
-func New(node Node, cfg Config) *Service {
+// New returns the service over deps; it panics when one is nil (Deps).
+func New(deps Deps, cfg Config) *Service {
+	deps.check()
 	if cfg.MaxBatch <= 0 {
 		cfg.MaxBatch = DefaultMaxBatch
 	}
@@ -158,10 +216,10 @@ func New(node Node, cfg Config) *Service {
 	if obs == nil {
 		obs = nopObserver{}
 	}
-	s := &Service{node: node, cfg: cfg, obs: obs, timeout: cfg.RequestTimeout.String()}
+	s := &Service{node: deps.Node, deps: deps, cfg: cfg, obs: obs, timeout: cfg.RequestTimeout.String()}
 	s.deadlines.timeout, s.deadlines.slack = cfg.RequestTimeout, cfg.RequestTimeout/deadlineSlack
-	s.leader.loc = node
-	s.leases = newLeases(node, cfg.leases)
+	s.leader.loc = deps.LeaderLocator
+	s.leases = newLeases(deps.Leaser, cfg.leases)
 	s.specIdents.Max = maxSpecIdents
 	return s
 }
@@ -250,7 +308,7 @@ type Limit struct {
 // limitOf describes policy from this node's replicated copy; the state
 // machine decides whether it exists.
 func (s *Service) limitOf(policy string) Limit {
-	p, ok := s.node.Policy(policy)
+	p, ok := s.deps.Policies.Policy(policy)
 	return Limit{Name: policy, Spec: p.Spec, Known: ok, lease: p.Lease, bans: p.OnExceed.Ban > 0}
 }
 

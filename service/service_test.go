@@ -161,7 +161,7 @@ func TestCheckValidation(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := newNode("api")
-			s := New(n, Config{})
+			s := New(DepsOf(n), Config{})
 			_, e := s.Check(t.Context(), &tc.req)
 			wantErr(t, e, CodeInvalidArgument, tc.field)
 			if len(n.ops) != 0 {
@@ -170,7 +170,7 @@ func TestCheckValidation(t *testing.T) {
 		})
 	}
 	// The limits themselves are accepted.
-	s := New(newNode("api"), Config{})
+	s := New(DepsOf(newNode("api")), Config{})
 	ok := []CheckRequest{
 		{Key: long(MaxKeyBytes), Policy: long(MaxPolicyName), Cost: 0, RequestID: long(MaxRequestIDBytes)},
 		{Key: "k", Limit: spec, Cost: 3},
@@ -225,7 +225,7 @@ func TestNodeErrors(t *testing.T) {
 	} {
 		n := newNode("api")
 		n.err = tc.err
-		s := New(n, Config{RequestTimeout: time.Second})
+		s := New(DepsOf(n), Config{RequestTimeout: time.Second})
 		_, e := s.Check(t.Context(), &CheckRequest{Key: "k", Policy: "api", Cost: 1})
 		wantErr(t, e, tc.code, tc.field)
 		if tc.err == context.DeadlineExceeded && !strings.Contains(e.Message, "1s") {
@@ -240,7 +240,7 @@ func TestNodeErrors(t *testing.T) {
 
 func TestCheckAll(t *testing.T) {
 	n := newNode("a", "b")
-	s := New(n, Config{MaxBatch: 3})
+	s := New(DepsOf(n), Config{MaxBatch: 3})
 	checks := []CheckRequest{{Key: "k", Policy: "a", Cost: 1}, {Key: "k", Policy: "b", Cost: 1}}
 	res, e := s.CheckAll(t.Context(), checks, "rid")
 	if e != nil || !res.Allowed || len(res.Decisions) != 2 || res.Limits[1].Name != "b" || !res.Limits[1].Known {
@@ -279,7 +279,7 @@ func TestCheckAll(t *testing.T) {
 
 func TestBatch(t *testing.T) {
 	n := newNode("a")
-	s := New(n, Config{})
+	s := New(DepsOf(n), Config{})
 	pre := []*Error{nil, Invalid("limit", "decoded badly").Under(EntryField(1)), nil, nil}
 	res, e := s.Batch(t.Context(), []CheckRequest{
 		{Key: "k", Policy: "a", Cost: 1},
@@ -310,7 +310,7 @@ func TestBatch(t *testing.T) {
 
 func TestPeekConsumesNothing(t *testing.T) {
 	n := newNode("a")
-	s := New(n, Config{})
+	s := New(DepsOf(n), Config{})
 	if _, e := s.Peek(t.Context(), &CheckRequest{Key: "k", Policy: "a", Cost: 7}); e != nil {
 		t.Fatal(e)
 	}
@@ -323,7 +323,7 @@ func TestPeekConsumesNothing(t *testing.T) {
 
 func TestPolicies(t *testing.T) {
 	n := newNode()
-	s := New(n, Config{})
+	s := New(DepsOf(n), Config{})
 	good := algo.Config{Algorithm: "sliding_window", Limit: 100, Window: "1m"}
 	for _, tc := range []struct {
 		p     PolicyRequest
@@ -395,7 +395,7 @@ func (o *observer) Failed(l Limit)                      { o.failed = append(o.fa
 func TestObserver(t *testing.T) {
 	n := newNode("a")
 	o := &observer{}
-	s := New(n, Config{Observer: o})
+	s := New(DepsOf(n), Config{Observer: o})
 	s.Check(t.Context(), &CheckRequest{Key: "k", Policy: "a", Cost: 1})
 	s.Peek(t.Context(), &CheckRequest{Key: "k", Policy: "a"})
 	s.CheckAll(t.Context(), []CheckRequest{{Key: "k", Policy: "a", Cost: 1}, {Key: "k", Limit: inline(t), Cost: 1}}, "")
@@ -454,7 +454,7 @@ func TestPutPolicies(t *testing.T) {
 	spec, _ := algo.Config{Algorithm: "fixed_window", Limit: 1, Window: "1s"}.Spec()
 	ps := []nodeapi.Policy{{Name: "a", Spec: spec}, {Name: "b", Spec: spec}}
 	n := &flaky{node: newNode(), fails: 2}
-	s := New(n, Config{})
+	s := New(DepsOf(n), Config{})
 	if err := s.PutPolicies(t.Context(), ps, time.Millisecond); err != nil {
 		t.Fatal(err)
 	}

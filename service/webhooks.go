@@ -90,7 +90,7 @@ func (s *Service) PutWebhook(ctx context.Context, r WebhookRequest) (WebhookView
 	}
 	ctx, cancel := s.context(ctx)
 	defer cancel()
-	if err := s.node.PutWebhook(ctx, w); err != nil {
+	if err := s.deps.Alerts.PutWebhook(ctx, w); err != nil {
 		return WebhookView{}, s.nodeError(err)
 	}
 	return WebhookView{Name: w.Name, URL: w.URL}, nil
@@ -101,7 +101,7 @@ func (s *Service) GetWebhook(name string) (WebhookView, *Error) {
 	if e := ValidatePolicyName(name, "name"); e != nil {
 		return WebhookView{}, e
 	}
-	for _, w := range s.node.Webhooks() {
+	for _, w := range s.deps.Alerts.Webhooks() {
 		if w.Name == name {
 			return WebhookView{Name: w.Name, URL: w.URL}, nil
 		}
@@ -111,7 +111,7 @@ func (s *Service) GetWebhook(name string) (WebhookView, *Error) {
 
 // ListWebhooks returns this replica's webhooks by name, without secrets.
 func (s *Service) ListWebhooks() []WebhookView {
-	ws := s.node.Webhooks()
+	ws := s.deps.Alerts.Webhooks()
 	out := make([]WebhookView, 0, len(ws))
 	for _, w := range ws {
 		out = append(out, WebhookView{Name: w.Name, URL: w.URL})
@@ -126,7 +126,7 @@ func (s *Service) DeleteWebhook(ctx context.Context, name string) *Error {
 	}
 	ctx, cancel := s.context(ctx)
 	defer cancel()
-	return s.nodeError(s.node.DeleteWebhook(ctx, name))
+	return s.nodeError(s.deps.Alerts.DeleteWebhook(ctx, name))
 }
 
 // eventStreams is each Service's open event streams: *Service → *streamSet.
@@ -181,10 +181,10 @@ func (s *Service) SubscribeEvents(after uint64) (*EventStream, []nodeapi.Event, 
 		return nil, nil, &Error{Code: CodeUnavailable, Message: "this node serves " + strconv.Itoa(MaxEventStreams) + " event streams, the most it may"}
 	}
 	ch := make(chan nodeapi.Event, 256)
-	cancel := s.node.SubscribeEvents(ch)
+	cancel := s.deps.Alerts.SubscribeEvents(ch)
 	var backlog []nodeapi.Event
 	if after > 0 {
-		backlog = s.node.Outbox(after, nodeapi.MaxOutbox)
+		backlog = s.deps.Alerts.Outbox(after, nodeapi.MaxOutbox)
 	}
 	return &EventStream{C: ch, Done: set.closed, cancel: cancel, set: set}, backlog, nil
 }

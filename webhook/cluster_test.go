@@ -86,12 +86,12 @@ func TestDeliveryAcrossALeaderKill(t *testing.T) {
 	defer cancel()
 	loops := make([]*webhook.Loop, c.Size())
 	for i := range c.Size() {
-		loops[i] = webhook.New(c.Node(i), webhook.Config{Interval: 10 * time.Millisecond, MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, MaxAttempts: 1000})
+		loops[i] = webhook.New(c.Node(i).Deliveries(), webhook.Config{Interval: 10 * time.Millisecond, MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, MaxAttempts: 1000})
 		go loops[i].Run(ctx)
 	}
 	l := c.Leader()
 	n := c.Node(l)
-	if err := n.PutWebhook(ctx, nodeapi.Webhook{Name: "rcv", URL: srv.URL + "/hook", Secret: rcv.secret}); err != nil {
+	if err := n.Catalog().PutWebhook(ctx, nodeapi.Webhook{Name: "rcv", URL: srv.URL + "/hook", Secret: rcv.secret}); err != nil {
 		t.Fatal(err)
 	}
 	spec, err := (algo.Config{Algorithm: "fixed_window", Limit: 4, Window: "1h"}).Spec()
@@ -99,7 +99,7 @@ func TestDeliveryAcrossALeaderKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := nodeapi.Policy{Name: "api", Spec: spec, Options: nodeapi.LimitOptions{Notify: [nodeapi.MaxNotify]uint16{5000, 10000}}}
-	if err := n.PutPolicy(ctx, p); err != nil {
+	if err := n.Catalog().PutPolicy(ctx, p); err != nil {
 		t.Fatal(err)
 	}
 	const keys = 5
@@ -128,7 +128,7 @@ func TestDeliveryAcrossALeaderKill(t *testing.T) {
 	check(n) // every key crosses 1.0, and the receiver is down
 	wait("the 1.0 events in every replica's outbox", func() bool {
 		for i := range c.Size() {
-			if len(c.Node(i).Outbox(0, 100)) != keys {
+			if len(c.Node(i).Catalog().Outbox(0, 100)) != keys {
 				return false
 			}
 		}
@@ -141,7 +141,7 @@ func TestDeliveryAcrossALeaderKill(t *testing.T) {
 		t.Fatalf("leader %d again", nl)
 	}
 	wait("every event", func() bool { return len(rcv.distinct()) == 2*keys })
-	wait("the outbox acked", func() bool { return len(c.Node(nl).Outbox(0, 100)) == 0 })
+	wait("the outbox acked", func() bool { return len(c.Node(nl).Catalog().Outbox(0, 100)) == 0 })
 	for tuple, ids := range rcv.distinct() {
 		if ids != 1 {
 			t.Fatalf("%s arrived under %d ids, want one", tuple, ids)

@@ -181,6 +181,16 @@ func (b *Taker) awaitRaftApplied(ctx context.Context, deadline time.Time) error 
 	}
 }
 
+// OpenBackup is Open for consumers that know only nodeapi (service.Backuper:
+// the HTTP API's GET /v1/cluster/snapshot).
+func (b *Taker) OpenBackup(ctx context.Context) (nodeapi.Backup, error) {
+	bk, err := b.Open(ctx)
+	if err != nil {
+		return nil, err // not a typed nil inside the interface
+	}
+	return bk, nil
+}
+
 // Point is the Raft index the backup's state reflects and that entry's term
 // (nodeapi.Backup).
 func (b *Backup) Point() (index, term uint64) { return b.Header.Index, b.Header.Term }

@@ -36,7 +36,7 @@ func newLeaseNode(t *testing.T) *leaseNode {
 			// The HTTP API as the daemon composes it: its metrics are the service's
 			// Observer. (One node: no /internal/ endpoints are needed.)
 			m := api.NewMetrics(prometheus.NewRegistry(), 0, slog.New(slog.NewTextHandler(io.Discard, nil)))
-			h := api.New(service.New(n, service.Config{Observer: m}), n, m, api.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}).Handler()
+			h := api.New(service.New(clustertest.ServiceDeps(n), service.Config{Observer: m}), n, m, api.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}).Handler()
 			return h
 		},
 	})

@@ -36,7 +36,7 @@ type frontEnds struct {
 func newFrontEnds(f *serveFlags, in *startInputs, node *cluster.Node, apiCfg api.Config, logger *slog.Logger) (*frontEnds, error) {
 	metrics := api.NewMetrics(prometheus.NewRegistry(), f.applyTimeout, apiCfg.Logger)
 	metrics.Register(node.Collectors()...) // raft, batcher, storage
-	svc := service.New(node, service.Config{
+	svc := service.New(serviceDeps(node), service.Config{
 		MaxBatch: f.maxBatch,
 		// One deadline for a request, end to end: the cluster answers within
 		// it (its batcher and proposals watch the request's context and say
@@ -55,7 +55,7 @@ func newFrontEnds(f *serveFlags, in *startInputs, node *cluster.Node, apiCfg api
 	config := newConfigMetrics()
 	metrics.Register(config.collectors()...)
 	srv := api.New(svc, node, metrics, apiCfg)
-	alerts := webhook.New(node, webhook.Config{Logger: logger.With("component", "webhook")})
+	alerts := webhook.New(node.Deliveries(), webhook.Config{Logger: logger.With("component", "webhook")})
 	metrics.Register(alerts.Collectors()...)
 	return &frontEnds{svc: svc, rls: rlsFE, config: config, alerts: alerts,
 		handler: listenerHandler(srv.Handler(), rlsFE.srv.JSONHandler(), metrics.Instrument(node.Internal()))}, nil
@@ -77,4 +77,15 @@ func listenerHandler(public, json, internal http.Handler) http.Handler {
 			public.ServeHTTP(w, r)
 		}
 	})
+}
+
+// serviceDeps is every capability the service uses, from the cluster type
+// that provides it (service.Deps; each checked in cluster/consumers_test.go):
+// the node itself (checks, membership, status, leases, the leader hint), its
+// Catalog (policies, plans, lists, bans, RLS domains, the inventory, the
+// digest), its OverLimit (the over-limit cache) and its backup Taker.
+func serviceDeps(n *cluster.Node) service.Deps {
+	c := n.Catalog()
+	return service.Deps{Node: n, LeaderLocator: n, Leaser: n, Refuser: n.OverLimit(), Backuper: n.Backups(),
+		Policies: c, Plans: c, Domains: c, Lists: c, Bans: c, Inventory: c, Digester: c, Alerts: c}
 }

@@ -307,7 +307,12 @@ func serve(f *serveFlags, in *startInputs, logger *slog.Logger) error {
 	}
 	clockOffset, err := faultClockOffset(os.Getenv) // fault.go
 	if err != nil {
+		ln.Close()
+		dataDir.undo(logger)
 		return err
+	}
+	if clockOffset != 0 {
+		logger.Warn("fault injection: this node's clock is offset", "offset", clockOffset.String(), "env", FaultClockOffsetEnv)
 	}
 	node, err := cluster.Open(cluster.Config{
 		FaultClockOffset:   clockOffset,

@@ -32,7 +32,7 @@ func TestWatchClusterAppliesOnce(t *testing.T) {
 	var watchers []*configWatcher
 	var svcs []*service.Service
 	for i := 0; i < c.Size(); i++ {
-		svc := service.New(c.Node(i), service.Config{RequestTimeout: 5 * time.Second})
+		svc := service.New(clustertest.ServiceDeps(c.Node(i)), service.Config{RequestTimeout: 5 * time.Second})
 		svcs = append(svcs, svc)
 		watchers = append(watchers, newConfigWatcher(f, svc, newConfigMetrics(), slog.New(slog.NewTextHandler(io.Discard, nil))))
 	}

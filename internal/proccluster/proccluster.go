@@ -42,6 +42,9 @@ type Node struct {
 	Exe                                      string   // the executable
 	Prefix                                   []string // arguments before the flags ("serve")
 	Procs                                    int      // GOMAXPROCS of the process, 0: Go's default
+	// Env is added to the inherited environment at every Start (a later
+	// value wins): fault injection such as LIMITD_FAULT_CLOCK_OFFSET.
+	Env []string
 
 	cmd     *exec.Cmd
 	exited  chan struct{} // closed when the process has been reaped
@@ -109,6 +112,7 @@ func (nd *Node) Start(extra ...string) error {
 	if nd.Procs > 0 { // os/exec keeps the last of duplicate variables
 		cmd.Env = append(cmd.Env, fmt.Sprintf("GOMAXPROCS=%d", nd.Procs))
 	}
+	cmd.Env = append(cmd.Env, nd.Env...)
 	if err := cmd.Start(); err != nil {
 		logf.Close()
 		return fmt.Errorf("start %s: %w", nd.ID, err)

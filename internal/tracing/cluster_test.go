@@ -37,7 +37,7 @@ func apiClusterStream(t *testing.T, n int, stream bool) *clustertest.Cluster {
 		Handler: func(_ int, node *cluster.Node) http.Handler {
 			logger := slog.New(slog.DiscardHandler)
 			metrics := api.NewMetrics(prometheus.NewRegistry(), 5*time.Second, logger)
-			svc := service.New(node, service.Config{Observer: metrics})
+			svc := service.New(clustertest.ServiceDeps(node), service.Config{Observer: metrics})
 			pub := api.New(svc, node, metrics, api.Config{Logger: logger}).Handler()
 			h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				if !stream && r.URL.Path == forward.PathCheckStream {

@@ -5,8 +5,9 @@
 // replays, shadow policies, not_found policies and leases a test sees are
 // the state machine's own, not a re-implementation of them.
 //
-// It does not import service (a Node satisfies service.Node structurally),
-// so that service's own tests can use it.
+// It does not import service (a Node provides every capability of
+// service.Deps structurally: pass service.DepsOf(node) to service.New), so
+// that service's own tests can use it.
 package nodetest
 
 import (
