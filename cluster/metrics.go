@@ -374,5 +374,6 @@ func (n *Node) Collectors() []prometheus.Collector {
 	cs = append(cs, n.diskCollectors()...)   // diskwatch.go
 	cs = append(cs, n.banCollectors()...)    // lists.go
 	cs = append(cs, n.slotCollectors()...)   // slots.go
+	cs = append(cs, n.costCollectors()...)   // costs.go
 	return append(cs, globalRaftSink.all...)
 }
