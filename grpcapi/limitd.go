@@ -26,6 +26,9 @@ func checkRequest(c *limitdv1.CheckRequest, prefix string) (service.CheckRequest
 	if c.Cost != nil {
 		r.Cost = c.GetCost()
 	}
+	if e := costFields(&r, c, prefix); e != nil { // costs.go
+		return r, e
+	}
 	if lim := c.GetLimit(); lim != nil {
 		spec, e := service.ValidateLimit(limitConfig(lim), join(prefix, "limit"))
 		if e != nil {
@@ -72,6 +75,7 @@ func decision(d *nodeapi.Decision) *limitdv1.Decision {
 	if d.Slot != "" {
 		out.Slot, out.SlotExpires = d.Slot, durationpb.New(d.SlotHold)
 	}
+	costDecision(out, d) // costs.go
 	return out
 }
 

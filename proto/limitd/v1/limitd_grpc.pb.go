@@ -74,6 +74,8 @@ const (
 	Limitd_DeleteList_FullMethodName       = "/limitd.v1.Limitd/DeleteList"
 	Limitd_ListBans_FullMethodName         = "/limitd.v1.Limitd/ListBans"
 	Limitd_Unban_FullMethodName            = "/limitd.v1.Limitd/Unban"
+	Limitd_Settle_FullMethodName           = "/limitd.v1.Limitd/Settle"
+	Limitd_Refund_FullMethodName           = "/limitd.v1.Limitd/Refund"
 )
 
 // LimitdClient is the client API for Limitd service.
@@ -140,6 +142,15 @@ type LimitdClient interface {
 	DeleteList(ctx context.Context, in *DeleteListRequest, opts ...grpc.CallOption) (*DeleteListResponse, error)
 	ListBans(ctx context.Context, in *ListBansRequest, opts ...grpc.CallOption) (*ListBansResponse, error)
 	Unban(ctx context.Context, in *UnbanRequest, opts ...grpc.CallOption) (*UnbanResponse, error)
+	// costs
+	// Settle settles a reservation (CheckRequest.reserve) at its actual cost,
+	// exactly once (POST /v1/settle): a repeat replays, another cost is
+	// ALREADY_EXISTS naming "cost", after the hold's end INVALID_ARGUMENT naming
+	// "reservation".
+	Settle(ctx context.Context, in *SettleRequest, opts ...grpc.CallOption) (*CostResponse, error)
+	// Refund gives back up to cost units a request id's check spent, in the
+	// window it spent them (POST /v1/refund).
+	Refund(ctx context.Context, in *RefundRequest, opts ...grpc.CallOption) (*CostResponse, error)
 }
 
 type limitdClient struct {
@@ -480,6 +491,26 @@ func (c *limitdClient) Unban(ctx context.Context, in *UnbanRequest, opts ...grpc
 	return out, nil
 }
 
+func (c *limitdClient) Settle(ctx context.Context, in *SettleRequest, opts ...grpc.CallOption) (*CostResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CostResponse)
+	err := c.cc.Invoke(ctx, Limitd_Settle_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *limitdClient) Refund(ctx context.Context, in *RefundRequest, opts ...grpc.CallOption) (*CostResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CostResponse)
+	err := c.cc.Invoke(ctx, Limitd_Refund_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // LimitdServer is the server API for Limitd service.
 // All implementations must embed UnimplementedLimitdServer
 // for forward compatibility.
@@ -544,6 +575,15 @@ type LimitdServer interface {
 	DeleteList(context.Context, *DeleteListRequest) (*DeleteListResponse, error)
 	ListBans(context.Context, *ListBansRequest) (*ListBansResponse, error)
 	Unban(context.Context, *UnbanRequest) (*UnbanResponse, error)
+	// costs
+	// Settle settles a reservation (CheckRequest.reserve) at its actual cost,
+	// exactly once (POST /v1/settle): a repeat replays, another cost is
+	// ALREADY_EXISTS naming "cost", after the hold's end INVALID_ARGUMENT naming
+	// "reservation".
+	Settle(context.Context, *SettleRequest) (*CostResponse, error)
+	// Refund gives back up to cost units a request id's check spent, in the
+	// window it spent them (POST /v1/refund).
+	Refund(context.Context, *RefundRequest) (*CostResponse, error)
 	mustEmbedUnimplementedLimitdServer()
 }
 
@@ -652,6 +692,12 @@ func (UnimplementedLimitdServer) ListBans(context.Context, *ListBansRequest) (*L
 }
 func (UnimplementedLimitdServer) Unban(context.Context, *UnbanRequest) (*UnbanResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Unban not implemented")
+}
+func (UnimplementedLimitdServer) Settle(context.Context, *SettleRequest) (*CostResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Settle not implemented")
+}
+func (UnimplementedLimitdServer) Refund(context.Context, *RefundRequest) (*CostResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Refund not implemented")
 }
 func (UnimplementedLimitdServer) mustEmbedUnimplementedLimitdServer() {}
 func (UnimplementedLimitdServer) testEmbeddedByValue()                {}
@@ -1268,6 +1314,42 @@ func _Limitd_Unban_Handler(srv interface{}, ctx context.Context, dec func(interf
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Limitd_Settle_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SettleRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LimitdServer).Settle(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Limitd_Settle_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LimitdServer).Settle(ctx, req.(*SettleRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Limitd_Refund_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RefundRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LimitdServer).Refund(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Limitd_Refund_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LimitdServer).Refund(ctx, req.(*RefundRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Limitd_ServiceDesc is the grpc.ServiceDesc for Limitd service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1406,6 +1488,14 @@ var Limitd_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Unban",
 			Handler:    _Limitd_Unban_Handler,
+		},
+		{
+			MethodName: "Settle",
+			Handler:    _Limitd_Settle_Handler,
+		},
+		{
+			MethodName: "Refund",
+			Handler:    _Limitd_Refund_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
