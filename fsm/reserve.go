@@ -54,6 +54,7 @@ const (
 	costOverdraft byte = 2
 	costSettle    byte = 4
 	costRefund    byte = 8
+	costCredit    byte = 16 // Check.Credit: into the current window, at most to fresh
 
 	reservationKeyPrefix byte = 'R'
 	reservationVersion   byte = 1
@@ -73,7 +74,7 @@ type costRef struct {
 }
 
 func costsKind(c *Check) byte {
-	if c.Reserve != 0 || c.Overdraft || c.Settle != "" || c.Refund != "" {
+	if c.Reserve != 0 || c.Overdraft || c.Settle != "" || c.Refund != "" || c.Credit {
 		return limitCosts
 	}
 	return 0
@@ -94,6 +95,9 @@ func appendCosts(dst []byte, c *Check) []byte {
 	if c.Refund != "" {
 		f |= costRefund
 	}
+	if c.Credit {
+		f |= costCredit
+	}
 	dst = append(dst, f)
 	if f&costReserve != 0 {
 		dst = binary.AppendVarint(dst, int64(c.Reserve))
@@ -109,7 +113,7 @@ func appendCosts(dst []byte, c *Check) []byte {
 
 func (d *decoder) costs() costRef {
 	r := costRef{flags: d.byte()}
-	if r.flags == 0 || r.flags&^(costReserve|costOverdraft|costSettle|costRefund) != 0 {
+	if r.flags == 0 || r.flags&^(costReserve|costOverdraft|costSettle|costRefund|costCredit) != 0 {
 		d.fail(fmt.Errorf("unknown costs flags %#x", r.flags))
 		return costRef{}
 	}
@@ -128,6 +132,7 @@ func (r *costRef) setCheck(c *Check) {
 		c.Reserve = time.Duration(r.hold)
 	}
 	c.Overdraft = r.flags&costOverdraft != 0
+	c.Credit = r.flags&costCredit != 0
 	switch {
 	case r.flags&costSettle != 0:
 		c.Settle = string(r.ref)
@@ -228,6 +233,8 @@ func costField(f byte) string {
 		return "request_id"
 	case f&costReserve != 0:
 		return "reserve"
+	case f&costCredit != 0:
+		return "cost"
 	}
 	return "overdraft"
 }
@@ -308,6 +315,11 @@ func (a *applier) applyCostOp(tx *persist.Tx, op *opRef, checks []checkRef, decs
 	switch {
 	case f&costSettle != 0:
 		return a.settle(tx, ck, lim, decs, now)
+	case f&costCredit != 0:
+		if f != costCredit {
+			return Result{Err: &Error{Code: CodeInvalidArgument, Field: "cost", Message: "a credit is a request of its own"}}, nil
+		}
+		return a.credit(tx, ck, lim, decs, now)
 	}
 	reserve := f&costReserve != 0
 	if reserve {
@@ -708,4 +720,50 @@ func (a *applier) limitOfStateKey(k []byte) (limit, *Error) {
 func stateKeyUserKey(k []byte) []byte {
 	n, w := binary.Uvarint(k[1:])
 	return k[1+w+int(n):]
+}
+
+// credit gives back up to ck.cost units to the key's current window (at
+// most to fresh): Envoy's negative hits, which refill a counter by what a
+// request turned out not to need. It is bounded by the state, not by a
+// request: RLS carries no request id to bind it to.
+func (a *applier) credit(tx *persist.Tx, ck *checkRef, lim *limit, decs []Decision, now int64) (Result, error) {
+	if ck.cost <= 0 || ck.cost > algo.MaxLimit {
+		return Result{Err: &Error{Code: CodeInvalidArgument, Field: "cost", Message: fmt.Sprintf("a credit gives back 1 to %d units", algo.MaxLimit)}}, nil
+	}
+	a.costs.stateKey = append(a.costs.stateKey[:0], a.storageKey(ck, lim)...)
+	st, err := tx.State(a.costs.stateKey)
+	if err != nil {
+		return Result{}, err
+	}
+	window, err := lim.spec.WindowStart(st.Data, now)
+	if err != nil {
+		return Result{Err: decideError(err)}, nil
+	}
+	credited, next, changed, err := algo.Credit(a.decideBuf[:0], lim.spec, st.Data, now, window, ck.cost)
+	if err != nil {
+		return Result{Err: decideError(err)}, nil
+	}
+	if cap(next) > cap(a.decideBuf) {
+		a.decideBuf = next[:0]
+	}
+	if !changed {
+		next = st.Data
+	}
+	d, _, err := algo.Decide(nil, lim.spec, next, now, 0)
+	if err != nil {
+		return Result{Err: decideError(err)}, nil
+	}
+	if changed {
+		t := tentative{key: a.costs.stateKey, prev: st, data: next, expiry: now + int64(d.ResetAfter), changed: true}
+		if err := writeState(tx, &t); err != nil {
+			return Result{}, err
+		}
+		if c := a.f.opts.OverLimit; c != nil {
+			c.Forget(overlimitID(lim), ck.key)
+		}
+	}
+	d.Allowed = true
+	decs[0] = Decision{Decision: d, Credited: credited}
+	a.costs.counters.refunded.Add(uint64(credited))
+	return Result{Allowed: true, Decisions: decs}, nil
 }

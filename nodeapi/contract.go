@@ -46,6 +46,9 @@ type Check struct {
 	Overdraft bool
 	Settle    string
 	Refund    string
+	// Credit gives back up to Cost units to Key's current window under this
+	// limit (at most to fresh): Envoy's negative hits (service/rls.go).
+	Credit bool
 }
 
 // SlotOp is what a check does with a concurrency slot it names.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/limitd/limitd/algo"
 	"github.com/limitd/limitd/nodeapi"
+	"github.com/limitd/limitd/rls"
 )
 
 // Costs known later (fsm/reserve.go decides them all, in the log, from the
@@ -261,4 +262,68 @@ func (s *Service) costOp(ctx context.Context, c nodeapi.Check, l Limit) (CostRes
 		d.Reservation = reservationToken(&c, d.Reservation)
 	}
 	return CostResult{Credited: d.Credited, Debt: d.Debt, Rolled: d.Rolled, Replayed: results[0].Replayed, Decision: d, Limit: l}, nil
+}
+
+// Envoy's negative hits (is_negative_hits, sent with hits_addend on the
+// response path by apply_on_stream_done): each matched descriptor's hits are
+// given back to its counter's current window, at most to fresh, as
+// envoyproxy/ratelimit decrements its counter. RLS rules are fixed windows
+// (requests per unit), which credit exactly; a concurrency limit is never
+// an RLS rule, so there is no slot to release here. A request is all
+// negative or all positive: one answer cannot both spend and refund.
+func negativeHits(req *rls.Request) (bool, *Error) {
+	neg := 0
+	for i := range req.Descriptors {
+		if req.Descriptors[i].Negative {
+			neg++
+		}
+	}
+	if neg > 0 && neg < len(req.Descriptors) {
+		for i := range req.Descriptors {
+			if req.Descriptors[i].Negative != req.Descriptors[0].Negative {
+				return false, Invalid("descriptors["+strconv.Itoa(i)+"].is_negative_hits", "a request's descriptors are all negative hits or none")
+			}
+		}
+	}
+	return neg > 0, nil
+}
+
+// creditPlan gives each checked item's cost back, in one round trip.
+func (s *Service) creditPlan(ctx context.Context, plan *rls.Plan) ([]rls.Result, *Error) {
+	results := make([]rls.Result, len(plan.Items))
+	var ops []nodeapi.Op
+	var idx []int
+	for i := range plan.Items {
+		it := &plan.Items[i]
+		if it.Kind != rls.Checked || it.Cost <= 0 {
+			continue
+		}
+		ops = append(ops, nodeapi.Op{Checks: []nodeapi.Check{{Key: it.Key, Spec: &it.Spec, Cost: it.Cost, Credit: true}}})
+		idx = append(idx, i)
+	}
+	for i := range plan.Items {
+		results[i] = rls.Result{Decision: algo.Decision{Allowed: true}, Consumed: true}
+	}
+	if len(ops) == 0 {
+		return results, nil
+	}
+	ctx, cancel := s.context(ctx)
+	rs, err := s.node.Check(ctx, ops)
+	cancel()
+	if err != nil {
+		return nil, s.nodeError(err)
+	}
+	if len(rs) != len(ops) {
+		return nil, Internal("the node returned " + strconv.Itoa(len(rs)) + " results for " + strconv.Itoa(len(ops)) + " ops")
+	}
+	for j, i := range idx {
+		if rs[j].Err != nil {
+			return nil, s.nodeError(rs[j].Err).Under("descriptors[" + strconv.Itoa(i) + "]")
+		}
+		if len(rs[j].Decisions) == 1 {
+			results[i] = rls.Result{Decision: rs[j].Decisions[0].Decision, Consumed: true}
+			results[i].Decision.Allowed = true
+		}
+	}
+	return results, nil
 }
