@@ -280,11 +280,29 @@ func reservationKey(dst, stateKey, id []byte) []byte {
 	return append(dst, id...)
 }
 
+// peek is the key's decision at now (cost 0), in reused memory.
+func (c *costApplier) peek(s *algo.Spec, state []byte, now, _ int64) (algo.Decision, []byte, error) {
+	d, next, err := algo.Decide(c.peekBuf[:0], s, state, now, 0)
+	if cap(next) > cap(c.peekBuf) {
+		c.peekBuf = next[:0]
+	}
+	return d, nil, err
+}
+
+// debt is algo.Debt, skipped where there can be none: a key with units
+// remaining owes nothing.
+func (c *costApplier) debt(s *algo.Spec, state []byte, now int64) (int64, error) {
+	if d, _, err := c.peek(s, state, now, 0); err != nil || d.Remaining > 0 {
+		return 0, err
+	}
+	return algo.Debt(s, state, now)
+}
+
 // costApplier is the apply path's memory for costs.
 type costApplier struct {
-	stateKey, resKey, idBuf, rec []byte
-	spent                        spentRef
-	counters                     costCounters
+	stateKey, resKey, idBuf, rec, peekBuf []byte
+	spent                                 spentRef
+	counters                              costCounters
 }
 
 // applyCostOp applies an op whose one check carries costs fields.
@@ -404,7 +422,7 @@ func (a *applier) overdraw(tx *persist.Tx, ck *checkRef, lim *limit, d *Decision
 			return nil, err
 		}
 	}
-	debt, err := algo.Debt(lim.spec, next, now)
+	debt, err := a.costs.debt(lim.spec, next, now)
 	if err != nil {
 		return decideError(err), nil
 	}
@@ -453,7 +471,7 @@ func (a *applier) settle(tx *persist.Tx, ck *checkRef, lim *limit, decs []Decisi
 		if r.settled != ck.cost {
 			return Result{Err: &Error{Code: CodeConflict, Field: "cost", Message: fmt.Sprintf("reservation %q was settled already, at cost %d: a settle happens once", id, r.settled)}}, nil
 		}
-		d, _, err := algo.Decide(nil, lim.spec, st.Data, now, 0)
+		d, _, err := a.costs.peek(lim.spec, st.Data, now, 0)
 		if err != nil {
 			return Result{Err: decideError(err)}, nil
 		}
@@ -481,7 +499,7 @@ func (a *applier) settle(tx *persist.Tx, ck *checkRef, lim *limit, decs []Decisi
 	if !changed {
 		next = st.Data
 	}
-	d, _, err := algo.Decide(nil, lim.spec, next, now, 0)
+	d, _, err := a.costs.peek(lim.spec, next, now, 0)
 	if err != nil {
 		return Result{Err: decideError(err)}, nil
 	}
@@ -501,7 +519,7 @@ func (a *applier) settle(tx *persist.Tx, ck *checkRef, lim *limit, decs []Decisi
 	if err := tx.PutState(a.costs.resKey, rs, a.costs.rec, rs.Expiry); err != nil {
 		return Result{}, err
 	}
-	debt, err := algo.Debt(lim.spec, next, now)
+	debt, err := a.costs.debt(lim.spec, next, now)
 	if err != nil {
 		return Result{Err: decideError(err)}, nil
 	}
@@ -660,7 +678,7 @@ func (a *applier) refund(tx *persist.Tx, ck *checkRef, decs []Decision, now int6
 	if !changed {
 		next = st.Data
 	}
-	d, _, err := algo.Decide(nil, lim.spec, next, now, 0)
+	d, _, err := a.costs.peek(lim.spec, next, now, 0)
 	if err != nil {
 		return Result{Err: decideError(err)}, nil
 	}
@@ -749,7 +767,7 @@ func (a *applier) credit(tx *persist.Tx, ck *checkRef, lim *limit, decs []Decisi
 	if !changed {
 		next = st.Data
 	}
-	d, _, err := algo.Decide(nil, lim.spec, next, now, 0)
+	d, _, err := a.costs.peek(lim.spec, next, now, 0)
 	if err != nil {
 		return Result{Err: decideError(err)}, nil
 	}
