@@ -77,6 +77,8 @@ func BenchmarkCostPairs(b *testing.B) {
 	b.Run("reserve+settle", func(b *testing.B) {
 		run(b, rate,
 			func(key string) Check { return Check{Key: key, Policy: "p", Cost: 10, Reserve: time.Minute} },
-			func(key string, d Decision) Check { return Check{Key: key, Policy: "p", Settle: d.Reservation, Cost: 7} })
+			func(key string, d Decision) Check {
+				return Check{Key: key, Policy: "p", Settle: d.Reservation, Cost: 7}
+			})
 	})
 }
