@@ -29,6 +29,12 @@
 #              bounded (60 s waits); the audit through every node must find 0
 #              over-admitted and 0 lost. Loopback only: no network namespaces
 #              (partitions are the inprocess suite's).
+#   costs      e2e TestChaosSlotsAndReservations (3 limitd processes, kill -9
+#              of the leader per round): concurrency slots acquired and
+#              released through every node, at most the limit held at any
+#              instant; reserves settled at random actual costs, the key's
+#              usage equal to the acknowledged settles (not in the default
+#              SUITES: name it).
 #   lease      e2e TestLeaseChaosKill9 (issue 25; 3 limitd processes,
 #              two policies with quota leases, share 0.2, max_ttl 2s: a 10 s
 #              fixed window of 300 on four keys checked at three times that
@@ -129,8 +135,9 @@ for suite in $SUITES; do
 	process) run_tests ./e2e '^(TestCrashKill9LeaderUnderLoad|TestCrashKill9DuringSnapshotAndApply)$' process ;;
 	rejoin) run_tests ./e2e '^TestFaultsWipeKillPause$' rejoin ;;
 	lease) run_tests ./e2e '^TestLeaseChaosKill9$' lease ;;
+	costs) run_tests ./e2e '^TestChaosSlotsAndReservations$' costs ;;
 	*)
-		log "unknown suite $suite (want inprocess, process, rejoin or lease)"
+		log "unknown suite $suite (want inprocess, process, rejoin, lease or costs)"
 		exit 2
 		;;
 	esac
