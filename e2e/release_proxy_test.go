@@ -5,7 +5,9 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -27,6 +29,47 @@ func TestNginxReleasesTheSlotAfterTheResponse(t *testing.T) {
 	} else if err != nil {
 		testtool.Missing(t, "nginx is not installed (apt-get install -y nginx)")
 	}
+	releaseThroughProxy(t, "127.0.0.31", func(limitd, app string) string {
+		cfg := docSnippet(t, "nginx-release")
+		cfg = strings.ReplaceAll(cfg, "127.0.0.1:8080", limitd)
+		cfg = strings.ReplaceAll(cfg, "127.0.0.1:3000", app)
+		return startNginx(t, nginx, cfg)
+	})
+}
+
+// The HAProxy release snippets of docs/API.md, run as written (addresses,
+// paths and the listen port replaced), the same way.
+func TestHAProxyReleasesTheSlotWhenTheBackendAnswered(t *testing.T) {
+	t.Parallel()
+	haproxy, err := exec.LookPath("haproxy")
+	if testtool.InCI() {
+		haproxy = testtool.Path(t, "haproxy", "apt-get install -y haproxy")
+	} else if err != nil {
+		testtool.Missing(t, "haproxy is not installed (apt-get install -y haproxy)")
+	}
+	releaseThroughProxy(t, "127.0.0.32", func(limitd, app string) string {
+		dir := t.TempDir()
+		lua := filepath.Join(dir, "limitd_slots.lua")
+		if err := os.WriteFile(lua, []byte(strings.ReplaceAll(docSnippet(t, "haproxy-release-lua"), "127.0.0.1:8080", limitd)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		listen := freePort(t)
+		cfg := strings.ReplaceAll(docSnippet(t, "haproxy-release-cfg"), "127.0.0.1:3000", app)
+		cfg = strings.Replace(cfg, "lua-load /etc/haproxy/limitd_slots.lua", "lua-load "+lua, 1)
+		cfg = strings.Replace(cfg, "bind :80", "bind "+listen, 1)
+		path := filepath.Join(dir, "haproxy.cfg")
+		if err := os.WriteFile(path, []byte(cfg+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		startProxy(t, listen, haproxy, "-db", "-f", path)
+		return listen
+	})
+}
+
+// releaseThroughProxy runs a one-slot concurrency policy behind the proxy
+// that start configures (given limitd's and the app's addresses; it returns
+// where the proxy listens), for a client at loopback address from.
+func releaseThroughProxy(t *testing.T, from string, start func(limitd, app string) string) {
 	p := newProc(t, "rl", "")
 	p.start()
 	p.waitReady()
@@ -43,12 +86,9 @@ func TestNginxReleasesTheSlotAfterTheResponse(t *testing.T) {
 		io.WriteString(w, "app "+r.URL.Path)
 	}))
 	defer app.Close()
-	cfg := docSnippet(t, "nginx-release")
-	cfg = strings.ReplaceAll(cfg, "127.0.0.1:8080", p.HTTPAddr)
-	cfg = strings.ReplaceAll(cfg, "127.0.0.1:3000", strings.TrimPrefix(app.URL, "http://"))
-	listen := startNginx(t, nginx, cfg)
+	listen := start(p.HTTPAddr, strings.TrimPrefix(app.URL, "http://"))
 	get := func(path string) int {
-		resp, err := clientFrom("127.0.0.31").Get("http://" + listen + path)
+		resp, err := clientFrom(from).Get("http://" + listen + path)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -57,7 +97,7 @@ func TestNginxReleasesTheSlotAfterTheResponse(t *testing.T) {
 		return resp.StatusCode
 	}
 	held := func() int64 {
-		resp, err := http.Post(p.URL("/v1/check"), "application/json", strings.NewReader(`{"key":"ip:127.0.0.31","policy":"workers","cost":0}`))
+		resp, err := http.Post(p.URL("/v1/check"), "application/json", strings.NewReader(`{"key":"ip:`+from+`","policy":"workers","cost":0}`))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -84,7 +124,7 @@ func TestNginxReleasesTheSlotAfterTheResponse(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second) // post_action runs after the response
 	for held() != 0 {
 		if time.Now().After(deadline) {
-			t.Fatal("the slot is still held 5 s after the response: nginx did not release it")
+			t.Fatal("the slot is still held 5 s after the response: the proxy did not release it")
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
