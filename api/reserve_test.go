@@ -83,6 +83,14 @@ func TestReserveSettleRefundRoutes(t *testing.T) {
 	ts.want(ts.do("POST", "/v1/refund", `{"request_id":"job-1","cost":-1}`), 400, "invalid_argument", "cost")
 	ts.want(ts.do("POST", "/v1/refund", `{"cost":1}`), 400, "invalid_argument", "request_id")
 	ts.want(ts.do("POST", "/v1/refund", `{"request_id":"job-1","cost":1,"key":"x"}`), 400, "invalid_argument", "key")
+	// An overdraft past what the count can hold exactly: 400 naming cost.
+	if r := ts.do("POST", "/v1/check", `{"key":"big","policy":"tokens","cost":1000000000000,"overdraft":true}`).json(t); r["allowed"] != true || num(t, r, "debt") != 999999999900 {
+		t.Fatalf("overdraft to the bound: %v", r)
+	}
+	ts.want(ts.do("POST", "/v1/check", `{"key":"big","policy":"tokens","cost":1,"overdraft":true}`), 400, "invalid_argument", "cost")
+	if r := ts.do("POST", "/v1/check", `{"key":"big","policy":"tokens","cost":1,"overdraft":true}`); r.code != 400 {
+		t.Fatalf("the refused overflow changed the key: %s", r.body)
+	}
 	if remaining("x") != 100 {
 		t.Fatal("bad input changed the key")
 	}
