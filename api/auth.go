@@ -298,6 +298,12 @@ func (s *Server) handleAuth(w http.ResponseWriter, req *http.Request, ps httprou
 	buf := getBuffer()
 	defer putBuffer(buf)
 	buf.b = setRateLimitHeaders(w.Header(), refs[:], ds[:], allowed(d), buf.b)
+	if d.Slot != "" {
+		// A concurrency slot: what a proxy's release after the response
+		// names (POST /v1/release), the key as counted included.
+		w.Header().Set("Limitd-Slot", d.Slot)
+		w.Header().Set("Limitd-Key", key)
+	}
 	b := appendDecision(buf.b[:0], d, false)
 	buf.b = append(b, '\n')
 	writeJSON(w, status, buf.b)

@@ -26,6 +26,8 @@ type checkJSON struct {
 	Limit     json.RawMessage `json:"limit"`
 	Cost      *int64          `json:"cost"` // absent or null means 1
 	RequestID string          `json:"request_id"`
+	Reserve   *reserveJSON    `json:"reserve"`   // reserve.go
+	Overdraft bool            `json:"overdraft"` // reserve.go
 }
 
 // decodeCheck decodes the body of POST /v1/check. The service validates the
@@ -209,6 +211,9 @@ func (s *Server) checkRequest(cj *checkJSON, withRequestID bool) (service.CheckR
 	r := service.CheckRequest{Key: cj.Key, Policy: cj.Policy, Cost: 1, RequestID: cj.RequestID}
 	if cj.Cost != nil {
 		r.Cost = *cj.Cost
+	}
+	if e := costFields(&r, cj); e != nil { // reserve.go
+		return r, e
 	}
 	return s.withLimit(r, cj.Limit, withRequestID)
 }

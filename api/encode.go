@@ -94,6 +94,9 @@ func appendDecision(b []byte, d *nodeapi.Decision, replayed bool) []byte {
 	if d.Plan != nil {
 		w.Extra = appendPlanDecision(nil, d.Plan) // plans.go
 	}
+	if d.Reservation != "" || d.Debt != 0 {
+		w.Extra = appendCostMembers(w.Extra, d) // reserve.go
+	}
 	if d.Reason != nodeapi.ReasonNone {
 		w.Reason = d.Reason.String()
 	}

@@ -170,6 +170,8 @@ func (s *Server) routes() http.Handler {
 	r.POST("/v1/check/batch", noQuery(s.handleBatch))
 	r.POST("/v1/release", noQuery(s.handleRelease)) // slots.go
 	r.POST("/v1/renew", noQuery(s.handleRenew))
+	r.POST("/v1/settle", noQuery(s.handleSettle)) // reserve.go
+	r.POST("/v1/refund", noQuery(s.handleRefund))
 	for _, m := range authMethods {
 		r.Handle(m, "/v1/auth", s.handleAuth) // the key's plan (plans.go)
 		r.Handle(m, "/v1/auth/:policy", s.handleAuth)

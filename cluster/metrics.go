@@ -375,5 +375,6 @@ func (n *Node) Collectors() []prometheus.Collector {
 	cs = append(cs, n.catalog.banCollectors()...) // lists.go
 	cs = append(cs, slotCollectors(n.fsm)...)     // slots.go
 	cs = append(cs, outboxCollectors(n.fsm)...)   // webhooks.go
+	cs = append(cs, costCollectors(n.fsm)...)     // costs.go
 	return append(cs, globalRaftSink.all...)
 }

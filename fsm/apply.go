@@ -45,6 +45,7 @@ type applier struct {
 
 	markKeyBuf         []byte // notify.go
 	emitted, emittedAt uint64 // outbox.go: events of the entry at index emittedAt
+	costs costApplier // reserve.go
 }
 
 type nodeChange struct {
@@ -397,8 +398,14 @@ func (a *applier) applyOp(tx *persist.Tx, op *opRef, checks []checkRef, decs []D
 	var res Result
 	var err error
 	a.slot.requestID = op.requestID // slots.go
+	isCost, e := costOp(checks)     // reserve.go
+	if e != nil {
+		return Result{Err: e}, nil
+	}
 	if isSlot, e := slotOp(checks); e != nil {
 		return Result{Err: e}, nil
+	} else if isCost {
+		res, err = a.applyCostOp(tx, op, checks, decs, now) // reserve.go
 	} else if isSlot {
 		res, err = a.applySlotOp(tx, &checks[0], decs, now) // slots.go
 	} else if planOp(checks) {
@@ -417,7 +424,11 @@ func (a *applier) applyOp(tx *persist.Tx, op *opRef, checks []checkRef, decs []D
 	if err != nil || res.Err != nil || len(op.requestID) == 0 {
 		return res, err
 	}
-	a.resBuf = appendRequestRecord(a.resBuf[:0], fingerprintOf(op, checks), &res)
+	if a.spent(checks, &res, now) { // reserve.go: refundable
+		a.resBuf = appendSpentRecord(a.resBuf[:0], fingerprintOf(op, checks), &res, &a.costs.spent)
+	} else {
+		a.resBuf = appendRequestRecord(a.resBuf[:0], fingerprintOf(op, checks), &res)
+	}
 	if err := tx.PutRequest(op.requestID, prevReq, a.resBuf, now+retention); err != nil {
 		return Result{}, err
 	}
@@ -644,6 +655,9 @@ func (a *applier) keepExpired(key, data []byte, now int64) int64 {
 	}
 	if len(key) > 0 && key[0] == tagPlanLimit {
 		return a.keepPlanLimit(key, data, now) // plan.go
+	}
+	if len(key) > 0 && key[0] == reservationKeyPrefix {
+		return a.reservationSwept(data) // reserve.go
 	}
 	if len(key) < 2 || key[0] != 'p' {
 		return 0

@@ -150,7 +150,8 @@ func appendCheck(dst []byte, c *Check) []byte {
 	if c.Spec != nil {
 		kind |= limitSpec
 	}
-	kind |= slotKind(c) // slots.go
+	kind |= slotKind(c)  // slots.go
+	kind |= costsKind(c) // reserve.go
 	dst = append(dst, kind)
 	dst = appendString(dst, c.Key)
 	if c.Policy != "" {
@@ -166,6 +167,9 @@ func appendCheck(dst []byte, c *Check) []byte {
 	}
 	if kind&(limitRelease|limitRenew) != 0 {
 		dst = appendString(dst, c.Slot)
+	}
+	if kind&limitCosts != 0 {
+		dst = appendCosts(dst, c) // reserve.go
 	}
 	return binary.AppendVarint(dst, c.Cost)
 }
@@ -215,6 +219,7 @@ func DecodeOps(b []byte) ([]Op, error) {
 				oc.Policy = string(c.policy)
 			}
 			oc.SlotOp, oc.Slot = slotOpOf(c) // slots.go
+			c.costs.setCheck(oc)             // reserve.go
 			if c.kind&limitSpec != 0 {
 				s, err := decodeSpec(c.spec)
 				if err != nil {
@@ -289,6 +294,9 @@ func appendResult(dst []byte, r *Result) []byte {
 		if dd.Slot != "" {
 			f |= decSlot
 		}
+		if hasCostDecision(dd) {
+			f |= decCosts // reserve.go
+		}
 		dst = append(dst, f)
 		dst = appendAlgoDecision(dst, &dd.Decision)
 		if dd.Plan != nil {
@@ -297,6 +305,9 @@ func appendResult(dst []byte, r *Result) []byte {
 		if dd.Slot != "" {
 			dst = appendString(dst, dd.Slot)
 			dst = binary.AppendVarint(dst, int64(dd.SlotHold))
+		}
+		if f&decCosts != 0 {
+			dst = appendCostDecision(dst, dd) // reserve.go
 		}
 	}
 	return dst
@@ -506,6 +517,10 @@ type checkRef struct {
 	spec   []byte // AppendSpec encoding
 	slot   []byte // limitRelease, limitRenew (slots.go)
 	cost   int64
+	// costs: the fields kind bit limitCosts carried; the bit itself is
+	// cleared on decode, so that a reserve or overdraft check resolves like
+	// any other (reserve.go).
+	costs costRef
 }
 
 // decodeCommand decodes one log entry into c, reusing c's slices. Errors wrap
@@ -657,7 +672,7 @@ func (d *decoder) check() checkRef {
 		c.cost = d.varint()
 		return c
 	}
-	if c.kind&^(limitPolicy|limitSpec|limitRelease|limitRenew) != 0 && c.kind != limitPlan && c.kind != limitInfo ||
+	if c.kind&^(limitPolicy|limitSpec|limitRelease|limitRenew|limitCosts) != 0 && c.kind != limitPlan && c.kind != limitInfo ||
 		c.kind&limitRelease != 0 && c.kind&limitRenew != 0 {
 		d.fail(fmt.Errorf("unknown limit kind %#x", c.kind))
 		return checkRef{}
@@ -671,6 +686,10 @@ func (d *decoder) check() checkRef {
 	}
 	if c.kind&(limitRelease|limitRenew) != 0 {
 		c.slot = d.bytes()
+	}
+	if c.kind&limitCosts != 0 {
+		c.kind &^= limitCosts
+		c.costs = d.costs() // reserve.go
 	}
 	c.cost = d.varint()
 	return c
@@ -692,7 +711,7 @@ func (d *decoder) result() Result {
 	}
 	for i := 0; i < n && d.err == nil; i++ {
 		f := d.byte()
-		if f&^(decAllowed|decShadowRefused|decLeasedElsewhere|decPlan|decBanned|decSlot) != 0 {
+		if f&^(decAllowed|decShadowRefused|decLeasedElsewhere|decPlan|decBanned|decSlot|decCosts) != 0 {
 			d.fail(fmt.Errorf("unknown decision flags %#x", f))
 			break
 		}
@@ -714,6 +733,9 @@ func (d *decoder) result() Result {
 		if f&decSlot != 0 {
 			dd.Slot = string(d.bytes())
 			dd.SlotHold = time.Duration(d.varint())
+		}
+		if f&decCosts != 0 {
+			d.costDecision(dd) // reserve.go
 		}
 	}
 	if d.err != nil {

@@ -56,6 +56,7 @@ func fingerprintOf(op *opRef, checks []checkRef) fingerprint {
 		fp.limits = (fp.limits ^ uint64(ck.kind)) * fnvPrime64
 		fp.limits = fnvField(fp.limits, ck.policy)
 		fp.limits = fnvField(fp.limits, ck.spec)
+		fp.limits = ck.costs.fingerprint(fp.limits) // reserve.go
 		fp.costs = fnvBytes(fp.costs, n[:binary.PutVarint(n[:], ck.cost)])
 	}
 	return fp
@@ -82,9 +83,10 @@ func decodeRequestRecord(b []byte) (fp fingerprint, r Result, err error) {
 		return fp, r, fmt.Errorf("request record of %d bytes without its version", len(b))
 	}
 	fp.all = b[1]&fpFlagAll != 0
-	if b[1]&^fpFlagAll != 0 {
+	if b[1]&^(fpFlagAll|fpFlagSpent) != 0 {
 		return fp, r, fmt.Errorf("request record: unknown flags %#x", b[1])
 	}
+	b0 := b[1]
 	n, w := binary.Uvarint(b[2:])
 	if w <= 0 || len(b) < 2+w+24 {
 		return fp, r, fmt.Errorf("request record: short fingerprint")
@@ -94,7 +96,15 @@ func decodeRequestRecord(b []byte) (fp fingerprint, r Result, err error) {
 	fp.keys = binary.BigEndian.Uint64(b)
 	fp.limits = binary.BigEndian.Uint64(b[8:])
 	fp.costs = binary.BigEndian.Uint64(b[16:])
-	rs, err := DecodeResults(b[24:])
+	b = b[24:]
+	if flags := b0; flags&fpFlagSpent != 0 { // reserve.go: what the request spent, for refunds
+		_, n, err := decodeSpent(b)
+		if err != nil {
+			return fp, r, fmt.Errorf("request record: %v", err)
+		}
+		b = b[n:]
+	}
+	rs, err := DecodeResults(b)
 	if err != nil {
 		return fp, r, err
 	}

@@ -26,6 +26,9 @@ func checkRequest(c *limitdv1.CheckRequest, prefix string) (service.CheckRequest
 	if c.Cost != nil {
 		r.Cost = c.GetCost()
 	}
+	if e := costFields(&r, c, prefix); e != nil { // costs.go
+		return r, e
+	}
 	if lim := c.GetLimit(); lim != nil {
 		if len(lim.GetNotify()) > 0 {
 			return r, service.Invalid(join(prefix, "limit.notify"), "alerts are a policy's option, not an inline limit's")
@@ -75,6 +78,7 @@ func decision(d *nodeapi.Decision) *limitdv1.Decision {
 	if d.Slot != "" {
 		out.Slot, out.SlotExpires = d.Slot, durationpb.New(d.SlotHold)
 	}
+	costDecision(out, d) // costs.go
 	return out
 }
 

@@ -54,10 +54,8 @@ func decodeRLS(req *rlspb.RateLimitRequest) (rls.Request, *service.Error) {
 	rr.Descriptors = make([]rls.RequestDescriptor, len(req.GetDescriptors()))
 	for i, d := range req.GetDescriptors() {
 		field := fmt.Sprintf("descriptors[%d]", i)
-		if d.GetIsNegativeHits() {
-			return rr, service.Invalid(field+".is_negative_hits", "refilling a budget is not supported by limitd")
-		}
 		rd := &rr.Descriptors[i]
+		rd.Negative = d.GetIsNegativeHits() // service/reserve.go: a credit
 		if len(d.GetEntries()) > rls.MaxRequestEntries {
 			return rr, service.Invalid(field+".entries", fmt.Sprintf("more than %d entries", rls.MaxRequestEntries))
 		}

@@ -35,6 +35,20 @@ type Check struct {
 	// is then 0. An acquire is an ordinary check of cost 1 (fsm/slots.go).
 	SlotOp SlotOp
 	Slot   string
+	// Costs known later (fsm/reserve.go). Reserve > 0 makes an allowed
+	// check of Cost > 0 a reservation held that long: its decision carries
+	// the Reservation, which Settle names later. Overdraft makes the charge
+	// apply even past the limit (the key goes into debt). Settle names a
+	// reservation of Key under this limit and settles it at Cost (the
+	// actual cost). Refund names a request id whose consumption on Key
+	// under this limit is credited back, up to Cost units.
+	Reserve   time.Duration
+	Overdraft bool
+	Settle    string
+	Refund    string
+	// Credit gives back up to Cost units to Key's current window under this
+	// limit (at most to fresh): Envoy's negative hits (service/rls.go).
+	Credit bool
 }
 
 // SlotOp is what a check does with a concurrency slot it names.
@@ -77,6 +91,17 @@ type Decision struct {
 	// ends (0 once freed).
 	Slot     string
 	SlotHold time.Duration
+	// Costs (fsm/reserve.go): the reservation an allowed reserve holds and
+	// the time left on its hold; Credited, units a settle or refund gave
+	// back to the key (negative: a settle's extra charge); Debt, units the
+	// key owes past its limit after an overdraft or a settle's extra;
+	// Rolled, a refund (or a settle's credit) that found the window the
+	// units were spent in had rolled, so nothing could be given back.
+	Reservation     string
+	ReservationHold time.Duration
+	Credited        int64
+	Debt            int64
+	Rolled          bool
 }
 
 // Reason is Decision.Reason. Its text ("allowed", "denied", "banned") is the

@@ -37,6 +37,10 @@ type RequestDescriptor struct {
 	Limit *Override
 	// HitsAddend, when set, is this descriptor's cost (0 is a peek).
 	HitsAddend *uint64
+	// Negative (envoy's is_negative_hits) gives the cost back instead of
+	// spending it: a request's descriptors are all negative or none
+	// (service/reserve.go).
+	Negative bool
 }
 
 // Override is a limit sent with a descriptor.

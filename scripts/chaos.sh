@@ -7,7 +7,7 @@
 #   ROUNDS=100 scripts/chaos.sh       # longer
 #   SEED=42 SUITES=inprocess scripts/chaos.sh   # same fault and client choices
 #
-# Suites (SUITES, default "inprocess process rejoin lease"; also clock, slowdisk):
+# Suites (SUITES, default "inprocess process rejoin lease"; also clock, slowdisk, costs):
 #   inprocess  cluster.TestFaultsThreeNodes, TestFaultsFiveNodes: 3 and 5 nodes
 #              over raft.InmemTransport; clients check keys while the leader is
 #              partitioned away, minorities are isolated, leadership is
@@ -29,6 +29,12 @@
 #              bounded (60 s waits); the audit through every node must find 0
 #              over-admitted and 0 lost. Loopback only: no network namespaces
 #              (partitions are the inprocess suite's).
+#   costs      e2e TestChaosSlotsAndReservations (3 limitd processes, kill -9
+#              of the leader per round): concurrency slots acquired and
+#              released through every node, at most the limit held at any
+#              instant; reserves settled at random actual costs, the key's
+#              usage equal to the acknowledged settles (not in the default
+#              SUITES: name it).
 #   lease      e2e TestLeaseChaosKill9 (issue 25; 3 limitd processes,
 #              two policies with quota leases, share 0.2, max_ttl 2s: a 10 s
 #              fixed window of 300 on four keys checked at three times that
@@ -167,8 +173,9 @@ for suite in $SUITES; do
 		LIMITD_BLKIO=1 run_tests ./e2e '^TestSlowDiskBlkioHandover$' slowdisk
 		grep -o 'BLKIO-SUMMARY {.*}' "$work/slowdisk.log" >&2 || true
 		;;
+	costs) run_tests ./e2e '^TestChaosSlotsAndReservations$' costs ;;
 	*)
-		log "unknown suite $suite (want inprocess, process, rejoin, lease, clock, slowdisk)"
+		log "unknown suite $suite (want inprocess, process, rejoin, lease, clock, slowdisk or costs)"
 		exit 2
 		;;
 	esac

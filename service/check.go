@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/limitd/limitd/algo"
 	"github.com/limitd/limitd/internal/tracing"
@@ -79,6 +80,10 @@ type CheckRequest struct {
 	// with key source ip), the only thing a list's CIDR entries match; the
 	// zero Addr when the key came from the client.
 	Addr netip.Addr
+	// Reserve, when set, makes an allowed check a reservation held that
+	// long; Overdraft makes the charge apply past the limit (reserve.go).
+	Reserve   time.Duration
+	Overdraft bool
 }
 
 // CheckResult is one check's answer.
@@ -99,7 +104,7 @@ func (s *Service) prepare(r *CheckRequest, withRequestID bool) (nodeapi.Check, L
 	if e := ValidateCheckFields(r, withRequestID); e != nil {
 		return nodeapi.Check{}, Limit{}, e
 	}
-	c := nodeapi.Check{Key: r.Key, Cost: r.Cost}
+	c := nodeapi.Check{Key: r.Key, Cost: r.Cost, Reserve: r.Reserve, Overdraft: r.Overdraft}
 	switch {
 	case r.Policy != "" && r.Limit != nil:
 		return nodeapi.Check{}, Limit{}, Invalid("limit", "give either policy or limit, not both")
@@ -163,6 +168,9 @@ func (s *Service) check(ctx context.Context, r *CheckRequest, detach bool) (Chec
 	if d, ok := s.listed(&c, r.Addr, &l); ok { // lists.go: deny > allow > limits
 		s.obs.Decided(l, d)
 		return CheckResult{Decision: d, Limit: l}, nil
+	}
+	if c.Reserve != 0 || c.Overdraft {
+		return s.costCheck(ctx, c, l, r.RequestID) // reserve.go: always through the log
 	}
 	if r.RequestID == "" {
 		if d, ok := s.bannedCheck(&c, &l); ok { // bans.go
@@ -274,7 +282,10 @@ func (s *Service) CheckAll(ctx context.Context, checks []CheckRequest, requestID
 				"the checks of an all-or-nothing request are one request: put request_id at the top level")
 		}
 		var e *Error
-		if op.Checks[i], limits[i], e = s.prepare(&checks[i], false); e != nil {
+		if op.Checks[i], limits[i], e = s.prepare(&checks[i], false); e == nil {
+			e = costAlone(&checks[i]) // reserve.go
+		}
+		if e != nil {
 			return CheckAllResult{}, e.Under(EntryField(i))
 		}
 		if op.Checks[i].ByPlan {
@@ -461,7 +472,10 @@ func (s *Service) Batch(ctx context.Context, checks []CheckRequest, invalid []*E
 			continue
 		}
 		var e *Error
-		if fc[i], out[i].Limit, e = s.prepare(&checks[i], true); e != nil {
+		if fc[i], out[i].Limit, e = s.prepare(&checks[i], true); e == nil {
+			e = costAlone(&checks[i]) // reserve.go
+		}
+		if e != nil {
 			out[i].Err = e.Under(EntryField(i))
 			continue
 		}

@@ -174,7 +174,16 @@ func (s *Service) RateLimit(ctx context.Context, req *rls.Request) (*RateLimitRe
 	if d != nil {
 		metricName = RLSMetricPrefix + d.Name() // domains are configured: a bounded label
 	}
-	results, e := s.decidePlan(ctx, plan, metricName)
+	neg, e := negativeHits(req) // reserve.go
+	if e != nil {
+		return nil, e
+	}
+	var results []rls.Result
+	if neg {
+		results, e = s.creditPlan(ctx, plan)
+	} else {
+		results, e = s.decidePlan(ctx, plan, metricName)
+	}
 	if e != nil {
 		return nil, e
 	}

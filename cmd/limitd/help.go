@@ -23,6 +23,8 @@ var commands = []struct{ name, summary string }{
 	{"webhook", "put, get, list or delete the webhooks that receive alert and ban events"},
 	{"keys", "list the keys of a policy or plan limit with their usage"},
 	{"slot", "release or renew a concurrency limit's slot"},
+	{"settle", "settle a reservation at its actual cost"},
+	{"refund", "give back units a request id's check spent"},
 	{"cluster", "status, members, join or remove nodes"},
 	{"snapshot", "save a backup of a running cluster, restore it into a data dir, inspect a file"},
 	{"version", "print the version, VCS revision and build time"},

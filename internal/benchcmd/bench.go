@@ -123,6 +123,7 @@ type benchFlags struct {
 	check        bench.CheckSpec
 	createPolicy bool
 	lease        string // JSON lease option of the created policy
+	pair         string // bench.PairAcquire or bench.PairReserve: each unit two requests
 	timeout      time.Duration
 	jsonOut      bool
 	adminToken   string
@@ -160,6 +161,7 @@ func newBenchFlagSet(out io.Writer) (*flag.FlagSet, *benchFlags) {
 	fs.Int64Var(&f.check.Burst, "burst", 0, "burst for token_bucket and leaky_bucket (0: the server's default, = limit)")
 	fs.StringVar(&f.check.Policy, "policy", "", "check against this named policy instead of an inline limit")
 	fs.BoolVar(&f.createPolicy, "create-policy", false, "create or replace --policy first (PUT /v1/policies/NAME) from --algorithm, --limit, --window, --burst; always done with --cluster")
+	fs.StringVar(&f.pair, "pair", "", "with --target client and --policy: each unit of work is a pair, acquire-release (a concurrency policy: acquire and release a slot) or reserve-settle (reserve --cost, settle at half)")
 	fs.StringVar(&f.lease, "lease", "", "lease option of the policy created by --create-policy (or --cluster), as its JSON: '{\"share\":0.05,\"max_ttl\":\"2s\"}' (docs/API.md)")
 	fs.Int64Var(&f.check.Cost, "cost", 1, "cost of every check (0 is a peek)")
 	fs.StringVar(&f.check.KeyPrefix, "key-prefix", "bench:", "keys are this prefix followed by a number below --keys")
@@ -240,6 +242,10 @@ func (f *benchFlags) validate(fs *flag.FlagSet) error {
 		return errors.New("--external-rls is for --target rls with --grpc-addrs, without --cluster or --leader-only")
 	case f.target == benchTargetClient && f.check.Cost == 0:
 		return errors.New("--target client cannot peek (--cost 0): the Go client's Check always spends")
+	case f.pair != "" && f.pair != bench.PairAcquire && f.pair != bench.PairReserve:
+		return fmt.Errorf("--pair must be %s or %s, got %q", bench.PairAcquire, bench.PairReserve, f.pair)
+	case f.pair != "" && (f.target != benchTargetClient || f.check.Policy == "" || f.createPolicy || f.cluster > 0):
+		return errors.New("--pair needs --target client and an existing --policy (a concurrency policy for acquire-release), without --create-policy or --cluster")
 	}
 	if f.target == benchTargetRLS {
 		f.check.HotLimit = f.work.HotLimit
@@ -791,7 +797,8 @@ func (f *benchFlags) newTarget(addrs, grpcAddrs []string) (bench.Target, func(),
 		}
 		return t, t.Close, nil
 	case benchTargetClient:
-		t, err := bench.NewClientTarget(bench.ClientConfig{Addrs: addrs, Check: f.check, Timeout: f.timeout, TLS: f.tlsConfig})
+		t, err := bench.NewClientTarget(bench.ClientConfig{Addrs: addrs, Check: f.check, Timeout: f.timeout, TLS: f.tlsConfig,
+			Pair: f.pair, PairHold: time.Minute})
 		if err != nil {
 			return nil, nil, err
 		}

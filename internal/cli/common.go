@@ -57,8 +57,10 @@ var commands = map[string]func([]string, Env) int{
 	"list":     runList, // lists.go
 	"bans":     runBans,
 	"key":      runKey,
-	"keys":     runKeys, // keys.go: the usage inventory
-	"slot":     runSlot, // slots.go
+	"keys":     runKeys,   // keys.go: the usage inventory
+	"slot":     runSlot,   // slots.go
+	"settle":   runSettle, // costs.go
+	"refund":   runRefund,
 	"cluster":  runCluster,
 	"snapshot": runSnapshot,
 	"version":  runVersion,

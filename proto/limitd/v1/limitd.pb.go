@@ -168,12 +168,17 @@ func (x *Limit) GetNotify() []float64 {
 // exactly one of policy and limit. Field names and rules are the HTTP API's
 // (POST /v1/check), so error fields read the same ("checks[1].limit.window").
 type CheckRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
-	Policy        string                 `protobuf:"bytes,2,opt,name=policy,proto3" json:"policy,omitempty"`
-	Limit         *Limit                 `protobuf:"bytes,3,opt,name=limit,proto3" json:"limit,omitempty"`
-	Cost          *int64                 `protobuf:"varint,4,opt,name=cost,proto3,oneof" json:"cost,omitempty"`                     // default 1; 0 is a peek
-	RequestId     string                 `protobuf:"bytes,5,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"` // up to 128 bytes: makes the check idempotent
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Key       string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Policy    string                 `protobuf:"bytes,2,opt,name=policy,proto3" json:"policy,omitempty"`
+	Limit     *Limit                 `protobuf:"bytes,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	Cost      *int64                 `protobuf:"varint,4,opt,name=cost,proto3,oneof" json:"cost,omitempty"`                     // default 1; 0 is a peek
+	RequestId string                 `protobuf:"bytes,5,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"` // up to 128 bytes: makes the check idempotent
+	// costs (docs/API.md, "Costs known later"): reserve spends cost now as an
+	// estimate and answers a reservation to settle; overdraft charges cost
+	// even past the limit (the key goes into debt).
+	Reserve       *Reserve `protobuf:"bytes,10,opt,name=reserve,proto3" json:"reserve,omitempty"`
+	Overdraft     bool     `protobuf:"varint,11,opt,name=overdraft,proto3" json:"overdraft,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -243,6 +248,20 @@ func (x *CheckRequest) GetRequestId() string {
 	return ""
 }
 
+func (x *CheckRequest) GetReserve() *Reserve {
+	if x != nil {
+		return x.Reserve
+	}
+	return nil
+}
+
+func (x *CheckRequest) GetOverdraft() bool {
+	if x != nil {
+		return x.Overdraft
+	}
+	return false
+}
+
 // Decision is one check's answer.
 type Decision struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -268,10 +287,15 @@ type Decision struct {
 	// Under a concurrency limit: the slot an allowed check holds and the time
 	// until its hold ends. Release or renew it with POST /v1/release or
 	// /v1/renew (docs/API.md, "Concurrency slots").
-	Slot          string               `protobuf:"bytes,14,opt,name=slot,proto3" json:"slot,omitempty"`
-	SlotExpires   *durationpb.Duration `protobuf:"bytes,15,opt,name=slot_expires,json=slotExpires,proto3" json:"slot_expires,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Slot        string               `protobuf:"bytes,14,opt,name=slot,proto3" json:"slot,omitempty"`
+	SlotExpires *durationpb.Duration `protobuf:"bytes,15,opt,name=slot_expires,json=slotExpires,proto3" json:"slot_expires,omitempty"`
+	// costs: the reservation an allowed reserve holds and the time left on
+	// its hold; debt, units the key owes past its limit.
+	Reservation        string               `protobuf:"bytes,17,opt,name=reservation,proto3" json:"reservation,omitempty"`
+	ReservationExpires *durationpb.Duration `protobuf:"bytes,18,opt,name=reservation_expires,json=reservationExpires,proto3" json:"reservation_expires,omitempty"`
+	Debt               int64                `protobuf:"varint,19,opt,name=debt,proto3" json:"debt,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *Decision) Reset() {
@@ -407,6 +431,27 @@ func (x *Decision) GetSlotExpires() *durationpb.Duration {
 		return x.SlotExpires
 	}
 	return nil
+}
+
+func (x *Decision) GetReservation() string {
+	if x != nil {
+		return x.Reservation
+	}
+	return ""
+}
+
+func (x *Decision) GetReservationExpires() *durationpb.Duration {
+	if x != nil {
+		return x.ReservationExpires
+	}
+	return nil
+}
+
+func (x *Decision) GetDebt() int64 {
+	if x != nil {
+		return x.Debt
+	}
+	return 0
 }
 
 // NamedDecision is one plan limit's decision.
@@ -3895,6 +3940,236 @@ func (*DeleteWebhookResponse) Descriptor() ([]byte, []int) {
 	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{72}
 }
 
+// Reserve is a check's reservation: hold, a duration string ("60s", at most
+// "24h"), is how long the estimate is held before it stays settled as is.
+type Reserve struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Hold          string                 `protobuf:"bytes,1,opt,name=hold,proto3" json:"hold,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Reserve) Reset() {
+	*x = Reserve{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[73]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Reserve) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Reserve) ProtoMessage() {}
+
+func (x *Reserve) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[73]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Reserve.ProtoReflect.Descriptor instead.
+func (*Reserve) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{73}
+}
+
+func (x *Reserve) GetHold() string {
+	if x != nil {
+		return x.Hold
+	}
+	return ""
+}
+
+type SettleRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Reservation   string                 `protobuf:"bytes,1,opt,name=reservation,proto3" json:"reservation,omitempty"`
+	Cost          int64                  `protobuf:"varint,2,opt,name=cost,proto3" json:"cost,omitempty"` // the actual cost
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SettleRequest) Reset() {
+	*x = SettleRequest{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[74]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SettleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SettleRequest) ProtoMessage() {}
+
+func (x *SettleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[74]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SettleRequest.ProtoReflect.Descriptor instead.
+func (*SettleRequest) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{74}
+}
+
+func (x *SettleRequest) GetReservation() string {
+	if x != nil {
+		return x.Reservation
+	}
+	return ""
+}
+
+func (x *SettleRequest) GetCost() int64 {
+	if x != nil {
+		return x.Cost
+	}
+	return 0
+}
+
+type RefundRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RequestId     string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"` // the request id of the check whose units to give back
+	Cost          int64                  `protobuf:"varint,2,opt,name=cost,proto3" json:"cost,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RefundRequest) Reset() {
+	*x = RefundRequest{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[75]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RefundRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RefundRequest) ProtoMessage() {}
+
+func (x *RefundRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[75]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RefundRequest.ProtoReflect.Descriptor instead.
+func (*RefundRequest) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{75}
+}
+
+func (x *RefundRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *RefundRequest) GetCost() int64 {
+	if x != nil {
+		return x.Cost
+	}
+	return 0
+}
+
+// CostResponse: credited, units given back (negative: a settle's extra
+// charge); debt after it; rolled, less than asked came back (the window
+// rolled, or the bucket refilled); replayed, a repeated settle; decision,
+// the key after it.
+type CostResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Credited      int64                  `protobuf:"varint,1,opt,name=credited,proto3" json:"credited,omitempty"`
+	Debt          int64                  `protobuf:"varint,2,opt,name=debt,proto3" json:"debt,omitempty"`
+	Rolled        bool                   `protobuf:"varint,3,opt,name=rolled,proto3" json:"rolled,omitempty"`
+	Replayed      bool                   `protobuf:"varint,4,opt,name=replayed,proto3" json:"replayed,omitempty"`
+	Decision      *Decision              `protobuf:"bytes,5,opt,name=decision,proto3" json:"decision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CostResponse) Reset() {
+	*x = CostResponse{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[76]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CostResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CostResponse) ProtoMessage() {}
+
+func (x *CostResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[76]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CostResponse.ProtoReflect.Descriptor instead.
+func (*CostResponse) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{76}
+}
+
+func (x *CostResponse) GetCredited() int64 {
+	if x != nil {
+		return x.Credited
+	}
+	return 0
+}
+
+func (x *CostResponse) GetDebt() int64 {
+	if x != nil {
+		return x.Debt
+	}
+	return 0
+}
+
+func (x *CostResponse) GetRolled() bool {
+	if x != nil {
+		return x.Rolled
+	}
+	return false
+}
+
+func (x *CostResponse) GetReplayed() bool {
+	if x != nil {
+		return x.Replayed
+	}
+	return false
+}
+
+func (x *CostResponse) GetDecision() *Decision {
+	if x != nil {
+		return x.Decision
+	}
+	return nil
+}
+
 var File_limitd_v1_limitd_proto protoreflect.FileDescriptor
 
 const file_limitd_v1_limitd_proto_rawDesc = "" +
@@ -3910,15 +4185,18 @@ const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"\btimezone\x18\a \x01(\tR\btimezone\x12\x12\n" +
 	"\x04hold\x18\b \x01(\tR\x04hold\x12\x19\n" +
 	"\bmax_hold\x18\t \x01(\tR\amaxHold\x12\x16\n" +
-	"\x06notify\x18\v \x03(\x01R\x06notify\"\xa1\x01\n" +
+	"\x06notify\x18\v \x03(\x01R\x06notify\"\xed\x01\n" +
 	"\fCheckRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
 	"\x06policy\x18\x02 \x01(\tR\x06policy\x12&\n" +
 	"\x05limit\x18\x03 \x01(\v2\x10.limitd.v1.LimitR\x05limit\x12\x17\n" +
 	"\x04cost\x18\x04 \x01(\x03H\x00R\x04cost\x88\x01\x01\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x05 \x01(\tR\trequestIdB\a\n" +
-	"\x05_cost\"\xad\x04\n" +
+	"request_id\x18\x05 \x01(\tR\trequestId\x12,\n" +
+	"\areserve\x18\n" +
+	" \x01(\v2\x12.limitd.v1.ReserveR\areserve\x12\x1c\n" +
+	"\toverdraft\x18\v \x01(\bR\toverdraftB\a\n" +
+	"\x05_cost\"\xaf\x05\n" +
 	"\bDecision\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x1c\n" +
@@ -3940,7 +4218,10 @@ const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"\x06limits\x18\f \x03(\v2\x18.limitd.v1.NamedDecisionR\x06limits\x12\x16\n" +
 	"\x06reason\x18\r \x01(\tR\x06reason\x12\x12\n" +
 	"\x04slot\x18\x0e \x01(\tR\x04slot\x12<\n" +
-	"\fslot_expires\x18\x0f \x01(\v2\x19.google.protobuf.DurationR\vslotExpires\"T\n" +
+	"\fslot_expires\x18\x0f \x01(\v2\x19.google.protobuf.DurationR\vslotExpires\x12 \n" +
+	"\vreservation\x18\x11 \x01(\tR\vreservation\x12J\n" +
+	"\x13reservation_expires\x18\x12 \x01(\v2\x19.google.protobuf.DurationR\x12reservationExpires\x12\x12\n" +
+	"\x04debt\x18\x13 \x01(\x03R\x04debt\"T\n" +
 	"\rNamedDecision\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12/\n" +
 	"\bdecision\x18\x02 \x01(\v2\x13.limitd.v1.DecisionR\bdecision\"\\\n" +
@@ -4138,7 +4419,22 @@ const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"\bwebhooks\x18\x01 \x03(\v2\x12.limitd.v1.WebhookR\bwebhooks\"*\n" +
 	"\x14DeleteWebhookRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\x17\n" +
-	"\x15DeleteWebhookResponse2\x8f\x14\n" +
+	"\x15DeleteWebhookResponse\"\x1d\n" +
+	"\aReserve\x12\x12\n" +
+	"\x04hold\x18\x01 \x01(\tR\x04hold\"E\n" +
+	"\rSettleRequest\x12 \n" +
+	"\vreservation\x18\x01 \x01(\tR\vreservation\x12\x12\n" +
+	"\x04cost\x18\x02 \x01(\x03R\x04cost\"B\n" +
+	"\rRefundRequest\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\x12\x12\n" +
+	"\x04cost\x18\x02 \x01(\x03R\x04cost\"\xa3\x01\n" +
+	"\fCostResponse\x12\x1a\n" +
+	"\bcredited\x18\x01 \x01(\x03R\bcredited\x12\x12\n" +
+	"\x04debt\x18\x02 \x01(\x03R\x04debt\x12\x16\n" +
+	"\x06rolled\x18\x03 \x01(\bR\x06rolled\x12\x1a\n" +
+	"\breplayed\x18\x04 \x01(\bR\breplayed\x12/\n" +
+	"\bdecision\x18\x05 \x01(\v2\x13.limitd.v1.DecisionR\bdecision2\x89\x15\n" +
 	"\x06Limitd\x12:\n" +
 	"\x05Check\x12\x17.limitd.v1.CheckRequest\x1a\x18.limitd.v1.CheckResponse\x12C\n" +
 	"\bCheckAll\x12\x1a.limitd.v1.CheckAllRequest\x1a\x1b.limitd.v1.CheckAllResponse\x12:\n" +
@@ -4182,7 +4478,9 @@ const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"\n" +
 	"GetWebhook\x12\x1c.limitd.v1.GetWebhookRequest\x1a\x12.limitd.v1.Webhook\x12O\n" +
 	"\fListWebhooks\x12\x1e.limitd.v1.ListWebhooksRequest\x1a\x1f.limitd.v1.ListWebhooksResponse\x12R\n" +
-	"\rDeleteWebhook\x12\x1f.limitd.v1.DeleteWebhookRequest\x1a .limitd.v1.DeleteWebhookResponseB3Z1github.com/limitd/limitd/proto/limitd/v1;limitdv1b\x06proto3"
+	"\rDeleteWebhook\x12\x1f.limitd.v1.DeleteWebhookRequest\x1a .limitd.v1.DeleteWebhookResponse\x12;\n" +
+	"\x06Settle\x12\x18.limitd.v1.SettleRequest\x1a\x17.limitd.v1.CostResponse\x12;\n" +
+	"\x06Refund\x12\x18.limitd.v1.RefundRequest\x1a\x17.limitd.v1.CostResponseB3Z1github.com/limitd/limitd/proto/limitd/v1;limitdv1b\x06proto3"
 
 var (
 	file_limitd_v1_limitd_proto_rawDescOnce sync.Once
@@ -4196,7 +4494,7 @@ func file_limitd_v1_limitd_proto_rawDescGZIP() []byte {
 	return file_limitd_v1_limitd_proto_rawDescData
 }
 
-var file_limitd_v1_limitd_proto_msgTypes = make([]protoimpl.MessageInfo, 75)
+var file_limitd_v1_limitd_proto_msgTypes = make([]protoimpl.MessageInfo, 79)
 var file_limitd_v1_limitd_proto_goTypes = []any{
 	(*Limit)(nil),                    // 0: limitd.v1.Limit
 	(*CheckRequest)(nil),             // 1: limitd.v1.CheckRequest
@@ -4271,129 +4569,140 @@ var file_limitd_v1_limitd_proto_goTypes = []any{
 	(*ListWebhooksResponse)(nil),     // 70: limitd.v1.ListWebhooksResponse
 	(*DeleteWebhookRequest)(nil),     // 71: limitd.v1.DeleteWebhookRequest
 	(*DeleteWebhookResponse)(nil),    // 72: limitd.v1.DeleteWebhookResponse
-	nil,                              // 73: limitd.v1.Plan.LimitsEntry
-	nil,                              // 74: limitd.v1.Override.LimitsEntry
-	(*durationpb.Duration)(nil),      // 75: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),    // 76: google.protobuf.Timestamp
+	(*Reserve)(nil),                  // 73: limitd.v1.Reserve
+	(*SettleRequest)(nil),            // 74: limitd.v1.SettleRequest
+	(*RefundRequest)(nil),            // 75: limitd.v1.RefundRequest
+	(*CostResponse)(nil),             // 76: limitd.v1.CostResponse
+	nil,                              // 77: limitd.v1.Plan.LimitsEntry
+	nil,                              // 78: limitd.v1.Override.LimitsEntry
+	(*durationpb.Duration)(nil),      // 79: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),    // 80: google.protobuf.Timestamp
 }
 var file_limitd_v1_limitd_proto_depIdxs = []int32{
 	0,  // 0: limitd.v1.CheckRequest.limit:type_name -> limitd.v1.Limit
-	75, // 1: limitd.v1.Decision.reset_after:type_name -> google.protobuf.Duration
-	75, // 2: limitd.v1.Decision.retry_after:type_name -> google.protobuf.Duration
-	75, // 3: limitd.v1.Decision.delay:type_name -> google.protobuf.Duration
-	3,  // 4: limitd.v1.Decision.limits:type_name -> limitd.v1.NamedDecision
-	75, // 5: limitd.v1.Decision.slot_expires:type_name -> google.protobuf.Duration
-	2,  // 6: limitd.v1.NamedDecision.decision:type_name -> limitd.v1.Decision
-	2,  // 7: limitd.v1.CheckResponse.decision:type_name -> limitd.v1.Decision
-	1,  // 8: limitd.v1.CheckAllRequest.checks:type_name -> limitd.v1.CheckRequest
-	2,  // 9: limitd.v1.CheckAllResponse.decisions:type_name -> limitd.v1.Decision
-	1,  // 10: limitd.v1.BatchRequest.checks:type_name -> limitd.v1.CheckRequest
-	4,  // 11: limitd.v1.BatchResult.response:type_name -> limitd.v1.CheckResponse
-	8,  // 12: limitd.v1.BatchResult.error:type_name -> limitd.v1.Error
-	9,  // 13: limitd.v1.BatchResponse.results:type_name -> limitd.v1.BatchResult
-	0,  // 14: limitd.v1.PeekRequest.limit:type_name -> limitd.v1.Limit
-	0,  // 15: limitd.v1.ResetRequest.limit:type_name -> limitd.v1.Limit
-	0,  // 16: limitd.v1.SlotRequest.limit:type_name -> limitd.v1.Limit
-	75, // 17: limitd.v1.SlotResponse.slot_expires:type_name -> google.protobuf.Duration
-	0,  // 18: limitd.v1.Policy.limit:type_name -> limitd.v1.Limit
-	18, // 19: limitd.v1.Policy.lease:type_name -> limitd.v1.Lease
-	17, // 20: limitd.v1.Policy.on_exceed:type_name -> limitd.v1.OnExceed
-	16, // 21: limitd.v1.PutPolicyRequest.policy:type_name -> limitd.v1.Policy
-	16, // 22: limitd.v1.ListPoliciesResponse.policies:type_name -> limitd.v1.Policy
-	25, // 23: limitd.v1.ListRLSDomainsResponse.domains:type_name -> limitd.v1.RLSDomain
-	73, // 24: limitd.v1.Plan.limits:type_name -> limitd.v1.Plan.LimitsEntry
-	32, // 25: limitd.v1.PutPlanRequest.plan:type_name -> limitd.v1.Plan
-	32, // 26: limitd.v1.ListPlansResponse.plans:type_name -> limitd.v1.Plan
-	44, // 27: limitd.v1.ListPrefixRulesResponse.rules:type_name -> limitd.v1.PrefixRule
-	74, // 28: limitd.v1.Override.limits:type_name -> limitd.v1.Override.LimitsEntry
-	76, // 29: limitd.v1.Override.expires:type_name -> google.protobuf.Timestamp
-	54, // 30: limitd.v1.List.entries:type_name -> limitd.v1.ListEntry
-	53, // 31: limitd.v1.PutListRequest.list:type_name -> limitd.v1.List
-	53, // 32: limitd.v1.ListListsResponse.lists:type_name -> limitd.v1.List
-	61, // 33: limitd.v1.ListBansResponse.bans:type_name -> limitd.v1.Ban
-	66, // 34: limitd.v1.PutWebhookRequest.webhook:type_name -> limitd.v1.Webhook
-	66, // 35: limitd.v1.ListWebhooksResponse.webhooks:type_name -> limitd.v1.Webhook
-	0,  // 36: limitd.v1.Plan.LimitsEntry.value:type_name -> limitd.v1.Limit
-	49, // 37: limitd.v1.Override.LimitsEntry.value:type_name -> limitd.v1.LimitOverride
-	1,  // 38: limitd.v1.Limitd.Check:input_type -> limitd.v1.CheckRequest
-	5,  // 39: limitd.v1.Limitd.CheckAll:input_type -> limitd.v1.CheckAllRequest
-	7,  // 40: limitd.v1.Limitd.Batch:input_type -> limitd.v1.BatchRequest
-	11, // 41: limitd.v1.Limitd.Peek:input_type -> limitd.v1.PeekRequest
-	12, // 42: limitd.v1.Limitd.Reset:input_type -> limitd.v1.ResetRequest
-	14, // 43: limitd.v1.Limitd.Release:input_type -> limitd.v1.SlotRequest
-	14, // 44: limitd.v1.Limitd.Renew:input_type -> limitd.v1.SlotRequest
-	19, // 45: limitd.v1.Limitd.PutPolicy:input_type -> limitd.v1.PutPolicyRequest
-	20, // 46: limitd.v1.Limitd.GetPolicy:input_type -> limitd.v1.GetPolicyRequest
-	21, // 47: limitd.v1.Limitd.ListPolicies:input_type -> limitd.v1.ListPoliciesRequest
-	23, // 48: limitd.v1.Limitd.DeletePolicy:input_type -> limitd.v1.DeletePolicyRequest
-	26, // 49: limitd.v1.Limitd.PutRLSDomain:input_type -> limitd.v1.PutRLSDomainRequest
-	27, // 50: limitd.v1.Limitd.GetRLSDomain:input_type -> limitd.v1.GetRLSDomainRequest
-	28, // 51: limitd.v1.Limitd.ListRLSDomains:input_type -> limitd.v1.ListRLSDomainsRequest
-	30, // 52: limitd.v1.Limitd.DeleteRLSDomain:input_type -> limitd.v1.DeleteRLSDomainRequest
-	33, // 53: limitd.v1.Limitd.PutPlan:input_type -> limitd.v1.PutPlanRequest
-	34, // 54: limitd.v1.Limitd.GetPlan:input_type -> limitd.v1.GetPlanRequest
-	35, // 55: limitd.v1.Limitd.ListPlans:input_type -> limitd.v1.ListPlansRequest
-	37, // 56: limitd.v1.Limitd.DeletePlan:input_type -> limitd.v1.DeletePlanRequest
-	39, // 57: limitd.v1.Limitd.SetDefaultPlan:input_type -> limitd.v1.SetDefaultPlanRequest
-	41, // 58: limitd.v1.Limitd.AssignPlan:input_type -> limitd.v1.AssignPlanRequest
-	42, // 59: limitd.v1.Limitd.GetKeyPlan:input_type -> limitd.v1.GetKeyPlanRequest
-	44, // 60: limitd.v1.Limitd.PutPrefixRule:input_type -> limitd.v1.PrefixRule
-	45, // 61: limitd.v1.Limitd.DeletePrefixRule:input_type -> limitd.v1.DeletePrefixRuleRequest
-	47, // 62: limitd.v1.Limitd.ListPrefixRules:input_type -> limitd.v1.ListPrefixRulesRequest
-	50, // 63: limitd.v1.Limitd.PutOverride:input_type -> limitd.v1.Override
-	51, // 64: limitd.v1.Limitd.DeleteOverride:input_type -> limitd.v1.DeleteOverrideRequest
-	55, // 65: limitd.v1.Limitd.PutList:input_type -> limitd.v1.PutListRequest
-	56, // 66: limitd.v1.Limitd.GetList:input_type -> limitd.v1.GetListRequest
-	57, // 67: limitd.v1.Limitd.ListLists:input_type -> limitd.v1.ListListsRequest
-	59, // 68: limitd.v1.Limitd.DeleteList:input_type -> limitd.v1.DeleteListRequest
-	62, // 69: limitd.v1.Limitd.ListBans:input_type -> limitd.v1.ListBansRequest
-	64, // 70: limitd.v1.Limitd.Unban:input_type -> limitd.v1.UnbanRequest
-	67, // 71: limitd.v1.Limitd.PutWebhook:input_type -> limitd.v1.PutWebhookRequest
-	68, // 72: limitd.v1.Limitd.GetWebhook:input_type -> limitd.v1.GetWebhookRequest
-	69, // 73: limitd.v1.Limitd.ListWebhooks:input_type -> limitd.v1.ListWebhooksRequest
-	71, // 74: limitd.v1.Limitd.DeleteWebhook:input_type -> limitd.v1.DeleteWebhookRequest
-	4,  // 75: limitd.v1.Limitd.Check:output_type -> limitd.v1.CheckResponse
-	6,  // 76: limitd.v1.Limitd.CheckAll:output_type -> limitd.v1.CheckAllResponse
-	10, // 77: limitd.v1.Limitd.Batch:output_type -> limitd.v1.BatchResponse
-	4,  // 78: limitd.v1.Limitd.Peek:output_type -> limitd.v1.CheckResponse
-	13, // 79: limitd.v1.Limitd.Reset:output_type -> limitd.v1.ResetResponse
-	15, // 80: limitd.v1.Limitd.Release:output_type -> limitd.v1.SlotResponse
-	15, // 81: limitd.v1.Limitd.Renew:output_type -> limitd.v1.SlotResponse
-	16, // 82: limitd.v1.Limitd.PutPolicy:output_type -> limitd.v1.Policy
-	16, // 83: limitd.v1.Limitd.GetPolicy:output_type -> limitd.v1.Policy
-	22, // 84: limitd.v1.Limitd.ListPolicies:output_type -> limitd.v1.ListPoliciesResponse
-	24, // 85: limitd.v1.Limitd.DeletePolicy:output_type -> limitd.v1.DeletePolicyResponse
-	25, // 86: limitd.v1.Limitd.PutRLSDomain:output_type -> limitd.v1.RLSDomain
-	25, // 87: limitd.v1.Limitd.GetRLSDomain:output_type -> limitd.v1.RLSDomain
-	29, // 88: limitd.v1.Limitd.ListRLSDomains:output_type -> limitd.v1.ListRLSDomainsResponse
-	31, // 89: limitd.v1.Limitd.DeleteRLSDomain:output_type -> limitd.v1.DeleteRLSDomainResponse
-	32, // 90: limitd.v1.Limitd.PutPlan:output_type -> limitd.v1.Plan
-	32, // 91: limitd.v1.Limitd.GetPlan:output_type -> limitd.v1.Plan
-	36, // 92: limitd.v1.Limitd.ListPlans:output_type -> limitd.v1.ListPlansResponse
-	38, // 93: limitd.v1.Limitd.DeletePlan:output_type -> limitd.v1.DeletePlanResponse
-	40, // 94: limitd.v1.Limitd.SetDefaultPlan:output_type -> limitd.v1.SetDefaultPlanResponse
-	43, // 95: limitd.v1.Limitd.AssignPlan:output_type -> limitd.v1.KeyPlan
-	43, // 96: limitd.v1.Limitd.GetKeyPlan:output_type -> limitd.v1.KeyPlan
-	44, // 97: limitd.v1.Limitd.PutPrefixRule:output_type -> limitd.v1.PrefixRule
-	46, // 98: limitd.v1.Limitd.DeletePrefixRule:output_type -> limitd.v1.DeletePrefixRuleResponse
-	48, // 99: limitd.v1.Limitd.ListPrefixRules:output_type -> limitd.v1.ListPrefixRulesResponse
-	50, // 100: limitd.v1.Limitd.PutOverride:output_type -> limitd.v1.Override
-	52, // 101: limitd.v1.Limitd.DeleteOverride:output_type -> limitd.v1.DeleteOverrideResponse
-	53, // 102: limitd.v1.Limitd.PutList:output_type -> limitd.v1.List
-	53, // 103: limitd.v1.Limitd.GetList:output_type -> limitd.v1.List
-	58, // 104: limitd.v1.Limitd.ListLists:output_type -> limitd.v1.ListListsResponse
-	60, // 105: limitd.v1.Limitd.DeleteList:output_type -> limitd.v1.DeleteListResponse
-	63, // 106: limitd.v1.Limitd.ListBans:output_type -> limitd.v1.ListBansResponse
-	65, // 107: limitd.v1.Limitd.Unban:output_type -> limitd.v1.UnbanResponse
-	66, // 108: limitd.v1.Limitd.PutWebhook:output_type -> limitd.v1.Webhook
-	66, // 109: limitd.v1.Limitd.GetWebhook:output_type -> limitd.v1.Webhook
-	70, // 110: limitd.v1.Limitd.ListWebhooks:output_type -> limitd.v1.ListWebhooksResponse
-	72, // 111: limitd.v1.Limitd.DeleteWebhook:output_type -> limitd.v1.DeleteWebhookResponse
-	75, // [75:112] is the sub-list for method output_type
-	38, // [38:75] is the sub-list for method input_type
-	38, // [38:38] is the sub-list for extension type_name
-	38, // [38:38] is the sub-list for extension extendee
-	0,  // [0:38] is the sub-list for field type_name
+	73, // 1: limitd.v1.CheckRequest.reserve:type_name -> limitd.v1.Reserve
+	79, // 2: limitd.v1.Decision.reset_after:type_name -> google.protobuf.Duration
+	79, // 3: limitd.v1.Decision.retry_after:type_name -> google.protobuf.Duration
+	79, // 4: limitd.v1.Decision.delay:type_name -> google.protobuf.Duration
+	3,  // 5: limitd.v1.Decision.limits:type_name -> limitd.v1.NamedDecision
+	79, // 6: limitd.v1.Decision.slot_expires:type_name -> google.protobuf.Duration
+	79, // 7: limitd.v1.Decision.reservation_expires:type_name -> google.protobuf.Duration
+	2,  // 8: limitd.v1.NamedDecision.decision:type_name -> limitd.v1.Decision
+	2,  // 9: limitd.v1.CheckResponse.decision:type_name -> limitd.v1.Decision
+	1,  // 10: limitd.v1.CheckAllRequest.checks:type_name -> limitd.v1.CheckRequest
+	2,  // 11: limitd.v1.CheckAllResponse.decisions:type_name -> limitd.v1.Decision
+	1,  // 12: limitd.v1.BatchRequest.checks:type_name -> limitd.v1.CheckRequest
+	4,  // 13: limitd.v1.BatchResult.response:type_name -> limitd.v1.CheckResponse
+	8,  // 14: limitd.v1.BatchResult.error:type_name -> limitd.v1.Error
+	9,  // 15: limitd.v1.BatchResponse.results:type_name -> limitd.v1.BatchResult
+	0,  // 16: limitd.v1.PeekRequest.limit:type_name -> limitd.v1.Limit
+	0,  // 17: limitd.v1.ResetRequest.limit:type_name -> limitd.v1.Limit
+	0,  // 18: limitd.v1.SlotRequest.limit:type_name -> limitd.v1.Limit
+	79, // 19: limitd.v1.SlotResponse.slot_expires:type_name -> google.protobuf.Duration
+	0,  // 20: limitd.v1.Policy.limit:type_name -> limitd.v1.Limit
+	18, // 21: limitd.v1.Policy.lease:type_name -> limitd.v1.Lease
+	17, // 22: limitd.v1.Policy.on_exceed:type_name -> limitd.v1.OnExceed
+	16, // 23: limitd.v1.PutPolicyRequest.policy:type_name -> limitd.v1.Policy
+	16, // 24: limitd.v1.ListPoliciesResponse.policies:type_name -> limitd.v1.Policy
+	25, // 25: limitd.v1.ListRLSDomainsResponse.domains:type_name -> limitd.v1.RLSDomain
+	77, // 26: limitd.v1.Plan.limits:type_name -> limitd.v1.Plan.LimitsEntry
+	32, // 27: limitd.v1.PutPlanRequest.plan:type_name -> limitd.v1.Plan
+	32, // 28: limitd.v1.ListPlansResponse.plans:type_name -> limitd.v1.Plan
+	44, // 29: limitd.v1.ListPrefixRulesResponse.rules:type_name -> limitd.v1.PrefixRule
+	78, // 30: limitd.v1.Override.limits:type_name -> limitd.v1.Override.LimitsEntry
+	80, // 31: limitd.v1.Override.expires:type_name -> google.protobuf.Timestamp
+	54, // 32: limitd.v1.List.entries:type_name -> limitd.v1.ListEntry
+	53, // 33: limitd.v1.PutListRequest.list:type_name -> limitd.v1.List
+	53, // 34: limitd.v1.ListListsResponse.lists:type_name -> limitd.v1.List
+	61, // 35: limitd.v1.ListBansResponse.bans:type_name -> limitd.v1.Ban
+	66, // 36: limitd.v1.PutWebhookRequest.webhook:type_name -> limitd.v1.Webhook
+	66, // 37: limitd.v1.ListWebhooksResponse.webhooks:type_name -> limitd.v1.Webhook
+	2,  // 38: limitd.v1.CostResponse.decision:type_name -> limitd.v1.Decision
+	0,  // 39: limitd.v1.Plan.LimitsEntry.value:type_name -> limitd.v1.Limit
+	49, // 40: limitd.v1.Override.LimitsEntry.value:type_name -> limitd.v1.LimitOverride
+	1,  // 41: limitd.v1.Limitd.Check:input_type -> limitd.v1.CheckRequest
+	5,  // 42: limitd.v1.Limitd.CheckAll:input_type -> limitd.v1.CheckAllRequest
+	7,  // 43: limitd.v1.Limitd.Batch:input_type -> limitd.v1.BatchRequest
+	11, // 44: limitd.v1.Limitd.Peek:input_type -> limitd.v1.PeekRequest
+	12, // 45: limitd.v1.Limitd.Reset:input_type -> limitd.v1.ResetRequest
+	14, // 46: limitd.v1.Limitd.Release:input_type -> limitd.v1.SlotRequest
+	14, // 47: limitd.v1.Limitd.Renew:input_type -> limitd.v1.SlotRequest
+	19, // 48: limitd.v1.Limitd.PutPolicy:input_type -> limitd.v1.PutPolicyRequest
+	20, // 49: limitd.v1.Limitd.GetPolicy:input_type -> limitd.v1.GetPolicyRequest
+	21, // 50: limitd.v1.Limitd.ListPolicies:input_type -> limitd.v1.ListPoliciesRequest
+	23, // 51: limitd.v1.Limitd.DeletePolicy:input_type -> limitd.v1.DeletePolicyRequest
+	26, // 52: limitd.v1.Limitd.PutRLSDomain:input_type -> limitd.v1.PutRLSDomainRequest
+	27, // 53: limitd.v1.Limitd.GetRLSDomain:input_type -> limitd.v1.GetRLSDomainRequest
+	28, // 54: limitd.v1.Limitd.ListRLSDomains:input_type -> limitd.v1.ListRLSDomainsRequest
+	30, // 55: limitd.v1.Limitd.DeleteRLSDomain:input_type -> limitd.v1.DeleteRLSDomainRequest
+	33, // 56: limitd.v1.Limitd.PutPlan:input_type -> limitd.v1.PutPlanRequest
+	34, // 57: limitd.v1.Limitd.GetPlan:input_type -> limitd.v1.GetPlanRequest
+	35, // 58: limitd.v1.Limitd.ListPlans:input_type -> limitd.v1.ListPlansRequest
+	37, // 59: limitd.v1.Limitd.DeletePlan:input_type -> limitd.v1.DeletePlanRequest
+	39, // 60: limitd.v1.Limitd.SetDefaultPlan:input_type -> limitd.v1.SetDefaultPlanRequest
+	41, // 61: limitd.v1.Limitd.AssignPlan:input_type -> limitd.v1.AssignPlanRequest
+	42, // 62: limitd.v1.Limitd.GetKeyPlan:input_type -> limitd.v1.GetKeyPlanRequest
+	44, // 63: limitd.v1.Limitd.PutPrefixRule:input_type -> limitd.v1.PrefixRule
+	45, // 64: limitd.v1.Limitd.DeletePrefixRule:input_type -> limitd.v1.DeletePrefixRuleRequest
+	47, // 65: limitd.v1.Limitd.ListPrefixRules:input_type -> limitd.v1.ListPrefixRulesRequest
+	50, // 66: limitd.v1.Limitd.PutOverride:input_type -> limitd.v1.Override
+	51, // 67: limitd.v1.Limitd.DeleteOverride:input_type -> limitd.v1.DeleteOverrideRequest
+	55, // 68: limitd.v1.Limitd.PutList:input_type -> limitd.v1.PutListRequest
+	56, // 69: limitd.v1.Limitd.GetList:input_type -> limitd.v1.GetListRequest
+	57, // 70: limitd.v1.Limitd.ListLists:input_type -> limitd.v1.ListListsRequest
+	59, // 71: limitd.v1.Limitd.DeleteList:input_type -> limitd.v1.DeleteListRequest
+	62, // 72: limitd.v1.Limitd.ListBans:input_type -> limitd.v1.ListBansRequest
+	64, // 73: limitd.v1.Limitd.Unban:input_type -> limitd.v1.UnbanRequest
+	67, // 74: limitd.v1.Limitd.PutWebhook:input_type -> limitd.v1.PutWebhookRequest
+	68, // 75: limitd.v1.Limitd.GetWebhook:input_type -> limitd.v1.GetWebhookRequest
+	69, // 76: limitd.v1.Limitd.ListWebhooks:input_type -> limitd.v1.ListWebhooksRequest
+	71, // 77: limitd.v1.Limitd.DeleteWebhook:input_type -> limitd.v1.DeleteWebhookRequest
+	74, // 78: limitd.v1.Limitd.Settle:input_type -> limitd.v1.SettleRequest
+	75, // 79: limitd.v1.Limitd.Refund:input_type -> limitd.v1.RefundRequest
+	4,  // 80: limitd.v1.Limitd.Check:output_type -> limitd.v1.CheckResponse
+	6,  // 81: limitd.v1.Limitd.CheckAll:output_type -> limitd.v1.CheckAllResponse
+	10, // 82: limitd.v1.Limitd.Batch:output_type -> limitd.v1.BatchResponse
+	4,  // 83: limitd.v1.Limitd.Peek:output_type -> limitd.v1.CheckResponse
+	13, // 84: limitd.v1.Limitd.Reset:output_type -> limitd.v1.ResetResponse
+	15, // 85: limitd.v1.Limitd.Release:output_type -> limitd.v1.SlotResponse
+	15, // 86: limitd.v1.Limitd.Renew:output_type -> limitd.v1.SlotResponse
+	16, // 87: limitd.v1.Limitd.PutPolicy:output_type -> limitd.v1.Policy
+	16, // 88: limitd.v1.Limitd.GetPolicy:output_type -> limitd.v1.Policy
+	22, // 89: limitd.v1.Limitd.ListPolicies:output_type -> limitd.v1.ListPoliciesResponse
+	24, // 90: limitd.v1.Limitd.DeletePolicy:output_type -> limitd.v1.DeletePolicyResponse
+	25, // 91: limitd.v1.Limitd.PutRLSDomain:output_type -> limitd.v1.RLSDomain
+	25, // 92: limitd.v1.Limitd.GetRLSDomain:output_type -> limitd.v1.RLSDomain
+	29, // 93: limitd.v1.Limitd.ListRLSDomains:output_type -> limitd.v1.ListRLSDomainsResponse
+	31, // 94: limitd.v1.Limitd.DeleteRLSDomain:output_type -> limitd.v1.DeleteRLSDomainResponse
+	32, // 95: limitd.v1.Limitd.PutPlan:output_type -> limitd.v1.Plan
+	32, // 96: limitd.v1.Limitd.GetPlan:output_type -> limitd.v1.Plan
+	36, // 97: limitd.v1.Limitd.ListPlans:output_type -> limitd.v1.ListPlansResponse
+	38, // 98: limitd.v1.Limitd.DeletePlan:output_type -> limitd.v1.DeletePlanResponse
+	40, // 99: limitd.v1.Limitd.SetDefaultPlan:output_type -> limitd.v1.SetDefaultPlanResponse
+	43, // 100: limitd.v1.Limitd.AssignPlan:output_type -> limitd.v1.KeyPlan
+	43, // 101: limitd.v1.Limitd.GetKeyPlan:output_type -> limitd.v1.KeyPlan
+	44, // 102: limitd.v1.Limitd.PutPrefixRule:output_type -> limitd.v1.PrefixRule
+	46, // 103: limitd.v1.Limitd.DeletePrefixRule:output_type -> limitd.v1.DeletePrefixRuleResponse
+	48, // 104: limitd.v1.Limitd.ListPrefixRules:output_type -> limitd.v1.ListPrefixRulesResponse
+	50, // 105: limitd.v1.Limitd.PutOverride:output_type -> limitd.v1.Override
+	52, // 106: limitd.v1.Limitd.DeleteOverride:output_type -> limitd.v1.DeleteOverrideResponse
+	53, // 107: limitd.v1.Limitd.PutList:output_type -> limitd.v1.List
+	53, // 108: limitd.v1.Limitd.GetList:output_type -> limitd.v1.List
+	58, // 109: limitd.v1.Limitd.ListLists:output_type -> limitd.v1.ListListsResponse
+	60, // 110: limitd.v1.Limitd.DeleteList:output_type -> limitd.v1.DeleteListResponse
+	63, // 111: limitd.v1.Limitd.ListBans:output_type -> limitd.v1.ListBansResponse
+	65, // 112: limitd.v1.Limitd.Unban:output_type -> limitd.v1.UnbanResponse
+	66, // 113: limitd.v1.Limitd.PutWebhook:output_type -> limitd.v1.Webhook
+	66, // 114: limitd.v1.Limitd.GetWebhook:output_type -> limitd.v1.Webhook
+	70, // 115: limitd.v1.Limitd.ListWebhooks:output_type -> limitd.v1.ListWebhooksResponse
+	72, // 116: limitd.v1.Limitd.DeleteWebhook:output_type -> limitd.v1.DeleteWebhookResponse
+	76, // 117: limitd.v1.Limitd.Settle:output_type -> limitd.v1.CostResponse
+	76, // 118: limitd.v1.Limitd.Refund:output_type -> limitd.v1.CostResponse
+	80, // [80:119] is the sub-list for method output_type
+	41, // [41:80] is the sub-list for method input_type
+	41, // [41:41] is the sub-list for extension type_name
+	41, // [41:41] is the sub-list for extension extendee
+	0,  // [0:41] is the sub-list for field type_name
 }
 
 func init() { file_limitd_v1_limitd_proto_init() }
@@ -4414,7 +4723,7 @@ func file_limitd_v1_limitd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_limitd_v1_limitd_proto_rawDesc), len(file_limitd_v1_limitd_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   75,
+			NumMessages:   79,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -78,6 +78,8 @@ const (
 	Limitd_GetWebhook_FullMethodName       = "/limitd.v1.Limitd/GetWebhook"
 	Limitd_ListWebhooks_FullMethodName     = "/limitd.v1.Limitd/ListWebhooks"
 	Limitd_DeleteWebhook_FullMethodName    = "/limitd.v1.Limitd/DeleteWebhook"
+	Limitd_Settle_FullMethodName           = "/limitd.v1.Limitd/Settle"
+	Limitd_Refund_FullMethodName           = "/limitd.v1.Limitd/Refund"
 )
 
 // LimitdClient is the client API for Limitd service.
@@ -152,6 +154,15 @@ type LimitdClient interface {
 	GetWebhook(ctx context.Context, in *GetWebhookRequest, opts ...grpc.CallOption) (*Webhook, error)
 	ListWebhooks(ctx context.Context, in *ListWebhooksRequest, opts ...grpc.CallOption) (*ListWebhooksResponse, error)
 	DeleteWebhook(ctx context.Context, in *DeleteWebhookRequest, opts ...grpc.CallOption) (*DeleteWebhookResponse, error)
+	// costs
+	// Settle settles a reservation (CheckRequest.reserve) at its actual cost,
+	// exactly once (POST /v1/settle): a repeat replays, another cost is
+	// ALREADY_EXISTS naming "cost", after the hold's end INVALID_ARGUMENT naming
+	// "reservation".
+	Settle(ctx context.Context, in *SettleRequest, opts ...grpc.CallOption) (*CostResponse, error)
+	// Refund gives back up to cost units a request id's check spent, in the
+	// window it spent them (POST /v1/refund).
+	Refund(ctx context.Context, in *RefundRequest, opts ...grpc.CallOption) (*CostResponse, error)
 }
 
 type limitdClient struct {
@@ -532,6 +543,26 @@ func (c *limitdClient) DeleteWebhook(ctx context.Context, in *DeleteWebhookReque
 	return out, nil
 }
 
+func (c *limitdClient) Settle(ctx context.Context, in *SettleRequest, opts ...grpc.CallOption) (*CostResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CostResponse)
+	err := c.cc.Invoke(ctx, Limitd_Settle_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *limitdClient) Refund(ctx context.Context, in *RefundRequest, opts ...grpc.CallOption) (*CostResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CostResponse)
+	err := c.cc.Invoke(ctx, Limitd_Refund_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // LimitdServer is the server API for Limitd service.
 // All implementations must embed UnimplementedLimitdServer
 // for forward compatibility.
@@ -604,6 +635,15 @@ type LimitdServer interface {
 	GetWebhook(context.Context, *GetWebhookRequest) (*Webhook, error)
 	ListWebhooks(context.Context, *ListWebhooksRequest) (*ListWebhooksResponse, error)
 	DeleteWebhook(context.Context, *DeleteWebhookRequest) (*DeleteWebhookResponse, error)
+	// costs
+	// Settle settles a reservation (CheckRequest.reserve) at its actual cost,
+	// exactly once (POST /v1/settle): a repeat replays, another cost is
+	// ALREADY_EXISTS naming "cost", after the hold's end INVALID_ARGUMENT naming
+	// "reservation".
+	Settle(context.Context, *SettleRequest) (*CostResponse, error)
+	// Refund gives back up to cost units a request id's check spent, in the
+	// window it spent them (POST /v1/refund).
+	Refund(context.Context, *RefundRequest) (*CostResponse, error)
 	mustEmbedUnimplementedLimitdServer()
 }
 
@@ -724,6 +764,12 @@ func (UnimplementedLimitdServer) ListWebhooks(context.Context, *ListWebhooksRequ
 }
 func (UnimplementedLimitdServer) DeleteWebhook(context.Context, *DeleteWebhookRequest) (*DeleteWebhookResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DeleteWebhook not implemented")
+}
+func (UnimplementedLimitdServer) Settle(context.Context, *SettleRequest) (*CostResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Settle not implemented")
+}
+func (UnimplementedLimitdServer) Refund(context.Context, *RefundRequest) (*CostResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Refund not implemented")
 }
 func (UnimplementedLimitdServer) mustEmbedUnimplementedLimitdServer() {}
 func (UnimplementedLimitdServer) testEmbeddedByValue()                {}
@@ -1412,6 +1458,42 @@ func _Limitd_DeleteWebhook_Handler(srv interface{}, ctx context.Context, dec fun
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Limitd_Settle_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SettleRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LimitdServer).Settle(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Limitd_Settle_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LimitdServer).Settle(ctx, req.(*SettleRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Limitd_Refund_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RefundRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LimitdServer).Refund(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Limitd_Refund_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LimitdServer).Refund(ctx, req.(*RefundRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Limitd_ServiceDesc is the grpc.ServiceDesc for Limitd service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1566,6 +1648,14 @@ var Limitd_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DeleteWebhook",
 			Handler:    _Limitd_DeleteWebhook_Handler,
+		},
+		{
+			MethodName: "Settle",
+			Handler:    _Limitd_Settle_Handler,
+		},
+		{
+			MethodName: "Refund",
+			Handler:    _Limitd_Refund_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
