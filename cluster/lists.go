@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -43,13 +42,20 @@ func (n *Node) Lists() []nodeapi.List { return n.fsm.Lists() }
 // ListsVersion changes whenever this replica's lists change.
 func (n *Node) ListsVersion() uint64 { return n.fsm.ListsVersion() }
 
-// LeaderTime is the time a check decided on this node now is decided at:
-// the local clock, but never before the leader time of the last entry
-// applied here (the same lower bound the leader stamps entries with), so
-// an expiry in leader time is never read as earlier than a replica that
-// applied the same entries would read it.
+// LeaderTime is max(this node's clock, the leader time of the last entry
+// applied here): an estimate of now, for hints such as a Retry-After. It
+// never decides an end: ends are decided on Times' applied time.
 func (n *Node) LeaderTime() int64 {
-	return max(time.Now().UnixNano(), n.fsm.LastTime())
+	return max(n.wallNow(), n.fsm.LastTime())
+}
+
+// Times is this node's view of leader time: applied, the leader time of
+// the last entry its replica applied (replicated: every replica agrees on
+// it at the same index), which decides every end; and clock, this node's
+// own clock, which may only make an answer more careful (fsm/DESIGN.md
+// "Ends in leader time").
+func (n *Node) Times() (applied, clock int64) {
+	return n.fsm.LastTime(), n.wallNow()
 }
 
 // Bans (fsm/ban.go) are decided in apply; what the node adds is the read
@@ -59,18 +65,27 @@ func (n *Node) LeaderTime() int64 {
 // the proposal that lifts a ban.
 
 // Banned reports the end of key's ban under policy in this replica's
-// applied state, if it is banned at LeaderTime; a miss while the node cannot
-// vouch for its copy (the over-limit cache is off or not usable).
+// applied state, if it is in force at the replicated time; a miss while the
+// node cannot vouch for its copy (the over-limit cache is off or not
+// usable), and a miss when this node's clock has passed the end its
+// replicated time has not: the check then goes through the log, where apply
+// decides at the entry's leader time (fsm/DESIGN.md "Ends in leader time").
 func (n *Node) Banned(policy, key string) (int64, bool) {
 	if n.ol.cache == nil || !n.ol.usable.Load() {
 		return 0, false
 	}
-	return n.fsm.Banned(policy, key, n.LeaderTime())
+	applied, clock := n.Times()
+	until, ok := n.fsm.Banned(policy, key, applied)
+	if !ok || clock >= until {
+		return 0, false
+	}
+	return until, true
 }
 
-// Bans lists this replica's bans in force, limit after cursor.
+// Bans lists this replica's bans in force at its replicated time, limit
+// after cursor.
 func (n *Node) Bans(cursor string, limit int) ([]nodeapi.Ban, string) {
-	return n.fsm.Bans(cursor, limit, n.LeaderTime())
+	return n.fsm.Bans(cursor, limit, n.fsm.LastTime())
 }
 
 // Unban removes key's bans under policy ("": every policy) through the
@@ -83,10 +98,10 @@ func (n *Node) banCollectors() []prometheus.Collector {
 	return []prometheus.Collector{
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "limitd_bans_active",
 			Help: "Keys banned now under a policy's on_exceed, in this replica's applied state."},
-			func() float64 { a, _ := n.fsm.BanCounts(n.LeaderTime()); return float64(a) }),
+			func() float64 { a, _ := n.fsm.BanCounts(n.fsm.LastTime()); return float64(a) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "limitd_bans_issued_total",
 			Help: "Bans this replica's applies issued since it started (every replica applies the same bans)."},
-			func() float64 { _, i := n.fsm.BanCounts(n.LeaderTime()); return float64(i) }),
+			func() float64 { _, i := n.fsm.BanCounts(n.fsm.LastTime()); return float64(i) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "limitd_bans_unindexed",
 			Help: "1 when this node's in-memory index of bans is full (nodeapi.MaxBanIndex): bans past it still hold, through the log, and are missing from GET /v1/bans."},
 			func() float64 {

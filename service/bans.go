@@ -115,7 +115,8 @@ func (s *Service) bannedCheck(c *nodeapi.Check, l *Limit) (nodeapi.Decision, boo
 	if !ok {
 		return nodeapi.Decision{}, false
 	}
-	wait := time.Duration(max(until-s.node.LeaderTime(), 1))
+	applied, clock := s.node.Times()
+	wait := time.Duration(max(until-max(applied, clock), 1)) // a hint; the end is decided on applied
 	return nodeapi.Decision{Decision: algo.Decision{Limit: l.Spec.Limit, RetryAfter: wait, ResetAfter: wait}, Reason: nodeapi.ReasonBanned}, true
 }
 

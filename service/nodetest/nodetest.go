@@ -82,6 +82,7 @@ func (NoCapabilities) DeleteList(context.Context, string) error {
 	return &nodeapi.Error{Code: nodeapi.CodeNotFound, Message: "this node keeps no lists"}
 }
 func (NoCapabilities) LeaderTime() int64                        { return time.Now().UnixNano() }
+func (NoCapabilities) Times() (applied, clock int64)            { return 0, time.Now().UnixNano() }
 func (NoCapabilities) Banned(string, string) (int64, bool)      { return 0, false }
 func (NoCapabilities) Bans(string, int) ([]nodeapi.Ban, string) { return nil, "" }
 func (NoCapabilities) Unban(context.Context, string, string) error {
