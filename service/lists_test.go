@@ -61,7 +61,11 @@ func (n *listNode) DeleteList(_ context.Context, name string) error {
 	n.version++
 	return nil
 }
-func (n *listNode) LeaderTime() int64 { n.lmu.Lock(); defer n.lmu.Unlock(); return max(n.now, n.now+n.skew) }
+func (n *listNode) LeaderTime() int64 {
+	n.lmu.Lock()
+	defer n.lmu.Unlock()
+	return max(n.now, n.now+n.skew)
+}
 
 // Times: now is the replicated (applied) leader time; the node's own clock
 // is skew away from it.
