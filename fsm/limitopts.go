@@ -19,6 +19,8 @@ import (
 // Tags in use (one line each, with the file that owns the option):
 const (
 	limitOptionsMax = 16 // options in one block: more is damage
+
+	limitOptDegraded byte = 'd' // degraded.go: one byte, the DegradedMode (policies only)
 )
 
 // appendLimitOptions appends o's block; it writes nothing when o is zero.
@@ -31,6 +33,9 @@ func appendLimitOptions(dst []byte, o *nodeapi.LimitOptions) []byte {
 		body []byte
 	}
 	var opts []opt // in increasing tag order
+	if o.Degraded != nodeapi.DegradedNone {
+		opts = append(opts, opt{limitOptDegraded, []byte{byte(o.Degraded)}})
+	}
 	dst = binary.AppendUvarint(dst, uint64(len(opts)))
 	for _, x := range opts {
 		dst = append(dst, x.tag)
@@ -65,6 +70,13 @@ func decodeLimitOptions(d *decoder) (o nodeapi.LimitOptions, invalid error) {
 		}
 		last = int(tag)
 		switch tag {
+		case limitOptDegraded:
+			// A mode this binary does not know stops the node, as a tag does.
+			if len(body) != 1 || body[0] == 0 || nodeapi.DegradedMode(body[0]) > nodeapi.DegradedShare {
+				d.fail(fmt.Errorf("limit options: degraded mode %x", body))
+				break
+			}
+			o.Degraded = nodeapi.DegradedMode(body[0])
 		default:
 			_ = body
 			d.fail(fmt.Errorf("limit options: unknown tag %#x", tag))
