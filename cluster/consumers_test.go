@@ -20,6 +20,7 @@ var (
 	_ service.Domains       = (*cluster.Node)(nil) // Envoy RLS domains (rls.go)
 	_ service.Lists         = (*cluster.Node)(nil) // allow and deny lists (lists.go)
 	_ service.Bans          = (*cluster.Node)(nil) // bans: the read path and unban (lists.go)
+	_ service.Degrader      = (*cluster.Node)(nil) // degraded mode: the charge and the voters (degraded.go)
 	_ service.Backuper      = (*cluster.Node)(nil) // GET /v1/cluster/snapshot (backup.go)
 	_ service.Digester      = (*cluster.Node)(nil) // GET /v1/cluster/digest (status.go)
 	_ service.Plans         = (*cluster.Node)(nil) // plans, rules, assignments, overrides (plans.go)

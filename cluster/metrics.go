@@ -373,6 +373,7 @@ func (n *Node) Collectors() []prometheus.Collector {
 	cs = append(cs, n.budgetCollectors()...) // budget_metrics.go
 	cs = append(cs, n.diskCollectors()...)   // diskwatch.go
 	cs = append(cs, n.banCollectors()...)    // lists.go
+	cs = append(cs, n.degradedCollectors()...) // degraded.go
 	cs = append(cs, n.slotCollectors()...)   // slots.go
 	return append(cs, globalRaftSink.all...)
 }

@@ -297,6 +297,7 @@ const (
 const (
 	MaxDegradedCharges      = 4096
 	MaxDegradedChargeID     = 128
+	MaxDegradedChargeBytes  = 56 << 10 // one entry's charges, encoded (an admin command)
 	DegradedChargeRetention = 24 * time.Hour
 )
 

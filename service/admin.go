@@ -27,6 +27,8 @@ type PolicyRequest struct {
 	MaxKeys int64
 	// OnExceed is the "on_exceed" option (nil: none); see ValidateOnExceed.
 	OnExceed *OnExceedConfig
+	// Degraded is the "degraded" option (nil: none); see ValidateDegraded.
+	Degraded *DegradedConfig
 }
 
 // ValidatePolicy validates p into a policy. The name's errors name the field
@@ -50,7 +52,13 @@ func ValidatePolicy(p PolicyRequest, prefix string) (nodeapi.Policy, *Error) {
 	if e != nil {
 		return nodeapi.Policy{}, e
 	}
-	return nodeapi.Policy{Name: p.Name, Spec: spec, Shadow: p.Shadow, NoLocalRefusals: p.NoLocalRefusals, Lease: lease, MaxKeys: p.MaxKeys, OnExceed: onExceed}, nil
+	degraded, e := ValidateDegraded(p.Degraded, spec, p.Shadow, prefix) // degraded.go
+	if e != nil {
+		return nodeapi.Policy{}, e
+	}
+	pol := nodeapi.Policy{Name: p.Name, Spec: spec, Shadow: p.Shadow, NoLocalRefusals: p.NoLocalRefusals, Lease: lease, MaxKeys: p.MaxKeys, OnExceed: onExceed}
+	pol.Options.Degraded = degraded
+	return pol, nil
 }
 
 // ValidateLease validates a policy's "lease" option (nil: none) for its

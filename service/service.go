@@ -55,6 +55,7 @@ type Node interface {
 	Digester
 	Plans     // plans.go
 	Inventory // inventory.go
+	Degrader  // degraded.go
 
 	// Check decides ops through the Raft leader, results in order. A per-op
 	// refusal is in Result.Err; a returned error means no op was decided.
@@ -143,6 +144,8 @@ type Service struct {
 	lists listCache
 	// leases is the node's quota leases (lease.go, package lease).
 	leases *lease.Table
+	// degraded counts what this node decides alone (degraded.go).
+	degraded degradedState
 }
 
 // New returns the service for node.
@@ -244,13 +247,15 @@ type Limit struct {
 	Known bool       // false when the policy is not (yet) known on this node
 	lease algo.Lease // the policy's lease option (lease.go)
 	bans  bool       // the policy has an on_exceed option (bans.go)
+	// degraded: the policy may be decided alone without a quorum (degraded.go)
+	degraded bool
 }
 
 // limitOf describes policy from this node's replicated copy; the state
 // machine decides whether it exists.
 func (s *Service) limitOf(policy string) Limit {
 	p, ok := s.node.Policy(policy)
-	return Limit{Name: policy, Spec: p.Spec, Known: ok, lease: p.Lease, bans: p.OnExceed.Ban > 0}
+	return Limit{Name: policy, Spec: p.Spec, Known: ok, lease: p.Lease, bans: p.OnExceed.Ban > 0, degraded: p.Options.Degraded != nodeapi.DegradedNone}
 }
 
 // LeaderLocator is the Node's word on where the Raft leader is; front ends
