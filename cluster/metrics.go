@@ -370,10 +370,11 @@ func (n *Node) Collectors() []prometheus.Collector {
 				func() float64 { return float64(a.answered.Load()) }))
 	}
 	cs = append(cs, n.ol.collectors()...)
-	cs = append(cs, n.budgetCollectors()...)   // budget_metrics.go
-	cs = append(cs, n.diskCollectors()...)     // diskwatch.go
-	cs = append(cs, n.banCollectors()...)      // lists.go
+	cs = append(cs, n.budgetCollectors()...) // budget_metrics.go
+	cs = append(cs, n.diskCollectors()...)   // diskwatch.go
+	cs = append(cs, n.banCollectors()...)    // lists.go
+	cs = append(cs, n.slotCollectors()...)   // slots.go
+
 	cs = append(cs, n.degradedCollectors()...) // degraded.go
-	cs = append(cs, n.slotCollectors()...)     // slots.go
 	return append(cs, globalRaftSink.all...)
 }
