@@ -33,6 +33,9 @@ type policyJSON struct {
 	// OnExceed bans a key the policy refuses: {"ban": "10m", "escalate":
 	// ["1h", "24h"], "forget_after": "7d"} (service.ValidateOnExceed).
 	OnExceed json.RawMessage `json:"on_exceed,omitempty"`
+	// Degraded lets a node without a quorum decide alone with its share:
+	// {"mode": "share"} (service.ValidateDegraded).
+	Degraded json.RawMessage `json:"degraded,omitempty"`
 }
 
 func policyOut(p nodeapi.Policy) policyJSON {
@@ -46,6 +49,9 @@ func policyOut(p nodeapi.Policy) policyJSON {
 	}
 	if o := service.OnExceedOut(p.OnExceed); o != nil {
 		pj.OnExceed, _ = json.Marshal(o) // strings only: cannot fail
+	}
+	if o := service.DegradedOut(p.Options.Degraded); o != nil {
+		pj.Degraded, _ = json.Marshal(o) // a string: cannot fail
 	}
 	return pj
 }
@@ -79,7 +85,14 @@ func decodePolicy(body []byte, name, prefix string) (service.PolicyRequest, *api
 			return service.PolicyRequest{}, e
 		}
 	}
-	return service.PolicyRequest{Name: name, Config: pj.Config, Shadow: pj.Shadow, NoLocalRefusals: noLocal, Lease: lease, OnExceed: onExceed, MaxKeys: pj.MaxKeys}, nil
+	var degraded *service.DegradedConfig
+	if len(pj.Degraded) > 0 && string(pj.Degraded) != "null" {
+		degraded = new(service.DegradedConfig)
+		if e := decodeStrict(pj.Degraded, degraded, joinField(prefix, "degraded")); e != nil {
+			return service.PolicyRequest{}, e
+		}
+	}
+	return service.PolicyRequest{Name: name, Config: pj.Config, Shadow: pj.Shadow, NoLocalRefusals: noLocal, Lease: lease, OnExceed: onExceed, MaxKeys: pj.MaxKeys, Degraded: degraded}, nil
 }
 
 func (s *Server) handleListPolicies(w http.ResponseWriter, _ *http.Request, _ httprouter.Params) {

@@ -116,8 +116,10 @@ type Decision struct {
 	// counted), "banned" (the key is banned under the policy's on_exceed);
 	// "" for a decision of the limit.
 	Reason string
-	// Degraded: the cluster could not be reached and the decision was made by
-	// the client's fail mode (WithFailMode), not by limitd.
+	// Degraded: the decision was not made by a quorum: the cluster could not
+	// be reached and the client's fail mode (WithFailMode) made it, or the
+	// node could not reach a quorum and decided alone with its share (a
+	// policy's "degraded" option).
 	Degraded bool
 	// Slot and SlotExpires: under a concurrency limit, the slot an allowed
 	// check holds (its request id) and the time until its hold ends.

@@ -61,7 +61,7 @@ func decision(d *nodeapi.Decision) *limitdv1.Decision {
 	out := &limitdv1.Decision{
 		Allowed: d.Allowed, Limit: d.Limit, Remaining: d.Remaining,
 		ResetAfter: durationpb.New(d.ResetAfter), Delay: durationpb.New(d.Delay),
-		ShadowRefused: d.ShadowRefused, Reason: d.Reason.String(),
+		ShadowRefused: d.ShadowRefused, Reason: d.Reason.String(), Degraded: d.Degraded,
 	}
 	if d.RetryAfter == algo.Never {
 		out.Never = true
@@ -175,6 +175,7 @@ func policyProto(p nodeapi.Policy) *limitdv1.Policy {
 	if o := service.OnExceedOut(p.OnExceed); o != nil {
 		out.OnExceed = &limitdv1.OnExceed{Ban: o.Ban, Escalate: o.Escalate, ForgetAfter: o.ForgetAfter}
 	}
+	degradedProto(out, service.DegradedOut(p.Options.Degraded)) // degraded.go
 	return out
 }
 
@@ -226,11 +227,15 @@ func policyRequest(p *limitdv1.Policy) (service.PolicyRequest, *service.Error) {
 	if o := p.GetOnExceed(); o != nil {
 		r.OnExceed = &service.OnExceedConfig{Ban: o.GetBan(), Escalate: o.GetEscalate(), ForgetAfter: o.GetForgetAfter()}
 	}
+	r.Degraded = degradedConfig(p) // degraded.go
 	if e := service.ValidatePolicyName(r.Name, "policy.name"); e != nil {
 		return r, e
 	}
 	spec, e := service.ValidateLimit(r.Config, "policy.limit")
 	if e != nil {
+		return r, e
+	}
+	if _, e := service.ValidateDegraded(r.Degraded, spec, r.Shadow, "policy"); e != nil {
 		return r, e
 	}
 	if _, e := service.ValidateLease(r.Lease, spec, r.Shadow, "policy"); e != nil {

@@ -258,8 +258,11 @@ type Decision struct {
 	// Under a concurrency limit: the slot an allowed check holds and the time
 	// until its hold ends. Release or renew it with POST /v1/release or
 	// /v1/renew (docs/API.md, "Concurrency slots").
-	Slot          string               `protobuf:"bytes,14,opt,name=slot,proto3" json:"slot,omitempty"`
-	SlotExpires   *durationpb.Duration `protobuf:"bytes,15,opt,name=slot_expires,json=slotExpires,proto3" json:"slot_expires,omitempty"`
+	Slot        string               `protobuf:"bytes,14,opt,name=slot,proto3" json:"slot,omitempty"`
+	SlotExpires *durationpb.Duration `protobuf:"bytes,15,opt,name=slot_expires,json=slotExpires,proto3" json:"slot_expires,omitempty"`
+	// abuse: decided by the node alone, with its share of the limit, because
+	// no quorum answered within the deadline (the policy's degraded option).
+	Degraded      bool `protobuf:"varint,21,opt,name=degraded,proto3" json:"degraded,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -397,6 +400,13 @@ func (x *Decision) GetSlotExpires() *durationpb.Duration {
 		return x.SlotExpires
 	}
 	return nil
+}
+
+func (x *Decision) GetDegraded() bool {
+	if x != nil {
+		return x.Degraded
+	}
+	return false
 }
 
 // NamedDecision is one plan limit's decision.
@@ -1174,7 +1184,10 @@ type Policy struct {
 	OnExceed *OnExceed `protobuf:"bytes,6,opt,name=on_exceed,json=onExceed,proto3,oneof" json:"on_exceed,omitempty"`
 	// max_keys (the HTTP API's "max_keys"): the live keys the policy may hold;
 	// 0: no bound of its own (the cluster's --max-keys still holds).
-	MaxKeys       int64 `protobuf:"varint,7,opt,name=max_keys,json=maxKeys,proto3" json:"max_keys,omitempty"`
+	MaxKeys int64 `protobuf:"varint,7,opt,name=max_keys,json=maxKeys,proto3" json:"max_keys,omitempty"`
+	// abuse: degraded (the HTTP API's "degraded"): a node that reaches no
+	// quorum decides alone with its share. Unset: none (fail fast, unavailable).
+	Degraded      *DegradedOption `protobuf:"bytes,8,opt,name=degraded,proto3,oneof" json:"degraded,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1256,6 +1269,13 @@ func (x *Policy) GetMaxKeys() int64 {
 		return x.MaxKeys
 	}
 	return 0
+}
+
+func (x *Policy) GetDegraded() *DegradedOption {
+	if x != nil {
+		return x.Degraded
+	}
+	return nil
 }
 
 // OnExceed: durations like Limit.window ("10m", "7d"); errors name
@@ -3574,6 +3594,53 @@ func (*UnbanResponse) Descriptor() ([]byte, []int) {
 	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{65}
 }
 
+// abuse: DegradedOption is a policy's degraded mode; mode "share" (the
+// only one): ceil(limit / voters) per key and window, charged to the
+// replicated state after the heal. Errors name "policy.degraded.mode".
+type DegradedOption struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Mode          string                 `protobuf:"bytes,1,opt,name=mode,proto3" json:"mode,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DegradedOption) Reset() {
+	*x = DegradedOption{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[66]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DegradedOption) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DegradedOption) ProtoMessage() {}
+
+func (x *DegradedOption) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[66]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DegradedOption.ProtoReflect.Descriptor instead.
+func (*DegradedOption) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{66}
+}
+
+func (x *DegradedOption) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
 var File_limitd_v1_limitd_proto protoreflect.FileDescriptor
 
 const file_limitd_v1_limitd_proto_rawDesc = "" +
@@ -3596,7 +3663,7 @@ const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"\x04cost\x18\x04 \x01(\x03H\x00R\x04cost\x88\x01\x01\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x05 \x01(\tR\trequestIdB\a\n" +
-	"\x05_cost\"\xad\x04\n" +
+	"\x05_cost\"\xc9\x04\n" +
 	"\bDecision\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x1c\n" +
@@ -3618,7 +3685,8 @@ const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"\x06limits\x18\f \x03(\v2\x18.limitd.v1.NamedDecisionR\x06limits\x12\x16\n" +
 	"\x06reason\x18\r \x01(\tR\x06reason\x12\x12\n" +
 	"\x04slot\x18\x0e \x01(\tR\x04slot\x12<\n" +
-	"\fslot_expires\x18\x0f \x01(\v2\x19.google.protobuf.DurationR\vslotExpires\"T\n" +
+	"\fslot_expires\x18\x0f \x01(\v2\x19.google.protobuf.DurationR\vslotExpires\x12\x1a\n" +
+	"\bdegraded\x18\x15 \x01(\bR\bdegraded\"T\n" +
 	"\rNamedDecision\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12/\n" +
 	"\bdecision\x18\x02 \x01(\v2\x13.limitd.v1.DecisionR\bdecision\"\\\n" +
@@ -3664,7 +3732,7 @@ const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"\x04slot\x18\x02 \x01(\tR\x04slot\x12<\n" +
 	"\fslot_expires\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\vslotExpires\x12\x14\n" +
 	"\x05limit\x18\x04 \x01(\x03R\x05limit\x12\x1c\n" +
-	"\tremaining\x18\x05 \x01(\x03R\tremaining\"\xb2\x02\n" +
+	"\tremaining\x18\x05 \x01(\x03R\tremaining\"\xfb\x02\n" +
 	"\x06Policy\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12&\n" +
 	"\x05limit\x18\x02 \x01(\v2\x10.limitd.v1.LimitR\x05limit\x12\x16\n" +
@@ -3672,11 +3740,13 @@ const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"\x0elocal_refusals\x18\x04 \x01(\bH\x00R\rlocalRefusals\x88\x01\x01\x12+\n" +
 	"\x05lease\x18\x05 \x01(\v2\x10.limitd.v1.LeaseH\x01R\x05lease\x88\x01\x01\x125\n" +
 	"\ton_exceed\x18\x06 \x01(\v2\x13.limitd.v1.OnExceedH\x02R\bonExceed\x88\x01\x01\x12\x19\n" +
-	"\bmax_keys\x18\a \x01(\x03R\amaxKeysB\x11\n" +
+	"\bmax_keys\x18\a \x01(\x03R\amaxKeys\x12:\n" +
+	"\bdegraded\x18\b \x01(\v2\x19.limitd.v1.DegradedOptionH\x03R\bdegraded\x88\x01\x01B\x11\n" +
 	"\x0f_local_refusalsB\b\n" +
 	"\x06_leaseB\f\n" +
 	"\n" +
-	"_on_exceed\"[\n" +
+	"_on_exceedB\v\n" +
+	"\t_degraded\"[\n" +
 	"\bOnExceed\x12\x10\n" +
 	"\x03ban\x18\x01 \x01(\tR\x03ban\x12\x1a\n" +
 	"\bescalate\x18\x02 \x03(\tR\bescalate\x12!\n" +
@@ -3802,7 +3872,9 @@ const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"\fUnbanRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
 	"\x06policy\x18\x02 \x01(\tR\x06policy\"\x0f\n" +
-	"\rUnbanResponse2\xea\x11\n" +
+	"\rUnbanResponse\"$\n" +
+	"\x0eDegradedOption\x12\x12\n" +
+	"\x04mode\x18\x01 \x01(\tR\x04mode2\xea\x11\n" +
 	"\x06Limitd\x12:\n" +
 	"\x05Check\x12\x17.limitd.v1.CheckRequest\x1a\x18.limitd.v1.CheckResponse\x12C\n" +
 	"\bCheckAll\x12\x1a.limitd.v1.CheckAllRequest\x1a\x1b.limitd.v1.CheckAllResponse\x12:\n" +
@@ -3854,7 +3926,7 @@ func file_limitd_v1_limitd_proto_rawDescGZIP() []byte {
 	return file_limitd_v1_limitd_proto_rawDescData
 }
 
-var file_limitd_v1_limitd_proto_msgTypes = make([]protoimpl.MessageInfo, 68)
+var file_limitd_v1_limitd_proto_msgTypes = make([]protoimpl.MessageInfo, 69)
 var file_limitd_v1_limitd_proto_goTypes = []any{
 	(*Limit)(nil),                    // 0: limitd.v1.Limit
 	(*CheckRequest)(nil),             // 1: limitd.v1.CheckRequest
@@ -3922,18 +3994,19 @@ var file_limitd_v1_limitd_proto_goTypes = []any{
 	(*ListBansResponse)(nil),         // 63: limitd.v1.ListBansResponse
 	(*UnbanRequest)(nil),             // 64: limitd.v1.UnbanRequest
 	(*UnbanResponse)(nil),            // 65: limitd.v1.UnbanResponse
-	nil,                              // 66: limitd.v1.Plan.LimitsEntry
-	nil,                              // 67: limitd.v1.Override.LimitsEntry
-	(*durationpb.Duration)(nil),      // 68: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),    // 69: google.protobuf.Timestamp
+	(*DegradedOption)(nil),           // 66: limitd.v1.DegradedOption
+	nil,                              // 67: limitd.v1.Plan.LimitsEntry
+	nil,                              // 68: limitd.v1.Override.LimitsEntry
+	(*durationpb.Duration)(nil),      // 69: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),    // 70: google.protobuf.Timestamp
 }
 var file_limitd_v1_limitd_proto_depIdxs = []int32{
 	0,  // 0: limitd.v1.CheckRequest.limit:type_name -> limitd.v1.Limit
-	68, // 1: limitd.v1.Decision.reset_after:type_name -> google.protobuf.Duration
-	68, // 2: limitd.v1.Decision.retry_after:type_name -> google.protobuf.Duration
-	68, // 3: limitd.v1.Decision.delay:type_name -> google.protobuf.Duration
+	69, // 1: limitd.v1.Decision.reset_after:type_name -> google.protobuf.Duration
+	69, // 2: limitd.v1.Decision.retry_after:type_name -> google.protobuf.Duration
+	69, // 3: limitd.v1.Decision.delay:type_name -> google.protobuf.Duration
 	3,  // 4: limitd.v1.Decision.limits:type_name -> limitd.v1.NamedDecision
-	68, // 5: limitd.v1.Decision.slot_expires:type_name -> google.protobuf.Duration
+	69, // 5: limitd.v1.Decision.slot_expires:type_name -> google.protobuf.Duration
 	2,  // 6: limitd.v1.NamedDecision.decision:type_name -> limitd.v1.Decision
 	2,  // 7: limitd.v1.CheckResponse.decision:type_name -> limitd.v1.Decision
 	1,  // 8: limitd.v1.CheckAllRequest.checks:type_name -> limitd.v1.CheckRequest
@@ -3945,96 +4018,97 @@ var file_limitd_v1_limitd_proto_depIdxs = []int32{
 	0,  // 14: limitd.v1.PeekRequest.limit:type_name -> limitd.v1.Limit
 	0,  // 15: limitd.v1.ResetRequest.limit:type_name -> limitd.v1.Limit
 	0,  // 16: limitd.v1.SlotRequest.limit:type_name -> limitd.v1.Limit
-	68, // 17: limitd.v1.SlotResponse.slot_expires:type_name -> google.protobuf.Duration
+	69, // 17: limitd.v1.SlotResponse.slot_expires:type_name -> google.protobuf.Duration
 	0,  // 18: limitd.v1.Policy.limit:type_name -> limitd.v1.Limit
 	18, // 19: limitd.v1.Policy.lease:type_name -> limitd.v1.Lease
 	17, // 20: limitd.v1.Policy.on_exceed:type_name -> limitd.v1.OnExceed
-	16, // 21: limitd.v1.PutPolicyRequest.policy:type_name -> limitd.v1.Policy
-	16, // 22: limitd.v1.ListPoliciesResponse.policies:type_name -> limitd.v1.Policy
-	25, // 23: limitd.v1.ListRLSDomainsResponse.domains:type_name -> limitd.v1.RLSDomain
-	66, // 24: limitd.v1.Plan.limits:type_name -> limitd.v1.Plan.LimitsEntry
-	32, // 25: limitd.v1.PutPlanRequest.plan:type_name -> limitd.v1.Plan
-	32, // 26: limitd.v1.ListPlansResponse.plans:type_name -> limitd.v1.Plan
-	44, // 27: limitd.v1.ListPrefixRulesResponse.rules:type_name -> limitd.v1.PrefixRule
-	67, // 28: limitd.v1.Override.limits:type_name -> limitd.v1.Override.LimitsEntry
-	69, // 29: limitd.v1.Override.expires:type_name -> google.protobuf.Timestamp
-	54, // 30: limitd.v1.List.entries:type_name -> limitd.v1.ListEntry
-	53, // 31: limitd.v1.PutListRequest.list:type_name -> limitd.v1.List
-	53, // 32: limitd.v1.ListListsResponse.lists:type_name -> limitd.v1.List
-	61, // 33: limitd.v1.ListBansResponse.bans:type_name -> limitd.v1.Ban
-	0,  // 34: limitd.v1.Plan.LimitsEntry.value:type_name -> limitd.v1.Limit
-	49, // 35: limitd.v1.Override.LimitsEntry.value:type_name -> limitd.v1.LimitOverride
-	1,  // 36: limitd.v1.Limitd.Check:input_type -> limitd.v1.CheckRequest
-	5,  // 37: limitd.v1.Limitd.CheckAll:input_type -> limitd.v1.CheckAllRequest
-	7,  // 38: limitd.v1.Limitd.Batch:input_type -> limitd.v1.BatchRequest
-	11, // 39: limitd.v1.Limitd.Peek:input_type -> limitd.v1.PeekRequest
-	12, // 40: limitd.v1.Limitd.Reset:input_type -> limitd.v1.ResetRequest
-	14, // 41: limitd.v1.Limitd.Release:input_type -> limitd.v1.SlotRequest
-	14, // 42: limitd.v1.Limitd.Renew:input_type -> limitd.v1.SlotRequest
-	19, // 43: limitd.v1.Limitd.PutPolicy:input_type -> limitd.v1.PutPolicyRequest
-	20, // 44: limitd.v1.Limitd.GetPolicy:input_type -> limitd.v1.GetPolicyRequest
-	21, // 45: limitd.v1.Limitd.ListPolicies:input_type -> limitd.v1.ListPoliciesRequest
-	23, // 46: limitd.v1.Limitd.DeletePolicy:input_type -> limitd.v1.DeletePolicyRequest
-	26, // 47: limitd.v1.Limitd.PutRLSDomain:input_type -> limitd.v1.PutRLSDomainRequest
-	27, // 48: limitd.v1.Limitd.GetRLSDomain:input_type -> limitd.v1.GetRLSDomainRequest
-	28, // 49: limitd.v1.Limitd.ListRLSDomains:input_type -> limitd.v1.ListRLSDomainsRequest
-	30, // 50: limitd.v1.Limitd.DeleteRLSDomain:input_type -> limitd.v1.DeleteRLSDomainRequest
-	33, // 51: limitd.v1.Limitd.PutPlan:input_type -> limitd.v1.PutPlanRequest
-	34, // 52: limitd.v1.Limitd.GetPlan:input_type -> limitd.v1.GetPlanRequest
-	35, // 53: limitd.v1.Limitd.ListPlans:input_type -> limitd.v1.ListPlansRequest
-	37, // 54: limitd.v1.Limitd.DeletePlan:input_type -> limitd.v1.DeletePlanRequest
-	39, // 55: limitd.v1.Limitd.SetDefaultPlan:input_type -> limitd.v1.SetDefaultPlanRequest
-	41, // 56: limitd.v1.Limitd.AssignPlan:input_type -> limitd.v1.AssignPlanRequest
-	42, // 57: limitd.v1.Limitd.GetKeyPlan:input_type -> limitd.v1.GetKeyPlanRequest
-	44, // 58: limitd.v1.Limitd.PutPrefixRule:input_type -> limitd.v1.PrefixRule
-	45, // 59: limitd.v1.Limitd.DeletePrefixRule:input_type -> limitd.v1.DeletePrefixRuleRequest
-	47, // 60: limitd.v1.Limitd.ListPrefixRules:input_type -> limitd.v1.ListPrefixRulesRequest
-	50, // 61: limitd.v1.Limitd.PutOverride:input_type -> limitd.v1.Override
-	51, // 62: limitd.v1.Limitd.DeleteOverride:input_type -> limitd.v1.DeleteOverrideRequest
-	55, // 63: limitd.v1.Limitd.PutList:input_type -> limitd.v1.PutListRequest
-	56, // 64: limitd.v1.Limitd.GetList:input_type -> limitd.v1.GetListRequest
-	57, // 65: limitd.v1.Limitd.ListLists:input_type -> limitd.v1.ListListsRequest
-	59, // 66: limitd.v1.Limitd.DeleteList:input_type -> limitd.v1.DeleteListRequest
-	62, // 67: limitd.v1.Limitd.ListBans:input_type -> limitd.v1.ListBansRequest
-	64, // 68: limitd.v1.Limitd.Unban:input_type -> limitd.v1.UnbanRequest
-	4,  // 69: limitd.v1.Limitd.Check:output_type -> limitd.v1.CheckResponse
-	6,  // 70: limitd.v1.Limitd.CheckAll:output_type -> limitd.v1.CheckAllResponse
-	10, // 71: limitd.v1.Limitd.Batch:output_type -> limitd.v1.BatchResponse
-	4,  // 72: limitd.v1.Limitd.Peek:output_type -> limitd.v1.CheckResponse
-	13, // 73: limitd.v1.Limitd.Reset:output_type -> limitd.v1.ResetResponse
-	15, // 74: limitd.v1.Limitd.Release:output_type -> limitd.v1.SlotResponse
-	15, // 75: limitd.v1.Limitd.Renew:output_type -> limitd.v1.SlotResponse
-	16, // 76: limitd.v1.Limitd.PutPolicy:output_type -> limitd.v1.Policy
-	16, // 77: limitd.v1.Limitd.GetPolicy:output_type -> limitd.v1.Policy
-	22, // 78: limitd.v1.Limitd.ListPolicies:output_type -> limitd.v1.ListPoliciesResponse
-	24, // 79: limitd.v1.Limitd.DeletePolicy:output_type -> limitd.v1.DeletePolicyResponse
-	25, // 80: limitd.v1.Limitd.PutRLSDomain:output_type -> limitd.v1.RLSDomain
-	25, // 81: limitd.v1.Limitd.GetRLSDomain:output_type -> limitd.v1.RLSDomain
-	29, // 82: limitd.v1.Limitd.ListRLSDomains:output_type -> limitd.v1.ListRLSDomainsResponse
-	31, // 83: limitd.v1.Limitd.DeleteRLSDomain:output_type -> limitd.v1.DeleteRLSDomainResponse
-	32, // 84: limitd.v1.Limitd.PutPlan:output_type -> limitd.v1.Plan
-	32, // 85: limitd.v1.Limitd.GetPlan:output_type -> limitd.v1.Plan
-	36, // 86: limitd.v1.Limitd.ListPlans:output_type -> limitd.v1.ListPlansResponse
-	38, // 87: limitd.v1.Limitd.DeletePlan:output_type -> limitd.v1.DeletePlanResponse
-	40, // 88: limitd.v1.Limitd.SetDefaultPlan:output_type -> limitd.v1.SetDefaultPlanResponse
-	43, // 89: limitd.v1.Limitd.AssignPlan:output_type -> limitd.v1.KeyPlan
-	43, // 90: limitd.v1.Limitd.GetKeyPlan:output_type -> limitd.v1.KeyPlan
-	44, // 91: limitd.v1.Limitd.PutPrefixRule:output_type -> limitd.v1.PrefixRule
-	46, // 92: limitd.v1.Limitd.DeletePrefixRule:output_type -> limitd.v1.DeletePrefixRuleResponse
-	48, // 93: limitd.v1.Limitd.ListPrefixRules:output_type -> limitd.v1.ListPrefixRulesResponse
-	50, // 94: limitd.v1.Limitd.PutOverride:output_type -> limitd.v1.Override
-	52, // 95: limitd.v1.Limitd.DeleteOverride:output_type -> limitd.v1.DeleteOverrideResponse
-	53, // 96: limitd.v1.Limitd.PutList:output_type -> limitd.v1.List
-	53, // 97: limitd.v1.Limitd.GetList:output_type -> limitd.v1.List
-	58, // 98: limitd.v1.Limitd.ListLists:output_type -> limitd.v1.ListListsResponse
-	60, // 99: limitd.v1.Limitd.DeleteList:output_type -> limitd.v1.DeleteListResponse
-	63, // 100: limitd.v1.Limitd.ListBans:output_type -> limitd.v1.ListBansResponse
-	65, // 101: limitd.v1.Limitd.Unban:output_type -> limitd.v1.UnbanResponse
-	69, // [69:102] is the sub-list for method output_type
-	36, // [36:69] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	66, // 21: limitd.v1.Policy.degraded:type_name -> limitd.v1.DegradedOption
+	16, // 22: limitd.v1.PutPolicyRequest.policy:type_name -> limitd.v1.Policy
+	16, // 23: limitd.v1.ListPoliciesResponse.policies:type_name -> limitd.v1.Policy
+	25, // 24: limitd.v1.ListRLSDomainsResponse.domains:type_name -> limitd.v1.RLSDomain
+	67, // 25: limitd.v1.Plan.limits:type_name -> limitd.v1.Plan.LimitsEntry
+	32, // 26: limitd.v1.PutPlanRequest.plan:type_name -> limitd.v1.Plan
+	32, // 27: limitd.v1.ListPlansResponse.plans:type_name -> limitd.v1.Plan
+	44, // 28: limitd.v1.ListPrefixRulesResponse.rules:type_name -> limitd.v1.PrefixRule
+	68, // 29: limitd.v1.Override.limits:type_name -> limitd.v1.Override.LimitsEntry
+	70, // 30: limitd.v1.Override.expires:type_name -> google.protobuf.Timestamp
+	54, // 31: limitd.v1.List.entries:type_name -> limitd.v1.ListEntry
+	53, // 32: limitd.v1.PutListRequest.list:type_name -> limitd.v1.List
+	53, // 33: limitd.v1.ListListsResponse.lists:type_name -> limitd.v1.List
+	61, // 34: limitd.v1.ListBansResponse.bans:type_name -> limitd.v1.Ban
+	0,  // 35: limitd.v1.Plan.LimitsEntry.value:type_name -> limitd.v1.Limit
+	49, // 36: limitd.v1.Override.LimitsEntry.value:type_name -> limitd.v1.LimitOverride
+	1,  // 37: limitd.v1.Limitd.Check:input_type -> limitd.v1.CheckRequest
+	5,  // 38: limitd.v1.Limitd.CheckAll:input_type -> limitd.v1.CheckAllRequest
+	7,  // 39: limitd.v1.Limitd.Batch:input_type -> limitd.v1.BatchRequest
+	11, // 40: limitd.v1.Limitd.Peek:input_type -> limitd.v1.PeekRequest
+	12, // 41: limitd.v1.Limitd.Reset:input_type -> limitd.v1.ResetRequest
+	14, // 42: limitd.v1.Limitd.Release:input_type -> limitd.v1.SlotRequest
+	14, // 43: limitd.v1.Limitd.Renew:input_type -> limitd.v1.SlotRequest
+	19, // 44: limitd.v1.Limitd.PutPolicy:input_type -> limitd.v1.PutPolicyRequest
+	20, // 45: limitd.v1.Limitd.GetPolicy:input_type -> limitd.v1.GetPolicyRequest
+	21, // 46: limitd.v1.Limitd.ListPolicies:input_type -> limitd.v1.ListPoliciesRequest
+	23, // 47: limitd.v1.Limitd.DeletePolicy:input_type -> limitd.v1.DeletePolicyRequest
+	26, // 48: limitd.v1.Limitd.PutRLSDomain:input_type -> limitd.v1.PutRLSDomainRequest
+	27, // 49: limitd.v1.Limitd.GetRLSDomain:input_type -> limitd.v1.GetRLSDomainRequest
+	28, // 50: limitd.v1.Limitd.ListRLSDomains:input_type -> limitd.v1.ListRLSDomainsRequest
+	30, // 51: limitd.v1.Limitd.DeleteRLSDomain:input_type -> limitd.v1.DeleteRLSDomainRequest
+	33, // 52: limitd.v1.Limitd.PutPlan:input_type -> limitd.v1.PutPlanRequest
+	34, // 53: limitd.v1.Limitd.GetPlan:input_type -> limitd.v1.GetPlanRequest
+	35, // 54: limitd.v1.Limitd.ListPlans:input_type -> limitd.v1.ListPlansRequest
+	37, // 55: limitd.v1.Limitd.DeletePlan:input_type -> limitd.v1.DeletePlanRequest
+	39, // 56: limitd.v1.Limitd.SetDefaultPlan:input_type -> limitd.v1.SetDefaultPlanRequest
+	41, // 57: limitd.v1.Limitd.AssignPlan:input_type -> limitd.v1.AssignPlanRequest
+	42, // 58: limitd.v1.Limitd.GetKeyPlan:input_type -> limitd.v1.GetKeyPlanRequest
+	44, // 59: limitd.v1.Limitd.PutPrefixRule:input_type -> limitd.v1.PrefixRule
+	45, // 60: limitd.v1.Limitd.DeletePrefixRule:input_type -> limitd.v1.DeletePrefixRuleRequest
+	47, // 61: limitd.v1.Limitd.ListPrefixRules:input_type -> limitd.v1.ListPrefixRulesRequest
+	50, // 62: limitd.v1.Limitd.PutOverride:input_type -> limitd.v1.Override
+	51, // 63: limitd.v1.Limitd.DeleteOverride:input_type -> limitd.v1.DeleteOverrideRequest
+	55, // 64: limitd.v1.Limitd.PutList:input_type -> limitd.v1.PutListRequest
+	56, // 65: limitd.v1.Limitd.GetList:input_type -> limitd.v1.GetListRequest
+	57, // 66: limitd.v1.Limitd.ListLists:input_type -> limitd.v1.ListListsRequest
+	59, // 67: limitd.v1.Limitd.DeleteList:input_type -> limitd.v1.DeleteListRequest
+	62, // 68: limitd.v1.Limitd.ListBans:input_type -> limitd.v1.ListBansRequest
+	64, // 69: limitd.v1.Limitd.Unban:input_type -> limitd.v1.UnbanRequest
+	4,  // 70: limitd.v1.Limitd.Check:output_type -> limitd.v1.CheckResponse
+	6,  // 71: limitd.v1.Limitd.CheckAll:output_type -> limitd.v1.CheckAllResponse
+	10, // 72: limitd.v1.Limitd.Batch:output_type -> limitd.v1.BatchResponse
+	4,  // 73: limitd.v1.Limitd.Peek:output_type -> limitd.v1.CheckResponse
+	13, // 74: limitd.v1.Limitd.Reset:output_type -> limitd.v1.ResetResponse
+	15, // 75: limitd.v1.Limitd.Release:output_type -> limitd.v1.SlotResponse
+	15, // 76: limitd.v1.Limitd.Renew:output_type -> limitd.v1.SlotResponse
+	16, // 77: limitd.v1.Limitd.PutPolicy:output_type -> limitd.v1.Policy
+	16, // 78: limitd.v1.Limitd.GetPolicy:output_type -> limitd.v1.Policy
+	22, // 79: limitd.v1.Limitd.ListPolicies:output_type -> limitd.v1.ListPoliciesResponse
+	24, // 80: limitd.v1.Limitd.DeletePolicy:output_type -> limitd.v1.DeletePolicyResponse
+	25, // 81: limitd.v1.Limitd.PutRLSDomain:output_type -> limitd.v1.RLSDomain
+	25, // 82: limitd.v1.Limitd.GetRLSDomain:output_type -> limitd.v1.RLSDomain
+	29, // 83: limitd.v1.Limitd.ListRLSDomains:output_type -> limitd.v1.ListRLSDomainsResponse
+	31, // 84: limitd.v1.Limitd.DeleteRLSDomain:output_type -> limitd.v1.DeleteRLSDomainResponse
+	32, // 85: limitd.v1.Limitd.PutPlan:output_type -> limitd.v1.Plan
+	32, // 86: limitd.v1.Limitd.GetPlan:output_type -> limitd.v1.Plan
+	36, // 87: limitd.v1.Limitd.ListPlans:output_type -> limitd.v1.ListPlansResponse
+	38, // 88: limitd.v1.Limitd.DeletePlan:output_type -> limitd.v1.DeletePlanResponse
+	40, // 89: limitd.v1.Limitd.SetDefaultPlan:output_type -> limitd.v1.SetDefaultPlanResponse
+	43, // 90: limitd.v1.Limitd.AssignPlan:output_type -> limitd.v1.KeyPlan
+	43, // 91: limitd.v1.Limitd.GetKeyPlan:output_type -> limitd.v1.KeyPlan
+	44, // 92: limitd.v1.Limitd.PutPrefixRule:output_type -> limitd.v1.PrefixRule
+	46, // 93: limitd.v1.Limitd.DeletePrefixRule:output_type -> limitd.v1.DeletePrefixRuleResponse
+	48, // 94: limitd.v1.Limitd.ListPrefixRules:output_type -> limitd.v1.ListPrefixRulesResponse
+	50, // 95: limitd.v1.Limitd.PutOverride:output_type -> limitd.v1.Override
+	52, // 96: limitd.v1.Limitd.DeleteOverride:output_type -> limitd.v1.DeleteOverrideResponse
+	53, // 97: limitd.v1.Limitd.PutList:output_type -> limitd.v1.List
+	53, // 98: limitd.v1.Limitd.GetList:output_type -> limitd.v1.List
+	58, // 99: limitd.v1.Limitd.ListLists:output_type -> limitd.v1.ListListsResponse
+	60, // 100: limitd.v1.Limitd.DeleteList:output_type -> limitd.v1.DeleteListResponse
+	63, // 101: limitd.v1.Limitd.ListBans:output_type -> limitd.v1.ListBansResponse
+	65, // 102: limitd.v1.Limitd.Unban:output_type -> limitd.v1.UnbanResponse
+	70, // [70:103] is the sub-list for method output_type
+	37, // [37:70] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_limitd_v1_limitd_proto_init() }
@@ -4055,7 +4129,7 @@ func file_limitd_v1_limitd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_limitd_v1_limitd_proto_rawDesc), len(file_limitd_v1_limitd_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   68,
+			NumMessages:   69,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
