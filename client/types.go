@@ -53,6 +53,15 @@ type Policy struct {
 	// OnExceed bans a key the policy refuses (docs/API.md, "Bans"); nil:
 	// none. Like Lease, a put without it turns it off.
 	OnExceed *OnExceed `json:"on_exceed,omitempty" yaml:"on_exceed,omitempty"`
+	// Degraded lets a node that reaches no quorum decide alone with its
+	// share ({Mode: "share"}; docs/CLUSTER.md "Degraded mode"); nil: none
+	// (503). Like Lease, a put without it turns it off.
+	Degraded *Degraded `json:"degraded,omitempty" yaml:"degraded,omitempty"`
+}
+
+// Degraded is a policy's degraded option; Mode "share" is the one mode.
+type Degraded struct {
+	Mode string `json:"mode" yaml:"mode"`
 }
 
 // OnExceed is a policy's ban option: durations such as "10m" or "7d".

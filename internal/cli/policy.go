@@ -140,6 +140,8 @@ func runPolicy(args []string, env Env) int {
 	fs := policyFlagSet(&cf, &lim, &shadow, &local, &lease, &file)
 	var ban banFlags // lists.go
 	ban.register(fs)
+	var degraded string
+	fs.StringVar(&degraded, "degraded", "", `put: "share": a node that reaches no quorum decides alone with its share of the limit (docs/CLUSTER.md, Degraded mode)`)
 	sub, pos, code, ok := parseSubcommand(env, "policy", policyUsage, fs, args, "put", "get", "list", "delete")
 	if !ok {
 		return code
@@ -161,7 +163,7 @@ func runPolicy(args []string, env Env) int {
 	var puts []client.Policy
 	if sub == "put" {
 		if file != "" {
-			if lim != (client.Limit{}) || shadow || local.v != nil || lease.given() || ban.given() {
+			if lim != (client.Limit{}) || shadow || local.v != nil || lease.given() || ban.given() || degraded != "" {
 				return usageError(env, name, "give --file or limit flags, not both")
 			}
 			var err error
@@ -170,6 +172,9 @@ func runPolicy(args []string, env Env) int {
 			}
 		} else {
 			puts = []client.Policy{{Name: pos[0], Limit: lim, Shadow: shadow, LocalRefusals: local.v, Lease: lease.lease(), OnExceed: ban.onExceed()}}
+			if degraded != "" {
+				puts[0].Degraded = &client.Degraded{Mode: degraded}
+			}
 		}
 	}
 	c, ctx, done, err := cf.dial()
@@ -288,7 +293,7 @@ func leaseText(l *client.Lease) string {
 // policyFields are the fields a policy object may have in a file.
 var policyFields = map[string]bool{"name": true, "algorithm": true, "limit": true, "window": true, "burst": true,
 	"count_refused": true, "calendar": true, "timezone": true, "shadow": true, "local_refusals": true, "lease": true,
-	"hold": true, "max_hold": true}
+	"hold": true, "max_hold": true, "degraded": true}
 
 // leaseFields are the fields of a policy's "lease" object in a file.
 var leaseFields = map[string]bool{"share": true, "max_ttl": true, "strict": true}
