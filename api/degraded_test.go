@@ -2,12 +2,16 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"strings"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/limitd/limitd/algo"
 	"github.com/limitd/limitd/fsm"
 	"github.com/limitd/limitd/nodeapi"
+	"github.com/limitd/limitd/service"
 )
 
 // TestDegradedPolicyOverHTTP: "degraded":{"mode":"share"} round-trips on a
@@ -75,5 +79,41 @@ func TestDegradedPolicyOverHTTP(t *testing.T) {
 	ts.store.checkErr = nil
 	if r := ts.do("POST", "/v1/check", `{"key":"k","policy":"d"}`); r.header.Get("Limitd-Degraded") != "" || strings.Contains(string(r.body), "degraded") {
 		t.Fatalf("a check decided by the quorum is marked degraded: %v %s", r.header, r.body)
+	}
+}
+
+// TestDegradedCollectorsReportTheFigures: the counters read the service's.
+func TestDegradedCollectorsReportTheFigures(t *testing.T) {
+	ts := newTestServer(t, Config{})
+	spec, _ := algo.Config{Algorithm: "fixed_window", Limit: 1, Window: "1h"}.Spec()
+	p := fsm.Policy{Name: "d", Spec: spec}
+	p.Options.Degraded = nodeapi.DegradedShare
+	ts.store.mu.Lock()
+	ts.store.policies["d"] = p
+	ts.store.checkErr = nodeapi.ErrNoLeader
+	ts.store.mu.Unlock()
+	svc := service.New(ts.store, service.Config{})
+	for range 3 {
+		if _, e := svc.Check(context.Background(), &service.CheckRequest{Key: "k", Policy: "d", Cost: 1}); e != nil {
+			t.Fatal(e)
+		}
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(DegradedCollectors(svc)...)
+	want := map[string]float64{"limitd_degraded_admitted_units_total": 1, "limitd_degraded_refused_total": 2, "limitd_degraded_pending_units": 1}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		m := mf.GetMetric()[0]
+		v := m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		if w, ok := want[mf.GetName()]; ok && v != w {
+			t.Errorf("%s = %v, want %v", mf.GetName(), v, w)
+		}
+		delete(want, mf.GetName())
+	}
+	if len(want) != 0 {
+		t.Errorf("missing %v", want)
 	}
 }

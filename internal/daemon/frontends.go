@@ -50,6 +50,7 @@ func newFrontEnds(f *serveFlags, in *startInputs, node *cluster.Node, apiCfg api
 	metrics.Register(rlsFE.srv.Collectors()...)
 	config := newConfigMetrics()
 	metrics.Register(config.collectors()...)
+	metrics.Register(api.DegradedCollectors(svc)...) // degraded mode's figures
 	srv := api.New(svc, node, metrics, apiCfg)
 	return &frontEnds{svc: svc, rls: rlsFE, config: config,
 		handler: listenerHandler(srv.Handler(), rlsFE.srv.JSONHandler(), metrics.Instrument(node.Internal()))}, nil
