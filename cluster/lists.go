@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -64,13 +65,13 @@ func (n *Node) Times() (applied, clock int64) {
 // the unbans and policy changes that end bans reach it; overlimit.go), and
 // the proposal that lifts a ban.
 
-// Banned reports the end of key's ban under policy in this replica's
-// applied state, if it is in force at the replicated time; a miss while the
+// Banned reports the time left until the end of key's ban under policy in
+// this replica's applied state, if it is in force at the replicated time; a miss while the
 // node cannot vouch for its copy (the over-limit cache is off or not
 // usable), and a miss when this node's clock has passed the end its
 // replicated time has not: the check then goes through the log, where apply
 // decides at the entry's leader time (fsm/DESIGN.md "Ends in leader time").
-func (n *Node) Banned(policy, key string) (int64, bool) {
+func (n *Node) Banned(policy, key string) (time.Duration, bool) {
 	if n.ol.cache == nil || !n.ol.usable.Load() {
 		return 0, false
 	}
@@ -79,7 +80,7 @@ func (n *Node) Banned(policy, key string) (int64, bool) {
 	if !ok || clock >= until {
 		return 0, false
 	}
-	return until, true
+	return time.Duration(until - max(applied, clock)), true // > 0: clock < until, applied < until
 }
 
 // Bans lists this replica's bans in force at its replicated time, limit
