@@ -25,6 +25,9 @@ const (
 	// hdrLeader, on check responses answered by a follower, is the leader's
 	// HTTP address, so that leader-aware clients can skip the forwarding hop.
 	hdrLeader = "Limitd-Leader"
+	// hdrDegraded, "true" when a check of the answer was decided by this
+	// node alone, with its share of the limit (service/degraded.go).
+	hdrDegraded = "Limitd-Degraded"
 )
 
 // Header values shared by every response. net/http never mutates them.
@@ -89,7 +92,7 @@ func appendDecision(b []byte, d *nodeapi.Decision, replayed bool) []byte {
 		Allowed: allowed(d), Limit: d.Limit, Remaining: d.Remaining,
 		ResetAfterMS: wire.Millis(d.ResetAfter), RetryAfterMS: wire.Millis(d.RetryAfter), DelayMS: wire.Millis(d.Delay),
 		ShadowRefused: d.ShadowRefused, Replayed: replayed,
-		Slot: d.Slot, SlotExpiresMS: wire.Millis(d.SlotHold),
+		Slot: d.Slot, SlotExpiresMS: wire.Millis(d.SlotHold), Degraded: d.Degraded,
 	}
 	if d.Plan != nil {
 		w.Extra = appendPlanDecision(nil, d.Plan) // plans.go
@@ -180,8 +183,16 @@ func setRateLimitHeaders(h http.Header, refs []service.Limit, ds []nodeapi.Decis
 		vals[2] = all[rateLimitEnd:]
 		h[hdrRetryAfter] = vals[2:3:3]
 	}
+	for i := range ds {
+		if ds[i].Degraded {
+			h[hdrDegraded] = degradedTrue
+			break
+		}
+	}
 	return b
 }
+
+var degradedTrue = []string{"true"}
 
 // retryWait is what Retry-After says for an op (0: nothing): the longest
 // wait among its refusing checks, or algo.Never when one of them can never

@@ -36,6 +36,9 @@ type policyJSON struct {
 	// Notify are alert thresholds, fractions of the limit: [0.8, 1.0]
 	// (service.ValidateNotify).
 	Notify []float64 `json:"notify,omitempty"`
+	// Degraded lets a node without a quorum decide alone with its share:
+	// {"mode": "share"} (service.ValidateDegraded).
+	Degraded json.RawMessage `json:"degraded,omitempty"`
 }
 
 func policyOut(p nodeapi.Policy) policyJSON {
@@ -50,6 +53,9 @@ func policyOut(p nodeapi.Policy) policyJSON {
 	pj.Notify = service.NotifyOut(p.Options.Notify)
 	if o := service.OnExceedOut(p.OnExceed); o != nil {
 		pj.OnExceed, _ = json.Marshal(o) // strings only: cannot fail
+	}
+	if o := service.DegradedOut(p.Options.Degraded); o != nil {
+		pj.Degraded, _ = json.Marshal(o) // a string: cannot fail
 	}
 	return pj
 }
@@ -83,7 +89,14 @@ func decodePolicy(body []byte, name, prefix string) (service.PolicyRequest, *api
 			return service.PolicyRequest{}, e
 		}
 	}
-	return service.PolicyRequest{Name: name, Config: pj.Config, Shadow: pj.Shadow, NoLocalRefusals: noLocal, Lease: lease, OnExceed: onExceed, MaxKeys: pj.MaxKeys, Notify: pj.Notify}, nil
+	var degraded *service.DegradedConfig
+	if len(pj.Degraded) > 0 && string(pj.Degraded) != "null" {
+		degraded = new(service.DegradedConfig)
+		if e := decodeStrict(pj.Degraded, degraded, joinField(prefix, "degraded")); e != nil {
+			return service.PolicyRequest{}, e
+		}
+	}
+	return service.PolicyRequest{Name: name, Config: pj.Config, Shadow: pj.Shadow, NoLocalRefusals: noLocal, Lease: lease, OnExceed: onExceed, MaxKeys: pj.MaxKeys, Degraded: degraded, Notify: pj.Notify}, nil
 }
 
 func (s *Server) handleListPolicies(w http.ResponseWriter, _ *http.Request, _ httprouter.Params) {

@@ -31,6 +31,9 @@ type CheckSpec struct {
 	// indexes), always an inline limit of Algorithm over Window; 0 means
 	// DefaultHotLimit.
 	HotLimit int64
+	// HotPolicy, when set, checks the hot keys under this policy instead
+	// (limitd bench --hot-refusal banned: a policy with on_exceed).
+	HotPolicy string
 }
 
 // Key returns the key for index i: the prefix and i, or for a hot key the
@@ -61,7 +64,7 @@ func (c CheckSpec) hotBurst() int64 {
 // hotSpec is the spec of the hot keys: an inline limit of HotLimit.
 func (c CheckSpec) hotSpec() CheckSpec {
 	h := c
-	h.Policy, h.Limit, h.Burst = "", c.hotLimit(), c.hotBurst()
+	h.Policy, h.Limit, h.Burst = c.HotPolicy, c.hotLimit(), c.hotBurst()
 	h.KeyPrefix = c.KeyPrefix + "hot"
 	return h
 }

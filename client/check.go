@@ -35,6 +35,14 @@ func (c *Client) Check(ctx context.Context, r Request) (Decision, error) {
 		case FailClosed:
 			c.failedClosed.Add(1)
 			return Decision{Allowed: false, Degraded: true, RetryAfter: time.Second}, nil
+		case FailLocal: // degraded.go
+			d := c.opts.local.decide(&r)
+			if d.Allowed {
+				c.failedOpen.Add(1)
+			} else {
+				c.failedClosed.Add(1)
+			}
+			return d, nil
 		}
 	}
 	if err == nil {

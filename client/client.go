@@ -88,6 +88,7 @@ type options struct {
 	failMode    FailMode
 	noRequestID bool
 	breaker     Breaker
+	local       *localShare // FailLocal's limits and counts (degraded.go)
 }
 
 // Option configures a Client.

@@ -20,7 +20,7 @@ func decisionOf(w *wire.Decision) Decision {
 		Allowed: w.Allowed, Limit: w.Limit, Remaining: w.Remaining,
 		ResetAfter: ms(w.ResetAfterMS), RetryAfter: wire.Duration(w.RetryAfterMS), Delay: ms(w.DelayMS),
 		ShadowRefused: w.ShadowRefused, Replayed: w.Replayed, Reason: w.Reason,
-		Slot: w.Slot, SlotExpires: ms(w.SlotExpiresMS),
+		Slot: w.Slot, SlotExpires: ms(w.SlotExpiresMS), Degraded: w.Degraded,
 	}
 }
 

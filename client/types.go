@@ -57,6 +57,15 @@ type Policy struct {
 	// (docs/API.md, "Alerts"); nil: none. Like Lease, a put without it
 	// turns it off.
 	Notify []float64 `json:"notify,omitempty" yaml:"notify,omitempty"`
+	// Degraded lets a node that reaches no quorum decide alone with its
+	// share ({Mode: "share"}; docs/CLUSTER.md "Degraded mode"); nil: none
+	// (503). Like Lease, a put without it turns it off.
+	Degraded *Degraded `json:"degraded,omitempty" yaml:"degraded,omitempty"`
+}
+
+// Degraded is a policy's degraded option; Mode "share" is the one mode.
+type Degraded struct {
+	Mode string `json:"mode" yaml:"mode"`
 }
 
 // OnExceed is a policy's ban option: durations such as "10m" or "7d".
@@ -120,8 +129,10 @@ type Decision struct {
 	// counted), "banned" (the key is banned under the policy's on_exceed);
 	// "" for a decision of the limit.
 	Reason string
-	// Degraded: the cluster could not be reached and the decision was made by
-	// the client's fail mode (WithFailMode), not by limitd.
+	// Degraded: the decision was not made by a quorum: the cluster could not
+	// be reached and the client's fail mode (WithFailMode) made it, or the
+	// node could not reach a quorum and decided alone with its share (a
+	// policy's "degraded" option).
 	Degraded bool
 	// Slot and SlotExpires: under a concurrency limit, the slot an allowed
 	// check holds (its request id) and the time until its hold ends.

@@ -20,7 +20,8 @@ import (
 type Catalog struct {
 	fsm     *fsm.FSM
 	propose proposer
-	ol      *OverLimit // bans are answered only while it vouches for this replica
+	ol      *OverLimit   // bans are answered only while it vouches for this replica
+	clock   *leaderClock // this node's clock, which only makes an answer more careful (Times)
 }
 
 // proposer submits an admin command (fsm.Encode*) through the leader and

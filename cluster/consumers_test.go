@@ -25,6 +25,7 @@ var (
 	_ service.Node          = (*cluster.Node)(nil)      // checks, key resets, membership, status, readiness
 	_ service.LeaderLocator = (*cluster.Node)(nil)      // the Limitd-Leader hint (leader.go)
 	_ service.Leaser        = (*cluster.Node)(nil)      // quota leases and their hook (lease.go)
+	_ service.Degrader      = (*cluster.Node)(nil)      // degraded mode: the charge and the voters (degraded.go)
 	_ service.Refuser       = (*cluster.OverLimit)(nil) // the over-limit cache (overlimit.go)
 	_ service.Policies      = (*cluster.Catalog)(nil)   // policies (service.go)
 	_ service.Plans         = (*cluster.Catalog)(nil)   // plans, rules, assignments, overrides (plans.go)

@@ -43,13 +43,20 @@ func (c *Catalog) Lists() []nodeapi.List { return c.fsm.Lists() }
 // ListsVersion changes whenever this replica's lists change.
 func (c *Catalog) ListsVersion() uint64 { return c.fsm.ListsVersion() }
 
-// LeaderTime is the time a check decided on this node now is decided at:
-// the local clock, but never before the leader time of the last entry
-// applied here (the same lower bound the leader stamps entries with), so
-// an expiry in leader time is never read as earlier than a replica that
-// applied the same entries would read it.
+// LeaderTime is max(this node's clock, the leader time of the last entry
+// applied here): an estimate of now, for hints such as a Retry-After. It
+// never decides an end: ends are decided on Times' applied time.
 func (c *Catalog) LeaderTime() int64 {
-	return max(time.Now().UnixNano(), c.fsm.LastTime())
+	return max(c.clock.wallNow(), c.fsm.LastTime())
+}
+
+// Times is this node's view of leader time: applied, the leader time of
+// the last entry its replica applied (replicated: every replica agrees on
+// it at the same index), which decides every end; and clock, this node's
+// own clock, which may only make an answer more careful (fsm/DESIGN.md
+// "Ends in leader time").
+func (c *Catalog) Times() (applied, clock int64) {
+	return c.fsm.LastTime(), c.clock.wallNow()
 }
 
 // Bans (fsm/ban.go) are decided in apply; what the node adds is the read
@@ -58,19 +65,28 @@ func (c *Catalog) LeaderTime() int64 {
 // the unbans and policy changes that end bans reach it; overlimit.go), and
 // the proposal that lifts a ban.
 
-// Banned reports the end of key's ban under policy in this replica's
-// applied state, if it is banned at LeaderTime; a miss while the node cannot
-// vouch for its copy (the over-limit cache is off or not usable).
-func (c *Catalog) Banned(policy, key string) (int64, bool) {
+// Banned reports the time left until the end of key's ban under policy in
+// this replica's applied state, if it is in force at the replicated time; a
+// miss while the node cannot vouch for its copy (the over-limit cache is off
+// or not usable), and a miss when this node's clock has passed the end its
+// replicated time has not: the check then goes through the log, where apply
+// decides at the entry's leader time (fsm/DESIGN.md "Ends in leader time").
+func (c *Catalog) Banned(policy, key string) (time.Duration, bool) {
 	if !c.ol.vouches() {
 		return 0, false
 	}
-	return c.fsm.Banned(policy, key, c.LeaderTime())
+	applied, clock := c.Times()
+	until, ok := c.fsm.Banned(policy, key, applied)
+	if !ok || clock >= until {
+		return 0, false
+	}
+	return time.Duration(until - max(applied, clock)), true // > 0: clock < until, applied < until
 }
 
-// Bans lists this replica's bans in force, limit after cursor.
+// Bans lists this replica's bans in force at its replicated time, limit
+// after cursor.
 func (c *Catalog) Bans(cursor string, limit int) ([]nodeapi.Ban, string) {
-	return c.fsm.Bans(cursor, limit, c.LeaderTime())
+	return c.fsm.Bans(cursor, limit, c.fsm.LastTime())
 }
 
 // Unban removes key's bans under policy ("": every policy) through the
@@ -83,10 +99,10 @@ func (c *Catalog) banCollectors() []prometheus.Collector {
 	return []prometheus.Collector{
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "limitd_bans_active",
 			Help: "Keys banned now under a policy's on_exceed, in this replica's applied state."},
-			func() float64 { a, _ := c.fsm.BanCounts(c.LeaderTime()); return float64(a) }),
+			func() float64 { a, _ := c.fsm.BanCounts(c.fsm.LastTime()); return float64(a) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "limitd_bans_issued_total",
 			Help: "Bans this replica's applies issued since it started (every replica applies the same bans)."},
-			func() float64 { _, i := c.fsm.BanCounts(c.LeaderTime()); return float64(i) }),
+			func() float64 { _, i := c.fsm.BanCounts(c.fsm.LastTime()); return float64(i) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "limitd_bans_unindexed",
 			Help: "1 when this node's in-memory index of bans is full (nodeapi.MaxBanIndex): bans past it still hold, through the log, and are missing from GET /v1/bans."},
 			func() float64 {

@@ -376,5 +376,6 @@ func (n *Node) Collectors() []prometheus.Collector {
 	cs = append(cs, slotCollectors(n.fsm)...)     // slots.go
 	cs = append(cs, outboxCollectors(n.fsm)...)   // webhooks.go
 	cs = append(cs, costCollectors(n.fsm)...)     // costs.go
+	cs = append(cs, degradedCollectors(n.fsm)...) // degraded.go
 	return append(cs, globalRaftSink.all...)
 }

@@ -360,7 +360,7 @@ func Open(cfg Config, bootstrap bool) (*Node, error) {
 	n.fsm = f
 	n.clock.applied = f.LastTime
 	n.ol.fsm, n.ol.clock = f, &n.clock
-	n.catalog = &Catalog{fsm: f, propose: n.Apply, ol: n.ol}
+	n.catalog = &Catalog{fsm: f, propose: n.Apply, ol: n.ol, clock: &n.clock}
 	n.recoveredFrom = f.Recovered()
 
 	if err := n.openRaft(bootstrap); err != nil {

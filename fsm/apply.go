@@ -43,9 +43,9 @@ type applier struct {
 	index uint64      // the Raft index of the entry being applied (slot ids)
 	slot  slotApplier // slots.go
 
-	markKeyBuf         []byte // notify.go
-	emitted, emittedAt uint64 // outbox.go: events of the entry at index emittedAt
-	costs costApplier // reserve.go
+	markKeyBuf         []byte      // notify.go
+	emitted, emittedAt uint64      // outbox.go: events of the entry at index emittedAt
+	costs              costApplier // reserve.go
 }
 
 type nodeChange struct {

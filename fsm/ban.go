@@ -314,6 +314,22 @@ type banTable struct {
 	// was left out since the index was last rebuilt.
 	max       int
 	unindexed atomic.Bool
+	// next is the earliest end among the indexed bans still in the index
+	// (0: none), for NextExpiry: the sweep at a ban's end moves the
+	// replicated time past it, which is what ends it on the read path.
+	// pruneAt is the leader time of a sweep applied since the last publish
+	// (apply goroutine only): publish drops the bans ended by then.
+	next    atomic.Int64
+	pruneAt int64
+}
+
+func (t *banTable) nextEnd() int64 { return t.next.Load() }
+
+// sweptAt records a sweep at leader time now; publish prunes the index.
+func (t *banTable) sweptAt(now int64) {
+	if n := t.next.Load(); n != 0 && n <= now {
+		t.pruneAt = max(t.pruneAt, now)
+	}
 }
 
 func (t *banTable) limit() int {
@@ -338,13 +354,14 @@ func (t *banTable) stage(policy, key string, e banEntry) {
 }
 
 func (t *banTable) publish() {
-	if len(t.pending) == 0 {
+	if len(t.pending) == 0 && t.pruneAt == 0 {
 		return
 	}
 	t.mu.Lock()
 	if t.m == nil {
 		t.m = map[string]banEntry{}
 	}
+	next := t.next.Load()
 	for k, e := range t.pending {
 		_, had := t.m[k]
 		switch {
@@ -352,15 +369,33 @@ func (t *banTable) publish() {
 			delete(t.m, k)
 		case had || len(t.m) < t.limit():
 			t.m[k] = e
+			if next == 0 || e.until < next {
+				next = e.until
+			}
 		default:
 			t.unindexed.Store(true)
 		}
 	}
+	if t.pruneAt != 0 {
+		// A ban ended at the sweep's leader time is over on every replica
+		// that applied the sweep; its record stays (offences are
+		// remembered until forget_after), the index keeps bans in force.
+		next = 0
+		for k, e := range t.m {
+			if e.until <= t.pruneAt {
+				delete(t.m, k)
+			} else if next == 0 || e.until < next {
+				next = e.until
+			}
+		}
+		t.pruneAt = 0
+	}
+	t.next.Store(next)
 	t.mu.Unlock()
 	clear(t.pending)
 }
 
-func (t *banTable) discard() { clear(t.pending) }
+func (t *banTable) discard() { clear(t.pending); t.pruneAt = 0 }
 
 // loadBans reads the ban records into the index (FSM.load), at most its
 // bound; every record is read, so a damaged one is found here as anywhere.
@@ -383,8 +418,15 @@ func (t *banTable) load(tx *persist.Tx) error {
 	if err != nil {
 		return err
 	}
+	var next int64
+	for _, e := range m {
+		if next == 0 || e.until < next {
+			next = e.until
+		}
+	}
 	t.mu.Lock()
 	t.m = m
+	t.next.Store(next)
 	t.mu.Unlock()
 	t.unindexed.Store(full)
 	return nil

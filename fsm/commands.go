@@ -133,6 +133,12 @@ func init() {
 			if err != nil {
 				return nil, err
 			}
+			// Ends in leader time (DESIGN.md): list entries and bans ended
+			// at the sweep's time leave the lists and the ban index.
+			if err := a.pruneLists(tx, now); err != nil {
+				return nil, err
+			}
+			a.f.bans.sweptAt(now)
 			return n, nil
 		},
 	})

@@ -18,7 +18,7 @@ func TestCommandTable(t *testing.T) {
 	proposable := map[byte]bool{CmdPutPolicy: true, CmdDeletePolicy: true, CmdResetKey: true, CmdPutDomain: true, CmdDeleteDomain: true,
 		CmdPutPlan: true, CmdDeletePlan: true, CmdPutPrefixRule: true, CmdDeletePrefixRule: true, CmdSetDefaultPlan: true,
 		CmdAssignPlans: true, CmdPutOverride: true, CmdDeleteOverride: true,
-		CmdPutList: true, CmdDeleteList: true, CmdUnban: true,
+		CmdPutList: true, CmdDeleteList: true, CmdUnban: true, CmdChargeDegraded: true,
 		CmdPutWebhook: true, CmdDeleteWebhook: true}
 	seen := 0
 	for typ, ct := range commands {

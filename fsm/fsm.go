@@ -111,6 +111,7 @@ type FSM struct {
 	domains  domainTable // RLS domains (domain.go)
 	plans    planTable   // plans, prefix rules, the default plan (plan.go)
 	lists    domainTable // allow and deny lists (lists.go)
+	listEnds listEnds    // the lists' earliest entry ends (lists.go)
 	bans     banTable    // the ban records' copy (ban.go)
 	outbox   outboxTable // events waiting for delivery (outbox.go)
 	webhooks domainTable // webhooks (webhooks.go)
@@ -214,6 +215,9 @@ func (f *FSM) load() error {
 	f.plans.cur.Store(plans)
 	f.lists.set(lists)
 	f.webhooks.set(webhooks)
+	for name, cfg := range lists {
+		f.listEnds.set(name, cfg)
+	}
 	return nil
 }
 
@@ -536,7 +540,17 @@ func (f *FSM) LastTime() int64 { return f.store.Meta().LastTime }
 
 // NextExpiry is the earliest time something may be due for expiry (a lower
 // bound); the leader proposes CmdExpire once it has passed.
-func (f *FSM) NextExpiry() (int64, bool) { return f.store.NextExpiry() }
+func (f *FSM) NextExpiry() (int64, bool) {
+	next, ok := f.store.NextExpiry()
+	// The ends of list entries and bans (lists.go, ban.go): the sweep at
+	// them moves the replicated time past them, which is what ends them.
+	for _, end := range []int64{f.listEnds.next.Load(), f.bans.nextEnd()} {
+		if end != 0 && (!ok || end < next) {
+			next, ok = end, true
+		}
+	}
+	return next, ok
+}
 
 // Policy returns this replica's copy of a policy.
 func (f *FSM) Policy(name string) (Policy, bool) {

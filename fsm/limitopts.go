@@ -23,6 +23,8 @@ const (
 	limitOptionNotify byte = 'n'
 
 	limitOptionsMax = 16 // options in one block: more is damage
+
+	limitOptDegraded byte = 'd' // degraded.go: one byte, the DegradedMode (policies only)
 )
 
 // appendLimitOptions appends o's block; it writes nothing when o is zero.
@@ -35,6 +37,9 @@ func appendLimitOptions(dst []byte, o *nodeapi.LimitOptions) []byte {
 		body []byte
 	}
 	var opts []opt // in increasing tag order
+	if o.Degraded != nodeapi.DegradedNone {
+		opts = append(opts, opt{limitOptDegraded, []byte{byte(o.Degraded)}})
+	}
 	if o.Notify[0] != 0 {
 		opts = append(opts, opt{limitOptionNotify, appendNotify(nil, &o.Notify)})
 	}
@@ -72,6 +77,13 @@ func decodeLimitOptions(d *decoder) (o nodeapi.LimitOptions, invalid error) {
 		}
 		last = int(tag)
 		switch tag {
+		case limitOptDegraded:
+			// A mode this binary does not know stops the node, as a tag does.
+			if len(body) != 1 || body[0] == 0 || nodeapi.DegradedMode(body[0]) > nodeapi.DegradedShare {
+				d.fail(fmt.Errorf("limit options: degraded mode %x", body))
+				break
+			}
+			o.Degraded = nodeapi.DegradedMode(body[0])
 		case limitOptionNotify:
 			var bad error
 			if o.Notify, bad = decodeNotify(body); bad != nil && invalid == nil {

@@ -67,7 +67,7 @@ func decision(d *nodeapi.Decision) *limitdv1.Decision {
 	out := &limitdv1.Decision{
 		Allowed: d.Allowed, Limit: d.Limit, Remaining: d.Remaining,
 		ResetAfter: durationpb.New(d.ResetAfter), Delay: durationpb.New(d.Delay),
-		ShadowRefused: d.ShadowRefused, Reason: d.Reason.String(),
+		ShadowRefused: d.ShadowRefused, Reason: d.Reason.String(), Degraded: d.Degraded,
 	}
 	if d.RetryAfter == algo.Never {
 		out.Never = true
@@ -183,6 +183,7 @@ func policyProto(p nodeapi.Policy) *limitdv1.Policy {
 	if o := service.OnExceedOut(p.OnExceed); o != nil {
 		out.OnExceed = &limitdv1.OnExceed{Ban: o.Ban, Escalate: o.Escalate, ForgetAfter: o.ForgetAfter}
 	}
+	degradedProto(out, service.DegradedOut(p.Options.Degraded)) // degraded.go
 	return out
 }
 
@@ -237,11 +238,15 @@ func policyRequest(p *limitdv1.Policy) (service.PolicyRequest, *service.Error) {
 	if n := p.GetLimit().GetNotify(); len(n) > 0 {
 		r.Notify = n
 	}
+	r.Degraded = degradedConfig(p) // degraded.go
 	if e := service.ValidatePolicyName(r.Name, "policy.name"); e != nil {
 		return r, e
 	}
 	spec, e := service.ValidateLimit(r.Config, "policy.limit")
 	if e != nil {
+		return r, e
+	}
+	if _, e := service.ValidateDegraded(r.Degraded, spec, r.Shadow, "policy"); e != nil {
 		return r, e
 	}
 	if _, e := service.ValidateLease(r.Lease, spec, r.Shadow, "policy"); e != nil {

@@ -102,6 +102,11 @@ type Decision struct {
 	Credited        int64
 	Debt            int64
 	Rolled          bool
+	// Degraded: decided by this node alone, with its share of the limit,
+	// because no quorum answered within the deadline (LimitOptions.Degraded;
+	// service/degraded.go). The admission is charged to the replicated state
+	// when the quorum returns.
+	Degraded bool
 }
 
 // Reason is Decision.Reason. Its text ("allowed", "denied", "banned") is the
@@ -298,6 +303,48 @@ type LimitOptions struct {
 	// (0, NotifyScale], unused entries zero at the end: crossing one in a
 	// window puts one event in the outbox (fsm/notify.go).
 	Notify [MaxNotify]uint16
+	// Degraded is what a node does with a check it cannot get decided by a
+	// quorum within the check's deadline (DegradedNone: fail, 503; policies
+	// only). Tag 'd' (fsm/degraded.go, service/degraded.go).
+	Degraded DegradedMode
+}
+
+// DegradedMode is LimitOptions.Degraded.
+type DegradedMode uint8
+
+// Degraded modes. Their text is the API's "degraded":{"mode":…}.
+const (
+	DegradedNone DegradedMode = iota
+	// DegradedShare: the node decides alone with its share of the limit,
+	// ceil(limit / voters) per key and window, and charges the replicated
+	// state with what it admitted once a quorum answers again.
+	DegradedShare
+)
+
+// Bounds on degraded charges (fsm/degraded.go): keys in one charge entry,
+// and how long the state machine remembers a charge's id (a retry within it
+// charges nothing twice).
+const (
+	MaxDegradedCharges      = 4096
+	MaxDegradedChargeID     = 128
+	MaxDegradedChargeBytes  = 56 << 10 // one entry's charges, encoded (an admin command)
+	DegradedChargeRetention = 24 * time.Hour
+)
+
+// DegradedCharge is units a node admitted alone, in degraded mode, on Key
+// under Policy: charged to the key's state as an overdraft once a quorum
+// answers (fsm/degraded.go).
+type DegradedCharge struct {
+	Policy string
+	Key    string
+	Units  int64
+}
+
+// DegradedChargeResult is what the state machine made of a charge entry.
+type DegradedChargeResult struct {
+	Duplicate bool  // the id was charged before: nothing charged again
+	Charged   int64 // units charged
+	Skipped   int64 // units not charged: the policy is gone, or cannot be overdrawn
 }
 
 // IsZero reports whether no option is set.

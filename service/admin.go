@@ -29,6 +29,8 @@ type PolicyRequest struct {
 	OnExceed *OnExceedConfig
 	// Notify is the "notify" option (nil: none); see ValidateNotify.
 	Notify []float64
+	// Degraded is the "degraded" option (nil: none); see ValidateDegraded.
+	Degraded *DegradedConfig
 }
 
 // ValidatePolicy validates p into a policy. The name's errors name the field
@@ -56,8 +58,12 @@ func ValidatePolicy(p PolicyRequest, prefix string) (nodeapi.Policy, *Error) {
 	if e != nil {
 		return nodeapi.Policy{}, e
 	}
+	degraded, e := ValidateDegraded(p.Degraded, spec, p.Shadow, prefix) // degraded.go
+	if e != nil {
+		return nodeapi.Policy{}, e
+	}
 	return nodeapi.Policy{Name: p.Name, Spec: spec, Shadow: p.Shadow, NoLocalRefusals: p.NoLocalRefusals, Lease: lease, MaxKeys: p.MaxKeys, OnExceed: onExceed,
-		Options: nodeapi.LimitOptions{Notify: notify}}, nil
+		Options: nodeapi.LimitOptions{Notify: notify, Degraded: degraded}}, nil
 }
 
 // ValidateLease validates a policy's "lease" option (nil: none) for its

@@ -19,10 +19,11 @@ import (
 
 // Bans is the Node's replicated bans.
 type Bans interface {
-	// Banned reports the end (leader time, Unix ns) of key's ban under
-	// policy in this node's applied state, if it is banned now; a miss
-	// whenever the node cannot vouch for its copy (not caught up).
-	Banned(policy, key string) (until int64, ok bool)
+	// Banned reports the time left (> 0) until the end of key's ban under
+	// policy in this node's applied state, if it is banned at the
+	// replicated time; a miss whenever the node cannot vouch for its copy
+	// (not caught up) or its clock has passed the end (the log decides).
+	Banned(policy, key string) (left time.Duration, ok bool)
 	// Bans lists bans in force, limit of them after cursor; next is "" after
 	// the last.
 	Bans(cursor string, limit int) (bans []nodeapi.Ban, next string)
@@ -111,11 +112,10 @@ func (s *Service) bannedCheck(c *nodeapi.Check, l *Limit) (nodeapi.Decision, boo
 	if !l.bans || c.Policy == "" {
 		return nodeapi.Decision{}, false
 	}
-	until, ok := s.deps.Bans.Banned(c.Policy, c.Key)
+	wait, ok := s.deps.Bans.Banned(c.Policy, c.Key)
 	if !ok {
 		return nodeapi.Decision{}, false
 	}
-	wait := time.Duration(max(until-s.deps.Lists.LeaderTime(), 1))
 	return nodeapi.Decision{Decision: algo.Decision{Limit: l.Spec.Limit, RetryAfter: wait, ResetAfter: wait}, Reason: nodeapi.ReasonBanned}, true
 }
 

@@ -224,8 +224,15 @@ func (s *Service) decideOne(ctx context.Context, c nodeapi.Check, l Limit, reque
 	results, err := s.node.Check(ctx, one.ops[:])
 	cancel()
 	if err != nil {
+		e := s.nodeError(err)
+		if degradedFallback(&l, requestID, peek, e) { // degraded.go: decided alone
+			if d, ok := s.decideDegraded(&c, &l); ok {
+				s.obs.Decided(l, d)
+				return CheckResult{Decision: d, Limit: l}, nil
+			}
+		}
 		s.obs.Failed(l)
-		return CheckResult{}, s.nodeError(err)
+		return CheckResult{}, e
 	}
 	if len(results) != 1 {
 		s.obs.Failed(l)

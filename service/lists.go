@@ -24,13 +24,15 @@ import (
 // (ReasonAllowed), and neither is counted anywhere.
 //
 // Where a match is decided: on the node that receives the check, against
-// its applied copy of the lists, at Lists.LeaderTime() — the local clock,
-// never earlier than the leader time of the last applied entry. An entry's
-// expiry is a leader-time instant in the replicated state, so every node
-// that applied the same lists answers alike, up to clock skew at the
-// instant of expiry (the same bound the over-limit cache's expiries obey,
-// overlimit/DESIGN.md "Clocks"), and a node behind the log only answers a
-// list as it was a moment ago (it applies a change in log order).
+// its applied copy of the lists, at its replicated time (Lists.Times'
+// applied: the leader time of the last entry applied), never its own
+// clock. An entry's expiry is a leader-time instant; it has ended once the
+// replicated time reaches it, which every replica reaches at the same log
+// index (the leader sweeps at the end, fsm/lists.go). Where the node's
+// clock and its replicated time disagree (its view may be stale), it errs
+// to the side that never over-admits: a deny entry holds until the
+// replicated time passes its end, an allow entry stops at the earlier of
+// the two (then the check is counted). fsm/DESIGN.md "Ends in leader time".
 //
 // A CIDR entry matches only CheckRequest.Addr: the client address the
 // front end derived itself (forward-auth with key source ip), never a key
@@ -50,9 +52,14 @@ type Lists interface {
 	// DeleteList deletes a list through the leader; *nodeapi.Error
 	// not_found when it does not exist.
 	DeleteList(ctx context.Context, name string) error
-	// LeaderTime is the time, Unix ns, a check decided on this node now is
-	// decided at: max(the local clock, the leader time of the last apply).
+	// LeaderTime is max(the local clock, the leader time of the last
+	// apply), Unix ns: an estimate of now for hints (Retry-After), never
+	// what decides an end.
 	LeaderTime() int64
+	// Times is the leader time of the last entry this replica applied
+	// (replicated; it decides ends) and the node's own clock (it may only
+	// make an answer more careful), Unix ns.
+	Times() (applied, clock int64)
 }
 
 // List kinds.
@@ -449,7 +456,7 @@ func (s *Service) listed(c *nodeapi.Check, addr netip.Addr, l *Limit) (nodeapi.D
 	if len(ls.lists) == 0 {
 		return nodeapi.Decision{}, false
 	}
-	now := s.deps.Lists.LeaderTime()
+	applied, clock := s.deps.Lists.Times()
 	allow, deny := false, false
 	var until int64
 	for _, cl := range ls.lists {
@@ -459,7 +466,14 @@ func (s *Service) listed(c *nodeapi.Check, addr netip.Addr, l *Limit) (nodeapi.D
 		if !cl.deny && (allow || deny) {
 			continue // decided: another allow adds nothing, a deny wins
 		}
-		u, ok := cl.match(c.Key, addr, now)
+		// A deny ends at the replicated time (never over-admits, never
+		// refuses past the end apply agrees on); an allow, which admits
+		// uncounted, ends at the earlier of the node's clock and it.
+		at := applied
+		if !cl.deny {
+			at = max(applied, clock)
+		}
+		u, ok := cl.match(c.Key, addr, at)
 		if !ok {
 			continue
 		}
@@ -478,7 +492,10 @@ func (s *Service) listed(c *nodeapi.Check, addr netip.Addr, l *Limit) (nodeapi.D
 		d.Reason = nodeapi.ReasonDenied
 		d.RetryAfter = algo.Never
 		if until != never {
-			d.RetryAfter = time.Duration(until - now)
+			// A hint counted from the best estimate of now; positive while
+			// the deny holds (the node's clock may be past the end its
+			// replicated time has not reached).
+			d.RetryAfter = time.Duration(max(until-max(applied, clock), 1))
 		}
 		d.ResetAfter = max(d.RetryAfter, 0)
 		return d, true

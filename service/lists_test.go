@@ -21,6 +21,7 @@ type listNode struct {
 	lists   map[string][]byte
 	version uint64
 	now     int64
+	skew    int64 // the node's clock minus the replicated time
 }
 
 func newListNode(policies ...string) *listNode {
@@ -60,7 +61,19 @@ func (n *listNode) DeleteList(_ context.Context, name string) error {
 	n.version++
 	return nil
 }
-func (n *listNode) LeaderTime() int64 { n.lmu.Lock(); defer n.lmu.Unlock(); return n.now }
+func (n *listNode) LeaderTime() int64 {
+	n.lmu.Lock()
+	defer n.lmu.Unlock()
+	return max(n.now, n.now+n.skew)
+}
+
+// Times: now is the replicated (applied) leader time; the node's own clock
+// is skew away from it.
+func (n *listNode) Times() (int64, int64) {
+	n.lmu.Lock()
+	defer n.lmu.Unlock()
+	return n.now, n.now + n.skew
+}
 
 func TestListValidationNamesTheField(t *testing.T) {
 	n := newListNode("api")
@@ -106,7 +119,11 @@ func TestListValidationNamesTheField(t *testing.T) {
 // TestListPrecedenceModel: whatever the lists, a check is refused when a
 // deny list that applies to its policy has a live entry matching it,
 // otherwise allowed when an allow list does, and otherwise decided by its
-// limit (it reaches the node); list answers are never counted.
+// limit (it reaches the node); list answers are never counted. Live is
+// decided on the replicated leader time whatever the node's own clock says
+// (a deny holds until the replicated time passes its end: never
+// over-admits); an allow entry ends at the earlier of the node's clock and
+// the replicated time (the check is then counted).
 func TestListPrecedenceModel(t *testing.T) {
 	keys := []string{"a", "ab", "abc", "b", "bc", "10.0.0.1", "10.0.1.1"}
 	prefixes := []string{"a", "b", "x"}
@@ -163,7 +180,8 @@ func TestListPrecedenceModel(t *testing.T) {
 		for range rapid.IntRange(1, 20).Draw(t, "checks") {
 			n.lmu.Lock()
 			n.now += int64(rapid.IntRange(0, 30).Draw(t, "advance")) * int64(time.Second)
-			now := n.now
+			n.skew = int64(rapid.IntRange(-40, 40).Draw(t, "clockSkew")) * int64(time.Second)
+			now, clock := n.now, n.now+n.skew
 			n.lmu.Unlock()
 			key := rapid.SampledFrom(keys).Draw(t, "checkKey")
 			policy := rapid.SampledFrom(policies).Draw(t, "checkPolicy")
@@ -177,7 +195,7 @@ func TestListPrecedenceModel(t *testing.T) {
 					return false
 				}
 				for _, e := range l.entries {
-					if e.exp != 0 && e.exp <= now {
+					if e.exp != 0 && (e.exp <= now || !l.deny && e.exp <= clock) {
 						continue
 					}
 					switch e.kind {

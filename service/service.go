@@ -32,7 +32,7 @@ import (
 // key resets, membership, its status and readiness. Every other capability
 // the service builds on is an interface of its own (LeaderLocator, Refuser,
 // Leaser, Policies, Plans, Domains, Lists, Bans, Inventory, Backuper,
-// Digester, Alerts) and a field of Deps, so that each is passed to New explicitly
+// Digester, Alerts, Degrader) and a field of Deps, so that each is passed to New explicitly
 // and a fake can be read against it. cluster.Node provides Node,
 // LeaderLocator and Leaser; cluster.Catalog the cluster-wide configuration;
 // cluster.OverLimit the Refuser; backup.Taker the Backuper (each checked in
@@ -92,6 +92,7 @@ type Deps struct {
 	Backuper      Backuper  // replica.go
 	Digester      Digester  // replica.go
 	Alerts        Alerts    // webhooks.go
+	Degrader      Degrader  // degraded.go
 }
 
 // Everything is one value that provides every capability (a fake node,
@@ -110,12 +111,13 @@ type Everything interface {
 	Backuper
 	Digester
 	Alerts
+	Degrader
 }
 
 // DepsOf is the Deps of one value that provides every capability.
 func DepsOf(n Everything) Deps {
 	return Deps{Node: n, LeaderLocator: n, Refuser: n, Leaser: n, Policies: n, Plans: n,
-		Domains: n, Lists: n, Bans: n, Inventory: n, Backuper: n, Digester: n, Alerts: n}
+		Domains: n, Lists: n, Bans: n, Inventory: n, Backuper: n, Digester: n, Alerts: n, Degrader: n}
 }
 
 // check panics naming the first nil capability.
@@ -129,6 +131,7 @@ func (d Deps) check() {
 		{"Domains", d.Domains == nil}, {"Lists", d.Lists == nil}, {"Bans", d.Bans == nil},
 		{"Inventory", d.Inventory == nil}, {"Backuper", d.Backuper == nil}, {"Digester", d.Digester == nil},
 		{"Alerts", d.Alerts == nil},
+		{"Degrader", d.Degrader == nil},
 	} {
 		if c.nil {
 			panic("service.New: Deps." + c.name + " is nil: every capability is required")
@@ -201,6 +204,8 @@ type Service struct {
 	lists listCache
 	// leases is the node's quota leases (lease.go, package lease).
 	leases *lease.Table
+	// degraded counts what this node decides alone (degraded.go).
+	degraded degradedState
 }
 
 // New returns the service over deps; it panics when one is nil (Deps).
@@ -303,13 +308,15 @@ type Limit struct {
 	Known bool       // false when the policy is not (yet) known on this node
 	lease algo.Lease // the policy's lease option (lease.go)
 	bans  bool       // the policy has an on_exceed option (bans.go)
+	// degraded: the policy may be decided alone without a quorum (degraded.go)
+	degraded bool
 }
 
 // limitOf describes policy from this node's replicated copy; the state
 // machine decides whether it exists.
 func (s *Service) limitOf(policy string) Limit {
 	p, ok := s.deps.Policies.Policy(policy)
-	return Limit{Name: policy, Spec: p.Spec, Known: ok, lease: p.Lease, bans: p.OnExceed.Ban > 0}
+	return Limit{Name: policy, Spec: p.Spec, Known: ok, lease: p.Lease, bans: p.OnExceed.Ban > 0, degraded: p.Options.Degraded != nodeapi.DegradedNone}
 }
 
 // LeaderLocator is the Node's word on where the Raft leader is; front ends

@@ -29,6 +29,9 @@ type Decision struct {
 	// check holds and the time until its hold ends; written only with a slot.
 	Slot          string `json:"slot,omitempty"`
 	SlotExpiresMS int64  `json:"slot_expires_ms,omitempty"`
+	// Degraded: the node decided alone, with its share of the limit,
+	// because no quorum answered in time; written only when true.
+	Degraded bool `json:"degraded,omitempty"`
 	// Extra is members already encoded (",\"plan\":…" for a plan check),
 	// written after the fixed ones and before "replayed"; the encoder's
 	// only extension point, so that each answer's members keep one order.
@@ -107,6 +110,9 @@ func AppendDecision(b []byte, d *Decision) []byte {
 		b = AppendString(b, d.Slot)
 		b = append(b, `,"slot_expires_ms":`...)
 		b = strconv.AppendInt(b, d.SlotExpiresMS, 10)
+	}
+	if d.Degraded {
+		b = append(b, `,"degraded":true`...)
 	}
 	b = append(b, d.Extra...)
 	if d.Replayed {

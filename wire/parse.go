@@ -215,6 +215,8 @@ func (s *scanner) decision(d *Decision) (ok, seen bool) {
 			d.ShadowRefused, ok = s.boolean()
 		case "replayed":
 			d.Replayed, ok = s.boolean()
+		case "degraded":
+			d.Degraded, ok = s.boolean()
 		case "reason":
 			var r []byte
 			r, ok = s.str()

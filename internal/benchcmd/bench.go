@@ -135,6 +135,8 @@ type benchFlags struct {
 	discoverPIDs           bool
 	externalRLS            bool
 	netHTTP                bool
+	// hotRefusal is --hot-refusal (attack.go): what refuses the hot keys.
+	hotRefusal string
 }
 
 // Usage prints `limitd bench`'s help to out.
@@ -155,6 +157,7 @@ func newBenchFlagSet(out io.Writer) (*flag.FlagSet, *benchFlags) {
 	fs.StringVar(&f.serveFlags, "serve-flags", "", "extra flags for every node started by --cluster, space-separated (e.g. \"--batch-max-wait=200us\")")
 	fs.IntVar(&f.nodeProcs, "node-procs", 0, "GOMAXPROCS of every node started by --cluster: 0 gives each node an equal share of this machine's CPUs (at least 1), as if each had a machine of its own; -1 leaves Go's default (every node sized for all CPUs)")
 	f.work.AddFlags(fs)
+	fs.StringVar(&f.hotRefusal, "hot-refusal", hotRefusalLimit, "attack workload: what refuses the hot keys: limit (their inline limit, answered by the over-limit cache), denied (a deny list matching them) or banned (a policy with on_exceed bans them; --target http)")
 	fs.StringVar(&f.check.Algorithm, "algorithm", "sliding_window", "algorithm of the inline limit: fixed_window, sliding_log, sliding_window, token_bucket, leaky_bucket")
 	fs.Int64Var(&f.check.Limit, "limit", 100, "limit of the inline limit (or of the policy created by --create-policy)")
 	fs.StringVar(&f.check.Window, "window", "1s", "window of the inline limit")
@@ -290,6 +293,9 @@ func (f *benchFlags) validate(fs *flag.FlagSet) error {
 		}
 	}
 	f.check.HotLimit = f.work.HotLimit
+	if err := f.validateHotRefusal(); err != nil { // attack.go
+		return err
+	}
 	return f.loadTLS()
 }
 
@@ -401,6 +407,9 @@ func (f *benchFlags) run(ctx context.Context, stdout, stderr io.Writer) error {
 		if err := putBenchPolicy(ctx, addrs[0], f.adminToken, f.check, f.lease); err != nil {
 			return err
 		}
+	}
+	if err := f.setUpHotRefusal(ctx, addrs[0]); err != nil { // attack.go
+		return err
 	}
 
 	procs, err := f.measuredProcesses(ctx, c, addrs)

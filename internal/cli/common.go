@@ -361,6 +361,8 @@ type decisionJSON struct {
 	ShadowRefused bool   `json:"shadow_refused,omitempty"`
 	Replayed      bool   `json:"replayed,omitempty"`
 	Reason        string `json:"reason,omitempty"`
+	// Degraded: not decided by a quorum (the node alone, or the client's fail mode).
+	Degraded bool `json:"degraded,omitempty"`
 	// A concurrency limit's slot (omitted without one).
 	Slot          string `json:"slot,omitempty"`
 	SlotExpiresMS int64  `json:"slot_expires_ms,omitempty"`
@@ -370,7 +372,7 @@ func toDecisionJSON(d client.Decision) decisionJSON {
 	out := decisionJSON{Allowed: d.Allowed, Limit: d.Limit, Remaining: d.Remaining,
 		ResetAfterMS: d.ResetAfter.Milliseconds(), RetryAfterMS: d.RetryAfter.Milliseconds(),
 		DelayMS: d.Delay.Milliseconds(), ShadowRefused: d.ShadowRefused, Replayed: d.Replayed, Reason: d.Reason,
-		Slot: d.Slot, SlotExpiresMS: d.SlotExpires.Milliseconds()}
+		Slot: d.Slot, SlotExpiresMS: d.SlotExpires.Milliseconds(), Degraded: d.Degraded}
 	if d.RetryAfter == client.Never {
 		out.RetryAfterMS = -1
 	}
@@ -406,6 +408,9 @@ func printDecision(w io.Writer, key string, d client.Decision) {
 	}
 	if d.Slot != "" {
 		fmt.Fprintf(tw, "slot\t%s\nslot_expires\t%s\n", d.Slot, d.SlotExpires)
+	}
+	if d.Degraded {
+		fmt.Fprintf(tw, "degraded\ttrue (not decided by a quorum)\n")
 	}
 	tw.Flush()
 }

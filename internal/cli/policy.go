@@ -142,6 +142,8 @@ func runPolicy(args []string, env Env) int {
 	ban.register(fs)
 	var notify notifyFlag // webhooks.go
 	fs.Var(&notify, "notify", "put: alert thresholds, fractions of the limit, comma separated (e.g. 0.8,1; docs/API.md, Alerts)")
+	var degraded string
+	fs.StringVar(&degraded, "degraded", "", `put: "share": a node that reaches no quorum decides alone with its share of the limit (docs/CLUSTER.md, Degraded mode)`)
 	sub, pos, code, ok := parseSubcommand(env, "policy", policyUsage, fs, args, "put", "get", "list", "delete")
 	if !ok {
 		return code
@@ -163,7 +165,7 @@ func runPolicy(args []string, env Env) int {
 	var puts []client.Policy
 	if sub == "put" {
 		if file != "" {
-			if lim != (client.Limit{}) || shadow || local.v != nil || lease.given() || ban.given() || notify != nil {
+			if lim != (client.Limit{}) || shadow || local.v != nil || lease.given() || ban.given() || notify != nil || degraded != "" {
 				return usageError(env, name, "give --file or limit flags, not both")
 			}
 			var err error
@@ -172,6 +174,9 @@ func runPolicy(args []string, env Env) int {
 			}
 		} else {
 			puts = []client.Policy{{Name: pos[0], Limit: lim, Shadow: shadow, LocalRefusals: local.v, Lease: lease.lease(), OnExceed: ban.onExceed(), Notify: notify}}
+			if degraded != "" {
+				puts[0].Degraded = &client.Degraded{Mode: degraded}
+			}
 		}
 	}
 	c, ctx, done, err := cf.dial()
@@ -290,7 +295,7 @@ func leaseText(l *client.Lease) string {
 // policyFields are the fields a policy object may have in a file.
 var policyFields = map[string]bool{"name": true, "algorithm": true, "limit": true, "window": true, "burst": true,
 	"count_refused": true, "calendar": true, "timezone": true, "shadow": true, "local_refusals": true, "lease": true,
-	"hold": true, "max_hold": true}
+	"hold": true, "max_hold": true, "degraded": true}
 
 // leaseFields are the fields of a policy's "lease" object in a file.
 var leaseFields = map[string]bool{"share": true, "max_ttl": true, "strict": true}

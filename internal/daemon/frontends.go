@@ -54,6 +54,7 @@ func newFrontEnds(f *serveFlags, in *startInputs, node *cluster.Node, apiCfg api
 	metrics.Register(rlsFE.srv.Collectors()...)
 	config := newConfigMetrics()
 	metrics.Register(config.collectors()...)
+	metrics.Register(api.DegradedCollectors(svc)...) // degraded mode's figures
 	srv := api.New(svc, node, metrics, apiCfg)
 	alerts := webhook.New(node.Deliveries(), webhook.Config{Logger: logger.With("component", "webhook")})
 	metrics.Register(alerts.Collectors()...)
@@ -87,5 +88,5 @@ func listenerHandler(public, json, internal http.Handler) http.Handler {
 func serviceDeps(n *cluster.Node) service.Deps {
 	c := n.Catalog()
 	return service.Deps{Node: n, LeaderLocator: n, Leaser: n, Refuser: n.OverLimit(), Backuper: n.Backups(),
-		Policies: c, Plans: c, Domains: c, Lists: c, Bans: c, Inventory: c, Digester: c, Alerts: c}
+		Policies: c, Plans: c, Domains: c, Lists: c, Bans: c, Inventory: c, Digester: c, Alerts: c, Degrader: n}
 }

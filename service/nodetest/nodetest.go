@@ -82,9 +82,14 @@ func (NoCapabilities) PutList(context.Context, string, []byte) error {
 func (NoCapabilities) DeleteList(context.Context, string) error {
 	return &nodeapi.Error{Code: nodeapi.CodeNotFound, Message: "this node keeps no lists"}
 }
-func (NoCapabilities) LeaderTime() int64                        { return time.Now().UnixNano() }
-func (NoCapabilities) Banned(string, string) (int64, bool)      { return 0, false }
-func (NoCapabilities) Bans(string, int) ([]nodeapi.Ban, string) { return nil, "" }
+func (NoCapabilities) LeaderTime() int64             { return time.Now().UnixNano() }
+func (NoCapabilities) Times() (applied, clock int64) { return 0, time.Now().UnixNano() }
+func (NoCapabilities) ChargeDegraded(context.Context, string, []nodeapi.DegradedCharge) error {
+	return ErrNotInFake
+}
+func (NoCapabilities) Voters() int                                 { return 1 }
+func (NoCapabilities) Banned(string, string) (time.Duration, bool) { return 0, false }
+func (NoCapabilities) Bans(string, int) ([]nodeapi.Ban, string)    { return nil, "" }
 func (NoCapabilities) Unban(context.Context, string, string) error {
 	return &nodeapi.Error{Code: nodeapi.CodeNotFound, Message: "this node bans nobody"}
 }

@@ -294,8 +294,11 @@ type Decision struct {
 	Reservation        string               `protobuf:"bytes,17,opt,name=reservation,proto3" json:"reservation,omitempty"`
 	ReservationExpires *durationpb.Duration `protobuf:"bytes,18,opt,name=reservation_expires,json=reservationExpires,proto3" json:"reservation_expires,omitempty"`
 	Debt               int64                `protobuf:"varint,19,opt,name=debt,proto3" json:"debt,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// abuse: decided by the node alone, with its share of the limit, because
+	// no quorum answered within the deadline (the policy's degraded option).
+	Degraded      bool `protobuf:"varint,21,opt,name=degraded,proto3" json:"degraded,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Decision) Reset() {
@@ -452,6 +455,13 @@ func (x *Decision) GetDebt() int64 {
 		return x.Debt
 	}
 	return 0
+}
+
+func (x *Decision) GetDegraded() bool {
+	if x != nil {
+		return x.Degraded
+	}
+	return false
 }
 
 // NamedDecision is one plan limit's decision.
@@ -1229,7 +1239,10 @@ type Policy struct {
 	OnExceed *OnExceed `protobuf:"bytes,6,opt,name=on_exceed,json=onExceed,proto3,oneof" json:"on_exceed,omitempty"`
 	// max_keys (the HTTP API's "max_keys"): the live keys the policy may hold;
 	// 0: no bound of its own (the cluster's --max-keys still holds).
-	MaxKeys       int64 `protobuf:"varint,7,opt,name=max_keys,json=maxKeys,proto3" json:"max_keys,omitempty"`
+	MaxKeys int64 `protobuf:"varint,7,opt,name=max_keys,json=maxKeys,proto3" json:"max_keys,omitempty"`
+	// abuse: degraded (the HTTP API's "degraded"): a node that reaches no
+	// quorum decides alone with its share. Unset: none (fail fast, unavailable).
+	Degraded      *DegradedOption `protobuf:"bytes,8,opt,name=degraded,proto3,oneof" json:"degraded,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1311,6 +1324,13 @@ func (x *Policy) GetMaxKeys() int64 {
 		return x.MaxKeys
 	}
 	return 0
+}
+
+func (x *Policy) GetDegraded() *DegradedOption {
+	if x != nil {
+		return x.Degraded
+	}
+	return nil
 }
 
 // OnExceed: durations like Limit.window ("10m", "7d"); errors name
@@ -4170,6 +4190,53 @@ func (x *CostResponse) GetDecision() *Decision {
 	return nil
 }
 
+// abuse: DegradedOption is a policy's degraded mode; mode "share" (the
+// only one): ceil(limit / voters) per key and window, charged to the
+// replicated state after the heal. Errors name "policy.degraded.mode".
+type DegradedOption struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Mode          string                 `protobuf:"bytes,1,opt,name=mode,proto3" json:"mode,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DegradedOption) Reset() {
+	*x = DegradedOption{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[77]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DegradedOption) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DegradedOption) ProtoMessage() {}
+
+func (x *DegradedOption) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[77]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DegradedOption.ProtoReflect.Descriptor instead.
+func (*DegradedOption) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{77}
+}
+
+func (x *DegradedOption) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
 var File_limitd_v1_limitd_proto protoreflect.FileDescriptor
 
 const file_limitd_v1_limitd_proto_rawDesc = "" +
@@ -4196,7 +4263,7 @@ const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"\areserve\x18\n" +
 	" \x01(\v2\x12.limitd.v1.ReserveR\areserve\x12\x1c\n" +
 	"\toverdraft\x18\v \x01(\bR\toverdraftB\a\n" +
-	"\x05_cost\"\xaf\x05\n" +
+	"\x05_cost\"\xcb\x05\n" +
 	"\bDecision\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x1c\n" +
@@ -4221,7 +4288,8 @@ const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"\fslot_expires\x18\x0f \x01(\v2\x19.google.protobuf.DurationR\vslotExpires\x12 \n" +
 	"\vreservation\x18\x11 \x01(\tR\vreservation\x12J\n" +
 	"\x13reservation_expires\x18\x12 \x01(\v2\x19.google.protobuf.DurationR\x12reservationExpires\x12\x12\n" +
-	"\x04debt\x18\x13 \x01(\x03R\x04debt\"T\n" +
+	"\x04debt\x18\x13 \x01(\x03R\x04debt\x12\x1a\n" +
+	"\bdegraded\x18\x15 \x01(\bR\bdegraded\"T\n" +
 	"\rNamedDecision\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12/\n" +
 	"\bdecision\x18\x02 \x01(\v2\x13.limitd.v1.DecisionR\bdecision\"\\\n" +
@@ -4267,7 +4335,7 @@ const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"\x04slot\x18\x02 \x01(\tR\x04slot\x12<\n" +
 	"\fslot_expires\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\vslotExpires\x12\x14\n" +
 	"\x05limit\x18\x04 \x01(\x03R\x05limit\x12\x1c\n" +
-	"\tremaining\x18\x05 \x01(\x03R\tremaining\"\xb2\x02\n" +
+	"\tremaining\x18\x05 \x01(\x03R\tremaining\"\xfb\x02\n" +
 	"\x06Policy\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12&\n" +
 	"\x05limit\x18\x02 \x01(\v2\x10.limitd.v1.LimitR\x05limit\x12\x16\n" +
@@ -4275,11 +4343,13 @@ const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"\x0elocal_refusals\x18\x04 \x01(\bH\x00R\rlocalRefusals\x88\x01\x01\x12+\n" +
 	"\x05lease\x18\x05 \x01(\v2\x10.limitd.v1.LeaseH\x01R\x05lease\x88\x01\x01\x125\n" +
 	"\ton_exceed\x18\x06 \x01(\v2\x13.limitd.v1.OnExceedH\x02R\bonExceed\x88\x01\x01\x12\x19\n" +
-	"\bmax_keys\x18\a \x01(\x03R\amaxKeysB\x11\n" +
+	"\bmax_keys\x18\a \x01(\x03R\amaxKeys\x12:\n" +
+	"\bdegraded\x18\b \x01(\v2\x19.limitd.v1.DegradedOptionH\x03R\bdegraded\x88\x01\x01B\x11\n" +
 	"\x0f_local_refusalsB\b\n" +
 	"\x06_leaseB\f\n" +
 	"\n" +
-	"_on_exceed\"[\n" +
+	"_on_exceedB\v\n" +
+	"\t_degraded\"[\n" +
 	"\bOnExceed\x12\x10\n" +
 	"\x03ban\x18\x01 \x01(\tR\x03ban\x12\x1a\n" +
 	"\bescalate\x18\x02 \x03(\tR\bescalate\x12!\n" +
@@ -4434,7 +4504,9 @@ const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"\x04debt\x18\x02 \x01(\x03R\x04debt\x12\x16\n" +
 	"\x06rolled\x18\x03 \x01(\bR\x06rolled\x12\x1a\n" +
 	"\breplayed\x18\x04 \x01(\bR\breplayed\x12/\n" +
-	"\bdecision\x18\x05 \x01(\v2\x13.limitd.v1.DecisionR\bdecision2\x89\x15\n" +
+	"\bdecision\x18\x05 \x01(\v2\x13.limitd.v1.DecisionR\bdecision\"$\n" +
+	"\x0eDegradedOption\x12\x12\n" +
+	"\x04mode\x18\x01 \x01(\tR\x04mode2\x89\x15\n" +
 	"\x06Limitd\x12:\n" +
 	"\x05Check\x12\x17.limitd.v1.CheckRequest\x1a\x18.limitd.v1.CheckResponse\x12C\n" +
 	"\bCheckAll\x12\x1a.limitd.v1.CheckAllRequest\x1a\x1b.limitd.v1.CheckAllResponse\x12:\n" +
@@ -4494,7 +4566,7 @@ func file_limitd_v1_limitd_proto_rawDescGZIP() []byte {
 	return file_limitd_v1_limitd_proto_rawDescData
 }
 
-var file_limitd_v1_limitd_proto_msgTypes = make([]protoimpl.MessageInfo, 79)
+var file_limitd_v1_limitd_proto_msgTypes = make([]protoimpl.MessageInfo, 80)
 var file_limitd_v1_limitd_proto_goTypes = []any{
 	(*Limit)(nil),                    // 0: limitd.v1.Limit
 	(*CheckRequest)(nil),             // 1: limitd.v1.CheckRequest
@@ -4573,20 +4645,21 @@ var file_limitd_v1_limitd_proto_goTypes = []any{
 	(*SettleRequest)(nil),            // 74: limitd.v1.SettleRequest
 	(*RefundRequest)(nil),            // 75: limitd.v1.RefundRequest
 	(*CostResponse)(nil),             // 76: limitd.v1.CostResponse
-	nil,                              // 77: limitd.v1.Plan.LimitsEntry
-	nil,                              // 78: limitd.v1.Override.LimitsEntry
-	(*durationpb.Duration)(nil),      // 79: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),    // 80: google.protobuf.Timestamp
+	(*DegradedOption)(nil),           // 77: limitd.v1.DegradedOption
+	nil,                              // 78: limitd.v1.Plan.LimitsEntry
+	nil,                              // 79: limitd.v1.Override.LimitsEntry
+	(*durationpb.Duration)(nil),      // 80: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),    // 81: google.protobuf.Timestamp
 }
 var file_limitd_v1_limitd_proto_depIdxs = []int32{
 	0,  // 0: limitd.v1.CheckRequest.limit:type_name -> limitd.v1.Limit
 	73, // 1: limitd.v1.CheckRequest.reserve:type_name -> limitd.v1.Reserve
-	79, // 2: limitd.v1.Decision.reset_after:type_name -> google.protobuf.Duration
-	79, // 3: limitd.v1.Decision.retry_after:type_name -> google.protobuf.Duration
-	79, // 4: limitd.v1.Decision.delay:type_name -> google.protobuf.Duration
+	80, // 2: limitd.v1.Decision.reset_after:type_name -> google.protobuf.Duration
+	80, // 3: limitd.v1.Decision.retry_after:type_name -> google.protobuf.Duration
+	80, // 4: limitd.v1.Decision.delay:type_name -> google.protobuf.Duration
 	3,  // 5: limitd.v1.Decision.limits:type_name -> limitd.v1.NamedDecision
-	79, // 6: limitd.v1.Decision.slot_expires:type_name -> google.protobuf.Duration
-	79, // 7: limitd.v1.Decision.reservation_expires:type_name -> google.protobuf.Duration
+	80, // 6: limitd.v1.Decision.slot_expires:type_name -> google.protobuf.Duration
+	80, // 7: limitd.v1.Decision.reservation_expires:type_name -> google.protobuf.Duration
 	2,  // 8: limitd.v1.NamedDecision.decision:type_name -> limitd.v1.Decision
 	2,  // 9: limitd.v1.CheckResponse.decision:type_name -> limitd.v1.Decision
 	1,  // 10: limitd.v1.CheckAllRequest.checks:type_name -> limitd.v1.CheckRequest
@@ -4598,111 +4671,112 @@ var file_limitd_v1_limitd_proto_depIdxs = []int32{
 	0,  // 16: limitd.v1.PeekRequest.limit:type_name -> limitd.v1.Limit
 	0,  // 17: limitd.v1.ResetRequest.limit:type_name -> limitd.v1.Limit
 	0,  // 18: limitd.v1.SlotRequest.limit:type_name -> limitd.v1.Limit
-	79, // 19: limitd.v1.SlotResponse.slot_expires:type_name -> google.protobuf.Duration
+	80, // 19: limitd.v1.SlotResponse.slot_expires:type_name -> google.protobuf.Duration
 	0,  // 20: limitd.v1.Policy.limit:type_name -> limitd.v1.Limit
 	18, // 21: limitd.v1.Policy.lease:type_name -> limitd.v1.Lease
 	17, // 22: limitd.v1.Policy.on_exceed:type_name -> limitd.v1.OnExceed
-	16, // 23: limitd.v1.PutPolicyRequest.policy:type_name -> limitd.v1.Policy
-	16, // 24: limitd.v1.ListPoliciesResponse.policies:type_name -> limitd.v1.Policy
-	25, // 25: limitd.v1.ListRLSDomainsResponse.domains:type_name -> limitd.v1.RLSDomain
-	77, // 26: limitd.v1.Plan.limits:type_name -> limitd.v1.Plan.LimitsEntry
-	32, // 27: limitd.v1.PutPlanRequest.plan:type_name -> limitd.v1.Plan
-	32, // 28: limitd.v1.ListPlansResponse.plans:type_name -> limitd.v1.Plan
-	44, // 29: limitd.v1.ListPrefixRulesResponse.rules:type_name -> limitd.v1.PrefixRule
-	78, // 30: limitd.v1.Override.limits:type_name -> limitd.v1.Override.LimitsEntry
-	80, // 31: limitd.v1.Override.expires:type_name -> google.protobuf.Timestamp
-	54, // 32: limitd.v1.List.entries:type_name -> limitd.v1.ListEntry
-	53, // 33: limitd.v1.PutListRequest.list:type_name -> limitd.v1.List
-	53, // 34: limitd.v1.ListListsResponse.lists:type_name -> limitd.v1.List
-	61, // 35: limitd.v1.ListBansResponse.bans:type_name -> limitd.v1.Ban
-	66, // 36: limitd.v1.PutWebhookRequest.webhook:type_name -> limitd.v1.Webhook
-	66, // 37: limitd.v1.ListWebhooksResponse.webhooks:type_name -> limitd.v1.Webhook
-	2,  // 38: limitd.v1.CostResponse.decision:type_name -> limitd.v1.Decision
-	0,  // 39: limitd.v1.Plan.LimitsEntry.value:type_name -> limitd.v1.Limit
-	49, // 40: limitd.v1.Override.LimitsEntry.value:type_name -> limitd.v1.LimitOverride
-	1,  // 41: limitd.v1.Limitd.Check:input_type -> limitd.v1.CheckRequest
-	5,  // 42: limitd.v1.Limitd.CheckAll:input_type -> limitd.v1.CheckAllRequest
-	7,  // 43: limitd.v1.Limitd.Batch:input_type -> limitd.v1.BatchRequest
-	11, // 44: limitd.v1.Limitd.Peek:input_type -> limitd.v1.PeekRequest
-	12, // 45: limitd.v1.Limitd.Reset:input_type -> limitd.v1.ResetRequest
-	14, // 46: limitd.v1.Limitd.Release:input_type -> limitd.v1.SlotRequest
-	14, // 47: limitd.v1.Limitd.Renew:input_type -> limitd.v1.SlotRequest
-	19, // 48: limitd.v1.Limitd.PutPolicy:input_type -> limitd.v1.PutPolicyRequest
-	20, // 49: limitd.v1.Limitd.GetPolicy:input_type -> limitd.v1.GetPolicyRequest
-	21, // 50: limitd.v1.Limitd.ListPolicies:input_type -> limitd.v1.ListPoliciesRequest
-	23, // 51: limitd.v1.Limitd.DeletePolicy:input_type -> limitd.v1.DeletePolicyRequest
-	26, // 52: limitd.v1.Limitd.PutRLSDomain:input_type -> limitd.v1.PutRLSDomainRequest
-	27, // 53: limitd.v1.Limitd.GetRLSDomain:input_type -> limitd.v1.GetRLSDomainRequest
-	28, // 54: limitd.v1.Limitd.ListRLSDomains:input_type -> limitd.v1.ListRLSDomainsRequest
-	30, // 55: limitd.v1.Limitd.DeleteRLSDomain:input_type -> limitd.v1.DeleteRLSDomainRequest
-	33, // 56: limitd.v1.Limitd.PutPlan:input_type -> limitd.v1.PutPlanRequest
-	34, // 57: limitd.v1.Limitd.GetPlan:input_type -> limitd.v1.GetPlanRequest
-	35, // 58: limitd.v1.Limitd.ListPlans:input_type -> limitd.v1.ListPlansRequest
-	37, // 59: limitd.v1.Limitd.DeletePlan:input_type -> limitd.v1.DeletePlanRequest
-	39, // 60: limitd.v1.Limitd.SetDefaultPlan:input_type -> limitd.v1.SetDefaultPlanRequest
-	41, // 61: limitd.v1.Limitd.AssignPlan:input_type -> limitd.v1.AssignPlanRequest
-	42, // 62: limitd.v1.Limitd.GetKeyPlan:input_type -> limitd.v1.GetKeyPlanRequest
-	44, // 63: limitd.v1.Limitd.PutPrefixRule:input_type -> limitd.v1.PrefixRule
-	45, // 64: limitd.v1.Limitd.DeletePrefixRule:input_type -> limitd.v1.DeletePrefixRuleRequest
-	47, // 65: limitd.v1.Limitd.ListPrefixRules:input_type -> limitd.v1.ListPrefixRulesRequest
-	50, // 66: limitd.v1.Limitd.PutOverride:input_type -> limitd.v1.Override
-	51, // 67: limitd.v1.Limitd.DeleteOverride:input_type -> limitd.v1.DeleteOverrideRequest
-	55, // 68: limitd.v1.Limitd.PutList:input_type -> limitd.v1.PutListRequest
-	56, // 69: limitd.v1.Limitd.GetList:input_type -> limitd.v1.GetListRequest
-	57, // 70: limitd.v1.Limitd.ListLists:input_type -> limitd.v1.ListListsRequest
-	59, // 71: limitd.v1.Limitd.DeleteList:input_type -> limitd.v1.DeleteListRequest
-	62, // 72: limitd.v1.Limitd.ListBans:input_type -> limitd.v1.ListBansRequest
-	64, // 73: limitd.v1.Limitd.Unban:input_type -> limitd.v1.UnbanRequest
-	67, // 74: limitd.v1.Limitd.PutWebhook:input_type -> limitd.v1.PutWebhookRequest
-	68, // 75: limitd.v1.Limitd.GetWebhook:input_type -> limitd.v1.GetWebhookRequest
-	69, // 76: limitd.v1.Limitd.ListWebhooks:input_type -> limitd.v1.ListWebhooksRequest
-	71, // 77: limitd.v1.Limitd.DeleteWebhook:input_type -> limitd.v1.DeleteWebhookRequest
-	74, // 78: limitd.v1.Limitd.Settle:input_type -> limitd.v1.SettleRequest
-	75, // 79: limitd.v1.Limitd.Refund:input_type -> limitd.v1.RefundRequest
-	4,  // 80: limitd.v1.Limitd.Check:output_type -> limitd.v1.CheckResponse
-	6,  // 81: limitd.v1.Limitd.CheckAll:output_type -> limitd.v1.CheckAllResponse
-	10, // 82: limitd.v1.Limitd.Batch:output_type -> limitd.v1.BatchResponse
-	4,  // 83: limitd.v1.Limitd.Peek:output_type -> limitd.v1.CheckResponse
-	13, // 84: limitd.v1.Limitd.Reset:output_type -> limitd.v1.ResetResponse
-	15, // 85: limitd.v1.Limitd.Release:output_type -> limitd.v1.SlotResponse
-	15, // 86: limitd.v1.Limitd.Renew:output_type -> limitd.v1.SlotResponse
-	16, // 87: limitd.v1.Limitd.PutPolicy:output_type -> limitd.v1.Policy
-	16, // 88: limitd.v1.Limitd.GetPolicy:output_type -> limitd.v1.Policy
-	22, // 89: limitd.v1.Limitd.ListPolicies:output_type -> limitd.v1.ListPoliciesResponse
-	24, // 90: limitd.v1.Limitd.DeletePolicy:output_type -> limitd.v1.DeletePolicyResponse
-	25, // 91: limitd.v1.Limitd.PutRLSDomain:output_type -> limitd.v1.RLSDomain
-	25, // 92: limitd.v1.Limitd.GetRLSDomain:output_type -> limitd.v1.RLSDomain
-	29, // 93: limitd.v1.Limitd.ListRLSDomains:output_type -> limitd.v1.ListRLSDomainsResponse
-	31, // 94: limitd.v1.Limitd.DeleteRLSDomain:output_type -> limitd.v1.DeleteRLSDomainResponse
-	32, // 95: limitd.v1.Limitd.PutPlan:output_type -> limitd.v1.Plan
-	32, // 96: limitd.v1.Limitd.GetPlan:output_type -> limitd.v1.Plan
-	36, // 97: limitd.v1.Limitd.ListPlans:output_type -> limitd.v1.ListPlansResponse
-	38, // 98: limitd.v1.Limitd.DeletePlan:output_type -> limitd.v1.DeletePlanResponse
-	40, // 99: limitd.v1.Limitd.SetDefaultPlan:output_type -> limitd.v1.SetDefaultPlanResponse
-	43, // 100: limitd.v1.Limitd.AssignPlan:output_type -> limitd.v1.KeyPlan
-	43, // 101: limitd.v1.Limitd.GetKeyPlan:output_type -> limitd.v1.KeyPlan
-	44, // 102: limitd.v1.Limitd.PutPrefixRule:output_type -> limitd.v1.PrefixRule
-	46, // 103: limitd.v1.Limitd.DeletePrefixRule:output_type -> limitd.v1.DeletePrefixRuleResponse
-	48, // 104: limitd.v1.Limitd.ListPrefixRules:output_type -> limitd.v1.ListPrefixRulesResponse
-	50, // 105: limitd.v1.Limitd.PutOverride:output_type -> limitd.v1.Override
-	52, // 106: limitd.v1.Limitd.DeleteOverride:output_type -> limitd.v1.DeleteOverrideResponse
-	53, // 107: limitd.v1.Limitd.PutList:output_type -> limitd.v1.List
-	53, // 108: limitd.v1.Limitd.GetList:output_type -> limitd.v1.List
-	58, // 109: limitd.v1.Limitd.ListLists:output_type -> limitd.v1.ListListsResponse
-	60, // 110: limitd.v1.Limitd.DeleteList:output_type -> limitd.v1.DeleteListResponse
-	63, // 111: limitd.v1.Limitd.ListBans:output_type -> limitd.v1.ListBansResponse
-	65, // 112: limitd.v1.Limitd.Unban:output_type -> limitd.v1.UnbanResponse
-	66, // 113: limitd.v1.Limitd.PutWebhook:output_type -> limitd.v1.Webhook
-	66, // 114: limitd.v1.Limitd.GetWebhook:output_type -> limitd.v1.Webhook
-	70, // 115: limitd.v1.Limitd.ListWebhooks:output_type -> limitd.v1.ListWebhooksResponse
-	72, // 116: limitd.v1.Limitd.DeleteWebhook:output_type -> limitd.v1.DeleteWebhookResponse
-	76, // 117: limitd.v1.Limitd.Settle:output_type -> limitd.v1.CostResponse
-	76, // 118: limitd.v1.Limitd.Refund:output_type -> limitd.v1.CostResponse
-	80, // [80:119] is the sub-list for method output_type
-	41, // [41:80] is the sub-list for method input_type
-	41, // [41:41] is the sub-list for extension type_name
-	41, // [41:41] is the sub-list for extension extendee
-	0,  // [0:41] is the sub-list for field type_name
+	77, // 23: limitd.v1.Policy.degraded:type_name -> limitd.v1.DegradedOption
+	16, // 24: limitd.v1.PutPolicyRequest.policy:type_name -> limitd.v1.Policy
+	16, // 25: limitd.v1.ListPoliciesResponse.policies:type_name -> limitd.v1.Policy
+	25, // 26: limitd.v1.ListRLSDomainsResponse.domains:type_name -> limitd.v1.RLSDomain
+	78, // 27: limitd.v1.Plan.limits:type_name -> limitd.v1.Plan.LimitsEntry
+	32, // 28: limitd.v1.PutPlanRequest.plan:type_name -> limitd.v1.Plan
+	32, // 29: limitd.v1.ListPlansResponse.plans:type_name -> limitd.v1.Plan
+	44, // 30: limitd.v1.ListPrefixRulesResponse.rules:type_name -> limitd.v1.PrefixRule
+	79, // 31: limitd.v1.Override.limits:type_name -> limitd.v1.Override.LimitsEntry
+	81, // 32: limitd.v1.Override.expires:type_name -> google.protobuf.Timestamp
+	54, // 33: limitd.v1.List.entries:type_name -> limitd.v1.ListEntry
+	53, // 34: limitd.v1.PutListRequest.list:type_name -> limitd.v1.List
+	53, // 35: limitd.v1.ListListsResponse.lists:type_name -> limitd.v1.List
+	61, // 36: limitd.v1.ListBansResponse.bans:type_name -> limitd.v1.Ban
+	66, // 37: limitd.v1.PutWebhookRequest.webhook:type_name -> limitd.v1.Webhook
+	66, // 38: limitd.v1.ListWebhooksResponse.webhooks:type_name -> limitd.v1.Webhook
+	2,  // 39: limitd.v1.CostResponse.decision:type_name -> limitd.v1.Decision
+	0,  // 40: limitd.v1.Plan.LimitsEntry.value:type_name -> limitd.v1.Limit
+	49, // 41: limitd.v1.Override.LimitsEntry.value:type_name -> limitd.v1.LimitOverride
+	1,  // 42: limitd.v1.Limitd.Check:input_type -> limitd.v1.CheckRequest
+	5,  // 43: limitd.v1.Limitd.CheckAll:input_type -> limitd.v1.CheckAllRequest
+	7,  // 44: limitd.v1.Limitd.Batch:input_type -> limitd.v1.BatchRequest
+	11, // 45: limitd.v1.Limitd.Peek:input_type -> limitd.v1.PeekRequest
+	12, // 46: limitd.v1.Limitd.Reset:input_type -> limitd.v1.ResetRequest
+	14, // 47: limitd.v1.Limitd.Release:input_type -> limitd.v1.SlotRequest
+	14, // 48: limitd.v1.Limitd.Renew:input_type -> limitd.v1.SlotRequest
+	19, // 49: limitd.v1.Limitd.PutPolicy:input_type -> limitd.v1.PutPolicyRequest
+	20, // 50: limitd.v1.Limitd.GetPolicy:input_type -> limitd.v1.GetPolicyRequest
+	21, // 51: limitd.v1.Limitd.ListPolicies:input_type -> limitd.v1.ListPoliciesRequest
+	23, // 52: limitd.v1.Limitd.DeletePolicy:input_type -> limitd.v1.DeletePolicyRequest
+	26, // 53: limitd.v1.Limitd.PutRLSDomain:input_type -> limitd.v1.PutRLSDomainRequest
+	27, // 54: limitd.v1.Limitd.GetRLSDomain:input_type -> limitd.v1.GetRLSDomainRequest
+	28, // 55: limitd.v1.Limitd.ListRLSDomains:input_type -> limitd.v1.ListRLSDomainsRequest
+	30, // 56: limitd.v1.Limitd.DeleteRLSDomain:input_type -> limitd.v1.DeleteRLSDomainRequest
+	33, // 57: limitd.v1.Limitd.PutPlan:input_type -> limitd.v1.PutPlanRequest
+	34, // 58: limitd.v1.Limitd.GetPlan:input_type -> limitd.v1.GetPlanRequest
+	35, // 59: limitd.v1.Limitd.ListPlans:input_type -> limitd.v1.ListPlansRequest
+	37, // 60: limitd.v1.Limitd.DeletePlan:input_type -> limitd.v1.DeletePlanRequest
+	39, // 61: limitd.v1.Limitd.SetDefaultPlan:input_type -> limitd.v1.SetDefaultPlanRequest
+	41, // 62: limitd.v1.Limitd.AssignPlan:input_type -> limitd.v1.AssignPlanRequest
+	42, // 63: limitd.v1.Limitd.GetKeyPlan:input_type -> limitd.v1.GetKeyPlanRequest
+	44, // 64: limitd.v1.Limitd.PutPrefixRule:input_type -> limitd.v1.PrefixRule
+	45, // 65: limitd.v1.Limitd.DeletePrefixRule:input_type -> limitd.v1.DeletePrefixRuleRequest
+	47, // 66: limitd.v1.Limitd.ListPrefixRules:input_type -> limitd.v1.ListPrefixRulesRequest
+	50, // 67: limitd.v1.Limitd.PutOverride:input_type -> limitd.v1.Override
+	51, // 68: limitd.v1.Limitd.DeleteOverride:input_type -> limitd.v1.DeleteOverrideRequest
+	55, // 69: limitd.v1.Limitd.PutList:input_type -> limitd.v1.PutListRequest
+	56, // 70: limitd.v1.Limitd.GetList:input_type -> limitd.v1.GetListRequest
+	57, // 71: limitd.v1.Limitd.ListLists:input_type -> limitd.v1.ListListsRequest
+	59, // 72: limitd.v1.Limitd.DeleteList:input_type -> limitd.v1.DeleteListRequest
+	62, // 73: limitd.v1.Limitd.ListBans:input_type -> limitd.v1.ListBansRequest
+	64, // 74: limitd.v1.Limitd.Unban:input_type -> limitd.v1.UnbanRequest
+	67, // 75: limitd.v1.Limitd.PutWebhook:input_type -> limitd.v1.PutWebhookRequest
+	68, // 76: limitd.v1.Limitd.GetWebhook:input_type -> limitd.v1.GetWebhookRequest
+	69, // 77: limitd.v1.Limitd.ListWebhooks:input_type -> limitd.v1.ListWebhooksRequest
+	71, // 78: limitd.v1.Limitd.DeleteWebhook:input_type -> limitd.v1.DeleteWebhookRequest
+	74, // 79: limitd.v1.Limitd.Settle:input_type -> limitd.v1.SettleRequest
+	75, // 80: limitd.v1.Limitd.Refund:input_type -> limitd.v1.RefundRequest
+	4,  // 81: limitd.v1.Limitd.Check:output_type -> limitd.v1.CheckResponse
+	6,  // 82: limitd.v1.Limitd.CheckAll:output_type -> limitd.v1.CheckAllResponse
+	10, // 83: limitd.v1.Limitd.Batch:output_type -> limitd.v1.BatchResponse
+	4,  // 84: limitd.v1.Limitd.Peek:output_type -> limitd.v1.CheckResponse
+	13, // 85: limitd.v1.Limitd.Reset:output_type -> limitd.v1.ResetResponse
+	15, // 86: limitd.v1.Limitd.Release:output_type -> limitd.v1.SlotResponse
+	15, // 87: limitd.v1.Limitd.Renew:output_type -> limitd.v1.SlotResponse
+	16, // 88: limitd.v1.Limitd.PutPolicy:output_type -> limitd.v1.Policy
+	16, // 89: limitd.v1.Limitd.GetPolicy:output_type -> limitd.v1.Policy
+	22, // 90: limitd.v1.Limitd.ListPolicies:output_type -> limitd.v1.ListPoliciesResponse
+	24, // 91: limitd.v1.Limitd.DeletePolicy:output_type -> limitd.v1.DeletePolicyResponse
+	25, // 92: limitd.v1.Limitd.PutRLSDomain:output_type -> limitd.v1.RLSDomain
+	25, // 93: limitd.v1.Limitd.GetRLSDomain:output_type -> limitd.v1.RLSDomain
+	29, // 94: limitd.v1.Limitd.ListRLSDomains:output_type -> limitd.v1.ListRLSDomainsResponse
+	31, // 95: limitd.v1.Limitd.DeleteRLSDomain:output_type -> limitd.v1.DeleteRLSDomainResponse
+	32, // 96: limitd.v1.Limitd.PutPlan:output_type -> limitd.v1.Plan
+	32, // 97: limitd.v1.Limitd.GetPlan:output_type -> limitd.v1.Plan
+	36, // 98: limitd.v1.Limitd.ListPlans:output_type -> limitd.v1.ListPlansResponse
+	38, // 99: limitd.v1.Limitd.DeletePlan:output_type -> limitd.v1.DeletePlanResponse
+	40, // 100: limitd.v1.Limitd.SetDefaultPlan:output_type -> limitd.v1.SetDefaultPlanResponse
+	43, // 101: limitd.v1.Limitd.AssignPlan:output_type -> limitd.v1.KeyPlan
+	43, // 102: limitd.v1.Limitd.GetKeyPlan:output_type -> limitd.v1.KeyPlan
+	44, // 103: limitd.v1.Limitd.PutPrefixRule:output_type -> limitd.v1.PrefixRule
+	46, // 104: limitd.v1.Limitd.DeletePrefixRule:output_type -> limitd.v1.DeletePrefixRuleResponse
+	48, // 105: limitd.v1.Limitd.ListPrefixRules:output_type -> limitd.v1.ListPrefixRulesResponse
+	50, // 106: limitd.v1.Limitd.PutOverride:output_type -> limitd.v1.Override
+	52, // 107: limitd.v1.Limitd.DeleteOverride:output_type -> limitd.v1.DeleteOverrideResponse
+	53, // 108: limitd.v1.Limitd.PutList:output_type -> limitd.v1.List
+	53, // 109: limitd.v1.Limitd.GetList:output_type -> limitd.v1.List
+	58, // 110: limitd.v1.Limitd.ListLists:output_type -> limitd.v1.ListListsResponse
+	60, // 111: limitd.v1.Limitd.DeleteList:output_type -> limitd.v1.DeleteListResponse
+	63, // 112: limitd.v1.Limitd.ListBans:output_type -> limitd.v1.ListBansResponse
+	65, // 113: limitd.v1.Limitd.Unban:output_type -> limitd.v1.UnbanResponse
+	66, // 114: limitd.v1.Limitd.PutWebhook:output_type -> limitd.v1.Webhook
+	66, // 115: limitd.v1.Limitd.GetWebhook:output_type -> limitd.v1.Webhook
+	70, // 116: limitd.v1.Limitd.ListWebhooks:output_type -> limitd.v1.ListWebhooksResponse
+	72, // 117: limitd.v1.Limitd.DeleteWebhook:output_type -> limitd.v1.DeleteWebhookResponse
+	76, // 118: limitd.v1.Limitd.Settle:output_type -> limitd.v1.CostResponse
+	76, // 119: limitd.v1.Limitd.Refund:output_type -> limitd.v1.CostResponse
+	81, // [81:120] is the sub-list for method output_type
+	42, // [42:81] is the sub-list for method input_type
+	42, // [42:42] is the sub-list for extension type_name
+	42, // [42:42] is the sub-list for extension extendee
+	0,  // [0:42] is the sub-list for field type_name
 }
 
 func init() { file_limitd_v1_limitd_proto_init() }
@@ -4723,7 +4797,7 @@ func file_limitd_v1_limitd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_limitd_v1_limitd_proto_rawDesc), len(file_limitd_v1_limitd_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   79,
+			NumMessages:   80,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
