@@ -10,6 +10,7 @@ import (
 // their HTTP counterparts are (checks, peeks, reads).
 var publicMethods = map[string]bool{
 	"Check": true, "CheckAll": true, "Batch": true, "Peek": true, "Release": true, "Renew": true,
+	"Settle": true, "Refund": true, // like their HTTP routes: a caller settles or refunds what its own checks spent
 	"GetPolicy": true, "ListPolicies": true, "GetRLSDomain": true, "ListRLSDomains": true,
 	"GetPlan": true, "ListPlans": true, "GetKeyPlan": true, "ListPrefixRules": true,
 }
