@@ -42,6 +42,8 @@ type applier struct {
 
 	index uint64      // the Raft index of the entry being applied (slot ids)
 	slot  slotApplier // slots.go
+
+	hist historyApplier // history.go
 }
 
 type nodeChange struct {
@@ -81,6 +83,8 @@ type limit struct {
 	tag byte
 	// onExceed is the policy's ban option, nil without one (ban.go).
 	onExceed *OnExceed
+	// history is the limit's history option in ns (0: none; history.go).
+	history int64
 }
 
 // tentative is a key's state while an op is being decided: the stored state,
@@ -276,7 +280,7 @@ func (a *applier) resolve(ck *checkRef, lim *limit) *Error {
 		if !ok {
 			return notFound(string(ck.policy))
 		}
-		*lim = limit{spec: &p.Spec, shadow: p.Shadow, policy: true, ident: ck.policy, name: p.Name, noCache: p.NoLocalRefusals || notCacheable(&p.Spec), maxKeys: p.MaxKeys, onExceed: onExceedOf(p)}
+		*lim = limit{spec: &p.Spec, shadow: p.Shadow, policy: true, ident: ck.policy, name: p.Name, noCache: p.NoLocalRefusals || notCacheable(&p.Spec), maxKeys: p.MaxKeys, onExceed: onExceedOf(p), history: int64(p.Options.History)}
 		return nil
 	case ck.kind == limitSpec:
 		se := a.specs[string(ck.spec)]
@@ -554,6 +558,9 @@ func (a *applier) decideOp(tx *persist.Tx, checks []checkRef, lims []limit, decs
 				return Result{}, err
 			}
 		}
+	}
+	if err := a.recordUsage(tx, checks, lims, decs, now, !all || allowed); err != nil { // history.go
+		return Result{}, err
 	}
 	if c := a.f.opts.OverLimit; c != nil {
 		a.observe(c, checks, lims, decs, now, all && !allowed)

@@ -3,6 +3,9 @@ package fsm
 import (
 	"encoding/binary"
 	"fmt"
+	"time"
+
+	"github.com/limitd/limitd/algo"
 
 	"github.com/limitd/limitd/nodeapi"
 )
@@ -18,6 +21,8 @@ import (
 //
 // Tags in use (one line each, with the file that owns the option):
 const (
+	optHistory byte = 'h' // uvarint(ns): LimitOptions.History (history.go)
+
 	limitOptionsMax = 16 // options in one block: more is damage
 )
 
@@ -31,6 +36,9 @@ func appendLimitOptions(dst []byte, o *nodeapi.LimitOptions) []byte {
 		body []byte
 	}
 	var opts []opt // in increasing tag order
+	if o.History > 0 {
+		opts = append(opts, opt{optHistory, binary.AppendUvarint(nil, uint64(o.History))})
+	}
 	dst = binary.AppendUvarint(dst, uint64(len(opts)))
 	for _, x := range opts {
 		dst = append(dst, x.tag)
@@ -65,6 +73,18 @@ func decodeLimitOptions(d *decoder) (o nodeapi.LimitOptions, invalid error) {
 		}
 		last = int(tag)
 		switch tag {
+		case optHistory:
+			v, n := binary.Uvarint(body)
+			switch {
+			case n <= 0 || n != len(body):
+				d.fail(fmt.Errorf("limit options: history: bad encoding"))
+			case v == 0 || v > uint64(nodeapi.MaxHistory):
+				if invalid == nil {
+					invalid = &algo.FieldError{Field: "history", Message: fmt.Sprintf("must be more than 0 and at most %s", algo.FormatWindow(nodeapi.MaxHistory))}
+				}
+			default:
+				o.History = time.Duration(v)
+			}
 		default:
 			_ = body
 			d.fail(fmt.Errorf("limit options: unknown tag %#x", tag))

@@ -259,7 +259,7 @@ func decodePlanLimit(raw []byte) (algo.Spec, nodeapi.LimitOptions, error) {
 	if d.err != nil {
 		return algo.Spec{}, nodeapi.LimitOptions{}, &algo.FieldError{Field: "options", Message: d.err.Error()}
 	}
-	return s, opts, invalid
+	return s, opts, limitOptionsFit(&s, &opts, invalid) // history.go
 }
 
 func limitFieldError(err error, name string) error {
@@ -764,7 +764,7 @@ func (a *applier) decidePlan(tx *persist.Tx, ck *checkRef, decs []Decision, now 
 		}
 		a.plan.checks = append(a.plan.checks, checkRef{kind: limitPlan, key: ck.key, cost: ck.cost})
 		a.plan.lims = append(a.plan.lims, limit{spec: &a.plan.specs[i], tag: tagPlanLimit, ident: []byte(p.Limits[i].Name),
-			name: p.Limits[i].Name, noCache: true})
+			name: p.Limits[i].Name, noCache: true, history: int64(p.Limits[i].Options.History)})
 	}
 	pdecs := make([]Decision, n)
 	res, err := a.decideOp(tx, a.plan.checks, a.plan.lims, pdecs, now, true)
@@ -1028,7 +1028,7 @@ func (a *applier) adjustPlan(tx *persist.Tx, ck *checkRef, decs []Decision, now 
 			}
 		}
 	}
-	lim := limit{spec: &spec, tag: tagPlanLimit, ident: []byte(pl.Name), name: pl.Name, noCache: true}
+	lim := limit{spec: &spec, tag: tagPlanLimit, ident: []byte(pl.Name), name: pl.Name, noCache: true, history: int64(pl.Options.History)}
 	key := a.storageKey(ck, &lim)
 	cur, err := tx.State(key)
 	if err != nil {
@@ -1041,6 +1041,11 @@ func (a *applier) adjustPlan(tx *persist.Tx, ck *checkRef, decs []Decision, now 
 	t := tentative{key: key, prev: cur, data: next, expiry: now + int64(d.ResetAfter), changed: applied != 0}
 	if err := writeState(tx, &t); err != nil {
 		return Result{}, err
+	}
+	if lim.history > 0 {
+		if err := a.addUsage(tx, key, &lim, -applied, 0, now); err != nil { // history.go: a credit is use given back
+			return Result{}, err
+		}
 	}
 	d.Allowed = true
 	decs[0] = Decision{Decision: d, Plan: &nodeapi.PlanDecision{Plan: p.Name, Source: source, Limit: pl.Name, Overridden: ovr, Adjusted: applied,

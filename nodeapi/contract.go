@@ -267,7 +267,12 @@ type Domain struct {
 // The zero value is none. LimitOptions must stay comparable (arrays, not
 // slices), so that a Policy stays comparable: fsm compares policies to
 // tell a change from a repeat.
-type LimitOptions struct{}
+type LimitOptions struct {
+	// History keeps each closed window's usage of a key this long after
+	// the window's end (fsm/history.go); fixed_window and calendar
+	// windows only, at most MaxHistoryWindows windows. 0: none.
+	History time.Duration
+}
 
 // IsZero reports whether no option is set.
 func (o LimitOptions) IsZero() bool { return o == LimitOptions{} }
