@@ -69,14 +69,21 @@ type planJSON struct {
 }
 
 type planOutJSON struct {
-	Name   string                 `json:"name"`
-	Limits map[string]algo.Config `json:"limits"`
+	Name   string                  `json:"name"`
+	Limits map[string]planLimitOut `json:"limits"`
+}
+
+// planLimitOut is a plan limit on the wire: its limit's fields and its
+// options (usage.go: history).
+type planLimitOut struct {
+	algo.Config
+	History string `json:"history,omitempty"`
 }
 
 func planOut(p nodeapi.Plan) planOutJSON {
-	out := planOutJSON{Name: p.Name, Limits: make(map[string]algo.Config, len(p.Limits))}
+	out := planOutJSON{Name: p.Name, Limits: make(map[string]planLimitOut, len(p.Limits))}
 	for _, l := range p.Limits {
-		out.Limits[l.Name] = l.Spec.Config()
+		out.Limits[l.Name] = planLimitOut{Config: l.Spec.Config(), History: service.FormatHistory(l.Options.History)}
 	}
 	return out
 }
@@ -166,6 +173,17 @@ func (s *Server) handlePutPlan(w http.ResponseWriter, req *http.Request, ps http
 	}
 	pr := service.PlanRequest{Name: name, Limits: make(map[string]algo.Config, len(pj.Limits))}
 	for ln, raw := range pj.Limits {
+		raw, history, ae := splitHistory(raw, "limits."+ln) // usage.go
+		if ae != nil {
+			writeError(w, ae)
+			return
+		}
+		if history != "" {
+			if pr.History == nil {
+				pr.History = map[string]string{}
+			}
+			pr.History[ln] = history
+		}
 		// Each limit's fields exactly as an inline limit's, errors named
 		// under "limits.<name>".
 		c, se := decodeLimitConfig(raw, "limits."+ln)

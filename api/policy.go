@@ -33,11 +33,15 @@ type policyJSON struct {
 	// OnExceed bans a key the policy refuses: {"ban": "10m", "escalate":
 	// ["1h", "24h"], "forget_after": "7d"} (service.ValidateOnExceed).
 	OnExceed json.RawMessage `json:"on_exceed,omitempty"`
+	// History keeps each closed window's usage this long ("400d";
+	// fixed_window and calendar windows; usage.go).
+	History string `json:"history,omitempty"`
 }
 
 func policyOut(p nodeapi.Policy) policyJSON {
 	local := !p.NoLocalRefusals
-	pj := policyJSON{Name: p.Name, Config: p.Spec.Config(), Shadow: p.Shadow, LocalRefusals: &local, MaxKeys: p.MaxKeys}
+	pj := policyJSON{Name: p.Name, Config: p.Spec.Config(), Shadow: p.Shadow, LocalRefusals: &local, MaxKeys: p.MaxKeys,
+		History: service.FormatHistory(p.Options.History)}
 	if pj.Config.Burst != 0 {
 		pj.Burst = &pj.Config.Burst
 	}
@@ -79,7 +83,8 @@ func decodePolicy(body []byte, name, prefix string) (service.PolicyRequest, *api
 			return service.PolicyRequest{}, e
 		}
 	}
-	return service.PolicyRequest{Name: name, Config: pj.Config, Shadow: pj.Shadow, NoLocalRefusals: noLocal, Lease: lease, OnExceed: onExceed, MaxKeys: pj.MaxKeys}, nil
+	return service.PolicyRequest{Name: name, Config: pj.Config, Shadow: pj.Shadow, NoLocalRefusals: noLocal, Lease: lease, OnExceed: onExceed, MaxKeys: pj.MaxKeys,
+		History: pj.History}, nil
 }
 
 func (s *Server) handleListPolicies(w http.ResponseWriter, _ *http.Request, _ httprouter.Params) {

@@ -24,6 +24,7 @@ var (
 	_ service.Digester      = (*cluster.Node)(nil) // GET /v1/cluster/digest (status.go)
 	_ service.Plans         = (*cluster.Node)(nil) // plans, rules, assignments, overrides (plans.go)
 	_ service.Inventory     = (*cluster.Node)(nil) // GET /v1/keys, the usage inventory (inventory.go)
+	_ service.UsageHistory  = (*cluster.Node)(nil) // GET /v1/usage, /v1/usage/export (usage.go)
 )
 
 var _ api.Store = (*cluster.Node)(nil) // /healthz: whether the node can serve at all

@@ -3,7 +3,6 @@ package fsm
 import (
 	"encoding/binary"
 	"fmt"
-	"time"
 
 	"github.com/limitd/limitd/algo"
 	"github.com/limitd/limitd/nodeapi"
@@ -78,22 +77,7 @@ func limitOptionsFit(s *algo.Spec, o *nodeapi.LimitOptions, invalid error) error
 	if invalid != nil || o.History == 0 {
 		return invalid
 	}
-	if s.Algorithm != algo.FixedWindow {
-		return &algo.FieldError{Field: "history", Message: "only for fixed_window and calendar windows (a closed window is what history keeps), not " + s.Algorithm.String()}
-	}
-	w := s.Window
-	switch s.Calendar {
-	case algo.CalendarDay:
-		w = 24 * time.Hour
-	case algo.CalendarWeek:
-		w = 7 * 24 * time.Hour
-	case algo.CalendarMonth:
-		w = 28 * 24 * time.Hour
-	}
-	if w <= 0 || o.History/w > nodeapi.MaxHistoryWindows {
-		return &algo.FieldError{Field: "history", Message: fmt.Sprintf("keeps at most %d windows: at most %s for a window of %s", nodeapi.MaxHistoryWindows, algo.FormatWindow(w*nodeapi.MaxHistoryWindows), algo.FormatWindow(w))}
-	}
-	return nil
+	return algo.ValidateHistory(*s, o.History)
 }
 
 // usageLimit reports whether lim's usage is recorded: a policy's or a plan

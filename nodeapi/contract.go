@@ -270,7 +270,7 @@ type Domain struct {
 type LimitOptions struct {
 	// History keeps each closed window's usage of a key this long after
 	// the window's end (fsm/history.go); fixed_window and calendar
-	// windows only, at most MaxHistoryWindows windows. 0: none.
+	// windows only, at most algo.MaxHistoryWindows windows. 0: none.
 	History time.Duration
 }
 

@@ -8,12 +8,9 @@ import "time"
 
 // Bounds on usage history, defined once here.
 const (
-	// MaxHistory bounds a limit's history option.
+	// MaxHistory bounds a limit's history option (algo.MaxWindow; the
+	// windows it may keep: algo.ValidateHistory).
 	MaxHistory = 3650 * 24 * time.Hour
-	// MaxHistoryWindows bounds History / Window: a key keeps at most this
-	// many closed windows of one limit (a calendar month counts 28 days,
-	// a week 7, a day 1).
-	MaxHistoryWindows = 1000
 	// MaxUsageWindows bounds the windows one usage read returns.
 	MaxUsageWindows = 1000
 )

@@ -27,6 +27,9 @@ type PolicyRequest struct {
 	MaxKeys int64
 	// OnExceed is the "on_exceed" option (nil: none); see ValidateOnExceed.
 	OnExceed *OnExceedConfig
+	// History is the "history" option ("" none, "400d"): closed windows'
+	// usage kept that long (usage.go, ValidateHistory).
+	History string
 }
 
 // ValidatePolicy validates p into a policy. The name's errors name the field
@@ -50,7 +53,12 @@ func ValidatePolicy(p PolicyRequest, prefix string) (nodeapi.Policy, *Error) {
 	if e != nil {
 		return nodeapi.Policy{}, e
 	}
-	return nodeapi.Policy{Name: p.Name, Spec: spec, Shadow: p.Shadow, NoLocalRefusals: p.NoLocalRefusals, Lease: lease, MaxKeys: p.MaxKeys, OnExceed: onExceed}, nil
+	history, e := ValidateHistory(p.History, spec, prefix) // usage.go
+	if e != nil {
+		return nodeapi.Policy{}, e
+	}
+	return nodeapi.Policy{Name: p.Name, Spec: spec, Shadow: p.Shadow, NoLocalRefusals: p.NoLocalRefusals, Lease: lease, MaxKeys: p.MaxKeys, OnExceed: onExceed,
+		Options: nodeapi.LimitOptions{History: history}}, nil
 }
 
 // ValidateLease validates a policy's "lease" option (nil: none) for its

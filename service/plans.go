@@ -48,6 +48,9 @@ const ReservedPlanName = "default"
 type PlanRequest struct {
 	Name   string
 	Limits map[string]algo.Config
+	// History is each limit's "history" option by limit name (absent:
+	// none; usage.go).
+	History map[string]string
 }
 
 // ValidatePlanLimitName enforces a policy name's characters on a plan
@@ -91,7 +94,16 @@ func ValidatePlan(r PlanRequest) (nodeapi.Plan, *Error) {
 			// slot to release (slots.go).
 			return nodeapi.Plan{}, Invalid("limits."+n+".algorithm", "concurrency limits are not available in plans: use a concurrency policy")
 		}
-		p.Limits = append(p.Limits, nodeapi.PlanLimit{Name: n, Spec: spec})
+		history, e := ValidateHistory(r.History[n], spec, "limits."+n) // usage.go
+		if e != nil {
+			return nodeapi.Plan{}, e
+		}
+		p.Limits = append(p.Limits, nodeapi.PlanLimit{Name: n, Spec: spec, Options: nodeapi.LimitOptions{History: history}})
+	}
+	for n := range r.History {
+		if _, ok := r.Limits[n]; !ok {
+			return nodeapi.Plan{}, Invalid("limits."+n+".history", "no such limit in the plan")
+		}
 	}
 	return p, nil
 }

@@ -53,8 +53,9 @@ type Node interface {
 	Bans
 	Backuper
 	Digester
-	Plans     // plans.go
-	Inventory // inventory.go
+	Plans        // plans.go
+	Inventory    // inventory.go
+	UsageHistory // usage.go
 
 	// Check decides ops through the Raft leader, results in order. A per-op
 	// refusal is in Result.Err; a returned error means no op was decided.
