@@ -57,8 +57,9 @@ var commands = map[string]func([]string, Env) int{
 	"list":     runList, // lists.go
 	"bans":     runBans,
 	"key":      runKey,
-	"keys":     runKeys, // keys.go: the usage inventory
-	"slot":     runSlot, // slots.go
+	"keys":     runKeys,  // keys.go: the usage inventory
+	"usage":    runUsage, // usage.go: usage history and its export
+	"slot":     runSlot,  // slots.go
 	"cluster":  runCluster,
 	"snapshot": runSnapshot,
 	"version":  runVersion,
