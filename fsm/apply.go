@@ -209,6 +209,7 @@ func (a *applier) deletePolicy(tx *persist.Tx, name string) (*Error, error) {
 	// would be unbounded work in one entry.
 	a.pendingPolicies[name] = nil
 	a.forgetLimit(name)
+	a.f.top.forget(name) // topkeys.go
 	return nil, nil
 }
 

@@ -112,6 +112,7 @@ type FSM struct {
 	plans    planTable   // plans, prefix rules, the default plan (plan.go)
 	lists    domainTable // allow and deny lists (lists.go)
 	bans     banTable    // the ban records' copy (ban.go)
+	top      topKeys     // top keys per policy, memory only (topkeys.go)
 
 	ap applier
 
@@ -504,6 +505,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	// Every cached refusal is about the state being replaced; drop them
 	// before it is (even a failed restore costs only misses).
 	f.clearOverLimit()
+	f.top.clear() // topkeys.go: counts of the replaced state's log
 	if err := f.store.Restore(rc); err != nil {
 		return err
 	}

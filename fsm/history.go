@@ -88,6 +88,7 @@ func usageLimit(lim *limit) bool { return lim.policy || lim.tag == tagPlanLimit 
 // committed is whether the op's allowed checks consumed (an All op that
 // refused consumed nothing).
 func (a *applier) recordUsage(tx *persist.Tx, checks []checkRef, lims []limit, decs []Decision, now int64, committed bool) error {
+	a.recordTop(checks, lims, decs, now, committed) // topkeys.go
 	for j := range checks {
 		ck, lim, d := &checks[j], &lims[j], &decs[j]
 		if ck.cost <= 0 || lim.history <= 0 || !usageLimit(lim) {

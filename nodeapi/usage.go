@@ -70,3 +70,38 @@ type ExportHeader struct {
 	Start, End   int64
 	AppliedIndex uint64
 }
+
+// Top keys (fsm/topkeys.go): per policy, the keys with the most allowed
+// cost or refusals over the last 5 minutes or hour, from a bounded sketch
+// in each node's memory, updated in apply.
+const (
+	TopByAllowed = "allowed"
+	TopByRefused = "refused"
+	// MaxTopKeys bounds the keys one answer lists (the sketch's size).
+	MaxTopKeys = 32
+)
+
+// TopKeysQuery names one top-keys view: Window is 5 minutes or an hour.
+type TopKeysQuery struct {
+	Policy string
+	Window time.Duration
+	By     string
+	Limit  int
+}
+
+// TopKey is one key's count in the window: at least Count-Error, at most
+// Count (the sketch over-estimates a key it admitted late by Error).
+type TopKey struct {
+	Key          string
+	Count, Error int64
+}
+
+// TopKeys answers a TopKeysQuery: Keys greatest first, at the node's last
+// applied leader time Now.
+type TopKeys struct {
+	Policy string
+	Window time.Duration
+	By     string
+	Now    int64
+	Keys   []TopKey
+}
