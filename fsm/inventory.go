@@ -72,16 +72,16 @@ type lister struct {
 	now int64
 	tx  *persist.Tx
 
-	base  []byte // the storage-key prefix of the limit: every key's state is base ‖ key
-	spec  algo.Spec
-	plan  *planConfig          // plan listings: the configuration at this index
-	recs  *persist.StateReader // plan listings: the keys' assignments and overrides
-	limit string               // plan listings: the plan limit's name
-	buf   []byte
-	rec   []byte
+	base    []byte // the storage-key prefix of the limit: every key's state is base ‖ key
+	spec    algo.Spec
+	plan    *planConfig          // plan listings: the configuration at this index
+	recs    *persist.StateReader // plan listings: the keys' assignments and overrides
+	limit   string               // plan listings: the plan limit's name
+	buf     []byte
+	rec     []byte
 	urecs   *persist.StateReader // the keys' usage records (history.go)
 	history bool                 // the limit has a history option: refusals are counted
-	urec  []byte
+	urec    []byte
 }
 
 func (l *lister) resolve() error {
