@@ -249,3 +249,72 @@ func splitHistory(raw json.RawMessage, field string) (json.RawMessage, string, *
 	}
 	return rest, history, nil
 }
+
+var topParams = map[string]bool{"policy": true, "window": true, "by": true, "limit": true}
+
+type topKeyJSON struct {
+	Key   string `json:"key"`
+	Count int64  `json:"count"`
+	Error int64  `json:"error"`
+}
+
+// topKeysOr serves GET /v1/keys/top?policy=P&window=5m|1h[&by=][&limit=]
+// (admin), and passes any other GET /v1/keys/{key} to next: a key named
+// "top" is still peeked by a query without window, which a peek never
+// takes.
+func (s *Server) topKeysOr(next httprouter.Handle) httprouter.Handle {
+	return func(w http.ResponseWriter, req *http.Request, ps httprouter.Params) {
+		if req.URL.EscapedPath() != "/v1/keys/top" || !req.URL.Query().Has("window") {
+			next(w, req, ps)
+			return
+		}
+		s.admin(s.handleTopKeys)(w, req, ps)
+	}
+}
+
+// handleTopKeys answers a policy's top keys from this node's sketch (every
+// node holds the whole cluster's, from the log it applied).
+func (s *Server) handleTopKeys(w http.ResponseWriter, req *http.Request, _ httprouter.Params) {
+	ps, ae := queryParams(req.URL.RawQuery, topParams, "GET /v1/keys/top takes policy, window, by and limit")
+	if ae != nil {
+		writeError(w, ae)
+		return
+	}
+	q := nodeapi.TopKeysQuery{Policy: ps["policy"], By: ps["by"], Limit: 10}
+	if q.By == "" {
+		q.By = nodeapi.TopByAllowed
+	}
+	switch ps["window"] {
+	case "5m":
+		q.Window = 5 * time.Minute
+	case "1h":
+		q.Window = time.Hour
+	default:
+		writeError(w, invalid("window", "must be 5m or 1h, got "+strconv.Quote(ps["window"])))
+		return
+	}
+	if v, ok := ps["limit"]; ok {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			writeError(w, invalid("limit", "must be a whole number from 1 to "+strconv.Itoa(nodeapi.MaxTopKeys)+", got "+strconv.Quote(v)))
+			return
+		}
+		q.Limit = n
+	}
+	v, e := s.svc.TopKeys(q)
+	if e != nil {
+		writeError(w, s.httpError(e))
+		return
+	}
+	out := struct {
+		Policy string       `json:"policy"`
+		Window string       `json:"window"`
+		By     string       `json:"by"`
+		At     string       `json:"at"`
+		Keys   []topKeyJSON `json:"keys"`
+	}{Policy: v.Policy, Window: ps["window"], By: v.By, At: rfc3339(v.Now), Keys: make([]topKeyJSON, len(v.Keys))}
+	for i, k := range v.Keys {
+		out.Keys[i] = topKeyJSON{Key: k.Key, Count: k.Count, Error: k.Error}
+	}
+	writeValue(w, http.StatusOK, out)
+}

@@ -64,3 +64,29 @@ func TestUsageRoutesHistoryAndExport(t *testing.T) {
 		t.Fatalf("jsonl: %q", r.body)
 	}
 }
+
+func TestTopKeysRoute(t *testing.T) {
+	ts, store := newPlanServer(t)
+	store.Log.SetNow(time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC).UnixNano())
+	ts.want(ts.do("PUT", "/v1/policies/api", `{"algorithm":"fixed_window","limit":2,"window":"1h"}`, admin), 200, "", "")
+	for _, k := range []string{"a", "b", "b", "b", "top"} {
+		ts.do("POST", "/v1/check", `{"key":"`+k+`","policy":"api"}`)
+	}
+	ts.want(ts.do("GET", "/v1/keys/top?policy=api&window=5m", ""), 401, CodeUnauthenticated, "")
+	m := ts.do("GET", "/v1/keys/top?policy=api&window=5m", "", admin).json(t)
+	if ks := keysOf(t, m); strings.Join(ks, ",") != "b,a,top" || m["at"] != "2026-12-01T10:00:00Z" {
+		t.Fatalf("allowed: %v", m)
+	}
+	m = ts.do("GET", "/v1/keys/top?policy=api&window=1h&by=refused", "", admin).json(t)
+	if ks := keysOf(t, m); strings.Join(ks, ",") != "b" || num(t, m["keys"].([]any)[0].(map[string]any), "count") != 1 {
+		t.Fatalf("refused: %v", m)
+	}
+	// Without window it is the key "top" peeked, as before.
+	if m := ts.do("GET", "/v1/keys/top?policy=api", "").json(t); num(t, m["decision"].(map[string]any), "remaining") != 1 {
+		t.Fatalf("peek of the key top: %v", m)
+	}
+	ts.want(ts.do("GET", "/v1/keys/top?policy=api&window=10m", "", admin), 400, CodeInvalidArgument, "window")
+	ts.want(ts.do("GET", "/v1/keys/top?policy=api&window=5m&by=used", "", admin), 400, CodeInvalidArgument, "by")
+	ts.want(ts.do("GET", "/v1/keys/top?policy=api&window=5m&limit=99", "", admin), 400, CodeInvalidArgument, "limit")
+	ts.want(ts.do("GET", "/v1/keys/top?policy=nope&window=5m", "", admin), 404, CodeNotFound, "policy")
+}

@@ -172,3 +172,51 @@ func (t *tailWriter) lastLine() []byte {
 	}
 	return b
 }
+
+// TopKeysQuery names a policy's top keys (GET /v1/keys/top, admin): Window
+// is 5*time.Minute or time.Hour, By "allowed" (the default: allowed cost)
+// or "refused" (refusals decided through the log), Limit 1 to 32 (0: 10).
+type TopKeysQuery struct {
+	Policy string
+	Window time.Duration
+	By     string
+	Limit  int
+}
+
+// TopKey is a key's count in the window: at least Count-Error, at most
+// Count.
+type TopKey struct {
+	Key          string
+	Count, Error int64
+}
+
+// TopKeys is a policy's top keys at At (the node's last applied leader
+// time), greatest first.
+type TopKeys struct {
+	Policy, Window, By string
+	At                 time.Time
+	Keys               []TopKey
+}
+
+// TopKeys returns a policy's top keys from the answering node's sketch,
+// which every node holds for the whole cluster (docs/API.md, "Top keys").
+func (c *Client) TopKeys(ctx context.Context, q TopKeysQuery) (TopKeys, error) {
+	v := url.Values{"policy": {q.Policy}}
+	switch q.Window {
+	case time.Hour:
+		v.Set("window", "1h")
+	default:
+		v.Set("window", "5m")
+	}
+	if q.By != "" {
+		v.Set("by", q.By)
+	}
+	if q.Limit != 0 {
+		v.Set("limit", strconv.Itoa(q.Limit))
+	}
+	var out TopKeys
+	if err := c.call(ctx, http.MethodGet, "/v1/keys/top?"+v.Encode(), nil, true, true, &out); err != nil {
+		return TopKeys{}, err
+	}
+	return out, nil
+}

@@ -12,3 +12,6 @@ func (n *Node) KeyUsage(q nodeapi.UsageQuery) (nodeapi.KeyUsageHistory, error) {
 func (n *Node) ExportUsage(q nodeapi.ExportQuery, header func(nodeapi.ExportHeader) error, row func(nodeapi.ExportRow) error) error {
 	return n.fsm.ExportUsage(q, header, row)
 }
+
+// TopKeys reads the state machine's top-keys sketch.
+func (n *Node) TopKeys(q nodeapi.TopKeysQuery) nodeapi.TopKeys { return n.fsm.TopKeys(q) }

@@ -19,6 +19,8 @@ type UsageHistory interface {
 	// ExportUsage calls header once, then row per key; an error from
 	// either stops it and is returned.
 	ExportUsage(q nodeapi.ExportQuery, header func(nodeapi.ExportHeader) error, row func(nodeapi.ExportRow) error) error
+	// TopKeys is the node's top keys of a policy (its in-memory sketch).
+	TopKeys(q nodeapi.TopKeysQuery) nodeapi.TopKeys
 }
 
 // ValidateHistory parses a limit's "history" option ("" none, else a
@@ -128,4 +130,36 @@ func (s *Service) ExportUsage(q nodeapi.ExportQuery, header func(nodeapi.ExportH
 		return fromNode(err, "")
 	}
 	return nil
+}
+
+// ValidateTopKeysQuery checks a top-keys query, each error naming the
+// query parameter: a policy, window 5m or 1h, by allowed or refused, limit
+// 1 to nodeapi.MaxTopKeys.
+func ValidateTopKeysQuery(q nodeapi.TopKeysQuery) *Error {
+	if e := ValidatePolicyName(q.Policy, "policy"); e != nil {
+		return e
+	}
+	if q.Window != 5*time.Minute && q.Window != time.Hour {
+		return Invalid("window", "must be 5m or 1h")
+	}
+	if q.By != nodeapi.TopByAllowed && q.By != nodeapi.TopByRefused {
+		return Invalid("by", "must be allowed or refused, got "+strconv.Quote(q.By))
+	}
+	if q.Limit < 1 || q.Limit > nodeapi.MaxTopKeys {
+		return Invalid("limit", "must be 1 to "+strconv.Itoa(nodeapi.MaxTopKeys)+", got "+strconv.Itoa(q.Limit))
+	}
+	return nil
+}
+
+// TopKeys answers a policy's top keys from this node's sketch, which every
+// node holds alike for the whole cluster (fsm/topkeys.go). Errors:
+// invalid_argument naming the field, not_found naming policy.
+func (s *Service) TopKeys(q nodeapi.TopKeysQuery) (nodeapi.TopKeys, *Error) {
+	if e := ValidateTopKeysQuery(q); e != nil {
+		return nodeapi.TopKeys{}, e
+	}
+	if _, ok := s.node.Policy(q.Policy); !ok {
+		return nodeapi.TopKeys{}, &Error{Code: CodeNotFound, Field: "policy", Message: "policy " + strconv.Quote(q.Policy) + " does not exist"}
+	}
+	return s.node.TopKeys(q), nil
 }

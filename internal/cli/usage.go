@@ -6,6 +6,7 @@ import (
 	"os"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/limitd/limitd/client"
@@ -159,4 +160,51 @@ func createOut(env Env, path string) (io.Writer, func() error, error) {
 		return nil, nil, err
 	}
 	return f, f.Close, nil
+}
+
+// runKeysTop is limitd keys top.
+func runKeysTop(env Env, cf *connFlags, policy, last, by string, limit int, pos []string) int {
+	const name = "keys top"
+	if len(pos) != 0 {
+		return usageError(env, name, "want no arguments, got %d", len(pos))
+	}
+	if err := cf.validate(env); err != nil {
+		return usageError(env, name, "%v", err)
+	}
+	if policy == "" {
+		return usageError(env, name, "give --policy NAME")
+	}
+	q := client.TopKeysQuery{Policy: policy, By: by, Limit: min(limit, 32)}
+	switch last {
+	case "5m":
+		q.Window = 5 * time.Minute
+	case "1h":
+		q.Window = time.Hour
+	default:
+		return usageError(env, name, "--last %q: want 5m or 1h", last)
+	}
+	if by != "allowed" && by != "refused" {
+		return usageError(env, name, "--by %q: want allowed or refused", by)
+	}
+	c, ctx, done, err := cf.dial()
+	if err != nil {
+		return usageError(env, name, "%v", err)
+	}
+	defer done()
+	v, err := c.TopKeys(ctx, q)
+	if err != nil {
+		return fail(env, name, err)
+	}
+	if cf.output == "json" {
+		printJSON(env.Stdout, v)
+		return ExitOK
+	}
+	tw := newTable(env.Stdout)
+	fmt.Fprintln(tw, "KEY\t"+strings.ToUpper(by)+"\tERROR")
+	for _, k := range v.Keys {
+		fmt.Fprintf(tw, "%s\t%d\t%d\n", strconv.Quote(k.Key), k.Count, k.Error)
+	}
+	_ = tw.Flush()
+	fmt.Fprintf(env.Stdout, "policy %q, the %s to %s\n", v.Policy, last, v.At.UTC().Format(time.RFC3339))
+	return ExitOK
 }

@@ -19,3 +19,8 @@ func (NoCapabilities) KeyUsage(nodeapi.UsageQuery) (nodeapi.KeyUsageHistory, err
 func (NoCapabilities) ExportUsage(nodeapi.ExportQuery, func(nodeapi.ExportHeader) error, func(nodeapi.ExportRow) error) error {
 	return ErrNotInFake
 }
+
+// TopKeys reads the state machine's top-keys sketch.
+func (n *Node) TopKeys(q nodeapi.TopKeysQuery) nodeapi.TopKeys { return n.Log.f.TopKeys(q) }
+
+func (NoCapabilities) TopKeys(nodeapi.TopKeysQuery) nodeapi.TopKeys { return nodeapi.TopKeys{} }
