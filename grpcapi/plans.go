@@ -32,6 +32,7 @@ func planProto(p nodeapi.Plan) *limitdv1.Plan {
 	out := &limitdv1.Plan{Name: p.Name, Limits: make(map[string]*limitdv1.Limit, len(p.Limits))}
 	for _, l := range p.Limits {
 		out.Limits[l.Name] = limitProto(l.Spec)
+		out.Limits[l.Name].History = service.FormatHistory(l.Options.History) // usage.go
 	}
 	return out
 }
@@ -41,6 +42,12 @@ func (l *limitdServer) PutPlan(ctx context.Context, req *limitdv1.PutPlanRequest
 	r := service.PlanRequest{Name: p.GetName(), Limits: make(map[string]algo.Config, len(p.GetLimits()))}
 	for n, lim := range p.GetLimits() {
 		r.Limits[n] = limitConfig(lim)
+		if h := lim.GetHistory(); h != "" { // usage.go
+			if r.History == nil {
+				r.History = map[string]string{}
+			}
+			r.History[n] = h
+		}
 	}
 	if _, e := service.ValidatePlan(r); e != nil {
 		return nil, toStatus(e.Under("plan"))

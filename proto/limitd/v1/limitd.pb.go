@@ -57,6 +57,7 @@ type Limit struct {
 	Timezone      string                 `protobuf:"bytes,7,opt,name=timezone,proto3" json:"timezone,omitempty"`                              // with calendar: IANA zone, default UTC
 	Hold          string                 `protobuf:"bytes,8,opt,name=hold,proto3" json:"hold,omitempty"`                                      // concurrency: how long an acquired slot is held, e.g. "30s"
 	MaxHold       string                 `protobuf:"bytes,9,opt,name=max_hold,json=maxHold,proto3" json:"max_hold,omitempty"`                 // concurrency: the longest renewals keep a slot (default 10 × hold)
+	History       string                 `protobuf:"bytes,10,opt,name=history,proto3" json:"history,omitempty"`                               // policies and plan limits, fixed_window and calendar: keep closed windows' usage this long, "400d"
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -150,6 +151,13 @@ func (x *Limit) GetHold() string {
 func (x *Limit) GetMaxHold() string {
 	if x != nil {
 		return x.MaxHold
+	}
+	return ""
+}
+
+func (x *Limit) GetHistory() string {
+	if x != nil {
+		return x.History
 	}
 	return ""
 }
@@ -3574,11 +3582,738 @@ func (*UnbanResponse) Descriptor() ([]byte, []int) {
 	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{65}
 }
 
+type GetUsageRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Policy        string                 `protobuf:"bytes,2,opt,name=policy,proto3" json:"policy,omitempty"`    // or
+	Limit         string                 `protobuf:"bytes,3,opt,name=limit,proto3" json:"limit,omitempty"`      // a limit of the key's plan (may be empty when it has one)
+	From          *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=from,proto3" json:"from,omitempty"`        // windows starting at or after (unset: no bound)
+	To            *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=to,proto3" json:"to,omitempty"`            // windows starting before (unset: no bound)
+	Windows       int32                  `protobuf:"varint,6,opt,name=windows,proto3" json:"windows,omitempty"` // the latest N (0: 1000)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetUsageRequest) Reset() {
+	*x = GetUsageRequest{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[66]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetUsageRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetUsageRequest) ProtoMessage() {}
+
+func (x *GetUsageRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[66]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetUsageRequest.ProtoReflect.Descriptor instead.
+func (*GetUsageRequest) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{66}
+}
+
+func (x *GetUsageRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *GetUsageRequest) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
+func (x *GetUsageRequest) GetLimit() string {
+	if x != nil {
+		return x.Limit
+	}
+	return ""
+}
+
+func (x *GetUsageRequest) GetFrom() *timestamppb.Timestamp {
+	if x != nil {
+		return x.From
+	}
+	return nil
+}
+
+func (x *GetUsageRequest) GetTo() *timestamppb.Timestamp {
+	if x != nil {
+		return x.To
+	}
+	return nil
+}
+
+func (x *GetUsageRequest) GetWindows() int32 {
+	if x != nil {
+		return x.Windows
+	}
+	return 0
+}
+
+type UsageWindow struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Start         *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=start,proto3" json:"start,omitempty"`
+	End           *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=end,proto3" json:"end,omitempty"`
+	Used          int64                  `protobuf:"varint,3,opt,name=used,proto3" json:"used,omitempty"`
+	Refused       int64                  `protobuf:"varint,4,opt,name=refused,proto3" json:"refused,omitempty"` // refusals decided through the log
+	Current       bool                   `protobuf:"varint,5,opt,name=current,proto3" json:"current,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UsageWindow) Reset() {
+	*x = UsageWindow{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[67]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UsageWindow) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UsageWindow) ProtoMessage() {}
+
+func (x *UsageWindow) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[67]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UsageWindow.ProtoReflect.Descriptor instead.
+func (*UsageWindow) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{67}
+}
+
+func (x *UsageWindow) GetStart() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Start
+	}
+	return nil
+}
+
+func (x *UsageWindow) GetEnd() *timestamppb.Timestamp {
+	if x != nil {
+		return x.End
+	}
+	return nil
+}
+
+func (x *UsageWindow) GetUsed() int64 {
+	if x != nil {
+		return x.Used
+	}
+	return 0
+}
+
+func (x *UsageWindow) GetRefused() int64 {
+	if x != nil {
+		return x.Refused
+	}
+	return 0
+}
+
+func (x *UsageWindow) GetCurrent() bool {
+	if x != nil {
+		return x.Current
+	}
+	return false
+}
+
+type GetUsageResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Policy        string                 `protobuf:"bytes,2,opt,name=policy,proto3" json:"policy,omitempty"`
+	Plan          string                 `protobuf:"bytes,3,opt,name=plan,proto3" json:"plan,omitempty"`
+	Limit         string                 `protobuf:"bytes,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	History       string                 `protobuf:"bytes,5,opt,name=history,proto3" json:"history,omitempty"`
+	Windows       []*UsageWindow         `protobuf:"bytes,6,rep,name=windows,proto3" json:"windows,omitempty"`
+	AppliedIndex  uint64                 `protobuf:"varint,7,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetUsageResponse) Reset() {
+	*x = GetUsageResponse{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[68]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetUsageResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetUsageResponse) ProtoMessage() {}
+
+func (x *GetUsageResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[68]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetUsageResponse.ProtoReflect.Descriptor instead.
+func (*GetUsageResponse) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{68}
+}
+
+func (x *GetUsageResponse) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *GetUsageResponse) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
+func (x *GetUsageResponse) GetPlan() string {
+	if x != nil {
+		return x.Plan
+	}
+	return ""
+}
+
+func (x *GetUsageResponse) GetLimit() string {
+	if x != nil {
+		return x.Limit
+	}
+	return ""
+}
+
+func (x *GetUsageResponse) GetHistory() string {
+	if x != nil {
+		return x.History
+	}
+	return ""
+}
+
+func (x *GetUsageResponse) GetWindows() []*UsageWindow {
+	if x != nil {
+		return x.Windows
+	}
+	return nil
+}
+
+func (x *GetUsageResponse) GetAppliedIndex() uint64 {
+	if x != nil {
+		return x.AppliedIndex
+	}
+	return 0
+}
+
+type ExportUsageRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Policy        string                 `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	Plan          string                 `protobuf:"bytes,2,opt,name=plan,proto3" json:"plan,omitempty"`
+	PlanLimit     string                 `protobuf:"bytes,3,opt,name=plan_limit,json=planLimit,proto3" json:"plan_limit,omitempty"`
+	Window        *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=window,proto3" json:"window,omitempty"` // any time inside the closed window
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportUsageRequest) Reset() {
+	*x = ExportUsageRequest{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[69]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportUsageRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportUsageRequest) ProtoMessage() {}
+
+func (x *ExportUsageRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[69]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportUsageRequest.ProtoReflect.Descriptor instead.
+func (*ExportUsageRequest) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{69}
+}
+
+func (x *ExportUsageRequest) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
+func (x *ExportUsageRequest) GetPlan() string {
+	if x != nil {
+		return x.Plan
+	}
+	return ""
+}
+
+func (x *ExportUsageRequest) GetPlanLimit() string {
+	if x != nil {
+		return x.PlanLimit
+	}
+	return ""
+}
+
+func (x *ExportUsageRequest) GetWindow() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Window
+	}
+	return nil
+}
+
+// ExportUsageMessage is the stream's header (first) or one key's row.
+type ExportUsageMessage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Item:
+	//
+	//	*ExportUsageMessage_Header_
+	//	*ExportUsageMessage_Row_
+	Item          isExportUsageMessage_Item `protobuf_oneof:"item"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportUsageMessage) Reset() {
+	*x = ExportUsageMessage{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[70]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportUsageMessage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportUsageMessage) ProtoMessage() {}
+
+func (x *ExportUsageMessage) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[70]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportUsageMessage.ProtoReflect.Descriptor instead.
+func (*ExportUsageMessage) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{70}
+}
+
+func (x *ExportUsageMessage) GetItem() isExportUsageMessage_Item {
+	if x != nil {
+		return x.Item
+	}
+	return nil
+}
+
+func (x *ExportUsageMessage) GetHeader() *ExportUsageMessage_Header {
+	if x != nil {
+		if x, ok := x.Item.(*ExportUsageMessage_Header_); ok {
+			return x.Header
+		}
+	}
+	return nil
+}
+
+func (x *ExportUsageMessage) GetRow() *ExportUsageMessage_Row {
+	if x != nil {
+		if x, ok := x.Item.(*ExportUsageMessage_Row_); ok {
+			return x.Row
+		}
+	}
+	return nil
+}
+
+type isExportUsageMessage_Item interface {
+	isExportUsageMessage_Item()
+}
+
+type ExportUsageMessage_Header_ struct {
+	Header *ExportUsageMessage_Header `protobuf:"bytes,1,opt,name=header,proto3,oneof"`
+}
+
+type ExportUsageMessage_Row_ struct {
+	Row *ExportUsageMessage_Row `protobuf:"bytes,2,opt,name=row,proto3,oneof"`
+}
+
+func (*ExportUsageMessage_Header_) isExportUsageMessage_Item() {}
+
+func (*ExportUsageMessage_Row_) isExportUsageMessage_Item() {}
+
+type TopKeysRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Policy        string                 `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	Window        string                 `protobuf:"bytes,2,opt,name=window,proto3" json:"window,omitempty"` // "5m" or "1h"
+	By            string                 `protobuf:"bytes,3,opt,name=by,proto3" json:"by,omitempty"`         // "allowed" (default) or "refused"
+	Limit         int32                  `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`  // 1 to 32 (0: 10)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TopKeysRequest) Reset() {
+	*x = TopKeysRequest{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[71]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TopKeysRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TopKeysRequest) ProtoMessage() {}
+
+func (x *TopKeysRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[71]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TopKeysRequest.ProtoReflect.Descriptor instead.
+func (*TopKeysRequest) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{71}
+}
+
+func (x *TopKeysRequest) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
+func (x *TopKeysRequest) GetWindow() string {
+	if x != nil {
+		return x.Window
+	}
+	return ""
+}
+
+func (x *TopKeysRequest) GetBy() string {
+	if x != nil {
+		return x.By
+	}
+	return ""
+}
+
+func (x *TopKeysRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type TopKey struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Count         int64                  `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	Error         int64                  `protobuf:"varint,3,opt,name=error,proto3" json:"error,omitempty"` // the true count is in [count-error, count]
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TopKey) Reset() {
+	*x = TopKey{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[72]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TopKey) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TopKey) ProtoMessage() {}
+
+func (x *TopKey) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[72]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TopKey.ProtoReflect.Descriptor instead.
+func (*TopKey) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{72}
+}
+
+func (x *TopKey) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *TopKey) GetCount() int64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *TopKey) GetError() int64 {
+	if x != nil {
+		return x.Error
+	}
+	return 0
+}
+
+type TopKeysResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Policy        string                 `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	Window        string                 `protobuf:"bytes,2,opt,name=window,proto3" json:"window,omitempty"`
+	By            string                 `protobuf:"bytes,3,opt,name=by,proto3" json:"by,omitempty"`
+	At            *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=at,proto3" json:"at,omitempty"`
+	Keys          []*TopKey              `protobuf:"bytes,5,rep,name=keys,proto3" json:"keys,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TopKeysResponse) Reset() {
+	*x = TopKeysResponse{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[73]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TopKeysResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TopKeysResponse) ProtoMessage() {}
+
+func (x *TopKeysResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[73]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TopKeysResponse.ProtoReflect.Descriptor instead.
+func (*TopKeysResponse) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{73}
+}
+
+func (x *TopKeysResponse) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
+func (x *TopKeysResponse) GetWindow() string {
+	if x != nil {
+		return x.Window
+	}
+	return ""
+}
+
+func (x *TopKeysResponse) GetBy() string {
+	if x != nil {
+		return x.By
+	}
+	return ""
+}
+
+func (x *TopKeysResponse) GetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
+func (x *TopKeysResponse) GetKeys() []*TopKey {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+type ExportUsageMessage_Header struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Start         *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=start,proto3" json:"start,omitempty"`
+	End           *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=end,proto3" json:"end,omitempty"`
+	AppliedIndex  uint64                 `protobuf:"varint,3,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportUsageMessage_Header) Reset() {
+	*x = ExportUsageMessage_Header{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[76]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportUsageMessage_Header) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportUsageMessage_Header) ProtoMessage() {}
+
+func (x *ExportUsageMessage_Header) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[76]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportUsageMessage_Header.ProtoReflect.Descriptor instead.
+func (*ExportUsageMessage_Header) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{70, 0}
+}
+
+func (x *ExportUsageMessage_Header) GetStart() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Start
+	}
+	return nil
+}
+
+func (x *ExportUsageMessage_Header) GetEnd() *timestamppb.Timestamp {
+	if x != nil {
+		return x.End
+	}
+	return nil
+}
+
+func (x *ExportUsageMessage_Header) GetAppliedIndex() uint64 {
+	if x != nil {
+		return x.AppliedIndex
+	}
+	return 0
+}
+
+type ExportUsageMessage_Row struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Used          int64                  `protobuf:"varint,2,opt,name=used,proto3" json:"used,omitempty"`
+	Refused       int64                  `protobuf:"varint,3,opt,name=refused,proto3" json:"refused,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportUsageMessage_Row) Reset() {
+	*x = ExportUsageMessage_Row{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[77]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportUsageMessage_Row) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportUsageMessage_Row) ProtoMessage() {}
+
+func (x *ExportUsageMessage_Row) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[77]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportUsageMessage_Row.ProtoReflect.Descriptor instead.
+func (*ExportUsageMessage_Row) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{70, 1}
+}
+
+func (x *ExportUsageMessage_Row) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *ExportUsageMessage_Row) GetUsed() int64 {
+	if x != nil {
+		return x.Used
+	}
+	return 0
+}
+
+func (x *ExportUsageMessage_Row) GetRefused() int64 {
+	if x != nil {
+		return x.Refused
+	}
+	return 0
+}
+
 var File_limitd_v1_limitd_proto protoreflect.FileDescriptor
 
 const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"\n" +
-	"\x16limitd/v1/limitd.proto\x12\tlimitd.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf5\x01\n" +
+	"\x16limitd/v1/limitd.proto\x12\tlimitd.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8f\x02\n" +
 	"\x05Limit\x12\x1c\n" +
 	"\talgorithm\x18\x01 \x01(\tR\talgorithm\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x16\n" +
@@ -3588,7 +4323,9 @@ const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"\bcalendar\x18\x06 \x01(\tR\bcalendar\x12\x1a\n" +
 	"\btimezone\x18\a \x01(\tR\btimezone\x12\x12\n" +
 	"\x04hold\x18\b \x01(\tR\x04hold\x12\x19\n" +
-	"\bmax_hold\x18\t \x01(\tR\amaxHold\"\xa1\x01\n" +
+	"\bmax_hold\x18\t \x01(\tR\amaxHold\x12\x18\n" +
+	"\ahistory\x18\n" +
+	" \x01(\tR\ahistory\"\xa1\x01\n" +
 	"\fCheckRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
 	"\x06policy\x18\x02 \x01(\tR\x06policy\x12&\n" +
@@ -3802,7 +4539,61 @@ const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"\fUnbanRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
 	"\x06policy\x18\x02 \x01(\tR\x06policy\"\x0f\n" +
-	"\rUnbanResponse2\xea\x11\n" +
+	"\rUnbanResponse\"\xc7\x01\n" +
+	"\x0fGetUsageRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
+	"\x06policy\x18\x02 \x01(\tR\x06policy\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\tR\x05limit\x12.\n" +
+	"\x04from\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x04from\x12*\n" +
+	"\x02to\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x02to\x12\x18\n" +
+	"\awindows\x18\x06 \x01(\x05R\awindows\"\xb5\x01\n" +
+	"\vUsageWindow\x120\n" +
+	"\x05start\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05start\x12,\n" +
+	"\x03end\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x03end\x12\x12\n" +
+	"\x04used\x18\x03 \x01(\x03R\x04used\x12\x18\n" +
+	"\arefused\x18\x04 \x01(\x03R\arefused\x12\x18\n" +
+	"\acurrent\x18\x05 \x01(\bR\acurrent\"\xd7\x01\n" +
+	"\x10GetUsageResponse\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
+	"\x06policy\x18\x02 \x01(\tR\x06policy\x12\x12\n" +
+	"\x04plan\x18\x03 \x01(\tR\x04plan\x12\x14\n" +
+	"\x05limit\x18\x04 \x01(\tR\x05limit\x12\x18\n" +
+	"\ahistory\x18\x05 \x01(\tR\ahistory\x120\n" +
+	"\awindows\x18\x06 \x03(\v2\x16.limitd.v1.UsageWindowR\awindows\x12#\n" +
+	"\rapplied_index\x18\a \x01(\x04R\fappliedIndex\"\x93\x01\n" +
+	"\x12ExportUsageRequest\x12\x16\n" +
+	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x12\n" +
+	"\x04plan\x18\x02 \x01(\tR\x04plan\x12\x1d\n" +
+	"\n" +
+	"plan_limit\x18\x03 \x01(\tR\tplanLimit\x122\n" +
+	"\x06window\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x06window\"\xea\x02\n" +
+	"\x12ExportUsageMessage\x12>\n" +
+	"\x06header\x18\x01 \x01(\v2$.limitd.v1.ExportUsageMessage.HeaderH\x00R\x06header\x125\n" +
+	"\x03row\x18\x02 \x01(\v2!.limitd.v1.ExportUsageMessage.RowH\x00R\x03row\x1a\x8d\x01\n" +
+	"\x06Header\x120\n" +
+	"\x05start\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05start\x12,\n" +
+	"\x03end\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x03end\x12#\n" +
+	"\rapplied_index\x18\x03 \x01(\x04R\fappliedIndex\x1aE\n" +
+	"\x03Row\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x12\n" +
+	"\x04used\x18\x02 \x01(\x03R\x04used\x12\x18\n" +
+	"\arefused\x18\x03 \x01(\x03R\arefusedB\x06\n" +
+	"\x04item\"f\n" +
+	"\x0eTopKeysRequest\x12\x16\n" +
+	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x16\n" +
+	"\x06window\x18\x02 \x01(\tR\x06window\x12\x0e\n" +
+	"\x02by\x18\x03 \x01(\tR\x02by\x12\x14\n" +
+	"\x05limit\x18\x04 \x01(\x05R\x05limit\"F\n" +
+	"\x06TopKey\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\x03R\x05count\x12\x14\n" +
+	"\x05error\x18\x03 \x01(\x03R\x05error\"\xa4\x01\n" +
+	"\x0fTopKeysResponse\x12\x16\n" +
+	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x16\n" +
+	"\x06window\x18\x02 \x01(\tR\x06window\x12\x0e\n" +
+	"\x02by\x18\x03 \x01(\tR\x02by\x12*\n" +
+	"\x02at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12%\n" +
+	"\x04keys\x18\x05 \x03(\v2\x11.limitd.v1.TopKeyR\x04keys2\xc0\x13\n" +
 	"\x06Limitd\x12:\n" +
 	"\x05Check\x12\x17.limitd.v1.CheckRequest\x1a\x18.limitd.v1.CheckResponse\x12C\n" +
 	"\bCheckAll\x12\x1a.limitd.v1.CheckAllRequest\x1a\x1b.limitd.v1.CheckAllResponse\x12:\n" +
@@ -3840,7 +4631,10 @@ const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"\n" +
 	"DeleteList\x12\x1c.limitd.v1.DeleteListRequest\x1a\x1d.limitd.v1.DeleteListResponse\x12C\n" +
 	"\bListBans\x12\x1a.limitd.v1.ListBansRequest\x1a\x1b.limitd.v1.ListBansResponse\x12:\n" +
-	"\x05Unban\x12\x17.limitd.v1.UnbanRequest\x1a\x18.limitd.v1.UnbanResponseB3Z1github.com/limitd/limitd/proto/limitd/v1;limitdv1b\x06proto3"
+	"\x05Unban\x12\x17.limitd.v1.UnbanRequest\x1a\x18.limitd.v1.UnbanResponse\x12C\n" +
+	"\bGetUsage\x12\x1a.limitd.v1.GetUsageRequest\x1a\x1b.limitd.v1.GetUsageResponse\x12M\n" +
+	"\vExportUsage\x12\x1d.limitd.v1.ExportUsageRequest\x1a\x1d.limitd.v1.ExportUsageMessage0\x01\x12@\n" +
+	"\aTopKeys\x12\x19.limitd.v1.TopKeysRequest\x1a\x1a.limitd.v1.TopKeysResponseB3Z1github.com/limitd/limitd/proto/limitd/v1;limitdv1b\x06proto3"
 
 var (
 	file_limitd_v1_limitd_proto_rawDescOnce sync.Once
@@ -3854,86 +4648,96 @@ func file_limitd_v1_limitd_proto_rawDescGZIP() []byte {
 	return file_limitd_v1_limitd_proto_rawDescData
 }
 
-var file_limitd_v1_limitd_proto_msgTypes = make([]protoimpl.MessageInfo, 68)
+var file_limitd_v1_limitd_proto_msgTypes = make([]protoimpl.MessageInfo, 78)
 var file_limitd_v1_limitd_proto_goTypes = []any{
-	(*Limit)(nil),                    // 0: limitd.v1.Limit
-	(*CheckRequest)(nil),             // 1: limitd.v1.CheckRequest
-	(*Decision)(nil),                 // 2: limitd.v1.Decision
-	(*NamedDecision)(nil),            // 3: limitd.v1.NamedDecision
-	(*CheckResponse)(nil),            // 4: limitd.v1.CheckResponse
-	(*CheckAllRequest)(nil),          // 5: limitd.v1.CheckAllRequest
-	(*CheckAllResponse)(nil),         // 6: limitd.v1.CheckAllResponse
-	(*BatchRequest)(nil),             // 7: limitd.v1.BatchRequest
-	(*Error)(nil),                    // 8: limitd.v1.Error
-	(*BatchResult)(nil),              // 9: limitd.v1.BatchResult
-	(*BatchResponse)(nil),            // 10: limitd.v1.BatchResponse
-	(*PeekRequest)(nil),              // 11: limitd.v1.PeekRequest
-	(*ResetRequest)(nil),             // 12: limitd.v1.ResetRequest
-	(*ResetResponse)(nil),            // 13: limitd.v1.ResetResponse
-	(*SlotRequest)(nil),              // 14: limitd.v1.SlotRequest
-	(*SlotResponse)(nil),             // 15: limitd.v1.SlotResponse
-	(*Policy)(nil),                   // 16: limitd.v1.Policy
-	(*OnExceed)(nil),                 // 17: limitd.v1.OnExceed
-	(*Lease)(nil),                    // 18: limitd.v1.Lease
-	(*PutPolicyRequest)(nil),         // 19: limitd.v1.PutPolicyRequest
-	(*GetPolicyRequest)(nil),         // 20: limitd.v1.GetPolicyRequest
-	(*ListPoliciesRequest)(nil),      // 21: limitd.v1.ListPoliciesRequest
-	(*ListPoliciesResponse)(nil),     // 22: limitd.v1.ListPoliciesResponse
-	(*DeletePolicyRequest)(nil),      // 23: limitd.v1.DeletePolicyRequest
-	(*DeletePolicyResponse)(nil),     // 24: limitd.v1.DeletePolicyResponse
-	(*RLSDomain)(nil),                // 25: limitd.v1.RLSDomain
-	(*PutRLSDomainRequest)(nil),      // 26: limitd.v1.PutRLSDomainRequest
-	(*GetRLSDomainRequest)(nil),      // 27: limitd.v1.GetRLSDomainRequest
-	(*ListRLSDomainsRequest)(nil),    // 28: limitd.v1.ListRLSDomainsRequest
-	(*ListRLSDomainsResponse)(nil),   // 29: limitd.v1.ListRLSDomainsResponse
-	(*DeleteRLSDomainRequest)(nil),   // 30: limitd.v1.DeleteRLSDomainRequest
-	(*DeleteRLSDomainResponse)(nil),  // 31: limitd.v1.DeleteRLSDomainResponse
-	(*Plan)(nil),                     // 32: limitd.v1.Plan
-	(*PutPlanRequest)(nil),           // 33: limitd.v1.PutPlanRequest
-	(*GetPlanRequest)(nil),           // 34: limitd.v1.GetPlanRequest
-	(*ListPlansRequest)(nil),         // 35: limitd.v1.ListPlansRequest
-	(*ListPlansResponse)(nil),        // 36: limitd.v1.ListPlansResponse
-	(*DeletePlanRequest)(nil),        // 37: limitd.v1.DeletePlanRequest
-	(*DeletePlanResponse)(nil),       // 38: limitd.v1.DeletePlanResponse
-	(*SetDefaultPlanRequest)(nil),    // 39: limitd.v1.SetDefaultPlanRequest
-	(*SetDefaultPlanResponse)(nil),   // 40: limitd.v1.SetDefaultPlanResponse
-	(*AssignPlanRequest)(nil),        // 41: limitd.v1.AssignPlanRequest
-	(*GetKeyPlanRequest)(nil),        // 42: limitd.v1.GetKeyPlanRequest
-	(*KeyPlan)(nil),                  // 43: limitd.v1.KeyPlan
-	(*PrefixRule)(nil),               // 44: limitd.v1.PrefixRule
-	(*DeletePrefixRuleRequest)(nil),  // 45: limitd.v1.DeletePrefixRuleRequest
-	(*DeletePrefixRuleResponse)(nil), // 46: limitd.v1.DeletePrefixRuleResponse
-	(*ListPrefixRulesRequest)(nil),   // 47: limitd.v1.ListPrefixRulesRequest
-	(*ListPrefixRulesResponse)(nil),  // 48: limitd.v1.ListPrefixRulesResponse
-	(*LimitOverride)(nil),            // 49: limitd.v1.LimitOverride
-	(*Override)(nil),                 // 50: limitd.v1.Override
-	(*DeleteOverrideRequest)(nil),    // 51: limitd.v1.DeleteOverrideRequest
-	(*DeleteOverrideResponse)(nil),   // 52: limitd.v1.DeleteOverrideResponse
-	(*List)(nil),                     // 53: limitd.v1.List
-	(*ListEntry)(nil),                // 54: limitd.v1.ListEntry
-	(*PutListRequest)(nil),           // 55: limitd.v1.PutListRequest
-	(*GetListRequest)(nil),           // 56: limitd.v1.GetListRequest
-	(*ListListsRequest)(nil),         // 57: limitd.v1.ListListsRequest
-	(*ListListsResponse)(nil),        // 58: limitd.v1.ListListsResponse
-	(*DeleteListRequest)(nil),        // 59: limitd.v1.DeleteListRequest
-	(*DeleteListResponse)(nil),       // 60: limitd.v1.DeleteListResponse
-	(*Ban)(nil),                      // 61: limitd.v1.Ban
-	(*ListBansRequest)(nil),          // 62: limitd.v1.ListBansRequest
-	(*ListBansResponse)(nil),         // 63: limitd.v1.ListBansResponse
-	(*UnbanRequest)(nil),             // 64: limitd.v1.UnbanRequest
-	(*UnbanResponse)(nil),            // 65: limitd.v1.UnbanResponse
-	nil,                              // 66: limitd.v1.Plan.LimitsEntry
-	nil,                              // 67: limitd.v1.Override.LimitsEntry
-	(*durationpb.Duration)(nil),      // 68: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),    // 69: google.protobuf.Timestamp
+	(*Limit)(nil),                     // 0: limitd.v1.Limit
+	(*CheckRequest)(nil),              // 1: limitd.v1.CheckRequest
+	(*Decision)(nil),                  // 2: limitd.v1.Decision
+	(*NamedDecision)(nil),             // 3: limitd.v1.NamedDecision
+	(*CheckResponse)(nil),             // 4: limitd.v1.CheckResponse
+	(*CheckAllRequest)(nil),           // 5: limitd.v1.CheckAllRequest
+	(*CheckAllResponse)(nil),          // 6: limitd.v1.CheckAllResponse
+	(*BatchRequest)(nil),              // 7: limitd.v1.BatchRequest
+	(*Error)(nil),                     // 8: limitd.v1.Error
+	(*BatchResult)(nil),               // 9: limitd.v1.BatchResult
+	(*BatchResponse)(nil),             // 10: limitd.v1.BatchResponse
+	(*PeekRequest)(nil),               // 11: limitd.v1.PeekRequest
+	(*ResetRequest)(nil),              // 12: limitd.v1.ResetRequest
+	(*ResetResponse)(nil),             // 13: limitd.v1.ResetResponse
+	(*SlotRequest)(nil),               // 14: limitd.v1.SlotRequest
+	(*SlotResponse)(nil),              // 15: limitd.v1.SlotResponse
+	(*Policy)(nil),                    // 16: limitd.v1.Policy
+	(*OnExceed)(nil),                  // 17: limitd.v1.OnExceed
+	(*Lease)(nil),                     // 18: limitd.v1.Lease
+	(*PutPolicyRequest)(nil),          // 19: limitd.v1.PutPolicyRequest
+	(*GetPolicyRequest)(nil),          // 20: limitd.v1.GetPolicyRequest
+	(*ListPoliciesRequest)(nil),       // 21: limitd.v1.ListPoliciesRequest
+	(*ListPoliciesResponse)(nil),      // 22: limitd.v1.ListPoliciesResponse
+	(*DeletePolicyRequest)(nil),       // 23: limitd.v1.DeletePolicyRequest
+	(*DeletePolicyResponse)(nil),      // 24: limitd.v1.DeletePolicyResponse
+	(*RLSDomain)(nil),                 // 25: limitd.v1.RLSDomain
+	(*PutRLSDomainRequest)(nil),       // 26: limitd.v1.PutRLSDomainRequest
+	(*GetRLSDomainRequest)(nil),       // 27: limitd.v1.GetRLSDomainRequest
+	(*ListRLSDomainsRequest)(nil),     // 28: limitd.v1.ListRLSDomainsRequest
+	(*ListRLSDomainsResponse)(nil),    // 29: limitd.v1.ListRLSDomainsResponse
+	(*DeleteRLSDomainRequest)(nil),    // 30: limitd.v1.DeleteRLSDomainRequest
+	(*DeleteRLSDomainResponse)(nil),   // 31: limitd.v1.DeleteRLSDomainResponse
+	(*Plan)(nil),                      // 32: limitd.v1.Plan
+	(*PutPlanRequest)(nil),            // 33: limitd.v1.PutPlanRequest
+	(*GetPlanRequest)(nil),            // 34: limitd.v1.GetPlanRequest
+	(*ListPlansRequest)(nil),          // 35: limitd.v1.ListPlansRequest
+	(*ListPlansResponse)(nil),         // 36: limitd.v1.ListPlansResponse
+	(*DeletePlanRequest)(nil),         // 37: limitd.v1.DeletePlanRequest
+	(*DeletePlanResponse)(nil),        // 38: limitd.v1.DeletePlanResponse
+	(*SetDefaultPlanRequest)(nil),     // 39: limitd.v1.SetDefaultPlanRequest
+	(*SetDefaultPlanResponse)(nil),    // 40: limitd.v1.SetDefaultPlanResponse
+	(*AssignPlanRequest)(nil),         // 41: limitd.v1.AssignPlanRequest
+	(*GetKeyPlanRequest)(nil),         // 42: limitd.v1.GetKeyPlanRequest
+	(*KeyPlan)(nil),                   // 43: limitd.v1.KeyPlan
+	(*PrefixRule)(nil),                // 44: limitd.v1.PrefixRule
+	(*DeletePrefixRuleRequest)(nil),   // 45: limitd.v1.DeletePrefixRuleRequest
+	(*DeletePrefixRuleResponse)(nil),  // 46: limitd.v1.DeletePrefixRuleResponse
+	(*ListPrefixRulesRequest)(nil),    // 47: limitd.v1.ListPrefixRulesRequest
+	(*ListPrefixRulesResponse)(nil),   // 48: limitd.v1.ListPrefixRulesResponse
+	(*LimitOverride)(nil),             // 49: limitd.v1.LimitOverride
+	(*Override)(nil),                  // 50: limitd.v1.Override
+	(*DeleteOverrideRequest)(nil),     // 51: limitd.v1.DeleteOverrideRequest
+	(*DeleteOverrideResponse)(nil),    // 52: limitd.v1.DeleteOverrideResponse
+	(*List)(nil),                      // 53: limitd.v1.List
+	(*ListEntry)(nil),                 // 54: limitd.v1.ListEntry
+	(*PutListRequest)(nil),            // 55: limitd.v1.PutListRequest
+	(*GetListRequest)(nil),            // 56: limitd.v1.GetListRequest
+	(*ListListsRequest)(nil),          // 57: limitd.v1.ListListsRequest
+	(*ListListsResponse)(nil),         // 58: limitd.v1.ListListsResponse
+	(*DeleteListRequest)(nil),         // 59: limitd.v1.DeleteListRequest
+	(*DeleteListResponse)(nil),        // 60: limitd.v1.DeleteListResponse
+	(*Ban)(nil),                       // 61: limitd.v1.Ban
+	(*ListBansRequest)(nil),           // 62: limitd.v1.ListBansRequest
+	(*ListBansResponse)(nil),          // 63: limitd.v1.ListBansResponse
+	(*UnbanRequest)(nil),              // 64: limitd.v1.UnbanRequest
+	(*UnbanResponse)(nil),             // 65: limitd.v1.UnbanResponse
+	(*GetUsageRequest)(nil),           // 66: limitd.v1.GetUsageRequest
+	(*UsageWindow)(nil),               // 67: limitd.v1.UsageWindow
+	(*GetUsageResponse)(nil),          // 68: limitd.v1.GetUsageResponse
+	(*ExportUsageRequest)(nil),        // 69: limitd.v1.ExportUsageRequest
+	(*ExportUsageMessage)(nil),        // 70: limitd.v1.ExportUsageMessage
+	(*TopKeysRequest)(nil),            // 71: limitd.v1.TopKeysRequest
+	(*TopKey)(nil),                    // 72: limitd.v1.TopKey
+	(*TopKeysResponse)(nil),           // 73: limitd.v1.TopKeysResponse
+	nil,                               // 74: limitd.v1.Plan.LimitsEntry
+	nil,                               // 75: limitd.v1.Override.LimitsEntry
+	(*ExportUsageMessage_Header)(nil), // 76: limitd.v1.ExportUsageMessage.Header
+	(*ExportUsageMessage_Row)(nil),    // 77: limitd.v1.ExportUsageMessage.Row
+	(*durationpb.Duration)(nil),       // 78: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),     // 79: google.protobuf.Timestamp
 }
 var file_limitd_v1_limitd_proto_depIdxs = []int32{
 	0,  // 0: limitd.v1.CheckRequest.limit:type_name -> limitd.v1.Limit
-	68, // 1: limitd.v1.Decision.reset_after:type_name -> google.protobuf.Duration
-	68, // 2: limitd.v1.Decision.retry_after:type_name -> google.protobuf.Duration
-	68, // 3: limitd.v1.Decision.delay:type_name -> google.protobuf.Duration
+	78, // 1: limitd.v1.Decision.reset_after:type_name -> google.protobuf.Duration
+	78, // 2: limitd.v1.Decision.retry_after:type_name -> google.protobuf.Duration
+	78, // 3: limitd.v1.Decision.delay:type_name -> google.protobuf.Duration
 	3,  // 4: limitd.v1.Decision.limits:type_name -> limitd.v1.NamedDecision
-	68, // 5: limitd.v1.Decision.slot_expires:type_name -> google.protobuf.Duration
+	78, // 5: limitd.v1.Decision.slot_expires:type_name -> google.protobuf.Duration
 	2,  // 6: limitd.v1.NamedDecision.decision:type_name -> limitd.v1.Decision
 	2,  // 7: limitd.v1.CheckResponse.decision:type_name -> limitd.v1.Decision
 	1,  // 8: limitd.v1.CheckAllRequest.checks:type_name -> limitd.v1.CheckRequest
@@ -3945,96 +4749,114 @@ var file_limitd_v1_limitd_proto_depIdxs = []int32{
 	0,  // 14: limitd.v1.PeekRequest.limit:type_name -> limitd.v1.Limit
 	0,  // 15: limitd.v1.ResetRequest.limit:type_name -> limitd.v1.Limit
 	0,  // 16: limitd.v1.SlotRequest.limit:type_name -> limitd.v1.Limit
-	68, // 17: limitd.v1.SlotResponse.slot_expires:type_name -> google.protobuf.Duration
+	78, // 17: limitd.v1.SlotResponse.slot_expires:type_name -> google.protobuf.Duration
 	0,  // 18: limitd.v1.Policy.limit:type_name -> limitd.v1.Limit
 	18, // 19: limitd.v1.Policy.lease:type_name -> limitd.v1.Lease
 	17, // 20: limitd.v1.Policy.on_exceed:type_name -> limitd.v1.OnExceed
 	16, // 21: limitd.v1.PutPolicyRequest.policy:type_name -> limitd.v1.Policy
 	16, // 22: limitd.v1.ListPoliciesResponse.policies:type_name -> limitd.v1.Policy
 	25, // 23: limitd.v1.ListRLSDomainsResponse.domains:type_name -> limitd.v1.RLSDomain
-	66, // 24: limitd.v1.Plan.limits:type_name -> limitd.v1.Plan.LimitsEntry
+	74, // 24: limitd.v1.Plan.limits:type_name -> limitd.v1.Plan.LimitsEntry
 	32, // 25: limitd.v1.PutPlanRequest.plan:type_name -> limitd.v1.Plan
 	32, // 26: limitd.v1.ListPlansResponse.plans:type_name -> limitd.v1.Plan
 	44, // 27: limitd.v1.ListPrefixRulesResponse.rules:type_name -> limitd.v1.PrefixRule
-	67, // 28: limitd.v1.Override.limits:type_name -> limitd.v1.Override.LimitsEntry
-	69, // 29: limitd.v1.Override.expires:type_name -> google.protobuf.Timestamp
+	75, // 28: limitd.v1.Override.limits:type_name -> limitd.v1.Override.LimitsEntry
+	79, // 29: limitd.v1.Override.expires:type_name -> google.protobuf.Timestamp
 	54, // 30: limitd.v1.List.entries:type_name -> limitd.v1.ListEntry
 	53, // 31: limitd.v1.PutListRequest.list:type_name -> limitd.v1.List
 	53, // 32: limitd.v1.ListListsResponse.lists:type_name -> limitd.v1.List
 	61, // 33: limitd.v1.ListBansResponse.bans:type_name -> limitd.v1.Ban
-	0,  // 34: limitd.v1.Plan.LimitsEntry.value:type_name -> limitd.v1.Limit
-	49, // 35: limitd.v1.Override.LimitsEntry.value:type_name -> limitd.v1.LimitOverride
-	1,  // 36: limitd.v1.Limitd.Check:input_type -> limitd.v1.CheckRequest
-	5,  // 37: limitd.v1.Limitd.CheckAll:input_type -> limitd.v1.CheckAllRequest
-	7,  // 38: limitd.v1.Limitd.Batch:input_type -> limitd.v1.BatchRequest
-	11, // 39: limitd.v1.Limitd.Peek:input_type -> limitd.v1.PeekRequest
-	12, // 40: limitd.v1.Limitd.Reset:input_type -> limitd.v1.ResetRequest
-	14, // 41: limitd.v1.Limitd.Release:input_type -> limitd.v1.SlotRequest
-	14, // 42: limitd.v1.Limitd.Renew:input_type -> limitd.v1.SlotRequest
-	19, // 43: limitd.v1.Limitd.PutPolicy:input_type -> limitd.v1.PutPolicyRequest
-	20, // 44: limitd.v1.Limitd.GetPolicy:input_type -> limitd.v1.GetPolicyRequest
-	21, // 45: limitd.v1.Limitd.ListPolicies:input_type -> limitd.v1.ListPoliciesRequest
-	23, // 46: limitd.v1.Limitd.DeletePolicy:input_type -> limitd.v1.DeletePolicyRequest
-	26, // 47: limitd.v1.Limitd.PutRLSDomain:input_type -> limitd.v1.PutRLSDomainRequest
-	27, // 48: limitd.v1.Limitd.GetRLSDomain:input_type -> limitd.v1.GetRLSDomainRequest
-	28, // 49: limitd.v1.Limitd.ListRLSDomains:input_type -> limitd.v1.ListRLSDomainsRequest
-	30, // 50: limitd.v1.Limitd.DeleteRLSDomain:input_type -> limitd.v1.DeleteRLSDomainRequest
-	33, // 51: limitd.v1.Limitd.PutPlan:input_type -> limitd.v1.PutPlanRequest
-	34, // 52: limitd.v1.Limitd.GetPlan:input_type -> limitd.v1.GetPlanRequest
-	35, // 53: limitd.v1.Limitd.ListPlans:input_type -> limitd.v1.ListPlansRequest
-	37, // 54: limitd.v1.Limitd.DeletePlan:input_type -> limitd.v1.DeletePlanRequest
-	39, // 55: limitd.v1.Limitd.SetDefaultPlan:input_type -> limitd.v1.SetDefaultPlanRequest
-	41, // 56: limitd.v1.Limitd.AssignPlan:input_type -> limitd.v1.AssignPlanRequest
-	42, // 57: limitd.v1.Limitd.GetKeyPlan:input_type -> limitd.v1.GetKeyPlanRequest
-	44, // 58: limitd.v1.Limitd.PutPrefixRule:input_type -> limitd.v1.PrefixRule
-	45, // 59: limitd.v1.Limitd.DeletePrefixRule:input_type -> limitd.v1.DeletePrefixRuleRequest
-	47, // 60: limitd.v1.Limitd.ListPrefixRules:input_type -> limitd.v1.ListPrefixRulesRequest
-	50, // 61: limitd.v1.Limitd.PutOverride:input_type -> limitd.v1.Override
-	51, // 62: limitd.v1.Limitd.DeleteOverride:input_type -> limitd.v1.DeleteOverrideRequest
-	55, // 63: limitd.v1.Limitd.PutList:input_type -> limitd.v1.PutListRequest
-	56, // 64: limitd.v1.Limitd.GetList:input_type -> limitd.v1.GetListRequest
-	57, // 65: limitd.v1.Limitd.ListLists:input_type -> limitd.v1.ListListsRequest
-	59, // 66: limitd.v1.Limitd.DeleteList:input_type -> limitd.v1.DeleteListRequest
-	62, // 67: limitd.v1.Limitd.ListBans:input_type -> limitd.v1.ListBansRequest
-	64, // 68: limitd.v1.Limitd.Unban:input_type -> limitd.v1.UnbanRequest
-	4,  // 69: limitd.v1.Limitd.Check:output_type -> limitd.v1.CheckResponse
-	6,  // 70: limitd.v1.Limitd.CheckAll:output_type -> limitd.v1.CheckAllResponse
-	10, // 71: limitd.v1.Limitd.Batch:output_type -> limitd.v1.BatchResponse
-	4,  // 72: limitd.v1.Limitd.Peek:output_type -> limitd.v1.CheckResponse
-	13, // 73: limitd.v1.Limitd.Reset:output_type -> limitd.v1.ResetResponse
-	15, // 74: limitd.v1.Limitd.Release:output_type -> limitd.v1.SlotResponse
-	15, // 75: limitd.v1.Limitd.Renew:output_type -> limitd.v1.SlotResponse
-	16, // 76: limitd.v1.Limitd.PutPolicy:output_type -> limitd.v1.Policy
-	16, // 77: limitd.v1.Limitd.GetPolicy:output_type -> limitd.v1.Policy
-	22, // 78: limitd.v1.Limitd.ListPolicies:output_type -> limitd.v1.ListPoliciesResponse
-	24, // 79: limitd.v1.Limitd.DeletePolicy:output_type -> limitd.v1.DeletePolicyResponse
-	25, // 80: limitd.v1.Limitd.PutRLSDomain:output_type -> limitd.v1.RLSDomain
-	25, // 81: limitd.v1.Limitd.GetRLSDomain:output_type -> limitd.v1.RLSDomain
-	29, // 82: limitd.v1.Limitd.ListRLSDomains:output_type -> limitd.v1.ListRLSDomainsResponse
-	31, // 83: limitd.v1.Limitd.DeleteRLSDomain:output_type -> limitd.v1.DeleteRLSDomainResponse
-	32, // 84: limitd.v1.Limitd.PutPlan:output_type -> limitd.v1.Plan
-	32, // 85: limitd.v1.Limitd.GetPlan:output_type -> limitd.v1.Plan
-	36, // 86: limitd.v1.Limitd.ListPlans:output_type -> limitd.v1.ListPlansResponse
-	38, // 87: limitd.v1.Limitd.DeletePlan:output_type -> limitd.v1.DeletePlanResponse
-	40, // 88: limitd.v1.Limitd.SetDefaultPlan:output_type -> limitd.v1.SetDefaultPlanResponse
-	43, // 89: limitd.v1.Limitd.AssignPlan:output_type -> limitd.v1.KeyPlan
-	43, // 90: limitd.v1.Limitd.GetKeyPlan:output_type -> limitd.v1.KeyPlan
-	44, // 91: limitd.v1.Limitd.PutPrefixRule:output_type -> limitd.v1.PrefixRule
-	46, // 92: limitd.v1.Limitd.DeletePrefixRule:output_type -> limitd.v1.DeletePrefixRuleResponse
-	48, // 93: limitd.v1.Limitd.ListPrefixRules:output_type -> limitd.v1.ListPrefixRulesResponse
-	50, // 94: limitd.v1.Limitd.PutOverride:output_type -> limitd.v1.Override
-	52, // 95: limitd.v1.Limitd.DeleteOverride:output_type -> limitd.v1.DeleteOverrideResponse
-	53, // 96: limitd.v1.Limitd.PutList:output_type -> limitd.v1.List
-	53, // 97: limitd.v1.Limitd.GetList:output_type -> limitd.v1.List
-	58, // 98: limitd.v1.Limitd.ListLists:output_type -> limitd.v1.ListListsResponse
-	60, // 99: limitd.v1.Limitd.DeleteList:output_type -> limitd.v1.DeleteListResponse
-	63, // 100: limitd.v1.Limitd.ListBans:output_type -> limitd.v1.ListBansResponse
-	65, // 101: limitd.v1.Limitd.Unban:output_type -> limitd.v1.UnbanResponse
-	69, // [69:102] is the sub-list for method output_type
-	36, // [36:69] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	79, // 34: limitd.v1.GetUsageRequest.from:type_name -> google.protobuf.Timestamp
+	79, // 35: limitd.v1.GetUsageRequest.to:type_name -> google.protobuf.Timestamp
+	79, // 36: limitd.v1.UsageWindow.start:type_name -> google.protobuf.Timestamp
+	79, // 37: limitd.v1.UsageWindow.end:type_name -> google.protobuf.Timestamp
+	67, // 38: limitd.v1.GetUsageResponse.windows:type_name -> limitd.v1.UsageWindow
+	79, // 39: limitd.v1.ExportUsageRequest.window:type_name -> google.protobuf.Timestamp
+	76, // 40: limitd.v1.ExportUsageMessage.header:type_name -> limitd.v1.ExportUsageMessage.Header
+	77, // 41: limitd.v1.ExportUsageMessage.row:type_name -> limitd.v1.ExportUsageMessage.Row
+	79, // 42: limitd.v1.TopKeysResponse.at:type_name -> google.protobuf.Timestamp
+	72, // 43: limitd.v1.TopKeysResponse.keys:type_name -> limitd.v1.TopKey
+	0,  // 44: limitd.v1.Plan.LimitsEntry.value:type_name -> limitd.v1.Limit
+	49, // 45: limitd.v1.Override.LimitsEntry.value:type_name -> limitd.v1.LimitOverride
+	79, // 46: limitd.v1.ExportUsageMessage.Header.start:type_name -> google.protobuf.Timestamp
+	79, // 47: limitd.v1.ExportUsageMessage.Header.end:type_name -> google.protobuf.Timestamp
+	1,  // 48: limitd.v1.Limitd.Check:input_type -> limitd.v1.CheckRequest
+	5,  // 49: limitd.v1.Limitd.CheckAll:input_type -> limitd.v1.CheckAllRequest
+	7,  // 50: limitd.v1.Limitd.Batch:input_type -> limitd.v1.BatchRequest
+	11, // 51: limitd.v1.Limitd.Peek:input_type -> limitd.v1.PeekRequest
+	12, // 52: limitd.v1.Limitd.Reset:input_type -> limitd.v1.ResetRequest
+	14, // 53: limitd.v1.Limitd.Release:input_type -> limitd.v1.SlotRequest
+	14, // 54: limitd.v1.Limitd.Renew:input_type -> limitd.v1.SlotRequest
+	19, // 55: limitd.v1.Limitd.PutPolicy:input_type -> limitd.v1.PutPolicyRequest
+	20, // 56: limitd.v1.Limitd.GetPolicy:input_type -> limitd.v1.GetPolicyRequest
+	21, // 57: limitd.v1.Limitd.ListPolicies:input_type -> limitd.v1.ListPoliciesRequest
+	23, // 58: limitd.v1.Limitd.DeletePolicy:input_type -> limitd.v1.DeletePolicyRequest
+	26, // 59: limitd.v1.Limitd.PutRLSDomain:input_type -> limitd.v1.PutRLSDomainRequest
+	27, // 60: limitd.v1.Limitd.GetRLSDomain:input_type -> limitd.v1.GetRLSDomainRequest
+	28, // 61: limitd.v1.Limitd.ListRLSDomains:input_type -> limitd.v1.ListRLSDomainsRequest
+	30, // 62: limitd.v1.Limitd.DeleteRLSDomain:input_type -> limitd.v1.DeleteRLSDomainRequest
+	33, // 63: limitd.v1.Limitd.PutPlan:input_type -> limitd.v1.PutPlanRequest
+	34, // 64: limitd.v1.Limitd.GetPlan:input_type -> limitd.v1.GetPlanRequest
+	35, // 65: limitd.v1.Limitd.ListPlans:input_type -> limitd.v1.ListPlansRequest
+	37, // 66: limitd.v1.Limitd.DeletePlan:input_type -> limitd.v1.DeletePlanRequest
+	39, // 67: limitd.v1.Limitd.SetDefaultPlan:input_type -> limitd.v1.SetDefaultPlanRequest
+	41, // 68: limitd.v1.Limitd.AssignPlan:input_type -> limitd.v1.AssignPlanRequest
+	42, // 69: limitd.v1.Limitd.GetKeyPlan:input_type -> limitd.v1.GetKeyPlanRequest
+	44, // 70: limitd.v1.Limitd.PutPrefixRule:input_type -> limitd.v1.PrefixRule
+	45, // 71: limitd.v1.Limitd.DeletePrefixRule:input_type -> limitd.v1.DeletePrefixRuleRequest
+	47, // 72: limitd.v1.Limitd.ListPrefixRules:input_type -> limitd.v1.ListPrefixRulesRequest
+	50, // 73: limitd.v1.Limitd.PutOverride:input_type -> limitd.v1.Override
+	51, // 74: limitd.v1.Limitd.DeleteOverride:input_type -> limitd.v1.DeleteOverrideRequest
+	55, // 75: limitd.v1.Limitd.PutList:input_type -> limitd.v1.PutListRequest
+	56, // 76: limitd.v1.Limitd.GetList:input_type -> limitd.v1.GetListRequest
+	57, // 77: limitd.v1.Limitd.ListLists:input_type -> limitd.v1.ListListsRequest
+	59, // 78: limitd.v1.Limitd.DeleteList:input_type -> limitd.v1.DeleteListRequest
+	62, // 79: limitd.v1.Limitd.ListBans:input_type -> limitd.v1.ListBansRequest
+	64, // 80: limitd.v1.Limitd.Unban:input_type -> limitd.v1.UnbanRequest
+	66, // 81: limitd.v1.Limitd.GetUsage:input_type -> limitd.v1.GetUsageRequest
+	69, // 82: limitd.v1.Limitd.ExportUsage:input_type -> limitd.v1.ExportUsageRequest
+	71, // 83: limitd.v1.Limitd.TopKeys:input_type -> limitd.v1.TopKeysRequest
+	4,  // 84: limitd.v1.Limitd.Check:output_type -> limitd.v1.CheckResponse
+	6,  // 85: limitd.v1.Limitd.CheckAll:output_type -> limitd.v1.CheckAllResponse
+	10, // 86: limitd.v1.Limitd.Batch:output_type -> limitd.v1.BatchResponse
+	4,  // 87: limitd.v1.Limitd.Peek:output_type -> limitd.v1.CheckResponse
+	13, // 88: limitd.v1.Limitd.Reset:output_type -> limitd.v1.ResetResponse
+	15, // 89: limitd.v1.Limitd.Release:output_type -> limitd.v1.SlotResponse
+	15, // 90: limitd.v1.Limitd.Renew:output_type -> limitd.v1.SlotResponse
+	16, // 91: limitd.v1.Limitd.PutPolicy:output_type -> limitd.v1.Policy
+	16, // 92: limitd.v1.Limitd.GetPolicy:output_type -> limitd.v1.Policy
+	22, // 93: limitd.v1.Limitd.ListPolicies:output_type -> limitd.v1.ListPoliciesResponse
+	24, // 94: limitd.v1.Limitd.DeletePolicy:output_type -> limitd.v1.DeletePolicyResponse
+	25, // 95: limitd.v1.Limitd.PutRLSDomain:output_type -> limitd.v1.RLSDomain
+	25, // 96: limitd.v1.Limitd.GetRLSDomain:output_type -> limitd.v1.RLSDomain
+	29, // 97: limitd.v1.Limitd.ListRLSDomains:output_type -> limitd.v1.ListRLSDomainsResponse
+	31, // 98: limitd.v1.Limitd.DeleteRLSDomain:output_type -> limitd.v1.DeleteRLSDomainResponse
+	32, // 99: limitd.v1.Limitd.PutPlan:output_type -> limitd.v1.Plan
+	32, // 100: limitd.v1.Limitd.GetPlan:output_type -> limitd.v1.Plan
+	36, // 101: limitd.v1.Limitd.ListPlans:output_type -> limitd.v1.ListPlansResponse
+	38, // 102: limitd.v1.Limitd.DeletePlan:output_type -> limitd.v1.DeletePlanResponse
+	40, // 103: limitd.v1.Limitd.SetDefaultPlan:output_type -> limitd.v1.SetDefaultPlanResponse
+	43, // 104: limitd.v1.Limitd.AssignPlan:output_type -> limitd.v1.KeyPlan
+	43, // 105: limitd.v1.Limitd.GetKeyPlan:output_type -> limitd.v1.KeyPlan
+	44, // 106: limitd.v1.Limitd.PutPrefixRule:output_type -> limitd.v1.PrefixRule
+	46, // 107: limitd.v1.Limitd.DeletePrefixRule:output_type -> limitd.v1.DeletePrefixRuleResponse
+	48, // 108: limitd.v1.Limitd.ListPrefixRules:output_type -> limitd.v1.ListPrefixRulesResponse
+	50, // 109: limitd.v1.Limitd.PutOverride:output_type -> limitd.v1.Override
+	52, // 110: limitd.v1.Limitd.DeleteOverride:output_type -> limitd.v1.DeleteOverrideResponse
+	53, // 111: limitd.v1.Limitd.PutList:output_type -> limitd.v1.List
+	53, // 112: limitd.v1.Limitd.GetList:output_type -> limitd.v1.List
+	58, // 113: limitd.v1.Limitd.ListLists:output_type -> limitd.v1.ListListsResponse
+	60, // 114: limitd.v1.Limitd.DeleteList:output_type -> limitd.v1.DeleteListResponse
+	63, // 115: limitd.v1.Limitd.ListBans:output_type -> limitd.v1.ListBansResponse
+	65, // 116: limitd.v1.Limitd.Unban:output_type -> limitd.v1.UnbanResponse
+	68, // 117: limitd.v1.Limitd.GetUsage:output_type -> limitd.v1.GetUsageResponse
+	70, // 118: limitd.v1.Limitd.ExportUsage:output_type -> limitd.v1.ExportUsageMessage
+	73, // 119: limitd.v1.Limitd.TopKeys:output_type -> limitd.v1.TopKeysResponse
+	84, // [84:120] is the sub-list for method output_type
+	48, // [48:84] is the sub-list for method input_type
+	48, // [48:48] is the sub-list for extension type_name
+	48, // [48:48] is the sub-list for extension extendee
+	0,  // [0:48] is the sub-list for field type_name
 }
 
 func init() { file_limitd_v1_limitd_proto_init() }
@@ -4049,13 +4871,17 @@ func file_limitd_v1_limitd_proto_init() {
 	}
 	file_limitd_v1_limitd_proto_msgTypes[16].OneofWrappers = []any{}
 	file_limitd_v1_limitd_proto_msgTypes[18].OneofWrappers = []any{}
+	file_limitd_v1_limitd_proto_msgTypes[70].OneofWrappers = []any{
+		(*ExportUsageMessage_Header_)(nil),
+		(*ExportUsageMessage_Row_)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_limitd_v1_limitd_proto_rawDesc), len(file_limitd_v1_limitd_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   68,
+			NumMessages:   78,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
