@@ -2,6 +2,7 @@ package api
 
 import (
 	"bufio"
+	"errors"
 	"bytes"
 	"encoding/csv"
 	"encoding/json"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/julienschmidt/httprouter"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/limitd/limitd/nodeapi"
 	"github.com/limitd/limitd/service"
@@ -29,6 +31,33 @@ import (
 func (s *Server) usageRoutes(r *httprouter.Router) {
 	r.GET("/v1/usage", s.admin(s.handleKeyUsage))
 	r.GET("/v1/usage/export", s.admin(s.handleExportUsage))
+	for _, c := range []prometheus.Collector{usageReads, usageExportRows} {
+		if err := s.metrics.reg.Register(c); err != nil && !errors.As(err, new(prometheus.AlreadyRegisteredError)) {
+			s.cfg.Logger.Error("register a usage metric", "error", err)
+		}
+	}
+}
+
+// usageReads counts the usage reads by what was read (usage, export, top)
+// and result (ok, error); usageExportRows the rows exports streamed. Shared
+// by the servers of a process, like the adjustments counter.
+var (
+	usageReads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "limitd_usage_reads_total",
+		Help: "Usage reads served from this node's applied state (GET /v1/usage, /v1/usage/export, /v1/keys/top), by read (usage, export, top) and result (ok, error).",
+	}, []string{"read", "result"})
+	usageExportRows = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "limitd_usage_export_rows_total",
+		Help: "Rows (one key's usage in one window) streamed by GET /v1/usage/export.",
+	})
+)
+
+func countRead(read string, failed bool) {
+	result := "ok"
+	if failed {
+		result = "error"
+	}
+	usageReads.WithLabelValues(read, result).Inc()
 }
 
 // queryParams reads a query string whose parameters are each given at most
@@ -123,6 +152,7 @@ func (s *Server) handleKeyUsage(w http.ResponseWriter, req *http.Request, _ http
 		q.Max = n
 	}
 	h, e := s.svc.KeyUsage(q)
+	countRead("usage", e != nil)
 	if e != nil {
 		writeError(w, s.httpError(e))
 		return
@@ -197,6 +227,7 @@ func (s *Server) handleExportUsage(w http.ResponseWriter, req *http.Request, _ h
 		return err
 	}
 	row := func(r nodeapi.ExportRow) error {
+		usageExportRows.Inc()
 		if format == "csv" {
 			return cw.Write([]string{r.Key, strconv.FormatInt(r.Used, 10), strconv.FormatInt(r.Refused, 10), start, end})
 		}
@@ -210,6 +241,7 @@ func (s *Server) handleExportUsage(w http.ResponseWriter, req *http.Request, _ h
 		return err
 	}
 	e := s.svc.ExportUsage(q, header, row)
+	countRead("export", e != nil)
 	if e != nil && !started {
 		writeError(w, s.httpError(e))
 		return
@@ -302,6 +334,7 @@ func (s *Server) handleTopKeys(w http.ResponseWriter, req *http.Request, _ httpr
 		q.Limit = n
 	}
 	v, e := s.svc.TopKeys(q)
+	countRead("top", e != nil)
 	if e != nil {
 		writeError(w, s.httpError(e))
 		return
