@@ -27,7 +27,7 @@ type keyUsageJSON struct {
 	Used         int64  `json:"used"`
 	Remaining    int64  `json:"remaining"`
 	ResetAfterMS int64  `json:"reset_after_ms"`
-	Refused      *int64 `json:"refused,omitempty"` // only where the state keeps it: never today
+	Refused      *int64 `json:"refused,omitempty"` // limits with a history option: refusals decided through the log in the current window (fsm/history.go)
 }
 
 type keysPageJSON struct {

@@ -69,21 +69,22 @@ type planJSON struct {
 }
 
 type planOutJSON struct {
-	Name   string                      `json:"name"`
-	Limits map[string]planLimitOutJSON `json:"limits"`
+	Name   string                  `json:"name"`
+	Limits map[string]planLimitOut `json:"limits"`
 }
 
-// planLimitOutJSON is a plan's limit on the wire: an inline limit's fields
-// and its options.
-type planLimitOutJSON struct {
+// planLimitOut is a plan limit on the wire: its limit's fields and its
+// options (notify: alerts; history: usage.go).
+type planLimitOut struct {
 	algo.Config
-	Notify []float64 `json:"notify,omitempty"`
+	Notify  []float64 `json:"notify,omitempty"`
+	History string    `json:"history,omitempty"`
 }
 
 func planOut(p nodeapi.Plan) planOutJSON {
-	out := planOutJSON{Name: p.Name, Limits: make(map[string]planLimitOutJSON, len(p.Limits))}
+	out := planOutJSON{Name: p.Name, Limits: make(map[string]planLimitOut, len(p.Limits))}
 	for _, l := range p.Limits {
-		out.Limits[l.Name] = planLimitOutJSON{Config: l.Spec.Config(), Notify: service.NotifyOut(l.Options.Notify)}
+		out.Limits[l.Name] = planLimitOut{Config: l.Spec.Config(), Notify: service.NotifyOut(l.Options.Notify), History: service.FormatHistory(l.Options.History)}
 	}
 	return out
 }
@@ -199,11 +200,22 @@ func (s *Server) handlePutPlan(w http.ResponseWriter, req *http.Request, ps http
 			writeError(w, ae)
 			return
 		}
+		raw, history, ae := splitHistory(raw, "limits."+ln) // usage.go
+		if ae != nil {
+			writeError(w, ae)
+			return
+		}
 		if notify != nil {
 			if pr.Notify == nil {
 				pr.Notify = map[string][]float64{}
 			}
 			pr.Notify[ln] = notify
+		}
+		if history != "" {
+			if pr.History == nil {
+				pr.History = map[string]string{}
+			}
+			pr.History[ln] = history
 		}
 		// Each limit's fields exactly as an inline limit's, errors named
 		// under "limits.<name>".

@@ -39,11 +39,15 @@ type policyJSON struct {
 	// Degraded lets a node without a quorum decide alone with its share:
 	// {"mode": "share"} (service.ValidateDegraded).
 	Degraded json.RawMessage `json:"degraded,omitempty"`
+	// History keeps each closed window's usage this long ("400d";
+	// fixed_window and calendar windows; usage.go).
+	History string `json:"history,omitempty"`
 }
 
 func policyOut(p nodeapi.Policy) policyJSON {
 	local := !p.NoLocalRefusals
-	pj := policyJSON{Name: p.Name, Config: p.Spec.Config(), Shadow: p.Shadow, LocalRefusals: &local, MaxKeys: p.MaxKeys}
+	pj := policyJSON{Name: p.Name, Config: p.Spec.Config(), Shadow: p.Shadow, LocalRefusals: &local, MaxKeys: p.MaxKeys,
+		History: service.FormatHistory(p.Options.History)}
 	if pj.Config.Burst != 0 {
 		pj.Burst = &pj.Config.Burst
 	}
@@ -96,7 +100,7 @@ func decodePolicy(body []byte, name, prefix string) (service.PolicyRequest, *api
 			return service.PolicyRequest{}, e
 		}
 	}
-	return service.PolicyRequest{Name: name, Config: pj.Config, Shadow: pj.Shadow, NoLocalRefusals: noLocal, Lease: lease, OnExceed: onExceed, MaxKeys: pj.MaxKeys, Degraded: degraded, Notify: pj.Notify}, nil
+	return service.PolicyRequest{Name: name, Config: pj.Config, Shadow: pj.Shadow, NoLocalRefusals: noLocal, Lease: lease, OnExceed: onExceed, MaxKeys: pj.MaxKeys, Degraded: degraded, Notify: pj.Notify, History: pj.History}, nil
 }
 
 func (s *Server) handleListPolicies(w http.ResponseWriter, _ *http.Request, _ httprouter.Params) {

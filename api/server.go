@@ -184,10 +184,11 @@ func (s *Server) routes() http.Handler {
 	r.DELETE("/v1/policies/:name", s.admin(noQuery(s.handleDeletePolicy)))
 
 	// A catch-all, because keys may contain '/' (percent-encoded or not).
-	r.GET("/v1/keys", s.admin(s.handleListKeys)) // the usage inventory (inventory.go)
-	r.GET("/v1/keys/*key", s.keyRoutes(s.handlePeekKey))
+	r.GET("/v1/keys", s.admin(s.handleListKeys))                      // the usage inventory (inventory.go)
+	r.GET("/v1/keys/*key", s.keyRoutes(s.topKeysOr(s.handlePeekKey))) // GET /v1/keys/top?...&window=: usage.go
 	r.DELETE("/v1/keys/*key", s.keyRoutes(s.admin(s.handleResetKey)))
-	s.planRoutes(r) // plans, prefix rules, keys' plans and overrides (plans.go)
+	s.planRoutes(r)  // plans, prefix rules, keys' plans and overrides (plans.go)
+	s.usageRoutes(r) // usage history and its export (usage.go)
 
 	r.GET("/v1/cluster", noQuery(s.handleClusterStatus))
 	r.GET("/v1/cluster/digest", s.admin(noQuery(s.handleDigest))) // the applied index is for admins, like /v1/cluster's

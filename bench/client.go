@@ -60,7 +60,7 @@ func NewClientTarget(cfg ClientConfig) (*ClientTarget, error) {
 	s := cfg.Check
 	t := &ClientTarget{c: c, spec: s, pair: cfg.Pair, pairHold: cfg.PairHold,
 		hot: &client.Limit{Algorithm: s.Algorithm, Limit: s.hotLimit(), Window: s.Window, Burst: s.hotBurst()}}
-	if s.Policy == "" {
+	if s.Policy == "" && !s.ByPlan {
 		t.lim = &client.Limit{Algorithm: s.Algorithm, Limit: s.Limit, Window: s.Window, Burst: s.Burst}
 	}
 	return t, nil

@@ -114,7 +114,7 @@ func NewGRPCTarget(cfg GRPCConfig) (*GRPCTarget, error) {
 	c := cfg.Check
 	t := &GRPCTarget{grpcConns: g, spec: c, cost: &c.Cost,
 		hot: &limitdv1.Limit{Algorithm: c.Algorithm, Limit: c.hotLimit(), Window: c.Window, Burst: c.hotBurst()}}
-	if c.Policy == "" {
+	if c.Policy == "" && !c.ByPlan {
 		t.limit = &limitdv1.Limit{Algorithm: c.Algorithm, Limit: c.Limit, Window: c.Window, Burst: c.Burst}
 	}
 	for _, cc := range g.conns {
@@ -159,8 +159,8 @@ func RLSDomainConfig(domain string, spec CheckSpec) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if spec.Policy != "" {
-		return "", errors.New("the RLS target checks an inline limit of the domain it installs, not a policy")
+	if spec.Policy != "" || spec.ByPlan {
+		return "", errors.New("the RLS target checks an inline limit of the domain it installs, not a policy or plan")
 	}
 	rule := func(key string, limit int64) string {
 		return fmt.Sprintf("  - key: %s\n    rate_limit:\n      unit: %s\n      requests_per_unit: %d\n      algorithm: %s\n",

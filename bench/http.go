@@ -22,6 +22,9 @@ import (
 type CheckSpec struct {
 	KeyPrefix string
 	Policy    string // if set, the inline limit is not sent
+	// ByPlan sends neither policy nor limit: the check is decided under the
+	// key's plan (the plan-resolved workload, limitd bench --plan).
+	ByPlan bool
 	Algorithm string
 	Limit     int64
 	Window    string
@@ -90,7 +93,7 @@ func NewBodyEncoder(c CheckSpec) (*BodyEncoder, error) {
 		Cost   int64  `json:"cost"` // always sent: 0 is a peek, not the default
 	}
 	r := rest{Policy: c.Policy, Cost: c.Cost}
-	if c.Policy == "" {
+	if c.Policy == "" && !c.ByPlan {
 		r.Limit = &limit{Algorithm: c.Algorithm, Limit: c.Limit, Window: c.Window, Burst: c.Burst}
 	}
 	restJSON, err := json.Marshal(r)

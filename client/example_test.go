@@ -66,7 +66,7 @@ func startNode() (func(), error) {
 	// provides it.
 	c := n.Catalog()
 	deps := service.Deps{Node: n, LeaderLocator: n, Leaser: n, Refuser: n.OverLimit(), Backuper: n.Backups(),
-		Policies: c, Plans: c, Domains: c, Lists: c, Bans: c, Inventory: c, Digester: c, Alerts: c, Degrader: n}
+		Policies: c, Plans: c, Domains: c, Lists: c, Bans: c, Inventory: c, Digester: c, Alerts: c, Degrader: n, Usage: c}
 	h := api.New(service.New(deps, service.Config{Observer: m}), n, m, api.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}).Handler()
 	srv := httptest.NewUnstartedServer(h)
 	srv.Listener.Close()

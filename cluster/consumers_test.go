@@ -36,6 +36,7 @@ var (
 	_ service.Digester      = (*cluster.Catalog)(nil)   // GET /v1/cluster/digest (status.go)
 	_ service.Backuper      = (*backup.Taker)(nil)      // GET /v1/cluster/snapshot (Node.Backups)
 	_ service.Alerts        = (*cluster.Catalog)(nil)   // webhooks, the outbox, the event stream (webhooks.go)
+	_ service.UsageHistory  = (*cluster.Catalog)(nil)   // GET /v1/usage, /v1/usage/export (usage.go)
 )
 
 var _ api.Store = (*cluster.Node)(nil) // /healthz: whether the node can serve at all

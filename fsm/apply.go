@@ -43,9 +43,10 @@ type applier struct {
 	index uint64      // the Raft index of the entry being applied (slot ids)
 	slot  slotApplier // slots.go
 
-	markKeyBuf         []byte      // notify.go
-	emitted, emittedAt uint64      // outbox.go: events of the entry at index emittedAt
-	costs              costApplier // reserve.go
+	markKeyBuf         []byte         // notify.go
+	emitted, emittedAt uint64         // outbox.go: events of the entry at index emittedAt
+	costs              costApplier    // reserve.go
+	hist               historyApplier // history.go
 }
 
 type nodeChange struct {
@@ -87,6 +88,8 @@ type limit struct {
 	onExceed *OnExceed
 	// notify is the limit's alert thresholds, nil without any (notify.go).
 	notify *[MaxNotify]uint16
+	// history is the limit's history option in ns (0: none; history.go).
+	history int64
 }
 
 // tentative is a key's state while an op is being decided: the stored state,
@@ -215,6 +218,7 @@ func (a *applier) deletePolicy(tx *persist.Tx, name string) (*Error, error) {
 	// would be unbounded work in one entry.
 	a.pendingPolicies[name] = nil
 	a.forgetLimit(name)
+	a.f.top.forget(name) // topkeys.go
 	return nil, nil
 }
 
@@ -286,7 +290,7 @@ func (a *applier) resolve(ck *checkRef, lim *limit) *Error {
 		if !ok {
 			return notFound(string(ck.policy))
 		}
-		*lim = limit{spec: &p.Spec, shadow: p.Shadow, policy: true, ident: ck.policy, name: p.Name, noCache: p.NoLocalRefusals || notCacheable(&p.Spec), maxKeys: p.MaxKeys, onExceed: onExceedOf(p), notify: notifyOf(p)}
+		*lim = limit{spec: &p.Spec, shadow: p.Shadow, policy: true, ident: ck.policy, name: p.Name, noCache: p.NoLocalRefusals || notCacheable(&p.Spec), maxKeys: p.MaxKeys, onExceed: onExceedOf(p), notify: notifyOf(p), history: int64(p.Options.History)}
 		return nil
 	case ck.kind == limitSpec:
 		se := a.specs[string(ck.spec)]
@@ -577,6 +581,9 @@ func (a *applier) decideOp(tx *persist.Tx, checks []checkRef, lims []limit, decs
 		if err := a.notify(tx, checks, lims, decs, now); err != nil { // notify.go
 			return Result{}, err
 		}
+	}
+	if err := a.recordUsage(tx, checks, lims, decs, now, !all || allowed); err != nil { // history.go
+		return Result{}, err
 	}
 	if c := a.f.opts.OverLimit; c != nil {
 		a.observe(c, checks, lims, decs, now, all && !allowed)

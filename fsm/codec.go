@@ -472,7 +472,7 @@ func decodePolicy(d *decoder) (p Policy, invalid error) {
 	if invalidOnExceed != nil {
 		return p, invalidOnExceed
 	}
-	return p, invalidOptions
+	return p, limitOptionsFit(&p.Spec, &p.Options, invalidOptions) // history.go
 }
 
 func appendString(dst []byte, s string) []byte {

@@ -115,6 +115,7 @@ type FSM struct {
 	bans     banTable    // the ban records' copy (ban.go)
 	outbox   outboxTable // events waiting for delivery (outbox.go)
 	webhooks domainTable // webhooks (webhooks.go)
+	top      topKeys     // top keys per policy, memory only (topkeys.go)
 
 	ap applier
 
@@ -518,6 +519,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	// Every cached refusal is about the state being replaced; drop them
 	// before it is (even a failed restore costs only misses).
 	f.clearOverLimit()
+	f.top.clear() // topkeys.go: counts of the replaced state's log
 	if err := f.store.Restore(rc); err != nil {
 		return err
 	}

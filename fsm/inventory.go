@@ -54,6 +54,10 @@ func (f *FSM) ListKeys(q KeysQuery) (KeysPage, error) {
 		if err := l.resolve(); err != nil {
 			return err
 		}
+		var err error
+		if l.urecs, err = tx.StateReader(); err != nil {
+			return err
+		}
 		if q.Sort == nodeapi.SortKey {
 			return l.byKey(&page, cur)
 		}
@@ -68,13 +72,16 @@ type lister struct {
 	now int64
 	tx  *persist.Tx
 
-	base  []byte // the storage-key prefix of the limit: every key's state is base ‖ key
-	spec  algo.Spec
-	plan  *planConfig          // plan listings: the configuration at this index
-	recs  *persist.StateReader // plan listings: the keys' assignments and overrides
-	limit string               // plan listings: the plan limit's name
-	buf   []byte
-	rec   []byte
+	base    []byte // the storage-key prefix of the limit: every key's state is base ‖ key
+	spec    algo.Spec
+	plan    *planConfig          // plan listings: the configuration at this index
+	recs    *persist.StateReader // plan listings: the keys' assignments and overrides
+	limit   string               // plan listings: the plan limit's name
+	buf     []byte
+	rec     []byte
+	urecs   *persist.StateReader // the keys' usage records (history.go)
+	history bool                 // the limit has a history option: refusals are counted
+	urec    []byte
 }
 
 func (l *lister) resolve() error {
@@ -99,7 +106,7 @@ func (l *lister) resolve() error {
 		if err != nil {
 			return fmt.Errorf("policy %q: %w: %v", q.Policy, persist.ErrCorrupt, err)
 		}
-		l.spec = spec
+		l.spec, l.history = spec, p.Options.History > 0
 		l.base = appendLimitPrefix(nil, 'p', q.Policy)
 		return nil
 	}
@@ -138,6 +145,7 @@ func (l *lister) resolve() error {
 		return err
 	}
 	l.plan, l.limit, l.spec, l.recs = c, pl.Name, pl.Spec, recs
+	l.history = pl.Options.History > 0
 	l.base = appendLimitPrefix(nil, tagPlanLimit, pl.Name)
 	return nil
 }
@@ -258,6 +266,9 @@ func (l *lister) byKey(page *KeysPage, cur keysCursor) error {
 			page.Cursor = encodeKeysCursor(keysCursor{key: last})
 			return false, nil
 		}
+		if u.Refused, err = l.refused(key); err != nil {
+			return false, err
+		}
 		u.Key = string(key)
 		page.Keys = append(page.Keys, u)
 		last = key
@@ -303,7 +314,7 @@ func sortValue(sortBy string, u *KeyUsage) int64 {
 		return -u.Used
 	case nodeapi.SortRemaining:
 		return u.Remaining
-	default: // refused: unknown for every key today, so 0 (key order)
+	default: // refused
 		if u.Refused != nil {
 			return -*u.Refused
 		}
@@ -328,6 +339,11 @@ func (l *lister) sorted(page *KeysPage, cur keysCursor) error {
 		if err != nil || !ok {
 			return err == nil, err
 		}
+		if l.q.Sort == nodeapi.SortRefused {
+			if u.Refused, err = l.refused(key); err != nil {
+				return false, err
+			}
+		}
 		r := ranked{v: sortValue(l.q.Sort, &u), key: key, u: u}
 		if cur.key != nil && !after.less(&r) {
 			return true, nil
@@ -351,6 +367,11 @@ func (l *lister) sorted(page *KeysPage, cur keysCursor) error {
 	for i := range h {
 		page.Keys[i] = h[i].u
 		page.Keys[i].Key = string(h[i].key)
+		if page.Keys[i].Refused == nil && l.history {
+			if page.Keys[i].Refused, err = l.refused(h[i].key); err != nil {
+				return err
+			}
+		}
 	}
 	if more {
 		lastR := h[len(h)-1]
@@ -412,4 +433,28 @@ func decodeKeysCursor(s, sortBy string) (keysCursor, *Error) {
 	default:
 		return keysCursor{}, badCursor("not a cursor this listing returned")
 	}
+}
+
+// refused is key's refusals decided through the log in the current window
+// of the listed limit (history.go), 0 when its usage record is of an
+// earlier window or absent; nil (unknown) for a limit without a history
+// option, which counts none.
+func (l *lister) refused(key []byte) (*int64, error) {
+	if !l.history {
+		return nil, nil
+	}
+	l.urec = append(append(append(l.urec[:0], tagUsage), l.base...), key...)
+	st, err := l.urecs.State(l.urec)
+	n := int64(0)
+	if err != nil || !st.Found {
+		return &n, err
+	}
+	r, err := decodeUsageRec(st.Data)
+	if err != nil {
+		return nil, fmt.Errorf("usage record of %q: %w: %v", key, persist.ErrCorrupt, err)
+	}
+	if r.start <= l.now && l.now < r.end {
+		n = r.refused
+	}
+	return &n, nil
 }

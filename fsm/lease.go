@@ -477,6 +477,11 @@ func (a *applier) grantLease(tx *persist.Tx, holder []byte, lr *leaseRef, now in
 	if err := a.writeLeases(tx, a.leaseKey(key), lprev); err != nil {
 		return g, err
 	}
+	if lim.history > 0 {
+		if err := a.addUsage(tx, key, &lim, ag.Units, 0, now); err != nil { // history.go: charged at grant
+			return g, err
+		}
+	}
 	return g, a.noteGrant(tx, p.Name, now, ag.Valid) // leasefence.go
 }
 
@@ -548,6 +553,9 @@ func (a *applier) returnLease(tx *persist.Tx, holder []byte, lr *leaseRef, now i
 	}
 	t := tentative{key: key, prev: st, data: next, expiry: expiry, changed: true}
 	if err := writeState(tx, &t); err != nil {
+		return 0, err
+	}
+	if err := a.creditUsage(tx, key, &lim, credited, le.window, now); err != nil { // history.go
 		return 0, err
 	}
 	if c := a.f.opts.OverLimit; c != nil && credited > 0 {

@@ -3,6 +3,9 @@ package fsm
 import (
 	"encoding/binary"
 	"fmt"
+	"time"
+
+	"github.com/limitd/limitd/algo"
 
 	"github.com/limitd/limitd/nodeapi"
 )
@@ -18,13 +21,15 @@ import (
 //
 // Tags in use (one line each, with the file that owns the option):
 //
+//	'd' degraded: one byte, the DegradedMode; policies only (degraded.go)
+//	'h' history: uvarint(ns), LimitOptions.History (history.go)
 //	'n' notify: uvarint(count) ‖ uvarint(threshold)… (notify.go)
 const (
+	limitOptDegraded  byte = 'd'
+	optHistory        byte = 'h'
 	limitOptionNotify byte = 'n'
 
 	limitOptionsMax = 16 // options in one block: more is damage
-
-	limitOptDegraded byte = 'd' // degraded.go: one byte, the DegradedMode (policies only)
 )
 
 // appendLimitOptions appends o's block; it writes nothing when o is zero.
@@ -39,6 +44,9 @@ func appendLimitOptions(dst []byte, o *nodeapi.LimitOptions) []byte {
 	var opts []opt // in increasing tag order
 	if o.Degraded != nodeapi.DegradedNone {
 		opts = append(opts, opt{limitOptDegraded, []byte{byte(o.Degraded)}})
+	}
+	if o.History > 0 {
+		opts = append(opts, opt{optHistory, binary.AppendUvarint(nil, uint64(o.History))})
 	}
 	if o.Notify[0] != 0 {
 		opts = append(opts, opt{limitOptionNotify, appendNotify(nil, &o.Notify)})
@@ -88,6 +96,18 @@ func decodeLimitOptions(d *decoder) (o nodeapi.LimitOptions, invalid error) {
 			var bad error
 			if o.Notify, bad = decodeNotify(body); bad != nil && invalid == nil {
 				invalid = bad
+			}
+		case optHistory:
+			v, n := binary.Uvarint(body)
+			switch {
+			case n <= 0 || n != len(body):
+				d.fail(fmt.Errorf("limit options: history: bad encoding"))
+			case v == 0 || v > uint64(nodeapi.MaxHistory):
+				if invalid == nil {
+					invalid = &algo.FieldError{Field: "history", Message: fmt.Sprintf("must be more than 0 and at most %s", algo.FormatWindow(nodeapi.MaxHistory))}
+				}
+			default:
+				o.History = time.Duration(v)
 			}
 		default:
 			_ = body

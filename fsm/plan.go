@@ -259,7 +259,7 @@ func decodePlanLimit(raw []byte) (algo.Spec, nodeapi.LimitOptions, error) {
 	if d.err != nil {
 		return algo.Spec{}, nodeapi.LimitOptions{}, &algo.FieldError{Field: "options", Message: d.err.Error()}
 	}
-	return s, opts, invalid
+	return s, opts, limitOptionsFit(&s, &opts, invalid) // history.go
 }
 
 func limitFieldError(err error, name string) error {
@@ -672,6 +672,9 @@ func (a *applier) planName(tx *persist.Tx, key []byte) (name, source string, err
 	}
 	switch {
 	case st.Found:
+		if p, ok := cfg.plans[string(st.Data)]; ok {
+			return p.Name, nodeapi.SourceAssignment, nil // the plan's own string: no allocation per check
+		}
 		return string(st.Data), nodeapi.SourceAssignment, nil
 	default:
 		if _, p, ok := cfg.rule(key); ok {
@@ -744,7 +747,10 @@ func (a *applier) decidePlan(tx *persist.Tx, ck *checkRef, decs []Decision, now 
 		}
 	}
 	n := len(p.Limits)
-	a.plan.specs = append(a.plan.specs[:0], make([]algo.Spec, n)...)
+	if cap(a.plan.specs) < n {
+		a.plan.specs = make([]algo.Spec, n)
+	}
+	a.plan.specs = a.plan.specs[:n]
 	a.plan.checks = a.plan.checks[:0]
 	a.plan.lims = a.plan.lims[:0]
 	usedOv := false
@@ -763,10 +769,14 @@ func (a *applier) decidePlan(tx *persist.Tx, ck *checkRef, decs []Decision, now 
 			}
 		}
 		a.plan.checks = append(a.plan.checks, checkRef{kind: limitPlan, key: ck.key, cost: ck.cost})
-		a.plan.lims = append(a.plan.lims, limit{spec: &a.plan.specs[i], tag: tagPlanLimit, ident: []byte(p.Limits[i].Name),
-			name: p.Limits[i].Name, noCache: true, notify: notifyOfLimit(&p.Limits[i].Options)}) // notify.go
+		a.plan.lims = append(a.plan.lims, limit{spec: &a.plan.specs[i], tag: tagPlanLimit, ident: a.plan.ident(p.Limits[i].Name),
+			name: p.Limits[i].Name, noCache: true, notify: notifyOfLimit(&p.Limits[i].Options), history: int64(p.Limits[i].Options.History)}) // notify.go, history.go
 	}
-	pdecs := make([]Decision, n)
+	if cap(a.plan.decs) < n {
+		a.plan.decs = make([]Decision, n)
+	}
+	pdecs := a.plan.decs[:n]
+	clear(pdecs)
 	res, err := a.decideOp(tx, a.plan.checks, a.plan.lims, pdecs, now, true)
 	if err != nil || res.Err != nil {
 		return res, err
@@ -781,7 +791,8 @@ func (a *applier) decidePlan(tx *persist.Tx, ck *checkRef, decs []Decision, now 
 			}
 		}
 	}
-	pd := &nodeapi.PlanDecision{Plan: p.Name, Source: source, Overridden: usedOv, Limits: make([]nodeapi.NamedDecision, n)}
+	pd := a.plan.answer(n)
+	pd.Plan, pd.Source, pd.Overridden = p.Name, source, usedOv
 	pick := -1
 	for i := range pdecs {
 		pd.Limits[i] = nodeapi.NamedDecision{Name: p.Limits[i].Name, Decision: pdecs[i].Decision}
@@ -882,6 +893,42 @@ type planApplier struct {
 	specs  []algo.Spec
 	checks []checkRef
 	lims   []limit
+	decs   []Decision        // decidePlan's per-limit decisions (not kept past it)
+	idents map[string][]byte // limit name → its bytes: the storage identity without an allocation per check
+	// Slabs the answers' plan decisions are carved from, each element used
+	// once (answers keep them): one allocation per many plan checks.
+	pdSlab []nodeapi.PlanDecision
+	ndSlab []nodeapi.NamedDecision
+}
+
+// answer returns a fresh plan decision with n limits from the slabs.
+func (pa *planApplier) answer(n int) *nodeapi.PlanDecision {
+	if len(pa.pdSlab) == 0 {
+		pa.pdSlab = make([]nodeapi.PlanDecision, 64)
+	}
+	pd := &pa.pdSlab[0]
+	pa.pdSlab = pa.pdSlab[1:]
+	if len(pa.ndSlab) < n {
+		pa.ndSlab = make([]nodeapi.NamedDecision, max(256, n))
+	}
+	pd.Limits = pa.ndSlab[:n:n]
+	pa.ndSlab = pa.ndSlab[n:]
+	return pd
+}
+
+// ident is name's bytes, kept: a plan check must not allocate per limit
+// what a check under a policy does not (limit names are bounded by
+// nodeapi.MaxPlans × MaxPlanLimits).
+func (pa *planApplier) ident(name string) []byte {
+	if b, ok := pa.idents[name]; ok {
+		return b
+	}
+	if pa.idents == nil || len(pa.idents) >= nodeapi.MaxPlans*nodeapi.MaxPlanLimits {
+		pa.idents = make(map[string][]byte)
+	}
+	b := []byte(name)
+	pa.idents[name] = b
+	return b
 }
 
 // appendAlgoDecision writes a decision's five numbers.
@@ -1028,7 +1075,7 @@ func (a *applier) adjustPlan(tx *persist.Tx, ck *checkRef, decs []Decision, now 
 			}
 		}
 	}
-	lim := limit{spec: &spec, tag: tagPlanLimit, ident: []byte(pl.Name), name: pl.Name, noCache: true}
+	lim := limit{spec: &spec, tag: tagPlanLimit, ident: []byte(pl.Name), name: pl.Name, noCache: true, history: int64(pl.Options.History)}
 	key := a.storageKey(ck, &lim)
 	cur, err := tx.State(key)
 	if err != nil {
@@ -1041,6 +1088,11 @@ func (a *applier) adjustPlan(tx *persist.Tx, ck *checkRef, decs []Decision, now 
 	t := tentative{key: key, prev: cur, data: next, expiry: now + int64(d.ResetAfter), changed: applied != 0}
 	if err := writeState(tx, &t); err != nil {
 		return Result{}, err
+	}
+	if lim.history > 0 {
+		if err := a.addUsage(tx, key, &lim, -applied, 0, now); err != nil { // history.go: a credit is use given back
+			return Result{}, err
+		}
 	}
 	d.Allowed = true
 	decs[0] = Decision{Decision: d, Plan: &nodeapi.PlanDecision{Plan: p.Name, Source: source, Limit: pl.Name, Overridden: ovr, Adjusted: applied,

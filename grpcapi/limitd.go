@@ -180,6 +180,7 @@ func policyProto(p nodeapi.Policy) *limitdv1.Policy {
 	local := !p.NoLocalRefusals
 	out := &limitdv1.Policy{Name: p.Name, Limit: limitProto(p.Spec), Shadow: p.Shadow, LocalRefusals: &local, Lease: leaseProto(p.Lease), MaxKeys: p.MaxKeys}
 	out.Limit.Notify = service.NotifyOut(p.Options.Notify)
+	out.Limit.History = service.FormatHistory(p.Options.History) // usage.go
 	if o := service.OnExceedOut(p.OnExceed); o != nil {
 		out.OnExceed = &limitdv1.OnExceed{Ban: o.Ban, Escalate: o.Escalate, ForgetAfter: o.ForgetAfter}
 	}
@@ -231,7 +232,8 @@ func policyRequest(p *limitdv1.Policy) (service.PolicyRequest, *service.Error) {
 	// local_refusals has presence: unset is the default, true (GetLocalRefusals
 	// would read it as false).
 	noLocal := p.LocalRefusals != nil && !*p.LocalRefusals
-	r := service.PolicyRequest{Name: p.GetName(), Config: limitConfig(p.GetLimit()), Shadow: p.GetShadow(), NoLocalRefusals: noLocal, Lease: lease, MaxKeys: p.GetMaxKeys()}
+	r := service.PolicyRequest{Name: p.GetName(), Config: limitConfig(p.GetLimit()), Shadow: p.GetShadow(), NoLocalRefusals: noLocal, Lease: lease, MaxKeys: p.GetMaxKeys(),
+		History: p.GetLimit().GetHistory()} // usage.go
 	if o := p.GetOnExceed(); o != nil {
 		r.OnExceed = &service.OnExceedConfig{Ban: o.GetBan(), Escalate: o.GetEscalate(), ForgetAfter: o.GetForgetAfter()}
 	}
@@ -260,6 +262,9 @@ func policyRequest(p *limitdv1.Policy) (service.PolicyRequest, *service.Error) {
 	}
 	if r.MaxKeys < 0 {
 		return r, service.Invalid("policy.max_keys", "must be zero (no bound of its own) or a positive number of keys")
+	}
+	if _, e := service.ValidateHistory(r.History, spec, "policy.limit"); e != nil {
+		return r, e
 	}
 	return r, nil
 }

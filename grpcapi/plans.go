@@ -33,6 +33,7 @@ func planProto(p nodeapi.Plan) *limitdv1.Plan {
 	for _, l := range p.Limits {
 		out.Limits[l.Name] = limitProto(l.Spec)
 		out.Limits[l.Name].Notify = service.NotifyOut(l.Options.Notify)
+		out.Limits[l.Name].History = service.FormatHistory(l.Options.History) // usage.go
 	}
 	return out
 }
@@ -47,6 +48,12 @@ func (l *limitdServer) PutPlan(ctx context.Context, req *limitdv1.PutPlanRequest
 				r.Notify = map[string][]float64{}
 			}
 			r.Notify[n] = nt
+		}
+		if h := lim.GetHistory(); h != "" { // usage.go
+			if r.History == nil {
+				r.History = map[string]string{}
+			}
+			r.History[n] = h
 		}
 	}
 	if _, e := service.ValidatePlan(r); e != nil {

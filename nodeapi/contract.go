@@ -307,6 +307,10 @@ type LimitOptions struct {
 	// quorum within the check's deadline (DegradedNone: fail, 503; policies
 	// only). Tag 'd' (fsm/degraded.go, service/degraded.go).
 	Degraded DegradedMode
+	// History keeps each closed window's usage of a key this long after
+	// the window's end (fsm/history.go); fixed_window and calendar
+	// windows only, at most algo.MaxHistoryWindows windows. 0: none.
+	History time.Duration
 }
 
 // DegradedMode is LimitOptions.Degraded.

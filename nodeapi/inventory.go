@@ -40,9 +40,10 @@ type KeyUsage struct {
 	Used       int64 // the limit's capacity (the burst for buckets) less Remaining
 	Remaining  int64
 	ResetAfter time.Duration
-	// Refused is the key's refused requests when the stored state keeps
-	// them; no algorithm's state does today, so it is never set (see
-	// docs/API.md, "Usage inventory").
+	// Refused is the key's refusals decided through the log in the
+	// limit's current window, for a limit with a history option (nil
+	// without; fsm/history.go). A refusal a node's over-limit cache
+	// answers from memory is not among them.
 	Refused *int64
 }
 

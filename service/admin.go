@@ -31,6 +31,9 @@ type PolicyRequest struct {
 	Notify []float64
 	// Degraded is the "degraded" option (nil: none); see ValidateDegraded.
 	Degraded *DegradedConfig
+	// History is the "history" option ("" none, "400d"): closed windows'
+	// usage kept that long (usage.go, ValidateHistory).
+	History string
 }
 
 // ValidatePolicy validates p into a policy. The name's errors name the field
@@ -62,8 +65,12 @@ func ValidatePolicy(p PolicyRequest, prefix string) (nodeapi.Policy, *Error) {
 	if e != nil {
 		return nodeapi.Policy{}, e
 	}
+	history, e := ValidateHistory(p.History, spec, prefix) // usage.go
+	if e != nil {
+		return nodeapi.Policy{}, e
+	}
 	return nodeapi.Policy{Name: p.Name, Spec: spec, Shadow: p.Shadow, NoLocalRefusals: p.NoLocalRefusals, Lease: lease, MaxKeys: p.MaxKeys, OnExceed: onExceed,
-		Options: nodeapi.LimitOptions{Notify: notify, Degraded: degraded}}, nil
+		Options: nodeapi.LimitOptions{Notify: notify, Degraded: degraded, History: history}}, nil
 }
 
 // ValidateLease validates a policy's "lease" option (nil: none) for its

@@ -51,6 +51,9 @@ type PlanRequest struct {
 	// Notify are the alert thresholds of the limits that have them, by
 	// limit name (ValidateNotify; events.go).
 	Notify map[string][]float64
+	// History is each limit's "history" option by limit name (absent:
+	// none; usage.go).
+	History map[string]string
 }
 
 // ValidatePlanLimitName enforces a policy name's characters on a plan
@@ -98,11 +101,20 @@ func ValidatePlan(r PlanRequest) (nodeapi.Plan, *Error) {
 		if e != nil {
 			return nodeapi.Plan{}, e
 		}
-		p.Limits = append(p.Limits, nodeapi.PlanLimit{Name: n, Spec: spec, Options: nodeapi.LimitOptions{Notify: notify}})
+		history, e := ValidateHistory(r.History[n], spec, "limits."+n) // usage.go
+		if e != nil {
+			return nodeapi.Plan{}, e
+		}
+		p.Limits = append(p.Limits, nodeapi.PlanLimit{Name: n, Spec: spec, Options: nodeapi.LimitOptions{Notify: notify, History: history}})
 	}
 	for n := range r.Notify {
 		if _, ok := r.Limits[n]; !ok {
 			return nodeapi.Plan{}, Invalid("limits."+n+".notify", "no such limit in the plan")
+		}
+	}
+	for n := range r.History {
+		if _, ok := r.Limits[n]; !ok {
+			return nodeapi.Plan{}, Invalid("limits."+n+".history", "no such limit in the plan")
 		}
 	}
 	return p, nil

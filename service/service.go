@@ -32,7 +32,7 @@ import (
 // key resets, membership, its status and readiness. Every other capability
 // the service builds on is an interface of its own (LeaderLocator, Refuser,
 // Leaser, Policies, Plans, Domains, Lists, Bans, Inventory, Backuper,
-// Digester, Alerts, Degrader) and a field of Deps, so that each is passed to New explicitly
+// Digester, Alerts, Degrader, UsageHistory) and a field of Deps, so that each is passed to New explicitly
 // and a fake can be read against it. cluster.Node provides Node,
 // LeaderLocator and Leaser; cluster.Catalog the cluster-wide configuration;
 // cluster.OverLimit the Refuser; backup.Taker the Backuper (each checked in
@@ -84,15 +84,16 @@ type Deps struct {
 	Refuser       Refuser       // the over-limit cache (check.go)
 	Leaser        Leaser        // quota leases and their hook (lease.go)
 	Policies      Policies
-	Plans         Plans     // plans.go
-	Domains       Domains   // rls.go
-	Lists         Lists     // lists.go
-	Bans          Bans      // bans.go
-	Inventory     Inventory // inventory.go
-	Backuper      Backuper  // replica.go
-	Digester      Digester  // replica.go
-	Alerts        Alerts    // webhooks.go
-	Degrader      Degrader  // degraded.go
+	Plans         Plans        // plans.go
+	Domains       Domains      // rls.go
+	Lists         Lists        // lists.go
+	Bans          Bans         // bans.go
+	Inventory     Inventory    // inventory.go
+	Backuper      Backuper     // replica.go
+	Digester      Digester     // replica.go
+	Alerts        Alerts       // webhooks.go
+	Degrader      Degrader     // degraded.go
+	Usage         UsageHistory // usage.go
 }
 
 // Everything is one value that provides every capability (a fake node,
@@ -112,12 +113,13 @@ type Everything interface {
 	Digester
 	Alerts
 	Degrader
+	UsageHistory
 }
 
 // DepsOf is the Deps of one value that provides every capability.
 func DepsOf(n Everything) Deps {
 	return Deps{Node: n, LeaderLocator: n, Refuser: n, Leaser: n, Policies: n, Plans: n,
-		Domains: n, Lists: n, Bans: n, Inventory: n, Backuper: n, Digester: n, Alerts: n, Degrader: n}
+		Domains: n, Lists: n, Bans: n, Inventory: n, Backuper: n, Digester: n, Alerts: n, Degrader: n, Usage: n}
 }
 
 // check panics naming the first nil capability.
@@ -132,6 +134,7 @@ func (d Deps) check() {
 		{"Inventory", d.Inventory == nil}, {"Backuper", d.Backuper == nil}, {"Digester", d.Digester == nil},
 		{"Alerts", d.Alerts == nil},
 		{"Degrader", d.Degrader == nil},
+		{"Usage", d.Usage == nil},
 	} {
 		if c.nil {
 			panic("service.New: Deps." + c.name + " is nil: every capability is required")

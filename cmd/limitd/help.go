@@ -22,6 +22,7 @@ var commands = []struct{ name, summary string }{
 	{"bans", "list the banned keys, or lift a ban"},
 	{"webhook", "put, get, list or delete the webhooks that receive alert and ban events"},
 	{"keys", "list the keys of a policy or plan limit with their usage"},
+	{"usage", "a key's usage per window, or export a closed window for billing"},
 	{"slot", "release or renew a concurrency limit's slot"},
 	{"settle", "settle a reservation at its actual cost"},
 	{"refund", "give back units a request id's check spent"},

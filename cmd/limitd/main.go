@@ -8,6 +8,7 @@
 //	limitd plan …               put, get, list, delete plans; assign keys; the default plan
 //	limitd key peek|reset KEY   look at or reset a key
 //	limitd keys list            the keys of a policy or plan limit with their usage
+//	limitd usage get|export     a key's usage per window; a closed window's export
 //	limitd cluster …            status, members, join, remove
 //	limitd snapshot …           save, restore, inspect backups
 //	limitd version              version, VCS revision and build time

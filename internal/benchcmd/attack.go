@@ -76,12 +76,12 @@ func benchPut(ctx context.Context, addr, token, path string, v any) error {
 	}
 	resp, err := httpClient.Do(req)
 	if err != nil {
-		return fmt.Errorf("--hot-refusal: PUT %s: %w", path, err)
+		return fmt.Errorf("PUT %s: %w", path, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
-		return fmt.Errorf("--hot-refusal: PUT %s: %s %s", path, resp.Status, bytes.TrimSpace(b))
+		return fmt.Errorf("PUT %s: %s %s", path, resp.Status, bytes.TrimSpace(b))
 	}
 	return nil
 }

@@ -94,6 +94,7 @@ Examples:
   limitd bench --cluster 3 --target client
   limitd bench --cluster 3 --target rls
   limitd bench --cluster 3 --hot-keys 10 --hot-fraction 0.9 --hot-limit 1
+  limitd bench --cluster 3 --plan bench   (checks resolved by the key's plan)
 
 Flags:
 `
@@ -122,6 +123,7 @@ type benchFlags struct {
 	leaderOnly   bool
 	check        bench.CheckSpec
 	createPolicy bool
+	plan         string // --plan: the plan-resolved workload (plan.go)
 	lease        string // JSON lease option of the created policy
 	pair         string // bench.PairAcquire or bench.PairReserve: each unit two requests
 	timeout      time.Duration
@@ -163,6 +165,7 @@ func newBenchFlagSet(out io.Writer) (*flag.FlagSet, *benchFlags) {
 	fs.StringVar(&f.check.Window, "window", "1s", "window of the inline limit")
 	fs.Int64Var(&f.check.Burst, "burst", 0, "burst for token_bucket and leaky_bucket (0: the server's default, = limit)")
 	fs.StringVar(&f.check.Policy, "policy", "", "check against this named policy instead of an inline limit")
+	fs.StringVar(&f.plan, "plan", "", "the plan-resolved workload: create or replace this plan (one limit, \"main\", from --algorithm, --limit, --window, --burst), make it the default plan, and send checks naming neither policy nor limit")
 	fs.BoolVar(&f.createPolicy, "create-policy", false, "create or replace --policy first (PUT /v1/policies/NAME) from --algorithm, --limit, --window, --burst; always done with --cluster")
 	fs.StringVar(&f.pair, "pair", "", "with --target client and --policy: each unit of work is a pair, acquire-release (a concurrency policy: acquire and release a slot) or reserve-settle (reserve --cost, settle at half)")
 	fs.StringVar(&f.lease, "lease", "", "lease option of the policy created by --create-policy (or --cluster), as its JSON: '{\"share\":0.05,\"max_ttl\":\"2s\"}' (docs/API.md)")
@@ -267,6 +270,10 @@ func (f *benchFlags) validate(fs *flag.FlagSet) error {
 		return fmt.Errorf("--cost must not be negative, got %d", f.check.Cost)
 	case f.check.Policy == "" && f.createPolicy:
 		return errors.New("--create-policy needs --policy")
+	case f.plan != "" && f.check.Policy != "":
+		return errors.New("--plan and --policy exclude each other (a plan check names no policy)")
+	case f.plan != "" && f.target == benchTargetRLS:
+		return errors.New("--plan: the rls target checks its own domain's limits, not a plan")
 	case f.timeout <= 0:
 		return fmt.Errorf("--timeout must be positive, got %s", f.timeout)
 	case f.cluster > 0 && (f.pids != "" || f.discoverPIDs):
@@ -410,6 +417,12 @@ func (f *benchFlags) run(ctx context.Context, stdout, stderr io.Writer) error {
 	}
 	if err := f.setUpHotRefusal(ctx, addrs[0]); err != nil { // attack.go
 		return err
+	}
+	if f.plan != "" {
+		if err := putBenchPlan(ctx, addrs[0], f.adminToken, f.plan, f.check); err != nil { // plan.go
+			return err
+		}
+		f.check.ByPlan = true
 	}
 
 	procs, err := f.measuredProcesses(ctx, c, addrs)

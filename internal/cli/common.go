@@ -58,6 +58,7 @@ var commands = map[string]func([]string, Env) int{
 	"bans":     runBans,
 	"key":      runKey,
 	"keys":     runKeys,   // keys.go: the usage inventory
+	"usage":    runUsage,  // usage.go: usage history and its export
 	"slot":     runSlot,   // slots.go
 	"settle":   runSettle, // costs.go
 	"refund":   runRefund,

@@ -9,11 +9,15 @@ import (
 )
 
 const keysUsage = `Usage: limitd keys list (--policy NAME | --plan NAME [--plan-limit NAME]) [flags]
+       limitd keys top --policy NAME [--last 5m|1h] [--by allowed|refused] [flags]
 
   list    one page of the keys of a policy or of a plan's limit with their
           usage (admin), from the node's applied state: in key order, or
           --sort used|remaining|refused. The last line names the --cursor of
           the next page, if there is one.
+  top     a policy's keys with the most allowed cost, or refusals, over
+          the last 5 minutes or hour (admin), from the node's sketch:
+          every node holds the whole cluster's (usage.go).
 
 Example:
   limitd keys list --policy api --prefix user: --limit 50
@@ -34,10 +38,15 @@ func runKeys(args []string, env Env) int {
 	fs.StringVar(&q.Sort, "sort", "", "used, remaining or refused (default: key order)")
 	fs.IntVar(&q.Limit, "limit", 100, "keys per page, 1 to 1000")
 	fs.StringVar(&q.Cursor, "cursor", "", "the cursor a previous page printed")
+	last := fs.String("last", "5m", "top: the window, 5m or 1h")
+	by := fs.String("by", "allowed", "top: allowed or refused")
 	cf.register(fs)
-	_, pos, code, ok := parseSubcommand(env, "keys", keysUsage, fs, args, "list")
+	sub, pos, code, ok := parseSubcommand(env, "keys", keysUsage, fs, args, "list", "top")
 	if !ok {
 		return code
+	}
+	if sub == "top" {
+		return runKeysTop(env, &cf, q.Policy, *last, *by, q.Limit, pos) // usage.go
 	}
 	const name = "keys list"
 	if len(pos) != 0 {

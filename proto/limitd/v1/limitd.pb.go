@@ -60,6 +60,7 @@ type Limit struct {
 	// notify (a policy's limit only): alert thresholds, fractions of the
 	// limit in (0, 1], strictly increasing, at most 4 (docs/API.md, "Alerts").
 	Notify        []float64 `protobuf:"fixed64,11,rep,packed,name=notify,proto3" json:"notify,omitempty"`
+	History       string    `protobuf:"bytes,10,opt,name=history,proto3" json:"history,omitempty"` // policies and plan limits, fixed_window and calendar: keep closed windows' usage this long, "400d"
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -162,6 +163,13 @@ func (x *Limit) GetNotify() []float64 {
 		return x.Notify
 	}
 	return nil
+}
+
+func (x *Limit) GetHistory() string {
+	if x != nil {
+		return x.History
+	}
+	return ""
 }
 
 // CheckRequest is one "may key spend cost under this limit now?" question:
@@ -4237,11 +4245,738 @@ func (x *DegradedOption) GetMode() string {
 	return ""
 }
 
+type GetUsageRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Policy        string                 `protobuf:"bytes,2,opt,name=policy,proto3" json:"policy,omitempty"`    // or
+	Limit         string                 `protobuf:"bytes,3,opt,name=limit,proto3" json:"limit,omitempty"`      // a limit of the key's plan (may be empty when it has one)
+	From          *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=from,proto3" json:"from,omitempty"`        // windows starting at or after (unset: no bound)
+	To            *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=to,proto3" json:"to,omitempty"`            // windows starting before (unset: no bound)
+	Windows       int32                  `protobuf:"varint,6,opt,name=windows,proto3" json:"windows,omitempty"` // the latest N (0: 1000)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetUsageRequest) Reset() {
+	*x = GetUsageRequest{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[78]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetUsageRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetUsageRequest) ProtoMessage() {}
+
+func (x *GetUsageRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[78]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetUsageRequest.ProtoReflect.Descriptor instead.
+func (*GetUsageRequest) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{78}
+}
+
+func (x *GetUsageRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *GetUsageRequest) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
+func (x *GetUsageRequest) GetLimit() string {
+	if x != nil {
+		return x.Limit
+	}
+	return ""
+}
+
+func (x *GetUsageRequest) GetFrom() *timestamppb.Timestamp {
+	if x != nil {
+		return x.From
+	}
+	return nil
+}
+
+func (x *GetUsageRequest) GetTo() *timestamppb.Timestamp {
+	if x != nil {
+		return x.To
+	}
+	return nil
+}
+
+func (x *GetUsageRequest) GetWindows() int32 {
+	if x != nil {
+		return x.Windows
+	}
+	return 0
+}
+
+type UsageWindow struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Start         *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=start,proto3" json:"start,omitempty"`
+	End           *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=end,proto3" json:"end,omitempty"`
+	Used          int64                  `protobuf:"varint,3,opt,name=used,proto3" json:"used,omitempty"`
+	Refused       int64                  `protobuf:"varint,4,opt,name=refused,proto3" json:"refused,omitempty"` // refusals decided through the log
+	Current       bool                   `protobuf:"varint,5,opt,name=current,proto3" json:"current,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UsageWindow) Reset() {
+	*x = UsageWindow{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[79]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UsageWindow) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UsageWindow) ProtoMessage() {}
+
+func (x *UsageWindow) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[79]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UsageWindow.ProtoReflect.Descriptor instead.
+func (*UsageWindow) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{79}
+}
+
+func (x *UsageWindow) GetStart() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Start
+	}
+	return nil
+}
+
+func (x *UsageWindow) GetEnd() *timestamppb.Timestamp {
+	if x != nil {
+		return x.End
+	}
+	return nil
+}
+
+func (x *UsageWindow) GetUsed() int64 {
+	if x != nil {
+		return x.Used
+	}
+	return 0
+}
+
+func (x *UsageWindow) GetRefused() int64 {
+	if x != nil {
+		return x.Refused
+	}
+	return 0
+}
+
+func (x *UsageWindow) GetCurrent() bool {
+	if x != nil {
+		return x.Current
+	}
+	return false
+}
+
+type GetUsageResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Policy        string                 `protobuf:"bytes,2,opt,name=policy,proto3" json:"policy,omitempty"`
+	Plan          string                 `protobuf:"bytes,3,opt,name=plan,proto3" json:"plan,omitempty"`
+	Limit         string                 `protobuf:"bytes,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	History       string                 `protobuf:"bytes,5,opt,name=history,proto3" json:"history,omitempty"`
+	Windows       []*UsageWindow         `protobuf:"bytes,6,rep,name=windows,proto3" json:"windows,omitempty"`
+	AppliedIndex  uint64                 `protobuf:"varint,7,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetUsageResponse) Reset() {
+	*x = GetUsageResponse{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[80]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetUsageResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetUsageResponse) ProtoMessage() {}
+
+func (x *GetUsageResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[80]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetUsageResponse.ProtoReflect.Descriptor instead.
+func (*GetUsageResponse) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{80}
+}
+
+func (x *GetUsageResponse) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *GetUsageResponse) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
+func (x *GetUsageResponse) GetPlan() string {
+	if x != nil {
+		return x.Plan
+	}
+	return ""
+}
+
+func (x *GetUsageResponse) GetLimit() string {
+	if x != nil {
+		return x.Limit
+	}
+	return ""
+}
+
+func (x *GetUsageResponse) GetHistory() string {
+	if x != nil {
+		return x.History
+	}
+	return ""
+}
+
+func (x *GetUsageResponse) GetWindows() []*UsageWindow {
+	if x != nil {
+		return x.Windows
+	}
+	return nil
+}
+
+func (x *GetUsageResponse) GetAppliedIndex() uint64 {
+	if x != nil {
+		return x.AppliedIndex
+	}
+	return 0
+}
+
+type ExportUsageRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Policy        string                 `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	Plan          string                 `protobuf:"bytes,2,opt,name=plan,proto3" json:"plan,omitempty"`
+	PlanLimit     string                 `protobuf:"bytes,3,opt,name=plan_limit,json=planLimit,proto3" json:"plan_limit,omitempty"`
+	Window        *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=window,proto3" json:"window,omitempty"` // any time inside the closed window
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportUsageRequest) Reset() {
+	*x = ExportUsageRequest{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[81]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportUsageRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportUsageRequest) ProtoMessage() {}
+
+func (x *ExportUsageRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[81]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportUsageRequest.ProtoReflect.Descriptor instead.
+func (*ExportUsageRequest) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{81}
+}
+
+func (x *ExportUsageRequest) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
+func (x *ExportUsageRequest) GetPlan() string {
+	if x != nil {
+		return x.Plan
+	}
+	return ""
+}
+
+func (x *ExportUsageRequest) GetPlanLimit() string {
+	if x != nil {
+		return x.PlanLimit
+	}
+	return ""
+}
+
+func (x *ExportUsageRequest) GetWindow() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Window
+	}
+	return nil
+}
+
+// ExportUsageMessage is the stream's header (first) or one key's row.
+type ExportUsageMessage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Item:
+	//
+	//	*ExportUsageMessage_Header_
+	//	*ExportUsageMessage_Row_
+	Item          isExportUsageMessage_Item `protobuf_oneof:"item"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportUsageMessage) Reset() {
+	*x = ExportUsageMessage{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[82]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportUsageMessage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportUsageMessage) ProtoMessage() {}
+
+func (x *ExportUsageMessage) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[82]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportUsageMessage.ProtoReflect.Descriptor instead.
+func (*ExportUsageMessage) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{82}
+}
+
+func (x *ExportUsageMessage) GetItem() isExportUsageMessage_Item {
+	if x != nil {
+		return x.Item
+	}
+	return nil
+}
+
+func (x *ExportUsageMessage) GetHeader() *ExportUsageMessage_Header {
+	if x != nil {
+		if x, ok := x.Item.(*ExportUsageMessage_Header_); ok {
+			return x.Header
+		}
+	}
+	return nil
+}
+
+func (x *ExportUsageMessage) GetRow() *ExportUsageMessage_Row {
+	if x != nil {
+		if x, ok := x.Item.(*ExportUsageMessage_Row_); ok {
+			return x.Row
+		}
+	}
+	return nil
+}
+
+type isExportUsageMessage_Item interface {
+	isExportUsageMessage_Item()
+}
+
+type ExportUsageMessage_Header_ struct {
+	Header *ExportUsageMessage_Header `protobuf:"bytes,1,opt,name=header,proto3,oneof"`
+}
+
+type ExportUsageMessage_Row_ struct {
+	Row *ExportUsageMessage_Row `protobuf:"bytes,2,opt,name=row,proto3,oneof"`
+}
+
+func (*ExportUsageMessage_Header_) isExportUsageMessage_Item() {}
+
+func (*ExportUsageMessage_Row_) isExportUsageMessage_Item() {}
+
+type TopKeysRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Policy        string                 `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	Window        string                 `protobuf:"bytes,2,opt,name=window,proto3" json:"window,omitempty"` // "5m" or "1h"
+	By            string                 `protobuf:"bytes,3,opt,name=by,proto3" json:"by,omitempty"`         // "allowed" (default) or "refused"
+	Limit         int32                  `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`  // 1 to 32 (0: 10)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TopKeysRequest) Reset() {
+	*x = TopKeysRequest{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[83]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TopKeysRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TopKeysRequest) ProtoMessage() {}
+
+func (x *TopKeysRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[83]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TopKeysRequest.ProtoReflect.Descriptor instead.
+func (*TopKeysRequest) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{83}
+}
+
+func (x *TopKeysRequest) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
+func (x *TopKeysRequest) GetWindow() string {
+	if x != nil {
+		return x.Window
+	}
+	return ""
+}
+
+func (x *TopKeysRequest) GetBy() string {
+	if x != nil {
+		return x.By
+	}
+	return ""
+}
+
+func (x *TopKeysRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type TopKey struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Count         int64                  `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	Error         int64                  `protobuf:"varint,3,opt,name=error,proto3" json:"error,omitempty"` // the true count is in [count-error, count]
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TopKey) Reset() {
+	*x = TopKey{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[84]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TopKey) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TopKey) ProtoMessage() {}
+
+func (x *TopKey) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[84]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TopKey.ProtoReflect.Descriptor instead.
+func (*TopKey) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{84}
+}
+
+func (x *TopKey) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *TopKey) GetCount() int64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *TopKey) GetError() int64 {
+	if x != nil {
+		return x.Error
+	}
+	return 0
+}
+
+type TopKeysResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Policy        string                 `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	Window        string                 `protobuf:"bytes,2,opt,name=window,proto3" json:"window,omitempty"`
+	By            string                 `protobuf:"bytes,3,opt,name=by,proto3" json:"by,omitempty"`
+	At            *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=at,proto3" json:"at,omitempty"`
+	Keys          []*TopKey              `protobuf:"bytes,5,rep,name=keys,proto3" json:"keys,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TopKeysResponse) Reset() {
+	*x = TopKeysResponse{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[85]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TopKeysResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TopKeysResponse) ProtoMessage() {}
+
+func (x *TopKeysResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[85]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TopKeysResponse.ProtoReflect.Descriptor instead.
+func (*TopKeysResponse) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{85}
+}
+
+func (x *TopKeysResponse) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
+func (x *TopKeysResponse) GetWindow() string {
+	if x != nil {
+		return x.Window
+	}
+	return ""
+}
+
+func (x *TopKeysResponse) GetBy() string {
+	if x != nil {
+		return x.By
+	}
+	return ""
+}
+
+func (x *TopKeysResponse) GetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
+func (x *TopKeysResponse) GetKeys() []*TopKey {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+type ExportUsageMessage_Header struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Start         *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=start,proto3" json:"start,omitempty"`
+	End           *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=end,proto3" json:"end,omitempty"`
+	AppliedIndex  uint64                 `protobuf:"varint,3,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportUsageMessage_Header) Reset() {
+	*x = ExportUsageMessage_Header{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[88]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportUsageMessage_Header) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportUsageMessage_Header) ProtoMessage() {}
+
+func (x *ExportUsageMessage_Header) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[88]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportUsageMessage_Header.ProtoReflect.Descriptor instead.
+func (*ExportUsageMessage_Header) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{82, 0}
+}
+
+func (x *ExportUsageMessage_Header) GetStart() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Start
+	}
+	return nil
+}
+
+func (x *ExportUsageMessage_Header) GetEnd() *timestamppb.Timestamp {
+	if x != nil {
+		return x.End
+	}
+	return nil
+}
+
+func (x *ExportUsageMessage_Header) GetAppliedIndex() uint64 {
+	if x != nil {
+		return x.AppliedIndex
+	}
+	return 0
+}
+
+type ExportUsageMessage_Row struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Used          int64                  `protobuf:"varint,2,opt,name=used,proto3" json:"used,omitempty"`
+	Refused       int64                  `protobuf:"varint,3,opt,name=refused,proto3" json:"refused,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportUsageMessage_Row) Reset() {
+	*x = ExportUsageMessage_Row{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[89]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportUsageMessage_Row) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportUsageMessage_Row) ProtoMessage() {}
+
+func (x *ExportUsageMessage_Row) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[89]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportUsageMessage_Row.ProtoReflect.Descriptor instead.
+func (*ExportUsageMessage_Row) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{82, 1}
+}
+
+func (x *ExportUsageMessage_Row) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *ExportUsageMessage_Row) GetUsed() int64 {
+	if x != nil {
+		return x.Used
+	}
+	return 0
+}
+
+func (x *ExportUsageMessage_Row) GetRefused() int64 {
+	if x != nil {
+		return x.Refused
+	}
+	return 0
+}
+
 var File_limitd_v1_limitd_proto protoreflect.FileDescriptor
 
 const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"\n" +
-	"\x16limitd/v1/limitd.proto\x12\tlimitd.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8d\x02\n" +
+	"\x16limitd/v1/limitd.proto\x12\tlimitd.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa7\x02\n" +
 	"\x05Limit\x12\x1c\n" +
 	"\talgorithm\x18\x01 \x01(\tR\talgorithm\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x16\n" +
@@ -4252,7 +4987,9 @@ const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"\btimezone\x18\a \x01(\tR\btimezone\x12\x12\n" +
 	"\x04hold\x18\b \x01(\tR\x04hold\x12\x19\n" +
 	"\bmax_hold\x18\t \x01(\tR\amaxHold\x12\x16\n" +
-	"\x06notify\x18\v \x03(\x01R\x06notify\"\xed\x01\n" +
+	"\x06notify\x18\v \x03(\x01R\x06notify\x12\x18\n" +
+	"\ahistory\x18\n" +
+	" \x01(\tR\ahistory\"\xed\x01\n" +
 	"\fCheckRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
 	"\x06policy\x18\x02 \x01(\tR\x06policy\x12&\n" +
@@ -4506,7 +5243,61 @@ const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"\breplayed\x18\x04 \x01(\bR\breplayed\x12/\n" +
 	"\bdecision\x18\x05 \x01(\v2\x13.limitd.v1.DecisionR\bdecision\"$\n" +
 	"\x0eDegradedOption\x12\x12\n" +
-	"\x04mode\x18\x01 \x01(\tR\x04mode2\x89\x15\n" +
+	"\x04mode\x18\x01 \x01(\tR\x04mode\"\xc7\x01\n" +
+	"\x0fGetUsageRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
+	"\x06policy\x18\x02 \x01(\tR\x06policy\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\tR\x05limit\x12.\n" +
+	"\x04from\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x04from\x12*\n" +
+	"\x02to\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x02to\x12\x18\n" +
+	"\awindows\x18\x06 \x01(\x05R\awindows\"\xb5\x01\n" +
+	"\vUsageWindow\x120\n" +
+	"\x05start\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05start\x12,\n" +
+	"\x03end\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x03end\x12\x12\n" +
+	"\x04used\x18\x03 \x01(\x03R\x04used\x12\x18\n" +
+	"\arefused\x18\x04 \x01(\x03R\arefused\x12\x18\n" +
+	"\acurrent\x18\x05 \x01(\bR\acurrent\"\xd7\x01\n" +
+	"\x10GetUsageResponse\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
+	"\x06policy\x18\x02 \x01(\tR\x06policy\x12\x12\n" +
+	"\x04plan\x18\x03 \x01(\tR\x04plan\x12\x14\n" +
+	"\x05limit\x18\x04 \x01(\tR\x05limit\x12\x18\n" +
+	"\ahistory\x18\x05 \x01(\tR\ahistory\x120\n" +
+	"\awindows\x18\x06 \x03(\v2\x16.limitd.v1.UsageWindowR\awindows\x12#\n" +
+	"\rapplied_index\x18\a \x01(\x04R\fappliedIndex\"\x93\x01\n" +
+	"\x12ExportUsageRequest\x12\x16\n" +
+	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x12\n" +
+	"\x04plan\x18\x02 \x01(\tR\x04plan\x12\x1d\n" +
+	"\n" +
+	"plan_limit\x18\x03 \x01(\tR\tplanLimit\x122\n" +
+	"\x06window\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x06window\"\xea\x02\n" +
+	"\x12ExportUsageMessage\x12>\n" +
+	"\x06header\x18\x01 \x01(\v2$.limitd.v1.ExportUsageMessage.HeaderH\x00R\x06header\x125\n" +
+	"\x03row\x18\x02 \x01(\v2!.limitd.v1.ExportUsageMessage.RowH\x00R\x03row\x1a\x8d\x01\n" +
+	"\x06Header\x120\n" +
+	"\x05start\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05start\x12,\n" +
+	"\x03end\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x03end\x12#\n" +
+	"\rapplied_index\x18\x03 \x01(\x04R\fappliedIndex\x1aE\n" +
+	"\x03Row\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x12\n" +
+	"\x04used\x18\x02 \x01(\x03R\x04used\x12\x18\n" +
+	"\arefused\x18\x03 \x01(\x03R\arefusedB\x06\n" +
+	"\x04item\"f\n" +
+	"\x0eTopKeysRequest\x12\x16\n" +
+	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x16\n" +
+	"\x06window\x18\x02 \x01(\tR\x06window\x12\x0e\n" +
+	"\x02by\x18\x03 \x01(\tR\x02by\x12\x14\n" +
+	"\x05limit\x18\x04 \x01(\x05R\x05limit\"F\n" +
+	"\x06TopKey\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\x03R\x05count\x12\x14\n" +
+	"\x05error\x18\x03 \x01(\x03R\x05error\"\xa4\x01\n" +
+	"\x0fTopKeysResponse\x12\x16\n" +
+	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x16\n" +
+	"\x06window\x18\x02 \x01(\tR\x06window\x12\x0e\n" +
+	"\x02by\x18\x03 \x01(\tR\x02by\x12*\n" +
+	"\x02at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12%\n" +
+	"\x04keys\x18\x05 \x03(\v2\x11.limitd.v1.TopKeyR\x04keys2\xdf\x16\n" +
 	"\x06Limitd\x12:\n" +
 	"\x05Check\x12\x17.limitd.v1.CheckRequest\x1a\x18.limitd.v1.CheckResponse\x12C\n" +
 	"\bCheckAll\x12\x1a.limitd.v1.CheckAllRequest\x1a\x1b.limitd.v1.CheckAllResponse\x12:\n" +
@@ -4552,7 +5343,10 @@ const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"\fListWebhooks\x12\x1e.limitd.v1.ListWebhooksRequest\x1a\x1f.limitd.v1.ListWebhooksResponse\x12R\n" +
 	"\rDeleteWebhook\x12\x1f.limitd.v1.DeleteWebhookRequest\x1a .limitd.v1.DeleteWebhookResponse\x12;\n" +
 	"\x06Settle\x12\x18.limitd.v1.SettleRequest\x1a\x17.limitd.v1.CostResponse\x12;\n" +
-	"\x06Refund\x12\x18.limitd.v1.RefundRequest\x1a\x17.limitd.v1.CostResponseB3Z1github.com/limitd/limitd/proto/limitd/v1;limitdv1b\x06proto3"
+	"\x06Refund\x12\x18.limitd.v1.RefundRequest\x1a\x17.limitd.v1.CostResponse\x12C\n" +
+	"\bGetUsage\x12\x1a.limitd.v1.GetUsageRequest\x1a\x1b.limitd.v1.GetUsageResponse\x12M\n" +
+	"\vExportUsage\x12\x1d.limitd.v1.ExportUsageRequest\x1a\x1d.limitd.v1.ExportUsageMessage0\x01\x12@\n" +
+	"\aTopKeys\x12\x19.limitd.v1.TopKeysRequest\x1a\x1a.limitd.v1.TopKeysResponseB3Z1github.com/limitd/limitd/proto/limitd/v1;limitdv1b\x06proto3"
 
 var (
 	file_limitd_v1_limitd_proto_rawDescOnce sync.Once
@@ -4566,100 +5360,110 @@ func file_limitd_v1_limitd_proto_rawDescGZIP() []byte {
 	return file_limitd_v1_limitd_proto_rawDescData
 }
 
-var file_limitd_v1_limitd_proto_msgTypes = make([]protoimpl.MessageInfo, 80)
+var file_limitd_v1_limitd_proto_msgTypes = make([]protoimpl.MessageInfo, 90)
 var file_limitd_v1_limitd_proto_goTypes = []any{
-	(*Limit)(nil),                    // 0: limitd.v1.Limit
-	(*CheckRequest)(nil),             // 1: limitd.v1.CheckRequest
-	(*Decision)(nil),                 // 2: limitd.v1.Decision
-	(*NamedDecision)(nil),            // 3: limitd.v1.NamedDecision
-	(*CheckResponse)(nil),            // 4: limitd.v1.CheckResponse
-	(*CheckAllRequest)(nil),          // 5: limitd.v1.CheckAllRequest
-	(*CheckAllResponse)(nil),         // 6: limitd.v1.CheckAllResponse
-	(*BatchRequest)(nil),             // 7: limitd.v1.BatchRequest
-	(*Error)(nil),                    // 8: limitd.v1.Error
-	(*BatchResult)(nil),              // 9: limitd.v1.BatchResult
-	(*BatchResponse)(nil),            // 10: limitd.v1.BatchResponse
-	(*PeekRequest)(nil),              // 11: limitd.v1.PeekRequest
-	(*ResetRequest)(nil),             // 12: limitd.v1.ResetRequest
-	(*ResetResponse)(nil),            // 13: limitd.v1.ResetResponse
-	(*SlotRequest)(nil),              // 14: limitd.v1.SlotRequest
-	(*SlotResponse)(nil),             // 15: limitd.v1.SlotResponse
-	(*Policy)(nil),                   // 16: limitd.v1.Policy
-	(*OnExceed)(nil),                 // 17: limitd.v1.OnExceed
-	(*Lease)(nil),                    // 18: limitd.v1.Lease
-	(*PutPolicyRequest)(nil),         // 19: limitd.v1.PutPolicyRequest
-	(*GetPolicyRequest)(nil),         // 20: limitd.v1.GetPolicyRequest
-	(*ListPoliciesRequest)(nil),      // 21: limitd.v1.ListPoliciesRequest
-	(*ListPoliciesResponse)(nil),     // 22: limitd.v1.ListPoliciesResponse
-	(*DeletePolicyRequest)(nil),      // 23: limitd.v1.DeletePolicyRequest
-	(*DeletePolicyResponse)(nil),     // 24: limitd.v1.DeletePolicyResponse
-	(*RLSDomain)(nil),                // 25: limitd.v1.RLSDomain
-	(*PutRLSDomainRequest)(nil),      // 26: limitd.v1.PutRLSDomainRequest
-	(*GetRLSDomainRequest)(nil),      // 27: limitd.v1.GetRLSDomainRequest
-	(*ListRLSDomainsRequest)(nil),    // 28: limitd.v1.ListRLSDomainsRequest
-	(*ListRLSDomainsResponse)(nil),   // 29: limitd.v1.ListRLSDomainsResponse
-	(*DeleteRLSDomainRequest)(nil),   // 30: limitd.v1.DeleteRLSDomainRequest
-	(*DeleteRLSDomainResponse)(nil),  // 31: limitd.v1.DeleteRLSDomainResponse
-	(*Plan)(nil),                     // 32: limitd.v1.Plan
-	(*PutPlanRequest)(nil),           // 33: limitd.v1.PutPlanRequest
-	(*GetPlanRequest)(nil),           // 34: limitd.v1.GetPlanRequest
-	(*ListPlansRequest)(nil),         // 35: limitd.v1.ListPlansRequest
-	(*ListPlansResponse)(nil),        // 36: limitd.v1.ListPlansResponse
-	(*DeletePlanRequest)(nil),        // 37: limitd.v1.DeletePlanRequest
-	(*DeletePlanResponse)(nil),       // 38: limitd.v1.DeletePlanResponse
-	(*SetDefaultPlanRequest)(nil),    // 39: limitd.v1.SetDefaultPlanRequest
-	(*SetDefaultPlanResponse)(nil),   // 40: limitd.v1.SetDefaultPlanResponse
-	(*AssignPlanRequest)(nil),        // 41: limitd.v1.AssignPlanRequest
-	(*GetKeyPlanRequest)(nil),        // 42: limitd.v1.GetKeyPlanRequest
-	(*KeyPlan)(nil),                  // 43: limitd.v1.KeyPlan
-	(*PrefixRule)(nil),               // 44: limitd.v1.PrefixRule
-	(*DeletePrefixRuleRequest)(nil),  // 45: limitd.v1.DeletePrefixRuleRequest
-	(*DeletePrefixRuleResponse)(nil), // 46: limitd.v1.DeletePrefixRuleResponse
-	(*ListPrefixRulesRequest)(nil),   // 47: limitd.v1.ListPrefixRulesRequest
-	(*ListPrefixRulesResponse)(nil),  // 48: limitd.v1.ListPrefixRulesResponse
-	(*LimitOverride)(nil),            // 49: limitd.v1.LimitOverride
-	(*Override)(nil),                 // 50: limitd.v1.Override
-	(*DeleteOverrideRequest)(nil),    // 51: limitd.v1.DeleteOverrideRequest
-	(*DeleteOverrideResponse)(nil),   // 52: limitd.v1.DeleteOverrideResponse
-	(*List)(nil),                     // 53: limitd.v1.List
-	(*ListEntry)(nil),                // 54: limitd.v1.ListEntry
-	(*PutListRequest)(nil),           // 55: limitd.v1.PutListRequest
-	(*GetListRequest)(nil),           // 56: limitd.v1.GetListRequest
-	(*ListListsRequest)(nil),         // 57: limitd.v1.ListListsRequest
-	(*ListListsResponse)(nil),        // 58: limitd.v1.ListListsResponse
-	(*DeleteListRequest)(nil),        // 59: limitd.v1.DeleteListRequest
-	(*DeleteListResponse)(nil),       // 60: limitd.v1.DeleteListResponse
-	(*Ban)(nil),                      // 61: limitd.v1.Ban
-	(*ListBansRequest)(nil),          // 62: limitd.v1.ListBansRequest
-	(*ListBansResponse)(nil),         // 63: limitd.v1.ListBansResponse
-	(*UnbanRequest)(nil),             // 64: limitd.v1.UnbanRequest
-	(*UnbanResponse)(nil),            // 65: limitd.v1.UnbanResponse
-	(*Webhook)(nil),                  // 66: limitd.v1.Webhook
-	(*PutWebhookRequest)(nil),        // 67: limitd.v1.PutWebhookRequest
-	(*GetWebhookRequest)(nil),        // 68: limitd.v1.GetWebhookRequest
-	(*ListWebhooksRequest)(nil),      // 69: limitd.v1.ListWebhooksRequest
-	(*ListWebhooksResponse)(nil),     // 70: limitd.v1.ListWebhooksResponse
-	(*DeleteWebhookRequest)(nil),     // 71: limitd.v1.DeleteWebhookRequest
-	(*DeleteWebhookResponse)(nil),    // 72: limitd.v1.DeleteWebhookResponse
-	(*Reserve)(nil),                  // 73: limitd.v1.Reserve
-	(*SettleRequest)(nil),            // 74: limitd.v1.SettleRequest
-	(*RefundRequest)(nil),            // 75: limitd.v1.RefundRequest
-	(*CostResponse)(nil),             // 76: limitd.v1.CostResponse
-	(*DegradedOption)(nil),           // 77: limitd.v1.DegradedOption
-	nil,                              // 78: limitd.v1.Plan.LimitsEntry
-	nil,                              // 79: limitd.v1.Override.LimitsEntry
-	(*durationpb.Duration)(nil),      // 80: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),    // 81: google.protobuf.Timestamp
+	(*Limit)(nil),                     // 0: limitd.v1.Limit
+	(*CheckRequest)(nil),              // 1: limitd.v1.CheckRequest
+	(*Decision)(nil),                  // 2: limitd.v1.Decision
+	(*NamedDecision)(nil),             // 3: limitd.v1.NamedDecision
+	(*CheckResponse)(nil),             // 4: limitd.v1.CheckResponse
+	(*CheckAllRequest)(nil),           // 5: limitd.v1.CheckAllRequest
+	(*CheckAllResponse)(nil),          // 6: limitd.v1.CheckAllResponse
+	(*BatchRequest)(nil),              // 7: limitd.v1.BatchRequest
+	(*Error)(nil),                     // 8: limitd.v1.Error
+	(*BatchResult)(nil),               // 9: limitd.v1.BatchResult
+	(*BatchResponse)(nil),             // 10: limitd.v1.BatchResponse
+	(*PeekRequest)(nil),               // 11: limitd.v1.PeekRequest
+	(*ResetRequest)(nil),              // 12: limitd.v1.ResetRequest
+	(*ResetResponse)(nil),             // 13: limitd.v1.ResetResponse
+	(*SlotRequest)(nil),               // 14: limitd.v1.SlotRequest
+	(*SlotResponse)(nil),              // 15: limitd.v1.SlotResponse
+	(*Policy)(nil),                    // 16: limitd.v1.Policy
+	(*OnExceed)(nil),                  // 17: limitd.v1.OnExceed
+	(*Lease)(nil),                     // 18: limitd.v1.Lease
+	(*PutPolicyRequest)(nil),          // 19: limitd.v1.PutPolicyRequest
+	(*GetPolicyRequest)(nil),          // 20: limitd.v1.GetPolicyRequest
+	(*ListPoliciesRequest)(nil),       // 21: limitd.v1.ListPoliciesRequest
+	(*ListPoliciesResponse)(nil),      // 22: limitd.v1.ListPoliciesResponse
+	(*DeletePolicyRequest)(nil),       // 23: limitd.v1.DeletePolicyRequest
+	(*DeletePolicyResponse)(nil),      // 24: limitd.v1.DeletePolicyResponse
+	(*RLSDomain)(nil),                 // 25: limitd.v1.RLSDomain
+	(*PutRLSDomainRequest)(nil),       // 26: limitd.v1.PutRLSDomainRequest
+	(*GetRLSDomainRequest)(nil),       // 27: limitd.v1.GetRLSDomainRequest
+	(*ListRLSDomainsRequest)(nil),     // 28: limitd.v1.ListRLSDomainsRequest
+	(*ListRLSDomainsResponse)(nil),    // 29: limitd.v1.ListRLSDomainsResponse
+	(*DeleteRLSDomainRequest)(nil),    // 30: limitd.v1.DeleteRLSDomainRequest
+	(*DeleteRLSDomainResponse)(nil),   // 31: limitd.v1.DeleteRLSDomainResponse
+	(*Plan)(nil),                      // 32: limitd.v1.Plan
+	(*PutPlanRequest)(nil),            // 33: limitd.v1.PutPlanRequest
+	(*GetPlanRequest)(nil),            // 34: limitd.v1.GetPlanRequest
+	(*ListPlansRequest)(nil),          // 35: limitd.v1.ListPlansRequest
+	(*ListPlansResponse)(nil),         // 36: limitd.v1.ListPlansResponse
+	(*DeletePlanRequest)(nil),         // 37: limitd.v1.DeletePlanRequest
+	(*DeletePlanResponse)(nil),        // 38: limitd.v1.DeletePlanResponse
+	(*SetDefaultPlanRequest)(nil),     // 39: limitd.v1.SetDefaultPlanRequest
+	(*SetDefaultPlanResponse)(nil),    // 40: limitd.v1.SetDefaultPlanResponse
+	(*AssignPlanRequest)(nil),         // 41: limitd.v1.AssignPlanRequest
+	(*GetKeyPlanRequest)(nil),         // 42: limitd.v1.GetKeyPlanRequest
+	(*KeyPlan)(nil),                   // 43: limitd.v1.KeyPlan
+	(*PrefixRule)(nil),                // 44: limitd.v1.PrefixRule
+	(*DeletePrefixRuleRequest)(nil),   // 45: limitd.v1.DeletePrefixRuleRequest
+	(*DeletePrefixRuleResponse)(nil),  // 46: limitd.v1.DeletePrefixRuleResponse
+	(*ListPrefixRulesRequest)(nil),    // 47: limitd.v1.ListPrefixRulesRequest
+	(*ListPrefixRulesResponse)(nil),   // 48: limitd.v1.ListPrefixRulesResponse
+	(*LimitOverride)(nil),             // 49: limitd.v1.LimitOverride
+	(*Override)(nil),                  // 50: limitd.v1.Override
+	(*DeleteOverrideRequest)(nil),     // 51: limitd.v1.DeleteOverrideRequest
+	(*DeleteOverrideResponse)(nil),    // 52: limitd.v1.DeleteOverrideResponse
+	(*List)(nil),                      // 53: limitd.v1.List
+	(*ListEntry)(nil),                 // 54: limitd.v1.ListEntry
+	(*PutListRequest)(nil),            // 55: limitd.v1.PutListRequest
+	(*GetListRequest)(nil),            // 56: limitd.v1.GetListRequest
+	(*ListListsRequest)(nil),          // 57: limitd.v1.ListListsRequest
+	(*ListListsResponse)(nil),         // 58: limitd.v1.ListListsResponse
+	(*DeleteListRequest)(nil),         // 59: limitd.v1.DeleteListRequest
+	(*DeleteListResponse)(nil),        // 60: limitd.v1.DeleteListResponse
+	(*Ban)(nil),                       // 61: limitd.v1.Ban
+	(*ListBansRequest)(nil),           // 62: limitd.v1.ListBansRequest
+	(*ListBansResponse)(nil),          // 63: limitd.v1.ListBansResponse
+	(*UnbanRequest)(nil),              // 64: limitd.v1.UnbanRequest
+	(*UnbanResponse)(nil),             // 65: limitd.v1.UnbanResponse
+	(*Webhook)(nil),                   // 66: limitd.v1.Webhook
+	(*PutWebhookRequest)(nil),         // 67: limitd.v1.PutWebhookRequest
+	(*GetWebhookRequest)(nil),         // 68: limitd.v1.GetWebhookRequest
+	(*ListWebhooksRequest)(nil),       // 69: limitd.v1.ListWebhooksRequest
+	(*ListWebhooksResponse)(nil),      // 70: limitd.v1.ListWebhooksResponse
+	(*DeleteWebhookRequest)(nil),      // 71: limitd.v1.DeleteWebhookRequest
+	(*DeleteWebhookResponse)(nil),     // 72: limitd.v1.DeleteWebhookResponse
+	(*Reserve)(nil),                   // 73: limitd.v1.Reserve
+	(*SettleRequest)(nil),             // 74: limitd.v1.SettleRequest
+	(*RefundRequest)(nil),             // 75: limitd.v1.RefundRequest
+	(*CostResponse)(nil),              // 76: limitd.v1.CostResponse
+	(*DegradedOption)(nil),            // 77: limitd.v1.DegradedOption
+	(*GetUsageRequest)(nil),           // 78: limitd.v1.GetUsageRequest
+	(*UsageWindow)(nil),               // 79: limitd.v1.UsageWindow
+	(*GetUsageResponse)(nil),          // 80: limitd.v1.GetUsageResponse
+	(*ExportUsageRequest)(nil),        // 81: limitd.v1.ExportUsageRequest
+	(*ExportUsageMessage)(nil),        // 82: limitd.v1.ExportUsageMessage
+	(*TopKeysRequest)(nil),            // 83: limitd.v1.TopKeysRequest
+	(*TopKey)(nil),                    // 84: limitd.v1.TopKey
+	(*TopKeysResponse)(nil),           // 85: limitd.v1.TopKeysResponse
+	nil,                               // 86: limitd.v1.Plan.LimitsEntry
+	nil,                               // 87: limitd.v1.Override.LimitsEntry
+	(*ExportUsageMessage_Header)(nil), // 88: limitd.v1.ExportUsageMessage.Header
+	(*ExportUsageMessage_Row)(nil),    // 89: limitd.v1.ExportUsageMessage.Row
+	(*durationpb.Duration)(nil),       // 90: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),     // 91: google.protobuf.Timestamp
 }
 var file_limitd_v1_limitd_proto_depIdxs = []int32{
 	0,  // 0: limitd.v1.CheckRequest.limit:type_name -> limitd.v1.Limit
 	73, // 1: limitd.v1.CheckRequest.reserve:type_name -> limitd.v1.Reserve
-	80, // 2: limitd.v1.Decision.reset_after:type_name -> google.protobuf.Duration
-	80, // 3: limitd.v1.Decision.retry_after:type_name -> google.protobuf.Duration
-	80, // 4: limitd.v1.Decision.delay:type_name -> google.protobuf.Duration
+	90, // 2: limitd.v1.Decision.reset_after:type_name -> google.protobuf.Duration
+	90, // 3: limitd.v1.Decision.retry_after:type_name -> google.protobuf.Duration
+	90, // 4: limitd.v1.Decision.delay:type_name -> google.protobuf.Duration
 	3,  // 5: limitd.v1.Decision.limits:type_name -> limitd.v1.NamedDecision
-	80, // 6: limitd.v1.Decision.slot_expires:type_name -> google.protobuf.Duration
-	80, // 7: limitd.v1.Decision.reservation_expires:type_name -> google.protobuf.Duration
+	90, // 6: limitd.v1.Decision.slot_expires:type_name -> google.protobuf.Duration
+	90, // 7: limitd.v1.Decision.reservation_expires:type_name -> google.protobuf.Duration
 	2,  // 8: limitd.v1.NamedDecision.decision:type_name -> limitd.v1.Decision
 	2,  // 9: limitd.v1.CheckResponse.decision:type_name -> limitd.v1.Decision
 	1,  // 10: limitd.v1.CheckAllRequest.checks:type_name -> limitd.v1.CheckRequest
@@ -4671,7 +5475,7 @@ var file_limitd_v1_limitd_proto_depIdxs = []int32{
 	0,  // 16: limitd.v1.PeekRequest.limit:type_name -> limitd.v1.Limit
 	0,  // 17: limitd.v1.ResetRequest.limit:type_name -> limitd.v1.Limit
 	0,  // 18: limitd.v1.SlotRequest.limit:type_name -> limitd.v1.Limit
-	80, // 19: limitd.v1.SlotResponse.slot_expires:type_name -> google.protobuf.Duration
+	90, // 19: limitd.v1.SlotResponse.slot_expires:type_name -> google.protobuf.Duration
 	0,  // 20: limitd.v1.Policy.limit:type_name -> limitd.v1.Limit
 	18, // 21: limitd.v1.Policy.lease:type_name -> limitd.v1.Lease
 	17, // 22: limitd.v1.Policy.on_exceed:type_name -> limitd.v1.OnExceed
@@ -4679,12 +5483,12 @@ var file_limitd_v1_limitd_proto_depIdxs = []int32{
 	16, // 24: limitd.v1.PutPolicyRequest.policy:type_name -> limitd.v1.Policy
 	16, // 25: limitd.v1.ListPoliciesResponse.policies:type_name -> limitd.v1.Policy
 	25, // 26: limitd.v1.ListRLSDomainsResponse.domains:type_name -> limitd.v1.RLSDomain
-	78, // 27: limitd.v1.Plan.limits:type_name -> limitd.v1.Plan.LimitsEntry
+	86, // 27: limitd.v1.Plan.limits:type_name -> limitd.v1.Plan.LimitsEntry
 	32, // 28: limitd.v1.PutPlanRequest.plan:type_name -> limitd.v1.Plan
 	32, // 29: limitd.v1.ListPlansResponse.plans:type_name -> limitd.v1.Plan
 	44, // 30: limitd.v1.ListPrefixRulesResponse.rules:type_name -> limitd.v1.PrefixRule
-	79, // 31: limitd.v1.Override.limits:type_name -> limitd.v1.Override.LimitsEntry
-	81, // 32: limitd.v1.Override.expires:type_name -> google.protobuf.Timestamp
+	87, // 31: limitd.v1.Override.limits:type_name -> limitd.v1.Override.LimitsEntry
+	91, // 32: limitd.v1.Override.expires:type_name -> google.protobuf.Timestamp
 	54, // 33: limitd.v1.List.entries:type_name -> limitd.v1.ListEntry
 	53, // 34: limitd.v1.PutListRequest.list:type_name -> limitd.v1.List
 	53, // 35: limitd.v1.ListListsResponse.lists:type_name -> limitd.v1.List
@@ -4692,91 +5496,109 @@ var file_limitd_v1_limitd_proto_depIdxs = []int32{
 	66, // 37: limitd.v1.PutWebhookRequest.webhook:type_name -> limitd.v1.Webhook
 	66, // 38: limitd.v1.ListWebhooksResponse.webhooks:type_name -> limitd.v1.Webhook
 	2,  // 39: limitd.v1.CostResponse.decision:type_name -> limitd.v1.Decision
-	0,  // 40: limitd.v1.Plan.LimitsEntry.value:type_name -> limitd.v1.Limit
-	49, // 41: limitd.v1.Override.LimitsEntry.value:type_name -> limitd.v1.LimitOverride
-	1,  // 42: limitd.v1.Limitd.Check:input_type -> limitd.v1.CheckRequest
-	5,  // 43: limitd.v1.Limitd.CheckAll:input_type -> limitd.v1.CheckAllRequest
-	7,  // 44: limitd.v1.Limitd.Batch:input_type -> limitd.v1.BatchRequest
-	11, // 45: limitd.v1.Limitd.Peek:input_type -> limitd.v1.PeekRequest
-	12, // 46: limitd.v1.Limitd.Reset:input_type -> limitd.v1.ResetRequest
-	14, // 47: limitd.v1.Limitd.Release:input_type -> limitd.v1.SlotRequest
-	14, // 48: limitd.v1.Limitd.Renew:input_type -> limitd.v1.SlotRequest
-	19, // 49: limitd.v1.Limitd.PutPolicy:input_type -> limitd.v1.PutPolicyRequest
-	20, // 50: limitd.v1.Limitd.GetPolicy:input_type -> limitd.v1.GetPolicyRequest
-	21, // 51: limitd.v1.Limitd.ListPolicies:input_type -> limitd.v1.ListPoliciesRequest
-	23, // 52: limitd.v1.Limitd.DeletePolicy:input_type -> limitd.v1.DeletePolicyRequest
-	26, // 53: limitd.v1.Limitd.PutRLSDomain:input_type -> limitd.v1.PutRLSDomainRequest
-	27, // 54: limitd.v1.Limitd.GetRLSDomain:input_type -> limitd.v1.GetRLSDomainRequest
-	28, // 55: limitd.v1.Limitd.ListRLSDomains:input_type -> limitd.v1.ListRLSDomainsRequest
-	30, // 56: limitd.v1.Limitd.DeleteRLSDomain:input_type -> limitd.v1.DeleteRLSDomainRequest
-	33, // 57: limitd.v1.Limitd.PutPlan:input_type -> limitd.v1.PutPlanRequest
-	34, // 58: limitd.v1.Limitd.GetPlan:input_type -> limitd.v1.GetPlanRequest
-	35, // 59: limitd.v1.Limitd.ListPlans:input_type -> limitd.v1.ListPlansRequest
-	37, // 60: limitd.v1.Limitd.DeletePlan:input_type -> limitd.v1.DeletePlanRequest
-	39, // 61: limitd.v1.Limitd.SetDefaultPlan:input_type -> limitd.v1.SetDefaultPlanRequest
-	41, // 62: limitd.v1.Limitd.AssignPlan:input_type -> limitd.v1.AssignPlanRequest
-	42, // 63: limitd.v1.Limitd.GetKeyPlan:input_type -> limitd.v1.GetKeyPlanRequest
-	44, // 64: limitd.v1.Limitd.PutPrefixRule:input_type -> limitd.v1.PrefixRule
-	45, // 65: limitd.v1.Limitd.DeletePrefixRule:input_type -> limitd.v1.DeletePrefixRuleRequest
-	47, // 66: limitd.v1.Limitd.ListPrefixRules:input_type -> limitd.v1.ListPrefixRulesRequest
-	50, // 67: limitd.v1.Limitd.PutOverride:input_type -> limitd.v1.Override
-	51, // 68: limitd.v1.Limitd.DeleteOverride:input_type -> limitd.v1.DeleteOverrideRequest
-	55, // 69: limitd.v1.Limitd.PutList:input_type -> limitd.v1.PutListRequest
-	56, // 70: limitd.v1.Limitd.GetList:input_type -> limitd.v1.GetListRequest
-	57, // 71: limitd.v1.Limitd.ListLists:input_type -> limitd.v1.ListListsRequest
-	59, // 72: limitd.v1.Limitd.DeleteList:input_type -> limitd.v1.DeleteListRequest
-	62, // 73: limitd.v1.Limitd.ListBans:input_type -> limitd.v1.ListBansRequest
-	64, // 74: limitd.v1.Limitd.Unban:input_type -> limitd.v1.UnbanRequest
-	67, // 75: limitd.v1.Limitd.PutWebhook:input_type -> limitd.v1.PutWebhookRequest
-	68, // 76: limitd.v1.Limitd.GetWebhook:input_type -> limitd.v1.GetWebhookRequest
-	69, // 77: limitd.v1.Limitd.ListWebhooks:input_type -> limitd.v1.ListWebhooksRequest
-	71, // 78: limitd.v1.Limitd.DeleteWebhook:input_type -> limitd.v1.DeleteWebhookRequest
-	74, // 79: limitd.v1.Limitd.Settle:input_type -> limitd.v1.SettleRequest
-	75, // 80: limitd.v1.Limitd.Refund:input_type -> limitd.v1.RefundRequest
-	4,  // 81: limitd.v1.Limitd.Check:output_type -> limitd.v1.CheckResponse
-	6,  // 82: limitd.v1.Limitd.CheckAll:output_type -> limitd.v1.CheckAllResponse
-	10, // 83: limitd.v1.Limitd.Batch:output_type -> limitd.v1.BatchResponse
-	4,  // 84: limitd.v1.Limitd.Peek:output_type -> limitd.v1.CheckResponse
-	13, // 85: limitd.v1.Limitd.Reset:output_type -> limitd.v1.ResetResponse
-	15, // 86: limitd.v1.Limitd.Release:output_type -> limitd.v1.SlotResponse
-	15, // 87: limitd.v1.Limitd.Renew:output_type -> limitd.v1.SlotResponse
-	16, // 88: limitd.v1.Limitd.PutPolicy:output_type -> limitd.v1.Policy
-	16, // 89: limitd.v1.Limitd.GetPolicy:output_type -> limitd.v1.Policy
-	22, // 90: limitd.v1.Limitd.ListPolicies:output_type -> limitd.v1.ListPoliciesResponse
-	24, // 91: limitd.v1.Limitd.DeletePolicy:output_type -> limitd.v1.DeletePolicyResponse
-	25, // 92: limitd.v1.Limitd.PutRLSDomain:output_type -> limitd.v1.RLSDomain
-	25, // 93: limitd.v1.Limitd.GetRLSDomain:output_type -> limitd.v1.RLSDomain
-	29, // 94: limitd.v1.Limitd.ListRLSDomains:output_type -> limitd.v1.ListRLSDomainsResponse
-	31, // 95: limitd.v1.Limitd.DeleteRLSDomain:output_type -> limitd.v1.DeleteRLSDomainResponse
-	32, // 96: limitd.v1.Limitd.PutPlan:output_type -> limitd.v1.Plan
-	32, // 97: limitd.v1.Limitd.GetPlan:output_type -> limitd.v1.Plan
-	36, // 98: limitd.v1.Limitd.ListPlans:output_type -> limitd.v1.ListPlansResponse
-	38, // 99: limitd.v1.Limitd.DeletePlan:output_type -> limitd.v1.DeletePlanResponse
-	40, // 100: limitd.v1.Limitd.SetDefaultPlan:output_type -> limitd.v1.SetDefaultPlanResponse
-	43, // 101: limitd.v1.Limitd.AssignPlan:output_type -> limitd.v1.KeyPlan
-	43, // 102: limitd.v1.Limitd.GetKeyPlan:output_type -> limitd.v1.KeyPlan
-	44, // 103: limitd.v1.Limitd.PutPrefixRule:output_type -> limitd.v1.PrefixRule
-	46, // 104: limitd.v1.Limitd.DeletePrefixRule:output_type -> limitd.v1.DeletePrefixRuleResponse
-	48, // 105: limitd.v1.Limitd.ListPrefixRules:output_type -> limitd.v1.ListPrefixRulesResponse
-	50, // 106: limitd.v1.Limitd.PutOverride:output_type -> limitd.v1.Override
-	52, // 107: limitd.v1.Limitd.DeleteOverride:output_type -> limitd.v1.DeleteOverrideResponse
-	53, // 108: limitd.v1.Limitd.PutList:output_type -> limitd.v1.List
-	53, // 109: limitd.v1.Limitd.GetList:output_type -> limitd.v1.List
-	58, // 110: limitd.v1.Limitd.ListLists:output_type -> limitd.v1.ListListsResponse
-	60, // 111: limitd.v1.Limitd.DeleteList:output_type -> limitd.v1.DeleteListResponse
-	63, // 112: limitd.v1.Limitd.ListBans:output_type -> limitd.v1.ListBansResponse
-	65, // 113: limitd.v1.Limitd.Unban:output_type -> limitd.v1.UnbanResponse
-	66, // 114: limitd.v1.Limitd.PutWebhook:output_type -> limitd.v1.Webhook
-	66, // 115: limitd.v1.Limitd.GetWebhook:output_type -> limitd.v1.Webhook
-	70, // 116: limitd.v1.Limitd.ListWebhooks:output_type -> limitd.v1.ListWebhooksResponse
-	72, // 117: limitd.v1.Limitd.DeleteWebhook:output_type -> limitd.v1.DeleteWebhookResponse
-	76, // 118: limitd.v1.Limitd.Settle:output_type -> limitd.v1.CostResponse
-	76, // 119: limitd.v1.Limitd.Refund:output_type -> limitd.v1.CostResponse
-	81, // [81:120] is the sub-list for method output_type
-	42, // [42:81] is the sub-list for method input_type
-	42, // [42:42] is the sub-list for extension type_name
-	42, // [42:42] is the sub-list for extension extendee
-	0,  // [0:42] is the sub-list for field type_name
+	91, // 40: limitd.v1.GetUsageRequest.from:type_name -> google.protobuf.Timestamp
+	91, // 41: limitd.v1.GetUsageRequest.to:type_name -> google.protobuf.Timestamp
+	91, // 42: limitd.v1.UsageWindow.start:type_name -> google.protobuf.Timestamp
+	91, // 43: limitd.v1.UsageWindow.end:type_name -> google.protobuf.Timestamp
+	79, // 44: limitd.v1.GetUsageResponse.windows:type_name -> limitd.v1.UsageWindow
+	91, // 45: limitd.v1.ExportUsageRequest.window:type_name -> google.protobuf.Timestamp
+	88, // 46: limitd.v1.ExportUsageMessage.header:type_name -> limitd.v1.ExportUsageMessage.Header
+	89, // 47: limitd.v1.ExportUsageMessage.row:type_name -> limitd.v1.ExportUsageMessage.Row
+	91, // 48: limitd.v1.TopKeysResponse.at:type_name -> google.protobuf.Timestamp
+	84, // 49: limitd.v1.TopKeysResponse.keys:type_name -> limitd.v1.TopKey
+	0,  // 50: limitd.v1.Plan.LimitsEntry.value:type_name -> limitd.v1.Limit
+	49, // 51: limitd.v1.Override.LimitsEntry.value:type_name -> limitd.v1.LimitOverride
+	91, // 52: limitd.v1.ExportUsageMessage.Header.start:type_name -> google.protobuf.Timestamp
+	91, // 53: limitd.v1.ExportUsageMessage.Header.end:type_name -> google.protobuf.Timestamp
+	1,  // 54: limitd.v1.Limitd.Check:input_type -> limitd.v1.CheckRequest
+	5,  // 55: limitd.v1.Limitd.CheckAll:input_type -> limitd.v1.CheckAllRequest
+	7,  // 56: limitd.v1.Limitd.Batch:input_type -> limitd.v1.BatchRequest
+	11, // 57: limitd.v1.Limitd.Peek:input_type -> limitd.v1.PeekRequest
+	12, // 58: limitd.v1.Limitd.Reset:input_type -> limitd.v1.ResetRequest
+	14, // 59: limitd.v1.Limitd.Release:input_type -> limitd.v1.SlotRequest
+	14, // 60: limitd.v1.Limitd.Renew:input_type -> limitd.v1.SlotRequest
+	19, // 61: limitd.v1.Limitd.PutPolicy:input_type -> limitd.v1.PutPolicyRequest
+	20, // 62: limitd.v1.Limitd.GetPolicy:input_type -> limitd.v1.GetPolicyRequest
+	21, // 63: limitd.v1.Limitd.ListPolicies:input_type -> limitd.v1.ListPoliciesRequest
+	23, // 64: limitd.v1.Limitd.DeletePolicy:input_type -> limitd.v1.DeletePolicyRequest
+	26, // 65: limitd.v1.Limitd.PutRLSDomain:input_type -> limitd.v1.PutRLSDomainRequest
+	27, // 66: limitd.v1.Limitd.GetRLSDomain:input_type -> limitd.v1.GetRLSDomainRequest
+	28, // 67: limitd.v1.Limitd.ListRLSDomains:input_type -> limitd.v1.ListRLSDomainsRequest
+	30, // 68: limitd.v1.Limitd.DeleteRLSDomain:input_type -> limitd.v1.DeleteRLSDomainRequest
+	33, // 69: limitd.v1.Limitd.PutPlan:input_type -> limitd.v1.PutPlanRequest
+	34, // 70: limitd.v1.Limitd.GetPlan:input_type -> limitd.v1.GetPlanRequest
+	35, // 71: limitd.v1.Limitd.ListPlans:input_type -> limitd.v1.ListPlansRequest
+	37, // 72: limitd.v1.Limitd.DeletePlan:input_type -> limitd.v1.DeletePlanRequest
+	39, // 73: limitd.v1.Limitd.SetDefaultPlan:input_type -> limitd.v1.SetDefaultPlanRequest
+	41, // 74: limitd.v1.Limitd.AssignPlan:input_type -> limitd.v1.AssignPlanRequest
+	42, // 75: limitd.v1.Limitd.GetKeyPlan:input_type -> limitd.v1.GetKeyPlanRequest
+	44, // 76: limitd.v1.Limitd.PutPrefixRule:input_type -> limitd.v1.PrefixRule
+	45, // 77: limitd.v1.Limitd.DeletePrefixRule:input_type -> limitd.v1.DeletePrefixRuleRequest
+	47, // 78: limitd.v1.Limitd.ListPrefixRules:input_type -> limitd.v1.ListPrefixRulesRequest
+	50, // 79: limitd.v1.Limitd.PutOverride:input_type -> limitd.v1.Override
+	51, // 80: limitd.v1.Limitd.DeleteOverride:input_type -> limitd.v1.DeleteOverrideRequest
+	55, // 81: limitd.v1.Limitd.PutList:input_type -> limitd.v1.PutListRequest
+	56, // 82: limitd.v1.Limitd.GetList:input_type -> limitd.v1.GetListRequest
+	57, // 83: limitd.v1.Limitd.ListLists:input_type -> limitd.v1.ListListsRequest
+	59, // 84: limitd.v1.Limitd.DeleteList:input_type -> limitd.v1.DeleteListRequest
+	62, // 85: limitd.v1.Limitd.ListBans:input_type -> limitd.v1.ListBansRequest
+	64, // 86: limitd.v1.Limitd.Unban:input_type -> limitd.v1.UnbanRequest
+	67, // 87: limitd.v1.Limitd.PutWebhook:input_type -> limitd.v1.PutWebhookRequest
+	68, // 88: limitd.v1.Limitd.GetWebhook:input_type -> limitd.v1.GetWebhookRequest
+	69, // 89: limitd.v1.Limitd.ListWebhooks:input_type -> limitd.v1.ListWebhooksRequest
+	71, // 90: limitd.v1.Limitd.DeleteWebhook:input_type -> limitd.v1.DeleteWebhookRequest
+	74, // 91: limitd.v1.Limitd.Settle:input_type -> limitd.v1.SettleRequest
+	75, // 92: limitd.v1.Limitd.Refund:input_type -> limitd.v1.RefundRequest
+	78, // 93: limitd.v1.Limitd.GetUsage:input_type -> limitd.v1.GetUsageRequest
+	81, // 94: limitd.v1.Limitd.ExportUsage:input_type -> limitd.v1.ExportUsageRequest
+	83, // 95: limitd.v1.Limitd.TopKeys:input_type -> limitd.v1.TopKeysRequest
+	4,  // 96: limitd.v1.Limitd.Check:output_type -> limitd.v1.CheckResponse
+	6,  // 97: limitd.v1.Limitd.CheckAll:output_type -> limitd.v1.CheckAllResponse
+	10, // 98: limitd.v1.Limitd.Batch:output_type -> limitd.v1.BatchResponse
+	4,  // 99: limitd.v1.Limitd.Peek:output_type -> limitd.v1.CheckResponse
+	13, // 100: limitd.v1.Limitd.Reset:output_type -> limitd.v1.ResetResponse
+	15, // 101: limitd.v1.Limitd.Release:output_type -> limitd.v1.SlotResponse
+	15, // 102: limitd.v1.Limitd.Renew:output_type -> limitd.v1.SlotResponse
+	16, // 103: limitd.v1.Limitd.PutPolicy:output_type -> limitd.v1.Policy
+	16, // 104: limitd.v1.Limitd.GetPolicy:output_type -> limitd.v1.Policy
+	22, // 105: limitd.v1.Limitd.ListPolicies:output_type -> limitd.v1.ListPoliciesResponse
+	24, // 106: limitd.v1.Limitd.DeletePolicy:output_type -> limitd.v1.DeletePolicyResponse
+	25, // 107: limitd.v1.Limitd.PutRLSDomain:output_type -> limitd.v1.RLSDomain
+	25, // 108: limitd.v1.Limitd.GetRLSDomain:output_type -> limitd.v1.RLSDomain
+	29, // 109: limitd.v1.Limitd.ListRLSDomains:output_type -> limitd.v1.ListRLSDomainsResponse
+	31, // 110: limitd.v1.Limitd.DeleteRLSDomain:output_type -> limitd.v1.DeleteRLSDomainResponse
+	32, // 111: limitd.v1.Limitd.PutPlan:output_type -> limitd.v1.Plan
+	32, // 112: limitd.v1.Limitd.GetPlan:output_type -> limitd.v1.Plan
+	36, // 113: limitd.v1.Limitd.ListPlans:output_type -> limitd.v1.ListPlansResponse
+	38, // 114: limitd.v1.Limitd.DeletePlan:output_type -> limitd.v1.DeletePlanResponse
+	40, // 115: limitd.v1.Limitd.SetDefaultPlan:output_type -> limitd.v1.SetDefaultPlanResponse
+	43, // 116: limitd.v1.Limitd.AssignPlan:output_type -> limitd.v1.KeyPlan
+	43, // 117: limitd.v1.Limitd.GetKeyPlan:output_type -> limitd.v1.KeyPlan
+	44, // 118: limitd.v1.Limitd.PutPrefixRule:output_type -> limitd.v1.PrefixRule
+	46, // 119: limitd.v1.Limitd.DeletePrefixRule:output_type -> limitd.v1.DeletePrefixRuleResponse
+	48, // 120: limitd.v1.Limitd.ListPrefixRules:output_type -> limitd.v1.ListPrefixRulesResponse
+	50, // 121: limitd.v1.Limitd.PutOverride:output_type -> limitd.v1.Override
+	52, // 122: limitd.v1.Limitd.DeleteOverride:output_type -> limitd.v1.DeleteOverrideResponse
+	53, // 123: limitd.v1.Limitd.PutList:output_type -> limitd.v1.List
+	53, // 124: limitd.v1.Limitd.GetList:output_type -> limitd.v1.List
+	58, // 125: limitd.v1.Limitd.ListLists:output_type -> limitd.v1.ListListsResponse
+	60, // 126: limitd.v1.Limitd.DeleteList:output_type -> limitd.v1.DeleteListResponse
+	63, // 127: limitd.v1.Limitd.ListBans:output_type -> limitd.v1.ListBansResponse
+	65, // 128: limitd.v1.Limitd.Unban:output_type -> limitd.v1.UnbanResponse
+	66, // 129: limitd.v1.Limitd.PutWebhook:output_type -> limitd.v1.Webhook
+	66, // 130: limitd.v1.Limitd.GetWebhook:output_type -> limitd.v1.Webhook
+	70, // 131: limitd.v1.Limitd.ListWebhooks:output_type -> limitd.v1.ListWebhooksResponse
+	72, // 132: limitd.v1.Limitd.DeleteWebhook:output_type -> limitd.v1.DeleteWebhookResponse
+	76, // 133: limitd.v1.Limitd.Settle:output_type -> limitd.v1.CostResponse
+	76, // 134: limitd.v1.Limitd.Refund:output_type -> limitd.v1.CostResponse
+	80, // 135: limitd.v1.Limitd.GetUsage:output_type -> limitd.v1.GetUsageResponse
+	82, // 136: limitd.v1.Limitd.ExportUsage:output_type -> limitd.v1.ExportUsageMessage
+	85, // 137: limitd.v1.Limitd.TopKeys:output_type -> limitd.v1.TopKeysResponse
+	96, // [96:138] is the sub-list for method output_type
+	54, // [54:96] is the sub-list for method input_type
+	54, // [54:54] is the sub-list for extension type_name
+	54, // [54:54] is the sub-list for extension extendee
+	0,  // [0:54] is the sub-list for field type_name
 }
 
 func init() { file_limitd_v1_limitd_proto_init() }
@@ -4791,13 +5613,17 @@ func file_limitd_v1_limitd_proto_init() {
 	}
 	file_limitd_v1_limitd_proto_msgTypes[16].OneofWrappers = []any{}
 	file_limitd_v1_limitd_proto_msgTypes[18].OneofWrappers = []any{}
+	file_limitd_v1_limitd_proto_msgTypes[82].OneofWrappers = []any{
+		(*ExportUsageMessage_Header_)(nil),
+		(*ExportUsageMessage_Row_)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_limitd_v1_limitd_proto_rawDesc), len(file_limitd_v1_limitd_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   80,
+			NumMessages:   90,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

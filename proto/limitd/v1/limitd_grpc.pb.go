@@ -80,6 +80,9 @@ const (
 	Limitd_DeleteWebhook_FullMethodName    = "/limitd.v1.Limitd/DeleteWebhook"
 	Limitd_Settle_FullMethodName           = "/limitd.v1.Limitd/Settle"
 	Limitd_Refund_FullMethodName           = "/limitd.v1.Limitd/Refund"
+	Limitd_GetUsage_FullMethodName         = "/limitd.v1.Limitd/GetUsage"
+	Limitd_ExportUsage_FullMethodName      = "/limitd.v1.Limitd/ExportUsage"
+	Limitd_TopKeys_FullMethodName          = "/limitd.v1.Limitd/TopKeys"
 )
 
 // LimitdClient is the client API for Limitd service.
@@ -163,6 +166,18 @@ type LimitdClient interface {
 	// Refund gives back up to cost units a request id's check spent, in the
 	// window it spent them (POST /v1/refund).
 	Refund(ctx context.Context, in *RefundRequest, opts ...grpc.CallOption) (*CostResponse, error)
+	// usage (docs/API.md, "Usage history"): every one admin, read from the
+	// answering node's applied state with no Raft write.
+	// GetUsage is a key's usage per window of a policy or of a limit of its
+	// plan, the current window included (GET /v1/usage).
+	GetUsage(ctx context.Context, in *GetUsageRequest, opts ...grpc.CallOption) (*GetUsageResponse, error)
+	// ExportUsage streams one closed window's usage of every key of a policy
+	// or plan limit (GET /v1/usage/export): the header first, then a row per
+	// key.
+	ExportUsage(ctx context.Context, in *ExportUsageRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExportUsageMessage], error)
+	// TopKeys is a policy's top keys over the last 5 minutes or hour, from
+	// the answering node's sketch (GET /v1/keys/top).
+	TopKeys(ctx context.Context, in *TopKeysRequest, opts ...grpc.CallOption) (*TopKeysResponse, error)
 }
 
 type limitdClient struct {
@@ -563,6 +578,45 @@ func (c *limitdClient) Refund(ctx context.Context, in *RefundRequest, opts ...gr
 	return out, nil
 }
 
+func (c *limitdClient) GetUsage(ctx context.Context, in *GetUsageRequest, opts ...grpc.CallOption) (*GetUsageResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetUsageResponse)
+	err := c.cc.Invoke(ctx, Limitd_GetUsage_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *limitdClient) ExportUsage(ctx context.Context, in *ExportUsageRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExportUsageMessage], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Limitd_ServiceDesc.Streams[0], Limitd_ExportUsage_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ExportUsageRequest, ExportUsageMessage]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Limitd_ExportUsageClient = grpc.ServerStreamingClient[ExportUsageMessage]
+
+func (c *limitdClient) TopKeys(ctx context.Context, in *TopKeysRequest, opts ...grpc.CallOption) (*TopKeysResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(TopKeysResponse)
+	err := c.cc.Invoke(ctx, Limitd_TopKeys_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // LimitdServer is the server API for Limitd service.
 // All implementations must embed UnimplementedLimitdServer
 // for forward compatibility.
@@ -644,6 +698,18 @@ type LimitdServer interface {
 	// Refund gives back up to cost units a request id's check spent, in the
 	// window it spent them (POST /v1/refund).
 	Refund(context.Context, *RefundRequest) (*CostResponse, error)
+	// usage (docs/API.md, "Usage history"): every one admin, read from the
+	// answering node's applied state with no Raft write.
+	// GetUsage is a key's usage per window of a policy or of a limit of its
+	// plan, the current window included (GET /v1/usage).
+	GetUsage(context.Context, *GetUsageRequest) (*GetUsageResponse, error)
+	// ExportUsage streams one closed window's usage of every key of a policy
+	// or plan limit (GET /v1/usage/export): the header first, then a row per
+	// key.
+	ExportUsage(*ExportUsageRequest, grpc.ServerStreamingServer[ExportUsageMessage]) error
+	// TopKeys is a policy's top keys over the last 5 minutes or hour, from
+	// the answering node's sketch (GET /v1/keys/top).
+	TopKeys(context.Context, *TopKeysRequest) (*TopKeysResponse, error)
 	mustEmbedUnimplementedLimitdServer()
 }
 
@@ -770,6 +836,15 @@ func (UnimplementedLimitdServer) Settle(context.Context, *SettleRequest) (*CostR
 }
 func (UnimplementedLimitdServer) Refund(context.Context, *RefundRequest) (*CostResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Refund not implemented")
+}
+func (UnimplementedLimitdServer) GetUsage(context.Context, *GetUsageRequest) (*GetUsageResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetUsage not implemented")
+}
+func (UnimplementedLimitdServer) ExportUsage(*ExportUsageRequest, grpc.ServerStreamingServer[ExportUsageMessage]) error {
+	return status.Error(codes.Unimplemented, "method ExportUsage not implemented")
+}
+func (UnimplementedLimitdServer) TopKeys(context.Context, *TopKeysRequest) (*TopKeysResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method TopKeys not implemented")
 }
 func (UnimplementedLimitdServer) mustEmbedUnimplementedLimitdServer() {}
 func (UnimplementedLimitdServer) testEmbeddedByValue()                {}
@@ -1494,6 +1569,53 @@ func _Limitd_Refund_Handler(srv interface{}, ctx context.Context, dec func(inter
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Limitd_GetUsage_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetUsageRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LimitdServer).GetUsage(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Limitd_GetUsage_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LimitdServer).GetUsage(ctx, req.(*GetUsageRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Limitd_ExportUsage_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ExportUsageRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(LimitdServer).ExportUsage(m, &grpc.GenericServerStream[ExportUsageRequest, ExportUsageMessage]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Limitd_ExportUsageServer = grpc.ServerStreamingServer[ExportUsageMessage]
+
+func _Limitd_TopKeys_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TopKeysRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LimitdServer).TopKeys(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Limitd_TopKeys_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LimitdServer).TopKeys(ctx, req.(*TopKeysRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Limitd_ServiceDesc is the grpc.ServiceDesc for Limitd service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1657,7 +1779,21 @@ var Limitd_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "Refund",
 			Handler:    _Limitd_Refund_Handler,
 		},
+		{
+			MethodName: "GetUsage",
+			Handler:    _Limitd_GetUsage_Handler,
+		},
+		{
+			MethodName: "TopKeys",
+			Handler:    _Limitd_TopKeys_Handler,
+		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "ExportUsage",
+			Handler:       _Limitd_ExportUsage_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "limitd/v1/limitd.proto",
 }
