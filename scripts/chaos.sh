@@ -7,7 +7,7 @@
 #   ROUNDS=100 scripts/chaos.sh       # longer
 #   SEED=42 SUITES=inprocess scripts/chaos.sh   # same fault and client choices
 #
-# Suites (SUITES, default "inprocess process rejoin lease"; also clock, slowdisk, costs):
+# Suites (SUITES, default "inprocess process rejoin lease"; also clock, slowdisk, costs, usage):
 #   inprocess  cluster.TestFaultsThreeNodes, TestFaultsFiveNodes: 3 and 5 nodes
 #              over raft.InmemTransport; clients check keys while the leader is
 #              partitioned away, minorities are isolated, leadership is
@@ -174,8 +174,9 @@ for suite in $SUITES; do
 		grep -o 'BLKIO-SUMMARY {.*}' "$work/slowdisk.log" >&2 || true
 		;;
 	costs) run_tests ./e2e '^TestChaosSlotsAndReservations$' costs ;;
+	usage) run_tests ./e2e '^TestUsageChaosKill9$' usage ;;
 	*)
-		log "unknown suite $suite (want inprocess, process, rejoin, lease, clock, slowdisk or costs)"
+		log "unknown suite $suite (want inprocess, process, rejoin, lease, clock, slowdisk, costs or usage)"
 		exit 2
 		;;
 	esac
