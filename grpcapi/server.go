@@ -169,7 +169,7 @@ func New(svc *service.Service, cfg Config) (*Server, error) {
 		grpc.ConnectionTimeout(cfg.HandshakeTimeout),
 		grpc.MaxHeaderListSize(64 << 10),
 		grpc.ChainUnaryInterceptor(append(slices.Clone(cfg.UnaryInterceptors), s.recoverPanic, s.deadline, s.authenticate)...),
-		grpc.ChainStreamInterceptor(s.recoverStream),
+		grpc.ChainStreamInterceptor(s.recoverStream, s.authenticateStream),
 		// Envoy keeps its connection open; ping it so dead peers are noticed.
 		grpc.KeepaliveParams(keepalive.ServerParameters{
 			Time: 2 * time.Minute, Timeout: 20 * time.Second,
@@ -279,6 +279,16 @@ func (s *Server) authenticate(ctx context.Context, req any, info *grpc.UnaryServ
 			Message: "this method needs the admin token: metadata \"authorization: Bearer <token>\""})
 	}
 	return handler(ctx, req)
+}
+
+// authenticateStream is authenticate for streaming methods (the usage
+// export): an admin stream without the token ends before its handler runs.
+func (s *Server) authenticateStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	if s.cfg.AdminToken != "" && adminMethods[info.FullMethod] && !s.adminOK(ss.Context()) {
+		return toStatus(&service.Error{Code: service.CodeUnauthenticated,
+			Message: "this method needs the admin token: metadata \"authorization: Bearer <token>\""})
+	}
+	return handler(srv, ss)
 }
 
 func (s *Server) adminOK(ctx context.Context) bool {
