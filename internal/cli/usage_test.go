@@ -8,13 +8,17 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 )
 
 func TestUsageGetAndExport(t *testing.T) {
+	var mu sync.Mutex // a connection's handler may still run when the next request arrives
 	var queries []string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
 		queries = append(queries, r.URL.Path+"?"+r.URL.RawQuery)
+		mu.Unlock()
 		switch r.URL.Path {
 		case "/v1/usage":
 			w.Header().Set("Content-Type", "application/json")
@@ -72,9 +76,12 @@ func TestUsageGetAndExport(t *testing.T) {
 }
 
 func TestKeysTop(t *testing.T) {
+	var mu sync.Mutex // a connection's handler may still run when the next request arrives
 	var queries []string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
 		queries = append(queries, r.URL.Path+"?"+r.URL.RawQuery)
+		mu.Unlock()
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"policy":"api","window":"1h","by":"refused","at":"2026-12-01T10:00:00Z","keys":[{"key":"b","count":7,"error":0}]}`))
 	}))
