@@ -24,7 +24,7 @@ type CheckSpec struct {
 	Policy    string // if set, the inline limit is not sent
 	// ByPlan sends neither policy nor limit: the check is decided under the
 	// key's plan (the plan-resolved workload, limitd bench --plan).
-	ByPlan bool
+	ByPlan    bool
 	Algorithm string
 	Limit     int64
 	Window    string
