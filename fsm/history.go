@@ -98,7 +98,7 @@ func (a *applier) recordUsage(tx *persist.Tx, checks []checkRef, lims []limit, d
 		switch {
 		case !d.Allowed:
 			refused = 1
-		case committed && lim.history > 0 && !d.ShadowRefused:
+		case committed && !d.ShadowRefused:
 			used = ck.cost
 		default:
 			continue

@@ -34,47 +34,62 @@ const (
 )
 
 type topEntry struct {
-	key      string
+	// key's bytes are reused when the entry is evicted, so that a sketch in
+	// its steady state allocates nothing on the apply path.
+	key      []byte
+	h        uint64 // keyHash(key): the scans compare it before the bytes
 	n, error int64
 }
 
-// sketch is Space-Saving over at most topK keys.
+// sketch is Space-Saving over at most topK keys. A linear scan of topK
+// entries' hashes finds a key: cheaper on the apply path than a map, whose
+// string keys cost an allocation for every new key.
 type sketch struct {
-	idx map[string]int
-	e   []topEntry
+	e []topEntry
 }
 
-func (s *sketch) add(key []byte, n int64) {
-	if i, ok := s.idx[string(key)]; ok {
-		s.e[i].n += n
-		return
-	}
-	if s.idx == nil {
-		s.idx = make(map[string]int, topK)
+func (s *sketch) add(key []byte, h uint64, n int64) {
+	for i := range s.e {
+		if e := &s.e[i]; e.h == h && string(e.key) == string(key) {
+			e.n += n
+			return
+		}
 	}
 	if len(s.e) < topK {
-		s.idx[string(key)] = len(s.e)
-		s.e = append(s.e, topEntry{key: string(key), n: n})
+		if len(s.e) < cap(s.e) {
+			s.e = s.e[:len(s.e)+1] // the slot, and its key buffer, a reset left
+		} else {
+			s.e = append(s.e, topEntry{})
+		}
+		e := &s.e[len(s.e)-1]
+		*e = topEntry{key: append(e.key[:0], key...), h: h, n: n}
 		return
 	}
-	// Evict the least (ties: the greatest key, so the choice is the same on
-	// every replica); the newcomer inherits its count as its error.
+	// Evict the least (ties: the greatest hash, then key, so the choice is
+	// the same on every replica); the newcomer inherits its count as its
+	// error.
 	m := 0
 	for i := 1; i < len(s.e); i++ {
-		if s.e[i].n < s.e[m].n || s.e[i].n == s.e[m].n && s.e[i].key > s.e[m].key {
+		a, b := &s.e[i], &s.e[m]
+		if a.n < b.n || a.n == b.n && (a.h > b.h || a.h == b.h && string(a.key) > string(b.key)) {
 			m = i
 		}
 	}
-	old := s.e[m]
-	delete(s.idx, old.key)
-	s.idx[string(key)] = m
-	s.e[m] = topEntry{key: string(key), n: old.n + n, error: old.n}
+	e := &s.e[m]
+	*e = topEntry{key: append(e.key[:0], key...), h: h, n: e.n + n, error: e.n}
 }
 
-func (s *sketch) reset() {
-	clear(s.idx)
-	s.e = s.e[:0]
+// keyHash is FNV-1a: fixed, so that every replica breaks an eviction's tie
+// alike.
+func keyHash(key []byte) uint64 {
+	h := uint64(14695981039346656037)
+	for _, c := range key {
+		h = (h ^ uint64(c)) * 1099511628211
+	}
+	return h
 }
+
+func (s *sketch) reset() { s.e = s.e[:0] } // the entries' key buffers stay for reuse
 
 type topBucket struct {
 	epoch int64 // the bucket's period number (time / its width); -1: empty
@@ -134,9 +149,10 @@ func (t *topKeys) add(policy string, key []byte, kind int, n, now int64) {
 		p = newPolicyTop()
 		t.policies[policy] = p
 	}
+	h := keyHash(key)
 	m, f := now/topMinute, now/topFive
-	p.minute[m%5].at(m).s[kind].add(key, n)
-	p.five[f%12].at(f).s[kind].add(key, n)
+	p.minute[m%5].at(m).s[kind].add(key, h, n)
+	p.five[f%12].at(f).s[kind].add(key, h, n)
 }
 
 func (t *topKeys) clear() {
@@ -190,10 +206,10 @@ func (f *FSM) TopKeys(q nodeapi.TopKeysQuery) nodeapi.TopKeys {
 	sum := map[string]*nodeapi.TopKey{}
 	merge := func(b *topBucket) {
 		for _, e := range b.s[kind].e {
-			k := sum[e.key]
+			k := sum[string(e.key)]
 			if k == nil {
-				k = &nodeapi.TopKey{Key: e.key}
-				sum[e.key] = k
+				k = &nodeapi.TopKey{Key: string(e.key)}
+				sum[k.Key] = k
 			}
 			k.Count += e.n
 			k.Error += e.error
