@@ -1,12 +1,7 @@
 package e2e
 
 import (
-	"bytes"
 	"fmt"
-	"io"
-	"net/http"
-	"sort"
-	"sync"
 	"testing"
 	"time"
 )
@@ -49,43 +44,10 @@ func leaderWindowOf(w time.Duration, a leaseAnswer, at time.Time) int64 {
 	return (end + int64(w)/2) / int64(w)
 }
 
-// stepWorker is leaseChaos.worker with the allowed answers placed by
-// leaderWindowOf.
-func (lc *leaseChaos) stepWorker(policy, key string, rate float64, first int, stop <-chan struct{}) {
-	period := time.Duration(float64(time.Second) / rate)
-	next := time.Now()
-	for i := first; ; i++ {
-		select {
-		case <-stop:
-			return
-		default:
-		}
-		p := lc.procs[i%len(lc.procs)]
-		if up, _ := lc.up.Load(p.ID); !up.(bool) {
-			time.Sleep(time.Millisecond)
-			continue
-		}
-		a, _, at, ok := lc.check(p, policy, key, 1)
-		lc.amu.Lock()
-		lc.ops++
-		switch {
-		case !ok:
-			lc.unknown++
-		case a.Allowed:
-			lc.allowed[leaseWindowKey{policy, key, leaderWindowOf(lc.windows[policy], a, at)}]++
-			if a.ResetAfterMS <= 0 {
-				lc.zeroReset++
-			}
-		default:
-			lc.refused++
-		}
-		lc.amu.Unlock()
-		if next = next.Add(period); time.Until(next) > 0 {
-			time.Sleep(time.Until(next))
-		} else {
-			next = time.Now()
-		}
-	}
+// placeByLeader is the placeFunc of the stepped clocks: leaderWindowOf (a
+// check's send time, by the clients' clock, names no window here).
+func (lc *leaseChaos) placeByLeader(policy string, a leaseAnswer, _, at time.Time) (int64, bool) {
+	return leaderWindowOf(lc.windows[policy], a, at), false
 }
 
 func TestLeaseChaosClockSteps(t *testing.T) {
@@ -94,41 +56,8 @@ func TestLeaseChaosClockSteps(t *testing.T) {
 		t.Skip("starts three limitd processes and restarts them with stepped clocks (scripts/chaos.sh SUITES=clock)")
 	}
 	rounds, _, began, procs, load := startChaos(t, 1)
-	lc := &leaseChaos{crashLoad: load, allowed: map[leaseWindowKey]int64{}, windows: map[string]time.Duration{}}
-	// "quota" (a window of hours that never runs out) is there for the loss
-	// audit: its window is still the same when the audit reads it.
-	quotaWindow := crashWindow(time.Duration(rounds)*time.Minute + 30*time.Minute)
-	qw, err := time.ParseDuration(quotaWindow)
-	must(t, err)
-	lc.windows["window"], lc.windows["quota"] = leaseWindow, qw
-	limits := map[string]int64{"window": leaseWindowLimit, "quota": leaseQuotaLimit}
-	for name, window := range map[string]string{"window": leaseWindow.String(), "quota": quotaWindow} {
-		body := fmt.Sprintf(`{"algorithm":"fixed_window","limit":%d,"window":"%s","lease":{"share":0.2,"max_ttl":"2s"}}`, limits[name], window)
-		req, err := http.NewRequest(http.MethodPut, procs[0].URL("/v1/policies/"+name), bytes.NewReader([]byte(body)))
-		must(t, err)
-		resp, err := lc.client.Do(req)
-		must(t, err)
-		data, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			t.Fatalf("put policy %s: %s %s", name, resp.Status, data)
-		}
-	}
-
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	keys := map[string][]string{"window": {"w/0", "w/1", "w/2", "w/3"}, "quota": {"q/0", "q/1"}}
-	// Per worker, three per key: "window" at 3 times its limit's rate, "quota" at 60/s.
-	rates := map[string]float64{"window": 3 * leaseWindowLimit / leaseWindow.Seconds() / 3, "quota": 20}
-	for policy, ks := range keys {
-		for _, k := range ks {
-			for w := 0; w < 3; w++ {
-				wg.Add(1)
-				go func() { defer wg.Done(); lc.stepWorker(policy, k, rates[policy], w, stop) }()
-			}
-		}
-	}
-	stopWorkers := sync.OnceFunc(func() { close(stop); wg.Wait() })
+	lc := newLeaseChaos(t, rounds, procs, load)
+	stopWorkers := lc.startWorkers(lc.placeByLeader)
 	defer stopWorkers()
 
 	offsets := map[string]time.Duration{}
@@ -197,44 +126,9 @@ func TestLeaseChaosClockSteps(t *testing.T) {
 	time.Sleep(time.Second)
 	stopWorkers()
 
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		var held float64
-		for _, p := range procs {
-			v, err := lc.metric(p, "limitd_leased_keys")
-			if err != nil {
-				v = 1
-			}
-			held += v
-		}
-		if held == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("leases still held 30 s after the clients stopped")
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	time.Sleep(500 * time.Millisecond) // the last returns applied
-	lc.waitConverged(60 * time.Second)
+	lc.waitLeasesBack(t, procs)
 
-	var over, windows, audited int
-	var allowed, lost int64
-	names := make([]leaseWindowKey, 0, len(lc.allowed))
-	for k, n := range lc.allowed {
-		names = append(names, k)
-		allowed += n
-	}
-	sort.Slice(names, func(i, j int) bool {
-		a, b := names[i], names[j]
-		return a.policy < b.policy || a.policy == b.policy && (a.key < b.key || a.key == b.key && a.window < b.window)
-	})
-	for _, k := range names {
-		windows++
-		if n := lc.allowed[k]; n > limits[k.policy] {
-			over++
-			t.Errorf("%s %s window %d: %d allowed answers, limit %d", k.policy, k.key, k.window, n, limits[k.policy])
-		}
-	}
+	over, windows, allowed := lc.overAdmitted(t)
 	// A peek (cost 0) of a window nothing was spent in says reset_after 0,
 	// which names no window: the window a peek saw is the one an allowed
 	// probe (cost 1 on a key of its own) saw just before and just after it.
@@ -257,35 +151,18 @@ func TestLeaseChaosClockSteps(t *testing.T) {
 		}
 		return leaderWindowOf(lc.windows[policy], a, at)
 	}
-	for policy, ks := range keys {
-		for _, key := range ks {
-			for _, p := range procs {
-				var a leaseAnswer
-				var window int64
-				for try := 0; ; try++ {
-					if try == 5 {
-						t.Fatalf("peek of %s on %s: the window rolled at every try", key, p.ID)
-					}
-					before := probe(p, policy)
-					a, _ = answer(p, policy, key, 0)
-					if probe(p, policy) == before {
-						window = before
-						break
-					}
-				}
-				k := leaseWindowKey{policy, key, window}
-				used, saw := limits[policy]-a.Remaining, lc.allowed[k]
-				if saw == 0 {
-					continue // the window rolled since the clients stopped
-				}
-				audited++
-				if used < saw {
-					lost += saw - used
-					t.Errorf("%s %s on %s: the state shows %d used (window %d), %d allowed answers were received; windows %v", policy, key, p.ID, used, k.window, saw, lc.windowsOf(policy, key))
-				}
+	audited, lost, _ := lc.lostAcknowledged(t, procs, func(p *proc, policy, key string) (leaseAnswer, int64) {
+		for try := 0; ; try++ {
+			if try == 5 {
+				t.Fatalf("peek of %s on %s: the window rolled at every try", key, p.ID)
+			}
+			before := probe(p, policy)
+			a, _ := answer(p, policy, key, 0)
+			if probe(p, policy) == before {
+				return a, before
 			}
 		}
-	}
+	})
 	lc.sameState(t, procs)
 	crashSummary(t, map[string]any{
 		"nodes": 3, "rounds": rounds, "leader_changes": failovers + 2*rounds, "restarts": restarts, "kills": kills,
@@ -297,11 +174,5 @@ func TestLeaseChaosClockSteps(t *testing.T) {
 	if allowed == 0 || lc.refused == 0 || audited == 0 {
 		t.Errorf("allowed %d, refused %d, audited %d: the run must exercise each", allowed, lc.refused, audited)
 	}
-	for i, o := range lc.oddities {
-		if i == 5 {
-			t.Errorf("... %d oddities in all", len(lc.oddities))
-			break
-		}
-		t.Error(o)
-	}
+	lc.reportOddities(t)
 }

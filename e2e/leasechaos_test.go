@@ -2,12 +2,10 @@ package e2e
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -120,48 +118,6 @@ func (lc *leaseChaos) windowOf(policy string, a leaseAnswer, sent, at time.Time)
 	return (end + w/2) / w, true
 }
 
-// worker checks one key at about rate per second until stop, through the
-// running nodes in turn.
-func (lc *leaseChaos) worker(policy, key string, rate float64, first int, stop <-chan struct{}) {
-	period := time.Duration(float64(time.Second) / rate)
-	next := time.Now()
-	for i := first; ; i++ {
-		select {
-		case <-stop:
-			return
-		default:
-		}
-		p := lc.procs[i%len(lc.procs)]
-		if up, _ := lc.up.Load(p.ID); !up.(bool) {
-			continue
-		}
-		a, sent, at, ok := lc.check(p, policy, key, 1)
-		lc.amu.Lock()
-		lc.ops++
-		switch {
-		case !ok:
-			lc.unknown++
-		case a.Allowed:
-			w, straddled := lc.windowOf(policy, a, sent, at)
-			lc.allowed[leaseWindowKey{policy, key, w}]++
-			if straddled {
-				lc.straddled++
-			}
-			if a.ResetAfterMS <= 0 {
-				lc.zeroReset++ // a fixed window's allowed answer resets after some time: report it
-			}
-		default:
-			lc.refused++
-		}
-		lc.amu.Unlock()
-		if next = next.Add(period); time.Until(next) > 0 {
-			time.Sleep(time.Until(next))
-		} else {
-			next = time.Now() // behind (a kill): do not burst to catch up
-		}
-	}
-}
-
 // metric reads one unlabelled sample from p's /metrics.
 func (lc *leaseChaos) metric(p *proc, name string) (float64, error) {
 	resp, err := lc.client.Get(p.URL("/metrics"))
@@ -214,43 +170,8 @@ func TestLeaseChaosKill9(t *testing.T) {
 		t.Skip("starts three limitd processes and kills them -9 (the chaos run with quota leases; scripts/chaos.sh SUITES=lease)")
 	}
 	rounds, rng, began, procs, load := startChaos(t, 1)
-	lc := &leaseChaos{crashLoad: load, allowed: map[leaseWindowKey]int64{}, windows: map[string]time.Duration{}}
-
-	quotaWindow := crashWindow(time.Duration(rounds)*time.Minute + 30*time.Minute)
-	qw, err := time.ParseDuration(quotaWindow)
-	must(t, err)
-	lc.windows["window"], lc.windows["quota"] = leaseWindow, qw
-	for name, body := range map[string]string{
-		"window": fmt.Sprintf(`{"algorithm":"fixed_window","limit":%d,"window":"%s","lease":{"share":0.2,"max_ttl":"2s"}}`, leaseWindowLimit, leaseWindow),
-		"quota":  fmt.Sprintf(`{"algorithm":"fixed_window","limit":%d,"window":"%s","lease":{"share":0.2,"max_ttl":"2s"}}`, leaseQuotaLimit, quotaWindow),
-	} {
-		req, err := http.NewRequest(http.MethodPut, procs[0].URL("/v1/policies/"+name), bytes.NewReader([]byte(body)))
-		must(t, err)
-		resp, err := lc.client.Do(req)
-		must(t, err)
-		data, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			t.Fatalf("put policy %s: %s %s", name, resp.Status, data)
-		}
-	}
-
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	keys := map[string][]string{"window": {"w/0", "w/1", "w/2", "w/3"}, "quota": {"q/0", "q/1"}}
-	// Per key: "window" at 3 times its limit's rate (each window runs out a
-	// third of the way in), "quota" at 60/s; three workers each, started on
-	// different nodes.
-	rates := map[string]float64{"window": 3 * leaseWindowLimit / leaseWindow.Seconds() / 3, "quota": 20}
-	for policy, ks := range keys {
-		for _, k := range ks {
-			for w := 0; w < 3; w++ {
-				wg.Add(1)
-				go func() { defer wg.Done(); lc.worker(policy, k, rates[policy], w, stop) }()
-			}
-		}
-	}
-	stopWorkers := sync.OnceFunc(func() { close(stop); wg.Wait() })
+	lc := newLeaseChaos(t, rounds, procs, load)
+	stopWorkers := lc.startWorkers(lc.windowOf)
 	defer stopWorkers()
 
 	var fromLeases float64 // limitd_lease_checks_total of the processes killed, before they were
@@ -325,83 +246,25 @@ func TestLeaseChaosKill9(t *testing.T) {
 	time.Sleep(time.Second)
 	stopWorkers()
 
-	// Every lease goes back once its key is idle (a second); then the
-	// replicas converge on the same state.
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		var held float64
-		for _, p := range procs {
-			v, err := lc.metric(p, "limitd_leased_keys")
-			if err != nil {
-				v = 1
-			}
-			held += v
-		}
-		if held == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("leases still held 30 s after the clients stopped")
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
 	for _, p := range procs {
 		answered(p)
 		countLost(p)
 	}
-	time.Sleep(500 * time.Millisecond) // the last returns applied
-	lc.waitConverged(60 * time.Second)
+	lc.waitLeasesBack(t, procs)
 
 	// The audit.
-	var over int
-	var allowed, lost, under int64
-	windows, audited := 0, 0
-	names := make([]leaseWindowKey, 0, len(lc.allowed))
-	for k, n := range lc.allowed {
-		names = append(names, k)
-		allowed += n
-	}
-	sort.Slice(names, func(i, j int) bool {
-		a, b := names[i], names[j]
-		return a.policy < b.policy || a.policy == b.policy && (a.key < b.key || a.key == b.key && a.window < b.window)
-	})
-	limits := map[string]int64{"window": leaseWindowLimit, "quota": leaseQuotaLimit}
-	for _, k := range names {
-		windows++
-		if n := lc.allowed[k]; n > limits[k.policy] {
-			over++
-			t.Errorf("%s %s window %d: %d allowed answers, limit %d", k.policy, k.key, k.window, n, limits[k.policy])
-		}
-	}
-	for policy, ks := range keys {
-		for _, key := range ks {
-			for _, p := range procs {
-				var a leaseAnswer
-				var sent, at time.Time
-				ok := false
-				for try := 0; !ok; try++ {
-					if try == 50 {
-						t.Fatalf("peek of %s on %s: no answer", key, p.ID)
-					}
-					if a, sent, at, ok = lc.check(p, policy, key, 0); !ok {
-						time.Sleep(100 * time.Millisecond)
-					}
-				}
+	over, windows, allowed := lc.overAdmitted(t)
+	audited, lost, under := lc.lostAcknowledged(t, procs, func(p *proc, policy, key string) (leaseAnswer, int64) {
+		for try := 0; try < 50; try++ {
+			if a, sent, at, ok := lc.check(p, policy, key, 0); ok {
 				w, _ := lc.windowOf(policy, a, sent, at)
-				k := leaseWindowKey{policy, key, w}
-				used, saw := limits[policy]-a.Remaining, lc.allowed[k]
-				if saw == 0 {
-					continue // the window rolled since the clients stopped: nothing to compare
-				}
-				audited++
-				if used < saw {
-					lost += saw - used
-					t.Errorf("%s %s on %s: the state shows %d used (remaining %d, reset after %d ms, window %d), %d allowed answers were received; windows %v", policy, key, p.ID, used, a.Remaining, a.ResetAfterMS, k.window, saw, lc.windowsOf(policy, key))
-				} else if p == procs[0] {
-					under += used - saw
-				}
+				return a, w
 			}
+			time.Sleep(100 * time.Millisecond)
 		}
-	}
+		t.Fatalf("peek of %s on %s: no answer", key, p.ID)
+		return leaseAnswer{}, 0
+	})
 	lc.sameState(t, procs)
 	// Stopped one after another, the nodes' files are not compared: the
 	// lease records (max_ttl 2 s) and 10 s windows expire all the time, so
@@ -426,13 +289,7 @@ func TestLeaseChaosKill9(t *testing.T) {
 	if allowed == 0 || lc.refused == 0 || fromLeases == 0 || audited == 0 {
 		t.Errorf("allowed %d, refused %d, from leases %v, audited %d: the run must exercise each", allowed, lc.refused, fromLeases, audited)
 	}
-	for i, o := range lc.oddities {
-		if i == 5 {
-			t.Errorf("... %d oddities in all", len(lc.oddities))
-			break
-		}
-		t.Error(o)
-	}
+	lc.reportOddities(t)
 }
 
 func (lc *leaseChaos) windowsOf(policy, key string) map[int64]int64 {
