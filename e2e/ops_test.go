@@ -260,6 +260,21 @@ func TestOpsRestoreFromSnapshot(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitMembers(t, d, d.Nodes, 1)
+	// The restored directory is named for what it is, at info: a directory
+	// with Raft state and no incarnation is a restore, the one case that
+	// keeps its vote, not a legacy directory and not a warning.
+	restored := false
+	for _, l := range strings.Split(r1.Logs(), "\n") {
+		if strings.Contains(l, "data directory restored from a backup") {
+			restored = true
+		}
+		if strings.Contains(l, "incarnation") && (strings.Contains(l, "WARN") || strings.Contains(l, "ERROR") || strings.Contains(l, "predates")) {
+			t.Errorf("the restored node's log: %s", l)
+		}
+	}
+	if !restored {
+		t.Errorf("the restored node does not say its directory was restored from a backup:\n%s", r1.Logs())
+	}
 	r2 := opsNode(t, d, "r2", r1.URL(""))
 	r3 := opsNode(t, d, "r3", r1.URL(""))
 	for _, nd := range []*proccluster.Node{r2, r3} {
