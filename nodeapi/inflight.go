@@ -26,7 +26,9 @@ type InflightSlot struct {
 	Expires  int64
 }
 
-// InflightReservation is one open (not yet settled) reservation: Cost is
+// InflightReservation is one open (not yet settled) reservation:
+// Reservation is the state machine's id, which the service answers as the
+// token a settle takes (the one the reserve answered); Cost is
 // its estimate, spent at the reserve; Expires is its hold's end, after
 // which it stays settled at the estimate.
 type InflightReservation struct {

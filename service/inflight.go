@@ -43,5 +43,14 @@ func (s *Service) Inflight(q nodeapi.InflightQuery) (nodeapi.Inflight, *Error) {
 	if err != nil {
 		return nodeapi.Inflight{}, fromNode(err, "")
 	}
+	// The node lists its own ids; a client settles by the token its reserve
+	// answered, which names the key and policy too (reserve.go). Only a
+	// policy's keys have reservations: a reserve names a policy or a limit.
+	c := nodeapi.Check{Key: q.Key, Policy: q.Policy}
+	for i := range v.Reservations {
+		if q.Policy != "" {
+			v.Reservations[i].Reservation = reservationToken(&c, v.Reservations[i].Reservation)
+		}
+	}
 	return v, nil
 }
