@@ -330,9 +330,9 @@ func TestUIInBrowserLeases(t *testing.T) {
 // policy's keys allowed and refused over 5 min and 1 h; Key shows a key's
 // plan, its override and its end, each plan limit's use and kept history,
 // and, under a policy, its held concurrency slot and open reservation with
-// their expiries. Admin reads wait for the token (none is asked for
-// before: a refused read would be logged); an unknown key says it has no
-// plan.
+// their expiries, read again on every poll (a released slot goes). Admin
+// reads wait for the token (none is asked for before: a refused read would
+// be logged); an unknown key says it has no plan.
 func TestUIInBrowserQuotasAndWorkInFlight(t *testing.T) {
 	bin := testtool.Path(t, "chromium", "apt-get install chromium")
 	ts, store := newPlanServer(t)
@@ -405,6 +405,9 @@ func TestUIInBrowserQuotasAndWorkInFlight(t *testing.T) {
 	b.waitFor(fmt.Sprintf(`document.querySelector('#key-slots tr[data-slot=%q] td:nth-child(3)') !== null &&
 		document.querySelector('#key-slots tr[data-slot=%q] td:nth-child(3)').textContent === "2026-12-01T11:01:00.000Z (in 60 s)" &&
 		document.querySelector("#key-reservations tbody").textContent === "none open"`, slot, slot), "the held slot and its expiry")
+	// The section is read again on every poll: the released slot goes.
+	ts.want(ts.do("POST", "/v1/release", fmt.Sprintf(`{"key":"u/1","policy":"jobs","slot":%q}`, slot)), 200, "", "")
+	b.waitFor(`document.querySelector("#key-slots tbody").textContent === "none held"`, "the released slot gone on the next poll")
 
 	show("u/1", "tokens")
 	b.waitFor(fmt.Sprintf(`document.querySelector('#key-reservations tr[data-reservation=%q]') !== null &&
@@ -412,7 +415,11 @@ func TestUIInBrowserQuotasAndWorkInFlight(t *testing.T) {
 		document.querySelector('#key-reservations tr[data-reservation=%q] td:nth-child(4)').textContent === "2026-12-01T11:01:30.000Z (in 90 s)" &&
 		document.querySelector('#key-limits tr[data-limit="policy tokens"] td:nth-child(2)').textContent === "7" &&
 		document.querySelector("#key-slots tbody").textContent === "none held"`, res, res, res), "the open reservation, its estimate and expiry")
-	b.screenshot(filepath.Join(t.TempDir(), "quotas.png"))
+	shots := os.Getenv("LIMITD_UI_SCREENSHOTS")
+	if shots == "" {
+		shots = t.TempDir()
+	}
+	b.screenshot(filepath.Join(shots, "quotas.png"))
 
 	show("nobody", "")
 	b.waitFor(`document.querySelector('#key-plan dd[data-fact="plan"]').textContent.startsWith("none") &&

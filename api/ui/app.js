@@ -408,19 +408,32 @@ function historyText(u) {
   return closed.map((w) => w.start + ": " + w.used + " used, " + w.refused + " refused").join("; ");
 }
 
-async function showKey(ev) {
+// shownKey is what the Key section shows ({key, choice}), read again on
+// every poll so that slots and reservations come and go as they are held
+// and freed; keySeq drops the answers of a read a newer one replaced.
+let shownKey = null;
+let keySeq = 0;
+
+function showKey(ev) {
   ev.preventDefault();
-  const key = $("key-name").value;
-  const choice = $("key-limit").value;
+  shownKey = { key: $("key-name").value, choice: $("key-limit").value };
+  return renderKey();
+}
+
+async function renderKey() {
+  if (!shownKey) return;
+  const { key, choice } = shownKey;
+  const seq = ++keySeq;
+  const current = () => seq === keySeq;
   const k = encodeURIComponent(key);
-  $("key-error").textContent = "";
-  const kp = await api("GET", "/v1/keys/" + k + "/plan");
-  if (kp.status !== 200) {
+  const failed = (text) => {
+    if (!current()) return;
     $("key-plan").replaceChildren();
     keyTables("–");
-    $("key-error").textContent = errorText(kp);
-    return;
-  }
+    $("key-error").textContent = text;
+  };
+  const kp = await api("GET", "/v1/keys/" + k + "/plan");
+  if (kp.status !== 200) return failed(errorText(kp));
   const plan = kp.body.plan || "";
   const facts = [["Key", key], ["Plan", plan ? plan + " (" + (SOURCES[kp.body.source] || kp.body.source) + ")" :
     "none: no assignment, prefix rule or default plan covers this key"]];
@@ -435,7 +448,6 @@ async function showKey(ev) {
     }
   }
   facts.push(["Override", override]);
-  $("key-plan").replaceChildren(...facts.flatMap(([a, b]) => [el("dt", {}, a), el("dd", { "data-fact": a.toLowerCase() }, b)]));
 
   // The limits to read: the key's plan's, or the policy picked.
   let refs = [];
@@ -443,24 +455,15 @@ async function showKey(ev) {
     refs = [{ name: "policy " + choice, list: "policy=" + encodeURIComponent(choice), read: "policy=" + encodeURIComponent(choice) }];
   } else if (plan) {
     const p = await api("GET", "/v1/plans/" + encodeURIComponent(plan));
-    if (p.status !== 200) {
-      keyTables("–");
-      $("key-error").textContent = "/v1/plans/" + plan + ": " + errorText(p);
-      return;
-    }
+    if (p.status !== 200) return failed("/v1/plans/" + plan + ": " + errorText(p));
     refs = Object.keys(p.body.limits || {}).sort().map((n) => ({ name: n,
       list: "plan=" + encodeURIComponent(plan) + "&plan_limit=" + encodeURIComponent(n), read: "limit=" + encodeURIComponent(n) }));
   }
-  if (refs.length === 0) {
-    keyTables("the key has no plan: pick a policy to see it under one");
-    return;
-  }
-  if (!adminView) {
-    keyTables("the admin token is needed to read a key's use");
-    return;
-  }
+  let empty = "";
   const limits = [], slots = [], reservations = [];
-  for (const ref of refs) {
+  if (refs.length === 0) empty = "the key has no plan: pick a policy to see it under one";
+  else if (!adminView) empty = "the admin token is needed to read a key's use";
+  for (const ref of empty ? [] : refs) {
     const [ls, us, inf] = await Promise.all([
       api("GET", "/v1/keys?" + ref.list + "&prefix=" + k + "&limit=1"),
       api("GET", "/v1/usage?key=" + k + "&" + ref.read),
@@ -495,6 +498,13 @@ async function showKey(ev) {
     if (inf.body.more_reservations) {
       reservations.push(el("tr", { class: "more" }, el("td", {}, ref.name), el("td", { colspan: 3, class: "muted" }, "and more open than listed")));
     }
+  }
+  if (!current()) return;
+  $("key-error").textContent = "";
+  $("key-plan").replaceChildren(...facts.flatMap(([a, b]) => [el("dt", {}, a), el("dd", { "data-fact": a.toLowerCase() }, b)]));
+  if (empty) {
+    keyTables(empty);
+    return;
   }
   fill($("key-limits").tBodies[0], limits, "–");
   fill($("key-slots").tBodies[0], slots, "none held");
@@ -605,7 +615,7 @@ async function poll() {
   try {
     await Promise.all([refreshCluster(), refreshPolicies(), refreshRLS(), refreshDecisions(), refreshPlans()]);
     // After the cluster's answer: it tells whether admin reads will be served.
-    await refreshTopKeys();
+    await Promise.all([refreshTopKeys(), renderKey()]);
     if (tokenRejected) setStatus("The admin token was refused: showing the public view. Forget it or enter the right one.", true);
     else setStatus("Updated " + new Date().toLocaleTimeString() + ".");
   } catch (e) {
