@@ -101,3 +101,34 @@ func TestInflightRefusesADamagedReservation(t *testing.T) {
 		t.Fatalf("a damaged record read as %v", err)
 	}
 }
+
+// A reservation whose hold has ended is not listed though the bounded
+// expiry sweep has not reached its record yet: apply decides it ended at
+// that time on every replica, and the read answers the same.
+func TestInflightHidesEndedReservationsBeforeTheSweep(t *testing.T) {
+	f := openFSM(t, "", Options{NoSync: true})
+	d := newDriver(t, f)
+	d.putPolicy(Policy{Name: "tok", Spec: mustSpec(t, algo.Config{Algorithm: "fixed_window", Limit: 1000, Window: "1h"})})
+	ops := make([]Op, 60) // more than one entry's sweep removes (2 per op + 16)
+	for i := range ops {
+		ops[i] = Op{Checks: []Check{{Key: "k", Policy: "tok", Cost: 1, Reserve: time.Minute}}}
+	}
+	for _, r := range d.check(t0, ops...) {
+		if !r.Allowed {
+			t.Fatalf("reserve: %+v", r)
+		}
+	}
+	d.one(t0+2*int64(time.Minute), "tok", "other", 1)
+	left := 0
+	if err := f.store.View(func(tx *persist.Tx) error {
+		return tx.ScanStates([]byte{reservationKeyPrefix}, nil, func([]byte, persist.State) (bool, error) { left++; return true, nil })
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if left == 0 {
+		t.Fatal("the sweep removed every record: this test would prove nothing")
+	}
+	if v, err := f.Inflight(nodeapi.InflightQuery{Key: "k", Policy: "tok"}); err != nil || len(v.Reservations) != 0 || v.MoreReservations {
+		t.Fatalf("%d records left by the sweep; listed %+v %v", left, v.Reservations, err)
+	}
+}
