@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 type inflightAnswer struct {
@@ -88,7 +90,7 @@ func TestInflightReadListsSlotsAndReservations(t *testing.T) {
 	}
 	exp, err := time.Parse(time.RFC3339Nano, a.Slots[0].Expires)
 	at, err2 := time.Parse(time.RFC3339Nano, a.At)
-	if err != nil || err2 != nil || exp.Sub(at).Milliseconds() != a.Slots[0].ExpiresInMS {
+	if err != nil || err2 != nil || abs(exp.Sub(at).Milliseconds()-a.Slots[0].ExpiresInMS) > 1 { // both times are to the ms
 		t.Fatalf("expires %q at %q: %v %v", a.Slots[0].Expires, a.At, err, err2)
 	}
 	a = readInflight(t, base, token, url.PathEscape("user/1"), "policy=quota", func(a inflightAnswer) bool { return len(a.Reservations) == 1 })
@@ -101,6 +103,18 @@ func TestInflightReadListsSlotsAndReservations(t *testing.T) {
 		t.Fatalf("settle: %d %s", code, body)
 	}
 	readInflight(t, base, token, "user/1", "policy=quota", func(a inflightAnswer) bool { return len(a.Reservations) == 0 })
+	// Every read is counted by its result (other tests' reads may run at once: at least).
+	counts := func() (float64, float64) {
+		return testutil.ToFloat64(usageReads.WithLabelValues("inflight", "ok")), testutil.ToFloat64(usageReads.WithLabelValues("inflight", "error"))
+	}
+	okBefore, errBefore := counts()
+	if code, _ := httpDo(t, "GET", base+"/v1/keys/user/1/inflight?max=0", token, ""); code != 400 {
+		t.Fatalf("max=0: %d", code)
+	}
+	readInflight(t, base, token, "user/1", "policy=quota", func(a inflightAnswer) bool { return true })
+	if ok, bad := counts(); ok < okBefore+1 || bad < errBefore+1 {
+		t.Fatalf("limitd_usage_reads_total{read=\"inflight\"}: ok %v→%v, error %v→%v", okBefore, ok, errBefore, bad)
+	}
 	// A peek of the key is still a peek.
 	if code, body := httpDo(t, "GET", base+"/v1/keys/user/1?policy=workers", "", ""); code != 200 || !strings.Contains(body, `"remaining":2`) {
 		t.Fatalf("peek: %d %s", code, body)
@@ -139,3 +153,5 @@ func TestInflightReadRefusals(t *testing.T) {
 		}
 	}
 }
+
+func abs(v int64) int64 { return max(v, -v) }
