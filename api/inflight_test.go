@@ -155,3 +155,38 @@ func TestInflightReadRefusals(t *testing.T) {
 }
 
 func abs(v int64) int64 { return max(v, -v) }
+
+// TestInflightReadOfAPlanLimit: with no policy, the read is of the key's
+// plan's limit (named by limit=, or the plan's one limit). Plans take no
+// concurrency limits and a reserve names a policy, so its lists are empty.
+func TestInflightReadOfAPlanLimit(t *testing.T) {
+	const token = "s3cret"
+	base, _ := inflightNode(t, token)
+	for _, w := range [][2]string{
+		{"/v1/plans/pro", `{"limits":{"jobs":{"algorithm":"fixed_window","limit":5,"window":"1h"}}}`},
+		{"/v1/keys/acme/plan", `{"plan":"pro"}`},
+	} {
+		if code, body := httpDo(t, "PUT", base+w[0], token, w[1]); code != 200 {
+			t.Fatalf("PUT %s: %d %s", w[0], code, body)
+		}
+	}
+	if code, body := httpDo(t, "POST", base+"/v1/check", "", `{"key":"acme","request_id":"j1"}`); code != 200 {
+		t.Fatalf("plan check: %d %s", code, body)
+	}
+	var a struct {
+		inflightAnswer
+		Plan  string `json:"plan"`
+		Limit string `json:"limit"`
+	}
+	for _, q := range []string{"", "limit=jobs"} {
+		readInflight(t, base, token, "acme", q, func(inflightAnswer) bool { return true })
+		_, body := httpDo(t, "GET", base+"/v1/keys/acme/inflight?"+q, token, "")
+		if err := json.Unmarshal([]byte(body), &a); err != nil || a.Plan != "pro" || a.Limit != "jobs" || a.Policy != "" || a.Concurrency ||
+			len(a.Slots) != 0 || len(a.Reservations) != 0 || !strings.Contains(body, `"slots":[]`) {
+			t.Fatalf("?%s: %s", q, body)
+		}
+	}
+	if code, body := httpDo(t, "GET", base+"/v1/keys/acme/inflight?limit=daily", token, ""); code != 404 || !strings.Contains(body, `"field":"limit"`) {
+		t.Fatalf("an unknown plan limit: %d %s", code, body)
+	}
+}
