@@ -373,6 +373,7 @@ func TestUIInBrowserQuotasAndWorkInFlight(t *testing.T) {
 		document.querySelector('#plans tr[data-plan="free"] td:nth-child(7)').textContent === "not kept" &&
 		document.getElementById("default-plan").textContent.startsWith("none") &&
 		document.querySelector('#prefix-rules tr[data-prefix="team/"] td:nth-child(2)').textContent === "pro" &&
+		document.querySelector('#policies tr[data-policy="jobs"] td:nth-child(4)').textContent === "hold 1m" &&
 		document.querySelector("#top-keys tbody").textContent === "the admin token is needed to see top keys"`, "the plans, the prefix rule and no top keys without the token")
 
 	b.eval(`document.getElementById("token").value = "tok"; document.querySelector("#token-form button[type=submit]").click()`)

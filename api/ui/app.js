@@ -138,7 +138,7 @@ async function refreshPolicies() {
   const ps = r.body.policies || [];
   fill($("policies").tBodies[0], ps.map((p) => el("tr", { "data-policy": p.name },
     el("td", {}, p.name), el("td", {}, p.algorithm), el("td", {}, p.limit),
-    el("td", {}, p.calendar ? p.calendar + (p.timezone ? " (" + p.timezone + ")" : "") : p.window),
+    el("td", {}, windowText(p)),
     el("td", {}, p.burst || "–"), el("td", {}, p.shadow ? "shadow" : "enforced"))), "none");
   const sel = $("lookup-policy");
   const current = sel.value;
