@@ -413,6 +413,7 @@ function historyText(u) {
 // and freed; keySeq drops the answers of a read a newer one replaced.
 let shownKey = null;
 let keySeq = 0;
+let keyBusy = false; // a poll's re-read of the Key section is under way
 
 function showKey(ev) {
   ev.preventDefault();
@@ -615,7 +616,14 @@ async function poll() {
   try {
     await Promise.all([refreshCluster(), refreshPolicies(), refreshRLS(), refreshDecisions(), refreshPlans()]);
     // After the cluster's answer: it tells whether admin reads will be served.
-    await Promise.all([refreshTopKeys(), renderKey()]);
+    await refreshTopKeys();
+    // Not awaited: the key's plan is read through the log, and a cluster
+    // without a leader must not hold the status line back; one re-read at
+    // a time.
+    if (!keyBusy) {
+      keyBusy = true;
+      renderKey().catch((e) => { $("key-error").textContent = e.message; }).finally(() => { keyBusy = false; });
+    }
     if (tokenRejected) setStatus("The admin token was refused: showing the public view. Forget it or enter the right one.", true);
     else setStatus("Updated " + new Date().toLocaleTimeString() + ".");
   } catch (e) {
