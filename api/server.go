@@ -184,8 +184,8 @@ func (s *Server) routes() http.Handler {
 	r.DELETE("/v1/policies/:name", s.admin(noQuery(s.handleDeletePolicy)))
 
 	// A catch-all, because keys may contain '/' (percent-encoded or not).
-	r.GET("/v1/keys", s.admin(s.handleListKeys))                      // the usage inventory (inventory.go)
-	r.GET("/v1/keys/*key", s.keyRoutes(s.topKeysOr(s.handlePeekKey))) // GET /v1/keys/top?...&window=: usage.go
+	r.GET("/v1/keys", s.admin(s.handleListKeys))                                    // the usage inventory (inventory.go)
+	r.GET("/v1/keys/*key", s.keyRoutes(s.inflightOr(s.topKeysOr(s.handlePeekKey)))) // GET /v1/keys/top?...&window=: usage.go; {key}/inflight: inflight.go
 	r.DELETE("/v1/keys/*key", s.keyRoutes(s.admin(s.handleResetKey)))
 	s.planRoutes(r)  // plans, prefix rules, keys' plans and overrides (plans.go)
 	s.usageRoutes(r) // usage history and its export (usage.go)

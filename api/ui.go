@@ -20,6 +20,12 @@ import (
 // Its leases panel reads the lease counters from /metrics and the leased
 // keys from the admin view of GET /v1/cluster ("leases", below): key names
 // are for admins, as they are everywhere else (the digest, the snapshot).
+// Its Plans section reads the public GET /v1/plans and /v1/prefix-rules; Top
+// keys (GET /v1/keys/top) and Key (a key's plan and override, then per limit
+// GET /v1/keys?prefix=, GET /v1/usage and GET /v1/keys/{key}/inflight) make
+// their admin reads only once GET /v1/cluster has answered the admin view,
+// so that a page without the right token asks for nothing it would be
+// refused.
 
 //go:embed ui
 var uiFiles embed.FS

@@ -184,6 +184,10 @@ func TestUIInBrowserEmptyNode(t *testing.T) {
 		document.querySelector("#policies tbody tr.empty") !== null && document.querySelector("#policies tbody").textContent === "none" &&
 		document.querySelector("#rates tbody").textContent === "no checks answered yet" &&
 		document.querySelector("#members tbody tr.placeholder") === null`, "the empty policy and rate tables saying so")
+	b.waitFor(`document.querySelector("#plans tbody").textContent === "no plans" &&
+		document.querySelector("#prefix-rules tbody").textContent === "no prefix rules" &&
+		document.getElementById("default-plan").textContent.startsWith("none") &&
+		document.querySelector("#top-keys tbody").textContent === "no policies"`, "no plans, prefix rules or policies for top keys, saying so")
 }
 
 // TestUIInBrowserAdminToken: on a node with an admin token the page is
@@ -318,6 +322,115 @@ func TestUIInBrowserLeases(t *testing.T) {
 		if !notReadyAnswer(p) {
 			t.Errorf("browser console: %s", p)
 		}
+	}
+}
+
+// TestUIInBrowserQuotasAndWorkInFlight: the Plans section lists each plan
+// with its limits, the default plan and the prefix rules; Top keys shows a
+// policy's keys allowed and refused over 5 min and 1 h; Key shows a key's
+// plan, its override and its end, each plan limit's use and kept history,
+// and, under a policy, its held concurrency slot and open reservation with
+// their expiries, read again on every poll (a released slot goes). Admin
+// reads wait for the token (none is asked for before: a refused read would
+// be logged); an unknown key says it has no plan.
+func TestUIInBrowserQuotasAndWorkInFlight(t *testing.T) {
+	bin := testtool.Path(t, "chromium", "apt-get install chromium")
+	ts, store := newPlanServer(t)
+	store.Log.SetNow(time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC).UnixNano())
+	for _, put := range [][2]string{
+		{"/v1/plans/pro", `{"limits":{"daily":{"algorithm":"fixed_window","limit":100,"window":"1h","history":"2d"},"burst":{"algorithm":"token_bucket","limit":10,"window":"1s"}}}`},
+		{"/v1/plans/free", `{"limits":{"daily":{"algorithm":"fixed_window","limit":5,"window":"1h"}}}`},
+		{"/v1/prefix-rules/team/", `{"plan":"pro"}`},
+		{"/v1/keys/u%2F1/plan", `{"plan":"pro"}`},
+		{"/v1/keys/u%2F1/override", `{"limits":{"daily":{"limit":200}},"expires":"2030-01-01T00:00:00Z"}`}, // the service refuses an end not after its own clock
+		{"/v1/policies/api", `{"algorithm":"fixed_window","limit":2,"window":"1h"}`},
+		{"/v1/policies/jobs", `{"algorithm":"concurrency","limit":2,"hold":"60s"}`},
+		{"/v1/policies/tokens", `{"algorithm":"fixed_window","limit":1000,"window":"1h"}`},
+	} {
+		ts.want(ts.do("PUT", put[0], put[1], admin), 200, "", "")
+	}
+	for i := 0; i < 3; i++ { // daily: 3 used in the first hour, a closed window in history
+		ts.want(ts.do("POST", "/v1/check", `{"key":"u/1"}`), 200, "", "")
+	}
+	store.Log.Advance(time.Hour)
+	ts.want(ts.do("POST", "/v1/check", `{"key":"u/1"}`), 200, "", "")
+	for _, k := range []string{"hot", "hot", "hot", "cold"} { // hot: 2 allowed, 1 refused
+		ts.do("POST", "/v1/check", `{"key":"`+k+`","policy":"api"}`)
+	}
+	slot := ts.do("POST", "/v1/check", `{"key":"u/1","policy":"jobs"}`).json(t)["slot"]
+	res := ts.do("POST", "/v1/check", `{"key":"u/1","policy":"tokens","cost":7,"reserve":{"hold":"90s"}}`).json(t)["reservation"]
+	if slot == nil || res == nil {
+		t.Fatalf("slot %v, reservation %v", slot, res)
+	}
+	srv := httptest.NewServer(ts.h)
+	t.Cleanup(srv.Close)
+
+	b := startBrowser(t, bin)
+	b.navigate(srv.URL + "/ui")
+	b.waitFor(`document.querySelector('#plans tr[data-plan="pro"][data-limit="daily"]') !== null &&
+		document.querySelector('#plans tr[data-plan="pro"][data-limit="daily"] td:nth-child(7)').textContent === "2d" &&
+		document.querySelector('#plans tr[data-plan="pro"][data-limit="burst"] td:nth-child(3)').textContent === "token_bucket" &&
+		document.querySelector('#plans tr[data-plan="free"] td:nth-child(7)').textContent === "not kept" &&
+		document.getElementById("default-plan").textContent.startsWith("none") &&
+		document.querySelector('#prefix-rules tr[data-prefix="team/"] td:nth-child(2)').textContent === "pro" &&
+		document.querySelector('#policies tr[data-policy="jobs"] td:nth-child(4)').textContent === "hold 1m" &&
+		document.querySelector("#top-keys tbody").textContent === "the admin token is needed to see top keys"`, "the plans, the prefix rule and no top keys without the token")
+
+	b.eval(`document.getElementById("token").value = "tok"; document.querySelector("#token-form button[type=submit]").click()`)
+	b.waitFor(`document.getElementById("mode").textContent === "admin"`, "the admin mode")
+	b.eval(`const s = document.getElementById("top-policy"); s.value = "api"; s.dispatchEvent(new Event("change"))`)
+	b.waitFor(`document.querySelector('#top-keys tr[data-key="hot"] td[data-view="5m-allowed"]') !== null &&
+		document.querySelector('#top-keys tr[data-key="hot"] td[data-view="5m-allowed"]').textContent === "2" &&
+		document.querySelector('#top-keys tr[data-key="hot"] td[data-view="5m-refused"]').textContent === "1" &&
+		document.querySelector('#top-keys tr[data-key="hot"] td[data-view="1h-allowed"]').textContent === "2" &&
+		document.querySelector('#top-keys tr[data-key="hot"] td[data-view="1h-refused"]').textContent === "1" &&
+		document.querySelector('#top-keys tr[data-key="cold"] td[data-view="5m-refused"]').textContent === "–" &&
+		document.querySelector("#top-keys tbody tr").dataset.key === "hot"`, "the top keys of api, hot first")
+
+	show := func(key, limit string) {
+		b.eval(fmt.Sprintf(`document.getElementById("key-error").textContent = "x"; document.getElementById("key-name").value = %q;
+			document.getElementById("key-limit").value = %q; document.querySelector("#key-form button[type=submit]").click()`, key, limit))
+		b.waitFor(`document.getElementById("key-error").textContent !== "x"`, "the key shown")
+	}
+	show("u/1", "")
+	b.waitFor(`document.querySelector('#key-plan dd[data-fact="plan"]').textContent === "pro (assigned to it)" &&
+		document.querySelector('#key-plan dd[data-fact="override"]').textContent === "daily: limit 200, until 2030-01-01T00:00:00Z" &&
+		document.querySelector('#key-limits tr[data-limit="daily"] td:nth-child(2)').textContent === "1" &&
+		document.querySelector('#key-limits tr[data-limit="daily"] td:nth-child(3)').textContent === "199" &&
+		document.querySelector('#key-limits tr[data-limit="daily"] td.history').textContent === "2026-12-01T10:00:00Z: 3 used, 0 refused" &&
+		document.querySelector('#key-limits tr[data-limit="burst"] td.history').textContent === "not kept" &&
+		document.querySelector("#key-slots tbody").textContent === "none held" &&
+		document.querySelector("#key-reservations tbody").textContent === "none open"`, "the key's plan, override, limits and history")
+
+	show("u/1", "jobs")
+	b.waitFor(fmt.Sprintf(`document.querySelector('#key-slots tr[data-slot=%q] td:nth-child(3)') !== null &&
+		document.querySelector('#key-slots tr[data-slot=%q] td:nth-child(3)').textContent === "2026-12-01T11:01:00.000Z (in 60 s)" &&
+		document.querySelector("#key-reservations tbody").textContent === "none open"`, slot, slot), "the held slot and its expiry")
+	// The section is read again on every poll: the released slot goes.
+	ts.want(ts.do("POST", "/v1/release", fmt.Sprintf(`{"key":"u/1","policy":"jobs","slot":%q}`, slot)), 200, "", "")
+	b.waitFor(`document.querySelector("#key-slots tbody").textContent === "none held"`, "the released slot gone on the next poll")
+
+	show("u/1", "tokens")
+	b.waitFor(fmt.Sprintf(`document.querySelector('#key-reservations tr[data-reservation=%q]') !== null &&
+		document.querySelector('#key-reservations tr[data-reservation=%q] td:nth-child(3)').textContent === "7" &&
+		document.querySelector('#key-reservations tr[data-reservation=%q] td:nth-child(4)').textContent === "2026-12-01T11:01:30.000Z (in 90 s)" &&
+		document.querySelector('#key-limits tr[data-limit="policy tokens"] td:nth-child(2)').textContent === "7" &&
+		document.querySelector("#key-slots tbody").textContent === "none held"`, res, res, res), "the open reservation, its estimate and expiry")
+	shots := os.Getenv("LIMITD_UI_SCREENSHOTS")
+	if shots == "" {
+		shots = t.TempDir()
+	}
+	b.screenshot(filepath.Join(shots, "quotas.png"))
+
+	show("nobody", "")
+	b.waitFor(`document.querySelector('#key-plan dd[data-fact="plan"]').textContent.startsWith("none") &&
+		document.querySelector('#key-plan dd[data-fact="override"]').textContent === "none" &&
+		document.querySelector("#key-limits tbody").textContent === "the key has no plan: pick a policy to see it under one"`, "an unknown key")
+	show("nobody", "api")
+	b.waitFor(`document.querySelector('#key-limits tr[data-limit="policy api"] td:nth-child(2)').textContent === "0 (no state)" &&
+		document.querySelector("#key-slots tbody").textContent === "none held"`, "an unknown key under a policy")
+	for _, p := range b.problems() {
+		t.Errorf("browser console: %s", p)
 	}
 }
 

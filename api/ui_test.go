@@ -92,16 +92,56 @@ func TestUIPlaceholdersBeforeFirstPoll(t *testing.T) {
 		t.Fatal(err)
 	}
 	page := string(b)
-	for _, table := range []string{"members", "policies", "rates"} {
+	for _, table := range []string{"members", "policies", "rates", "plans", "prefix-rules", "top-keys"} {
 		re := regexp.MustCompile(`<table id="` + table + `">.*?<tbody>(.*?)</tbody>`)
 		m := re.FindStringSubmatch(page)
 		if m == nil || !strings.Contains(m[1], `class="placeholder"`) {
 			t.Errorf("table %s has no placeholder row before the first poll: %q", table, m)
 		}
 	}
-	for _, id := range []string{"node", "leader", "state", "ready", "term", "indexes", "rls"} {
+	for _, id := range []string{"node", "leader", "state", "ready", "term", "indexes", "rls", "default-plan"} {
 		if regexp.MustCompile(`id="` + id + `"[^>]*></`).MatchString(page) {
 			t.Errorf("#%s is blank before the first poll", id)
+		}
+	}
+}
+
+// TestUIReadsAreRouted: every read the Plans, Top keys and Key sections
+// make is in the page and is an endpoint of this server (not the router's
+// "no such endpoint"), answered 200 with the admin token on a node with a
+// plan, a concurrency policy and a key under both: a renamed or removed
+// route would leave a section saying only "HTTP 404".
+func TestUIReadsAreRouted(t *testing.T) {
+	js, err := uiFiles.ReadFile("ui/app.js")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts, _ := newPlanServer(t)
+	ts.want(ts.do("PUT", "/v1/plans/pro", `{"limits":{"daily":{"algorithm":"fixed_window","limit":10,"window":"1h"}}}`, admin), 200, "", "")
+	ts.want(ts.do("PUT", "/v1/policies/jobs", `{"algorithm":"concurrency","limit":2,"hold":"60s"}`, admin), 200, "", "")
+	ts.want(ts.do("PUT", "/v1/keys/u%2F1/plan", `{"plan":"pro"}`, admin), 200, "", "")
+	ts.want(ts.do("PUT", "/v1/keys/u%2F1/override", `{"limits":{"daily":{"limit":20}}}`, admin), 200, "", "")
+	ts.want(ts.do("POST", "/v1/check", `{"key":"u/1","policy":"jobs"}`), 200, "", "")
+	for _, c := range []struct{ inPage, url string }{
+		{`"/v1/plans"`, "/v1/plans"},
+		{`"/v1/prefix-rules"`, "/v1/prefix-rules"},
+		{`"/v1/keys/top?policy="`, "/v1/keys/top?policy=jobs&window=5m&by=allowed"},
+		{`"/v1/keys/top?policy="`, "/v1/keys/top?policy=jobs&window=1h&by=refused"},
+		{`"/plan"`, "/v1/keys/u%2F1/plan"},
+		{`"/override"`, "/v1/keys/u%2F1/override"},
+		{`"/v1/plans/"`, "/v1/plans/pro"},
+		{`"/v1/keys?"`, "/v1/keys?plan=pro&plan_limit=daily&prefix=u%2F1&limit=1"},
+		{`"/v1/keys?"`, "/v1/keys?policy=jobs&prefix=u%2F1&limit=1"},
+		{`"/v1/usage?key="`, "/v1/usage?key=u%2F1&limit=daily"},
+		{`"/v1/usage?key="`, "/v1/usage?key=u%2F1&policy=jobs"},
+		{`"/inflight?"`, "/v1/keys/u%2F1/inflight?limit=daily"},
+		{`"/inflight?"`, "/v1/keys/u%2F1/inflight?policy=jobs"},
+	} {
+		if !strings.Contains(string(js), c.inPage) {
+			t.Errorf("the page no longer reads %s: update this list", c.inPage)
+		}
+		if r := ts.do("GET", c.url, "", admin); r.code != 200 {
+			t.Errorf("GET %s: %d %s", c.url, r.code, r.body)
 		}
 	}
 }

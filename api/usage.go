@@ -38,13 +38,13 @@ func (s *Server) usageRoutes(r *httprouter.Router) {
 	}
 }
 
-// usageReads counts the usage reads by what was read (usage, export, top)
-// and result (ok, error); usageExportRows the rows exports streamed. Shared
+// usageReads counts the usage reads by what was read (usage, export, top,
+// inflight) and result (ok, error); usageExportRows the rows exports streamed. Shared
 // by the servers of a process, like the adjustments counter.
 var (
 	usageReads = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "limitd_usage_reads_total",
-		Help: "Usage reads served from this node's applied state (GET /v1/usage, /v1/usage/export, /v1/keys/top), by read (usage, export, top) and result (ok, error).",
+		Help: "Usage reads served from this node's applied state (GET /v1/usage, /v1/usage/export, /v1/keys/top), by read (usage, export, top, inflight) and result (ok, error).",
 	}, []string{"read", "result"})
 	usageExportRows = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "limitd_usage_export_rows_total",

@@ -21,6 +21,8 @@ type UsageHistory interface {
 	ExportUsage(q nodeapi.ExportQuery, header func(nodeapi.ExportHeader) error, row func(nodeapi.ExportRow) error) error
 	// TopKeys is the node's top keys of a policy (its in-memory sketch).
 	TopKeys(q nodeapi.TopKeysQuery) nodeapi.TopKeys
+	// Inflight is a key's held slots and open reservations (inflight.go).
+	Inflight(q nodeapi.InflightQuery) (nodeapi.Inflight, error)
 }
 
 // ValidateHistory parses a limit's "history" option ("" none, else a

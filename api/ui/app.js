@@ -11,6 +11,7 @@ const PALETTE = ["#1f6feb", "#bf8700", "#8250df", "#1a7f37", "#cf222e", "#0a7ea4
 
 let token = "";
 let tokenRejected = false; // the node answered the public view despite the token
+let adminView = false;     // the node answered the admin view: admin reads will not be refused
 let rlsAvailable = true;
 let lastCounters = null; // {time, values: Map "policy\u0000result" -> number}
 const history = [];      // [{time, rates: Map policy -> {allowed, refused}}]
@@ -80,6 +81,7 @@ async function refreshCluster() {
   const full = typeof c.node_id === "string"; // the public view has no node id, Raft addresses or terms
   // A wrong token gets the public view, as no token does.
   tokenRejected = token !== "" && !full;
+  adminView = full;
   $("public-note").hidden = full;
   $("ready").textContent = ready.status === 200 ? "yes" : "no: " + errorText(ready);
   $("term").textContent = full ? c.term : "–";
@@ -136,7 +138,7 @@ async function refreshPolicies() {
   const ps = r.body.policies || [];
   fill($("policies").tBodies[0], ps.map((p) => el("tr", { "data-policy": p.name },
     el("td", {}, p.name), el("td", {}, p.algorithm), el("td", {}, p.limit),
-    el("td", {}, p.calendar ? p.calendar + (p.timezone ? " (" + p.timezone + ")" : "") : p.window),
+    el("td", {}, windowText(p)),
     el("td", {}, p.burst || "–"), el("td", {}, p.shadow ? "shadow" : "enforced"))), "none");
   const sel = $("lookup-policy");
   const current = sel.value;
@@ -145,6 +147,17 @@ async function refreshPolicies() {
     sel.replaceChildren(...names.map((n) => el("option", { value: n }, n)));
     if (names.includes(current)) sel.value = current;
   }
+  syncOptions($("top-policy"), names.map((n) => [n, n]));
+  syncOptions($("key-limit"), [["", "its plan's limits"]].concat(names.map((n) => [n, "policy " + n])));
+}
+
+// syncOptions replaces a select's options ([value, label]) when they
+// changed, keeping the choice when it is still offered.
+function syncOptions(sel, options) {
+  const current = sel.value;
+  if (options.map((o) => o[0]).join("\u0000") === Array.from(sel.options, (o) => o.value).join("\u0000")) return;
+  sel.replaceChildren(...options.map(([v, label]) => el("option", { value: v }, label)));
+  if (options.some((o) => o[0] === current)) sel.value = current;
 }
 
 async function refreshRLS() {
@@ -293,6 +306,212 @@ async function resetKey() {
   if (r.status === 200) await peek(new Event("submit"));
 }
 
+// ---- plans: GET /v1/plans and GET /v1/prefix-rules (public reads) ----
+
+function windowText(l) {
+  if (l.calendar) return l.calendar + (l.timezone ? " (" + l.timezone + ")" : "");
+  if (l.algorithm === "concurrency") return "hold " + (l.hold || l.window || "–");
+  return l.window || "–";
+}
+
+async function refreshPlans() {
+  const r = await api("GET", "/v1/plans");
+  if (r.status !== 200) throw new Error("/v1/plans: " + errorText(r));
+  const plans = (r.body && r.body.plans) || [];
+  const def = (r.body && r.body.default) || "";
+  const rows = [];
+  for (const p of plans) {
+    const names = Object.keys(p.limits || {}).sort();
+    names.forEach((n, i) => {
+      const l = p.limits[n];
+      rows.push(el("tr", { "data-plan": p.name, "data-limit": n },
+        el("td", {}, i === 0 ? p.name + (p.name === def ? " (default)" : "") : ""), el("td", {}, n),
+        el("td", {}, l.algorithm), el("td", {}, l.limit), el("td", {}, windowText(l)), el("td", {}, l.burst || "–"),
+        el("td", {}, l.history || "not kept")));
+    });
+  }
+  fill($("plans").tBodies[0], rows, "no plans");
+  $("default-plan").textContent = def || "none (a key without an assignment or a matching prefix rule has no plan)";
+  const rr = await api("GET", "/v1/prefix-rules");
+  if (rr.status !== 200) throw new Error("/v1/prefix-rules: " + errorText(rr));
+  const rules = (rr.body && rr.body.prefix_rules) || [];
+  fill($("prefix-rules").tBodies[0], rules.map((x) => el("tr", { "data-prefix": x.prefix },
+    el("td", {}, x.prefix), el("td", {}, x.plan))), "no prefix rules");
+}
+
+// ---- top keys: GET /v1/keys/top (admin), four views of one policy ----
+
+const TOP_VIEWS = [["5m", "allowed"], ["5m", "refused"], ["1h", "allowed"], ["1h", "refused"]];
+
+// topCount is a sketch's count: exact when error is 0, else at most count
+// and at least count - error.
+function topCount(k) {
+  if (!k) return "–";
+  return k.error ? k.count + " ± " + k.error : String(k.count);
+}
+
+async function refreshTopKeys() {
+  const tbody = $("top-keys").tBodies[0];
+  if (!adminView) {
+    fill(tbody, [], "the admin token is needed to see top keys");
+    return;
+  }
+  const policy = $("top-policy").value;
+  if (!policy) {
+    fill(tbody, [], "no policies");
+    return;
+  }
+  const answers = await Promise.all(TOP_VIEWS.map(([w, by]) =>
+    api("GET", "/v1/keys/top?policy=" + encodeURIComponent(policy) + "&window=" + w + "&by=" + by)));
+  for (const a of answers) if (a.status !== 200) throw new Error("/v1/keys/top: " + errorText(a));
+  if ($("top-policy").value !== policy) return; // another policy was picked meanwhile
+  const keys = new Map(); // key -> its entry in each view (or undefined)
+  answers.forEach((a, i) => {
+    for (const k of a.body.keys || []) {
+      if (!keys.has(k.key)) keys.set(k.key, []);
+      keys.get(k.key)[i] = k;
+    }
+  });
+  const n = (v) => (v ? v.count : 0);
+  const order = Array.from(keys.keys()).sort((a, b) => {
+    const x = keys.get(a), y = keys.get(b);
+    return n(y[0]) - n(x[0]) || n(y[2]) - n(x[2]) || n(y[1]) - n(x[1]) || n(y[3]) - n(x[3]) || (a < b ? -1 : a > b ? 1 : 0);
+  });
+  fill(tbody, order.map((k) => el("tr", { "data-key": k }, el("td", {}, k),
+    ...TOP_VIEWS.map((view, i) => {
+      const v = keys.get(k)[i]; // the views' arrays have holes where a key is not in that view's top
+      return el("td", { class: view[1] === "refused" && v ? "bad" : "", "data-view": view.join("-") }, topCount(v));
+    }))),
+  "no checks of " + policy + " in the last hour");
+}
+
+// ---- key: its plan (public reads), each limit's use, history and work in flight (admin reads) ----
+
+const SOURCES = { assignment: "assigned to it", prefix_rule: "by a prefix rule", default: "the default plan" };
+
+function keyTables(text) {
+  for (const id of ["key-limits", "key-slots", "key-reservations"]) fill($(id).tBodies[0], [], text);
+}
+
+function msText(ms) {
+  if (ms < 0) return "never";
+  return ms < 10000 ? ms + " ms" : (ms / 1000).toFixed(0) + " s";
+}
+
+// historyText is a limit's closed windows (the most recent last), as
+// "start: used/refused".
+function historyText(u) {
+  if (!u || u.status !== 200) return u ? errorText(u) : "–";
+  if (!u.body.history) return "not kept";
+  const closed = (u.body.windows || []).filter((w) => !w.current).slice(-6);
+  if (closed.length === 0) return "kept " + u.body.history + ": no closed window yet";
+  return closed.map((w) => w.start + ": " + w.used + " used, " + w.refused + " refused").join("; ");
+}
+
+// shownKey is what the Key section shows ({key, choice}), read again on
+// every poll so that slots and reservations come and go as they are held
+// and freed; keySeq drops the answers of a read a newer one replaced.
+let shownKey = null;
+let keySeq = 0;
+let keyBusy = false; // a poll's re-read of the Key section is under way
+
+function showKey(ev) {
+  ev.preventDefault();
+  shownKey = { key: $("key-name").value, choice: $("key-limit").value };
+  return renderKey();
+}
+
+async function renderKey() {
+  if (!shownKey) return;
+  const { key, choice } = shownKey;
+  const seq = ++keySeq;
+  const current = () => seq === keySeq;
+  const k = encodeURIComponent(key);
+  const failed = (text) => {
+    if (!current()) return;
+    $("key-plan").replaceChildren();
+    keyTables("–");
+    $("key-error").textContent = text;
+  };
+  const kp = await api("GET", "/v1/keys/" + k + "/plan");
+  if (kp.status !== 200) return failed(errorText(kp));
+  const plan = kp.body.plan || "";
+  const facts = [["Key", key], ["Plan", plan ? plan + " (" + (SOURCES[kp.body.source] || kp.body.source) + ")" :
+    "none: no assignment, prefix rule or default plan covers this key"]];
+  let override = "none";
+  if (kp.body.overridden) {
+    const o = await api("GET", "/v1/keys/" + k + "/override");
+    if (o.status === 200) {
+      const ls = Object.entries(o.body.limits || {}).map(([n, l]) => n + ": limit " + (l.limit || "as planned") + (l.burst ? ", burst " + l.burst : ""));
+      override = ls.join("; ") + (o.body.expires ? ", until " + o.body.expires : ", with no end");
+    } else {
+      override = errorText(o);
+    }
+  }
+  facts.push(["Override", override]);
+
+  // The limits to read: the key's plan's, or the policy picked.
+  let refs = [];
+  if (choice !== "") {
+    refs = [{ name: "policy " + choice, list: "policy=" + encodeURIComponent(choice), read: "policy=" + encodeURIComponent(choice) }];
+  } else if (plan) {
+    const p = await api("GET", "/v1/plans/" + encodeURIComponent(plan));
+    if (p.status !== 200) return failed("/v1/plans/" + plan + ": " + errorText(p));
+    refs = Object.keys(p.body.limits || {}).sort().map((n) => ({ name: n,
+      list: "plan=" + encodeURIComponent(plan) + "&plan_limit=" + encodeURIComponent(n), read: "limit=" + encodeURIComponent(n) }));
+  }
+  let empty = "";
+  const limits = [], slots = [], reservations = [];
+  if (refs.length === 0) empty = "the key has no plan: pick a policy to see it under one";
+  else if (!adminView) empty = "the admin token is needed to read a key's use";
+  for (const ref of empty ? [] : refs) {
+    const [ls, us, inf] = await Promise.all([
+      api("GET", "/v1/keys?" + ref.list + "&prefix=" + k + "&limit=1"),
+      api("GET", "/v1/usage?key=" + k + "&" + ref.read),
+      api("GET", "/v1/keys/" + k + "/inflight?" + ref.read)]);
+    if (ls.status !== 200) {
+      limits.push(el("tr", { "data-limit": ref.name }, el("td", {}, ref.name), el("td", { colspan: 4, class: "error" }, errorText(ls))));
+      continue;
+    }
+    // The listing starts at the prefix: its first key is this key when it has state.
+    const u = ((ls.body.keys || [])[0] || {}).key === key ? ls.body.keys[0] : null;
+    limits.push(el("tr", { "data-limit": ref.name }, el("td", {}, ref.name),
+      el("td", {}, u ? u.used : "0 (no state)"), el("td", {}, u ? u.remaining : "all"),
+      el("td", {}, u ? msText(u.reset_after_ms) : "–"), el("td", { class: "history" }, historyText(us))));
+    if (inf.status !== 200) {
+      const text = inf.status === 404 && !(inf.body && inf.body.error && inf.body.error.field) ? "this node has no in-flight read" : errorText(inf);
+      slots.push(el("tr", { "data-limit": ref.name }, el("td", {}, ref.name), el("td", { colspan: 2, class: "muted" }, text)));
+      continue;
+    }
+    // expires_in_ms is counted from the read's leader time, not this browser's clock.
+    const expires = (x) => x.expires + (typeof x.expires_in_ms === "number" ? " (in " + msText(x.expires_in_ms) + ")" : "");
+    const listed = inf.body.slots || [];
+    for (const s of listed) {
+      slots.push(el("tr", { "data-limit": ref.name, "data-slot": s.slot }, el("td", {}, ref.name), el("td", {}, s.slot), el("td", {}, expires(s))));
+    }
+    if (inf.body.slots_held > listed.length) {
+      slots.push(el("tr", { class: "more" }, el("td", {}, ref.name), el("td", { colspan: 2, class: "muted" }, "and " + (inf.body.slots_held - listed.length) + " more held")));
+    }
+    for (const r of inf.body.reservations || []) {
+      reservations.push(el("tr", { "data-limit": ref.name, "data-reservation": r.reservation }, el("td", {}, ref.name),
+        el("td", {}, r.reservation), el("td", {}, r.cost), el("td", {}, expires(r))));
+    }
+    if (inf.body.more_reservations) {
+      reservations.push(el("tr", { class: "more" }, el("td", {}, ref.name), el("td", { colspan: 3, class: "muted" }, "and more open than listed")));
+    }
+  }
+  if (!current()) return;
+  $("key-error").textContent = "";
+  $("key-plan").replaceChildren(...facts.flatMap(([a, b]) => [el("dt", {}, a), el("dd", { "data-fact": a.toLowerCase() }, b)]));
+  if (empty) {
+    keyTables(empty);
+    return;
+  }
+  fill($("key-limits").tBodies[0], limits, "–");
+  fill($("key-slots").tBodies[0], slots, "none held");
+  fill($("key-reservations").tBodies[0], reservations, "none open");
+}
+
 // ---- playground ----
 
 function simAlgorithms() {
@@ -395,7 +614,16 @@ async function poll() {
   if (polling) return;
   polling = true;
   try {
-    await Promise.all([refreshCluster(), refreshPolicies(), refreshRLS(), refreshDecisions()]);
+    await Promise.all([refreshCluster(), refreshPolicies(), refreshRLS(), refreshDecisions(), refreshPlans()]);
+    // After the cluster's answer: it tells whether admin reads will be served.
+    await refreshTopKeys();
+    // Not awaited: the key's plan is read through the log, and a cluster
+    // without a leader must not hold the status line back; one re-read at
+    // a time.
+    if (!keyBusy) {
+      keyBusy = true;
+      renderKey().catch((e) => { $("key-error").textContent = e.message; }).finally(() => { keyBusy = false; });
+    }
     if (tokenRejected) setStatus("The admin token was refused: showing the public view. Forget it or enter the right one.", true);
     else setStatus("Updated " + new Date().toLocaleTimeString() + ".");
   } catch (e) {
@@ -412,6 +640,8 @@ function start() {
   $("token-forget").addEventListener("click", () => setToken(""));
   $("lookup-form").addEventListener("submit", peek);
   $("lookup-reset").addEventListener("click", resetKey);
+  $("top-policy").addEventListener("change", () => refreshTopKeys().catch((e) => setStatus("Top keys: " + e.message, true)));
+  $("key-form").addEventListener("submit", (ev) => showKey(ev).catch((e) => { $("key-error").textContent = e.message; }));
   $("sim-form").addEventListener("submit", runSimulation);
   $("sim-example").addEventListener("click", example);
   poll();

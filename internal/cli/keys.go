@@ -10,6 +10,7 @@ import (
 
 const keysUsage = `Usage: limitd keys list (--policy NAME | --plan NAME [--plan-limit NAME]) [flags]
        limitd keys top --policy NAME [--last 5m|1h] [--by allowed|refused] [flags]
+       limitd keys inflight KEY [--policy NAME | --plan-limit NAME] [flags]
 
   list    one page of the keys of a policy or of a plan's limit with their
           usage (admin), from the node's applied state: in key order, or
@@ -18,6 +19,9 @@ const keysUsage = `Usage: limitd keys list (--policy NAME | --plan NAME [--plan-
   top     a policy's keys with the most allowed cost, or refusals, over
           the last 5 minutes or hour (admin), from the node's sketch:
           every node holds the whole cluster's (usage.go).
+  inflight  a key's held concurrency slots and open reservations, with
+          their expiries (admin), from the node's applied state: under a
+          policy, or a limit of the key's plan (inflight.go).
 
 Example:
   limitd keys list --policy api --prefix user: --limit 50
@@ -41,12 +45,15 @@ func runKeys(args []string, env Env) int {
 	last := fs.String("last", "5m", "top: the window, 5m or 1h")
 	by := fs.String("by", "allowed", "top: allowed or refused")
 	cf.register(fs)
-	sub, pos, code, ok := parseSubcommand(env, "keys", keysUsage, fs, args, "list", "top")
+	sub, pos, code, ok := parseSubcommand(env, "keys", keysUsage, fs, args, "list", "top", "inflight")
 	if !ok {
 		return code
 	}
 	if sub == "top" {
 		return runKeysTop(env, &cf, q.Policy, *last, *by, q.Limit, pos) // usage.go
+	}
+	if sub == "inflight" {
+		return runKeysInflight(env, &cf, q.Policy, q.PlanLimit, q.Limit, pos) // inflight.go
 	}
 	const name = "keys list"
 	if len(pos) != 0 {

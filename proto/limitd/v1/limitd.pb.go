@@ -4852,6 +4852,323 @@ func (x *TopKeysResponse) GetKeys() []*TopKey {
 	return nil
 }
 
+// GetInflightRequest names a key and a policy, or a limit of the key's plan
+// (limit may be empty when the plan has one), not both.
+type GetInflightRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Policy        string                 `protobuf:"bytes,2,opt,name=policy,proto3" json:"policy,omitempty"`
+	Limit         string                 `protobuf:"bytes,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	Max           int32                  `protobuf:"varint,4,opt,name=max,proto3" json:"max,omitempty"` // slots and reservations listed, each: 1 to 1000 (0: 100)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetInflightRequest) Reset() {
+	*x = GetInflightRequest{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[86]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetInflightRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetInflightRequest) ProtoMessage() {}
+
+func (x *GetInflightRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[86]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetInflightRequest.ProtoReflect.Descriptor instead.
+func (*GetInflightRequest) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{86}
+}
+
+func (x *GetInflightRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *GetInflightRequest) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
+func (x *GetInflightRequest) GetLimit() string {
+	if x != nil {
+		return x.Limit
+	}
+	return ""
+}
+
+func (x *GetInflightRequest) GetMax() int32 {
+	if x != nil {
+		return x.Max
+	}
+	return 0
+}
+
+// InflightSlot is a held slot; expires is its hold's end (leader time).
+type InflightSlot struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Slot          string                 `protobuf:"bytes,1,opt,name=slot,proto3" json:"slot,omitempty"`
+	Acquired      *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=acquired,proto3" json:"acquired,omitempty"`
+	Expires       *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=expires,proto3" json:"expires,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InflightSlot) Reset() {
+	*x = InflightSlot{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[87]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InflightSlot) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InflightSlot) ProtoMessage() {}
+
+func (x *InflightSlot) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[87]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InflightSlot.ProtoReflect.Descriptor instead.
+func (*InflightSlot) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{87}
+}
+
+func (x *InflightSlot) GetSlot() string {
+	if x != nil {
+		return x.Slot
+	}
+	return ""
+}
+
+func (x *InflightSlot) GetAcquired() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Acquired
+	}
+	return nil
+}
+
+func (x *InflightSlot) GetExpires() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Expires
+	}
+	return nil
+}
+
+// InflightReservation is an open reservation: the token a settle takes,
+// its estimated cost (spent at the reserve) and its hold's end.
+type InflightReservation struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Reservation   string                 `protobuf:"bytes,1,opt,name=reservation,proto3" json:"reservation,omitempty"`
+	Cost          int64                  `protobuf:"varint,2,opt,name=cost,proto3" json:"cost,omitempty"`
+	Expires       *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=expires,proto3" json:"expires,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InflightReservation) Reset() {
+	*x = InflightReservation{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[88]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InflightReservation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InflightReservation) ProtoMessage() {}
+
+func (x *InflightReservation) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[88]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InflightReservation.ProtoReflect.Descriptor instead.
+func (*InflightReservation) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{88}
+}
+
+func (x *InflightReservation) GetReservation() string {
+	if x != nil {
+		return x.Reservation
+	}
+	return ""
+}
+
+func (x *InflightReservation) GetCost() int64 {
+	if x != nil {
+		return x.Cost
+	}
+	return 0
+}
+
+func (x *InflightReservation) GetExpires() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Expires
+	}
+	return nil
+}
+
+type GetInflightResponse struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Key              string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Policy           string                 `protobuf:"bytes,2,opt,name=policy,proto3" json:"policy,omitempty"`
+	Plan             string                 `protobuf:"bytes,3,opt,name=plan,proto3" json:"plan,omitempty"`
+	Limit            string                 `protobuf:"bytes,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	Concurrency      bool                   `protobuf:"varint,5,opt,name=concurrency,proto3" json:"concurrency,omitempty"` // the limit is a concurrency limit
+	At               *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=at,proto3" json:"at,omitempty"`                    // the read's leader time
+	Slots            []*InflightSlot        `protobuf:"bytes,7,rep,name=slots,proto3" json:"slots,omitempty"`
+	SlotsHeld        int32                  `protobuf:"varint,8,opt,name=slots_held,json=slotsHeld,proto3" json:"slots_held,omitempty"` // listed or not
+	Reservations     []*InflightReservation `protobuf:"bytes,9,rep,name=reservations,proto3" json:"reservations,omitempty"`
+	MoreReservations bool                   `protobuf:"varint,10,opt,name=more_reservations,json=moreReservations,proto3" json:"more_reservations,omitempty"` // more are open than listed
+	AppliedIndex     uint64                 `protobuf:"varint,11,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *GetInflightResponse) Reset() {
+	*x = GetInflightResponse{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[89]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetInflightResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetInflightResponse) ProtoMessage() {}
+
+func (x *GetInflightResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[89]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetInflightResponse.ProtoReflect.Descriptor instead.
+func (*GetInflightResponse) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{89}
+}
+
+func (x *GetInflightResponse) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *GetInflightResponse) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
+func (x *GetInflightResponse) GetPlan() string {
+	if x != nil {
+		return x.Plan
+	}
+	return ""
+}
+
+func (x *GetInflightResponse) GetLimit() string {
+	if x != nil {
+		return x.Limit
+	}
+	return ""
+}
+
+func (x *GetInflightResponse) GetConcurrency() bool {
+	if x != nil {
+		return x.Concurrency
+	}
+	return false
+}
+
+func (x *GetInflightResponse) GetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
+func (x *GetInflightResponse) GetSlots() []*InflightSlot {
+	if x != nil {
+		return x.Slots
+	}
+	return nil
+}
+
+func (x *GetInflightResponse) GetSlotsHeld() int32 {
+	if x != nil {
+		return x.SlotsHeld
+	}
+	return 0
+}
+
+func (x *GetInflightResponse) GetReservations() []*InflightReservation {
+	if x != nil {
+		return x.Reservations
+	}
+	return nil
+}
+
+func (x *GetInflightResponse) GetMoreReservations() bool {
+	if x != nil {
+		return x.MoreReservations
+	}
+	return false
+}
+
+func (x *GetInflightResponse) GetAppliedIndex() uint64 {
+	if x != nil {
+		return x.AppliedIndex
+	}
+	return 0
+}
+
 type ExportUsageMessage_Header struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Start         *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=start,proto3" json:"start,omitempty"`
@@ -4863,7 +5180,7 @@ type ExportUsageMessage_Header struct {
 
 func (x *ExportUsageMessage_Header) Reset() {
 	*x = ExportUsageMessage_Header{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[88]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4875,7 +5192,7 @@ func (x *ExportUsageMessage_Header) String() string {
 func (*ExportUsageMessage_Header) ProtoMessage() {}
 
 func (x *ExportUsageMessage_Header) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[88]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4923,7 +5240,7 @@ type ExportUsageMessage_Row struct {
 
 func (x *ExportUsageMessage_Row) Reset() {
 	*x = ExportUsageMessage_Row{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[89]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4935,7 +5252,7 @@ func (x *ExportUsageMessage_Row) String() string {
 func (*ExportUsageMessage_Row) ProtoMessage() {}
 
 func (x *ExportUsageMessage_Row) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[89]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5297,7 +5614,34 @@ const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"\x06window\x18\x02 \x01(\tR\x06window\x12\x0e\n" +
 	"\x02by\x18\x03 \x01(\tR\x02by\x12*\n" +
 	"\x02at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12%\n" +
-	"\x04keys\x18\x05 \x03(\v2\x11.limitd.v1.TopKeyR\x04keys2\xdf\x16\n" +
+	"\x04keys\x18\x05 \x03(\v2\x11.limitd.v1.TopKeyR\x04keys\"f\n" +
+	"\x12GetInflightRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
+	"\x06policy\x18\x02 \x01(\tR\x06policy\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\tR\x05limit\x12\x10\n" +
+	"\x03max\x18\x04 \x01(\x05R\x03max\"\x90\x01\n" +
+	"\fInflightSlot\x12\x12\n" +
+	"\x04slot\x18\x01 \x01(\tR\x04slot\x126\n" +
+	"\bacquired\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\bacquired\x124\n" +
+	"\aexpires\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\aexpires\"\x81\x01\n" +
+	"\x13InflightReservation\x12 \n" +
+	"\vreservation\x18\x01 \x01(\tR\vreservation\x12\x12\n" +
+	"\x04cost\x18\x02 \x01(\x03R\x04cost\x124\n" +
+	"\aexpires\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\aexpires\"\x9b\x03\n" +
+	"\x13GetInflightResponse\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
+	"\x06policy\x18\x02 \x01(\tR\x06policy\x12\x12\n" +
+	"\x04plan\x18\x03 \x01(\tR\x04plan\x12\x14\n" +
+	"\x05limit\x18\x04 \x01(\tR\x05limit\x12 \n" +
+	"\vconcurrency\x18\x05 \x01(\bR\vconcurrency\x12*\n" +
+	"\x02at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12-\n" +
+	"\x05slots\x18\a \x03(\v2\x17.limitd.v1.InflightSlotR\x05slots\x12\x1d\n" +
+	"\n" +
+	"slots_held\x18\b \x01(\x05R\tslotsHeld\x12B\n" +
+	"\freservations\x18\t \x03(\v2\x1e.limitd.v1.InflightReservationR\freservations\x12+\n" +
+	"\x11more_reservations\x18\n" +
+	" \x01(\bR\x10moreReservations\x12#\n" +
+	"\rapplied_index\x18\v \x01(\x04R\fappliedIndex2\xad\x17\n" +
 	"\x06Limitd\x12:\n" +
 	"\x05Check\x12\x17.limitd.v1.CheckRequest\x1a\x18.limitd.v1.CheckResponse\x12C\n" +
 	"\bCheckAll\x12\x1a.limitd.v1.CheckAllRequest\x1a\x1b.limitd.v1.CheckAllResponse\x12:\n" +
@@ -5346,7 +5690,8 @@ const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"\x06Refund\x12\x18.limitd.v1.RefundRequest\x1a\x17.limitd.v1.CostResponse\x12C\n" +
 	"\bGetUsage\x12\x1a.limitd.v1.GetUsageRequest\x1a\x1b.limitd.v1.GetUsageResponse\x12M\n" +
 	"\vExportUsage\x12\x1d.limitd.v1.ExportUsageRequest\x1a\x1d.limitd.v1.ExportUsageMessage0\x01\x12@\n" +
-	"\aTopKeys\x12\x19.limitd.v1.TopKeysRequest\x1a\x1a.limitd.v1.TopKeysResponseB3Z1github.com/limitd/limitd/proto/limitd/v1;limitdv1b\x06proto3"
+	"\aTopKeys\x12\x19.limitd.v1.TopKeysRequest\x1a\x1a.limitd.v1.TopKeysResponse\x12L\n" +
+	"\vGetInflight\x12\x1d.limitd.v1.GetInflightRequest\x1a\x1e.limitd.v1.GetInflightResponseB3Z1github.com/limitd/limitd/proto/limitd/v1;limitdv1b\x06proto3"
 
 var (
 	file_limitd_v1_limitd_proto_rawDescOnce sync.Once
@@ -5360,7 +5705,7 @@ func file_limitd_v1_limitd_proto_rawDescGZIP() []byte {
 	return file_limitd_v1_limitd_proto_rawDescData
 }
 
-var file_limitd_v1_limitd_proto_msgTypes = make([]protoimpl.MessageInfo, 90)
+var file_limitd_v1_limitd_proto_msgTypes = make([]protoimpl.MessageInfo, 94)
 var file_limitd_v1_limitd_proto_goTypes = []any{
 	(*Limit)(nil),                     // 0: limitd.v1.Limit
 	(*CheckRequest)(nil),              // 1: limitd.v1.CheckRequest
@@ -5448,157 +5793,169 @@ var file_limitd_v1_limitd_proto_goTypes = []any{
 	(*TopKeysRequest)(nil),            // 83: limitd.v1.TopKeysRequest
 	(*TopKey)(nil),                    // 84: limitd.v1.TopKey
 	(*TopKeysResponse)(nil),           // 85: limitd.v1.TopKeysResponse
-	nil,                               // 86: limitd.v1.Plan.LimitsEntry
-	nil,                               // 87: limitd.v1.Override.LimitsEntry
-	(*ExportUsageMessage_Header)(nil), // 88: limitd.v1.ExportUsageMessage.Header
-	(*ExportUsageMessage_Row)(nil),    // 89: limitd.v1.ExportUsageMessage.Row
-	(*durationpb.Duration)(nil),       // 90: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),     // 91: google.protobuf.Timestamp
+	(*GetInflightRequest)(nil),        // 86: limitd.v1.GetInflightRequest
+	(*InflightSlot)(nil),              // 87: limitd.v1.InflightSlot
+	(*InflightReservation)(nil),       // 88: limitd.v1.InflightReservation
+	(*GetInflightResponse)(nil),       // 89: limitd.v1.GetInflightResponse
+	nil,                               // 90: limitd.v1.Plan.LimitsEntry
+	nil,                               // 91: limitd.v1.Override.LimitsEntry
+	(*ExportUsageMessage_Header)(nil), // 92: limitd.v1.ExportUsageMessage.Header
+	(*ExportUsageMessage_Row)(nil),    // 93: limitd.v1.ExportUsageMessage.Row
+	(*durationpb.Duration)(nil),       // 94: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),     // 95: google.protobuf.Timestamp
 }
 var file_limitd_v1_limitd_proto_depIdxs = []int32{
-	0,  // 0: limitd.v1.CheckRequest.limit:type_name -> limitd.v1.Limit
-	73, // 1: limitd.v1.CheckRequest.reserve:type_name -> limitd.v1.Reserve
-	90, // 2: limitd.v1.Decision.reset_after:type_name -> google.protobuf.Duration
-	90, // 3: limitd.v1.Decision.retry_after:type_name -> google.protobuf.Duration
-	90, // 4: limitd.v1.Decision.delay:type_name -> google.protobuf.Duration
-	3,  // 5: limitd.v1.Decision.limits:type_name -> limitd.v1.NamedDecision
-	90, // 6: limitd.v1.Decision.slot_expires:type_name -> google.protobuf.Duration
-	90, // 7: limitd.v1.Decision.reservation_expires:type_name -> google.protobuf.Duration
-	2,  // 8: limitd.v1.NamedDecision.decision:type_name -> limitd.v1.Decision
-	2,  // 9: limitd.v1.CheckResponse.decision:type_name -> limitd.v1.Decision
-	1,  // 10: limitd.v1.CheckAllRequest.checks:type_name -> limitd.v1.CheckRequest
-	2,  // 11: limitd.v1.CheckAllResponse.decisions:type_name -> limitd.v1.Decision
-	1,  // 12: limitd.v1.BatchRequest.checks:type_name -> limitd.v1.CheckRequest
-	4,  // 13: limitd.v1.BatchResult.response:type_name -> limitd.v1.CheckResponse
-	8,  // 14: limitd.v1.BatchResult.error:type_name -> limitd.v1.Error
-	9,  // 15: limitd.v1.BatchResponse.results:type_name -> limitd.v1.BatchResult
-	0,  // 16: limitd.v1.PeekRequest.limit:type_name -> limitd.v1.Limit
-	0,  // 17: limitd.v1.ResetRequest.limit:type_name -> limitd.v1.Limit
-	0,  // 18: limitd.v1.SlotRequest.limit:type_name -> limitd.v1.Limit
-	90, // 19: limitd.v1.SlotResponse.slot_expires:type_name -> google.protobuf.Duration
-	0,  // 20: limitd.v1.Policy.limit:type_name -> limitd.v1.Limit
-	18, // 21: limitd.v1.Policy.lease:type_name -> limitd.v1.Lease
-	17, // 22: limitd.v1.Policy.on_exceed:type_name -> limitd.v1.OnExceed
-	77, // 23: limitd.v1.Policy.degraded:type_name -> limitd.v1.DegradedOption
-	16, // 24: limitd.v1.PutPolicyRequest.policy:type_name -> limitd.v1.Policy
-	16, // 25: limitd.v1.ListPoliciesResponse.policies:type_name -> limitd.v1.Policy
-	25, // 26: limitd.v1.ListRLSDomainsResponse.domains:type_name -> limitd.v1.RLSDomain
-	86, // 27: limitd.v1.Plan.limits:type_name -> limitd.v1.Plan.LimitsEntry
-	32, // 28: limitd.v1.PutPlanRequest.plan:type_name -> limitd.v1.Plan
-	32, // 29: limitd.v1.ListPlansResponse.plans:type_name -> limitd.v1.Plan
-	44, // 30: limitd.v1.ListPrefixRulesResponse.rules:type_name -> limitd.v1.PrefixRule
-	87, // 31: limitd.v1.Override.limits:type_name -> limitd.v1.Override.LimitsEntry
-	91, // 32: limitd.v1.Override.expires:type_name -> google.protobuf.Timestamp
-	54, // 33: limitd.v1.List.entries:type_name -> limitd.v1.ListEntry
-	53, // 34: limitd.v1.PutListRequest.list:type_name -> limitd.v1.List
-	53, // 35: limitd.v1.ListListsResponse.lists:type_name -> limitd.v1.List
-	61, // 36: limitd.v1.ListBansResponse.bans:type_name -> limitd.v1.Ban
-	66, // 37: limitd.v1.PutWebhookRequest.webhook:type_name -> limitd.v1.Webhook
-	66, // 38: limitd.v1.ListWebhooksResponse.webhooks:type_name -> limitd.v1.Webhook
-	2,  // 39: limitd.v1.CostResponse.decision:type_name -> limitd.v1.Decision
-	91, // 40: limitd.v1.GetUsageRequest.from:type_name -> google.protobuf.Timestamp
-	91, // 41: limitd.v1.GetUsageRequest.to:type_name -> google.protobuf.Timestamp
-	91, // 42: limitd.v1.UsageWindow.start:type_name -> google.protobuf.Timestamp
-	91, // 43: limitd.v1.UsageWindow.end:type_name -> google.protobuf.Timestamp
-	79, // 44: limitd.v1.GetUsageResponse.windows:type_name -> limitd.v1.UsageWindow
-	91, // 45: limitd.v1.ExportUsageRequest.window:type_name -> google.protobuf.Timestamp
-	88, // 46: limitd.v1.ExportUsageMessage.header:type_name -> limitd.v1.ExportUsageMessage.Header
-	89, // 47: limitd.v1.ExportUsageMessage.row:type_name -> limitd.v1.ExportUsageMessage.Row
-	91, // 48: limitd.v1.TopKeysResponse.at:type_name -> google.protobuf.Timestamp
-	84, // 49: limitd.v1.TopKeysResponse.keys:type_name -> limitd.v1.TopKey
-	0,  // 50: limitd.v1.Plan.LimitsEntry.value:type_name -> limitd.v1.Limit
-	49, // 51: limitd.v1.Override.LimitsEntry.value:type_name -> limitd.v1.LimitOverride
-	91, // 52: limitd.v1.ExportUsageMessage.Header.start:type_name -> google.protobuf.Timestamp
-	91, // 53: limitd.v1.ExportUsageMessage.Header.end:type_name -> google.protobuf.Timestamp
-	1,  // 54: limitd.v1.Limitd.Check:input_type -> limitd.v1.CheckRequest
-	5,  // 55: limitd.v1.Limitd.CheckAll:input_type -> limitd.v1.CheckAllRequest
-	7,  // 56: limitd.v1.Limitd.Batch:input_type -> limitd.v1.BatchRequest
-	11, // 57: limitd.v1.Limitd.Peek:input_type -> limitd.v1.PeekRequest
-	12, // 58: limitd.v1.Limitd.Reset:input_type -> limitd.v1.ResetRequest
-	14, // 59: limitd.v1.Limitd.Release:input_type -> limitd.v1.SlotRequest
-	14, // 60: limitd.v1.Limitd.Renew:input_type -> limitd.v1.SlotRequest
-	19, // 61: limitd.v1.Limitd.PutPolicy:input_type -> limitd.v1.PutPolicyRequest
-	20, // 62: limitd.v1.Limitd.GetPolicy:input_type -> limitd.v1.GetPolicyRequest
-	21, // 63: limitd.v1.Limitd.ListPolicies:input_type -> limitd.v1.ListPoliciesRequest
-	23, // 64: limitd.v1.Limitd.DeletePolicy:input_type -> limitd.v1.DeletePolicyRequest
-	26, // 65: limitd.v1.Limitd.PutRLSDomain:input_type -> limitd.v1.PutRLSDomainRequest
-	27, // 66: limitd.v1.Limitd.GetRLSDomain:input_type -> limitd.v1.GetRLSDomainRequest
-	28, // 67: limitd.v1.Limitd.ListRLSDomains:input_type -> limitd.v1.ListRLSDomainsRequest
-	30, // 68: limitd.v1.Limitd.DeleteRLSDomain:input_type -> limitd.v1.DeleteRLSDomainRequest
-	33, // 69: limitd.v1.Limitd.PutPlan:input_type -> limitd.v1.PutPlanRequest
-	34, // 70: limitd.v1.Limitd.GetPlan:input_type -> limitd.v1.GetPlanRequest
-	35, // 71: limitd.v1.Limitd.ListPlans:input_type -> limitd.v1.ListPlansRequest
-	37, // 72: limitd.v1.Limitd.DeletePlan:input_type -> limitd.v1.DeletePlanRequest
-	39, // 73: limitd.v1.Limitd.SetDefaultPlan:input_type -> limitd.v1.SetDefaultPlanRequest
-	41, // 74: limitd.v1.Limitd.AssignPlan:input_type -> limitd.v1.AssignPlanRequest
-	42, // 75: limitd.v1.Limitd.GetKeyPlan:input_type -> limitd.v1.GetKeyPlanRequest
-	44, // 76: limitd.v1.Limitd.PutPrefixRule:input_type -> limitd.v1.PrefixRule
-	45, // 77: limitd.v1.Limitd.DeletePrefixRule:input_type -> limitd.v1.DeletePrefixRuleRequest
-	47, // 78: limitd.v1.Limitd.ListPrefixRules:input_type -> limitd.v1.ListPrefixRulesRequest
-	50, // 79: limitd.v1.Limitd.PutOverride:input_type -> limitd.v1.Override
-	51, // 80: limitd.v1.Limitd.DeleteOverride:input_type -> limitd.v1.DeleteOverrideRequest
-	55, // 81: limitd.v1.Limitd.PutList:input_type -> limitd.v1.PutListRequest
-	56, // 82: limitd.v1.Limitd.GetList:input_type -> limitd.v1.GetListRequest
-	57, // 83: limitd.v1.Limitd.ListLists:input_type -> limitd.v1.ListListsRequest
-	59, // 84: limitd.v1.Limitd.DeleteList:input_type -> limitd.v1.DeleteListRequest
-	62, // 85: limitd.v1.Limitd.ListBans:input_type -> limitd.v1.ListBansRequest
-	64, // 86: limitd.v1.Limitd.Unban:input_type -> limitd.v1.UnbanRequest
-	67, // 87: limitd.v1.Limitd.PutWebhook:input_type -> limitd.v1.PutWebhookRequest
-	68, // 88: limitd.v1.Limitd.GetWebhook:input_type -> limitd.v1.GetWebhookRequest
-	69, // 89: limitd.v1.Limitd.ListWebhooks:input_type -> limitd.v1.ListWebhooksRequest
-	71, // 90: limitd.v1.Limitd.DeleteWebhook:input_type -> limitd.v1.DeleteWebhookRequest
-	74, // 91: limitd.v1.Limitd.Settle:input_type -> limitd.v1.SettleRequest
-	75, // 92: limitd.v1.Limitd.Refund:input_type -> limitd.v1.RefundRequest
-	78, // 93: limitd.v1.Limitd.GetUsage:input_type -> limitd.v1.GetUsageRequest
-	81, // 94: limitd.v1.Limitd.ExportUsage:input_type -> limitd.v1.ExportUsageRequest
-	83, // 95: limitd.v1.Limitd.TopKeys:input_type -> limitd.v1.TopKeysRequest
-	4,  // 96: limitd.v1.Limitd.Check:output_type -> limitd.v1.CheckResponse
-	6,  // 97: limitd.v1.Limitd.CheckAll:output_type -> limitd.v1.CheckAllResponse
-	10, // 98: limitd.v1.Limitd.Batch:output_type -> limitd.v1.BatchResponse
-	4,  // 99: limitd.v1.Limitd.Peek:output_type -> limitd.v1.CheckResponse
-	13, // 100: limitd.v1.Limitd.Reset:output_type -> limitd.v1.ResetResponse
-	15, // 101: limitd.v1.Limitd.Release:output_type -> limitd.v1.SlotResponse
-	15, // 102: limitd.v1.Limitd.Renew:output_type -> limitd.v1.SlotResponse
-	16, // 103: limitd.v1.Limitd.PutPolicy:output_type -> limitd.v1.Policy
-	16, // 104: limitd.v1.Limitd.GetPolicy:output_type -> limitd.v1.Policy
-	22, // 105: limitd.v1.Limitd.ListPolicies:output_type -> limitd.v1.ListPoliciesResponse
-	24, // 106: limitd.v1.Limitd.DeletePolicy:output_type -> limitd.v1.DeletePolicyResponse
-	25, // 107: limitd.v1.Limitd.PutRLSDomain:output_type -> limitd.v1.RLSDomain
-	25, // 108: limitd.v1.Limitd.GetRLSDomain:output_type -> limitd.v1.RLSDomain
-	29, // 109: limitd.v1.Limitd.ListRLSDomains:output_type -> limitd.v1.ListRLSDomainsResponse
-	31, // 110: limitd.v1.Limitd.DeleteRLSDomain:output_type -> limitd.v1.DeleteRLSDomainResponse
-	32, // 111: limitd.v1.Limitd.PutPlan:output_type -> limitd.v1.Plan
-	32, // 112: limitd.v1.Limitd.GetPlan:output_type -> limitd.v1.Plan
-	36, // 113: limitd.v1.Limitd.ListPlans:output_type -> limitd.v1.ListPlansResponse
-	38, // 114: limitd.v1.Limitd.DeletePlan:output_type -> limitd.v1.DeletePlanResponse
-	40, // 115: limitd.v1.Limitd.SetDefaultPlan:output_type -> limitd.v1.SetDefaultPlanResponse
-	43, // 116: limitd.v1.Limitd.AssignPlan:output_type -> limitd.v1.KeyPlan
-	43, // 117: limitd.v1.Limitd.GetKeyPlan:output_type -> limitd.v1.KeyPlan
-	44, // 118: limitd.v1.Limitd.PutPrefixRule:output_type -> limitd.v1.PrefixRule
-	46, // 119: limitd.v1.Limitd.DeletePrefixRule:output_type -> limitd.v1.DeletePrefixRuleResponse
-	48, // 120: limitd.v1.Limitd.ListPrefixRules:output_type -> limitd.v1.ListPrefixRulesResponse
-	50, // 121: limitd.v1.Limitd.PutOverride:output_type -> limitd.v1.Override
-	52, // 122: limitd.v1.Limitd.DeleteOverride:output_type -> limitd.v1.DeleteOverrideResponse
-	53, // 123: limitd.v1.Limitd.PutList:output_type -> limitd.v1.List
-	53, // 124: limitd.v1.Limitd.GetList:output_type -> limitd.v1.List
-	58, // 125: limitd.v1.Limitd.ListLists:output_type -> limitd.v1.ListListsResponse
-	60, // 126: limitd.v1.Limitd.DeleteList:output_type -> limitd.v1.DeleteListResponse
-	63, // 127: limitd.v1.Limitd.ListBans:output_type -> limitd.v1.ListBansResponse
-	65, // 128: limitd.v1.Limitd.Unban:output_type -> limitd.v1.UnbanResponse
-	66, // 129: limitd.v1.Limitd.PutWebhook:output_type -> limitd.v1.Webhook
-	66, // 130: limitd.v1.Limitd.GetWebhook:output_type -> limitd.v1.Webhook
-	70, // 131: limitd.v1.Limitd.ListWebhooks:output_type -> limitd.v1.ListWebhooksResponse
-	72, // 132: limitd.v1.Limitd.DeleteWebhook:output_type -> limitd.v1.DeleteWebhookResponse
-	76, // 133: limitd.v1.Limitd.Settle:output_type -> limitd.v1.CostResponse
-	76, // 134: limitd.v1.Limitd.Refund:output_type -> limitd.v1.CostResponse
-	80, // 135: limitd.v1.Limitd.GetUsage:output_type -> limitd.v1.GetUsageResponse
-	82, // 136: limitd.v1.Limitd.ExportUsage:output_type -> limitd.v1.ExportUsageMessage
-	85, // 137: limitd.v1.Limitd.TopKeys:output_type -> limitd.v1.TopKeysResponse
-	96, // [96:138] is the sub-list for method output_type
-	54, // [54:96] is the sub-list for method input_type
-	54, // [54:54] is the sub-list for extension type_name
-	54, // [54:54] is the sub-list for extension extendee
-	0,  // [0:54] is the sub-list for field type_name
+	0,   // 0: limitd.v1.CheckRequest.limit:type_name -> limitd.v1.Limit
+	73,  // 1: limitd.v1.CheckRequest.reserve:type_name -> limitd.v1.Reserve
+	94,  // 2: limitd.v1.Decision.reset_after:type_name -> google.protobuf.Duration
+	94,  // 3: limitd.v1.Decision.retry_after:type_name -> google.protobuf.Duration
+	94,  // 4: limitd.v1.Decision.delay:type_name -> google.protobuf.Duration
+	3,   // 5: limitd.v1.Decision.limits:type_name -> limitd.v1.NamedDecision
+	94,  // 6: limitd.v1.Decision.slot_expires:type_name -> google.protobuf.Duration
+	94,  // 7: limitd.v1.Decision.reservation_expires:type_name -> google.protobuf.Duration
+	2,   // 8: limitd.v1.NamedDecision.decision:type_name -> limitd.v1.Decision
+	2,   // 9: limitd.v1.CheckResponse.decision:type_name -> limitd.v1.Decision
+	1,   // 10: limitd.v1.CheckAllRequest.checks:type_name -> limitd.v1.CheckRequest
+	2,   // 11: limitd.v1.CheckAllResponse.decisions:type_name -> limitd.v1.Decision
+	1,   // 12: limitd.v1.BatchRequest.checks:type_name -> limitd.v1.CheckRequest
+	4,   // 13: limitd.v1.BatchResult.response:type_name -> limitd.v1.CheckResponse
+	8,   // 14: limitd.v1.BatchResult.error:type_name -> limitd.v1.Error
+	9,   // 15: limitd.v1.BatchResponse.results:type_name -> limitd.v1.BatchResult
+	0,   // 16: limitd.v1.PeekRequest.limit:type_name -> limitd.v1.Limit
+	0,   // 17: limitd.v1.ResetRequest.limit:type_name -> limitd.v1.Limit
+	0,   // 18: limitd.v1.SlotRequest.limit:type_name -> limitd.v1.Limit
+	94,  // 19: limitd.v1.SlotResponse.slot_expires:type_name -> google.protobuf.Duration
+	0,   // 20: limitd.v1.Policy.limit:type_name -> limitd.v1.Limit
+	18,  // 21: limitd.v1.Policy.lease:type_name -> limitd.v1.Lease
+	17,  // 22: limitd.v1.Policy.on_exceed:type_name -> limitd.v1.OnExceed
+	77,  // 23: limitd.v1.Policy.degraded:type_name -> limitd.v1.DegradedOption
+	16,  // 24: limitd.v1.PutPolicyRequest.policy:type_name -> limitd.v1.Policy
+	16,  // 25: limitd.v1.ListPoliciesResponse.policies:type_name -> limitd.v1.Policy
+	25,  // 26: limitd.v1.ListRLSDomainsResponse.domains:type_name -> limitd.v1.RLSDomain
+	90,  // 27: limitd.v1.Plan.limits:type_name -> limitd.v1.Plan.LimitsEntry
+	32,  // 28: limitd.v1.PutPlanRequest.plan:type_name -> limitd.v1.Plan
+	32,  // 29: limitd.v1.ListPlansResponse.plans:type_name -> limitd.v1.Plan
+	44,  // 30: limitd.v1.ListPrefixRulesResponse.rules:type_name -> limitd.v1.PrefixRule
+	91,  // 31: limitd.v1.Override.limits:type_name -> limitd.v1.Override.LimitsEntry
+	95,  // 32: limitd.v1.Override.expires:type_name -> google.protobuf.Timestamp
+	54,  // 33: limitd.v1.List.entries:type_name -> limitd.v1.ListEntry
+	53,  // 34: limitd.v1.PutListRequest.list:type_name -> limitd.v1.List
+	53,  // 35: limitd.v1.ListListsResponse.lists:type_name -> limitd.v1.List
+	61,  // 36: limitd.v1.ListBansResponse.bans:type_name -> limitd.v1.Ban
+	66,  // 37: limitd.v1.PutWebhookRequest.webhook:type_name -> limitd.v1.Webhook
+	66,  // 38: limitd.v1.ListWebhooksResponse.webhooks:type_name -> limitd.v1.Webhook
+	2,   // 39: limitd.v1.CostResponse.decision:type_name -> limitd.v1.Decision
+	95,  // 40: limitd.v1.GetUsageRequest.from:type_name -> google.protobuf.Timestamp
+	95,  // 41: limitd.v1.GetUsageRequest.to:type_name -> google.protobuf.Timestamp
+	95,  // 42: limitd.v1.UsageWindow.start:type_name -> google.protobuf.Timestamp
+	95,  // 43: limitd.v1.UsageWindow.end:type_name -> google.protobuf.Timestamp
+	79,  // 44: limitd.v1.GetUsageResponse.windows:type_name -> limitd.v1.UsageWindow
+	95,  // 45: limitd.v1.ExportUsageRequest.window:type_name -> google.protobuf.Timestamp
+	92,  // 46: limitd.v1.ExportUsageMessage.header:type_name -> limitd.v1.ExportUsageMessage.Header
+	93,  // 47: limitd.v1.ExportUsageMessage.row:type_name -> limitd.v1.ExportUsageMessage.Row
+	95,  // 48: limitd.v1.TopKeysResponse.at:type_name -> google.protobuf.Timestamp
+	84,  // 49: limitd.v1.TopKeysResponse.keys:type_name -> limitd.v1.TopKey
+	95,  // 50: limitd.v1.InflightSlot.acquired:type_name -> google.protobuf.Timestamp
+	95,  // 51: limitd.v1.InflightSlot.expires:type_name -> google.protobuf.Timestamp
+	95,  // 52: limitd.v1.InflightReservation.expires:type_name -> google.protobuf.Timestamp
+	95,  // 53: limitd.v1.GetInflightResponse.at:type_name -> google.protobuf.Timestamp
+	87,  // 54: limitd.v1.GetInflightResponse.slots:type_name -> limitd.v1.InflightSlot
+	88,  // 55: limitd.v1.GetInflightResponse.reservations:type_name -> limitd.v1.InflightReservation
+	0,   // 56: limitd.v1.Plan.LimitsEntry.value:type_name -> limitd.v1.Limit
+	49,  // 57: limitd.v1.Override.LimitsEntry.value:type_name -> limitd.v1.LimitOverride
+	95,  // 58: limitd.v1.ExportUsageMessage.Header.start:type_name -> google.protobuf.Timestamp
+	95,  // 59: limitd.v1.ExportUsageMessage.Header.end:type_name -> google.protobuf.Timestamp
+	1,   // 60: limitd.v1.Limitd.Check:input_type -> limitd.v1.CheckRequest
+	5,   // 61: limitd.v1.Limitd.CheckAll:input_type -> limitd.v1.CheckAllRequest
+	7,   // 62: limitd.v1.Limitd.Batch:input_type -> limitd.v1.BatchRequest
+	11,  // 63: limitd.v1.Limitd.Peek:input_type -> limitd.v1.PeekRequest
+	12,  // 64: limitd.v1.Limitd.Reset:input_type -> limitd.v1.ResetRequest
+	14,  // 65: limitd.v1.Limitd.Release:input_type -> limitd.v1.SlotRequest
+	14,  // 66: limitd.v1.Limitd.Renew:input_type -> limitd.v1.SlotRequest
+	19,  // 67: limitd.v1.Limitd.PutPolicy:input_type -> limitd.v1.PutPolicyRequest
+	20,  // 68: limitd.v1.Limitd.GetPolicy:input_type -> limitd.v1.GetPolicyRequest
+	21,  // 69: limitd.v1.Limitd.ListPolicies:input_type -> limitd.v1.ListPoliciesRequest
+	23,  // 70: limitd.v1.Limitd.DeletePolicy:input_type -> limitd.v1.DeletePolicyRequest
+	26,  // 71: limitd.v1.Limitd.PutRLSDomain:input_type -> limitd.v1.PutRLSDomainRequest
+	27,  // 72: limitd.v1.Limitd.GetRLSDomain:input_type -> limitd.v1.GetRLSDomainRequest
+	28,  // 73: limitd.v1.Limitd.ListRLSDomains:input_type -> limitd.v1.ListRLSDomainsRequest
+	30,  // 74: limitd.v1.Limitd.DeleteRLSDomain:input_type -> limitd.v1.DeleteRLSDomainRequest
+	33,  // 75: limitd.v1.Limitd.PutPlan:input_type -> limitd.v1.PutPlanRequest
+	34,  // 76: limitd.v1.Limitd.GetPlan:input_type -> limitd.v1.GetPlanRequest
+	35,  // 77: limitd.v1.Limitd.ListPlans:input_type -> limitd.v1.ListPlansRequest
+	37,  // 78: limitd.v1.Limitd.DeletePlan:input_type -> limitd.v1.DeletePlanRequest
+	39,  // 79: limitd.v1.Limitd.SetDefaultPlan:input_type -> limitd.v1.SetDefaultPlanRequest
+	41,  // 80: limitd.v1.Limitd.AssignPlan:input_type -> limitd.v1.AssignPlanRequest
+	42,  // 81: limitd.v1.Limitd.GetKeyPlan:input_type -> limitd.v1.GetKeyPlanRequest
+	44,  // 82: limitd.v1.Limitd.PutPrefixRule:input_type -> limitd.v1.PrefixRule
+	45,  // 83: limitd.v1.Limitd.DeletePrefixRule:input_type -> limitd.v1.DeletePrefixRuleRequest
+	47,  // 84: limitd.v1.Limitd.ListPrefixRules:input_type -> limitd.v1.ListPrefixRulesRequest
+	50,  // 85: limitd.v1.Limitd.PutOverride:input_type -> limitd.v1.Override
+	51,  // 86: limitd.v1.Limitd.DeleteOverride:input_type -> limitd.v1.DeleteOverrideRequest
+	55,  // 87: limitd.v1.Limitd.PutList:input_type -> limitd.v1.PutListRequest
+	56,  // 88: limitd.v1.Limitd.GetList:input_type -> limitd.v1.GetListRequest
+	57,  // 89: limitd.v1.Limitd.ListLists:input_type -> limitd.v1.ListListsRequest
+	59,  // 90: limitd.v1.Limitd.DeleteList:input_type -> limitd.v1.DeleteListRequest
+	62,  // 91: limitd.v1.Limitd.ListBans:input_type -> limitd.v1.ListBansRequest
+	64,  // 92: limitd.v1.Limitd.Unban:input_type -> limitd.v1.UnbanRequest
+	67,  // 93: limitd.v1.Limitd.PutWebhook:input_type -> limitd.v1.PutWebhookRequest
+	68,  // 94: limitd.v1.Limitd.GetWebhook:input_type -> limitd.v1.GetWebhookRequest
+	69,  // 95: limitd.v1.Limitd.ListWebhooks:input_type -> limitd.v1.ListWebhooksRequest
+	71,  // 96: limitd.v1.Limitd.DeleteWebhook:input_type -> limitd.v1.DeleteWebhookRequest
+	74,  // 97: limitd.v1.Limitd.Settle:input_type -> limitd.v1.SettleRequest
+	75,  // 98: limitd.v1.Limitd.Refund:input_type -> limitd.v1.RefundRequest
+	78,  // 99: limitd.v1.Limitd.GetUsage:input_type -> limitd.v1.GetUsageRequest
+	81,  // 100: limitd.v1.Limitd.ExportUsage:input_type -> limitd.v1.ExportUsageRequest
+	83,  // 101: limitd.v1.Limitd.TopKeys:input_type -> limitd.v1.TopKeysRequest
+	86,  // 102: limitd.v1.Limitd.GetInflight:input_type -> limitd.v1.GetInflightRequest
+	4,   // 103: limitd.v1.Limitd.Check:output_type -> limitd.v1.CheckResponse
+	6,   // 104: limitd.v1.Limitd.CheckAll:output_type -> limitd.v1.CheckAllResponse
+	10,  // 105: limitd.v1.Limitd.Batch:output_type -> limitd.v1.BatchResponse
+	4,   // 106: limitd.v1.Limitd.Peek:output_type -> limitd.v1.CheckResponse
+	13,  // 107: limitd.v1.Limitd.Reset:output_type -> limitd.v1.ResetResponse
+	15,  // 108: limitd.v1.Limitd.Release:output_type -> limitd.v1.SlotResponse
+	15,  // 109: limitd.v1.Limitd.Renew:output_type -> limitd.v1.SlotResponse
+	16,  // 110: limitd.v1.Limitd.PutPolicy:output_type -> limitd.v1.Policy
+	16,  // 111: limitd.v1.Limitd.GetPolicy:output_type -> limitd.v1.Policy
+	22,  // 112: limitd.v1.Limitd.ListPolicies:output_type -> limitd.v1.ListPoliciesResponse
+	24,  // 113: limitd.v1.Limitd.DeletePolicy:output_type -> limitd.v1.DeletePolicyResponse
+	25,  // 114: limitd.v1.Limitd.PutRLSDomain:output_type -> limitd.v1.RLSDomain
+	25,  // 115: limitd.v1.Limitd.GetRLSDomain:output_type -> limitd.v1.RLSDomain
+	29,  // 116: limitd.v1.Limitd.ListRLSDomains:output_type -> limitd.v1.ListRLSDomainsResponse
+	31,  // 117: limitd.v1.Limitd.DeleteRLSDomain:output_type -> limitd.v1.DeleteRLSDomainResponse
+	32,  // 118: limitd.v1.Limitd.PutPlan:output_type -> limitd.v1.Plan
+	32,  // 119: limitd.v1.Limitd.GetPlan:output_type -> limitd.v1.Plan
+	36,  // 120: limitd.v1.Limitd.ListPlans:output_type -> limitd.v1.ListPlansResponse
+	38,  // 121: limitd.v1.Limitd.DeletePlan:output_type -> limitd.v1.DeletePlanResponse
+	40,  // 122: limitd.v1.Limitd.SetDefaultPlan:output_type -> limitd.v1.SetDefaultPlanResponse
+	43,  // 123: limitd.v1.Limitd.AssignPlan:output_type -> limitd.v1.KeyPlan
+	43,  // 124: limitd.v1.Limitd.GetKeyPlan:output_type -> limitd.v1.KeyPlan
+	44,  // 125: limitd.v1.Limitd.PutPrefixRule:output_type -> limitd.v1.PrefixRule
+	46,  // 126: limitd.v1.Limitd.DeletePrefixRule:output_type -> limitd.v1.DeletePrefixRuleResponse
+	48,  // 127: limitd.v1.Limitd.ListPrefixRules:output_type -> limitd.v1.ListPrefixRulesResponse
+	50,  // 128: limitd.v1.Limitd.PutOverride:output_type -> limitd.v1.Override
+	52,  // 129: limitd.v1.Limitd.DeleteOverride:output_type -> limitd.v1.DeleteOverrideResponse
+	53,  // 130: limitd.v1.Limitd.PutList:output_type -> limitd.v1.List
+	53,  // 131: limitd.v1.Limitd.GetList:output_type -> limitd.v1.List
+	58,  // 132: limitd.v1.Limitd.ListLists:output_type -> limitd.v1.ListListsResponse
+	60,  // 133: limitd.v1.Limitd.DeleteList:output_type -> limitd.v1.DeleteListResponse
+	63,  // 134: limitd.v1.Limitd.ListBans:output_type -> limitd.v1.ListBansResponse
+	65,  // 135: limitd.v1.Limitd.Unban:output_type -> limitd.v1.UnbanResponse
+	66,  // 136: limitd.v1.Limitd.PutWebhook:output_type -> limitd.v1.Webhook
+	66,  // 137: limitd.v1.Limitd.GetWebhook:output_type -> limitd.v1.Webhook
+	70,  // 138: limitd.v1.Limitd.ListWebhooks:output_type -> limitd.v1.ListWebhooksResponse
+	72,  // 139: limitd.v1.Limitd.DeleteWebhook:output_type -> limitd.v1.DeleteWebhookResponse
+	76,  // 140: limitd.v1.Limitd.Settle:output_type -> limitd.v1.CostResponse
+	76,  // 141: limitd.v1.Limitd.Refund:output_type -> limitd.v1.CostResponse
+	80,  // 142: limitd.v1.Limitd.GetUsage:output_type -> limitd.v1.GetUsageResponse
+	82,  // 143: limitd.v1.Limitd.ExportUsage:output_type -> limitd.v1.ExportUsageMessage
+	85,  // 144: limitd.v1.Limitd.TopKeys:output_type -> limitd.v1.TopKeysResponse
+	89,  // 145: limitd.v1.Limitd.GetInflight:output_type -> limitd.v1.GetInflightResponse
+	103, // [103:146] is the sub-list for method output_type
+	60,  // [60:103] is the sub-list for method input_type
+	60,  // [60:60] is the sub-list for extension type_name
+	60,  // [60:60] is the sub-list for extension extendee
+	0,   // [0:60] is the sub-list for field type_name
 }
 
 func init() { file_limitd_v1_limitd_proto_init() }
@@ -5623,7 +5980,7 @@ func file_limitd_v1_limitd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_limitd_v1_limitd_proto_rawDesc), len(file_limitd_v1_limitd_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   90,
+			NumMessages:   94,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -83,6 +83,7 @@ const (
 	Limitd_GetUsage_FullMethodName         = "/limitd.v1.Limitd/GetUsage"
 	Limitd_ExportUsage_FullMethodName      = "/limitd.v1.Limitd/ExportUsage"
 	Limitd_TopKeys_FullMethodName          = "/limitd.v1.Limitd/TopKeys"
+	Limitd_GetInflight_FullMethodName      = "/limitd.v1.Limitd/GetInflight"
 )
 
 // LimitdClient is the client API for Limitd service.
@@ -178,6 +179,10 @@ type LimitdClient interface {
 	// TopKeys is a policy's top keys over the last 5 minutes or hour, from
 	// the answering node's sketch (GET /v1/keys/top).
 	TopKeys(ctx context.Context, in *TopKeysRequest, opts ...grpc.CallOption) (*TopKeysResponse, error)
+	// GetInflight is a key's held concurrency slots and open reservations
+	// under a policy or a limit of its plan, from the answering node's
+	// applied state with no Raft write (GET /v1/keys/{key}/inflight). Admin.
+	GetInflight(ctx context.Context, in *GetInflightRequest, opts ...grpc.CallOption) (*GetInflightResponse, error)
 }
 
 type limitdClient struct {
@@ -617,6 +622,16 @@ func (c *limitdClient) TopKeys(ctx context.Context, in *TopKeysRequest, opts ...
 	return out, nil
 }
 
+func (c *limitdClient) GetInflight(ctx context.Context, in *GetInflightRequest, opts ...grpc.CallOption) (*GetInflightResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetInflightResponse)
+	err := c.cc.Invoke(ctx, Limitd_GetInflight_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // LimitdServer is the server API for Limitd service.
 // All implementations must embed UnimplementedLimitdServer
 // for forward compatibility.
@@ -710,6 +725,10 @@ type LimitdServer interface {
 	// TopKeys is a policy's top keys over the last 5 minutes or hour, from
 	// the answering node's sketch (GET /v1/keys/top).
 	TopKeys(context.Context, *TopKeysRequest) (*TopKeysResponse, error)
+	// GetInflight is a key's held concurrency slots and open reservations
+	// under a policy or a limit of its plan, from the answering node's
+	// applied state with no Raft write (GET /v1/keys/{key}/inflight). Admin.
+	GetInflight(context.Context, *GetInflightRequest) (*GetInflightResponse, error)
 	mustEmbedUnimplementedLimitdServer()
 }
 
@@ -845,6 +864,9 @@ func (UnimplementedLimitdServer) ExportUsage(*ExportUsageRequest, grpc.ServerStr
 }
 func (UnimplementedLimitdServer) TopKeys(context.Context, *TopKeysRequest) (*TopKeysResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method TopKeys not implemented")
+}
+func (UnimplementedLimitdServer) GetInflight(context.Context, *GetInflightRequest) (*GetInflightResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetInflight not implemented")
 }
 func (UnimplementedLimitdServer) mustEmbedUnimplementedLimitdServer() {}
 func (UnimplementedLimitdServer) testEmbeddedByValue()                {}
@@ -1616,6 +1638,24 @@ func _Limitd_TopKeys_Handler(srv interface{}, ctx context.Context, dec func(inte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Limitd_GetInflight_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetInflightRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LimitdServer).GetInflight(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Limitd_GetInflight_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LimitdServer).GetInflight(ctx, req.(*GetInflightRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Limitd_ServiceDesc is the grpc.ServiceDesc for Limitd service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1786,6 +1826,10 @@ var Limitd_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "TopKeys",
 			Handler:    _Limitd_TopKeys_Handler,
+		},
+		{
+			MethodName: "GetInflight",
+			Handler:    _Limitd_GetInflight_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
