@@ -4852,6 +4852,113 @@ func (x *TopKeysResponse) GetKeys() []*TopKey {
 	return nil
 }
 
+type WatchEventsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// after_id: resume after this event id (SSE's Last-Event-ID); 0: only
+	// the events applied from now on.
+	AfterId       uint64 `protobuf:"varint,1,opt,name=after_id,json=afterId,proto3" json:"after_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchEventsRequest) Reset() {
+	*x = WatchEventsRequest{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[86]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchEventsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchEventsRequest) ProtoMessage() {}
+
+func (x *WatchEventsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[86]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchEventsRequest.ProtoReflect.Descriptor instead.
+func (*WatchEventsRequest) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{86}
+}
+
+func (x *WatchEventsRequest) GetAfterId() uint64 {
+	if x != nil {
+		return x.AfterId
+	}
+	return 0
+}
+
+// Event is one alert event: the SSE event's id, event and data.
+type Event struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`    // its place in the outbox, the same on every node
+	Type          string                 `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"` // "threshold" or "ban"
+	Data          string                 `protobuf:"bytes,3,opt,name=data,proto3" json:"data,omitempty"` // the JSON object webhooks receive
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Event) Reset() {
+	*x = Event{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[87]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Event) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Event) ProtoMessage() {}
+
+func (x *Event) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[87]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Event.ProtoReflect.Descriptor instead.
+func (*Event) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{87}
+}
+
+func (x *Event) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *Event) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *Event) GetData() string {
+	if x != nil {
+		return x.Data
+	}
+	return ""
+}
+
 type ExportUsageMessage_Header struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Start         *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=start,proto3" json:"start,omitempty"`
@@ -4863,7 +4970,7 @@ type ExportUsageMessage_Header struct {
 
 func (x *ExportUsageMessage_Header) Reset() {
 	*x = ExportUsageMessage_Header{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[88]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4875,7 +4982,7 @@ func (x *ExportUsageMessage_Header) String() string {
 func (*ExportUsageMessage_Header) ProtoMessage() {}
 
 func (x *ExportUsageMessage_Header) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[88]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4923,7 +5030,7 @@ type ExportUsageMessage_Row struct {
 
 func (x *ExportUsageMessage_Row) Reset() {
 	*x = ExportUsageMessage_Row{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[89]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4935,7 +5042,7 @@ func (x *ExportUsageMessage_Row) String() string {
 func (*ExportUsageMessage_Row) ProtoMessage() {}
 
 func (x *ExportUsageMessage_Row) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[89]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5297,7 +5404,13 @@ const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"\x06window\x18\x02 \x01(\tR\x06window\x12\x0e\n" +
 	"\x02by\x18\x03 \x01(\tR\x02by\x12*\n" +
 	"\x02at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12%\n" +
-	"\x04keys\x18\x05 \x03(\v2\x11.limitd.v1.TopKeyR\x04keys2\xdf\x16\n" +
+	"\x04keys\x18\x05 \x03(\v2\x11.limitd.v1.TopKeyR\x04keys\"/\n" +
+	"\x12WatchEventsRequest\x12\x19\n" +
+	"\bafter_id\x18\x01 \x01(\x04R\aafterId\"?\n" +
+	"\x05Event\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
+	"\x04type\x18\x02 \x01(\tR\x04type\x12\x12\n" +
+	"\x04data\x18\x03 \x01(\tR\x04data2\xa1\x17\n" +
 	"\x06Limitd\x12:\n" +
 	"\x05Check\x12\x17.limitd.v1.CheckRequest\x1a\x18.limitd.v1.CheckResponse\x12C\n" +
 	"\bCheckAll\x12\x1a.limitd.v1.CheckAllRequest\x1a\x1b.limitd.v1.CheckAllResponse\x12:\n" +
@@ -5346,7 +5459,8 @@ const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"\x06Refund\x12\x18.limitd.v1.RefundRequest\x1a\x17.limitd.v1.CostResponse\x12C\n" +
 	"\bGetUsage\x12\x1a.limitd.v1.GetUsageRequest\x1a\x1b.limitd.v1.GetUsageResponse\x12M\n" +
 	"\vExportUsage\x12\x1d.limitd.v1.ExportUsageRequest\x1a\x1d.limitd.v1.ExportUsageMessage0\x01\x12@\n" +
-	"\aTopKeys\x12\x19.limitd.v1.TopKeysRequest\x1a\x1a.limitd.v1.TopKeysResponseB3Z1github.com/limitd/limitd/proto/limitd/v1;limitdv1b\x06proto3"
+	"\aTopKeys\x12\x19.limitd.v1.TopKeysRequest\x1a\x1a.limitd.v1.TopKeysResponse\x12@\n" +
+	"\vWatchEvents\x12\x1d.limitd.v1.WatchEventsRequest\x1a\x10.limitd.v1.Event0\x01B3Z1github.com/limitd/limitd/proto/limitd/v1;limitdv1b\x06proto3"
 
 var (
 	file_limitd_v1_limitd_proto_rawDescOnce sync.Once
@@ -5360,7 +5474,7 @@ func file_limitd_v1_limitd_proto_rawDescGZIP() []byte {
 	return file_limitd_v1_limitd_proto_rawDescData
 }
 
-var file_limitd_v1_limitd_proto_msgTypes = make([]protoimpl.MessageInfo, 90)
+var file_limitd_v1_limitd_proto_msgTypes = make([]protoimpl.MessageInfo, 92)
 var file_limitd_v1_limitd_proto_goTypes = []any{
 	(*Limit)(nil),                     // 0: limitd.v1.Limit
 	(*CheckRequest)(nil),              // 1: limitd.v1.CheckRequest
@@ -5448,22 +5562,24 @@ var file_limitd_v1_limitd_proto_goTypes = []any{
 	(*TopKeysRequest)(nil),            // 83: limitd.v1.TopKeysRequest
 	(*TopKey)(nil),                    // 84: limitd.v1.TopKey
 	(*TopKeysResponse)(nil),           // 85: limitd.v1.TopKeysResponse
-	nil,                               // 86: limitd.v1.Plan.LimitsEntry
-	nil,                               // 87: limitd.v1.Override.LimitsEntry
-	(*ExportUsageMessage_Header)(nil), // 88: limitd.v1.ExportUsageMessage.Header
-	(*ExportUsageMessage_Row)(nil),    // 89: limitd.v1.ExportUsageMessage.Row
-	(*durationpb.Duration)(nil),       // 90: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),     // 91: google.protobuf.Timestamp
+	(*WatchEventsRequest)(nil),        // 86: limitd.v1.WatchEventsRequest
+	(*Event)(nil),                     // 87: limitd.v1.Event
+	nil,                               // 88: limitd.v1.Plan.LimitsEntry
+	nil,                               // 89: limitd.v1.Override.LimitsEntry
+	(*ExportUsageMessage_Header)(nil), // 90: limitd.v1.ExportUsageMessage.Header
+	(*ExportUsageMessage_Row)(nil),    // 91: limitd.v1.ExportUsageMessage.Row
+	(*durationpb.Duration)(nil),       // 92: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),     // 93: google.protobuf.Timestamp
 }
 var file_limitd_v1_limitd_proto_depIdxs = []int32{
 	0,  // 0: limitd.v1.CheckRequest.limit:type_name -> limitd.v1.Limit
 	73, // 1: limitd.v1.CheckRequest.reserve:type_name -> limitd.v1.Reserve
-	90, // 2: limitd.v1.Decision.reset_after:type_name -> google.protobuf.Duration
-	90, // 3: limitd.v1.Decision.retry_after:type_name -> google.protobuf.Duration
-	90, // 4: limitd.v1.Decision.delay:type_name -> google.protobuf.Duration
+	92, // 2: limitd.v1.Decision.reset_after:type_name -> google.protobuf.Duration
+	92, // 3: limitd.v1.Decision.retry_after:type_name -> google.protobuf.Duration
+	92, // 4: limitd.v1.Decision.delay:type_name -> google.protobuf.Duration
 	3,  // 5: limitd.v1.Decision.limits:type_name -> limitd.v1.NamedDecision
-	90, // 6: limitd.v1.Decision.slot_expires:type_name -> google.protobuf.Duration
-	90, // 7: limitd.v1.Decision.reservation_expires:type_name -> google.protobuf.Duration
+	92, // 6: limitd.v1.Decision.slot_expires:type_name -> google.protobuf.Duration
+	92, // 7: limitd.v1.Decision.reservation_expires:type_name -> google.protobuf.Duration
 	2,  // 8: limitd.v1.NamedDecision.decision:type_name -> limitd.v1.Decision
 	2,  // 9: limitd.v1.CheckResponse.decision:type_name -> limitd.v1.Decision
 	1,  // 10: limitd.v1.CheckAllRequest.checks:type_name -> limitd.v1.CheckRequest
@@ -5475,7 +5591,7 @@ var file_limitd_v1_limitd_proto_depIdxs = []int32{
 	0,  // 16: limitd.v1.PeekRequest.limit:type_name -> limitd.v1.Limit
 	0,  // 17: limitd.v1.ResetRequest.limit:type_name -> limitd.v1.Limit
 	0,  // 18: limitd.v1.SlotRequest.limit:type_name -> limitd.v1.Limit
-	90, // 19: limitd.v1.SlotResponse.slot_expires:type_name -> google.protobuf.Duration
+	92, // 19: limitd.v1.SlotResponse.slot_expires:type_name -> google.protobuf.Duration
 	0,  // 20: limitd.v1.Policy.limit:type_name -> limitd.v1.Limit
 	18, // 21: limitd.v1.Policy.lease:type_name -> limitd.v1.Lease
 	17, // 22: limitd.v1.Policy.on_exceed:type_name -> limitd.v1.OnExceed
@@ -5483,12 +5599,12 @@ var file_limitd_v1_limitd_proto_depIdxs = []int32{
 	16, // 24: limitd.v1.PutPolicyRequest.policy:type_name -> limitd.v1.Policy
 	16, // 25: limitd.v1.ListPoliciesResponse.policies:type_name -> limitd.v1.Policy
 	25, // 26: limitd.v1.ListRLSDomainsResponse.domains:type_name -> limitd.v1.RLSDomain
-	86, // 27: limitd.v1.Plan.limits:type_name -> limitd.v1.Plan.LimitsEntry
+	88, // 27: limitd.v1.Plan.limits:type_name -> limitd.v1.Plan.LimitsEntry
 	32, // 28: limitd.v1.PutPlanRequest.plan:type_name -> limitd.v1.Plan
 	32, // 29: limitd.v1.ListPlansResponse.plans:type_name -> limitd.v1.Plan
 	44, // 30: limitd.v1.ListPrefixRulesResponse.rules:type_name -> limitd.v1.PrefixRule
-	87, // 31: limitd.v1.Override.limits:type_name -> limitd.v1.Override.LimitsEntry
-	91, // 32: limitd.v1.Override.expires:type_name -> google.protobuf.Timestamp
+	89, // 31: limitd.v1.Override.limits:type_name -> limitd.v1.Override.LimitsEntry
+	93, // 32: limitd.v1.Override.expires:type_name -> google.protobuf.Timestamp
 	54, // 33: limitd.v1.List.entries:type_name -> limitd.v1.ListEntry
 	53, // 34: limitd.v1.PutListRequest.list:type_name -> limitd.v1.List
 	53, // 35: limitd.v1.ListListsResponse.lists:type_name -> limitd.v1.List
@@ -5496,20 +5612,20 @@ var file_limitd_v1_limitd_proto_depIdxs = []int32{
 	66, // 37: limitd.v1.PutWebhookRequest.webhook:type_name -> limitd.v1.Webhook
 	66, // 38: limitd.v1.ListWebhooksResponse.webhooks:type_name -> limitd.v1.Webhook
 	2,  // 39: limitd.v1.CostResponse.decision:type_name -> limitd.v1.Decision
-	91, // 40: limitd.v1.GetUsageRequest.from:type_name -> google.protobuf.Timestamp
-	91, // 41: limitd.v1.GetUsageRequest.to:type_name -> google.protobuf.Timestamp
-	91, // 42: limitd.v1.UsageWindow.start:type_name -> google.protobuf.Timestamp
-	91, // 43: limitd.v1.UsageWindow.end:type_name -> google.protobuf.Timestamp
+	93, // 40: limitd.v1.GetUsageRequest.from:type_name -> google.protobuf.Timestamp
+	93, // 41: limitd.v1.GetUsageRequest.to:type_name -> google.protobuf.Timestamp
+	93, // 42: limitd.v1.UsageWindow.start:type_name -> google.protobuf.Timestamp
+	93, // 43: limitd.v1.UsageWindow.end:type_name -> google.protobuf.Timestamp
 	79, // 44: limitd.v1.GetUsageResponse.windows:type_name -> limitd.v1.UsageWindow
-	91, // 45: limitd.v1.ExportUsageRequest.window:type_name -> google.protobuf.Timestamp
-	88, // 46: limitd.v1.ExportUsageMessage.header:type_name -> limitd.v1.ExportUsageMessage.Header
-	89, // 47: limitd.v1.ExportUsageMessage.row:type_name -> limitd.v1.ExportUsageMessage.Row
-	91, // 48: limitd.v1.TopKeysResponse.at:type_name -> google.protobuf.Timestamp
+	93, // 45: limitd.v1.ExportUsageRequest.window:type_name -> google.protobuf.Timestamp
+	90, // 46: limitd.v1.ExportUsageMessage.header:type_name -> limitd.v1.ExportUsageMessage.Header
+	91, // 47: limitd.v1.ExportUsageMessage.row:type_name -> limitd.v1.ExportUsageMessage.Row
+	93, // 48: limitd.v1.TopKeysResponse.at:type_name -> google.protobuf.Timestamp
 	84, // 49: limitd.v1.TopKeysResponse.keys:type_name -> limitd.v1.TopKey
 	0,  // 50: limitd.v1.Plan.LimitsEntry.value:type_name -> limitd.v1.Limit
 	49, // 51: limitd.v1.Override.LimitsEntry.value:type_name -> limitd.v1.LimitOverride
-	91, // 52: limitd.v1.ExportUsageMessage.Header.start:type_name -> google.protobuf.Timestamp
-	91, // 53: limitd.v1.ExportUsageMessage.Header.end:type_name -> google.protobuf.Timestamp
+	93, // 52: limitd.v1.ExportUsageMessage.Header.start:type_name -> google.protobuf.Timestamp
+	93, // 53: limitd.v1.ExportUsageMessage.Header.end:type_name -> google.protobuf.Timestamp
 	1,  // 54: limitd.v1.Limitd.Check:input_type -> limitd.v1.CheckRequest
 	5,  // 55: limitd.v1.Limitd.CheckAll:input_type -> limitd.v1.CheckAllRequest
 	7,  // 56: limitd.v1.Limitd.Batch:input_type -> limitd.v1.BatchRequest
@@ -5552,50 +5668,52 @@ var file_limitd_v1_limitd_proto_depIdxs = []int32{
 	78, // 93: limitd.v1.Limitd.GetUsage:input_type -> limitd.v1.GetUsageRequest
 	81, // 94: limitd.v1.Limitd.ExportUsage:input_type -> limitd.v1.ExportUsageRequest
 	83, // 95: limitd.v1.Limitd.TopKeys:input_type -> limitd.v1.TopKeysRequest
-	4,  // 96: limitd.v1.Limitd.Check:output_type -> limitd.v1.CheckResponse
-	6,  // 97: limitd.v1.Limitd.CheckAll:output_type -> limitd.v1.CheckAllResponse
-	10, // 98: limitd.v1.Limitd.Batch:output_type -> limitd.v1.BatchResponse
-	4,  // 99: limitd.v1.Limitd.Peek:output_type -> limitd.v1.CheckResponse
-	13, // 100: limitd.v1.Limitd.Reset:output_type -> limitd.v1.ResetResponse
-	15, // 101: limitd.v1.Limitd.Release:output_type -> limitd.v1.SlotResponse
-	15, // 102: limitd.v1.Limitd.Renew:output_type -> limitd.v1.SlotResponse
-	16, // 103: limitd.v1.Limitd.PutPolicy:output_type -> limitd.v1.Policy
-	16, // 104: limitd.v1.Limitd.GetPolicy:output_type -> limitd.v1.Policy
-	22, // 105: limitd.v1.Limitd.ListPolicies:output_type -> limitd.v1.ListPoliciesResponse
-	24, // 106: limitd.v1.Limitd.DeletePolicy:output_type -> limitd.v1.DeletePolicyResponse
-	25, // 107: limitd.v1.Limitd.PutRLSDomain:output_type -> limitd.v1.RLSDomain
-	25, // 108: limitd.v1.Limitd.GetRLSDomain:output_type -> limitd.v1.RLSDomain
-	29, // 109: limitd.v1.Limitd.ListRLSDomains:output_type -> limitd.v1.ListRLSDomainsResponse
-	31, // 110: limitd.v1.Limitd.DeleteRLSDomain:output_type -> limitd.v1.DeleteRLSDomainResponse
-	32, // 111: limitd.v1.Limitd.PutPlan:output_type -> limitd.v1.Plan
-	32, // 112: limitd.v1.Limitd.GetPlan:output_type -> limitd.v1.Plan
-	36, // 113: limitd.v1.Limitd.ListPlans:output_type -> limitd.v1.ListPlansResponse
-	38, // 114: limitd.v1.Limitd.DeletePlan:output_type -> limitd.v1.DeletePlanResponse
-	40, // 115: limitd.v1.Limitd.SetDefaultPlan:output_type -> limitd.v1.SetDefaultPlanResponse
-	43, // 116: limitd.v1.Limitd.AssignPlan:output_type -> limitd.v1.KeyPlan
-	43, // 117: limitd.v1.Limitd.GetKeyPlan:output_type -> limitd.v1.KeyPlan
-	44, // 118: limitd.v1.Limitd.PutPrefixRule:output_type -> limitd.v1.PrefixRule
-	46, // 119: limitd.v1.Limitd.DeletePrefixRule:output_type -> limitd.v1.DeletePrefixRuleResponse
-	48, // 120: limitd.v1.Limitd.ListPrefixRules:output_type -> limitd.v1.ListPrefixRulesResponse
-	50, // 121: limitd.v1.Limitd.PutOverride:output_type -> limitd.v1.Override
-	52, // 122: limitd.v1.Limitd.DeleteOverride:output_type -> limitd.v1.DeleteOverrideResponse
-	53, // 123: limitd.v1.Limitd.PutList:output_type -> limitd.v1.List
-	53, // 124: limitd.v1.Limitd.GetList:output_type -> limitd.v1.List
-	58, // 125: limitd.v1.Limitd.ListLists:output_type -> limitd.v1.ListListsResponse
-	60, // 126: limitd.v1.Limitd.DeleteList:output_type -> limitd.v1.DeleteListResponse
-	63, // 127: limitd.v1.Limitd.ListBans:output_type -> limitd.v1.ListBansResponse
-	65, // 128: limitd.v1.Limitd.Unban:output_type -> limitd.v1.UnbanResponse
-	66, // 129: limitd.v1.Limitd.PutWebhook:output_type -> limitd.v1.Webhook
-	66, // 130: limitd.v1.Limitd.GetWebhook:output_type -> limitd.v1.Webhook
-	70, // 131: limitd.v1.Limitd.ListWebhooks:output_type -> limitd.v1.ListWebhooksResponse
-	72, // 132: limitd.v1.Limitd.DeleteWebhook:output_type -> limitd.v1.DeleteWebhookResponse
-	76, // 133: limitd.v1.Limitd.Settle:output_type -> limitd.v1.CostResponse
-	76, // 134: limitd.v1.Limitd.Refund:output_type -> limitd.v1.CostResponse
-	80, // 135: limitd.v1.Limitd.GetUsage:output_type -> limitd.v1.GetUsageResponse
-	82, // 136: limitd.v1.Limitd.ExportUsage:output_type -> limitd.v1.ExportUsageMessage
-	85, // 137: limitd.v1.Limitd.TopKeys:output_type -> limitd.v1.TopKeysResponse
-	96, // [96:138] is the sub-list for method output_type
-	54, // [54:96] is the sub-list for method input_type
+	86, // 96: limitd.v1.Limitd.WatchEvents:input_type -> limitd.v1.WatchEventsRequest
+	4,  // 97: limitd.v1.Limitd.Check:output_type -> limitd.v1.CheckResponse
+	6,  // 98: limitd.v1.Limitd.CheckAll:output_type -> limitd.v1.CheckAllResponse
+	10, // 99: limitd.v1.Limitd.Batch:output_type -> limitd.v1.BatchResponse
+	4,  // 100: limitd.v1.Limitd.Peek:output_type -> limitd.v1.CheckResponse
+	13, // 101: limitd.v1.Limitd.Reset:output_type -> limitd.v1.ResetResponse
+	15, // 102: limitd.v1.Limitd.Release:output_type -> limitd.v1.SlotResponse
+	15, // 103: limitd.v1.Limitd.Renew:output_type -> limitd.v1.SlotResponse
+	16, // 104: limitd.v1.Limitd.PutPolicy:output_type -> limitd.v1.Policy
+	16, // 105: limitd.v1.Limitd.GetPolicy:output_type -> limitd.v1.Policy
+	22, // 106: limitd.v1.Limitd.ListPolicies:output_type -> limitd.v1.ListPoliciesResponse
+	24, // 107: limitd.v1.Limitd.DeletePolicy:output_type -> limitd.v1.DeletePolicyResponse
+	25, // 108: limitd.v1.Limitd.PutRLSDomain:output_type -> limitd.v1.RLSDomain
+	25, // 109: limitd.v1.Limitd.GetRLSDomain:output_type -> limitd.v1.RLSDomain
+	29, // 110: limitd.v1.Limitd.ListRLSDomains:output_type -> limitd.v1.ListRLSDomainsResponse
+	31, // 111: limitd.v1.Limitd.DeleteRLSDomain:output_type -> limitd.v1.DeleteRLSDomainResponse
+	32, // 112: limitd.v1.Limitd.PutPlan:output_type -> limitd.v1.Plan
+	32, // 113: limitd.v1.Limitd.GetPlan:output_type -> limitd.v1.Plan
+	36, // 114: limitd.v1.Limitd.ListPlans:output_type -> limitd.v1.ListPlansResponse
+	38, // 115: limitd.v1.Limitd.DeletePlan:output_type -> limitd.v1.DeletePlanResponse
+	40, // 116: limitd.v1.Limitd.SetDefaultPlan:output_type -> limitd.v1.SetDefaultPlanResponse
+	43, // 117: limitd.v1.Limitd.AssignPlan:output_type -> limitd.v1.KeyPlan
+	43, // 118: limitd.v1.Limitd.GetKeyPlan:output_type -> limitd.v1.KeyPlan
+	44, // 119: limitd.v1.Limitd.PutPrefixRule:output_type -> limitd.v1.PrefixRule
+	46, // 120: limitd.v1.Limitd.DeletePrefixRule:output_type -> limitd.v1.DeletePrefixRuleResponse
+	48, // 121: limitd.v1.Limitd.ListPrefixRules:output_type -> limitd.v1.ListPrefixRulesResponse
+	50, // 122: limitd.v1.Limitd.PutOverride:output_type -> limitd.v1.Override
+	52, // 123: limitd.v1.Limitd.DeleteOverride:output_type -> limitd.v1.DeleteOverrideResponse
+	53, // 124: limitd.v1.Limitd.PutList:output_type -> limitd.v1.List
+	53, // 125: limitd.v1.Limitd.GetList:output_type -> limitd.v1.List
+	58, // 126: limitd.v1.Limitd.ListLists:output_type -> limitd.v1.ListListsResponse
+	60, // 127: limitd.v1.Limitd.DeleteList:output_type -> limitd.v1.DeleteListResponse
+	63, // 128: limitd.v1.Limitd.ListBans:output_type -> limitd.v1.ListBansResponse
+	65, // 129: limitd.v1.Limitd.Unban:output_type -> limitd.v1.UnbanResponse
+	66, // 130: limitd.v1.Limitd.PutWebhook:output_type -> limitd.v1.Webhook
+	66, // 131: limitd.v1.Limitd.GetWebhook:output_type -> limitd.v1.Webhook
+	70, // 132: limitd.v1.Limitd.ListWebhooks:output_type -> limitd.v1.ListWebhooksResponse
+	72, // 133: limitd.v1.Limitd.DeleteWebhook:output_type -> limitd.v1.DeleteWebhookResponse
+	76, // 134: limitd.v1.Limitd.Settle:output_type -> limitd.v1.CostResponse
+	76, // 135: limitd.v1.Limitd.Refund:output_type -> limitd.v1.CostResponse
+	80, // 136: limitd.v1.Limitd.GetUsage:output_type -> limitd.v1.GetUsageResponse
+	82, // 137: limitd.v1.Limitd.ExportUsage:output_type -> limitd.v1.ExportUsageMessage
+	85, // 138: limitd.v1.Limitd.TopKeys:output_type -> limitd.v1.TopKeysResponse
+	87, // 139: limitd.v1.Limitd.WatchEvents:output_type -> limitd.v1.Event
+	97, // [97:140] is the sub-list for method output_type
+	54, // [54:97] is the sub-list for method input_type
 	54, // [54:54] is the sub-list for extension type_name
 	54, // [54:54] is the sub-list for extension extendee
 	0,  // [0:54] is the sub-list for field type_name
@@ -5623,7 +5741,7 @@ func file_limitd_v1_limitd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_limitd_v1_limitd_proto_rawDesc), len(file_limitd_v1_limitd_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   90,
+			NumMessages:   92,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -83,6 +83,7 @@ const (
 	Limitd_GetUsage_FullMethodName         = "/limitd.v1.Limitd/GetUsage"
 	Limitd_ExportUsage_FullMethodName      = "/limitd.v1.Limitd/ExportUsage"
 	Limitd_TopKeys_FullMethodName          = "/limitd.v1.Limitd/TopKeys"
+	Limitd_WatchEvents_FullMethodName      = "/limitd.v1.Limitd/WatchEvents"
 )
 
 // LimitdClient is the client API for Limitd service.
@@ -178,6 +179,12 @@ type LimitdClient interface {
 	// TopKeys is a policy's top keys over the last 5 minutes or hour, from
 	// the answering node's sketch (GET /v1/keys/top).
 	TopKeys(ctx context.Context, in *TopKeysRequest, opts ...grpc.CallOption) (*TopKeysResponse, error)
+	// WatchEvents streams the alert events (threshold, ban) the answering
+	// node applies, as GET /v1/events does (admin): with after_id, first the
+	// outbox's events after it, then the live ones; each once, in order. A
+	// consumer too slow for the node's buffer misses events (counted by the
+	// node as over SSE), never stalls it.
+	WatchEvents(ctx context.Context, in *WatchEventsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[Event], error)
 }
 
 type limitdClient struct {
@@ -617,6 +624,25 @@ func (c *limitdClient) TopKeys(ctx context.Context, in *TopKeysRequest, opts ...
 	return out, nil
 }
 
+func (c *limitdClient) WatchEvents(ctx context.Context, in *WatchEventsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[Event], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Limitd_ServiceDesc.Streams[1], Limitd_WatchEvents_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchEventsRequest, Event]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Limitd_WatchEventsClient = grpc.ServerStreamingClient[Event]
+
 // LimitdServer is the server API for Limitd service.
 // All implementations must embed UnimplementedLimitdServer
 // for forward compatibility.
@@ -710,6 +736,12 @@ type LimitdServer interface {
 	// TopKeys is a policy's top keys over the last 5 minutes or hour, from
 	// the answering node's sketch (GET /v1/keys/top).
 	TopKeys(context.Context, *TopKeysRequest) (*TopKeysResponse, error)
+	// WatchEvents streams the alert events (threshold, ban) the answering
+	// node applies, as GET /v1/events does (admin): with after_id, first the
+	// outbox's events after it, then the live ones; each once, in order. A
+	// consumer too slow for the node's buffer misses events (counted by the
+	// node as over SSE), never stalls it.
+	WatchEvents(*WatchEventsRequest, grpc.ServerStreamingServer[Event]) error
 	mustEmbedUnimplementedLimitdServer()
 }
 
@@ -845,6 +877,9 @@ func (UnimplementedLimitdServer) ExportUsage(*ExportUsageRequest, grpc.ServerStr
 }
 func (UnimplementedLimitdServer) TopKeys(context.Context, *TopKeysRequest) (*TopKeysResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method TopKeys not implemented")
+}
+func (UnimplementedLimitdServer) WatchEvents(*WatchEventsRequest, grpc.ServerStreamingServer[Event]) error {
+	return status.Error(codes.Unimplemented, "method WatchEvents not implemented")
 }
 func (UnimplementedLimitdServer) mustEmbedUnimplementedLimitdServer() {}
 func (UnimplementedLimitdServer) testEmbeddedByValue()                {}
@@ -1616,6 +1651,17 @@ func _Limitd_TopKeys_Handler(srv interface{}, ctx context.Context, dec func(inte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Limitd_WatchEvents_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchEventsRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(LimitdServer).WatchEvents(m, &grpc.GenericServerStream[WatchEventsRequest, Event]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Limitd_WatchEventsServer = grpc.ServerStreamingServer[Event]
+
 // Limitd_ServiceDesc is the grpc.ServiceDesc for Limitd service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1792,6 +1838,11 @@ var Limitd_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "ExportUsage",
 			Handler:       _Limitd_ExportUsage_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "WatchEvents",
+			Handler:       _Limitd_WatchEvents_Handler,
 			ServerStreams: true,
 		},
 	},
