@@ -1,7 +1,6 @@
 package api
 
 import (
-	"bytes"
 	"net/http"
 	"strconv"
 	"time"
@@ -9,6 +8,7 @@ import (
 	"github.com/julienschmidt/httprouter"
 
 	"github.com/limitd/limitd/nodeapi"
+	"github.com/limitd/limitd/service"
 )
 
 // GET /v1/events: server-sent events, for dashboards. Each event this
@@ -103,19 +103,8 @@ func appendSSE(dst []byte, ev nodeapi.Event) []byte {
 	dst = append(dst, "id: "...)
 	dst = strconv.AppendUint(dst, ev.Seq, 10)
 	dst = append(dst, "\nevent: "...)
-	dst = append(dst, eventType(ev.Body)...)
+	dst = append(dst, service.EventType(ev.Body)...)
 	dst = append(dst, "\ndata: "...)
 	dst = append(dst, ev.Body...)
 	return append(dst, "\n\n"...)
-}
-
-// eventType reads "type" of an event body the state machine wrote (its
-// second field, after the id).
-func eventType(body []byte) string {
-	for _, t := range []string{"threshold", "ban"} {
-		if bytes.Contains(body, []byte(`"type":"`+t+`"`)) {
-			return t
-		}
-	}
-	return "event"
 }

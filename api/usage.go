@@ -97,6 +97,22 @@ func parseTime(name, v string) (int64, *apiError) {
 	return t.UnixNano(), nil
 }
 
+// countParam reads the whole-number parameter name into dst when the query
+// has it (dst keeps its default otherwise); the service judges the range
+// 1..max, this only names the field of what is no number.
+func countParam(ps map[string]string, name string, max int, dst *int) *apiError {
+	v, ok := ps[name]
+	if !ok {
+		return nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return invalid(name, "must be a whole number from 1 to "+strconv.Itoa(max)+", got "+strconv.Quote(v))
+	}
+	*dst = n
+	return nil
+}
+
 func rfc3339(ns int64) string { return time.Unix(0, ns).UTC().Format(time.RFC3339) }
 
 var usageParams = map[string]bool{"key": true, "policy": true, "limit": true, "from": true, "to": true, "windows": true}
@@ -143,13 +159,9 @@ func (s *Server) handleKeyUsage(w http.ResponseWriter, req *http.Request, _ http
 			}
 		}
 	}
-	if v, ok := ps["windows"]; ok {
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			writeError(w, invalid("windows", "must be a whole number from 1 to "+strconv.Itoa(nodeapi.MaxUsageWindows)+", got "+strconv.Quote(v)))
-			return
-		}
-		q.Max = n
+	if ae := countParam(ps, "windows", nodeapi.MaxUsageWindows, &q.Max); ae != nil {
+		writeError(w, ae)
+		return
 	}
 	h, e := s.svc.KeyUsage(q)
 	countRead("usage", e != nil)
@@ -325,13 +337,9 @@ func (s *Server) handleTopKeys(w http.ResponseWriter, req *http.Request, _ httpr
 		writeError(w, invalid("window", "must be 5m or 1h, got "+strconv.Quote(ps["window"])))
 		return
 	}
-	if v, ok := ps["limit"]; ok {
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			writeError(w, invalid("limit", "must be a whole number from 1 to "+strconv.Itoa(nodeapi.MaxTopKeys)+", got "+strconv.Quote(v)))
-			return
-		}
-		q.Limit = n
+	if ae := countParam(ps, "limit", nodeapi.MaxTopKeys, &q.Limit); ae != nil {
+		writeError(w, ae)
+		return
 	}
 	v, e := s.svc.TopKeys(q)
 	countRead("top", e != nil)

@@ -50,6 +50,12 @@ func TestUsageRoutesHistoryAndExport(t *testing.T) {
 		t.Fatalf("keys: %v", k)
 	}
 
+	// windows bounds the answer to the newest windows; what is no number is
+	// refused naming the field (countParam, shared with top keys' limit).
+	if ws := ts.do("GET", "/v1/usage?key=u/1&policy=api&windows=1", "", admin).json(t)["windows"].([]any); len(ws) != 1 {
+		t.Fatalf("windows=1: %v", ws)
+	}
+	ts.want(ts.do("GET", "/v1/usage?key=u/1&policy=api&windows=two", "", admin), 400, CodeInvalidArgument, "windows")
 	ts.want(ts.do("GET", "/v1/usage/export?policy=api&window=2026-12-01T11:30:00Z", "", admin), 400, CodeInvalidArgument, "window")
 	ts.want(ts.do("GET", "/v1/usage/export?policy=api&window=2026-12-01T10:30:00Z&format=xml", "", admin), 400, CodeInvalidArgument, "format")
 	r := ts.do("GET", "/v1/usage/export?policy=api&window=2026-12-01T10:30:00Z", "", admin)
@@ -88,5 +94,6 @@ func TestTopKeysRoute(t *testing.T) {
 	ts.want(ts.do("GET", "/v1/keys/top?policy=api&window=10m", "", admin), 400, CodeInvalidArgument, "window")
 	ts.want(ts.do("GET", "/v1/keys/top?policy=api&window=5m&by=used", "", admin), 400, CodeInvalidArgument, "by")
 	ts.want(ts.do("GET", "/v1/keys/top?policy=api&window=5m&limit=99", "", admin), 400, CodeInvalidArgument, "limit")
+	ts.want(ts.do("GET", "/v1/keys/top?policy=api&window=5m&limit=ten", "", admin), 400, CodeInvalidArgument, "limit")
 	ts.want(ts.do("GET", "/v1/keys/top?policy=nope&window=5m", "", admin), 404, CodeNotFound, "policy")
 }

@@ -3,7 +3,6 @@ package client
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -169,14 +168,22 @@ func (c *Client) Remove(ctx context.Context, id string) error {
 // format is documented in cluster/backup.go; `limitd snapshot inspect`
 // verifies a file.
 func (c *Client) Snapshot(ctx context.Context, w io.Writer) (int64, error) {
+	return c.getStream(ctx, "/v1/cluster/snapshot", "snapshot", w)
+}
+
+// getStream copies the body of an authenticated GET of path (a leader-only
+// stream, found by the retries) into w and returns the bytes written. A
+// stream that breaks after its first bytes is an error, never retried: w
+// already holds part of it, so the caller starts again.
+func (c *Client) getStream(ctx context.Context, path, what string, w io.Writer) (int64, error) {
 	ctx, cancel := c.withDeadline(ctx)
 	defer cancel()
 	var n int64
 	err := c.retry(ctx, true, func(ctx context.Context, host string) error {
 		if n > 0 {
-			return errors.New("limitd: snapshot stream broke after the first bytes; start again")
+			return fmt.Errorf("limitd: %s stream broke after the first bytes; start again", what)
 		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.scheme+"://"+host+"/v1/cluster/snapshot", nil)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.scheme+"://"+host+path, nil)
 		if err != nil {
 			return err
 		}
@@ -197,7 +204,7 @@ func (c *Client) Snapshot(ctx context.Context, w io.Writer) (int64, error) {
 		}
 		n, err = io.Copy(w, resp.Body)
 		if err != nil {
-			return fmt.Errorf("limitd: snapshot from %s: %w", host, err)
+			return fmt.Errorf("limitd: %s from %s: %w", what, host, err)
 		}
 		return nil
 	})

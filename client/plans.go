@@ -16,8 +16,68 @@ import (
 
 // Plan is a named bundle of limits, keyed by the limit's name.
 type Plan struct {
-	Name   string           `json:"name,omitempty"`
-	Limits map[string]Limit `json:"limits"`
+	Name   string
+	Limits map[string]Limit
+	// Options are the limits' options, keyed by limit name like Limits (a
+	// name not in Limits is refused by PutPlan). On the wire they sit in
+	// the limit's own object, beside its fields. PutPlan replaces the whole
+	// plan, so a put without a limit's options turns them off; GetPlan and
+	// ListPlans set them, so a get-modify-put keeps them.
+	Options map[string]PlanLimitOptions
+}
+
+// PlanLimitOptions are a plan limit's options (docs/API.md, "Plans").
+type PlanLimitOptions struct {
+	// Notify are alert thresholds, fractions of the limit such as [0.8, 1]
+	// (docs/API.md, "Alerts"); nil: none.
+	Notify []float64 `json:"notify,omitempty" yaml:"notify,omitempty"`
+	// History keeps the key's usage per window for this long, such as
+	// "400d" (KeyUsage, ExportUsage); "": none.
+	History string `json:"history,omitempty" yaml:"history,omitempty"`
+}
+
+// planLimitJSON is a plan limit on the wire: its fields and its options in
+// one object.
+type planLimitJSON struct {
+	Limit
+	PlanLimitOptions
+}
+
+type planJSON struct {
+	Name   string                   `json:"name,omitempty"`
+	Limits map[string]planLimitJSON `json:"limits"`
+}
+
+// MarshalJSON writes each limit's options into its object.
+func (p Plan) MarshalJSON() ([]byte, error) {
+	out := planJSON{Name: p.Name, Limits: make(map[string]planLimitJSON, len(p.Limits))}
+	for name, l := range p.Limits {
+		out.Limits[name] = planLimitJSON{Limit: l, PlanLimitOptions: p.Options[name]}
+	}
+	return json.Marshal(out)
+}
+
+// UnmarshalJSON splits each limit's object into its Limit and its options
+// (Options is nil when no limit has any).
+func (p *Plan) UnmarshalJSON(b []byte) error {
+	var in planJSON
+	if err := json.Unmarshal(b, &in); err != nil {
+		return err
+	}
+	*p = Plan{Name: in.Name}
+	if in.Limits != nil {
+		p.Limits = make(map[string]Limit, len(in.Limits))
+	}
+	for name, l := range in.Limits {
+		p.Limits[name] = l.Limit
+		if l.Notify != nil || l.History != "" {
+			if p.Options == nil {
+				p.Options = map[string]PlanLimitOptions{}
+			}
+			p.Options[name] = l.PlanLimitOptions
+		}
+	}
+	return nil
 }
 
 // PlanCheck is the answer to CheckPlan: the deciding limit's Decision, the
@@ -81,7 +141,12 @@ func (c *Client) PutPlan(ctx context.Context, p Plan) (Plan, error) {
 	if p.Name == "" {
 		return Plan{}, &Error{Status: http.StatusBadRequest, Code: CodeInvalidArgument, Field: "name", Message: "is required"}
 	}
-	body, err := json.Marshal(Plan{Limits: p.Limits})
+	for name := range p.Options {
+		if _, ok := p.Limits[name]; !ok {
+			return Plan{}, &Error{Status: http.StatusBadRequest, Code: CodeInvalidArgument, Field: "options." + name, Message: "names no limit of the plan"}
+		}
+	}
+	body, err := json.Marshal(Plan{Limits: p.Limits, Options: p.Options})
 	if err != nil {
 		return Plan{}, fmt.Errorf("limitd: encode plan: %w", err)
 	}

@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -107,43 +106,17 @@ func (c *Client) ExportUsage(ctx context.Context, q ExportQuery, w io.Writer) (i
 			v.Set(name, val)
 		}
 	}
-	ctx, cancel := c.withDeadline(ctx)
-	defer cancel()
-	var n int64
-	err := c.retry(ctx, true, func(ctx context.Context, host string) error {
-		if n > 0 {
-			return errors.New("limitd: usage export broke after the first bytes; start again")
-		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.scheme+"://"+host+"/v1/usage/export?"+v.Encode(), nil)
-		if err != nil {
-			return err
-		}
-		if c.opts.token != "" {
-			req.Header.Set("Authorization", "Bearer "+c.opts.token)
-		}
-		resp, err := c.hc.Do(req)
-		if err != nil {
-			if kind := configKind(err); kind != "" {
-				return &ConfigError{Addr: host, Kind: kind, Err: unwrapURL(err)}
-			}
-			return &transportError{addr: host, sent: sentMaybe(err), err: err}
-		}
-		defer resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
-			return decodeError(resp, b)
-		}
-		tw := &tailWriter{w: w}
-		n, err = io.Copy(tw, resp.Body)
-		if err != nil {
-			return fmt.Errorf("limitd: usage export from %s: %w", host, err)
-		}
-		if line := tw.lastLine(); len(line) > 0 && (line[0] == '#' || len(line) > 9 && string(line[:9]) == `{"error":`) {
-			return fmt.Errorf("limitd: usage export from %s ended with an error: %s", host, line)
-		}
-		return nil
-	})
-	return n, err
+	tw := &tailWriter{w: w}
+	n, err := c.getStream(ctx, "/v1/usage/export?"+v.Encode(), "usage export", tw)
+	if err != nil {
+		return n, err
+	}
+	// The status was sent before the rows: a failure after it is the
+	// stream's last line.
+	if line := tw.lastLine(); len(line) > 0 && (line[0] == '#' || len(line) > 9 && string(line[:9]) == `{"error":`) {
+		return n, fmt.Errorf("limitd: usage export ended with an error: %s", line)
+	}
+	return n, nil
 }
 
 // tailWriter passes writes through, remembering the last line written.

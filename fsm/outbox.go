@@ -89,6 +89,9 @@ func keyGroup(key []byte) []byte {
 	if len(key) > 0 && key[0] == outboxKeyPrefix {
 		return []byte(outboxGroup)
 	}
+	if g := planRecordGroup(key); g != nil {
+		return g
+	}
 	return policyOfKey(key)
 }
 

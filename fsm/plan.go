@@ -70,6 +70,33 @@ const (
 	limitInfo   byte = 16 // a read of the key's plan records (Check.PlanInfo)
 )
 
+// persist key groups of the assignment and override records (keyGroup): the
+// store counts each exactly, as of every write and expiry, and recounts
+// them from the file at Open and Restore, so the counts need no stored
+// field and state written before they existed is counted the same way. A
+// plan check skips the lookup of a record kind no key holds: on a replica
+// without overrides (or assignments) a plan-resolved check does the same
+// state lookups as the inline check of its limits.
+var (
+	assignmentGroup = []byte("\x00plan-assignment")
+	overrideGroup   = []byte("\x00plan-override")
+)
+
+// planRecordGroup is the key group of a plan record's storage key, nil for
+// anything else.
+func planRecordGroup(key []byte) []byte {
+	if len(key) < 2 {
+		return nil
+	}
+	switch key[0] {
+	case tagAssignment:
+		return assignmentGroup
+	case tagOverride:
+		return overrideGroup
+	}
+	return nil
+}
+
 // Aliases of nodeapi's plan types.
 type (
 	Plan          = nodeapi.Plan
@@ -665,10 +692,13 @@ func (a *applier) deleteOverride(tx *persist.Tx, c *command) (*Error, error) {
 // prefix rule > default ("" when none).
 func (a *applier) planName(tx *persist.Tx, key []byte) (name, source string, err error) {
 	cfg := a.f.plans.view()
-	a.plan.keyBuf = append(append(a.plan.keyBuf[:0], tagAssignment), key...)
-	st, err := tx.State(a.plan.keyBuf)
-	if err != nil {
-		return "", "", err
+	var st persist.State
+	if tx.GroupKeys(assignmentGroup) > 0 { // none anywhere: key has none (planRecordGroup)
+		a.plan.keyBuf = append(append(a.plan.keyBuf[:0], tagAssignment), key...)
+		var err error
+		if st, err = tx.State(a.plan.keyBuf); err != nil {
+			return "", "", err
+		}
 	}
 	switch {
 	case st.Found:
@@ -724,11 +754,15 @@ func (a *applier) decidePlan(tx *persist.Tx, ck *checkRef, decs []Decision, now 
 	}
 	var ov Override
 	hasOv := false
-	rk := append(append(a.plan.keyBuf[:0], tagOverride), ck.key...)
-	a.plan.keyBuf = rk
-	st, err := tx.State(rk)
-	if err != nil {
-		return Result{}, err
+	var st persist.State
+	var rk []byte
+	if tx.GroupKeys(overrideGroup) > 0 { // none anywhere: key has none (planRecordGroup)
+		rk = append(append(a.plan.keyBuf[:0], tagOverride), ck.key...)
+		a.plan.keyBuf = rk
+		var err error
+		if st, err = tx.State(rk); err != nil {
+			return Result{}, err
+		}
 	}
 	if st.Found {
 		d := decoder{b: st.Data}
@@ -747,37 +781,20 @@ func (a *applier) decidePlan(tx *persist.Tx, ck *checkRef, decs []Decision, now 
 		}
 	}
 	n := len(p.Limits)
-	if cap(a.plan.specs) < n {
-		a.plan.specs = make([]algo.Spec, n)
+	lims, usedOv := a.plan.limitsOf(p, &ov, hasOv)
+	if cap(a.plan.checks) < n {
+		a.plan.checks = make([]checkRef, n)
 	}
-	a.plan.specs = a.plan.specs[:n]
-	a.plan.checks = a.plan.checks[:0]
-	a.plan.lims = a.plan.lims[:0]
-	usedOv := false
-	for i := range p.Limits {
-		a.plan.specs[i] = p.Limits[i].Spec
-		if hasOv {
-			for _, lo := range ov.Limits {
-				if lo.Name == p.Limits[i].Name {
-					// An override that no longer fits the plan (the plan
-					// changed since) is ignored for that limit: the plan's
-					// own limit still applies.
-					if s, e := overridden(a.plan.specs[i], lo); e == nil {
-						a.plan.specs[i], usedOv = s, true
-					}
-				}
-			}
-		}
-		a.plan.checks = append(a.plan.checks, checkRef{kind: limitPlan, key: ck.key, cost: ck.cost})
-		a.plan.lims = append(a.plan.lims, limit{spec: &a.plan.specs[i], tag: tagPlanLimit, ident: a.plan.ident(p.Limits[i].Name),
-			name: p.Limits[i].Name, noCache: true, notify: notifyOfLimit(&p.Limits[i].Options), history: int64(p.Limits[i].Options.History)}) // notify.go, history.go
+	a.plan.checks = a.plan.checks[:n]
+	for i := range a.plan.checks {
+		a.plan.checks[i] = checkRef{kind: limitPlan, key: ck.key, cost: ck.cost}
 	}
 	if cap(a.plan.decs) < n {
 		a.plan.decs = make([]Decision, n)
 	}
 	pdecs := a.plan.decs[:n]
 	clear(pdecs)
-	res, err := a.decideOp(tx, a.plan.checks, a.plan.lims, pdecs, now, true)
+	res, err := a.decideOp(tx, a.plan.checks, lims, pdecs, now, true)
 	if err != nil || res.Err != nil {
 		return res, err
 	}
@@ -893,12 +910,62 @@ type planApplier struct {
 	specs  []algo.Spec
 	checks []checkRef
 	lims   []limit
-	decs   []Decision        // decidePlan's per-limit decisions (not kept past it)
-	idents map[string][]byte // limit name → its bytes: the storage identity without an allocation per check
+	decs   []Decision // decidePlan's per-limit decisions (not kept past it)
+	// tmpl is tmplPlan's limits without an override (limitsOf).
+	tmplPlan *Plan
+	tmpl     []limit
+	idents   map[string][]byte // limit name → its bytes: the storage identity without an allocation per check
 	// Slabs the answers' plan decisions are carved from, each element used
 	// once (answers keep them): one allocation per many plan checks.
 	pdSlab []nodeapi.PlanDecision
 	ndSlab []nodeapi.NamedDecision
+}
+
+// limitsOf is p's limits as decideOp takes them, with ov's fields in place
+// of the plan's where hasOv, and whether ov changed any. Without an override
+// the limits are p's template, built once per plan version and reused by
+// every check under it (decideOp only reads them; a plan is immutable once
+// put, a changed plan is a new *Plan), so a plan check builds nothing.
+func (pa *planApplier) limitsOf(p *Plan, ov *Override, hasOv bool) ([]limit, bool) {
+	if !hasOv {
+		if pa.tmplPlan != p {
+			pa.tmpl = pa.tmpl[:0]
+			for i := range p.Limits {
+				pa.tmpl = append(pa.tmpl, pa.limitOf(p, i, &p.Limits[i].Spec))
+			}
+			pa.tmplPlan = p
+		}
+		return pa.tmpl, false
+	}
+	n := len(p.Limits)
+	if cap(pa.specs) < n {
+		pa.specs = make([]algo.Spec, n)
+	}
+	pa.specs = pa.specs[:n]
+	pa.lims = pa.lims[:0]
+	usedOv := false
+	for i := range p.Limits {
+		pa.specs[i] = p.Limits[i].Spec
+		for _, lo := range ov.Limits {
+			if lo.Name == p.Limits[i].Name {
+				// An override that no longer fits the plan (the plan
+				// changed since) is ignored for that limit: the plan's
+				// own limit still applies.
+				if s, e := overridden(pa.specs[i], lo); e == nil {
+					pa.specs[i], usedOv = s, true
+				}
+			}
+		}
+		pa.lims = append(pa.lims, pa.limitOf(p, i, &pa.specs[i]))
+	}
+	return pa.lims, usedOv
+}
+
+// limitOf is p's i-th limit under spec.
+func (pa *planApplier) limitOf(p *Plan, i int, spec *algo.Spec) limit {
+	pl := &p.Limits[i]
+	return limit{spec: spec, tag: tagPlanLimit, ident: pa.ident(pl.Name), name: pl.Name, noCache: true,
+		notify: notifyOfLimit(&pl.Options), history: int64(pl.Options.History)} // notify.go, history.go
 }
 
 // answer returns a fresh plan decision with n limits from the slabs.

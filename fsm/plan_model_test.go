@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -47,7 +48,9 @@ func (m *planModel) overlaps(prefix string) bool {
 // key's plan and override after each step.
 func TestPlanResolutionModel(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
-		f := openFSM(t, "", Options{NoSync: true, CommitEvery: 64})
+		path := filepath.Join(t.TempDir(), "fsm.db")
+		opts := Options{NoSync: true, CommitEvery: 64}
+		f := openFSM(t, path, opts)
 		d := newDriver(t, f)
 		d.ok(EncodePutPlan(planOf(t, "free", freeLimits)))
 		d.ok(EncodePutPlan(planOf(t, "pro", proLimits)))
@@ -60,7 +63,7 @@ func TestPlanResolutionModel(t *testing.T) {
 			now += rapid.Int64Range(0, 3*sec).Draw(rt, "dt")
 			key := rapid.SampledFrom(keys).Draw(rt, "key")
 			plan := rapid.SampledFrom(plans).Draw(rt, "plan")
-			switch rapid.IntRange(0, 7).Draw(rt, "op") {
+			switch rapid.IntRange(0, 8).Draw(rt, "op") {
 			case 0:
 				d.ok(EncodeAssignPlans([]Assignment{{Key: key, Plan: plan}}))
 				m.assign[key] = plan
@@ -110,6 +113,15 @@ func TestPlanResolutionModel(t *testing.T) {
 				delete(m.override, key)
 			case 7:
 				// a check, below
+			case 8:
+				// A restart: the assignment and override counts the plan
+				// check skips its lookups by are recounted from the file
+				// (planRecordGroup), so a record outlives them.
+				if err := f.Close(); err != nil {
+					rt.Fatal(err)
+				}
+				f = openFSM(t, path, opts)
+				d = newDriver(t, f)
 			}
 			for _, k := range keys {
 				r := d.planCheck(now, k, 0)

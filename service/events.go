@@ -1,6 +1,7 @@
 package service
 
 import (
+	"bytes"
 	"math"
 	"strconv"
 
@@ -52,4 +53,16 @@ func NotifyOut(n [nodeapi.MaxNotify]uint16) []float64 {
 		}
 	}
 	return out
+}
+
+// EventType is an event body's "type" (threshold or ban; "event" for any
+// other), as GET /v1/events names it and gRPC WatchEvents carries it: one
+// reading for every front end.
+func EventType(body []byte) string {
+	for _, t := range []string{"threshold", "ban"} {
+		if bytes.Contains(body, []byte(`"type":"`+t+`"`)) {
+			return t
+		}
+	}
+	return "event"
 }

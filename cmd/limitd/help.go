@@ -21,6 +21,7 @@ var commands = []struct{ name, summary string }{
 	{"list", "put, get, ls or delete allow and deny lists"},
 	{"bans", "list the banned keys, or lift a ban"},
 	{"webhook", "put, get, list or delete the webhooks that receive alert and ban events"},
+	{"events", "stream the alert and ban events a node applies"},
 	{"keys", "list the keys of a policy or plan limit with their usage"},
 	{"usage", "a key's usage per window, or export a closed window for billing"},
 	{"slot", "release or renew a concurrency limit's slot"},

@@ -66,6 +66,7 @@ var commands = map[string]func([]string, Env) int{
 	"snapshot": runSnapshot,
 	"version":  runVersion,
 	"webhook":  runWebhook, // webhooks.go
+	"events":   runEvents,  // events.go
 }
 
 // Run runs the client command name (check, policy, key, cluster, snapshot or

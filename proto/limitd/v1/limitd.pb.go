@@ -5169,6 +5169,113 @@ func (x *GetInflightResponse) GetAppliedIndex() uint64 {
 	return 0
 }
 
+type WatchEventsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// after_id: resume after this event id (SSE's Last-Event-ID); 0: only
+	// the events applied from now on.
+	AfterId       uint64 `protobuf:"varint,1,opt,name=after_id,json=afterId,proto3" json:"after_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchEventsRequest) Reset() {
+	*x = WatchEventsRequest{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[90]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchEventsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchEventsRequest) ProtoMessage() {}
+
+func (x *WatchEventsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[90]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchEventsRequest.ProtoReflect.Descriptor instead.
+func (*WatchEventsRequest) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{90}
+}
+
+func (x *WatchEventsRequest) GetAfterId() uint64 {
+	if x != nil {
+		return x.AfterId
+	}
+	return 0
+}
+
+// Event is one alert event: the SSE event's id, event and data.
+type Event struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`    // its place in the outbox, the same on every node
+	Type          string                 `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"` // "threshold" or "ban"
+	Data          string                 `protobuf:"bytes,3,opt,name=data,proto3" json:"data,omitempty"` // the JSON object webhooks receive
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Event) Reset() {
+	*x = Event{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[91]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Event) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Event) ProtoMessage() {}
+
+func (x *Event) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[91]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Event.ProtoReflect.Descriptor instead.
+func (*Event) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{91}
+}
+
+func (x *Event) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *Event) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *Event) GetData() string {
+	if x != nil {
+		return x.Data
+	}
+	return ""
+}
+
 type ExportUsageMessage_Header struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Start         *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=start,proto3" json:"start,omitempty"`
@@ -5180,7 +5287,7 @@ type ExportUsageMessage_Header struct {
 
 func (x *ExportUsageMessage_Header) Reset() {
 	*x = ExportUsageMessage_Header{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[92]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5192,7 +5299,7 @@ func (x *ExportUsageMessage_Header) String() string {
 func (*ExportUsageMessage_Header) ProtoMessage() {}
 
 func (x *ExportUsageMessage_Header) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[92]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5240,7 +5347,7 @@ type ExportUsageMessage_Row struct {
 
 func (x *ExportUsageMessage_Row) Reset() {
 	*x = ExportUsageMessage_Row{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[93]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5252,7 +5359,7 @@ func (x *ExportUsageMessage_Row) String() string {
 func (*ExportUsageMessage_Row) ProtoMessage() {}
 
 func (x *ExportUsageMessage_Row) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[93]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5641,7 +5748,13 @@ const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"\freservations\x18\t \x03(\v2\x1e.limitd.v1.InflightReservationR\freservations\x12+\n" +
 	"\x11more_reservations\x18\n" +
 	" \x01(\bR\x10moreReservations\x12#\n" +
-	"\rapplied_index\x18\v \x01(\x04R\fappliedIndex2\xad\x17\n" +
+	"\rapplied_index\x18\v \x01(\x04R\fappliedIndex\"/\n" +
+	"\x12WatchEventsRequest\x12\x19\n" +
+	"\bafter_id\x18\x01 \x01(\x04R\aafterId\"?\n" +
+	"\x05Event\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
+	"\x04type\x18\x02 \x01(\tR\x04type\x12\x12\n" +
+	"\x04data\x18\x03 \x01(\tR\x04data2\xef\x17\n" +
 	"\x06Limitd\x12:\n" +
 	"\x05Check\x12\x17.limitd.v1.CheckRequest\x1a\x18.limitd.v1.CheckResponse\x12C\n" +
 	"\bCheckAll\x12\x1a.limitd.v1.CheckAllRequest\x1a\x1b.limitd.v1.CheckAllResponse\x12:\n" +
@@ -5691,7 +5804,8 @@ const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"\bGetUsage\x12\x1a.limitd.v1.GetUsageRequest\x1a\x1b.limitd.v1.GetUsageResponse\x12M\n" +
 	"\vExportUsage\x12\x1d.limitd.v1.ExportUsageRequest\x1a\x1d.limitd.v1.ExportUsageMessage0\x01\x12@\n" +
 	"\aTopKeys\x12\x19.limitd.v1.TopKeysRequest\x1a\x1a.limitd.v1.TopKeysResponse\x12L\n" +
-	"\vGetInflight\x12\x1d.limitd.v1.GetInflightRequest\x1a\x1e.limitd.v1.GetInflightResponseB3Z1github.com/limitd/limitd/proto/limitd/v1;limitdv1b\x06proto3"
+	"\vGetInflight\x12\x1d.limitd.v1.GetInflightRequest\x1a\x1e.limitd.v1.GetInflightResponse\x12@\n" +
+	"\vWatchEvents\x12\x1d.limitd.v1.WatchEventsRequest\x1a\x10.limitd.v1.Event0\x01B3Z1github.com/limitd/limitd/proto/limitd/v1;limitdv1b\x06proto3"
 
 var (
 	file_limitd_v1_limitd_proto_rawDescOnce sync.Once
@@ -5705,7 +5819,7 @@ func file_limitd_v1_limitd_proto_rawDescGZIP() []byte {
 	return file_limitd_v1_limitd_proto_rawDescData
 }
 
-var file_limitd_v1_limitd_proto_msgTypes = make([]protoimpl.MessageInfo, 94)
+var file_limitd_v1_limitd_proto_msgTypes = make([]protoimpl.MessageInfo, 96)
 var file_limitd_v1_limitd_proto_goTypes = []any{
 	(*Limit)(nil),                     // 0: limitd.v1.Limit
 	(*CheckRequest)(nil),              // 1: limitd.v1.CheckRequest
@@ -5797,22 +5911,24 @@ var file_limitd_v1_limitd_proto_goTypes = []any{
 	(*InflightSlot)(nil),              // 87: limitd.v1.InflightSlot
 	(*InflightReservation)(nil),       // 88: limitd.v1.InflightReservation
 	(*GetInflightResponse)(nil),       // 89: limitd.v1.GetInflightResponse
-	nil,                               // 90: limitd.v1.Plan.LimitsEntry
-	nil,                               // 91: limitd.v1.Override.LimitsEntry
-	(*ExportUsageMessage_Header)(nil), // 92: limitd.v1.ExportUsageMessage.Header
-	(*ExportUsageMessage_Row)(nil),    // 93: limitd.v1.ExportUsageMessage.Row
-	(*durationpb.Duration)(nil),       // 94: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),     // 95: google.protobuf.Timestamp
+	(*WatchEventsRequest)(nil),        // 90: limitd.v1.WatchEventsRequest
+	(*Event)(nil),                     // 91: limitd.v1.Event
+	nil,                               // 92: limitd.v1.Plan.LimitsEntry
+	nil,                               // 93: limitd.v1.Override.LimitsEntry
+	(*ExportUsageMessage_Header)(nil), // 94: limitd.v1.ExportUsageMessage.Header
+	(*ExportUsageMessage_Row)(nil),    // 95: limitd.v1.ExportUsageMessage.Row
+	(*durationpb.Duration)(nil),       // 96: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),     // 97: google.protobuf.Timestamp
 }
 var file_limitd_v1_limitd_proto_depIdxs = []int32{
 	0,   // 0: limitd.v1.CheckRequest.limit:type_name -> limitd.v1.Limit
 	73,  // 1: limitd.v1.CheckRequest.reserve:type_name -> limitd.v1.Reserve
-	94,  // 2: limitd.v1.Decision.reset_after:type_name -> google.protobuf.Duration
-	94,  // 3: limitd.v1.Decision.retry_after:type_name -> google.protobuf.Duration
-	94,  // 4: limitd.v1.Decision.delay:type_name -> google.protobuf.Duration
+	96,  // 2: limitd.v1.Decision.reset_after:type_name -> google.protobuf.Duration
+	96,  // 3: limitd.v1.Decision.retry_after:type_name -> google.protobuf.Duration
+	96,  // 4: limitd.v1.Decision.delay:type_name -> google.protobuf.Duration
 	3,   // 5: limitd.v1.Decision.limits:type_name -> limitd.v1.NamedDecision
-	94,  // 6: limitd.v1.Decision.slot_expires:type_name -> google.protobuf.Duration
-	94,  // 7: limitd.v1.Decision.reservation_expires:type_name -> google.protobuf.Duration
+	96,  // 6: limitd.v1.Decision.slot_expires:type_name -> google.protobuf.Duration
+	96,  // 7: limitd.v1.Decision.reservation_expires:type_name -> google.protobuf.Duration
 	2,   // 8: limitd.v1.NamedDecision.decision:type_name -> limitd.v1.Decision
 	2,   // 9: limitd.v1.CheckResponse.decision:type_name -> limitd.v1.Decision
 	1,   // 10: limitd.v1.CheckAllRequest.checks:type_name -> limitd.v1.CheckRequest
@@ -5824,7 +5940,7 @@ var file_limitd_v1_limitd_proto_depIdxs = []int32{
 	0,   // 16: limitd.v1.PeekRequest.limit:type_name -> limitd.v1.Limit
 	0,   // 17: limitd.v1.ResetRequest.limit:type_name -> limitd.v1.Limit
 	0,   // 18: limitd.v1.SlotRequest.limit:type_name -> limitd.v1.Limit
-	94,  // 19: limitd.v1.SlotResponse.slot_expires:type_name -> google.protobuf.Duration
+	96,  // 19: limitd.v1.SlotResponse.slot_expires:type_name -> google.protobuf.Duration
 	0,   // 20: limitd.v1.Policy.limit:type_name -> limitd.v1.Limit
 	18,  // 21: limitd.v1.Policy.lease:type_name -> limitd.v1.Lease
 	17,  // 22: limitd.v1.Policy.on_exceed:type_name -> limitd.v1.OnExceed
@@ -5832,12 +5948,12 @@ var file_limitd_v1_limitd_proto_depIdxs = []int32{
 	16,  // 24: limitd.v1.PutPolicyRequest.policy:type_name -> limitd.v1.Policy
 	16,  // 25: limitd.v1.ListPoliciesResponse.policies:type_name -> limitd.v1.Policy
 	25,  // 26: limitd.v1.ListRLSDomainsResponse.domains:type_name -> limitd.v1.RLSDomain
-	90,  // 27: limitd.v1.Plan.limits:type_name -> limitd.v1.Plan.LimitsEntry
+	92,  // 27: limitd.v1.Plan.limits:type_name -> limitd.v1.Plan.LimitsEntry
 	32,  // 28: limitd.v1.PutPlanRequest.plan:type_name -> limitd.v1.Plan
 	32,  // 29: limitd.v1.ListPlansResponse.plans:type_name -> limitd.v1.Plan
 	44,  // 30: limitd.v1.ListPrefixRulesResponse.rules:type_name -> limitd.v1.PrefixRule
-	91,  // 31: limitd.v1.Override.limits:type_name -> limitd.v1.Override.LimitsEntry
-	95,  // 32: limitd.v1.Override.expires:type_name -> google.protobuf.Timestamp
+	93,  // 31: limitd.v1.Override.limits:type_name -> limitd.v1.Override.LimitsEntry
+	97,  // 32: limitd.v1.Override.expires:type_name -> google.protobuf.Timestamp
 	54,  // 33: limitd.v1.List.entries:type_name -> limitd.v1.ListEntry
 	53,  // 34: limitd.v1.PutListRequest.list:type_name -> limitd.v1.List
 	53,  // 35: limitd.v1.ListListsResponse.lists:type_name -> limitd.v1.List
@@ -5845,26 +5961,26 @@ var file_limitd_v1_limitd_proto_depIdxs = []int32{
 	66,  // 37: limitd.v1.PutWebhookRequest.webhook:type_name -> limitd.v1.Webhook
 	66,  // 38: limitd.v1.ListWebhooksResponse.webhooks:type_name -> limitd.v1.Webhook
 	2,   // 39: limitd.v1.CostResponse.decision:type_name -> limitd.v1.Decision
-	95,  // 40: limitd.v1.GetUsageRequest.from:type_name -> google.protobuf.Timestamp
-	95,  // 41: limitd.v1.GetUsageRequest.to:type_name -> google.protobuf.Timestamp
-	95,  // 42: limitd.v1.UsageWindow.start:type_name -> google.protobuf.Timestamp
-	95,  // 43: limitd.v1.UsageWindow.end:type_name -> google.protobuf.Timestamp
+	97,  // 40: limitd.v1.GetUsageRequest.from:type_name -> google.protobuf.Timestamp
+	97,  // 41: limitd.v1.GetUsageRequest.to:type_name -> google.protobuf.Timestamp
+	97,  // 42: limitd.v1.UsageWindow.start:type_name -> google.protobuf.Timestamp
+	97,  // 43: limitd.v1.UsageWindow.end:type_name -> google.protobuf.Timestamp
 	79,  // 44: limitd.v1.GetUsageResponse.windows:type_name -> limitd.v1.UsageWindow
-	95,  // 45: limitd.v1.ExportUsageRequest.window:type_name -> google.protobuf.Timestamp
-	92,  // 46: limitd.v1.ExportUsageMessage.header:type_name -> limitd.v1.ExportUsageMessage.Header
-	93,  // 47: limitd.v1.ExportUsageMessage.row:type_name -> limitd.v1.ExportUsageMessage.Row
-	95,  // 48: limitd.v1.TopKeysResponse.at:type_name -> google.protobuf.Timestamp
+	97,  // 45: limitd.v1.ExportUsageRequest.window:type_name -> google.protobuf.Timestamp
+	94,  // 46: limitd.v1.ExportUsageMessage.header:type_name -> limitd.v1.ExportUsageMessage.Header
+	95,  // 47: limitd.v1.ExportUsageMessage.row:type_name -> limitd.v1.ExportUsageMessage.Row
+	97,  // 48: limitd.v1.TopKeysResponse.at:type_name -> google.protobuf.Timestamp
 	84,  // 49: limitd.v1.TopKeysResponse.keys:type_name -> limitd.v1.TopKey
-	95,  // 50: limitd.v1.InflightSlot.acquired:type_name -> google.protobuf.Timestamp
-	95,  // 51: limitd.v1.InflightSlot.expires:type_name -> google.protobuf.Timestamp
-	95,  // 52: limitd.v1.InflightReservation.expires:type_name -> google.protobuf.Timestamp
-	95,  // 53: limitd.v1.GetInflightResponse.at:type_name -> google.protobuf.Timestamp
+	97,  // 50: limitd.v1.InflightSlot.acquired:type_name -> google.protobuf.Timestamp
+	97,  // 51: limitd.v1.InflightSlot.expires:type_name -> google.protobuf.Timestamp
+	97,  // 52: limitd.v1.InflightReservation.expires:type_name -> google.protobuf.Timestamp
+	97,  // 53: limitd.v1.GetInflightResponse.at:type_name -> google.protobuf.Timestamp
 	87,  // 54: limitd.v1.GetInflightResponse.slots:type_name -> limitd.v1.InflightSlot
 	88,  // 55: limitd.v1.GetInflightResponse.reservations:type_name -> limitd.v1.InflightReservation
 	0,   // 56: limitd.v1.Plan.LimitsEntry.value:type_name -> limitd.v1.Limit
 	49,  // 57: limitd.v1.Override.LimitsEntry.value:type_name -> limitd.v1.LimitOverride
-	95,  // 58: limitd.v1.ExportUsageMessage.Header.start:type_name -> google.protobuf.Timestamp
-	95,  // 59: limitd.v1.ExportUsageMessage.Header.end:type_name -> google.protobuf.Timestamp
+	97,  // 58: limitd.v1.ExportUsageMessage.Header.start:type_name -> google.protobuf.Timestamp
+	97,  // 59: limitd.v1.ExportUsageMessage.Header.end:type_name -> google.protobuf.Timestamp
 	1,   // 60: limitd.v1.Limitd.Check:input_type -> limitd.v1.CheckRequest
 	5,   // 61: limitd.v1.Limitd.CheckAll:input_type -> limitd.v1.CheckAllRequest
 	7,   // 62: limitd.v1.Limitd.Batch:input_type -> limitd.v1.BatchRequest
@@ -5908,51 +6024,53 @@ var file_limitd_v1_limitd_proto_depIdxs = []int32{
 	81,  // 100: limitd.v1.Limitd.ExportUsage:input_type -> limitd.v1.ExportUsageRequest
 	83,  // 101: limitd.v1.Limitd.TopKeys:input_type -> limitd.v1.TopKeysRequest
 	86,  // 102: limitd.v1.Limitd.GetInflight:input_type -> limitd.v1.GetInflightRequest
-	4,   // 103: limitd.v1.Limitd.Check:output_type -> limitd.v1.CheckResponse
-	6,   // 104: limitd.v1.Limitd.CheckAll:output_type -> limitd.v1.CheckAllResponse
-	10,  // 105: limitd.v1.Limitd.Batch:output_type -> limitd.v1.BatchResponse
-	4,   // 106: limitd.v1.Limitd.Peek:output_type -> limitd.v1.CheckResponse
-	13,  // 107: limitd.v1.Limitd.Reset:output_type -> limitd.v1.ResetResponse
-	15,  // 108: limitd.v1.Limitd.Release:output_type -> limitd.v1.SlotResponse
-	15,  // 109: limitd.v1.Limitd.Renew:output_type -> limitd.v1.SlotResponse
-	16,  // 110: limitd.v1.Limitd.PutPolicy:output_type -> limitd.v1.Policy
-	16,  // 111: limitd.v1.Limitd.GetPolicy:output_type -> limitd.v1.Policy
-	22,  // 112: limitd.v1.Limitd.ListPolicies:output_type -> limitd.v1.ListPoliciesResponse
-	24,  // 113: limitd.v1.Limitd.DeletePolicy:output_type -> limitd.v1.DeletePolicyResponse
-	25,  // 114: limitd.v1.Limitd.PutRLSDomain:output_type -> limitd.v1.RLSDomain
-	25,  // 115: limitd.v1.Limitd.GetRLSDomain:output_type -> limitd.v1.RLSDomain
-	29,  // 116: limitd.v1.Limitd.ListRLSDomains:output_type -> limitd.v1.ListRLSDomainsResponse
-	31,  // 117: limitd.v1.Limitd.DeleteRLSDomain:output_type -> limitd.v1.DeleteRLSDomainResponse
-	32,  // 118: limitd.v1.Limitd.PutPlan:output_type -> limitd.v1.Plan
-	32,  // 119: limitd.v1.Limitd.GetPlan:output_type -> limitd.v1.Plan
-	36,  // 120: limitd.v1.Limitd.ListPlans:output_type -> limitd.v1.ListPlansResponse
-	38,  // 121: limitd.v1.Limitd.DeletePlan:output_type -> limitd.v1.DeletePlanResponse
-	40,  // 122: limitd.v1.Limitd.SetDefaultPlan:output_type -> limitd.v1.SetDefaultPlanResponse
-	43,  // 123: limitd.v1.Limitd.AssignPlan:output_type -> limitd.v1.KeyPlan
-	43,  // 124: limitd.v1.Limitd.GetKeyPlan:output_type -> limitd.v1.KeyPlan
-	44,  // 125: limitd.v1.Limitd.PutPrefixRule:output_type -> limitd.v1.PrefixRule
-	46,  // 126: limitd.v1.Limitd.DeletePrefixRule:output_type -> limitd.v1.DeletePrefixRuleResponse
-	48,  // 127: limitd.v1.Limitd.ListPrefixRules:output_type -> limitd.v1.ListPrefixRulesResponse
-	50,  // 128: limitd.v1.Limitd.PutOverride:output_type -> limitd.v1.Override
-	52,  // 129: limitd.v1.Limitd.DeleteOverride:output_type -> limitd.v1.DeleteOverrideResponse
-	53,  // 130: limitd.v1.Limitd.PutList:output_type -> limitd.v1.List
-	53,  // 131: limitd.v1.Limitd.GetList:output_type -> limitd.v1.List
-	58,  // 132: limitd.v1.Limitd.ListLists:output_type -> limitd.v1.ListListsResponse
-	60,  // 133: limitd.v1.Limitd.DeleteList:output_type -> limitd.v1.DeleteListResponse
-	63,  // 134: limitd.v1.Limitd.ListBans:output_type -> limitd.v1.ListBansResponse
-	65,  // 135: limitd.v1.Limitd.Unban:output_type -> limitd.v1.UnbanResponse
-	66,  // 136: limitd.v1.Limitd.PutWebhook:output_type -> limitd.v1.Webhook
-	66,  // 137: limitd.v1.Limitd.GetWebhook:output_type -> limitd.v1.Webhook
-	70,  // 138: limitd.v1.Limitd.ListWebhooks:output_type -> limitd.v1.ListWebhooksResponse
-	72,  // 139: limitd.v1.Limitd.DeleteWebhook:output_type -> limitd.v1.DeleteWebhookResponse
-	76,  // 140: limitd.v1.Limitd.Settle:output_type -> limitd.v1.CostResponse
-	76,  // 141: limitd.v1.Limitd.Refund:output_type -> limitd.v1.CostResponse
-	80,  // 142: limitd.v1.Limitd.GetUsage:output_type -> limitd.v1.GetUsageResponse
-	82,  // 143: limitd.v1.Limitd.ExportUsage:output_type -> limitd.v1.ExportUsageMessage
-	85,  // 144: limitd.v1.Limitd.TopKeys:output_type -> limitd.v1.TopKeysResponse
-	89,  // 145: limitd.v1.Limitd.GetInflight:output_type -> limitd.v1.GetInflightResponse
-	103, // [103:146] is the sub-list for method output_type
-	60,  // [60:103] is the sub-list for method input_type
+	90,  // 103: limitd.v1.Limitd.WatchEvents:input_type -> limitd.v1.WatchEventsRequest
+	4,   // 104: limitd.v1.Limitd.Check:output_type -> limitd.v1.CheckResponse
+	6,   // 105: limitd.v1.Limitd.CheckAll:output_type -> limitd.v1.CheckAllResponse
+	10,  // 106: limitd.v1.Limitd.Batch:output_type -> limitd.v1.BatchResponse
+	4,   // 107: limitd.v1.Limitd.Peek:output_type -> limitd.v1.CheckResponse
+	13,  // 108: limitd.v1.Limitd.Reset:output_type -> limitd.v1.ResetResponse
+	15,  // 109: limitd.v1.Limitd.Release:output_type -> limitd.v1.SlotResponse
+	15,  // 110: limitd.v1.Limitd.Renew:output_type -> limitd.v1.SlotResponse
+	16,  // 111: limitd.v1.Limitd.PutPolicy:output_type -> limitd.v1.Policy
+	16,  // 112: limitd.v1.Limitd.GetPolicy:output_type -> limitd.v1.Policy
+	22,  // 113: limitd.v1.Limitd.ListPolicies:output_type -> limitd.v1.ListPoliciesResponse
+	24,  // 114: limitd.v1.Limitd.DeletePolicy:output_type -> limitd.v1.DeletePolicyResponse
+	25,  // 115: limitd.v1.Limitd.PutRLSDomain:output_type -> limitd.v1.RLSDomain
+	25,  // 116: limitd.v1.Limitd.GetRLSDomain:output_type -> limitd.v1.RLSDomain
+	29,  // 117: limitd.v1.Limitd.ListRLSDomains:output_type -> limitd.v1.ListRLSDomainsResponse
+	31,  // 118: limitd.v1.Limitd.DeleteRLSDomain:output_type -> limitd.v1.DeleteRLSDomainResponse
+	32,  // 119: limitd.v1.Limitd.PutPlan:output_type -> limitd.v1.Plan
+	32,  // 120: limitd.v1.Limitd.GetPlan:output_type -> limitd.v1.Plan
+	36,  // 121: limitd.v1.Limitd.ListPlans:output_type -> limitd.v1.ListPlansResponse
+	38,  // 122: limitd.v1.Limitd.DeletePlan:output_type -> limitd.v1.DeletePlanResponse
+	40,  // 123: limitd.v1.Limitd.SetDefaultPlan:output_type -> limitd.v1.SetDefaultPlanResponse
+	43,  // 124: limitd.v1.Limitd.AssignPlan:output_type -> limitd.v1.KeyPlan
+	43,  // 125: limitd.v1.Limitd.GetKeyPlan:output_type -> limitd.v1.KeyPlan
+	44,  // 126: limitd.v1.Limitd.PutPrefixRule:output_type -> limitd.v1.PrefixRule
+	46,  // 127: limitd.v1.Limitd.DeletePrefixRule:output_type -> limitd.v1.DeletePrefixRuleResponse
+	48,  // 128: limitd.v1.Limitd.ListPrefixRules:output_type -> limitd.v1.ListPrefixRulesResponse
+	50,  // 129: limitd.v1.Limitd.PutOverride:output_type -> limitd.v1.Override
+	52,  // 130: limitd.v1.Limitd.DeleteOverride:output_type -> limitd.v1.DeleteOverrideResponse
+	53,  // 131: limitd.v1.Limitd.PutList:output_type -> limitd.v1.List
+	53,  // 132: limitd.v1.Limitd.GetList:output_type -> limitd.v1.List
+	58,  // 133: limitd.v1.Limitd.ListLists:output_type -> limitd.v1.ListListsResponse
+	60,  // 134: limitd.v1.Limitd.DeleteList:output_type -> limitd.v1.DeleteListResponse
+	63,  // 135: limitd.v1.Limitd.ListBans:output_type -> limitd.v1.ListBansResponse
+	65,  // 136: limitd.v1.Limitd.Unban:output_type -> limitd.v1.UnbanResponse
+	66,  // 137: limitd.v1.Limitd.PutWebhook:output_type -> limitd.v1.Webhook
+	66,  // 138: limitd.v1.Limitd.GetWebhook:output_type -> limitd.v1.Webhook
+	70,  // 139: limitd.v1.Limitd.ListWebhooks:output_type -> limitd.v1.ListWebhooksResponse
+	72,  // 140: limitd.v1.Limitd.DeleteWebhook:output_type -> limitd.v1.DeleteWebhookResponse
+	76,  // 141: limitd.v1.Limitd.Settle:output_type -> limitd.v1.CostResponse
+	76,  // 142: limitd.v1.Limitd.Refund:output_type -> limitd.v1.CostResponse
+	80,  // 143: limitd.v1.Limitd.GetUsage:output_type -> limitd.v1.GetUsageResponse
+	82,  // 144: limitd.v1.Limitd.ExportUsage:output_type -> limitd.v1.ExportUsageMessage
+	85,  // 145: limitd.v1.Limitd.TopKeys:output_type -> limitd.v1.TopKeysResponse
+	89,  // 146: limitd.v1.Limitd.GetInflight:output_type -> limitd.v1.GetInflightResponse
+	91,  // 147: limitd.v1.Limitd.WatchEvents:output_type -> limitd.v1.Event
+	104, // [104:148] is the sub-list for method output_type
+	60,  // [60:104] is the sub-list for method input_type
 	60,  // [60:60] is the sub-list for extension type_name
 	60,  // [60:60] is the sub-list for extension extendee
 	0,   // [0:60] is the sub-list for field type_name
@@ -5980,7 +6098,7 @@ func file_limitd_v1_limitd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_limitd_v1_limitd_proto_rawDesc), len(file_limitd_v1_limitd_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   94,
+			NumMessages:   96,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -84,6 +84,7 @@ const (
 	Limitd_ExportUsage_FullMethodName      = "/limitd.v1.Limitd/ExportUsage"
 	Limitd_TopKeys_FullMethodName          = "/limitd.v1.Limitd/TopKeys"
 	Limitd_GetInflight_FullMethodName      = "/limitd.v1.Limitd/GetInflight"
+	Limitd_WatchEvents_FullMethodName      = "/limitd.v1.Limitd/WatchEvents"
 )
 
 // LimitdClient is the client API for Limitd service.
@@ -183,6 +184,12 @@ type LimitdClient interface {
 	// under a policy or a limit of its plan, from the answering node's
 	// applied state with no Raft write (GET /v1/keys/{key}/inflight). Admin.
 	GetInflight(ctx context.Context, in *GetInflightRequest, opts ...grpc.CallOption) (*GetInflightResponse, error)
+	// WatchEvents streams the alert events (threshold, ban) the answering
+	// node applies, as GET /v1/events does (admin): with after_id, first the
+	// outbox's events after it, then the live ones; each once, in order. A
+	// consumer too slow for the node's buffer misses events (counted by the
+	// node as over SSE), never stalls it.
+	WatchEvents(ctx context.Context, in *WatchEventsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[Event], error)
 }
 
 type limitdClient struct {
@@ -632,6 +639,25 @@ func (c *limitdClient) GetInflight(ctx context.Context, in *GetInflightRequest, 
 	return out, nil
 }
 
+func (c *limitdClient) WatchEvents(ctx context.Context, in *WatchEventsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[Event], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Limitd_ServiceDesc.Streams[1], Limitd_WatchEvents_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchEventsRequest, Event]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Limitd_WatchEventsClient = grpc.ServerStreamingClient[Event]
+
 // LimitdServer is the server API for Limitd service.
 // All implementations must embed UnimplementedLimitdServer
 // for forward compatibility.
@@ -729,6 +755,12 @@ type LimitdServer interface {
 	// under a policy or a limit of its plan, from the answering node's
 	// applied state with no Raft write (GET /v1/keys/{key}/inflight). Admin.
 	GetInflight(context.Context, *GetInflightRequest) (*GetInflightResponse, error)
+	// WatchEvents streams the alert events (threshold, ban) the answering
+	// node applies, as GET /v1/events does (admin): with after_id, first the
+	// outbox's events after it, then the live ones; each once, in order. A
+	// consumer too slow for the node's buffer misses events (counted by the
+	// node as over SSE), never stalls it.
+	WatchEvents(*WatchEventsRequest, grpc.ServerStreamingServer[Event]) error
 	mustEmbedUnimplementedLimitdServer()
 }
 
@@ -867,6 +899,9 @@ func (UnimplementedLimitdServer) TopKeys(context.Context, *TopKeysRequest) (*Top
 }
 func (UnimplementedLimitdServer) GetInflight(context.Context, *GetInflightRequest) (*GetInflightResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetInflight not implemented")
+}
+func (UnimplementedLimitdServer) WatchEvents(*WatchEventsRequest, grpc.ServerStreamingServer[Event]) error {
+	return status.Error(codes.Unimplemented, "method WatchEvents not implemented")
 }
 func (UnimplementedLimitdServer) mustEmbedUnimplementedLimitdServer() {}
 func (UnimplementedLimitdServer) testEmbeddedByValue()                {}
@@ -1656,6 +1691,17 @@ func _Limitd_GetInflight_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Limitd_WatchEvents_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchEventsRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(LimitdServer).WatchEvents(m, &grpc.GenericServerStream[WatchEventsRequest, Event]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Limitd_WatchEventsServer = grpc.ServerStreamingServer[Event]
+
 // Limitd_ServiceDesc is the grpc.ServiceDesc for Limitd service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1836,6 +1882,11 @@ var Limitd_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "ExportUsage",
 			Handler:       _Limitd_ExportUsage_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "WatchEvents",
+			Handler:       _Limitd_WatchEvents_Handler,
 			ServerStreams: true,
 		},
 	},
