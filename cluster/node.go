@@ -135,6 +135,18 @@ type Config struct {
 	// Transport overrides the TCP transport (in-process tests use raft.InmemTransport).
 	Transport raft.Transport
 
+	// Group is the Raft group this node runs (default 0, today's only
+	// group). A process hosts several groups as one Node each over one
+	// shared Raft port, RaftMux: group g > 0 keeps its state in
+	// DataDir/groups/<g>/ (group 0 stays the data dir's root, byte for byte
+	// as before) and needs RaftMux. See DESIGN.md, "One Raft port, several groups".
+	Group uint32
+	// RaftMux, when set, is the node's shared Raft port (raftnet.ListenMux):
+	// the node opens its group on it instead of a listener of its own, and
+	// closing the node leaves the port to its other groups (the caller
+	// closes it). RaftAddr defaults to its address.
+	RaftMux *raftnet.Mux
+
 	// wrapLogStore lets tests inject storage faults into the Raft log store.
 	wrapLogStore func(logstore.Store) logstore.Store
 	// wrapSnapshots lets tests slow or watch the Raft snapshot store (catchup.go).
@@ -179,6 +191,9 @@ const (
 )
 
 func (c *Config) setDefaults() {
+	if c.RaftAddr == "" && c.RaftMux != nil {
+		c.RaftAddr = c.RaftMux.Addr().String()
+	}
 	if c.NodeID == "" {
 		c.NodeID = c.RaftAddr
 	}
@@ -321,6 +336,12 @@ func Open(cfg Config, bootstrap bool) (*Node, error) {
 	}
 	if cfg.RequestIDRetention > MaxRequestIDRetention {
 		return nil, fmt.Errorf("cluster: request ID retention %v is over the maximum of %v", cfg.RequestIDRetention, MaxRequestIDRetention)
+	}
+	if cfg.Group != 0 {
+		if cfg.RaftMux == nil && cfg.Transport == nil {
+			return nil, fmt.Errorf("cluster: group %d needs the node's shared Raft port (Config.RaftMux)", cfg.Group)
+		}
+		cfg.DataDir = GroupDataDir(cfg.DataDir, cfg.Group) // mux.go
 	}
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("create data dir %s: %w", cfg.DataDir, err)
@@ -508,6 +529,14 @@ func (n *Node) openRaft(bootstrap bool) error {
 	}
 
 	trans := cfg.Transport
+	if trans == nil && cfg.RaftMux != nil { // its group on the shared port (mux.go)
+		t, err := cfg.RaftMux.Group(cfg.Group)
+		if err != nil {
+			logs.Close()
+			return fmt.Errorf("open raft group %d: %w", cfg.Group, err)
+		}
+		trans = t
+	}
 	if trans == nil {
 		t, err := raftnet.Listen(raftnet.Config{NodeID: cfg.NodeID, Addr: cfg.RaftAddr, Bind: cfg.RaftBind, TLS: cfg.TLS}, n.logger)
 		if err != nil {
