@@ -164,9 +164,40 @@ func TestGroupRestartCatchesUpOnSharedPort(t *testing.T) {
 	}
 }
 
-// A node of today's build (one transport of its own, the v1 preamble and
-// plain header addresses) forms group 0 with a node of this build whose
-// port also hosts group 1: the v2 node speaks v1 for group 0.
+// v1Listener accepts as a node of today's build does: a connection whose
+// preamble does not start "limitd-raft/1 " is refused (that build's
+// readPreamble), so a v2 preamble for group 0 would fail this test.
+type v1Listener struct{ net.Listener }
+
+func (l v1Listener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &v1Conn{Conn: c}, nil
+}
+
+type v1Conn struct {
+	net.Conn
+	seen int // preamble bytes checked
+}
+
+func (c *v1Conn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	const v1 = "limitd-raft/1 "
+	for i := 0; i < n && c.seen < len(v1); i++ {
+		if b[i] != v1[c.seen] {
+			c.Conn.Close()
+			return 0, fmt.Errorf("not a limitd raft preamble (today's build reads only %q)", v1)
+		}
+		c.seen++
+	}
+	return n, err
+}
+
+// A node of today's build (a transport of its own that reads only the v1
+// preamble) forms group 0 with a node of this build whose port also hosts
+// group 1: the v2 node speaks v1 for group 0, the rolling-upgrade rule.
 func TestV1PeerFormsGroupZeroWithSharedPortNode(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -174,11 +205,22 @@ func TestV1PeerFormsGroupZeroWithSharedPortNode(t *testing.T) {
 	}
 	mux := raftnet.NewMuxOn(ln, nil, "n0", 2*time.Second, hclog.NewNullLogger())
 	t.Cleanup(func() { mux.Close() })
+	oldLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := cluster.NewStreamTransport(v1Listener{oldLn}, nil, "n1")
+	t.Cleanup(func() { old.Close() })
 	c := clustertest.MakeClusterOpts(t, clustertest.Options{Nodes: 2, TCP: true, SkipShort: true,
 		Config: func(i int, cfg *cluster.Config) {
-			if i == 0 { // this build, on the shared port; node 1 stays on a transport of its own
+			if i == 0 { // this build, on the shared port
 				cfg.RaftMux, cfg.RaftAddr = mux, mux.Addr().String()
+			} else {
+				cfg.Transport, cfg.RaftAddr = old, string(old.LocalAddr())
 			}
+		},
+		Join: func(c *clustertest.Cluster, i int) error {
+			return c.Node(0).Join(context.Background(), c.Node(i).ID(), string(old.LocalAddr()), c.HTTPAddr(i))
 		}})
 	// Group 1 on node 0's port beside group 0: a one-node group.
 	cfg1 := clustertest.FastConfig("n0", c.DataDir(0), c.HTTPAddr(0), nil)
