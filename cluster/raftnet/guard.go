@@ -37,7 +37,8 @@ import (
 // before raft reads it and refuses, before the bytes reach raft, a string or
 // binary longer than MaxField, a container of more than maxRaftItems,
 // nesting deeper than maxRaftDepth, an unknown RPC type, or a sender ID other
-// than the certificate's. It reads in raft's own goroutine and hands raft an
+// than the certificate's, or a sender address (RPCHeader.Addr) naming another
+// group than the connection's (mux.go; at most maxServerIDLen bytes). It reads in raft's own goroutine and hands raft an
 // RPC's end only once the RPC is checked, so raft never completes decoding a
 // refused one (rpcReader).
 //

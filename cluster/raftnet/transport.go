@@ -1,6 +1,7 @@
 // Package raftnet owns a node's Raft transport: hashicorp/raft's
 // NetworkTransport over limitd's stream layer (mutual TLS, the target's
-// server ID in a preamble), the guard that checks every accepted RPC before
+// server ID and group in a preamble), the shared port that carries several
+// Raft groups (mux.go), the guard that checks every accepted RPC before
 // raft decodes it (guard.go: the sender bound to its certificate, bounded
 // frames, one reading of every header), the vote gate that keeps a node
 // without a past from voting (votegate.go), and the bound on pipelined
@@ -35,7 +36,8 @@ import (
 //     CA (Config.TLS.ClientCAs), so nobody without a node certificate can send
 //     an RPC (without it, anyone reaching the port could have forged AppendEntries applied).
 //   - The target's server ID: the dialer sends a one-line preamble naming the
-//     server it means to reach ("limitd-raft/1 <id>"), and the accepting node
+//     server it means to reach ("limitd-raft/1 <id>"; "limitd-raft/2 <id>
+//     <group>" for a group other than 0, mux.go), and the accepting node
 //     closes any connection meant for another ID. Raft's own RPC header
 //     carries only the sender's ID and address, so without this a fresh node
 //     started on a stopped member's address was replicated to as that member
