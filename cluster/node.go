@@ -144,7 +144,8 @@ type Config struct {
 	// RaftMux, when set, is the node's shared Raft port (raftnet.ListenMux):
 	// the node opens its group on it instead of a listener of its own, and
 	// closing the node leaves the port to its other groups (the caller
-	// closes it). RaftAddr defaults to its address.
+	// closes it). RaftAddr defaults to its address. The port's TLS is the
+	// one it was opened with (raftnet.Config.TLS), not this Config's.
 	RaftMux *raftnet.Mux
 
 	// wrapLogStore lets tests inject storage faults into the Raft log store.
