@@ -247,7 +247,7 @@ func (m *Mux) handshake(c net.Conn) {
 	c.SetDeadline(deadline)
 	stop := make(chan struct{})
 	defer close(stop)
-	raw := c // c becomes the TLS connection below; the watcher keeps the socket
+	raw := c    // c becomes the TLS connection below; the watcher keeps the socket
 	go func() { // Close cuts a pending handshake short
 		select {
 		case <-m.done:
