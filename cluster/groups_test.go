@@ -5,8 +5,10 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -257,7 +259,8 @@ func TestV1PeerFormsGroupZeroWithSharedPortNode(t *testing.T) {
 }
 
 // A connection naming a group the node does not host is closed and counted
-// in the node's metrics (limitd_raft_unknown_group_connections_total).
+// in the node's metrics (limitd_raft_unknown_group_connections_total), and so
+// is a forwarded check naming another group (limitd_forward_wrong_group_total).
 func TestUnknownGroupRefusedAndCounted(t *testing.T) {
 	gs := clustertest.MakeGroups(t, 1, clustertest.Options{Nodes: 1, SkipShort: true})
 	conn, err := net.Dial("tcp", gs.Ports.Addr(0))
@@ -274,6 +277,20 @@ func TestUnknownGroupRefusedAndCounted(t *testing.T) {
 	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
 		t.Fatal("the connection for group 5 stayed open")
 	}
+	// A forwarded check naming another group is refused before deciding.
+	req, err := http.NewRequest(http.MethodPost, gs.Group(0).URL(0)+"/internal/v1/check", strings.NewReader(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("X-Limitd-Group", "4")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("a forwarded check for group 4 answered %d", resp.StatusCode)
+	}
 	reg := prometheus.NewRegistry()
 	for _, col := range gs.Group(0).Node(0).Collectors() {
 		reg.MustRegister(col)
@@ -282,13 +299,13 @@ func TestUnknownGroupRefusedAndCounted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got float64 = -1
+	got := map[string]float64{}
 	for _, mf := range mfs {
-		if mf.GetName() == "limitd_raft_unknown_group_connections_total" {
-			got = mf.GetMetric()[0].GetCounter().GetValue()
+		if n := mf.GetName(); n == "limitd_raft_unknown_group_connections_total" || n == "limitd_forward_wrong_group_total" {
+			got[n] = mf.GetMetric()[0].GetCounter().GetValue()
 		}
 	}
-	if got != 1 {
-		t.Fatalf("limitd_raft_unknown_group_connections_total = %v, want 1", got)
+	if got["limitd_raft_unknown_group_connections_total"] != 1 || got["limitd_forward_wrong_group_total"] != 1 {
+		t.Fatalf("counters %v, want 1 each", got)
 	}
 }

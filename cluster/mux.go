@@ -29,18 +29,22 @@ func GroupDataDir(root string, g uint32) string {
 // any group saw them. A port shared by several groups' Nodes is counted by
 // each Node's registry; the daemon registers one.
 func (n *Node) muxCollectors() []prometheus.Collector {
+	cs := []prometheus.Collector{
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "limitd_forward_wrong_group_total",
+			Help: "Forwarded checks this node refused because they named another Raft group than its own."},
+			func() float64 { return float64(n.fwdSrv.WrongGroup()) }),
+	}
 	m := n.raftMux()
 	if m == nil {
-		return nil
+		return cs
 	}
-	return []prometheus.Collector{
+	return append(cs,
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "limitd_raft_unknown_group_connections_total",
 			Help: "Raft connections refused because their preamble named a group this node does not host."},
 			func() float64 { return float64(m.Stats().UnknownGroup) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "limitd_raft_busy_connections_total",
 			Help: "Raft connections closed at once because the port already had its bound of handshakes pending."},
-			func() float64 { return float64(m.Stats().Busy) }),
-	}
+			func() float64 { return float64(m.Stats().Busy) }))
 }
 
 // raftMux is the Raft port the node's transport is a group of; nil for a

@@ -401,6 +401,7 @@ func Open(cfg Config, bootstrap bool) (*Node, error) {
 		Waited:   func(d time.Duration) { n.metrics.stageWait.Observe(d.Seconds()) },
 		Sent:     func(d time.Duration) { n.metrics.stageFwd.Observe(d.Seconds()) },
 		Framed:   n.metrics.observeForward,
+		Group:    cfg.Group, // forward/group.go
 	})
 	n.peers = peerClient{client: cfg.HTTPClient, scheme: cfg.HTTPScheme, token: cfg.AdminToken, timeout: cfg.ApplyTimeout, closing: n.closing}
 	n.promo = &promotions{self: cfg.NodeID, applyTimeout: cfg.ApplyTimeout, raft: n.raft, fsm: n.fsm, peers: &n.peers,
@@ -409,7 +410,7 @@ func Open(cfg Config, bootstrap bool) (*Node, error) {
 		raft: n.raft, trans: n.trans, fsm: n.fsm, adm: n.adm, promo: n.promo, peers: &n.peers, log: n.log, closing: n.closing,
 		member: func() bool { _, member := n.vit.membership(); return member }}
 	n.fwdSrv = forward.NewServer(forward.ServerConfig{TLS: cfg.TLS != nil, Token: cfg.AdminToken, Timeout: cfg.ApplyTimeout,
-		Log: n.log, Closing: n.closing, MaxCommandBytes: MaxCommandBytes}, leaderSide{n})
+		Log: n.log, Closing: n.closing, MaxCommandBytes: MaxCommandBytes, Group: cfg.Group}, leaderSide{n})
 	n.forwardBatch = newBatcher(cfg.BatchMaxOps, cfg.BatchInflight, cfg.BatchMaxWait, n.fwd.Checks, n.metrics.observeForward)
 	n.metrics.timeBatchers(n.leaderBatch, n.forwardBatch)
 	n.leaderBatch.traced(tracing.SpanCommit, n.proposeChecksIn) // spans while tracing is on (tracing.go)
