@@ -373,6 +373,7 @@ func (n *Node) Collectors() []prometheus.Collector {
 	cs = append(cs, budgetCollectors(n.fsm)...)   // budget_metrics.go
 	cs = append(cs, n.disk.collectors()...)       // diskwatch.go
 	cs = append(cs, n.catalog.banCollectors()...) // lists.go
+	cs = append(cs, n.muxCollectors()...)         // mux.go
 	cs = append(cs, slotCollectors(n.fsm)...)     // slots.go
 	cs = append(cs, outboxCollectors(n.fsm)...)   // webhooks.go
 	cs = append(cs, costCollectors(n.fsm)...)     // costs.go

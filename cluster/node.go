@@ -135,6 +135,19 @@ type Config struct {
 	// Transport overrides the TCP transport (in-process tests use raft.InmemTransport).
 	Transport raft.Transport
 
+	// Group is the Raft group this node runs (default 0, today's only
+	// group). A process hosts several groups as one Node each over one
+	// shared Raft port, RaftMux: group g > 0 keeps its state in
+	// DataDir/groups/<g>/ (group 0 stays the data dir's root, byte for byte
+	// as before) and needs RaftMux. See DESIGN.md, "One Raft port, several groups".
+	Group uint32
+	// RaftMux, when set, is the node's shared Raft port (raftnet.ListenMux):
+	// the node opens its group on it instead of a listener of its own, and
+	// closing the node leaves the port to its other groups (the caller
+	// closes it). RaftAddr defaults to its address. The port's TLS is the
+	// one it was opened with (raftnet.Config.TLS), not this Config's.
+	RaftMux *raftnet.Mux
+
 	// wrapLogStore lets tests inject storage faults into the Raft log store.
 	wrapLogStore func(logstore.Store) logstore.Store
 	// wrapSnapshots lets tests slow or watch the Raft snapshot store (catchup.go).
@@ -179,6 +192,9 @@ const (
 )
 
 func (c *Config) setDefaults() {
+	if c.RaftAddr == "" && c.RaftMux != nil {
+		c.RaftAddr = c.RaftMux.Addr().String()
+	}
 	if c.NodeID == "" {
 		c.NodeID = c.RaftAddr
 	}
@@ -322,6 +338,12 @@ func Open(cfg Config, bootstrap bool) (*Node, error) {
 	if cfg.RequestIDRetention > MaxRequestIDRetention {
 		return nil, fmt.Errorf("cluster: request ID retention %v is over the maximum of %v", cfg.RequestIDRetention, MaxRequestIDRetention)
 	}
+	if cfg.Group != 0 {
+		if cfg.RaftMux == nil && cfg.Transport == nil {
+			return nil, fmt.Errorf("cluster: group %d needs the node's shared Raft port (Config.RaftMux)", cfg.Group)
+		}
+		cfg.DataDir = GroupDataDir(cfg.DataDir, cfg.Group) // mux.go
+	}
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("create data dir %s: %w", cfg.DataDir, err)
 	}
@@ -379,6 +401,7 @@ func Open(cfg Config, bootstrap bool) (*Node, error) {
 		Waited:   func(d time.Duration) { n.metrics.stageWait.Observe(d.Seconds()) },
 		Sent:     func(d time.Duration) { n.metrics.stageFwd.Observe(d.Seconds()) },
 		Framed:   n.metrics.observeForward,
+		Group:    cfg.Group, // forward/group.go
 	})
 	n.peers = peerClient{client: cfg.HTTPClient, scheme: cfg.HTTPScheme, token: cfg.AdminToken, timeout: cfg.ApplyTimeout, closing: n.closing}
 	n.promo = &promotions{self: cfg.NodeID, applyTimeout: cfg.ApplyTimeout, raft: n.raft, fsm: n.fsm, peers: &n.peers,
@@ -387,7 +410,7 @@ func Open(cfg Config, bootstrap bool) (*Node, error) {
 		raft: n.raft, trans: n.trans, fsm: n.fsm, adm: n.adm, promo: n.promo, peers: &n.peers, log: n.log, closing: n.closing,
 		member: func() bool { _, member := n.vit.membership(); return member }}
 	n.fwdSrv = forward.NewServer(forward.ServerConfig{TLS: cfg.TLS != nil, Token: cfg.AdminToken, Timeout: cfg.ApplyTimeout,
-		Log: n.log, Closing: n.closing, MaxCommandBytes: MaxCommandBytes}, leaderSide{n})
+		Log: n.log, Closing: n.closing, MaxCommandBytes: MaxCommandBytes, Group: cfg.Group}, leaderSide{n})
 	n.forwardBatch = newBatcher(cfg.BatchMaxOps, cfg.BatchInflight, cfg.BatchMaxWait, n.fwd.Checks, n.metrics.observeForward)
 	n.metrics.timeBatchers(n.leaderBatch, n.forwardBatch)
 	n.leaderBatch.traced(tracing.SpanCommit, n.proposeChecksIn) // spans while tracing is on (tracing.go)
@@ -508,6 +531,14 @@ func (n *Node) openRaft(bootstrap bool) error {
 	}
 
 	trans := cfg.Transport
+	if trans == nil && cfg.RaftMux != nil { // its group on the shared port (mux.go)
+		t, err := cfg.RaftMux.Group(cfg.Group)
+		if err != nil {
+			logs.Close()
+			return fmt.Errorf("open raft group %d: %w", cfg.Group, err)
+		}
+		trans = t
+	}
 	if trans == nil {
 		t, err := raftnet.Listen(raftnet.Config{NodeID: cfg.NodeID, Addr: cfg.RaftAddr, Bind: cfg.RaftBind, TLS: cfg.TLS}, n.logger)
 		if err != nil {

@@ -103,6 +103,12 @@ type Options struct {
 	Seed int64
 	// SkipShort skips the test under -short (the cluster is slow to start).
 	SkipShort bool
+	// Ports, when set, gives node i the shared Raft port and data directory
+	// of process i (groups.go): the nodes run Raft group Group over it
+	// (implies TCP), beside the other groups' clusters on the same Ports.
+	Ports *Ports
+	// Group is the Raft group the nodes run (with Ports).
+	Group uint32
 }
 
 // Cluster is a running in-process cluster. Its methods may be called from
@@ -143,7 +149,7 @@ func MakeClusterOpts(t testing.TB, opts Options) *Cluster {
 	if opts.Nodes < 1 {
 		t.Fatalf("clustertest: %d nodes", opts.Nodes)
 	}
-	if opts.TLS != nil {
+	if opts.TLS != nil || opts.Ports != nil {
 		opts.TCP = true
 	}
 	size := opts.Nodes
@@ -154,7 +160,11 @@ func MakeClusterOpts(t testing.TB, opts Options) *Cluster {
 		base: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 16, DisableCompression: true},
 	}
 	for i := 0; i < size; i++ {
-		c.dirs = append(c.dirs, t.TempDir()) // before Close is registered: cleanups run last in, first out
+		if opts.Ports != nil { // the process's data dir: the group's is under it (cluster.GroupDataDir)
+			c.dirs = append(c.dirs, opts.Ports.dirs[i])
+		} else {
+			c.dirs = append(c.dirs, t.TempDir()) // before Close is registered: cleanups run last in, first out
+		}
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
@@ -173,7 +183,10 @@ func MakeClusterOpts(t testing.TB, opts Options) *Cluster {
 		}
 		c.srvs = append(c.srvs, srv)
 		c.net.byAddr[ln.Addr().String()] = i
-		if opts.TCP {
+		if opts.Ports != nil {
+			c.trans = append(c.trans, nil)
+			c.raft = append(c.raft, opts.Ports.Addr(i))
+		} else if opts.TCP {
 			c.trans = append(c.trans, nil)
 			c.raft = append(c.raft, freeAddr(t))
 		} else {
@@ -244,6 +257,9 @@ func (c *Cluster) Config(i int) cluster.Config {
 	}
 	cfg := FastConfig(fmt.Sprintf("n%d", i), c.dirs[i], c.HTTPAddr(i), tr)
 	cfg.RaftAddr = c.raft[i]
+	if p := c.opts.Ports; p != nil {
+		cfg.RaftMux, cfg.Group = p.muxes[i], c.opts.Group
+	}
 	var rt http.RoundTripper = c.base
 	if c.opts.TLS != nil {
 		cfg.TLS, cfg.HTTPScheme = c.tlsc[i], "https"

@@ -22,6 +22,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/limitd/limitd/cluster/raftnet"
@@ -89,6 +90,9 @@ type Config struct {
 	Failed       func(error)
 	Waited, Sent func(time.Duration)
 	Framed       func(ops int)
+	// Group is the Raft group this follower forwards for (group.go): sent
+	// with every request, so a leader of another group refuses it.
+	Group uint32
 }
 
 // Forwarder is a follower's side of forwarding: it sends requests to the
@@ -112,6 +116,7 @@ type Forwarder struct {
 	waited, sent func(time.Duration)
 	framed       func(ops int)
 	stream       streamClient // to the leader (stream_client.go)
+	group        uint32       // group.go
 }
 
 // New returns a follower's forwarder.
@@ -121,7 +126,7 @@ func New(cfg Config) *Forwarder {
 		self: cfg.Self, leader: cfg.Leader, client: cfg.Client, scheme: cfg.Scheme,
 		token: cfg.Token, timeout: cfg.Timeout, failed: cfg.Failed,
 		log: cfg.Log, closing: cfg.Closing, batched: cfg.Overflow, maxOps: cfg.MaxOps,
-		waited: cfg.Waited, sent: cfg.Sent, framed: cfg.Framed,
+		waited: cfg.Waited, sent: cfg.Sent, framed: cfg.Framed, group: cfg.Group,
 	}
 	if f.failed == nil {
 		f.failed = func(error) {}
@@ -268,6 +273,7 @@ func (f *Forwarder) Post(ctx context.Context, addr, path, ctype string, body []b
 		return nil, err
 	}
 	req.Header.Set("Content-Type", ctype)
+	setGroup(req.Header, f.group) // group.go
 	if tracing.Enabled() {
 		tracing.Inject(ctx, req.Header) // traceparent, when ctx has a span (the overflow batch's)
 	}
@@ -322,6 +328,9 @@ type ServerConfig struct {
 	Closing <-chan struct{} // closed when the node shuts down
 	// MaxCommandBytes bounds an admin command's body.
 	MaxCommandBytes int64
+	// Group is the Raft group this node leads or follows (group.go): a
+	// forwarded check for another group is refused and counted.
+	Group uint32
 }
 
 // Server is the leader's side of the node-to-node protocol: the endpoints
@@ -332,6 +341,8 @@ type Server struct {
 	cfg     ServerConfig
 	leader  Leader
 	streams streamServer // stream.go
+	// wrongGroup counts forwarded checks refused for naming another group (group.go).
+	wrongGroup atomic.Uint64
 }
 
 // NewServer returns the node-to-node endpoints of leader.
@@ -432,6 +443,9 @@ func ReadBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, bool
 // body is bounded by MaxEntryBytes, and an op too large for one entry is
 // refused with 413.
 func (sv *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
+	if !sv.sameGroup(w, r) {
+		return
+	}
 	body, ok := ReadBody(w, r, nodeapi.MaxEntryBytes)
 	if !ok {
 		return

@@ -184,6 +184,9 @@ func (sv *Server) handleCheckStream(w http.ResponseWriter, r *http.Request) {
 		writeOutcome(w, outcomeBadRequest, "the check stream needs Upgrade: "+streamProto)
 		return
 	}
+	if !sv.sameGroup(w, r) {
+		return
+	}
 	peer := streamPeer(r)
 	srv := &sv.streams
 	srv.mu.Lock()

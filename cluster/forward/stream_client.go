@@ -130,6 +130,7 @@ func (f *Forwarder) dialStream(addr string, nonce uint64) (io.ReadWriteCloser, e
 	req.Header.Set("Upgrade", streamProto)
 	req.Header.Set(nodeHeader, f.self)
 	req.Header.Set(nonceHeader, strconv.FormatUint(nonce, 16))
+	setGroup(req.Header, f.group) // group.go
 	if f.token != "" {
 		req.Header.Set("Authorization", "Bearer "+f.token)
 	}

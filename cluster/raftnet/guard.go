@@ -37,7 +37,8 @@ import (
 // before raft reads it and refuses, before the bytes reach raft, a string or
 // binary longer than MaxField, a container of more than maxRaftItems,
 // nesting deeper than maxRaftDepth, an unknown RPC type, or a sender ID other
-// than the certificate's. It reads in raft's own goroutine and hands raft an
+// than the certificate's, or a sender address (RPCHeader.Addr) naming another
+// group than the connection's (mux.go; at most maxServerIDLen bytes). It reads in raft's own goroutine and hands raft an
 // RPC's end only once the RPC is checked, so raft never completes decoding a
 // refused one (rpcReader).
 //
@@ -111,6 +112,7 @@ func NodeURI(id string) *url.URL {
 type rpcReader struct {
 	src    *bufio.Reader
 	sender string       // "": any
+	group  uint32       // the connection's group (mux.go): every RPC's header address must name it
 	conn   net.Conn     // written for a refused vote, closed on a refusal; nil in tests
 	layer  *streamLayer // nil in tests
 
@@ -200,6 +202,7 @@ var rpcFields = [maxRPCType + 1][]rpcField{
 
 const (
 	fieldID   = 0 // RPCHeader.ID: the sender
+	fieldAddr = 1 // RPCHeader.Addr: the sender's address, with its group (mux.go)
 	fieldSize = 3 // InstallSnapshotRequest.Size
 )
 
@@ -227,7 +230,11 @@ type rpcFrame struct {
 // newRPCReader reads the RPCs on an accepted connection (conn, after its
 // preamble) that pass the guard; sender is the node the certificate names.
 func newRPCReader(conn net.Conn, sender string, layer *streamLayer) *rpcReader {
-	return &rpcReader{src: bufio.NewReaderSize(conn, guardBufferBytes), conn: conn, sender: sender, layer: layer}
+	r := &rpcReader{src: bufio.NewReaderSize(conn, guardBufferBytes), conn: conn, sender: sender, layer: layer}
+	if layer != nil {
+		r.group = layer.group
+	}
+	return r
 }
 
 func (r *rpcReader) Read(b []byte) (int, error) {
@@ -553,7 +560,7 @@ func (r *rpcReader) bytesValue(h []byte, n int64, field int) (bool, error) {
 		// As raft's encoder writes it: one string has one encoding.
 		return false, r.refuse("field %s: a string of %d bytes in header 0x%02x", rpcFields[r.rpcType][field].name, n, h[0])
 	}
-	if field != fieldID {
+	if field != fieldID && field != fieldAddr {
 		r.take(h)
 		r.skip = n
 		if n > 0 {
@@ -562,12 +569,22 @@ func (r *rpcReader) bytesValue(h []byte, n int64, field int) (bool, error) {
 		return r.valueDone(), nil
 	}
 	if n > maxServerIDLen {
-		return false, r.refuse("a sender ID of %d bytes", n)
+		return false, r.refuse("a sender %s of %d bytes", strings.ToLower(rpcFields[r.rpcType][field].name), n)
 	}
 	hl := len(h)
 	v, err := r.peek(hl + int(n))
 	if err != nil {
 		return false, err
+	}
+	if field == fieldAddr {
+		// The group is the connection's for its life (its preamble): an
+		// RPC its sender wrote for another group is refused, not handed to
+		// this group's raft, whose terms and indexes are another log's.
+		if _, g, ok := splitGroupAddr(string(v[hl:])); !ok || g != r.group {
+			return false, r.refuse("an RPC of sender address %.80q on a connection of group %d", v[hl:], r.group)
+		}
+		r.take(v)
+		return r.valueDone(), nil
 	}
 	id := v[hl:]
 	if r.sender != "" && string(id) != r.sender {

@@ -1,6 +1,7 @@
 // Package raftnet owns a node's Raft transport: hashicorp/raft's
 // NetworkTransport over limitd's stream layer (mutual TLS, the target's
-// server ID in a preamble), the guard that checks every accepted RPC before
+// server ID and group in a preamble), the shared port that carries several
+// Raft groups (mux.go), the guard that checks every accepted RPC before
 // raft decodes it (guard.go: the sender bound to its certificate, bounded
 // frames, one reading of every header), the vote gate that keeps a node
 // without a past from voting (votegate.go), and the bound on pipelined
@@ -17,6 +18,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -34,7 +36,8 @@ import (
 //     CA (Config.TLS.ClientCAs), so nobody without a node certificate can send
 //     an RPC (without it, anyone reaching the port could have forged AppendEntries applied).
 //   - The target's server ID: the dialer sends a one-line preamble naming the
-//     server it means to reach ("limitd-raft/1 <id>"), and the accepting node
+//     server it means to reach ("limitd-raft/1 <id>"; "limitd-raft/2 <id>
+//     <group>" for a group other than 0, mux.go), and the accepting node
 //     closes any connection meant for another ID. Raft's own RPC header
 //     carries only the sender's ID and address, so without this a fresh node
 //     started on a stopped member's address was replicated to as that member
@@ -44,7 +47,10 @@ import (
 //     certificate naming a node ID speaks only as that node, and no RPC
 //     field may claim more than MaxField bytes.
 const (
-	preambleMagic = "limitd-raft/1 "
+	preamblePrefix  = "limitd-raft/"
+	preambleMagic   = "limitd-raft/1 "
+	preambleMagicV2 = "limitd-raft/2 "
+	maxGroupDigits  = 10 // a uint32 in decimal
 	// handshakeTimeout bounds the TLS handshake and preamble of an accepted
 	// connection, so a silent peer cannot hold one open.
 	handshakeTimeout = 10 * time.Second
@@ -87,35 +93,21 @@ type Config struct {
 	TLS    *tls.Config // nil: plain TCP
 }
 
-// Listen listens on cfg.Bind and returns the node's Raft transport.
+// Listen listens on cfg.Bind and returns the node's Raft transport: group
+// 0 of a Mux of its own, which its Close closes (mux.go).
 func Listen(cfg Config, logger hclog.Logger) (Transport, error) {
-	adv, err := net.ResolveTCPAddr("tcp", cfg.Addr)
+	m, err := ListenMux(cfg, logger)
 	if err != nil {
-		return Transport{}, fmt.Errorf("resolve raft address %s: %w", cfg.Addr, err)
+		return Transport{}, err
 	}
-	if adv.IP == nil || adv.IP.IsUnspecified() {
-		return Transport{}, fmt.Errorf("raft address %s is not advertisable: give the address other nodes reach this one at", cfg.Addr)
-	}
-	ln, err := net.Listen("tcp", cfg.Bind)
-	if err != nil {
-		return Transport{}, fmt.Errorf("listen raft %s: %w", cfg.Bind, err)
-	}
-	return newTransport(ln, advertisedAddr{adv, cfg.Addr}, cfg.TLS, cfg.NodeID, raftMaxPool, raftIOTimeout, logger), nil
+	return m.owned(), nil
 }
 
 // NewOn is a Raft transport on ln (advertised as its address) over the
 // stream layer, with one pooled connection per peer: for tests and tools
 // that bring their own listener.
 func NewOn(ln net.Listener, tc *tls.Config, localID string, timeout time.Duration, logger hclog.Logger) Transport {
-	return newTransport(ln, ln.Addr(), tc, localID, 1, timeout, logger)
-}
-
-func newTransport(ln net.Listener, adv net.Addr, tc *tls.Config, localID string, pool int, timeout time.Duration, logger hclog.Logger) Transport {
-	layer := &streamLayer{ln: ln, adv: adv, tls: tc, localID: localID, logger: logger}
-	nt := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-		Stream: layer, MaxPool: pool, Timeout: timeout, Logger: logger,
-	})
-	return Transport{nt, layer}
+	return newMux(ln, ln.Addr(), tc, localID, 1, timeout, logger).owned()
 }
 
 // advertisedAddr is the Raft address as configured: it is what this node
@@ -135,6 +127,28 @@ func (a advertisedAddr) String() string { return a.name }
 type Transport struct {
 	*raft.NetworkTransport
 	layer *streamLayer
+}
+
+// Group is the Raft group this transport carries (0: the node's first,
+// today's only group).
+func (t Transport) Group() uint32 { return t.layer.group }
+
+// Mux is the node's shared Raft port this transport is a group of.
+func (t Transport) Mux() *Mux { return t.layer.mux }
+
+// EncodePeer writes the address raft puts in every RPC header (RPCHeader.Addr)
+// with this transport's group ("host:port#g"; group 0 unchanged, as today's
+// nodes write it), so the guard of the receiving group can refuse an RPC
+// written for another group (guard.go, groupOfAddr). The addresses in a
+// group's configuration stay plain host:port.
+func (t Transport) EncodePeer(id raft.ServerID, p raft.ServerAddress) []byte {
+	return []byte(groupAddr(string(p), t.layer.group))
+}
+
+// DecodePeer undoes EncodePeer: raft learns the leader's plain address.
+func (t Transport) DecodePeer(b []byte) raft.ServerAddress {
+	addr, _, _ := splitGroupAddr(string(b))
+	return raft.ServerAddress(addr)
 }
 
 func withID(id raft.ServerID, target raft.ServerAddress) raft.ServerAddress {
@@ -173,40 +187,54 @@ func (t Transport) TimeoutNow(id raft.ServerID, target raft.ServerAddress, args 
 	return t.NetworkTransport.TimeoutNow(id, withID(id, target), args, resp)
 }
 
-// streamLayer is a raft.StreamLayer over TCP, optionally mutual TLS, with
-// the target-ID preamble.
+// streamLayer is one group's raft.StreamLayer: it accepts the connections
+// the Mux's accept loop handshook and named for its group, and dials its
+// group's peers with the target-ID (and group) preamble.
 type streamLayer struct {
-	ln      net.Listener
+	mux     *Mux
+	group   uint32
+	owned   bool // Close closes the mux too (Listen, NewOn)
 	adv     net.Addr
 	tls     *tls.Config // nil: plain TCP
 	localID string
 	logger  hclog.Logger
 
-	refusals refusalLog // guard.go
+	refusals *refusalLog // guard.go; the mux's, shared by its groups
 	// votes, when set, answers vote requests the node may not grant on
 	// the connection, before raft (votegate.go).
 	votes atomic.Pointer[VoteGate]
+
+	conns     chan net.Conn // from the mux's handshakes (mux.go)
+	closed    chan struct{}
+	closeOnce sync.Once
 }
 
 func (s *streamLayer) Accept() (net.Conn, error) {
-	c, err := s.ln.Accept()
-	if err != nil {
-		return nil, err
+	select {
+	case c := <-s.conns:
+		return c, nil
+	case <-s.closed:
+		return nil, net.ErrClosed
 	}
-	if s.tls != nil {
-		c = tls.Server(c, s.tls)
-	}
-	// The handshake and preamble run on the connection's first read, in
-	// raft's per-connection goroutine, not in this accept loop.
-	return &acceptedConn{Conn: c, layer: s}, nil
 }
 
-func (s *streamLayer) Close() error   { return s.ln.Close() }
+// Close stops this group's accepts; the shared port stays open for the
+// other groups unless this layer owns the mux.
+func (s *streamLayer) Close() error {
+	s.closeOnce.Do(func() { close(s.closed) })
+	s.mux.drop(s)
+	if s.owned {
+		return s.mux.Close()
+	}
+	return nil
+}
+
 func (s *streamLayer) Addr() net.Addr { return s.adv }
 
 // Dial connects to the server whose ID and address Transport encoded in
 // address, completes the TLS handshake (verifying the server's certificate
-// against the cluster CA) and sends the preamble.
+// against the cluster CA) and sends the preamble: today's for group 0, so a
+// node of an earlier build understands it, else one naming the group.
 func (s *streamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
 	id, addr := splitTarget(string(address))
 	deadline := time.Now().Add(timeout)
@@ -237,7 +265,7 @@ func (s *streamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (n
 		conn = tc
 	}
 	conn.SetWriteDeadline(deadline)
-	if _, err := io.WriteString(conn, preambleMagic+id+"\n"); err != nil {
+	if _, err := io.WriteString(conn, preamble(id, s.group)); err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("raft preamble to %s: %w", addr, err)
 	}
@@ -245,85 +273,74 @@ func (s *streamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (n
 	return conn, nil
 }
 
-// acceptedConn completes the TLS handshake and checks the preamble before
-// the first byte reaches raft; on failure every read and write fails, and
-// raft closes the connection.
+// acceptedConn is a connection whose TLS handshake and preamble the mux
+// checked (mux.go); raft reads it through the guard.
 type acceptedConn struct {
 	net.Conn
-	layer *streamLayer
-	once  sync.Once
-	err   error
-	rpcs  *rpcReader // the RPCs that passed the guard (guard.go)
+	rpcs *rpcReader // the RPCs that passed the guard (guard.go)
 }
 
 // errWrongTarget: a connection meant for another server ID.
 var errWrongTarget = errors.New("raft connection meant for another server")
 
-func (c *acceptedConn) open() error {
-	c.once.Do(func() {
-		c.Conn.SetDeadline(time.Now().Add(handshakeTimeout))
-		defer c.Conn.SetDeadline(time.Time{})
-		defer func() {
-			if c.err != nil {
-				c.layer.refusals.refused(c.layer.logger, c.err)
-			}
-		}()
-		sender := "" // the node the peer's certificate names; "": any
-		if tc, ok := c.Conn.(*tls.Conn); ok {
-			if err := tc.Handshake(); err != nil {
-				c.err = fmt.Errorf("raft TLS handshake from %s: %w", c.RemoteAddr(), err)
-				return
-			}
-			if certs := tc.ConnectionState().PeerCertificates; len(certs) > 0 {
-				sender, _ = NodeIDFromCert(certs[0])
-			}
-		}
-		id, err := readPreamble(c.Conn)
-		if err != nil {
-			c.err = fmt.Errorf("raft connection from %s: %w", c.RemoteAddr(), err)
-			return
-		}
-		if id != c.layer.localID {
-			c.err = fmt.Errorf("%w: a connection from %s is meant for server %q, this is %q (is this node on another member's address?)",
-				errWrongTarget, c.RemoteAddr(), id, c.layer.localID)
-			return
-		}
-		c.rpcs = newRPCReader(c.Conn, sender, c.layer)
-	})
-	return c.err
-}
+func (c *acceptedConn) Read(b []byte) (int, error) { return c.rpcs.Read(b) }
 
-func (c *acceptedConn) Read(b []byte) (int, error) {
-	if err := c.open(); err != nil {
-		return 0, err
+// preamble is the line a dialer sends: "limitd-raft/1 <id>" for group 0
+// (what every build understands), "limitd-raft/2 <id> <group>" otherwise.
+func preamble(id string, group uint32) string {
+	if group == 0 {
+		return preambleMagic + id + "\n"
 	}
-	return c.rpcs.Read(b)
+	return preambleMagicV2 + id + " " + strconv.FormatUint(uint64(group), 10) + "\n"
 }
 
-func (c *acceptedConn) Write(b []byte) (int, error) {
-	if err := c.open(); err != nil {
-		return 0, err
-	}
-	return c.Conn.Write(b)
-}
-
-// readPreamble reads "limitd-raft/1 <id>\n" one byte at a time: raft reads
-// the rest of the stream through its own buffer, so nothing past the newline
-// may be consumed here.
-func readPreamble(r io.Reader) (string, error) {
+// readPreamble reads a preamble one byte at a time (raft reads the rest of
+// the stream through its own buffer, so nothing past the newline may be
+// consumed here) and returns the target ID and group: "limitd-raft/1 <id>"
+// is group 0, "limitd-raft/2 <id> <group>" names one (decimal, as written).
+func readPreamble(r io.Reader) (string, uint32, error) {
 	line := make([]byte, 0, 64)
 	var b [1]byte
-	for len(line) <= len(preambleMagic)+maxServerIDLen {
+	for len(line) <= len(preambleMagicV2)+maxServerIDLen+1+maxGroupDigits {
 		if _, err := io.ReadFull(r, b[:]); err != nil {
-			return "", fmt.Errorf("read preamble: %w", err)
+			return "", 0, fmt.Errorf("read preamble: %w", err)
 		}
 		if b[0] == '\n' {
-			return strings.TrimPrefix(string(line), preambleMagic), nil
+			return parsePreamble(string(line))
 		}
 		line = append(line, b[0])
-		if n := len(line); n <= len(preambleMagic) && line[n-1] != preambleMagic[n-1] {
-			return "", fmt.Errorf("not a limitd raft preamble: %.40q", line)
+		if n := len(line); n <= len(preamblePrefix) && line[n-1] != preamblePrefix[n-1] {
+			return "", 0, fmt.Errorf("not a limitd raft preamble: %.40q", line)
 		}
 	}
-	return "", errors.New("raft preamble too long")
+	return "", 0, errors.New("raft preamble too long")
+}
+
+func parsePreamble(line string) (string, uint32, error) {
+	if id, ok := strings.CutPrefix(line, preambleMagic); ok {
+		return id, 0, nil
+	}
+	rest, ok := strings.CutPrefix(line, preambleMagicV2)
+	if !ok {
+		return "", 0, fmt.Errorf("not a limitd raft preamble: %.40q", line)
+	}
+	i := strings.LastIndexByte(rest, ' ')
+	if i < 0 {
+		return "", 0, fmt.Errorf("raft preamble %.80q names no group", line)
+	}
+	g, ok := parseGroup(rest[i+1:])
+	if !ok {
+		return "", 0, fmt.Errorf("raft preamble %.80q: group %.20q is not a group id", line, rest[i+1:])
+	}
+	return rest[:i], g, nil
+}
+
+// parseGroup reads a group id as preamble and EncodePeer write it: decimal,
+// no sign or leading zero, so one group has one spelling.
+func parseGroup(s string) (uint32, bool) {
+	g, err := strconv.ParseUint(s, 10, 32)
+	if err != nil || strconv.FormatUint(g, 10) != s {
+		return 0, false
+	}
+	return uint32(g), true
 }
