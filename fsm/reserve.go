@@ -668,25 +668,11 @@ func (a *applier) refund(tx *persist.Tx, ck *checkRef, decs []Decision, now int6
 	if err != nil {
 		return Result{}, err
 	}
-	credited, next, changed, err := algo.Credit(a.decideBuf[:0], lim.spec, st.Data, now, sp.window, ck.cost)
-	if err != nil {
-		return Result{Err: decideError(err)}, nil
-	}
-	if cap(next) > cap(a.decideBuf) {
-		a.decideBuf = next[:0]
-	}
-	if !changed {
-		next = st.Data
-	}
-	d, _, err := a.costs.peek(lim.spec, next, now, 0)
-	if err != nil {
-		return Result{Err: decideError(err)}, nil
+	credited, d, changed, e, err := a.creditKey(tx, &lim, st, now, sp.window, ck.cost)
+	if e != nil || err != nil {
+		return Result{Err: e}, err
 	}
 	if changed {
-		t := tentative{key: a.costs.stateKey, prev: st, data: next, expiry: now + int64(d.ResetAfter), changed: true}
-		if err := writeState(tx, &t); err != nil {
-			return Result{}, err
-		}
 		// The record, with what is now refunded, under the same expiry.
 		sp.refunded += credited
 		rec := append(a.costs.rec[:0], req.Result[:at]...)
@@ -699,9 +685,6 @@ func (a *applier) refund(tx *persist.Tx, ck *checkRef, decs []Decision, now int6
 		a.costs.rec = rec
 		if err := tx.PutRequest(id, req, rec, req.Expiry); err != nil {
 			return Result{}, err
-		}
-		if c := a.f.opts.OverLimit; c != nil {
-			c.Forget(overlimitID(&lim), stateKeyUserKey(sp.stateKey))
 		}
 	}
 	d.Allowed = true
@@ -757,9 +740,26 @@ func (a *applier) credit(tx *persist.Tx, ck *checkRef, lim *limit, decs []Decisi
 	if err != nil {
 		return Result{Err: decideError(err)}, nil
 	}
-	credited, next, changed, err := algo.Credit(a.decideBuf[:0], lim.spec, st.Data, now, window, ck.cost)
+	credited, d, _, e, err := a.creditKey(tx, lim, st, now, window, ck.cost)
+	if e != nil || err != nil {
+		return Result{Err: e}, err
+	}
+	d.Allowed = true
+	decs[0] = Decision{Decision: d, Credited: credited}
+	a.costs.counters.refunded.Add(uint64(credited))
+	return Result{Allowed: true, Decisions: decs}, nil
+}
+
+// creditKey is the one credit path of refunds, credits and reservations
+// returned at expiry: it gives back up to units to the state st stored at
+// a.costs.stateKey, only into window (algo.Credit: nothing once the window
+// rolled), writes the state when it changed and drops the over-limit
+// cache's refusal of the key (a credit can end it early). d is the key's
+// decision after the credit.
+func (a *applier) creditKey(tx *persist.Tx, lim *limit, st persist.State, now, window, units int64) (credited int64, d algo.Decision, changed bool, e *Error, err error) {
+	credited, next, changed, err := algo.Credit(a.decideBuf[:0], lim.spec, st.Data, now, window, units)
 	if err != nil {
-		return Result{Err: decideError(err)}, nil
+		return 0, d, false, decideError(err), nil
 	}
 	if cap(next) > cap(a.decideBuf) {
 		a.decideBuf = next[:0]
@@ -767,21 +767,18 @@ func (a *applier) credit(tx *persist.Tx, ck *checkRef, lim *limit, decs []Decisi
 	if !changed {
 		next = st.Data
 	}
-	d, _, err := a.costs.peek(lim.spec, next, now, 0)
-	if err != nil {
-		return Result{Err: decideError(err)}, nil
+	if d, _, err = a.costs.peek(lim.spec, next, now, 0); err != nil {
+		return 0, d, false, decideError(err), nil
 	}
-	if changed {
-		t := tentative{key: a.costs.stateKey, prev: st, data: next, expiry: now + int64(d.ResetAfter), changed: true}
-		if err := writeState(tx, &t); err != nil {
-			return Result{}, err
-		}
-		if c := a.f.opts.OverLimit; c != nil {
-			c.Forget(overlimitID(lim), ck.key)
-		}
+	if !changed {
+		return credited, d, false, nil, nil
 	}
-	d.Allowed = true
-	decs[0] = Decision{Decision: d, Credited: credited}
-	a.costs.counters.refunded.Add(uint64(credited))
-	return Result{Allowed: true, Decisions: decs}, nil
+	t := tentative{key: a.costs.stateKey, prev: st, data: next, expiry: now + int64(d.ResetAfter), changed: true}
+	if err := writeState(tx, &t); err != nil {
+		return 0, d, false, nil, err
+	}
+	if c := a.f.opts.OverLimit; c != nil {
+		c.Forget(overlimitID(lim), stateKeyUserKey(a.costs.stateKey))
+	}
+	return credited, d, true, nil, nil
 }
