@@ -59,10 +59,15 @@ type Limit struct {
 	MaxHold      string                 `protobuf:"bytes,9,opt,name=max_hold,json=maxHold,proto3" json:"max_hold,omitempty"`                 // concurrency: the longest renewals keep a slot (default 10 × hold)
 	// notify (a policy's limit only): alert thresholds, fractions of the
 	// limit in (0, 1], strictly increasing, at most 4 (docs/API.md, "Alerts").
-	Notify        []float64 `protobuf:"fixed64,11,rep,packed,name=notify,proto3" json:"notify,omitempty"`
-	History       string    `protobuf:"bytes,10,opt,name=history,proto3" json:"history,omitempty"` // policies and plan limits, fixed_window and calendar: keep closed windows' usage this long, "400d"
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Notify  []float64 `protobuf:"fixed64,11,rep,packed,name=notify,proto3" json:"notify,omitempty"`
+	History string    `protobuf:"bytes,10,opt,name=history,proto3" json:"history,omitempty"` // policies and plan limits, fixed_window and calendar: keep closed windows' usage this long, "400d"
+	// reservation_expiry (a policy's limit only): what becomes of a
+	// reservation whose hold ends before a settle: "settle" or "" (the
+	// default: it stays charged at its estimate) or "return" (its estimate is
+	// given back, in the window it was spent in).
+	ReservationExpiry string `protobuf:"bytes,12,opt,name=reservation_expiry,json=reservationExpiry,proto3" json:"reservation_expiry,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *Limit) Reset() {
@@ -168,6 +173,13 @@ func (x *Limit) GetNotify() []float64 {
 func (x *Limit) GetHistory() string {
 	if x != nil {
 		return x.History
+	}
+	return ""
+}
+
+func (x *Limit) GetReservationExpiry() string {
+	if x != nil {
+		return x.ReservationExpiry
 	}
 	return ""
 }
@@ -4976,7 +4988,7 @@ var File_limitd_v1_limitd_proto protoreflect.FileDescriptor
 
 const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"\n" +
-	"\x16limitd/v1/limitd.proto\x12\tlimitd.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa7\x02\n" +
+	"\x16limitd/v1/limitd.proto\x12\tlimitd.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd6\x02\n" +
 	"\x05Limit\x12\x1c\n" +
 	"\talgorithm\x18\x01 \x01(\tR\talgorithm\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x16\n" +
@@ -4989,7 +5001,8 @@ const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"\bmax_hold\x18\t \x01(\tR\amaxHold\x12\x16\n" +
 	"\x06notify\x18\v \x03(\x01R\x06notify\x12\x18\n" +
 	"\ahistory\x18\n" +
-	" \x01(\tR\ahistory\"\xed\x01\n" +
+	" \x01(\tR\ahistory\x12-\n" +
+	"\x12reservation_expiry\x18\f \x01(\tR\x11reservationExpiry\"\xed\x01\n" +
 	"\fCheckRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
 	"\x06policy\x18\x02 \x01(\tR\x06policy\x12&\n" +
