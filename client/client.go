@@ -175,6 +175,7 @@ type Client struct {
 	idSeq    atomic.Uint64
 
 	co *coalescer
+	pb pairBatchers // costbatch.go
 	br *breaker
 
 	checks, batches, retries, failedOpen, failedClosed, leaderChanges, shortCircuited atomic.Uint64
@@ -246,6 +247,7 @@ func New(addrs []string, opts ...Option) (*Client, error) {
 	}
 	c.idPrefix = hex.EncodeToString(b[:]) + "-"
 	c.co = newCoalescer(c, o.coalesce)
+	c.pb = newPairBatchers(c)
 	c.br = newBreaker(o.breaker)
 	return c, nil
 }

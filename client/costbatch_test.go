@@ -1,0 +1,212 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// pairServer answers the pair routes: each release frees its slot once,
+// each settle applies once (then replays); it counts requests per path and
+// the items of each batch.
+type pairServer struct {
+	mu       sync.Mutex
+	hits     map[string]int
+	items    []int // per batch request, in arrival order
+	freed    map[string]bool
+	settled  map[string]bool
+	gate     chan struct{} // when set, the first batch waits for it
+	fail     int           // batch requests to answer 503 unavailable first
+	noBatch  bool          // answer 404 to the batch routes, as an older node
+	errorFor string        // a slot answered not_found in a batch
+}
+
+func newPairServer(t *testing.T) (*pairServer, *Client) {
+	ps := &pairServer{hits: map[string]int{}, freed: map[string]bool{}, settled: map[string]bool{}}
+	srv := httptest.NewServer(ps)
+	t.Cleanup(srv.Close)
+	c, err := New([]string{srv.URL}, WithCoalescing(Coalescing{MaxInflight: 1}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return ps, c
+}
+
+func (ps *pairServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	ps.mu.Lock()
+	ps.hits[r.URL.Path]++
+	gate := ps.gate
+	ps.gate = nil
+	batch := strings.HasSuffix(r.URL.Path, "/batch")
+	if batch && ps.noBatch {
+		ps.mu.Unlock()
+		w.WriteHeader(404)
+		_, _ = io.WriteString(w, `{"error":{"code":"not_found","field":"","message":"no such endpoint"}}`)
+		return
+	}
+	if batch && ps.fail > 0 {
+		ps.fail--
+		ps.mu.Unlock()
+		w.WriteHeader(503)
+		_, _ = io.WriteString(w, `{"error":{"code":"unavailable","field":"","message":"no leader"}}`)
+		return
+	}
+	ps.mu.Unlock()
+	if gate != nil && batch {
+		<-gate
+	}
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	answer := func(item map[string]any) any {
+		if s, ok := item["slot"].(string); ok {
+			if s == ps.errorFor {
+				return map[string]any{"error": map[string]any{"code": "not_found", "field": "releases[0].slot", "message": "no slot"}}
+			}
+			done := !ps.freed[s]
+			ps.freed[s] = true
+			return map[string]any{"released": done, "slot": s, "slot_expires_ms": 0, "limit": 3, "remaining": 1}
+		}
+		rsv, _ := item["reservation"].(string)
+		replayed := ps.settled[rsv]
+		ps.settled[rsv] = true
+		return map[string]any{"credited": 5, "debt": 0, "rolled": false, "limit": 10, "remaining": 7, "replayed": replayed}
+	}
+	if !batch {
+		var item map[string]any
+		_ = json.Unmarshal(body, &item)
+		b, _ := json.Marshal(answer(item))
+		_, _ = w.Write(b)
+		return
+	}
+	var env map[string][]map[string]any
+	_ = json.Unmarshal(body, &env)
+	var out []any
+	for _, items := range env {
+		ps.items = append(ps.items, len(items))
+		for _, it := range items {
+			out = append(out, answer(it))
+		}
+	}
+	b, _ := json.Marshal(map[string]any{"results": out})
+	_, _ = w.Write(b)
+}
+
+func (ps *pairServer) counts() (map[string]int, []int) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	h := map[string]int{}
+	for k, v := range ps.hits {
+		h[k] = v
+	}
+	return h, append([]int(nil), ps.items...)
+}
+
+// waitPending waits until n items wait in b (the first batch is held at
+// the server meanwhile).
+func waitPending(t *testing.T, b *pairBatcher, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		b.mu.Lock()
+		got := len(b.pending)
+		b.mu.Unlock()
+		if got == n {
+			return
+		}
+	}
+	t.Fatalf("%d items never pending", n)
+}
+
+// Concurrent releases go out as batches, as checks do: the first alone,
+// the nine that arrived while it was in flight as one request; each caller
+// gets its own answer.
+func TestConcurrentReleasesAreCoalescedIntoBatches(t *testing.T) {
+	ps, c := newPairServer(t)
+	ps.gate = make(chan struct{})
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	got := make([]SlotStatus, 10)
+	errs := make([]error, 10)
+	release := func(i int) {
+		defer wg.Done()
+		got[i], errs[i] = c.Release(ctx, Request{Key: "job", Policy: "workers"}, "s"+string(rune('0'+i)))
+	}
+	wg.Add(1)
+	go release(0)
+	waitPending(t, c.pb.release, 0)
+	for i := 1; i < 10; i++ {
+		wg.Add(1)
+		go release(i)
+	}
+	waitPending(t, c.pb.release, 9)
+	close(ps.gate)
+	wg.Wait()
+	for i := range got {
+		if errs[i] != nil || !got[i].Done {
+			t.Fatalf("release %d: %+v %v", i, got[i], errs[i])
+		}
+	}
+	hits, items := ps.counts()
+	if hits["/v1/release/batch"] != 2 || hits["/v1/release"] != 0 || len(items) != 2 || items[0]+items[1] != 10 || items[1] != 9 {
+		t.Fatalf("requests %v, items per batch %v: want 2 batches of 1 and 9", hits, items)
+	}
+}
+
+// A batch item's error is its caller's, named as the single route names it.
+func TestBatchedReleaseErrorIsTheCallers(t *testing.T) {
+	ps, c := newPairServer(t)
+	ps.errorFor = "gone"
+	_, err := c.Release(context.Background(), Request{Key: "job", Policy: "workers"}, "gone")
+	var e *Error
+	if !errors.As(err, &e) || e.Code != CodeNotFound || e.Field != "slot" || !errors.Is(err, ErrNotFound) {
+		t.Fatalf("err %v (%+v), want not_found on slot", err, e)
+	}
+}
+
+// Settles are coalesced and retried as a whole: a batch answered 503 is
+// sent again, and each settle applies once on the server (the retry's
+// answer is the caller's, not a second settle).
+func TestBatchedSettleRetriesAsAWhole(t *testing.T) {
+	ps, c := newPairServer(t)
+	ps.fail = 1
+	s, err := c.Settle(context.Background(), "r1.x", 5)
+	if err != nil || s.Credited != 5 || s.Remaining != 7 || s.Replayed {
+		t.Fatalf("settle: %+v %v", s, err)
+	}
+	hits, _ := ps.counts()
+	if hits["/v1/settle/batch"] != 2 || hits["/v1/settle"] != 0 {
+		t.Fatalf("requests %v: want the batch sent twice", hits)
+	}
+	if s, _ := c.Settle(context.Background(), "r1.x", 5); !s.Replayed {
+		t.Fatalf("a repeated settle: %+v", s)
+	}
+}
+
+// A node without the batch routes (404) gets single requests, from then on
+// without trying the batch route again.
+func TestPairCallsFallBackToSingleRoutes(t *testing.T) {
+	ps, c := newPairServer(t)
+	ps.noBatch = true
+	ctx := context.Background()
+	for i := 0; i < 3; i++ {
+		if st, err := c.Release(ctx, Request{Key: "job", Policy: "workers"}, "s"+string(rune('0'+i))); err != nil || !st.Done {
+			t.Fatalf("release %d: %+v %v", i, st, err)
+		}
+	}
+	if _, err := c.Renew(ctx, Request{Key: "job", Policy: "workers"}, "s9"); err != nil && !errors.Is(err, ErrSlotLost) {
+		t.Fatalf("renew: %v", err)
+	}
+	hits, _ := ps.counts()
+	if hits["/v1/release/batch"] != 1 || hits["/v1/release"] != 3 {
+		t.Fatalf("requests %v: want one batch attempt, then single releases", hits)
+	}
+}
