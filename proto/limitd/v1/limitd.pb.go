@@ -4864,6 +4864,347 @@ func (x *TopKeysResponse) GetKeys() []*TopKey {
 	return nil
 }
 
+// pair batches (ReleaseBatch, RenewBatch, SettleBatch).
+type SlotBatchRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Items         []*SlotRequest         `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SlotBatchRequest) Reset() {
+	*x = SlotBatchRequest{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[86]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SlotBatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SlotBatchRequest) ProtoMessage() {}
+
+func (x *SlotBatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[86]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SlotBatchRequest.ProtoReflect.Descriptor instead.
+func (*SlotBatchRequest) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{86}
+}
+
+func (x *SlotBatchRequest) GetItems() []*SlotRequest {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+type SlotBatchResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Result:
+	//
+	//	*SlotBatchResult_Response
+	//	*SlotBatchResult_Error
+	Result        isSlotBatchResult_Result `protobuf_oneof:"result"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SlotBatchResult) Reset() {
+	*x = SlotBatchResult{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[87]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SlotBatchResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SlotBatchResult) ProtoMessage() {}
+
+func (x *SlotBatchResult) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[87]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SlotBatchResult.ProtoReflect.Descriptor instead.
+func (*SlotBatchResult) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{87}
+}
+
+func (x *SlotBatchResult) GetResult() isSlotBatchResult_Result {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *SlotBatchResult) GetResponse() *SlotResponse {
+	if x != nil {
+		if x, ok := x.Result.(*SlotBatchResult_Response); ok {
+			return x.Response
+		}
+	}
+	return nil
+}
+
+func (x *SlotBatchResult) GetError() *Error {
+	if x != nil {
+		if x, ok := x.Result.(*SlotBatchResult_Error); ok {
+			return x.Error
+		}
+	}
+	return nil
+}
+
+type isSlotBatchResult_Result interface {
+	isSlotBatchResult_Result()
+}
+
+type SlotBatchResult_Response struct {
+	Response *SlotResponse `protobuf:"bytes,1,opt,name=response,proto3,oneof"`
+}
+
+type SlotBatchResult_Error struct {
+	Error *Error `protobuf:"bytes,2,opt,name=error,proto3,oneof"`
+}
+
+func (*SlotBatchResult_Response) isSlotBatchResult_Result() {}
+
+func (*SlotBatchResult_Error) isSlotBatchResult_Result() {}
+
+type SlotBatchResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Results       []*SlotBatchResult     `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SlotBatchResponse) Reset() {
+	*x = SlotBatchResponse{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[88]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SlotBatchResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SlotBatchResponse) ProtoMessage() {}
+
+func (x *SlotBatchResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[88]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SlotBatchResponse.ProtoReflect.Descriptor instead.
+func (*SlotBatchResponse) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{88}
+}
+
+func (x *SlotBatchResponse) GetResults() []*SlotBatchResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+type SettleBatchRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Items         []*SettleRequest       `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SettleBatchRequest) Reset() {
+	*x = SettleBatchRequest{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[89]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SettleBatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SettleBatchRequest) ProtoMessage() {}
+
+func (x *SettleBatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[89]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SettleBatchRequest.ProtoReflect.Descriptor instead.
+func (*SettleBatchRequest) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{89}
+}
+
+func (x *SettleBatchRequest) GetItems() []*SettleRequest {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+type SettleBatchResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Result:
+	//
+	//	*SettleBatchResult_Response
+	//	*SettleBatchResult_Error
+	Result        isSettleBatchResult_Result `protobuf_oneof:"result"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SettleBatchResult) Reset() {
+	*x = SettleBatchResult{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[90]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SettleBatchResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SettleBatchResult) ProtoMessage() {}
+
+func (x *SettleBatchResult) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[90]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SettleBatchResult.ProtoReflect.Descriptor instead.
+func (*SettleBatchResult) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{90}
+}
+
+func (x *SettleBatchResult) GetResult() isSettleBatchResult_Result {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *SettleBatchResult) GetResponse() *CostResponse {
+	if x != nil {
+		if x, ok := x.Result.(*SettleBatchResult_Response); ok {
+			return x.Response
+		}
+	}
+	return nil
+}
+
+func (x *SettleBatchResult) GetError() *Error {
+	if x != nil {
+		if x, ok := x.Result.(*SettleBatchResult_Error); ok {
+			return x.Error
+		}
+	}
+	return nil
+}
+
+type isSettleBatchResult_Result interface {
+	isSettleBatchResult_Result()
+}
+
+type SettleBatchResult_Response struct {
+	Response *CostResponse `protobuf:"bytes,1,opt,name=response,proto3,oneof"`
+}
+
+type SettleBatchResult_Error struct {
+	Error *Error `protobuf:"bytes,2,opt,name=error,proto3,oneof"`
+}
+
+func (*SettleBatchResult_Response) isSettleBatchResult_Result() {}
+
+func (*SettleBatchResult_Error) isSettleBatchResult_Result() {}
+
+type SettleBatchResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Results       []*SettleBatchResult   `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SettleBatchResponse) Reset() {
+	*x = SettleBatchResponse{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[91]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SettleBatchResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SettleBatchResponse) ProtoMessage() {}
+
+func (x *SettleBatchResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[91]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SettleBatchResponse.ProtoReflect.Descriptor instead.
+func (*SettleBatchResponse) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{91}
+}
+
+func (x *SettleBatchResponse) GetResults() []*SettleBatchResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
 type ExportUsageMessage_Header struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Start         *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=start,proto3" json:"start,omitempty"`
@@ -4875,7 +5216,7 @@ type ExportUsageMessage_Header struct {
 
 func (x *ExportUsageMessage_Header) Reset() {
 	*x = ExportUsageMessage_Header{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[88]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4887,7 +5228,7 @@ func (x *ExportUsageMessage_Header) String() string {
 func (*ExportUsageMessage_Header) ProtoMessage() {}
 
 func (x *ExportUsageMessage_Header) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[88]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4935,7 +5276,7 @@ type ExportUsageMessage_Row struct {
 
 func (x *ExportUsageMessage_Row) Reset() {
 	*x = ExportUsageMessage_Row{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[89]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4947,7 +5288,7 @@ func (x *ExportUsageMessage_Row) String() string {
 func (*ExportUsageMessage_Row) ProtoMessage() {}
 
 func (x *ExportUsageMessage_Row) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[89]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5310,7 +5651,23 @@ const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"\x06window\x18\x02 \x01(\tR\x06window\x12\x0e\n" +
 	"\x02by\x18\x03 \x01(\tR\x02by\x12*\n" +
 	"\x02at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12%\n" +
-	"\x04keys\x18\x05 \x03(\v2\x11.limitd.v1.TopKeyR\x04keys2\xdf\x16\n" +
+	"\x04keys\x18\x05 \x03(\v2\x11.limitd.v1.TopKeyR\x04keys\"@\n" +
+	"\x10SlotBatchRequest\x12,\n" +
+	"\x05items\x18\x01 \x03(\v2\x16.limitd.v1.SlotRequestR\x05items\"|\n" +
+	"\x0fSlotBatchResult\x125\n" +
+	"\bresponse\x18\x01 \x01(\v2\x17.limitd.v1.SlotResponseH\x00R\bresponse\x12(\n" +
+	"\x05error\x18\x02 \x01(\v2\x10.limitd.v1.ErrorH\x00R\x05errorB\b\n" +
+	"\x06result\"I\n" +
+	"\x11SlotBatchResponse\x124\n" +
+	"\aresults\x18\x01 \x03(\v2\x1a.limitd.v1.SlotBatchResultR\aresults\"D\n" +
+	"\x12SettleBatchRequest\x12.\n" +
+	"\x05items\x18\x01 \x03(\v2\x18.limitd.v1.SettleRequestR\x05items\"~\n" +
+	"\x11SettleBatchResult\x125\n" +
+	"\bresponse\x18\x01 \x01(\v2\x17.limitd.v1.CostResponseH\x00R\bresponse\x12(\n" +
+	"\x05error\x18\x02 \x01(\v2\x10.limitd.v1.ErrorH\x00R\x05errorB\b\n" +
+	"\x06result\"M\n" +
+	"\x13SettleBatchResponse\x126\n" +
+	"\aresults\x18\x01 \x03(\v2\x1c.limitd.v1.SettleBatchResultR\aresults2\xc1\x18\n" +
 	"\x06Limitd\x12:\n" +
 	"\x05Check\x12\x17.limitd.v1.CheckRequest\x1a\x18.limitd.v1.CheckResponse\x12C\n" +
 	"\bCheckAll\x12\x1a.limitd.v1.CheckAllRequest\x1a\x1b.limitd.v1.CheckAllResponse\x12:\n" +
@@ -5359,7 +5716,11 @@ const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"\x06Refund\x12\x18.limitd.v1.RefundRequest\x1a\x17.limitd.v1.CostResponse\x12C\n" +
 	"\bGetUsage\x12\x1a.limitd.v1.GetUsageRequest\x1a\x1b.limitd.v1.GetUsageResponse\x12M\n" +
 	"\vExportUsage\x12\x1d.limitd.v1.ExportUsageRequest\x1a\x1d.limitd.v1.ExportUsageMessage0\x01\x12@\n" +
-	"\aTopKeys\x12\x19.limitd.v1.TopKeysRequest\x1a\x1a.limitd.v1.TopKeysResponseB3Z1github.com/limitd/limitd/proto/limitd/v1;limitdv1b\x06proto3"
+	"\aTopKeys\x12\x19.limitd.v1.TopKeysRequest\x1a\x1a.limitd.v1.TopKeysResponse\x12I\n" +
+	"\fReleaseBatch\x12\x1b.limitd.v1.SlotBatchRequest\x1a\x1c.limitd.v1.SlotBatchResponse\x12G\n" +
+	"\n" +
+	"RenewBatch\x12\x1b.limitd.v1.SlotBatchRequest\x1a\x1c.limitd.v1.SlotBatchResponse\x12L\n" +
+	"\vSettleBatch\x12\x1d.limitd.v1.SettleBatchRequest\x1a\x1e.limitd.v1.SettleBatchResponseB3Z1github.com/limitd/limitd/proto/limitd/v1;limitdv1b\x06proto3"
 
 var (
 	file_limitd_v1_limitd_proto_rawDescOnce sync.Once
@@ -5373,7 +5734,7 @@ func file_limitd_v1_limitd_proto_rawDescGZIP() []byte {
 	return file_limitd_v1_limitd_proto_rawDescData
 }
 
-var file_limitd_v1_limitd_proto_msgTypes = make([]protoimpl.MessageInfo, 90)
+var file_limitd_v1_limitd_proto_msgTypes = make([]protoimpl.MessageInfo, 96)
 var file_limitd_v1_limitd_proto_goTypes = []any{
 	(*Limit)(nil),                     // 0: limitd.v1.Limit
 	(*CheckRequest)(nil),              // 1: limitd.v1.CheckRequest
@@ -5461,157 +5822,177 @@ var file_limitd_v1_limitd_proto_goTypes = []any{
 	(*TopKeysRequest)(nil),            // 83: limitd.v1.TopKeysRequest
 	(*TopKey)(nil),                    // 84: limitd.v1.TopKey
 	(*TopKeysResponse)(nil),           // 85: limitd.v1.TopKeysResponse
-	nil,                               // 86: limitd.v1.Plan.LimitsEntry
-	nil,                               // 87: limitd.v1.Override.LimitsEntry
-	(*ExportUsageMessage_Header)(nil), // 88: limitd.v1.ExportUsageMessage.Header
-	(*ExportUsageMessage_Row)(nil),    // 89: limitd.v1.ExportUsageMessage.Row
-	(*durationpb.Duration)(nil),       // 90: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),     // 91: google.protobuf.Timestamp
+	(*SlotBatchRequest)(nil),          // 86: limitd.v1.SlotBatchRequest
+	(*SlotBatchResult)(nil),           // 87: limitd.v1.SlotBatchResult
+	(*SlotBatchResponse)(nil),         // 88: limitd.v1.SlotBatchResponse
+	(*SettleBatchRequest)(nil),        // 89: limitd.v1.SettleBatchRequest
+	(*SettleBatchResult)(nil),         // 90: limitd.v1.SettleBatchResult
+	(*SettleBatchResponse)(nil),       // 91: limitd.v1.SettleBatchResponse
+	nil,                               // 92: limitd.v1.Plan.LimitsEntry
+	nil,                               // 93: limitd.v1.Override.LimitsEntry
+	(*ExportUsageMessage_Header)(nil), // 94: limitd.v1.ExportUsageMessage.Header
+	(*ExportUsageMessage_Row)(nil),    // 95: limitd.v1.ExportUsageMessage.Row
+	(*durationpb.Duration)(nil),       // 96: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),     // 97: google.protobuf.Timestamp
 }
 var file_limitd_v1_limitd_proto_depIdxs = []int32{
-	0,  // 0: limitd.v1.CheckRequest.limit:type_name -> limitd.v1.Limit
-	73, // 1: limitd.v1.CheckRequest.reserve:type_name -> limitd.v1.Reserve
-	90, // 2: limitd.v1.Decision.reset_after:type_name -> google.protobuf.Duration
-	90, // 3: limitd.v1.Decision.retry_after:type_name -> google.protobuf.Duration
-	90, // 4: limitd.v1.Decision.delay:type_name -> google.protobuf.Duration
-	3,  // 5: limitd.v1.Decision.limits:type_name -> limitd.v1.NamedDecision
-	90, // 6: limitd.v1.Decision.slot_expires:type_name -> google.protobuf.Duration
-	90, // 7: limitd.v1.Decision.reservation_expires:type_name -> google.protobuf.Duration
-	2,  // 8: limitd.v1.NamedDecision.decision:type_name -> limitd.v1.Decision
-	2,  // 9: limitd.v1.CheckResponse.decision:type_name -> limitd.v1.Decision
-	1,  // 10: limitd.v1.CheckAllRequest.checks:type_name -> limitd.v1.CheckRequest
-	2,  // 11: limitd.v1.CheckAllResponse.decisions:type_name -> limitd.v1.Decision
-	1,  // 12: limitd.v1.BatchRequest.checks:type_name -> limitd.v1.CheckRequest
-	4,  // 13: limitd.v1.BatchResult.response:type_name -> limitd.v1.CheckResponse
-	8,  // 14: limitd.v1.BatchResult.error:type_name -> limitd.v1.Error
-	9,  // 15: limitd.v1.BatchResponse.results:type_name -> limitd.v1.BatchResult
-	0,  // 16: limitd.v1.PeekRequest.limit:type_name -> limitd.v1.Limit
-	0,  // 17: limitd.v1.ResetRequest.limit:type_name -> limitd.v1.Limit
-	0,  // 18: limitd.v1.SlotRequest.limit:type_name -> limitd.v1.Limit
-	90, // 19: limitd.v1.SlotResponse.slot_expires:type_name -> google.protobuf.Duration
-	0,  // 20: limitd.v1.Policy.limit:type_name -> limitd.v1.Limit
-	18, // 21: limitd.v1.Policy.lease:type_name -> limitd.v1.Lease
-	17, // 22: limitd.v1.Policy.on_exceed:type_name -> limitd.v1.OnExceed
-	77, // 23: limitd.v1.Policy.degraded:type_name -> limitd.v1.DegradedOption
-	16, // 24: limitd.v1.PutPolicyRequest.policy:type_name -> limitd.v1.Policy
-	16, // 25: limitd.v1.ListPoliciesResponse.policies:type_name -> limitd.v1.Policy
-	25, // 26: limitd.v1.ListRLSDomainsResponse.domains:type_name -> limitd.v1.RLSDomain
-	86, // 27: limitd.v1.Plan.limits:type_name -> limitd.v1.Plan.LimitsEntry
-	32, // 28: limitd.v1.PutPlanRequest.plan:type_name -> limitd.v1.Plan
-	32, // 29: limitd.v1.ListPlansResponse.plans:type_name -> limitd.v1.Plan
-	44, // 30: limitd.v1.ListPrefixRulesResponse.rules:type_name -> limitd.v1.PrefixRule
-	87, // 31: limitd.v1.Override.limits:type_name -> limitd.v1.Override.LimitsEntry
-	91, // 32: limitd.v1.Override.expires:type_name -> google.protobuf.Timestamp
-	54, // 33: limitd.v1.List.entries:type_name -> limitd.v1.ListEntry
-	53, // 34: limitd.v1.PutListRequest.list:type_name -> limitd.v1.List
-	53, // 35: limitd.v1.ListListsResponse.lists:type_name -> limitd.v1.List
-	61, // 36: limitd.v1.ListBansResponse.bans:type_name -> limitd.v1.Ban
-	66, // 37: limitd.v1.PutWebhookRequest.webhook:type_name -> limitd.v1.Webhook
-	66, // 38: limitd.v1.ListWebhooksResponse.webhooks:type_name -> limitd.v1.Webhook
-	2,  // 39: limitd.v1.CostResponse.decision:type_name -> limitd.v1.Decision
-	91, // 40: limitd.v1.GetUsageRequest.from:type_name -> google.protobuf.Timestamp
-	91, // 41: limitd.v1.GetUsageRequest.to:type_name -> google.protobuf.Timestamp
-	91, // 42: limitd.v1.UsageWindow.start:type_name -> google.protobuf.Timestamp
-	91, // 43: limitd.v1.UsageWindow.end:type_name -> google.protobuf.Timestamp
-	79, // 44: limitd.v1.GetUsageResponse.windows:type_name -> limitd.v1.UsageWindow
-	91, // 45: limitd.v1.ExportUsageRequest.window:type_name -> google.protobuf.Timestamp
-	88, // 46: limitd.v1.ExportUsageMessage.header:type_name -> limitd.v1.ExportUsageMessage.Header
-	89, // 47: limitd.v1.ExportUsageMessage.row:type_name -> limitd.v1.ExportUsageMessage.Row
-	91, // 48: limitd.v1.TopKeysResponse.at:type_name -> google.protobuf.Timestamp
-	84, // 49: limitd.v1.TopKeysResponse.keys:type_name -> limitd.v1.TopKey
-	0,  // 50: limitd.v1.Plan.LimitsEntry.value:type_name -> limitd.v1.Limit
-	49, // 51: limitd.v1.Override.LimitsEntry.value:type_name -> limitd.v1.LimitOverride
-	91, // 52: limitd.v1.ExportUsageMessage.Header.start:type_name -> google.protobuf.Timestamp
-	91, // 53: limitd.v1.ExportUsageMessage.Header.end:type_name -> google.protobuf.Timestamp
-	1,  // 54: limitd.v1.Limitd.Check:input_type -> limitd.v1.CheckRequest
-	5,  // 55: limitd.v1.Limitd.CheckAll:input_type -> limitd.v1.CheckAllRequest
-	7,  // 56: limitd.v1.Limitd.Batch:input_type -> limitd.v1.BatchRequest
-	11, // 57: limitd.v1.Limitd.Peek:input_type -> limitd.v1.PeekRequest
-	12, // 58: limitd.v1.Limitd.Reset:input_type -> limitd.v1.ResetRequest
-	14, // 59: limitd.v1.Limitd.Release:input_type -> limitd.v1.SlotRequest
-	14, // 60: limitd.v1.Limitd.Renew:input_type -> limitd.v1.SlotRequest
-	19, // 61: limitd.v1.Limitd.PutPolicy:input_type -> limitd.v1.PutPolicyRequest
-	20, // 62: limitd.v1.Limitd.GetPolicy:input_type -> limitd.v1.GetPolicyRequest
-	21, // 63: limitd.v1.Limitd.ListPolicies:input_type -> limitd.v1.ListPoliciesRequest
-	23, // 64: limitd.v1.Limitd.DeletePolicy:input_type -> limitd.v1.DeletePolicyRequest
-	26, // 65: limitd.v1.Limitd.PutRLSDomain:input_type -> limitd.v1.PutRLSDomainRequest
-	27, // 66: limitd.v1.Limitd.GetRLSDomain:input_type -> limitd.v1.GetRLSDomainRequest
-	28, // 67: limitd.v1.Limitd.ListRLSDomains:input_type -> limitd.v1.ListRLSDomainsRequest
-	30, // 68: limitd.v1.Limitd.DeleteRLSDomain:input_type -> limitd.v1.DeleteRLSDomainRequest
-	33, // 69: limitd.v1.Limitd.PutPlan:input_type -> limitd.v1.PutPlanRequest
-	34, // 70: limitd.v1.Limitd.GetPlan:input_type -> limitd.v1.GetPlanRequest
-	35, // 71: limitd.v1.Limitd.ListPlans:input_type -> limitd.v1.ListPlansRequest
-	37, // 72: limitd.v1.Limitd.DeletePlan:input_type -> limitd.v1.DeletePlanRequest
-	39, // 73: limitd.v1.Limitd.SetDefaultPlan:input_type -> limitd.v1.SetDefaultPlanRequest
-	41, // 74: limitd.v1.Limitd.AssignPlan:input_type -> limitd.v1.AssignPlanRequest
-	42, // 75: limitd.v1.Limitd.GetKeyPlan:input_type -> limitd.v1.GetKeyPlanRequest
-	44, // 76: limitd.v1.Limitd.PutPrefixRule:input_type -> limitd.v1.PrefixRule
-	45, // 77: limitd.v1.Limitd.DeletePrefixRule:input_type -> limitd.v1.DeletePrefixRuleRequest
-	47, // 78: limitd.v1.Limitd.ListPrefixRules:input_type -> limitd.v1.ListPrefixRulesRequest
-	50, // 79: limitd.v1.Limitd.PutOverride:input_type -> limitd.v1.Override
-	51, // 80: limitd.v1.Limitd.DeleteOverride:input_type -> limitd.v1.DeleteOverrideRequest
-	55, // 81: limitd.v1.Limitd.PutList:input_type -> limitd.v1.PutListRequest
-	56, // 82: limitd.v1.Limitd.GetList:input_type -> limitd.v1.GetListRequest
-	57, // 83: limitd.v1.Limitd.ListLists:input_type -> limitd.v1.ListListsRequest
-	59, // 84: limitd.v1.Limitd.DeleteList:input_type -> limitd.v1.DeleteListRequest
-	62, // 85: limitd.v1.Limitd.ListBans:input_type -> limitd.v1.ListBansRequest
-	64, // 86: limitd.v1.Limitd.Unban:input_type -> limitd.v1.UnbanRequest
-	67, // 87: limitd.v1.Limitd.PutWebhook:input_type -> limitd.v1.PutWebhookRequest
-	68, // 88: limitd.v1.Limitd.GetWebhook:input_type -> limitd.v1.GetWebhookRequest
-	69, // 89: limitd.v1.Limitd.ListWebhooks:input_type -> limitd.v1.ListWebhooksRequest
-	71, // 90: limitd.v1.Limitd.DeleteWebhook:input_type -> limitd.v1.DeleteWebhookRequest
-	74, // 91: limitd.v1.Limitd.Settle:input_type -> limitd.v1.SettleRequest
-	75, // 92: limitd.v1.Limitd.Refund:input_type -> limitd.v1.RefundRequest
-	78, // 93: limitd.v1.Limitd.GetUsage:input_type -> limitd.v1.GetUsageRequest
-	81, // 94: limitd.v1.Limitd.ExportUsage:input_type -> limitd.v1.ExportUsageRequest
-	83, // 95: limitd.v1.Limitd.TopKeys:input_type -> limitd.v1.TopKeysRequest
-	4,  // 96: limitd.v1.Limitd.Check:output_type -> limitd.v1.CheckResponse
-	6,  // 97: limitd.v1.Limitd.CheckAll:output_type -> limitd.v1.CheckAllResponse
-	10, // 98: limitd.v1.Limitd.Batch:output_type -> limitd.v1.BatchResponse
-	4,  // 99: limitd.v1.Limitd.Peek:output_type -> limitd.v1.CheckResponse
-	13, // 100: limitd.v1.Limitd.Reset:output_type -> limitd.v1.ResetResponse
-	15, // 101: limitd.v1.Limitd.Release:output_type -> limitd.v1.SlotResponse
-	15, // 102: limitd.v1.Limitd.Renew:output_type -> limitd.v1.SlotResponse
-	16, // 103: limitd.v1.Limitd.PutPolicy:output_type -> limitd.v1.Policy
-	16, // 104: limitd.v1.Limitd.GetPolicy:output_type -> limitd.v1.Policy
-	22, // 105: limitd.v1.Limitd.ListPolicies:output_type -> limitd.v1.ListPoliciesResponse
-	24, // 106: limitd.v1.Limitd.DeletePolicy:output_type -> limitd.v1.DeletePolicyResponse
-	25, // 107: limitd.v1.Limitd.PutRLSDomain:output_type -> limitd.v1.RLSDomain
-	25, // 108: limitd.v1.Limitd.GetRLSDomain:output_type -> limitd.v1.RLSDomain
-	29, // 109: limitd.v1.Limitd.ListRLSDomains:output_type -> limitd.v1.ListRLSDomainsResponse
-	31, // 110: limitd.v1.Limitd.DeleteRLSDomain:output_type -> limitd.v1.DeleteRLSDomainResponse
-	32, // 111: limitd.v1.Limitd.PutPlan:output_type -> limitd.v1.Plan
-	32, // 112: limitd.v1.Limitd.GetPlan:output_type -> limitd.v1.Plan
-	36, // 113: limitd.v1.Limitd.ListPlans:output_type -> limitd.v1.ListPlansResponse
-	38, // 114: limitd.v1.Limitd.DeletePlan:output_type -> limitd.v1.DeletePlanResponse
-	40, // 115: limitd.v1.Limitd.SetDefaultPlan:output_type -> limitd.v1.SetDefaultPlanResponse
-	43, // 116: limitd.v1.Limitd.AssignPlan:output_type -> limitd.v1.KeyPlan
-	43, // 117: limitd.v1.Limitd.GetKeyPlan:output_type -> limitd.v1.KeyPlan
-	44, // 118: limitd.v1.Limitd.PutPrefixRule:output_type -> limitd.v1.PrefixRule
-	46, // 119: limitd.v1.Limitd.DeletePrefixRule:output_type -> limitd.v1.DeletePrefixRuleResponse
-	48, // 120: limitd.v1.Limitd.ListPrefixRules:output_type -> limitd.v1.ListPrefixRulesResponse
-	50, // 121: limitd.v1.Limitd.PutOverride:output_type -> limitd.v1.Override
-	52, // 122: limitd.v1.Limitd.DeleteOverride:output_type -> limitd.v1.DeleteOverrideResponse
-	53, // 123: limitd.v1.Limitd.PutList:output_type -> limitd.v1.List
-	53, // 124: limitd.v1.Limitd.GetList:output_type -> limitd.v1.List
-	58, // 125: limitd.v1.Limitd.ListLists:output_type -> limitd.v1.ListListsResponse
-	60, // 126: limitd.v1.Limitd.DeleteList:output_type -> limitd.v1.DeleteListResponse
-	63, // 127: limitd.v1.Limitd.ListBans:output_type -> limitd.v1.ListBansResponse
-	65, // 128: limitd.v1.Limitd.Unban:output_type -> limitd.v1.UnbanResponse
-	66, // 129: limitd.v1.Limitd.PutWebhook:output_type -> limitd.v1.Webhook
-	66, // 130: limitd.v1.Limitd.GetWebhook:output_type -> limitd.v1.Webhook
-	70, // 131: limitd.v1.Limitd.ListWebhooks:output_type -> limitd.v1.ListWebhooksResponse
-	72, // 132: limitd.v1.Limitd.DeleteWebhook:output_type -> limitd.v1.DeleteWebhookResponse
-	76, // 133: limitd.v1.Limitd.Settle:output_type -> limitd.v1.CostResponse
-	76, // 134: limitd.v1.Limitd.Refund:output_type -> limitd.v1.CostResponse
-	80, // 135: limitd.v1.Limitd.GetUsage:output_type -> limitd.v1.GetUsageResponse
-	82, // 136: limitd.v1.Limitd.ExportUsage:output_type -> limitd.v1.ExportUsageMessage
-	85, // 137: limitd.v1.Limitd.TopKeys:output_type -> limitd.v1.TopKeysResponse
-	96, // [96:138] is the sub-list for method output_type
-	54, // [54:96] is the sub-list for method input_type
-	54, // [54:54] is the sub-list for extension type_name
-	54, // [54:54] is the sub-list for extension extendee
-	0,  // [0:54] is the sub-list for field type_name
+	0,   // 0: limitd.v1.CheckRequest.limit:type_name -> limitd.v1.Limit
+	73,  // 1: limitd.v1.CheckRequest.reserve:type_name -> limitd.v1.Reserve
+	96,  // 2: limitd.v1.Decision.reset_after:type_name -> google.protobuf.Duration
+	96,  // 3: limitd.v1.Decision.retry_after:type_name -> google.protobuf.Duration
+	96,  // 4: limitd.v1.Decision.delay:type_name -> google.protobuf.Duration
+	3,   // 5: limitd.v1.Decision.limits:type_name -> limitd.v1.NamedDecision
+	96,  // 6: limitd.v1.Decision.slot_expires:type_name -> google.protobuf.Duration
+	96,  // 7: limitd.v1.Decision.reservation_expires:type_name -> google.protobuf.Duration
+	2,   // 8: limitd.v1.NamedDecision.decision:type_name -> limitd.v1.Decision
+	2,   // 9: limitd.v1.CheckResponse.decision:type_name -> limitd.v1.Decision
+	1,   // 10: limitd.v1.CheckAllRequest.checks:type_name -> limitd.v1.CheckRequest
+	2,   // 11: limitd.v1.CheckAllResponse.decisions:type_name -> limitd.v1.Decision
+	1,   // 12: limitd.v1.BatchRequest.checks:type_name -> limitd.v1.CheckRequest
+	4,   // 13: limitd.v1.BatchResult.response:type_name -> limitd.v1.CheckResponse
+	8,   // 14: limitd.v1.BatchResult.error:type_name -> limitd.v1.Error
+	9,   // 15: limitd.v1.BatchResponse.results:type_name -> limitd.v1.BatchResult
+	0,   // 16: limitd.v1.PeekRequest.limit:type_name -> limitd.v1.Limit
+	0,   // 17: limitd.v1.ResetRequest.limit:type_name -> limitd.v1.Limit
+	0,   // 18: limitd.v1.SlotRequest.limit:type_name -> limitd.v1.Limit
+	96,  // 19: limitd.v1.SlotResponse.slot_expires:type_name -> google.protobuf.Duration
+	0,   // 20: limitd.v1.Policy.limit:type_name -> limitd.v1.Limit
+	18,  // 21: limitd.v1.Policy.lease:type_name -> limitd.v1.Lease
+	17,  // 22: limitd.v1.Policy.on_exceed:type_name -> limitd.v1.OnExceed
+	77,  // 23: limitd.v1.Policy.degraded:type_name -> limitd.v1.DegradedOption
+	16,  // 24: limitd.v1.PutPolicyRequest.policy:type_name -> limitd.v1.Policy
+	16,  // 25: limitd.v1.ListPoliciesResponse.policies:type_name -> limitd.v1.Policy
+	25,  // 26: limitd.v1.ListRLSDomainsResponse.domains:type_name -> limitd.v1.RLSDomain
+	92,  // 27: limitd.v1.Plan.limits:type_name -> limitd.v1.Plan.LimitsEntry
+	32,  // 28: limitd.v1.PutPlanRequest.plan:type_name -> limitd.v1.Plan
+	32,  // 29: limitd.v1.ListPlansResponse.plans:type_name -> limitd.v1.Plan
+	44,  // 30: limitd.v1.ListPrefixRulesResponse.rules:type_name -> limitd.v1.PrefixRule
+	93,  // 31: limitd.v1.Override.limits:type_name -> limitd.v1.Override.LimitsEntry
+	97,  // 32: limitd.v1.Override.expires:type_name -> google.protobuf.Timestamp
+	54,  // 33: limitd.v1.List.entries:type_name -> limitd.v1.ListEntry
+	53,  // 34: limitd.v1.PutListRequest.list:type_name -> limitd.v1.List
+	53,  // 35: limitd.v1.ListListsResponse.lists:type_name -> limitd.v1.List
+	61,  // 36: limitd.v1.ListBansResponse.bans:type_name -> limitd.v1.Ban
+	66,  // 37: limitd.v1.PutWebhookRequest.webhook:type_name -> limitd.v1.Webhook
+	66,  // 38: limitd.v1.ListWebhooksResponse.webhooks:type_name -> limitd.v1.Webhook
+	2,   // 39: limitd.v1.CostResponse.decision:type_name -> limitd.v1.Decision
+	97,  // 40: limitd.v1.GetUsageRequest.from:type_name -> google.protobuf.Timestamp
+	97,  // 41: limitd.v1.GetUsageRequest.to:type_name -> google.protobuf.Timestamp
+	97,  // 42: limitd.v1.UsageWindow.start:type_name -> google.protobuf.Timestamp
+	97,  // 43: limitd.v1.UsageWindow.end:type_name -> google.protobuf.Timestamp
+	79,  // 44: limitd.v1.GetUsageResponse.windows:type_name -> limitd.v1.UsageWindow
+	97,  // 45: limitd.v1.ExportUsageRequest.window:type_name -> google.protobuf.Timestamp
+	94,  // 46: limitd.v1.ExportUsageMessage.header:type_name -> limitd.v1.ExportUsageMessage.Header
+	95,  // 47: limitd.v1.ExportUsageMessage.row:type_name -> limitd.v1.ExportUsageMessage.Row
+	97,  // 48: limitd.v1.TopKeysResponse.at:type_name -> google.protobuf.Timestamp
+	84,  // 49: limitd.v1.TopKeysResponse.keys:type_name -> limitd.v1.TopKey
+	14,  // 50: limitd.v1.SlotBatchRequest.items:type_name -> limitd.v1.SlotRequest
+	15,  // 51: limitd.v1.SlotBatchResult.response:type_name -> limitd.v1.SlotResponse
+	8,   // 52: limitd.v1.SlotBatchResult.error:type_name -> limitd.v1.Error
+	87,  // 53: limitd.v1.SlotBatchResponse.results:type_name -> limitd.v1.SlotBatchResult
+	74,  // 54: limitd.v1.SettleBatchRequest.items:type_name -> limitd.v1.SettleRequest
+	76,  // 55: limitd.v1.SettleBatchResult.response:type_name -> limitd.v1.CostResponse
+	8,   // 56: limitd.v1.SettleBatchResult.error:type_name -> limitd.v1.Error
+	90,  // 57: limitd.v1.SettleBatchResponse.results:type_name -> limitd.v1.SettleBatchResult
+	0,   // 58: limitd.v1.Plan.LimitsEntry.value:type_name -> limitd.v1.Limit
+	49,  // 59: limitd.v1.Override.LimitsEntry.value:type_name -> limitd.v1.LimitOverride
+	97,  // 60: limitd.v1.ExportUsageMessage.Header.start:type_name -> google.protobuf.Timestamp
+	97,  // 61: limitd.v1.ExportUsageMessage.Header.end:type_name -> google.protobuf.Timestamp
+	1,   // 62: limitd.v1.Limitd.Check:input_type -> limitd.v1.CheckRequest
+	5,   // 63: limitd.v1.Limitd.CheckAll:input_type -> limitd.v1.CheckAllRequest
+	7,   // 64: limitd.v1.Limitd.Batch:input_type -> limitd.v1.BatchRequest
+	11,  // 65: limitd.v1.Limitd.Peek:input_type -> limitd.v1.PeekRequest
+	12,  // 66: limitd.v1.Limitd.Reset:input_type -> limitd.v1.ResetRequest
+	14,  // 67: limitd.v1.Limitd.Release:input_type -> limitd.v1.SlotRequest
+	14,  // 68: limitd.v1.Limitd.Renew:input_type -> limitd.v1.SlotRequest
+	19,  // 69: limitd.v1.Limitd.PutPolicy:input_type -> limitd.v1.PutPolicyRequest
+	20,  // 70: limitd.v1.Limitd.GetPolicy:input_type -> limitd.v1.GetPolicyRequest
+	21,  // 71: limitd.v1.Limitd.ListPolicies:input_type -> limitd.v1.ListPoliciesRequest
+	23,  // 72: limitd.v1.Limitd.DeletePolicy:input_type -> limitd.v1.DeletePolicyRequest
+	26,  // 73: limitd.v1.Limitd.PutRLSDomain:input_type -> limitd.v1.PutRLSDomainRequest
+	27,  // 74: limitd.v1.Limitd.GetRLSDomain:input_type -> limitd.v1.GetRLSDomainRequest
+	28,  // 75: limitd.v1.Limitd.ListRLSDomains:input_type -> limitd.v1.ListRLSDomainsRequest
+	30,  // 76: limitd.v1.Limitd.DeleteRLSDomain:input_type -> limitd.v1.DeleteRLSDomainRequest
+	33,  // 77: limitd.v1.Limitd.PutPlan:input_type -> limitd.v1.PutPlanRequest
+	34,  // 78: limitd.v1.Limitd.GetPlan:input_type -> limitd.v1.GetPlanRequest
+	35,  // 79: limitd.v1.Limitd.ListPlans:input_type -> limitd.v1.ListPlansRequest
+	37,  // 80: limitd.v1.Limitd.DeletePlan:input_type -> limitd.v1.DeletePlanRequest
+	39,  // 81: limitd.v1.Limitd.SetDefaultPlan:input_type -> limitd.v1.SetDefaultPlanRequest
+	41,  // 82: limitd.v1.Limitd.AssignPlan:input_type -> limitd.v1.AssignPlanRequest
+	42,  // 83: limitd.v1.Limitd.GetKeyPlan:input_type -> limitd.v1.GetKeyPlanRequest
+	44,  // 84: limitd.v1.Limitd.PutPrefixRule:input_type -> limitd.v1.PrefixRule
+	45,  // 85: limitd.v1.Limitd.DeletePrefixRule:input_type -> limitd.v1.DeletePrefixRuleRequest
+	47,  // 86: limitd.v1.Limitd.ListPrefixRules:input_type -> limitd.v1.ListPrefixRulesRequest
+	50,  // 87: limitd.v1.Limitd.PutOverride:input_type -> limitd.v1.Override
+	51,  // 88: limitd.v1.Limitd.DeleteOverride:input_type -> limitd.v1.DeleteOverrideRequest
+	55,  // 89: limitd.v1.Limitd.PutList:input_type -> limitd.v1.PutListRequest
+	56,  // 90: limitd.v1.Limitd.GetList:input_type -> limitd.v1.GetListRequest
+	57,  // 91: limitd.v1.Limitd.ListLists:input_type -> limitd.v1.ListListsRequest
+	59,  // 92: limitd.v1.Limitd.DeleteList:input_type -> limitd.v1.DeleteListRequest
+	62,  // 93: limitd.v1.Limitd.ListBans:input_type -> limitd.v1.ListBansRequest
+	64,  // 94: limitd.v1.Limitd.Unban:input_type -> limitd.v1.UnbanRequest
+	67,  // 95: limitd.v1.Limitd.PutWebhook:input_type -> limitd.v1.PutWebhookRequest
+	68,  // 96: limitd.v1.Limitd.GetWebhook:input_type -> limitd.v1.GetWebhookRequest
+	69,  // 97: limitd.v1.Limitd.ListWebhooks:input_type -> limitd.v1.ListWebhooksRequest
+	71,  // 98: limitd.v1.Limitd.DeleteWebhook:input_type -> limitd.v1.DeleteWebhookRequest
+	74,  // 99: limitd.v1.Limitd.Settle:input_type -> limitd.v1.SettleRequest
+	75,  // 100: limitd.v1.Limitd.Refund:input_type -> limitd.v1.RefundRequest
+	78,  // 101: limitd.v1.Limitd.GetUsage:input_type -> limitd.v1.GetUsageRequest
+	81,  // 102: limitd.v1.Limitd.ExportUsage:input_type -> limitd.v1.ExportUsageRequest
+	83,  // 103: limitd.v1.Limitd.TopKeys:input_type -> limitd.v1.TopKeysRequest
+	86,  // 104: limitd.v1.Limitd.ReleaseBatch:input_type -> limitd.v1.SlotBatchRequest
+	86,  // 105: limitd.v1.Limitd.RenewBatch:input_type -> limitd.v1.SlotBatchRequest
+	89,  // 106: limitd.v1.Limitd.SettleBatch:input_type -> limitd.v1.SettleBatchRequest
+	4,   // 107: limitd.v1.Limitd.Check:output_type -> limitd.v1.CheckResponse
+	6,   // 108: limitd.v1.Limitd.CheckAll:output_type -> limitd.v1.CheckAllResponse
+	10,  // 109: limitd.v1.Limitd.Batch:output_type -> limitd.v1.BatchResponse
+	4,   // 110: limitd.v1.Limitd.Peek:output_type -> limitd.v1.CheckResponse
+	13,  // 111: limitd.v1.Limitd.Reset:output_type -> limitd.v1.ResetResponse
+	15,  // 112: limitd.v1.Limitd.Release:output_type -> limitd.v1.SlotResponse
+	15,  // 113: limitd.v1.Limitd.Renew:output_type -> limitd.v1.SlotResponse
+	16,  // 114: limitd.v1.Limitd.PutPolicy:output_type -> limitd.v1.Policy
+	16,  // 115: limitd.v1.Limitd.GetPolicy:output_type -> limitd.v1.Policy
+	22,  // 116: limitd.v1.Limitd.ListPolicies:output_type -> limitd.v1.ListPoliciesResponse
+	24,  // 117: limitd.v1.Limitd.DeletePolicy:output_type -> limitd.v1.DeletePolicyResponse
+	25,  // 118: limitd.v1.Limitd.PutRLSDomain:output_type -> limitd.v1.RLSDomain
+	25,  // 119: limitd.v1.Limitd.GetRLSDomain:output_type -> limitd.v1.RLSDomain
+	29,  // 120: limitd.v1.Limitd.ListRLSDomains:output_type -> limitd.v1.ListRLSDomainsResponse
+	31,  // 121: limitd.v1.Limitd.DeleteRLSDomain:output_type -> limitd.v1.DeleteRLSDomainResponse
+	32,  // 122: limitd.v1.Limitd.PutPlan:output_type -> limitd.v1.Plan
+	32,  // 123: limitd.v1.Limitd.GetPlan:output_type -> limitd.v1.Plan
+	36,  // 124: limitd.v1.Limitd.ListPlans:output_type -> limitd.v1.ListPlansResponse
+	38,  // 125: limitd.v1.Limitd.DeletePlan:output_type -> limitd.v1.DeletePlanResponse
+	40,  // 126: limitd.v1.Limitd.SetDefaultPlan:output_type -> limitd.v1.SetDefaultPlanResponse
+	43,  // 127: limitd.v1.Limitd.AssignPlan:output_type -> limitd.v1.KeyPlan
+	43,  // 128: limitd.v1.Limitd.GetKeyPlan:output_type -> limitd.v1.KeyPlan
+	44,  // 129: limitd.v1.Limitd.PutPrefixRule:output_type -> limitd.v1.PrefixRule
+	46,  // 130: limitd.v1.Limitd.DeletePrefixRule:output_type -> limitd.v1.DeletePrefixRuleResponse
+	48,  // 131: limitd.v1.Limitd.ListPrefixRules:output_type -> limitd.v1.ListPrefixRulesResponse
+	50,  // 132: limitd.v1.Limitd.PutOverride:output_type -> limitd.v1.Override
+	52,  // 133: limitd.v1.Limitd.DeleteOverride:output_type -> limitd.v1.DeleteOverrideResponse
+	53,  // 134: limitd.v1.Limitd.PutList:output_type -> limitd.v1.List
+	53,  // 135: limitd.v1.Limitd.GetList:output_type -> limitd.v1.List
+	58,  // 136: limitd.v1.Limitd.ListLists:output_type -> limitd.v1.ListListsResponse
+	60,  // 137: limitd.v1.Limitd.DeleteList:output_type -> limitd.v1.DeleteListResponse
+	63,  // 138: limitd.v1.Limitd.ListBans:output_type -> limitd.v1.ListBansResponse
+	65,  // 139: limitd.v1.Limitd.Unban:output_type -> limitd.v1.UnbanResponse
+	66,  // 140: limitd.v1.Limitd.PutWebhook:output_type -> limitd.v1.Webhook
+	66,  // 141: limitd.v1.Limitd.GetWebhook:output_type -> limitd.v1.Webhook
+	70,  // 142: limitd.v1.Limitd.ListWebhooks:output_type -> limitd.v1.ListWebhooksResponse
+	72,  // 143: limitd.v1.Limitd.DeleteWebhook:output_type -> limitd.v1.DeleteWebhookResponse
+	76,  // 144: limitd.v1.Limitd.Settle:output_type -> limitd.v1.CostResponse
+	76,  // 145: limitd.v1.Limitd.Refund:output_type -> limitd.v1.CostResponse
+	80,  // 146: limitd.v1.Limitd.GetUsage:output_type -> limitd.v1.GetUsageResponse
+	82,  // 147: limitd.v1.Limitd.ExportUsage:output_type -> limitd.v1.ExportUsageMessage
+	85,  // 148: limitd.v1.Limitd.TopKeys:output_type -> limitd.v1.TopKeysResponse
+	88,  // 149: limitd.v1.Limitd.ReleaseBatch:output_type -> limitd.v1.SlotBatchResponse
+	88,  // 150: limitd.v1.Limitd.RenewBatch:output_type -> limitd.v1.SlotBatchResponse
+	91,  // 151: limitd.v1.Limitd.SettleBatch:output_type -> limitd.v1.SettleBatchResponse
+	107, // [107:152] is the sub-list for method output_type
+	62,  // [62:107] is the sub-list for method input_type
+	62,  // [62:62] is the sub-list for extension type_name
+	62,  // [62:62] is the sub-list for extension extendee
+	0,   // [0:62] is the sub-list for field type_name
 }
 
 func init() { file_limitd_v1_limitd_proto_init() }
@@ -5630,13 +6011,21 @@ func file_limitd_v1_limitd_proto_init() {
 		(*ExportUsageMessage_Header_)(nil),
 		(*ExportUsageMessage_Row_)(nil),
 	}
+	file_limitd_v1_limitd_proto_msgTypes[87].OneofWrappers = []any{
+		(*SlotBatchResult_Response)(nil),
+		(*SlotBatchResult_Error)(nil),
+	}
+	file_limitd_v1_limitd_proto_msgTypes[90].OneofWrappers = []any{
+		(*SettleBatchResult_Response)(nil),
+		(*SettleBatchResult_Error)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_limitd_v1_limitd_proto_rawDesc), len(file_limitd_v1_limitd_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   90,
+			NumMessages:   96,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
