@@ -17,7 +17,8 @@ var ErrRefused = errors.New("limitd: refused")
 type Reservation struct {
 	ID string // the token POST /v1/settle takes
 	// Expires is when the hold ends, by this client's clock; unsettled by
-	// then, the reservation stays settled at its estimate.
+	// then, the reservation stays settled at its estimate (or is given back
+	// under a policy with ReservationExpiry "return").
 	Expires  time.Time
 	Decision Decision
 }

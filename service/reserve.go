@@ -19,7 +19,8 @@ import (
 //   - a check with Reserve spends its estimated cost now and answers a
 //     reservation; Settle gives the actual cost, refunding the difference or
 //     charging the extra; a reservation not settled by its hold's end stays
-//     settled at its estimate;
+//     settled at its estimate, or, under a policy's reservation_expiry
+//     "return", is given back (reserve_expiry.go);
 //   - a check with Overdraft always applies: past the limit the key goes
 //     into debt, refused until the debt has refilled or rolled;
 //   - Refund gives back at most what a request id's check spent, in the
@@ -198,7 +199,7 @@ type CostResult struct {
 // Settle settles the reservation at r.Cost, exactly once: a repeat with the
 // same cost replays the answer, another cost is a conflict naming cost, and
 // a settle at or after the hold's end is refused naming reservation (it was
-// settled at its estimate).
+// settled at its estimate, or returned under reservation_expiry "return").
 func (s *Service) Settle(ctx context.Context, r *SettleRequest) (CostResult, *Error) {
 	c, l, e := s.settleCheck(r)
 	if e != nil {
