@@ -673,7 +673,9 @@ func (a *applier) spent(checks []checkRef, res *Result, now int64) bool {
 		return false
 	}
 	ck, d := &checks[0], &res.Decisions[0]
-	if ck.cost <= 0 || ck.costs.flags&(costSettle|costRefund) != 0 || ck.kind != limitPolicy && ck.kind != limitSpec ||
+	// A reserve's estimate comes back through its settle or its return at
+	// expiry, never a refund too: else it could be given back twice.
+	if ck.cost <= 0 || ck.costs.flags&(costSettle|costRefund|costReserve) != 0 || ck.kind != limitPolicy && ck.kind != limitSpec ||
 		d.ShadowRefused || d.Slot != "" || d.Reason != nodeapi.ReasonNone || !a.lims[0].spec.Algorithm.CanOverdraw() {
 		return false
 	}
@@ -750,7 +752,7 @@ func (a *applier) refund(tx *persist.Tx, ck *checkRef, decs []Decision, now int6
 		return Result{}, fmt.Errorf("request %q: %w: %v", id, persist.ErrCorrupt, err)
 	}
 	if !ok {
-		return Result{Err: &Error{Code: CodeInvalidArgument, Field: "request_id", Message: fmt.Sprintf("request %q spent nothing that can be refunded (refused, a peek, a group of checks, a slot, or under a limit that cannot be credited exactly)", id)}}, nil
+		return Result{Err: &Error{Code: CodeInvalidArgument, Field: "request_id", Message: fmt.Sprintf("request %q spent nothing that can be refunded (refused, a peek, a group of checks, a slot, a reserve — settle it instead —, or under a limit that cannot be credited exactly)", id)}}, nil
 	}
 	if left := sp.cost - sp.refunded; ck.cost > left {
 		return Result{Err: &Error{Code: CodeInvalidArgument, Field: "cost", Message: fmt.Sprintf("request %q spent %d and has %d refunded already: at most %d can be given back", id, sp.cost, sp.refunded, left)}}, nil

@@ -19,6 +19,7 @@ type costModel struct {
 	window, count int64
 	res           map[string]*modelReservation
 	spent         map[string]*modelSpent
+	reserveIDs    map[string]int64 // a reserve's request id: its retention's end
 	// settled, expired: reservations settled, and ended open (settled at
 	// their estimate) since the last restart (the counters are per process).
 	settled, expired int
@@ -84,7 +85,7 @@ func TestReserveSettleModel(t *testing.T) {
 		one := func(now int64, op Op) Result {
 			return apply(EncodeCheck(nil, now, 0, []Op{op})).([]Result)[0]
 		}
-		m := &costModel{res: map[string]*modelReservation{}, spent: map[string]*modelSpent{}, returns: rapid.Bool().Draw(rt, "returnAtExpiry")}
+		m := &costModel{res: map[string]*modelReservation{}, spent: map[string]*modelSpent{}, reserveIDs: map[string]int64{}, returns: rapid.Bool().Draw(rt, "returnAtExpiry")}
 		pol := Policy{Name: "f", Spec: spec}
 		if m.returns {
 			pol.Options.ReservationExpiry = nodeapi.ExpiryReturn
@@ -136,8 +137,8 @@ func TestReserveSettleModel(t *testing.T) {
 				m.count += est
 				m.res[d.Reservation] = &modelReservation{estimate: est, window: m.window, end: now + int64(hold), settled: -1}
 				ids = append(ids, d.Reservation)
-				if op.RequestID != "" { // a reserve with a request id spent, too
-					m.spent[op.RequestID] = &modelSpent{cost: est, window: m.window, expiry: now + int64(DefaultRetention)}
+				if op.RequestID != "" { // refunded never: its settle or return gives back
+					m.reserveIDs[op.RequestID] = now + int64(DefaultRetention)
 					reqs = append(reqs, op.RequestID)
 				}
 			case 2, 3: // a settle, sometimes late: past holds the sweep has not yet reached
@@ -225,6 +226,12 @@ func TestReserveSettleModel(t *testing.T) {
 				case n == 0:
 					if r.Err == nil || r.Err.Field != "cost" {
 						rt.Fatalf("refund of 0: %+v", r)
+					}
+				case sp == nil && m.reserveIDs[id] > now:
+					// A reserve's estimate is given back once, by its settle
+					// or its return: a refund of its request id gives nothing.
+					if r.Err == nil || r.Err.Code != CodeInvalidArgument || r.Err.Field != "request_id" {
+						rt.Fatalf("refund of reserve %s: %+v", id, r)
 					}
 				case sp == nil || sp.expiry <= now:
 					if r.Err == nil || r.Err.Code != CodeNotFound || r.Err.Field != "request_id" {
