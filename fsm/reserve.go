@@ -498,7 +498,7 @@ func (a *applier) settle(tx *persist.Tx, ck *checkRef, lim *limit, decs []Decisi
 	if rs.Expiry <= now { // decided from the entry's time, swept or not
 		msg := fmt.Sprintf("reservation %q ended %s ago: it was settled at its estimate %d", id, time.Duration(now-rs.Expiry), r.estimate)
 		if r.returns {
-			msg = fmt.Sprintf("reservation %q ended %s ago: its estimate %d was returned (reservation_expiry \"return\")", id, time.Duration(now-rs.Expiry), r.estimate)
+			msg = fmt.Sprintf("reservation %q ended %s ago: its estimate %d is given back by the expiry sweep (reservation_expiry \"return\")", id, time.Duration(now-rs.Expiry), r.estimate)
 		}
 		if r.settled >= 0 {
 			msg = fmt.Sprintf("reservation %q was settled at cost %d and its hold has ended", id, r.settled)
