@@ -183,3 +183,16 @@ func TestCostBatchRoutesGuardedLikeTheirSingleRoutes(t *testing.T) {
 		}
 	}
 }
+
+// The pair batches have their own "endpoint" label in
+// limitd_http_responses_total; their single routes stay "other".
+func TestPairBatchRoutesHaveTheirMetricsLabel(t *testing.T) {
+	for path, want := range map[string]string{
+		"/v1/release/batch": "pair_batch", "/v1/renew/batch": "pair_batch", "/v1/settle/batch": "pair_batch",
+		"/v1/release": "other", "/v1/settle/batch/x": "other",
+	} {
+		if got := routeNames[routeOf(path)]; got != want {
+			t.Errorf("routeOf(%q) = %s, want %s", path, got, want)
+		}
+	}
+}
