@@ -184,7 +184,7 @@ func (b *pairBatcher) send(items []*pairItem) {
 			w = append(w, it.body...)
 		}
 		*body = append(w, "]}"...)
-		c.batches.Add(1)
+		c.pairBatches.Add(1)
 		_, err := c.send(ctx, http.MethodPost, host, b.path, *body, false, out)
 		return err
 	})

@@ -44,9 +44,11 @@ func (ps *pairServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	ps.mu.Lock()
 	ps.hits[r.URL.Path]++
-	gate := ps.gate
-	ps.gate = nil
 	batch := strings.HasSuffix(r.URL.Path, "/batch")
+	var gate chan struct{}
+	if batch {
+		gate, ps.gate = ps.gate, nil
+	}
 	if batch && ps.noBatch {
 		ps.mu.Unlock()
 		w.WriteHeader(404)
@@ -61,7 +63,7 @@ func (ps *pairServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ps.mu.Unlock()
-	if gate != nil && batch {
+	if gate != nil {
 		<-gate
 	}
 	ps.mu.Lock()
@@ -113,7 +115,7 @@ func (ps *pairServer) counts() (map[string]int, []int) {
 
 // waitPending waits until n items wait in b (the first batch is held at
 // the server meanwhile).
-func waitPending(t *testing.T, b *pairBatcher, n int) {
+func waitPending(t *testing.T, b *pairBatcher, n int, gate chan struct{}) {
 	t.Helper()
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
 		b.mu.Lock()
@@ -123,7 +125,11 @@ func waitPending(t *testing.T, b *pairBatcher, n int) {
 			return
 		}
 	}
-	t.Fatalf("%d items never pending", n)
+	close(gate) // the held request must end, or the server's Close waits for it
+	b.mu.Lock()
+	got, inflight := len(b.pending), b.inflight
+	b.mu.Unlock()
+	t.Fatalf("%d items never pending (%d pending, %d in flight)", n, got, inflight)
 }
 
 // Concurrent releases go out as batches, as checks do: the first alone,
@@ -131,7 +137,8 @@ func waitPending(t *testing.T, b *pairBatcher, n int) {
 // gets its own answer.
 func TestConcurrentReleasesAreCoalescedIntoBatches(t *testing.T) {
 	ps, c := newPairServer(t)
-	ps.gate = make(chan struct{})
+	gate := make(chan struct{})
+	ps.gate = gate
 	ctx := context.Background()
 	var wg sync.WaitGroup
 	got := make([]SlotStatus, 10)
@@ -142,13 +149,23 @@ func TestConcurrentReleasesAreCoalescedIntoBatches(t *testing.T) {
 	}
 	wg.Add(1)
 	go release(0)
-	waitPending(t, c.pb.release, 0)
+	// The first release is at the server (held by the gate) before the
+	// others are called.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		if hits, _ := ps.counts(); hits["/v1/release/batch"] == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			close(gate)
+			t.Fatal("the first release never reached the server")
+		}
+	}
 	for i := 1; i < 10; i++ {
 		wg.Add(1)
 		go release(i)
 	}
-	waitPending(t, c.pb.release, 9)
-	close(ps.gate)
+	waitPending(t, c.pb.release, 9, gate)
+	close(gate)
 	wg.Wait()
 	for i := range got {
 		if errs[i] != nil || !got[i].Done {
@@ -158,6 +175,9 @@ func TestConcurrentReleasesAreCoalescedIntoBatches(t *testing.T) {
 	hits, items := ps.counts()
 	if hits["/v1/release/batch"] != 2 || hits["/v1/release"] != 0 || len(items) != 2 || items[0]+items[1] != 10 || items[1] != 9 {
 		t.Fatalf("requests %v, items per batch %v: want 2 batches of 1 and 9", hits, items)
+	}
+	if st := c.Stats(); st.PairBatches != 2 || st.Batches != 0 {
+		t.Fatalf("stats %+v: want 2 pair batches and no check batch", st)
 	}
 }
 
