@@ -20,7 +20,8 @@ import (
 // request, so a pair costs the server about two coalesced items rather
 // than a coalesced check and a request of its own. Every item is safe to
 // repeat (a release frees once, a renewal moves the end to now + hold, a
-// settle applies once and replays), so a batch is retried as a whole. A node
+// settle applies once and replays), so a batch is retried as a whole; a
+// lone item is sent by its single route. A node
 // that does not know the batch route (404) is sent single requests from
 // then on; one that takes fewer items than sent (an error naming the batch's
 // field) gets halves.
@@ -143,7 +144,10 @@ func (b *pairBatcher) run() {
 // deadline, and delivers each item's answer or error.
 func (b *pairBatcher) send(items []*pairItem) {
 	c := b.c
-	if b.unsupported.Load() {
+	// A lone item goes by its single route: the same answer, and a caller
+	// that never has two at once (the CLI, sequential code) sends what it
+	// always sent.
+	if len(items) == 1 || b.unsupported.Load() {
 		for _, it := range items {
 			b.sendOne(it)
 		}

@@ -22,7 +22,7 @@ type pairServer struct {
 	items    []int // per batch request, in arrival order
 	freed    map[string]bool
 	settled  map[string]bool
-	gate     chan struct{} // when set, the first batch waits for it
+	gate     chan struct{} // when set, the first pair request waits for it
 	fail     int           // batch requests to answer 503 unavailable first
 	noBatch  bool          // answer 404 to the batch routes, as an older node
 	errorFor string        // a slot answered not_found in a batch
@@ -46,7 +46,7 @@ func (ps *pairServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ps.hits[r.URL.Path]++
 	batch := strings.HasSuffix(r.URL.Path, "/batch")
 	var gate chan struct{}
-	if batch {
+	if r.URL.Path != "/v1/cluster" { // not the client's leader lookup
 		gate, ps.gate = ps.gate, nil
 	}
 	if batch && ps.noBatch {
@@ -132,52 +132,65 @@ func waitPending(t *testing.T, b *pairBatcher, n int, gate chan struct{}) {
 	t.Fatalf("%d items never pending (%d pending, %d in flight)", n, got, inflight)
 }
 
-// Concurrent releases go out as batches, as checks do: the first alone,
-// the nine that arrived while it was in flight as one request; each caller
-// gets its own answer.
-func TestConcurrentReleasesAreCoalescedIntoBatches(t *testing.T) {
-	ps, c := newPairServer(t)
+// concurrently calls first, holds it at the server until the calls of
+// rest (started once first is there) all wait in b, then lets them go: first
+// goes alone (by its single route), rest as one batch.
+func concurrently(t *testing.T, ps *pairServer, b *pairBatcher, first func(), rest ...func()) {
+	t.Helper()
 	gate := make(chan struct{})
+	ps.mu.Lock()
 	ps.gate = gate
-	ctx := context.Background()
+	ps.mu.Unlock()
 	var wg sync.WaitGroup
-	got := make([]SlotStatus, 10)
-	errs := make([]error, 10)
-	release := func(i int) {
-		defer wg.Done()
-		got[i], errs[i] = c.Release(ctx, Request{Key: "job", Policy: "workers"}, "s"+string(rune('0'+i)))
-	}
-	wg.Add(1)
-	go release(0)
-	// The first release is at the server (held by the gate) before the
-	// others are called.
+	wg.Add(1 + len(rest))
+	go func() { defer wg.Done(); first() }()
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
-		if hits, _ := ps.counts(); hits["/v1/release/batch"] == 1 {
+		ps.mu.Lock()
+		held := ps.gate == nil
+		ps.mu.Unlock()
+		if held {
 			break
 		}
 		if time.Now().After(deadline) {
 			close(gate)
-			t.Fatal("the first release never reached the server")
+			t.Fatal("the first call never reached the server")
 		}
 	}
-	for i := 1; i < 10; i++ {
-		wg.Add(1)
-		go release(i)
+	for _, f := range rest {
+		go func() { defer wg.Done(); f() }()
 	}
-	waitPending(t, c.pb.release, 9, gate)
+	waitPending(t, b, len(rest), gate)
 	close(gate)
 	wg.Wait()
+}
+
+// Concurrent releases go out as batches, as checks do: the first alone (by
+// its single route), the nine that arrived while it was in flight as one
+// request; each caller gets its own answer.
+func TestConcurrentReleasesAreCoalescedIntoBatches(t *testing.T) {
+	ps, c := newPairServer(t)
+	ctx := context.Background()
+	got := make([]SlotStatus, 10)
+	errs := make([]error, 10)
+	release := func(i int) func() {
+		return func() { got[i], errs[i] = c.Release(ctx, Request{Key: "job", Policy: "workers"}, "s"+string(rune('0'+i))) }
+	}
+	var rest []func()
+	for i := 1; i < 10; i++ {
+		rest = append(rest, release(i))
+	}
+	concurrently(t, ps, c.pb.release, release(0), rest...)
 	for i := range got {
 		if errs[i] != nil || !got[i].Done {
 			t.Fatalf("release %d: %+v %v", i, got[i], errs[i])
 		}
 	}
 	hits, items := ps.counts()
-	if hits["/v1/release/batch"] != 2 || hits["/v1/release"] != 0 || len(items) != 2 || items[0]+items[1] != 10 || items[1] != 9 {
-		t.Fatalf("requests %v, items per batch %v: want 2 batches of 1 and 9", hits, items)
+	if hits["/v1/release/batch"] != 1 || hits["/v1/release"] != 1 || len(items) != 1 || items[0] != 9 {
+		t.Fatalf("requests %v, items per batch %v: want one single release, then one batch of 9", hits, items)
 	}
-	if st := c.Stats(); st.PairBatches != 2 || st.Batches != 0 {
-		t.Fatalf("stats %+v: want 2 pair batches and no check batch", st)
+	if st := c.Stats(); st.PairBatches != 1 || st.Batches != 0 {
+		t.Fatalf("stats %+v: want 1 pair batch and no check batch", st)
 	}
 }
 
@@ -185,10 +198,21 @@ func TestConcurrentReleasesAreCoalescedIntoBatches(t *testing.T) {
 func TestBatchedReleaseErrorIsTheCallers(t *testing.T) {
 	ps, c := newPairServer(t)
 	ps.errorFor = "gone"
-	_, err := c.Release(context.Background(), Request{Key: "job", Policy: "workers"}, "gone")
+	ctx := context.Background()
+	var err error
+	var ok SlotStatus
+	concurrently(t, ps, c.pb.release, func() { _, _ = c.Release(ctx, Request{Key: "job", Policy: "workers"}, "first") },
+		func() { _, err = c.Release(ctx, Request{Key: "job", Policy: "workers"}, "gone") },
+		func() { ok, _ = c.Release(ctx, Request{Key: "job", Policy: "workers"}, "other") })
 	var e *Error
 	if !errors.As(err, &e) || e.Code != CodeNotFound || e.Field != "slot" || !errors.Is(err, ErrNotFound) {
 		t.Fatalf("err %v (%+v), want not_found on slot", err, e)
+	}
+	if !ok.Done {
+		t.Fatalf("the other item of the batch: %+v", ok)
+	}
+	if hits, _ := ps.counts(); hits["/v1/release/batch"] != 1 {
+		t.Fatalf("requests %v: want the two in one batch", hits)
 	}
 }
 
@@ -198,15 +222,19 @@ func TestBatchedReleaseErrorIsTheCallers(t *testing.T) {
 func TestBatchedSettleRetriesAsAWhole(t *testing.T) {
 	ps, c := newPairServer(t)
 	ps.fail = 1
-	s, err := c.Settle(context.Background(), "r1.x", 5)
-	if err != nil || s.Credited != 5 || s.Remaining != 7 || s.Replayed {
-		t.Fatalf("settle: %+v %v", s, err)
+	ctx := context.Background()
+	var s1, s2 Settled
+	var e1, e2 error
+	concurrently(t, ps, c.pb.settle, func() { _, _ = c.Settle(ctx, "r1.first", 5) },
+		func() { s1, e1 = c.Settle(ctx, "r1.a", 5) }, func() { s2, e2 = c.Settle(ctx, "r1.b", 5) })
+	if e1 != nil || e2 != nil || s1.Credited != 5 || s1.Remaining != 7 || s1.Replayed || s2.Replayed {
+		t.Fatalf("settles: %+v %v, %+v %v", s1, e1, s2, e2)
 	}
 	hits, _ := ps.counts()
-	if hits["/v1/settle/batch"] != 2 || hits["/v1/settle"] != 0 {
+	if hits["/v1/settle/batch"] != 2 || hits["/v1/settle"] != 1 {
 		t.Fatalf("requests %v: want the batch sent twice", hits)
 	}
-	if s, _ := c.Settle(context.Background(), "r1.x", 5); !s.Replayed {
+	if s, _ := c.Settle(ctx, "r1.a", 5); !s.Replayed {
 		t.Fatalf("a repeated settle: %+v", s)
 	}
 }
@@ -217,16 +245,22 @@ func TestPairCallsFallBackToSingleRoutes(t *testing.T) {
 	ps, c := newPairServer(t)
 	ps.noBatch = true
 	ctx := context.Background()
-	for i := 0; i < 3; i++ {
-		if st, err := c.Release(ctx, Request{Key: "job", Policy: "workers"}, "s"+string(rune('0'+i))); err != nil || !st.Done {
-			t.Fatalf("release %d: %+v %v", i, st, err)
+	st := make([]SlotStatus, 3)
+	errs := make([]error, 3)
+	rel := func(i int) func() {
+		return func() { st[i], errs[i] = c.Release(ctx, Request{Key: "job", Policy: "workers"}, "s"+string(rune('0'+i))) }
+	}
+	concurrently(t, ps, c.pb.release, rel(0), rel(1), rel(2))
+	for i := range st {
+		if errs[i] != nil || !st[i].Done {
+			t.Fatalf("release %d: %+v %v", i, st[i], errs[i])
 		}
 	}
-	if _, err := c.Renew(ctx, Request{Key: "job", Policy: "workers"}, "s9"); err != nil && !errors.Is(err, ErrSlotLost) {
-		t.Fatalf("renew: %v", err)
+	for i := range st { // no batcher now: straight to the single route
+		rel(i)()
 	}
 	hits, _ := ps.counts()
-	if hits["/v1/release/batch"] != 1 || hits["/v1/release"] != 3 {
+	if hits["/v1/release/batch"] != 1 || hits["/v1/release"] != 1+2+3 {
 		t.Fatalf("requests %v: want one batch attempt, then single releases", hits)
 	}
 }
