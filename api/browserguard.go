@@ -135,7 +135,8 @@ func unsupportedType(ct string) *apiError {
 func changesCluster(path string) bool {
 	switch path {
 	case "/v1/check", "/v1/check/all", "/v1/check/batch", "/v1/simulate", "/json",
-		"/v1/release", "/v1/renew": // a concurrency slot's, like its check (slots.go)
+		"/v1/release", "/v1/renew", // a concurrency slot's, like its check (slots.go)
+		"/v1/release/batch", "/v1/renew/batch": // many of them (costbatch.go)
 		return false
 	}
 	return true

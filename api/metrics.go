@@ -236,13 +236,14 @@ const (
 	routeRLS
 	routeUI
 	routeSimulate
-	routePlans // /v1/plans, /v1/prefix-rules (plans.go)
+	routePlans     // /v1/plans, /v1/prefix-rules (plans.go)
+	routePairBatch // /v1/release/batch, /v1/renew/batch, /v1/settle/batch (costbatch.go)
 	routeOther
 	numRoutes
 )
 
 var routeNames = [numRoutes]string{"check", "check_all", "check_batch", "auth", "policies", "keys",
-	"cluster", "cluster_digest", "cluster_snapshot", "cluster_join", "cluster_nodes", "healthz", "readyz", "metrics", "internal", "rls_domains", "ui", "simulate", "plans", "other"}
+	"cluster", "cluster_digest", "cluster_snapshot", "cluster_join", "cluster_nodes", "healthz", "readyz", "metrics", "internal", "rls_domains", "ui", "simulate", "plans", "pair_batch", "other"}
 
 // routeOf classifies a request path.
 func routeOf(path string) int {
@@ -285,6 +286,8 @@ func routeOf(path string) int {
 		return routeSimulate
 	case path == "/v1/plans" || strings.HasPrefix(path, "/v1/plans/") || path == "/v1/prefix-rules" || strings.HasPrefix(path, "/v1/prefix-rules/"):
 		return routePlans
+	case path == "/v1/release/batch" || path == "/v1/renew/batch" || path == "/v1/settle/batch":
+		return routePairBatch
 	}
 	return routeOther
 }

@@ -42,12 +42,15 @@ type policyJSON struct {
 	// History keeps each closed window's usage this long ("400d";
 	// fixed_window and calendar windows; usage.go).
 	History string `json:"history,omitempty"`
+	// ReservationExpiry is what becomes of a reservation whose hold ends
+	// unsettled: "settle" (the default) or "return" (reserve_expiry.go).
+	ReservationExpiry string `json:"reservation_expiry,omitempty"`
 }
 
 func policyOut(p nodeapi.Policy) policyJSON {
 	local := !p.NoLocalRefusals
 	pj := policyJSON{Name: p.Name, Config: p.Spec.Config(), Shadow: p.Shadow, LocalRefusals: &local, MaxKeys: p.MaxKeys,
-		History: service.FormatHistory(p.Options.History)}
+		History: service.FormatHistory(p.Options.History), ReservationExpiry: service.FormatReservationExpiry(p.Options.ReservationExpiry)}
 	if pj.Config.Burst != 0 {
 		pj.Burst = &pj.Config.Burst
 	}
@@ -100,7 +103,7 @@ func decodePolicy(body []byte, name, prefix string) (service.PolicyRequest, *api
 			return service.PolicyRequest{}, e
 		}
 	}
-	return service.PolicyRequest{Name: name, Config: pj.Config, Shadow: pj.Shadow, NoLocalRefusals: noLocal, Lease: lease, OnExceed: onExceed, MaxKeys: pj.MaxKeys, Degraded: degraded, Notify: pj.Notify, History: pj.History}, nil
+	return service.PolicyRequest{Name: name, Config: pj.Config, Shadow: pj.Shadow, NoLocalRefusals: noLocal, Lease: lease, OnExceed: onExceed, MaxKeys: pj.MaxKeys, Degraded: degraded, Notify: pj.Notify, History: pj.History, ReservationExpiry: pj.ReservationExpiry}, nil
 }
 
 func (s *Server) handleListPolicies(w http.ResponseWriter, _ *http.Request, _ httprouter.Params) {

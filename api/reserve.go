@@ -72,19 +72,29 @@ type refundJSON struct {
 // handleSettle serves POST /v1/settle {"reservation":…,"cost":N}.
 func (s *Server) handleSettle(w http.ResponseWriter, req *http.Request, _ httprouter.Params) {
 	s.handleCost(w, req, func(ctx context.Context, body []byte) (service.CostResult, *apiError) {
-		var sj settleJSON
-		if e := decodeStrict(body, &sj, ""); e != nil {
+		r, e := settleRequest(body)
+		if e != nil {
 			return service.CostResult{}, e
 		}
-		if sj.Cost == nil {
-			return service.CostResult{}, invalid("cost", "is required: the actual cost")
-		}
-		res, se := s.svc.Settle(ctx, &service.SettleRequest{Reservation: sj.Reservation, Cost: *sj.Cost})
+		res, se := s.svc.Settle(ctx, &r)
 		if se != nil {
 			return res, s.httpError(se)
 		}
 		return res, nil
 	})
+}
+
+// settleRequest decodes one settle (the route's body, or an item of its
+// batch).
+func settleRequest(body []byte) (service.SettleRequest, *apiError) {
+	var sj settleJSON
+	if e := decodeStrict(body, &sj, ""); e != nil {
+		return service.SettleRequest{}, e
+	}
+	if sj.Cost == nil {
+		return service.SettleRequest{}, invalid("cost", "is required: the actual cost")
+	}
+	return service.SettleRequest{Reservation: sj.Reservation, Cost: *sj.Cost}, nil
 }
 
 // handleRefund serves POST /v1/refund {"request_id":…,"cost":N}.
@@ -122,8 +132,14 @@ func (s *Server) handleCost(w http.ResponseWriter, req *http.Request,
 		writeError(w, e)
 		return
 	}
+	buf.b = append(appendCostAnswer(buf.b[:0], &res), '\n')
+	writeJSON(w, http.StatusOK, buf.b)
+}
+
+// appendCostAnswer appends a settle's or refund's answer object.
+func appendCostAnswer(b []byte, res *service.CostResult) []byte {
 	d := &res.Decision
-	b := append(buf.b[:0], `{"credited":`...)
+	b = append(b, `{"credited":`...)
 	b = strconv.AppendInt(b, res.Credited, 10)
 	b = append(b, `,"debt":`...)
 	b = strconv.AppendInt(b, res.Debt, 10)
@@ -144,7 +160,5 @@ func (s *Server) handleCost(w http.ResponseWriter, req *http.Request,
 	if res.Replayed {
 		b = append(b, `,"replayed":true`...)
 	}
-	b = append(b, "}\n"...)
-	buf.b = b
-	writeJSON(w, http.StatusOK, b)
+	return append(b, '}')
 }

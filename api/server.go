@@ -172,6 +172,9 @@ func (s *Server) routes() http.Handler {
 	r.POST("/v1/renew", noQuery(s.handleRenew))
 	r.POST("/v1/settle", noQuery(s.handleSettle)) // reserve.go
 	r.POST("/v1/refund", noQuery(s.handleRefund))
+	r.POST("/v1/release/batch", noQuery(s.handleReleaseBatch)) // costbatch.go
+	r.POST("/v1/renew/batch", noQuery(s.handleRenewBatch))
+	r.POST("/v1/settle/batch", noQuery(s.handleSettleBatch))
 	for _, m := range authMethods {
 		r.Handle(m, "/v1/auth", s.handleAuth) // the key's plan (plans.go)
 		r.Handle(m, "/v1/auth/:policy", s.handleAuth)

@@ -43,22 +43,10 @@ func (s *Server) handleSlot(w http.ResponseWriter, req *http.Request, done strin
 	if !s.readBodyInto(w, req, buf) {
 		return
 	}
-	var sj slotJSON
-	if e := decodeStrict(buf.b, &sj, ""); e != nil {
+	r, e := s.slotRequest(buf.b)
+	if e != nil {
 		writeError(w, e)
 		return
-	}
-	r := service.SlotRequest{Key: sj.Key, Policy: sj.Policy, Slot: sj.Slot}
-	if len(sj.Limit) > 0 && string(sj.Limit) != "null" {
-		if sj.Policy != "" {
-			writeError(w, s.httpError(service.Invalid("limit", "give either policy or limit, not both")))
-			return
-		}
-		var e *service.Error
-		if r.Limit, e = s.limits.Get(sj.Limit, "limit", decodeLimitConfig); e != nil {
-			writeError(w, s.httpError(e))
-			return
-		}
 	}
 	res, se := op(service.Detach(req.Context()), &r)
 	s.setLeader(w.Header())
@@ -66,7 +54,34 @@ func (s *Server) handleSlot(w http.ResponseWriter, req *http.Request, done strin
 		writeError(w, s.httpError(se))
 		return
 	}
-	b := append(buf.b[:0], `{"`...)
+	buf.b = appendSlotAnswer(buf.b[:0], done, &res)
+	buf.b = append(buf.b, '\n')
+	writeJSON(w, http.StatusOK, buf.b)
+}
+
+// slotRequest decodes one release or renewal (a route's body, or an item of
+// its batch).
+func (s *Server) slotRequest(body []byte) (service.SlotRequest, *apiError) {
+	var sj slotJSON
+	if e := decodeStrict(body, &sj, ""); e != nil {
+		return service.SlotRequest{}, e
+	}
+	r := service.SlotRequest{Key: sj.Key, Policy: sj.Policy, Slot: sj.Slot}
+	if len(sj.Limit) > 0 && string(sj.Limit) != "null" {
+		if sj.Policy != "" {
+			return r, s.httpError(service.Invalid("limit", "give either policy or limit, not both"))
+		}
+		var e *service.Error
+		if r.Limit, e = s.limits.Get(sj.Limit, "limit", decodeLimitConfig); e != nil {
+			return r, s.httpError(e)
+		}
+	}
+	return r, nil
+}
+
+// appendSlotAnswer appends a release's or renewal's answer object.
+func appendSlotAnswer(b []byte, done string, res *service.SlotResult) []byte {
+	b = append(b, `{"`...)
 	b = append(b, done...)
 	b = append(b, `":`...)
 	b = strconv.AppendBool(b, res.Done)
@@ -78,7 +93,5 @@ func (s *Server) handleSlot(w http.ResponseWriter, req *http.Request, done strin
 	b = strconv.AppendInt(b, res.Decision.Limit, 10)
 	b = append(b, `,"remaining":`...)
 	b = strconv.AppendInt(b, res.Decision.Remaining, 10)
-	b = append(b, "}\n"...)
-	buf.b = b
-	writeJSON(w, http.StatusOK, b)
+	return append(b, '}')
 }

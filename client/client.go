@@ -137,10 +137,13 @@ func WithoutRequestIDs() Option { return func(o *options) { o.noRequestID = true
 
 // Stats are the client's counters since New.
 type Stats struct {
-	Checks     uint64 // Check calls answered (by the cluster or the fail mode)
-	Batches    uint64 // coalesced /v1/check/batch requests sent, retries included
-	Retries    uint64 // attempts repeated after an unavailable or unknown outcome
-	FailedOpen uint64 // checks allowed by FailOpen
+	Checks  uint64 // Check calls answered (by the cluster or the fail mode)
+	Batches uint64 // coalesced /v1/check/batch requests sent, retries included
+	// PairBatches are coalesced /v1/release/batch, /v1/renew/batch and
+	// /v1/settle/batch requests sent, retries included (costbatch.go).
+	PairBatches uint64
+	Retries     uint64 // attempts repeated after an unavailable or unknown outcome
+	FailedOpen  uint64 // checks allowed by FailOpen
 	// FailedClosed: checks refused by FailClosed.
 	FailedClosed uint64
 	// LeaderChanges: times the client switched the node it sends to.
@@ -175,8 +178,10 @@ type Client struct {
 	idSeq    atomic.Uint64
 
 	co *coalescer
+	pb pairBatchers // costbatch.go
 	br *breaker
 
+	pairBatches                                                                       atomic.Uint64
 	checks, batches, retries, failedOpen, failedClosed, leaderChanges, shortCircuited atomic.Uint64
 }
 
@@ -246,6 +251,7 @@ func New(addrs []string, opts ...Option) (*Client, error) {
 	}
 	c.idPrefix = hex.EncodeToString(b[:]) + "-"
 	c.co = newCoalescer(c, o.coalesce)
+	c.pb = newPairBatchers(c)
 	c.br = newBreaker(o.breaker)
 	return c, nil
 }
@@ -286,7 +292,7 @@ func (c *Client) Close() error {
 // Stats returns the client's counters.
 func (c *Client) Stats() Stats {
 	return Stats{
-		Checks: c.checks.Load(), Batches: c.batches.Load(), Retries: c.retries.Load(),
+		Checks: c.checks.Load(), Batches: c.batches.Load(), PairBatches: c.pairBatches.Load(), Retries: c.retries.Load(),
 		FailedOpen: c.failedOpen.Load(), FailedClosed: c.failedClosed.Load(),
 		LeaderChanges: c.leaderChanges.Load(), ShortCircuited: c.shortCircuited.Load(),
 	}

@@ -17,7 +17,8 @@ var ErrRefused = errors.New("limitd: refused")
 type Reservation struct {
 	ID string // the token POST /v1/settle takes
 	// Expires is when the hold ends, by this client's clock; unsettled by
-	// then, the reservation stays settled at its estimate.
+	// then, the reservation stays settled at its estimate (or is given back
+	// under a policy with ReservationExpiry "return").
 	Expires  time.Time
 	Decision Decision
 }
@@ -63,12 +64,24 @@ func (c *Client) Overdraft(ctx context.Context, r Request) (Decision, int64, err
 	return d, rsv.debt, err
 }
 
-// Settle settles the reservation id at its actual cost (POST /v1/settle).
+// Settle settles the reservation id at its actual cost (POST /v1/settle;
+// concurrent settles are coalesced into POST /v1/settle/batch requests,
+// costbatch.go).
 func (c *Client) Settle(ctx context.Context, id string, actual int64) (Settled, error) {
-	return c.costCall(ctx, "/v1/settle", struct {
+	body, err := json.Marshal(struct {
 		Reservation string `json:"reservation"`
 		Cost        int64  `json:"cost"`
 	}{id, actual})
+	if err != nil {
+		return Settled{}, err
+	}
+	var out costAnswerJSON
+	// A settle is exactly once on the server (keyed by the reservation): a
+	// retry replays.
+	if err := c.pairCall(ctx, c.pb.settle, body, &out); err != nil {
+		return Settled{}, err
+	}
+	return out.settled(), nil
 }
 
 // Refund gives back up to cost units of what the check with requestID
@@ -146,17 +159,24 @@ func (c *Client) costCall(ctx context.Context, path string, in any) (Settled, er
 	if err != nil {
 		return Settled{}, err
 	}
-	var out struct {
-		Credited  int64 `json:"credited"`
-		Debt      int64 `json:"debt"`
-		Rolled    bool  `json:"rolled"`
-		Remaining int64 `json:"remaining"`
-		Replayed  bool  `json:"replayed"`
-	}
-	// A settle is exactly once on the server (keyed by the reservation): a
-	// retry replays. A refund is bounded by what its request spent.
-	if err := c.call(ctx, http.MethodPost, path, body, false, path == "/v1/settle", &out); err != nil {
+	var out costAnswerJSON
+	// A refund is not retried when it may have applied: a repeat gives
+	// back again, up to what its request spent.
+	if err := c.call(ctx, http.MethodPost, path, body, false, false, &out); err != nil {
 		return Settled{}, err
 	}
-	return Settled{Credited: out.Credited, Debt: out.Debt, Remaining: out.Remaining, Rolled: out.Rolled, Replayed: out.Replayed}, nil
+	return out.settled(), nil
+}
+
+// costAnswerJSON is a settle's or refund's answer.
+type costAnswerJSON struct {
+	Credited  int64 `json:"credited"`
+	Debt      int64 `json:"debt"`
+	Rolled    bool  `json:"rolled"`
+	Remaining int64 `json:"remaining"`
+	Replayed  bool  `json:"replayed"`
+}
+
+func (o *costAnswerJSON) settled() Settled {
+	return Settled{Credited: o.Credited, Debt: o.Debt, Remaining: o.Remaining, Rolled: o.Rolled, Replayed: o.Replayed}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net/http"
 	"time"
 )
 
@@ -57,7 +56,7 @@ func (c *Client) Acquire(ctx context.Context, r Request) (Slot, func(ctx context
 	}
 	ref := slotRef{Key: r.Key, Policy: r.Policy, Limit: r.Limit, Slot: d.Slot}
 	release := func(ctx context.Context) error {
-		_, err := c.slotCall(ctx, "/v1/release", ref)
+		_, err := c.slotCall(ctx, c.pb.release, ref)
 		return err
 	}
 	return s, release, nil
@@ -66,7 +65,7 @@ func (c *Client) Acquire(ctx context.Context, r Request) (Slot, func(ctx context
 // Renew extends a held slot by its limit's hold (never past max_hold after
 // its acquisition). A slot freed already is ErrSlotLost.
 func (c *Client) Renew(ctx context.Context, r Request, slot string) (SlotStatus, error) {
-	st, err := c.slotCall(ctx, "/v1/renew", slotRef{Key: r.Key, Policy: r.Policy, Limit: r.Limit, Slot: slot})
+	st, err := c.slotCall(ctx, c.pb.renew, slotRef{Key: r.Key, Policy: r.Policy, Limit: r.Limit, Slot: slot})
 	if err == nil && !st.Done {
 		err = ErrSlotLost
 	}
@@ -75,7 +74,7 @@ func (c *Client) Renew(ctx context.Context, r Request, slot string) (SlotStatus,
 
 // Release frees a slot (idempotent: Done false when it was freed already).
 func (c *Client) Release(ctx context.Context, r Request, slot string) (SlotStatus, error) {
-	return c.slotCall(ctx, "/v1/release", slotRef{Key: r.Key, Policy: r.Policy, Limit: r.Limit, Slot: slot})
+	return c.slotCall(ctx, c.pb.release, slotRef{Key: r.Key, Policy: r.Policy, Limit: r.Limit, Slot: slot})
 }
 
 type slotRef struct {
@@ -85,7 +84,7 @@ type slotRef struct {
 	Slot   string `json:"slot"`
 }
 
-func (c *Client) slotCall(ctx context.Context, path string, ref slotRef) (SlotStatus, error) {
+func (c *Client) slotCall(ctx context.Context, b *pairBatcher, ref slotRef) (SlotStatus, error) {
 	body, err := json.Marshal(ref)
 	if err != nil {
 		return SlotStatus{}, err
@@ -97,8 +96,9 @@ func (c *Client) slotCall(ctx context.Context, path string, ref slotRef) (SlotSt
 		Remaining     int64 `json:"remaining"`
 	}
 	// Both are safe to repeat: a release frees a slot once, and a renewal
-	// only moves the end to now + hold.
-	if err := c.call(ctx, http.MethodPost, path, body, false, true, &out); err != nil {
+	// only moves the end to now + hold. Coalesced with concurrent ones
+	// (costbatch.go).
+	if err := c.pairCall(ctx, b, body, &out); err != nil {
 		return SlotStatus{}, err
 	}
 	st := SlotStatus{Remaining: out.Remaining}

@@ -61,6 +61,11 @@ type Policy struct {
 	// share ({Mode: "share"}; docs/CLUSTER.md "Degraded mode"); nil: none
 	// (503). Like Lease, a put without it turns it off.
 	Degraded *Degraded `json:"degraded,omitempty" yaml:"degraded,omitempty"`
+	// ReservationExpiry is what becomes of a reservation whose hold ends
+	// before a settle: "settle" or "" (the default: it stays charged at its
+	// estimate) or "return" (its estimate is given back, in the window it
+	// was spent in; docs/API.md "Costs known later"). GetPolicy sets it.
+	ReservationExpiry string `json:"reservation_expiry,omitempty" yaml:"reservation_expiry,omitempty"`
 }
 
 // Degraded is a policy's degraded option; Mode "share" is the one mode.

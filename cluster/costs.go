@@ -8,7 +8,7 @@ import (
 
 // costCollectors count what the applied log did with costs known later
 // (fsm/reserve.go): reservations made, settled, and ended open (settled at
-// their estimate), refunds, overdrafts, and the units given back or charged
+// their estimate, or returned), refunds, overdrafts, and the units given back or charged
 // past the limit. Every replica counts the same log; the counters restart
 // with the process.
 func costCollectors(f *fsm.FSM) []prometheus.Collector {
@@ -25,6 +25,10 @@ func costCollectors(f *fsm.FSM) []prometheus.Collector {
 			func(c *fsm.CostCounts) uint64 { return c.Settled }),
 		counter("limitd_reservations_expired_total", "Reservations whose hold ended before a settle: settled at their estimate.",
 			func(c *fsm.CostCounts) uint64 { return c.Expired }),
+		counter("limitd_reservations_returned_total", "Reservations whose hold ended before a settle under reservation_expiry \"return\": their estimate given back.",
+			func(c *fsm.CostCounts) uint64 { return c.Returned }),
+		counter("limitd_reservations_returned_units_total", "Units given back by reservations returned at their hold's end (none once their window had rolled).",
+			func(c *fsm.CostCounts) uint64 { return c.ReturnedUnits }),
 		counter("limitd_refunds_total", "Refunds (POST /v1/refund) applied, including those that found the window rolled.",
 			func(c *fsm.CostCounts) uint64 { return c.Refunds }),
 		counter("limitd_overdrafts_total", "Overdraft checks charged past their limit.",

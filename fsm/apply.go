@@ -362,7 +362,7 @@ func (a *applier) check(tx *persist.Tx, c *command) ([]Result, error) {
 		}
 		results[i] = res
 	}
-	if _, err := tx.ExpireWith(now, 2*len(c.ops)+16, a.keepExpired); err != nil {
+	if _, err := a.expire(tx, now, 2*len(c.ops)+16); err != nil { // reserve.go
 		return nil, err
 	}
 	return results, nil
@@ -664,7 +664,7 @@ func (a *applier) keepExpired(key, data []byte, now int64) int64 {
 		return a.keepPlanLimit(key, data, now) // plan.go
 	}
 	if len(key) > 0 && key[0] == reservationKeyPrefix {
-		return a.reservationSwept(data) // reserve.go
+		return a.reservationSwept(key, data) // reserve.go
 	}
 	if len(key) < 2 || key[0] != 'p' {
 		return 0

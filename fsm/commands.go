@@ -129,7 +129,7 @@ func init() {
 		},
 		apply: func(a *applier, tx *persist.Tx, c *command) (interface{}, error) {
 			now := clamp(tx, c.now)
-			n, err := tx.ExpireWith(now, c.max, a.keepExpired)
+			n, err := a.expire(tx, now, c.max)
 			if err != nil {
 				return nil, err
 			}

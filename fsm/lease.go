@@ -395,7 +395,7 @@ func (a *applier) grantLeases(tx *persist.Tx, c *command) ([]LeaseGrant, error) 
 		}
 		out[i] = g
 	}
-	if _, err := tx.ExpireWith(now, 2*len(c.leases)+16, a.keepExpired); err != nil {
+	if _, err := a.expire(tx, now, 2*len(c.leases)+16); err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -495,7 +495,7 @@ func (a *applier) returnLeases(tx *persist.Tx, c *command) ([]int64, error) {
 		}
 		out[i] = n
 	}
-	if _, err := tx.ExpireWith(now, 2*len(c.leases)+16, a.keepExpired); err != nil {
+	if _, err := a.expire(tx, now, 2*len(c.leases)+16); err != nil {
 		return nil, err
 	}
 	return out, nil

@@ -24,10 +24,12 @@ import (
 //	'd' degraded: one byte, the DegradedMode; policies only (degraded.go)
 //	'h' history: uvarint(ns), LimitOptions.History (history.go)
 //	'n' notify: uvarint(count) ‖ uvarint(threshold)… (notify.go)
+//	'r' reservation_expiry: one byte, the ReservationExpiry; written only for "return" (reserve.go)
 const (
 	limitOptDegraded  byte = 'd'
 	optHistory        byte = 'h'
 	limitOptionNotify byte = 'n'
+	optResExpiry      byte = 'r'
 
 	limitOptionsMax = 16 // options in one block: more is damage
 )
@@ -50,6 +52,9 @@ func appendLimitOptions(dst []byte, o *nodeapi.LimitOptions) []byte {
 	}
 	if o.Notify[0] != 0 {
 		opts = append(opts, opt{limitOptionNotify, appendNotify(nil, &o.Notify)})
+	}
+	if o.ReservationExpiry != nodeapi.ExpirySettle {
+		opts = append(opts, opt{optResExpiry, []byte{byte(o.ReservationExpiry)}})
 	}
 	dst = binary.AppendUvarint(dst, uint64(len(opts)))
 	for _, x := range opts {
@@ -109,6 +114,14 @@ func decodeLimitOptions(d *decoder) (o nodeapi.LimitOptions, invalid error) {
 			default:
 				o.History = time.Duration(v)
 			}
+		case optResExpiry:
+			// Only "return" is written; any other byte is damage or a mode
+			// this binary does not know: either stops the node.
+			if len(body) != 1 || nodeapi.ReservationExpiry(body[0]) != nodeapi.ExpiryReturn {
+				d.fail(fmt.Errorf("limit options: reservation expiry %x", body))
+				break
+			}
+			o.ReservationExpiry = nodeapi.ExpiryReturn
 		default:
 			_ = body
 			d.fail(fmt.Errorf("limit options: unknown tag %#x", tag))

@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"strconv"
@@ -23,8 +24,16 @@ import (
 // names the reservation and the actual cost: the difference is credited
 // (algo.Credit: only into the window the estimate was spent in) or charged
 // (algo.Debit: the extra always applies, and may put the key in debt). A
-// reservation not settled by its hold's end stays settled at its estimate:
-// nothing is given back.
+// reservation not settled by its hold's end stays settled at its estimate,
+// unless its policy's reservation_expiry is "return" (LimitOptions,
+// tag 'r'): the reserve then writes its record as version 2, and the expiry
+// sweep that removes the record credits the estimate back (creditKey, the
+// path a refund takes: only into the window it was spent in, so nothing
+// once that window has rolled). The choice is the policy's at the reserve,
+// kept in the record, so a later policy change does not alter a hold
+// already made; the sweep runs in apply at the entry's leader time, and the
+// record is removed in the same transaction that credits it, so every
+// replica returns it once, and never one a settle has settled.
 //
 // Invariants. Every outcome is decided in apply from the entry's leader
 // time, clamped monotonic: a settle at or after the hold's end is refused on
@@ -58,6 +67,9 @@ const (
 
 	reservationKeyPrefix byte = 'R'
 	reservationVersion   byte = 1
+	// reservationReturns: the same record, returned at its hold's end if
+	// still open (reservation_expiry "return").
+	reservationReturns byte = 2
 
 	// MaxReserveHold bounds a reservation's hold: its record lives that long.
 	MaxReserveHold = 24 * time.Hour
@@ -188,7 +200,10 @@ func (d *decoder) costDecision(dd *Decision) {
 // costCounters count what the applied entries did (metrics; every replica
 // counts the same entries).
 type costCounters struct {
-	reserved, settled, expired, refunds, overdrafts atomic.Uint64
+	// expired: ended open and settled at the estimate; returned: ended
+	// open and given back (returnedUnits: the units credited).
+	reserved, settled, expired, returned, refunds, overdrafts atomic.Uint64
+	returnedUnits                                             atomic.Uint64
 	// refunded is units given back by settles and refunds; debited the
 	// extra and overdraft units charged past the limit.
 	refunded, debited atomic.Uint64
@@ -199,6 +214,10 @@ type costCounters struct {
 type CostCounts struct {
 	Reserved, Settled, Expired, Refunds, Overdrafts uint64
 	Refunded, Debited                               uint64
+	// Returned reservations ended open under reservation_expiry "return"
+	// (Expired: the others, settled at their estimate); ReturnedUnits the
+	// units they gave back (none once their window had rolled).
+	Returned, ReturnedUnits uint64
 }
 
 // CostCounts reports the costs counters (metrics).
@@ -208,6 +227,7 @@ func (f *FSM) CostCounts() CostCounts {
 		Reserved: c.reserved.Load(), Settled: c.settled.Load(), Expired: c.expired.Load(),
 		Refunds: c.refunds.Load(), Overdrafts: c.overdrafts.Load(),
 		Refunded: c.refunded.Load(), Debited: c.debited.Load(),
+		Returned: c.returned.Load(), ReturnedUnits: c.returnedUnits.Load(),
 	}
 }
 
@@ -244,13 +264,19 @@ func costField(f byte) string {
 //	reservationVersion ‖ varint(estimate) ‖ varint(window) ‖ varint(settled) ‖ varint(credited)
 //
 // settled is -1 while open, else the actual cost it was settled at;
-// credited is what that settle gave back (negative: charged).
+// credited is what that settle gave back (negative: charged). The version
+// is reservationReturns when an open one is returned at its hold's end.
 type reservation struct {
 	estimate, window, settled, credited int64
+	returns                             bool
 }
 
 func (r *reservation) appendTo(dst []byte) []byte {
-	dst = append(dst, reservationVersion)
+	v := reservationVersion
+	if r.returns {
+		v = reservationReturns
+	}
+	dst = append(dst, v)
 	dst = binary.AppendVarint(dst, r.estimate)
 	dst = binary.AppendVarint(dst, r.window)
 	dst = binary.AppendVarint(dst, r.settled)
@@ -259,10 +285,11 @@ func (r *reservation) appendTo(dst []byte) []byte {
 
 func decodeReservation(b []byte) (reservation, error) {
 	d := decoder{b: b}
-	if v := d.byte(); d.err == nil && v != reservationVersion {
+	v := d.byte()
+	if d.err == nil && v != reservationVersion && v != reservationReturns {
 		return reservation{}, fmt.Errorf("reservation record version %d", v)
 	}
-	r := reservation{estimate: d.varint(), window: d.varint(), settled: d.varint(), credited: d.varint()}
+	r := reservation{estimate: d.varint(), window: d.varint(), settled: d.varint(), credited: d.varint(), returns: v == reservationReturns}
 	if d.err == nil && d.off != len(b) {
 		d.err = fmt.Errorf("%d trailing bytes", len(b)-d.off)
 	}
@@ -303,6 +330,14 @@ type costApplier struct {
 	stateKey, resKey, idBuf, rec, peekBuf []byte
 	spent                                 spentRef
 	counters                              costCounters
+	// returns are the records the running sweep removed open under
+	// reservation_expiry "return", credited once it is done (expire).
+	returns []sweptReservation
+}
+
+type sweptReservation struct {
+	stateKey []byte
+	r        reservation
 }
 
 // applyCostOp applies an op whose one check carries costs fields.
@@ -378,7 +413,7 @@ func (a *applier) applyCostOp(tx *persist.Tx, op *opRef, checks []checkRef, decs
 		if err != nil {
 			return Result{}, err
 		}
-		r := reservation{estimate: ck.cost, window: window, settled: -1}
+		r := reservation{estimate: ck.cost, window: window, settled: -1, returns: a.returnsAtExpiry(lim)}
 		a.costs.rec = r.appendTo(a.costs.rec[:0])
 		a.costs.resKey = reservationKey(a.costs.resKey, a.costs.stateKey, id)
 		prev, err := tx.State(a.costs.resKey)
@@ -462,6 +497,9 @@ func (a *applier) settle(tx *persist.Tx, ck *checkRef, lim *limit, decs []Decisi
 	hold := time.Duration(rs.Expiry - now)
 	if rs.Expiry <= now { // decided from the entry's time, swept or not
 		msg := fmt.Sprintf("reservation %q ended %s ago: it was settled at its estimate %d", id, time.Duration(now-rs.Expiry), r.estimate)
+		if r.returns {
+			msg = fmt.Sprintf("reservation %q ended %s ago: its estimate %d is given back by the expiry sweep (reservation_expiry \"return\")", id, time.Duration(now-rs.Expiry), r.estimate)
+		}
 		if r.settled >= 0 {
 			msg = fmt.Sprintf("reservation %q was settled at cost %d and its hold has ended", id, r.settled)
 		}
@@ -514,7 +552,7 @@ func (a *applier) settle(tx *persist.Tx, ck *checkRef, lim *limit, decs []Decisi
 			return Result{}, err
 		}
 	}
-	r.settled, r.credited = ck.cost, credited
+	r.settled, r.credited = ck.cost, credited // a settled record is never returned
 	a.costs.rec = r.appendTo(a.costs.rec[:0])
 	if err := tx.PutState(a.costs.resKey, rs, a.costs.rec, rs.Expiry); err != nil {
 		return Result{}, err
@@ -541,12 +579,70 @@ func (a *applier) settle(tx *persist.Tx, ck *checkRef, lim *limit, decs []Decisi
 }
 
 // reservationSwept is keepExpired's branch for reservation records: one
-// swept while still open ended with its hold, settled at its estimate.
-func (a *applier) reservationSwept(data []byte) int64 {
-	if r, err := decodeReservation(data); err == nil && r.settled < 0 {
-		a.costs.counters.expired.Add(1)
+// swept while still open ended with its hold, settled at its estimate, or,
+// when it returns, queued for expire to credit once the sweep is done (the
+// sweep's cursors must not see writes of other keys under them).
+func (a *applier) reservationSwept(key, data []byte) int64 {
+	r, err := decodeReservation(data)
+	if err != nil || r.settled >= 0 {
+		return 0
 	}
+	if !r.returns {
+		a.costs.counters.expired.Add(1)
+		return 0
+	}
+	n, w := binary.Uvarint(key[1:])
+	if w <= 0 || uint64(len(key)-1-w) < n {
+		return 0
+	}
+	a.costs.returns = append(a.costs.returns, sweptReservation{stateKey: bytes.Clone(key[1+w : 1+w+int(n)]), r: r})
 	return 0
+}
+
+// returnsAtExpiry reports whether a reservation made now under lim is
+// returned at its hold's end: its policy's reservation_expiry.
+func (a *applier) returnsAtExpiry(lim *limit) bool {
+	if !lim.policy {
+		return false
+	}
+	p, ok := a.lookupPolicy(lim.ident)
+	return ok && p.Options.ReservationExpiry == nodeapi.ExpiryReturn
+}
+
+// expire is the bounded expiry sweep every entry runs (tx.ExpireWith with
+// keepExpired), then the returns of the reservations it removed: each
+// credited at the sweep's leader time into the window its estimate was
+// spent in, in the order swept, in the transaction that removed its record.
+// Under a policy since deleted nothing counts the key: nothing is credited.
+func (a *applier) expire(tx *persist.Tx, now int64, max int) (int, error) {
+	a.costs.returns = a.costs.returns[:0]
+	n, err := tx.ExpireWith(now, max, a.keepExpired)
+	if err != nil {
+		return n, err
+	}
+	for i := range a.costs.returns {
+		sw := &a.costs.returns[i]
+		lim, e := a.limitOfStateKey(sw.stateKey)
+		if e != nil {
+			continue
+		}
+		a.costs.stateKey = append(a.costs.stateKey[:0], sw.stateKey...)
+		st, err := tx.State(a.costs.stateKey)
+		if err != nil {
+			return n, err
+		}
+		credited, _, _, e, err := a.creditKey(tx, &lim, st, now, sw.r.window, sw.r.estimate)
+		if err != nil {
+			return n, err
+		}
+		if e != nil {
+			continue
+		}
+		a.costs.counters.returned.Add(1)
+		a.costs.counters.returnedUnits.Add(uint64(credited))
+	}
+	a.costs.returns = a.costs.returns[:0]
+	return n, nil
 }
 
 func overlimitID(lim *limit) overlimit.LimitID {
@@ -577,7 +673,9 @@ func (a *applier) spent(checks []checkRef, res *Result, now int64) bool {
 		return false
 	}
 	ck, d := &checks[0], &res.Decisions[0]
-	if ck.cost <= 0 || ck.costs.flags&(costSettle|costRefund) != 0 || ck.kind != limitPolicy && ck.kind != limitSpec ||
+	// A reserve's estimate comes back through its settle or its return at
+	// expiry, never a refund too: else it could be given back twice.
+	if ck.cost <= 0 || ck.costs.flags&(costSettle|costRefund|costReserve) != 0 || ck.kind != limitPolicy && ck.kind != limitSpec ||
 		d.ShadowRefused || d.Slot != "" || d.Reason != nodeapi.ReasonNone || !a.lims[0].spec.Algorithm.CanOverdraw() {
 		return false
 	}
@@ -654,7 +752,7 @@ func (a *applier) refund(tx *persist.Tx, ck *checkRef, decs []Decision, now int6
 		return Result{}, fmt.Errorf("request %q: %w: %v", id, persist.ErrCorrupt, err)
 	}
 	if !ok {
-		return Result{Err: &Error{Code: CodeInvalidArgument, Field: "request_id", Message: fmt.Sprintf("request %q spent nothing that can be refunded (refused, a peek, a group of checks, a slot, or under a limit that cannot be credited exactly)", id)}}, nil
+		return Result{Err: &Error{Code: CodeInvalidArgument, Field: "request_id", Message: fmt.Sprintf("request %q spent nothing that can be refunded (refused, a peek, a group of checks, a slot, a reserve — settle it instead —, or under a limit that cannot be credited exactly)", id)}}, nil
 	}
 	if left := sp.cost - sp.refunded; ck.cost > left {
 		return Result{Err: &Error{Code: CodeInvalidArgument, Field: "cost", Message: fmt.Sprintf("request %q spent %d and has %d refunded already: at most %d can be given back", id, sp.cost, sp.refunded, left)}}, nil
@@ -668,25 +766,11 @@ func (a *applier) refund(tx *persist.Tx, ck *checkRef, decs []Decision, now int6
 	if err != nil {
 		return Result{}, err
 	}
-	credited, next, changed, err := algo.Credit(a.decideBuf[:0], lim.spec, st.Data, now, sp.window, ck.cost)
-	if err != nil {
-		return Result{Err: decideError(err)}, nil
-	}
-	if cap(next) > cap(a.decideBuf) {
-		a.decideBuf = next[:0]
-	}
-	if !changed {
-		next = st.Data
-	}
-	d, _, err := a.costs.peek(lim.spec, next, now, 0)
-	if err != nil {
-		return Result{Err: decideError(err)}, nil
+	credited, d, changed, e, err := a.creditKey(tx, &lim, st, now, sp.window, ck.cost)
+	if e != nil || err != nil {
+		return Result{Err: e}, err
 	}
 	if changed {
-		t := tentative{key: a.costs.stateKey, prev: st, data: next, expiry: now + int64(d.ResetAfter), changed: true}
-		if err := writeState(tx, &t); err != nil {
-			return Result{}, err
-		}
 		// The record, with what is now refunded, under the same expiry.
 		sp.refunded += credited
 		rec := append(a.costs.rec[:0], req.Result[:at]...)
@@ -699,9 +783,6 @@ func (a *applier) refund(tx *persist.Tx, ck *checkRef, decs []Decision, now int6
 		a.costs.rec = rec
 		if err := tx.PutRequest(id, req, rec, req.Expiry); err != nil {
 			return Result{}, err
-		}
-		if c := a.f.opts.OverLimit; c != nil {
-			c.Forget(overlimitID(&lim), stateKeyUserKey(sp.stateKey))
 		}
 	}
 	d.Allowed = true
@@ -757,9 +838,26 @@ func (a *applier) credit(tx *persist.Tx, ck *checkRef, lim *limit, decs []Decisi
 	if err != nil {
 		return Result{Err: decideError(err)}, nil
 	}
-	credited, next, changed, err := algo.Credit(a.decideBuf[:0], lim.spec, st.Data, now, window, ck.cost)
+	credited, d, _, e, err := a.creditKey(tx, lim, st, now, window, ck.cost)
+	if e != nil || err != nil {
+		return Result{Err: e}, err
+	}
+	d.Allowed = true
+	decs[0] = Decision{Decision: d, Credited: credited}
+	a.costs.counters.refunded.Add(uint64(credited))
+	return Result{Allowed: true, Decisions: decs}, nil
+}
+
+// creditKey is the one credit path of refunds, credits and reservations
+// returned at expiry: it gives back up to units to the state st stored at
+// a.costs.stateKey, only into window (algo.Credit: nothing once the window
+// rolled), writes the state when it changed and drops the over-limit
+// cache's refusal of the key (a credit can end it early). d is the key's
+// decision after the credit.
+func (a *applier) creditKey(tx *persist.Tx, lim *limit, st persist.State, now, window, units int64) (credited int64, d algo.Decision, changed bool, e *Error, err error) {
+	credited, next, changed, err := algo.Credit(a.decideBuf[:0], lim.spec, st.Data, now, window, units)
 	if err != nil {
-		return Result{Err: decideError(err)}, nil
+		return 0, d, false, decideError(err), nil
 	}
 	if cap(next) > cap(a.decideBuf) {
 		a.decideBuf = next[:0]
@@ -767,21 +865,18 @@ func (a *applier) credit(tx *persist.Tx, ck *checkRef, lim *limit, decs []Decisi
 	if !changed {
 		next = st.Data
 	}
-	d, _, err := a.costs.peek(lim.spec, next, now, 0)
-	if err != nil {
-		return Result{Err: decideError(err)}, nil
+	if d, _, err = a.costs.peek(lim.spec, next, now, 0); err != nil {
+		return 0, d, false, decideError(err), nil
 	}
-	if changed {
-		t := tentative{key: a.costs.stateKey, prev: st, data: next, expiry: now + int64(d.ResetAfter), changed: true}
-		if err := writeState(tx, &t); err != nil {
-			return Result{}, err
-		}
-		if c := a.f.opts.OverLimit; c != nil {
-			c.Forget(overlimitID(lim), ck.key)
-		}
+	if !changed {
+		return credited, d, false, nil, nil
 	}
-	d.Allowed = true
-	decs[0] = Decision{Decision: d, Credited: credited}
-	a.costs.counters.refunded.Add(uint64(credited))
-	return Result{Allowed: true, Decisions: decs}, nil
+	t := tentative{key: a.costs.stateKey, prev: st, data: next, expiry: now + int64(d.ResetAfter), changed: true}
+	if err := writeState(tx, &t); err != nil {
+		return 0, d, false, nil, err
+	}
+	if c := a.f.opts.OverLimit; c != nil {
+		c.Forget(overlimitID(lim), stateKeyUserKey(a.costs.stateKey))
+	}
+	return credited, d, true, nil, nil
 }

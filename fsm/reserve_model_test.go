@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/limitd/limitd/algo"
+	"github.com/limitd/limitd/nodeapi"
 	"pgregory.net/rapid"
 )
 
@@ -18,9 +19,15 @@ type costModel struct {
 	window, count int64
 	res           map[string]*modelReservation
 	spent         map[string]*modelSpent
+	reserveIDs    map[string]int64 // a reserve's request id: its retention's end
 	// settled, expired: reservations settled, and ended open (settled at
 	// their estimate) since the last restart (the counters are per process).
 	settled, expired int
+	// returns: the policy's reservation_expiry is "return"; returned,
+	// returnedUnits: reservations ended open and given back since the last
+	// restart, and the units credited.
+	returns                 bool
+	returned, returnedUnits int
 }
 
 type modelReservation struct {
@@ -51,7 +58,9 @@ func (m *costModel) at(now int64) {
 // once), each settle is answered as the model says (credited, charged,
 // replayed, conflict, expired, unknown), a refund gives back at most what its
 // request spent and nothing after its window rolled, and reservations that
-// ended open are counted as settled at their estimate exactly once.
+// ended open are counted as settled at their estimate exactly once — or,
+// under reservation_expiry "return" (drawn), are given back exactly once,
+// into the window they were spent in, and never after a settle.
 func TestReserveSettleModel(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		dir := t.TempDir()
@@ -76,11 +85,15 @@ func TestReserveSettleModel(t *testing.T) {
 		one := func(now int64, op Op) Result {
 			return apply(EncodeCheck(nil, now, 0, []Op{op})).([]Result)[0]
 		}
-		if r := apply(EncodePutPolicy(Policy{Name: "f", Spec: spec})); r != nil {
+		m := &costModel{res: map[string]*modelReservation{}, spent: map[string]*modelSpent{}, reserveIDs: map[string]int64{}, returns: rapid.Bool().Draw(rt, "returnAtExpiry")}
+		pol := Policy{Name: "f", Spec: spec}
+		if m.returns {
+			pol.Options.ReservationExpiry = nodeapi.ExpiryReturn
+		}
+		if r := apply(EncodePutPolicy(pol)); r != nil {
 			rt.Fatal(r)
 		}
 		const key = "k"
-		m := &costModel{res: map[string]*modelReservation{}, spent: map[string]*modelSpent{}}
 		now := t0
 		m.at(now)
 		var ids, reqs []string
@@ -124,8 +137,8 @@ func TestReserveSettleModel(t *testing.T) {
 				m.count += est
 				m.res[d.Reservation] = &modelReservation{estimate: est, window: m.window, end: now + int64(hold), settled: -1}
 				ids = append(ids, d.Reservation)
-				if op.RequestID != "" { // a reserve with a request id spent, too
-					m.spent[op.RequestID] = &modelSpent{cost: est, window: m.window, expiry: now + int64(DefaultRetention)}
+				if op.RequestID != "" { // refunded never: its settle or return gives back
+					m.reserveIDs[op.RequestID] = now + int64(DefaultRetention)
 					reqs = append(reqs, op.RequestID)
 				}
 			case 2, 3: // a settle, sometimes late: past holds the sweep has not yet reached
@@ -214,6 +227,12 @@ func TestReserveSettleModel(t *testing.T) {
 					if r.Err == nil || r.Err.Field != "cost" {
 						rt.Fatalf("refund of 0: %+v", r)
 					}
+				case sp == nil && m.reserveIDs[id] > now:
+					// A reserve's estimate is given back once, by its settle
+					// or its return: a refund of its request id gives nothing.
+					if r.Err == nil || r.Err.Code != CodeInvalidArgument || r.Err.Field != "request_id" {
+						rt.Fatalf("refund of reserve %s: %+v", id, r)
+					}
 				case sp == nil || sp.expiry <= now:
 					if r.Err == nil || r.Err.Code != CodeNotFound || r.Err.Field != "request_id" {
 						rt.Fatalf("refund of unknown %s: %+v", id, r)
@@ -242,7 +261,7 @@ func TestReserveSettleModel(t *testing.T) {
 				if f, err = Open(path, opts); err != nil {
 					rt.Fatal(err)
 				}
-				m.settled, m.expired = 0, 0
+				m.settled, m.expired, m.returned, m.returnedUnits = 0, 0, 0, 0
 				for _, mr := range m.res {
 					mr.expiredCounted = mr.expiredCounted || mr.end <= now // swept before, or never counted here
 				}
@@ -268,7 +287,7 @@ func TestReserveSettleModel(t *testing.T) {
 					rt.Fatal(err)
 				}
 				next = f.AppliedIndex() + 1
-				m.settled, m.expired = 0, 0
+				m.settled, m.expired, m.returned, m.returnedUnits = 0, 0, 0, 0
 				for _, mr := range m.res {
 					mr.expiredCounted = mr.expiredCounted || mr.end <= now
 				}
@@ -278,7 +297,18 @@ func TestReserveSettleModel(t *testing.T) {
 			for _, mr := range m.res {
 				if mr.end <= now && mr.settled < 0 && !mr.expiredCounted {
 					mr.expiredCounted = true
-					m.expired++
+					if !m.returns {
+						m.expired++
+						continue
+					}
+					// Given back once, only into the window it was spent in.
+					var credited int64
+					if mr.window == m.window {
+						credited = min(mr.estimate, m.count)
+					}
+					m.count -= credited
+					m.returned++
+					m.returnedUnits += int(credited)
 				}
 			}
 			r := one(now, single(key, "f", 0))
@@ -288,6 +318,9 @@ func TestReserveSettleModel(t *testing.T) {
 			c := f.CostCounts()
 			if c.Settled != uint64(m.settled) || c.Expired != uint64(m.expired) {
 				rt.Fatalf("step %d: counted %d settled, %d expired; the model %d, %d", step, c.Settled, c.Expired, m.settled, m.expired)
+			}
+			if c.Returned != uint64(m.returned) || c.ReturnedUnits != uint64(m.returnedUnits) {
+				rt.Fatalf("step %d: counted %d returned (%d units); the model %d (%d)", step, c.Returned, c.ReturnedUnits, m.returned, m.returnedUnits)
 			}
 		}
 	})

@@ -33,6 +33,9 @@ func checkRequest(c *limitdv1.CheckRequest, prefix string) (service.CheckRequest
 		if len(lim.GetNotify()) > 0 {
 			return r, service.Invalid(join(prefix, "limit.notify"), "alerts are a policy's option, not an inline limit's")
 		}
+		if lim.GetReservationExpiry() != "" {
+			return r, service.Invalid(join(prefix, "limit.reservation_expiry"), "what an expired reservation becomes is a policy's option, not an inline limit's")
+		}
 		spec, e := service.ValidateLimit(limitConfig(lim), join(prefix, "limit"))
 		if e != nil {
 			return r, e
@@ -181,6 +184,7 @@ func policyProto(p nodeapi.Policy) *limitdv1.Policy {
 	out := &limitdv1.Policy{Name: p.Name, Limit: limitProto(p.Spec), Shadow: p.Shadow, LocalRefusals: &local, Lease: leaseProto(p.Lease), MaxKeys: p.MaxKeys}
 	out.Limit.Notify = service.NotifyOut(p.Options.Notify)
 	out.Limit.History = service.FormatHistory(p.Options.History) // usage.go
+	out.Limit.ReservationExpiry = service.FormatReservationExpiry(p.Options.ReservationExpiry)
 	if o := service.OnExceedOut(p.OnExceed); o != nil {
 		out.OnExceed = &limitdv1.OnExceed{Ban: o.Ban, Escalate: o.Escalate, ForgetAfter: o.ForgetAfter}
 	}
@@ -233,7 +237,8 @@ func policyRequest(p *limitdv1.Policy) (service.PolicyRequest, *service.Error) {
 	// would read it as false).
 	noLocal := p.LocalRefusals != nil && !*p.LocalRefusals
 	r := service.PolicyRequest{Name: p.GetName(), Config: limitConfig(p.GetLimit()), Shadow: p.GetShadow(), NoLocalRefusals: noLocal, Lease: lease, MaxKeys: p.GetMaxKeys(),
-		History: p.GetLimit().GetHistory()} // usage.go
+		History:           p.GetLimit().GetHistory(), // usage.go
+		ReservationExpiry: p.GetLimit().GetReservationExpiry()}
 	if o := p.GetOnExceed(); o != nil {
 		r.OnExceed = &service.OnExceedConfig{Ban: o.GetBan(), Escalate: o.GetEscalate(), ForgetAfter: o.GetForgetAfter()}
 	}
@@ -264,6 +269,9 @@ func policyRequest(p *limitdv1.Policy) (service.PolicyRequest, *service.Error) {
 		return r, service.Invalid("policy.max_keys", "must be zero (no bound of its own) or a positive number of keys")
 	}
 	if _, e := service.ValidateHistory(r.History, spec, "policy.limit"); e != nil {
+		return r, e
+	}
+	if _, e := service.ValidateReservationExpiry(r.ReservationExpiry, spec, r.Shadow, "policy.limit"); e != nil {
 		return r, e
 	}
 	return r, nil

@@ -43,6 +43,9 @@ func (l *limitdServer) PutPlan(ctx context.Context, req *limitdv1.PutPlanRequest
 	r := service.PlanRequest{Name: p.GetName(), Limits: make(map[string]algo.Config, len(p.GetLimits()))}
 	for n, lim := range p.GetLimits() {
 		r.Limits[n] = limitConfig(lim)
+		if lim.GetReservationExpiry() != "" { // reservations name a policy or a limit, never a plan
+			return nil, toStatus(service.Invalid("plan.limits."+n+".reservation_expiry", "a plan's limit holds no reservation: reserve under a policy"))
+		}
 		if nt := lim.GetNotify(); len(nt) > 0 {
 			if r.Notify == nil {
 				r.Notify = map[string][]float64{}

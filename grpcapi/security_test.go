@@ -11,6 +11,7 @@ import (
 var publicMethods = map[string]bool{
 	"Check": true, "CheckAll": true, "Batch": true, "Peek": true, "Release": true, "Renew": true,
 	"Settle": true, "Refund": true, // like their HTTP routes: a caller settles or refunds what its own checks spent
+	"ReleaseBatch": true, "RenewBatch": true, "SettleBatch": true, // as their single methods (costbatch.go)
 	"GetPolicy": true, "ListPolicies": true, "GetRLSDomain": true, "ListRLSDomains": true,
 	"GetPlan": true, "ListPlans": true, "GetKeyPlan": true, "ListPrefixRules": true,
 }

@@ -30,9 +30,13 @@ func (l *limitdServer) slotOp(ctx context.Context, req *limitdv1.SlotRequest,
 	if e != nil {
 		return nil, toStatus(e)
 	}
+	return slotResponse(&res), nil
+}
+
+func slotResponse(res *service.SlotResult) *limitdv1.SlotResponse {
 	out := &limitdv1.SlotResponse{Done: res.Done, Slot: res.Slot, Limit: res.Decision.Limit, Remaining: res.Decision.Remaining}
 	if res.Hold > 0 {
 		out.SlotExpires = durationpb.New(res.Hold)
 	}
-	return out, nil
+	return out
 }

@@ -311,6 +311,29 @@ type LimitOptions struct {
 	// the window's end (fsm/history.go); fixed_window and calendar
 	// windows only, at most algo.MaxHistoryWindows windows. 0: none.
 	History time.Duration
+	// ReservationExpiry is what becomes of a reservation whose hold ends
+	// unsettled (the API's "reservation_expiry"): ExpirySettle (the zero
+	// value) keeps it charged at its estimate, ExpiryReturn credits the
+	// estimate back into the window it was spent in. Tag 'r'
+	// (fsm/reserve.go).
+	ReservationExpiry ReservationExpiry
+}
+
+// ReservationExpiry is LimitOptions.ReservationExpiry.
+type ReservationExpiry uint8
+
+// Reservation expiry modes. Their text is the API's "reservation_expiry".
+const (
+	ExpirySettle ReservationExpiry = iota // "settle": charged at its estimate
+	ExpiryReturn                          // "return": the estimate given back
+)
+
+// String is the mode's API text.
+func (e ReservationExpiry) String() string {
+	if e == ExpiryReturn {
+		return "return"
+	}
+	return "settle"
 }
 
 // DegradedMode is LimitOptions.Degraded.

@@ -34,6 +34,10 @@ type PolicyRequest struct {
 	// History is the "history" option ("" none, "400d"): closed windows'
 	// usage kept that long (usage.go, ValidateHistory).
 	History string
+	// ReservationExpiry is "reservation_expiry" ("" or "settle", "return"):
+	// what becomes of a reservation whose hold ends unsettled
+	// (reserve_expiry.go).
+	ReservationExpiry string
 }
 
 // ValidatePolicy validates p into a policy. The name's errors name the field
@@ -69,8 +73,12 @@ func ValidatePolicy(p PolicyRequest, prefix string) (nodeapi.Policy, *Error) {
 	if e != nil {
 		return nodeapi.Policy{}, e
 	}
+	resExpiry, e := ValidateReservationExpiry(p.ReservationExpiry, spec, p.Shadow, prefix) // reserve_expiry.go
+	if e != nil {
+		return nodeapi.Policy{}, e
+	}
 	return nodeapi.Policy{Name: p.Name, Spec: spec, Shadow: p.Shadow, NoLocalRefusals: p.NoLocalRefusals, Lease: lease, MaxKeys: p.MaxKeys, OnExceed: onExceed,
-		Options: nodeapi.LimitOptions{Notify: notify, Degraded: degraded, History: history}}, nil
+		Options: nodeapi.LimitOptions{Notify: notify, Degraded: degraded, History: history, ReservationExpiry: resExpiry}}, nil
 }
 
 // ValidateLease validates a policy's "lease" option (nil: none) for its

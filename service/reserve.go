@@ -19,7 +19,8 @@ import (
 //   - a check with Reserve spends its estimated cost now and answers a
 //     reservation; Settle gives the actual cost, refunding the difference or
 //     charging the extra; a reservation not settled by its hold's end stays
-//     settled at its estimate;
+//     settled at its estimate, or, under a policy's reservation_expiry
+//     "return", is given back (reserve_expiry.go);
 //   - a check with Overdraft always applies: past the limit the key goes
 //     into debt, refused until the debt has refilled or rolled;
 //   - Refund gives back at most what a request id's check spent, in the
@@ -198,26 +199,33 @@ type CostResult struct {
 // Settle settles the reservation at r.Cost, exactly once: a repeat with the
 // same cost replays the answer, another cost is a conflict naming cost, and
 // a settle at or after the hold's end is refused naming reservation (it was
-// settled at its estimate).
+// settled at its estimate, or returned under reservation_expiry "return").
 func (s *Service) Settle(ctx context.Context, r *SettleRequest) (CostResult, *Error) {
-	c, e := parseReservation(r.Reservation)
+	c, l, e := s.settleCheck(r)
 	if e != nil {
 		return CostResult{}, e
 	}
+	return s.costOp(ctx, c, l)
+}
+
+// settleCheck validates r into the one check of its op (shared by the single
+// and the batch routes).
+func (s *Service) settleCheck(r *SettleRequest) (nodeapi.Check, Limit, *Error) {
+	c, e := parseReservation(r.Reservation)
+	if e != nil {
+		return nodeapi.Check{}, Limit{}, e
+	}
 	if r.Cost < 0 {
-		return CostResult{}, Invalid("cost", "the actual cost must be zero or a positive integer")
+		return nodeapi.Check{}, Limit{}, Invalid("cost", "the actual cost must be zero or a positive integer")
 	}
 	if r.Cost > algo.MaxLimit {
-		return CostResult{}, Invalid("cost", "must be at most "+strconv.FormatInt(algo.MaxLimit, 10))
+		return nodeapi.Check{}, Limit{}, Invalid("cost", "must be at most "+strconv.FormatInt(algo.MaxLimit, 10))
 	}
 	c.Cost = r.Cost
-	var l Limit
 	if c.Policy != "" {
-		l = s.limitOf(c.Policy)
-	} else {
-		l = Limit{Name: InlineName, Spec: *c.Spec, Known: true}
+		return c, s.limitOf(c.Policy), nil
 	}
-	return s.costOp(ctx, c, l)
+	return c, Limit{Name: InlineName, Spec: *c.Spec, Known: true}, nil
 }
 
 // RefundRequest gives back up to Cost units a request id's check spent.
@@ -252,16 +260,23 @@ func (s *Service) costOp(ctx context.Context, c nodeapi.Check, l Limit) (CostRes
 		return CostResult{}, s.nodeError(err)
 	case len(results) != 1:
 		return CostResult{}, Internal("the node returned " + strconv.Itoa(len(results)) + " results for 1 op")
-	case results[0].Err != nil:
-		return CostResult{}, s.nodeError(results[0].Err)
-	case len(results[0].Decisions) != 1:
-		return CostResult{}, Internal("the node returned " + strconv.Itoa(len(results[0].Decisions)) + " decisions for a settle or refund")
 	}
-	d := results[0].Decisions[0]
+	return s.costResult(&c, &results[0], l)
+}
+
+// costResult reads a settle's or refund's op result.
+func (s *Service) costResult(c *nodeapi.Check, res *nodeapi.Result, l Limit) (CostResult, *Error) {
+	switch {
+	case res.Err != nil:
+		return CostResult{}, s.nodeError(res.Err)
+	case len(res.Decisions) != 1:
+		return CostResult{}, Internal("the node returned " + strconv.Itoa(len(res.Decisions)) + " decisions for a settle or refund")
+	}
+	d := res.Decisions[0]
 	if d.Reservation != "" {
-		d.Reservation = reservationToken(&c, d.Reservation)
+		d.Reservation = reservationToken(c, d.Reservation)
 	}
-	return CostResult{Credited: d.Credited, Debt: d.Debt, Rolled: d.Rolled, Replayed: results[0].Replayed, Decision: d, Limit: l}, nil
+	return CostResult{Credited: d.Credited, Debt: d.Debt, Rolled: d.Rolled, Replayed: res.Replayed, Decision: d, Limit: l}, nil
 }
 
 // Envoy's negative hits (is_negative_hits, sent with hits_addend on the

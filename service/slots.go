@@ -64,34 +64,8 @@ func ValidateSlot(slot, field string) *Error {
 }
 
 func (s *Service) slotOp(ctx context.Context, r *SlotRequest, what nodeapi.SlotOp) (SlotResult, *Error) {
-	if e := ValidateKey(r.Key, "key"); e != nil {
-		return SlotResult{}, e
-	}
-	c := nodeapi.Check{Key: r.Key, SlotOp: what, Slot: r.Slot}
-	var l Limit
-	switch {
-	case r.Policy != "" && r.Limit != nil:
-		return SlotResult{}, Invalid("limit", "give either policy or limit, not both")
-	case r.Policy != "":
-		if e := ValidatePolicyName(r.Policy, "policy"); e != nil {
-			return SlotResult{}, e
-		}
-		c.Policy, l = r.Policy, s.limitOf(r.Policy)
-		if l.Known && l.Spec.Algorithm != algo.Concurrency {
-			return SlotResult{}, Invalid("policy", "policy "+strconv.Quote(r.Policy)+" is "+l.Spec.Algorithm.String()+": slots are released and renewed under a concurrency limit only")
-		}
-	case r.Limit != nil:
-		if r.Limit.Algorithm != algo.Concurrency {
-			return SlotResult{}, Invalid("limit.algorithm", "slots are released and renewed under a concurrency limit only")
-		}
-		if e := s.checkInline(r.Limit); e != nil {
-			return SlotResult{}, e
-		}
-		c.Spec, l = r.Limit, Limit{Name: InlineName, Spec: *r.Limit, Known: true}
-	default:
-		return SlotResult{}, Invalid("policy", "name the concurrency policy (or give the inline limit) the slot was acquired under")
-	}
-	if e := ValidateSlot(r.Slot, "slot"); e != nil {
+	c, l, e := s.slotCheck(r, what)
+	if e != nil {
 		return SlotResult{}, e
 	}
 	ctx, cancel := s.context(ctx)
@@ -102,11 +76,54 @@ func (s *Service) slotOp(ctx context.Context, r *SlotRequest, what nodeapi.SlotO
 		return SlotResult{}, s.nodeError(err)
 	case len(results) != 1:
 		return SlotResult{}, Internal("the node returned " + strconv.Itoa(len(results)) + " results for 1 op")
-	case results[0].Err != nil:
-		return SlotResult{}, s.nodeError(results[0].Err)
-	case len(results[0].Decisions) != 1:
-		return SlotResult{}, Internal("the node returned " + strconv.Itoa(len(results[0].Decisions)) + " decisions for a slot")
 	}
-	d := results[0].Decisions[0]
-	return SlotResult{Slot: r.Slot, Done: results[0].Allowed, Hold: d.SlotHold, Decision: d, Limit: l}, nil
+	return s.slotResult(r, &results[0], l)
+}
+
+// slotCheck validates r into the one check of its op (shared by the single
+// and the batch routes, so both refuse the same input the same way).
+func (s *Service) slotCheck(r *SlotRequest, what nodeapi.SlotOp) (nodeapi.Check, Limit, *Error) {
+	if e := ValidateKey(r.Key, "key"); e != nil {
+		return nodeapi.Check{}, Limit{}, e
+	}
+	c := nodeapi.Check{Key: r.Key, SlotOp: what, Slot: r.Slot}
+	var l Limit
+	switch {
+	case r.Policy != "" && r.Limit != nil:
+		return nodeapi.Check{}, Limit{}, Invalid("limit", "give either policy or limit, not both")
+	case r.Policy != "":
+		if e := ValidatePolicyName(r.Policy, "policy"); e != nil {
+			return nodeapi.Check{}, Limit{}, e
+		}
+		c.Policy, l = r.Policy, s.limitOf(r.Policy)
+		if l.Known && l.Spec.Algorithm != algo.Concurrency {
+			return nodeapi.Check{}, Limit{}, Invalid("policy", "policy "+strconv.Quote(r.Policy)+" is "+l.Spec.Algorithm.String()+": slots are released and renewed under a concurrency limit only")
+		}
+	case r.Limit != nil:
+		if r.Limit.Algorithm != algo.Concurrency {
+			return nodeapi.Check{}, Limit{}, Invalid("limit.algorithm", "slots are released and renewed under a concurrency limit only")
+		}
+		if e := s.checkInline(r.Limit); e != nil {
+			return nodeapi.Check{}, Limit{}, e
+		}
+		c.Spec, l = r.Limit, Limit{Name: InlineName, Spec: *r.Limit, Known: true}
+	default:
+		return nodeapi.Check{}, Limit{}, Invalid("policy", "name the concurrency policy (or give the inline limit) the slot was acquired under")
+	}
+	if e := ValidateSlot(r.Slot, "slot"); e != nil {
+		return nodeapi.Check{}, Limit{}, e
+	}
+	return c, l, nil
+}
+
+// slotResult reads a release's or renewal's op result.
+func (s *Service) slotResult(r *SlotRequest, res *nodeapi.Result, l Limit) (SlotResult, *Error) {
+	switch {
+	case res.Err != nil:
+		return SlotResult{}, s.nodeError(res.Err)
+	case len(res.Decisions) != 1:
+		return SlotResult{}, Internal("the node returned " + strconv.Itoa(len(res.Decisions)) + " decisions for a slot")
+	}
+	d := res.Decisions[0]
+	return SlotResult{Slot: r.Slot, Done: res.Allowed, Hold: d.SlotHold, Decision: d, Limit: l}, nil
 }

@@ -144,6 +144,8 @@ func runPolicy(args []string, env Env) int {
 	fs.Var(&notify, "notify", "put: alert thresholds, fractions of the limit, comma separated (e.g. 0.8,1; docs/API.md, Alerts)")
 	var degraded string
 	fs.StringVar(&degraded, "degraded", "", `put: "share": a node that reaches no quorum decides alone with its share of the limit (docs/CLUSTER.md, Degraded mode)`)
+	var resExpiry string
+	fs.StringVar(&resExpiry, "reservation-expiry", "", `put: "return": a reservation whose hold ends unsettled gives its estimate back; "settle" (the default) keeps it charged (docs/API.md, Costs known later)`)
 	sub, pos, code, ok := parseSubcommand(env, "policy", policyUsage, fs, args, "put", "get", "list", "delete")
 	if !ok {
 		return code
@@ -165,7 +167,7 @@ func runPolicy(args []string, env Env) int {
 	var puts []client.Policy
 	if sub == "put" {
 		if file != "" {
-			if lim != (client.Limit{}) || shadow || local.v != nil || lease.given() || ban.given() || notify != nil || degraded != "" {
+			if lim != (client.Limit{}) || shadow || local.v != nil || lease.given() || ban.given() || notify != nil || degraded != "" || resExpiry != "" {
 				return usageError(env, name, "give --file or limit flags, not both")
 			}
 			var err error
@@ -173,7 +175,7 @@ func runPolicy(args []string, env Env) int {
 				return usageError(env, name, "%v", err)
 			}
 		} else {
-			puts = []client.Policy{{Name: pos[0], Limit: lim, Shadow: shadow, LocalRefusals: local.v, Lease: lease.lease(), OnExceed: ban.onExceed(), Notify: notify}}
+			puts = []client.Policy{{Name: pos[0], Limit: lim, Shadow: shadow, LocalRefusals: local.v, Lease: lease.lease(), OnExceed: ban.onExceed(), Notify: notify, ReservationExpiry: resExpiry}}
 			if degraded != "" {
 				puts[0].Degraded = &client.Degraded{Mode: degraded}
 			}

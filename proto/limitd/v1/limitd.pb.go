@@ -59,10 +59,15 @@ type Limit struct {
 	MaxHold      string                 `protobuf:"bytes,9,opt,name=max_hold,json=maxHold,proto3" json:"max_hold,omitempty"`                 // concurrency: the longest renewals keep a slot (default 10 × hold)
 	// notify (a policy's limit only): alert thresholds, fractions of the
 	// limit in (0, 1], strictly increasing, at most 4 (docs/API.md, "Alerts").
-	Notify        []float64 `protobuf:"fixed64,11,rep,packed,name=notify,proto3" json:"notify,omitempty"`
-	History       string    `protobuf:"bytes,10,opt,name=history,proto3" json:"history,omitempty"` // policies and plan limits, fixed_window and calendar: keep closed windows' usage this long, "400d"
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Notify  []float64 `protobuf:"fixed64,11,rep,packed,name=notify,proto3" json:"notify,omitempty"`
+	History string    `protobuf:"bytes,10,opt,name=history,proto3" json:"history,omitempty"` // policies and plan limits, fixed_window and calendar: keep closed windows' usage this long, "400d"
+	// reservation_expiry (a policy's limit only): what becomes of a
+	// reservation whose hold ends before a settle: "settle" or "" (the
+	// default: it stays charged at its estimate) or "return" (its estimate is
+	// given back, in the window it was spent in).
+	ReservationExpiry string `protobuf:"bytes,12,opt,name=reservation_expiry,json=reservationExpiry,proto3" json:"reservation_expiry,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *Limit) Reset() {
@@ -168,6 +173,13 @@ func (x *Limit) GetNotify() []float64 {
 func (x *Limit) GetHistory() string {
 	if x != nil {
 		return x.History
+	}
+	return ""
+}
+
+func (x *Limit) GetReservationExpiry() string {
+	if x != nil {
+		return x.ReservationExpiry
 	}
 	return ""
 }
@@ -5276,6 +5288,347 @@ func (x *Event) GetData() string {
 	return ""
 }
 
+// pair batches (ReleaseBatch, RenewBatch, SettleBatch).
+type SlotBatchRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Items         []*SlotRequest         `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SlotBatchRequest) Reset() {
+	*x = SlotBatchRequest{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[92]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SlotBatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SlotBatchRequest) ProtoMessage() {}
+
+func (x *SlotBatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[92]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SlotBatchRequest.ProtoReflect.Descriptor instead.
+func (*SlotBatchRequest) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{92}
+}
+
+func (x *SlotBatchRequest) GetItems() []*SlotRequest {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+type SlotBatchResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Result:
+	//
+	//	*SlotBatchResult_Response
+	//	*SlotBatchResult_Error
+	Result        isSlotBatchResult_Result `protobuf_oneof:"result"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SlotBatchResult) Reset() {
+	*x = SlotBatchResult{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[93]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SlotBatchResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SlotBatchResult) ProtoMessage() {}
+
+func (x *SlotBatchResult) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[93]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SlotBatchResult.ProtoReflect.Descriptor instead.
+func (*SlotBatchResult) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{93}
+}
+
+func (x *SlotBatchResult) GetResult() isSlotBatchResult_Result {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *SlotBatchResult) GetResponse() *SlotResponse {
+	if x != nil {
+		if x, ok := x.Result.(*SlotBatchResult_Response); ok {
+			return x.Response
+		}
+	}
+	return nil
+}
+
+func (x *SlotBatchResult) GetError() *Error {
+	if x != nil {
+		if x, ok := x.Result.(*SlotBatchResult_Error); ok {
+			return x.Error
+		}
+	}
+	return nil
+}
+
+type isSlotBatchResult_Result interface {
+	isSlotBatchResult_Result()
+}
+
+type SlotBatchResult_Response struct {
+	Response *SlotResponse `protobuf:"bytes,1,opt,name=response,proto3,oneof"`
+}
+
+type SlotBatchResult_Error struct {
+	Error *Error `protobuf:"bytes,2,opt,name=error,proto3,oneof"`
+}
+
+func (*SlotBatchResult_Response) isSlotBatchResult_Result() {}
+
+func (*SlotBatchResult_Error) isSlotBatchResult_Result() {}
+
+type SlotBatchResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Results       []*SlotBatchResult     `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SlotBatchResponse) Reset() {
+	*x = SlotBatchResponse{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[94]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SlotBatchResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SlotBatchResponse) ProtoMessage() {}
+
+func (x *SlotBatchResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[94]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SlotBatchResponse.ProtoReflect.Descriptor instead.
+func (*SlotBatchResponse) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{94}
+}
+
+func (x *SlotBatchResponse) GetResults() []*SlotBatchResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+type SettleBatchRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Items         []*SettleRequest       `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SettleBatchRequest) Reset() {
+	*x = SettleBatchRequest{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[95]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SettleBatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SettleBatchRequest) ProtoMessage() {}
+
+func (x *SettleBatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[95]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SettleBatchRequest.ProtoReflect.Descriptor instead.
+func (*SettleBatchRequest) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{95}
+}
+
+func (x *SettleBatchRequest) GetItems() []*SettleRequest {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+type SettleBatchResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Result:
+	//
+	//	*SettleBatchResult_Response
+	//	*SettleBatchResult_Error
+	Result        isSettleBatchResult_Result `protobuf_oneof:"result"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SettleBatchResult) Reset() {
+	*x = SettleBatchResult{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[96]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SettleBatchResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SettleBatchResult) ProtoMessage() {}
+
+func (x *SettleBatchResult) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[96]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SettleBatchResult.ProtoReflect.Descriptor instead.
+func (*SettleBatchResult) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{96}
+}
+
+func (x *SettleBatchResult) GetResult() isSettleBatchResult_Result {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *SettleBatchResult) GetResponse() *CostResponse {
+	if x != nil {
+		if x, ok := x.Result.(*SettleBatchResult_Response); ok {
+			return x.Response
+		}
+	}
+	return nil
+}
+
+func (x *SettleBatchResult) GetError() *Error {
+	if x != nil {
+		if x, ok := x.Result.(*SettleBatchResult_Error); ok {
+			return x.Error
+		}
+	}
+	return nil
+}
+
+type isSettleBatchResult_Result interface {
+	isSettleBatchResult_Result()
+}
+
+type SettleBatchResult_Response struct {
+	Response *CostResponse `protobuf:"bytes,1,opt,name=response,proto3,oneof"`
+}
+
+type SettleBatchResult_Error struct {
+	Error *Error `protobuf:"bytes,2,opt,name=error,proto3,oneof"`
+}
+
+func (*SettleBatchResult_Response) isSettleBatchResult_Result() {}
+
+func (*SettleBatchResult_Error) isSettleBatchResult_Result() {}
+
+type SettleBatchResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Results       []*SettleBatchResult   `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SettleBatchResponse) Reset() {
+	*x = SettleBatchResponse{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[97]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SettleBatchResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SettleBatchResponse) ProtoMessage() {}
+
+func (x *SettleBatchResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[97]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SettleBatchResponse.ProtoReflect.Descriptor instead.
+func (*SettleBatchResponse) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{97}
+}
+
+func (x *SettleBatchResponse) GetResults() []*SettleBatchResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
 type ExportUsageMessage_Header struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Start         *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=start,proto3" json:"start,omitempty"`
@@ -5287,7 +5640,7 @@ type ExportUsageMessage_Header struct {
 
 func (x *ExportUsageMessage_Header) Reset() {
 	*x = ExportUsageMessage_Header{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[94]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5299,7 +5652,7 @@ func (x *ExportUsageMessage_Header) String() string {
 func (*ExportUsageMessage_Header) ProtoMessage() {}
 
 func (x *ExportUsageMessage_Header) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[94]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5347,7 +5700,7 @@ type ExportUsageMessage_Row struct {
 
 func (x *ExportUsageMessage_Row) Reset() {
 	*x = ExportUsageMessage_Row{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[95]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5359,7 +5712,7 @@ func (x *ExportUsageMessage_Row) String() string {
 func (*ExportUsageMessage_Row) ProtoMessage() {}
 
 func (x *ExportUsageMessage_Row) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[95]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5400,7 +5753,7 @@ var File_limitd_v1_limitd_proto protoreflect.FileDescriptor
 
 const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"\n" +
-	"\x16limitd/v1/limitd.proto\x12\tlimitd.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa7\x02\n" +
+	"\x16limitd/v1/limitd.proto\x12\tlimitd.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd6\x02\n" +
 	"\x05Limit\x12\x1c\n" +
 	"\talgorithm\x18\x01 \x01(\tR\talgorithm\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x16\n" +
@@ -5413,7 +5766,8 @@ const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"\bmax_hold\x18\t \x01(\tR\amaxHold\x12\x16\n" +
 	"\x06notify\x18\v \x03(\x01R\x06notify\x12\x18\n" +
 	"\ahistory\x18\n" +
-	" \x01(\tR\ahistory\"\xed\x01\n" +
+	" \x01(\tR\ahistory\x12-\n" +
+	"\x12reservation_expiry\x18\f \x01(\tR\x11reservationExpiry\"\xed\x01\n" +
 	"\fCheckRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
 	"\x06policy\x18\x02 \x01(\tR\x06policy\x12&\n" +
@@ -5754,7 +6108,23 @@ const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"\x05Event\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x12\n" +
-	"\x04data\x18\x03 \x01(\tR\x04data2\xef\x17\n" +
+	"\x04data\x18\x03 \x01(\tR\x04data\"@\n" +
+	"\x10SlotBatchRequest\x12,\n" +
+	"\x05items\x18\x01 \x03(\v2\x16.limitd.v1.SlotRequestR\x05items\"|\n" +
+	"\x0fSlotBatchResult\x125\n" +
+	"\bresponse\x18\x01 \x01(\v2\x17.limitd.v1.SlotResponseH\x00R\bresponse\x12(\n" +
+	"\x05error\x18\x02 \x01(\v2\x10.limitd.v1.ErrorH\x00R\x05errorB\b\n" +
+	"\x06result\"I\n" +
+	"\x11SlotBatchResponse\x124\n" +
+	"\aresults\x18\x01 \x03(\v2\x1a.limitd.v1.SlotBatchResultR\aresults\"D\n" +
+	"\x12SettleBatchRequest\x12.\n" +
+	"\x05items\x18\x01 \x03(\v2\x18.limitd.v1.SettleRequestR\x05items\"~\n" +
+	"\x11SettleBatchResult\x125\n" +
+	"\bresponse\x18\x01 \x01(\v2\x17.limitd.v1.CostResponseH\x00R\bresponse\x12(\n" +
+	"\x05error\x18\x02 \x01(\v2\x10.limitd.v1.ErrorH\x00R\x05errorB\b\n" +
+	"\x06result\"M\n" +
+	"\x13SettleBatchResponse\x126\n" +
+	"\aresults\x18\x01 \x03(\v2\x1c.limitd.v1.SettleBatchResultR\aresults2\xd1\x19\n" +
 	"\x06Limitd\x12:\n" +
 	"\x05Check\x12\x17.limitd.v1.CheckRequest\x1a\x18.limitd.v1.CheckResponse\x12C\n" +
 	"\bCheckAll\x12\x1a.limitd.v1.CheckAllRequest\x1a\x1b.limitd.v1.CheckAllResponse\x12:\n" +
@@ -5805,7 +6175,11 @@ const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"\vExportUsage\x12\x1d.limitd.v1.ExportUsageRequest\x1a\x1d.limitd.v1.ExportUsageMessage0\x01\x12@\n" +
 	"\aTopKeys\x12\x19.limitd.v1.TopKeysRequest\x1a\x1a.limitd.v1.TopKeysResponse\x12L\n" +
 	"\vGetInflight\x12\x1d.limitd.v1.GetInflightRequest\x1a\x1e.limitd.v1.GetInflightResponse\x12@\n" +
-	"\vWatchEvents\x12\x1d.limitd.v1.WatchEventsRequest\x1a\x10.limitd.v1.Event0\x01B3Z1github.com/limitd/limitd/proto/limitd/v1;limitdv1b\x06proto3"
+	"\vWatchEvents\x12\x1d.limitd.v1.WatchEventsRequest\x1a\x10.limitd.v1.Event0\x01\x12I\n" +
+	"\fReleaseBatch\x12\x1b.limitd.v1.SlotBatchRequest\x1a\x1c.limitd.v1.SlotBatchResponse\x12G\n" +
+	"\n" +
+	"RenewBatch\x12\x1b.limitd.v1.SlotBatchRequest\x1a\x1c.limitd.v1.SlotBatchResponse\x12L\n" +
+	"\vSettleBatch\x12\x1d.limitd.v1.SettleBatchRequest\x1a\x1e.limitd.v1.SettleBatchResponseB3Z1github.com/limitd/limitd/proto/limitd/v1;limitdv1b\x06proto3"
 
 var (
 	file_limitd_v1_limitd_proto_rawDescOnce sync.Once
@@ -5819,7 +6193,7 @@ func file_limitd_v1_limitd_proto_rawDescGZIP() []byte {
 	return file_limitd_v1_limitd_proto_rawDescData
 }
 
-var file_limitd_v1_limitd_proto_msgTypes = make([]protoimpl.MessageInfo, 96)
+var file_limitd_v1_limitd_proto_msgTypes = make([]protoimpl.MessageInfo, 102)
 var file_limitd_v1_limitd_proto_goTypes = []any{
 	(*Limit)(nil),                     // 0: limitd.v1.Limit
 	(*CheckRequest)(nil),              // 1: limitd.v1.CheckRequest
@@ -5913,22 +6287,28 @@ var file_limitd_v1_limitd_proto_goTypes = []any{
 	(*GetInflightResponse)(nil),       // 89: limitd.v1.GetInflightResponse
 	(*WatchEventsRequest)(nil),        // 90: limitd.v1.WatchEventsRequest
 	(*Event)(nil),                     // 91: limitd.v1.Event
-	nil,                               // 92: limitd.v1.Plan.LimitsEntry
-	nil,                               // 93: limitd.v1.Override.LimitsEntry
-	(*ExportUsageMessage_Header)(nil), // 94: limitd.v1.ExportUsageMessage.Header
-	(*ExportUsageMessage_Row)(nil),    // 95: limitd.v1.ExportUsageMessage.Row
-	(*durationpb.Duration)(nil),       // 96: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),     // 97: google.protobuf.Timestamp
+	(*SlotBatchRequest)(nil),          // 92: limitd.v1.SlotBatchRequest
+	(*SlotBatchResult)(nil),           // 93: limitd.v1.SlotBatchResult
+	(*SlotBatchResponse)(nil),         // 94: limitd.v1.SlotBatchResponse
+	(*SettleBatchRequest)(nil),        // 95: limitd.v1.SettleBatchRequest
+	(*SettleBatchResult)(nil),         // 96: limitd.v1.SettleBatchResult
+	(*SettleBatchResponse)(nil),       // 97: limitd.v1.SettleBatchResponse
+	nil,                               // 98: limitd.v1.Plan.LimitsEntry
+	nil,                               // 99: limitd.v1.Override.LimitsEntry
+	(*ExportUsageMessage_Header)(nil), // 100: limitd.v1.ExportUsageMessage.Header
+	(*ExportUsageMessage_Row)(nil),    // 101: limitd.v1.ExportUsageMessage.Row
+	(*durationpb.Duration)(nil),       // 102: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),     // 103: google.protobuf.Timestamp
 }
 var file_limitd_v1_limitd_proto_depIdxs = []int32{
 	0,   // 0: limitd.v1.CheckRequest.limit:type_name -> limitd.v1.Limit
 	73,  // 1: limitd.v1.CheckRequest.reserve:type_name -> limitd.v1.Reserve
-	96,  // 2: limitd.v1.Decision.reset_after:type_name -> google.protobuf.Duration
-	96,  // 3: limitd.v1.Decision.retry_after:type_name -> google.protobuf.Duration
-	96,  // 4: limitd.v1.Decision.delay:type_name -> google.protobuf.Duration
+	102, // 2: limitd.v1.Decision.reset_after:type_name -> google.protobuf.Duration
+	102, // 3: limitd.v1.Decision.retry_after:type_name -> google.protobuf.Duration
+	102, // 4: limitd.v1.Decision.delay:type_name -> google.protobuf.Duration
 	3,   // 5: limitd.v1.Decision.limits:type_name -> limitd.v1.NamedDecision
-	96,  // 6: limitd.v1.Decision.slot_expires:type_name -> google.protobuf.Duration
-	96,  // 7: limitd.v1.Decision.reservation_expires:type_name -> google.protobuf.Duration
+	102, // 6: limitd.v1.Decision.slot_expires:type_name -> google.protobuf.Duration
+	102, // 7: limitd.v1.Decision.reservation_expires:type_name -> google.protobuf.Duration
 	2,   // 8: limitd.v1.NamedDecision.decision:type_name -> limitd.v1.Decision
 	2,   // 9: limitd.v1.CheckResponse.decision:type_name -> limitd.v1.Decision
 	1,   // 10: limitd.v1.CheckAllRequest.checks:type_name -> limitd.v1.CheckRequest
@@ -5940,7 +6320,7 @@ var file_limitd_v1_limitd_proto_depIdxs = []int32{
 	0,   // 16: limitd.v1.PeekRequest.limit:type_name -> limitd.v1.Limit
 	0,   // 17: limitd.v1.ResetRequest.limit:type_name -> limitd.v1.Limit
 	0,   // 18: limitd.v1.SlotRequest.limit:type_name -> limitd.v1.Limit
-	96,  // 19: limitd.v1.SlotResponse.slot_expires:type_name -> google.protobuf.Duration
+	102, // 19: limitd.v1.SlotResponse.slot_expires:type_name -> google.protobuf.Duration
 	0,   // 20: limitd.v1.Policy.limit:type_name -> limitd.v1.Limit
 	18,  // 21: limitd.v1.Policy.lease:type_name -> limitd.v1.Lease
 	17,  // 22: limitd.v1.Policy.on_exceed:type_name -> limitd.v1.OnExceed
@@ -5948,12 +6328,12 @@ var file_limitd_v1_limitd_proto_depIdxs = []int32{
 	16,  // 24: limitd.v1.PutPolicyRequest.policy:type_name -> limitd.v1.Policy
 	16,  // 25: limitd.v1.ListPoliciesResponse.policies:type_name -> limitd.v1.Policy
 	25,  // 26: limitd.v1.ListRLSDomainsResponse.domains:type_name -> limitd.v1.RLSDomain
-	92,  // 27: limitd.v1.Plan.limits:type_name -> limitd.v1.Plan.LimitsEntry
+	98,  // 27: limitd.v1.Plan.limits:type_name -> limitd.v1.Plan.LimitsEntry
 	32,  // 28: limitd.v1.PutPlanRequest.plan:type_name -> limitd.v1.Plan
 	32,  // 29: limitd.v1.ListPlansResponse.plans:type_name -> limitd.v1.Plan
 	44,  // 30: limitd.v1.ListPrefixRulesResponse.rules:type_name -> limitd.v1.PrefixRule
-	93,  // 31: limitd.v1.Override.limits:type_name -> limitd.v1.Override.LimitsEntry
-	97,  // 32: limitd.v1.Override.expires:type_name -> google.protobuf.Timestamp
+	99,  // 31: limitd.v1.Override.limits:type_name -> limitd.v1.Override.LimitsEntry
+	103, // 32: limitd.v1.Override.expires:type_name -> google.protobuf.Timestamp
 	54,  // 33: limitd.v1.List.entries:type_name -> limitd.v1.ListEntry
 	53,  // 34: limitd.v1.PutListRequest.list:type_name -> limitd.v1.List
 	53,  // 35: limitd.v1.ListListsResponse.lists:type_name -> limitd.v1.List
@@ -5961,119 +6341,133 @@ var file_limitd_v1_limitd_proto_depIdxs = []int32{
 	66,  // 37: limitd.v1.PutWebhookRequest.webhook:type_name -> limitd.v1.Webhook
 	66,  // 38: limitd.v1.ListWebhooksResponse.webhooks:type_name -> limitd.v1.Webhook
 	2,   // 39: limitd.v1.CostResponse.decision:type_name -> limitd.v1.Decision
-	97,  // 40: limitd.v1.GetUsageRequest.from:type_name -> google.protobuf.Timestamp
-	97,  // 41: limitd.v1.GetUsageRequest.to:type_name -> google.protobuf.Timestamp
-	97,  // 42: limitd.v1.UsageWindow.start:type_name -> google.protobuf.Timestamp
-	97,  // 43: limitd.v1.UsageWindow.end:type_name -> google.protobuf.Timestamp
+	103, // 40: limitd.v1.GetUsageRequest.from:type_name -> google.protobuf.Timestamp
+	103, // 41: limitd.v1.GetUsageRequest.to:type_name -> google.protobuf.Timestamp
+	103, // 42: limitd.v1.UsageWindow.start:type_name -> google.protobuf.Timestamp
+	103, // 43: limitd.v1.UsageWindow.end:type_name -> google.protobuf.Timestamp
 	79,  // 44: limitd.v1.GetUsageResponse.windows:type_name -> limitd.v1.UsageWindow
-	97,  // 45: limitd.v1.ExportUsageRequest.window:type_name -> google.protobuf.Timestamp
-	94,  // 46: limitd.v1.ExportUsageMessage.header:type_name -> limitd.v1.ExportUsageMessage.Header
-	95,  // 47: limitd.v1.ExportUsageMessage.row:type_name -> limitd.v1.ExportUsageMessage.Row
-	97,  // 48: limitd.v1.TopKeysResponse.at:type_name -> google.protobuf.Timestamp
+	103, // 45: limitd.v1.ExportUsageRequest.window:type_name -> google.protobuf.Timestamp
+	100, // 46: limitd.v1.ExportUsageMessage.header:type_name -> limitd.v1.ExportUsageMessage.Header
+	101, // 47: limitd.v1.ExportUsageMessage.row:type_name -> limitd.v1.ExportUsageMessage.Row
+	103, // 48: limitd.v1.TopKeysResponse.at:type_name -> google.protobuf.Timestamp
 	84,  // 49: limitd.v1.TopKeysResponse.keys:type_name -> limitd.v1.TopKey
-	97,  // 50: limitd.v1.InflightSlot.acquired:type_name -> google.protobuf.Timestamp
-	97,  // 51: limitd.v1.InflightSlot.expires:type_name -> google.protobuf.Timestamp
-	97,  // 52: limitd.v1.InflightReservation.expires:type_name -> google.protobuf.Timestamp
-	97,  // 53: limitd.v1.GetInflightResponse.at:type_name -> google.protobuf.Timestamp
+	103, // 50: limitd.v1.InflightSlot.acquired:type_name -> google.protobuf.Timestamp
+	103, // 51: limitd.v1.InflightSlot.expires:type_name -> google.protobuf.Timestamp
+	103, // 52: limitd.v1.InflightReservation.expires:type_name -> google.protobuf.Timestamp
+	103, // 53: limitd.v1.GetInflightResponse.at:type_name -> google.protobuf.Timestamp
 	87,  // 54: limitd.v1.GetInflightResponse.slots:type_name -> limitd.v1.InflightSlot
 	88,  // 55: limitd.v1.GetInflightResponse.reservations:type_name -> limitd.v1.InflightReservation
-	0,   // 56: limitd.v1.Plan.LimitsEntry.value:type_name -> limitd.v1.Limit
-	49,  // 57: limitd.v1.Override.LimitsEntry.value:type_name -> limitd.v1.LimitOverride
-	97,  // 58: limitd.v1.ExportUsageMessage.Header.start:type_name -> google.protobuf.Timestamp
-	97,  // 59: limitd.v1.ExportUsageMessage.Header.end:type_name -> google.protobuf.Timestamp
-	1,   // 60: limitd.v1.Limitd.Check:input_type -> limitd.v1.CheckRequest
-	5,   // 61: limitd.v1.Limitd.CheckAll:input_type -> limitd.v1.CheckAllRequest
-	7,   // 62: limitd.v1.Limitd.Batch:input_type -> limitd.v1.BatchRequest
-	11,  // 63: limitd.v1.Limitd.Peek:input_type -> limitd.v1.PeekRequest
-	12,  // 64: limitd.v1.Limitd.Reset:input_type -> limitd.v1.ResetRequest
-	14,  // 65: limitd.v1.Limitd.Release:input_type -> limitd.v1.SlotRequest
-	14,  // 66: limitd.v1.Limitd.Renew:input_type -> limitd.v1.SlotRequest
-	19,  // 67: limitd.v1.Limitd.PutPolicy:input_type -> limitd.v1.PutPolicyRequest
-	20,  // 68: limitd.v1.Limitd.GetPolicy:input_type -> limitd.v1.GetPolicyRequest
-	21,  // 69: limitd.v1.Limitd.ListPolicies:input_type -> limitd.v1.ListPoliciesRequest
-	23,  // 70: limitd.v1.Limitd.DeletePolicy:input_type -> limitd.v1.DeletePolicyRequest
-	26,  // 71: limitd.v1.Limitd.PutRLSDomain:input_type -> limitd.v1.PutRLSDomainRequest
-	27,  // 72: limitd.v1.Limitd.GetRLSDomain:input_type -> limitd.v1.GetRLSDomainRequest
-	28,  // 73: limitd.v1.Limitd.ListRLSDomains:input_type -> limitd.v1.ListRLSDomainsRequest
-	30,  // 74: limitd.v1.Limitd.DeleteRLSDomain:input_type -> limitd.v1.DeleteRLSDomainRequest
-	33,  // 75: limitd.v1.Limitd.PutPlan:input_type -> limitd.v1.PutPlanRequest
-	34,  // 76: limitd.v1.Limitd.GetPlan:input_type -> limitd.v1.GetPlanRequest
-	35,  // 77: limitd.v1.Limitd.ListPlans:input_type -> limitd.v1.ListPlansRequest
-	37,  // 78: limitd.v1.Limitd.DeletePlan:input_type -> limitd.v1.DeletePlanRequest
-	39,  // 79: limitd.v1.Limitd.SetDefaultPlan:input_type -> limitd.v1.SetDefaultPlanRequest
-	41,  // 80: limitd.v1.Limitd.AssignPlan:input_type -> limitd.v1.AssignPlanRequest
-	42,  // 81: limitd.v1.Limitd.GetKeyPlan:input_type -> limitd.v1.GetKeyPlanRequest
-	44,  // 82: limitd.v1.Limitd.PutPrefixRule:input_type -> limitd.v1.PrefixRule
-	45,  // 83: limitd.v1.Limitd.DeletePrefixRule:input_type -> limitd.v1.DeletePrefixRuleRequest
-	47,  // 84: limitd.v1.Limitd.ListPrefixRules:input_type -> limitd.v1.ListPrefixRulesRequest
-	50,  // 85: limitd.v1.Limitd.PutOverride:input_type -> limitd.v1.Override
-	51,  // 86: limitd.v1.Limitd.DeleteOverride:input_type -> limitd.v1.DeleteOverrideRequest
-	55,  // 87: limitd.v1.Limitd.PutList:input_type -> limitd.v1.PutListRequest
-	56,  // 88: limitd.v1.Limitd.GetList:input_type -> limitd.v1.GetListRequest
-	57,  // 89: limitd.v1.Limitd.ListLists:input_type -> limitd.v1.ListListsRequest
-	59,  // 90: limitd.v1.Limitd.DeleteList:input_type -> limitd.v1.DeleteListRequest
-	62,  // 91: limitd.v1.Limitd.ListBans:input_type -> limitd.v1.ListBansRequest
-	64,  // 92: limitd.v1.Limitd.Unban:input_type -> limitd.v1.UnbanRequest
-	67,  // 93: limitd.v1.Limitd.PutWebhook:input_type -> limitd.v1.PutWebhookRequest
-	68,  // 94: limitd.v1.Limitd.GetWebhook:input_type -> limitd.v1.GetWebhookRequest
-	69,  // 95: limitd.v1.Limitd.ListWebhooks:input_type -> limitd.v1.ListWebhooksRequest
-	71,  // 96: limitd.v1.Limitd.DeleteWebhook:input_type -> limitd.v1.DeleteWebhookRequest
-	74,  // 97: limitd.v1.Limitd.Settle:input_type -> limitd.v1.SettleRequest
-	75,  // 98: limitd.v1.Limitd.Refund:input_type -> limitd.v1.RefundRequest
-	78,  // 99: limitd.v1.Limitd.GetUsage:input_type -> limitd.v1.GetUsageRequest
-	81,  // 100: limitd.v1.Limitd.ExportUsage:input_type -> limitd.v1.ExportUsageRequest
-	83,  // 101: limitd.v1.Limitd.TopKeys:input_type -> limitd.v1.TopKeysRequest
-	86,  // 102: limitd.v1.Limitd.GetInflight:input_type -> limitd.v1.GetInflightRequest
-	90,  // 103: limitd.v1.Limitd.WatchEvents:input_type -> limitd.v1.WatchEventsRequest
-	4,   // 104: limitd.v1.Limitd.Check:output_type -> limitd.v1.CheckResponse
-	6,   // 105: limitd.v1.Limitd.CheckAll:output_type -> limitd.v1.CheckAllResponse
-	10,  // 106: limitd.v1.Limitd.Batch:output_type -> limitd.v1.BatchResponse
-	4,   // 107: limitd.v1.Limitd.Peek:output_type -> limitd.v1.CheckResponse
-	13,  // 108: limitd.v1.Limitd.Reset:output_type -> limitd.v1.ResetResponse
-	15,  // 109: limitd.v1.Limitd.Release:output_type -> limitd.v1.SlotResponse
-	15,  // 110: limitd.v1.Limitd.Renew:output_type -> limitd.v1.SlotResponse
-	16,  // 111: limitd.v1.Limitd.PutPolicy:output_type -> limitd.v1.Policy
-	16,  // 112: limitd.v1.Limitd.GetPolicy:output_type -> limitd.v1.Policy
-	22,  // 113: limitd.v1.Limitd.ListPolicies:output_type -> limitd.v1.ListPoliciesResponse
-	24,  // 114: limitd.v1.Limitd.DeletePolicy:output_type -> limitd.v1.DeletePolicyResponse
-	25,  // 115: limitd.v1.Limitd.PutRLSDomain:output_type -> limitd.v1.RLSDomain
-	25,  // 116: limitd.v1.Limitd.GetRLSDomain:output_type -> limitd.v1.RLSDomain
-	29,  // 117: limitd.v1.Limitd.ListRLSDomains:output_type -> limitd.v1.ListRLSDomainsResponse
-	31,  // 118: limitd.v1.Limitd.DeleteRLSDomain:output_type -> limitd.v1.DeleteRLSDomainResponse
-	32,  // 119: limitd.v1.Limitd.PutPlan:output_type -> limitd.v1.Plan
-	32,  // 120: limitd.v1.Limitd.GetPlan:output_type -> limitd.v1.Plan
-	36,  // 121: limitd.v1.Limitd.ListPlans:output_type -> limitd.v1.ListPlansResponse
-	38,  // 122: limitd.v1.Limitd.DeletePlan:output_type -> limitd.v1.DeletePlanResponse
-	40,  // 123: limitd.v1.Limitd.SetDefaultPlan:output_type -> limitd.v1.SetDefaultPlanResponse
-	43,  // 124: limitd.v1.Limitd.AssignPlan:output_type -> limitd.v1.KeyPlan
-	43,  // 125: limitd.v1.Limitd.GetKeyPlan:output_type -> limitd.v1.KeyPlan
-	44,  // 126: limitd.v1.Limitd.PutPrefixRule:output_type -> limitd.v1.PrefixRule
-	46,  // 127: limitd.v1.Limitd.DeletePrefixRule:output_type -> limitd.v1.DeletePrefixRuleResponse
-	48,  // 128: limitd.v1.Limitd.ListPrefixRules:output_type -> limitd.v1.ListPrefixRulesResponse
-	50,  // 129: limitd.v1.Limitd.PutOverride:output_type -> limitd.v1.Override
-	52,  // 130: limitd.v1.Limitd.DeleteOverride:output_type -> limitd.v1.DeleteOverrideResponse
-	53,  // 131: limitd.v1.Limitd.PutList:output_type -> limitd.v1.List
-	53,  // 132: limitd.v1.Limitd.GetList:output_type -> limitd.v1.List
-	58,  // 133: limitd.v1.Limitd.ListLists:output_type -> limitd.v1.ListListsResponse
-	60,  // 134: limitd.v1.Limitd.DeleteList:output_type -> limitd.v1.DeleteListResponse
-	63,  // 135: limitd.v1.Limitd.ListBans:output_type -> limitd.v1.ListBansResponse
-	65,  // 136: limitd.v1.Limitd.Unban:output_type -> limitd.v1.UnbanResponse
-	66,  // 137: limitd.v1.Limitd.PutWebhook:output_type -> limitd.v1.Webhook
-	66,  // 138: limitd.v1.Limitd.GetWebhook:output_type -> limitd.v1.Webhook
-	70,  // 139: limitd.v1.Limitd.ListWebhooks:output_type -> limitd.v1.ListWebhooksResponse
-	72,  // 140: limitd.v1.Limitd.DeleteWebhook:output_type -> limitd.v1.DeleteWebhookResponse
-	76,  // 141: limitd.v1.Limitd.Settle:output_type -> limitd.v1.CostResponse
-	76,  // 142: limitd.v1.Limitd.Refund:output_type -> limitd.v1.CostResponse
-	80,  // 143: limitd.v1.Limitd.GetUsage:output_type -> limitd.v1.GetUsageResponse
-	82,  // 144: limitd.v1.Limitd.ExportUsage:output_type -> limitd.v1.ExportUsageMessage
-	85,  // 145: limitd.v1.Limitd.TopKeys:output_type -> limitd.v1.TopKeysResponse
-	89,  // 146: limitd.v1.Limitd.GetInflight:output_type -> limitd.v1.GetInflightResponse
-	91,  // 147: limitd.v1.Limitd.WatchEvents:output_type -> limitd.v1.Event
-	104, // [104:148] is the sub-list for method output_type
-	60,  // [60:104] is the sub-list for method input_type
-	60,  // [60:60] is the sub-list for extension type_name
-	60,  // [60:60] is the sub-list for extension extendee
-	0,   // [0:60] is the sub-list for field type_name
+	14,  // 56: limitd.v1.SlotBatchRequest.items:type_name -> limitd.v1.SlotRequest
+	15,  // 57: limitd.v1.SlotBatchResult.response:type_name -> limitd.v1.SlotResponse
+	8,   // 58: limitd.v1.SlotBatchResult.error:type_name -> limitd.v1.Error
+	93,  // 59: limitd.v1.SlotBatchResponse.results:type_name -> limitd.v1.SlotBatchResult
+	74,  // 60: limitd.v1.SettleBatchRequest.items:type_name -> limitd.v1.SettleRequest
+	76,  // 61: limitd.v1.SettleBatchResult.response:type_name -> limitd.v1.CostResponse
+	8,   // 62: limitd.v1.SettleBatchResult.error:type_name -> limitd.v1.Error
+	96,  // 63: limitd.v1.SettleBatchResponse.results:type_name -> limitd.v1.SettleBatchResult
+	0,   // 64: limitd.v1.Plan.LimitsEntry.value:type_name -> limitd.v1.Limit
+	49,  // 65: limitd.v1.Override.LimitsEntry.value:type_name -> limitd.v1.LimitOverride
+	103, // 66: limitd.v1.ExportUsageMessage.Header.start:type_name -> google.protobuf.Timestamp
+	103, // 67: limitd.v1.ExportUsageMessage.Header.end:type_name -> google.protobuf.Timestamp
+	1,   // 68: limitd.v1.Limitd.Check:input_type -> limitd.v1.CheckRequest
+	5,   // 69: limitd.v1.Limitd.CheckAll:input_type -> limitd.v1.CheckAllRequest
+	7,   // 70: limitd.v1.Limitd.Batch:input_type -> limitd.v1.BatchRequest
+	11,  // 71: limitd.v1.Limitd.Peek:input_type -> limitd.v1.PeekRequest
+	12,  // 72: limitd.v1.Limitd.Reset:input_type -> limitd.v1.ResetRequest
+	14,  // 73: limitd.v1.Limitd.Release:input_type -> limitd.v1.SlotRequest
+	14,  // 74: limitd.v1.Limitd.Renew:input_type -> limitd.v1.SlotRequest
+	19,  // 75: limitd.v1.Limitd.PutPolicy:input_type -> limitd.v1.PutPolicyRequest
+	20,  // 76: limitd.v1.Limitd.GetPolicy:input_type -> limitd.v1.GetPolicyRequest
+	21,  // 77: limitd.v1.Limitd.ListPolicies:input_type -> limitd.v1.ListPoliciesRequest
+	23,  // 78: limitd.v1.Limitd.DeletePolicy:input_type -> limitd.v1.DeletePolicyRequest
+	26,  // 79: limitd.v1.Limitd.PutRLSDomain:input_type -> limitd.v1.PutRLSDomainRequest
+	27,  // 80: limitd.v1.Limitd.GetRLSDomain:input_type -> limitd.v1.GetRLSDomainRequest
+	28,  // 81: limitd.v1.Limitd.ListRLSDomains:input_type -> limitd.v1.ListRLSDomainsRequest
+	30,  // 82: limitd.v1.Limitd.DeleteRLSDomain:input_type -> limitd.v1.DeleteRLSDomainRequest
+	33,  // 83: limitd.v1.Limitd.PutPlan:input_type -> limitd.v1.PutPlanRequest
+	34,  // 84: limitd.v1.Limitd.GetPlan:input_type -> limitd.v1.GetPlanRequest
+	35,  // 85: limitd.v1.Limitd.ListPlans:input_type -> limitd.v1.ListPlansRequest
+	37,  // 86: limitd.v1.Limitd.DeletePlan:input_type -> limitd.v1.DeletePlanRequest
+	39,  // 87: limitd.v1.Limitd.SetDefaultPlan:input_type -> limitd.v1.SetDefaultPlanRequest
+	41,  // 88: limitd.v1.Limitd.AssignPlan:input_type -> limitd.v1.AssignPlanRequest
+	42,  // 89: limitd.v1.Limitd.GetKeyPlan:input_type -> limitd.v1.GetKeyPlanRequest
+	44,  // 90: limitd.v1.Limitd.PutPrefixRule:input_type -> limitd.v1.PrefixRule
+	45,  // 91: limitd.v1.Limitd.DeletePrefixRule:input_type -> limitd.v1.DeletePrefixRuleRequest
+	47,  // 92: limitd.v1.Limitd.ListPrefixRules:input_type -> limitd.v1.ListPrefixRulesRequest
+	50,  // 93: limitd.v1.Limitd.PutOverride:input_type -> limitd.v1.Override
+	51,  // 94: limitd.v1.Limitd.DeleteOverride:input_type -> limitd.v1.DeleteOverrideRequest
+	55,  // 95: limitd.v1.Limitd.PutList:input_type -> limitd.v1.PutListRequest
+	56,  // 96: limitd.v1.Limitd.GetList:input_type -> limitd.v1.GetListRequest
+	57,  // 97: limitd.v1.Limitd.ListLists:input_type -> limitd.v1.ListListsRequest
+	59,  // 98: limitd.v1.Limitd.DeleteList:input_type -> limitd.v1.DeleteListRequest
+	62,  // 99: limitd.v1.Limitd.ListBans:input_type -> limitd.v1.ListBansRequest
+	64,  // 100: limitd.v1.Limitd.Unban:input_type -> limitd.v1.UnbanRequest
+	67,  // 101: limitd.v1.Limitd.PutWebhook:input_type -> limitd.v1.PutWebhookRequest
+	68,  // 102: limitd.v1.Limitd.GetWebhook:input_type -> limitd.v1.GetWebhookRequest
+	69,  // 103: limitd.v1.Limitd.ListWebhooks:input_type -> limitd.v1.ListWebhooksRequest
+	71,  // 104: limitd.v1.Limitd.DeleteWebhook:input_type -> limitd.v1.DeleteWebhookRequest
+	74,  // 105: limitd.v1.Limitd.Settle:input_type -> limitd.v1.SettleRequest
+	75,  // 106: limitd.v1.Limitd.Refund:input_type -> limitd.v1.RefundRequest
+	78,  // 107: limitd.v1.Limitd.GetUsage:input_type -> limitd.v1.GetUsageRequest
+	81,  // 108: limitd.v1.Limitd.ExportUsage:input_type -> limitd.v1.ExportUsageRequest
+	83,  // 109: limitd.v1.Limitd.TopKeys:input_type -> limitd.v1.TopKeysRequest
+	86,  // 110: limitd.v1.Limitd.GetInflight:input_type -> limitd.v1.GetInflightRequest
+	90,  // 111: limitd.v1.Limitd.WatchEvents:input_type -> limitd.v1.WatchEventsRequest
+	92,  // 112: limitd.v1.Limitd.ReleaseBatch:input_type -> limitd.v1.SlotBatchRequest
+	92,  // 113: limitd.v1.Limitd.RenewBatch:input_type -> limitd.v1.SlotBatchRequest
+	95,  // 114: limitd.v1.Limitd.SettleBatch:input_type -> limitd.v1.SettleBatchRequest
+	4,   // 115: limitd.v1.Limitd.Check:output_type -> limitd.v1.CheckResponse
+	6,   // 116: limitd.v1.Limitd.CheckAll:output_type -> limitd.v1.CheckAllResponse
+	10,  // 117: limitd.v1.Limitd.Batch:output_type -> limitd.v1.BatchResponse
+	4,   // 118: limitd.v1.Limitd.Peek:output_type -> limitd.v1.CheckResponse
+	13,  // 119: limitd.v1.Limitd.Reset:output_type -> limitd.v1.ResetResponse
+	15,  // 120: limitd.v1.Limitd.Release:output_type -> limitd.v1.SlotResponse
+	15,  // 121: limitd.v1.Limitd.Renew:output_type -> limitd.v1.SlotResponse
+	16,  // 122: limitd.v1.Limitd.PutPolicy:output_type -> limitd.v1.Policy
+	16,  // 123: limitd.v1.Limitd.GetPolicy:output_type -> limitd.v1.Policy
+	22,  // 124: limitd.v1.Limitd.ListPolicies:output_type -> limitd.v1.ListPoliciesResponse
+	24,  // 125: limitd.v1.Limitd.DeletePolicy:output_type -> limitd.v1.DeletePolicyResponse
+	25,  // 126: limitd.v1.Limitd.PutRLSDomain:output_type -> limitd.v1.RLSDomain
+	25,  // 127: limitd.v1.Limitd.GetRLSDomain:output_type -> limitd.v1.RLSDomain
+	29,  // 128: limitd.v1.Limitd.ListRLSDomains:output_type -> limitd.v1.ListRLSDomainsResponse
+	31,  // 129: limitd.v1.Limitd.DeleteRLSDomain:output_type -> limitd.v1.DeleteRLSDomainResponse
+	32,  // 130: limitd.v1.Limitd.PutPlan:output_type -> limitd.v1.Plan
+	32,  // 131: limitd.v1.Limitd.GetPlan:output_type -> limitd.v1.Plan
+	36,  // 132: limitd.v1.Limitd.ListPlans:output_type -> limitd.v1.ListPlansResponse
+	38,  // 133: limitd.v1.Limitd.DeletePlan:output_type -> limitd.v1.DeletePlanResponse
+	40,  // 134: limitd.v1.Limitd.SetDefaultPlan:output_type -> limitd.v1.SetDefaultPlanResponse
+	43,  // 135: limitd.v1.Limitd.AssignPlan:output_type -> limitd.v1.KeyPlan
+	43,  // 136: limitd.v1.Limitd.GetKeyPlan:output_type -> limitd.v1.KeyPlan
+	44,  // 137: limitd.v1.Limitd.PutPrefixRule:output_type -> limitd.v1.PrefixRule
+	46,  // 138: limitd.v1.Limitd.DeletePrefixRule:output_type -> limitd.v1.DeletePrefixRuleResponse
+	48,  // 139: limitd.v1.Limitd.ListPrefixRules:output_type -> limitd.v1.ListPrefixRulesResponse
+	50,  // 140: limitd.v1.Limitd.PutOverride:output_type -> limitd.v1.Override
+	52,  // 141: limitd.v1.Limitd.DeleteOverride:output_type -> limitd.v1.DeleteOverrideResponse
+	53,  // 142: limitd.v1.Limitd.PutList:output_type -> limitd.v1.List
+	53,  // 143: limitd.v1.Limitd.GetList:output_type -> limitd.v1.List
+	58,  // 144: limitd.v1.Limitd.ListLists:output_type -> limitd.v1.ListListsResponse
+	60,  // 145: limitd.v1.Limitd.DeleteList:output_type -> limitd.v1.DeleteListResponse
+	63,  // 146: limitd.v1.Limitd.ListBans:output_type -> limitd.v1.ListBansResponse
+	65,  // 147: limitd.v1.Limitd.Unban:output_type -> limitd.v1.UnbanResponse
+	66,  // 148: limitd.v1.Limitd.PutWebhook:output_type -> limitd.v1.Webhook
+	66,  // 149: limitd.v1.Limitd.GetWebhook:output_type -> limitd.v1.Webhook
+	70,  // 150: limitd.v1.Limitd.ListWebhooks:output_type -> limitd.v1.ListWebhooksResponse
+	72,  // 151: limitd.v1.Limitd.DeleteWebhook:output_type -> limitd.v1.DeleteWebhookResponse
+	76,  // 152: limitd.v1.Limitd.Settle:output_type -> limitd.v1.CostResponse
+	76,  // 153: limitd.v1.Limitd.Refund:output_type -> limitd.v1.CostResponse
+	80,  // 154: limitd.v1.Limitd.GetUsage:output_type -> limitd.v1.GetUsageResponse
+	82,  // 155: limitd.v1.Limitd.ExportUsage:output_type -> limitd.v1.ExportUsageMessage
+	85,  // 156: limitd.v1.Limitd.TopKeys:output_type -> limitd.v1.TopKeysResponse
+	89,  // 157: limitd.v1.Limitd.GetInflight:output_type -> limitd.v1.GetInflightResponse
+	91,  // 158: limitd.v1.Limitd.WatchEvents:output_type -> limitd.v1.Event
+	94,  // 159: limitd.v1.Limitd.ReleaseBatch:output_type -> limitd.v1.SlotBatchResponse
+	94,  // 160: limitd.v1.Limitd.RenewBatch:output_type -> limitd.v1.SlotBatchResponse
+	97,  // 161: limitd.v1.Limitd.SettleBatch:output_type -> limitd.v1.SettleBatchResponse
+	115, // [115:162] is the sub-list for method output_type
+	68,  // [68:115] is the sub-list for method input_type
+	68,  // [68:68] is the sub-list for extension type_name
+	68,  // [68:68] is the sub-list for extension extendee
+	0,   // [0:68] is the sub-list for field type_name
 }
 
 func init() { file_limitd_v1_limitd_proto_init() }
@@ -6092,13 +6486,21 @@ func file_limitd_v1_limitd_proto_init() {
 		(*ExportUsageMessage_Header_)(nil),
 		(*ExportUsageMessage_Row_)(nil),
 	}
+	file_limitd_v1_limitd_proto_msgTypes[93].OneofWrappers = []any{
+		(*SlotBatchResult_Response)(nil),
+		(*SlotBatchResult_Error)(nil),
+	}
+	file_limitd_v1_limitd_proto_msgTypes[96].OneofWrappers = []any{
+		(*SettleBatchResult_Response)(nil),
+		(*SettleBatchResult_Error)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_limitd_v1_limitd_proto_rawDesc), len(file_limitd_v1_limitd_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   96,
+			NumMessages:   102,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -85,6 +85,9 @@ const (
 	Limitd_TopKeys_FullMethodName          = "/limitd.v1.Limitd/TopKeys"
 	Limitd_GetInflight_FullMethodName      = "/limitd.v1.Limitd/GetInflight"
 	Limitd_WatchEvents_FullMethodName      = "/limitd.v1.Limitd/WatchEvents"
+	Limitd_ReleaseBatch_FullMethodName     = "/limitd.v1.Limitd/ReleaseBatch"
+	Limitd_RenewBatch_FullMethodName       = "/limitd.v1.Limitd/RenewBatch"
+	Limitd_SettleBatch_FullMethodName      = "/limitd.v1.Limitd/SettleBatch"
 )
 
 // LimitdClient is the client API for Limitd service.
@@ -190,6 +193,13 @@ type LimitdClient interface {
 	// consumer too slow for the node's buffer misses events (counted by the
 	// node as over SSE), never stalls it.
 	WatchEvents(ctx context.Context, in *WatchEventsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[Event], error)
+	// pair batches: many releases, renewals or settles in one call and one
+	// log entry (POST /v1/release/batch, /v1/renew/batch, /v1/settle/batch),
+	// answered per item in order; an item's error names "releases[i]…"
+	// ("renewals", "settles"). At most the server's max batch items.
+	ReleaseBatch(ctx context.Context, in *SlotBatchRequest, opts ...grpc.CallOption) (*SlotBatchResponse, error)
+	RenewBatch(ctx context.Context, in *SlotBatchRequest, opts ...grpc.CallOption) (*SlotBatchResponse, error)
+	SettleBatch(ctx context.Context, in *SettleBatchRequest, opts ...grpc.CallOption) (*SettleBatchResponse, error)
 }
 
 type limitdClient struct {
@@ -658,6 +668,36 @@ func (c *limitdClient) WatchEvents(ctx context.Context, in *WatchEventsRequest, 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Limitd_WatchEventsClient = grpc.ServerStreamingClient[Event]
 
+func (c *limitdClient) ReleaseBatch(ctx context.Context, in *SlotBatchRequest, opts ...grpc.CallOption) (*SlotBatchResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SlotBatchResponse)
+	err := c.cc.Invoke(ctx, Limitd_ReleaseBatch_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *limitdClient) RenewBatch(ctx context.Context, in *SlotBatchRequest, opts ...grpc.CallOption) (*SlotBatchResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SlotBatchResponse)
+	err := c.cc.Invoke(ctx, Limitd_RenewBatch_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *limitdClient) SettleBatch(ctx context.Context, in *SettleBatchRequest, opts ...grpc.CallOption) (*SettleBatchResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SettleBatchResponse)
+	err := c.cc.Invoke(ctx, Limitd_SettleBatch_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // LimitdServer is the server API for Limitd service.
 // All implementations must embed UnimplementedLimitdServer
 // for forward compatibility.
@@ -761,6 +801,13 @@ type LimitdServer interface {
 	// consumer too slow for the node's buffer misses events (counted by the
 	// node as over SSE), never stalls it.
 	WatchEvents(*WatchEventsRequest, grpc.ServerStreamingServer[Event]) error
+	// pair batches: many releases, renewals or settles in one call and one
+	// log entry (POST /v1/release/batch, /v1/renew/batch, /v1/settle/batch),
+	// answered per item in order; an item's error names "releases[i]…"
+	// ("renewals", "settles"). At most the server's max batch items.
+	ReleaseBatch(context.Context, *SlotBatchRequest) (*SlotBatchResponse, error)
+	RenewBatch(context.Context, *SlotBatchRequest) (*SlotBatchResponse, error)
+	SettleBatch(context.Context, *SettleBatchRequest) (*SettleBatchResponse, error)
 	mustEmbedUnimplementedLimitdServer()
 }
 
@@ -902,6 +949,15 @@ func (UnimplementedLimitdServer) GetInflight(context.Context, *GetInflightReques
 }
 func (UnimplementedLimitdServer) WatchEvents(*WatchEventsRequest, grpc.ServerStreamingServer[Event]) error {
 	return status.Error(codes.Unimplemented, "method WatchEvents not implemented")
+}
+func (UnimplementedLimitdServer) ReleaseBatch(context.Context, *SlotBatchRequest) (*SlotBatchResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReleaseBatch not implemented")
+}
+func (UnimplementedLimitdServer) RenewBatch(context.Context, *SlotBatchRequest) (*SlotBatchResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RenewBatch not implemented")
+}
+func (UnimplementedLimitdServer) SettleBatch(context.Context, *SettleBatchRequest) (*SettleBatchResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SettleBatch not implemented")
 }
 func (UnimplementedLimitdServer) mustEmbedUnimplementedLimitdServer() {}
 func (UnimplementedLimitdServer) testEmbeddedByValue()                {}
@@ -1702,6 +1758,60 @@ func _Limitd_WatchEvents_Handler(srv interface{}, stream grpc.ServerStream) erro
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Limitd_WatchEventsServer = grpc.ServerStreamingServer[Event]
 
+func _Limitd_ReleaseBatch_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SlotBatchRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LimitdServer).ReleaseBatch(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Limitd_ReleaseBatch_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LimitdServer).ReleaseBatch(ctx, req.(*SlotBatchRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Limitd_RenewBatch_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SlotBatchRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LimitdServer).RenewBatch(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Limitd_RenewBatch_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LimitdServer).RenewBatch(ctx, req.(*SlotBatchRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Limitd_SettleBatch_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SettleBatchRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LimitdServer).SettleBatch(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Limitd_SettleBatch_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LimitdServer).SettleBatch(ctx, req.(*SettleBatchRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Limitd_ServiceDesc is the grpc.ServiceDesc for Limitd service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1876,6 +1986,18 @@ var Limitd_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetInflight",
 			Handler:    _Limitd_GetInflight_Handler,
+		},
+		{
+			MethodName: "ReleaseBatch",
+			Handler:    _Limitd_ReleaseBatch_Handler,
+		},
+		{
+			MethodName: "RenewBatch",
+			Handler:    _Limitd_RenewBatch_Handler,
+		},
+		{
+			MethodName: "SettleBatch",
+			Handler:    _Limitd_SettleBatch_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
