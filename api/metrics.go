@@ -238,12 +238,13 @@ const (
 	routeSimulate
 	routePlans     // /v1/plans, /v1/prefix-rules (plans.go)
 	routePairBatch // /v1/release/batch, /v1/renew/batch, /v1/settle/batch (costbatch.go)
+	routeClusterSlots
 	routeOther
 	numRoutes
 )
 
 var routeNames = [numRoutes]string{"check", "check_all", "check_batch", "auth", "policies", "keys",
-	"cluster", "cluster_digest", "cluster_snapshot", "cluster_join", "cluster_nodes", "healthz", "readyz", "metrics", "internal", "rls_domains", "ui", "simulate", "plans", "pair_batch", "other"}
+	"cluster", "cluster_digest", "cluster_snapshot", "cluster_join", "cluster_nodes", "healthz", "readyz", "metrics", "internal", "rls_domains", "ui", "simulate", "plans", "pair_batch", "cluster_slots", "other"}
 
 // routeOf classifies a request path.
 func routeOf(path string) int {
@@ -264,6 +265,8 @@ func routeOf(path string) int {
 		return routeCluster
 	case path == "/v1/cluster/digest":
 		return routeClusterDigest
+	case path == "/v1/cluster/slots":
+		return routeClusterSlots
 	case path == "/v1/cluster/snapshot":
 		return routeClusterSnapshot
 	case path == "/v1/cluster/join":

@@ -22,6 +22,9 @@ type Catalog struct {
 	propose proposer
 	ol      *OverLimit   // bans are answered only while it vouches for this replica
 	clock   *leaderClock // this node's clock, which only makes an answer more careful (Times)
+	// leaderApply proposes a command no client may propose, on this node
+	// only while it leads (the groups record, groupsrecord.go).
+	leaderApply proposer
 }
 
 // proposer submits an admin command (fsm.Encode*) through the leader and

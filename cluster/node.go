@@ -382,7 +382,13 @@ func Open(cfg Config, bootstrap bool) (*Node, error) {
 	n.fsm = f
 	n.clock.applied = f.LastTime
 	n.ol.fsm, n.ol.clock = f, &n.clock
-	n.catalog = &Catalog{fsm: f, propose: n.Apply, ol: n.ol, clock: &n.clock}
+	n.catalog = &Catalog{fsm: f, propose: n.Apply, ol: n.ol, clock: &n.clock, leaderApply: func(ctx context.Context, cmd []byte) (interface{}, error) {
+		// Only on the leader: a record no client may propose (groupsrecord.go).
+		if !n.IsLeader() {
+			return nil, raft.ErrNotLeader
+		}
+		return n.await(ctx, n.raft.Apply(cmd, n.cfg.ApplyTimeout))
+	}}
 	n.recoveredFrom = f.Recovered()
 
 	if err := n.openRaft(bootstrap); err != nil {
@@ -403,7 +409,7 @@ func Open(cfg Config, bootstrap bool) (*Node, error) {
 		Framed:   n.metrics.observeForward,
 		Group:    cfg.Group, // forward/group.go
 	})
-	n.peers = peerClient{client: cfg.HTTPClient, scheme: cfg.HTTPScheme, token: cfg.AdminToken, timeout: cfg.ApplyTimeout, closing: n.closing}
+	n.peers = peerClient{client: cfg.HTTPClient, scheme: cfg.HTTPScheme, token: cfg.AdminToken, timeout: cfg.ApplyTimeout, closing: n.closing, group: cfg.Group}
 	n.promo = &promotions{self: cfg.NodeID, applyTimeout: cfg.ApplyTimeout, raft: n.raft, fsm: n.fsm, peers: &n.peers,
 		await: n.await, leading: n.IsLeader, log: n.log, closing: n.closing, wg: &n.wg}
 	n.disc = discovery{self: cfg.NodeID, httpAddr: cfg.HTTPAddr, hadState: n.disc.hadState, // set by openRaft

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -25,6 +26,18 @@ type peerClient struct {
 	token   string        // admin token sent as a bearer token ("" none)
 	timeout time.Duration // a join's bound (ApplyTimeout)
 	closing <-chan struct{}
+	// group is the Raft group the requests are about: a process hosting
+	// several groups serves them all on one HTTP port and routes
+	// /internal/ requests by X-Limitd-Group, so the leader asking a joiner
+	// of group g for its incarnation (admit.go) reads group g's, not group 0's.
+	group uint32
+}
+
+// setGroup names p's group on req (none for group 0, as earlier builds send).
+func (p peerClient) setGroup(req *http.Request) {
+	if p.group != 0 {
+		req.Header.Set("X-Limitd-Group", strconv.FormatUint(uint64(p.group), 10))
+	}
 }
 
 // resolveJoin turns the join list into base URLs, expanding host names to
@@ -91,6 +104,7 @@ func (p peerClient) joinOne(ctx context.Context, url string, body []byte) error 
 		return &permanentError{fmt.Errorf("join %s: %w", url, err)}
 	}
 	req.Header.Set("Content-Type", "application/json")
+	p.setGroup(req)
 	if p.token != "" {
 		req.Header.Set("Authorization", "Bearer "+p.token)
 	}
@@ -118,6 +132,7 @@ func (p peerClient) getJSON(ctx context.Context, url string, v any) error {
 	if err != nil {
 		return err
 	}
+	p.setGroup(req)
 	if p.token != "" {
 		req.Header.Set("Authorization", "Bearer "+p.token)
 	}

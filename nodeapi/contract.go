@@ -165,6 +165,11 @@ const (
 	// Nothing was counted; existing keys are still decided. Retrying helps
 	// once keys expire.
 	CodeKeyBudgetExhausted Code = "key_budget_exhausted"
+	// CodeCrossSlot: an all-or-nothing request whose keys span several
+	// hash slots on a cluster with data groups, where one group's log
+	// decides one slot's keys; nothing was counted. Field names the first
+	// check outside the first check's slot.
+	CodeCrossSlot Code = "cross_slot"
 )
 
 // Error is limitd's one typed error: a per-op failure decided inside the state

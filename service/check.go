@@ -300,6 +300,9 @@ func (s *Service) CheckAll(ctx context.Context, checks []CheckRequest, requestID
 				"each check of an all-or-nothing request names a policy or a limit (a check under the key's plan is atomic by itself: POST /v1/check)")
 		}
 	}
+	if e := s.crossSlotAll(op.Checks); e != nil { // hashslots.go
+		return CheckAllResult{}, e
+	}
 	listed, out, done := s.listedAll(checks, op.Checks, limits) // lists.go
 	if done {
 		return out, nil

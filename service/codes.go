@@ -39,12 +39,16 @@ var answers = map[Code]Answer{
 	// on new keys, decided and counted nothing; Retry-After because keys
 	// expiring make room again.
 	CodeKeyBudgetExhausted: {http.StatusTooManyRequests, codes.ResourceExhausted, true},
+	// cross_slot is 409 / FAILED_PRECONDITION: the request is well formed
+	// but cannot be atomic on this cluster's layout; the same request with
+	// its keys under one {tag} succeeds, a retry as is never does.
+	CodeCrossSlot: {http.StatusConflict, codes.FailedPrecondition, false},
 }
 
 // Codes lists every code the service answers with, in the order above.
 func Codes() []Code {
 	return []Code{CodeInvalidArgument, CodeUnauthenticated, CodeNotFound, CodeConflict,
-		CodePayloadTooLarge, CodeUnavailable, CodeOutcomeUnknown, CodeInternal, CodeKeyBudgetExhausted}
+		CodePayloadTooLarge, CodeUnavailable, CodeOutcomeUnknown, CodeInternal, CodeKeyBudgetExhausted, CodeCrossSlot}
 }
 
 // AnswerOf is how code is answered. A code missing from the table (a bug)

@@ -29,6 +29,7 @@ func TestEveryCodeHasOneAnswer(t *testing.T) {
 		nodeapi.CodeOutcomeUnknown:     {http.StatusServiceUnavailable, codes.Aborted, true},
 		nodeapi.CodeInternal:           {http.StatusInternalServerError, codes.Internal, false},
 		nodeapi.CodeKeyBudgetExhausted: {http.StatusTooManyRequests, codes.ResourceExhausted, true},
+		nodeapi.CodeCrossSlot:          {http.StatusConflict, codes.FailedPrecondition, false},
 	}
 	if len(Codes()) != len(want) || len(answers) != len(want) {
 		t.Fatalf("Codes() lists %d, the table has %d, want %d", len(Codes()), len(answers), len(want))

@@ -30,6 +30,8 @@ const (
 	// CodeKeyBudgetExhausted: a new key (or request id) past the cluster's
 	// bounds; nothing was counted (fsm/budget.go).
 	CodeKeyBudgetExhausted = nodeapi.CodeKeyBudgetExhausted
+	// CodeCrossSlot: check/all across hash slots with data groups (hashslots.go).
+	CodeCrossSlot = nodeapi.CodeCrossSlot
 )
 
 // Invalid returns an invalid_argument error about field.

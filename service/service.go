@@ -169,6 +169,13 @@ type Config struct {
 	// DefaultMaxInlineWindow); NoInlineLimits refuses inline limits.
 	MaxInlineWindow time.Duration
 	NoInlineLimits  bool
+	// RefuseCrossSlot: the node routes keys by hash slot to several Raft
+	// groups (package groups), so CheckAll refuses checks across slots
+	// with cross_slot (hashslots.go); without it they are counted only.
+	RefuseCrossSlot bool
+	// Slots, when set, is the slot map and its groups (GET
+	// /v1/cluster/slots); nil: one group 0 owning every slot (hashslots.go).
+	Slots SlotsSource
 }
 
 // Defaults.
@@ -198,6 +205,7 @@ type Service struct {
 	// timeout is cfg.RequestTimeout as text, for error messages.
 	timeout   string
 	deadlines sharedDeadlines
+	crossSlot atomic.Uint64 // check/all requests across hash slots (hashslots.go)
 	leader    leaderCache
 	// specIdents interns inline limits' identities in the over-limit cache.
 	specIdents Interner

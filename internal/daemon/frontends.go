@@ -9,6 +9,7 @@ import (
 
 	"github.com/limitd/limitd/api"
 	"github.com/limitd/limitd/cluster"
+	"github.com/limitd/limitd/groups"
 	"github.com/limitd/limitd/service"
 	"github.com/limitd/limitd/webhook"
 )
@@ -33,10 +34,15 @@ type frontEnds struct {
 
 // newFrontEnds composes the front ends over node. The API's metrics come
 // first: they are the service's Observer.
-func newFrontEnds(f *serveFlags, in *startInputs, node *cluster.Node, apiCfg api.Config, logger *slog.Logger) (*frontEnds, error) {
+func newFrontEnds(f *serveFlags, in *startInputs, node *cluster.Node, host *groups.Host, apiCfg api.Config, logger *slog.Logger) (*frontEnds, error) {
 	metrics := api.NewMetrics(prometheus.NewRegistry(), f.applyTimeout, apiCfg.Logger)
 	metrics.Register(node.Collectors()...) // raft, batcher, storage
-	svc := service.New(serviceDeps(node), service.Config{
+	deps, internal := serviceDeps(node), node.Internal()
+	var slots service.SlotsSource
+	if host != nil { // groups.go: checks routed by slot to the data groups
+		deps, internal, slots = hostDeps(host), host.Internal(), host
+	}
+	svc := service.New(deps, service.Config{
 		MaxBatch: f.maxBatch,
 		// One deadline for a request, end to end: the cluster answers within
 		// it (its batcher and proposals watch the request's context and say
@@ -46,7 +52,10 @@ func newFrontEnds(f *serveFlags, in *startInputs, node *cluster.Node, apiCfg api
 		// Inline limits' bounds (bounds.go), for every front end alike.
 		MaxInlineWindow: f.bounds.maxInlineWindow,
 		NoInlineLimits:  f.bounds.noInlineLimits,
+		RefuseCrossSlot: host != nil,
+		Slots:           slots,
 	})
+	metrics.Register(crossSlotCollector(svc))
 	rlsFE, err := newRLSFrontEnd(f, in, svc, logger)
 	if err != nil {
 		return nil, err
@@ -59,7 +68,7 @@ func newFrontEnds(f *serveFlags, in *startInputs, node *cluster.Node, apiCfg api
 	alerts := webhook.New(node.Deliveries(), webhook.Config{Logger: logger.With("component", "webhook")})
 	metrics.Register(alerts.Collectors()...)
 	return &frontEnds{svc: svc, rls: rlsFE, config: config, alerts: alerts,
-		handler: listenerHandler(srv.Handler(), rlsFE.srv.JSONHandler(), metrics.Instrument(node.Internal()))}, nil
+		handler: listenerHandler(srv.Handler(), rlsFE.srv.JSONHandler(), metrics.Instrument(internal))}, nil
 }
 
 // listenerHandler serves the HTTP port: envoy ratelimit's POST /json, the

@@ -26,7 +26,7 @@ func TestGRPCChecksCountInHTTPMetrics(t *testing.T) {
 	c := clustertest.MakeCluster(t, 1, nil)
 	f := &serveFlags{applyTimeout: 2 * time.Second, grpc: grpcFlags{addr: "127.0.0.1:0", rlsHeaders: "off", maxConnections: 8, maxStreams: 8}}
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	fes, err := newFrontEnds(f, &startInputs{}, c.Node(0), api.Config{Logger: logger}, logger)
+	fes, err := newFrontEnds(f, &startInputs{}, c.Node(0), nil, api.Config{Logger: logger}, logger)
 	if err != nil {
 		t.Fatal(err)
 	}

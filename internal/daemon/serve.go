@@ -81,6 +81,7 @@ type serveFlags struct {
 	grpc                                   grpcFlags   // grpc.go
 	bounds                                 boundsFlags // bounds.go
 	watch                                  watchFlags  // watch.go
+	groups                                 groupsFlags // groups.go
 
 	join            joinList // --join, with --bootstrap-expect and --join-timeout
 	bootstrapExpect int
@@ -153,6 +154,7 @@ func newServeFlagSet(out io.Writer) (*flag.FlagSet, *serveFlags) {
 	addGRPCFlags(fs, &f.grpc)
 	addBoundsFlags(fs, &f.bounds)
 	addWatchFlags(fs, &f.watch)
+	addGroupsFlags(fs, &f.groups)
 	fs.Usage = func() {
 		fmt.Fprint(out, serveUsage)
 		fs.PrintDefaults()
@@ -314,7 +316,7 @@ func serve(f *serveFlags, in *startInputs, logger *slog.Logger) error {
 	if clockOffset != 0 {
 		logger.Warn("fault injection: this node's clock is offset", "offset", clockOffset.String(), "env", FaultClockOffsetEnv)
 	}
-	node, err := cluster.Open(cluster.Config{
+	node, host, err := openNode(f, cluster.Config{ // groups.go: one group, or the Host of several
 		FaultClockOffset:   clockOffset,
 		DiskStallTransfer:  f.diskStallTransfer,
 		DiskStallWindow:    f.diskStallWindow,
@@ -349,7 +351,7 @@ func serve(f *serveFlags, in *startInputs, logger *slog.Logger) error {
 		NoApplyAhead:       f.noApplyAhead,
 		ShutdownTimeout:    f.shutdownTimeout / 4,
 		Logger:             logger,
-	}, len(f.join) == 0)
+	}, len(f.join) == 0, logger)
 	if err != nil {
 		ln.Close()
 		dataDir.undo(logger)
@@ -358,17 +360,17 @@ func serve(f *serveFlags, in *startInputs, logger *slog.Logger) error {
 	stopTracing, err := startTracing(node.ID(), logger) // tracing.go: before the front ends, which read tracing.Enabled
 	if err != nil {
 		ln.Close()
-		return errors.Join(err, node.Close())
+		return errors.Join(err, closeNode(node, host))
 	}
 	defer stopTracing() // after node.Close: the last commits' spans are flushed too
 	if node.Recovered() {
 		logger.Warn("previous stop was unclean: rebuilding state from the latest snapshot and the Raft log")
 	}
 
-	fe, err := newFrontEnds(f, in, node, apiCfg, logger) // HTTP and gRPC on one service (frontends.go)
+	fe, err := newFrontEnds(f, in, node, host, apiCfg, logger) // HTTP and gRPC on one service (frontends.go)
 	if err != nil {
 		ln.Close()
-		return errors.Join(err, node.Close())
+		return errors.Join(err, closeNode(node, host))
 	}
 	rlsFE, handler := fe.rls, fe.handler
 	if tracing.Enabled() {
@@ -430,6 +432,8 @@ func serve(f *serveFlags, in *startInputs, logger *slog.Logger) error {
 		// Exit 0: a supervisor restarting on failure should not bring back
 		// a node an operator removed.
 		logger.Info("this node was removed from the cluster: shutting down (--stay-after-removal keeps it running, not ready)")
+	case <-hostFailed(host): // groups.go: a --data-groups mismatch, a data group that failed to open
+		runErr = fmt.Errorf("fatal: %v; exiting", host.Err())
 	case <-node.Failed():
 		// Stop, rather than limp on: the node does not recover by itself
 		// (docs/SECURITY.md); a supervisor restarts it once space is freed.
@@ -453,7 +457,7 @@ func serve(f *serveFlags, in *startInputs, logger *slog.Logger) error {
 	hs.Shutdown(shutdownCtx)
 	rlsFE.stop(shutdownCtx)
 	fe.svc.CloseLeases(shutdownCtx) // give unspent quota leases back while the node can still propose
-	if err := node.Close(); err != nil {
+	if err := closeNode(node, host); err != nil {
 		return errors.Join(runErr, err)
 	}
 	if runErr == nil {

@@ -1,0 +1,23 @@
+// Package groups owns a node's group registry, the Host: on one shared
+// Raft port it runs the configuration group 0 (today's cluster.Node,
+// unchanged: policies, plans, lists, RLS domains, the node table and the
+// groups record) and data groups 1..G, each a cluster.Node of its own
+// (Config.Group = g, state in groups/<g>/), and it routes each check to
+// the group owning its key's hash slot (hashslot.Map, stored in group 0).
+//
+// The number of data groups is a bootstrap-time decision: the first leader
+// of group 0 bootstraps every data group on itself and records the groups
+// in group 0 (cluster.Catalog.PutGroupsRecord); every node compares its
+// --data-groups with the record and refuses to serve on a mismatch. Data
+// groups' membership follows group 0's voters (the group 0 leader's Host
+// joins and removes), and each node hands the data groups it leads to
+// their preferred leader (group g prefers the (g mod N)-th voter of group 0
+// by id), at most once per group per TransferEvery, so leaders spread
+// within ±1 per node.
+//
+// The Host implements service.Node (checks split by group, merged in
+// order), the Refuser and Bans per key's group, and Policies and Plans
+// fanned out to every group (each group's state machine decides with its
+// own copy). What stays in group 0 only, and what is off in multi-group
+// mode (leases), is in docs/OPERATIONS.md, "Data groups".
+package groups

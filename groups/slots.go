@@ -1,0 +1,54 @@
+package groups
+
+import (
+	"context"
+	"sort"
+
+	"github.com/limitd/limitd/cluster"
+	"github.com/limitd/limitd/service"
+)
+
+// Slots is the slot map with every group's leader and replicas as this
+// node sees them (GET /v1/cluster/slots): group 0 owns no slot of its own.
+func (h *Host) Slots(ctx context.Context) (service.Slots, error) {
+	d := h.data.Load()
+	if d == nil {
+		return service.Slots{}, errNotOpen
+	}
+	out := service.Slots{Epoch: d.rec.slots.Epoch}
+	g0, err := groupView(ctx, 0, h.zero)
+	if err != nil {
+		return service.Slots{}, err
+	}
+	g0.Slots = [][2]uint16{}
+	out.Groups = append(out.Groups, g0)
+	runs := d.rec.slots.Runs()
+	for i, n := range d.nodes {
+		g := uint32(i + 1)
+		v, err := groupView(ctx, g, n)
+		if err != nil {
+			return service.Slots{}, err
+		}
+		v.Slots = [][2]uint16{}
+		for _, r := range runs {
+			if r.Group == g {
+				v.Slots = append(v.Slots, [2]uint16{uint16(r.First), uint16(r.Last)})
+			}
+		}
+		out.Groups = append(out.Groups, v)
+	}
+	return out, nil
+}
+
+func groupView(ctx context.Context, g uint32, n *cluster.Node) (service.SlotGroup, error) {
+	st, err := n.Status(ctx)
+	if err != nil {
+		return service.SlotGroup{}, err
+	}
+	v := service.SlotGroup{ID: g, Leader: st.LeaderID, Replicas: []string{}}
+	for _, m := range st.Members {
+		v.Replicas = append(v.Replicas, m.ID)
+	}
+	sort.Strings(v.Replicas)
+	return v, nil
+}

@@ -1,0 +1,102 @@
+package service
+
+import (
+	"context"
+	"strconv"
+
+	"github.com/limitd/limitd/hashslot"
+	"github.com/limitd/limitd/nodeapi"
+)
+
+// An all-or-nothing request is one op in one log entry, so with data
+// groups (a key's hash slot decides its Raft group) its keys must share a
+// slot: the group owning the slot decides them together, and no group can
+// decide another's keys. Redis Cluster's {tag} rule (package hashslot) lets
+// a client put keys that must be counted together in one slot.
+
+// crossSlotAll refuses checks across hash slots when the node routes by
+// slot (Config.RefuseCrossSlot), and counts them either way, so that an
+// operator can see what a switch to data groups would refuse.
+func (s *Service) crossSlotAll(checks []nodeapi.Check) *Error {
+	e := CrossSlotError(checks, func(c nodeapi.Check) string { return c.Key })
+	if e == nil {
+		return nil
+	}
+	s.crossSlot.Add(1)
+	if !s.cfg.RefuseCrossSlot {
+		return nil
+	}
+	return e
+}
+
+// CrossSlotChecks counts the check/all requests whose keys spanned several
+// hash slots (limitd_cross_slot_checks_total): refused with data groups,
+// decided as before without.
+func (s *Service) CrossSlotChecks() uint64 { return s.crossSlot.Load() }
+
+// CrossSlotError is the cross_slot refusal of items whose keys (key(item))
+// span several hash slots, naming the first item outside the first one's
+// slot; nil when they share one.
+func CrossSlotError[T any](items []T, key func(T) string) *Error {
+	if len(items) < 2 {
+		return nil
+	}
+	k0 := key(items[0])
+	s0 := hashslot.Of(k0)
+	for i := 1; i < len(items); i++ {
+		k := key(items[i])
+		if si := hashslot.Of(k); si != s0 {
+			return &Error{Code: CodeCrossSlot, Field: EntryField(i) + ".key",
+				Message: "the keys of an all-or-nothing request must share a hash slot on a cluster with data groups: " +
+					strconv.Quote(k) + " is in slot " + strconv.Itoa(int(si)) + ", checks[0].key " + strconv.Quote(k0) +
+					" in slot " + strconv.Itoa(int(s0)) + "; put the part that must be counted together in a {tag} " +
+					"(\"{user42}:api\" and \"{user42}:db\" share the slot of \"user42\")"}
+		}
+	}
+	return nil
+}
+
+// SlotGroup is one Raft group of GET /v1/cluster/slots: its id, its
+// leader's node id ("" when it has none), its replicas' node ids and the
+// runs of slots it owns, each [first, last] inclusive.
+type SlotGroup struct {
+	ID       uint32      `json:"id"`
+	Leader   string      `json:"leader"`
+	Replicas []string    `json:"replicas"`
+	Slots    [][2]uint16 `json:"slots"`
+}
+
+// Slots is the cluster's slot map with its epoch (a holder of two keeps
+// the newer) and its groups, in id order.
+type Slots struct {
+	Epoch  uint64      `json:"epoch"`
+	Groups []SlotGroup `json:"groups"`
+}
+
+// SlotsSource is the slot map of a node with data groups (groups.Host).
+type SlotsSource interface {
+	Slots(ctx context.Context) (Slots, error)
+}
+
+// Slots is the cluster's slot map: Config.Slots's, or for a node of one
+// group, group 0 owning every slot, epoch 0 (no map was ever stored).
+func (s *Service) Slots(ctx context.Context) (Slots, *Error) {
+	ctx, cancel := s.context(ctx)
+	defer cancel()
+	if s.cfg.Slots != nil {
+		v, err := s.cfg.Slots.Slots(ctx)
+		if err != nil {
+			return Slots{}, s.nodeError(err)
+		}
+		return v, nil
+	}
+	st, err := s.node.Status(ctx)
+	if err != nil {
+		return Slots{}, s.nodeError(err)
+	}
+	g := SlotGroup{ID: 0, Leader: st.LeaderID, Replicas: []string{}, Slots: [][2]uint16{{0, hashslot.Count - 1}}}
+	for _, m := range st.Members {
+		g.Replicas = append(g.Replicas, m.ID)
+	}
+	return Slots{Epoch: 0, Groups: []SlotGroup{g}}, nil
+}
