@@ -194,7 +194,7 @@ func (s *Server) routes() http.Handler {
 	s.usageRoutes(r) // usage history and its export (usage.go)
 
 	r.GET("/v1/cluster", noQuery(s.handleClusterStatus))
-	r.GET("/v1/cluster/slots", noQuery(s.handleSlots)) // hashslots.go
+	r.GET("/v1/cluster/slots", noQuery(s.handleSlots))            // hashslots.go
 	r.GET("/v1/cluster/digest", s.admin(noQuery(s.handleDigest))) // the applied index is for admins, like /v1/cluster's
 	r.GET("/v1/cluster/snapshot", s.admin(noQuery(s.handleSnapshot)))
 	r.POST("/v1/cluster/join", s.admin(noQuery(s.handleJoin)))

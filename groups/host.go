@@ -308,7 +308,15 @@ func (h *Host) Internal() http.Handler {
 			return
 		}
 		d := h.data.Load()
-		if d != nil {
+		if d == nil {
+			// Not group 0's to answer: the admission's question about a
+			// joiner's incarnation (admit.go) must be its data group's, or
+			// the leader records group 0's incarnation for it and the
+			// group never lets it vote. The asker retries.
+			http.Error(w, "this node's data groups are not open yet", http.StatusServiceUnavailable)
+			return
+		}
+		{
 			once.Do(func() {
 				for _, n := range d.nodes {
 					handlers = append(handlers, n.Internal())

@@ -196,7 +196,7 @@ func (h *Host) Refused(id overlimit.LimitID, key string, cost int64) (algo.Decis
 // LeaderID and LeaderHTTPAddr are group 0's leader: no data group's leader
 // is the leader of every key, so the Limitd-Leader hint names group 0's
 // (clients route by GET /v1/cluster/slots).
-func (h *Host) LeaderID() (string, bool)          { return h.zero.LeaderID() }
+func (h *Host) LeaderID() (string, bool)         { return h.zero.LeaderID() }
 func (h *Host) LeaderHTTPAddr() (string, string) { return h.zero.LeaderHTTPAddr() }
 
 // NoLeases is the Leaser of a node with data groups: it never grants, so
@@ -214,5 +214,5 @@ func (NoLeases) ReturnLeases(_ context.Context, rets []nodeapi.LeaseReturn) ([]i
 	return make([]int64, len(rets)), nil
 }
 
-func (NoLeases) LastTime() int64                  { return 0 }
+func (NoLeases) LastTime() int64                { return 0 }
 func (NoLeases) SetLeaseHook(nodeapi.LeaseHook) {}
