@@ -164,6 +164,7 @@ type benchFlags struct {
 	nodeCPU, generatorCPU float64
 	cpuPeriod             time.Duration
 	serveArgs             listFlag
+	cpuShares             int
 	rounds                int
 	idle                  bool
 	result                bench.Result // the last run's report (runOne)
@@ -189,6 +190,7 @@ func newBenchFlagSet(out io.Writer) (*flag.FlagSet, *benchFlags) {
 	fs.Float64Var(&f.nodeCPU, "node-cpu", 0, "CPU budget of every node started, in CPUs (0.25: a quarter of one): each node in a cgroup v1 cpu group of its own with that quota per --cpu-period, GOMAXPROCS 1 unless --node-procs; the report shows each node's share used and throttled periods (Linux, root)")
 	fs.Float64Var(&f.generatorCPU, "generator-cpu", 0, "CPU budget of this process, the load generator (with --target client, the Go client), for the measured run; a run in which it used over 80% of it is VOID: it measured the generator")
 	fs.DurationVar(&f.cpuPeriod, "cpu-period", proccluster.DefaultCPUPeriod, "CFS period of the CPU budgets: a throttled process waits at most one period for CPU")
+	fs.IntVar(&f.cpuShares, "cpu-shares", 0, "cpu.shares of every budgeted group (nodes and generator; 0: the kernel's 1024, one root process's weight): a higher weight makes each budget a reservation on a box others load, at their expense while the run lasts")
 	fs.IntVar(&f.rounds, "rounds", 1, "run every row (--nodes × --target) this many times, alternated, then print each row's medians")
 	fs.BoolVar(&f.idle, "idle", false, "send no checks: measure each node's CPU over --duration (after --warmup) as a share of a core, the fixed cost of a node with its replicas")
 	fs.StringVar(&f.serveFlags, "serve-flags", "", "extra flags for every node started by --cluster, space-separated (e.g. \"--batch-max-wait=200us\")")
@@ -477,6 +479,7 @@ func (f *benchFlags) run(ctx context.Context, stdout, stderr io.Writer) error {
 			Procs:     procs,
 			NodeCPU:   f.nodeCPU,
 			CPUPeriod: f.cpuPeriod,
+			CPUShares: f.cpuShares,
 		})
 		if err != nil {
 			return err

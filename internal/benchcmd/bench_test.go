@@ -162,6 +162,8 @@ func fakeNode(args []string) int {
 	// the harness moves a node into its group just after starting it.
 	if b, err := os.ReadFile("/proc/self/cgroup"); err == nil {
 		os.WriteFile(filepath.Join(dir, *id+".cgroup"), b, 0o644)
+		shares, _ := os.ReadFile(filepath.Join(proccluster.CgroupCPURoot, cpuGroupLine(b), "cpu.shares"))
+		os.WriteFile(filepath.Join(dir, *id+".shares"), bytes.TrimSpace(shares), 0o644)
 	}
 	return 0
 }

@@ -66,6 +66,10 @@ func (f *benchFlags) validateBudget() error {
 		return fmt.Errorf("--node-cpu %g of a %s period is under the kernel's least quota of 1ms: lengthen --cpu-period", f.nodeCPU, f.cpuPeriod)
 	case f.generatorCPU > 0 && f.generatorCPU*float64(f.cpuPeriod) < float64(time.Millisecond):
 		return fmt.Errorf("--generator-cpu %g of a %s period is under the kernel's least quota of 1ms: lengthen --cpu-period", f.generatorCPU, f.cpuPeriod)
+	case f.cpuShares != 0 && (f.cpuShares < 2 || f.cpuShares > 262144):
+		return fmt.Errorf("--cpu-shares must be 2 to 262144, got %d", f.cpuShares)
+	case f.cpuShares != 0 && f.nodeCPU == 0 && f.generatorCPU == 0:
+		return errors.New("--cpu-shares weighs the budgeted groups: give --node-cpu or --generator-cpu")
 	case f.rounds < 1:
 		return fmt.Errorf("--rounds must be at least 1, got %d", f.rounds)
 	case f.idle && f.cluster == 0:
@@ -132,6 +136,12 @@ func (f *benchFlags) generatorGroup() (*proccluster.CPUGroup, func() error, erro
 	g, err := proccluster.NewCPUGroup(proccluster.GroupRunName()+"-gen", f.generatorCPU, f.cpuPeriod)
 	if err != nil {
 		return nil, nil, fmt.Errorf("--generator-cpu: %w", err)
+	}
+	if f.cpuShares > 0 {
+		if err := g.SetShares(f.cpuShares); err != nil {
+			g.Remove()
+			return nil, nil, fmt.Errorf("--generator-cpu: %w", err)
+		}
 	}
 	if err := g.Add(os.Getpid()); err != nil {
 		g.Remove()

@@ -56,11 +56,14 @@ func TestBenchNodeCPUBudgets(t *testing.T) {
 	}
 	// One node: on a 2-CPU box its share would be GOMAXPROCS 2, so 1 is the budget's.
 	r, stderr := runBenchJSON(t, "--nodes", "1", "--node-cpu", "0.25", "--generator-cpu", "0.5",
-		"--serve-arg=--data-groups=3", "--duration", "300ms", "--warmup", "0", "--concurrency", "4", "--keys", "50")
+		"--serve-arg=--data-groups=3", "--cpu-shares", "3072", "--duration", "300ms", "--warmup", "0", "--concurrency", "4", "--keys", "50")
 	for i := 1; i <= 1; i++ {
 		b, _ := os.ReadFile(filepath.Join(reports, fmt.Sprintf("bench%d.cgroup", i)))
 		if g := cpuGroupLine(b); !strings.HasPrefix(g, fmt.Sprintf("/limitd-%d-", os.Getpid())) || !strings.HasSuffix(g, fmt.Sprintf("-n%d", i)) {
 			t.Errorf("bench%d ran in cpu group %q, want /limitd-%d-<run>-n%d", i, g, os.Getpid(), i)
+		}
+		if b, _ := os.ReadFile(filepath.Join(reports, fmt.Sprintf("bench%d.shares", i))); string(b) != "3072" {
+			t.Errorf("bench%d: its group's cpu.shares %q, want --cpu-shares 3072", i, b)
 		}
 		if b, _ := os.ReadFile(filepath.Join(reports, fmt.Sprintf("bench%d.procs", i))); string(b) != "1" {
 			t.Errorf("bench%d: GOMAXPROCS %q, want 1 under a budget", i, b)
@@ -207,6 +210,8 @@ func TestBenchBudgetFlagErrors(t *testing.T) {
 		{[]string{"--nodes", "3", "--node-cpu", "0.05"}, "under the kernel's least quota of 1ms"},
 		{[]string{"--nodes", "3", "--cpu-period", "100us"}, "--cpu-period must be 1ms to 1s"},
 		{[]string{"--nodes", "3", "--rounds", "0"}, "--rounds must be at least 1"},
+		{[]string{"--nodes", "3", "--cpu-shares", "4096"}, "--cpu-shares weighs the budgeted groups"},
+		{[]string{"--nodes", "3", "--node-cpu", "0.25", "--cpu-shares", "1"}, "--cpu-shares must be 2 to 262144"},
 		{[]string{"--idle"}, "--idle measures the nodes the bench starts"},
 		{[]string{"--nodes", "3", "--target", "client,smtp"}, `3 nodes, smtp: --target must be http, grpc, rls or client, got "smtp"`},
 		{[]string{"--nodes", "3", "--target", "smtp"}, `limitd bench: --target must be http, grpc, rls or client, got "smtp"`},

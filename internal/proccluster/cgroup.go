@@ -116,6 +116,18 @@ func (g *CPUGroup) write(file, v string) error {
 	return nil
 }
 
+// SetShares sets the group's cpu.shares: its weight against its siblings
+// (every process of the root group weighs 1024, as does a group by
+// default) when the box has fewer idle CPUs than the budgets ask. A quota
+// only caps; a high weight makes the budget a reservation on a box others
+// load, at their expense for the run's length.
+func (g *CPUGroup) SetShares(n int) error {
+	if n < 2 || n > 262144 {
+		return fmt.Errorf("cpu.shares %d: must be 2 to 262144", n)
+	}
+	return g.write("cpu.shares", strconv.Itoa(n))
+}
+
 // Add moves process pid (every thread of it) into the group. A process's
 // children started afterwards are born in it.
 func (g *CPUGroup) Add(pid int) error {

@@ -58,7 +58,13 @@ func TestNodeUnderCPUBudgetIsThrottled(t *testing.T) {
 			t.Errorf("group %s left behind: %v", g.Path, err)
 		}
 	}()
-	for file, want := range map[string]string{"cpu.cfs_period_us": "10000", "cpu.cfs_quota_us": "1000"} {
+	if err := g.SetShares(1); err == nil {
+		t.Error("cpu.shares 1 accepted")
+	}
+	if err := g.SetShares(4096); err != nil {
+		t.Fatal(err)
+	}
+	for file, want := range map[string]string{"cpu.cfs_period_us": "10000", "cpu.cfs_quota_us": "1000", "cpu.shares": "4096"} {
 		b, err := os.ReadFile(filepath.Join(g.Path, file))
 		if err != nil || strings.TrimSpace(string(b)) != want {
 			t.Errorf("%s = %q (%v), want %s", file, b, err, want)

@@ -278,6 +278,8 @@ type Options struct {
 	// the groups.
 	NodeCPU   float64
 	CPUPeriod time.Duration
+	// CPUShares, when > 0, is every node group's cpu.shares (SetShares).
+	CPUShares int
 }
 
 // StartOpts is Start with options.
@@ -312,6 +314,13 @@ func StartOpts(ctx context.Context, dir string, ids []string, o Options) (*Clust
 				return nil, err
 			}
 			nd.CPUGroup = g
+			if o.CPUShares > 0 {
+				if err := g.SetShares(o.CPUShares); err != nil {
+					g.Remove()
+					c.removeGroups()
+					return nil, err
+				}
+			}
 		}
 		if o.GRPC {
 			nd.GRPCAddr = ports[2*len(ids)+i]
