@@ -89,9 +89,15 @@ func (f *benchFlags) validateBudget() error {
 type benchRow struct {
 	nodes  int
 	target string
+	idle   bool
 }
 
-func (r benchRow) String() string { return fmt.Sprintf("%d nodes, %s", r.nodes, r.target) }
+func (r benchRow) String() string {
+	if r.idle {
+		return fmt.Sprintf("%d nodes, idle", r.nodes)
+	}
+	return fmt.Sprintf("%d nodes, %s", r.nodes, r.target)
+}
 
 // rows lists the configurations of --nodes × --target, in that order.
 func (f *benchFlags) rows() []benchRow {
@@ -99,10 +105,14 @@ func (f *benchFlags) rows() []benchRow {
 	if len(nodes) == 0 {
 		nodes = []int{f.cluster}
 	}
+	targets := f.targets
+	if f.idle { // no checks: the target makes no row of its own
+		targets = targets[:1]
+	}
 	var out []benchRow
 	for _, n := range nodes {
-		for _, t := range f.targets {
-			out = append(out, benchRow{n, t})
+		for _, t := range targets {
+			out = append(out, benchRow{n, t, f.idle})
 		}
 	}
 	return out
@@ -215,7 +225,8 @@ type rowSummary struct {
 	FollowerUS     float64 `json:"follower_cpu_per_check_us,omitempty"` // the followers' mean
 	NodesUS        float64 `json:"nodes_cpu_per_check_us"`              // Σ over the nodes
 	GeneratorUS    float64 `json:"generator_cpu_per_check_us"`
-	IdleCore       float64 `json:"idle_core_per_node,omitempty"` // --idle: the nodes' mean share of a core
+	IdleLeader     float64 `json:"idle_leader_core,omitempty"`   // --idle: the leader's share of a core
+	IdleFollower   float64 `json:"idle_follower_core,omitempty"` // --idle: the followers' mean share of a core
 	ThrottledNodes float64 `json:"throttled_nodes,omitempty"`
 	BudgetedNodes  int     `json:"budgeted_nodes,omitempty"`
 	GeneratorUsed  float64 `json:"generator_budget_used,omitempty"` // the largest share of the rounds
@@ -228,13 +239,13 @@ type rowSummary struct {
 func summarize(row benchRow, rs []bench.Result) rowSummary {
 	s := rowSummary{Nodes: row.nodes, Protocol: row.target, Rounds: len(rs),
 		Summary: fmt.Sprintf("median of %d alternated rounds", len(rs))}
-	var cps, p50, p99, leader, follower, nodes, gen, idle, throttled, load []float64
+	var cps, p50, p99, leader, follower, nodes, gen, idleL, idleF, throttled, load []float64
 	for _, r := range rs {
 		s.Label = r.Label
 		cps = append(cps, r.ChecksPerSec())
 		p50, p99 = append(p50, ms(r.P50)), append(p99, ms(r.P99))
-		var l, fsum, sum, isum float64
-		nf, nn := 0, 0
+		var l, fsum, sum, il, ifsum float64
+		nf := 0
 		for _, p := range r.CPU {
 			us := float64(p.PerCheck(r.Answered())) / 1e3
 			switch p.Role {
@@ -242,24 +253,24 @@ func summarize(row benchRow, rs []bench.Result) rowSummary {
 				gen = append(gen, us)
 				s.GeneratorUsed = max(s.GeneratorUsed, p.BudgetUsed(r.CPUInterval))
 				continue
-			case "leader":
-				l = us
-			default:
-				fsum += us
+			}
+			core := 0.0
+			if r.CPUInterval > 0 {
+				core = p.CPU.Seconds() / r.CPUInterval.Seconds()
+			}
+			if p.Role == "leader" {
+				l, il = us, core
+			} else {
+				fsum, ifsum = fsum+us, ifsum+core
 				nf++
 			}
 			sum += us
-			nn++
-			if r.CPUInterval > 0 {
-				isum += p.CPU.Seconds() / r.CPUInterval.Seconds()
-			}
 		}
 		leader, nodes = append(leader, l), append(nodes, sum)
+		idleL = append(idleL, il)
 		if nf > 0 {
 			follower = append(follower, fsum/float64(nf))
-		}
-		if nn > 0 {
-			idle = append(idle, isum/float64(nn))
+			idleF = append(idleF, ifsum/float64(nf))
 		}
 		th, n := r.BudgetedNodes()
 		throttled, s.BudgetedNodes = append(throttled, float64(th)), n
@@ -272,7 +283,7 @@ func summarize(row benchRow, rs []bench.Result) rowSummary {
 	s.LeaderUS, s.FollowerUS, s.NodesUS, s.GeneratorUS = median(leader), median(follower), median(nodes), median(gen)
 	s.ThrottledNodes, s.LoadAvg = median(throttled), median(load)
 	if rs[0].Checks == 0 { // --idle
-		s.IdleCore = median(idle)
+		s.IdleLeader, s.IdleFollower = median(idleL), median(idleF)
 	}
 	return s
 }
@@ -318,14 +329,14 @@ func writeSummary(w io.Writer, jsonOut bool, rows []benchRow, results [][]bench.
 	}
 	fmt.Fprintf(w, "\nmedians of %d alternated rounds\n", sums[0].Rounds)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "nodes\tvia\tchecks/s\tvs first\tp50\tp99\tCPU per check: leader\tfollowers (mean)\tΣ nodes\tgenerator\tidle, of a core per node\tthrottled nodes\tgenerator budget used\tvoid rounds\tload")
+	fmt.Fprintln(tw, "nodes\tvia\tchecks/s\tvs first\tp50\tp99\tCPU per check: leader\tfollowers (mean)\tΣ nodes\tgenerator\tidle, of a core\tthrottled nodes\tgenerator budget used\tvoid rounds\tload")
 	for _, s := range sums {
 		vs, idle := "-", "-"
 		if s.VsFirst > 0 {
 			vs = fmt.Sprintf("%.2fx", s.VsFirst)
 		}
-		if s.IdleCore > 0 {
-			idle = fmt.Sprintf("%.1f%%", 100*s.IdleCore)
+		if s.IdleLeader > 0 || s.IdleFollower > 0 {
+			idle = fmt.Sprintf("leader %.1f%%, followers %.1f%%", 100*s.IdleLeader, 100*s.IdleFollower)
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%.0f\t%s\t%.2f ms\t%.2f ms\t%.1f µs\t%.1f µs\t%.1f µs\t%.1f µs\t%s\t%g of %d\t%.0f%%\t%d\t%.2f\n",
 			s.Nodes, s.Protocol, s.ChecksPerSec, vs, s.P50ms, s.P99ms, s.LeaderUS, s.FollowerUS, s.NodesUS, s.GeneratorUS,

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/limitd/limitd/bench"
 	"github.com/limitd/limitd/internal/proccluster"
@@ -220,5 +222,26 @@ func TestBenchBudgetFlagErrors(t *testing.T) {
 		if code := Main(c.args, &out, &errb); code != 2 || !strings.Contains(errb.String(), c.want) {
 			t.Errorf("%v: exit %d, stderr %q; want 2 and %q", c.args, code, errb.String(), c.want)
 		}
+	}
+}
+
+// An idle row's summary: the leader's and the followers' mean share of a
+// core, medians over the rounds; the load generator is not a node.
+func TestSummarizeIdle(t *testing.T) {
+	run := func(leader, f1, f2 time.Duration) bench.Result {
+		return bench.Result{CPUInterval: 10 * time.Second, CPU: []bench.ProcessCPU{
+			{Role: "follower", CPU: f1}, {Role: "leader", CPU: leader}, {Role: "follower", CPU: f2},
+			{Role: "load generator", CPU: time.Second}}}
+	}
+	s := summarize(benchRow{nodes: 3, idle: true}, []bench.Result{
+		run(350*time.Millisecond, 100*time.Millisecond, 120*time.Millisecond),
+		run(300*time.Millisecond, 80*time.Millisecond, 80*time.Millisecond),
+		run(900*time.Millisecond, 200*time.Millisecond, 200*time.Millisecond),
+	})
+	if math.Abs(s.IdleLeader-0.035) > 1e-9 || math.Abs(s.IdleFollower-0.011) > 1e-9 {
+		t.Errorf("idle leader %g, followers %g; want the medians 0.035 and 0.011", s.IdleLeader, s.IdleFollower)
+	}
+	if r := (benchRow{nodes: 3, target: "http", idle: true}); r.String() != "3 nodes, idle" {
+		t.Errorf("row %q", r)
 	}
 }
