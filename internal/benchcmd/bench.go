@@ -80,8 +80,10 @@ its budget, and a run whose generator used over 80% of its budget is VOID (it
 measured the generator). A budget caps and does not reserve: the box's load
 average at the start is reported beside each run. --nodes 3,6 and --target
 client,http make a row of each; --rounds 3 runs the rows alternated three
-times and prints each row's medians, CPU per check by role. --idle sends no
-checks and reports each node's CPU as a share of a core.
+times and prints each row's medians, CPU per check by role. --row '3
+--data-groups=6' (repeatable, instead of --nodes) is a row whose nodes get
+flags of their own, so rows that differ in serve flags alternate too. --idle
+sends no checks and reports each node's CPU as a share of a core.
 
 At the end it prints checks/s (decided checks: allowed + refused), allowed and
 refused counts, p50/p90/p99/max latency per request, errors by class and CPU
@@ -111,6 +113,7 @@ Examples:
   limitd bench --cluster 3 --plan bench   (checks resolved by the key's plan)
   limitd bench --nodes 3,6 --node-cpu 0.25 --generator-cpu 0.6 --target client,http --rounds 3
   limitd bench --nodes 3 --node-cpu 0.25 --idle --duration 20s
+  limitd bench --row 3 --row '3 --data-groups=6' --node-cpu 0.25 --rounds 3
 
 Flags:
 `
@@ -160,6 +163,8 @@ type benchFlags struct {
 	// --rounds, --idle.
 	nodes                 string
 	nodeList              []int
+	rowSpecs              listFlag   // --row, as given
+	rowList               []benchRow // --row, read
 	targets               []string
 	nodeCPU, generatorCPU float64
 	cpuPeriod             time.Duration
@@ -186,6 +191,7 @@ func newBenchFlagSet(out io.Writer) (*flag.FlagSet, *benchFlags) {
 	fs.StringVar(&f.addrs, "addrs", "", "comma-separated HTTP addresses of running nodes, e.g. http://127.0.0.1:8080,http://127.0.0.1:8081 (default http://127.0.0.1:8080 unless --cluster)")
 	fs.IntVar(&f.cluster, "cluster", 0, "start a cluster of N nodes on loopback in temporary directories and bench it (1 is the single-node default deployment); 0 uses --addrs")
 	fs.StringVar(&f.nodes, "nodes", "", "like --cluster: start N nodes and bench them; a comma-separated list (3,6) makes a row of each, alternated (see --rounds)")
+	fs.Var(&f.rowSpecs, "row", "one row of its own: a node count, then flags for its nodes only, space-separated (--row 3 --row '3 --data-groups=6'); repeatable, instead of --nodes, so rows that differ in serve flags alternate in one run")
 	fs.Var(&f.serveArgs, "serve-arg", "one extra flag for every node started, as one word (--serve-arg=--data-groups=3); repeatable, added after --serve-flags")
 	fs.Float64Var(&f.nodeCPU, "node-cpu", 0, "CPU budget of every node started, in CPUs (0.25: a quarter of one): each node in a cgroup v1 cpu group of its own with that quota per --cpu-period, GOMAXPROCS 1 unless --node-procs; the report shows each node's share used and throttled periods (Linux, root)")
 	fs.Float64Var(&f.generatorCPU, "generator-cpu", 0, "CPU budget of this process, the load generator (with --target client, the Go client), for the measured run; a run in which it used over 80% of it is VOID: it measured the generator")
@@ -267,11 +273,24 @@ func (f *benchFlags) prepareRows(fs *flag.FlagSet) ([]*benchFlags, error) {
 		}
 		f.cluster = f.nodeList[0]
 	}
+	if len(f.rowSpecs) > 0 {
+		if f.nodes != "" || f.cluster != 0 {
+			return nil, errors.New("--row names each row's nodes: not with --nodes or --cluster")
+		}
+		for _, spec := range f.rowSpecs {
+			r, err := parseRow(spec)
+			if err != nil {
+				return nil, err
+			}
+			f.rowList = append(f.rowList, r)
+		}
+		f.cluster = f.rowList[0].nodes
+	}
 	f.targets = splitList(f.target)
 	if len(f.targets) == 0 {
 		f.targets = []string{""} // validate names the empty target
 	}
-	if len(f.nodeList) > 1 && f.addrs != "" {
+	if (len(f.nodeList) > 1 || len(f.rowList) > 0) && f.addrs != "" {
 		return nil, errors.New("--cluster and --addrs exclude each other")
 	}
 	if err := f.validateBudget(); err != nil {

@@ -88,31 +88,62 @@ func (f *benchFlags) validateBudget() error {
 // benchRow is one configuration of a multi-row run.
 type benchRow struct {
 	nodes  int
+	serve  []string // this row's own extra serve flags (--row)
 	target string
 	idle   bool
 }
 
-func (r benchRow) String() string {
-	if r.idle {
-		return fmt.Sprintf("%d nodes, idle", r.nodes)
+// parseRow reads one --row: a node count, then that row's serve flags,
+// space-separated ("3 --data-groups=6").
+func parseRow(s string) (benchRow, error) {
+	fs := strings.Fields(s)
+	if len(fs) == 0 {
+		return benchRow{}, errors.New("--row: empty (want a node count, then serve flags)")
 	}
-	return fmt.Sprintf("%d nodes, %s", r.nodes, r.target)
+	n, err := strconv.Atoi(fs[0])
+	if err != nil || n < 1 {
+		return benchRow{}, fmt.Errorf("--row %q: %q is not a number of nodes (at least 1)", s, fs[0])
+	}
+	for _, a := range fs[1:] {
+		if !strings.HasPrefix(a, "-") {
+			return benchRow{}, fmt.Errorf("--row %q: %q is not a flag (give each as --name=value)", s, a)
+		}
+	}
+	return benchRow{nodes: n, serve: fs[1:]}, nil
 }
 
-// rows lists the configurations of --nodes × --target, in that order.
+func (r benchRow) String() string {
+	s := fmt.Sprintf("%d nodes", r.nodes)
+	if len(r.serve) > 0 {
+		s += " " + strings.Join(r.serve, " ")
+	}
+	if r.idle {
+		return s + ", idle"
+	}
+	return s + ", " + r.target
+}
+
+// rows lists the configurations of --nodes (or --row) × --target, in
+// that order.
 func (f *benchFlags) rows() []benchRow {
-	nodes := f.nodeList
-	if len(nodes) == 0 {
-		nodes = []int{f.cluster}
+	base := f.rowList
+	if len(base) == 0 {
+		nodes := f.nodeList
+		if len(nodes) == 0 {
+			nodes = []int{f.cluster}
+		}
+		for _, n := range nodes {
+			base = append(base, benchRow{nodes: n})
+		}
 	}
 	targets := f.targets
 	if f.idle { // no checks: the target makes no row of its own
 		targets = targets[:1]
 	}
 	var out []benchRow
-	for _, n := range nodes {
+	for _, b := range base {
 		for _, t := range targets {
-			out = append(out, benchRow{n, t, f.idle})
+			out = append(out, benchRow{nodes: b.nodes, serve: b.serve, target: t, idle: f.idle})
 		}
 	}
 	return out
@@ -122,6 +153,7 @@ func (f *benchFlags) rows() []benchRow {
 func (f *benchFlags) forRow(fs *flag.FlagSet, r benchRow) (*benchFlags, error) {
 	c := *f
 	c.cluster, c.target = r.nodes, r.target
+	c.serveArgs = append(slices.Clone(f.serveArgs), r.serve...)
 	if c.label == "" && len(f.rows()) > 1 {
 		c.label = r.String()
 	}

@@ -245,3 +245,44 @@ func TestSummarizeIdle(t *testing.T) {
 		t.Errorf("row %q", r)
 	}
 }
+
+// --row: each row's own serve flags reach that row's nodes only, after the
+// shared --serve-arg ones; the rows alternate like --nodes'.
+func TestBenchRowsWithTheirOwnServeFlags(t *testing.T) {
+	reports, _ := useFakeNodes(t)
+	var out, errb bytes.Buffer
+	if code := Main([]string{"--row", "2 --data-groups=5", "--row", "1", "--duration", "200ms", "--warmup", "0",
+		"--concurrency", "2", "--keys", "20", "--json"}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 4 {
+		t.Fatalf("%d lines, want 2 runs and 2 summaries:\n%s", len(lines), out.String())
+	}
+	runs, err := bench.ReadJSONLines(strings.NewReader(strings.Join(lines[:2], "\n")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if runs[0].Label != "2 nodes --data-groups=5, http" || runs[0].Nodes != 2 || runs[1].Label != "1 nodes, http" || runs[1].Nodes != 1 {
+		t.Errorf("runs %q (%d nodes), %q (%d nodes)", runs[0].Label, runs[0].Nodes, runs[1].Label, runs[1].Nodes)
+	}
+	// bench1 ran last in the 1-node row, without the flag; bench2 only in the first.
+	for id, want := range map[string]string{"bench1": "", "bench2": "5"} {
+		if b, _ := os.ReadFile(filepath.Join(reports, id+".data-groups")); string(b) != want {
+			t.Errorf("%s's last run had --data-groups %q, want %q", id, b, want)
+		}
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--row", "3", "--nodes", "3"}, "--row names each row's nodes: not with --nodes or --cluster"},
+		{[]string{"--row", "x --data-groups=3"}, `"x" is not a number of nodes`},
+		{[]string{"--row", "3 data-groups=3"}, `"data-groups=3" is not a flag`},
+	} {
+		var out, errb bytes.Buffer
+		if code := Main(c.args, &out, &errb); code != 2 || !strings.Contains(errb.String(), c.want) {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and %q", c.args, code, errb.String(), c.want)
+		}
+	}
+}
