@@ -22,6 +22,37 @@ type ProcessCPU struct {
 	Name string        // node id or program name
 	PID  int           //
 	CPU  time.Duration // utime + stime during the measured interval
+	// Budget is the process's CPU budget in CPUs (a cgroup's quota ÷
+	// period), 0 for none. ReadThrottle, set with it, reads the group's
+	// cumulative CFS counters; the meter fills Throttle with their change
+	// over the measured interval.
+	Budget       float64
+	ReadThrottle func() (Throttle, error)
+	Throttle     Throttle
+}
+
+// Throttle is a CPU group's CFS counters over an interval: the periods in
+// which the process ran, and those in which it used its whole quota and
+// was stopped until the next.
+type Throttle struct {
+	Periods, Throttled int64
+}
+
+// ThrottledFraction is Throttled ÷ Periods (0 without periods).
+func (t Throttle) ThrottledFraction() float64 {
+	if t.Periods <= 0 {
+		return 0
+	}
+	return float64(t.Throttled) / float64(t.Periods)
+}
+
+// BudgetUsed is the share of its budget the process used over interval:
+// its CPU time ÷ (Budget × interval); 0 without a budget.
+func (p ProcessCPU) BudgetUsed(interval time.Duration) float64 {
+	if p.Budget <= 0 || interval <= 0 {
+		return 0
+	}
+	return p.CPU.Seconds() / (p.Budget * interval.Seconds())
 }
 
 func (p ProcessCPU) label() string {
@@ -113,6 +144,7 @@ type CPUMeter struct {
 	mu      sync.Mutex
 	procs   []ProcessCPU
 	start   []time.Duration
+	thr     []Throttle // ReadThrottle at Begin
 	begun   bool
 	readCPU func(pid int) (time.Duration, error)
 	now     func() time.Time
@@ -131,8 +163,18 @@ func (m *CPUMeter) Begin() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.start = make([]time.Duration, len(m.procs))
+	m.thr = make([]Throttle, len(m.procs))
 	m.began = m.now()
 	for i, p := range m.procs {
+		if p.ReadThrottle != nil {
+			th, err := p.ReadThrottle()
+			if err != nil {
+				m.errs = append(m.errs, fmt.Errorf("%s (pid %d) CPU group: %w", p.label(), p.PID, err))
+				m.start[i] = -1
+				continue
+			}
+			m.thr[i] = th
+		}
 		t, err := m.readCPU(p.PID)
 		if err != nil {
 			m.errs = append(m.errs, fmt.Errorf("%s (pid %d): %w", p.label(), p.PID, err))
@@ -176,6 +218,14 @@ func (m *CPUMeter) End() ([]ProcessCPU, error) {
 			continue
 		}
 		p.CPU = t - m.start[i]
+		if p.ReadThrottle != nil {
+			th, err := p.ReadThrottle()
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s (pid %d) CPU group: %w", p.label(), p.PID, err))
+				continue
+			}
+			p.Throttle = Throttle{Periods: th.Periods - m.thr[i].Periods, Throttled: th.Throttled - m.thr[i].Throttled}
+		}
 		out = append(out, p)
 	}
 	return out, errors.Join(errs...)

@@ -83,6 +83,10 @@ type Result struct {
 	// depends on. Set by Run with CPU.
 	CPUInterval time.Duration
 	CPUs        int
+	// LoadAvg is the box's 1-minute load average when the run began (set
+	// by the driver; 0 when not read): a CPU budget caps a process, it does
+	// not reserve a CPU for it, so a row is read beside the box's load.
+	LoadAvg float64
 
 	// Set by Run for the attack workload (Workload.HotKeys > 0): its mix,
 	// and the normal and the hot keys' checks apart.
@@ -141,6 +145,45 @@ func (r *Result) setLatencies(h *Histogram) {
 	r.P99 = h.Quantile(0.99)
 	r.P999 = h.Quantile(0.999)
 	r.Max = h.Max()
+}
+
+// The judgement of a run under CPU budgets (ProcessCPU.Budget).
+const (
+	// ThrottledAt: a process counts as throttled, held to its budget,
+	// when at least this share of the CFS periods it ran in ended with
+	// its quota used up.
+	ThrottledAt = 0.1
+	// GeneratorSaturatedAt: a load generator that used more than this
+	// share of its own budget was the bottleneck, so the run measures the
+	// generator and is void.
+	GeneratorSaturatedAt = 0.8
+)
+
+// BudgetedNodes counts the servers (every process but the load generator)
+// that ran under a CPU budget, and those of them that were throttled
+// (ThrottledAt). All of them throttled: the row measured the nodes' CPU.
+func (r Result) BudgetedNodes() (throttled, budgeted int) {
+	for _, p := range r.CPU {
+		if p.Role == "load generator" || p.Budget <= 0 {
+			continue
+		}
+		budgeted++
+		if p.Throttle.ThrottledFraction() >= ThrottledAt {
+			throttled++
+		}
+	}
+	return throttled, budgeted
+}
+
+// GeneratorSaturated reports whether a load generator with a budget used
+// more than GeneratorSaturatedAt of it: then the row is void.
+func (r Result) GeneratorSaturated() bool {
+	for _, p := range r.CPU {
+		if p.Role == "load generator" && p.BudgetUsed(r.CPUInterval) > GeneratorSaturatedAt {
+			return true
+		}
+	}
+	return false
 }
 
 // BusyCPUs is how many CPUs the measured processes kept busy on average:
@@ -231,6 +274,12 @@ type resultJSON struct {
 	HotLimit       int64            `json:"hot_limit,omitempty"`
 	Normal         *keyClassJSON    `json:"normal,omitempty"`
 	Hot            *keyClassJSON    `json:"hot,omitempty"`
+	LoadAvg        float64          `json:"load_avg_1m,omitempty"`
+	// Under CPU budgets: nodes with one, those throttled, and whether the
+	// generator saturated its own (the row is then void).
+	BudgetedNodes      int  `json:"budgeted_nodes,omitempty"`
+	ThrottledNodes     int  `json:"throttled_nodes,omitempty"`
+	GeneratorSaturated bool `json:"generator_saturated,omitempty"`
 }
 
 // processCPUJSON is one process's CPU: seconds over the run and
@@ -241,6 +290,12 @@ type processCPUJSON struct {
 	PID           int     `json:"pid"`
 	CPUSec        float64 `json:"cpu_s"`
 	PerCheckMicro float64 `json:"cpu_per_check_us"`
+	// Under a CPU budget: the budget, the share of it used, the CFS
+	// periods run and throttled over the measured interval.
+	BudgetCPUs       float64 `json:"budget_cpus,omitempty"`
+	BudgetUsed       float64 `json:"budget_used,omitempty"`
+	Periods          int64   `json:"periods,omitempty"`
+	ThrottledPeriods int64   `json:"throttled_periods,omitempty"`
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -271,7 +326,9 @@ func (r Result) MarshalJSON() ([]byte, error) {
 		CPU: cpuJSON(r), CPUError: r.CPUError,
 		CPUIntervalSec: math.Round(r.CPUInterval.Seconds()*1e6) / 1e6, CPUs: r.CPUs,
 		BusyCPUs: math.Round(r.BusyCPUs()*1000) / 1000,
+		LoadAvg:  r.LoadAvg, GeneratorSaturated: r.GeneratorSaturated(),
 	}
+	j.ThrottledNodes, j.BudgetedNodes = r.BudgetedNodes()
 	if p := r.Fsync; p != nil {
 		j.FsyncDir, j.FsyncAppends = p.Dir, p.Appends
 		j.FsyncP50ms, j.FsyncP99ms, j.FsyncMaxMs = ms(p.P50), ms(p.P99), ms(p.Max)
@@ -284,7 +341,9 @@ func cpuJSON(r Result) []processCPUJSON {
 	for _, p := range r.CPU {
 		out = append(out, processCPUJSON{Role: p.Role, Name: p.Name, PID: p.PID,
 			CPUSec:        math.Round(p.CPU.Seconds()*1e6) / 1e6,
-			PerCheckMicro: math.Round(float64(p.PerCheck(r.Answered()))/1e3*100) / 100})
+			PerCheckMicro: math.Round(float64(p.PerCheck(r.Answered()))/1e3*100) / 100,
+			BudgetCPUs:    p.Budget, BudgetUsed: math.Round(p.BudgetUsed(r.CPUInterval)*1000) / 1000,
+			Periods: p.Throttle.Periods, ThrottledPeriods: p.Throttle.Throttled})
 	}
 	return out
 }
@@ -308,7 +367,7 @@ func (r *Result) UnmarshalJSON(b []byte) error {
 		Rate: j.Rate, Arrival: j.Arrival, Scheduled: j.Scheduled, Late: j.Late,
 		StartLagP99: fromMs(j.StartLagP99ms), StartLagMax: fromMs(j.StartLagMaxMs), Behind: j.Behind, Stages: j.Stages,
 		RaftEntries: j.RaftEntries, Interrupted: j.Interrupted, DiskBytes: j.DiskBytes, RSSBytes: j.RSSBytes,
-		CPUError: j.CPUError, CPUs: j.CPUs,
+		CPUError: j.CPUError, CPUs: j.CPUs, LoadAvg: j.LoadAvg,
 		CPUInterval: time.Duration(math.Round(j.CPUIntervalSec * float64(time.Second))),
 	}
 	if j.FsyncAppends > 0 {
@@ -317,7 +376,8 @@ func (r *Result) UnmarshalJSON(b []byte) error {
 	}
 	for _, p := range j.CPU {
 		r.CPU = append(r.CPU, ProcessCPU{Role: p.Role, Name: p.Name, PID: p.PID,
-			CPU: time.Duration(math.Round(p.CPUSec * float64(time.Second)))})
+			CPU:    time.Duration(math.Round(p.CPUSec * float64(time.Second))),
+			Budget: p.BudgetCPUs, Throttle: Throttle{Periods: p.Periods, Throttled: p.ThrottledPeriods}})
 	}
 	return nil
 }
@@ -411,6 +471,12 @@ func WriteTable(w io.Writer, r Result) error {
 		row("CPU busy", fmt.Sprintf("%.2f of %d CPUs (%.0f%%): the processes above, over the measured interval",
 			busy, r.CPUs, 100*busy/float64(r.CPUs)))
 	}
+	if b := budgetString(r); b != "" {
+		row("CPU budget", b)
+	}
+	if r.LoadAvg > 0 {
+		row("box load", fmt.Sprintf("%.2f (1-minute load average at the start)", r.LoadAvg))
+	}
 	if r.CPUError != "" {
 		row("CPU not measured", r.CPUError)
 	}
@@ -483,6 +549,31 @@ func WriteComparison(w io.Writer, results []Result, baseline string) error {
 			formatInt(r.Allowed), formatInt(r.Refused), formatInt(r.Errors), ratio, cpu, fsync)
 	}
 	return tw.Flush()
+}
+
+// budgetString says how each budgeted process used its budget and what
+// that makes of the row: "bench1 0.25 CPU: used 99%, throttled in 87% of
+// periods; ...; 3 of 3 nodes throttled; load generator used 41% of 0.6
+// CPU" (VOID when it saturated). "" when nothing ran under a budget.
+func budgetString(r Result) string {
+	var parts []string
+	for _, p := range r.CPU {
+		if p.Budget <= 0 {
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%s %g CPU: used %.0f%%, throttled in %.0f%% of %s periods",
+			p.label(), p.Budget, 100*p.BudgetUsed(r.CPUInterval), 100*p.Throttle.ThrottledFraction(), formatInt(p.Throttle.Periods)))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	if th, n := r.BudgetedNodes(); n > 0 {
+		parts = append(parts, fmt.Sprintf("%d of %d nodes throttled", th, n))
+	}
+	if r.GeneratorSaturated() {
+		parts = append(parts, fmt.Sprintf("VOID: the load generator used over %.0f%% of its budget", 100*GeneratorSaturatedAt))
+	}
+	return strings.Join(parts, "; ")
 }
 
 // cpuString lists each process's CPU per answered check in the order

@@ -69,6 +69,22 @@ below their traffic, and the rest to the normal keys as usual. The report then
 shows the normal and the hot keys apart (checks/s, counts, p50/p99), so the
 normal keys' p99 can be compared with a run without the attack.
 
+A CPU budget per node (--node-cpu 0.25): every node it starts goes into a
+cgroup v1 cpu group of its own (/sys/fs/cgroup/cpu/limitd-<pid>-<run>-n<i>)
+with a quota of that share of a CPU per --cpu-period (10ms) and GOMAXPROCS
+1, so nodes sharing one box stand in for machines of a fixed size;
+--generator-cpu gives this process one too, for the measured run. The report
+shows each budget, the share of it used and the CFS periods that ended
+throttled; a node throttled in 10% of its periods or more counts as held to
+its budget, and a run whose generator used over 80% of its budget is VOID (it
+measured the generator). A budget caps and does not reserve: the box's load
+average at the start is reported beside each run. --nodes 3,6 and --target
+client,http make a row of each; --rounds 3 runs the rows alternated three
+times and prints each row's medians, CPU per check by role. --row '3
+--data-groups=6' (repeatable, instead of --nodes) is a row whose nodes get
+flags of their own, so rows that differ in serve flags alternate too. --idle
+sends no checks and reports each node's CPU as a share of a core.
+
 At the end it prints checks/s (decided checks: allowed + refused), allowed and
 refused counts, p50/p90/p99/max latency per request, errors by class and CPU
 per check, or one JSON line with --json. CPU per check is each process's user
@@ -95,6 +111,9 @@ Examples:
   limitd bench --cluster 3 --target rls
   limitd bench --cluster 3 --hot-keys 10 --hot-fraction 0.9 --hot-limit 1
   limitd bench --cluster 3 --plan bench   (checks resolved by the key's plan)
+  limitd bench --nodes 3,6 --node-cpu 0.25 --generator-cpu 0.6 --target client,http --rounds 3
+  limitd bench --nodes 3 --node-cpu 0.25 --idle --duration 20s
+  limitd bench --row 3 --row '3 --data-groups=6' --node-cpu 0.25 --rounds 3
 
 Flags:
 `
@@ -139,6 +158,21 @@ type benchFlags struct {
 	netHTTP                bool
 	// hotRefusal is --hot-refusal (attack.go): what refuses the hot keys.
 	hotRefusal string
+	// CPU budgets and rows (budget.go): --nodes (nodeList), the --target
+	// list, --node-cpu, --generator-cpu, --cpu-period, --serve-arg,
+	// --rounds, --idle.
+	nodes                 string
+	nodeList              []int
+	rowSpecs              listFlag   // --row, as given
+	rowList               []benchRow // --row, read
+	targets               []string
+	nodeCPU, generatorCPU float64
+	cpuPeriod             time.Duration
+	serveArgs             listFlag
+	cpuShares             int
+	rounds                int
+	idle                  bool
+	result                bench.Result // the last run's report (runOne)
 }
 
 // Usage prints `limitd bench`'s help to out.
@@ -151,11 +185,20 @@ func newBenchFlagSet(out io.Writer) (*flag.FlagSet, *benchFlags) {
 	f := &benchFlags{work: bench.DefaultWorkload()}
 	fs := flag.NewFlagSet("limitd bench", flag.ContinueOnError)
 	fs.SetOutput(out)
-	fs.StringVar(&f.target, "target", benchTargetHTTP, "how checks are sent: http, grpc, rls or client (see above)")
+	fs.StringVar(&f.target, "target", benchTargetHTTP, "how checks are sent: http, grpc, rls or client (see above); a comma-separated list makes a row of each, alternated (see --rounds)")
 	fs.StringVar(&f.grpcAddrs, "grpc-addrs", "", "comma-separated gRPC addresses (host:port) of the --addrs nodes, in the same order, for --target grpc and rls")
 	fs.StringVar(&f.system, "system", "limitd", "name of the system in the report (e.g. barehttp when --addrs points at scripts/barehttp)")
 	fs.StringVar(&f.addrs, "addrs", "", "comma-separated HTTP addresses of running nodes, e.g. http://127.0.0.1:8080,http://127.0.0.1:8081 (default http://127.0.0.1:8080 unless --cluster)")
 	fs.IntVar(&f.cluster, "cluster", 0, "start a cluster of N nodes on loopback in temporary directories and bench it (1 is the single-node default deployment); 0 uses --addrs")
+	fs.StringVar(&f.nodes, "nodes", "", "like --cluster: start N nodes and bench them; a comma-separated list (3,6) makes a row of each, alternated (see --rounds)")
+	fs.Var(&f.rowSpecs, "row", "one row of its own: a node count, then flags for its nodes only, space-separated (--row 3 --row '3 --data-groups=6'); repeatable, instead of --nodes, so rows that differ in serve flags alternate in one run")
+	fs.Var(&f.serveArgs, "serve-arg", "one extra flag for every node started, as one word (--serve-arg=--data-groups=3); repeatable, added after --serve-flags")
+	fs.Float64Var(&f.nodeCPU, "node-cpu", 0, "CPU budget of every node started, in CPUs (0.25: a quarter of one): each node in a cgroup v1 cpu group of its own with that quota per --cpu-period, GOMAXPROCS 1 unless --node-procs; the report shows each node's share used and throttled periods (Linux, root)")
+	fs.Float64Var(&f.generatorCPU, "generator-cpu", 0, "CPU budget of this process, the load generator (with --target client, the Go client), for the measured run; a run in which it used over 80% of it is VOID: it measured the generator")
+	fs.DurationVar(&f.cpuPeriod, "cpu-period", proccluster.DefaultCPUPeriod, "CFS period of the CPU budgets: a throttled process waits at most one period for CPU")
+	fs.IntVar(&f.cpuShares, "cpu-shares", 0, "cpu.shares of every budgeted group (nodes and generator; 0: the kernel's 1024, one root process's weight): a higher weight makes each budget a reservation on a box others load, at their expense while the run lasts")
+	fs.IntVar(&f.rounds, "rounds", 1, "run every row (--nodes × --target) this many times, alternated, then print each row's medians")
+	fs.BoolVar(&f.idle, "idle", false, "send no checks: measure each node's CPU over --duration (after --warmup) as a share of a core, the fixed cost of a node with its replicas")
 	fs.StringVar(&f.serveFlags, "serve-flags", "", "extra flags for every node started by --cluster, space-separated (e.g. \"--batch-max-wait=200us\")")
 	fs.IntVar(&f.nodeProcs, "node-procs", 0, "GOMAXPROCS of every node started by --cluster: 0 gives each node an equal share of this machine's CPUs (at least 1), as if each had a machine of its own; -1 leaves Go's default (every node sized for all CPUs)")
 	f.work.AddFlags(fs)
@@ -203,17 +246,68 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "limitd bench: %v; run 'limitd bench --help' for the flags\n", err)
 		return 2
 	}
-	if err := f.validate(fs); err != nil {
+	runs, err := f.prepareRows(fs)
+	if err != nil {
 		fmt.Fprintf(stderr, "limitd bench: %v\n", err)
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := f.run(ctx, stdout, stderr); err != nil {
+	if err := f.runRows(ctx, runs, stdout, stderr); err != nil {
 		fmt.Fprintf(stderr, "limitd bench: %v\n", err)
 		return 1
 	}
 	return 0
+}
+
+// prepareRows reads --nodes and the --target list and validates every
+// row (budget.go) before any runs.
+func (f *benchFlags) prepareRows(fs *flag.FlagSet) ([]*benchFlags, error) {
+	if f.nodes != "" {
+		if f.cluster != 0 {
+			return nil, errors.New("--nodes and --cluster are the same flag: give one")
+		}
+		var err error
+		if f.nodeList, err = parseNodes(f.nodes); err != nil {
+			return nil, err
+		}
+		f.cluster = f.nodeList[0]
+	}
+	if len(f.rowSpecs) > 0 {
+		if f.nodes != "" || f.cluster != 0 {
+			return nil, errors.New("--row names each row's nodes: not with --nodes or --cluster")
+		}
+		for _, spec := range f.rowSpecs {
+			r, err := parseRow(spec)
+			if err != nil {
+				return nil, err
+			}
+			f.rowList = append(f.rowList, r)
+		}
+		f.cluster = f.rowList[0].nodes
+	}
+	f.targets = splitList(f.target)
+	if len(f.targets) == 0 {
+		f.targets = []string{""} // validate names the empty target
+	}
+	if (len(f.nodeList) > 1 || len(f.rowList) > 0) && f.addrs != "" {
+		return nil, errors.New("--cluster and --addrs exclude each other")
+	}
+	if err := f.validateBudget(); err != nil {
+		return nil, err
+	}
+	var runs []*benchFlags
+	for _, r := range f.rows() {
+		c, err := f.forRow(fs, r)
+		if err != nil {
+			if len(f.rows()) == 1 {
+				err = errors.Unwrap(err) // one run: its own message, as before rows
+			}
+			return nil, err
+		}
+		runs = append(runs, c)
+	}
+	return runs, nil
 }
 
 func (f *benchFlags) validate(fs *flag.FlagSet) error {
@@ -365,7 +459,16 @@ func getReady(ctx context.Context, addr string) error {
 	return nil
 }
 
+// runOne is one run: start the nodes (--cluster), bench them, print the
+// report, stop them.
+func (f *benchFlags) runOne(ctx context.Context, stdout, stderr io.Writer) (bench.Result, error) {
+	c := *f // run sets fields for its own cluster (the fsync probe's directory): a round's stay its own
+	err := c.run(ctx, stdout, stderr)
+	return c.result, err
+}
+
 func (f *benchFlags) run(ctx context.Context, stdout, stderr io.Writer) error {
+	loadAvg := loadAvg1()
 	addrs := splitAddrs(f.addrs)
 	if f.tlsConfig != nil {
 		// With --tls-*, an address without a scheme is https (as the CLI's).
@@ -376,17 +479,26 @@ func (f *benchFlags) run(ctx context.Context, stdout, stderr io.Writer) error {
 	var c *proccluster.Cluster
 	if f.cluster > 0 {
 		procs := nodeProcs(f.nodeProcs, f.cluster, runtime.NumCPU())
+		if f.nodeCPU > 0 && f.nodeProcs == 0 {
+			procs = 1 // one thread per fraction of a CPU: more would queue on the quota
+		}
 		share := "Go's default GOMAXPROCS"
 		if procs > 0 {
 			share = fmt.Sprintf("GOMAXPROCS %d each, %d CPUs", procs, runtime.NumCPU())
+		}
+		if f.nodeCPU > 0 {
+			share += fmt.Sprintf(", %g CPU each (cgroup, %s period)", f.nodeCPU, f.cpuPeriod)
 		}
 		fmt.Fprintf(stderr, "limitd bench: starting a %d-node cluster on loopback (%s)\n", f.cluster, share)
 		began := time.Now()
 		var err error
 		c, err = startBenchCluster(ctx, f.cluster, proccluster.Options{
-			Extra: strings.Fields(f.serveFlags),
-			GRPC:  f.target == benchTargetGRPC || f.target == benchTargetRLS,
-			Procs: procs,
+			Extra:     append(strings.Fields(f.serveFlags), f.serveArgs...),
+			GRPC:      f.target == benchTargetGRPC || f.target == benchTargetRLS,
+			Procs:     procs,
+			NodeCPU:   f.nodeCPU,
+			CPUPeriod: f.cpuPeriod,
+			CPUShares: f.cpuShares,
 		})
 		if err != nil {
 			return err
@@ -425,9 +537,29 @@ func (f *benchFlags) run(ctx context.Context, stdout, stderr io.Writer) error {
 		f.check.ByPlan = true
 	}
 
+	// After the nodes are forked: a child forked inside the generator's
+	// group would be born in it.
+	gen, leaveGen, err := f.generatorGroup()
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := leaveGen(); err != nil {
+			fmt.Fprintf(stderr, "limitd bench: %v\n", err)
+		}
+	}()
 	procs, err := f.measuredProcesses(ctx, c, addrs)
 	if err != nil {
 		return err
+	}
+	for i := range procs {
+		switch {
+		case procs[i].Role == "load generator" && gen != nil:
+			procs[i].Budget, procs[i].ReadThrottle = gen.CPU, throttleOf(gen)
+		case c != nil && i < len(c.Nodes) && c.Nodes[i].CPUGroup != nil:
+			g := c.Nodes[i].CPUGroup
+			procs[i].Budget, procs[i].ReadThrottle = g.CPU, throttleOf(g)
+		}
 	}
 	allAddrs := addrs
 	f.work.CPU = bench.NewCPUMeter(procs...)
@@ -477,6 +609,19 @@ func (f *benchFlags) run(ctx context.Context, stdout, stderr io.Writer) error {
 		}
 	}
 
+	if f.idle {
+		res, err := idleRun(ctx, f.work)
+		if err != nil {
+			return err
+		}
+		res.System, res.Label, res.Nodes, res.LoadAvg, res.Target = f.system, f.label, nodes, loadAvg, strings.Join(allAddrs, ",")
+		f.result = res
+		if f.jsonOut {
+			return bench.WriteJSONLine(stdout, res)
+		}
+		return writeIdle(stdout, res)
+	}
+
 	var onProgress func(bench.Progress)
 	var bar *bench.ProgressBar
 	if !f.jsonOut && bench.IsTerminal(stderr) {
@@ -511,6 +656,7 @@ func (f *benchFlags) run(ctx context.Context, stdout, stderr io.Writer) error {
 	}
 	res.System = f.system
 	res.Label = f.label
+	res.LoadAvg = loadAvg
 	res.Protocol = f.target
 	if f.netHTTP {
 		res.Protocol = "net/http" // HTTP through net/http's client, not the bench's own
@@ -531,6 +677,7 @@ func (f *benchFlags) run(ctx context.Context, stdout, stderr io.Writer) error {
 	} else {
 		res.Algorithm, res.Limit, res.Window = f.check.Algorithm, f.check.Limit, f.check.Window
 	}
+	f.result = res
 	if f.jsonOut {
 		err = bench.WriteJSONLine(stdout, res)
 	} else if err = bench.WriteTable(stdout, res); err == nil && len(res.Stages) > 0 {

@@ -60,6 +60,7 @@ func fakeNode(args []string) int {
 	fs.String("raft-addr", "", "")
 	dataDir := fs.String("data-dir", "", "")
 	join := fs.String("join", "", "")
+	dataGroups := fs.String("data-groups", "", "") // what --serve-arg passes in its test
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
 	}
@@ -74,6 +75,7 @@ func fakeNode(args []string) int {
 	dir := os.Getenv(fakeNodeDirEnv)
 	os.WriteFile(filepath.Join(dir, *id+".pid"), []byte(strconv.Itoa(os.Getpid())), 0o644)
 	os.WriteFile(filepath.Join(dir, *id+".procs"), []byte(strconv.Itoa(runtime.GOMAXPROCS(0))), 0o644)
+	os.WriteFile(filepath.Join(dir, *id+".data-groups"), []byte(*dataGroups), 0o644)
 
 	var mu sync.Mutex
 	members := []string{*id}
@@ -156,6 +158,13 @@ func fakeNode(args []string) int {
 		}
 	}
 	os.WriteFile(filepath.Join(dir, *id+".checks"), []byte(strconv.FormatInt(checks.Load(), 10)), 0o644)
+	// The cgroup it ran in (the CPU budget tests): read at the end, since
+	// the harness moves a node into its group just after starting it.
+	if b, err := os.ReadFile("/proc/self/cgroup"); err == nil {
+		os.WriteFile(filepath.Join(dir, *id+".cgroup"), b, 0o644)
+		shares, _ := os.ReadFile(filepath.Join(proccluster.CgroupCPURoot, cpuGroupLine(b), "cpu.shares"))
+		os.WriteFile(filepath.Join(dir, *id+".shares"), bytes.TrimSpace(shares), 0o644)
+	}
 	return 0
 }
 

@@ -45,6 +45,9 @@ type Node struct {
 	// Env is added to the inherited environment at every Start (a later
 	// value wins): fault injection such as LIMITD_FAULT_CLOCK_OFFSET.
 	Env []string
+	// CPUGroup, when set, holds the process from every Start on: its CPU
+	// budget (cgroup.go).
+	CPUGroup *CPUGroup
 
 	cmd     *exec.Cmd
 	exited  chan struct{} // closed when the process has been reaped
@@ -119,6 +122,17 @@ func (nd *Node) Start(extra ...string) error {
 	}
 	exited := make(chan struct{})
 	nd.cmd, nd.exited = cmd, exited
+	if nd.CPUGroup != nil {
+		// Moved right after the fork: the few instructions it runs before
+		// are noise against a run's seconds.
+		if err := nd.CPUGroup.Add(cmd.Process.Pid); err != nil {
+			cmd.Process.Signal(syscall.SIGKILL)
+			cmd.Wait()
+			logf.Close()
+			close(exited)
+			return fmt.Errorf("start %s: %w", nd.ID, err)
+		}
+	}
 	go func() {
 		err := cmd.Wait()
 		logf.Close()
@@ -227,6 +241,9 @@ func (nd *Node) LogTail(lines int) []string {
 type Cluster struct {
 	Dir   string
 	Nodes []*Node
+	// Group names the nodes' CPU groups (GroupRunName; Options.NodeCPU),
+	// "" without.
+	Group string
 }
 
 // Timeouts of a Cluster: start-up (all nodes ready), and SIGTERM to exit.
@@ -253,6 +270,16 @@ type Options struct {
 	// Procs, when > 0, is every node's GOMAXPROCS (an inherited GOMAXPROCS
 	// is replaced).
 	Procs int
+	// NodeCPU, when > 0, is every node's CPU budget: each node process in
+	// a cpu cgroup of its own, <CgroupCPURoot>/<Cluster.Group>-n<i>, with a
+	// quota of NodeCPU × CPUPeriod (DefaultCPUPeriod when 0), and
+	// GOMAXPROCS 1 unless Procs says otherwise (one runtime thread per
+	// fraction of a CPU: more would only queue on the quota). Stop removes
+	// the groups.
+	NodeCPU   float64
+	CPUPeriod time.Duration
+	// CPUShares, when > 0, is every node group's cpu.shares (SetShares).
+	CPUShares int
 }
 
 // StartOpts is Start with options.
@@ -267,11 +294,33 @@ func StartOpts(ctx context.Context, dir string, ids []string, o Options) (*Clust
 	if err != nil {
 		return nil, err
 	}
+	procs := o.Procs
+	if o.NodeCPU > 0 {
+		c.Group = GroupRunName()
+		if procs == 0 {
+			procs = 1
+		}
+	}
 	for i, id := range ids {
 		nd := &Node{
 			ID: id, HTTPAddr: ports[2*i], RaftAddr: ports[2*i+1],
 			DataDir: filepath.Join(dir, id), LogPath: filepath.Join(dir, id+".log"),
-			Exe: exe, Prefix: prefix, Procs: o.Procs,
+			Exe: exe, Prefix: prefix, Procs: procs,
+		}
+		if o.NodeCPU > 0 {
+			g, err := NewCPUGroup(fmt.Sprintf("%s-n%d", c.Group, i+1), o.NodeCPU, o.CPUPeriod)
+			if err != nil {
+				c.removeGroups()
+				return nil, err
+			}
+			nd.CPUGroup = g
+			if o.CPUShares > 0 {
+				if err := g.SetShares(o.CPUShares); err != nil {
+					g.Remove()
+					c.removeGroups()
+					return nil, err
+				}
+			}
 		}
 		if o.GRPC {
 			nd.GRPCAddr = ports[2*len(ids)+i]
@@ -284,6 +333,7 @@ func StartOpts(ctx context.Context, dir string, ids []string, o Options) (*Clust
 	fail := func(err error) (*Cluster, error) {
 		err = fmt.Errorf("%w%s", err, c.LogTails(20))
 		c.StopNodes()
+		c.removeGroups()
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, StartTimeout)
@@ -482,13 +532,30 @@ func ClusterMembers(ctx context.Context, addr string) (int, error) {
 	return len(st.Members), nil
 }
 
-// Stop stops every node (StopNodes) and removes the cluster directory.
+// Stop stops every node (StopNodes), removes their CPU groups and the
+// cluster directory.
 func (c *Cluster) Stop() error {
 	err := c.StopNodes()
+	if gerr := c.removeGroups(); gerr != nil {
+		err = errors.Join(err, gerr)
+	}
 	if rerr := os.RemoveAll(c.Dir); rerr != nil {
 		err = errors.Join(err, fmt.Errorf("remove cluster directory: %w", rerr))
 	}
 	return err
+}
+
+// removeGroups removes the nodes' CPU groups (their processes have exited).
+func (c *Cluster) removeGroups() error {
+	var errs []error
+	for _, nd := range c.Nodes {
+		if nd.CPUGroup != nil {
+			if err := nd.CPUGroup.Remove(); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // StopNodes sends SIGTERM to every node and kills those still running
