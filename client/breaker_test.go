@@ -279,3 +279,50 @@ func TestAdminUnknownOutcomeSaysApplied(t *testing.T) {
 		t.Fatalf("check: %v", err)
 	}
 }
+
+// Through Middleware with FailOpen, an outage passes requests on at once
+// instead of adding the client's timeout to each: after the breaker opens
+// no request dials, and every one reaches the handler.
+func TestMiddlewareFailOpenOutagePassesAtOnce(t *testing.T) {
+	fc := newFakeCluster(t, 1)
+	fc.setLeader(0)
+	sd := &switchDialer{}
+	sd.goDown()
+	c := mustNew(t, fc.addrs(), WithHTTPClient(sd.client()), WithFailMode(FailOpen),
+		WithBreaker(Breaker{Failures: 3, Interval: time.Hour}))
+	var served atomic.Int64
+	h := c.Middleware("p", func(r *http.Request) string { return "alice" })(
+		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { served.Add(1) }))
+	const n = 50
+	done := make(chan error, 1)
+	go func() {
+		for i := 0; i < n; i++ {
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest("GET", "/", nil)) // no deadline: the 10 s default applies
+			if rec.Code != http.StatusOK {
+				done <- fmt.Errorf("request %d: %d %s", i, rec.Code, rec.Body)
+				return
+			}
+		}
+		done <- nil
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second): // a liveness bound, half of one timeout (10 s)
+		t.Fatalf("%d fail-open requests not served within 5s", n)
+	}
+	if served.Load() != n {
+		t.Fatalf("%d of %d requests reached the handler", served.Load(), n)
+	}
+	// Three calls that reached no node (each one attempt, plus at most a
+	// discovery round), then none: far fewer dials than requests.
+	if d := sd.dials.Load(); d > 12 {
+		t.Fatalf("%d dial attempts for %d requests", d, n)
+	}
+	if s := c.Stats(); s.FailedOpen != n || s.ShortCircuited < n-3 {
+		t.Fatalf("stats %+v", s)
+	}
+}
