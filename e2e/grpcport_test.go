@@ -32,12 +32,19 @@ func TestProcessTakenGRPCPortWritesNothing(t *testing.T) {
 		if !strings.Contains(p.Logs(), "listen grpc "+taken.Addr().String()) || !strings.Contains(p.Logs(), "address already in use") {
 			t.Errorf("the refusal does not name the gRPC address:\n%s", p.Logs())
 		}
-		if absent {
-			if _, err := os.Stat(p.DataDir); !os.IsNotExist(err) {
-				t.Errorf("a refused start created %s (%v)", p.DataDir, err)
-			}
-		} else {
-			assertNothingWritten(t, p.DataDir)
-		}
+		assertDataDirAsFound(t, p.DataDir, absent)
+	}
+}
+
+// assertDataDirAsFound: a refused start left dir as it found it, absent
+// (absent) or empty.
+func assertDataDirAsFound(t *testing.T, dir string, absent bool) {
+	t.Helper()
+	if !absent {
+		assertNothingWritten(t, dir)
+		return
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("a refused start created %s (%v)", dir, err)
 	}
 }
