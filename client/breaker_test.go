@@ -21,7 +21,24 @@ import (
 // on wall-clock time.
 type switchDialer struct {
 	down  atomic.Bool
+	hang  atomic.Bool // a dial waits for its context, as one to a host that drops SYNs
 	dials atomic.Int64
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+// goDown refuses new connections and closes every one dialed so far. Closing
+// only the idle ones is not enough: the transport returns a connection to its
+// idle pool after the caller has its answer, so a connection still on its way
+// back would carry the next check to the node that "went away".
+func (d *switchDialer) goDown() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.down.Store(true)
+	for _, c := range d.conns {
+		c.Close()
+	}
+	d.conns = nil
 }
 
 func (d *switchDialer) client() *http.Client {
@@ -29,10 +46,22 @@ func (d *switchDialer) client() *http.Client {
 		Proxy: nil,
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			d.dials.Add(1)
+			if d.hang.Load() {
+				<-ctx.Done()
+				return nil, &net.OpError{Op: "dial", Net: network, Err: ctx.Err()}
+			}
+			// Under mu, so a dial in flight when goDown runs is either
+			// refused or closed by it.
+			d.mu.Lock()
+			defer d.mu.Unlock()
 			if d.down.Load() {
 				return nil, &net.OpError{Op: "dial", Net: network, Err: &os.SyscallError{Syscall: "connect", Err: syscall.ECONNREFUSED}}
 			}
-			return (&net.Dialer{}).DialContext(ctx, network, addr)
+			c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+			if err == nil {
+				d.conns = append(d.conns, c)
+			}
+			return c, err
 		},
 	}}
 }
@@ -66,8 +95,7 @@ func TestBreakerFailsFastAndCloses(t *testing.T) {
 		t.Fatalf("check while up: %+v %v", d, err)
 	}
 
-	sd.down.Store(true)
-	c.hc.CloseIdleConnections() // the node "went away": its connections too
+	sd.goDown() // the node "went away": its connections too
 	const n = 50
 	loop := make(chan error, 1)
 	go func() {
@@ -132,6 +160,50 @@ func TestBreakerFailsFastAndCloses(t *testing.T) {
 	}
 	if d, err := c.Check(ctxT(t), Request{Key: "k", Policy: "p"}); err != nil || d.Degraded {
 		t.Fatalf("check after the breaker closed: %+v %v", d, err)
+	}
+}
+
+// A probe of the open breaker is bounded by Breaker.ProbeTimeout, not by
+// the call's own deadline: against a cluster whose connections hang (a host
+// dropping SYNs) the fail-open answer comes after ProbeTimeout (200 ms here)
+// although the caller allowed a minute.
+func TestBreakerProbeBoundedByProbeTimeout(t *testing.T) {
+	fc := newFakeCluster(t, 1)
+	fc.setLeader(0)
+	sd := &switchDialer{}
+	sd.goDown()
+	clock := &fakeClock{t: time.Unix(1e9, 0)}
+	c := mustNew(t, fc.addrs(), WithHTTPClient(sd.client()), WithFailMode(FailOpen), WithTimeout(time.Minute),
+		WithBreaker(Breaker{Failures: 1, Interval: time.Second, ProbeTimeout: 200 * time.Millisecond}))
+	c.br.now = clock.now
+	if d, err := c.Check(context.Background(), Request{Key: "k", Policy: "p"}); err != nil || !d.Degraded {
+		t.Fatalf("refused check: %+v %v", d, err)
+	}
+	if !c.br.open.Load() {
+		t.Fatal("breaker not open after a refused call with Failures 1")
+	}
+	sd.hang.Store(true)
+	clock.advance(time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		d, err := c.Check(ctx, Request{Key: "k", Policy: "p"})
+		if err == nil && (!d.Allowed || !d.Degraded) {
+			err = fmt.Errorf("probe answered %+v", d)
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second): // a liveness bound, half the caller's minute
+		t.Fatal("the probe waited for the caller's deadline, not ProbeTimeout")
+	}
+	if s := c.Stats(); s.FailedOpen != 2 {
+		t.Fatalf("stats %+v", s)
 	}
 }
 
@@ -205,5 +277,52 @@ func TestAdminUnknownOutcomeSaysApplied(t *testing.T) {
 	_, err = c.Check(context.Background(), Request{Key: "k", Policy: "p"})
 	if !errors.Is(err, ErrOutcomeUnknown) || !strings.Contains(err.Error(), "it may have been counted") {
 		t.Fatalf("check: %v", err)
+	}
+}
+
+// Through Middleware with FailOpen, an outage passes requests on at once
+// instead of adding the client's timeout to each: after the breaker opens
+// no request dials, and every one reaches the handler.
+func TestMiddlewareFailOpenOutagePassesAtOnce(t *testing.T) {
+	fc := newFakeCluster(t, 1)
+	fc.setLeader(0)
+	sd := &switchDialer{}
+	sd.goDown()
+	c := mustNew(t, fc.addrs(), WithHTTPClient(sd.client()), WithFailMode(FailOpen),
+		WithBreaker(Breaker{Failures: 3, Interval: time.Hour}))
+	var served atomic.Int64
+	h := c.Middleware("p", func(r *http.Request) string { return "alice" })(
+		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { served.Add(1) }))
+	const n = 50
+	done := make(chan error, 1)
+	go func() {
+		for i := 0; i < n; i++ {
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest("GET", "/", nil)) // no deadline: the 10 s default applies
+			if rec.Code != http.StatusOK {
+				done <- fmt.Errorf("request %d: %d %s", i, rec.Code, rec.Body)
+				return
+			}
+		}
+		done <- nil
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second): // a liveness bound, half of one timeout (10 s)
+		t.Fatalf("%d fail-open requests not served within 5s", n)
+	}
+	if served.Load() != n {
+		t.Fatalf("%d of %d requests reached the handler", served.Load(), n)
+	}
+	// Three calls that reached no node (each one attempt, plus at most a
+	// discovery round), then none: far fewer dials than requests.
+	if d := sd.dials.Load(); d > 12 {
+		t.Fatalf("%d dial attempts for %d requests", d, n)
+	}
+	if s := c.Stats(); s.FailedOpen != n || s.ShortCircuited < n-3 {
+		t.Fatalf("stats %+v", s)
 	}
 }

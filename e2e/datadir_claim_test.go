@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"net"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -65,12 +64,6 @@ func TestProcessTakenRaftPortWritesNothing(t *testing.T) {
 		if !strings.Contains(p.Logs(), "listen raft "+taken.Addr().String()) {
 			t.Errorf("the refusal does not name the Raft address:\n%s", p.Logs())
 		}
-		if absent {
-			if _, err := os.Stat(p.DataDir); !os.IsNotExist(err) {
-				t.Errorf("a refused start created %s (%v)", p.DataDir, err)
-			}
-		} else {
-			assertNothingWritten(t, p.DataDir)
-		}
+		assertDataDirAsFound(t, p.DataDir, absent)
 	}
 }

@@ -56,7 +56,9 @@ func TestProcessWatchesConfigFiles(t *testing.T) {
 	swap(map[string]string{"shop.yaml": domain("shop", 5), "old.yaml": domain("old", 1)})
 
 	p := newProc(t, "w", "")
-	p.start("--policies", pol, "--rls-config", cm, "--config-watch-interval", "100ms", "--config-prune")
+	// An explicit gRPC address: --rls-config alone would take 127.0.0.1:8081,
+	// which another test's node (or envoy ratelimit) may hold.
+	p.start("--policies", pol, "--rls-config", cm, "--config-watch-interval", "100ms", "--config-prune", "--grpc-addr", freePort(t))
 	p.waitReady()
 	get := func(path string) (int, string) {
 		t.Helper()

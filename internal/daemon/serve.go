@@ -302,7 +302,7 @@ func serve(f *serveFlags, in *startInputs, logger *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("listen http %s: %w", f.httpAddr, err)
 	}
-	if err := checkRaftPort(f.raftAddr); err != nil { // startup.go
+	if err := checkListenPorts(f); err != nil { // startup.go: Raft and gRPC
 		ln.Close()
 		dataDir.undo(logger)
 		return err

@@ -1,11 +1,12 @@
 package daemon
 
 import (
-	"bytes"
 	"io"
 	"math"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"runtime/debug"
 	"strings"
 	"testing"
@@ -185,24 +186,83 @@ func httptestServer(t *testing.T, h http.Handler) string {
 	return "http://" + ln.Addr().String()
 }
 
-// --rls-config without --grpc-addr starts (POST /json serves the domains)
-// but says loudly that Envoy's gRPC filter has nothing to talk to.
-func TestRLSConfigWithoutGRPCWarns(t *testing.T) {
-	for _, c := range []struct {
-		args []string
-		warn bool
-	}{
-		{[]string{"--rls-config", "rls/"}, true},
-		{[]string{"--rls-config", "rls/", "--grpc-addr", "127.0.0.1:8081"}, false},
-		{nil, false},
-	} {
-		fs, f := newServeFlagSet(&bytes.Buffer{})
-		if err := fs.Parse(c.args); err != nil {
+// --rls-config without --grpc-addr listens on 127.0.0.1:8081, envoy
+// ratelimit's gRPC port, as its users expect; a --grpc-addr given (by flag,
+// environment or --config file) wins, an empty one meaning no listener;
+// without --rls-config there is no default listener.
+func TestRLSConfigDefaultsGRPCAddr(t *testing.T) {
+	dir := t.TempDir()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
 			t.Fatal(err)
 		}
-		w := startWarnings(f)
-		if got := len(w) == 1 && strings.Contains(w[0], "--grpc-addr") && strings.Contains(w[0], "Envoy"); got != c.warn {
-			t.Errorf("%v: warnings %q, want a --grpc-addr warning: %v", c.args, w, c.warn)
+	}
+	must(os.WriteFile(filepath.Join(dir, "shop.yaml"), []byte("domain: shop\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 5}\n"), 0o644))
+	conf := filepath.Join(t.TempDir(), "limitd.yaml")
+	must(os.WriteFile(conf, []byte("grpc-addr: \"\"\n"), 0o644))
+	for _, c := range []struct {
+		name      string
+		args      []string
+		env       map[string]string
+		addr      string
+		defaulted bool
+		warn      bool
+	}{
+		{name: "rls-config alone", args: []string{"--rls-config", dir}, addr: DefaultRLSGRPCAddr, defaulted: true},
+		{name: "environment", env: map[string]string{"LIMITD_RLS_CONFIG": dir}, addr: DefaultRLSGRPCAddr, defaulted: true},
+		{name: "explicit", args: []string{"--rls-config", dir, "--grpc-addr", "127.0.0.1:9081"}, addr: "127.0.0.1:9081"},
+		{name: "explicit empty", args: []string{"--rls-config", dir, "--grpc-addr", ""}, addr: ""},
+		{name: "empty in the environment", args: []string{"--rls-config", dir}, env: map[string]string{"LIMITD_GRPC_ADDR": ""}, addr: ""},
+		{name: "empty in the file", args: []string{"--rls-config", dir, "--config", conf}, addr: ""},
+		{name: "no rls-config", addr: ""},
+		{name: "public http", args: []string{"--rls-config", dir, "--http-addr", "0.0.0.0:8080", "--insecure"}, addr: DefaultRLSGRPCAddr, defaulted: true, warn: true},
+		{name: "public http, public grpc", args: []string{"--rls-config", dir, "--http-addr", "0.0.0.0:8080", "--grpc-addr", "0.0.0.0:8081", "--insecure"}, addr: "0.0.0.0:8081"},
+	} {
+		lookup := func(k string) (string, bool) { v, ok := c.env[k]; return v, ok }
+		f, err := loadServeFlags(c.args, lookup, io.Discard)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
 		}
+		if _, err := loadStartInputs(f); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if f.grpc.addr != c.addr || f.grpc.addrDefaulted != c.defaulted {
+			t.Errorf("%s: --grpc-addr %q (defaulted %v), want %q (%v)", c.name, f.grpc.addr, f.grpc.addrDefaulted, c.addr, c.defaulted)
+		}
+		w := startWarnings(f)
+		if got := len(w) == 1 && strings.Contains(w[0], "loopback only") && strings.Contains(w[0], "--grpc-addr"); got != c.warn || len(w) > 1 {
+			t.Errorf("%s: warnings %q, want a loopback-only gRPC warning: %v", c.name, w, c.warn)
+		}
+		if err := checkSecureDefaults(f); err != nil {
+			t.Errorf("%s: the default refused by the secure-default rule: %v", c.name, err)
+		}
+	}
+}
+
+// A taken gRPC port refuses the start before the data directory is touched
+// (checkListenPorts runs beside the Raft port's check), and for the
+// defaulted address the error says where it came from and how to change it.
+func TestTakenGRPCPortFailsClearly(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	for _, defaulted := range []bool{true, false} {
+		f := &serveFlags{raftAddr: "127.0.0.1:0"}
+		f.grpc = grpcFlags{rlsConfig: "rls/", addr: taken.Addr().String(), addrDefaulted: defaulted}
+		err := checkListenPorts(f)
+		if err == nil || !strings.Contains(err.Error(), "listen grpc "+taken.Addr().String()) || !strings.Contains(err.Error(), "address already in use") {
+			t.Fatalf("defaulted %v: %v", defaulted, err)
+		}
+		hint := strings.Contains(err.Error(), "the --grpc-addr default with --rls-config") && strings.Contains(err.Error(), "or to '' for no gRPC listener")
+		if hint != defaulted {
+			t.Errorf("defaulted %v: %v; want the default's hint: %v", defaulted, err, defaulted)
+		}
+	}
+	f := &serveFlags{raftAddr: "127.0.0.1:0"}
+	if err := checkListenPorts(f); err != nil {
+		t.Fatalf("no --grpc-addr: %v", err)
 	}
 }

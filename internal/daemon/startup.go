@@ -33,6 +33,7 @@ type startInputs struct {
 func loadStartInputs(f *serveFlags) (*startInputs, error) {
 	in := &startInputs{}
 	var err error
+	defaultGRPCAddr(&f.grpc) // grpc.go: 127.0.0.1:8081 with --rls-config
 	if f.policies != "" {
 		if in.policies, err = api.LoadPolicies(f.policies); err != nil {
 			return nil, fmt.Errorf("--policies: %w", err)
@@ -74,6 +75,23 @@ func checkRaftPort(addr string) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("listen raft %s: %w", addr, err)
+	}
+	return ln.Close()
+}
+
+// checkListenPorts is checkRaftPort for the Raft and the gRPC addresses
+// (the HTTP one is bound before): a taken gRPC port, DefaultRLSGRPCAddr's
+// included, refuses the start before the data directory is initialised.
+func checkListenPorts(f *serveFlags) error {
+	if err := checkRaftPort(f.raftAddr); err != nil {
+		return err
+	}
+	if f.grpc.addr == "" {
+		return nil
+	}
+	ln, err := net.Listen("tcp", f.grpc.addr)
+	if err != nil {
+		return grpcListenError(&f.grpc, err)
 	}
 	return ln.Close()
 }
@@ -177,11 +195,11 @@ func checkAdminToken(f *serveFlags) error {
 // what its operator meant; serve logs each as a WARN line at start.
 func startWarnings(f *serveFlags) []string {
 	var w []string
-	if f.grpc.rlsConfig != "" && f.grpc.addr == "" {
-		// Not defaulted: a listener nobody asked for would open a port (and
-		// the secure-default rule would then refuse a node that used to
-		// start). Envoy's ratelimit filter speaks gRPC, so say it loudly.
-		w = append(w, "--rls-config is set but --grpc-addr is not: there is no gRPC listener, so Envoy's rate limit filter (envoy.service.ratelimit.v3, gRPC) cannot reach this node; only POST /json on the HTTP port serves the domains. Set --grpc-addr (LIMITD_GRPC_ADDR), e.g. 0.0.0.0:8081 (docs/ENVOY.md)")
+	if f.grpc.addrDefaulted && !isLoopback(f.httpAddr) {
+		// The node is meant to be reached from other hosts, but the gRPC
+		// default is loopback (so that it needs no credentials): an Envoy
+		// on another host cannot reach it.
+		w = append(w, "--rls-config without --grpc-addr: gRPC listens on "+DefaultRLSGRPCAddr+" (loopback only) while --http-addr "+f.httpAddr+" is not loopback, so an Envoy on another host cannot reach the rate limit service; set --grpc-addr (LIMITD_GRPC_ADDR), e.g. 0.0.0.0:8081 (docs/ENVOY.md)")
 	}
 	return w
 }

@@ -225,8 +225,10 @@ func TestWatchBadFileKeepsRunningConfig(t *testing.T) {
 	if logs := r.logs.String(); strings.Count(logs, "configuration not applied") != 1 || !strings.Contains(logs, path) || !strings.Contains(logs, `window`) {
 		t.Fatalf("logs:\n%s", logs)
 	}
-	// A deleted file is an error too, not an empty configuration.
+	// A deleted file is an error too, not an empty configuration, counted
+	// and logged once however many polls find it missing.
 	os.Remove(path)
+	r.w.poll(ctx)
 	r.w.poll(ctx)
 	if got := r.target.policyNames(); got != "api=10" || r.errors(sourcePolicies) != 2 {
 		t.Fatalf("after removing the file: %s, %v errors", got, r.errors(sourcePolicies))

@@ -1,9 +1,14 @@
 package setup
 
 import (
+	"os"
+	"strings"
 	"testing"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/limitd/limitd/internal/tracing"
+	"github.com/limitd/limitd/internal/tracing/otlptest"
 )
 
 // The variables that turn tracing on are exactly the documented ones
@@ -74,6 +79,62 @@ func TestValidateProtocol(t *testing.T) {
 	} {
 		if err := Validate(func(k string) string { return c.env[k] }); (err == nil) != c.ok {
 			t.Errorf("Validate(%v) = %v, want ok %v", c.env, err, c.ok)
+		}
+	}
+}
+
+// The sampler is the environment's (OTEL_TRACES_SAMPLER, _ARG), as the
+// docs promise for production (parentbased_traceidratio): a ratio of 0
+// records no root span, and the default, parentbased_always_on, records a
+// root span and follows a caller's unsampled traceparent. Spans are
+// created and judged here; the receiver only gives the exporter somewhere
+// to send the sampled ones.
+func TestStartTakesTheSamplerFromTheEnvironment(t *testing.T) {
+	rcv := otlptest.New(t)
+	for _, c := range []struct {
+		sampler, arg string
+		root         bool // a span without a parent is sampled
+	}{
+		{"", "", true}, // parentbased_always_on
+		{"parentbased_traceidratio", "0", false},
+		{"traceidratio", "0", false},
+		{"always_off", "", false},
+		{"parentbased_traceidratio", "1", true},
+	} {
+		for _, v := range []string{"OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_SDK_DISABLED",
+			"OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_TRACES_SAMPLER", "OTEL_TRACES_SAMPLER_ARG"} {
+			t.Setenv(v, "")
+			os.Unsetenv(v) // unset, not empty: the SDK reads an empty sampler as a bad one
+		}
+		t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", rcv.URL)
+		if c.sampler != "" {
+			t.Setenv("OTEL_TRACES_SAMPLER", c.sampler)
+		}
+		if c.arg != "" {
+			t.Setenv("OTEL_TRACES_SAMPLER_ARG", c.arg)
+		}
+		stop, on, _, err := Start(t.Context(), Options{NodeID: "n1"})
+		if err != nil || !on {
+			t.Fatalf("%s=%s: on %v, %v", c.sampler, c.arg, on, err)
+		}
+		_, root := tracing.Tracer().Start(t.Context(), "root")
+		sampled := root.SpanContext().IsSampled()
+		root.End()
+		// A caller's traceparent that did not sample: parent-based
+		// samplers follow it.
+		parent := trace.NewSpanContext(trace.SpanContextConfig{
+			TraceID: trace.TraceID{1}, SpanID: trace.SpanID{1}, Remote: true})
+		_, child := tracing.Tracer().Start(trace.ContextWithRemoteSpanContext(t.Context(), parent), "child")
+		childSampled := child.SpanContext().IsSampled()
+		child.End()
+		if err := stop(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if sampled != c.root {
+			t.Errorf("OTEL_TRACES_SAMPLER=%q ARG=%q: a root span sampled %v, want %v", c.sampler, c.arg, sampled, c.root)
+		}
+		if childSampled && (c.sampler == "" || strings.HasPrefix(c.sampler, "parentbased_")) {
+			t.Errorf("OTEL_TRACES_SAMPLER=%q: the child of an unsampled traceparent was sampled", c.sampler)
 		}
 	}
 }
