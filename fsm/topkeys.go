@@ -21,14 +21,20 @@ import (
 // refusal a node's over-limit cache answers from memory is not seen), and
 // allowed cost decided by checks (not a lease's spending from memory).
 //
+// A check decided under the key's plan is counted under the plan (planTop):
+// the plan's checks' allowed cost and refusals, and per limit of the plan
+// the refusals that limit made.
+//
 // Bounds: topK entries per sketch, 2 sketches (allowed, refused) per
 // bucket, 5 one-minute and 12 five-minute buckets per policy, and at most
 // maxTopPolicies policies (the first seen; a deleted policy's sketch goes
-// with it). A key's count is exact while it stays in a bucket's sketch, and
-// an over-estimate by at most the reported Error otherwise.
+// with it); as many sets again for plans and their limits (maxTopPlanSets).
+// A key's count is exact while it stays in a bucket's sketch, and an
+// over-estimate by at most the reported Error otherwise.
 const (
 	topK           = 32
 	maxTopPolicies = 256
+	maxTopPlanSets = 256
 	topMinute      = int64(time.Minute)
 	topFive        = 5 * int64(time.Minute)
 )
@@ -121,11 +127,24 @@ func newPolicyTop() *policyTop {
 	return p
 }
 
+// planTop is a plan's sketches: its checks' allowed cost and refusals (a
+// plan decides a check as one group), and per limit the refusals that limit
+// made (only s[topRefused] of those is filled). A limit keeps no allowed
+// sketch of its own because it would equal the plan's: a plan check is
+// allowed only when every limit of the plan allows it, and then spends the
+// same cost in each.
+type planTop struct {
+	policyTop
+	limits map[string]*policyTop
+}
+
 // topKeys is the node's sketches, guarded for readers on other goroutines.
 type topKeys struct {
 	mu       sync.Mutex
 	now      int64 // the last leader time applied
 	policies map[string]*policyTop
+	plans    map[string]*planTop
+	planSets int // plans and plan limits with a sketch set: ≤ maxTopPlanSets
 }
 
 // kinds of count
@@ -149,15 +168,66 @@ func (t *topKeys) add(policy string, key []byte, kind int, n, now int64) {
 		p = newPolicyTop()
 		t.policies[policy] = p
 	}
-	h := keyHash(key)
+	p.add(key, keyHash(key), kind, n, now)
+}
+
+func (p *policyTop) add(key []byte, h uint64, kind int, n, now int64) {
 	m, f := now/topMinute, now/topFive
 	p.minute[m%5].at(m).s[kind].add(key, h, n)
 	p.five[f%12].at(f).s[kind].add(key, h, n)
 }
 
+// addPlan counts one check of key decided under plan p, cost > 0: its cost
+// when allowed, else one refusal of the plan and one of each limit that
+// refused (decs: the plan's limits' decisions, in p.Limits' order).
+func (t *topKeys) addPlan(p *Plan, key []byte, cost int64, allowed bool, decs []Decision, now int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.now = max(t.now, now)
+	pt := t.plans[p.Name]
+	if pt == nil {
+		if t.plans == nil {
+			t.plans = make(map[string]*planTop)
+		}
+		if t.planSets >= maxTopPlanSets {
+			return
+		}
+		pt = &planTop{policyTop: *newPolicyTop()}
+		t.plans[p.Name] = pt
+		t.planSets++
+	}
+	h := keyHash(key)
+	if allowed {
+		pt.add(key, h, topAllowed, cost, now)
+		return
+	}
+	pt.add(key, h, topRefused, 1, now)
+	for i := range decs {
+		if decs[i].Allowed || i >= len(p.Limits) {
+			continue
+		}
+		name := p.Limits[i].Name
+		lt := pt.limits[name]
+		if lt == nil {
+			if t.planSets >= maxTopPlanSets {
+				continue
+			}
+			if pt.limits == nil {
+				pt.limits = make(map[string]*policyTop)
+			}
+			lt = newPolicyTop()
+			pt.limits[name] = lt
+			t.planSets++
+		}
+		lt.add(key, h, topRefused, 1, now)
+	}
+}
+
 func (t *topKeys) clear() {
 	t.mu.Lock()
 	clear(t.policies)
+	clear(t.plans)
+	t.planSets = 0
 	t.now = 0
 	t.mu.Unlock()
 }
@@ -166,6 +236,42 @@ func (t *topKeys) forget(policy string) {
 	t.mu.Lock()
 	delete(t.policies, policy)
 	t.mu.Unlock()
+}
+
+// forgetPlan drops a deleted plan's sketches.
+func (t *topKeys) forgetPlan(name string) {
+	t.mu.Lock()
+	if pt, ok := t.plans[name]; ok {
+		t.planSets -= 1 + len(pt.limits)
+		delete(t.plans, name)
+	}
+	t.mu.Unlock()
+}
+
+// prunePlan drops the sketches of limits a changed plan p no longer has, so
+// a view never names a limit the plan lacks and the bound counts live sets.
+func (t *topKeys) prunePlan(p *Plan) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	pt := t.plans[p.Name]
+	if pt == nil {
+		return
+	}
+	for name := range pt.limits {
+		if _, ok := p.Limit(name); !ok {
+			delete(pt.limits, name)
+			t.planSets--
+		}
+	}
+}
+
+// recordPlanTop is decidePlan's hook for the sketches, after the group was
+// decided: allowed means every limit consumed the cost (decideOp commits an
+// all-or-nothing group only when allowed).
+func (a *applier) recordPlanTop(p *Plan, ck *checkRef, decs []Decision, allowed bool, now int64) {
+	if ck.cost > 0 {
+		a.f.top.addPlan(p, ck.key, ck.cost, allowed, decs, now)
+	}
 }
 
 // recordTop is decideOp's hook for the sketches: policies' checks with a
@@ -185,7 +291,8 @@ func (a *applier) recordTop(checks []checkRef, lims []limit, decs []Decision, no
 	}
 }
 
-// TopKeys answers the top keys of a policy: window 5 minutes or an hour
+// TopKeys answers the top keys of a policy, or of a plan or one of its
+// limits: window 5 minutes or an hour
 // ending at the last leader time applied, by allowed cost or refusals,
 // at most limit (≤ topK) keys, greatest first (ties by key).
 func (f *FSM) TopKeys(q nodeapi.TopKeysQuery) nodeapi.TopKeys {
@@ -194,14 +301,23 @@ func (f *FSM) TopKeys(q nodeapi.TopKeysQuery) nodeapi.TopKeys {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.now = max(t.now, last) // time passes for the views without checks too
-	out := nodeapi.TopKeys{Policy: q.Policy, Window: q.Window, By: q.By, Now: t.now}
-	p := t.policies[q.Policy]
-	if p == nil {
-		return out
-	}
+	out := nodeapi.TopKeys{Policy: q.Policy, Plan: q.Plan, PlanLimit: q.PlanLimit, Window: q.Window, By: q.By, Now: t.now}
 	kind := topAllowed
 	if q.By == nodeapi.TopByRefused {
 		kind = topRefused
+	}
+	var p *policyTop
+	switch {
+	case q.Plan == "":
+		p = t.policies[q.Policy]
+	case t.plans[q.Plan] == nil:
+	case q.PlanLimit != "" && kind == topRefused:
+		p = t.plans[q.Plan].limits[q.PlanLimit]
+	default:
+		p = &t.plans[q.Plan].policyTop // a limit's allowed cost is its plan's (planTop)
+	}
+	if p == nil {
+		return out
 	}
 	sum := map[string]*nodeapi.TopKey{}
 	merge := func(b *topBucket) {
