@@ -39,50 +39,148 @@ const (
 	topFive        = 5 * int64(time.Minute)
 )
 
-type topEntry struct {
-	// key's bytes are reused when the entry is evicted, so that a sketch in
-	// its steady state allocates nothing on the apply path.
-	key      []byte
-	h        uint64 // keyHash(key): the scans compare it before the bytes
-	n, error int64
+// sketch is Space-Saving over at most topK keys. A key is found through a
+// small open-addressing index by its hash, and the entry to evict is the
+// root of a min-heap in the eviction order (least count; ties: the greatest
+// hash, then key — a strict order, so every replica evicts the same entry),
+// so an add costs a probe or two and O(log topK) compares rather than
+// scans of every entry: many keys churning through a bucket's sketch make
+// every add of a new key an eviction. Allocated at its first add (a set of
+// buckets holds 34 sketches, most of them often empty).
+type sketch struct {
+	d *sketchData
 }
 
-// sketch is Space-Saving over at most topK keys. A linear scan of topK
-// entries' hashes finds a key: cheaper on the apply path than a map, whose
-// string keys cost an allocation for every new key.
-type sketch struct {
-	e []topEntry
+const topIndexMask = 2*topK - 1 // the index has 2·topK slots: at most half full
+
+type sketchData struct {
+	n    int          // entries in use: 0..n-1 (an entry never moves)
+	h    [topK]uint64 // keyHash(key)
+	cnt  [topK]int64  // the count
+	err  [topK]int64  // the over-estimate a late admission inherited
+	keys [topK][]byte // reused when the entry is evicted, so that a sketch in its steady state allocates nothing on the apply path
+	heap [topK]uint8  // entry numbers, a min-heap by less
+	pos  [topK]uint8  // entry i's place in heap
+	idx  [2 * topK]uint8
+}
+
+// less is the eviction order: a is evicted before b.
+func (d *sketchData) less(a, b uint8) bool {
+	if d.cnt[a] != d.cnt[b] {
+		return d.cnt[a] < d.cnt[b]
+	}
+	if d.h[a] != d.h[b] {
+		return d.h[a] > d.h[b]
+	}
+	return string(d.keys[a]) > string(d.keys[b])
+}
+
+func (d *sketchData) swap(p, q int) {
+	d.heap[p], d.heap[q] = d.heap[q], d.heap[p]
+	d.pos[d.heap[p]], d.pos[d.heap[q]] = uint8(p), uint8(q)
+}
+
+func (d *sketchData) up(p int) {
+	for p > 0 {
+		q := (p - 1) / 2
+		if !d.less(d.heap[p], d.heap[q]) {
+			return
+		}
+		d.swap(p, q)
+		p = q
+	}
+}
+
+func (d *sketchData) down(p int) {
+	for {
+		c := 2*p + 1
+		if c >= d.n {
+			return
+		}
+		if c+1 < d.n && d.less(d.heap[c+1], d.heap[c]) {
+			c++
+		}
+		if !d.less(d.heap[c], d.heap[p]) {
+			return
+		}
+		d.swap(p, c)
+		p = c
+	}
+}
+
+func (d *sketchData) find(key []byte, h uint64) int {
+	for s := h & topIndexMask; d.idx[s] != 0; s = (s + 1) & topIndexMask {
+		if i := d.idx[s] - 1; d.h[i] == h && string(d.keys[i]) == string(key) {
+			return int(i)
+		}
+	}
+	return -1
+}
+
+func (d *sketchData) index(i int) {
+	s := d.h[i] & topIndexMask
+	for d.idx[s] != 0 {
+		s = (s + 1) & topIndexMask
+	}
+	d.idx[s] = uint8(i + 1)
+}
+
+// unindex removes entry i from the index by backward-shift deletion, so
+// that no probe sequence is broken and no tombstone is left.
+func (d *sketchData) unindex(i int) {
+	s := d.h[i] & topIndexMask
+	for int(d.idx[s]) != i+1 {
+		s = (s + 1) & topIndexMask
+	}
+	d.idx[s] = 0
+	for j := (s + 1) & topIndexMask; d.idx[j] != 0; j = (j + 1) & topIndexMask {
+		home := d.h[d.idx[j]-1] & topIndexMask
+		// The entry at j stays unless the hole s lies between its home slot
+		// and j (cyclically): then it moves into the hole.
+		if (j-home)&topIndexMask >= (j-s)&topIndexMask {
+			d.idx[s], d.idx[j] = d.idx[j], 0
+			s = j
+		}
+	}
 }
 
 func (s *sketch) add(key []byte, h uint64, n int64) {
-	for i := range s.e {
-		if e := &s.e[i]; e.h == h && string(e.key) == string(key) {
-			e.n += n
-			return
-		}
+	d := s.d
+	if d == nil {
+		d = &sketchData{}
+		s.d = d
 	}
-	if len(s.e) < topK {
-		if len(s.e) < cap(s.e) {
-			s.e = s.e[:len(s.e)+1] // the slot, and its key buffer, a reset left
-		} else {
-			s.e = append(s.e, topEntry{})
-		}
-		e := &s.e[len(s.e)-1]
-		*e = topEntry{key: append(e.key[:0], key...), h: h, n: n}
+	if i := d.find(key, h); i >= 0 {
+		d.cnt[i] += n // n > 0: the entry only moves away from the root
+		d.down(int(d.pos[i]))
 		return
 	}
-	// Evict the least (ties: the greatest hash, then key, so the choice is
-	// the same on every replica); the newcomer inherits its count as its
-	// error.
-	m := 0
-	for i := 1; i < len(s.e); i++ {
-		a, b := &s.e[i], &s.e[m]
-		if a.n < b.n || a.n == b.n && (a.h > b.h || a.h == b.h && string(a.key) > string(b.key)) {
-			m = i
-		}
+	if d.n < topK {
+		i := d.n
+		d.n++
+		d.keys[i] = append(d.keys[i][:0], key...) // the buffer a reset left, if any
+		d.h[i], d.cnt[i], d.err[i] = h, n, 0
+		d.index(i)
+		d.heap[i], d.pos[i] = uint8(i), uint8(i)
+		d.up(i)
+		return
 	}
-	e := &s.e[m]
-	*e = topEntry{key: append(e.key[:0], key...), h: h, n: e.n + n, error: e.n}
+	// Evict the least; the newcomer inherits its count as its error.
+	m := int(d.heap[0])
+	d.unindex(m)
+	d.keys[m] = append(d.keys[m][:0], key...)
+	d.h[m], d.err[m] = h, d.cnt[m]
+	d.cnt[m] += n
+	d.index(m)
+	d.down(0)
+}
+
+// len is the entries in use.
+func (s *sketch) len() int {
+	if s.d == nil {
+		return 0
+	}
+	return s.d.n
 }
 
 // keyHash is FNV-1a: fixed, so that every replica breaks an eviction's tie
@@ -95,7 +193,12 @@ func keyHash(key []byte) uint64 {
 	return h
 }
 
-func (s *sketch) reset() { s.e = s.e[:0] } // the entries' key buffers stay for reuse
+func (s *sketch) reset() { // the entries' key buffers stay for reuse
+	if s.d != nil {
+		s.d.n = 0
+		clear(s.d.idx[:])
+	}
+}
 
 type topBucket struct {
 	epoch int64 // the bucket's period number (time / its width); -1: empty
@@ -321,14 +424,15 @@ func (f *FSM) TopKeys(q nodeapi.TopKeysQuery) nodeapi.TopKeys {
 	}
 	sum := map[string]*nodeapi.TopKey{}
 	merge := func(b *topBucket) {
-		for _, e := range b.s[kind].e {
-			k := sum[string(e.key)]
+		d := b.s[kind].d
+		for i := 0; i < b.s[kind].len(); i++ {
+			k := sum[string(d.keys[i])]
 			if k == nil {
-				k = &nodeapi.TopKey{Key: string(e.key)}
+				k = &nodeapi.TopKey{Key: string(d.keys[i])}
 				sum[k.Key] = k
 			}
-			k.Count += e.n
-			k.Error += e.error
+			k.Count += d.cnt[i]
+			k.Error += d.err[i]
 		}
 	}
 	if q.Window == time.Hour {

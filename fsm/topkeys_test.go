@@ -73,7 +73,7 @@ func TestTopKeysBoundedAndTheSameOnEveryReplica(t *testing.T) {
 			}
 		}
 		views[r] = f.TopKeys(nodeapi.TopKeysQuery{Policy: "api", Window: 5 * time.Minute, By: nodeapi.TopByAllowed, Limit: topK})
-		if n := len(f.top.policies["api"].minute[0].s[0].e) + len(f.top.policies["api"].minute[1].s[0].e); n > 2*topK {
+		if n := f.top.policies["api"].minute[0].s[0].len() + f.top.policies["api"].minute[1].s[0].len(); n > 2*topK {
 			t.Fatalf("sketch holds %d entries", n)
 		}
 	}
