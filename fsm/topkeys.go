@@ -25,6 +25,11 @@ import (
 // the plan's checks' allowed cost and refusals, and per limit of the plan
 // the refusals that limit made.
 //
+// A count goes into its one-minute bucket only; a minute's counts are
+// folded into its five-minute bucket when the minute's bucket is reused,
+// and the hour's view reads the minutes not folded yet beside the
+// five-minute buckets (policyTop.add): one sketch update per count.
+//
 // Bounds: topK entries per sketch, 2 sketches (allowed, refused) per
 // bucket, 5 one-minute and 12 five-minute buckets per policy, and at most
 // maxTopPolicies policies (the first seen; a deleted policy's sketch goes
@@ -144,7 +149,9 @@ func (d *sketchData) unindex(i int) {
 	}
 }
 
-func (s *sketch) add(key []byte, h uint64, n int64) {
+// add counts n for key (hash h), whose count may already over-estimate by
+// e (a folded minute's error; 0 for a check).
+func (s *sketch) add(key []byte, h uint64, n, e int64) {
 	d := s.d
 	if d == nil {
 		d = &sketchData{}
@@ -152,6 +159,7 @@ func (s *sketch) add(key []byte, h uint64, n int64) {
 	}
 	if i := d.find(key, h); i >= 0 {
 		d.cnt[i] += n // n > 0: the entry only moves away from the root
+		d.err[i] += e
 		d.down(int(d.pos[i]))
 		return
 	}
@@ -159,7 +167,7 @@ func (s *sketch) add(key []byte, h uint64, n int64) {
 		i := d.n
 		d.n++
 		d.keys[i] = append(d.keys[i][:0], key...) // the buffer a reset left, if any
-		d.h[i], d.cnt[i], d.err[i] = h, n, 0
+		d.h[i], d.cnt[i], d.err[i] = h, n, e
 		d.index(i)
 		d.heap[i], d.pos[i] = uint8(i), uint8(i)
 		d.up(i)
@@ -169,7 +177,7 @@ func (s *sketch) add(key []byte, h uint64, n int64) {
 	m := int(d.heap[0])
 	d.unindex(m)
 	d.keys[m] = append(d.keys[m][:0], key...)
-	d.h[m], d.err[m] = h, d.cnt[m]
+	d.h[m], d.err[m] = h, d.cnt[m]+e
 	d.cnt[m] += n
 	d.index(m)
 	d.down(0)
@@ -274,10 +282,40 @@ func (t *topKeys) add(policy string, key []byte, kind int, n, now int64) {
 	p.add(key, keyHash(key), kind, n, now)
 }
 
+// add counts into the one-minute bucket only: a minute's counts reach its
+// five-minute bucket when the minute's bucket is reused (fold), and the
+// hour's view reads the minutes not folded yet beside the five-minute
+// buckets. One sketch update per count instead of two; every minute is in
+// exactly one of the two places, so the views count it once.
 func (p *policyTop) add(key []byte, h uint64, kind int, n, now int64) {
-	m, f := now/topMinute, now/topFive
-	p.minute[m%5].at(m).s[kind].add(key, h, n)
-	p.five[f%12].at(f).s[kind].add(key, h, n)
+	m := now / topMinute
+	b := &p.minute[m%5]
+	if b.epoch != m {
+		p.fold(b)
+	}
+	b.at(m).s[kind].add(key, h, n, 0)
+}
+
+// fold moves a minute bucket's counts, with their errors, into its
+// five-minute bucket, unless that bucket already holds a later period (the
+// minute is then past the hour the buckets keep).
+func (p *policyTop) fold(b *topBucket) {
+	if b.epoch < 0 {
+		return
+	}
+	f := b.epoch * topMinute / topFive
+	fb := &p.five[f%12]
+	if fb.epoch > f {
+		return
+	}
+	fb.at(f)
+	for kind := range b.s {
+		if d := b.s[kind].d; d != nil {
+			for i := 0; i < d.n; i++ {
+				fb.s[kind].add(d.keys[i], d.h[i], d.cnt[i], d.err[i])
+			}
+		}
+	}
 }
 
 // addPlan counts one check of key decided under plan p, cost > 0: its cost
@@ -439,6 +477,11 @@ func (f *FSM) TopKeys(q nodeapi.TopKeysQuery) nodeapi.TopKeys {
 		e := t.now / topFive
 		for i := range p.five {
 			if b := &p.five[i]; b.epoch > e-12 && b.epoch <= e {
+				merge(b)
+			}
+		}
+		for i := range p.minute { // the minutes not folded yet (policyTop.add)
+			if b := &p.minute[i]; b.epoch >= 0 && b.epoch/5 > e-12 && b.epoch/5 <= e {
 				merge(b)
 			}
 		}

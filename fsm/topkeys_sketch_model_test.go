@@ -14,15 +14,16 @@ type refSketch struct {
 	cnt, err []int64
 }
 
-func (r *refSketch) add(key string, n int64) {
+func (r *refSketch) add(key string, n, e int64) {
 	for i, k := range r.keys {
 		if k == key {
 			r.cnt[i] += n
+			r.err[i] += e
 			return
 		}
 	}
 	if len(r.keys) < topK {
-		r.keys, r.cnt, r.err = append(r.keys, key), append(r.cnt, n), append(r.err, 0)
+		r.keys, r.cnt, r.err = append(r.keys, key), append(r.cnt, n), append(r.err, e)
 		return
 	}
 	m := 0
@@ -32,7 +33,7 @@ func (r *refSketch) add(key string, n int64) {
 			m = i
 		}
 	}
-	r.keys[m], r.err[m] = key, r.cnt[m]
+	r.keys[m], r.err[m] = key, r.cnt[m]+e
 	r.cnt[m] += n
 }
 
@@ -74,8 +75,9 @@ func TestSketchModel(t *testing.T) {
 				key = rapid.SampledFrom(ref.keys).Draw(rt, "held key") // a hit, the root's too
 			}
 			n := rapid.Int64Range(1, 5).Draw(rt, "n")
-			s.add([]byte(key), keyHash([]byte(key)), n)
-			ref.add(key, n)
+			e := rapid.SampledFrom([]int64{0, 0, 0, 2}).Draw(rt, "error") // a folded minute's error
+			s.add([]byte(key), keyHash([]byte(key)), n, e)
+			ref.add(key, n, e)
 			got, want := sketchView(&s), ref.view()
 			if fmt.Sprint(got) != fmt.Sprint(want) {
 				rt.Fatalf("step %d: sketch %v, model %v", step, got, want)
@@ -92,7 +94,7 @@ func TestSketchModel(t *testing.T) {
 			}
 			if len(ref.keys) == topK {
 				probe := &refSketch{keys: append([]string(nil), ref.keys...), cnt: append([]int64(nil), ref.cnt...), err: append([]int64(nil), ref.err...)}
-				probe.add("\x00newcomer", 1)
+				probe.add("\x00newcomer", 1, 0)
 				if evicted := string(s.d.keys[s.d.heap[0]]); probe.view()[evicted] != ([2]int64{}) {
 					rt.Fatalf("step %d: the heap's root %q is not the model's next eviction", step, evicted)
 				}
