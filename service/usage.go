@@ -141,27 +141,9 @@ func (s *Service) ExportUsage(q nodeapi.ExportQuery, header func(nodeapi.ExportH
 // plan, window 5m or 1h, by allowed or refused, limit 1 to
 // nodeapi.MaxTopKeys.
 func ValidateTopKeysQuery(q nodeapi.TopKeysQuery) *Error {
-	switch {
-	case q.Policy == "" && q.Plan == "":
-		return Invalid("policy", "top keys name a policy (policy=NAME) or a plan (plan=NAME)")
-	case q.Policy != "" && q.Plan != "":
-		return Invalid("plan", "name a policy or a plan, not both")
-	case q.Policy != "":
-		if e := ValidatePolicyName(q.Policy, "policy"); e != nil {
-			return e
-		}
-		if q.PlanLimit != "" {
-			return Invalid("plan_limit", "only with plan=NAME")
-		}
-	default:
-		if e := ValidatePolicyName(q.Plan, "plan"); e != nil {
-			return e
-		}
-		if q.PlanLimit != "" {
-			if e := ValidatePlanLimitName(q.PlanLimit, "plan_limit"); e != nil {
-				return e
-			}
-		}
+	// policy, plan and plan_limit are named as a listing names them.
+	if e := ValidateKeysQuery(nodeapi.KeysQuery{Policy: q.Policy, Plan: q.Plan, PlanLimit: q.PlanLimit, Limit: 1}); e != nil {
+		return e
 	}
 	if q.Window != 5*time.Minute && q.Window != time.Hour {
 		return Invalid("window", "must be 5m or 1h")
