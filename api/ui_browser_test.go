@@ -187,7 +187,7 @@ func TestUIInBrowserEmptyNode(t *testing.T) {
 	b.waitFor(`document.querySelector("#plans tbody").textContent === "no plans" &&
 		document.querySelector("#prefix-rules tbody").textContent === "no prefix rules" &&
 		document.getElementById("default-plan").textContent.startsWith("none") &&
-		document.querySelector("#top-keys tbody").textContent === "no policies"`, "no plans, prefix rules or policies for top keys, saying so")
+		document.querySelector("#top-keys tbody").textContent === "no policies or plans"`, "no plans, prefix rules or policies for top keys, saying so")
 }
 
 // TestUIInBrowserAdminToken: on a node with an admin token the page is
@@ -386,6 +386,11 @@ func TestUIInBrowserQuotasAndWorkInFlight(t *testing.T) {
 		document.querySelector('#top-keys tr[data-key="hot"] td[data-view="1h-refused"]').textContent === "1" &&
 		document.querySelector('#top-keys tr[data-key="cold"] td[data-view="5m-refused"]').textContent === "–" &&
 		document.querySelector("#top-keys tbody tr").dataset.key === "hot"`, "the top keys of api, hot first")
+	// A plan's top keys: u/1's plan checks (pro), one since the hour passed.
+	b.eval(`{ const s = document.getElementById("top-policy"); s.value = "plan/pro"; s.dispatchEvent(new Event("change")) }`)
+	b.waitFor(`document.querySelector('#top-keys tr[data-key="u/1"] td[data-view="5m-allowed"]') !== null &&
+		document.querySelector('#top-keys tr[data-key="u/1"] td[data-view="5m-allowed"]').textContent === "1" &&
+		document.querySelector('#top-keys tr[data-key="hot"]') === null`, "the top keys of plan pro")
 
 	show := func(key, limit string) {
 		b.eval(fmt.Sprintf(`document.getElementById("key-error").textContent = "x"; document.getElementById("key-name").value = %q;

@@ -127,6 +127,7 @@ func TestUIReadsAreRouted(t *testing.T) {
 		{`"/v1/prefix-rules"`, "/v1/prefix-rules"},
 		{`"/v1/keys/top?policy="`, "/v1/keys/top?policy=jobs&window=5m&by=allowed"},
 		{`"/v1/keys/top?policy="`, "/v1/keys/top?policy=jobs&window=1h&by=refused"},
+		{`"/v1/keys/top?plan="`, "/v1/keys/top?plan=pro&window=5m&by=allowed"},
 		{`"/plan"`, "/v1/keys/u%2F1/plan"},
 		{`"/override"`, "/v1/keys/u%2F1/override"},
 		{`"/v1/plans/"`, "/v1/plans/pro"},

@@ -294,7 +294,7 @@ func splitHistory(raw json.RawMessage, field string) (json.RawMessage, string, *
 	return rest, history, nil
 }
 
-var topParams = map[string]bool{"policy": true, "window": true, "by": true, "limit": true}
+var topParams = map[string]bool{"policy": true, "plan": true, "plan_limit": true, "window": true, "by": true, "limit": true}
 
 type topKeyJSON struct {
 	Key   string `json:"key"`
@@ -302,7 +302,7 @@ type topKeyJSON struct {
 	Error int64  `json:"error"`
 }
 
-// topKeysOr serves GET /v1/keys/top?policy=P&window=5m|1h[&by=][&limit=]
+// topKeysOr serves GET /v1/keys/top?policy=P|plan=P[&plan_limit=L]&window=5m|1h[&by=][&limit=]
 // (admin), and passes any other GET /v1/keys/{key} to next: a key named
 // "top" is still peeked by a query without window, which a peek never
 // takes.
@@ -316,15 +316,16 @@ func (s *Server) topKeysOr(next httprouter.Handle) httprouter.Handle {
 	}
 }
 
-// handleTopKeys answers a policy's top keys from this node's sketch (every
-// node holds the whole cluster's, from the log it applied).
+// handleTopKeys answers a policy's, a plan's or a plan limit's top keys
+// from this node's sketch (every node holds the whole cluster's, from the
+// log it applied).
 func (s *Server) handleTopKeys(w http.ResponseWriter, req *http.Request, _ httprouter.Params) {
-	ps, ae := queryParams(req.URL.RawQuery, topParams, "GET /v1/keys/top takes policy, window, by and limit")
+	ps, ae := queryParams(req.URL.RawQuery, topParams, "GET /v1/keys/top takes policy, plan, plan_limit, window, by and limit")
 	if ae != nil {
 		writeError(w, ae)
 		return
 	}
-	q := nodeapi.TopKeysQuery{Policy: ps["policy"], By: ps["by"], Limit: 10}
+	q := nodeapi.TopKeysQuery{Policy: ps["policy"], Plan: ps["plan"], PlanLimit: ps["plan_limit"], By: ps["by"], Limit: 10}
 	if q.By == "" {
 		q.By = nodeapi.TopByAllowed
 	}
@@ -348,12 +349,14 @@ func (s *Server) handleTopKeys(w http.ResponseWriter, req *http.Request, _ httpr
 		return
 	}
 	out := struct {
-		Policy string       `json:"policy"`
-		Window string       `json:"window"`
-		By     string       `json:"by"`
-		At     string       `json:"at"`
-		Keys   []topKeyJSON `json:"keys"`
-	}{Policy: v.Policy, Window: ps["window"], By: v.By, At: rfc3339(v.Now), Keys: make([]topKeyJSON, len(v.Keys))}
+		Policy    string       `json:"policy,omitempty"`
+		Plan      string       `json:"plan,omitempty"`
+		PlanLimit string       `json:"plan_limit,omitempty"`
+		Window    string       `json:"window"`
+		By        string       `json:"by"`
+		At        string       `json:"at"`
+		Keys      []topKeyJSON `json:"keys"`
+	}{Policy: v.Policy, Plan: v.Plan, PlanLimit: v.PlanLimit, Window: ps["window"], By: v.By, At: rfc3339(v.Now), Keys: make([]topKeyJSON, len(v.Keys))}
 	for i, k := range v.Keys {
 		out.Keys[i] = topKeyJSON{Key: k.Key, Count: k.Count, Error: k.Error}
 	}

@@ -146,14 +146,18 @@ func (t *tailWriter) lastLine() []byte {
 	return b
 }
 
-// TopKeysQuery names a policy's top keys (GET /v1/keys/top, admin): Window
-// is 5*time.Minute or time.Hour, By "allowed" (the default: allowed cost)
-// or "refused" (refusals decided through the log), Limit 1 to 32 (0: 10).
+// TopKeysQuery names a policy's top keys (GET /v1/keys/top, admin), or a
+// plan's (Plan: the checks decided under it; PlanLimit, optional: the
+// refusals that limit of the plan made, its allowed cost being the
+// plan's): Window is 5*time.Minute or time.Hour, By "allowed" (the
+// default: allowed cost) or "refused" (refusals decided through the log),
+// Limit 1 to 32 (0: 10).
 type TopKeysQuery struct {
-	Policy string
-	Window time.Duration
-	By     string
-	Limit  int
+	Policy          string
+	Plan, PlanLimit string
+	Window          time.Duration
+	By              string
+	Limit           int
 }
 
 // TopKey is a key's count in the window: at least Count-Error, at most
@@ -163,18 +167,30 @@ type TopKey struct {
 	Count, Error int64
 }
 
-// TopKeys is a policy's top keys at At (the node's last applied leader
-// time), greatest first.
+// TopKeys is a policy's or a plan's top keys at At (the node's last
+// applied leader time), greatest first.
 type TopKeys struct {
-	Policy, Window, By string
-	At                 time.Time
-	Keys               []TopKey
+	Policy, Plan string
+	PlanLimit    string `json:"plan_limit"`
+	Window, By   string
+	At           time.Time
+	Keys         []TopKey
 }
 
-// TopKeys returns a policy's top keys from the answering node's sketch,
-// which every node holds for the whole cluster (docs/API.md, "Top keys").
+// TopKeys returns a policy's or a plan's top keys from the answering
+// node's sketch, which every node holds for the whole cluster (docs/API.md,
+// "Top keys").
 func (c *Client) TopKeys(ctx context.Context, q TopKeysQuery) (TopKeys, error) {
-	v := url.Values{"policy": {q.Policy}}
+	v := url.Values{}
+	if q.Policy != "" || q.Plan == "" {
+		v.Set("policy", q.Policy)
+	}
+	if q.Plan != "" {
+		v.Set("plan", q.Plan)
+	}
+	if q.PlanLimit != "" {
+		v.Set("plan_limit", q.PlanLimit)
+	}
 	switch q.Window {
 	case time.Hour:
 		v.Set("window", "1h")

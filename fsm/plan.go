@@ -482,6 +482,7 @@ func (a *applier) putPlan(tx *persist.Tx, c *command) (*Error, error) {
 	s := a.f.plans.stage()
 	s.plans[p.Name] = &p
 	s.index()
+	a.f.top.prunePlan(&p) // topkeys.go
 	return nil, nil
 }
 
@@ -508,6 +509,7 @@ func (a *applier) deletePlan(tx *persist.Tx, c *command) (*Error, error) {
 	s := a.f.plans.stage()
 	delete(s.plans, name)
 	s.index()
+	a.f.top.forgetPlan(name) // topkeys.go
 	return nil, nil
 }
 
@@ -798,6 +800,7 @@ func (a *applier) decidePlan(tx *persist.Tx, ck *checkRef, decs []Decision, now 
 	if err != nil || res.Err != nil {
 		return res, err
 	}
+	a.recordPlanTop(p, ck, pdecs, res.Allowed, now) // topkeys.go
 	if !res.Allowed && ck.cost > 0 {
 		// The group consumed nothing: an allowed limit still has what it
 		// had, not what it would have had (decideOp reports the tentative

@@ -21,62 +21,174 @@ import (
 // refusal a node's over-limit cache answers from memory is not seen), and
 // allowed cost decided by checks (not a lease's spending from memory).
 //
+// A check decided under the key's plan is counted under the plan (planTop):
+// the plan's checks' allowed cost and refusals, and per limit of the plan
+// the refusals that limit made.
+//
+// A count goes into its one-minute bucket only; a minute's counts are
+// folded into its five-minute bucket when the minute's bucket is reused,
+// and the hour's view reads the minutes not folded yet beside the
+// five-minute buckets (policyTop.add): one sketch update per count.
+//
 // Bounds: topK entries per sketch, 2 sketches (allowed, refused) per
 // bucket, 5 one-minute and 12 five-minute buckets per policy, and at most
 // maxTopPolicies policies (the first seen; a deleted policy's sketch goes
-// with it). A key's count is exact while it stays in a bucket's sketch, and
-// an over-estimate by at most the reported Error otherwise.
+// with it); as many sets again for plans and their limits (maxTopPlanSets).
+// A key's count is exact while it stays in a bucket's sketch, and an
+// over-estimate by at most the reported Error otherwise.
 const (
 	topK           = 32
 	maxTopPolicies = 256
+	maxTopPlanSets = 256
 	topMinute      = int64(time.Minute)
 	topFive        = 5 * int64(time.Minute)
 )
 
-type topEntry struct {
-	// key's bytes are reused when the entry is evicted, so that a sketch in
-	// its steady state allocates nothing on the apply path.
-	key      []byte
-	h        uint64 // keyHash(key): the scans compare it before the bytes
-	n, error int64
-}
-
-// sketch is Space-Saving over at most topK keys. A linear scan of topK
-// entries' hashes finds a key: cheaper on the apply path than a map, whose
-// string keys cost an allocation for every new key.
+// sketch is Space-Saving over at most topK keys. A key is found through a
+// small open-addressing index by its hash, and the entry to evict is the
+// root of a min-heap in the eviction order (least count; ties: the greatest
+// hash, then key — a strict order, so every replica evicts the same entry),
+// so an add costs a probe or two and O(log topK) compares rather than
+// scans of every entry: many keys churning through a bucket's sketch make
+// every add of a new key an eviction. Allocated at its first add (a set of
+// buckets holds 34 sketches, most of them often empty).
 type sketch struct {
-	e []topEntry
+	d *sketchData
 }
 
-func (s *sketch) add(key []byte, h uint64, n int64) {
-	for i := range s.e {
-		if e := &s.e[i]; e.h == h && string(e.key) == string(key) {
-			e.n += n
+const topIndexMask = 2*topK - 1 // the index has 2·topK slots: at most half full
+
+type sketchData struct {
+	n    int          // entries in use: 0..n-1 (an entry never moves)
+	h    [topK]uint64 // keyHash(key)
+	cnt  [topK]int64  // the count
+	err  [topK]int64  // the over-estimate a late admission inherited
+	keys [topK][]byte // reused when the entry is evicted, so that a sketch in its steady state allocates nothing on the apply path
+	heap [topK]uint8  // entry numbers, a min-heap by less
+	pos  [topK]uint8  // entry i's place in heap
+	idx  [2 * topK]uint8
+}
+
+// less is the eviction order: a is evicted before b.
+func (d *sketchData) less(a, b uint8) bool {
+	if d.cnt[a] != d.cnt[b] {
+		return d.cnt[a] < d.cnt[b]
+	}
+	if d.h[a] != d.h[b] {
+		return d.h[a] > d.h[b]
+	}
+	return string(d.keys[a]) > string(d.keys[b])
+}
+
+func (d *sketchData) swap(p, q int) {
+	d.heap[p], d.heap[q] = d.heap[q], d.heap[p]
+	d.pos[d.heap[p]], d.pos[d.heap[q]] = uint8(p), uint8(q)
+}
+
+func (d *sketchData) up(p int) {
+	for p > 0 {
+		q := (p - 1) / 2
+		if !d.less(d.heap[p], d.heap[q]) {
 			return
 		}
+		d.swap(p, q)
+		p = q
 	}
-	if len(s.e) < topK {
-		if len(s.e) < cap(s.e) {
-			s.e = s.e[:len(s.e)+1] // the slot, and its key buffer, a reset left
-		} else {
-			s.e = append(s.e, topEntry{})
+}
+
+func (d *sketchData) down(p int) {
+	for {
+		c := 2*p + 1
+		if c >= d.n {
+			return
 		}
-		e := &s.e[len(s.e)-1]
-		*e = topEntry{key: append(e.key[:0], key...), h: h, n: n}
+		if c+1 < d.n && d.less(d.heap[c+1], d.heap[c]) {
+			c++
+		}
+		if !d.less(d.heap[c], d.heap[p]) {
+			return
+		}
+		d.swap(p, c)
+		p = c
+	}
+}
+
+func (d *sketchData) find(key []byte, h uint64) int {
+	for s := h & topIndexMask; d.idx[s] != 0; s = (s + 1) & topIndexMask {
+		if i := d.idx[s] - 1; d.h[i] == h && string(d.keys[i]) == string(key) {
+			return int(i)
+		}
+	}
+	return -1
+}
+
+func (d *sketchData) index(i int) {
+	s := d.h[i] & topIndexMask
+	for d.idx[s] != 0 {
+		s = (s + 1) & topIndexMask
+	}
+	d.idx[s] = uint8(i + 1)
+}
+
+// unindex removes entry i from the index by backward-shift deletion, so
+// that no probe sequence is broken and no tombstone is left.
+func (d *sketchData) unindex(i int) {
+	s := d.h[i] & topIndexMask
+	for int(d.idx[s]) != i+1 {
+		s = (s + 1) & topIndexMask
+	}
+	d.idx[s] = 0
+	for j := (s + 1) & topIndexMask; d.idx[j] != 0; j = (j + 1) & topIndexMask {
+		home := d.h[d.idx[j]-1] & topIndexMask
+		// The entry at j stays unless the hole s lies between its home slot
+		// and j (cyclically): then it moves into the hole.
+		if (j-home)&topIndexMask >= (j-s)&topIndexMask {
+			d.idx[s], d.idx[j] = d.idx[j], 0
+			s = j
+		}
+	}
+}
+
+// add counts n for key (hash h), whose count may already over-estimate by
+// e (a folded minute's error; 0 for a check).
+func (s *sketch) add(key []byte, h uint64, n, e int64) {
+	d := s.d
+	if d == nil {
+		d = &sketchData{}
+		s.d = d
+	}
+	if i := d.find(key, h); i >= 0 {
+		d.cnt[i] += n // n > 0: the entry only moves away from the root
+		d.err[i] += e
+		d.down(int(d.pos[i]))
 		return
 	}
-	// Evict the least (ties: the greatest hash, then key, so the choice is
-	// the same on every replica); the newcomer inherits its count as its
-	// error.
-	m := 0
-	for i := 1; i < len(s.e); i++ {
-		a, b := &s.e[i], &s.e[m]
-		if a.n < b.n || a.n == b.n && (a.h > b.h || a.h == b.h && string(a.key) > string(b.key)) {
-			m = i
-		}
+	if d.n < topK {
+		i := d.n
+		d.n++
+		d.keys[i] = append(d.keys[i][:0], key...) // the buffer a reset left, if any
+		d.h[i], d.cnt[i], d.err[i] = h, n, e
+		d.index(i)
+		d.heap[i], d.pos[i] = uint8(i), uint8(i)
+		d.up(i)
+		return
 	}
-	e := &s.e[m]
-	*e = topEntry{key: append(e.key[:0], key...), h: h, n: e.n + n, error: e.n}
+	// Evict the least; the newcomer inherits its count as its error.
+	m := int(d.heap[0])
+	d.unindex(m)
+	d.keys[m] = append(d.keys[m][:0], key...)
+	d.h[m], d.err[m] = h, d.cnt[m]+e
+	d.cnt[m] += n
+	d.index(m)
+	d.down(0)
+}
+
+// len is the entries in use.
+func (s *sketch) len() int {
+	if s.d == nil {
+		return 0
+	}
+	return s.d.n
 }
 
 // keyHash is FNV-1a: fixed, so that every replica breaks an eviction's tie
@@ -89,7 +201,12 @@ func keyHash(key []byte) uint64 {
 	return h
 }
 
-func (s *sketch) reset() { s.e = s.e[:0] } // the entries' key buffers stay for reuse
+func (s *sketch) reset() { // the entries' key buffers stay for reuse
+	if s.d != nil {
+		s.d.n = 0
+		clear(s.d.idx[:])
+	}
+}
 
 type topBucket struct {
 	epoch int64 // the bucket's period number (time / its width); -1: empty
@@ -121,11 +238,24 @@ func newPolicyTop() *policyTop {
 	return p
 }
 
+// planTop is a plan's sketches: its checks' allowed cost and refusals (a
+// plan decides a check as one group), and per limit the refusals that limit
+// made (only s[topRefused] of those is filled). A limit keeps no allowed
+// sketch of its own because it would equal the plan's: a plan check is
+// allowed only when every limit of the plan allows it, and then spends the
+// same cost in each.
+type planTop struct {
+	policyTop
+	limits map[string]*policyTop
+}
+
 // topKeys is the node's sketches, guarded for readers on other goroutines.
 type topKeys struct {
 	mu       sync.Mutex
 	now      int64 // the last leader time applied
 	policies map[string]*policyTop
+	plans    map[string]*planTop
+	planSets int // plans and plan limits with a sketch set: ≤ maxTopPlanSets
 }
 
 // kinds of count
@@ -149,15 +279,96 @@ func (t *topKeys) add(policy string, key []byte, kind int, n, now int64) {
 		p = newPolicyTop()
 		t.policies[policy] = p
 	}
+	p.add(key, keyHash(key), kind, n, now)
+}
+
+// add counts into the one-minute bucket only: a minute's counts reach its
+// five-minute bucket when the minute's bucket is reused (fold), and the
+// hour's view reads the minutes not folded yet beside the five-minute
+// buckets. One sketch update per count instead of two; every minute is in
+// exactly one of the two places, so the views count it once.
+func (p *policyTop) add(key []byte, h uint64, kind int, n, now int64) {
+	m := now / topMinute
+	b := &p.minute[m%5]
+	if b.epoch != m {
+		p.fold(b)
+	}
+	b.at(m).s[kind].add(key, h, n, 0)
+}
+
+// fold moves a minute bucket's counts, with their errors, into its
+// five-minute bucket, unless that bucket already holds a later period (the
+// minute is then past the hour the buckets keep).
+func (p *policyTop) fold(b *topBucket) {
+	if b.epoch < 0 {
+		return
+	}
+	f := b.epoch * topMinute / topFive
+	fb := &p.five[f%12]
+	if fb.epoch > f {
+		return
+	}
+	fb.at(f)
+	for kind := range b.s {
+		if d := b.s[kind].d; d != nil {
+			for i := 0; i < d.n; i++ {
+				fb.s[kind].add(d.keys[i], d.h[i], d.cnt[i], d.err[i])
+			}
+		}
+	}
+}
+
+// addPlan counts one check of key decided under plan p, cost > 0: its cost
+// when allowed, else one refusal of the plan and one of each limit that
+// refused (decs: the plan's limits' decisions, in p.Limits' order).
+func (t *topKeys) addPlan(p *Plan, key []byte, cost int64, allowed bool, decs []Decision, now int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.now = max(t.now, now)
+	pt := t.plans[p.Name]
+	if pt == nil {
+		if t.plans == nil {
+			t.plans = make(map[string]*planTop)
+		}
+		if t.planSets >= maxTopPlanSets {
+			return
+		}
+		pt = &planTop{policyTop: *newPolicyTop()}
+		t.plans[p.Name] = pt
+		t.planSets++
+	}
 	h := keyHash(key)
-	m, f := now/topMinute, now/topFive
-	p.minute[m%5].at(m).s[kind].add(key, h, n)
-	p.five[f%12].at(f).s[kind].add(key, h, n)
+	if allowed {
+		pt.add(key, h, topAllowed, cost, now)
+		return
+	}
+	pt.add(key, h, topRefused, 1, now)
+	for i := range decs {
+		if decs[i].Allowed || i >= len(p.Limits) {
+			continue
+		}
+		name := p.Limits[i].Name
+		lt := pt.limits[name]
+		if lt == nil {
+			if t.planSets >= maxTopPlanSets {
+				continue
+			}
+			if pt.limits == nil {
+				pt.limits = make(map[string]*policyTop)
+			}
+			lt = newPolicyTop()
+			pt.limits[name] = lt
+			t.planSets++
+		}
+		lt.add(key, h, topRefused, 1, now)
+	}
 }
 
 func (t *topKeys) clear() {
 	t.mu.Lock()
 	clear(t.policies)
+	clear(t.plans)
+	t.planSets = 0
 	t.now = 0
 	t.mu.Unlock()
 }
@@ -166,6 +377,42 @@ func (t *topKeys) forget(policy string) {
 	t.mu.Lock()
 	delete(t.policies, policy)
 	t.mu.Unlock()
+}
+
+// forgetPlan drops a deleted plan's sketches.
+func (t *topKeys) forgetPlan(name string) {
+	t.mu.Lock()
+	if pt, ok := t.plans[name]; ok {
+		t.planSets -= 1 + len(pt.limits)
+		delete(t.plans, name)
+	}
+	t.mu.Unlock()
+}
+
+// prunePlan drops the sketches of limits a changed plan p no longer has, so
+// a view never names a limit the plan lacks and the bound counts live sets.
+func (t *topKeys) prunePlan(p *Plan) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	pt := t.plans[p.Name]
+	if pt == nil {
+		return
+	}
+	for name := range pt.limits {
+		if _, ok := p.Limit(name); !ok {
+			delete(pt.limits, name)
+			t.planSets--
+		}
+	}
+}
+
+// recordPlanTop is decidePlan's hook for the sketches, after the group was
+// decided: allowed means every limit consumed the cost (decideOp commits an
+// all-or-nothing group only when allowed).
+func (a *applier) recordPlanTop(p *Plan, ck *checkRef, decs []Decision, allowed bool, now int64) {
+	if ck.cost > 0 {
+		a.f.top.addPlan(p, ck.key, ck.cost, allowed, decs, now)
+	}
 }
 
 // recordTop is decideOp's hook for the sketches: policies' checks with a
@@ -185,7 +432,8 @@ func (a *applier) recordTop(checks []checkRef, lims []limit, decs []Decision, no
 	}
 }
 
-// TopKeys answers the top keys of a policy: window 5 minutes or an hour
+// TopKeys answers the top keys of a policy, or of a plan or one of its
+// limits: window 5 minutes or an hour
 // ending at the last leader time applied, by allowed cost or refusals,
 // at most limit (≤ topK) keys, greatest first (ties by key).
 func (f *FSM) TopKeys(q nodeapi.TopKeysQuery) nodeapi.TopKeys {
@@ -194,31 +442,46 @@ func (f *FSM) TopKeys(q nodeapi.TopKeysQuery) nodeapi.TopKeys {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.now = max(t.now, last) // time passes for the views without checks too
-	out := nodeapi.TopKeys{Policy: q.Policy, Window: q.Window, By: q.By, Now: t.now}
-	p := t.policies[q.Policy]
-	if p == nil {
-		return out
-	}
+	out := nodeapi.TopKeys{Policy: q.Policy, Plan: q.Plan, PlanLimit: q.PlanLimit, Window: q.Window, By: q.By, Now: t.now}
 	kind := topAllowed
 	if q.By == nodeapi.TopByRefused {
 		kind = topRefused
 	}
+	var p *policyTop
+	switch {
+	case q.Plan == "":
+		p = t.policies[q.Policy]
+	case t.plans[q.Plan] == nil:
+	case q.PlanLimit != "" && kind == topRefused:
+		p = t.plans[q.Plan].limits[q.PlanLimit]
+	default:
+		p = &t.plans[q.Plan].policyTop // a limit's allowed cost is its plan's (planTop)
+	}
+	if p == nil {
+		return out
+	}
 	sum := map[string]*nodeapi.TopKey{}
 	merge := func(b *topBucket) {
-		for _, e := range b.s[kind].e {
-			k := sum[string(e.key)]
+		d := b.s[kind].d
+		for i := 0; i < b.s[kind].len(); i++ {
+			k := sum[string(d.keys[i])]
 			if k == nil {
-				k = &nodeapi.TopKey{Key: string(e.key)}
+				k = &nodeapi.TopKey{Key: string(d.keys[i])}
 				sum[k.Key] = k
 			}
-			k.Count += e.n
-			k.Error += e.error
+			k.Count += d.cnt[i]
+			k.Error += d.err[i]
 		}
 	}
 	if q.Window == time.Hour {
 		e := t.now / topFive
 		for i := range p.five {
 			if b := &p.five[i]; b.epoch > e-12 && b.epoch <= e {
+				merge(b)
+			}
+		}
+		for i := range p.minute { // the minutes not folded yet (policyTop.add)
+			if b := &p.minute[i]; b.epoch >= 0 && b.epoch/5 > e-12 && b.epoch/5 <= e {
 				merge(b)
 			}
 		}

@@ -73,8 +73,27 @@ func TestTopKeysBoundedAndTheSameOnEveryReplica(t *testing.T) {
 			}
 		}
 		views[r] = f.TopKeys(nodeapi.TopKeysQuery{Policy: "api", Window: 5 * time.Minute, By: nodeapi.TopByAllowed, Limit: topK})
-		if n := len(f.top.policies["api"].minute[0].s[0].e) + len(f.top.policies["api"].minute[1].s[0].e); n > 2*topK {
+		if n := f.top.policies["api"].minute[0].s[0].len() + f.top.policies["api"].minute[1].s[0].len(); n > 2*topK {
 			t.Fatalf("sketch holds %d entries", n)
+		}
+		// Five minutes on, the minute's bucket is reused: its counts are
+		// folded into the five-minute bucket, errors with them, and the
+		// hour's view still bounds every hot key's true count.
+		d.one(now+5*int64(time.Minute), "api", "late", 1)
+		hour := f.TopKeys(nodeapi.TopKeysQuery{Policy: "api", Window: time.Hour, By: nodeapi.TopByAllowed, Limit: topK})
+		for i, k := range hour.Keys[:5] {
+			if k.Key[:4] != "hot:" || k.Count < truth[k.Key] || k.Count-k.Error > truth[k.Key] {
+				t.Fatalf("hour, #%d %+v, true count %d", i, k, truth[k.Key])
+			}
+		}
+		var folded []nodeapi.TopKey // the hour's view but the new minute's key: the fold, errors and all
+		for _, k := range hour.Keys {
+			if k.Key != "late" {
+				folded = append(folded, k)
+			}
+		}
+		if got, want := fmt.Sprint(folded), fmt.Sprint(views[r].Keys); got != want {
+			t.Fatalf("hour after the fold %v, the minute's view before %v", got, want)
 		}
 	}
 	if fmt.Sprint(views[0]) != fmt.Sprint(views[1]) {

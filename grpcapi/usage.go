@@ -70,7 +70,7 @@ func (l *limitdServer) ExportUsage(req *limitdv1.ExportUsageRequest, stream limi
 }
 
 func (l *limitdServer) TopKeys(_ context.Context, req *limitdv1.TopKeysRequest) (*limitdv1.TopKeysResponse, error) {
-	q := nodeapi.TopKeysQuery{Policy: req.GetPolicy(), By: req.GetBy(), Limit: int(req.GetLimit())}
+	q := nodeapi.TopKeysQuery{Policy: req.GetPolicy(), Plan: req.GetPlan(), PlanLimit: req.GetPlanLimit(), By: req.GetBy(), Limit: int(req.GetLimit())}
 	if q.By == "" {
 		q.By = nodeapi.TopByAllowed
 	}
@@ -89,7 +89,7 @@ func (l *limitdServer) TopKeys(_ context.Context, req *limitdv1.TopKeysRequest) 
 	if e != nil {
 		return nil, toStatus(e)
 	}
-	out := &limitdv1.TopKeysResponse{Policy: v.Policy, Window: req.GetWindow(), By: v.By, At: ts(v.Now), Keys: make([]*limitdv1.TopKey, len(v.Keys))}
+	out := &limitdv1.TopKeysResponse{Policy: v.Policy, Plan: v.Plan, PlanLimit: v.PlanLimit, Window: req.GetWindow(), By: v.By, At: ts(v.Now), Keys: make([]*limitdv1.TopKey, len(v.Keys))}
 	for i, k := range v.Keys {
 		out.Keys[i] = &limitdv1.TopKey{Key: k.Key, Count: k.Count, Error: k.Error}
 	}

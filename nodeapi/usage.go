@@ -82,11 +82,14 @@ const (
 )
 
 // TopKeysQuery names one top-keys view: Window is 5 minutes or an hour.
+// It names a policy, or a plan (the checks its keys' plan decided) and
+// optionally one of its limits (PlanLimit: which limit refused).
 type TopKeysQuery struct {
-	Policy string
-	Window time.Duration
-	By     string
-	Limit  int
+	Policy          string
+	Plan, PlanLimit string
+	Window          time.Duration
+	By              string
+	Limit           int
 }
 
 // TopKey is one key's count in the window: at least Count-Error, at most
@@ -99,9 +102,10 @@ type TopKey struct {
 // TopKeys answers a TopKeysQuery: Keys greatest first, at the node's last
 // applied leader time Now.
 type TopKeys struct {
-	Policy string
-	Window time.Duration
-	By     string
-	Now    int64
-	Keys   []TopKey
+	Policy          string
+	Plan, PlanLimit string
+	Window          time.Duration
+	By              string
+	Now             int64
+	Keys            []TopKey
 }

@@ -2,7 +2,9 @@ package service
 
 import (
 	"errors"
+	"sort"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -135,10 +137,12 @@ func (s *Service) ExportUsage(q nodeapi.ExportQuery, header func(nodeapi.ExportH
 }
 
 // ValidateTopKeysQuery checks a top-keys query, each error naming the
-// query parameter: a policy, window 5m or 1h, by allowed or refused, limit
-// 1 to nodeapi.MaxTopKeys.
+// query parameter: exactly one of policy and plan, plan_limit only with a
+// plan, window 5m or 1h, by allowed or refused, limit 1 to
+// nodeapi.MaxTopKeys.
 func ValidateTopKeysQuery(q nodeapi.TopKeysQuery) *Error {
-	if e := ValidatePolicyName(q.Policy, "policy"); e != nil {
+	// policy, plan and plan_limit are named as a listing names them.
+	if e := ValidateKeysQuery(nodeapi.KeysQuery{Policy: q.Policy, Plan: q.Plan, PlanLimit: q.PlanLimit, Limit: 1}); e != nil {
 		return e
 	}
 	if q.Window != 5*time.Minute && q.Window != time.Hour {
@@ -153,12 +157,30 @@ func ValidateTopKeysQuery(q nodeapi.TopKeysQuery) *Error {
 	return nil
 }
 
-// TopKeys answers a policy's top keys from this node's sketch, which every
-// node holds alike for the whole cluster (fsm/topkeys.go). Errors:
-// invalid_argument naming the field, not_found naming policy.
+// TopKeys answers the top keys of a policy, or of a plan (the checks
+// decided under it) or one of its limits, from this node's sketch, which
+// every node holds alike for the whole cluster (fsm/topkeys.go). Errors:
+// invalid_argument naming the field, not_found naming policy, plan or
+// plan_limit.
 func (s *Service) TopKeys(q nodeapi.TopKeysQuery) (nodeapi.TopKeys, *Error) {
 	if e := ValidateTopKeysQuery(q); e != nil {
 		return nodeapi.TopKeys{}, e
+	}
+	if q.Plan != "" {
+		p, ok := s.deps.Plans.Plan(q.Plan)
+		if !ok {
+			return nodeapi.TopKeys{}, &Error{Code: CodeNotFound, Field: "plan", Message: "plan " + strconv.Quote(q.Plan) + " does not exist"}
+		}
+		if _, ok := p.Limit(q.PlanLimit); q.PlanLimit != "" && !ok {
+			names := make([]string, len(p.Limits))
+			for i := range p.Limits {
+				names[i] = p.Limits[i].Name
+			}
+			sort.Strings(names)
+			return nodeapi.TopKeys{}, &Error{Code: CodeNotFound, Field: "plan_limit", Message: "plan " + strconv.Quote(q.Plan) + " has no limit " +
+				strconv.Quote(q.PlanLimit) + " (it has " + strings.Join(names, ", ") + ")"}
+		}
+		return s.deps.Usage.TopKeys(q), nil
 	}
 	if _, ok := s.deps.Policies.Policy(q.Policy); !ok {
 		return nodeapi.TopKeys{}, &Error{Code: CodeNotFound, Field: "policy", Message: "policy " + strconv.Quote(q.Policy) + " does not exist"}

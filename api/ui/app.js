@@ -147,7 +147,8 @@ async function refreshPolicies() {
     sel.replaceChildren(...names.map((n) => el("option", { value: n }, n)));
     if (names.includes(current)) sel.value = current;
   }
-  syncOptions($("top-policy"), names.map((n) => [n, n]));
+  topChoices.policies = names;
+  syncTopChoices();
   syncOptions($("key-limit"), [["", "its plan's limits"]].concat(names.map((n) => [n, "policy " + n])));
 }
 
@@ -331,6 +332,8 @@ async function refreshPlans() {
     });
   }
   fill($("plans").tBodies[0], rows, "no plans");
+  topChoices.plans = plans.map((p) => p.name);
+  syncTopChoices();
   $("default-plan").textContent = def || "none (a key without an assignment or a matching prefix rule has no plan)";
   const rr = await api("GET", "/v1/prefix-rules");
   if (rr.status !== 200) throw new Error("/v1/prefix-rules: " + errorText(rr));
@@ -339,7 +342,16 @@ async function refreshPlans() {
     el("td", {}, x.prefix), el("td", {}, x.plan))), "no prefix rules");
 }
 
-// ---- top keys: GET /v1/keys/top (admin), four views of one policy ----
+// ---- top keys: GET /v1/keys/top (admin), four views of one policy or plan ----
+
+// topChoices are what the top keys can show: policies by name, plans as
+// "plan/NAME" (no policy or plan name holds a '/', so the two never clash).
+const topChoices = { policies: [], plans: [] };
+
+function syncTopChoices() {
+  syncOptions($("top-policy"), topChoices.policies.map((n) => [n, n])
+    .concat(topChoices.plans.map((n) => ["plan/" + n, "plan " + n])));
+}
 
 const TOP_VIEWS = [["5m", "allowed"], ["5m", "refused"], ["1h", "allowed"], ["1h", "refused"]];
 
@@ -358,13 +370,14 @@ async function refreshTopKeys() {
   }
   const policy = $("top-policy").value;
   if (!policy) {
-    fill(tbody, [], "no policies");
+    fill(tbody, [], "no policies or plans");
     return;
   }
-  const answers = await Promise.all(TOP_VIEWS.map(([w, by]) =>
-    api("GET", "/v1/keys/top?policy=" + encodeURIComponent(policy) + "&window=" + w + "&by=" + by)));
+  const plan = policy.startsWith("plan/") ? policy.slice("plan/".length) : "";
+  const query = plan ? "/v1/keys/top?plan=" + encodeURIComponent(plan) : "/v1/keys/top?policy=" + encodeURIComponent(policy);
+  const answers = await Promise.all(TOP_VIEWS.map(([w, by]) => api("GET", query + "&window=" + w + "&by=" + by)));
   for (const a of answers) if (a.status !== 200) throw new Error("/v1/keys/top: " + errorText(a));
-  if ($("top-policy").value !== policy) return; // another policy was picked meanwhile
+  if ($("top-policy").value !== policy) return; // another policy or plan was picked meanwhile
   const keys = new Map(); // key -> its entry in each view (or undefined)
   answers.forEach((a, i) => {
     for (const k of a.body.keys || []) {
@@ -382,7 +395,7 @@ async function refreshTopKeys() {
       const v = keys.get(k)[i]; // the views' arrays have holes where a key is not in that view's top
       return el("td", { class: view[1] === "refused" && v ? "bad" : "", "data-view": view.join("-") }, topCount(v));
     }))),
-  "no checks of " + policy + " in the last hour");
+  "no checks of " + (plan ? "plan " + plan : policy) + " in the last hour");
 }
 
 // ---- key: its plan (public reads), each limit's use, history and work in flight (admin reads) ----

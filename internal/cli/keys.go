@@ -9,7 +9,7 @@ import (
 )
 
 const keysUsage = `Usage: limitd keys list (--policy NAME | --plan NAME [--plan-limit NAME]) [flags]
-       limitd keys top --policy NAME [--last 5m|1h] [--by allowed|refused] [flags]
+       limitd keys top (--policy NAME | --plan NAME [--plan-limit NAME]) [--last 5m|1h] [--by allowed|refused] [flags]
        limitd keys inflight KEY [--policy NAME | --plan-limit NAME] [flags]
 
   list    one page of the keys of a policy or of a plan's limit with their
@@ -18,7 +18,9 @@ const keysUsage = `Usage: limitd keys list (--policy NAME | --plan NAME [--plan-
           the next page, if there is one.
   top     a policy's keys with the most allowed cost, or refusals, over
           the last 5 minutes or hour (admin), from the node's sketch:
-          every node holds the whole cluster's (usage.go).
+          every node holds the whole cluster's (usage.go). Under a plan:
+          the checks its keys' plan decided; with --plan-limit, the
+          refusals that limit made.
   inflight  a key's held concurrency slots and open reservations, with
           their expiries (admin), from the node's applied state: under a
           policy, or a limit of the key's plan (inflight.go).
@@ -27,6 +29,7 @@ Example:
   limitd keys list --policy api --prefix user: --limit 50
   limitd keys list --plan pro --plan-limit daily --sort used --limit 10
   limitd keys list --policy api --cursor dXNlcjo0Mg
+  limitd keys top --plan pro --plan-limit daily --by refused --last 1h
 
 Flags:
 `
@@ -50,7 +53,7 @@ func runKeys(args []string, env Env) int {
 		return code
 	}
 	if sub == "top" {
-		return runKeysTop(env, &cf, q.Policy, *last, *by, q.Limit, pos) // usage.go
+		return runKeysTop(env, &cf, client.TopKeysQuery{Policy: q.Policy, Plan: q.Plan, PlanLimit: q.PlanLimit, By: *by, Limit: q.Limit}, *last, pos) // usage.go
 	}
 	if sub == "inflight" {
 		return runKeysInflight(env, &cf, q.Policy, q.PlanLimit, q.Limit, pos) // inflight.go

@@ -163,7 +163,7 @@ func createOut(env Env, path string) (io.Writer, func() error, error) {
 }
 
 // runKeysTop is limitd keys top.
-func runKeysTop(env Env, cf *connFlags, policy, last, by string, limit int, pos []string) int {
+func runKeysTop(env Env, cf *connFlags, q client.TopKeysQuery, last string, pos []string) int {
 	const name = "keys top"
 	if len(pos) != 0 {
 		return usageError(env, name, "want no arguments, got %d", len(pos))
@@ -171,10 +171,14 @@ func runKeysTop(env Env, cf *connFlags, policy, last, by string, limit int, pos 
 	if err := cf.validate(env); err != nil {
 		return usageError(env, name, "%v", err)
 	}
-	if policy == "" {
-		return usageError(env, name, "give --policy NAME")
+	if (q.Policy == "") == (q.Plan == "") {
+		return usageError(env, name, "give --policy NAME or --plan NAME")
 	}
-	q := client.TopKeysQuery{Policy: policy, By: by, Limit: min(limit, 32)}
+	if q.PlanLimit != "" && q.Plan == "" {
+		return usageError(env, name, "--plan-limit only with --plan")
+	}
+	by := q.By
+	q.Limit = min(q.Limit, 32)
 	switch last {
 	case "5m":
 		q.Window = 5 * time.Minute
@@ -205,6 +209,13 @@ func runKeysTop(env Env, cf *connFlags, policy, last, by string, limit int, pos 
 		fmt.Fprintf(tw, "%s\t%d\t%d\n", strconv.Quote(k.Key), k.Count, k.Error)
 	}
 	_ = tw.Flush()
-	fmt.Fprintf(env.Stdout, "policy %q, the %s to %s\n", v.Policy, last, v.At.UTC().Format(time.RFC3339))
+	what := fmt.Sprintf("policy %q", v.Policy)
+	if v.Plan != "" {
+		what = fmt.Sprintf("plan %q", v.Plan)
+		if v.PlanLimit != "" {
+			what += fmt.Sprintf(", limit %q", v.PlanLimit)
+		}
+	}
+	fmt.Fprintf(env.Stdout, "%s, the %s to %s\n", what, last, v.At.UTC().Format(time.RFC3339))
 	return ExitOK
 }

@@ -4662,10 +4662,12 @@ func (*ExportUsageMessage_Row_) isExportUsageMessage_Item() {}
 
 type TopKeysRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Policy        string                 `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
-	Window        string                 `protobuf:"bytes,2,opt,name=window,proto3" json:"window,omitempty"` // "5m" or "1h"
-	By            string                 `protobuf:"bytes,3,opt,name=by,proto3" json:"by,omitempty"`         // "allowed" (default) or "refused"
-	Limit         int32                  `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`  // 1 to 32 (0: 10)
+	Policy        string                 `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`                        // a policy's view, or:
+	Plan          string                 `protobuf:"bytes,5,opt,name=plan,proto3" json:"plan,omitempty"`                            // a plan's (the checks its keys' plan decided), not both
+	PlanLimit     string                 `protobuf:"bytes,6,opt,name=plan_limit,json=planLimit,proto3" json:"plan_limit,omitempty"` // with plan: that limit's refusals (its allowed cost is the plan's)
+	Window        string                 `protobuf:"bytes,2,opt,name=window,proto3" json:"window,omitempty"`                        // "5m" or "1h"
+	By            string                 `protobuf:"bytes,3,opt,name=by,proto3" json:"by,omitempty"`                                // "allowed" (default) or "refused"
+	Limit         int32                  `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`                         // 1 to 32 (0: 10)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4703,6 +4705,20 @@ func (*TopKeysRequest) Descriptor() ([]byte, []int) {
 func (x *TopKeysRequest) GetPolicy() string {
 	if x != nil {
 		return x.Policy
+	}
+	return ""
+}
+
+func (x *TopKeysRequest) GetPlan() string {
+	if x != nil {
+		return x.Plan
+	}
+	return ""
+}
+
+func (x *TopKeysRequest) GetPlanLimit() string {
+	if x != nil {
+		return x.PlanLimit
 	}
 	return ""
 }
@@ -4791,6 +4807,8 @@ func (x *TopKey) GetError() int64 {
 type TopKeysResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Policy        string                 `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	Plan          string                 `protobuf:"bytes,6,opt,name=plan,proto3" json:"plan,omitempty"`
+	PlanLimit     string                 `protobuf:"bytes,7,opt,name=plan_limit,json=planLimit,proto3" json:"plan_limit,omitempty"`
 	Window        string                 `protobuf:"bytes,2,opt,name=window,proto3" json:"window,omitempty"`
 	By            string                 `protobuf:"bytes,3,opt,name=by,proto3" json:"by,omitempty"`
 	At            *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=at,proto3" json:"at,omitempty"`
@@ -4832,6 +4850,20 @@ func (*TopKeysResponse) Descriptor() ([]byte, []int) {
 func (x *TopKeysResponse) GetPolicy() string {
 	if x != nil {
 		return x.Policy
+	}
+	return ""
+}
+
+func (x *TopKeysResponse) GetPlan() string {
+	if x != nil {
+		return x.Plan
+	}
+	return ""
+}
+
+func (x *TopKeysResponse) GetPlanLimit() string {
+	if x != nil {
+		return x.PlanLimit
 	}
 	return ""
 }
@@ -6060,18 +6092,24 @@ const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x12\n" +
 	"\x04used\x18\x02 \x01(\x03R\x04used\x12\x18\n" +
 	"\arefused\x18\x03 \x01(\x03R\arefusedB\x06\n" +
-	"\x04item\"f\n" +
+	"\x04item\"\x99\x01\n" +
 	"\x0eTopKeysRequest\x12\x16\n" +
-	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x16\n" +
+	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x12\n" +
+	"\x04plan\x18\x05 \x01(\tR\x04plan\x12\x1d\n" +
+	"\n" +
+	"plan_limit\x18\x06 \x01(\tR\tplanLimit\x12\x16\n" +
 	"\x06window\x18\x02 \x01(\tR\x06window\x12\x0e\n" +
 	"\x02by\x18\x03 \x01(\tR\x02by\x12\x14\n" +
 	"\x05limit\x18\x04 \x01(\x05R\x05limit\"F\n" +
 	"\x06TopKey\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05count\x18\x02 \x01(\x03R\x05count\x12\x14\n" +
-	"\x05error\x18\x03 \x01(\x03R\x05error\"\xa4\x01\n" +
+	"\x05error\x18\x03 \x01(\x03R\x05error\"\xd7\x01\n" +
 	"\x0fTopKeysResponse\x12\x16\n" +
-	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x16\n" +
+	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x12\n" +
+	"\x04plan\x18\x06 \x01(\tR\x04plan\x12\x1d\n" +
+	"\n" +
+	"plan_limit\x18\a \x01(\tR\tplanLimit\x12\x16\n" +
 	"\x06window\x18\x02 \x01(\tR\x06window\x12\x0e\n" +
 	"\x02by\x18\x03 \x01(\tR\x02by\x12*\n" +
 	"\x02at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12%\n" +

@@ -180,7 +180,7 @@ type LimitdClient interface {
 	// or plan limit (GET /v1/usage/export): the header first, then a row per
 	// key.
 	ExportUsage(ctx context.Context, in *ExportUsageRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExportUsageMessage], error)
-	// TopKeys is a policy's top keys over the last 5 minutes or hour, from
+	// TopKeys is a policy's or a plan's top keys over the last 5 minutes or hour, from
 	// the answering node's sketch (GET /v1/keys/top).
 	TopKeys(ctx context.Context, in *TopKeysRequest, opts ...grpc.CallOption) (*TopKeysResponse, error)
 	// GetInflight is a key's held concurrency slots and open reservations
@@ -788,7 +788,7 @@ type LimitdServer interface {
 	// or plan limit (GET /v1/usage/export): the header first, then a row per
 	// key.
 	ExportUsage(*ExportUsageRequest, grpc.ServerStreamingServer[ExportUsageMessage]) error
-	// TopKeys is a policy's top keys over the last 5 minutes or hour, from
+	// TopKeys is a policy's or a plan's top keys over the last 5 minutes or hour, from
 	// the answering node's sketch (GET /v1/keys/top).
 	TopKeys(context.Context, *TopKeysRequest) (*TopKeysResponse, error)
 	// GetInflight is a key's held concurrency slots and open reservations
