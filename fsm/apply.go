@@ -47,6 +47,12 @@ type applier struct {
 	emitted, emittedAt uint64         // outbox.go: events of the entry at index emittedAt
 	costs              costApplier    // reserve.go
 	hist               historyApplier // history.go
+
+	// hashslot.go: the ownership table checks are decided against (nil:
+	// every slot owned), staged while an entry changes it.
+	hs       *hashSlotTable
+	hsStaged bool
+	hsKeyBuf []byte
 }
 
 type nodeChange struct {
@@ -146,6 +152,7 @@ func (a *applier) publish() {
 	a.f.bans.publish()
 	a.f.outbox.publish()
 	a.f.webhooks.publish()
+	a.publishHashSlots()
 	if len(a.pendingPolicies) == 0 && len(a.pendingNodes) == 0 {
 		return
 	}
@@ -177,6 +184,7 @@ func (a *applier) discard() {
 	a.f.bans.discard()
 	a.f.outbox.discard()
 	a.f.webhooks.discard()
+	a.discardHashSlots()
 	clear(a.pendingPolicies)
 	clear(a.pendingNodes)
 }
@@ -223,6 +231,11 @@ func (a *applier) deletePolicy(tx *persist.Tx, name string) (*Error, error) {
 }
 
 func (a *applier) resetKey(tx *persist.Tx, ck *checkRef) (*Error, error) {
+	if a.hs != nil { // hashslot.go
+		if e := a.hs.refuseKey(ck.key); e != nil {
+			return e, nil
+		}
+	}
 	var lim limit
 	if e := a.resolve(ck, &lim); e != nil {
 		return e, nil
@@ -369,6 +382,11 @@ func (a *applier) check(tx *persist.Tx, c *command) ([]Result, error) {
 }
 
 func (a *applier) applyOp(tx *persist.Tx, op *opRef, checks []checkRef, decs []Decision, now, retention int64) (Result, error) {
+	if a.hs != nil { // hashslot.go: a key of a slot not owned here is refused before anything is read
+		if e := a.hs.refuse(checks); e != nil {
+			return Result{Err: e}, nil
+		}
+	}
 	var prevReq persist.Request
 	if len(op.requestID) > 0 {
 		if len(op.requestID) > MaxRequestIDBytes {
@@ -435,6 +453,11 @@ func (a *applier) applyOp(tx *persist.Tx, op *opRef, checks []checkRef, decs []D
 	}
 	if err := tx.PutRequest(op.requestID, prevReq, a.resBuf, now+retention); err != nil {
 		return Result{}, err
+	}
+	if a.hs != nil { // hashslot.go: the id moves with its slot
+		if err := a.indexRequest(tx, op.requestID, checks, now+retention); err != nil {
+			return Result{}, err
+		}
 	}
 	return res, nil
 }

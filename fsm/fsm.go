@@ -105,17 +105,18 @@ type FSM struct {
 	// mu guards the in-memory copies of policies and nodes, read by the
 	// HTTP layer. The apply goroutine is their only writer, so it reads them
 	// without the lock.
-	mu       sync.RWMutex
-	policies map[string]*Policy
-	nodes    map[string]string
-	domains  domainTable // RLS domains (domain.go)
-	plans    planTable   // plans, prefix rules, the default plan (plan.go)
-	lists    domainTable // allow and deny lists (lists.go)
-	listEnds listEnds    // the lists' earliest entry ends (lists.go)
-	bans     banTable    // the ban records' copy (ban.go)
-	outbox   outboxTable // events waiting for delivery (outbox.go)
-	webhooks domainTable // webhooks (webhooks.go)
-	top      topKeys     // top keys per policy, memory only (topkeys.go)
+	mu        sync.RWMutex
+	policies  map[string]*Policy
+	nodes     map[string]string
+	domains   domainTable // RLS domains (domain.go)
+	plans     planTable   // plans, prefix rules, the default plan (plan.go)
+	lists     domainTable // allow and deny lists (lists.go)
+	listEnds  listEnds    // the lists' earliest entry ends (lists.go)
+	bans      banTable    // the ban records' copy (ban.go)
+	outbox    outboxTable // events waiting for delivery (outbox.go)
+	webhooks  domainTable // webhooks (webhooks.go)
+	top       topKeys     // top keys per policy, memory only (topkeys.go)
+	hashSlots hashSlots   // the ownership table, published (hashslot.go)
 
 	ap applier
 
@@ -162,8 +163,12 @@ func (f *FSM) load() error {
 	plans := emptyPlanConfig()
 	lists := make(map[string][]byte)
 	webhooks := make(map[string][]byte)
+	var hs *hashSlotTable // nil without its record: every slot owned
 	err := f.store.View(func(tx *persist.Tx) error {
 		if err := tx.ForEachPolicy(func(name string, enc []byte) error {
+			if ok, err := loadHashSlots(&hs, name, enc); ok || err != nil {
+				return err
+			}
 			if f.domains.loadEntry(domains, name, enc) || loadList(lists, name, enc) || loadWebhook(webhooks, name, enc) {
 				return nil
 			}
@@ -216,6 +221,7 @@ func (f *FSM) load() error {
 	f.plans.cur.Store(plans)
 	f.lists.set(lists)
 	f.webhooks.set(webhooks)
+	f.setHashSlots(hs)
 	for name, cfg := range lists {
 		f.listEnds.set(name, cfg)
 	}
