@@ -29,6 +29,8 @@ func TestEveryCodeHasOneAnswer(t *testing.T) {
 		nodeapi.CodeOutcomeUnknown:     {http.StatusServiceUnavailable, codes.Aborted, true},
 		nodeapi.CodeInternal:           {http.StatusInternalServerError, codes.Internal, false},
 		nodeapi.CodeKeyBudgetExhausted: {http.StatusTooManyRequests, codes.ResourceExhausted, true},
+		nodeapi.CodeWrongGroup:         {http.StatusMisdirectedRequest, codes.FailedPrecondition, false},
+		nodeapi.CodeSlotMoving:         {http.StatusServiceUnavailable, codes.Unavailable, true},
 	}
 	if len(Codes()) != len(want) || len(answers) != len(want) {
 		t.Fatalf("Codes() lists %d, the table has %d, want %d", len(Codes()), len(answers), len(want))
