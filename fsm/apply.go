@@ -122,6 +122,11 @@ func (a *applier) apply(tx *persist.Tx, data []byte) (interface{}, error) {
 	if err := decodeCommand(c, data); err != nil {
 		return nil, err
 	}
+	if a.hs != nil && a.hs.notOwned > 0 && c.typ != CmdCheck { // hashslot.go: per-key writes of slots not owned
+		if r, done, err := a.applyOwned(tx, c); done || err != nil {
+			return r, err
+		}
+	}
 	return commands[c.typ].apply(a, tx, c) // decodeCommand checked the type
 }
 

@@ -68,6 +68,9 @@ const hashSlotsKey = "\x00hashslots"
 // which must fit the largest entry a group accepts.
 const MaxHashSlotExport = nodeapi.MaxEntryBytes - 4<<10
 
+// maxHashSlotExport is the bound applied (a test lowers it).
+var maxHashSlotExport = MaxHashSlotExport
+
 // requestSlotPrefix: 'Q' ‖ be16(slot) ‖ request id, a record in the state
 // bucket expiring with the request id's record, written in tracked groups
 // for every request id an op records, so an export finds the slot's
@@ -468,9 +471,9 @@ func (a *applier) freezeHashSlot(tx *persist.Tx, c *command) ([]byte, *Error, er
 	if err != nil {
 		return nil, nil, err
 	}
-	if len(blob) > MaxHashSlotExport {
+	if len(blob) > maxHashSlotExport {
 		// Refused before the slot is frozen: it keeps serving.
-		return nil, hsError(CodePayloadTooLarge, "slot", "hash slot %d exports %d bytes, more than the %d an entry carries", s, len(blob), MaxHashSlotExport), nil
+		return nil, hsError(CodePayloadTooLarge, "slot", "hash slot %d exports %d bytes, more than the %d an entry carries", s, len(blob), maxHashSlotExport), nil
 	}
 	if t.state[s] == hsOwned {
 		t = a.stageHashSlots()
@@ -852,4 +855,91 @@ func (x *slotExport) checkRecord(request bool, r slotRecord) error {
 		return fmt.Errorf("%w: record %q is not of slot %d", errExport, r.key, x.slot)
 	}
 	return nil
+}
+
+// applyOwned answers, in a group with slots it does not own, the commands
+// other than checks that write a key's records (checks and resets are
+// refused where they are decided): a frozen slot's records must not change
+// after its export, an absent slot's are another group's. done: resp is
+// the command's answer; otherwise the command applies as always.
+func (a *applier) applyOwned(tx *persist.Tx, c *command) (resp interface{}, done bool, err error) {
+	t := a.hs
+	switch c.typ {
+	case CmdAssignPlans:
+		for i, as := range c.pl.assigns {
+			if e := t.refuseKey([]byte(as.Key)); e != nil {
+				return error(e.Under(fmt.Sprintf("assignments[%d]", i))), true, nil
+			}
+		}
+	case CmdPutOverride, CmdDeleteOverride:
+		if e := t.refuseKey([]byte(c.pl.key)); e != nil {
+			return error(e), true, nil
+		}
+	case CmdUnban:
+		if e := t.refuseKey([]byte(c.addr)); e != nil {
+			return error(e), true, nil
+		}
+	case CmdChargeDegraded:
+		cs, err := decodeDegradedCharges(c.domain)
+		if err != nil {
+			return nil, false, nil // the command answers its own malformed input
+		}
+		for i := range cs {
+			if e := t.refuseKey([]byte(cs[i].Key)); e != nil {
+				return error(e.Under(fmt.Sprintf("charges[%d]", i))), true, nil
+			}
+		}
+	case CmdGrantLease, CmdReturnLease:
+		return a.applyOwnedLeases(tx, c)
+	}
+	return nil, false, nil
+}
+
+// applyOwnedLeases applies the leases of owned keys and answers the others
+// with their refusal (a grant) or nothing credited (a return).
+func (a *applier) applyOwnedLeases(tx *persist.Tx, c *command) (interface{}, bool, error) {
+	refused := make([]*Error, len(c.leases))
+	n := 0
+	for i := range c.leases {
+		if refused[i] = a.hs.refuseKey(c.leases[i].check.key); refused[i] != nil {
+			n++
+		}
+	}
+	if n == 0 {
+		return nil, false, nil
+	}
+	all := c.leases
+	kept := make([]leaseRef, 0, len(all)-n)
+	for i := range all {
+		if refused[i] == nil {
+			kept = append(kept, all[i])
+		}
+	}
+	c.leases = kept
+	r, err := commands[c.typ].apply(a, tx, c)
+	c.leases = all
+	if err != nil {
+		return nil, true, err
+	}
+	j := 0
+	if c.typ == CmdGrantLease {
+		gs, _ := r.([]LeaseGrant)
+		out := make([]LeaseGrant, len(all))
+		for i := range all {
+			if refused[i] != nil {
+				out[i] = LeaseGrant{ID: all[i].id, Err: refused[i]}
+			} else {
+				out[i], j = gs[j], j+1
+			}
+		}
+		return out, true, nil
+	}
+	credited, _ := r.([]int64)
+	out := make([]int64, len(all))
+	for i := range all {
+		if refused[i] == nil {
+			out[i], j = credited[j], j+1
+		}
+	}
+	return out, true, nil
 }

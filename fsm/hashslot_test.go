@@ -1,0 +1,280 @@
+package fsm
+
+import (
+	"errors"
+	"path/filepath"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/limitd/limitd/algo"
+	"github.com/limitd/limitd/hashslot"
+	"github.com/limitd/limitd/nodeapi"
+	"github.com/limitd/limitd/persist"
+)
+
+func everySlot() []uint16 {
+	s := make([]uint16, hashslot.Count)
+	for i := range s {
+		s[i] = uint16(i)
+	}
+	return s
+}
+
+func errCode(t *testing.T, what string, r interface{}, want Code) {
+	t.Helper()
+	var e *Error
+	switch v := r.(type) {
+	case *Error:
+		e = v
+	case Result:
+		e = v.Err
+	case error:
+		errors.As(v, &e)
+	}
+	if e == nil || e.Code != want {
+		t.Fatalf("%s: %v (%T), want %s", what, r, r, want)
+	}
+}
+
+// A store that never had a hash slot command owns every slot and says so,
+// and decides as always.
+func TestHashSlotDefaultOwnsEverySlot(t *testing.T) {
+	f := openFSM(t, "", Options{NoSync: true})
+	d := newDriver(t, f)
+	o := f.HashSlotOwnership()
+	want := nodeapi.HashSlotOwnership{Owned: hashslot.Count, Runs: []nodeapi.HashSlotRun{{First: 0, Last: hashslot.Count - 1}}}
+	if !reflect.DeepEqual(o, want) {
+		t.Fatalf("default ownership %+v", o)
+	}
+	d.putPolicy(Policy{Name: "p", Spec: mustSpec(t, algo.Config{Algorithm: "fixed_window", Limit: 1, Window: "1s"})})
+	if r := d.one(t0, "p", "a", 1); !r.Allowed || r.Err != nil {
+		t.Fatalf("check %+v", r)
+	}
+}
+
+// The table is read back after a restart, and a damaged one stops the
+// store from opening rather than being served.
+func TestHashSlotTableSurvivesRestartAndRefusesDamage(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "fsm.db")
+	f, err := Open(path, Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := newDriver(t, f)
+	if r := d.apply(EncodeHashSlotsOwn(t0, []uint16{0, 1, 2, 3, 4, 5, 6, 7, 8, 9})); r != nil {
+		t.Fatal(r)
+	}
+	if r := d.apply(EncodeHashSlotFreeze(t0, 5, 77)); r == nil {
+		t.Fatal("no export")
+	} else if _, ok := r.([]byte); !ok {
+		t.Fatalf("freeze: %v", r)
+	}
+	want := []nodeapi.HashSlotRun{
+		{First: 0, Last: 4, State: nodeapi.HashSlotOwned},
+		{First: 5, Last: 5, State: nodeapi.HashSlotFrozen, Move: 77},
+		{First: 6, Last: 9, State: nodeapi.HashSlotOwned},
+		{First: 10, Last: hashslot.Count - 1, State: nodeapi.HashSlotAbsent},
+	}
+	check := func(f *FSM) {
+		t.Helper()
+		o := f.HashSlotOwnership()
+		if !o.Tracked || o.Owned != 9 || o.Frozen != 1 || o.Absent != hashslot.Count-10 || !reflect.DeepEqual(o.Runs, want) {
+			t.Fatalf("ownership %+v", o)
+		}
+	}
+	check(f)
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if f, err = Open(path, Options{NoSync: true}); err != nil {
+		t.Fatal(err)
+	}
+	check(f)
+
+	for name, enc := range map[string][]byte{
+		"truncated":     {hsTableVersion, 0, 0},
+		"unknown state": append([]byte{hsTableVersion, 0, 3, 0}, make([]byte, 2*(hashslot.Count-1))...),
+		"version":       append([]byte{9, 0}, make([]byte, 2*hashslot.Count)...),
+		"trailing":      append((&hashSlotTable{}).encode(), 0),
+	} {
+		if _, err := decodeHashSlotTable(enc); err == nil {
+			t.Errorf("%s: a damaged table decodes", name)
+		}
+	}
+	if err := f.store.Update(func(tx *persist.Tx) error {
+		return tx.PutPolicy(hashSlotsKey, append([]byte{hsTableVersion, 0, 3}, make([]byte, 2*hashslot.Count)...))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if f, err = Open(path, Options{NoSync: true}); err == nil || !errors.Is(err, persist.ErrCorrupt) {
+		if f != nil {
+			_ = f.Close()
+		}
+		t.Fatalf("open with a damaged table: %v", err)
+	}
+}
+
+// Every command that writes a key's records is refused for a key whose slot
+// is frozen (slot_moving) or absent (wrong_group), and goes through for the
+// others, even in the same entry.
+func TestHashSlotRefusesPerKeyCommands(t *testing.T) {
+	a, b := "a", "b"
+	sa := hashslot.Of(a)
+	if hashslot.Of(b) == sa {
+		t.Fatal("the test needs keys of two slots")
+	}
+	f := openFSM(t, "", Options{NoSync: true})
+	d := newDriver(t, f)
+	spec := mustSpec(t, algo.Config{Algorithm: "fixed_window", Limit: 5, Window: "10s"})
+	d.putPolicy(Policy{Name: "p", Spec: spec, Lease: algo.Lease{Share: 50_000, MaxTTL: 2 * time.Second}})
+	d.apply(EncodePutPlan(Plan{Name: "pro", Limits: []PlanLimit{{Name: "daily", Spec: spec}}}))
+	if r := d.apply(EncodeHashSlotsOwn(t0, everySlot())); r != nil {
+		t.Fatal(r)
+	}
+	if _, ok := d.apply(EncodeHashSlotFreeze(t0, uint16(sa), 1)).([]byte); !ok {
+		t.Fatal("freeze")
+	}
+	cmds := func(key string) map[string][]byte {
+		return map[string][]byte{
+			"check":    EncodeCheck(nil, t0, 0, []Op{{RequestID: "r-" + key, Checks: []Check{{Key: key, Policy: "p", Cost: 1}}}}),
+			"reset":    EncodeResetKey(Check{Key: key, Policy: "p"}),
+			"assign":   EncodeAssignPlans([]Assignment{{Key: key, Plan: "pro"}}),
+			"override": EncodePutOverride(key, Override{Limits: []LimitOverride{{Name: "daily", Limit: 2}}, Expires: t0 + 60*sec}),
+			"unban":    EncodeUnban(key, "p"),
+			"degraded": EncodeChargeDegraded(t0, "c-"+key, []DegradedCharge{{Policy: "p", Key: key, Units: 1}}),
+		}
+	}
+	refusedAll := func(code Code) {
+		t.Helper()
+		for name, cmd := range cmds(a) {
+			r := d.apply(cmd)
+			if rs, ok := r.([]Result); ok {
+				r = rs[0]
+			}
+			errCode(t, name, r, code)
+		}
+		gs := d.apply(EncodeGrantLease(nil, t0, "n1", []LeaseRequest{{ID: 1, Check: Check{Key: b, Policy: "p"}},
+			{ID: 2, Check: Check{Key: a, Policy: "p"}}, {ID: 3, Check: Check{Key: b + "2", Policy: "p"}}})).([]LeaseGrant)
+		if len(gs) != 3 || gs[1].Err == nil || gs[1].Err.Code != code || gs[1].ID != 2 {
+			t.Fatalf("grants %+v", gs)
+		}
+		for _, i := range []int{0, 2} {
+			if gs[i].Err != nil || gs[i].Units == 0 || gs[i].ID != uint64(i+1) {
+				t.Fatalf("grant %d of an owned key: %+v", i, gs[i])
+			}
+		}
+	}
+	refusedAll(CodeSlotMoving)
+	if r := d.check(t0, single(b, "p", 1))[0]; r.Err != nil || !r.Allowed {
+		t.Fatalf("a key of an owned slot: %+v", r)
+	}
+	if r := d.apply(EncodeHashSlotDrop(uint16(sa), 1)); r != nil {
+		t.Fatal(r)
+	}
+	refusedAll(CodeWrongGroup)
+	// Nothing of the refused commands was written: the slot holds nothing.
+	if n := f.Stats().Keys; n == 0 {
+		t.Fatal("the owned key's records are gone too")
+	}
+	var left int
+	if err := f.store.Update(func(tx *persist.Tx) error {
+		recs, err := f.ap.slotRecords(tx, sa)
+		left = len(recs)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if left != 0 {
+		t.Fatalf("%d records of the refused slot", left)
+	}
+}
+
+// The move commands' refusals: each names why, changes nothing, and a
+// repeat of a step that was applied answers as the step did.
+func TestHashSlotMoveRefusals(t *testing.T) {
+	spec := mustSpec(t, algo.Config{Algorithm: "fixed_window", Limit: 5, Window: "10s"})
+	f := openFSM(t, "", Options{NoSync: true})
+	d := newDriver(t, f)
+	d.putPolicy(Policy{Name: "p", Spec: spec})
+	// A group with a request id recorded before it tracked its slots
+	// cannot move one until that id expires.
+	d.check(t0, Op{RequestID: "early", Checks: []Check{{Key: "a", Policy: "p", Cost: 1}}})
+	sa := uint16(hashslot.Of("a"))
+	errCode(t, "freeze untracked", d.apply(EncodeHashSlotFreeze(t0, sa, 1)), CodeConflict)
+	if r := d.apply(EncodeHashSlotsOwn(t0, everySlot())); r != nil {
+		t.Fatal(r)
+	}
+	h := openFSM(t, "", Options{NoSync: true})
+	hd := newDriver(t, h)
+	hd.putPolicy(Policy{Name: "p", Spec: spec})
+	hd.check(t0, single("a", "p", 1))
+	errCode(t, "own a subset with keys", hd.apply(EncodeHashSlotsOwn(t0, everySlot()[1:])), CodeConflict)
+	if h.HashSlotOwnership().Tracked {
+		t.Fatal("a refused table was set")
+	}
+	errCode(t, "freeze before the early ids expire", d.apply(EncodeHashSlotFreeze(t0, sa, 1)), CodeUnavailable)
+	later := t0 + int64(DefaultRetention)
+	errCode(t, "slot out of range", d.apply(EncodeHashSlotFreeze(later, hashslot.Count, 1)), CodeInvalidArgument)
+	errCode(t, "move 0", d.apply(EncodeHashSlotFreeze(later, sa, 0)), CodeInvalidArgument)
+	errCode(t, "drop an owned slot", d.apply(EncodeHashSlotDrop(sa, 1)), CodeConflict)
+	blob, ok := d.apply(EncodeHashSlotFreeze(later, sa, 1)).([]byte)
+	if !ok {
+		t.Fatal("freeze")
+	}
+	again, _ := d.apply(EncodeHashSlotFreeze(later, sa, 1)).([]byte)
+	if string(again) != string(blob) {
+		t.Fatal("a repeated freeze exports other bytes from the same state")
+	}
+	errCode(t, "freeze by another move", d.apply(EncodeHashSlotFreeze(later, sa, 2)), CodeConflict)
+	errCode(t, "unfreeze by another move", d.apply(EncodeHashSlotUnfreeze(sa, 2)), CodeConflict)
+	errCode(t, "import into the exporter", d.apply(EncodeHashSlotImport(later, sa, 1, later, blob)), CodeConflict)
+
+	// The importing group: a damaged or foreign blob is refused whole.
+	g := openFSM(t, "", Options{NoSync: true})
+	gd := newDriver(t, g)
+	if r := gd.apply(EncodeHashSlotsOwn(t0, nil)); r != nil {
+		t.Fatal(r)
+	}
+	bad := append([]byte(nil), blob...)
+	bad[len(bad)/2] ^= 1
+	errCode(t, "damaged blob", gd.apply(EncodeHashSlotImport(later, sa, 1, later, bad)), CodeInvalidArgument)
+	errCode(t, "another slot's blob", gd.apply(EncodeHashSlotImport(later, sa+1, 1, later, blob)), CodeInvalidArgument)
+	errCode(t, "another move's blob", gd.apply(EncodeHashSlotImport(later, sa, 9, later, blob)), CodeInvalidArgument)
+	if n := g.Stats().Keys; n != 0 {
+		t.Fatalf("a refused import wrote %d keys", n)
+	}
+	if r := gd.apply(EncodeHashSlotImport(later, sa, 1, later, blob)); r != nil {
+		t.Fatal(r)
+	}
+	if r := gd.apply(EncodeHashSlotImport(later, sa, 1, later, blob)); r != nil {
+		t.Fatalf("a repeated import: %v", r)
+	}
+	if r := d.apply(EncodeHashSlotDrop(sa, 1)); r != nil {
+		t.Fatal(r)
+	}
+	errCode(t, "unfreeze after the drop", d.apply(EncodeHashSlotUnfreeze(sa, 1)), CodeWrongGroup)
+	errCode(t, "freeze an absent slot", d.apply(EncodeHashSlotFreeze(later, sa, 3)), CodeWrongGroup)
+}
+
+// An export past the largest entry is refused before the slot is frozen:
+// it keeps serving.
+func TestHashSlotExportTooLarge(t *testing.T) {
+	defer func(n int) { maxHashSlotExport = n }(maxHashSlotExport)
+	maxHashSlotExport = 64
+	f := openFSM(t, "", Options{NoSync: true})
+	d := newDriver(t, f)
+	d.putPolicy(Policy{Name: "p", Spec: mustSpec(t, algo.Config{Algorithm: "fixed_window", Limit: 5, Window: "10s"})})
+	d.apply(EncodeHashSlotsOwn(t0, everySlot()))
+	for _, k := range []string{"{t}1", "{t}2", "{t}3", "{t}4"} {
+		d.check(t0, single(k, "p", 1))
+	}
+	s := uint16(hashslot.Of("{t}"))
+	errCode(t, "freeze", d.apply(EncodeHashSlotFreeze(t0, s, 1)), CodePayloadTooLarge)
+	if r := d.check(t0, single("{t}1", "p", 1))[0]; r.Err != nil || !r.Allowed {
+		t.Fatalf("the slot stopped serving: %+v", r)
+	}
+}
