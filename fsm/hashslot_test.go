@@ -278,3 +278,28 @@ func TestHashSlotExportTooLarge(t *testing.T) {
 		t.Fatalf("the slot stopped serving: %+v", r)
 	}
 }
+
+// BenchmarkHashSlotFreeze: a freeze (the export scan over the group's whole
+// state) and its unfreeze in a group of ~92,000 keys, with commits shared
+// as the daemon shares them.
+func BenchmarkHashSlotFreeze(b *testing.B) {
+	spec := mustSpec(b, algo.Config{Algorithm: "sliding_window", Limit: 100, Window: "1m"})
+	l := newBenchLoadOpts(b, Options{NoSync: true, CommitEvery: 64}, spec, 100_000, 256, int64(5*time.Microsecond))
+	for i := 0; i < 1000; i++ {
+		l.entry(b)
+	}
+	if r := l.apply(EncodeHashSlotsOwn(l.now, everySlot())); r != nil {
+		b.Fatal(r)
+	}
+	s := uint16(hashslot.Of("user:1"))
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, ok := l.apply(EncodeHashSlotFreeze(l.now, s, uint64(i+1))).([]byte); !ok {
+			b.Fatal("freeze")
+		}
+		if r := l.apply(EncodeHashSlotUnfreeze(s, uint64(i+1))); r != nil {
+			b.Fatal(r)
+		}
+	}
+	b.ReportMetric(float64(l.f.Stats().Keys), "keys")
+}
