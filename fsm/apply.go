@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"unsafe"
 
 	"github.com/limitd/limitd/algo"
 	"github.com/limitd/limitd/overlimit"
@@ -50,9 +51,10 @@ type applier struct {
 
 	// hashslot.go: the ownership table checks are decided against (nil:
 	// every slot owned), staged while an entry changes it.
-	hs       *hashSlotTable
-	hsStaged bool
-	hsKeyBuf []byte
+	hs         *hashSlotTable
+	hsStaged   bool
+	hsKeyBuf   []byte
+	hsRefusals hashSlotRefusals
 }
 
 type nodeChange struct {
@@ -237,7 +239,7 @@ func (a *applier) deletePolicy(tx *persist.Tx, name string) (*Error, error) {
 
 func (a *applier) resetKey(tx *persist.Tx, ck *checkRef) (*Error, error) {
 	if a.hs != nil { // hashslot.go
-		if e := a.hs.refuseKey(ck.key); e != nil {
+		if e := a.refuseHashSlots(unsafe.Slice(ck, 1)); e != nil {
 			return e, nil
 		}
 	}
@@ -388,7 +390,7 @@ func (a *applier) check(tx *persist.Tx, c *command) ([]Result, error) {
 
 func (a *applier) applyOp(tx *persist.Tx, op *opRef, checks []checkRef, decs []Decision, now, retention int64) (Result, error) {
 	if a.hs != nil { // hashslot.go: a key of a slot not owned here is refused before anything is read
-		if e := a.hs.refuse(checks); e != nil {
+		if e := a.refuseHashSlots(checks); e != nil {
 			return Result{Err: e}, nil
 		}
 	}

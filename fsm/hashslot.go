@@ -188,6 +188,33 @@ func (t *hashSlotTable) refuse(checks []checkRef) *Error {
 	return moving
 }
 
+// hashSlotRefusals count the ops and commands refused for a slot not
+// owned, on every replica alike (decided in apply).
+type hashSlotRefusals struct {
+	wrongGroup, moving atomic.Uint64
+}
+
+// HashSlotRefusals are the ops and per-key commands this replica's state
+// machine refused with wrong_group and with slot_moving since it was
+// opened (limitd_hashslot_refusals_total{code}).
+func (f *FSM) HashSlotRefusals() (wrongGroup, slotMoving uint64) {
+	return f.ap.hsRefusals.wrongGroup.Load(), f.ap.hsRefusals.moving.Load()
+}
+
+func (a *applier) counted(e *Error) *Error {
+	switch {
+	case e == nil:
+	case e.Code == CodeWrongGroup:
+		a.hsRefusals.wrongGroup.Add(1)
+	default:
+		a.hsRefusals.moving.Add(1)
+	}
+	return e
+}
+
+// refuseHashSlots is refuse, counted.
+func (a *applier) refuseHashSlots(checks []checkRef) *Error { return a.counted(a.hs.refuse(checks)) }
+
 // hashSlots is the published table (nil: the default, every slot owned).
 type hashSlots struct {
 	cur atomic.Pointer[hashSlotTable]
@@ -867,16 +894,16 @@ func (a *applier) applyOwned(tx *persist.Tx, c *command) (resp interface{}, done
 	switch c.typ {
 	case CmdAssignPlans:
 		for i, as := range c.pl.assigns {
-			if e := t.refuseKey([]byte(as.Key)); e != nil {
+			if e := a.counted(t.refuseKey([]byte(as.Key))); e != nil {
 				return error(e.Under(fmt.Sprintf("assignments[%d]", i))), true, nil
 			}
 		}
 	case CmdPutOverride, CmdDeleteOverride:
-		if e := t.refuseKey([]byte(c.pl.key)); e != nil {
+		if e := a.counted(t.refuseKey([]byte(c.pl.key))); e != nil {
 			return error(e), true, nil
 		}
 	case CmdUnban:
-		if e := t.refuseKey([]byte(c.addr)); e != nil {
+		if e := a.counted(t.refuseKey([]byte(c.addr))); e != nil {
 			return error(e), true, nil
 		}
 	case CmdChargeDegraded:
@@ -885,7 +912,7 @@ func (a *applier) applyOwned(tx *persist.Tx, c *command) (resp interface{}, done
 			return nil, false, nil // the command answers its own malformed input
 		}
 		for i := range cs {
-			if e := t.refuseKey([]byte(cs[i].Key)); e != nil {
+			if e := a.counted(t.refuseKey([]byte(cs[i].Key))); e != nil {
 				return error(e.Under(fmt.Sprintf("charges[%d]", i))), true, nil
 			}
 		}
@@ -901,7 +928,7 @@ func (a *applier) applyOwnedLeases(tx *persist.Tx, c *command) (interface{}, boo
 	refused := make([]*Error, len(c.leases))
 	n := 0
 	for i := range c.leases {
-		if refused[i] = a.hs.refuseKey(c.leases[i].check.key); refused[i] != nil {
+		if refused[i] = a.counted(a.hs.refuseKey(c.leases[i].check.key)); refused[i] != nil {
 			n++
 		}
 	}

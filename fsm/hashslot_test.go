@@ -169,6 +169,10 @@ func TestHashSlotRefusesPerKeyCommands(t *testing.T) {
 		}
 	}
 	refusedAll(CodeSlotMoving)
+	n := uint64(len(cmds(a)) + 1) // and the lease
+	if wg, mv := f.HashSlotRefusals(); wg != 0 || mv != n {
+		t.Fatalf("refusals counted: wrong_group %d, slot_moving %d; want 0, %d", wg, mv, n)
+	}
 	if r := d.check(t0, single(b, "p", 1))[0]; r.Err != nil || !r.Allowed {
 		t.Fatalf("a key of an owned slot: %+v", r)
 	}
@@ -176,6 +180,9 @@ func TestHashSlotRefusesPerKeyCommands(t *testing.T) {
 		t.Fatal(r)
 	}
 	refusedAll(CodeWrongGroup)
+	if wg, mv := f.HashSlotRefusals(); wg != n || mv != n {
+		t.Fatalf("refusals counted: wrong_group %d, slot_moving %d; want %d each", wg, mv, n)
+	}
 	// Nothing of the refused commands was written: the slot holds nothing.
 	if n := f.Stats().Keys; n == 0 {
 		t.Fatal("the owned key's records are gone too")
