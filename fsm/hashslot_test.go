@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"bytes"
 	"errors"
 	"path/filepath"
 	"reflect"
@@ -309,4 +310,55 @@ func BenchmarkHashSlotFreeze(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(l.f.Stats().Keys), "keys")
+}
+
+// The export is a function of the log: replicas that commit at other
+// times and cache other keys export the same bytes at the same index.
+func TestHashSlotExportIsDeterministic(t *testing.T) {
+	spec := mustSpec(t, algo.Config{Algorithm: "sliding_window", Limit: 3, Window: "10s"})
+	var log [][]byte
+	log = append(log, EncodePutPolicy(Policy{Name: "p", Spec: spec, OnExceed: onExceed(time.Minute, time.Hour)}), EncodeHashSlotsOwn(t0, everySlot()))
+	now := t0
+	for i := 0; i < 400; i++ {
+		key := []string{"{t}a", "{t}b", "{t}c", "x", "y"}[i%5]
+		op := Op{Checks: []Check{{Key: key, Policy: "p", Cost: 1}}}
+		if i%3 == 0 {
+			op.RequestID = "r" + string(rune('a'+i%26)) + key
+		}
+		log = append(log, EncodeCheck(nil, now, 0, []Op{op}))
+		if i%50 == 0 {
+			log = append(log, EncodeAssignPlans(nil), EncodeExpire(now, 5))
+		}
+		now += sec / 4
+	}
+	s := uint16(hashslot.Of("{t}"))
+	log = append(log, EncodeHashSlotFreeze(now, s, 1))
+	var exports [][]byte
+	for _, opts := range []Options{{NoSync: true, CacheKeys: 2}, {NoSync: true, CommitEvery: 64}, {NoSync: true, CommitEvery: 7, CacheKeys: 3}} {
+		f := openFSM(t, "", opts)
+		d := newDriver(t, f)
+		var r interface{}
+		for i, cmd := range log {
+			r = d.apply(cmd)
+			if opts.CommitEvery > 1 && i%13 == 0 {
+				if err := f.Flush(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		blob, ok := r.([]byte)
+		if !ok {
+			t.Fatalf("freeze: %v", r)
+		}
+		x, err := decodeExport(blob)
+		if err != nil || len(x.states) == 0 || len(x.requests) == 0 {
+			t.Fatalf("export %+v %v", x, err)
+		}
+		exports = append(exports, blob)
+	}
+	for i := 1; i < len(exports); i++ {
+		if !bytes.Equal(exports[i], exports[0]) {
+			t.Fatalf("replica %d exports other bytes", i)
+		}
+	}
 }
