@@ -704,14 +704,14 @@ type slotRecord struct {
 func (a *applier) slotRecords(tx *persist.Tx, s hashslot.Slot) ([]slotRecord, error) {
 	var recs []slotRecord
 	qp := requestSlotKey(nil, s, nil)
-	err := tx.ScanLiveStates(nil, func(key []byte, st persist.State) error {
+	match := func(key []byte) bool {
 		if key[0] == requestSlotPrefix {
-			if !bytes.HasPrefix(key, qp) {
-				return nil
-			}
-		} else if u, ok := userKeyOf(key); !ok || keySlot(u) != s {
-			return nil
+			return bytes.HasPrefix(key, qp)
 		}
+		u, ok := userKeyOf(key)
+		return ok && keySlot(u) == s
+	}
+	err := tx.ScanLiveStates(nil, match, func(key []byte, st persist.State) error {
 		recs = append(recs, slotRecord{key: bytes.Clone(key), data: bytes.Clone(st.Data), expiry: st.Expiry})
 		return nil
 	})

@@ -394,7 +394,7 @@ func slotRecordsLeft(rt *rapid.T, f *FSM, s hashslot.Slot) int {
 	}
 	n := 0
 	err := f.store.View(func(tx *persist.Tx) error {
-		return tx.ScanLiveStates(nil, func(key []byte, _ persist.State) error {
+		return tx.ScanLiveStates(nil, nil, func(key []byte, _ persist.State) error {
 			if u, ok := userKeyOf(key); ok && keySlot(u) == s || key[0] == requestSlotPrefix && keySlotOfIndex(key) == s {
 				n++
 			}

@@ -8,16 +8,20 @@ import "bytes"
 // whole bucket; they run only when a slot is frozen, exported or dropped,
 // never on the check path.
 
-// ScanLiveStates calls fn for every key state under prefix (nil: all) as
+// ScanLiveStates calls fn for every key state under prefix (nil: all) whose
+// key match accepts (nil: every key; asked before the value is read) as
 // the writer's transaction sees it: the state cache over the layers over
 // the file, so states written since the last commit are included and
 // states deleted since are not. The order is unspecified (the cache's
 // newly created keys come last, in map order): callers that need one sort.
 // fn must not write; its slices are valid only during the call.
-func (t *Tx) ScanLiveStates(prefix []byte, fn func(key []byte, st State) error) error {
+func (t *Tx) ScanLiveStates(prefix []byte, match func(key []byte) bool, fn func(key []byte, st State) error) error {
 	var c lcursor
 	c.init(t.state)
 	for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+		if match != nil && !match(k) {
+			continue
+		}
 		var st State
 		if e, ok := t.cached(k); ok {
 			st = e.state()
@@ -41,7 +45,7 @@ func (t *Tx) ScanLiveStates(prefix []byte, fn func(key []byte, st State) error) 
 	// and the file hold a key exactly when its entry says storedFound.
 	for key, slot := range t.cache.m {
 		e := t.cache.at(slot)
-		if !e.found || e.storedFound || !bytes.HasPrefix([]byte(key), prefix) {
+		if !e.found || e.storedFound || !bytes.HasPrefix([]byte(key), prefix) || match != nil && !match([]byte(key)) {
 			continue
 		}
 		if err := fn([]byte(key), e.state()); err != nil {

@@ -42,7 +42,7 @@ func TestScanLiveStatesIsTheWritersView(t *testing.T) {
 					return err
 				}
 				tx.SetApplied(3)
-				return tx.ScanLiveStates([]byte("p"), func(k []byte, st State) error {
+				return tx.ScanLiveStates([]byte("p"), nil, func(k []byte, st State) error {
 					got = append(got, fmt.Sprintf("%s=%s@%d", k, st.Data, st.Expiry))
 					return nil
 				})
