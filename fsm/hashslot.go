@@ -250,6 +250,17 @@ func (a *applier) storeHashSlots(tx *persist.Tx, t *hashSlotTable) error {
 	return tx.PutPolicy(hashSlotsKey, t.encode())
 }
 
+// setHashSlot moves slot s to state by move and stores the table.
+func (a *applier) setHashSlot(tx *persist.Tx, s hashslot.Slot, state uint8, move uint64) error {
+	t := a.stageHashSlots()
+	t.set(s, state, move)
+	return a.storeHashSlots(tx, t)
+}
+
+func frozenBy(s hashslot.Slot, move uint64) *Error {
+	return hsError(CodeConflict, "move", "hash slot %d is frozen by move %d", s, move)
+}
+
 // loadHashSlots reads the table's record (FSM.load); ok says the entry was
 // the table's.
 func loadHashSlots(dst **hashSlotTable, name string, enc []byte) (ok bool, err error) {
@@ -361,21 +372,22 @@ func init() {
 	slotMove := func(c *command, d *decoder) {
 		c.hs.slot, c.hs.move = d.uvarint(), d.uvarint()
 	}
-	registerCommand(CmdHashSlotsOwn, commandType{
-		name: "own hash slots",
-		decode: func(c *command, d *decoder) {
-			c.hs.now = d.varint()
-			n := d.count(1)
-			c.hs.slots = c.hs.slots[:0]
-			for i := 0; i < n; i++ {
-				c.hs.slots = append(c.hs.slots, d.uvarint())
-			}
-		},
-		apply: func(a *applier, tx *persist.Tx, c *command) (interface{}, error) {
-			e, err := a.ownHashSlots(tx, c)
-			return errResponse(e), err
-		},
-	})
+	// reg registers a command whose answer is an *Error or nil.
+	reg := func(typ byte, name string, decode func(c *command, d *decoder), apply func(a *applier, tx *persist.Tx, c *command) (*Error, error)) {
+		registerCommand(typ, commandType{name: name, decode: decode,
+			apply: func(a *applier, tx *persist.Tx, c *command) (interface{}, error) {
+				e, err := apply(a, tx, c)
+				return errResponse(e), err
+			}})
+	}
+	reg(CmdHashSlotsOwn, "own hash slots", func(c *command, d *decoder) {
+		c.hs.now = d.varint()
+		n := d.count(1)
+		c.hs.slots = c.hs.slots[:0]
+		for i := 0; i < n; i++ {
+			c.hs.slots = append(c.hs.slots, d.uvarint())
+		}
+	}, (*applier).ownHashSlots)
 	registerCommand(CmdHashSlotFreeze, commandType{
 		name: "freeze hash slot",
 		decode: func(c *command, d *decoder) {
@@ -390,39 +402,24 @@ func init() {
 			return blob, nil
 		},
 	})
-	registerCommand(CmdHashSlotUnfreeze, commandType{
-		name:   "unfreeze hash slot",
-		decode: slotMove,
-		apply: func(a *applier, tx *persist.Tx, c *command) (interface{}, error) {
-			e, err := a.unfreezeHashSlot(tx, c)
-			return errResponse(e), err
-		},
-	})
-	registerCommand(CmdHashSlotImport, commandType{
-		name: "import hash slot",
-		decode: func(c *command, d *decoder) {
-			c.hs.now = d.varint()
-			slotMove(c, d)
-			c.hs.lastNow = d.varint()
-			c.hs.blob = d.bytes()
-		},
-		apply: func(a *applier, tx *persist.Tx, c *command) (interface{}, error) {
-			e, err := a.importHashSlot(tx, c)
-			return errResponse(e), err
-		},
-	})
-	registerCommand(CmdHashSlotDrop, commandType{
-		name:   "drop hash slot",
-		decode: slotMove,
-		apply: func(a *applier, tx *persist.Tx, c *command) (interface{}, error) {
-			e, err := a.dropHashSlot(tx, c)
-			return errResponse(e), err
-		},
-	})
+	reg(CmdHashSlotUnfreeze, "unfreeze hash slot", slotMove, (*applier).unfreezeHashSlot)
+	reg(CmdHashSlotImport, "import hash slot", func(c *command, d *decoder) {
+		c.hs.now = d.varint()
+		slotMove(c, d)
+		c.hs.lastNow = d.varint()
+		c.hs.blob = d.bytes()
+	}, (*applier).importHashSlot)
+	reg(CmdHashSlotDrop, "drop hash slot", slotMove, (*applier).dropHashSlot)
 }
 
 func hsError(code Code, field, format string, args ...any) *Error {
 	return &Error{Code: code, Field: field, Message: fmt.Sprintf(format, args...)}
+}
+
+// hsTarget is a command's slot, checked, and the table it applies to.
+func (a *applier) hsTarget(c *command) (hashslot.Slot, *hashSlotTable, *Error) {
+	s, e := c.hs.slotOf()
+	return s, a.hs, e
 }
 
 // slotOf checks a command's slot and move id.
@@ -490,7 +487,7 @@ func (a *applier) freezeHashSlot(tx *persist.Tx, c *command) ([]byte, *Error, er
 	case t.state[s] == hsAbsent:
 		return nil, hsError(CodeWrongGroup, "slot", "hash slot %d is not owned by this group", s), nil
 	case t.state[s] == hsFrozen && t.move[s] != c.hs.move:
-		return nil, hsError(CodeConflict, "move", "hash slot %d is frozen by move %d", s, t.move[s]), nil
+		return nil, frozenBy(s, t.move[s]), nil
 	case t.state[s] == hsOwned && now < t.exactAfter:
 		return nil, hsError(CodeUnavailable, "slot", "request ids recorded before this group tracked its hash slots live until %d: retry then", t.exactAfter), nil
 	}
@@ -503,9 +500,7 @@ func (a *applier) freezeHashSlot(tx *persist.Tx, c *command) ([]byte, *Error, er
 		return nil, hsError(CodePayloadTooLarge, "slot", "hash slot %d exports %d bytes, more than the %d an entry carries", s, len(blob), maxHashSlotExport), nil
 	}
 	if t.state[s] == hsOwned {
-		t = a.stageHashSlots()
-		t.set(s, hsFrozen, c.hs.move)
-		if err := a.storeHashSlots(tx, t); err != nil {
+		if err := a.setHashSlot(tx, s, hsFrozen, c.hs.move); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -513,30 +508,26 @@ func (a *applier) freezeHashSlot(tx *persist.Tx, c *command) ([]byte, *Error, er
 }
 
 func (a *applier) unfreezeHashSlot(tx *persist.Tx, c *command) (*Error, error) {
-	s, e := c.hs.slotOf()
+	s, t, e := a.hsTarget(c)
 	if e != nil {
 		return e, nil
 	}
-	t := a.hs
 	switch {
 	case t == nil || t.state[s] == hsOwned:
 		return nil, nil // never frozen, or unfrozen already
 	case t.state[s] == hsAbsent:
 		return hsError(CodeWrongGroup, "slot", "hash slot %d was dropped by this group", s), nil
 	case t.move[s] != c.hs.move:
-		return hsError(CodeConflict, "move", "hash slot %d is frozen by move %d", s, t.move[s]), nil
+		return frozenBy(s, t.move[s]), nil
 	}
-	t = a.stageHashSlots()
-	t.set(s, hsOwned, c.hs.move)
-	return nil, a.storeHashSlots(tx, t)
+	return nil, a.setHashSlot(tx, s, hsOwned, c.hs.move)
 }
 
 func (a *applier) dropHashSlot(tx *persist.Tx, c *command) (*Error, error) {
-	s, e := c.hs.slotOf()
+	s, t, e := a.hsTarget(c)
 	if e != nil {
 		return e, nil
 	}
-	t := a.hs
 	switch {
 	case t == nil || t.state[s] == hsOwned:
 		return hsError(CodeConflict, "slot", "hash slot %d is owned here: freeze it (and import it elsewhere) before dropping it", s), nil
@@ -545,7 +536,7 @@ func (a *applier) dropHashSlot(tx *persist.Tx, c *command) (*Error, error) {
 	case t.state[s] == hsAbsent:
 		return hsError(CodeWrongGroup, "slot", "hash slot %d is not owned by this group", s), nil
 	case t.move[s] != c.hs.move:
-		return hsError(CodeConflict, "move", "hash slot %d is frozen by move %d", s, t.move[s]), nil
+		return frozenBy(s, t.move[s]), nil
 	}
 	recs, err := a.slotRecords(tx, s)
 	if err != nil {
@@ -559,9 +550,7 @@ func (a *applier) dropHashSlot(tx *persist.Tx, c *command) (*Error, error) {
 	// The slot's request-id records stay until they expire: every op of
 	// the slot is refused before the request table is read, so none is
 	// replayed here, and an op that spanned another slot keeps its replay.
-	t = a.stageHashSlots()
-	t.set(s, hsAbsent, c.hs.move)
-	return nil, a.storeHashSlots(tx, t)
+	return nil, a.setHashSlot(tx, s, hsAbsent, c.hs.move)
 }
 
 func (a *applier) deleteSlotRecord(tx *persist.Tx, key []byte) error {
@@ -586,11 +575,10 @@ func (a *applier) deleteSlotRecord(tx *persist.Tx, key []byte) error {
 // importHashSlot writes an export into this group and owns its slot.
 func (a *applier) importHashSlot(tx *persist.Tx, c *command) (*Error, error) {
 	clamp(tx, c.hs.now)
-	s, e := c.hs.slotOf()
+	s, t, e := a.hsTarget(c)
 	if e != nil {
 		return e, nil
 	}
-	t := a.hs
 	if t == nil {
 		return hsError(CodeConflict, "slot", "hash slot %d is owned here already (this group does not track its slots)", s), nil
 	}
@@ -643,9 +631,7 @@ func (a *applier) importHashSlot(tx *persist.Tx, c *command) (*Error, error) {
 			return nil, err
 		}
 	}
-	t = a.stageHashSlots()
-	t.set(s, hsOwned, c.hs.move)
-	return nil, a.storeHashSlots(tx, t)
+	return nil, a.setHashSlot(tx, s, hsOwned, c.hs.move)
 }
 
 // The request-id index of a tracked group.
