@@ -362,3 +362,68 @@ func TestHashSlotExportIsDeterministic(t *testing.T) {
 		}
 	}
 }
+
+// An export carries a record of every per-key kind, and only the slot's:
+// key states under a policy, an inline limit and a plan limit, a lease, a
+// ban, a notify mark, usage history (the open window and a closed one), a
+// reservation, an assignment, an override, and the request ids.
+func TestHashSlotExportCarriesEveryKind(t *testing.T) {
+	const key, other = "{k}1", "other"
+	if hashslot.Of(key) == hashslot.Of(other) {
+		t.Fatal("the test needs keys of two slots")
+	}
+	fw := mustSpec(t, algo.Config{Algorithm: "fixed_window", Limit: 2, Window: "10s"})
+	var notify [nodeapi.MaxNotify]uint16
+	notify[0] = nodeapi.NotifyScale / 10
+	f := openFSM(t, "", Options{NoSync: true})
+	d := newDriver(t, f)
+	d.putPolicy(Policy{Name: "p", Spec: mustSpec(t, algo.Config{Algorithm: "fixed_window", Limit: 10, Window: "10s"}), Lease: algo.Lease{Share: 50_000, MaxTTL: 2 * time.Second},
+		Options: nodeapi.LimitOptions{Notify: notify, History: time.Hour}})
+	d.putPolicy(Policy{Name: "b", Spec: fw, OnExceed: onExceed(time.Minute, time.Hour)})
+	d.apply(EncodePutPlan(Plan{Name: "pro", Limits: []PlanLimit{{Name: "daily", Spec: fw}}}))
+	d.apply(EncodeHashSlotsOwn(t0, everySlot()))
+	for _, k := range []string{key, other} {
+		d.check(t0, Op{RequestID: "id-" + k, Checks: []Check{{Key: k, Policy: "p", Cost: 1}}})
+		d.check(t0+11*sec, single(k, "p", 1)) // closes the first window into history
+		d.check(t0+11*sec, Op{Checks: []Check{{Key: k, Spec: &fw, Cost: 1}}})
+		for range 3 {
+			d.check(t0+11*sec, single(k, "b", 1)) // the third is refused: a ban
+		}
+		d.check(t0+11*sec, Op{RequestID: "res-" + k, Checks: []Check{{Key: k, Policy: "p", Cost: 1, Reserve: time.Minute}}})
+		d.apply(EncodeAssignPlans([]Assignment{{Key: k, Plan: "pro"}}))
+		d.apply(EncodePutOverride(k, Override{Limits: []LimitOverride{{Name: "daily", Limit: 5}}, Expires: t0 + 600*sec}))
+		d.check(t0+11*sec, Op{Checks: []Check{{Key: k, ByPlan: true, Cost: 1}}})
+		gs := d.apply(EncodeGrantLease(nil, t0+11*sec, "n1", []LeaseRequest{{ID: 1, Check: Check{Key: k, Policy: "p"}}})).([]LeaseGrant)
+		if gs[0].Err != nil {
+			t.Fatal(gs[0].Err)
+		}
+	}
+	blob, ok := d.apply(EncodeHashSlotFreeze(t0+11*sec, uint16(hashslot.Of(key)), 1)).([]byte)
+	if !ok {
+		t.Fatal("freeze")
+	}
+	x, err := decodeExport(blob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[byte]int{}
+	for _, r := range x.states {
+		u, ok := userKeyOf(r.key)
+		if !ok || string(u) != key {
+			t.Fatalf("record %q of another key in the export", r.key)
+		}
+		kinds[r.key[0]]++
+	}
+	for _, k := range []byte{'p', 's', tagPlanLimit, leaseKeyPrefix, banKeyPrefix, notifyKeyPrefix, tagUsage, tagUsageWindow, reservationKeyPrefix, tagAssignment, tagOverride} {
+		if kinds[k] == 0 {
+			t.Errorf("no %q record in the export (%v)", k, kinds)
+		}
+	}
+	var ids []string
+	for _, r := range x.requests {
+		ids = append(ids, string(r.key))
+	}
+	if want := []string{"id-" + key, "res-" + key}; !reflect.DeepEqual(ids, want) {
+		t.Errorf("request ids %v, want %v", ids, want)
+	}
+}
