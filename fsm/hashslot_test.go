@@ -427,3 +427,46 @@ func TestHashSlotExportCarriesEveryKind(t *testing.T) {
 		t.Errorf("request ids %v, want %v", ids, want)
 	}
 }
+
+// BenchmarkApplyHashSlots: BenchmarkApplyBatch's sliding_window load (256-op
+// entries over 100,000 keys) in a group without a table (the default), one
+// tracking its slots with every one owned, and one with a slot frozen (so
+// every op's key is hashed; its 1/4096 of the ops are refused).
+func BenchmarkApplyHashSlots(b *testing.B) {
+	spec := mustSpec(b, algo.Config{Algorithm: "sliding_window", Limit: 100, Window: "1m"})
+	for _, mode := range []string{"default", "tracked", "one_frozen"} {
+		b.Run(mode, func(b *testing.B) {
+			l := newBenchLoad(b, spec, 100_000, 256, int64(5*time.Microsecond))
+			if mode != "default" {
+				l.apply(EncodeHashSlotsOwn(l.now, everySlot()))
+			}
+			if mode == "one_frozen" {
+				if _, ok := l.apply(EncodeHashSlotFreeze(l.now, uint16(hashslot.Of("user:1")), 1)).([]byte); !ok {
+					b.Fatal("freeze")
+				}
+			}
+			entry := func() {
+				for i := range l.ops {
+					l.ops[i].Checks[0] = Check{Key: l.keys[l.rng.Intn(len(l.keys))], Policy: "p", Cost: 1}
+				}
+				l.buf = EncodeCheck(l.buf[:0], l.now, 0, l.ops)
+				if _, ok := l.apply(l.buf).([]Result); !ok {
+					b.Fatal("entry failed")
+				}
+				l.now += l.step * int64(len(l.ops))
+			}
+			for i := 0; i < 1000; i++ {
+				entry()
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			cpu0 := processCPU()
+			for i := 0; i < b.N; i++ {
+				entry()
+			}
+			cpu := processCPU() - cpu0
+			b.StopTimer()
+			b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N*len(l.ops)), "cpu-ns/check")
+		})
+	}
+}
