@@ -485,20 +485,21 @@ func appendString(dst []byte, s string) []byte {
 // while that entry is applied.
 type command struct {
 	typ            byte
-	now, retention int64       // CmdCheck, CmdExpire (now)
-	bounds         Bounds      // CmdCheck: the leader's (budget.go)
-	ops            []opRef     // CmdCheck
-	checks         []checkRef  // CmdCheck; CmdResetKey uses checks[0]
-	policy         Policy      // CmdPutPolicy
-	policyErr      error       // CmdPutPolicy: the spec is well formed but invalid
-	name, addr     string      // CmdDeletePolicy, CmdSetNode, CmdRemoveNode
-	max            int         // CmdExpire
-	domain         []byte      // CmdPutDomain (aliases the entry)
-	holder         []byte      // CmdGrantLease, CmdReturnLease (aliases the entry)
-	leases         []leaseRef  // CmdGrantLease, CmdReturnLease
-	pl             planCmd     // the plan commands (plan.go)
-	alert          alertCmd    // the alert commands (outbox.go, webhooks.go)
-	hs             hashSlotCmd // the hash slot commands (hashslot.go)
+	now, retention int64      // CmdCheck, CmdExpire (now)
+	bounds         Bounds     // CmdCheck: the leader's (budget.go)
+	ops            []opRef    // CmdCheck
+	checks         []checkRef // CmdCheck; CmdResetKey uses checks[0]
+	policy         Policy     // CmdPutPolicy
+	policyErr      error      // CmdPutPolicy: the spec is well formed but invalid
+	name, addr     string     // CmdDeletePolicy, CmdSetNode, CmdRemoveNode
+	max            int        // CmdExpire
+	domain         []byte     // CmdPutDomain (aliases the entry)
+	holder         []byte     // CmdGrantLease, CmdReturnLease (aliases the entry)
+	leases         []leaseRef // CmdGrantLease, CmdReturnLease
+	pl             planCmd    // the plan commands (plan.go)
+	alert          alertCmd   // the alert commands (outbox.go, webhooks.go)
+
+	hs hashSlotCmd // the hash slot commands (hashslot.go)
 
 	d decoder // decodeCommand's, kept here so it does not escape per entry
 }

@@ -105,20 +105,21 @@ type FSM struct {
 	// mu guards the in-memory copies of policies and nodes, read by the
 	// HTTP layer. The apply goroutine is their only writer, so it reads them
 	// without the lock.
-	mu        sync.RWMutex
-	policies  map[string]*Policy
-	nodes     map[string]string
-	domains   domainTable // RLS domains (domain.go)
-	plans     planTable   // plans, prefix rules, the default plan (plan.go)
-	lists     domainTable // allow and deny lists (lists.go)
-	listEnds  listEnds    // the lists' earliest entry ends (lists.go)
-	bans      banTable    // the ban records' copy (ban.go)
-	outbox    outboxTable // events waiting for delivery (outbox.go)
-	webhooks  domainTable // webhooks (webhooks.go)
-	top       topKeys     // top keys per policy, memory only (topkeys.go)
-	hashSlots hashSlots   // the ownership table, published (hashslot.go)
+	mu       sync.RWMutex
+	policies map[string]*Policy
+	nodes    map[string]string
+	domains  domainTable // RLS domains (domain.go)
+	plans    planTable   // plans, prefix rules, the default plan (plan.go)
+	lists    domainTable // allow and deny lists (lists.go)
+	listEnds listEnds    // the lists' earliest entry ends (lists.go)
+	bans     banTable    // the ban records' copy (ban.go)
+	outbox   outboxTable // events waiting for delivery (outbox.go)
+	webhooks domainTable // webhooks (webhooks.go)
+	top      topKeys     // top keys per policy, memory only (topkeys.go)
 
 	ap applier
+
+	hashSlots hashSlots // the ownership table, published (hashslot.go)
 
 	// testHookCommit, when set, runs at the end of each apply transaction;
 	// an error fails it like a failed write.
