@@ -470,3 +470,30 @@ func BenchmarkApplyHashSlots(b *testing.B) {
 		})
 	}
 }
+
+// keySlot hashes the entry's bytes in place exactly as hashslot.Of hashes a
+// string, and userKeyOf finds the key inside every per-key storage key.
+func TestKeySlotAndUserKey(t *testing.T) {
+	for _, k := range []string{"", "a", "{u1}x", "x{}{y}", "{", "user:{42}:reads"} {
+		if keySlot([]byte(k)) != hashslot.Of(k) {
+			t.Errorf("keySlot(%q) differs from hashslot.Of", k)
+		}
+	}
+	sk := append([]byte{'p', 3}, "pol{u}k"...)
+	for _, k := range [][]byte{sk, append([]byte{'L'}, sk...), append(append([]byte{'W'}, sk...), 1, 2, 3, 4, 5, 6, 7, 8),
+		append(append([]byte{'R', byte(len(sk))}, sk...), "res-id"...), append([]byte{'a'}, "{u}k"...)} {
+		if u, ok := userKeyOf(k); !ok || string(u) != "{u}k" {
+			t.Errorf("userKeyOf(%q) = %q, %v", k, u, ok)
+		}
+	}
+	for _, k := range [][]byte{{'p', 3, 'a', 'b', 'c'}, {'F', 1, 'x'}, {'O', 0, 0, 0, 0, 0, 0, 0, 1}, {'Q', 0, 1, 'i'}, {'p'}} {
+		if u, ok := userKeyOf(k); ok {
+			t.Errorf("userKeyOf(%q) = %q: not a per-key record", k, u)
+		}
+	}
+	for s, want := range map[nodeapi.HashSlotState]string{nodeapi.HashSlotOwned: "owned", nodeapi.HashSlotFrozen: "frozen", nodeapi.HashSlotAbsent: "absent", 9: "unknown"} {
+		if s.String() != want {
+			t.Errorf("%d.String() = %q", s, s.String())
+		}
+	}
+}
