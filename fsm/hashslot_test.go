@@ -3,10 +3,13 @@ package fsm
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/raft"
 
 	"github.com/limitd/limitd/algo"
 	"github.com/limitd/limitd/hashslot"
@@ -430,8 +433,8 @@ func TestHashSlotExportCarriesEveryKind(t *testing.T) {
 
 // BenchmarkApplyHashSlots: BenchmarkApplyBatch's sliding_window load (256-op
 // entries over 100,000 keys) in a group without a table (the default), one
-// tracking its slots with every one owned, and one with a slot frozen (so
-// every op's key is hashed; its 1/4096 of the ops are refused).
+// tracking its slots with every one owned, and one with a slot frozen, so
+// that every op's key is hashed (the load leaves out that slot's keys).
 func BenchmarkApplyHashSlots(b *testing.B) {
 	spec := mustSpec(b, algo.Config{Algorithm: "sliding_window", Limit: 100, Window: "1m"})
 	for _, mode := range []string{"default", "tracked", "one_frozen"} {
@@ -441,32 +444,19 @@ func BenchmarkApplyHashSlots(b *testing.B) {
 				l.apply(EncodeHashSlotsOwn(l.now, everySlot()))
 			}
 			if mode == "one_frozen" {
-				if _, ok := l.apply(EncodeHashSlotFreeze(l.now, uint16(hashslot.Of("user:1")), 1)).([]byte); !ok {
+				s := hashslot.Of("user:1")
+				if _, ok := l.apply(EncodeHashSlotFreeze(l.now, uint16(s), 1)).([]byte); !ok {
 					b.Fatal("freeze")
 				}
-			}
-			entry := func() {
-				for i := range l.ops {
-					l.ops[i].Checks[0] = Check{Key: l.keys[l.rng.Intn(len(l.keys))], Policy: "p", Cost: 1}
+				keys := l.keys[:0]
+				for _, k := range l.keys {
+					if hashslot.Of(k) != s {
+						keys = append(keys, k)
+					}
 				}
-				l.buf = EncodeCheck(l.buf[:0], l.now, 0, l.ops)
-				if _, ok := l.apply(l.buf).([]Result); !ok {
-					b.Fatal("entry failed")
-				}
-				l.now += l.step * int64(len(l.ops))
+				l.keys = keys
 			}
-			for i := 0; i < 1000; i++ {
-				entry()
-			}
-			b.ReportAllocs()
-			b.ResetTimer()
-			cpu0 := processCPU()
-			for i := 0; i < b.N; i++ {
-				entry()
-			}
-			cpu := processCPU() - cpu0
-			b.StopTimer()
-			b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N*len(l.ops)), "cpu-ns/check")
+			l.run(b, 1000)
 		})
 	}
 }
@@ -495,5 +485,37 @@ func TestKeySlotAndUserKey(t *testing.T) {
 		if s.String() != want {
 			t.Errorf("%d.String() = %q", s, s.String())
 		}
+	}
+}
+
+// A group with a slot not owned hashes every op's keys and allocates
+// nothing more for it than a group without a table (TestCheckEntryAllocations).
+func TestCheckEntryAllocationsWithAFrozenSlot(t *testing.T) {
+	f := openFSM(t, "", Options{NoSync: true, CommitEvery: 1 << 30})
+	d := newDriver(t, f)
+	d.putPolicy(Policy{Name: "p", Spec: mustSpec(t, algo.Config{Algorithm: "sliding_window", Limit: 1_000_000_000, Window: "1h"})})
+	d.apply(EncodeHashSlotsOwn(t0, everySlot()))
+	frozen := hashslot.Of("frozen")
+	if _, ok := d.apply(EncodeHashSlotFreeze(t0, uint16(frozen), 1)).([]byte); !ok {
+		t.Fatal("freeze")
+	}
+	var ops []Op
+	for i := 0; len(ops) < 16; i++ {
+		if k := fmt.Sprintf("key-%d", i); hashslot.Of(k) != frozen {
+			ops = append(ops, single(k, "p", 1))
+		}
+	}
+	entry := EncodeCheck(nil, t0, 0, ops)
+	d.apply(entry)
+	l := &raft.Log{Index: d.next, Type: raft.LogCommand, Data: entry}
+	batch := []*raft.Log{l}
+	allocs := testing.AllocsPerRun(200, func() {
+		if rs, ok := f.ApplyBatch(batch)[0].([]Result); !ok || !rs[0].Allowed {
+			t.Fatalf("check refused: %v", f.ApplyBatch(batch)[0])
+		}
+		l.Index++
+	})
+	if allocs > 4 {
+		t.Fatalf("%v allocations per 16-op check entry, want at most 4 (the response)", allocs)
 	}
 }
