@@ -425,7 +425,7 @@ func (a *applier) hsTarget(c *command) (hashslot.Slot, *hashSlotTable, *Error) {
 // slotOf checks a command's slot and move id.
 func (c *hashSlotCmd) slotOf() (hashslot.Slot, *Error) {
 	if c.slot >= hashslot.Count {
-		return 0, hsError(CodeInvalidArgument, "slot", "must be below %d", hashslot.Count)
+		return 0, hsError(CodeInvalidArgument, "hash_slot", "must be below %d", hashslot.Count)
 	}
 	if c.move == 0 {
 		return 0, hsError(CodeInvalidArgument, "move", "a move id is required (not 0)")
@@ -438,14 +438,14 @@ func (a *applier) ownHashSlots(tx *persist.Tx, c *command) (*Error, error) {
 	var want [hashslot.Count]bool
 	for _, s := range c.hs.slots {
 		if s >= hashslot.Count {
-			return hsError(CodeInvalidArgument, "slots", "slot %d: must be below %d", s, hashslot.Count), nil
+			return hsError(CodeInvalidArgument, "hash_slots", "hash slot %d: must be below %d", s, hashslot.Count), nil
 		}
 		want[s] = true
 	}
 	if cur := a.hs; cur != nil {
 		for s := range want {
 			if want[s] != (cur.state[s] == hsOwned) {
-				return hsError(CodeConflict, "slots", "this group already has its hash slot table, and slot %d is %s here", s, nodeapi.HashSlotState(cur.state[s])), nil
+				return hsError(CodeConflict, "hash_slots", "this group already has its hash slot table, and hash slot %d is %s here", s, nodeapi.HashSlotState(cur.state[s])), nil
 			}
 		}
 		return nil, nil // a retry of the command that set it
@@ -455,7 +455,7 @@ func (a *applier) ownHashSlots(tx *persist.Tx, c *command) (*Error, error) {
 		all = all && w
 	}
 	if !all && tx.Meta().Keys > 0 {
-		return hsError(CodeConflict, "slots", "a group that holds keys owns every slot when it starts tracking them: move slots out instead"), nil
+		return hsError(CodeConflict, "hash_slots", "a group that holds keys owns every hash slot when it starts tracking them: move hash slots out instead"), nil
 	}
 	t := a.stageHashSlots()
 	for s, w := range want {
@@ -481,15 +481,15 @@ func (a *applier) freezeHashSlot(tx *persist.Tx, c *command) ([]byte, *Error, er
 	}
 	t := a.hs
 	if t == nil {
-		return nil, hsError(CodeConflict, "slot", "this group does not track its hash slots yet: own them first (every slot)"), nil
+		return nil, hsError(CodeConflict, "hash_slot", "this group does not track its hash slots yet: own them first (every slot)"), nil
 	}
 	switch {
 	case t.state[s] == hsAbsent:
-		return nil, hsError(CodeWrongGroup, "slot", "hash slot %d is not owned by this group", s), nil
+		return nil, hsError(CodeWrongGroup, "hash_slot", "hash slot %d is not owned by this group", s), nil
 	case t.state[s] == hsFrozen && t.move[s] != c.hs.move:
 		return nil, frozenBy(s, t.move[s]), nil
 	case t.state[s] == hsOwned && now < t.exactAfter:
-		return nil, hsError(CodeUnavailable, "slot", "request ids recorded before this group tracked its hash slots live until %d: retry then", t.exactAfter), nil
+		return nil, hsError(CodeUnavailable, "hash_slot", "request ids recorded before this group tracked its hash slots live until %d: retry then", t.exactAfter), nil
 	}
 	blob, err := a.exportHashSlot(tx, s, c.hs.move)
 	if err != nil {
@@ -497,7 +497,7 @@ func (a *applier) freezeHashSlot(tx *persist.Tx, c *command) ([]byte, *Error, er
 	}
 	if len(blob) > maxHashSlotExport {
 		// Refused before the slot is frozen: it keeps serving.
-		return nil, hsError(CodePayloadTooLarge, "slot", "hash slot %d exports %d bytes, more than the %d an entry carries", s, len(blob), maxHashSlotExport), nil
+		return nil, hsError(CodePayloadTooLarge, "hash_slot", "hash slot %d exports %d bytes, more than the %d an entry carries", s, len(blob), maxHashSlotExport), nil
 	}
 	if t.state[s] == hsOwned {
 		if err := a.setHashSlot(tx, s, hsFrozen, c.hs.move); err != nil {
@@ -516,7 +516,7 @@ func (a *applier) unfreezeHashSlot(tx *persist.Tx, c *command) (*Error, error) {
 	case t == nil || t.state[s] == hsOwned:
 		return nil, nil // never frozen, or unfrozen already
 	case t.state[s] == hsAbsent:
-		return hsError(CodeWrongGroup, "slot", "hash slot %d was dropped by this group", s), nil
+		return hsError(CodeWrongGroup, "hash_slot", "hash slot %d was dropped by this group", s), nil
 	case t.move[s] != c.hs.move:
 		return frozenBy(s, t.move[s]), nil
 	}
@@ -530,11 +530,11 @@ func (a *applier) dropHashSlot(tx *persist.Tx, c *command) (*Error, error) {
 	}
 	switch {
 	case t == nil || t.state[s] == hsOwned:
-		return hsError(CodeConflict, "slot", "hash slot %d is owned here: freeze it (and import it elsewhere) before dropping it", s), nil
+		return hsError(CodeConflict, "hash_slot", "hash slot %d is owned here: freeze it (and import it elsewhere) before dropping it", s), nil
 	case t.state[s] == hsAbsent && t.move[s] == c.hs.move:
 		return nil, nil // dropped already
 	case t.state[s] == hsAbsent:
-		return hsError(CodeWrongGroup, "slot", "hash slot %d is not owned by this group", s), nil
+		return hsError(CodeWrongGroup, "hash_slot", "hash slot %d is not owned by this group", s), nil
 	case t.move[s] != c.hs.move:
 		return frozenBy(s, t.move[s]), nil
 	}
@@ -580,13 +580,13 @@ func (a *applier) importHashSlot(tx *persist.Tx, c *command) (*Error, error) {
 		return e, nil
 	}
 	if t == nil {
-		return hsError(CodeConflict, "slot", "hash slot %d is owned here already (this group does not track its slots)", s), nil
+		return hsError(CodeConflict, "hash_slot", "hash slot %d is owned here already (this group does not track its slots)", s), nil
 	}
 	switch {
 	case t.state[s] == hsOwned && t.move[s] == c.hs.move:
 		return nil, nil // imported already
 	case t.state[s] != hsAbsent:
-		return hsError(CodeConflict, "slot", "hash slot %d is %s here", s, nodeapi.HashSlotState(t.state[s])), nil
+		return hsError(CodeConflict, "hash_slot", "hash slot %d is %s here", s, nodeapi.HashSlotState(t.state[s])), nil
 	}
 	x, err := decodeExport(c.hs.blob)
 	if err != nil {
