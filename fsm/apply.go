@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"unsafe"
 
 	"github.com/limitd/limitd/algo"
 	"github.com/limitd/limitd/overlimit"
@@ -47,6 +48,13 @@ type applier struct {
 	emitted, emittedAt uint64         // outbox.go: events of the entry at index emittedAt
 	costs              costApplier    // reserve.go
 	hist               historyApplier // history.go
+
+	// hashslot.go: the ownership table checks are decided against (nil:
+	// every slot owned), staged while an entry changes it.
+	hs         *hashSlotTable
+	hsStaged   bool
+	hsKeyBuf   []byte
+	hsRefusals hashSlotRefusals
 }
 
 type nodeChange struct {
@@ -116,6 +124,11 @@ func (a *applier) apply(tx *persist.Tx, data []byte) (interface{}, error) {
 	if err := decodeCommand(c, data); err != nil {
 		return nil, err
 	}
+	if a.hs != nil && a.hs.notOwned > 0 && c.typ != CmdCheck { // hashslot.go: per-key writes of slots not owned
+		if r, done, err := a.applyOwned(tx, c); done || err != nil {
+			return r, err
+		}
+	}
 	return commands[c.typ].apply(a, tx, c) // decodeCommand checked the type
 }
 
@@ -146,6 +159,7 @@ func (a *applier) publish() {
 	a.f.bans.publish()
 	a.f.outbox.publish()
 	a.f.webhooks.publish()
+	a.publishHashSlots()
 	if len(a.pendingPolicies) == 0 && len(a.pendingNodes) == 0 {
 		return
 	}
@@ -177,6 +191,7 @@ func (a *applier) discard() {
 	a.f.bans.discard()
 	a.f.outbox.discard()
 	a.f.webhooks.discard()
+	a.discardHashSlots()
 	clear(a.pendingPolicies)
 	clear(a.pendingNodes)
 }
@@ -223,6 +238,11 @@ func (a *applier) deletePolicy(tx *persist.Tx, name string) (*Error, error) {
 }
 
 func (a *applier) resetKey(tx *persist.Tx, ck *checkRef) (*Error, error) {
+	if a.hs != nil { // hashslot.go
+		if e := a.refuseHashSlots(unsafe.Slice(ck, 1)); e != nil {
+			return e, nil
+		}
+	}
 	var lim limit
 	if e := a.resolve(ck, &lim); e != nil {
 		return e, nil
@@ -369,6 +389,11 @@ func (a *applier) check(tx *persist.Tx, c *command) ([]Result, error) {
 }
 
 func (a *applier) applyOp(tx *persist.Tx, op *opRef, checks []checkRef, decs []Decision, now, retention int64) (Result, error) {
+	if a.hs != nil { // hashslot.go: a key of a slot not owned here is refused before anything is read
+		if e := a.refuseHashSlots(checks); e != nil {
+			return Result{Err: e}, nil
+		}
+	}
 	var prevReq persist.Request
 	if len(op.requestID) > 0 {
 		if len(op.requestID) > MaxRequestIDBytes {
@@ -435,6 +460,11 @@ func (a *applier) applyOp(tx *persist.Tx, op *opRef, checks []checkRef, decs []D
 	}
 	if err := tx.PutRequest(op.requestID, prevReq, a.resBuf, now+retention); err != nil {
 		return Result{}, err
+	}
+	if a.hs != nil { // hashslot.go: the id moves with its slot
+		if err := a.indexRequest(tx, op.requestID, checks, now+retention); err != nil {
+			return Result{}, err
+		}
 	}
 	return res, nil
 }

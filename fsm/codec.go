@@ -499,6 +499,8 @@ type command struct {
 	pl             planCmd    // the plan commands (plan.go)
 	alert          alertCmd   // the alert commands (outbox.go, webhooks.go)
 
+	hs hashSlotCmd // the hash slot commands (hashslot.go)
+
 	d decoder // decodeCommand's, kept here so it does not escape per entry
 }
 

@@ -98,6 +98,11 @@ func allEncodings(t testing.TB) map[string][]byte {
 		"put_webhook":     EncodePutWebhook(nodeapi.Webhook{Name: "ops", URL: "https://hooks.example/limitd", Secret: "s3cret"}),
 		"delete_webhook":  EncodeDeleteWebhook("ops"),
 		"ack_events":      EncodeAckEvents([]uint64{7 << 16, 7<<16 | 1}),
+		"hs_own":          EncodeHashSlotsOwn(t0, []uint16{0, 1, 4095}),
+		"hs_freeze":       EncodeHashSlotFreeze(t0, 7, 3),
+		"hs_unfreeze":     EncodeHashSlotUnfreeze(7, 3),
+		"hs_import":       EncodeHashSlotImport(t0, 7, 3, t0, []byte("blob")),
+		"hs_drop":         EncodeHashSlotDrop(7, 3),
 	}
 }
 

@@ -119,6 +119,8 @@ type FSM struct {
 
 	ap applier
 
+	hashSlots hashSlots // the ownership table, published (hashslot.go)
+
 	// testHookCommit, when set, runs at the end of each apply transaction;
 	// an error fails it like a failed write.
 	testHookCommit func() error
@@ -162,8 +164,12 @@ func (f *FSM) load() error {
 	plans := emptyPlanConfig()
 	lists := make(map[string][]byte)
 	webhooks := make(map[string][]byte)
+	var hs *hashSlotTable // nil without its record: every slot owned
 	err := f.store.View(func(tx *persist.Tx) error {
 		if err := tx.ForEachPolicy(func(name string, enc []byte) error {
+			if ok, err := loadHashSlots(&hs, name, enc); ok || err != nil {
+				return err
+			}
 			if f.domains.loadEntry(domains, name, enc) || loadList(lists, name, enc) || loadWebhook(webhooks, name, enc) {
 				return nil
 			}
@@ -216,6 +222,7 @@ func (f *FSM) load() error {
 	f.plans.cur.Store(plans)
 	f.lists.set(lists)
 	f.webhooks.set(webhooks)
+	f.setHashSlots(hs)
 	for name, cfg := range lists {
 		f.listEnds.set(name, cfg)
 	}

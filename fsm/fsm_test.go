@@ -247,7 +247,7 @@ func TestFatalErrorStopsApplying(t *testing.T) {
 		{
 			name: "unknown command",
 			entry: func(*testing.T) []byte {
-				return []byte{42, cmdVersion}
+				return []byte{199, cmdVersion}
 			},
 			want: "unknown command",
 		},

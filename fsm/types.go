@@ -49,5 +49,6 @@ const (
 	// 10 and 11: CmdGrantLease, CmdReturnLease (lease.go)
 	// 12 to 19: the plan commands (plan.go)
 	// 30 and 31: CmdPutList, CmdDeleteList (lists.go); 32: CmdUnban (ban.go)
+	// 40 to 44: the hash slot ownership commands (hashslot.go)
 	// 50 and 51: CmdPutWebhook, CmdDeleteWebhook (webhooks.go); 52: CmdAckEvents (outbox.go)
 )

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+
+	"github.com/limitd/limitd/nodeapi"
 )
 
 // Answer is how one Code is answered on every transport: the one table
@@ -43,12 +45,22 @@ var answers = map[Code]Answer{
 	// but cannot be atomic on this cluster's layout; the same request with
 	// its keys under one {tag} succeeds, a retry as is never does.
 	CodeCrossSlot: {http.StatusConflict, codes.FailedPrecondition, false},
+	// wrong_group is 421 Misdirected Request: the check reached a group
+	// that does not own the key's hash slot (a stale slot map). Not 409,
+	// which says the request conflicts with state: here it is fine, sent
+	// to the wrong place. No Retry-After: the same retry fails until the
+	// sender refreshes its map. gRPC FAILED_PRECONDITION likewise.
+	nodeapi.CodeWrongGroup: {http.StatusMisdirectedRequest, codes.FailedPrecondition, false},
+	// slot_moving is 503 with Retry-After: nothing was counted and the
+	// slot is owned again within a move's two entries.
+	nodeapi.CodeSlotMoving: {http.StatusServiceUnavailable, codes.Unavailable, true},
 }
 
 // Codes lists every code the service answers with, in the order above.
 func Codes() []Code {
 	return []Code{CodeInvalidArgument, CodeUnauthenticated, CodeNotFound, CodeConflict,
-		CodePayloadTooLarge, CodeUnavailable, CodeOutcomeUnknown, CodeInternal, CodeKeyBudgetExhausted, CodeCrossSlot}
+		CodePayloadTooLarge, CodeUnavailable, CodeOutcomeUnknown, CodeInternal, CodeKeyBudgetExhausted, CodeCrossSlot,
+		nodeapi.CodeWrongGroup, nodeapi.CodeSlotMoving}
 }
 
 // AnswerOf is how code is answered. A code missing from the table (a bug)

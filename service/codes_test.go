@@ -30,6 +30,8 @@ func TestEveryCodeHasOneAnswer(t *testing.T) {
 		nodeapi.CodeInternal:           {http.StatusInternalServerError, codes.Internal, false},
 		nodeapi.CodeKeyBudgetExhausted: {http.StatusTooManyRequests, codes.ResourceExhausted, true},
 		nodeapi.CodeCrossSlot:          {http.StatusConflict, codes.FailedPrecondition, false},
+		nodeapi.CodeWrongGroup:         {http.StatusMisdirectedRequest, codes.FailedPrecondition, false},
+		nodeapi.CodeSlotMoving:         {http.StatusServiceUnavailable, codes.Unavailable, true},
 	}
 	if len(Codes()) != len(want) || len(answers) != len(want) {
 		t.Fatalf("Codes() lists %d, the table has %d, want %d", len(Codes()), len(answers), len(want))
