@@ -45,6 +45,15 @@ func (h *Host) Slots(ctx context.Context) (service.Slots, error) {
 	return out, nil
 }
 
+// SlotEpoch is the slot map's epoch (service.SlotEpochSource: the
+// Limitd-Slot-Epoch header), ok false before the data groups are open.
+func (h *Host) SlotEpoch() (uint64, bool) {
+	if d := h.data.Load(); d != nil {
+		return d.rec.slots.Epoch, true
+	}
+	return 0, false
+}
+
 func groupView(g uint32, st nodeapi.Status) service.SlotGroup {
 	v := service.SlotGroup{ID: g, Leader: st.LeaderID, Replicas: []string{}}
 	for _, m := range st.Members {

@@ -98,6 +98,39 @@ type SlotsSource interface {
 	Slots(ctx context.Context) (Slots, error)
 }
 
+// SlotEpochSource is a SlotsSource that reads its map's epoch cheaply
+// (once per answer): ok false while it has no map.
+type SlotEpochSource interface {
+	SlotEpoch() (uint64, bool)
+}
+
+type epochHeader struct {
+	epoch uint64
+	v     []string
+}
+
+// SlotEpochHeader is the value of the Limitd-Slot-Epoch answer header: the
+// slot map's epoch on a node with data groups, nil without (a one-group
+// node's answers stay as they were). A client that sees it routes by the
+// map, and asks for the map again when the epoch is newer than its own.
+// It allocates only when the epoch changes.
+func (s *Service) SlotEpochHeader() []string {
+	src, ok := s.cfg.Slots.(SlotEpochSource)
+	if !ok {
+		return nil
+	}
+	e, ok := src.SlotEpoch()
+	if !ok {
+		return nil
+	}
+	if h := s.slotEpoch.Load(); h != nil && h.epoch == e {
+		return h.v
+	}
+	h := &epochHeader{epoch: e, v: []string{strconv.FormatUint(e, 10)}}
+	s.slotEpoch.Store(h)
+	return h.v
+}
+
 // Slots is the cluster's slot map: Config.Slots's, or for a node of one
 // group, group 0 owning every slot, epoch 0 (no map was ever stored).
 func (s *Service) Slots(ctx context.Context) (Slots, *Error) {

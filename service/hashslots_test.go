@@ -62,3 +62,33 @@ func TestSlotsOfOneGroup(t *testing.T) {
 		t.Fatalf("nodes %+v, want %+v", v.Nodes, want)
 	}
 }
+
+// epochSource is a node with data groups' slot map and its epoch.
+type epochSource struct {
+	epoch uint64
+	open  bool
+}
+
+func (e *epochSource) Slots(context.Context) (Slots, error) { return Slots{Epoch: e.epoch}, nil }
+func (e *epochSource) SlotEpoch() (uint64, bool)            { return e.epoch, e.open }
+
+// Limitd-Slot-Epoch: absent on a one-group node and before the data groups
+// are open; the map's epoch after, following its changes.
+func TestSlotEpochHeader(t *testing.T) {
+	if h := New(DepsOf(newNode("p")), Config{}).SlotEpochHeader(); h != nil {
+		t.Fatalf("one group: %v", h)
+	}
+	src := &epochSource{epoch: 1}
+	s := New(DepsOf(newNode("p")), Config{Slots: src})
+	if h := s.SlotEpochHeader(); h != nil {
+		t.Fatalf("not open: %v", h)
+	}
+	src.open = true
+	if h := s.SlotEpochHeader(); !reflect.DeepEqual(h, []string{"1"}) {
+		t.Fatalf("epoch 1: %v", h)
+	}
+	src.epoch = 12
+	if h := s.SlotEpochHeader(); !reflect.DeepEqual(h, []string{"12"}) {
+		t.Fatalf("epoch 12: %v", h)
+	}
+}
