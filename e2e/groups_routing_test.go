@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/limitd/limitd/client"
+	"github.com/limitd/limitd/hashslot"
 )
 
 // groupSamples sums, per group label, the samples of metric (a name as
@@ -198,5 +199,80 @@ func TestProcessDataGroupsClientRouting(t *testing.T) {
 	}
 	if routed > roundRobin/4 {
 		t.Fatalf("the routing client's checks were forwarded %.0f times, round robin's %.0f", routed, roundRobin)
+	}
+}
+
+// Quota leases with data groups: each key's lease is granted by its own
+// group, so checks of keys in every group are answered from leases on the
+// node that takes them, and no key is ever allowed more than its limit.
+func TestProcessDataGroupsLeases(t *testing.T) {
+	t.Parallel()
+	n1 := newProc(t, "n1", "")
+	n1.start("--data-groups", "3")
+	n1.waitReady()
+	n2 := newProc(t, "n2", n1.URL(""))
+	n3 := newProc(t, "n3", n1.URL(""))
+	n2.start("--data-groups", "3")
+	n3.start("--data-groups", "3")
+	n2.waitReady()
+	n3.waitReady()
+	if code, body := putJSON(t, n1.URL("/v1/policies/quota"),
+		`{"algorithm":"fixed_window","limit":150,"window":"`+crashWindow(30*time.Minute)+`","lease":{"share":0.2,"max_ttl":"2s"}}`); code != 200 {
+		t.Fatalf("put policy: %d %s", code, body)
+	}
+	v := getSlots(t, n1)
+	groupOf := func(key string) uint32 {
+		s := uint16(hashslot.Of(key))
+		for _, g := range v.Groups {
+			for _, r := range g.Slots {
+				if s >= r[0] && s <= r[1] {
+					return g.ID
+				}
+			}
+		}
+		return 0
+	}
+	var keys []string
+	per := map[uint32]int{}
+	for i := 0; len(keys) < 9; i++ {
+		k := fmt.Sprintf("tenant:%d", i)
+		if g := groupOf(k); per[g] < 3 {
+			per[g]++
+			keys = append(keys, k)
+		}
+	}
+	const tries = 200 // more than the limit of 150
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	allowed := map[string]int{}
+	for _, k := range keys {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < tries; i++ {
+				code, b := postJSON(t, n2.URL("/v1/check"), `{"key":"`+k+`","policy":"quota"}`)
+				if code != 200 && code != 429 {
+					t.Errorf("%s: %d %s", k, code, b)
+					return
+				}
+				if strings.Contains(string(b), `"allowed":true`) {
+					mu.Lock()
+					allowed[k]++
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for _, k := range keys {
+		if allowed[k] > 150 || allowed[k] == 0 {
+			t.Errorf("%s (group %d): %d allowed of %d, limit 150", k, groupOf(k), allowed[k], tries)
+		}
+	}
+	answered := floodMetric(t, n2, "limitd_lease_checks_total")
+	taken := floodMetric(t, n2, "limitd_leases_taken_total")
+	t.Logf("n2: %v checks answered from %v leases; allowed per key %v", answered, taken, allowed)
+	if answered == 0 || taken < 3 {
+		t.Fatalf("leases with data groups: %v checks answered from %v leases", answered, taken)
 	}
 }

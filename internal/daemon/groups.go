@@ -101,15 +101,12 @@ func hostFailed(host *groups.Host) <-chan struct{} {
 }
 
 // hostDeps is serviceDeps for a node with data groups: checks, key resets,
-// the over-limit cache and bans by the group owning the key's slot;
-// policies and plans written to every group (groups.Catalog); membership,
-// status and the rest of the configuration from group 0. Leases are off:
-// a lease is granted by the state machine counting its key, and the lease
-// runtime holds one node's leases, so the service is given a Leaser that
-// never grants (groups.NoLeases) and every check goes through its group's log.
+// quota leases, the over-limit cache and bans by the group owning the
+// key's slot; policies and plans written to every group (groups.Catalog);
+// membership, status and the rest of the configuration from group 0.
 func hostDeps(h *groups.Host) service.Deps {
 	n, c := h.Zero(), h.Catalog()
-	return service.Deps{Node: h, LeaderLocator: h, Leaser: groups.NoLeases{}, Refuser: h, Backuper: n.Backups(),
+	return service.Deps{Node: h, LeaderLocator: h, Leaser: h.Leases(), Refuser: h, Backuper: n.Backups(),
 		Policies: c, Plans: c, Domains: c, Lists: c, Bans: c, Inventory: c, Digester: c, Alerts: c, Degrader: n, Usage: c}
 }
 
