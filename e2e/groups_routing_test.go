@@ -50,6 +50,34 @@ func groupSamples(t *testing.T, p *proc, metric string) map[string]float64 {
 	return out
 }
 
+// startDataGroups starts three processes with --data-groups 3 (n1
+// bootstraps, n2 and n3 join) and waits until each leads one data group.
+func startDataGroups(t *testing.T) []*proc {
+	t.Helper()
+	n1 := newProc(t, "n1", "")
+	n1.start("--data-groups", "3")
+	n1.waitReady()
+	n2 := newProc(t, "n2", n1.URL(""))
+	n3 := newProc(t, "n3", n1.URL(""))
+	n2.start("--data-groups", "3")
+	n3.start("--data-groups", "3")
+	n2.waitReady()
+	n3.waitReady()
+	ps := []*proc{n1, n2, n3}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		v := getSlots(t, ps[time.Now().Nanosecond()%3])
+		ok, led := spread(v, []string{"n1", "n2", "n3"})
+		if ok && len(v.Groups) == 4 {
+			return ps
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("leaders not spread after 60s: %v (%+v)\n%s", led, v, n1.Logs())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
 // forwarded is the ops the data groups' followers forwarded to their
 // leaders, summed over the nodes (limitd_forward_batch_ops_sum{group}).
 func forwarded(t *testing.T, ps []*proc) float64 {
@@ -71,28 +99,8 @@ func forwarded(t *testing.T, ps []*proc) float64 {
 // fewer forwards than the same checks sent round robin over HTTP.
 func TestProcessDataGroupsClientRouting(t *testing.T) {
 	t.Parallel()
-	n1 := newProc(t, "n1", "")
-	n1.start("--data-groups", "3")
-	n1.waitReady()
-	n2 := newProc(t, "n2", n1.URL(""))
-	n3 := newProc(t, "n3", n1.URL(""))
-	n2.start("--data-groups", "3")
-	n3.start("--data-groups", "3")
-	n2.waitReady()
-	n3.waitReady()
-	ps := []*proc{n1, n2, n3}
-	ids := []string{"n1", "n2", "n3"}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		ok, led := spread(getSlots(t, n1), ids)
-		if ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("leaders not spread after 60s: %v", led)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	ps := startDataGroups(t)
+	n1, n2, n3 := ps[0], ps[1], ps[2]
 
 	// Per group: exactly one node reports itself its leader, the one the map names.
 	v := getSlots(t, n1)
@@ -207,15 +215,8 @@ func TestProcessDataGroupsClientRouting(t *testing.T) {
 // node that takes them, and no key is ever allowed more than its limit.
 func TestProcessDataGroupsLeases(t *testing.T) {
 	t.Parallel()
-	n1 := newProc(t, "n1", "")
-	n1.start("--data-groups", "3")
-	n1.waitReady()
-	n2 := newProc(t, "n2", n1.URL(""))
-	n3 := newProc(t, "n3", n1.URL(""))
-	n2.start("--data-groups", "3")
-	n3.start("--data-groups", "3")
-	n2.waitReady()
-	n3.waitReady()
+	ps := startDataGroups(t)
+	n1, n2 := ps[0], ps[1]
 	if code, body := putJSON(t, n1.URL("/v1/policies/quota"),
 		`{"algorithm":"fixed_window","limit":150,"window":"`+crashWindow(30*time.Minute)+`","lease":{"share":0.2,"max_ttl":"2s"}}`); code != 200 {
 		t.Fatalf("put policy: %d %s", code, body)
