@@ -155,7 +155,13 @@ func TestOneGroupClusterIsNotRouted(t *testing.T) {
 	fc := newFakeCluster(t, 3)
 	fc.setLeader(1)
 	c := mustNew(t, fc.addrs())
-	c.Check(ctxT(t), Request{Key: "first", Policy: "p"}) // learns the leader
+	c.Check(ctxT(t), Request{Key: "first", Policy: "p"}) // learns the leader, in the background
+	for deadline := time.Now().Add(5 * time.Second); c.Target() != fc.nodes[1].addr(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the leader was not learned: target %s", c.Target())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	base := fc.nodes[0].hitCount("/v1/check/batch") + fc.nodes[2].hitCount("/v1/check/batch")
 	g1, g2 := keysOfGroups(10)
 	for range 3 {
