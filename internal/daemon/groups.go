@@ -103,10 +103,11 @@ func hostFailed(host *groups.Host) <-chan struct{} {
 // hostDeps is serviceDeps for a node with data groups: checks, key resets,
 // quota leases, the over-limit cache and bans by the group owning the
 // key's slot; policies and plans written to every group (groups.Catalog);
+// backups of every group in one archive (groups.Host.OpenBackup);
 // membership, status and the rest of the configuration from group 0.
 func hostDeps(h *groups.Host) service.Deps {
 	n, c := h.Zero(), h.Catalog()
-	return service.Deps{Node: h, LeaderLocator: h, Leaser: h.Leases(), Refuser: h, Backuper: n.Backups(),
+	return service.Deps{Node: h, LeaderLocator: h, Leaser: h.Leases(), Refuser: h, Backuper: h,
 		Policies: c, Plans: c, Domains: c, Lists: c, Bans: c, Inventory: c, Digester: c, Alerts: c, Degrader: n, Usage: c}
 }
 
