@@ -89,7 +89,9 @@ func perGroup[T, R any](h *Host, items []T, key func(*T) string, call func(n *cl
 // GrantLeases asks each key's group for its leases.
 func (l *Leases) GrantLeases(ctx context.Context, reqs []nodeapi.LeaseRequest) ([]nodeapi.LeaseGrant, error) {
 	return perGroup(l.h, reqs, func(r *nodeapi.LeaseRequest) string { return r.Check.Key },
-		func(n *cluster.Node, sub []nodeapi.LeaseRequest) ([]nodeapi.LeaseGrant, error) { return n.GrantLeases(ctx, sub) })
+		func(n *cluster.Node, sub []nodeapi.LeaseRequest) ([]nodeapi.LeaseGrant, error) {
+			return n.GrantLeases(ctx, sub)
+		})
 }
 
 // ReturnLeases gives each lease back to its key's group.
