@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/limitd/limitd/hashslot"
 )
 
 // A backup of a cluster with data groups is one archive of every group:
@@ -26,17 +25,7 @@ func TestProcessDataGroupsBackup(t *testing.T) {
 		t.Fatalf("put policy: %d %s", code, body)
 	}
 	v := getSlots(t, n1)
-	groupOf := func(key string) uint32 {
-		s := uint16(hashslot.Of(key))
-		for _, g := range v.Groups {
-			for _, r := range g.Slots {
-				if s >= r[0] && s <= r[1] {
-					return g.ID
-				}
-			}
-		}
-		return 0
-	}
+	groupOf := func(key string) uint32 { return groupOfKey(v, key) }
 	var keys []string
 	per := map[uint32]int{}
 	for i := 0; len(keys) < 6; i++ {

@@ -78,6 +78,19 @@ func startDataGroups(t *testing.T) []*proc {
 	}
 }
 
+// groupOfKey is the group owning key's slot in v (0: none).
+func groupOfKey(v slotsView, key string) uint32 {
+	s := uint16(hashslot.Of(key))
+	for _, g := range v.Groups {
+		for _, r := range g.Slots {
+			if s >= r[0] && s <= r[1] {
+				return g.ID
+			}
+		}
+	}
+	return 0
+}
+
 // forwarded is the ops the data groups' followers forwarded to their
 // leaders, summed over the nodes (limitd_forward_batch_ops_sum{group}).
 func forwarded(t *testing.T, ps []*proc) float64 {
@@ -222,17 +235,7 @@ func TestProcessDataGroupsLeases(t *testing.T) {
 		t.Fatalf("put policy: %d %s", code, body)
 	}
 	v := getSlots(t, n1)
-	groupOf := func(key string) uint32 {
-		s := uint16(hashslot.Of(key))
-		for _, g := range v.Groups {
-			for _, r := range g.Slots {
-				if s >= r[0] && s <= r[1] {
-					return g.ID
-				}
-			}
-		}
-		return 0
-	}
+	groupOf := func(key string) uint32 { return groupOfKey(v, key) }
 	var keys []string
 	per := map[uint32]int{}
 	for i := 0; len(keys) < 9; i++ {

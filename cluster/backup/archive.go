@@ -157,24 +157,9 @@ func IsArchive(b []byte) bool { return len(b) >= 8 && bytes.Equal(b[:8], archive
 // first group's part.
 func ReadManifest(r io.Reader) (Manifest, error) {
 	var m Manifest
-	var pre [12]byte
-	if _, err := io.ReadFull(r, pre[:]); err != nil {
-		return m, fmt.Errorf("not a limitd archive: %s", shortRead(err, "manifest"))
-	}
-	if !IsArchive(pre[:]) {
-		return m, fmt.Errorf("not a limitd archive (bad magic %q)", pre[:8])
-	}
-	size := binary.BigEndian.Uint32(pre[8:])
-	if size == 0 || size > maxBackupHeader {
-		return m, fmt.Errorf("damaged archive: manifest length %d out of range", size)
-	}
-	buf := make([]byte, int(size)+sha256.Size)
-	if _, err := io.ReadFull(r, buf); err != nil {
-		return m, fmt.Errorf("damaged archive: %s", shortRead(err, "manifest"))
-	}
-	body, sum := buf[:size], buf[size:]
-	if want := sha256.Sum256(body); !bytes.Equal(sum, want[:]) {
-		return m, errors.New("damaged archive: manifest checksum mismatch")
+	body, err := readFramed(r, archiveMagic, "archive", "manifest")
+	if err != nil {
+		return m, err
 	}
 	if err := json.Unmarshal(body, &m); err != nil {
 		return m, fmt.Errorf("damaged archive: manifest: %w", err)
