@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
 )
 
 // A backup of a cluster with data groups is one archive of every group:
