@@ -3,7 +3,6 @@ package backup
 import (
 	"bytes"
 	"crypto/sha256"
-	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -123,9 +122,7 @@ func (a *Archive) WriteTo(w io.Writer) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("archive manifest: %w", err)
 	}
-	sum := sha256.Sum256(m)
-	pre := append(append(binary.BigEndian.AppendUint32(append([]byte(nil), archiveMagic[:]...), uint32(len(m))), m...), sum[:]...)
-	n, err := w.Write(pre)
+	n, err := w.Write(frame(archiveMagic, m))
 	total := int64(n)
 	if err != nil {
 		return total, fmt.Errorf("write archive manifest: %w", err)

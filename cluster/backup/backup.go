@@ -201,13 +201,7 @@ func (b *Backup) WriteTo(w io.Writer) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("backup header: %w", err)
 	}
-	sum := sha256.Sum256(hdr)
-	pre := make([]byte, 0, 12+len(hdr)+len(sum))
-	pre = append(pre, backupMagic[:]...)
-	pre = binary.BigEndian.AppendUint32(pre, uint32(len(hdr)))
-	pre = append(pre, hdr...)
-	pre = append(pre, sum[:]...)
-	n, err := w.Write(pre)
+	n, err := w.Write(frame(backupMagic, hdr))
 	total := int64(n)
 	if err != nil {
 		return total, fmt.Errorf("write backup header: %w", err)
@@ -238,6 +232,16 @@ func ReadHeader(r io.Reader) (Header, error) {
 		return h, fmt.Errorf("backup format %d is not supported (this limitd reads format %d)", h.Format, Format)
 	}
 	return h, nil
+}
+
+// frame is magic ‖ length uint32 ‖ body ‖ SHA-256 of the body (readFramed).
+func frame(magic [8]byte, body []byte) []byte {
+	sum := sha256.Sum256(body)
+	b := make([]byte, 0, 12+len(body)+len(sum))
+	b = append(b, magic[:]...)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(body)))
+	b = append(b, body...)
+	return append(b, sum[:]...)
 }
 
 // readFramed reads magic ‖ length uint32 ‖ body ‖ SHA-256 of the body, the
