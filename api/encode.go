@@ -53,6 +53,15 @@ func (s *Server) setLeader(h http.Header) {
 	if addr := s.svc.Leader(); addr != nil {
 		h[hdrLeader] = addr
 	}
+	s.setSlotEpoch(h)
+}
+
+// setSlotEpoch adds Limitd-Slot-Epoch on a node with data groups
+// (api/hashslots.go).
+func (s *Server) setSlotEpoch(h http.Header) {
+	if e := s.svc.SlotEpochHeader(); e != nil {
+		h[hdrSlotEpoch] = e
+	}
 }
 
 // setLeaderAt is setLeader for a caller that read the clock (now) already.
@@ -60,6 +69,7 @@ func (s *Server) setLeaderAt(h http.Header, now time.Time) {
 	if addr := s.svc.LeaderAt(now); addr != nil {
 		h[hdrLeader] = addr
 	}
+	s.setSlotEpoch(h)
 }
 
 func writeJSON(w http.ResponseWriter, status int, body []byte) {

@@ -6,6 +6,11 @@ import (
 	"github.com/julienschmidt/httprouter"
 )
 
+// hdrSlotEpoch names the slot map's epoch on the answers of a node with
+// data groups (service.SlotEpochHeader): a client routing by the map asks
+// for it again when the epoch is newer than its own.
+const hdrSlotEpoch = "Limitd-Slot-Epoch"
+
 // handleSlots is GET /v1/cluster/slots: the hash-slot map, its epoch and
 // each group's leader, replicas and slot runs (service.Slots), for clients
 // that route each key to its group's leader. Public, like GET /v1/cluster's

@@ -4,6 +4,7 @@ package api
 
 import (
 	"bufio"
+	"context"
 	"crypto/rand"
 	"crypto/sha1"
 	"encoding/base64"
@@ -29,6 +30,7 @@ import (
 	"github.com/limitd/limitd/algo"
 	"github.com/limitd/limitd/internal/testtool"
 	"github.com/limitd/limitd/nodeapi"
+	"github.com/limitd/limitd/service"
 )
 
 // The status page in a real browser: Debian's chromium, headless, driven
@@ -861,5 +863,44 @@ func (c *wsConn) read() ([]byte, error) {
 		default:
 			return nil, fmt.Errorf("unexpected frame opcode %d", opcode)
 		}
+	}
+}
+
+// slotsSource is a node with data groups' slot map (groups.Host's).
+type slotsSource struct{ v service.Slots }
+
+func (s slotsSource) Slots(context.Context) (service.Slots, error) { return s.v, nil }
+
+// TestUIInBrowserDataGroups: a node with data groups lists its groups
+// (id, leader or "none", replicas, slot count) under the members; a
+// one-group node shows no groups table (TestUIInBrowserEmptyNode's page).
+func TestUIInBrowserDataGroups(t *testing.T) {
+	bin := testtool.Path(t, "chromium", "apt-get install chromium")
+	store := newFakeStore()
+	store.status = nodeapi.Status{NodeID: "n1", State: "Leader", LeaderID: "n1", LeaderHTTP: "127.0.0.1:1",
+		Members: []nodeapi.Member{{ID: "n1", RaftAddr: "127.0.0.1:2", HTTPAddr: "127.0.0.1:1", Suffrage: "Voter", Leader: true, Health: "healthy", Healthy: true}}}
+	src := slotsSource{service.Slots{Epoch: 1, Groups: []service.SlotGroup{
+		{ID: 0, Leader: "n1", Replicas: []string{"n1", "n2"}, Slots: [][2]uint16{}},
+		{ID: 1, Leader: "n2", Replicas: []string{"n1", "n2"}, Slots: [][2]uint16{{0, 99}, {200, 4095}}},
+		{ID: 2, Leader: "", Replicas: []string{"n1", "n2"}, Slots: [][2]uint16{{100, 199}}}}}}
+	srv := httptest.NewServer(newAPI(store, Config{Logger: discardLogger()}, service.Config{Slots: src}).Handler())
+	t.Cleanup(srv.Close)
+	b := startBrowser(t, bin)
+	b.navigate(srv.URL + "/ui")
+	b.waitFor(`!document.getElementById("groups").hidden && document.querySelectorAll("#groups tbody tr").length === 3`, "three groups listed")
+	for _, c := range []struct{ group, want string }{
+		{"0", "0 (configuration)n1n1, n20"}, {"1", "1n2n1, n23996"}, {"2", "2nonen1, n2100"},
+	} {
+		if got := b.eval(`document.querySelector('#groups tr[data-group="` + c.group + `"]').textContent`); got != c.want {
+			t.Errorf("group %s's row: %v, want %q", c.group, got, c.want)
+		}
+	}
+
+	one := httptest.NewServer(newAPI(store, Config{Logger: discardLogger()}).Handler())
+	t.Cleanup(one.Close)
+	b.navigate(one.URL + "/ui")
+	b.waitFor(`document.getElementById("status").textContent.startsWith("Updated") && document.querySelector("#members tbody tr.placeholder") === null`, "the one-group page polled")
+	if got := b.eval(`document.getElementById("groups").hidden`); got != true {
+		t.Errorf("a one-group node shows the groups table (hidden %v)", got)
 	}
 }

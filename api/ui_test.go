@@ -124,6 +124,7 @@ func TestUIReadsAreRouted(t *testing.T) {
 	ts.want(ts.do("POST", "/v1/check", `{"key":"u/1","policy":"jobs"}`), 200, "", "")
 	for _, c := range []struct{ inPage, url string }{
 		{`"/v1/plans"`, "/v1/plans"},
+		{`"/v1/cluster/slots"`, "/v1/cluster/slots"},
 		{`"/v1/prefix-rules"`, "/v1/prefix-rules"},
 		{`"/v1/keys/top?policy="`, "/v1/keys/top?policy=jobs&window=5m&by=allowed"},
 		{`"/v1/keys/top?policy="`, "/v1/keys/top?policy=jobs&window=1h&by=refused"},

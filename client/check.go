@@ -53,7 +53,7 @@ func (c *Client) Check(ctx context.Context, r Request) (Decision, error) {
 
 func (c *Client) check(ctx context.Context, r *Request) (Decision, error) {
 	if !c.opts.coalesce.Disabled {
-		return c.co.do(ctx, r)
+		return c.coalescerFor(r.Key).do(ctx, r)
 	}
 	ctx, cancel := c.withDeadline(ctx)
 	defer cancel()
@@ -69,7 +69,7 @@ func (c *Client) check(ctx context.Context, r *Request) (Decision, error) {
 	*body = appendCheck((*body)[:0], r, idb)
 	out := getBuf()
 	defer putBuf(out)
-	err := c.retry(ctx, len(idb) > 0, func(ctx context.Context, host string) error {
+	err := c.retryAt(ctx, c.rt.hostFor(r.Key), len(idb) > 0, func(ctx context.Context, host string) error {
 		_, err := c.send(ctx, http.MethodPost, host, "/v1/check", *body, false, out)
 		return err
 	})
@@ -105,6 +105,7 @@ var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}
 // arrived meanwhile, sends the next batch too.
 type coalescer struct {
 	c        *Client
+	host     string // the group leader its batches go to (route.go); "" unrouted
 	cfg      Coalescing
 	maxBatch atomic.Int64 // cfg.MaxBatch, lowered if a node refuses batches that large
 	mu       sync.Mutex
@@ -191,7 +192,7 @@ func lastErr(cl *call) error {
 // in-flight slot back.
 func (co *coalescer) run() {
 	for {
-		maxBatch := int(co.maxBatch.Load())
+		maxBatch := int(co.c.co.maxBatch.Load()) // one size for every leader's coalescer
 		if co.cfg.MaxWait > 0 {
 			co.mu.Lock()
 			n := len(co.pending)
@@ -210,7 +211,7 @@ func (co *coalescer) run() {
 		co.mu.Unlock()
 
 		if len(batch) > 0 {
-			co.c.sendBatch(batch)
+			co.c.sendBatch(co.host, batch)
 		}
 
 		co.mu.Lock()
@@ -231,10 +232,10 @@ func finish(cl *call, d Decision, err error) {
 	cl.done <- struct{}{}
 }
 
-// sendBatch sends calls as one /v1/check/batch request, retrying with the
-// same request_ids until each call's deadline, and delivers every call's
-// decision or error.
-func (c *Client) sendBatch(calls []*call) {
+// sendBatch sends calls as one /v1/check/batch request (to host while it
+// answers, when routed), retrying with the same request_ids until each
+// call's deadline, and delivers every call's decision or error.
+func (c *Client) sendBatch(host string, calls []*call) {
 	latest := calls[0].deadline
 	for _, cl := range calls[1:] {
 		if cl.deadline.After(latest) {
@@ -252,7 +253,7 @@ func (c *Client) sendBatch(calls []*call) {
 	errNoneLeft := errors.New("no live calls")
 	// Without request ids, a batch whose outcome is unknown is not retried.
 	unknownOK := !c.opts.noRequestID
-	err := c.retry(ctx, unknownOK, func(ctx context.Context, host string) error {
+	err := c.retryAt(ctx, host, unknownOK, func(ctx context.Context, host string) error {
 		live = live[:0]
 		now := time.Now()
 		for _, cl := range calls {
@@ -310,8 +311,16 @@ func (c *Client) sendBatch(calls []*call) {
 		c.co.shrink(half)
 		first := append([]*call(nil), live[:half]...)
 		rest := append([]*call(nil), live[half:]...)
-		c.sendBatch(first)
-		c.sendBatch(rest)
+		c.sendBatch(host, first)
+		c.sendBatch(host, rest)
+		return
+	}
+	if errors.As(err, &e) && host != "" && misrouted(e.Code) {
+		// The node we took for the group's leader decides none of these
+		// keys now (nothing was counted): ask the map again, and let the
+		// node the unrouted way route them.
+		c.rt.invalidate()
+		c.sendBatch("", append([]*call(nil), live...))
 		return
 	}
 	if err != nil {
@@ -331,8 +340,13 @@ func (c *Client) sendBatch(calls []*call) {
 		}
 		return
 	}
+	var redo []*call
 	for i, cl := range live {
 		w := &results[i]
+		if w.Error != nil && host != "" && misrouted(w.Error.Code) {
+			redo = append(redo, cl) // as above, for this entry alone
+			continue
+		}
 		if w.Error != nil {
 			e := errOf(w.Error, statusOf(w.Error.Code))
 			e.Field = trimCheckPrefix(e.Field)
@@ -341,7 +355,16 @@ func (c *Client) sendBatch(calls []*call) {
 		}
 		finish(cl, decisionOf(w), nil)
 	}
+	if len(redo) > 0 {
+		c.rt.invalidate()
+		c.sendBatch("", redo)
+	}
 }
+
+// misrouted: a check refused because the node that got it does not decide
+// its key (a stale slot map: wrong_group; a leader that stepped down:
+// not_leader), before anything was counted, so it is sent again.
+func misrouted(code string) bool { return code == CodeWrongGroup || code == CodeNotLeader }
 
 // trimCheckPrefix makes a batch entry's field relative to its check
 // ("checks[3].limit.window" → "limit.window"), as /v1/check would name it.

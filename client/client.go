@@ -89,6 +89,8 @@ type options struct {
 	noRequestID bool
 	breaker     Breaker
 	local       *localShare // FailLocal's limits and counts (degraded.go)
+	// noSlotRouting: WithoutSlotRouting (route.go).
+	noSlotRouting bool
 }
 
 // Option configures a Client.
@@ -178,6 +180,7 @@ type Client struct {
 	idSeq    atomic.Uint64
 
 	co *coalescer
+	rt *router      // per group leader (route.go); nil WithoutSlotRouting
 	pb pairBatchers // costbatch.go
 	br *breaker
 
@@ -251,6 +254,9 @@ func New(addrs []string, opts ...Option) (*Client, error) {
 	}
 	c.idPrefix = hex.EncodeToString(b[:]) + "-"
 	c.co = newCoalescer(c, o.coalesce)
+	if !o.noSlotRouting {
+		c.rt = newRouter(c)
+	}
 	c.pb = newPairBatchers(c)
 	c.br = newBreaker(o.breaker)
 	return c, nil
@@ -469,6 +475,12 @@ func (c *Client) withDeadline(ctx context.Context) (context.Context, context.Can
 // failed to connect (the breaker counts it; see Breaker). ctx is passed to
 // attempt because a probe of the open breaker runs under a shorter one.
 func (c *Client) retry(ctx context.Context, unknownOK bool, attempt func(ctx context.Context, host string) error) (err error) {
+	return c.retryAt(ctx, "", unknownOK, attempt)
+}
+
+// retryAt is retry whose attempts go to prefer (a key's group leader,
+// route.go) while it has not failed, and otherwise where retry's go.
+func (c *Client) retryAt(ctx context.Context, prefer string, unknownOK bool, attempt func(ctx context.Context, host string) error) (err error) {
 	probe, err := c.br.admit()
 	if err != nil {
 		c.shortCircuited.Add(1)
@@ -497,7 +509,7 @@ func (c *Client) retry(ctx context.Context, unknownOK bool, attempt func(ctx con
 	var unreached []string
 	var unreachedErrs []error
 	for {
-		host := c.pickAvoiding(unreached)
+		host := c.pickFor(prefer, unreached)
 		err := attempt(ctx, host)
 		var ce *ConfigError
 		if errors.As(err, &ce) {
@@ -537,6 +549,9 @@ func (c *Client) retry(ctx context.Context, unknownOK bool, attempt func(ctx con
 			}
 		}
 		c.demote(host)
+		if host == prefer {
+			c.rt.invalidate() // the group's leader may have moved
+		}
 		if ctx.Err() != nil {
 			return &deadlineError{ctxErr: ctx.Err(), last: err, unknown: unknown}
 		}
@@ -580,6 +595,20 @@ func (c *Client) retry(ctx context.Context, unknownOK bool, attempt func(ctx con
 func isAnswer(err error) bool {
 	var e *Error
 	return errors.As(err, &e)
+}
+
+// pickFor is prefer unless it refused this call's connections or failed
+// recently (then pickAvoiding).
+func (c *Client) pickFor(prefer string, skip []string) string {
+	if prefer != "" && !slices.Contains(skip, prefer) {
+		c.mu.Lock()
+		until, bad := c.failed[prefer]
+		c.mu.Unlock()
+		if !bad || time.Now().After(until) {
+			return prefer
+		}
+	}
+	return c.pickAvoiding(skip)
 }
 
 // pickAvoiding is pick, but never one of skip while a node outside it is
@@ -646,6 +675,9 @@ func (c *Client) send(ctx context.Context, method, host, path string, body []byt
 	}
 	if v := resp.Header["Limitd-Leader"]; len(v) == 1 && v[0] != host {
 		c.followLeader(v[0]) // a follower answered: go to the leader next time
+	}
+	if v := resp.Header[HeaderSlotEpoch]; len(v) == 1 {
+		c.rt.sawEpoch(v[0])
 	}
 	if resp.StatusCode/100 != 2 {
 		if resp.StatusCode == http.StatusBadRequest && bytes.Contains(b, []byte(tlsRequiredBody)) {

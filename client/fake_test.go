@@ -35,6 +35,12 @@ type fakeCluster struct {
 	// leaderHeader makes followers name the leader in Limitd-Leader, as
 	// limitd's followers do; hideLeader keeps it out of /v1/cluster.
 	leaderHeader, hideLeader bool
+	// slots, when set, is the slot map of a cluster with data groups:
+	// GET /v1/cluster/slots answers it and every answer names its epoch
+	// (route_test.go). entry, when set, sees each check of a batch first
+	// and may refuse it (a nil error: decide it).
+	slots *ClusterSlots
+	entry func(n *fakeNode, c fakeCheck) *wireError
 }
 
 type appliedCheck struct {
@@ -124,6 +130,16 @@ func (n *fakeNode) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	n.auth = append(n.auth, r.Method+" "+r.URL.Path+" "+r.Header.Get("Authorization"))
 	n.mu.Unlock()
 	fc := n.c
+	fc.mu.Lock()
+	if fc.slots != nil {
+		w.Header().Set(HeaderSlotEpoch, fmt.Sprint(fc.slots.Epoch))
+		if r.URL.Path == "/v1/cluster/slots" {
+			json.NewEncoder(w).Encode(fc.slots)
+			fc.mu.Unlock()
+			return
+		}
+	}
+	fc.mu.Unlock()
 	if r.URL.Path == "/v1/cluster" {
 		fc.mu.Lock()
 		st := ClusterStatus{NodeID: n.id, State: "Follower"}
@@ -194,6 +210,12 @@ func (n *fakeNode) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		out := make([]wireDecision, len(b.Checks))
 		for i, c := range b.Checks {
+			if fc.entry != nil {
+				if e := fc.entry(n, c); e != nil {
+					out[i] = wireDecision{Error: e}
+					continue
+				}
+			}
 			d, e := fc.decide(c, fmt.Sprintf("checks[%d].", i))
 			if e != nil {
 				out[i] = wireDecision{Error: e}

@@ -71,32 +71,10 @@ func spread(v slotsView, ids []string) (bool, map[string]int) {
 // killed.
 func TestProcessDataGroups(t *testing.T) {
 	t.Parallel() // long, mostly waiting on its own processes (see TestMain)
-	n1 := newProc(t, "n1", "")
-	n1.start("--data-groups", "3")
-	n1.waitReady()
-	n2 := newProc(t, "n2", n1.URL(""))
-	n3 := newProc(t, "n3", n1.URL(""))
-	n2.start("--data-groups", "3")
-	n3.start("--data-groups", "3")
-	n2.waitReady()
-	n3.waitReady()
-	ps := []*proc{n1, n2, n3}
-	ids := []string{"n1", "n2", "n3"}
-
 	// Leaders spread: one data group led by each node, every group on all three.
-	deadline := time.Now().Add(60 * time.Second)
-	var v slotsView
-	for {
-		v = getSlots(t, ps[time.Now().Nanosecond()%3])
-		ok, led := spread(v, ids)
-		if ok && len(v.Groups) == 4 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("leaders not spread after 60s: %v (%+v)\n%s", led, v, n1.Logs())
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	ps := startDataGroups(t)
+	n1, n2, n3 := ps[0], ps[1], ps[2]
+	v := getSlots(t, n1)
 	// The map: epoch 1, group 0 owns nothing, groups 1..3 one run each covering 0..4095 in order.
 	if v.Epoch != 1 || v.Groups[0].ID != 0 || len(v.Groups[0].Slots) != 0 {
 		t.Fatalf("slot map %+v", v)

@@ -16,8 +16,9 @@
 // within ±1 per node.
 //
 // The Host implements service.Node (checks split by group, merged in
-// order), the Refuser and Bans per key's group, and Policies and Plans
-// fanned out to every group (each group's state machine decides with its
-// own copy). What stays in group 0 only, and what is off in multi-group
-// mode (leases), is in docs/OPERATIONS.md, "Data groups".
+// order), the Refuser, Bans and quota leases (Leases) per key's group, and
+// Policies and Plans fanned out to every group (each group's state machine
+// decides with its own copy). Its metrics carry a group label (metrics.go).
+// What stays in group 0 only, and what is off in multi-group mode
+// (check/all across slots), is in docs/OPERATIONS.md, "Data groups".
 package groups

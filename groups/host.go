@@ -61,6 +61,11 @@ type Host struct {
 	// lastTransfer is when this node last moved each group's leadership.
 	lastTransfer map[uint32]time.Time
 	transfers    atomic.Uint64
+
+	// opened are the functions to call with the data groups once open
+	// (onOpen), under openMu.
+	openMu sync.Mutex
+	opened []func([]*cluster.Node)
 }
 
 type dataGroups struct {
@@ -138,6 +143,31 @@ func (h *Host) SlotMap() *hashslot.Map {
 		return d.rec.slots
 	}
 	return nil
+}
+
+// onOpen calls f with the data groups once they are open (now, when they are).
+func (h *Host) onOpen(f func([]*cluster.Node)) {
+	h.openMu.Lock()
+	d := h.data.Load()
+	if d == nil {
+		h.opened = append(h.opened, f)
+	}
+	h.openMu.Unlock()
+	if d != nil {
+		f(d.nodes)
+	}
+}
+
+// setData makes the data groups open and tells onOpen's functions.
+func (h *Host) setData(d *dataGroups) {
+	h.openMu.Lock()
+	h.data.Store(d)
+	fs := h.opened
+	h.opened = nil
+	h.openMu.Unlock()
+	for _, f := range fs {
+		f(d.nodes)
+	}
 }
 
 // Failed is closed when the Host cannot serve (Err says why): the
@@ -247,7 +277,7 @@ func (h *Host) openData() error {
 			return nil
 		}
 		h.log.Info("bootstrapped the data groups", "groups", rec.groups, "flag", rec.flag)
-		h.data.Store(&dataGroups{rec: rec, nodes: nodes})
+		h.setData(&dataGroups{rec: rec, nodes: nodes})
 		return nil
 	}
 	rec, err := parseRecord(v)
@@ -261,7 +291,7 @@ func (h *Host) openData() error {
 	if err != nil {
 		return err
 	}
-	h.data.Store(&dataGroups{rec: rec, nodes: nodes})
+	h.setData(&dataGroups{rec: rec, nodes: nodes})
 	return nil
 }
 

@@ -198,21 +198,3 @@ func (h *Host) Refused(id overlimit.LimitID, key string, cost int64) (algo.Decis
 // (clients route by GET /v1/cluster/slots).
 func (h *Host) LeaderID() (string, bool)         { return h.zero.LeaderID() }
 func (h *Host) LeaderHTTPAddr() (string, string) { return h.zero.LeaderHTTPAddr() }
-
-// NoLeases is the Leaser of a node with data groups: it never grants, so
-// the service's lease runtime misses and decides every check through the
-// key's group log (leases per group are not built yet: a lease is granted
-// by the state machine that counts its key, and one runtime would need one
-// per group).
-type NoLeases struct{}
-
-func (NoLeases) GrantLeases(context.Context, []nodeapi.LeaseRequest) ([]nodeapi.LeaseGrant, error) {
-	return nil, fmt.Errorf("%w: quota leases are off with data groups", nodeapi.ErrUnavailable)
-}
-
-func (NoLeases) ReturnLeases(_ context.Context, rets []nodeapi.LeaseReturn) ([]int64, error) {
-	return make([]int64, len(rets)), nil
-}
-
-func (NoLeases) LastTime() int64                { return 0 }
-func (NoLeases) SetLeaseHook(nodeapi.LeaseHook) {}

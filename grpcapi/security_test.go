@@ -14,6 +14,7 @@ var publicMethods = map[string]bool{
 	"ReleaseBatch": true, "RenewBatch": true, "SettleBatch": true, // as their single methods (costbatch.go)
 	"GetPolicy": true, "ListPolicies": true, "GetRLSDomain": true, "ListRLSDomains": true,
 	"GetPlan": true, "ListPlans": true, "GetKeyPlan": true, "ListPrefixRules": true,
+	"GetClusterSlots": true, // as GET /v1/cluster/slots: node ids and HTTP addresses, as /v1/cluster's public view
 }
 
 // Every limitd.v1 method is classified: admin (token, as over HTTP) or

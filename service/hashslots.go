@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"sort"
 	"strconv"
 
 	"github.com/limitd/limitd/hashslot"
@@ -66,16 +67,68 @@ type SlotGroup struct {
 	Slots    [][2]uint16 `json:"slots"`
 }
 
+// SlotNode is a node of the slot map: its id and HTTP address, so that a
+// client can send each key to its group leader's HTTP port (a group names
+// its leader by id).
+type SlotNode struct {
+	ID   string `json:"id"`
+	HTTP string `json:"http"`
+}
+
 // Slots is the cluster's slot map with its epoch (a holder of two keeps
-// the newer) and its groups, in id order.
+// the newer), its groups, in id order, and the nodes they name, by id.
 type Slots struct {
 	Epoch  uint64      `json:"epoch"`
 	Groups []SlotGroup `json:"groups"`
+	Nodes  []SlotNode  `json:"nodes"`
+}
+
+// SlotNodesOf is the nodes of a membership, sorted by id.
+func SlotNodesOf(ms []nodeapi.Member) []SlotNode {
+	out := make([]SlotNode, 0, len(ms))
+	for _, m := range ms {
+		out = append(out, SlotNode{ID: m.ID, HTTP: m.HTTPAddr})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
 }
 
 // SlotsSource is the slot map of a node with data groups (groups.Host).
 type SlotsSource interface {
 	Slots(ctx context.Context) (Slots, error)
+}
+
+// SlotEpochSource is a SlotsSource that reads its map's epoch cheaply
+// (once per answer): ok false while it has no map.
+type SlotEpochSource interface {
+	SlotEpoch() (uint64, bool)
+}
+
+type epochHeader struct {
+	epoch uint64
+	v     []string
+}
+
+// SlotEpochHeader is the value of the Limitd-Slot-Epoch answer header: the
+// slot map's epoch on a node with data groups, nil without (a one-group
+// node's answers stay as they were). A client that sees it routes by the
+// map, and asks for the map again when the epoch is newer than its own.
+// It allocates only when the epoch changes.
+func (s *Service) SlotEpochHeader() []string {
+	src, ok := s.cfg.Slots.(SlotEpochSource)
+	if !ok {
+		return nil
+	}
+	e, ok := src.SlotEpoch()
+	if !ok {
+		return nil
+	}
+	if h := s.slotEpoch.Load(); h != nil && h.epoch == e {
+		return h.v
+	}
+	h := &epochHeader{epoch: e, v: []string{strconv.FormatUint(e, 10)}}
+	s.slotEpoch.Store(h)
+	return h.v
 }
 
 // Slots is the cluster's slot map: Config.Slots's, or for a node of one
@@ -98,5 +151,5 @@ func (s *Service) Slots(ctx context.Context) (Slots, *Error) {
 	for _, m := range st.Members {
 		g.Replicas = append(g.Replicas, m.ID)
 	}
-	return Slots{Epoch: 0, Groups: []SlotGroup{g}}, nil
+	return Slots{Epoch: 0, Groups: []SlotGroup{g}, Nodes: SlotNodesOf(st.Members)}, nil
 }

@@ -205,7 +205,8 @@ type Service struct {
 	// timeout is cfg.RequestTimeout as text, for error messages.
 	timeout   string
 	deadlines sharedDeadlines
-	crossSlot atomic.Uint64 // check/all requests across hash slots (hashslots.go)
+	crossSlot atomic.Uint64               // check/all requests across hash slots (hashslots.go)
+	slotEpoch atomic.Pointer[epochHeader] // Limitd-Slot-Epoch's value (hashslots.go)
 	leader    leaderCache
 	// specIdents interns inline limits' identities in the over-limit cache.
 	specIdents Interner

@@ -94,6 +94,22 @@ async function refreshCluster() {
     el("td", {}, m.id), el("td", {}, m.http_addr || "–"), el("td", {}, m.raft_addr || "–"), el("td", {}, m.suffrage || "–"),
     el("td", {}, m.leader ? "leader" : "follower"),
     full ? el("td", { class: health(m) === "healthy" ? "ok" : (health(m) === "unknown" ? "" : "bad") }, health(m)) : el("td", {}, "–"))), "none");
+  await refreshGroups();
+}
+
+// refreshGroups lists the Raft groups of a node with data groups (GET
+// /v1/cluster/slots: id, leader, replicas, slots owned); a one-group node
+// shows no table.
+async function refreshGroups() {
+  const r = await api("GET", "/v1/cluster/slots");
+  const groups = r.status === 200 ? (r.body.groups || []) : [];
+  $("groups").hidden = groups.length < 2;
+  if (groups.length < 2) return;
+  const count = (g) => (g.slots || []).reduce((n, run) => n + run[1] - run[0] + 1, 0);
+  fill($("groups").tBodies[0], groups.map((g) => el("tr", { "data-group": String(g.id) },
+    el("td", {}, g.id === 0 ? "0 (configuration)" : String(g.id)),
+    el("td", { class: g.leader ? "" : "bad" }, g.leader || "none"),
+    el("td", {}, (g.replicas || []).join(", ")), el("td", {}, String(count(g))))));
 }
 
 // ---- leases: the keys from the admin view of /v1/cluster, the counters from /metrics ----

@@ -201,13 +201,7 @@ func (b *Backup) WriteTo(w io.Writer) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("backup header: %w", err)
 	}
-	sum := sha256.Sum256(hdr)
-	pre := make([]byte, 0, 12+len(hdr)+len(sum))
-	pre = append(pre, backupMagic[:]...)
-	pre = binary.BigEndian.AppendUint32(pre, uint32(len(hdr)))
-	pre = append(pre, hdr...)
-	pre = append(pre, sum[:]...)
-	n, err := w.Write(pre)
+	n, err := w.Write(frame(backupMagic, hdr))
 	total := int64(n)
 	if err != nil {
 		return total, fmt.Errorf("write backup header: %w", err)
@@ -227,24 +221,9 @@ func (b *Backup) Close() error { return b.rc.Close() }
 // state stream.
 func ReadHeader(r io.Reader) (Header, error) {
 	var h Header
-	var pre [12]byte
-	if _, err := io.ReadFull(r, pre[:]); err != nil {
-		return h, fmt.Errorf("not a limitd backup: %s", shortRead(err, "header"))
-	}
-	if !bytes.Equal(pre[:8], backupMagic[:]) {
-		return h, fmt.Errorf("not a limitd backup (bad magic %q)", pre[:8])
-	}
-	size := binary.BigEndian.Uint32(pre[8:])
-	if size == 0 || size > maxBackupHeader {
-		return h, fmt.Errorf("damaged backup: header length %d out of range", size)
-	}
-	buf := make([]byte, int(size)+sha256.Size)
-	if _, err := io.ReadFull(r, buf); err != nil {
-		return h, fmt.Errorf("damaged backup: %s", shortRead(err, "header"))
-	}
-	hdr, sum := buf[:size], buf[size:]
-	if want := sha256.Sum256(hdr); !bytes.Equal(sum, want[:]) {
-		return h, errors.New("damaged backup: header checksum mismatch")
+	hdr, err := readFramed(r, backupMagic, "backup", "header")
+	if err != nil {
+		return h, err
 	}
 	if err := json.Unmarshal(hdr, &h); err != nil {
 		return h, fmt.Errorf("damaged backup: header: %w", err)
@@ -253,6 +232,43 @@ func ReadHeader(r io.Reader) (Header, error) {
 		return h, fmt.Errorf("backup format %d is not supported (this limitd reads format %d)", h.Format, Format)
 	}
 	return h, nil
+}
+
+// frame is magic ‖ length uint32 ‖ body ‖ SHA-256 of the body (readFramed).
+func frame(magic [8]byte, body []byte) []byte {
+	sum := sha256.Sum256(body)
+	b := make([]byte, 0, 12+len(body)+len(sum))
+	b = append(b, magic[:]...)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(body)))
+	b = append(b, body...)
+	return append(b, sum[:]...)
+}
+
+// readFramed reads magic ‖ length uint32 ‖ body ‖ SHA-256 of the body, the
+// framing of a backup's header and an archive's manifest (kind "backup" or
+// "archive", part "header" or "manifest", for the errors), and returns the
+// verified body.
+func readFramed(r io.Reader, magic [8]byte, kind, part string) ([]byte, error) {
+	var pre [12]byte
+	if _, err := io.ReadFull(r, pre[:]); err != nil {
+		return nil, fmt.Errorf("not a limitd %s: %s", kind, shortRead(err, part))
+	}
+	if !bytes.Equal(pre[:8], magic[:]) {
+		return nil, fmt.Errorf("not a limitd %s (bad magic %q)", kind, pre[:8])
+	}
+	size := binary.BigEndian.Uint32(pre[8:])
+	if size == 0 || size > maxBackupHeader {
+		return nil, fmt.Errorf("damaged %s: %s length %d out of range", kind, part, size)
+	}
+	buf := make([]byte, int(size)+sha256.Size)
+	if _, err := io.ReadFull(r, buf); err != nil {
+		return nil, fmt.Errorf("damaged %s: %s", kind, shortRead(err, part))
+	}
+	body, sum := buf[:size], buf[size:]
+	if want := sha256.Sum256(body); !bytes.Equal(sum, want[:]) {
+		return nil, fmt.Errorf("damaged %s: %s checksum mismatch", kind, part)
+	}
+	return body, nil
 }
 
 func shortRead(err error, what string) string {

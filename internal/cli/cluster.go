@@ -13,11 +13,14 @@ import (
 	"github.com/limitd/limitd/client"
 )
 
-const clusterUsage = `Usage: limitd cluster status|members|join|remove [flags]
+const clusterUsage = `Usage: limitd cluster status|members|slots|groups|join|remove [flags]
 
   status                                   the leader's view: leader, term, indexes, members
                                            (asked of the leader the answering node names)
   members                                  the members only, with their health
+  slots                                    the hash-slot map: each run of slots, its group
+                                           and the group's leader (GET /v1/cluster/slots)
+  groups                                   the Raft groups: id, leader, replicas, slot count
   join --id ID --raft-addr H:P --http-addr H:P
                                            add a voter (admin; a new node usually
                                            joins itself with serve --join)
@@ -28,7 +31,8 @@ every member the answering node knows, and show which answer and which do
 not (e.g. "unreachable: connection refused").
 
 Exit status: 0 a leader answered (or was named by the answering node);
-3 no leader (no quorum, an election) or no node reachable; 2 bad flags;
+3 no leader (no quorum, an election; for slots and groups: a group without
+one) or no node reachable; 2 bad flags;
 4 other errors; 5 the client's configuration (certificate, scheme, token).
 
 Example:
@@ -45,7 +49,7 @@ func runCluster(args []string, env Env) int {
 	raftAddr := fs.String("raft-addr", "", "join: the new node's Raft address, host:port")
 	httpAddr := fs.String("http-addr", "", "join: the new node's HTTP address, host:port")
 	cf.register(fs)
-	sub, pos, code, ok := parseSubcommand(env, "cluster", clusterUsage, fs, args, "status", "members", "join", "remove")
+	sub, pos, code, ok := parseSubcommand(env, "cluster", clusterUsage, fs, args, "status", "members", "slots", "groups", "join", "remove")
 	if !ok {
 		return code
 	}
@@ -72,6 +76,8 @@ func runCluster(args []string, env Env) int {
 	}
 	defer done()
 	switch sub {
+	case "slots", "groups": // clusterslots.go
+		return printSlots(ctx, env, c, name, sub, cf.output == "json")
 	case "join":
 		if err := c.Join(ctx, *id, *raftAddr, *httpAddr); err != nil {
 			return fail(env, name, err)

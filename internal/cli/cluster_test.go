@@ -104,7 +104,7 @@ func TestCLITypos(t *testing.T) {
 	}{
 		{[]string{"cluster", "stauts"}, `limitd cluster: unknown subcommand "stauts" (did you mean status?)`},
 		{[]string{"policy", "lsit"}, `unknown subcommand "lsit" (did you mean list?)`},
-		{[]string{"cluster", "frobnicate"}, `unknown subcommand "frobnicate" (want status, members, join or remove)`},
+		{[]string{"cluster", "frobnicate"}, `unknown subcommand "frobnicate" (want status, members, slots, groups, join or remove)`},
 		{[]string{"policy", "put", "p", "--widnow", "1s"}, "unknown flag --widnow (did you mean --window?)"},
 		{[]string{"policy", "put", "p", "--algorithm", "fixed_window", "--limit", "1", "--window", "60"}, `invalid duration "60" for --window (want e.g. 60s, 1h30m, 500ms or 7d)`},
 		{[]string{"check", "k", "--timeout", "10"}, `invalid duration "10" for --timeout (want e.g. 60s, 1h30m or 500ms)`},

@@ -60,6 +60,14 @@ func runSnapshot(args []string, env Env) int {
 	case "save":
 		return snapshotSave(env, &cf, file)
 	case "inspect":
+		if isArchiveFile(file) { // snapshotgroups.go
+			m, ss, err := inspectArchiveFile(file)
+			if err != nil {
+				return fail(env, name, err)
+			}
+			printArchive(env, &cf, file, m, ss)
+			return ExitOK
+		}
 		s, err := inspectFile(file)
 		if err != nil {
 			return fail(env, name, err)
@@ -69,6 +77,9 @@ func runSnapshot(args []string, env Env) int {
 	}
 	if *dataDir == "" {
 		return usageError(env, name, "--data-dir is required")
+	}
+	if isArchiveFile(file) {
+		return restoreArchiveFile(env, &cf, name, file, backup.RestoreConfig{DataDir: *dataDir, NodeID: *nodeID, RaftAddr: *raftAddr, LogStore: *logStore})
 	}
 	f, err := os.Open(file)
 	if err != nil {
@@ -116,6 +127,19 @@ func snapshotSave(env Env, cf *connFlags, file string) int {
 	if err != nil {
 		os.Remove(part)
 		return fail(env, name, err)
+	}
+	if isArchiveFile(part) {
+		m, ss, err := inspectArchiveFile(part)
+		if err != nil {
+			os.Remove(part)
+			return fail(env, name, fmt.Errorf("the received archive does not verify: %w", err))
+		}
+		if err := os.Rename(part, file); err != nil {
+			os.Remove(part)
+			return fail(env, name, err)
+		}
+		printArchive(env, cf, file, m, ss)
+		return ExitOK
 	}
 	s, err := inspectFile(part)
 	if err != nil {

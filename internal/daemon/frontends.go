@@ -35,8 +35,9 @@ type frontEnds struct {
 // newFrontEnds composes the front ends over node. The API's metrics come
 // first: they are the service's Observer.
 func newFrontEnds(f *serveFlags, in *startInputs, node *cluster.Node, host *groups.Host, apiCfg api.Config, logger *slog.Logger) (*frontEnds, error) {
-	metrics := api.NewMetrics(prometheus.NewRegistry(), f.applyTimeout, apiCfg.Logger)
-	metrics.Register(node.Collectors()...) // raft, batcher, storage
+	reg := prometheus.NewRegistry()
+	metrics := api.NewMetrics(reg, f.applyTimeout, apiCfg.Logger)
+	registerNodeMetrics(reg, metrics, node, host, logger) // raft, batcher, storage; per group with data groups (groups.go)
 	deps, internal := serviceDeps(node), node.Internal()
 	var slots service.SlotsSource
 	if host != nil { // groups.go: checks routed by slot to the data groups

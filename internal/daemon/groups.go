@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/limitd/limitd/api"
 	"github.com/limitd/limitd/cluster"
 	"github.com/limitd/limitd/cluster/raftnet"
 	"github.com/limitd/limitd/groups"
@@ -100,16 +101,26 @@ func hostFailed(host *groups.Host) <-chan struct{} {
 }
 
 // hostDeps is serviceDeps for a node with data groups: checks, key resets,
-// the over-limit cache and bans by the group owning the key's slot;
-// policies and plans written to every group (groups.Catalog); membership,
-// status and the rest of the configuration from group 0. Leases are off:
-// a lease is granted by the state machine counting its key, and the lease
-// runtime holds one node's leases, so the service is given a Leaser that
-// never grants (groups.NoLeases) and every check goes through its group's log.
+// quota leases, the over-limit cache and bans by the group owning the
+// key's slot; policies and plans written to every group (groups.Catalog);
+// backups of every group in one archive (groups.Host.OpenBackup);
+// membership, status and the rest of the configuration from group 0.
 func hostDeps(h *groups.Host) service.Deps {
 	n, c := h.Zero(), h.Catalog()
-	return service.Deps{Node: h, LeaderLocator: h, Leaser: groups.NoLeases{}, Refuser: h, Backuper: n.Backups(),
+	return service.Deps{Node: h, LeaderLocator: h, Leaser: h.Leases(), Refuser: h, Backuper: h,
 		Policies: c, Plans: c, Domains: c, Lists: c, Bans: c, Inventory: c, Digester: c, Alerts: c, Degrader: n, Usage: c}
+}
+
+// registerNodeMetrics registers the node's collectors: as before without
+// data groups; with them every group's, labelled group="g" (the data
+// groups' once they open), and limitd_group_leader|term|commit_index|
+// applied_index per group (groups.Host.RegisterMetrics).
+func registerNodeMetrics(reg prometheus.Registerer, metrics *api.Metrics, node *cluster.Node, host *groups.Host, logger *slog.Logger) {
+	if host == nil {
+		metrics.Register(node.Collectors()...)
+		return
+	}
+	host.RegisterMetrics(reg, func(format string, args ...any) { logger.Warn(fmt.Sprintf(format, args...)) })
 }
 
 // crossSlotCollector is limitd_cross_slot_checks_total.

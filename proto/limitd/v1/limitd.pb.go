@@ -5661,6 +5661,276 @@ func (x *SettleBatchResponse) GetResults() []*SettleBatchResult {
 	return nil
 }
 
+// GetClusterSlots: the hash-slot map.
+type GetClusterSlotsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetClusterSlotsRequest) Reset() {
+	*x = GetClusterSlotsRequest{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[98]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetClusterSlotsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetClusterSlotsRequest) ProtoMessage() {}
+
+func (x *GetClusterSlotsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[98]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetClusterSlotsRequest.ProtoReflect.Descriptor instead.
+func (*GetClusterSlotsRequest) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{98}
+}
+
+type ClusterSlots struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`  // grows with every change of the map: keep the newer
+	Groups        []*ClusterSlotGroup    `protobuf:"bytes,2,rep,name=groups,proto3" json:"groups,omitempty"` // in id order; group 0 owns no slot with data groups
+	Nodes         []*ClusterSlotNode     `protobuf:"bytes,3,rep,name=nodes,proto3" json:"nodes,omitempty"`   // by id
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClusterSlots) Reset() {
+	*x = ClusterSlots{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[99]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterSlots) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterSlots) ProtoMessage() {}
+
+func (x *ClusterSlots) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[99]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterSlots.ProtoReflect.Descriptor instead.
+func (*ClusterSlots) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{99}
+}
+
+func (x *ClusterSlots) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *ClusterSlots) GetGroups() []*ClusterSlotGroup {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
+func (x *ClusterSlots) GetNodes() []*ClusterSlotNode {
+	if x != nil {
+		return x.Nodes
+	}
+	return nil
+}
+
+type ClusterSlotGroup struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint32                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Leader        string                 `protobuf:"bytes,2,opt,name=leader,proto3" json:"leader,omitempty"` // the leader's node id, "" while it has none
+	Replicas      []string               `protobuf:"bytes,3,rep,name=replicas,proto3" json:"replicas,omitempty"`
+	Slots         []*SlotRange           `protobuf:"bytes,4,rep,name=slots,proto3" json:"slots,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClusterSlotGroup) Reset() {
+	*x = ClusterSlotGroup{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[100]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterSlotGroup) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterSlotGroup) ProtoMessage() {}
+
+func (x *ClusterSlotGroup) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[100]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterSlotGroup.ProtoReflect.Descriptor instead.
+func (*ClusterSlotGroup) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{100}
+}
+
+func (x *ClusterSlotGroup) GetId() uint32 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *ClusterSlotGroup) GetLeader() string {
+	if x != nil {
+		return x.Leader
+	}
+	return ""
+}
+
+func (x *ClusterSlotGroup) GetReplicas() []string {
+	if x != nil {
+		return x.Replicas
+	}
+	return nil
+}
+
+func (x *ClusterSlotGroup) GetSlots() []*SlotRange {
+	if x != nil {
+		return x.Slots
+	}
+	return nil
+}
+
+// SlotRange is a run of hash slots, first and last inclusive (0 to 4095).
+type SlotRange struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	First         uint32                 `protobuf:"varint,1,opt,name=first,proto3" json:"first,omitempty"`
+	Last          uint32                 `protobuf:"varint,2,opt,name=last,proto3" json:"last,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SlotRange) Reset() {
+	*x = SlotRange{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[101]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SlotRange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SlotRange) ProtoMessage() {}
+
+func (x *SlotRange) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[101]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SlotRange.ProtoReflect.Descriptor instead.
+func (*SlotRange) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{101}
+}
+
+func (x *SlotRange) GetFirst() uint32 {
+	if x != nil {
+		return x.First
+	}
+	return 0
+}
+
+func (x *SlotRange) GetLast() uint32 {
+	if x != nil {
+		return x.Last
+	}
+	return 0
+}
+
+type ClusterSlotNode struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Http          string                 `protobuf:"bytes,2,opt,name=http,proto3" json:"http,omitempty"` // host:port of its HTTP API
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClusterSlotNode) Reset() {
+	*x = ClusterSlotNode{}
+	mi := &file_limitd_v1_limitd_proto_msgTypes[102]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterSlotNode) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterSlotNode) ProtoMessage() {}
+
+func (x *ClusterSlotNode) ProtoReflect() protoreflect.Message {
+	mi := &file_limitd_v1_limitd_proto_msgTypes[102]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterSlotNode.ProtoReflect.Descriptor instead.
+func (*ClusterSlotNode) Descriptor() ([]byte, []int) {
+	return file_limitd_v1_limitd_proto_rawDescGZIP(), []int{102}
+}
+
+func (x *ClusterSlotNode) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ClusterSlotNode) GetHttp() string {
+	if x != nil {
+		return x.Http
+	}
+	return ""
+}
+
 type ExportUsageMessage_Header struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Start         *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=start,proto3" json:"start,omitempty"`
@@ -5672,7 +5942,7 @@ type ExportUsageMessage_Header struct {
 
 func (x *ExportUsageMessage_Header) Reset() {
 	*x = ExportUsageMessage_Header{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[100]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5684,7 +5954,7 @@ func (x *ExportUsageMessage_Header) String() string {
 func (*ExportUsageMessage_Header) ProtoMessage() {}
 
 func (x *ExportUsageMessage_Header) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[100]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5732,7 +6002,7 @@ type ExportUsageMessage_Row struct {
 
 func (x *ExportUsageMessage_Row) Reset() {
 	*x = ExportUsageMessage_Row{}
-	mi := &file_limitd_v1_limitd_proto_msgTypes[101]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5744,7 +6014,7 @@ func (x *ExportUsageMessage_Row) String() string {
 func (*ExportUsageMessage_Row) ProtoMessage() {}
 
 func (x *ExportUsageMessage_Row) ProtoReflect() protoreflect.Message {
-	mi := &file_limitd_v1_limitd_proto_msgTypes[101]
+	mi := &file_limitd_v1_limitd_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6162,7 +6432,23 @@ const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"\x05error\x18\x02 \x01(\v2\x10.limitd.v1.ErrorH\x00R\x05errorB\b\n" +
 	"\x06result\"M\n" +
 	"\x13SettleBatchResponse\x126\n" +
-	"\aresults\x18\x01 \x03(\v2\x1c.limitd.v1.SettleBatchResultR\aresults2\xd1\x19\n" +
+	"\aresults\x18\x01 \x03(\v2\x1c.limitd.v1.SettleBatchResultR\aresults\"\x18\n" +
+	"\x16GetClusterSlotsRequest\"\x8b\x01\n" +
+	"\fClusterSlots\x12\x14\n" +
+	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x123\n" +
+	"\x06groups\x18\x02 \x03(\v2\x1b.limitd.v1.ClusterSlotGroupR\x06groups\x120\n" +
+	"\x05nodes\x18\x03 \x03(\v2\x1a.limitd.v1.ClusterSlotNodeR\x05nodes\"\x82\x01\n" +
+	"\x10ClusterSlotGroup\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\rR\x02id\x12\x16\n" +
+	"\x06leader\x18\x02 \x01(\tR\x06leader\x12\x1a\n" +
+	"\breplicas\x18\x03 \x03(\tR\breplicas\x12*\n" +
+	"\x05slots\x18\x04 \x03(\v2\x14.limitd.v1.SlotRangeR\x05slots\"5\n" +
+	"\tSlotRange\x12\x14\n" +
+	"\x05first\x18\x01 \x01(\rR\x05first\x12\x12\n" +
+	"\x04last\x18\x02 \x01(\rR\x04last\"5\n" +
+	"\x0fClusterSlotNode\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04http\x18\x02 \x01(\tR\x04http2\xa0\x1a\n" +
 	"\x06Limitd\x12:\n" +
 	"\x05Check\x12\x17.limitd.v1.CheckRequest\x1a\x18.limitd.v1.CheckResponse\x12C\n" +
 	"\bCheckAll\x12\x1a.limitd.v1.CheckAllRequest\x1a\x1b.limitd.v1.CheckAllResponse\x12:\n" +
@@ -6217,7 +6503,8 @@ const file_limitd_v1_limitd_proto_rawDesc = "" +
 	"\fReleaseBatch\x12\x1b.limitd.v1.SlotBatchRequest\x1a\x1c.limitd.v1.SlotBatchResponse\x12G\n" +
 	"\n" +
 	"RenewBatch\x12\x1b.limitd.v1.SlotBatchRequest\x1a\x1c.limitd.v1.SlotBatchResponse\x12L\n" +
-	"\vSettleBatch\x12\x1d.limitd.v1.SettleBatchRequest\x1a\x1e.limitd.v1.SettleBatchResponseB3Z1github.com/limitd/limitd/proto/limitd/v1;limitdv1b\x06proto3"
+	"\vSettleBatch\x12\x1d.limitd.v1.SettleBatchRequest\x1a\x1e.limitd.v1.SettleBatchResponse\x12M\n" +
+	"\x0fGetClusterSlots\x12!.limitd.v1.GetClusterSlotsRequest\x1a\x17.limitd.v1.ClusterSlotsB3Z1github.com/limitd/limitd/proto/limitd/v1;limitdv1b\x06proto3"
 
 var (
 	file_limitd_v1_limitd_proto_rawDescOnce sync.Once
@@ -6231,7 +6518,7 @@ func file_limitd_v1_limitd_proto_rawDescGZIP() []byte {
 	return file_limitd_v1_limitd_proto_rawDescData
 }
 
-var file_limitd_v1_limitd_proto_msgTypes = make([]protoimpl.MessageInfo, 102)
+var file_limitd_v1_limitd_proto_msgTypes = make([]protoimpl.MessageInfo, 107)
 var file_limitd_v1_limitd_proto_goTypes = []any{
 	(*Limit)(nil),                     // 0: limitd.v1.Limit
 	(*CheckRequest)(nil),              // 1: limitd.v1.CheckRequest
@@ -6331,22 +6618,27 @@ var file_limitd_v1_limitd_proto_goTypes = []any{
 	(*SettleBatchRequest)(nil),        // 95: limitd.v1.SettleBatchRequest
 	(*SettleBatchResult)(nil),         // 96: limitd.v1.SettleBatchResult
 	(*SettleBatchResponse)(nil),       // 97: limitd.v1.SettleBatchResponse
-	nil,                               // 98: limitd.v1.Plan.LimitsEntry
-	nil,                               // 99: limitd.v1.Override.LimitsEntry
-	(*ExportUsageMessage_Header)(nil), // 100: limitd.v1.ExportUsageMessage.Header
-	(*ExportUsageMessage_Row)(nil),    // 101: limitd.v1.ExportUsageMessage.Row
-	(*durationpb.Duration)(nil),       // 102: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),     // 103: google.protobuf.Timestamp
+	(*GetClusterSlotsRequest)(nil),    // 98: limitd.v1.GetClusterSlotsRequest
+	(*ClusterSlots)(nil),              // 99: limitd.v1.ClusterSlots
+	(*ClusterSlotGroup)(nil),          // 100: limitd.v1.ClusterSlotGroup
+	(*SlotRange)(nil),                 // 101: limitd.v1.SlotRange
+	(*ClusterSlotNode)(nil),           // 102: limitd.v1.ClusterSlotNode
+	nil,                               // 103: limitd.v1.Plan.LimitsEntry
+	nil,                               // 104: limitd.v1.Override.LimitsEntry
+	(*ExportUsageMessage_Header)(nil), // 105: limitd.v1.ExportUsageMessage.Header
+	(*ExportUsageMessage_Row)(nil),    // 106: limitd.v1.ExportUsageMessage.Row
+	(*durationpb.Duration)(nil),       // 107: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),     // 108: google.protobuf.Timestamp
 }
 var file_limitd_v1_limitd_proto_depIdxs = []int32{
 	0,   // 0: limitd.v1.CheckRequest.limit:type_name -> limitd.v1.Limit
 	73,  // 1: limitd.v1.CheckRequest.reserve:type_name -> limitd.v1.Reserve
-	102, // 2: limitd.v1.Decision.reset_after:type_name -> google.protobuf.Duration
-	102, // 3: limitd.v1.Decision.retry_after:type_name -> google.protobuf.Duration
-	102, // 4: limitd.v1.Decision.delay:type_name -> google.protobuf.Duration
+	107, // 2: limitd.v1.Decision.reset_after:type_name -> google.protobuf.Duration
+	107, // 3: limitd.v1.Decision.retry_after:type_name -> google.protobuf.Duration
+	107, // 4: limitd.v1.Decision.delay:type_name -> google.protobuf.Duration
 	3,   // 5: limitd.v1.Decision.limits:type_name -> limitd.v1.NamedDecision
-	102, // 6: limitd.v1.Decision.slot_expires:type_name -> google.protobuf.Duration
-	102, // 7: limitd.v1.Decision.reservation_expires:type_name -> google.protobuf.Duration
+	107, // 6: limitd.v1.Decision.slot_expires:type_name -> google.protobuf.Duration
+	107, // 7: limitd.v1.Decision.reservation_expires:type_name -> google.protobuf.Duration
 	2,   // 8: limitd.v1.NamedDecision.decision:type_name -> limitd.v1.Decision
 	2,   // 9: limitd.v1.CheckResponse.decision:type_name -> limitd.v1.Decision
 	1,   // 10: limitd.v1.CheckAllRequest.checks:type_name -> limitd.v1.CheckRequest
@@ -6358,7 +6650,7 @@ var file_limitd_v1_limitd_proto_depIdxs = []int32{
 	0,   // 16: limitd.v1.PeekRequest.limit:type_name -> limitd.v1.Limit
 	0,   // 17: limitd.v1.ResetRequest.limit:type_name -> limitd.v1.Limit
 	0,   // 18: limitd.v1.SlotRequest.limit:type_name -> limitd.v1.Limit
-	102, // 19: limitd.v1.SlotResponse.slot_expires:type_name -> google.protobuf.Duration
+	107, // 19: limitd.v1.SlotResponse.slot_expires:type_name -> google.protobuf.Duration
 	0,   // 20: limitd.v1.Policy.limit:type_name -> limitd.v1.Limit
 	18,  // 21: limitd.v1.Policy.lease:type_name -> limitd.v1.Lease
 	17,  // 22: limitd.v1.Policy.on_exceed:type_name -> limitd.v1.OnExceed
@@ -6366,12 +6658,12 @@ var file_limitd_v1_limitd_proto_depIdxs = []int32{
 	16,  // 24: limitd.v1.PutPolicyRequest.policy:type_name -> limitd.v1.Policy
 	16,  // 25: limitd.v1.ListPoliciesResponse.policies:type_name -> limitd.v1.Policy
 	25,  // 26: limitd.v1.ListRLSDomainsResponse.domains:type_name -> limitd.v1.RLSDomain
-	98,  // 27: limitd.v1.Plan.limits:type_name -> limitd.v1.Plan.LimitsEntry
+	103, // 27: limitd.v1.Plan.limits:type_name -> limitd.v1.Plan.LimitsEntry
 	32,  // 28: limitd.v1.PutPlanRequest.plan:type_name -> limitd.v1.Plan
 	32,  // 29: limitd.v1.ListPlansResponse.plans:type_name -> limitd.v1.Plan
 	44,  // 30: limitd.v1.ListPrefixRulesResponse.rules:type_name -> limitd.v1.PrefixRule
-	99,  // 31: limitd.v1.Override.limits:type_name -> limitd.v1.Override.LimitsEntry
-	103, // 32: limitd.v1.Override.expires:type_name -> google.protobuf.Timestamp
+	104, // 31: limitd.v1.Override.limits:type_name -> limitd.v1.Override.LimitsEntry
+	108, // 32: limitd.v1.Override.expires:type_name -> google.protobuf.Timestamp
 	54,  // 33: limitd.v1.List.entries:type_name -> limitd.v1.ListEntry
 	53,  // 34: limitd.v1.PutListRequest.list:type_name -> limitd.v1.List
 	53,  // 35: limitd.v1.ListListsResponse.lists:type_name -> limitd.v1.List
@@ -6379,20 +6671,20 @@ var file_limitd_v1_limitd_proto_depIdxs = []int32{
 	66,  // 37: limitd.v1.PutWebhookRequest.webhook:type_name -> limitd.v1.Webhook
 	66,  // 38: limitd.v1.ListWebhooksResponse.webhooks:type_name -> limitd.v1.Webhook
 	2,   // 39: limitd.v1.CostResponse.decision:type_name -> limitd.v1.Decision
-	103, // 40: limitd.v1.GetUsageRequest.from:type_name -> google.protobuf.Timestamp
-	103, // 41: limitd.v1.GetUsageRequest.to:type_name -> google.protobuf.Timestamp
-	103, // 42: limitd.v1.UsageWindow.start:type_name -> google.protobuf.Timestamp
-	103, // 43: limitd.v1.UsageWindow.end:type_name -> google.protobuf.Timestamp
+	108, // 40: limitd.v1.GetUsageRequest.from:type_name -> google.protobuf.Timestamp
+	108, // 41: limitd.v1.GetUsageRequest.to:type_name -> google.protobuf.Timestamp
+	108, // 42: limitd.v1.UsageWindow.start:type_name -> google.protobuf.Timestamp
+	108, // 43: limitd.v1.UsageWindow.end:type_name -> google.protobuf.Timestamp
 	79,  // 44: limitd.v1.GetUsageResponse.windows:type_name -> limitd.v1.UsageWindow
-	103, // 45: limitd.v1.ExportUsageRequest.window:type_name -> google.protobuf.Timestamp
-	100, // 46: limitd.v1.ExportUsageMessage.header:type_name -> limitd.v1.ExportUsageMessage.Header
-	101, // 47: limitd.v1.ExportUsageMessage.row:type_name -> limitd.v1.ExportUsageMessage.Row
-	103, // 48: limitd.v1.TopKeysResponse.at:type_name -> google.protobuf.Timestamp
+	108, // 45: limitd.v1.ExportUsageRequest.window:type_name -> google.protobuf.Timestamp
+	105, // 46: limitd.v1.ExportUsageMessage.header:type_name -> limitd.v1.ExportUsageMessage.Header
+	106, // 47: limitd.v1.ExportUsageMessage.row:type_name -> limitd.v1.ExportUsageMessage.Row
+	108, // 48: limitd.v1.TopKeysResponse.at:type_name -> google.protobuf.Timestamp
 	84,  // 49: limitd.v1.TopKeysResponse.keys:type_name -> limitd.v1.TopKey
-	103, // 50: limitd.v1.InflightSlot.acquired:type_name -> google.protobuf.Timestamp
-	103, // 51: limitd.v1.InflightSlot.expires:type_name -> google.protobuf.Timestamp
-	103, // 52: limitd.v1.InflightReservation.expires:type_name -> google.protobuf.Timestamp
-	103, // 53: limitd.v1.GetInflightResponse.at:type_name -> google.protobuf.Timestamp
+	108, // 50: limitd.v1.InflightSlot.acquired:type_name -> google.protobuf.Timestamp
+	108, // 51: limitd.v1.InflightSlot.expires:type_name -> google.protobuf.Timestamp
+	108, // 52: limitd.v1.InflightReservation.expires:type_name -> google.protobuf.Timestamp
+	108, // 53: limitd.v1.GetInflightResponse.at:type_name -> google.protobuf.Timestamp
 	87,  // 54: limitd.v1.GetInflightResponse.slots:type_name -> limitd.v1.InflightSlot
 	88,  // 55: limitd.v1.GetInflightResponse.reservations:type_name -> limitd.v1.InflightReservation
 	14,  // 56: limitd.v1.SlotBatchRequest.items:type_name -> limitd.v1.SlotRequest
@@ -6403,109 +6695,114 @@ var file_limitd_v1_limitd_proto_depIdxs = []int32{
 	76,  // 61: limitd.v1.SettleBatchResult.response:type_name -> limitd.v1.CostResponse
 	8,   // 62: limitd.v1.SettleBatchResult.error:type_name -> limitd.v1.Error
 	96,  // 63: limitd.v1.SettleBatchResponse.results:type_name -> limitd.v1.SettleBatchResult
-	0,   // 64: limitd.v1.Plan.LimitsEntry.value:type_name -> limitd.v1.Limit
-	49,  // 65: limitd.v1.Override.LimitsEntry.value:type_name -> limitd.v1.LimitOverride
-	103, // 66: limitd.v1.ExportUsageMessage.Header.start:type_name -> google.protobuf.Timestamp
-	103, // 67: limitd.v1.ExportUsageMessage.Header.end:type_name -> google.protobuf.Timestamp
-	1,   // 68: limitd.v1.Limitd.Check:input_type -> limitd.v1.CheckRequest
-	5,   // 69: limitd.v1.Limitd.CheckAll:input_type -> limitd.v1.CheckAllRequest
-	7,   // 70: limitd.v1.Limitd.Batch:input_type -> limitd.v1.BatchRequest
-	11,  // 71: limitd.v1.Limitd.Peek:input_type -> limitd.v1.PeekRequest
-	12,  // 72: limitd.v1.Limitd.Reset:input_type -> limitd.v1.ResetRequest
-	14,  // 73: limitd.v1.Limitd.Release:input_type -> limitd.v1.SlotRequest
-	14,  // 74: limitd.v1.Limitd.Renew:input_type -> limitd.v1.SlotRequest
-	19,  // 75: limitd.v1.Limitd.PutPolicy:input_type -> limitd.v1.PutPolicyRequest
-	20,  // 76: limitd.v1.Limitd.GetPolicy:input_type -> limitd.v1.GetPolicyRequest
-	21,  // 77: limitd.v1.Limitd.ListPolicies:input_type -> limitd.v1.ListPoliciesRequest
-	23,  // 78: limitd.v1.Limitd.DeletePolicy:input_type -> limitd.v1.DeletePolicyRequest
-	26,  // 79: limitd.v1.Limitd.PutRLSDomain:input_type -> limitd.v1.PutRLSDomainRequest
-	27,  // 80: limitd.v1.Limitd.GetRLSDomain:input_type -> limitd.v1.GetRLSDomainRequest
-	28,  // 81: limitd.v1.Limitd.ListRLSDomains:input_type -> limitd.v1.ListRLSDomainsRequest
-	30,  // 82: limitd.v1.Limitd.DeleteRLSDomain:input_type -> limitd.v1.DeleteRLSDomainRequest
-	33,  // 83: limitd.v1.Limitd.PutPlan:input_type -> limitd.v1.PutPlanRequest
-	34,  // 84: limitd.v1.Limitd.GetPlan:input_type -> limitd.v1.GetPlanRequest
-	35,  // 85: limitd.v1.Limitd.ListPlans:input_type -> limitd.v1.ListPlansRequest
-	37,  // 86: limitd.v1.Limitd.DeletePlan:input_type -> limitd.v1.DeletePlanRequest
-	39,  // 87: limitd.v1.Limitd.SetDefaultPlan:input_type -> limitd.v1.SetDefaultPlanRequest
-	41,  // 88: limitd.v1.Limitd.AssignPlan:input_type -> limitd.v1.AssignPlanRequest
-	42,  // 89: limitd.v1.Limitd.GetKeyPlan:input_type -> limitd.v1.GetKeyPlanRequest
-	44,  // 90: limitd.v1.Limitd.PutPrefixRule:input_type -> limitd.v1.PrefixRule
-	45,  // 91: limitd.v1.Limitd.DeletePrefixRule:input_type -> limitd.v1.DeletePrefixRuleRequest
-	47,  // 92: limitd.v1.Limitd.ListPrefixRules:input_type -> limitd.v1.ListPrefixRulesRequest
-	50,  // 93: limitd.v1.Limitd.PutOverride:input_type -> limitd.v1.Override
-	51,  // 94: limitd.v1.Limitd.DeleteOverride:input_type -> limitd.v1.DeleteOverrideRequest
-	55,  // 95: limitd.v1.Limitd.PutList:input_type -> limitd.v1.PutListRequest
-	56,  // 96: limitd.v1.Limitd.GetList:input_type -> limitd.v1.GetListRequest
-	57,  // 97: limitd.v1.Limitd.ListLists:input_type -> limitd.v1.ListListsRequest
-	59,  // 98: limitd.v1.Limitd.DeleteList:input_type -> limitd.v1.DeleteListRequest
-	62,  // 99: limitd.v1.Limitd.ListBans:input_type -> limitd.v1.ListBansRequest
-	64,  // 100: limitd.v1.Limitd.Unban:input_type -> limitd.v1.UnbanRequest
-	67,  // 101: limitd.v1.Limitd.PutWebhook:input_type -> limitd.v1.PutWebhookRequest
-	68,  // 102: limitd.v1.Limitd.GetWebhook:input_type -> limitd.v1.GetWebhookRequest
-	69,  // 103: limitd.v1.Limitd.ListWebhooks:input_type -> limitd.v1.ListWebhooksRequest
-	71,  // 104: limitd.v1.Limitd.DeleteWebhook:input_type -> limitd.v1.DeleteWebhookRequest
-	74,  // 105: limitd.v1.Limitd.Settle:input_type -> limitd.v1.SettleRequest
-	75,  // 106: limitd.v1.Limitd.Refund:input_type -> limitd.v1.RefundRequest
-	78,  // 107: limitd.v1.Limitd.GetUsage:input_type -> limitd.v1.GetUsageRequest
-	81,  // 108: limitd.v1.Limitd.ExportUsage:input_type -> limitd.v1.ExportUsageRequest
-	83,  // 109: limitd.v1.Limitd.TopKeys:input_type -> limitd.v1.TopKeysRequest
-	86,  // 110: limitd.v1.Limitd.GetInflight:input_type -> limitd.v1.GetInflightRequest
-	90,  // 111: limitd.v1.Limitd.WatchEvents:input_type -> limitd.v1.WatchEventsRequest
-	92,  // 112: limitd.v1.Limitd.ReleaseBatch:input_type -> limitd.v1.SlotBatchRequest
-	92,  // 113: limitd.v1.Limitd.RenewBatch:input_type -> limitd.v1.SlotBatchRequest
-	95,  // 114: limitd.v1.Limitd.SettleBatch:input_type -> limitd.v1.SettleBatchRequest
-	4,   // 115: limitd.v1.Limitd.Check:output_type -> limitd.v1.CheckResponse
-	6,   // 116: limitd.v1.Limitd.CheckAll:output_type -> limitd.v1.CheckAllResponse
-	10,  // 117: limitd.v1.Limitd.Batch:output_type -> limitd.v1.BatchResponse
-	4,   // 118: limitd.v1.Limitd.Peek:output_type -> limitd.v1.CheckResponse
-	13,  // 119: limitd.v1.Limitd.Reset:output_type -> limitd.v1.ResetResponse
-	15,  // 120: limitd.v1.Limitd.Release:output_type -> limitd.v1.SlotResponse
-	15,  // 121: limitd.v1.Limitd.Renew:output_type -> limitd.v1.SlotResponse
-	16,  // 122: limitd.v1.Limitd.PutPolicy:output_type -> limitd.v1.Policy
-	16,  // 123: limitd.v1.Limitd.GetPolicy:output_type -> limitd.v1.Policy
-	22,  // 124: limitd.v1.Limitd.ListPolicies:output_type -> limitd.v1.ListPoliciesResponse
-	24,  // 125: limitd.v1.Limitd.DeletePolicy:output_type -> limitd.v1.DeletePolicyResponse
-	25,  // 126: limitd.v1.Limitd.PutRLSDomain:output_type -> limitd.v1.RLSDomain
-	25,  // 127: limitd.v1.Limitd.GetRLSDomain:output_type -> limitd.v1.RLSDomain
-	29,  // 128: limitd.v1.Limitd.ListRLSDomains:output_type -> limitd.v1.ListRLSDomainsResponse
-	31,  // 129: limitd.v1.Limitd.DeleteRLSDomain:output_type -> limitd.v1.DeleteRLSDomainResponse
-	32,  // 130: limitd.v1.Limitd.PutPlan:output_type -> limitd.v1.Plan
-	32,  // 131: limitd.v1.Limitd.GetPlan:output_type -> limitd.v1.Plan
-	36,  // 132: limitd.v1.Limitd.ListPlans:output_type -> limitd.v1.ListPlansResponse
-	38,  // 133: limitd.v1.Limitd.DeletePlan:output_type -> limitd.v1.DeletePlanResponse
-	40,  // 134: limitd.v1.Limitd.SetDefaultPlan:output_type -> limitd.v1.SetDefaultPlanResponse
-	43,  // 135: limitd.v1.Limitd.AssignPlan:output_type -> limitd.v1.KeyPlan
-	43,  // 136: limitd.v1.Limitd.GetKeyPlan:output_type -> limitd.v1.KeyPlan
-	44,  // 137: limitd.v1.Limitd.PutPrefixRule:output_type -> limitd.v1.PrefixRule
-	46,  // 138: limitd.v1.Limitd.DeletePrefixRule:output_type -> limitd.v1.DeletePrefixRuleResponse
-	48,  // 139: limitd.v1.Limitd.ListPrefixRules:output_type -> limitd.v1.ListPrefixRulesResponse
-	50,  // 140: limitd.v1.Limitd.PutOverride:output_type -> limitd.v1.Override
-	52,  // 141: limitd.v1.Limitd.DeleteOverride:output_type -> limitd.v1.DeleteOverrideResponse
-	53,  // 142: limitd.v1.Limitd.PutList:output_type -> limitd.v1.List
-	53,  // 143: limitd.v1.Limitd.GetList:output_type -> limitd.v1.List
-	58,  // 144: limitd.v1.Limitd.ListLists:output_type -> limitd.v1.ListListsResponse
-	60,  // 145: limitd.v1.Limitd.DeleteList:output_type -> limitd.v1.DeleteListResponse
-	63,  // 146: limitd.v1.Limitd.ListBans:output_type -> limitd.v1.ListBansResponse
-	65,  // 147: limitd.v1.Limitd.Unban:output_type -> limitd.v1.UnbanResponse
-	66,  // 148: limitd.v1.Limitd.PutWebhook:output_type -> limitd.v1.Webhook
-	66,  // 149: limitd.v1.Limitd.GetWebhook:output_type -> limitd.v1.Webhook
-	70,  // 150: limitd.v1.Limitd.ListWebhooks:output_type -> limitd.v1.ListWebhooksResponse
-	72,  // 151: limitd.v1.Limitd.DeleteWebhook:output_type -> limitd.v1.DeleteWebhookResponse
-	76,  // 152: limitd.v1.Limitd.Settle:output_type -> limitd.v1.CostResponse
-	76,  // 153: limitd.v1.Limitd.Refund:output_type -> limitd.v1.CostResponse
-	80,  // 154: limitd.v1.Limitd.GetUsage:output_type -> limitd.v1.GetUsageResponse
-	82,  // 155: limitd.v1.Limitd.ExportUsage:output_type -> limitd.v1.ExportUsageMessage
-	85,  // 156: limitd.v1.Limitd.TopKeys:output_type -> limitd.v1.TopKeysResponse
-	89,  // 157: limitd.v1.Limitd.GetInflight:output_type -> limitd.v1.GetInflightResponse
-	91,  // 158: limitd.v1.Limitd.WatchEvents:output_type -> limitd.v1.Event
-	94,  // 159: limitd.v1.Limitd.ReleaseBatch:output_type -> limitd.v1.SlotBatchResponse
-	94,  // 160: limitd.v1.Limitd.RenewBatch:output_type -> limitd.v1.SlotBatchResponse
-	97,  // 161: limitd.v1.Limitd.SettleBatch:output_type -> limitd.v1.SettleBatchResponse
-	115, // [115:162] is the sub-list for method output_type
-	68,  // [68:115] is the sub-list for method input_type
-	68,  // [68:68] is the sub-list for extension type_name
-	68,  // [68:68] is the sub-list for extension extendee
-	0,   // [0:68] is the sub-list for field type_name
+	100, // 64: limitd.v1.ClusterSlots.groups:type_name -> limitd.v1.ClusterSlotGroup
+	102, // 65: limitd.v1.ClusterSlots.nodes:type_name -> limitd.v1.ClusterSlotNode
+	101, // 66: limitd.v1.ClusterSlotGroup.slots:type_name -> limitd.v1.SlotRange
+	0,   // 67: limitd.v1.Plan.LimitsEntry.value:type_name -> limitd.v1.Limit
+	49,  // 68: limitd.v1.Override.LimitsEntry.value:type_name -> limitd.v1.LimitOverride
+	108, // 69: limitd.v1.ExportUsageMessage.Header.start:type_name -> google.protobuf.Timestamp
+	108, // 70: limitd.v1.ExportUsageMessage.Header.end:type_name -> google.protobuf.Timestamp
+	1,   // 71: limitd.v1.Limitd.Check:input_type -> limitd.v1.CheckRequest
+	5,   // 72: limitd.v1.Limitd.CheckAll:input_type -> limitd.v1.CheckAllRequest
+	7,   // 73: limitd.v1.Limitd.Batch:input_type -> limitd.v1.BatchRequest
+	11,  // 74: limitd.v1.Limitd.Peek:input_type -> limitd.v1.PeekRequest
+	12,  // 75: limitd.v1.Limitd.Reset:input_type -> limitd.v1.ResetRequest
+	14,  // 76: limitd.v1.Limitd.Release:input_type -> limitd.v1.SlotRequest
+	14,  // 77: limitd.v1.Limitd.Renew:input_type -> limitd.v1.SlotRequest
+	19,  // 78: limitd.v1.Limitd.PutPolicy:input_type -> limitd.v1.PutPolicyRequest
+	20,  // 79: limitd.v1.Limitd.GetPolicy:input_type -> limitd.v1.GetPolicyRequest
+	21,  // 80: limitd.v1.Limitd.ListPolicies:input_type -> limitd.v1.ListPoliciesRequest
+	23,  // 81: limitd.v1.Limitd.DeletePolicy:input_type -> limitd.v1.DeletePolicyRequest
+	26,  // 82: limitd.v1.Limitd.PutRLSDomain:input_type -> limitd.v1.PutRLSDomainRequest
+	27,  // 83: limitd.v1.Limitd.GetRLSDomain:input_type -> limitd.v1.GetRLSDomainRequest
+	28,  // 84: limitd.v1.Limitd.ListRLSDomains:input_type -> limitd.v1.ListRLSDomainsRequest
+	30,  // 85: limitd.v1.Limitd.DeleteRLSDomain:input_type -> limitd.v1.DeleteRLSDomainRequest
+	33,  // 86: limitd.v1.Limitd.PutPlan:input_type -> limitd.v1.PutPlanRequest
+	34,  // 87: limitd.v1.Limitd.GetPlan:input_type -> limitd.v1.GetPlanRequest
+	35,  // 88: limitd.v1.Limitd.ListPlans:input_type -> limitd.v1.ListPlansRequest
+	37,  // 89: limitd.v1.Limitd.DeletePlan:input_type -> limitd.v1.DeletePlanRequest
+	39,  // 90: limitd.v1.Limitd.SetDefaultPlan:input_type -> limitd.v1.SetDefaultPlanRequest
+	41,  // 91: limitd.v1.Limitd.AssignPlan:input_type -> limitd.v1.AssignPlanRequest
+	42,  // 92: limitd.v1.Limitd.GetKeyPlan:input_type -> limitd.v1.GetKeyPlanRequest
+	44,  // 93: limitd.v1.Limitd.PutPrefixRule:input_type -> limitd.v1.PrefixRule
+	45,  // 94: limitd.v1.Limitd.DeletePrefixRule:input_type -> limitd.v1.DeletePrefixRuleRequest
+	47,  // 95: limitd.v1.Limitd.ListPrefixRules:input_type -> limitd.v1.ListPrefixRulesRequest
+	50,  // 96: limitd.v1.Limitd.PutOverride:input_type -> limitd.v1.Override
+	51,  // 97: limitd.v1.Limitd.DeleteOverride:input_type -> limitd.v1.DeleteOverrideRequest
+	55,  // 98: limitd.v1.Limitd.PutList:input_type -> limitd.v1.PutListRequest
+	56,  // 99: limitd.v1.Limitd.GetList:input_type -> limitd.v1.GetListRequest
+	57,  // 100: limitd.v1.Limitd.ListLists:input_type -> limitd.v1.ListListsRequest
+	59,  // 101: limitd.v1.Limitd.DeleteList:input_type -> limitd.v1.DeleteListRequest
+	62,  // 102: limitd.v1.Limitd.ListBans:input_type -> limitd.v1.ListBansRequest
+	64,  // 103: limitd.v1.Limitd.Unban:input_type -> limitd.v1.UnbanRequest
+	67,  // 104: limitd.v1.Limitd.PutWebhook:input_type -> limitd.v1.PutWebhookRequest
+	68,  // 105: limitd.v1.Limitd.GetWebhook:input_type -> limitd.v1.GetWebhookRequest
+	69,  // 106: limitd.v1.Limitd.ListWebhooks:input_type -> limitd.v1.ListWebhooksRequest
+	71,  // 107: limitd.v1.Limitd.DeleteWebhook:input_type -> limitd.v1.DeleteWebhookRequest
+	74,  // 108: limitd.v1.Limitd.Settle:input_type -> limitd.v1.SettleRequest
+	75,  // 109: limitd.v1.Limitd.Refund:input_type -> limitd.v1.RefundRequest
+	78,  // 110: limitd.v1.Limitd.GetUsage:input_type -> limitd.v1.GetUsageRequest
+	81,  // 111: limitd.v1.Limitd.ExportUsage:input_type -> limitd.v1.ExportUsageRequest
+	83,  // 112: limitd.v1.Limitd.TopKeys:input_type -> limitd.v1.TopKeysRequest
+	86,  // 113: limitd.v1.Limitd.GetInflight:input_type -> limitd.v1.GetInflightRequest
+	90,  // 114: limitd.v1.Limitd.WatchEvents:input_type -> limitd.v1.WatchEventsRequest
+	92,  // 115: limitd.v1.Limitd.ReleaseBatch:input_type -> limitd.v1.SlotBatchRequest
+	92,  // 116: limitd.v1.Limitd.RenewBatch:input_type -> limitd.v1.SlotBatchRequest
+	95,  // 117: limitd.v1.Limitd.SettleBatch:input_type -> limitd.v1.SettleBatchRequest
+	98,  // 118: limitd.v1.Limitd.GetClusterSlots:input_type -> limitd.v1.GetClusterSlotsRequest
+	4,   // 119: limitd.v1.Limitd.Check:output_type -> limitd.v1.CheckResponse
+	6,   // 120: limitd.v1.Limitd.CheckAll:output_type -> limitd.v1.CheckAllResponse
+	10,  // 121: limitd.v1.Limitd.Batch:output_type -> limitd.v1.BatchResponse
+	4,   // 122: limitd.v1.Limitd.Peek:output_type -> limitd.v1.CheckResponse
+	13,  // 123: limitd.v1.Limitd.Reset:output_type -> limitd.v1.ResetResponse
+	15,  // 124: limitd.v1.Limitd.Release:output_type -> limitd.v1.SlotResponse
+	15,  // 125: limitd.v1.Limitd.Renew:output_type -> limitd.v1.SlotResponse
+	16,  // 126: limitd.v1.Limitd.PutPolicy:output_type -> limitd.v1.Policy
+	16,  // 127: limitd.v1.Limitd.GetPolicy:output_type -> limitd.v1.Policy
+	22,  // 128: limitd.v1.Limitd.ListPolicies:output_type -> limitd.v1.ListPoliciesResponse
+	24,  // 129: limitd.v1.Limitd.DeletePolicy:output_type -> limitd.v1.DeletePolicyResponse
+	25,  // 130: limitd.v1.Limitd.PutRLSDomain:output_type -> limitd.v1.RLSDomain
+	25,  // 131: limitd.v1.Limitd.GetRLSDomain:output_type -> limitd.v1.RLSDomain
+	29,  // 132: limitd.v1.Limitd.ListRLSDomains:output_type -> limitd.v1.ListRLSDomainsResponse
+	31,  // 133: limitd.v1.Limitd.DeleteRLSDomain:output_type -> limitd.v1.DeleteRLSDomainResponse
+	32,  // 134: limitd.v1.Limitd.PutPlan:output_type -> limitd.v1.Plan
+	32,  // 135: limitd.v1.Limitd.GetPlan:output_type -> limitd.v1.Plan
+	36,  // 136: limitd.v1.Limitd.ListPlans:output_type -> limitd.v1.ListPlansResponse
+	38,  // 137: limitd.v1.Limitd.DeletePlan:output_type -> limitd.v1.DeletePlanResponse
+	40,  // 138: limitd.v1.Limitd.SetDefaultPlan:output_type -> limitd.v1.SetDefaultPlanResponse
+	43,  // 139: limitd.v1.Limitd.AssignPlan:output_type -> limitd.v1.KeyPlan
+	43,  // 140: limitd.v1.Limitd.GetKeyPlan:output_type -> limitd.v1.KeyPlan
+	44,  // 141: limitd.v1.Limitd.PutPrefixRule:output_type -> limitd.v1.PrefixRule
+	46,  // 142: limitd.v1.Limitd.DeletePrefixRule:output_type -> limitd.v1.DeletePrefixRuleResponse
+	48,  // 143: limitd.v1.Limitd.ListPrefixRules:output_type -> limitd.v1.ListPrefixRulesResponse
+	50,  // 144: limitd.v1.Limitd.PutOverride:output_type -> limitd.v1.Override
+	52,  // 145: limitd.v1.Limitd.DeleteOverride:output_type -> limitd.v1.DeleteOverrideResponse
+	53,  // 146: limitd.v1.Limitd.PutList:output_type -> limitd.v1.List
+	53,  // 147: limitd.v1.Limitd.GetList:output_type -> limitd.v1.List
+	58,  // 148: limitd.v1.Limitd.ListLists:output_type -> limitd.v1.ListListsResponse
+	60,  // 149: limitd.v1.Limitd.DeleteList:output_type -> limitd.v1.DeleteListResponse
+	63,  // 150: limitd.v1.Limitd.ListBans:output_type -> limitd.v1.ListBansResponse
+	65,  // 151: limitd.v1.Limitd.Unban:output_type -> limitd.v1.UnbanResponse
+	66,  // 152: limitd.v1.Limitd.PutWebhook:output_type -> limitd.v1.Webhook
+	66,  // 153: limitd.v1.Limitd.GetWebhook:output_type -> limitd.v1.Webhook
+	70,  // 154: limitd.v1.Limitd.ListWebhooks:output_type -> limitd.v1.ListWebhooksResponse
+	72,  // 155: limitd.v1.Limitd.DeleteWebhook:output_type -> limitd.v1.DeleteWebhookResponse
+	76,  // 156: limitd.v1.Limitd.Settle:output_type -> limitd.v1.CostResponse
+	76,  // 157: limitd.v1.Limitd.Refund:output_type -> limitd.v1.CostResponse
+	80,  // 158: limitd.v1.Limitd.GetUsage:output_type -> limitd.v1.GetUsageResponse
+	82,  // 159: limitd.v1.Limitd.ExportUsage:output_type -> limitd.v1.ExportUsageMessage
+	85,  // 160: limitd.v1.Limitd.TopKeys:output_type -> limitd.v1.TopKeysResponse
+	89,  // 161: limitd.v1.Limitd.GetInflight:output_type -> limitd.v1.GetInflightResponse
+	91,  // 162: limitd.v1.Limitd.WatchEvents:output_type -> limitd.v1.Event
+	94,  // 163: limitd.v1.Limitd.ReleaseBatch:output_type -> limitd.v1.SlotBatchResponse
+	94,  // 164: limitd.v1.Limitd.RenewBatch:output_type -> limitd.v1.SlotBatchResponse
+	97,  // 165: limitd.v1.Limitd.SettleBatch:output_type -> limitd.v1.SettleBatchResponse
+	99,  // 166: limitd.v1.Limitd.GetClusterSlots:output_type -> limitd.v1.ClusterSlots
+	119, // [119:167] is the sub-list for method output_type
+	71,  // [71:119] is the sub-list for method input_type
+	71,  // [71:71] is the sub-list for extension type_name
+	71,  // [71:71] is the sub-list for extension extendee
+	0,   // [0:71] is the sub-list for field type_name
 }
 
 func init() { file_limitd_v1_limitd_proto_init() }
@@ -6538,7 +6835,7 @@ func file_limitd_v1_limitd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_limitd_v1_limitd_proto_rawDesc), len(file_limitd_v1_limitd_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   102,
+			NumMessages:   107,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

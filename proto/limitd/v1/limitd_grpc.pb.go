@@ -88,6 +88,7 @@ const (
 	Limitd_ReleaseBatch_FullMethodName     = "/limitd.v1.Limitd/ReleaseBatch"
 	Limitd_RenewBatch_FullMethodName       = "/limitd.v1.Limitd/RenewBatch"
 	Limitd_SettleBatch_FullMethodName      = "/limitd.v1.Limitd/SettleBatch"
+	Limitd_GetClusterSlots_FullMethodName  = "/limitd.v1.Limitd/GetClusterSlots"
 )
 
 // LimitdClient is the client API for Limitd service.
@@ -200,6 +201,11 @@ type LimitdClient interface {
 	ReleaseBatch(ctx context.Context, in *SlotBatchRequest, opts ...grpc.CallOption) (*SlotBatchResponse, error)
 	RenewBatch(ctx context.Context, in *SlotBatchRequest, opts ...grpc.CallOption) (*SlotBatchResponse, error)
 	SettleBatch(ctx context.Context, in *SettleBatchRequest, opts ...grpc.CallOption) (*SettleBatchResponse, error)
+	// GetClusterSlots is the hash-slot map (GET /v1/cluster/slots): its
+	// epoch, each Raft group's leader (a node id), replicas and slot runs,
+	// and the nodes with their HTTP addresses, for clients that send each
+	// key to its group's leader. Public.
+	GetClusterSlots(ctx context.Context, in *GetClusterSlotsRequest, opts ...grpc.CallOption) (*ClusterSlots, error)
 }
 
 type limitdClient struct {
@@ -698,6 +704,16 @@ func (c *limitdClient) SettleBatch(ctx context.Context, in *SettleBatchRequest, 
 	return out, nil
 }
 
+func (c *limitdClient) GetClusterSlots(ctx context.Context, in *GetClusterSlotsRequest, opts ...grpc.CallOption) (*ClusterSlots, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ClusterSlots)
+	err := c.cc.Invoke(ctx, Limitd_GetClusterSlots_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // LimitdServer is the server API for Limitd service.
 // All implementations must embed UnimplementedLimitdServer
 // for forward compatibility.
@@ -808,6 +824,11 @@ type LimitdServer interface {
 	ReleaseBatch(context.Context, *SlotBatchRequest) (*SlotBatchResponse, error)
 	RenewBatch(context.Context, *SlotBatchRequest) (*SlotBatchResponse, error)
 	SettleBatch(context.Context, *SettleBatchRequest) (*SettleBatchResponse, error)
+	// GetClusterSlots is the hash-slot map (GET /v1/cluster/slots): its
+	// epoch, each Raft group's leader (a node id), replicas and slot runs,
+	// and the nodes with their HTTP addresses, for clients that send each
+	// key to its group's leader. Public.
+	GetClusterSlots(context.Context, *GetClusterSlotsRequest) (*ClusterSlots, error)
 	mustEmbedUnimplementedLimitdServer()
 }
 
@@ -958,6 +979,9 @@ func (UnimplementedLimitdServer) RenewBatch(context.Context, *SlotBatchRequest) 
 }
 func (UnimplementedLimitdServer) SettleBatch(context.Context, *SettleBatchRequest) (*SettleBatchResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SettleBatch not implemented")
+}
+func (UnimplementedLimitdServer) GetClusterSlots(context.Context, *GetClusterSlotsRequest) (*ClusterSlots, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetClusterSlots not implemented")
 }
 func (UnimplementedLimitdServer) mustEmbedUnimplementedLimitdServer() {}
 func (UnimplementedLimitdServer) testEmbeddedByValue()                {}
@@ -1812,6 +1836,24 @@ func _Limitd_SettleBatch_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Limitd_GetClusterSlots_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetClusterSlotsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LimitdServer).GetClusterSlots(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Limitd_GetClusterSlots_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LimitdServer).GetClusterSlots(ctx, req.(*GetClusterSlotsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Limitd_ServiceDesc is the grpc.ServiceDesc for Limitd service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1998,6 +2040,10 @@ var Limitd_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SettleBatch",
 			Handler:    _Limitd_SettleBatch_Handler,
+		},
+		{
+			MethodName: "GetClusterSlots",
+			Handler:    _Limitd_GetClusterSlots_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
