@@ -371,6 +371,7 @@ func (n *Node) Collectors() []prometheus.Collector {
 	}
 	cs = append(cs, n.ol.collectors()...)
 	cs = append(cs, budgetCollectors(n.fsm)...)   // budget_metrics.go
+	cs = append(cs, hashSlotCollectors(n.fsm)...) // hashslots.go
 	cs = append(cs, n.disk.collectors()...)       // diskwatch.go
 	cs = append(cs, n.catalog.banCollectors()...) // lists.go
 	cs = append(cs, n.muxCollectors()...)         // mux.go

@@ -20,6 +20,7 @@ type slotsView struct {
 		Leader   string      `json:"leader"`
 		Replicas []string    `json:"replicas"`
 		Slots    [][2]uint16 `json:"slots"`
+		Owned    int         `json:"owned"`
 	} `json:"groups"`
 }
 
@@ -88,6 +89,28 @@ func TestProcessDataGroups(t *testing.T) {
 	}
 	if next != hashslot.Count {
 		t.Fatalf("the runs end at %d, want %d", next, hashslot.Count)
+	}
+	// Each data group's own state owns exactly its run, on every replica:
+	// a check a stale map sends to another group is refused there
+	// (wrong_group), not decided.
+	for _, p := range ps {
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			owned := ""
+			ok := true
+			for _, g := range getSlots(t, p).Groups[1:] {
+				size := int(g.Slots[0][1]-g.Slots[0][0]) + 1
+				owned += fmt.Sprintf(" group %d owns %d of %d;", g.ID, g.Owned, size)
+				ok = ok && g.Owned == size
+			}
+			if ok {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the data groups' own hash slot tables do not match the map:%s", p.ID, owned)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
 	}
 
 	// A policy written once is every group's: keys of every group decide by it.

@@ -269,10 +269,13 @@ func (h *Host) openData() error {
 			return err
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		err = cat.PutGroupsRecord(ctx, rec.String())
+		err = ownSlots(ctx, nodes, rec.slots)
+		if err == nil {
+			err = cat.PutGroupsRecord(ctx, rec.String())
+		}
 		cancel()
 		if err != nil {
-			h.log.Warn("recording the data groups in group 0 failed; retrying", "err", err)
+			h.log.Warn("giving the data groups their hash slots or recording them in group 0 failed; retrying", "err", err)
 			closeAll(nodes)
 			return nil
 		}
@@ -292,6 +295,30 @@ func (h *Host) openData() error {
 		return err
 	}
 	h.setData(&dataGroups{rec: rec, nodes: nodes})
+	return nil
+}
+
+// ownSlots gives each new data group its hash slot table from the map, before
+// the groups record lets any check reach it: from then on a check routed by a
+// stale map is refused there (wrong_group), never decided by a group that
+// does not own its key. A retry after a failure proposes the same tables
+// (accepted as no-ops).
+func ownSlots(ctx context.Context, nodes []*cluster.Node, m *hashslot.Map) error {
+	for i, n := range nodes {
+		g := uint32(i + 1)
+		if err := n.WaitLeader(ctx); err != nil {
+			return fmt.Errorf("data group %d: %w", g, err)
+		}
+		var slots []uint16
+		for s := 0; s < hashslot.Count; s++ {
+			if m.Group(hashslot.Slot(s)) == g {
+				slots = append(slots, uint16(s))
+			}
+		}
+		if err := n.Catalog().OwnHashSlots(ctx, slots); err != nil {
+			return fmt.Errorf("data group %d: its hash slots: %w", g, err)
+		}
+	}
 	return nil
 }
 

@@ -34,6 +34,7 @@ func (h *Host) Slots(ctx context.Context) (service.Slots, error) {
 			return service.Slots{}, err
 		}
 		v := groupView(g, st)
+		v.Owned = n.Catalog().HashSlotOwnership().Owned
 		v.Slots = [][2]uint16{}
 		for _, r := range runs {
 			if r.Group == g {

@@ -65,6 +65,11 @@ type SlotGroup struct {
 	Leader   string      `json:"leader"`
 	Replicas []string    `json:"replicas"`
 	Slots    [][2]uint16 `json:"slots"`
+	// Owned is how many hash slots the group's own state owns, as this
+	// node's replica reads it (the table that refuses a misrouted check
+	// with wrong_group): a data group's equals its slots' count; absent
+	// for group 0, which takes no check in a multi-group cluster.
+	Owned int `json:"owned,omitempty"`
 }
 
 // SlotNode is a node of the slot map: its id and HTTP address, so that a
