@@ -162,10 +162,14 @@ func (f *FSM) load() error {
 	plans := emptyPlanConfig()
 	lists := make(map[string][]byte)
 	webhooks := make(map[string][]byte)
+	episodes := make(map[string]uint64)
 	err := f.store.View(func(tx *persist.Tx) error {
 		if err := tx.ForEachPolicy(func(name string, enc []byte) error {
 			if f.domains.loadEntry(domains, name, enc) || loadList(lists, name, enc) || loadWebhook(webhooks, name, enc) {
 				return nil
+			}
+			if ok, err := loadEpisode(episodes, name, enc); ok || err != nil { // budget.go
+				return err
 			}
 			if ok, err := plans.loadEntry(name, enc); ok || err != nil {
 				return err
@@ -216,6 +220,7 @@ func (f *FSM) load() error {
 	f.plans.cur.Store(plans)
 	f.lists.set(lists)
 	f.webhooks.set(webhooks)
+	f.ap.budget.episodes.setEpisodes(episodes)
 	for name, cfg := range lists {
 		f.listEnds.set(name, cfg)
 	}
