@@ -3,6 +3,7 @@ package fsm
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -176,6 +177,72 @@ func TestBudgetEpisodeOneEventPerExhaustion(t *testing.T) {
 	}
 }
 
+// An episode closes only under 90% of its bound: a flood held at the
+// budget while keys expire one at a time under it (each expiry making room
+// for one flood key) is one event, not one per expiry; once the count is
+// under 90%, a new key closes the episode and the next exhaustion is a new
+// event.
+func TestBudgetEpisodeHysteresis(t *testing.T) {
+	f := openFSM(t, "", Options{})
+	d := newDriver(t, f)
+	b := Bounds{MaxKeys: 10}
+	spec := mustSpec(t, algo.Config{Algorithm: "fixed_window", Limit: 3, Window: "10s"})
+	for i := range 10 {
+		d.checkBounded(t0, b, inline(t, fmt.Sprint("k", i), 1))
+	}
+	flood := 0
+	refuse := func() {
+		t.Helper()
+		flood++
+		if r := d.checkBounded(t0, b, inline(t, fmt.Sprint("flood", flood), 1))[0]; r.Err == nil {
+			t.Fatalf("flood key %d at the budget: %+v", flood, r)
+		}
+	}
+	reset := func(k string) {
+		t.Helper()
+		if r := d.apply(EncodeResetKey(Check{Key: k, Spec: &spec})); r != nil {
+			t.Fatalf("reset %s: %v", k, r)
+		}
+	}
+	refuse()
+	for i := range 3 { // one key goes, a flood key takes its place: at 9 of 10, not under 90%
+		reset(fmt.Sprint("k", i))
+		if r := d.checkBounded(t0, b, inline(t, fmt.Sprint("again", i), 1))[0]; r.Err != nil {
+			t.Fatalf("a key in the room an expiry made: %+v", r)
+		}
+		refuse()
+	}
+	if ev := budgetEvents(t, f); len(ev) != 1 {
+		t.Fatalf("a flood held at the budget: %d events, want 1", len(ev))
+	}
+	reset("k3")
+	reset("k4") // 8 of 10: under 90%
+	d.checkBounded(t0, b, inline(t, "closes", 1))
+	if eps := f.BudgetEpisodes(); len(eps) != 0 {
+		t.Fatalf("episodes after a key was created at 8 of 10: %v", eps)
+	}
+	d.checkBounded(t0, b, inline(t, "fills", 1))
+	refuse()
+	if ev := budgetEvents(t, f); len(ev) != 2 {
+		t.Fatalf("a second exhaustion after the count was under 90%%: %d events, want 2", len(ev))
+	}
+}
+
+// An entry whose transaction fails leaves no episode behind in memory:
+// the table is what the file holds.
+func TestBudgetEpisodeDiscarded(t *testing.T) {
+	f := openFSM(t, "", Options{})
+	d := newDriver(t, f)
+	d.checkBounded(t0, Bounds{MaxKeys: 1}, inline(t, "a", 1))
+	f.testHookCommit = func() error { return errors.New("no space left on device") }
+	if _, err := f.applyEntries(logOf(d.next, EncodeCheckBounded(nil, t0, 0, Bounds{MaxKeys: 1}, []Op{inline(t, "b", 1)}))); err == nil {
+		t.Fatal("the failing commit applied")
+	}
+	if eps := f.BudgetEpisodes(); len(eps) != 0 {
+		t.Fatalf("episodes of a discarded entry: %v", eps)
+	}
+}
+
 // A damaged episode record is refused at open, never served.
 func TestBudgetEpisodeRecordCorrupt(t *testing.T) {
 	m := map[string]uint64{}
@@ -231,7 +298,7 @@ func TestBudgetEpisodeModel(t *testing.T) {
 			return rs[0]
 		}
 		now := t0
-		pk := Policy{Name: "pk", Spec: spec, MaxKeys: rapid.Int64Range(1, 4).Draw(rt, "policy_max_keys")}
+		pk := Policy{Name: "pk", Spec: spec, MaxKeys: rapid.SampledFrom([]int64{1, 2, 4, 7, 10}).Draw(rt, "policy_max_keys")}
 		if r := apply(EncodePutPolicy(pk)); r != nil {
 			rt.Fatalf("put policy: %v", r)
 		}
@@ -263,15 +330,16 @@ func TestBudgetEpisodeModel(t *testing.T) {
 		}
 		under := func(live uint64, bound int64) bool { return bound <= 0 || live < uint64(bound-bound/10) }
 		ridN := 0
-		names := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
+		names := []string{"a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l"}
 		steps := rapid.IntRange(1, 60).Draw(rt, "steps")
 		for s := 0; s < steps; s++ {
 			switch rapid.IntRange(0, 9).Draw(rt, "action") {
 			case 0, 1, 2, 3, 4, 5: // a check entry of 1 to 3 ops
 				now += rapid.SampledFrom([]int64{0, 0, sec, 4 * sec, 11 * sec}).Draw(rt, "advance")
 				b := Bounds{
-					MaxKeys:       rapid.SampledFrom([]int64{0, 2, 4, 6, 6}).Draw(rt, "max_keys"),
-					MaxRequestIDs: rapid.SampledFrom([]int64{0, 1, 3, 3}).Draw(rt, "max_request_ids"),
+					// 10 and 12: bounds whose 90% is under them (hysteresis).
+					MaxKeys:       rapid.SampledFrom([]int64{0, 2, 4, 6, 10, 12, 12}).Draw(rt, "max_keys"),
+					MaxRequestIDs: rapid.SampledFrom([]int64{0, 1, 3, 10, 10}).Draw(rt, "max_request_ids"),
 					NoNewKeys:     rapid.IntRange(0, 5).Draw(rt, "full") == 0,
 				}
 				ops := make([]Op, rapid.IntRange(1, 3).Draw(rt, "ops"))
