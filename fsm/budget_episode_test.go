@@ -330,17 +330,34 @@ func TestBudgetEpisodeModel(t *testing.T) {
 		}
 		under := func(live uint64, bound int64) bool { return bound <= 0 || live < uint64(bound-bound/10) }
 		ridN := 0
+		// 10 and 12: bounds whose 90% is under them (hysteresis).
+		keyBounds, ridBounds := []int64{0, 2, 4, 6, 10, 12, 12}, []int64{0, 1, 3, 10, 10}
+		b := Bounds{MaxKeys: rapid.SampledFrom(keyBounds).Draw(rt, "max_keys"), MaxRequestIDs: rapid.SampledFrom(ridBounds).Draw(rt, "max_request_ids")}
 		names := []string{"a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l"}
-		steps := rapid.IntRange(1, 60).Draw(rt, "steps")
+		steps := rapid.IntRange(1, 100).Draw(rt, "steps")
 		for s := 0; s < steps; s++ {
-			switch rapid.IntRange(0, 9).Draw(rt, "action") {
+			switch rapid.IntRange(0, 11).Draw(rt, "action") {
+			case 10, 11: // a reset: one key goes (where a count drops by one)
+				k := rapid.SampledFrom(names).Draw(rt, "reset")
+				c, mk := Check{Key: k, Spec: &spec}, "s:"+k
+				if rapid.Bool().Draw(rt, "policy") {
+					c, mk = Check{Key: k, Policy: pk.Name}, "p:"+k
+				}
+				if r := apply(EncodeResetKey(c)); r != nil {
+					rt.Fatalf("reset: %v", r)
+				}
+				delete(keys, mk)
 			case 0, 1, 2, 3, 4, 5: // a check entry of 1 to 3 ops
-				now += rapid.SampledFrom([]int64{0, 0, sec, 4 * sec, 11 * sec}).Draw(rt, "advance")
-				b := Bounds{
-					// 10 and 12: bounds whose 90% is under them (hysteresis).
-					MaxKeys:       rapid.SampledFrom([]int64{0, 2, 4, 6, 10, 12, 12}).Draw(rt, "max_keys"),
-					MaxRequestIDs: rapid.SampledFrom([]int64{0, 1, 3, 10, 10}).Draw(rt, "max_request_ids"),
-					NoNewKeys:     rapid.IntRange(0, 5).Draw(rt, "full") == 0,
+				now += rapid.SampledFrom([]int64{0, 0, 0, sec, 2 * sec, 11 * sec}).Draw(rt, "advance")
+				// A leader's bounds change now and then (its flags, its
+				// disk, a new leader), mostly they hold: a budget stays
+				// exhausted long enough for keys to go under it.
+				if rapid.IntRange(0, 7).Draw(rt, "new_bounds") == 0 {
+					b.MaxKeys = rapid.SampledFrom(keyBounds).Draw(rt, "max_keys")
+					b.MaxRequestIDs = rapid.SampledFrom(ridBounds).Draw(rt, "max_request_ids")
+				}
+				if rapid.IntRange(0, 5).Draw(rt, "disk_flip") == 0 {
+					b.NoNewKeys = !b.NoNewKeys
 				}
 				ops := make([]Op, rapid.IntRange(1, 3).Draw(rt, "ops"))
 				for i := range ops {
