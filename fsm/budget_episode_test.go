@@ -262,7 +262,7 @@ func TestBudgetEpisodeRecordCorrupt(t *testing.T) {
 	}
 }
 
-// The model of exhaustion episodes: random check entries (new and existing
+// The model of exhaustion episodes: random check entries of 1 to 4 ops (new and existing
 // keys, inline and under a policy with max_keys, with and without new
 // request ids) under bounds that vary per entry as a leader's flags and disk
 // would, expiry sweeps, acks of the outbox, restarts and snapshot restores
@@ -349,7 +349,7 @@ func TestBudgetEpisodeModel(t *testing.T) {
 					rt.Fatalf("reset: %v", r)
 				}
 				delete(keys, mk)
-			case 0, 1, 2, 3, 4, 5: // a check entry of 1 to 3 ops
+			case 0, 1, 2, 3, 4, 5: // a check entry
 				now += rapid.SampledFrom([]int64{0, 0, 0, sec, 2 * sec, 61 * sec}).Draw(rt, "advance")
 				// A leader's bounds change now and then (its flags, its
 				// disk, a new leader), mostly they hold: a budget stays
@@ -358,10 +358,10 @@ func TestBudgetEpisodeModel(t *testing.T) {
 					b.MaxKeys = rapid.SampledFrom(keyBounds).Draw(rt, "max_keys")
 					b.MaxRequestIDs = rapid.SampledFrom(ridBounds).Draw(rt, "max_request_ids")
 				}
-				if rapid.IntRange(0, 5).Draw(rt, "disk_flip") == 0 {
+				if rapid.IntRange(0, 11).Draw(rt, "disk_flip") < map[bool]int{false: 1, true: 4}[b.NoNewKeys] {
 					b.NoNewKeys = !b.NoNewKeys
 				}
-				ops := make([]Op, rapid.IntRange(1, 3).Draw(rt, "ops"))
+				ops := make([]Op, rapid.IntRange(1, 4).Draw(rt, "ops"))
 				for i := range ops {
 					ck := Check{Key: rapid.SampledFrom(names).Draw(rt, "key"), Spec: &spec, Cost: rapid.Int64Range(0, 2).Draw(rt, "cost")}
 					if rapid.Bool().Draw(rt, "policy") {
