@@ -277,10 +277,10 @@ func TestBudgetEpisodeRecordCorrupt(t *testing.T) {
 func TestBudgetEpisodeModel(t *testing.T) {
 	dir := t.TempDir()
 	run := 0
-	// Windows of a minute: a budget fills within one, keys go one at a
+	// Windows of an hour: a budget fills within one, keys go one at a
 	// time by resets, and all at once at its end.
-	const window, retention = 60 * sec, 10 * sec
-	spec := mustSpec(t, algo.Config{Algorithm: "fixed_window", Limit: 3, Window: "1m"})
+	const window, retention = 3600 * sec, 10 * sec
+	spec := mustSpec(t, algo.Config{Algorithm: "fixed_window", Limit: 3, Window: "1h"})
 	rapid.Check(t, func(rt *rapid.T) {
 		run++
 		path := filepath.Join(dir, fmt.Sprintf("fsm%d.db", run))
@@ -350,7 +350,7 @@ func TestBudgetEpisodeModel(t *testing.T) {
 				}
 				delete(keys, mk)
 			case 0, 1, 2, 3, 4, 5: // a check entry
-				now += rapid.SampledFrom([]int64{0, 0, 0, sec, 2 * sec, 61 * sec}).Draw(rt, "advance")
+				now += rapid.SampledFrom([]int64{0, 0, 0, sec, 2 * sec, 11 * sec, 0, 0, 0, sec, 2 * sec, 3601 * sec}).Draw(rt, "advance")
 				// A leader's bounds change now and then (its flags, its
 				// disk, a new leader), mostly they hold: a budget stays
 				// exhausted long enough for keys to go under it.
@@ -492,7 +492,7 @@ func TestBudgetEpisodeModel(t *testing.T) {
 				}
 				next = f.AppliedIndex() + 1
 			case 9: // an expiry sweep entry
-				now += rapid.SampledFrom([]int64{0, sec, 11 * sec, 61 * sec}).Draw(rt, "advance")
+				now += rapid.SampledFrom([]int64{0, sec, 11 * sec, 3601 * sec}).Draw(rt, "advance")
 				apply(EncodeExpire(now, 1000))
 				for k, st := range keys {
 					if st.start+window <= now {
