@@ -228,6 +228,80 @@ func TestBudgetEpisodeHysteresis(t *testing.T) {
 	}
 }
 
+// The same hysteresis for a policy's max_keys and for the request-id
+// budget: a count held at its bound, one record going and another taking
+// its place, is one episode; under 90% the next exhaustion is a new one.
+func TestBudgetEpisodeHysteresisPolicyAndRequestIDs(t *testing.T) {
+	f := openFSM(t, "", Options{})
+	d := newDriver(t, f)
+	spec := mustSpec(t, algo.Config{Algorithm: "fixed_window", Limit: 100, Window: "1h"})
+	d.putPolicy(Policy{Name: "pk", Spec: spec, MaxKeys: 10})
+	pol := func(k string) Op { return Op{Checks: []Check{{Key: k, Policy: "pk", Cost: 1}}} }
+	reset := func(k string) {
+		t.Helper()
+		if r := d.apply(EncodeResetKey(Check{Key: k, Policy: "pk"})); r != nil {
+			t.Fatalf("reset %s: %v", k, r)
+		}
+	}
+	refused := func(r Result) bool { return r.Err != nil && r.Err.Code == CodeKeyBudgetExhausted }
+	for i := range 10 {
+		d.checkBounded(t0, Bounds{}, pol(fmt.Sprint("k", i)))
+	}
+	if r := d.checkBounded(t0, Bounds{}, pol("flood0"))[0]; !refused(r) {
+		t.Fatalf("past the policy's 10 keys: %+v", r)
+	}
+	reset("k0") // 9 of 10
+	if r := d.checkBounded(t0, Bounds{}, pol("flood1"))[0]; refused(r) {
+		t.Fatalf("in the room a reset made: %+v", r)
+	}
+	d.checkBounded(t0, Bounds{}, pol("flood2"))
+	if n := len(budgetEvents(t, f)); n != 1 {
+		t.Fatalf("a policy held at its budget: %d events, want 1", n)
+	}
+	reset("k1")
+	reset("k2") // 8 of 10
+	d.checkBounded(t0, Bounds{}, pol("closes"))
+	d.checkBounded(t0, Bounds{}, pol("fills"))
+	d.checkBounded(t0, Bounds{}, pol("flood3"))
+	if n := len(budgetEvents(t, f)); n != 2 {
+		t.Fatalf("the policy exhausted again after 8 of 10: %d events, want 2", n)
+	}
+	// Request ids, recorded a second apart and kept 10 s.
+	rb := Bounds{MaxRequestIDs: 10}
+	const retention = 10 * sec
+	id := 0
+	withID := func(now int64) Result {
+		t.Helper()
+		id++
+		op := pol("k5")
+		op.RequestID = fmt.Sprint("r", id)
+		return d.apply(EncodeCheckBounded(nil, now, retention, rb, []Op{op})).([]Result)[0]
+	}
+	for i := range 10 {
+		if r := withID(t0 + int64(i)*sec); refused(r) {
+			t.Fatalf("request id %d of 10: %+v", i, r)
+		}
+	}
+	if r := withID(t0 + 9*sec); !refused(r) {
+		t.Fatalf("an 11th request id: %+v", r)
+	}
+	d.apply(EncodeExpire(t0+10*sec, 100)) // the first goes: 9 of 10
+	if r := withID(t0 + 10*sec); refused(r) {
+		t.Fatalf("a request id in the room an expiry made: %+v", r)
+	}
+	withID(t0 + 10*sec)
+	if n := len(budgetEvents(t, f)); n != 3 {
+		t.Fatalf("request ids held at their budget: %d events, want 3", n)
+	}
+	d.apply(EncodeExpire(t0+12*sec, 100)) // two more: 8 of 10
+	withID(t0 + 12*sec)
+	withID(t0 + 12*sec)
+	withID(t0 + 12*sec)
+	if n := len(budgetEvents(t, f)); n != 4 {
+		t.Fatalf("request ids exhausted again after 8 of 10: %d events, want 4", n)
+	}
+}
+
 // An entry whose transaction fails leaves no episode behind in memory:
 // the table is what the file holds.
 func TestBudgetEpisodeDiscarded(t *testing.T) {
