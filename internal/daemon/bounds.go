@@ -105,7 +105,8 @@ func diskReserve(minMiB, percent int64, total uint64) uint64 {
 	}
 	r := uint64(minMiB) << 20
 	if percent > 0 {
-		r = min(r, total/100*uint64(percent))
+		p := uint64(percent)
+		r = min(r, total/100*p+total%100*p/100) // total·p/100 without overflow
 	}
 	return r
 }
