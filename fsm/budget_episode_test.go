@@ -15,6 +15,40 @@ import (
 	"github.com/limitd/limitd/algo"
 )
 
+// fataler is what the helpers need of a *testing.T or a *rapid.T.
+type fataler interface{ Fatal(...any) }
+
+// snapshotOf is f's state as a Raft snapshot stream.
+func snapshotOf(t fataler, f *FSM) []byte {
+	snap, err := f.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer snap.Release()
+	sink := &memSink{}
+	if err := snap.Persist(sink); err != nil {
+		t.Fatal(err)
+	}
+	return sink.Bytes()
+}
+
+// restoreInNew closes f and returns a new replica at path restored from
+// its snapshot.
+func restoreInNew(t fataler, f *FSM, path string, opts Options) *FSM {
+	b := snapshotOf(t, f)
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	g, err := Open(path, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Restore(io.NopCloser(bytes.NewReader(b))); err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
 func epName(reason, policy string) string { return reason + "\x00" + policy }
 
 // budgetEventBody is a key_budget_exhausted event as webhooks receive it.
@@ -149,17 +183,8 @@ func TestBudgetEpisodeOneEventPerExhaustion(t *testing.T) {
 	if _, ok := open[epName(ReasonMaxKeys, "pk")]; !ok || len(open) != 2 {
 		t.Fatalf("open episodes %v, want pk's max_keys and max_request_ids", open)
 	}
-	snap, err := f.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sink := &memSink{}
-	if err := snap.Persist(sink); err != nil {
-		t.Fatal(err)
-	}
-	snap.Release()
 	f2 := openFSM(t, "", Options{})
-	if err := f2.Restore(io.NopCloser(bytes.NewReader(sink.Bytes()))); err != nil {
+	if err := f2.Restore(io.NopCloser(bytes.NewReader(snapshotOf(t, f)))); err != nil {
 		t.Fatal(err)
 	}
 	if got := f2.BudgetEpisodes(); fmt.Sprint(got) != fmt.Sprint(open) {
@@ -544,26 +569,9 @@ func TestBudgetEpisodeModel(t *testing.T) {
 					rt.Fatal(err)
 				}
 			case 8: // a snapshot restored into a new replica, which goes on
-				snap, err := f.Snapshot()
-				if err != nil {
-					rt.Fatal(err)
-				}
-				sink := &memSink{}
-				if err := snap.Persist(sink); err != nil {
-					rt.Fatal(err)
-				}
-				snap.Release()
-				if err := f.Close(); err != nil {
-					rt.Fatal(err)
-				}
 				run++
 				path = filepath.Join(dir, fmt.Sprintf("fsm%d.db", run))
-				if f, err = Open(path, opts); err != nil {
-					rt.Fatal(err)
-				}
-				if err := f.Restore(io.NopCloser(bytes.NewReader(sink.Bytes()))); err != nil {
-					rt.Fatal(err)
-				}
+				f = restoreInNew(rt, f, path, opts)
 				next = f.AppliedIndex() + 1
 			case 9: // an expiry sweep entry
 				now += rapid.SampledFrom([]int64{0, sec, 11 * sec, 3601 * sec}).Draw(rt, "advance")

@@ -245,26 +245,9 @@ func TestKeyBudgetModel(t *testing.T) {
 					rt.Fatal(err)
 				}
 			case 8: // a snapshot restored into a new replica, which goes on
-				snap, err := f.Snapshot()
-				if err != nil {
-					rt.Fatal(err)
-				}
-				sink := &memSink{}
-				if err := snap.Persist(sink); err != nil {
-					rt.Fatal(err)
-				}
-				snap.Release()
-				if err := f.Close(); err != nil {
-					rt.Fatal(err)
-				}
 				run++
 				path = filepath.Join(dir, "fsm"+time.Duration(run).String()+".db")
-				if f, err = Open(path, opts); err != nil {
-					rt.Fatal(err)
-				}
-				if err := f.Restore(io.NopCloser(bytes.NewReader(sink.Bytes()))); err != nil {
-					rt.Fatal(err)
-				}
+				f = restoreInNew(rt, f, path, opts)
 				next = f.AppliedIndex() + 1
 			case 9: // a commit, then the file itself is counted
 				f.applyMu.Lock()
