@@ -117,8 +117,9 @@ func diskReserve(minMiB, percent int64, total uint64) uint64 {
 // key_budget_exhausted episode).
 const diskClearMargin = 10 // percent of the reserve
 
-// diskGuard watches the free space of the data directory (once a second,
-// and at start) and says when it is below the reserve (diskReserve). Only
+// diskGuard watches the free space of the data directory (every
+// diskPollInterval, and at start) and says when it is below the reserve
+// (diskReserve). Only
 // the leader's answer matters: it is stamped in the entries it proposes.
 //
 // The free space it compares is what will remain once Raft's snapshots
@@ -132,12 +133,21 @@ const diskClearMargin = 10 // percent of the reserve
 // While it is tripped the refused checks still append Raft log entries;
 // the guard then turns Raft's snapshots to short and frequent
 // (lowDiskRaft), so the log is compacted every second or so rather than
-// after 4,096 entries, and back when the space returns.
+// after 4,096 entries, and back when the space returns. The space a
+// compaction frees is not room for keys: the same refusals write it again.
+// So while tripped the guard counts the log at the largest it has been
+// in the last logPeakWindow (logPeak); else each compaction cleared it,
+// keys were created until it tripped again, and the state file ratcheted
+// up until a snapshot no longer fitted. Once the refusals stop, the peak
+// ages out and the space the log gave back counts again.
 type diskGuard struct {
 	dir             string
 	minMiB, percent int64
 	reserve         atomic.Uint64 // bytes, as of the last poll
 	low             atomic.Bool
+	logPeak         uint64    // the Raft log's largest size while tripped, within logPeakWindow (poll only)
+	logPeakAt       time.Time // when the log was last that large
+	now             func() time.Time
 	onChange        atomic.Pointer[func(low bool)]
 	logger          *slog.Logger
 	stop            chan struct{}
@@ -145,19 +155,29 @@ type diskGuard struct {
 	space func(dir string) (free, total uint64, ok bool)
 }
 
+// diskPollInterval is how often the guard looks: a flood creates some
+// 20,000 keys a second, 25 MiB of state and snapshots to come on a small
+// disk, so a second between looks overshot a 40 MiB reserve by half.
+const diskPollInterval = 200 * time.Millisecond
+
+// logPeakWindow is how long the guard remembers the Raft log's peak while
+// tripped: longer than the log takes to regrow under the low-disk snapshot
+// settings (256 entries, checked every second).
+const logPeakWindow = time.Minute
+
 // snapshotCopies is how many copies of the state file Raft's snapshots take
 // at most: the two it retains (cluster: NewFileSnapshotStore with retain 2)
 // and the one it is writing.
 const snapshotCopies = 3
 
 func (b *boundsFlags) startDiskGuard(dir string, logger *slog.Logger) *diskGuard {
-	g := &diskGuard{dir: dir, minMiB: b.minFreeDiskMiB, percent: b.minFreeDiskPercent, logger: logger, stop: make(chan struct{}), space: diskSpace}
+	g := &diskGuard{dir: dir, minMiB: b.minFreeDiskMiB, percent: b.minFreeDiskPercent, logger: logger, stop: make(chan struct{}), space: diskSpace, now: time.Now}
 	if g.minMiB <= 0 {
 		return g
 	}
 	g.poll()
 	go func() {
-		t := time.NewTicker(time.Second)
+		t := time.NewTicker(diskPollInterval)
 		defer t.Stop()
 		for {
 			select {
@@ -188,16 +208,31 @@ func pending(dir string) uint64 {
 	if err != nil {
 		return 0
 	}
-	var snaps int64
-	_ = filepath.WalkDir(filepath.Join(dir, "snapshots"), func(_ string, d fs.DirEntry, err error) error {
+	return uint64(max(snapshotCopies*st.Size()-int64(treeBytes(filepath.Join(dir, "snapshots"))), 0))
+}
+
+// treeBytes sums the regular files under dir (a handful: snapshots, log
+// segments).
+func treeBytes(dir string) uint64 {
+	var n int64
+	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
 		if err == nil && d.Type().IsRegular() {
 			if info, err := d.Info(); err == nil {
-				snaps += info.Size()
+				n += info.Size()
 			}
 		}
 		return nil
 	})
-	return uint64(max(snapshotCopies*st.Size()-snaps, 0))
+	return uint64(n)
+}
+
+// raftLogBytes is the Raft log's size in dir (raft-wal, or raft.db).
+func raftLogBytes(dir string) uint64 {
+	n := treeBytes(filepath.Join(dir, "raft-wal"))
+	if st, err := os.Stat(filepath.Join(dir, "raft.db")); err == nil {
+		n += uint64(st.Size())
+	}
+	return n
 }
 
 func (g *diskGuard) poll() {
@@ -211,12 +246,20 @@ func (g *diskGuard) poll() {
 	was := g.low.Load()
 	low := left < reserve
 	if was {
+		// The log compacted since the trip will grow back: count it at
+		// its peak.
+		l, now := raftLogBytes(g.dir), g.now()
+		if l >= g.logPeak || now.Sub(g.logPeakAt) > logPeakWindow {
+			g.logPeak, g.logPeakAt = l, now
+		}
+		left -= min(left, g.logPeak-l)
 		low = left < reserve+reserve/100*diskClearMargin
 	}
 	if low == was {
 		return
 	}
 	g.low.Store(low)
+	g.logPeak, g.logPeakAt = raftLogBytes(g.dir), g.now()
 	if low {
 		g.logger.Warn("data directory low on free space: no new keys are created while this node leads (existing keys are still decided)", "free_bytes", free, "after_snapshots_bytes", left, "reserve_bytes", reserve)
 	} else {

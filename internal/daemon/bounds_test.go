@@ -68,7 +68,7 @@ func TestDiskGuardCountsSnapshotsToCome(t *testing.T) {
 	}
 	var free uint64 = 100 * mib
 	g := &diskGuard{dir: dir, minMiB: DefaultMinFreeDiskMiB, percent: DefaultMinFreeDiskPercent, logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		space: func(string) (uint64, uint64, bool) { return free, 160 * mib, true }}
+		space: func(string) (uint64, uint64, bool) { return free, 160 * mib, true }, now: time.Now}
 	var changes []bool
 	g.onLow(func(low bool) { changes = append(changes, low) })
 	state(10 * mib) // 30 MiB of snapshots to come: 70 MiB left, over the 40 MiB reserve
@@ -101,6 +101,44 @@ func TestDiskGuardCountsSnapshotsToCome(t *testing.T) {
 	}
 	if want := []bool{true, false, true, false}; len(changes) != len(want) || changes[0] != true || changes[1] != false || changes[2] != true || changes[3] != false {
 		t.Fatalf("changes told %v, want %v", changes, want)
+	}
+}
+
+// While tripped, the space a log compaction gives back does not clear the
+// guard (the refusals write the log again) until the log's peak is older
+// than logPeakWindow; then it counts.
+func TestDiskGuardDiscountsTheCompactedLog(t *testing.T) {
+	const mib = 1 << 20
+	dir := t.TempDir()
+	wal := filepath.Join(dir, "raft-wal")
+	if err := os.MkdirAll(wal, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	segment := func(name string, n int64) {
+		if err := os.WriteFile(filepath.Join(wal, name), make([]byte, n), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clock := time.Unix(1_800_000_000, 0)
+	var free uint64 = 39 * mib
+	g := &diskGuard{dir: dir, minMiB: DefaultMinFreeDiskMiB, percent: DefaultMinFreeDiskPercent, logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		space: func(string) (uint64, uint64, bool) { return free, 160 * mib, true }, now: func() time.Time { return clock }}
+	segment("1.wal", 16*mib)
+	segment("2.wal", 16*mib)
+	if g.poll(); !g.low.Load() {
+		t.Fatal("39 MiB free of a 40 MiB reserve: not tripped")
+	}
+	if err := os.Remove(filepath.Join(wal, "1.wal")); err != nil { // a compaction
+		t.Fatal(err)
+	}
+	free += 16 * mib
+	clock = clock.Add(10 * time.Second)
+	if g.poll(); !g.low.Load() {
+		t.Fatal("cleared by the 16 MiB a compaction gave back while the refusals go on")
+	}
+	clock = clock.Add(logPeakWindow)
+	if g.poll(); g.low.Load() {
+		t.Fatal("the log's peak aged out and 55 MiB are free: still tripped")
 	}
 }
 
