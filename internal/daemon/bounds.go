@@ -123,12 +123,13 @@ const diskClearMargin = 10 // percent of the reserve
 // the leader's answer matters: it is stamped in the entries it proposes.
 //
 // The free space it compares is what will remain once Raft's snapshots
-// have caught up with the state file: Raft keeps two snapshots, each a copy
-// of the state file, and writes a third before it deletes the oldest, so a
-// state file of S bytes will take up to 3S of snapshots; what the snapshot
-// directory holds now is subtracted. Without it a small disk took keys
-// until the free space reached the reserve with no snapshot taken yet, and
-// the first snapshot then filled the disk.
+// have caught up with the state file and the log has its working size
+// (pending): Raft keeps two snapshots, each a copy of the state file, and
+// writes a third before it deletes the oldest, so a state file of S bytes
+// will take up to 3S of snapshots; what the snapshot directory holds now
+// is subtracted. Without it a small disk took keys until the free space
+// reached the reserve with no snapshot taken yet, and the first snapshot
+// then filled the disk.
 //
 // While it is tripped the refused checks still append Raft log entries;
 // the guard then turns Raft's snapshots to short and frequent
@@ -201,8 +202,17 @@ func (g *diskGuard) onLow(f func(low bool)) {
 	}
 }
 
-// pending is what Raft's snapshots will still write for the state file in
-// dir: snapshotCopies of it less what the snapshot directory holds.
+// logAllowance is the Raft log's working size while the guard is tripped
+// (lowDiskRaft): raft-wal preallocates 16 MiB segments (cluster/logstore)
+// and deletes a segment only once a snapshot covers all of it, so the log
+// holds the segment being written, the one with the 64 trailing entries
+// and one the next snapshot has not covered yet. Measured without it: the
+// log grew from one segment to three after the guard tripped and took 32
+// MiB of a 40 MiB reserve.
+const logAllowance = 3 * 16 << 20
+
+// pending is what Raft's snapshots will still write in dir for the state
+// file: snapshotCopies of it less what the snapshot directory holds.
 func pending(dir string) uint64 {
 	st, err := os.Stat(filepath.Join(dir, "fsm.db"))
 	if err != nil {
@@ -242,17 +252,19 @@ func (g *diskGuard) poll() {
 	}
 	reserve := diskReserve(g.minMiB, g.percent, total)
 	g.reserve.Store(reserve)
-	left := free - min(free, pending(g.dir))
-	was := g.low.Load()
-	low := left < reserve
+	// The log counts at its working size (logAllowance) and, while
+	// tripped, at its recent peak: what it will grow back to.
+	l, was := raftLogBytes(g.dir), g.low.Load()
+	target := uint64(logAllowance)
 	if was {
-		// The log compacted since the trip will grow back: count it at
-		// its peak.
-		l, now := raftLogBytes(g.dir), g.now()
-		if l >= g.logPeak || now.Sub(g.logPeakAt) > logPeakWindow {
+		if now := g.now(); l >= g.logPeak || now.Sub(g.logPeakAt) > logPeakWindow {
 			g.logPeak, g.logPeakAt = l, now
 		}
-		left -= min(left, g.logPeak-l)
+		target = max(target, g.logPeak)
+	}
+	left := free - min(free, pending(g.dir)+target-min(target, l))
+	low := left < reserve
+	if was {
 		low = left < reserve+reserve/100*diskClearMargin
 	}
 	if low == was {

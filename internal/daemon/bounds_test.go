@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -42,7 +43,7 @@ func TestDiskReserveDefault(t *testing.T) {
 
 // The guard trips when the free space left after the snapshots Raft has yet
 // to take (3 copies of the state file, less what the snapshot directory
-// holds) is under the reserve, clears only 10% above it, and tells its
+// holds) and the log's growth to its working size is under the reserve, clears only 10% above it, and tells its
 // listener each change once.
 func TestDiskGuardCountsSnapshotsToCome(t *testing.T) {
 	const mib = 1 << 20
@@ -69,6 +70,13 @@ func TestDiskGuardCountsSnapshotsToCome(t *testing.T) {
 	var free uint64 = 100 * mib
 	g := &diskGuard{dir: dir, minMiB: DefaultMinFreeDiskMiB, percent: DefaultMinFreeDiskPercent, logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		space: func(string) (uint64, uint64, bool) { return free, 160 * mib, true }, now: time.Now}
+	// A log at its working size: nothing of it to come.
+	if err := os.MkdirAll(filepath.Join(dir, "raft-wal"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "raft-wal", "1.wal"), make([]byte, logAllowance), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	var changes []bool
 	g.onLow(func(low bool) { changes = append(changes, low) })
 	state(10 * mib) // 30 MiB of snapshots to come: 70 MiB left, over the 40 MiB reserve
@@ -99,14 +107,27 @@ func TestDiskGuardCountsSnapshotsToCome(t *testing.T) {
 	if g.poll(); g.low.Load() {
 		t.Fatal("45 MiB left: not cleared")
 	}
-	if want := []bool{true, false, true, false}; len(changes) != len(want) || changes[0] != true || changes[1] != false || changes[2] != true || changes[3] != false {
+	// A log of one segment has two more to come.
+	if err := os.WriteFile(filepath.Join(dir, "raft-wal", "1.wal"), make([]byte, 16*mib), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	free += 32 * mib // the space the shorter log leaves: the same 45 MiB once it has grown back
+	if g.poll(); g.low.Load() {
+		t.Fatal("45 MiB left with the log's growth counted: tripped")
+	}
+	free -= 6 * mib // 39 MiB left once the log has grown back
+	if g.poll(); !g.low.Load() {
+		t.Fatal("39 MiB left once the log has grown to its working size: not tripped")
+	}
+	if want := []bool{true, false, true, false, true}; fmt.Sprint(changes) != fmt.Sprint(want) {
 		t.Fatalf("changes told %v, want %v", changes, want)
 	}
 }
 
 // While tripped, the space a log compaction gives back does not clear the
-// guard (the refusals write the log again) until the log's peak is older
-// than logPeakWindow; then it counts.
+// guard (the refusals write the log again): the log counts at its peak
+// (here 4 segments, past its 3-segment working size) until that peak is
+// older than logPeakWindow; then the space counts.
 func TestDiskGuardDiscountsTheCompactedLog(t *testing.T) {
 	const mib = 1 << 20
 	dir := t.TempDir()
@@ -114,8 +135,8 @@ func TestDiskGuardDiscountsTheCompactedLog(t *testing.T) {
 	if err := os.MkdirAll(wal, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	segment := func(name string, n int64) {
-		if err := os.WriteFile(filepath.Join(wal, name), make([]byte, n), 0o600); err != nil {
+	for _, name := range []string{"1.wal", "2.wal", "3.wal", "4.wal"} {
+		if err := os.WriteFile(filepath.Join(wal, name), make([]byte, 16*mib), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -123,22 +144,22 @@ func TestDiskGuardDiscountsTheCompactedLog(t *testing.T) {
 	var free uint64 = 39 * mib
 	g := &diskGuard{dir: dir, minMiB: DefaultMinFreeDiskMiB, percent: DefaultMinFreeDiskPercent, logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		space: func(string) (uint64, uint64, bool) { return free, 160 * mib, true }, now: func() time.Time { return clock }}
-	segment("1.wal", 16*mib)
-	segment("2.wal", 16*mib)
 	if g.poll(); !g.low.Load() {
 		t.Fatal("39 MiB free of a 40 MiB reserve: not tripped")
 	}
-	if err := os.Remove(filepath.Join(wal, "1.wal")); err != nil { // a compaction
-		t.Fatal(err)
+	for _, name := range []string{"1.wal", "2.wal", "3.wal"} { // a compaction: 48 MiB back
+		if err := os.Remove(filepath.Join(wal, name)); err != nil {
+			t.Fatal(err)
+		}
 	}
-	free += 16 * mib
+	free += 48 * mib
 	clock = clock.Add(10 * time.Second)
 	if g.poll(); !g.low.Load() {
-		t.Fatal("cleared by the 16 MiB a compaction gave back while the refusals go on")
+		t.Fatal("cleared by the 48 MiB a compaction gave back while the refusals go on")
 	}
-	clock = clock.Add(logPeakWindow)
+	clock = clock.Add(logPeakWindow + time.Second)
 	if g.poll(); g.low.Load() {
-		t.Fatal("the log's peak aged out and 55 MiB are free: still tripped")
+		t.Fatal("the log's peak aged out, 87 MiB free and 32 MiB of it for the log's working size: still tripped")
 	}
 }
 
