@@ -139,9 +139,10 @@ func TestProcessKeyFloodBounded(t *testing.T) {
 // 160 MB tmpfs, started with no bound flag at all, leaves it running and
 // deciding the keys it had. The free-disk guard's default reserve is the
 // smaller of 256 MiB and 25% of the file system (40 MiB here: 256 MiB
-// would refuse every key from the start); the leader stops new keys below
-// it and takes a snapshot at once, so the log of the refused checks is
-// compacted before it fills the disk. Asserted: the free space, sampled
+// would refuse every key from the start); the leader stops new keys while
+// the free space, less what its snapshots and Raft log will still take,
+// is below it, and compacts the log every 256 entries while it is, so the
+// refused checks' entries cannot fill the disk. Asserted: the free space, sampled
 // every 20 ms through the flood and after it, never falls below half the
 // reserve (the floor docs/SECURITY.md gives); the memory within its
 // documented bound. Not in -short (it mounts a tmpfs: root only);
