@@ -406,6 +406,18 @@ func TestBudgetEpisodeModel(t *testing.T) {
 		type kst struct{ start, count int64 }
 		keys := map[string]kst{}   // "s:" inline, "p:" under pk
 		rids := map[string]int64{} // request id → expiry
+		sweep := func() { // what an expiry sweep at now removes
+			for k, st := range keys {
+				if st.start+window <= now {
+					delete(keys, k)
+				}
+			}
+			for id, exp := range rids {
+				if exp <= now {
+					delete(rids, id)
+				}
+			}
+		}
 		policyKeys := func() (n int64) {
 			for k := range keys {
 				if k[0] == 'p' {
@@ -544,17 +556,7 @@ func TestBudgetEpisodeModel(t *testing.T) {
 						rids[op.RequestID] = now + retention
 					}
 				}
-				// The entry's sweep (2×ops+16 due entries): all of them here.
-				for k, st := range keys {
-					if st.start+window <= now {
-						delete(keys, k)
-					}
-				}
-				for id, exp := range rids {
-					if exp <= now {
-						delete(rids, id)
-					}
-				}
+				sweep() // the entry's sweep (2×ops+16 due entries): all of them here
 			case 6: // the delivery loop acks what is waiting
 				var seqs []uint64
 				for _, e := range f.Outbox(0, 100) {
@@ -576,16 +578,7 @@ func TestBudgetEpisodeModel(t *testing.T) {
 			case 9: // an expiry sweep entry
 				now += rapid.SampledFrom([]int64{0, sec, 11 * sec, 3601 * sec}).Draw(rt, "advance")
 				apply(EncodeExpire(now, 1000))
-				for k, st := range keys {
-					if st.start+window <= now {
-						delete(keys, k)
-					}
-				}
-				for id, exp := range rids {
-					if exp <= now {
-						delete(rids, id)
-					}
-				}
+				sweep()
 			}
 			// The replica's open episodes are the model's.
 			var want, got []string
