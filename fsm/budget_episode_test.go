@@ -406,7 +406,7 @@ func TestBudgetEpisodeModel(t *testing.T) {
 		type kst struct{ start, count int64 }
 		keys := map[string]kst{}   // "s:" inline, "p:" under pk
 		rids := map[string]int64{} // request id → expiry
-		sweep := func() { // what an expiry sweep at now removes
+		sweep := func() {          // what an expiry sweep at now removes
 			for k, st := range keys {
 				if st.start+window <= now {
 					delete(keys, k)
