@@ -160,6 +160,7 @@ func (a *applier) publish() {
 	a.f.outbox.publish()
 	a.f.webhooks.publish()
 	a.publishHashSlots()
+	a.budget.episodes.publish()
 	if len(a.pendingPolicies) == 0 && len(a.pendingNodes) == 0 {
 		return
 	}
@@ -192,6 +193,7 @@ func (a *applier) discard() {
 	a.f.outbox.discard()
 	a.f.webhooks.discard()
 	a.discardHashSlots()
+	a.budget.episodes.discard()
 	clear(a.pendingPolicies)
 	clear(a.pendingNodes)
 }
@@ -416,8 +418,8 @@ func (a *applier) applyOp(tx *persist.Tx, op *opRef, checks []checkRef, decs []D
 		}
 		prevReq = r // absent, or expired but not yet swept: overwritten
 		if !r.Found {
-			if e := a.refuseNewRequestID(tx.Meta().RequestIDs, &a.cmd.bounds); e != nil {
-				return Result{Err: e}, nil // nothing consumed, nothing remembered
+			if e, err := a.refuseNewRequestID(tx, &a.cmd.bounds, now); e != nil || err != nil {
+				return Result{Err: e}, err // nothing consumed, nothing remembered
 			}
 		}
 	}
@@ -595,12 +597,12 @@ func (a *applier) decideOp(tx *persist.Tx, checks []checkRef, lims []limit, decs
 				created++
 			}
 		}
-		if e := a.refuseNewKeys(tx.Meta().Keys, created, &a.cmd.bounds); e != nil {
-			return Result{Err: e}, nil
+		if e, err := a.refuseNewKeys(tx, created, &a.cmd.bounds, now); e != nil || err != nil {
+			return Result{Err: e}, err
 		}
 		if created > 0 {
-			if e := a.refusePolicyKeys(tx, checks, lims); e != nil {
-				return Result{Err: e}, nil
+			if e, err := a.refusePolicyKeys(tx, checks, lims, now); e != nil || err != nil {
+				return Result{Err: e}, err
 			}
 		}
 		for k := range a.tent {

@@ -165,6 +165,7 @@ func (f *FSM) load() error {
 	lists := make(map[string][]byte)
 	webhooks := make(map[string][]byte)
 	var hs *hashSlotTable // nil without its record: every slot owned
+	episodes := make(map[string]uint64)
 	err := f.store.View(func(tx *persist.Tx) error {
 		if err := tx.ForEachPolicy(func(name string, enc []byte) error {
 			if ok, err := loadHashSlots(&hs, name, enc); ok || err != nil {
@@ -172,6 +173,9 @@ func (f *FSM) load() error {
 			}
 			if f.domains.loadEntry(domains, name, enc) || loadList(lists, name, enc) || loadWebhook(webhooks, name, enc) {
 				return nil
+			}
+			if ok, err := loadEpisode(episodes, name, enc); ok || err != nil { // budget.go
+				return err
 			}
 			if ok, err := plans.loadEntry(name, enc); ok || err != nil {
 				return err
@@ -223,6 +227,7 @@ func (f *FSM) load() error {
 	f.lists.set(lists)
 	f.webhooks.set(webhooks)
 	f.setHashSlots(hs)
+	f.ap.budget.episodes.setEpisodes(episodes)
 	for name, cfg := range lists {
 		f.listEnds.set(name, cfg)
 	}

@@ -437,14 +437,13 @@ func (a *applier) grantLease(tx *persist.Tx, holder []byte, lr *leaseRef, now in
 		return g, err
 	}
 	if !st.Found {
-		if e := a.refuseNewKeys(tx.Meta().Keys, 1, bounds); e != nil {
+		if e, err := a.refuseNewKeys(tx, 1, bounds, now); e != nil || err != nil {
 			g.Err = e
-			return g, nil
+			return g, err
 		}
-		if p.MaxKeys > 0 && tx.GroupKeys(lim.ident) >= p.MaxKeys {
-			a.budget.keys.Add(1)
-			g.Err = &Error{Code: CodeKeyBudgetExhausted, Field: "key", Message: fmt.Sprintf("policy %q holds its maximum of %d keys (max_keys) and creates no new ones until keys expire; existing keys are still decided", p.Name, p.MaxKeys)}
-			return g, nil
+		if e, err := a.refusePolicyKey(tx, p.Name, lim.ident, p.MaxKeys, 1, now); e != nil || err != nil {
+			g.Err = e
+			return g, err
 		}
 	}
 	ag, next, err := algo.GrantLease(a.decideBuf[:0], &p.Spec, p.Lease, st.Data, now)

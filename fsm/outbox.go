@@ -13,7 +13,8 @@ import (
 	"github.com/limitd/limitd/persist"
 )
 
-// The outbox: events (threshold crossings, notify.go; bans, ban.go) wait
+// The outbox: events (threshold crossings, notify.go; bans, ban.go; key
+// budget exhaustion, budget.go) wait
 // here, in the replicated state, until the leader's delivery loop (package
 // webhook) has given each to every webhook and acks it (CmdAckEvents). An
 // event is a record in the state bucket under 'O' ‖ be64(seq), seq being
@@ -112,14 +113,11 @@ func decodeOutbox(b []byte) (nodeapi.Event, error) {
 // emit puts an event in the outbox, or drops it (counted) when the outbox
 // is full or the entry has produced as many as its seqs can number.
 func (a *applier) emit(tx *persist.Tx, id string, body []byte, now int64) error {
-	if a.emittedAt != a.index {
-		a.emitted, a.emittedAt = 0, a.index
-	}
+	seq := a.nextSeq()
 	if tx.GroupKeys([]byte(outboxGroup)) >= nodeapi.MaxOutbox || a.emitted >= 1<<16 {
 		a.f.outbox.dropped.Add(1)
 		return nil
 	}
-	seq := a.index<<16 | a.emitted
 	a.emitted++
 	b := binary.AppendUvarint(tx.Alloc(len(id) + len(body) + 2*binary.MaxVarintLen64)[:0], uint64(len(id)))
 	b = append(b, id...)
@@ -135,6 +133,15 @@ func (a *applier) emit(tx *persist.Tx, id string, body []byte, now int64) error 
 	}
 	a.f.outbox.stage(seq, &nodeapi.Event{Seq: seq, ID: id, At: now, Body: bytes.Clone(body)})
 	return nil
+}
+
+// nextSeq is the seq the entry's next event takes (an id may name it:
+// budget.go).
+func (a *applier) nextSeq() uint64 {
+	if a.emittedAt != a.index {
+		a.emitted, a.emittedAt = 0, a.index
+	}
+	return a.index<<16 | a.emitted
 }
 
 // outboxSwept counts an event the sweep removes, undelivered, as dropped.

@@ -385,8 +385,8 @@ func (a *applier) applyCostOp(tx *persist.Tx, op *opRef, checks []checkRef, decs
 			return Result{Err: &Error{Code: CodeInvalidArgument, Field: "policy", Message: "a shadow policy spends nothing: there is nothing to reserve"}}, nil
 		}
 		// The record is a key of its own: refused before anything is spent.
-		if e := a.refuseNewKeys(tx.Meta().Keys, 1, &a.cmd.bounds); e != nil {
-			return Result{Err: e}, nil
+		if e, err := a.refuseNewKeys(tx, 1, &a.cmd.bounds, now); e != nil || err != nil {
+			return Result{Err: e}, err
 		}
 	}
 	res, err := a.decideOp(tx, checks, a.lims, decs, now, false)
@@ -442,8 +442,8 @@ func (a *applier) overdraw(tx *persist.Tx, ck *checkRef, lim *limit, d *Decision
 		next, ad = st.Data, d.Decision // the refusal has counted the cost already
 	} else {
 		if !st.Found {
-			if e := a.refuseNewKeys(tx.Meta().Keys, 1, &a.cmd.bounds); e != nil {
-				return e, nil
+			if e, err := a.refuseNewKeys(tx, 1, &a.cmd.bounds, now); e != nil || err != nil {
+				return e, err
 			}
 		}
 		if next, ad, err = algo.Debit(a.decideBuf[:0], lim.spec, st.Data, now, ck.cost); err != nil {
@@ -543,8 +543,8 @@ func (a *applier) settle(tx *persist.Tx, ck *checkRef, lim *limit, decs []Decisi
 	}
 	if changed {
 		if !st.Found && next != nil {
-			if e := a.refuseNewKeys(tx.Meta().Keys, 1, &a.cmd.bounds); e != nil {
-				return Result{Err: e}, nil
+			if e, err := a.refuseNewKeys(tx, 1, &a.cmd.bounds, now); e != nil || err != nil {
+				return Result{Err: e}, err
 			}
 		}
 		t := tentative{key: a.costs.stateKey, prev: st, data: next, expiry: now + int64(d.ResetAfter), changed: true}

@@ -294,7 +294,7 @@ func serve(f *serveFlags, in *startInputs, logger *slog.Logger) error {
 	if err := privateDataDir(f.dataDir, logger); err != nil { // datadir.go: 0700/0600 before anything is written
 		return err
 	}
-	disk := startDiskGuard(f.dataDir, f.bounds.minFreeDiskMiB, logger) // bounds.go
+	disk := f.bounds.startDiskGuard(f.dataDir, logger) // bounds.go
 	defer disk.Close()
 	// Listen before Raft starts so a bad --http-addr fails fast, and so the
 	// node can answer forwarded requests as soon as it is a member.
@@ -366,6 +366,7 @@ func serve(f *serveFlags, in *startInputs, logger *slog.Logger) error {
 	if node.Recovered() {
 		logger.Warn("previous stop was unclean: rebuilding state from the latest snapshot and the Raft log")
 	}
+	disk.onLow(lowDiskRaft(node.Backups().Raft, logger)) // bounds.go: compact the log while the disk is short
 
 	fe, err := newFrontEnds(f, in, node, host, apiCfg, logger) // HTTP and gRPC on one service (frontends.go)
 	if err != nil {
