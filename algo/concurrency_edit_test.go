@@ -187,6 +187,14 @@ func FuzzSlotEdit(f *testing.F) {
 		f.Add(seed, uint8(3), uint32(200), []byte("c"))
 	}
 	f.Add([]byte{stateTag(Concurrency)}, uint8(1), uint32(0), []byte{})
+	// Valid encodings the API never writes: an id held twice (the first
+	// record is the one found), a tombstone beside its held id.
+	twice := []byte{stateTag(Concurrency), 2, 1, 50, 1, 'a', 2, 40, 1, 'a', 1, 60, 1, 'a'}
+	tombsTwice := []byte{stateTag(Concurrency), 0, 2, 50, 1, 'a', 60, 1, 'a'}
+	for op := uint8(0); op < 4; op++ {
+		f.Add(twice, op, uint32(3), []byte("a"))
+		f.Add(tombsTwice, op, uint32(3), []byte("a"))
+	}
 	f.Fuzz(func(t *testing.T, state []byte, op uint8, now uint32, id []byte) {
 		s := s1
 		if op&4 != 0 {
