@@ -158,11 +158,10 @@ func Acquire(dst []byte, s *Spec, state []byte, now, cost int64, id []byte) (d D
 	if cost == 1 && (len(id) == 0 || len(id) > MaxSlotID) {
 		return d, 0, nil, &FieldError{Field: "slot", Message: fmt.Sprintf("a slot id must be 1 to %d bytes", MaxSlotID)}
 	}
-	sc, err := scanSlots(s, state, now)
+	sc, err := scanSlots(s, state, now, id, cost == 1)
 	if err != nil {
 		return d, 0, nil, err
 	}
-	sc.plan(id, cost == 1)
 	e := noEdit()
 	if cost == 1 {
 		if sc.liveAt >= 0 {
@@ -191,11 +190,10 @@ func Acquire(dst []byte, s *Spec, state []byte, now, cost int64, id []byte) (d D
 // repeated release, or its hold ended); SlotUnknown: never held here. next
 // is the new state (nil: fresh), also after SlotFreed/SlotUnknown (pruned).
 func Release(dst []byte, s *Spec, state []byte, now int64, id []byte) (SlotAnswer, Decision, []byte, error) {
-	sc, err := scanSlots(s, state, now)
+	sc, err := scanSlots(s, state, now, id, true)
 	if err != nil {
 		return SlotUnknown, Decision{}, nil, err
 	}
-	sc.plan(id, true)
 	e, ans := noEdit(), SlotUnknown
 	if sc.liveAt >= 0 {
 		e.dropHeld = sc.liveAt
@@ -213,11 +211,10 @@ func Release(dst []byte, s *Spec, state []byte, now int64, id []byte) (SlotAnswe
 // SlotUnknown as for Release: a freed slot cannot be renewed (another
 // holder may have its place).
 func Renew(dst []byte, s *Spec, state []byte, now int64, id []byte) (SlotAnswer, time.Duration, Decision, []byte, error) {
-	sc, err := scanSlots(s, state, now)
+	sc, err := scanSlots(s, state, now, id, true)
 	if err != nil {
 		return SlotUnknown, 0, Decision{}, nil, err
 	}
-	sc.plan(id, true)
 	e, ans := noEdit(), SlotUnknown
 	if sc.liveAt >= 0 {
 		acquired, end := sc.heldAt(sc.liveAt)

@@ -1,6 +1,9 @@
 package algo
 
-import "time"
+import (
+	"encoding/binary"
+	"time"
+)
 
 // Acquire, Release and Renew edit a concurrency state in one pass over its
 // encoded bytes instead of decoding it into slices and encoding it again:
@@ -18,7 +21,7 @@ import "time"
 // their time. So with G = freed ++ ended, the survivors are the last
 // maxTombstones of G whose time is after te.
 
-// slotScan is a validated concurrency state and what a plan found in it.
+// slotScan is a validated concurrency state and what its scan counted.
 type slotScan struct {
 	b                 []byte
 	te                int64 // now, or the latest acquisition (time never runs backwards)
@@ -26,7 +29,7 @@ type slotScan struct {
 	heldOff, freedOff int   // where each section's records begin
 	maxHold           int64
 
-	// Set by plan.
+	// Set by the scan's count.
 	live   int64 // held records whose hold ends after te
 	liveAt int64 // index among held records of the first live one with the id, -1
 	tombs  int64 // tombstones that survive the prune
@@ -34,16 +37,19 @@ type slotScan struct {
 	skip   int64 // G's leading records the window drops
 }
 
-// scanSlots validates state exactly as decodeSlots does (same errors) and
-// finds its sections and te.
-func scanSlots(s *Spec, state []byte, now int64) (slotScan, error) {
+// scanSlots validates state exactly as decodeSlots does (same errors),
+// finds its sections and te, counts what survives the prune and finds id
+// (when search) among the live held slots and the surviving tombstones. The
+// tombstones, most of a busy key's bytes, are read once here and once by
+// emit.
+func scanSlots(s *Spec, state []byte, now int64, id []byte, search bool) (slotScan, error) {
 	if err := checkConcurrency(s, now); err != nil {
 		return slotScan{}, err
 	}
 	if len(state) > 0 && state[0] != stateTag(Concurrency) {
 		state = nil
 	}
-	sc := slotScan{b: state, te: now, maxHold: int64(s.MaxHold)}
+	sc := slotScan{b: state, te: now, maxHold: int64(s.MaxHold), liveAt: -1, tombAt: -1}
 	if len(state) == 0 {
 		return sc, nil
 	}
@@ -55,22 +61,76 @@ func scanSlots(s *Spec, state []byte, now int64) (slotScan, error) {
 		r.time()
 		r.bytes(int(r.upTo(MaxSlotID, "slot id length")))
 	}
+	if r.err != nil {
+		return slotScan{}, r.done("concurrency")
+	}
+	var ended int64
+	h := reader{b: state, off: sc.heldOff}
+	for i := int64(0); i < sc.held; i++ {
+		_, end, hid := h.heldRec()
+		if end <= sc.te {
+			ended++
+			continue
+		}
+		if search && sc.liveAt < 0 && string(hid) == string(id) {
+			sc.liveAt = i
+		}
+		sc.live++
+	}
 	sc.freed = r.upTo(maxTombstones, "freed slots")
 	sc.freedOff = r.off
+	sc.skip = max(0, sc.freed+ended-maxTombstones)
 	for i := int64(0); i < sc.freed && r.err == nil; i++ {
-		r.time()
-		r.bytes(int(r.upTo(MaxSlotID, "slot id length")))
+		until := r.time()
+		tid := r.bytes(int(r.upTo(MaxSlotID, "slot id length")))
+		if i < sc.skip || until <= sc.te {
+			continue
+		}
+		if search && sc.tombAt < 0 && string(tid) == string(id) {
+			sc.tombAt = i
+		}
+		sc.tombs++
 	}
 	if err := r.done("concurrency"); err != nil {
 		return slotScan{}, err
 	}
+	// G's tail: the held slots whose hold ended, as prune's tombstones.
+	h = reader{b: state, off: sc.heldOff}
+	for i, g := int64(0), sc.freed; i < sc.held; i++ {
+		_, end, hid := h.heldRec()
+		if end > sc.te {
+			continue
+		}
+		if g >= sc.skip && end+sc.maxHold > sc.te {
+			if search && sc.tombAt < 0 && string(hid) == string(id) {
+				sc.tombAt = g
+			}
+			sc.tombs++
+		}
+		g++
+	}
 	return sc, nil
 }
 
-// heldRec reads one held record of a validated state.
+// heldRec reads one held record of a state scanSlots validated, so
+// without the checks (the passes after the scan are most of the work).
 func (r *reader) heldRec() (acquired, end int64, id []byte) {
-	acquired, end = r.time(), r.time()
-	return acquired, end, r.bytes(int(r.uvarint()))
+	acquired, end = r.v(), r.v()
+	return acquired, end, r.raw(int(r.v()))
+}
+
+// v reads a validated varint.
+func (r *reader) v() int64 {
+	v, n := binary.Uvarint(r.b[r.off:])
+	r.off += n
+	return int64(v)
+}
+
+// raw reads n validated bytes.
+func (r *reader) raw(n int) []byte {
+	b := r.b[r.off : r.off+n]
+	r.off += n
+	return b
 }
 
 // tombIter walks G: the freed records, then the held ones whose hold ended
@@ -89,8 +149,8 @@ func (sc *slotScan) tombs0() tombIter {
 func (it *tombIter) next() (until int64, id []byte, ok bool) {
 	if it.nf > 0 {
 		it.nf--
-		until = it.fr.time()
-		return until, it.fr.bytes(int(it.fr.uvarint())), true
+		until = it.fr.v()
+		return until, it.fr.raw(int(it.fr.v())), true
 	}
 	for it.nh > 0 {
 		it.nh--
@@ -100,40 +160,6 @@ func (it *tombIter) next() (until int64, id []byte, ok bool) {
 		}
 	}
 	return 0, nil, false
-}
-
-// plan counts what survives the prune and finds id (when search) among the
-// live held slots and the surviving tombstones.
-func (sc *slotScan) plan(id []byte, search bool) {
-	sc.liveAt, sc.tombAt = -1, -1
-	r := reader{b: sc.b, off: sc.heldOff}
-	var ended int64
-	for i := int64(0); i < sc.held; i++ {
-		_, end, hid := r.heldRec()
-		if end <= sc.te {
-			ended++
-			continue
-		}
-		if search && sc.liveAt < 0 && string(hid) == string(id) {
-			sc.liveAt = i
-		}
-		sc.live++
-	}
-	sc.skip = max(0, sc.freed+ended-maxTombstones)
-	it := sc.tombs0()
-	for g := int64(0); ; g++ {
-		until, tid, ok := it.next()
-		if !ok {
-			break
-		}
-		if g < sc.skip || until <= sc.te {
-			continue
-		}
-		if search && sc.tombAt < 0 && string(tid) == string(id) {
-			sc.tombAt = g
-		}
-		sc.tombs++
-	}
 }
 
 // slotEdit is what emit changes beside the prune.

@@ -191,6 +191,8 @@ func FuzzSlotEdit(f *testing.F) {
 	// record is the one found), a tombstone beside its held id.
 	twice := []byte{stateTag(Concurrency), 2, 1, 50, 1, 'a', 2, 40, 1, 'a', 1, 60, 1, 'a'}
 	tombsTwice := []byte{stateTag(Concurrency), 0, 2, 50, 1, 'a', 60, 1, 'a'}
+	// A held record cut short: the scan must stop before reading it unchecked.
+	f.Add([]byte{stateTag(Concurrency), 1, 1, 50, 100, 'a'}, uint8(2), uint32(3), []byte("a"))
 	for op := uint8(0); op < 4; op++ {
 		f.Add(twice, op, uint32(3), []byte("a"))
 		f.Add(tombsTwice, op, uint32(3), []byte("a"))
@@ -228,5 +230,37 @@ func TestSlotEditAllocatesNothing(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Fatalf("acquire + release on a state of %d tombstones: %v allocations, want 0", maxTombstones, allocs)
+	}
+}
+
+// BenchmarkSlotPair is an acquire and its release on a key whose state
+// lists maxTombstones freed slots (a busy key's steady state: every release
+// leaves one for max_hold), by the one-pass editor and by the reference.
+func BenchmarkSlotPair(b *testing.B) {
+	s := concSpec(b, 8, "30s", "")
+	base := int64(1_765_000_000) * int64(time.Second) // today's Unix ns: 9-byte varints
+	var state []byte
+	for i := 0; i < maxTombstones; i++ {
+		id := []byte(fmt.Sprintf("%d.3.0", 100000+i))
+		_, _, state, _ = Acquire(nil, &s, state, base+int64(i), 1, id)
+		_, _, state, _ = Release(nil, &s, state, base+int64(i), id)
+		state = bytes.Clone(state)
+	}
+	id := []byte("999999.1.0")
+	for _, impl := range []struct {
+		name    string
+		acquire func([]byte, *Spec, []byte, int64, int64, []byte) (Decision, time.Duration, []byte, error)
+		release func([]byte, *Spec, []byte, int64, []byte) (SlotAnswer, Decision, []byte, error)
+	}{{"edit", Acquire, Release}, {"reference", refAcquire, refRelease}} {
+		b.Run(impl.name, func(b *testing.B) {
+			dst := make([]byte, 0, 4*len(state))
+			b.ReportAllocs()
+			cpu0 := processCPU()
+			for i := 0; i < b.N; i++ {
+				_, _, next, _ := impl.acquire(dst, &s, state, base+100, 1, id)
+				impl.release(dst[len(next):len(next)], &s, next, base+100, id)
+			}
+			b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
+		})
 	}
 }
