@@ -87,6 +87,10 @@ func (s *Server) handleSettle(w http.ResponseWriter, req *http.Request, _ httpro
 // settleRequest decodes one settle (the route's body, or an item of its
 // batch).
 func settleRequest(body []byte) (service.SettleRequest, *apiError) {
+	var f fastSettleJSON
+	if fastSettle(body, &f) { // no scanJSON needed: see fastpair.go
+		return service.SettleRequest{Reservation: string(f.reservation), Cost: f.cost}, nil
+	}
 	var sj settleJSON
 	if e := decodeStrict(body, &sj, ""); e != nil {
 		return service.SettleRequest{}, e
