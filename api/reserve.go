@@ -8,7 +8,6 @@ import (
 
 	"github.com/julienschmidt/httprouter"
 
-	"github.com/limitd/limitd/nodeapi"
 	"github.com/limitd/limitd/service"
 	"github.com/limitd/limitd/wire"
 )
@@ -40,23 +39,6 @@ func costFields(r *service.CheckRequest, cj *checkJSON) *apiError {
 	}
 	r.Reserve = d
 	return nil
-}
-
-// appendCostMembers appends a decision's costs members (the wire
-// decision's Extra): "reservation" and "reservation_expires_ms" with a
-// reservation, "debt" with a debt.
-func appendCostMembers(b []byte, d *nodeapi.Decision) []byte {
-	if d.Reservation != "" {
-		b = append(b, `,"reservation":`...)
-		b = wire.AppendString(b, d.Reservation)
-		b = append(b, `,"reservation_expires_ms":`...)
-		b = strconv.AppendInt(b, wire.Millis(d.ReservationHold), 10)
-	}
-	if d.Debt != 0 {
-		b = append(b, `,"debt":`...)
-		b = strconv.AppendInt(b, d.Debt, 10)
-	}
-	return b
 }
 
 type settleJSON struct {
