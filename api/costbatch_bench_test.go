@@ -15,8 +15,9 @@ import (
 // coalescing the Go client does: 16 units per request, one log entry per
 // request. check: 16 checks in one /v1/check/batch; acquire+release: 16
 // acquires in one /v1/check/batch, then their 16 releases in one
-// /v1/release/batch; reserve+settle: 16 reserves (single checks: a reserve
-// is not a batch entry), then their 16 settles in one /v1/settle/batch.
+// /v1/release/batch; reserve+settle: 16 reserves as single checks, then
+// their 16 settles in one /v1/settle/batch; reserve+settle-batched: the 16
+// reserves as entries of one /v1/check/batch.
 // cpu-ns/unit is process CPU over the units (docs/BENCHMARKS.md).
 func BenchmarkCostPairsBatchedHTTP(b *testing.B) {
 	const per = 16
@@ -110,6 +111,25 @@ func BenchmarkCostPairsBatchedHTTP(b *testing.B) {
 					sb.WriteByte(',')
 				}
 				sb.WriteString(`{"reservation":"` + m["reservation"].(string) + `","cost":7}`)
+			}
+			sb.WriteString(`]}`)
+			if w := serve(h, "POST", "/v1/settle/batch", sb.String()); w.Code != 200 {
+				b.Fatal(w.Body)
+			}
+		})
+	})
+	// As the Go client sends them now: 16 reserves as entries of one
+	// /v1/check/batch, then their settles in one /v1/settle/batch.
+	b.Run("reserve+settle-batched", func(b *testing.B) {
+		run(b, rate, func(h http.Handler, keys []string) {
+			ids := results(b, serve(h, "POST", "/v1/check/batch", checks(keys, `,"cost":10,"reserve":{"hold":"60s"}`)).Body.Bytes(), "reservation")
+			var sb strings.Builder
+			sb.WriteString(`{"settles":[`)
+			for i := range keys {
+				if i > 0 {
+					sb.WriteByte(',')
+				}
+				sb.WriteString(`{"reservation":"` + ids[i] + `","cost":7}`)
 			}
 			sb.WriteString(`]}`)
 			if w := serve(h, "POST", "/v1/settle/batch", sb.String()); w.Code != 200 {
