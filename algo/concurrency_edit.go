@@ -35,6 +35,14 @@ type slotScan struct {
 	tombs  int64 // tombstones that survive the prune
 	tombAt int64 // index in G of the first surviving tombstone with the id, -1
 	skip   int64 // G's leading records the window drops
+
+	// The freed section's survivors, when they are one run of canonical
+	// records (the common case: tombstones end oldest first), are copied
+	// as bytes by emit instead of read again: [runStart, runEnd), the first
+	// one ending at firstEnd with firstUntil, the others' latest restMax.
+	copyable                   bool
+	runStart, runEnd, firstEnd int
+	firstUntil, restMax        int64
 }
 
 // scanSlots validates state exactly as decodeSlots does (same errors),
@@ -80,12 +88,28 @@ func scanSlots(s *Spec, state []byte, now int64, id []byte, search bool) (slotSc
 	sc.freed = r.upTo(maxTombstones, "freed slots")
 	sc.freedOff = r.off
 	sc.skip = max(0, sc.freed+ended-maxTombstones)
+	sc.copyable = true
+	gap := false // a dropped record after the survivors began
 	for i := int64(0); i < sc.freed && r.err == nil; i++ {
+		start := r.off
 		until := r.time()
-		tid := r.bytes(int(r.upTo(MaxSlotID, "slot id length")))
+		mid := r.off
+		n := r.upTo(MaxSlotID, "slot id length")
+		canonical := mid-start == uvarintLen(uint64(until)) && r.off-mid == uvarintLen(uint64(n))
+		tid := r.bytes(int(n))
 		if i < sc.skip || until <= sc.te {
+			gap = gap || sc.firstEnd > 0
 			continue
 		}
+		if gap || !canonical {
+			sc.copyable = false
+		}
+		if sc.firstEnd == 0 {
+			sc.runStart, sc.firstEnd, sc.firstUntil = start, r.off, until
+		} else {
+			sc.restMax = max(sc.restMax, until)
+		}
+		sc.runEnd = r.off
 		if search && sc.tombAt < 0 && string(tid) == string(id) {
 			sc.tombAt = i
 		}
@@ -241,8 +265,21 @@ func (sc *slotScan) emit(dst []byte, s *Spec, now int64, e slotEdit) ([]byte, De
 	if next != nil {
 		next = appendUvarint(next, tombN)
 	}
-	it := sc.tombs0()
-	for g := int64(0); ; g++ {
+	it, g0 := sc.tombs0(), int64(0)
+	if sc.copyable && (e.dropTomb < 0 || e.dropTomb >= sc.freed) {
+		if sc.firstEnd > 0 {
+			start := sc.runStart
+			if capDrop { // the first survivor makes room
+				start, capDrop = sc.firstEnd, false
+			} else {
+				last = max(last, sc.firstUntil)
+			}
+			last = max(last, sc.restMax)
+			next = append(next, sc.b[start:sc.runEnd]...)
+		}
+		it.nf, g0 = 0, sc.freed
+	}
+	for g := g0; ; g++ {
 		until, id, ok := it.next()
 		if !ok {
 			break

@@ -191,6 +191,11 @@ func FuzzSlotEdit(f *testing.F) {
 	// record is the one found), a tombstone beside its held id.
 	twice := []byte{stateTag(Concurrency), 2, 1, 50, 1, 'a', 2, 40, 1, 'a', 1, 60, 1, 'a'}
 	tombsTwice := []byte{stateTag(Concurrency), 0, 2, 50, 1, 'a', 60, 1, 'a'}
+	// Tombstones copied as bytes only when they are one run of canonical
+	// records: one ended between two kept ones, and an overlong varint.
+	f.Add([]byte{stateTag(Concurrency), 0, 3, 50, 1, 'a', 2, 1, 'b', 60, 1, 'c'}, uint8(1), uint32(3), []byte(nil))
+	f.Add([]byte{stateTag(Concurrency), 0, 2, 50, 1, 'a', 0x80 | 60, 0, 1, 'c'}, uint8(1), uint32(3), []byte(nil))
+	f.Add([]byte{stateTag(Concurrency), 0, 2, 50, 1, 'a', 60, 0x81, 0, 'c'}, uint8(1), uint32(3), []byte(nil))
 	// A held record cut short: the scan must stop before reading it unchecked.
 	f.Add([]byte{stateTag(Concurrency), 1, 1, 50, 100, 'a'}, uint8(2), uint32(3), []byte("a"))
 	for op := uint8(0); op < 4; op++ {
