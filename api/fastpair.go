@@ -1,6 +1,8 @@
 package api
 
 import (
+	"encoding/json"
+
 	"github.com/limitd/limitd/service"
 )
 
@@ -179,32 +181,14 @@ func (s *Server) decodeSlotBatch(body []byte, field string) (rs []service.SlotRe
 		items = append(items, fastSlotJSON{})
 		return p.slotItem(&items[len(items)-1])
 	}) {
-		rs = make([]service.SlotRequest, len(items))
-		for i := range items {
-			var e *apiError
-			if rs[i], e = s.slotFrom(&items[i]); e != nil {
-				if errs == nil {
-					errs = make([]*service.Error, len(items))
-				}
-				errs[i] = e.serviceError().Under(service.ItemField(field, i))
-			}
-		}
+		rs, errs = eachItem(items, field, func(f fastSlotJSON) (service.SlotRequest, *apiError) { return s.slotFrom(&f) })
 		return rs, errs, nil
 	}
 	raws, e := s.costBatchItems(body, field)
 	if e != nil {
 		return nil, nil, e
 	}
-	rs = make([]service.SlotRequest, len(raws))
-	for i, raw := range raws {
-		var e *apiError
-		if rs[i], e = s.slotRequest(raw); e != nil {
-			if errs == nil {
-				errs = make([]*service.Error, len(raws))
-			}
-			errs[i] = e.serviceError().Under(service.ItemField(field, i))
-		}
-	}
+	rs, errs = eachItem(raws, field, func(raw json.RawMessage) (service.SlotRequest, *apiError) { return s.slotRequest(raw) })
 	return rs, errs, nil
 }
 
@@ -226,15 +210,23 @@ func (s *Server) decodeSettleBatch(body []byte) (rs []service.SettleRequest, err
 	if e != nil {
 		return nil, nil, e
 	}
-	rs = make([]service.SettleRequest, len(raws))
-	for i, raw := range raws {
+	rs, errs = eachItem(raws, field, func(raw json.RawMessage) (service.SettleRequest, *apiError) { return settleRequest(raw) })
+	return rs, errs, nil
+}
+
+// eachItem builds the request of every item of a batch's field, and the
+// located error (field[i]…) of each that has one, nil when none has.
+func eachItem[T, R any](items []T, field string, build func(T) (R, *apiError)) ([]R, []*service.Error) {
+	rs := make([]R, len(items))
+	var errs []*service.Error
+	for i := range items {
 		var e *apiError
-		if rs[i], e = settleRequest(raw); e != nil {
+		if rs[i], e = build(items[i]); e != nil {
 			if errs == nil {
-				errs = make([]*service.Error, len(raws))
+				errs = make([]*service.Error, len(items))
 			}
 			errs[i] = e.serviceError().Under(service.ItemField(field, i))
 		}
 	}
-	return rs, errs, nil
+	return rs, errs
 }

@@ -49,17 +49,7 @@ func slowItems[R any](s *Server, body []byte, field string, item func([]byte) (R
 	if e != nil {
 		return nil, nil, e
 	}
-	rs := make([]R, len(raws))
-	var errs []*service.Error
-	for i, raw := range raws {
-		var e *apiError
-		if rs[i], e = item(raw); e != nil {
-			if errs == nil {
-				errs = make([]*service.Error, len(raws))
-			}
-			errs[i] = e.serviceError().Under(service.ItemField(field, i))
-		}
-	}
+	rs, errs := eachItem(raws, field, func(raw json.RawMessage) (R, *apiError) { return item(raw) })
 	return rs, errs, nil
 }
 
