@@ -84,27 +84,6 @@ func decodeSlots(state []byte) (slotState, error) {
 	return st, r.done("concurrency")
 }
 
-func (st *slotState) appendTo(dst []byte) []byte {
-	if len(st.held) == 0 && len(st.freed) == 0 {
-		return nil
-	}
-	dst = append(dst, stateTag(Concurrency))
-	dst = appendUvarint(dst, int64(len(st.held)))
-	for _, s := range st.held {
-		dst = appendUvarint(dst, s.acquired)
-		dst = appendUvarint(dst, s.end)
-		dst = appendUvarint(dst, int64(len(s.id)))
-		dst = append(dst, s.id...)
-	}
-	dst = appendUvarint(dst, int64(len(st.freed)))
-	for _, s := range st.freed {
-		dst = appendUvarint(dst, s.end)
-		dst = appendUvarint(dst, int64(len(s.id)))
-		dst = append(dst, s.id...)
-	}
-	return dst
-}
-
 // prune frees every held slot whose hold has ended by now (remembered as a
 // tombstone from its end) and forgets tombstones past their time.
 func (st *slotState) prune(s *Spec, now int64) (expired int) {
@@ -133,43 +112,6 @@ func (st *slotState) tomb(t slot) {
 		st.freed = append(st.freed[:0], st.freed[1:]...)
 	}
 	st.freed = append(st.freed, t)
-}
-
-func find(ss []slot, id []byte) int {
-	for i := range ss {
-		if string(ss[i].id) == string(id) {
-			return i
-		}
-	}
-	return -1
-}
-
-// decision describes st at now.
-func (st *slotState) decision(s *Spec, now int64) Decision {
-	d := Decision{Limit: s.Limit, Remaining: max(s.Limit-int64(len(st.held)), 0)}
-	last := now
-	for _, h := range st.held {
-		last = max(last, h.end)
-	}
-	for _, f := range st.freed {
-		last = max(last, f.end)
-	}
-	d.ResetAfter = time.Duration(last - now)
-	return d
-}
-
-// earliestEnd is the time until the first held slot ends (0 with none).
-func (st *slotState) earliestEnd(now int64) time.Duration {
-	var first int64 = -1
-	for _, h := range st.held {
-		if first < 0 || h.end < first {
-			first = h.end
-		}
-	}
-	if first < 0 {
-		return 0
-	}
-	return time.Duration(first - now)
 }
 
 func concurrencyState(s *Spec, state []byte, now int64) (slotState, int64, error) {
@@ -216,32 +158,31 @@ func Acquire(dst []byte, s *Spec, state []byte, now, cost int64, id []byte) (d D
 	if cost == 1 && (len(id) == 0 || len(id) > MaxSlotID) {
 		return d, 0, nil, &FieldError{Field: "slot", Message: fmt.Sprintf("a slot id must be 1 to %d bytes", MaxSlotID)}
 	}
-	st, te, err := concurrencyState(s, state, now)
+	sc, err := scanSlots(s, state, now, id, cost == 1)
 	if err != nil {
 		return d, 0, nil, err
 	}
-	st.prune(s, te)
+	e := noEdit()
 	if cost == 1 {
-		if i := find(st.held, id); i >= 0 {
-			d = st.decision(s, now)
+		if sc.liveAt >= 0 {
+			e.watch = sc.liveAt
+			next, d, end, _ := sc.emit(dst, s, now, e)
 			d.Allowed = true
-			return d, time.Duration(st.held[i].end - now), st.appendTo(dst), nil
+			return d, time.Duration(end - now), next, nil
 		}
-		if int64(len(st.held)) < s.Limit {
-			if i := find(st.freed, id); i >= 0 { // the id is held again
-				st.freed = append(st.freed[:i], st.freed[i+1:]...)
-			}
-			st.held = append(st.held, slot{acquired: te, end: te + int64(s.Window), id: id})
-			d = st.decision(s, now)
+		if sc.live < s.Limit {
+			e.dropTomb = sc.tombAt // the id is held again
+			e.add, e.addEnd = id, sc.te+int64(s.Window)
+			next, d, _, _ := sc.emit(dst, s, now, e)
 			d.Allowed = true
-			return d, time.Duration(te + int64(s.Window) - now), st.appendTo(dst), nil
+			return d, time.Duration(e.addEnd - now), next, nil
 		}
 	}
-	d = st.decision(s, now)
-	if d.Allowed = int64(len(st.held)) < s.Limit; !d.Allowed {
-		d.RetryAfter = st.earliestEnd(now)
+	next, d, _, earliest := sc.emit(dst, s, now, e)
+	if d.Allowed = sc.live < s.Limit; !d.Allowed {
+		d.RetryAfter = earliest
 	}
-	return d, 0, st.appendTo(dst), nil
+	return d, 0, next, nil
 }
 
 // Release frees the slot id at now. SlotHeld: it was held and is freed now
@@ -249,20 +190,20 @@ func Acquire(dst []byte, s *Spec, state []byte, now, cost int64, id []byte) (d D
 // repeated release, or its hold ended); SlotUnknown: never held here. next
 // is the new state (nil: fresh), also after SlotFreed/SlotUnknown (pruned).
 func Release(dst []byte, s *Spec, state []byte, now int64, id []byte) (SlotAnswer, Decision, []byte, error) {
-	st, te, err := concurrencyState(s, state, now)
+	sc, err := scanSlots(s, state, now, id, true)
 	if err != nil {
 		return SlotUnknown, Decision{}, nil, err
 	}
-	st.prune(s, te)
-	ans := SlotUnknown
-	if i := find(st.held, id); i >= 0 {
-		st.held = append(st.held[:i], st.held[i+1:]...)
-		st.tomb(slot{end: te + int64(s.MaxHold), id: id})
+	e, ans := noEdit(), SlotUnknown
+	if sc.liveAt >= 0 {
+		e.dropHeld = sc.liveAt
+		e.tomb, e.tombUntil = id, sc.te+int64(s.MaxHold)
 		ans = SlotHeld
-	} else if find(st.freed, id) >= 0 {
+	} else if sc.tombAt >= 0 {
 		ans = SlotFreed
 	}
-	return ans, st.decision(s, now), st.appendTo(dst), nil
+	next, d, _, _ := sc.emit(dst, s, now, e)
+	return ans, d, next, nil
 }
 
 // Renew extends the slot id's hold to now + hold, but never past its
@@ -270,20 +211,25 @@ func Release(dst []byte, s *Spec, state []byte, now int64, id []byte) (SlotAnswe
 // SlotUnknown as for Release: a freed slot cannot be renewed (another
 // holder may have its place).
 func Renew(dst []byte, s *Spec, state []byte, now int64, id []byte) (SlotAnswer, time.Duration, Decision, []byte, error) {
-	st, te, err := concurrencyState(s, state, now)
+	sc, err := scanSlots(s, state, now, id, true)
 	if err != nil {
 		return SlotUnknown, 0, Decision{}, nil, err
 	}
-	st.prune(s, te)
-	ans, left := SlotUnknown, time.Duration(0)
-	if i := find(st.held, id); i >= 0 {
-		h := &st.held[i]
-		h.end = max(h.end, min(te+int64(s.Window), h.acquired+int64(s.MaxHold)))
-		ans, left = SlotHeld, time.Duration(h.end-now)
-	} else if find(st.freed, id) >= 0 {
+	e, ans := noEdit(), SlotUnknown
+	if sc.liveAt >= 0 {
+		acquired, end := sc.heldAt(sc.liveAt)
+		e.renewHeld, e.watch = sc.liveAt, sc.liveAt
+		e.renewEnd = max(end, min(sc.te+int64(s.Window), acquired+int64(s.MaxHold)))
+		ans = SlotHeld
+	} else if sc.tombAt >= 0 {
 		ans = SlotFreed
 	}
-	return ans, left, st.decision(s, now), st.appendTo(dst), nil
+	next, d, end, _ := sc.emit(dst, s, now, e)
+	var left time.Duration
+	if ans == SlotHeld {
+		left = time.Duration(end - now)
+	}
+	return ans, left, d, next, nil
 }
 
 // HeldSlots returns the ids of the slots held at now, in acquisition order

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-func concSpec(t *testing.T, limit int64, hold, maxHold string) Spec {
+func concSpec(t testing.TB, limit int64, hold, maxHold string) Spec {
 	t.Helper()
 	s, err := Config{Algorithm: "concurrency", Limit: limit, Hold: hold, MaxHold: maxHold}.Spec()
 	if err != nil {

@@ -53,21 +53,10 @@ func (s *Server) handleSlotBatch(w http.ResponseWriter, req *http.Request, field
 	if !s.readBodyInto(w, req, buf) {
 		return
 	}
-	items, e := s.costBatchItems(buf.b, field)
+	rs, errs, e := s.decodeSlotBatch(buf.b, field)
 	if e != nil {
 		writeError(w, e)
 		return
-	}
-	rs := make([]service.SlotRequest, len(items))
-	var errs []*service.Error
-	for i, raw := range items {
-		var e *apiError
-		if rs[i], e = s.slotRequest(raw); e != nil {
-			if errs == nil {
-				errs = make([]*service.Error, len(items))
-			}
-			errs[i] = e.serviceError().Under(service.ItemField(field, i))
-		}
 	}
 	results, se := op(service.Detach(req.Context()), rs, errs)
 	s.setLeader(w.Header())
@@ -91,27 +80,15 @@ func (s *Server) handleSlotBatch(w http.ResponseWriter, req *http.Request, field
 }
 
 func (s *Server) handleSettleBatch(w http.ResponseWriter, req *http.Request, _ httprouter.Params) {
-	const field = "settles"
 	buf := getBuffer()
 	defer putBuffer(buf)
 	if !s.readBodyInto(w, req, buf) {
 		return
 	}
-	items, e := s.costBatchItems(buf.b, field)
+	rs, errs, e := s.decodeSettleBatch(buf.b)
 	if e != nil {
 		writeError(w, e)
 		return
-	}
-	rs := make([]service.SettleRequest, len(items))
-	var errs []*service.Error
-	for i, raw := range items {
-		var e *apiError
-		if rs[i], e = settleRequest(raw); e != nil {
-			if errs == nil {
-				errs = make([]*service.Error, len(items))
-			}
-			errs[i] = e.serviceError().Under(service.ItemField(field, i))
-		}
 	}
 	results, se := s.svc.SettleBatch(service.Detach(req.Context()), rs, errs)
 	s.setLeader(w.Header())

@@ -103,12 +103,10 @@ func appendDecision(b []byte, d *nodeapi.Decision, replayed bool) []byte {
 		ResetAfterMS: wire.Millis(d.ResetAfter), RetryAfterMS: wire.Millis(d.RetryAfter), DelayMS: wire.Millis(d.Delay),
 		ShadowRefused: d.ShadowRefused, Replayed: replayed,
 		Slot: d.Slot, SlotExpiresMS: wire.Millis(d.SlotHold), Degraded: d.Degraded,
+		Reservation: d.Reservation, ReservationExpiresMS: wire.Millis(d.ReservationHold), Debt: d.Debt,
 	}
 	if d.Plan != nil {
 		w.Extra = appendPlanDecision(nil, d.Plan) // plans.go
-	}
-	if d.Reservation != "" || d.Debt != 0 {
-		w.Extra = appendCostMembers(w.Extra, d) // reserve.go
 	}
 	if d.Reason != nodeapi.ReasonNone {
 		w.Reason = d.Reason.String()

@@ -8,7 +8,6 @@ import (
 
 	"github.com/julienschmidt/httprouter"
 
-	"github.com/limitd/limitd/nodeapi"
 	"github.com/limitd/limitd/service"
 	"github.com/limitd/limitd/wire"
 )
@@ -42,23 +41,6 @@ func costFields(r *service.CheckRequest, cj *checkJSON) *apiError {
 	return nil
 }
 
-// appendCostMembers appends a decision's costs members (the wire
-// decision's Extra): "reservation" and "reservation_expires_ms" with a
-// reservation, "debt" with a debt.
-func appendCostMembers(b []byte, d *nodeapi.Decision) []byte {
-	if d.Reservation != "" {
-		b = append(b, `,"reservation":`...)
-		b = wire.AppendString(b, d.Reservation)
-		b = append(b, `,"reservation_expires_ms":`...)
-		b = strconv.AppendInt(b, wire.Millis(d.ReservationHold), 10)
-	}
-	if d.Debt != 0 {
-		b = append(b, `,"debt":`...)
-		b = strconv.AppendInt(b, d.Debt, 10)
-	}
-	return b
-}
-
 type settleJSON struct {
 	Reservation string `json:"reservation"`
 	Cost        *int64 `json:"cost"`
@@ -87,6 +69,10 @@ func (s *Server) handleSettle(w http.ResponseWriter, req *http.Request, _ httpro
 // settleRequest decodes one settle (the route's body, or an item of its
 // batch).
 func settleRequest(body []byte) (service.SettleRequest, *apiError) {
+	var f fastSettleJSON
+	if fastSettle(body, &f) { // no scanJSON needed: see fastpair.go
+		return service.SettleRequest{Reservation: string(f.reservation), Cost: f.cost}, nil
+	}
 	var sj settleJSON
 	if e := decodeStrict(body, &sj, ""); e != nil {
 		return service.SettleRequest{}, e

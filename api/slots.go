@@ -62,17 +62,30 @@ func (s *Server) handleSlot(w http.ResponseWriter, req *http.Request, done strin
 // slotRequest decodes one release or renewal (a route's body, or an item of
 // its batch).
 func (s *Server) slotRequest(body []byte) (service.SlotRequest, *apiError) {
+	var f fastSlotJSON
+	if fastSlot(body, &f) { // no scanJSON needed: see fastpair.go
+		return s.slotFrom(&f)
+	}
 	var sj slotJSON
 	if e := decodeStrict(body, &sj, ""); e != nil {
 		return service.SlotRequest{}, e
 	}
-	r := service.SlotRequest{Key: sj.Key, Policy: sj.Policy, Slot: sj.Slot}
-	if len(sj.Limit) > 0 && string(sj.Limit) != "null" {
-		if sj.Policy != "" {
+	limit := []byte(sj.Limit)
+	if string(limit) == "null" {
+		limit = nil
+	}
+	return s.slotFrom(&fastSlotJSON{key: []byte(sj.Key), policy: []byte(sj.Policy), slot: []byte(sj.Slot), limit: limit})
+}
+
+// slotFrom builds the request of a decoded release or renewal.
+func (s *Server) slotFrom(f *fastSlotJSON) (service.SlotRequest, *apiError) {
+	r := service.SlotRequest{Key: string(f.key), Policy: string(f.policy), Slot: string(f.slot)}
+	if len(f.limit) > 0 {
+		if len(f.policy) > 0 {
 			return r, s.httpError(service.Invalid("limit", "give either policy or limit, not both"))
 		}
 		var e *service.Error
-		if r.Limit, e = s.limits.Get(sj.Limit, "limit", decodeLimitConfig); e != nil {
+		if r.Limit, e = s.limits.Get(f.limit, "limit", decodeLimitConfig); e != nil {
 			return r, s.httpError(e)
 		}
 	}

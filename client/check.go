@@ -66,7 +66,7 @@ func (c *Client) check(ctx context.Context, r *Request) (Decision, error) {
 	} else {
 		idb = []byte(id)
 	}
-	*body = appendCheck((*body)[:0], r, idb)
+	*body = appendCheck((*body)[:0], r, idb, 0)
 	out := getBuf()
 	defer putBuf(out)
 	err := c.retryAt(ctx, c.rt.hostFor(r.Key), len(idb) > 0, func(ctx context.Context, host string) error {
@@ -92,7 +92,9 @@ type call struct {
 	sent     atomic.Bool           // a failed attempt may have been counted
 	sending  atomic.Bool           // an attempt is in flight
 	last     atomic.Pointer[error] // the last failed attempt, for the caller's error
+	reserve  time.Duration         // > 0: a reserve held that long (reserve.go)
 	d        Decision
+	cost     costAnswer // a reserve's reservation
 	err      error
 	done     chan struct{}
 }
@@ -111,6 +113,9 @@ type coalescer struct {
 	mu       sync.Mutex
 	pending  []*call
 	inflight int
+	// reserveAlone: a node refused a reserve as a batch entry (one older
+	// than the entry); reserves go as single checks from then on.
+	reserveAlone atomic.Bool
 }
 
 func newCoalescer(c *Client, cfg Coalescing) *coalescer {
@@ -131,8 +136,15 @@ func (co *coalescer) shrink(n int) {
 }
 
 func (co *coalescer) do(ctx context.Context, r *Request) (Decision, error) {
+	d, _, err := co.doHold(ctx, r, 0)
+	return d, err
+}
+
+// doHold is do for a check that may be a reserve (hold > 0), answering its
+// reservation too.
+func (co *coalescer) doHold(ctx context.Context, r *Request, hold time.Duration) (Decision, costAnswer, error) {
 	cl := callPool.Get().(*call)
-	cl.r, cl.ctx, cl.err, cl.d = r, ctx, nil, Decision{}
+	cl.r, cl.ctx, cl.err, cl.d, cl.reserve, cl.cost = r, ctx, nil, Decision{}, hold, costAnswer{}
 	cl.sent.Store(false)
 	cl.sending.Store(false)
 	cl.last.Store(nil)
@@ -169,15 +181,15 @@ func (co *coalescer) do(ctx context.Context, r *Request) (Decision, error) {
 	}
 	select {
 	case <-cl.done:
-		d, err := cl.d, cl.err
+		d, cost, err := cl.d, cl.cost, cl.err
 		cl.r, cl.ctx = nil, nil
 		callPool.Put(cl)
-		return d, err
+		return d, cost, err
 	case <-ctx.Done():
 		// The sender still owns cl; it is not reused.
-		return Decision{}, &deadlineError{ctxErr: ctx.Err(), last: lastErr(cl), unknown: cl.sent.Load() || cl.sending.Load()}
+		return Decision{}, costAnswer{}, &deadlineError{ctxErr: ctx.Err(), last: lastErr(cl), unknown: cl.sent.Load() || cl.sending.Load()}
 	case <-timeout:
-		return Decision{}, &deadlineError{ctxErr: context.DeadlineExceeded, last: lastErr(cl), unknown: cl.sent.Load() || cl.sending.Load()}
+		return Decision{}, costAnswer{}, &deadlineError{ctxErr: context.DeadlineExceeded, last: lastErr(cl), unknown: cl.sent.Load() || cl.sending.Load()}
 	}
 }
 
@@ -270,7 +282,7 @@ func (c *Client) sendBatch(host string, calls []*call) {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = appendCheck(b, cl.r, cl.id)
+			b = appendCheck(b, cl.r, cl.id, cl.reserve)
 		}
 		b = append(b, "]}"...)
 		*body = b
@@ -353,6 +365,7 @@ func (c *Client) sendBatch(host string, calls []*call) {
 			finish(cl, Decision{}, e)
 			continue
 		}
+		cl.cost = costAnswer{id: w.Reservation, hold: ms(w.ReservationExpiresMS), debt: w.Debt}
 		finish(cl, decisionOf(w), nil)
 	}
 	if len(redo) > 0 {
@@ -416,7 +429,7 @@ func (c *Client) CheckAll(ctx context.Context, requestID string, checks ...Reque
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = appendCheck(b, &checks[i], nil)
+		b = appendCheck(b, &checks[i], nil, 0)
 	}
 	*body = append(b, "]}"...)
 	var w wireAll
@@ -449,7 +462,7 @@ func (c *Client) Batch(ctx context.Context, checks ...Request) ([]BatchResult, e
 		} else if !c.opts.noRequestID {
 			id = c.newRequestID(id)
 		}
-		b = appendCheck(b, &checks[i], id)
+		b = appendCheck(b, &checks[i], id, 0)
 	}
 	*body = append(b, "]}"...)
 	var w wireBatch

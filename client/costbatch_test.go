@@ -173,7 +173,9 @@ func TestConcurrentReleasesAreCoalescedIntoBatches(t *testing.T) {
 	got := make([]SlotStatus, 10)
 	errs := make([]error, 10)
 	release := func(i int) func() {
-		return func() { got[i], errs[i] = c.Release(ctx, Request{Key: "job", Policy: "workers"}, "s"+string(rune('0'+i))) }
+		return func() {
+			got[i], errs[i] = c.Release(ctx, Request{Key: "job", Policy: "workers"}, "s"+string(rune('0'+i)))
+		}
 	}
 	var rest []func()
 	for i := 1; i < 10; i++ {
@@ -248,7 +250,9 @@ func TestPairCallsFallBackToSingleRoutes(t *testing.T) {
 	st := make([]SlotStatus, 3)
 	errs := make([]error, 3)
 	rel := func(i int) func() {
-		return func() { st[i], errs[i] = c.Release(ctx, Request{Key: "job", Policy: "workers"}, "s"+string(rune('0'+i))) }
+		return func() {
+			st[i], errs[i] = c.Release(ctx, Request{Key: "job", Policy: "workers"}, "s"+string(rune('0'+i)))
+		}
 	}
 	concurrently(t, ps, c.pb.release, rel(0), rel(1), rel(2))
 	for i := range st {

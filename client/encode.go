@@ -2,6 +2,7 @@ package client
 
 import (
 	"strconv"
+	"time"
 
 	"github.com/limitd/limitd/wire"
 )
@@ -48,8 +49,9 @@ func appendLimit(b []byte, l *Limit) []byte {
 	return append(b, '}')
 }
 
-// appendCheck appends one check object. id is the request_id (may be empty).
-func appendCheck(b []byte, r *Request, id []byte) []byte {
+// appendCheck appends one check object. id is the request_id (may be
+// empty); hold, when positive, makes it a reserve held that long.
+func appendCheck(b []byte, r *Request, id []byte, hold time.Duration) []byte {
 	b = append(b, `{"key":`...)
 	b = wire.AppendRawString(b, r.Key)
 	if r.Policy != "" {
@@ -71,6 +73,11 @@ func appendCheck(b []byte, r *Request, id []byte) []byte {
 	if len(id) > 0 {
 		b = append(b, `,"request_id":`...)
 		b = wire.AppendRawString(b, string(id))
+	}
+	if hold > 0 {
+		b = append(b, `,"reserve":{"hold":`...)
+		b = wire.AppendRawString(b, hold.String())
+		b = append(b, '}')
 	}
 	return append(b, '}')
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strings"
 	"time"
 )
 
@@ -41,7 +42,7 @@ type Settled struct {
 // safe (Replayed); a settle after the hold's end is an *Error naming
 // "reservation". Refused: ErrRefused, nothing spent.
 func (c *Client) Reserve(ctx context.Context, r Request, hold time.Duration) (Reservation, func(ctx context.Context, actual int64) (Settled, error), error) {
-	d, rsv, err := c.costCheck(ctx, r, hold, false)
+	d, rsv, err := c.reserve(ctx, r, hold)
 	if err != nil {
 		return Reservation{}, nil, err
 	}
@@ -92,6 +93,28 @@ func (c *Client) Refund(ctx context.Context, requestID string, cost int64) (Sett
 		RequestID string `json:"request_id"`
 		Cost      int64  `json:"cost"`
 	}{requestID, cost})
+}
+
+// reserve sends a reserve as Check sends checks: coalesced into
+// /v1/check/batch requests with the concurrent checks and reserves, so that
+// a reserve + settle pair is two batch items (the settle goes by
+// /v1/settle/batch). Without coalescing or request ids (which make a reserve
+// exactly once under retries), or once a node has refused a reserve as a
+// batch entry (one older than the entry), it is a single /v1/check.
+func (c *Client) reserve(ctx context.Context, r Request, hold time.Duration) (Decision, costAnswer, error) {
+	if c.opts.coalesce.Disabled || c.opts.noRequestID || c.co.reserveAlone.Load() || hold <= 0 {
+		return c.costCheck(ctx, r, hold, false)
+	}
+	if r.Cost == 0 {
+		r.Cost = 1
+	}
+	d, rsv, err := c.co.doHold(ctx, &r, hold)
+	var e *Error
+	if errors.As(err, &e) && e.Code == CodeInvalidArgument && e.Field == "reserve" && strings.Contains(e.Message, "not part of a batch") {
+		c.co.reserveAlone.Store(true)
+		return c.costCheck(ctx, r, hold, false)
+	}
+	return d, rsv, err
 }
 
 type reserveHold struct {

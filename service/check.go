@@ -483,7 +483,7 @@ func (s *Service) Batch(ctx context.Context, checks []CheckRequest, invalid []*E
 		}
 		var e *Error
 		if fc[i], out[i].Limit, e = s.prepare(&checks[i], true); e == nil {
-			e = costAlone(&checks[i]) // reserve.go
+			e = batchCost(&checks[i], &fc[i], &out[i].Limit) // batchreserve.go
 		}
 		if e != nil {
 			out[i].Err = e.Under(EntryField(i))
@@ -494,7 +494,7 @@ func (s *Service) Batch(ctx context.Context, checks []CheckRequest, invalid []*E
 			s.obs.Decided(out[i].Limit, d)
 			continue
 		}
-		if checks[i].RequestID == "" {
+		if checks[i].RequestID == "" && fc[i].Reserve == 0 { // a reserve: always the log
 			if d, hit := s.bannedCheck(&fc[i], &out[i].Limit); hit {
 				out[i].Decision = d
 				s.obs.Decided(out[i].Limit, d)
@@ -541,6 +541,7 @@ func (s *Service) Batch(ctx context.Context, checks []CheckRequest, invalid []*E
 			}
 		default:
 			o.Decision, o.Replayed = res.Decisions[0], res.Replayed
+			batchReservation(&fc[i], &o.Decision)
 			if !res.Replayed {
 				s.obs.Decided(o.Limit, o.Decision)
 			}

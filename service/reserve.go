@@ -69,12 +69,13 @@ func costLimit(l *Limit, c *nodeapi.Check, what string) *Error {
 	return Invalid(field, l.Spec.Algorithm.String()+" cannot be "+what+" exactly (fixed_window, sliding_window, token_bucket and leaky_bucket can)")
 }
 
-// costAlone refuses a reserve or overdraft inside a batch or an
-// all-or-nothing group: each is a check of its own (POST /v1/check).
+// costAlone refuses a reserve or overdraft inside an all-or-nothing group:
+// each is a check of its own (POST /v1/check; a reserve may also be a batch
+// entry, batchreserve.go).
 func costAlone(r *CheckRequest) *Error {
 	switch {
 	case r.Reserve != 0:
-		return Invalid("reserve", "a reserve is a check of its own, not part of a batch or group")
+		return Invalid("reserve", "a reserve is a check of its own or a batch entry, not part of an all-or-nothing group")
 	case r.Overdraft:
 		return Invalid("overdraft", "an overdraft is a check of its own, not part of a batch or group")
 	}
@@ -84,20 +85,12 @@ func costAlone(r *CheckRequest) *Error {
 // costCheck decides a validated check with Reserve or Overdraft: always in
 // the log (see above), its reservation id wrapped into the token.
 func (s *Service) costCheck(ctx context.Context, c nodeapi.Check, l Limit, requestID string) (CheckResult, *Error) {
-	if c.ByPlan {
-		field := "overdraft"
-		if c.Reserve != 0 {
-			field = "reserve"
-		}
-		return CheckResult{}, Invalid(field, "a reserve or overdraft names a policy or a limit")
-	}
 	if c.Reserve != 0 {
-		if e := ValidateReserve(c.Reserve, c.Cost, "reserve"); e != nil {
+		if e := validReserve(&c, &l); e != nil { // batchreserve.go
 			return CheckResult{}, e
 		}
-		if e := costLimit(&l, &c, "reserved and settled"); e != nil {
-			return CheckResult{}, e
-		}
+	} else if c.ByPlan {
+		return CheckResult{}, Invalid("overdraft", "a reserve or overdraft names a policy or a limit")
 	} else if e := costLimit(&l, &c, "overdrawn"); e != nil {
 		return CheckResult{}, e
 	}

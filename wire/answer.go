@@ -32,6 +32,12 @@ type Decision struct {
 	// Degraded: the node decided alone, with its share of the limit,
 	// because no quorum answered in time; written only when true.
 	Degraded bool `json:"degraded,omitempty"`
+	// Reservation and ReservationExpiresMS: an allowed reserve's id (what
+	// a settle names) and the time until its hold ends; Debt: what an
+	// overdraft left the key owing. Written only when set, after Extra.
+	Reservation          string `json:"reservation,omitempty"`
+	ReservationExpiresMS int64  `json:"reservation_expires_ms,omitempty"`
+	Debt                 int64  `json:"debt,omitempty"`
 	// Extra is members already encoded (",\"plan\":…" for a plan check),
 	// written after the fixed ones and before "replayed"; the encoder's
 	// only extension point, so that each answer's members keep one order.
@@ -115,6 +121,16 @@ func AppendDecision(b []byte, d *Decision) []byte {
 		b = append(b, `,"degraded":true`...)
 	}
 	b = append(b, d.Extra...)
+	if d.Reservation != "" {
+		b = append(b, `,"reservation":`...)
+		b = AppendString(b, d.Reservation)
+		b = append(b, `,"reservation_expires_ms":`...)
+		b = strconv.AppendInt(b, d.ReservationExpiresMS, 10)
+	}
+	if d.Debt != 0 {
+		b = append(b, `,"debt":`...)
+		b = strconv.AppendInt(b, d.Debt, 10)
+	}
 	if d.Replayed {
 		b = append(b, `,"replayed":true`...)
 	}

@@ -237,6 +237,14 @@ func (s *scanner) decision(d *Decision) (ok, seen bool) {
 			d.Slot = string(v)
 		case "slot_expires_ms":
 			d.SlotExpiresMS, ok = s.int()
+		case "reservation":
+			var v []byte
+			v, ok = s.str()
+			d.Reservation = string(v)
+		case "reservation_expires_ms":
+			d.ReservationExpiresMS, ok = s.int()
+		case "debt":
+			d.Debt, ok = s.int()
 		case "error":
 			d.Error = &Error{}
 			ok = s.errorObject(d.Error)

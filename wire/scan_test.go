@@ -2,6 +2,7 @@ package wire
 
 import (
 	"encoding/json"
+	"reflect"
 	"testing"
 
 	"pgregory.net/rapid"
@@ -67,5 +68,22 @@ func TestParseFallbacks(t *testing.T) {
 	w, err := ParseDecision([]byte(`{"allowed":true,"limit":3,"remaining":2,"reset_after_ms":5,"retry_after_ms":-1,"delay_ms":0,"replayed":true}`))
 	if err != nil || !w.Allowed || w.Limit != 3 || w.RetryAfterMS != -1 || !w.Replayed {
 		t.Errorf("parseDecision: %+v %v", w, err)
+	}
+}
+
+// The scanner itself (not the encoding/json fallback) reads a reserve's and
+// an overdraft's members: a client coalescing reserves reads them per entry.
+func TestScannerReadsCostMembers(t *testing.T) {
+	for in, want := range map[string]Decision{
+		`{"allowed":true,"limit":1000,"remaining":990,"reset_after_ms":60000,"retry_after_ms":0,"delay_ms":0,"reservation":"cAF0BnVzZXI6MQEy","reservation_expires_ms":60000}`: {
+			Allowed: true, Limit: 1000, Remaining: 990, ResetAfterMS: 60000, Reservation: "cAF0BnVzZXI6MQEy", ReservationExpiresMS: 60000},
+		`{"allowed":true,"limit":10,"remaining":0,"reset_after_ms":6000,"retry_after_ms":0,"delay_ms":0,"debt":5,"replayed":true}`: {
+			Allowed: true, Limit: 10, ResetAfterMS: 6000, Debt: 5, Replayed: true},
+	} {
+		var d Decision
+		s := scanner{b: []byte(in)}
+		if ok, seen := s.decision(&d); !ok || !seen || !s.end() || !reflect.DeepEqual(d, want) {
+			t.Errorf("%s: scanner read %+v (ok %v seen %v), want %+v", in, d, ok, seen, want)
+		}
 	}
 }

@@ -45,6 +45,9 @@ var Answers = []Answer{
 	{Name: "decision delayed", Kind: KindDecision, Decision: wire.Decision{Allowed: true, Limit: 10, Remaining: 3, ResetAfterMS: 700, DelayMS: 250}},
 	{Name: "decision replayed", Kind: KindDecision, Decision: wire.Decision{Allowed: true, Limit: 100, Remaining: 98, ResetAfterMS: 59000, Replayed: true}},
 	{Name: "decision shadow refused", Kind: KindDecision, Decision: wire.Decision{Allowed: true, Limit: 2, Remaining: 0, ResetAfterMS: 1000, RetryAfterMS: 1000, ShadowRefused: true}},
+	{Name: "decision reserved", Kind: KindDecision, Decision: wire.Decision{Allowed: true, Limit: 1000, Remaining: 990, ResetAfterMS: 60000,
+		Reservation: "cAF0BnVzZXI6MQEy", ReservationExpiresMS: 60000}},
+	{Name: "decision overdrawn", Kind: KindDecision, Decision: wire.Decision{Allowed: true, Limit: 10, Remaining: 0, ResetAfterMS: 6000, Debt: 5, Replayed: true}},
 	{Name: "error with field", Kind: KindError, Error: wire.Error{Code: "invalid_argument", Field: "key", Message: "is required and must not be empty"}},
 	{Name: "error without field", Kind: KindError, Error: wire.Error{Code: "unavailable", Message: "no leader"}},
 	{Name: "error escaped", Kind: KindError, Error: wire.Error{Code: "not_found", Field: "policy", Message: "no policy \"a\\b\"\ttab\u2028"}},
@@ -53,6 +56,11 @@ var Answers = []Answer{
 		{Error: &wire.Error{Code: "invalid_argument", Field: "checks[1].cost", Message: "must be at least 0"}},
 		{Allowed: true, Limit: 3, Remaining: 1, ResetAfterMS: 900, Replayed: true},
 		{Limit: 3, Remaining: 0, ResetAfterMS: 800, RetryAfterMS: 800},
+	}},
+	{Name: "batch reserved", Kind: KindBatch, Batch: []wire.Decision{
+		{Allowed: true, Limit: 100, Remaining: 90, ResetAfterMS: 1000, Reservation: "cAF0AWsB", ReservationExpiresMS: 60000},
+		{Allowed: true, Limit: 100, Remaining: 80, ResetAfterMS: 1000, Reservation: "cAF0AWsC", ReservationExpiresMS: 59999, Replayed: true},
+		{Limit: 100, Remaining: 5, ResetAfterMS: 1000, RetryAfterMS: 1000},
 	}},
 	{Name: "batch empty", Kind: KindBatch, Batch: []wire.Decision{}},
 	{Name: "all refused", Kind: KindAll, All: wire.All{Allowed: false, Results: []wire.Decision{
