@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/limitd/limitd/algo"
 )
@@ -40,7 +41,9 @@ type fakeCluster struct {
 	// (route_test.go). entry, when set, sees each check of a batch first
 	// and may refuse it (a nil error: decide it).
 	slots *ClusterSlots
-	entry func(n *fakeNode, c fakeCheck) *wireError
+	// released lists each release applied, "key/slot" in order.
+	released []string
+	entry    func(n *fakeNode, c fakeCheck) *wireError
 }
 
 type appliedCheck struct {
@@ -230,6 +233,31 @@ func (n *fakeNode) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		json.NewEncoder(w).Encode(map[string]any{"results": out})
+	case "/v1/release":
+		var in struct{ Key, Policy, Slot string }
+		if err := json.NewDecoder(r.Body).Decode(&in); err != nil {
+			writeJSONErr(w, 400, CodeInvalidArgument, "", err.Error())
+			return
+		}
+		fc.mu.Lock()
+		spec, ok := fc.specs[in.Policy]
+		var ans algo.SlotAnswer
+		var d algo.Decision
+		var next []byte
+		var err error
+		if ok {
+			ans, d, next, err = algo.Release(nil, &spec, fc.state[in.Key], 1_000_000_000, []byte(in.Slot))
+			if err == nil {
+				fc.state[in.Key] = next
+				fc.released = append(fc.released, in.Key+"/"+in.Slot)
+			}
+		}
+		fc.mu.Unlock()
+		if !ok || err != nil {
+			writeJSONErr(w, 400, CodeInvalidArgument, "slot", fmt.Sprint(err))
+			return
+		}
+		json.NewEncoder(w).Encode(map[string]any{"released": ans == algo.SlotHeld, "slot": in.Slot, "limit": d.Limit, "remaining": d.Remaining})
 	case "/v1/keys/k":
 		w.Write([]byte(`{"key":"k","policy":"p","reset":true}`))
 	case "/v1/policies/p":
@@ -261,7 +289,18 @@ func (fc *fakeCluster) decide(c fakeCheck, prefix string) (wireDecision, *wireEr
 	if c.Cost != nil {
 		cost = *c.Cost
 	}
-	d, next, err := algo.Decide(nil, &spec, fc.state[c.Key], 1_000_000_000, cost)
+	var (
+		d    algo.Decision
+		next []byte
+		hold time.Duration
+		err  error
+	)
+	if spec.Algorithm == algo.Concurrency {
+		// As the server: the request_id is the slot's id.
+		d, hold, next, err = algo.Acquire(nil, &spec, fc.state[c.Key], 1_000_000_000, cost, []byte(c.RequestID))
+	} else {
+		d, next, err = algo.Decide(nil, &spec, fc.state[c.Key], 1_000_000_000, cost)
+	}
 	if err != nil {
 		return wireDecision{}, &wireError{Code: CodeInvalidArgument, Field: prefix + "cost", Message: err.Error()}
 	}
@@ -272,6 +311,9 @@ func (fc *fakeCluster) decide(c fakeCheck, prefix string) (wireDecision, *wireEr
 		ResetAfterMS: int64(d.ResetAfter+999_999) / 1_000_000, RetryAfterMS: int64(d.RetryAfter+999_999) / 1_000_000}
 	if d.RetryAfter == algo.Never {
 		wd.RetryAfterMS = -1
+	}
+	if hold > 0 {
+		wd.Slot, wd.SlotExpiresMS = c.RequestID, int64(hold/time.Millisecond)
 	}
 	fc.applied = append(fc.applied, appliedCheck{Key: c.Key, Cost: cost, ID: c.RequestID, D: wd})
 	if c.RequestID != "" {
