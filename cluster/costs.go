@@ -35,7 +35,7 @@ func costCollectors(f *fsm.FSM) []prometheus.Collector {
 			func(c *fsm.CostCounts) uint64 { return c.Overdrafts }),
 		counter("limitd_cost_refunded_units_total", "Units given back to keys by settles and refunds.",
 			func(c *fsm.CostCounts) uint64 { return c.Refunded }),
-		counter("limitd_cost_debited_units_total", "Units charged past a key's limit (overdraft debt) by overdrafts and settles' extra.",
+		counter("limitd_cost_debited_units_total", "Units charged by overdraft checks that passed their limit (the whole charge, not only the part past the limit) and by settles' extra.",
 			func(c *fsm.CostCounts) uint64 { return c.Debited }),
 	}
 }
