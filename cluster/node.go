@@ -409,7 +409,7 @@ func Open(cfg Config, bootstrap bool) (*Node, error) {
 			return nil, raft.ErrNotLeader
 		}
 		return n.await(ctx, n.raft.Apply(cmd, n.cfg.ApplyTimeout))
-	}}
+	}, putRecord: putClusterRecord(n)}
 	n.recoveredFrom = f.Recovered()
 
 	if err := n.openRaft(bootstrap); err != nil {
