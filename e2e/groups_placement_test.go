@@ -187,4 +187,3 @@ func TestProcessDataGroupsPlacement(t *testing.T) {
 	live := slices.DeleteFunc(slices.Clone(ps), func(p *proc) bool { return p == victim })
 	exactChecks(t, live, "fresh", 36, 8)
 }
-
