@@ -293,3 +293,26 @@ func TestPlacementRecords(t *testing.T) {
 		}
 	}
 }
+
+// A group's one change toward its plan: a dead replica out first (a fourth
+// voter beside a dead one would need the newcomer caught up for a
+// quorum), then a wanted replica in, then an unwanted one out — never its
+// leader, which hands over first.
+func TestNextChange(t *testing.T) {
+	live := map[string]bool{"a": true, "b": true, "c": true, "d": true}
+	for _, c := range []struct {
+		cur, want GroupPlacement
+		kind      change
+		id        string
+	}{
+		{GroupPlacement{Replicas: []string{"a", "b", "x"}, Leader: "a"}, GroupPlacement{Replicas: []string{"a", "b", "c"}}, changeRemove, "x"},
+		{GroupPlacement{Replicas: []string{"a", "b", "c"}, Leader: "c"}, GroupPlacement{Replicas: []string{"a", "b", "d"}}, changeAdd, "d"},
+		{GroupPlacement{Replicas: []string{"a", "b", "c", "d"}, Leader: "c"}, GroupPlacement{Replicas: []string{"a", "b", "d"}}, changeNone, ""},
+		{GroupPlacement{Replicas: []string{"a", "b", "c", "d"}, Leader: "a"}, GroupPlacement{Replicas: []string{"a", "b", "d"}}, changeRemove, "c"},
+		{GroupPlacement{Replicas: []string{"a", "b", "d"}, Leader: "a"}, GroupPlacement{Replicas: []string{"a", "b", "d"}}, changeNone, ""},
+	} {
+		if kind, id := nextChange(c.cur, c.want, live); kind != c.kind || id != c.id {
+			t.Errorf("%v → %v: %q %q, want %q %q", c.cur, c.want.Replicas, kind, id, c.kind, c.id)
+		}
+	}
+}
