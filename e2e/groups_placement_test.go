@@ -86,10 +86,10 @@ func balanced(t *testing.T, ps []*proc) (bool, string) {
 	return true, fmt.Sprintf("replicas %v leaders %v", rc, lc)
 }
 
-// exactChecks sends tries checks of each of keys keys (limit 5) round robin
-// through the nodes and fails unless exactly 5 of each are allowed; it
-// returns the data groups the keys fell in.
-func exactChecks(t *testing.T, ps []*proc, prefix string, keys, tries int) map[uint32]bool {
+// exactChecks sends tries checks of each of keys keys (policy api, limit
+// 5) round robin through the nodes and fails unless exactly 5 of each are
+// allowed; it returns the data groups (of groups) the keys fell in.
+func exactChecks(t *testing.T, ps []*proc, prefix string, keys, tries, groups int) map[uint32]bool {
 	t.Helper()
 	var mu sync.Mutex
 	allowed := map[string]int{}
@@ -113,7 +113,14 @@ func exactChecks(t *testing.T, ps []*proc, prefix string, keys, tries int) map[u
 		}(k)
 	}
 	wg.Wait()
-	m, _ := hashslot.Even([]uint32{1, 2, 3, 4, 5, 6})
+	ids := make([]uint32, groups)
+	for i := range ids {
+		ids[i] = uint32(i + 1)
+	}
+	m, err := hashslot.Even(ids)
+	if err != nil {
+		t.Fatal(err)
+	}
 	hit := map[uint32]bool{}
 	for k := 0; k < keys; k++ {
 		key := fmt.Sprintf("%s:%d", prefix, k)
@@ -176,7 +183,7 @@ func TestProcessDataGroupsPlacement(t *testing.T) {
 	if code, body := putJSON(t, ps[1].URL("/v1/policies/api"), `{"algorithm":"fixed_window","limit":5,"window":"`+crashWindow(30*time.Minute)+`"}`); code != 200 {
 		t.Fatalf("put policy: %d %s", code, body)
 	}
-	if hit := exactChecks(t, ps, "user", 60, 8); len(hit) != 6 {
+	if hit := exactChecks(t, ps, "user", 60, 8, 6); len(hit) != 6 {
 		t.Fatalf("the keys fell in groups %v: the test needs all six", hit)
 	}
 
@@ -185,5 +192,5 @@ func TestProcessDataGroupsPlacement(t *testing.T) {
 	victim.Kill()
 	settle("after killing " + victim.ID)
 	live := slices.DeleteFunc(slices.Clone(ps), func(p *proc) bool { return p == victim })
-	exactChecks(t, live, "fresh", 36, 8)
+	exactChecks(t, live, "fresh", 36, 8, 6)
 }
