@@ -137,7 +137,8 @@ func exactChecks(t *testing.T, ps []*proc, prefix string, keys, tries, groups in
 // node holds three groups and is no replica of the other three); checks of
 // keys of every group through every node — replica or not — are exact;
 // a node killed has its replicas placed on the others (after
-// --placement-dead-after) and checks go on, still exact.
+// --placement-dead-after) and checks go on, still exact; restarted, it
+// takes its share back.
 func TestProcessDataGroupsPlacement(t *testing.T) {
 	t.Parallel()
 	flags := []string{"--data-groups", "6", "--placement-dead-after", "3s"}
@@ -193,4 +194,14 @@ func TestProcessDataGroupsPlacement(t *testing.T) {
 	settle("after killing " + victim.ID)
 	live := slices.DeleteFunc(slices.Clone(ps), func(p *proc) bool { return p == victim })
 	exactChecks(t, live, "fresh", 36, 8, 6)
+
+	// It comes back on its old data directory (replicas it was dropped
+	// from meanwhile): placement gives it its share again, and checks
+	// through it are exact.
+	if err := victim.Node.Start(flags...); err != nil {
+		t.Fatal(err)
+	}
+	victim.waitReady()
+	settle("after restarting " + victim.ID)
+	exactChecks(t, ps, "back", 36, 8, 6)
 }
