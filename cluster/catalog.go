@@ -25,6 +25,8 @@ type Catalog struct {
 	// leaderApply proposes a command no client may propose, on this node
 	// only while it leads (the groups record, groupsrecord.go).
 	leaderApply proposer
+	// putRecord writes a placement record through the leader (groupsrecord.go).
+	putRecord func(ctx context.Context, key, v string) error
 }
 
 // proposer submits an admin command (fsm.Encode*) through the leader and

@@ -26,6 +26,7 @@ func (n *Node) Internal() http.Handler {
 	n.fwdSrv.Register(mux)
 	mux.HandleFunc("POST "+pathLease, leaderSide{n}.handleLease) // lease.go
 	mux.HandleFunc("GET "+pathBootstrap, n.disc.handleBootstrap)
+	mux.HandleFunc("POST "+pathClusterRecord, clusterRecordHandler(n)) // groupsrecord.go
 	return n.fwdSrv.Authenticate(mux)
 }
 

@@ -147,6 +147,15 @@ type Config struct {
 	// closes it). RaftAddr defaults to its address. The port's TLS is the
 	// one it was opened with (raftnet.Config.TLS), not this Config's.
 	RaftMux *raftnet.Mux
+	// LeaderHint, when set, names this group's leader (id and HTTP
+	// address) whenever this node's Raft knows none: a node that does not
+	// hold a replica of a data group (package groups places three per
+	// group) forwards the group's checks and commands to the leader group 0
+	// records. A stale hint costs a not_leader answer and a retry with a
+	// fresh hint until the request's deadline. With a hint, leaving the
+	// configuration is not the end of this node's service (Removed never
+	// closes): placement adds and drops replicas as nodes come and go.
+	LeaderHint func() (id, httpAddr string)
 
 	// wrapLogStore lets tests inject storage faults into the Raft log store.
 	wrapLogStore func(logstore.Store) logstore.Store
@@ -307,6 +316,7 @@ type Node struct {
 	vit           vitals // whether it can serve at all
 	closing       chan struct{}
 	wg            sync.WaitGroup
+	forwardTarget func() (id, httpAddr string)
 	closeOnce     sync.Once
 	closeErr      error
 	recoveredFrom bool
@@ -353,7 +363,18 @@ func Open(cfg Config, bootstrap bool) (*Node, error) {
 	n.log = cfg.Logger.With("component", "cluster")
 	n.metrics = newMetrics(n)
 	n.ol = newOverLimit(cfg.OverLimitEntries)
-	n.vit = vitals{halted: make(chan struct{}), removed: make(chan struct{}), self: raft.ServerID(cfg.NodeID), log: n.log, ol: n.ol}
+	// forwardTarget is where a request this node does not lead goes:
+	// Raft's leader, else the LeaderHint's (a node holding no replica of
+	// its group).
+	n.forwardTarget = func() (string, string) {
+		id, addr := n.leaderHTTP()
+		if addr == "" && cfg.LeaderHint != nil {
+			return cfg.LeaderHint()
+		}
+		return id, addr
+	}
+	n.vit = vitals{halted: make(chan struct{}), removed: make(chan struct{}), self: raft.ServerID(cfg.NodeID), log: n.log, ol: n.ol,
+		placed: cfg.LeaderHint != nil}
 
 	// The incarnation is created before any Raft state (vote.go).
 	inc, created, err := loadIncarnation(cfg.DataDir)
@@ -388,7 +409,7 @@ func Open(cfg Config, bootstrap bool) (*Node, error) {
 			return nil, raft.ErrNotLeader
 		}
 		return n.await(ctx, n.raft.Apply(cmd, n.cfg.ApplyTimeout))
-	}}
+	}, putRecord: putClusterRecord(n)}
 	n.recoveredFrom = f.Recovered()
 
 	if err := n.openRaft(bootstrap); err != nil {
@@ -400,7 +421,7 @@ func Open(cfg Config, bootstrap bool) (*Node, error) {
 	}
 	n.leaderBatch = newBatcher(cfg.BatchMaxOps, cfg.BatchInflight, cfg.BatchMaxWait, n.proposeChecks, n.metrics.observeBatch)
 	n.fwd = forward.New(forward.Config{
-		Self: cfg.NodeID, Leader: n.leaderHTTP, Client: cfg.HTTPClient, Scheme: cfg.HTTPScheme,
+		Self: cfg.NodeID, Leader: n.forwardTarget, Client: cfg.HTTPClient, Scheme: cfg.HTTPScheme,
 		Token: cfg.AdminToken, Timeout: cfg.ApplyTimeout, MaxOps: cfg.BatchMaxOps, Log: n.log, Closing: n.closing,
 		Overflow: func(ctx context.Context, ops []fsm.Op) ([]fsm.Result, error) { return n.forwardBatch.do(ctx, ops) },
 		Failed:   n.metrics.forwardFailed,

@@ -43,7 +43,7 @@ func (n *Node) onLeader(ctx context.Context, local func() error, forward func(ad
 		var err error
 		if n.IsLeader() {
 			err = local()
-		} else if _, addr := n.leaderHTTP(); addr != "" {
+		} else if _, addr := n.forwardTarget(); addr != "" {
 			err = forward(addr)
 		} else {
 			err = errRetry
@@ -54,8 +54,13 @@ func (n *Node) onLeader(ctx context.Context, local func() error, forward func(ad
 		if err := n.vit.unavailable(); err != nil {
 			return err
 		}
-		if err := n.leaderGone(); err != nil { // quorum.go: no 5 s wait without a leader
-			return err
+		// quorum.go: no 5 s wait without a leader; a node with a LeaderHint
+		// hears from no leader when it holds no replica, and retries its
+		// hint until ctx ends.
+		if n.cfg.LeaderHint == nil {
+			if err := n.leaderGone(); err != nil {
+				return err
+			}
 		}
 		if err := pause(ctx, n.closing); err != nil {
 			return err

@@ -27,6 +27,10 @@ type vitals struct {
 	log  *slog.Logger
 	raft *raft.Raft // nil until Raft starts
 	ol   *OverLimit // stops answering with the node
+	// placed: a data group's node (Config.LeaderHint), which leaves and
+	// rejoins its group's configuration as placement moves replicas, and
+	// forwards while it holds none: its removal is no end of service.
+	placed bool
 }
 
 // onFatal is the state machine's OnFatal: it stopped applying (a failed
@@ -83,7 +87,7 @@ func (v *vitals) membership() (known, member bool) {
 // configurations without itself before it first appears: not a removal.)
 func (v *vitals) watchMembership() {
 	known, member := v.membership()
-	if known && !member && v.wasMember.Load() && !v.removedFlag.Load() {
+	if known && !member && v.wasMember.Load() && !v.removedFlag.Load() && !v.placed {
 		v.removedFlag.Store(true)
 		close(v.removed)
 		v.log.Warn("this node was removed from the cluster configuration; it no longer serves")

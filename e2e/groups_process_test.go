@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -117,44 +116,10 @@ func TestProcessDataGroups(t *testing.T) {
 	if code, body := putJSON(t, n2.URL("/v1/policies/api"), `{"algorithm":"fixed_window","limit":5,"window":"`+crashWindow(30*time.Minute)+`"}`); code != 200 {
 		t.Fatalf("put policy: %d %s", code, body)
 	}
-	const keys, tries = 30, 8 // 8 tries of a limit of 5 per key, spread over the three nodes
-	var mu sync.Mutex
-	allowed := map[string]int{}
-	var wg sync.WaitGroup
-	for k := 0; k < keys; k++ {
-		wg.Add(1)
-		go func(k int) {
-			defer wg.Done()
-			key := fmt.Sprintf("user:%d", k)
-			for i := 0; i < tries; i++ {
-				code, b := postJSON(t, ps[(k+i)%3].URL("/v1/check"), `{"key":"`+key+`","policy":"api"}`)
-				var d decision
-				if code == 200 && json.Unmarshal(b, &d) == nil && d.Allowed {
-					mu.Lock()
-					allowed[key]++
-					mu.Unlock()
-				} else if code != 200 && code != 429 {
-					t.Errorf("check %s: %d %s", key, code, b)
-				}
-			}
-		}(k)
-	}
-	wg.Wait()
-	groupsHit := map[uint32]bool{}
-	for k := 0; k < keys; k++ {
-		key := fmt.Sprintf("user:%d", k)
-		if allowed[key] != 5 {
-			t.Errorf("%s: %d allowed, want exactly 5", key, allowed[key])
-		}
-		s := hashslot.Of(key)
-		for _, g := range v.Groups[1:] {
-			if uint16(s) >= g.Slots[0][0] && uint16(s) <= g.Slots[0][1] {
-				groupsHit[g.ID] = true
-			}
-		}
-	}
-	if len(groupsHit) != 3 {
-		t.Fatalf("the keys fell in groups %v: the test needs all three", groupsHit)
+	// 8 tries of a limit of 5 per key, spread over the three nodes.
+	const keys = 30
+	if hit := exactChecks(t, ps, "user", keys, 8, 3); len(hit) != 3 {
+		t.Fatalf("the keys fell in groups %v: the test needs all three", hit)
 	}
 
 	// check/all: across slots 409 cross_slot naming the check; under one {tag} decided.

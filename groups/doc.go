@@ -8,12 +8,13 @@
 // The number of data groups is a bootstrap-time decision: the first leader
 // of group 0 bootstraps every data group on itself and records the groups
 // in group 0 (cluster.Catalog.PutGroupsRecord); every node compares its
-// --data-groups with the record and refuses to serve on a mismatch. Data
-// groups' membership follows group 0's voters (the group 0 leader's Host
-// joins and removes), and each node hands the data groups it leads to
-// their preferred leader (group g prefers the (g mod N)-th voter of group 0
-// by id), at most once per group per TransferEvery, so leaders spread
-// within ±1 per node.
+// --data-groups with the record and refuses to serve on a mismatch. Each
+// data group has min(3, N) replicas placed by group 0's leader (placement.go
+// plans, balance.go applies one change per group at a time) so that
+// replicas and leaders per node stay within ±1; a group's leader records
+// itself and its replicas in group 0, and a node holding no replica of a
+// key's group forwards the check to that recorded leader in one hop
+// (cluster.Config.LeaderHint).
 //
 // The Host implements service.Node (checks split by group, merged in
 // order), the Refuser, Bans and quota leases (Leases) per key's group, and

@@ -47,30 +47,6 @@ func TestRecordRoundTripAndMismatch(t *testing.T) {
 	}
 }
 
-// Preferred leaders put within ±1 data groups on every node, whatever the
-// number of groups and voters.
-func TestPreferredSpreadsWithinOne(t *testing.T) {
-	for n := 1; n <= 7; n++ {
-		ids := make([]string, n)
-		for i := range ids {
-			ids[i] = fmt.Sprintf("n%d", i)
-		}
-		for g := 1; g <= 16; g++ {
-			led := map[string]int{}
-			for grp := 1; grp <= g; grp++ {
-				led[Preferred(uint32(grp), ids)]++
-			}
-			lo, hi := g, 0
-			for _, id := range ids {
-				lo, hi = min(lo, led[id]), max(hi, led[id])
-			}
-			if hi-lo > 1 {
-				t.Fatalf("%d groups over %d nodes: leaders %v", g, n, led)
-			}
-		}
-	}
-}
-
 // An op's group is its keys' slot's owner; an op whose keys span groups has
 // none (the Host refuses it with cross_slot, naming the check).
 func TestGroupOfOp(t *testing.T) {

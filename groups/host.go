@@ -40,7 +40,16 @@ type Config struct {
 	// (default 500 ms).
 	TransferEvery time.Duration
 	Tick          time.Duration
-	Logger        *slog.Logger
+	// DeadAfter is how long group 0's leader goes without hearing from a
+	// node before placement replaces its replicas (default DefaultDeadAfter);
+	// MoveEvery the least time between two membership changes of one data
+	// group, and MovesPerTick the most changes cluster-wide per Tick
+	// (defaults DefaultMoveEvery, DefaultMovesPerTick): a join or a loss
+	// converges a few groups at a time.
+	DeadAfter    time.Duration
+	MoveEvery    time.Duration
+	MovesPerTick int
+	Logger       *slog.Logger
 }
 
 // Host is a node's group registry: group 0 and the data groups.
@@ -66,6 +75,10 @@ type Host struct {
 	// (onOpen), under openMu.
 	openMu sync.Mutex
 	opened []func([]*cluster.Node)
+	bal    balancer // balance.go, the loop's own
+	// hints[g-1] is data group g's leader as group 0 records it (LeaderHint).
+	hints  []atomic.Pointer[hint]
+	states []atomic.Pointer[parsedState]
 }
 
 type dataGroups struct {
@@ -89,6 +102,15 @@ func Open(cfg Config) (*Host, error) {
 	}
 	if cfg.Tick <= 0 {
 		cfg.Tick = 500 * time.Millisecond
+	}
+	if cfg.DeadAfter <= 0 {
+		cfg.DeadAfter = DefaultDeadAfter
+	}
+	if cfg.MoveEvery <= 0 {
+		cfg.MoveEvery = DefaultMoveEvery
+	}
+	if cfg.MovesPerTick <= 0 {
+		cfg.MovesPerTick = DefaultMovesPerTick
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
@@ -324,9 +346,14 @@ func ownSlots(ctx context.Context, nodes []*cluster.Node, m *hashslot.Map) error
 
 func (h *Host) openGroups(n int, bootstrap bool) ([]*cluster.Node, error) {
 	nodes := make([]*cluster.Node, 0, n)
+	h.hints = make([]atomic.Pointer[hint], n)
+	h.states = make([]atomic.Pointer[parsedState], n)
 	for g := 1; g <= n; g++ {
 		cfg := h.cfg.Base
 		cfg.Group = uint32(g)
+		// A node holding no replica of g forwards to g's leader as group 0
+		// records it (placement.go: three replicas per group).
+		cfg.LeaderHint = h.leaderHint(uint32(g))
 		if cfg.Logger != nil {
 			cfg.Logger = cfg.Logger.With("group", g)
 		}

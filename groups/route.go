@@ -176,8 +176,16 @@ func (h *Host) Ready() error {
 		return errNotOpen
 	}
 	for i, n := range d.nodes {
+		g := uint32(i + 1)
 		if err := n.Ready(); err != nil {
-			return fmt.Errorf("data group %d: %w", i+1, err)
+			// A node holding no replica of g forwards g's checks to the
+			// leader group 0 records (Config.LeaderHint): ready once one is.
+			if h.holds(g) {
+				return fmt.Errorf("data group %d: %w", g, err)
+			}
+			if _, addr := h.leaderHint(g)(); addr == "" {
+				return fmt.Errorf("data group %d: this node holds no replica and group 0 records no leader for it yet", g)
+			}
 		}
 	}
 	return nil
@@ -188,6 +196,11 @@ func (h *Host) Ready() error {
 func (h *Host) Refused(id overlimit.LimitID, key string, cost int64) (algo.Decision, bool) {
 	n := h.keyNode(key)
 	if n == nil {
+		return algo.Decision{}, false
+	}
+	// A node that holds no replica of the key's group any more stopped
+	// applying its log: what its cache holds may since have been reset.
+	if g := h.data.Load().rec.slots.GroupOf(key); !h.holds(g) {
 		return algo.Decision{}, false
 	}
 	return n.OverLimit().Refused(id, key, cost)

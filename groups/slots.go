@@ -29,12 +29,21 @@ func (h *Host) Slots(ctx context.Context) (service.Slots, error) {
 	runs := d.rec.slots.Runs()
 	for i, n := range d.nodes {
 		g := uint32(i + 1)
-		st, err := n.Status(ctx)
-		if err != nil {
-			return service.Slots{}, err
+		var v service.SlotGroup
+		if gs, ok := h.groupState(g); ok && !h.holds(g) {
+			// Not a replica here: this node's copy of g is not kept up to
+			// date, so the group is as its leader last recorded it in
+			// group 0 (and its own table is not read).
+			v = service.SlotGroup{ID: g, Leader: gs.Leader, Replicas: append([]string{}, gs.Replicas...)}
+			sort.Strings(v.Replicas)
+		} else {
+			st, err := n.Status(ctx)
+			if err != nil {
+				return service.Slots{}, err
+			}
+			v = groupView(g, st)
+			v.Owned = n.Catalog().HashSlotOwnership().Owned
 		}
-		v := groupView(g, st)
-		v.Owned = n.Catalog().HashSlotOwnership().Owned
 		v.Slots = [][2]uint16{}
 		for _, r := range runs {
 			if r.Group == g {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,10 +26,12 @@ import (
 
 type groupsFlags struct {
 	dataGroups string
+	deadAfter  time.Duration
 }
 
 func addGroupsFlags(fs *flag.FlagSet, g *groupsFlags) {
 	fs.StringVar(&g.dataGroups, "data-groups", "", "run data groups beside the configuration group, keys split among them by hash slot: a number, or auto (two per node of --bootstrap-expect, two for a single node); chosen at bootstrap, the same on every node; empty: one Raft group, as before")
+	fs.DurationVar(&g.deadAfter, "placement-dead-after", groups.DefaultDeadAfter, "with --data-groups: how long group 0's leader goes without hearing from a node before its data group replicas are placed on the other nodes")
 }
 
 // count is the data groups asked for (0: off), and the flag's spelling.
@@ -76,7 +79,7 @@ func openNode(f *serveFlags, cfg cluster.Config, bootstrap bool, logger *slog.Lo
 		return nil, nil, err
 	}
 	cfg.RaftMux = mux
-	h, err := groups.Open(groups.Config{DataGroups: n, Flag: spelling, Base: cfg, Bootstrap: bootstrap, Logger: logger})
+	h, err := groups.Open(groups.Config{DataGroups: n, Flag: spelling, Base: cfg, Bootstrap: bootstrap, Logger: logger, DeadAfter: f.groups.deadAfter})
 	if err != nil {
 		mux.Close()
 		return nil, nil, err
