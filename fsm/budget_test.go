@@ -164,6 +164,12 @@ func TestInlineKeyShare(t *testing.T) {
 	if eps := f.BudgetEpisodes(); len(eps) != 1 || eps[ReasonMaxInlineKeys+"\x00"] == 0 {
 		t.Fatalf("episodes %v, want one of %s", eps, ReasonMaxInlineKeys)
 	}
+	// An overdraft charges a refused check anyway: on a new inline key it
+	// would create one, so the share refuses it too.
+	over := Op{Checks: []Check{{Key: "z", Spec: &spec, Cost: 9, Overdraft: true}}}
+	if r := d.checkBounded(t0, b, over)[0]; r.Err == nil || r.Err.Code != CodeKeyBudgetExhausted {
+		t.Fatalf("an overdraft creating an inline key past the share: %+v", r)
+	}
 	for _, k := range []string{"a", "b", "c", "d"} {
 		if r := policyKey(d, k); r.Err != nil || !r.Allowed {
 			t.Fatalf("policy key %s past the inline share: %+v", k, r)
