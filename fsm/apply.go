@@ -591,13 +591,19 @@ func (a *applier) decideOp(tx *persist.Tx, checks []checkRef, lims []limit, decs
 	if !all || allowed {
 		// The key budget (budget.go): an op that would create keys past
 		// the leader's bounds is refused before anything of it is written.
-		created := 0
+		created, inlineCreated := 0, 0
 		for k := range a.tent {
 			if t := &a.tent[k]; t.changed && !t.prev.Found && t.data != nil {
 				created++
+				if inlineKeyGroup(t.key) != nil {
+					inlineCreated++
+				}
 			}
 		}
 		if e, err := a.refuseNewKeys(tx, created, &a.cmd.bounds, now); e != nil || err != nil {
+			return Result{Err: e}, err
+		}
+		if e, err := a.refuseInlineKeys(tx, inlineCreated, &a.cmd.bounds, now); e != nil || err != nil {
 			return Result{Err: e}, err
 		}
 		if created > 0 {

@@ -45,16 +45,38 @@ type Bounds struct {
 	// retention, so their table does not grow at a steady rate, and
 	// refusing them would refuse every client that always sends one.
 	NoNewKeys bool
+	// MaxInlineKeys: a check that would create a key under an inline limit
+	// (its spec given in the check: not a policy, not a plan) is refused
+	// while the live inline keys (persist's count of inlineGroup) number
+	// MaxInlineKeys, so anonymous inline checks cannot take the whole key
+	// budget from the policies. Existing inline keys are still decided.
+	// 0: none (what an entry from before this bound decodes to).
+	MaxInlineKeys int64
 }
 
 const (
 	boundsNoNewKeys     byte = 1
 	boundsMaxKeys       byte = 2
 	boundsMaxRequestIDs byte = 4
+	boundsMaxInlineKeys byte = 8
 )
 
+// inlineGroup is persist's key group of the inline limits' states ('s'
+// storage keys): its count is what MaxInlineKeys bounds. No policy name
+// starts with 0, so it names no policy's group.
+const inlineGroup = "\x00inline"
+
+// inlineKeyGroup is keyGroup's answer for an inline limit's state key.
+func inlineKeyGroup(key []byte) []byte {
+	if len(key) > 1 && key[0] == 's' {
+		return []byte(inlineGroup)
+	}
+	return nil
+}
+
 // EncodeCheckBounded is EncodeCheck with the leader's bounds after the ops:
-// flags ‖ [uvarint max keys] ‖ [uvarint max request ids]. Zero bounds add
+// flags ‖ [uvarint max keys] ‖ [uvarint max request ids] ‖ [uvarint max
+// inline keys]. Zero bounds add
 // nothing, so such an entry is byte for byte what EncodeCheck wrote before
 // bounds existed (and a binary from before them can still apply it; one
 // that meets bounds stops, so upgrade followers before the leader).
@@ -78,12 +100,18 @@ func appendBounds(dst []byte, b Bounds) []byte {
 	if b.MaxRequestIDs > 0 {
 		flags |= boundsMaxRequestIDs
 	}
+	if b.MaxInlineKeys > 0 {
+		flags |= boundsMaxInlineKeys
+	}
 	dst = append(dst, flags)
 	if b.MaxKeys > 0 {
 		dst = binary.AppendUvarint(dst, uint64(b.MaxKeys))
 	}
 	if b.MaxRequestIDs > 0 {
 		dst = binary.AppendUvarint(dst, uint64(b.MaxRequestIDs))
+	}
+	if b.MaxInlineKeys > 0 {
+		dst = binary.AppendUvarint(dst, uint64(b.MaxInlineKeys))
 	}
 	return dst
 }
@@ -94,7 +122,7 @@ func (d *decoder) bounds() Bounds {
 		return Bounds{}
 	}
 	flags := d.byte()
-	if flags == 0 || flags&^(boundsNoNewKeys|boundsMaxKeys|boundsMaxRequestIDs) != 0 {
+	if flags == 0 || flags&^(boundsNoNewKeys|boundsMaxKeys|boundsMaxRequestIDs|boundsMaxInlineKeys) != 0 {
 		d.fail(fmt.Errorf("unknown bounds flags %#x", flags))
 		return Bounds{}
 	}
@@ -104,6 +132,9 @@ func (d *decoder) bounds() Bounds {
 	}
 	if flags&boundsMaxRequestIDs != 0 {
 		b.MaxRequestIDs = clampCount(d.uvarint())
+	}
+	if flags&boundsMaxInlineKeys != 0 {
+		b.MaxInlineKeys = clampCount(d.uvarint())
 	}
 	return b
 }
@@ -120,8 +151,13 @@ func clampCount(v uint64) int64 {
 // open exhaustion episodes (below).
 type budgetCounters struct {
 	keys, noSpace, requestIDs atomic.Uint64
+	inline                    atomic.Uint64
 	episodes                  episodeTable
 }
+
+// InlineBudgetRefusals are the ops this replica's state machine refused for
+// MaxInlineKeys since it was opened.
+func (f *FSM) InlineBudgetRefusals() uint64 { return f.ap.budget.inline.Load() }
 
 // BudgetRefusals are the ops this replica's state machine refused for the
 // key budget, for the free-disk guard and for the request-id budget, since
@@ -137,6 +173,7 @@ const (
 	ReasonMaxKeys       = "max_keys"
 	ReasonDisk          = "disk"
 	ReasonMaxRequestIDs = "max_request_ids"
+	ReasonMaxInlineKeys = "max_inline_keys"
 )
 
 // refuseNewKeys says whether an op that would create n keys must be refused
@@ -164,6 +201,34 @@ func (a *applier) refuseNewKeys(tx *persist.Tx, n int, b *Bounds, now int64) (*E
 	}
 	if b.MaxKeys <= 0 || live < lowWater(b.MaxKeys) {
 		return nil, a.closeEpisode(tx, ReasonMaxKeys, "")
+	}
+	return nil, nil
+}
+
+// refuseInlineKey is refuseInlineKeys for one new state under key.
+func (a *applier) refuseInlineKey(tx *persist.Tx, key []byte, b *Bounds, now int64) (*Error, error) {
+	if inlineKeyGroup(key) == nil {
+		return nil, nil
+	}
+	return a.refuseInlineKeys(tx, 1, b, now)
+}
+
+// refuseInlineKeys refuses an op that would create n keys under inline
+// limits while the live inline keys plus n pass b.MaxInlineKeys, opening or
+// closing that budget's episode like refuseNewKeys. Called after
+// refuseNewKeys and before anything of the op is written.
+func (a *applier) refuseInlineKeys(tx *persist.Tx, n int, b *Bounds, now int64) (*Error, error) {
+	if n == 0 {
+		return nil, nil
+	}
+	live := uint64(tx.GroupKeys([]byte(inlineGroup)))
+	if b.MaxInlineKeys > 0 && live+uint64(n) > uint64(b.MaxInlineKeys) {
+		a.budget.inline.Add(1)
+		return &Error{Code: CodeKeyBudgetExhausted, Field: "key", Message: fmt.Sprintf("inline limits hold their maximum of %d keys (--max-inline-keys-percent) and create no new ones until keys expire; existing keys and policies are still decided", b.MaxInlineKeys)},
+			a.openEpisode(tx, ReasonMaxInlineKeys, "", uint64(b.MaxInlineKeys), live, now)
+	}
+	if b.MaxInlineKeys <= 0 || live < lowWater(b.MaxInlineKeys) {
+		return nil, a.closeEpisode(tx, ReasonMaxInlineKeys, "")
 	}
 	return nil, nil
 }

@@ -105,16 +105,107 @@ func TestBoundsEncoding(t *testing.T) {
 	if a, b := EncodeCheck(nil, t0, 0, ops), EncodeCheckBounded(nil, t0, 0, Bounds{}, ops); !bytes.Equal(a, b) {
 		t.Fatal("zero bounds changed the entry")
 	}
-	for _, b := range []Bounds{{MaxKeys: 7}, {NoNewKeys: true}, {MaxRequestIDs: 9, MaxKeys: 1 << 40}, {MaxKeys: 1, MaxRequestIDs: 2, NoNewKeys: true}} {
+	for _, b := range []Bounds{{MaxKeys: 7}, {NoNewKeys: true}, {MaxRequestIDs: 9, MaxKeys: 1 << 40}, {MaxKeys: 1, MaxRequestIDs: 2, NoNewKeys: true}, {MaxInlineKeys: 3}, {MaxKeys: 10, MaxRequestIDs: 2, NoNewKeys: true, MaxInlineKeys: 5}} {
 		var c command
 		if err := decodeCommand(&c, EncodeCheckBounded(nil, t0, 0, b, ops)); err != nil || c.bounds != b || len(c.ops) != 1 {
 			t.Fatalf("%+v: decoded %+v, %v", b, c.bounds, err)
 		}
 	}
+	// An entry from before MaxInlineKeys (its flags without the bit) bounds
+	// no inline keys.
+	var old command
+	if err := decodeCommand(&old, appendBounds(EncodeCheck(nil, t0, 0, ops), Bounds{MaxKeys: 4, MaxRequestIDs: 2})); err != nil || old.bounds != (Bounds{MaxKeys: 4, MaxRequestIDs: 2}) {
+		t.Fatalf("an entry without the inline bound: %+v, %v", old.bounds, err)
+	}
 	var c command
 	enc := append(EncodeCheck(nil, t0, 0, ops), 0x80)
 	if err := decodeCommand(&c, enc); err == nil {
 		t.Fatal("unknown bounds flags decoded")
+	}
+}
+
+// The inline share: past MaxInlineKeys live inline keys a check creating
+// another inline key is refused (reason max_inline_keys, one episode event),
+// while the existing inline keys are decided and policy keys are still
+// created, within MaxKeys; the count survives a restart and a snapshot
+// restored into another replica, and expiry frees room.
+func TestInlineKeyShare(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "fsm.db")
+	f, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := newDriver(t, f)
+	spec := mustSpec(t, algo.Config{Algorithm: "fixed_window", Limit: 5, Window: "10s"})
+	d.putPolicy(Policy{Name: "pol", Spec: spec})
+	b := Bounds{MaxKeys: 10, MaxInlineKeys: 2}
+	policyKey := func(d *driver, k string) Result {
+		t.Helper()
+		return d.checkBounded(t0, b, Op{Checks: []Check{{Key: k, Policy: "pol", Cost: 1}}})[0]
+	}
+	for _, k := range []string{"a", "b"} {
+		if r := d.checkBounded(t0, b, inline(t, k, 1))[0]; r.Err != nil || !r.Allowed {
+			t.Fatalf("inline key %s within the share: %+v", k, r)
+		}
+	}
+	refused := func(d *driver, f *FSM) {
+		t.Helper()
+		if r := d.checkBounded(t0, b, inline(t, "c", 1))[0]; r.Err == nil || r.Err.Code != CodeKeyBudgetExhausted || r.Err.Field != "key" || !strings.Contains(r.Err.Message, "inline") {
+			t.Fatalf("a third inline key past a share of 2: %+v", r)
+		}
+		if r := d.checkBounded(t0, b, inline(t, "a", 1))[0]; r.Err != nil || !r.Allowed {
+			t.Fatalf("an existing inline key past the share: %+v", r)
+		}
+	}
+	refused(d, f)
+	if n := f.InlineBudgetRefusals(); n != 1 {
+		t.Fatalf("%d inline refusals counted, want 1", n)
+	}
+	if eps := f.BudgetEpisodes(); len(eps) != 1 || eps[ReasonMaxInlineKeys+"\x00"] == 0 {
+		t.Fatalf("episodes %v, want one of %s", eps, ReasonMaxInlineKeys)
+	}
+	// An overdraft charges a refused check anyway: on a new inline key it
+	// would create one, so the share refuses it too.
+	over := Op{Checks: []Check{{Key: "z", Spec: &spec, Cost: 9, Overdraft: true}}}
+	if r := d.checkBounded(t0, b, over)[0]; r.Err == nil || r.Err.Code != CodeKeyBudgetExhausted {
+		t.Fatalf("an overdraft creating an inline key past the share: %+v", r)
+	}
+	for _, k := range []string{"a", "b", "c", "d"} {
+		if r := policyKey(d, k); r.Err != nil || !r.Allowed {
+			t.Fatalf("policy key %s past the inline share: %+v", k, r)
+		}
+	}
+	if n := storedKeys(f); n != 6 {
+		t.Fatalf("%d keys stored, want 6", n)
+	}
+	snap := takeSnapshot(t, f)
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if f, err = Open(path, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	d = newDriver(t, f)
+	refused(d, f)
+	g := openFSM(t, "", Options{})
+	if err := g.Restore(io.NopCloser(bytes.NewReader(snap))); err != nil {
+		t.Fatal(err)
+	}
+	refused(newDriver(t, g), g)
+	// Without the bound (an entry from before it) the key is created.
+	if r := d.check(t0, inline(t, "c", 1))[0]; r.Err != nil || !r.Allowed {
+		t.Fatalf("no inline bound: %+v", r)
+	}
+	// Expiry frees room, and the episode closes under the low water.
+	if n := d.apply(EncodeExpire(t0+11*sec, 100)); n != 7 {
+		t.Fatalf("expired %v, want 7", n)
+	}
+	if r := d.checkBounded(t0+11*sec, b, inline(t, "e", 1))[0]; r.Err != nil || !r.Allowed {
+		t.Fatalf("a new inline key after expiry: %+v", r)
+	}
+	if eps := f.BudgetEpisodes(); len(eps) != 0 {
+		t.Fatalf("episodes %v after the inline keys expired, want none", eps)
 	}
 }
 
@@ -165,6 +256,7 @@ func TestKeyBudgetModel(t *testing.T) {
 			}
 			return n
 		}
+		inlineKeys := func() int64 { return int64(len(model)) - policyKeys() }
 		sweep := func() {
 			for k, s := range model {
 				if s.start+window <= now {
@@ -178,7 +270,8 @@ func TestKeyBudgetModel(t *testing.T) {
 			switch rapid.IntRange(0, 9).Draw(rt, "action") {
 			case 0, 1, 2, 3, 4: // a check entry of 1 to 3 ops
 				now += rapid.SampledFrom([]int64{0, 0, sec, 4 * sec, 11 * sec}).Draw(rt, "advance")
-				b := Bounds{MaxKeys: rapid.SampledFrom([]int64{0, 1, 2, 4, 6}).Draw(rt, "max_keys"), NoNewKeys: rapid.IntRange(0, 5).Draw(rt, "full") == 0}
+				b := Bounds{MaxKeys: rapid.SampledFrom([]int64{0, 1, 2, 4, 6}).Draw(rt, "max_keys"), NoNewKeys: rapid.IntRange(0, 5).Draw(rt, "full") == 0,
+					MaxInlineKeys: rapid.SampledFrom([]int64{0, 0, 1, 2, 3}).Draw(rt, "max_inline_keys")}
 				n := rapid.IntRange(1, 3).Draw(rt, "ops")
 				ops := make([]Op, n)
 				for i := range ops {
@@ -208,7 +301,8 @@ func TestKeyBudgetModel(t *testing.T) {
 					r := rs[i]
 					create := allowed && ck.Cost > 0 && !present
 					refuse := create && (b.NoNewKeys || b.MaxKeys > 0 && int64(len(model))+1 > b.MaxKeys ||
-						ck.Policy != "" && policyKeys()+1 > pk.MaxKeys)
+						ck.Policy != "" && policyKeys()+1 > pk.MaxKeys ||
+						ck.Policy == "" && b.MaxInlineKeys > 0 && inlineKeys()+1 > b.MaxInlineKeys)
 					switch {
 					case refuse:
 						if r.Err == nil || r.Err.Code != CodeKeyBudgetExhausted || r.Err.Field != "key" {
@@ -268,14 +362,20 @@ func TestKeyBudgetModel(t *testing.T) {
 				rt.Fatalf("step %d: stored count %d, live keys %d (%v)", s, got, len(model), model)
 			}
 			f.applyMu.Lock()
-			var got int64
-			err := f.store.Update(func(tx *persist.Tx) error { got = tx.GroupKeys([]byte(pk.Name)); return nil })
+			var got, gotInline int64
+			err := f.store.Update(func(tx *persist.Tx) error {
+				got, gotInline = tx.GroupKeys([]byte(pk.Name)), tx.GroupKeys([]byte(inlineGroup))
+				return nil
+			})
 			f.applyMu.Unlock()
 			if err != nil {
 				rt.Fatal(err)
 			}
 			if want := policyKeys(); got != want {
 				rt.Fatalf("step %d: policy %s counts %d keys, live %d (%v)", s, pk.Name, got, want, model)
+			}
+			if want := inlineKeys(); gotInline != want {
+				rt.Fatalf("step %d: inline limits count %d keys, live %d (%v)", s, gotInline, want, model)
 			}
 		}
 	})

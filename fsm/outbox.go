@@ -85,10 +85,13 @@ func outboxKey(seq uint64) []byte {
 }
 
 // keyGroup is persist's KeyGroup: the policy of a policy key (budget.go),
-// the outbox's group for its records.
+// the outbox's group for its records, inlineGroup for inline limits' states.
 func keyGroup(key []byte) []byte {
 	if len(key) > 0 && key[0] == outboxKeyPrefix {
 		return []byte(outboxGroup)
+	}
+	if g := inlineKeyGroup(key); g != nil {
+		return g
 	}
 	if g := planRecordGroup(key); g != nil {
 		return g

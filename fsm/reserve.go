@@ -445,6 +445,9 @@ func (a *applier) overdraw(tx *persist.Tx, ck *checkRef, lim *limit, d *Decision
 			if e, err := a.refuseNewKeys(tx, 1, &a.cmd.bounds, now); e != nil || err != nil {
 				return e, err
 			}
+			if e, err := a.refuseInlineKey(tx, key, &a.cmd.bounds, now); e != nil || err != nil {
+				return e, err
+			}
 		}
 		if next, ad, err = algo.Debit(a.decideBuf[:0], lim.spec, st.Data, now, ck.cost); err != nil {
 			return decideError(err), nil
@@ -544,6 +547,9 @@ func (a *applier) settle(tx *persist.Tx, ck *checkRef, lim *limit, decs []Decisi
 	if changed {
 		if !st.Found && next != nil {
 			if e, err := a.refuseNewKeys(tx, 1, &a.cmd.bounds, now); e != nil || err != nil {
+				return Result{Err: e}, err
+			}
+			if e, err := a.refuseInlineKey(tx, a.costs.stateKey, &a.cmd.bounds, now); e != nil || err != nil {
 				return Result{Err: e}, err
 			}
 		}

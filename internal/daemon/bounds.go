@@ -48,6 +48,12 @@ const (
 	// checks append, which the guard keeps short while it is tripped
 	// (lowDiskRaft); 25% leaves it room on a small disk.
 	DefaultMinFreeDiskPercent = 25
+	// DefaultMaxInlineKeysPercent is --max-inline-keys-percent: inline
+	// limits (a spec in the check, which anyone who reaches a check port
+	// may send) create keys only while the live inline keys are under this
+	// share of --max-keys, so an inline flood leaves half the budget to the
+	// policies' keys.
+	DefaultMaxInlineKeysPercent = 50
 )
 
 // boundsFlags are serve's flags for bounded state, and the names a node
@@ -56,6 +62,7 @@ type boundsFlags struct {
 	maxKeys, maxRequestIDs int64
 	minFreeDiskMiB         int64
 	minFreeDiskPercent     int64
+	maxInlineKeysPercent   int64
 	maxInlineWindow        time.Duration
 	noInlineLimits         bool
 	allowedHosts           string
@@ -66,6 +73,7 @@ func addBoundsFlags(fs *flag.FlagSet, b *boundsFlags) {
 	fs.Int64Var(&b.maxRequestIDs, "max-request-ids", DefaultMaxRequestIDs, "live request_id records the cluster holds; past it a check with a new request_id is refused with key_budget_exhausted (nothing counted), replays and checks without one are answered (0: no bound)")
 	fs.Int64Var(&b.minFreeDiskMiB, "min-free-disk-mib", DefaultMinFreeDiskMiB, "below this free space in the leader's --data-dir no new key is created (key_budget_exhausted); existing keys are still decided (0: no guard; capped by --min-free-disk-percent)")
 	fs.Int64Var(&b.minFreeDiskPercent, "min-free-disk-percent", DefaultMinFreeDiskPercent, "the --min-free-disk-mib reserve is at most this percentage of the --data-dir file system's size, so a small disk still takes keys (0: no cap)")
+	fs.Int64Var(&b.maxInlineKeysPercent, "max-inline-keys-percent", DefaultMaxInlineKeysPercent, "keys created under inline limits (not a policy) are at most this percentage of --max-keys; past it a new inline key is refused with key_budget_exhausted (reason max_inline_keys), existing keys and policies are still decided (0: no bound but --max-keys)")
 	fs.DurationVar(&b.maxInlineWindow, "max-inline-window", service.DefaultMaxInlineWindow, "longest an inline limit (given in the check, not a policy) may keep a key: its window, calendar period or bucket refill time (0: no bound)")
 	fs.BoolVar(&b.noInlineLimits, "no-inline-limits", false, "refuse inline limits: every check names a policy (for nodes whose HTTP or gRPC port is public)")
 	fs.StringVar(&b.allowedHosts, "allowed-hosts", "", "without --admin-token: host names (comma-separated) the HTTP API answers besides IP addresses, localhost and the names in --http-addr and --http-advertise (a request naming another Host is refused: DNS rebinding)")
@@ -92,6 +100,9 @@ func (b *boundsFlags) validate() error {
 	}
 	if b.minFreeDiskPercent < 0 || b.minFreeDiskPercent > 100 {
 		return fmt.Errorf("--min-free-disk-percent must be within [0, 100] (0: no cap)")
+	}
+	if b.maxInlineKeysPercent < 0 || b.maxInlineKeysPercent > 100 {
+		return fmt.Errorf("--max-inline-keys-percent must be within [0, 100] (0: no bound)")
 	}
 	return nil
 }
@@ -339,6 +350,16 @@ func lowDiskRaft(r raftKnobs, logger *slog.Logger) func(low bool) {
 // checkBounds is cluster.Config.CheckBounds: what the leader stamps now.
 func (b *boundsFlags) checkBounds(g *diskGuard) func() fsm.Bounds {
 	return func() fsm.Bounds {
-		return fsm.Bounds{MaxKeys: b.maxKeys, MaxRequestIDs: b.maxRequestIDs, NoNewKeys: g.low.Load()}
+		return fsm.Bounds{MaxKeys: b.maxKeys, MaxRequestIDs: b.maxRequestIDs, NoNewKeys: g.low.Load(), MaxInlineKeys: b.maxInlineKeys()}
 	}
+}
+
+// maxInlineKeys is fsm.Bounds.MaxInlineKeys: the percentage of --max-keys,
+// at least 1 key (a small budget still takes an inline key); 0 when either
+// flag is 0 (no bound).
+func (b *boundsFlags) maxInlineKeys() int64 {
+	if b.maxKeys <= 0 || b.maxInlineKeysPercent <= 0 {
+		return 0
+	}
+	return max(1, b.maxKeys/100*b.maxInlineKeysPercent+b.maxKeys%100*b.maxInlineKeysPercent/100)
 }

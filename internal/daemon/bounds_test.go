@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -38,6 +39,49 @@ func TestDiskReserveDefault(t *testing.T) {
 	b.minFreeDiskPercent = 101
 	if b.validate() == nil {
 		t.Error("--min-free-disk-percent 101 accepted")
+	}
+}
+
+// --max-inline-keys-percent: its default, parsed by serve's flag set, is
+// stamped by the leader as that share of --max-keys; 0 in either is no
+// inline bound, and out-of-range percentages are refused.
+func TestMaxInlineKeysPercentFlag(t *testing.T) {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	var b boundsFlags
+	addBoundsFlags(fs, &b)
+	if err := fs.Parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	g := &diskGuard{}
+	if got, want := b.checkBounds(g)().MaxInlineKeys, int64(DefaultMaxKeys*DefaultMaxInlineKeysPercent/100); got != want || want == 0 {
+		t.Fatalf("default MaxInlineKeys %d, want %d", got, want)
+	}
+	for _, c := range []struct {
+		args []string
+		want int64
+	}{
+		{[]string{"--max-keys", "1000", "--max-inline-keys-percent", "30"}, 300},
+		{[]string{"--max-keys", "1000", "--max-inline-keys-percent", "0"}, 0},
+		{[]string{"--max-keys", "0", "--max-inline-keys-percent", "30"}, 0},
+		{[]string{"--max-keys", "3", "--max-inline-keys-percent", "10"}, 1},
+		{[]string{"--max-keys", "1000", "--max-inline-keys-percent", "100"}, 1000},
+		{[]string{"--max-keys", "4611686018427387904", "--max-inline-keys-percent", "50"}, 2305843009213693952},
+	} {
+		fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+		var b boundsFlags
+		addBoundsFlags(fs, &b)
+		if err := fs.Parse(c.args); err != nil || b.validate() != nil {
+			t.Fatalf("%v: %v %v", c.args, err, b.validate())
+		}
+		if got := b.checkBounds(g)().MaxInlineKeys; got != c.want {
+			t.Errorf("%v: MaxInlineKeys %d, want %d", c.args, got, c.want)
+		}
+	}
+	for _, p := range []int64{-1, 101} {
+		b := boundsFlags{maxInlineKeysPercent: p}
+		if b.validate() == nil {
+			t.Errorf("--max-inline-keys-percent %d accepted", p)
+		}
 	}
 }
 
