@@ -146,6 +146,7 @@ func (a *applier) publish() {
 	a.f.bans.publish()
 	a.f.outbox.publish()
 	a.f.webhooks.publish()
+	a.f.top.flush() // topkeys.go: the batch's plan counts
 	if len(a.pendingPolicies) == 0 && len(a.pendingNodes) == 0 {
 		return
 	}
@@ -177,6 +178,7 @@ func (a *applier) discard() {
 	a.f.bans.discard()
 	a.f.outbox.discard()
 	a.f.webhooks.discard()
+	a.f.top.drop()
 	clear(a.pendingPolicies)
 	clear(a.pendingNodes)
 }
