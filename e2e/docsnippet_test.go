@@ -61,16 +61,33 @@ var shellVars = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*=\S`)
 // until its output matches (reads change nothing).
 func runDocSnippet(t *testing.T, name string, steps int, isRead func(line string) bool) {
 	t.Helper()
+	runDocSnippets(t, []docPart{{name, steps}}, isRead)
+}
+
+// docPart is one snippet of a sequence and its count of commands with
+// outputs.
+type docPart struct {
+	name  string
+	steps int
+}
+
+// runDocSnippets is runDocSnippet of several snippets run in order against
+// one process, as a reader following a section's blocks would.
+func runDocSnippets(t *testing.T, parts []docPart, isRead func(line string) bool) {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("starts a limitd process")
 	}
 	p := newProc(t, "n1", "")
 	p.start("--admin-token", "doc-token")
 	p.waitReady()
-	snippet := strings.ReplaceAll(docSnippet(t, name), "localhost:8080", p.HTTPAddr)
-	all := docSteps(snippet)
-	if len(all) != steps {
-		t.Fatalf("snippet %s has %d commands with outputs, want %d", name, len(all), steps)
+	var all []docStep
+	for _, part := range parts {
+		steps := docSteps(strings.ReplaceAll(docSnippet(t, part.name), "localhost:8080", p.HTTPAddr))
+		if len(steps) != part.steps {
+			t.Fatalf("snippet %s has %d commands with outputs, want %d", part.name, len(steps), part.steps)
+		}
+		all = append(all, steps...)
 	}
 	var vars []string
 	run := func(cmd string) string {
