@@ -17,8 +17,8 @@ import (
 // limit "w" (a fixed window of 5 s with "history":"1h") allows 20 ("free",
 // the default) or 40 ("pro") per window, four keys checked by their plan
 // (no policy, no limit) with request ids, well above their limits. Meanwhile
-// keys are reassigned between the plans, given overrides (limit 60) that
-// expire within seconds, and adjusted (credits, each retried
+// keys are reassigned between the plans, two of them given overrides
+// (limit 60) that expire within seconds, and adjusted (credits, each retried
 // with its request id until answered), and each round kills -9 the leader
 // and restarts it.
 //
@@ -26,7 +26,10 @@ import (
 // per key, the usage every node reports (GET /v1/usage, every window of
 // the run) equals the allowed cost the clients were answered plus the
 // adjustments' applied units (0 lost, 0 counted twice); per key and window,
-// the used ≤ 60, the greatest limit the key ever had; and each closed
+// the used ≤ the effective limit that can have been in force during that
+// window (inForce: the plan of each assignment and the override that may
+// have applied then, from the times each change was sent and answered and
+// its expiry; 20 on free, 40 on pro, 60 under an override); and each closed
 // window's export (GET /v1/usage/export) lists exactly the usage each key
 // reports for it.
 //
@@ -34,9 +37,54 @@ import (
 // (default 1).
 
 const (
-	usageWindow   = 5 * time.Second
-	usageMaxLimit = 60 // the override's; the plans' are 20 and 40
+	usageWindow = 5 * time.Second
+	// A change's applied time is known only to lie between its send and its
+	// answer; entries are stamped with the leader's time, which on this one
+	// host is the test's clock but for scheduling: the margin covers that.
+	usageClockMargin = 100 * time.Millisecond
 )
+
+// usageLimits are the effective limits of "w".
+var usageLimits = map[string]int64{"free": 20, "pro": 40, "override": 60}
+
+// usageChange is one reassignment or override sent by the test: applied (if
+// ever) at a leader time in [sent, answered], or from sent on when never
+// answered (its outcome unknown: it may be applied after a failover).
+type usageChange struct {
+	key, plan      string // plan "" for an override
+	sent, answered time.Time
+	expires        time.Time // an override's
+}
+
+// inForce is the greatest effective limit of key that can have been in
+// force at some instant of [start, end): the plan of the last assignment
+// certainly applied before start (or the default plan), of every
+// assignment that may have applied during the window, and an override's
+// 60 if one may have been live in it. The reassignments are sent one at a
+// time, so answered ones applied in the order they were sent.
+func inForce(changes []usageChange, key string, start, end time.Time) int64 {
+	start, end = start.Add(-usageClockMargin), end.Add(usageClockMargin)
+	before := "free" // the default plan
+	bound := int64(0)
+	for _, c := range changes {
+		if c.key != key {
+			continue
+		}
+		if c.plan == "" {
+			if c.sent.Before(end) && c.expires.After(start) {
+				bound = max(bound, usageLimits["override"])
+			}
+			continue
+		}
+		switch {
+		case !c.answered.IsZero() && !c.answered.After(start):
+			before = c.plan // applied before the window; a later one replaces it
+		case c.sent.Before(end):
+			bound = max(bound, usageLimits[c.plan]) // may have applied in the window (or after an unanswered failover)
+		}
+	}
+	return max(bound, usageLimits[before])
+}
 
 type usageChaos struct {
 	*crashLoad
@@ -45,6 +93,19 @@ type usageChaos struct {
 	pending  map[string]string // request id → the body of a request not yet answered
 	seq      int
 	attempts int
+	changes  []usageChange // reassignments and overrides, in the order sent
+}
+
+// change sends a reassignment or override and records when it was sent and
+// answered.
+func (u *usageChaos) change(rng *rand.Rand, c usageChange, path string, body []byte) {
+	c.sent = time.Now()
+	if _, ok := u.post(u.pick(rng), http.MethodPut, path, body); ok {
+		c.answered = time.Now()
+	}
+	u.mu.Lock()
+	u.changes = append(u.changes, c)
+	u.mu.Unlock()
 }
 
 // post sends body to path on p: (answer, true) when the request was decided.
@@ -206,10 +267,20 @@ func TestUsageChaosKill9(t *testing.T) {
 			switch r.Intn(3) {
 			case 0:
 				plan := []string{"free", "pro"}[r.Intn(2)]
-				u.post(u.pick(r), http.MethodPut, "/v1/keys/"+url.PathEscape(k)+"/plan", []byte(`{"plan":"`+plan+`"}`))
+				u.change(r, usageChange{key: k, plan: plan}, "/v1/keys/"+url.PathEscape(k)+"/plan", []byte(`{"plan":"`+plan+`"}`))
 			case 1:
-				exp := time.Now().Add(time.Duration(500+r.Intn(2000)) * time.Millisecond).UTC().Format(time.RFC3339Nano)
-				u.post(u.pick(r), http.MethodPut, "/v1/keys/"+url.PathEscape(k)+"/override", []byte(`{"limits":{"w":{"limit":60}},"expires":"`+exp+`"}`))
+				// Overrides on half the keys, in the run's first 3 s only:
+				// the other keys' windows, and the later windows of these,
+				// are bounded by their plans' own limits (20 or 40), which
+				// an override live in every window would hide — an expired
+				// override still in force shows there.
+				if time.Since(began) > 3*time.Second {
+					continue
+				}
+				k = keys[r.Intn(len(keys)/2)]
+				exp := time.Now().Add(time.Duration(500+r.Intn(1000)) * time.Millisecond)
+				u.change(r, usageChange{key: k, expires: exp}, "/v1/keys/"+url.PathEscape(k)+"/override",
+					[]byte(`{"limits":{"w":{"limit":60}},"expires":"`+exp.UTC().Format(time.RFC3339Nano)+`"}`))
 			default:
 				// Credits only: a debit counts beyond the limit by design,
 				// which would blur the per-window bound audited below.
@@ -239,6 +310,7 @@ func TestUsageChaosKill9(t *testing.T) {
 	time.Sleep(500 * time.Millisecond) // the reads are each node's last finished commit
 
 	closed := map[string]map[string]int64{} // window start → key → used
+	bounds := map[int64]int{}               // effective limit → windows audited under it
 	for _, p := range procs {
 		for _, k := range keys {
 			m, ok := u.post(p, http.MethodGet, "/v1/usage?key="+url.QueryEscape(k)+"&limit=w", nil)
@@ -249,8 +321,12 @@ func TestUsageChaosKill9(t *testing.T) {
 			for _, w := range m["windows"].([]any) {
 				w := w.(map[string]any)
 				used := int64(w["used"].(float64))
-				if used > usageMaxLimit {
-					t.Errorf("%s on %s: window %s used %d > %d", k, p.ID, w["start"], used, usageMaxLimit)
+				ws, err := time.Parse(time.RFC3339Nano, w["start"].(string))
+				must(t, err)
+				if lim := inForce(u.changes, k, ws, ws.Add(usageWindow)); used > lim {
+					t.Errorf("%s on %s: window %s used %d > %d, the greatest limit in force in it", k, p.ID, w["start"], used, lim)
+				} else if p == procs[0] {
+					bounds[lim]++
 				}
 				sum += used
 				if w["current"] != true && p == procs[0] {
@@ -297,7 +373,10 @@ func TestUsageChaosKill9(t *testing.T) {
 		total += n
 	}
 	crashSummary(t, map[string]any{"rounds": rounds, "seconds": time.Since(began).Seconds(), "attempts": u.attempts,
-		"used": total, "windows_exported": len(closed), "oddities": len(u.oddities)})
+		"used": total, "windows_exported": len(closed), "oddities": len(u.oddities), "windows_by_limit_in_force": fmt.Sprint(bounds)})
+	if bounds[20]+bounds[40] == 0 {
+		t.Errorf("no window was audited under a plan's own limit (%v): the run must exercise the bound", bounds)
+	}
 	if total == 0 || len(closed) == 0 {
 		t.Errorf("used %d in %d closed windows: the run must exercise both", total, len(closed))
 	}

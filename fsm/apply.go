@@ -161,6 +161,7 @@ func (a *applier) publish() {
 	a.f.webhooks.publish()
 	a.publishHashSlots()
 	a.budget.episodes.publish()
+	a.f.top.flush() // topkeys.go: the batch's plan counts
 	if len(a.pendingPolicies) == 0 && len(a.pendingNodes) == 0 {
 		return
 	}
@@ -194,6 +195,7 @@ func (a *applier) discard() {
 	a.f.webhooks.discard()
 	a.discardHashSlots()
 	a.budget.episodes.discard()
+	a.f.top.drop()
 	clear(a.pendingPolicies)
 	clear(a.pendingNodes)
 }

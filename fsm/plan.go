@@ -786,10 +786,16 @@ func (a *applier) decidePlan(tx *persist.Tx, ck *checkRef, decs []Decision, now 
 	lims, usedOv := a.plan.limitsOf(p, &ov, hasOv)
 	if cap(a.plan.checks) < n {
 		a.plan.checks = make([]checkRef, n)
+		for i := range a.plan.checks {
+			a.plan.checks[i].kind = limitPlan
+		}
 	}
 	a.plan.checks = a.plan.checks[:n]
 	for i := range a.plan.checks {
-		a.plan.checks[i] = checkRef{kind: limitPlan, key: ck.key, cost: ck.cost}
+		// Only the key and cost differ from check to check (decideOp reads
+		// checks, never writes them): writing the whole checkRef would pay
+		// a write barrier for each of its four slices.
+		a.plan.checks[i].key, a.plan.checks[i].cost = ck.key, ck.cost
 	}
 	if cap(a.plan.decs) < n {
 		a.plan.decs = make([]Decision, n)

@@ -50,67 +50,85 @@ const (
 // hash, then key — a strict order, so every replica evicts the same entry),
 // so an add costs a probe or two and O(log topK) compares rather than
 // scans of every entry: many keys churning through a bucket's sketch make
-// every add of a new key an eviction. Allocated at its first add (a set of
-// buckets holds 34 sketches, most of them often empty).
+// every add of a new key an eviction. The heap holds each entry's count and
+// hash beside its number, so a compare reads one heap slot rather than
+// three arrays, and a sift moves a hole rather than swapping (the apply
+// path's cost of top keys is mostly this sift). Allocated at its first add
+// (a set of buckets holds 34 sketches, most of them often empty).
 type sketch struct {
 	d *sketchData
 }
 
 const topIndexMask = 2*topK - 1 // the index has 2·topK slots: at most half full
 
+// heapSlot is one heap place: an entry's count and hash (the eviction
+// order's first two keys) and its number.
+type heapSlot struct {
+	cnt int64
+	h   uint64
+	e   uint8
+}
+
 type sketchData struct {
-	n    int          // entries in use: 0..n-1 (an entry never moves)
-	h    [topK]uint64 // keyHash(key)
-	cnt  [topK]int64  // the count
-	err  [topK]int64  // the over-estimate a late admission inherited
-	keys [topK][]byte // reused when the entry is evicted, so that a sketch in its steady state allocates nothing on the apply path
-	heap [topK]uint8  // entry numbers, a min-heap by less
-	pos  [topK]uint8  // entry i's place in heap
+	n    int            // entries in use: 0..n-1 (an entry never moves)
+	h    [topK]uint64   // keyHash(key)
+	err  [topK]int64    // the over-estimate a late admission inherited
+	keys [topK][]byte   // reused when the entry is evicted, so that a sketch in its steady state allocates nothing on the apply path
+	heap [topK]heapSlot // a min-heap by less; entry i's count is heap[pos[i]].cnt
+	pos  [topK]uint8    // entry i's place in heap
 	idx  [2 * topK]uint8
 }
 
+// cnt is entry i's count.
+func (d *sketchData) cnt(i int) int64 { return d.heap[d.pos[i]].cnt }
+
 // less is the eviction order: a is evicted before b.
-func (d *sketchData) less(a, b uint8) bool {
-	if d.cnt[a] != d.cnt[b] {
-		return d.cnt[a] < d.cnt[b]
+func (d *sketchData) less(a, b *heapSlot) bool {
+	if a.cnt != b.cnt {
+		return a.cnt < b.cnt
 	}
-	if d.h[a] != d.h[b] {
-		return d.h[a] > d.h[b]
+	if a.h != b.h {
+		return a.h > b.h
 	}
-	return string(d.keys[a]) > string(d.keys[b])
+	return string(d.keys[a.e]) > string(d.keys[b.e])
 }
 
-func (d *sketchData) swap(p, q int) {
-	d.heap[p], d.heap[q] = d.heap[q], d.heap[p]
-	d.pos[d.heap[p]], d.pos[d.heap[q]] = uint8(p), uint8(q)
+// place puts x at heap place p.
+func (d *sketchData) place(p int, x heapSlot) {
+	d.heap[p] = x
+	d.pos[x.e] = uint8(p)
 }
 
 func (d *sketchData) up(p int) {
+	x := d.heap[p]
 	for p > 0 {
 		q := (p - 1) / 2
-		if !d.less(d.heap[p], d.heap[q]) {
-			return
+		if !d.less(&x, &d.heap[q]) {
+			break
 		}
-		d.swap(p, q)
+		d.place(p, d.heap[q])
 		p = q
 	}
+	d.place(p, x)
 }
 
 func (d *sketchData) down(p int) {
+	x := d.heap[p]
 	for {
 		c := 2*p + 1
 		if c >= d.n {
-			return
+			break
 		}
-		if c+1 < d.n && d.less(d.heap[c+1], d.heap[c]) {
+		if c+1 < d.n && d.less(&d.heap[c+1], &d.heap[c]) {
 			c++
 		}
-		if !d.less(d.heap[c], d.heap[p]) {
-			return
+		if !d.less(&d.heap[c], &x) {
+			break
 		}
-		d.swap(p, c)
+		d.place(p, d.heap[c])
 		p = c
 	}
+	d.place(p, x)
 }
 
 func (d *sketchData) find(key []byte, h uint64) int {
@@ -158,27 +176,31 @@ func (s *sketch) add(key []byte, h uint64, n, e int64) {
 		s.d = d
 	}
 	if i := d.find(key, h); i >= 0 {
-		d.cnt[i] += n // n > 0: the entry only moves away from the root
+		p := int(d.pos[i])
+		d.heap[p].cnt += n // n > 0: the entry only moves away from the root
 		d.err[i] += e
-		d.down(int(d.pos[i]))
+		d.down(p)
 		return
 	}
 	if d.n < topK {
 		i := d.n
 		d.n++
 		d.keys[i] = append(d.keys[i][:0], key...) // the buffer a reset left, if any
-		d.h[i], d.cnt[i], d.err[i] = h, n, e
+		d.h[i], d.err[i] = h, e
 		d.index(i)
-		d.heap[i], d.pos[i] = uint8(i), uint8(i)
+		d.place(i, heapSlot{cnt: n, h: h, e: uint8(i)})
 		d.up(i)
 		return
 	}
-	// Evict the least; the newcomer inherits its count as its error.
-	m := int(d.heap[0])
+	// Evict the least (the root); the newcomer inherits its count as its
+	// error.
+	r := &d.heap[0]
+	m := int(r.e)
 	d.unindex(m)
 	d.keys[m] = append(d.keys[m][:0], key...)
-	d.h[m], d.err[m] = h, d.cnt[m]+e
-	d.cnt[m] += n
+	d.h[m], d.err[m] = h, r.cnt+e
+	r.cnt += n
+	r.h = h
 	d.index(m)
 	d.down(0)
 }
@@ -256,6 +278,30 @@ type topKeys struct {
 	policies map[string]*policyTop
 	plans    map[string]*planTop
 	planSets int // plans and plan limits with a sketch set: ≤ maxTopPlanSets
+	// Plan checks' counts of the batch being applied (apply goroutine
+	// only), added under one lock when the batch commits (flush) rather
+	// than one lock per check. The sketches must not depend on how a
+	// replica's log was cut into batches: the queue is added in log order,
+	// and every other change of the plan sketches (forgetPlan, prunePlan,
+	// clear) flushes it first, so the sketches see the same sequence of
+	// operations as adding each count at once would give them. Readers
+	// never see a batch's counts before its commit.
+	queue    []topQueued
+	queueKey []byte // the queued keys, end to end: the entry's bytes are not kept past apply
+}
+
+// A plan's limits fit topQueued.refused: this fails to compile otherwise.
+var _ [16 - nodeapi.MaxPlanLimits]struct{}
+
+// topQueued is one plan check's counts (addPlan's arguments).
+type topQueued struct {
+	plan    *Plan // the version that decided the check; plan changes flush the queue first
+	key     int32 // queueKey[key:key+klen]
+	klen    int32
+	cost    int64
+	now     int64
+	allowed bool
+	refused uint16 // bit i: p.Limits[i] refused (nodeapi.MaxPlanLimits ≤ 16)
 }
 
 // kinds of count
@@ -312,7 +358,7 @@ func (p *policyTop) fold(b *topBucket) {
 	for kind := range b.s {
 		if d := b.s[kind].d; d != nil {
 			for i := 0; i < d.n; i++ {
-				fb.s[kind].add(d.keys[i], d.h[i], d.cnt[i], d.err[i])
+				fb.s[kind].add(d.keys[i], d.h[i], d.cnt(i), d.err[i])
 			}
 		}
 	}
@@ -324,6 +370,10 @@ func (p *policyTop) fold(b *topBucket) {
 func (t *topKeys) addPlan(p *Plan, key []byte, cost int64, allowed bool, decs []Decision, now int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.addPlanLocked(p, key, cost, allowed, decs, now)
+}
+
+func (t *topKeys) addPlanLocked(p *Plan, key []byte, cost int64, allowed bool, decs []Decision, now int64) {
 	t.now = max(t.now, now)
 	pt := t.plans[p.Name]
 	if pt == nil {
@@ -364,8 +414,48 @@ func (t *topKeys) addPlan(p *Plan, key []byte, cost int64, allowed bool, decs []
 	}
 }
 
+// queuePlan is addPlan deferred to the batch's commit (flush).
+func (t *topKeys) queuePlan(p *Plan, key []byte, cost int64, allowed bool, decs []Decision, now int64) {
+	q := topQueued{plan: p, key: int32(len(t.queueKey)), klen: int32(len(key)), cost: cost, now: now, allowed: allowed}
+	for i := range decs {
+		if !decs[i].Allowed && i < 16 {
+			q.refused |= 1 << i
+		}
+	}
+	t.queueKey = append(t.queueKey, key...)
+	t.queue = append(t.queue, q)
+}
+
+// flush adds the queued plan counts, in the order they were queued, under
+// one lock.
+func (t *topKeys) flush() {
+	if len(t.queue) == 0 {
+		return
+	}
+	t.mu.Lock()
+	t.flushLocked()
+	t.mu.Unlock()
+}
+
+func (t *topKeys) flushLocked() {
+	var decs [16]Decision
+	for i := range t.queue {
+		q := &t.queue[i]
+		n := min(len(q.plan.Limits), 16)
+		for j := 0; j < n; j++ {
+			decs[j].Allowed = q.refused&(1<<j) == 0
+		}
+		t.addPlanLocked(q.plan, t.queueKey[q.key:q.key+q.klen], q.cost, q.allowed, decs[:n], q.now)
+	}
+	t.queue, t.queueKey = t.queue[:0], t.queueKey[:0]
+}
+
+// drop forgets the queued counts of a batch that was not committed.
+func (t *topKeys) drop() { t.queue, t.queueKey = t.queue[:0], t.queueKey[:0] }
+
 func (t *topKeys) clear() {
 	t.mu.Lock()
+	t.drop()
 	clear(t.policies)
 	clear(t.plans)
 	t.planSets = 0
@@ -382,6 +472,7 @@ func (t *topKeys) forget(policy string) {
 // forgetPlan drops a deleted plan's sketches.
 func (t *topKeys) forgetPlan(name string) {
 	t.mu.Lock()
+	t.flushLocked() // the plan's counts queued before its deletion go with it
 	if pt, ok := t.plans[name]; ok {
 		t.planSets -= 1 + len(pt.limits)
 		delete(t.plans, name)
@@ -394,6 +485,7 @@ func (t *topKeys) forgetPlan(name string) {
 func (t *topKeys) prunePlan(p *Plan) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.flushLocked() // counts queued under the plan's old limits are pruned as they would have been
 	pt := t.plans[p.Name]
 	if pt == nil {
 		return
@@ -411,7 +503,7 @@ func (t *topKeys) prunePlan(p *Plan) {
 // all-or-nothing group only when allowed).
 func (a *applier) recordPlanTop(p *Plan, ck *checkRef, decs []Decision, allowed bool, now int64) {
 	if ck.cost > 0 {
-		a.f.top.addPlan(p, ck.key, ck.cost, allowed, decs, now)
+		a.f.top.queuePlan(p, ck.key, ck.cost, allowed, decs, now)
 	}
 }
 
@@ -469,7 +561,7 @@ func (f *FSM) TopKeys(q nodeapi.TopKeysQuery) nodeapi.TopKeys {
 				k = &nodeapi.TopKey{Key: string(d.keys[i])}
 				sum[k.Key] = k
 			}
-			k.Count += d.cnt[i]
+			k.Count += d.cnt(i)
 			k.Error += d.err[i]
 		}
 	}

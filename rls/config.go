@@ -68,14 +68,20 @@ type Config struct {
 // with Key and, when Value is set, that value (a value containing '*' is a
 // wildcard, each '*' matching any run of characters).
 type Descriptor struct {
-	Key            string       `json:"key"`
-	Value          string       `json:"value,omitempty"`
-	RateLimit      *RateLimit   `json:"rate_limit,omitempty"`
-	ShadowMode     bool         `json:"shadow_mode,omitempty"`
-	DetailedMetric bool         `json:"detailed_metric,omitempty"`
-	ValueToMetric  bool         `json:"value_to_metric,omitempty"`
-	ShareThreshold bool         `json:"share_threshold,omitempty"`
-	Descriptors    []Descriptor `json:"descriptors,omitempty"`
+	Key            string     `json:"key"`
+	Value          string     `json:"value,omitempty"`
+	RateLimit      *RateLimit `json:"rate_limit,omitempty"`
+	ShadowMode     bool       `json:"shadow_mode,omitempty"`
+	DetailedMetric bool       `json:"detailed_metric,omitempty"`
+	ValueToMetric  bool       `json:"value_to_metric,omitempty"`
+	ShareThreshold bool       `json:"share_threshold,omitempty"`
+	// Plan (a limitd extension), in place of RateLimit: a request
+	// descriptor that matches is decided under its key's plan, the key
+	// being the value of the request's last entry (the one this
+	// descriptor matched), verbatim — the same key a check over HTTP or
+	// gRPC names, so both spend one budget.
+	Plan        bool         `json:"plan,omitempty"`
+	Descriptors []Descriptor `json:"descriptors,omitempty"`
 
 	line int // where it starts in the YAML, for errors (0: unknown)
 }
@@ -333,6 +339,8 @@ func (d *decoder) descriptors(n *yaml.Node, field string, depth int) []Descripto
 				desc.ValueToMetric = d.boolean(v, field)
 			case "share_threshold":
 				desc.ShareThreshold = d.boolean(v, field)
+			case "plan":
+				desc.Plan = d.boolean(v, field)
 			case "quota_mode":
 				if d.boolean(v, field) {
 					d.fail(v, field, "quota_mode is not supported by limitd (remove it or set it to false)")
@@ -344,7 +352,7 @@ func (d *decoder) descriptors(n *yaml.Node, field string, depth int) []Descripto
 					d.fail(v, field, "want a mapping")
 				}
 			default:
-				d.fail(v, field, "unknown field (want key, value, rate_limit, descriptors, shadow_mode, detailed_metric, value_to_metric, share_threshold)")
+				d.fail(v, field, "unknown field (want key, value, rate_limit, plan, descriptors, shadow_mode, detailed_metric, value_to_metric, share_threshold)")
 			}
 		})
 		out = append(out, desc)

@@ -82,6 +82,9 @@ type Rule struct {
 	Unlimited       bool
 	Shadow          bool
 	DetailedMetric  bool
+	// Plan: the descriptor is decided under the key's plan (Descriptor.Plan);
+	// no other field but FullKey is set.
+	Plan bool
 	// Spec is the limit the rule checks with; unset when Unlimited or when
 	// RequestsPerUnit is 0 (every hit is over the limit, nothing is stored).
 	Spec algo.Spec
@@ -191,6 +194,19 @@ func compileLevel(file, parentKey string, ds []Descriptor, field string, depth i
 				return nil, bad("share_threshold", "only allowed with a wildcard value (one containing '*')")
 			}
 			n.pattern = desc.Value
+		}
+		if desc.Plan {
+			// The key's plan holds the limits: a rule's fields would be
+			// ignored, and a shared counter key would be no tenant's.
+			switch {
+			case desc.RateLimit != nil:
+				return nil, bad("plan", "a descriptor decided under the key's plan has no rate_limit")
+			case desc.ShadowMode:
+				return nil, bad("shadow_mode", "not supported with plan: true")
+			case desc.ShareThreshold:
+				return nil, bad("share_threshold", "not supported with plan: true (the request's value is the key)")
+			}
+			n.rule = &Rule{FullKey: full, Plan: true}
 		}
 		if desc.RateLimit != nil {
 			r, err := compileRule(desc, full)

@@ -72,6 +72,11 @@ const (
 	Blocked
 	// Checked: a check of Key under Spec for Cost.
 	Checked
+	// PlanChecked: a check of Key under the key's plan for Cost (a
+	// descriptor with plan: true); decided on its own, atomically over the
+	// plan's limits, not in the request's all-or-nothing group (the state
+	// machine decides a plan check as one op by itself).
+	PlanChecked
 )
 
 // Item is one descriptor's part of a plan.
@@ -158,6 +163,14 @@ func NewPlan(d *Domain, req *Request) (*Plan, error) {
 			replaced[name] = true
 		}
 		switch {
+		case it.Rule.Plan:
+			it.Kind = PlanChecked
+			if len(rd.Entries) > 0 {
+				it.Key = rd.Entries[len(rd.Entries)-1].Value
+			}
+			if it.Key == "" || len(it.Key) > MaxKeyLen {
+				return nil, &RequestError{Field: field + ".entries", Message: fmt.Sprintf("the last entry's value is the key of a plan check: 1 to %d bytes", MaxKeyLen)}
+			}
 		case it.Rule.Unlimited:
 			it.Kind = Unlimited
 		case it.Rule.RequestsPerUnit == 0:
@@ -184,13 +197,15 @@ func NewPlan(d *Domain, req *Request) (*Plan, error) {
 }
 
 func (p *Plan) group(d *Domain) {
-	var main, shadow []int
+	var main, shadow, plans []int
 	blocked := false
 	for i := range p.Items {
 		it := &p.Items[i]
 		switch {
 		case it.Kind == Blocked && !it.Rule.Shadow && it.Cost > 0:
 			blocked = true
+		case it.Kind == PlanChecked:
+			plans = append(plans, i)
 		case it.Kind != Checked:
 		case it.Rule.Shadow:
 			shadow = append(shadow, i)
@@ -199,7 +214,7 @@ func (p *Plan) group(d *Domain) {
 		}
 	}
 	if d != nil && d.Counting() == CountIndependent {
-		if all := append(main, shadow...); len(all) > 0 {
+		if all := append(append(main, shadow...), plans...); len(all) > 0 {
 			p.Groups = append(p.Groups, Group{Items: all})
 		}
 		return
@@ -209,6 +224,11 @@ func (p *Plan) group(d *Domain) {
 	}
 	if len(shadow) > 0 {
 		p.Groups = append(p.Groups, Group{Items: shadow})
+	}
+	if len(plans) > 0 {
+		// Each decided on its own; a blocked descriptor still means an
+		// atomic request spends nothing.
+		p.Groups = append(p.Groups, Group{Items: plans, Peek: blocked})
 	}
 }
 
@@ -261,6 +281,9 @@ func counterKey(domain string, entries []Entry, shared []string) string {
 // Result is the outcome of one Checked item.
 type Result struct {
 	Decision algo.Decision
+	// Limit, for a PlanChecked item, is the name of the plan limit that
+	// decided ("plan/limit"), reported as the status's limit name.
+	Limit string
 	// Consumed is false when the item's all-or-nothing group was refused:
 	// the decision's Remaining is then what would remain after a spend that
 	// did not happen. (Items of a Peek group were checked with cost 0.)
@@ -329,6 +352,17 @@ func (p *Plan) Respond(results []Result, now time.Time) *Response {
 			if st.UntilReset <= 0 && it.Spec.Calendar == algo.CalendarNone && it.Spec.Window > 0 {
 				st.UntilReset = it.Spec.Window - time.Duration(now.UnixNano())%it.Spec.Window
 			}
+		case PlanChecked:
+			// The plan's deciding limit: its window is not a unit of
+			// envoy's, so the unit is UNKNOWN and the limit's name says it.
+			r := &results[i]
+			st.Limit = &CurrentLimit{Name: r.Limit, RequestsPerUnit: uint32(min(max(r.Decision.Limit, 0), math.MaxUint32)), Rule: it.Rule}
+			st.OverLimit = !r.Decision.Allowed
+			st.Remaining = uint32(min(max(r.Decision.Remaining, 0), math.MaxUint32))
+			if st.OverLimit {
+				st.Remaining = 0
+			}
+			st.UntilReset = r.Decision.ResetAfter
 		}
 		if st.OverLimit && it.Rule.Shadow {
 			st.OverLimit, st.ShadowOverLimit = false, true

@@ -178,6 +178,16 @@ func (s *Service) RateLimit(ctx context.Context, req *rls.Request) (*RateLimitRe
 	if e != nil {
 		return nil, e
 	}
+	if neg {
+		for i := range plan.Items {
+			if plan.Items[i].Kind == rls.PlanChecked {
+				// A plan's limits are given back by an adjustment, which
+				// names the limit and happens once under retries.
+				return nil, Invalid(fmt.Sprintf("descriptors[%d].is_negative_hits", i),
+					"not supported for a descriptor decided under the key's plan (POST /v1/keys/{key}/adjust credits a plan limit)")
+			}
+		}
+	}
 	var results []rls.Result
 	if neg {
 		results, e = s.creditPlan(ctx, plan)
@@ -203,7 +213,13 @@ func (s *Service) decidePlan(ctx context.Context, plan *rls.Plan, metricName str
 		checks := make([]CheckRequest, len(g.Items))
 		for j, i := range g.Items {
 			it := &plan.Items[i]
-			checks[j] = CheckRequest{Key: it.Key, Limit: &it.Spec, Cost: it.Cost, MetricName: metricName}
+			if it.Kind == rls.PlanChecked {
+				// Neither policy nor limit: decided under the key's plan
+				// (prepare), counted under the plan metric name.
+				checks[j] = CheckRequest{Key: it.Key, Cost: it.Cost}
+			} else {
+				checks[j] = CheckRequest{Key: it.Key, Limit: &it.Spec, Cost: it.Cost, MetricName: metricName}
+			}
 			if g.Peek {
 				checks[j].Cost = 0
 			}
@@ -227,6 +243,9 @@ func (s *Service) decidePlan(ctx context.Context, plan *rls.Plan, metricName str
 				return nil, descriptorError(res[j].Err, g)
 			}
 			results[i] = rls.Result{Decision: res[j].Decision.Decision, Consumed: true}
+			if pd := res[j].Decision.Plan; pd != nil {
+				results[i].Limit = pd.Plan + "/" + pd.Limit
+			}
 		}
 	}
 	return results, nil
