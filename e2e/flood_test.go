@@ -97,7 +97,10 @@ func floodBatch(client *http.Client, url, prefix string, first, n int) (allowed,
 func TestProcessKeyFloodBounded(t *testing.T) {
 	const budget = 500
 	p := newProc(t, "flood", "")
-	p.start("--max-keys", strconv.Itoa(budget))
+	// Every key here is an inline limit's: the inline share (default half of
+	// --max-keys) is lifted so that the cluster-wide budget is what refuses;
+	// TestProcessInlineKeyShare holds the share.
+	p.start("--max-keys", strconv.Itoa(budget), "--max-inline-keys-percent", "100")
 	p.waitReady()
 	own := func(i int) string { return fmt.Sprintf(`{"key":"own-%d","limit":%s}`, i, floodLimit) }
 	for i := 0; i < 20; i++ {
@@ -131,6 +134,40 @@ func TestProcessKeyFloodBounded(t *testing.T) {
 	code, body := postJSON(t, p.URL("/v1/check"), `{"key":"one-more","limit":`+floodLimit+`}`)
 	if code != http.StatusTooManyRequests || !strings.Contains(string(body), `"key_budget_exhausted"`) {
 		t.Fatalf("a new key past the budget on /v1/check: %d %s, want 429 key_budget_exhausted", code, body)
+	}
+}
+
+// Inline limits may create at most --max-inline-keys-percent (default 50) of
+// --max-keys: past it a new inline key is refused with key_budget_exhausted
+// (counted under reason max_inline_keys) while the inline keys the node has
+// are still decided and a policy's new keys are still created.
+func TestProcessInlineKeyShare(t *testing.T) {
+	const budget = 100
+	p := newProc(t, "share", "")
+	p.start("--max-keys", strconv.Itoa(budget))
+	p.waitReady()
+	client := &http.Client{Timeout: 20 * time.Second}
+	allowed, refused, err := floodBatch(client, p.URL("/v1/check/batch"), "inline-", 0, 200)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if allowed != budget/2 || refused != 200-budget/2 {
+		t.Fatalf("200 new inline keys under --max-keys %d: %d allowed, %d refused; want %d allowed (the default 50%% share)", budget, allowed, refused, budget/2)
+	}
+	if n := floodMetric(t, p, `limitd_key_budget_refusals_total{reason="max_inline_keys"}`); n < float64(refused) {
+		t.Fatalf(`limitd_key_budget_refusals_total{reason="max_inline_keys"} %v, want at least %d`, n, refused)
+	}
+	if d := p.check(`{"key":"inline-0","limit":` + floodLimit + `}`); !d.Allowed || d.Remaining != 3 {
+		t.Fatalf("an inline key the node had, after the share was reached: %+v, want allowed with 3 remaining", d)
+	}
+	if code, body := putJSON(t, p.URL("/v1/policies/pol"), floodLimit); code != http.StatusOK {
+		t.Fatalf("put policy: %d %s", code, body)
+	}
+	for i := 0; i < 10; i++ {
+		code, body := postJSON(t, p.URL("/v1/check"), fmt.Sprintf(`{"key":"pk-%d","policy":"pol"}`, i))
+		if code != http.StatusOK || !strings.Contains(string(body), `"allowed":true`) {
+			t.Fatalf("a policy's new key %d after the inline share was reached: %d %s", i, code, body)
+		}
 	}
 }
 
