@@ -123,15 +123,15 @@ func TestDiskGuardCountsSnapshotsToCome(t *testing.T) {
 	}
 	var changes []bool
 	g.onLow(func(low bool) { changes = append(changes, low) })
-	state(10 * mib) // 30 MiB of snapshots to come: 70 MiB left, over the 40 MiB reserve
+	state(10 * mib) // 40 MiB of snapshots to come (four copies: snapshotCopies): 60 MiB left, over the 40 MiB reserve
 	if g.poll(); g.low.Load() || g.reserve.Load() != 40*mib {
 		t.Fatalf("100 MiB free, a 10 MiB state: low %v, reserve %d MiB", g.low.Load(), g.reserve.Load()>>20)
 	}
-	state(21 * mib) // 63 MiB to come: 37 MiB left
+	state(21 * mib) // 84 MiB to come: 16 MiB left
 	if g.poll(); !g.low.Load() {
-		t.Fatal("100 MiB free and a 21 MiB state with no snapshot yet: not tripped (its snapshots would leave 37 MiB)")
+		t.Fatal("100 MiB free and a 21 MiB state with no snapshot yet: not tripped (its snapshots would leave 16 MiB)")
 	}
-	snaps(22 * mib) // 41 MiB to come: 59 MiB left, over 44 MiB (the reserve + 10%)
+	snaps(43 * mib) // 41 MiB to come: 59 MiB left, over 44 MiB (the reserve + 10%)
 	if g.poll(); g.low.Load() {
 		t.Fatal("59 MiB left after the snapshots to come: still tripped")
 	}
